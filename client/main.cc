@@ -1,0 +1,23 @@
+// paratune: the ParaTune command-line interface.
+#include <CLI/CLI.hpp>
+
+#include "client/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "paratune: finds the fastest parallel layout (TP, PP, DP, CP, VP, micro-batch,\n"
+      "recompute, optimizer sharding) for training a transformer on a GPU cluster."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "paratune 0.1.0");
+  int exit_code = 0;
+  paratune::client::RegisterPlanCommands(app, &exit_code);
+  paratune::client::RegisterServiceCommands(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    // CLI11 reports --help/--version as "errors" with code 0; usage errors exit 2.
+    return rc == 0 ? 0 : 2;
+  }
+  return exit_code;
+}
