@@ -1,0 +1,40 @@
+// One parallel layout: Megatron-LM's knobs, and the validity rules of DESIGN.md.
+#ifndef PARATUNE_SEARCH_PARALLEL_CONFIG_H_
+#define PARATUNE_SEARCH_PARALLEL_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "search/specs.h"
+
+namespace paratune {
+
+struct ParallelConfig {
+  int64_t tp = 1;                       ///< Tensor parallel size t.
+  int64_t pp = 1;                       ///< Pipeline stages p.
+  int64_t dp = 1;                       ///< Data parallel size d.
+  int64_t cp = 1;                       ///< Context parallel size c.
+  int64_t vp = 1;                       ///< Virtual stages per pipeline rank v (1 = 1F1B).
+  int64_t micro_batch_size = 1;         ///< b.
+  bool sequence_parallel = false;       ///< SP (requires tp > 1).
+  Recompute recompute = Recompute::kNone;
+  int64_t recompute_num_layers = 0;     ///< Layers per stage fully recomputed (kFull).
+  bool distributed_optimizer = false;   ///< ZeRO-1 optimizer-state sharding over DP.
+
+  /// Micro-batches per iteration m = B / (b * d).
+  int64_t NumMicroBatches(const TrainingSpec& training) const;
+  /// "tp8 pp12 dp16 cp1 vp1 mb1 sp selective dopt" style one-liner.
+  std::string ToString() const;
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+/// Every rule of DESIGN.md "The search space": N = t*p*c*d, divisibility of heads,
+/// groups, FFN, layers (with VP), batch; SP only with t > 1; CP needs s % 2c == 0; TP
+/// inside a node unless allowed. The first violated rule, naming the fields and values:
+/// `tp (3) must divide model.num_attention_heads (32)`.
+absl::Status ValidateParallelConfig(const ParallelConfig& config, const JobSpec& spec);
+
+}  // namespace paratune
+
+#endif  // PARATUNE_SEARCH_PARALLEL_CONFIG_H_

@@ -1,0 +1,112 @@
+// The domain form of a job specification: model, training, cluster and search options.
+// Plain structs with defaults; each has one Validate() that returns the first violated rule
+// with a message naming the field (`model.num_attention_heads (0) must be positive`).
+// The CLI, the server and the planner all validate through these functions.
+#ifndef PARATUNE_SEARCH_SPECS_H_
+#define PARATUNE_SEARCH_SPECS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace paratune {
+
+enum class Activation { kGelu, kSwiglu };
+enum class Normalization { kLayerNorm, kRmsNorm };
+enum class PositionEmbedding { kLearned, kRope };
+enum class Precision { kFp32, kBf16, kFp16, kFp8 };
+enum class Recompute { kNone, kSelective, kFull };
+enum class Objective { kThroughput, kMinMemory };
+enum class SearchMode { kModel, kProfile };
+
+/// Transformer architecture (dense decoder-only).
+struct ModelSpec {
+  std::string name;                  ///< Display name ("gpt3-175b").
+  int64_t num_layers = 0;            ///< L.
+  int64_t hidden_size = 0;           ///< h.
+  int64_t num_attention_heads = 0;   ///< a.
+  int64_t num_query_groups = 0;      ///< g (GQA); set equal to a for multi-head attention.
+  int64_t ffn_hidden_size = 0;       ///< f.
+  int64_t vocab_size = 0;            ///< V (unpadded).
+  Activation activation = Activation::kGelu;
+  Normalization normalization = Normalization::kLayerNorm;
+  bool tie_embeddings = false;       ///< Input embedding shared with the output layer.
+  PositionEmbedding position_embedding = PositionEmbedding::kLearned;
+  int64_t max_position_embeddings = 0;  ///< Rows of the learned position table (0 = seq).
+  int64_t num_experts = 1;           ///< > 1 is mixture-of-experts (rejected for now).
+
+  /// First violated rule: positive sizes, a % g == 0, dense only, overflow-safe sizes.
+  absl::Status Validate() const;
+};
+
+struct TrainingSpec {
+  int64_t seq_length = 0;            ///< s.
+  int64_t global_batch_size = 0;     ///< B, sequences per optimizer step.
+  Precision precision = Precision::kBf16;
+  bool flash_attention = true;       ///< No s x s scores stored.
+  bool dropout = false;              ///< Dropout masks stored for backward.
+  int64_t total_tokens = 0;          ///< > 0: report time_to_train_days.
+
+  absl::Status Validate() const;
+};
+
+struct ClusterSpec {
+  std::string gpu;                   ///< Catalog key (DeviceProfile), e.g. "a100-80gb".
+  int64_t num_gpus = 0;              ///< N.
+  int64_t gpus_per_node = 8;         ///< n.
+  double nvlink_bandwidth_gbps = 0;  ///< Override, GB/s bus bandwidth per GPU (0 = catalog).
+  double network_bandwidth_gbps = 0; ///< Override, GB/s per GPU across nodes (0 = catalog).
+  double memory_gib = 0;             ///< Override of device memory (0 = catalog).
+
+  absl::Status Validate() const;
+};
+
+/// Allowed values per dimension; empty = the planner chooses; one value pins it.
+struct SearchOptions {
+  std::vector<int64_t> tp, pp, dp, cp, vp, micro_batch_size, recompute_num_layers;
+  std::vector<bool> sequence_parallel, distributed_optimizer;
+  std::vector<Recompute> recompute;
+  int64_t top_k = 10;
+  Objective objective = Objective::kThroughput;
+  SearchMode mode = SearchMode::kModel;
+  bool allow_tp_across_nodes = false;
+  int64_t verify_top_k = 0;
+
+  absl::Status Validate() const;
+};
+
+struct JobSpec {
+  std::string name;
+  ModelSpec model;
+  TrainingSpec training;
+  ClusterSpec cluster;
+  SearchOptions search;
+
+  /// Validates every section, then the cross-section rules (e.g. num_gpus vs pinned
+  /// tp*pp*cp*dp, gpu in the catalog).
+  absl::Status Validate() const;
+};
+
+// Names used in spec files, JSON and tables ("gelu", "selective", "bf16", ...).
+const char* ToString(Activation v);
+const char* ToString(Normalization v);
+const char* ToString(PositionEmbedding v);
+const char* ToString(Precision v);
+const char* ToString(Recompute v);
+const char* ToString(Objective v);
+const char* ToString(SearchMode v);
+absl::StatusOr<Activation> ParseActivation(const std::string& s);
+absl::StatusOr<Normalization> ParseNormalization(const std::string& s);
+absl::StatusOr<PositionEmbedding> ParsePositionEmbedding(const std::string& s);
+absl::StatusOr<Precision> ParsePrecision(const std::string& s);
+absl::StatusOr<Recompute> ParseRecompute(const std::string& s);
+absl::StatusOr<Objective> ParseObjective(const std::string& s);
+absl::StatusOr<SearchMode> ParseSearchMode(const std::string& s);
+
+}  // namespace paratune
+
+#endif  // PARATUNE_SEARCH_SPECS_H_
