@@ -1,0 +1,41 @@
+// DeviceProfile catalog: peak rates, memory and interconnect of each supported device kind,
+// with the documented source of every number (see device_catalog.cc).
+#ifndef PARATUNE_SEARCH_DEVICE_CATALOG_H_
+#define PARATUNE_SEARCH_DEVICE_CATALOG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "search/specs.h"
+
+namespace paratune {
+
+struct DeviceProfile {
+  std::string name;                 ///< Catalog key, e.g. "h100-sxm-80gb".
+  double peak_fp32_tflops = 0;      ///< Dense, non-tensor-core FP32.
+  double peak_tf32_tflops = 0;      ///< Dense.
+  double peak_bf16_tflops = 0;      ///< Dense (FP16 equal).
+  double peak_fp8_tflops = 0;       ///< Dense; 0 where FP8 tensor cores do not exist.
+  double memory_bytes = 0;          ///< HBM capacity.
+  double memory_bandwidth = 0;      ///< HBM bytes/s.
+  double nvlink_bandwidth = 0;      ///< Intra-node bus bandwidth per GPU, bytes/s.
+  double network_bandwidth = 0;     ///< Inter-node bandwidth per GPU, bytes/s.
+  double nvlink_latency_s = 0;      ///< Per collective step inside a node.
+  double network_latency_s = 0;     ///< Per collective step across nodes.
+  double kernel_launch_s = 0;       ///< Fixed cost per kernel.
+  std::string source;               ///< Where the numbers come from.
+
+  /// Dense peak for a GEMM in `precision` (FP8 falls back to BF16 where unsupported).
+  double PeakFlops(Precision precision) const;
+};
+
+/// NotFound listing the known kinds for an unknown one.
+absl::StatusOr<DeviceProfile> FindDevice(const std::string& name);
+std::vector<std::string> DeviceNames();
+/// The catalog profile with the cluster's overrides (bandwidths, memory) applied.
+absl::StatusOr<DeviceProfile> DeviceForCluster(const ClusterSpec& cluster);
+
+}  // namespace paratune
+
+#endif  // PARATUNE_SEARCH_DEVICE_CATALOG_H_
