@@ -1,0 +1,87 @@
+// Memory per GPU, derived op by op (Korthikanti et al. 2022, "Reducing Activation
+// Recomputation in Large Transformer Models", Section 4), plus weights, gradients,
+// optimizer state, pipeline in-flight micro-batches and the explicit framework terms of
+// DESIGN.md "Memory per GPU".
+#ifndef PARATUNE_SEARCH_MEMORY_MODEL_H_
+#define PARATUNE_SEARCH_MEMORY_MODEL_H_
+
+#include <cstdint>
+
+#include "search/parallel_config.h"
+#include "search/plan_result.h"
+#include "search/specs.h"
+
+namespace paratune {
+
+/// The shape and sharding of one transformer layer's activations on one rank.
+struct LayerActivationParams {
+  int64_t seq_length = 0;          ///< s, the full sequence (before CP splits it).
+  int64_t micro_batch_size = 1;    ///< b.
+  int64_t tp = 1;                  ///< t.
+  bool sequence_parallel = false;  ///< SP: the non-TP regions are split over t too.
+  int64_t cp = 1;                  ///< c: every activation is split over c along s.
+  Recompute recompute = Recompute::kNone;  ///< kFull: only the layer input is kept.
+  bool flash_attention = false;    ///< No s x s scores stored.
+  bool dropout = true;             ///< Dropout masks (1 byte per element) stored.
+  double bytes_per_element = 2;    ///< Stored activations (2 = 16-bit).
+  bool fp8_linear_inputs = false;  ///< FP8 training: linear-layer inputs kept in 1 byte.
+};
+
+/// Bytes that ONE transformer layer stores for its backward pass on one rank, for one
+/// micro-batch. The tensors counted (x = s*b*h elements, per rank; "TP" = divided by t,
+/// "SP" = divided by t only with sequence parallelism, every term divided by c):
+///   attention block
+///     - LayerNorm/RMSNorm input            x                   (SP)
+///     - QKV linear input (norm output)     x                   (SP)
+///     - Q and K (inputs of Q K^T)          x + x*g/a           (TP)
+///     - softmax output                     a*s*s*b             (TP)  no flash
+///     - softmax dropout mask, 1 byte       a*s*s*b             (TP)  no flash, dropout
+///     - dropout output (input of attn x V) a*s*s*b             (TP)  no flash, dropout
+///     - V                                  x*g/a               (TP)
+///     - flash: softmax statistics, fp32    4 bytes * a*s*b     (TP)  flash only
+///     - output projection input            x                   (TP)
+///     - attention dropout mask, 1 byte     x                   (SP)  dropout
+///   MLP block
+///     - LayerNorm/RMSNorm input            x                   (SP)
+///     - FC1 input                          x                   (SP)
+///     - activation input (GeLU: f; SwiGLU: 2f per token)       (TP)
+///     - FC2 input                          s*b*f               (TP)
+///     - MLP dropout mask, 1 byte           x                   (SP)  dropout
+/// 16-bit tensors are counted at `bytes_per_element` each, masks at one byte, and with
+/// `fp8_linear_inputs` the four linear-layer inputs at one byte. For GPT (f = 4h, MHA)
+/// with dropout, no flash attention and 16-bit activations this is exactly Korthikanti's
+/// s*b*h*(34 + 5*a*s/h) (no parallelism), s*b*h*(10 + 24/t + 5*a*s/(h*t)) (TP),
+/// s*b*h/t*(34 + 5*a*s/h) (TP+SP). Selective recompute drops the attention-core tensors
+/// (softmax output, its dropout mask and output, flash statistics): 34*s*b*h/t with
+/// TP+SP. Full recompute keeps only the layer input: 2*s*b*h (divided by t with SP).
+double LayerActivationBytes(const ModelSpec& model, const LayerActivationParams& params);
+
+/// Bytes per element of stored activations and the FP8 flag for a training precision.
+LayerActivationParams ActivationParamsFor(const ModelSpec& model,
+                                          const TrainingSpec& training,
+                                          const ParallelConfig& config);
+
+/// Parameters held by the most loaded pipeline rank (per TP/CP rank): its layers plus
+/// the embeddings on the first stage and the output layer on the last (with tied
+/// embeddings both stages hold a copy). Returns the maximum over stages.
+double MaxParamsPerGpu(const ModelSpec& model, const ParallelConfig& config);
+
+/// Memory on the most loaded GPU, by cause. Documented terms:
+///   weights 2 bytes/param (4 for FP32), gradients 4 bytes/param (FP32 main grads),
+///   optimizer 12 bytes/param (FP32 master copy, Adam m and v), divided by d with the
+///   distributed optimizer; activations: LayerActivationBytes times the layers of a stage
+///   times the in-flight micro-batches (1F1B: min(p, m) on the first stage; interleaved:
+///   times 1 + (p-1)/(p*v)), plus the embedding output on the first stage; other: the
+///   logits and cross-entropy buffers on the last stage (fp32, 4*s*b*V/t bytes plus its
+///   16-bit copy), the gradient-reduce buckets, and a fixed framework workspace
+///   (CUDA context, cuBLAS workspace, allocator fragmentation: kFrameworkWorkspaceBytes).
+MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& config,
+                               double capacity_bytes);
+
+/// Fixed per-GPU bytes outside the model (CUDA context ~0.5 GiB, NCCL and cuBLAS
+/// workspaces, allocator fragmentation reserve): one documented constant, not per model.
+inline constexpr double kFrameworkWorkspaceBytes = 2.5 * (1ull << 30);
+
+}  // namespace paratune
+
+#endif  // PARATUNE_SEARCH_MEMORY_MODEL_H_
