@@ -1,0 +1,58 @@
+// Collective communication behind one interface: Gloo on CPU (ranks as threads or
+// processes, TCP on 127.0.0.1), NCCL on GPU. Buffers live where the backend keeps tensors
+// (host for Gloo, device for NCCL). Counts are elements of `dtype`.
+// Thread-safety: one Communicator belongs to one rank (one thread); not thread-safe.
+#ifndef PARATUNE_KERNELS_COMMUNICATOR_H_
+#define PARATUNE_KERNELS_COMMUNICATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/dtype.h"
+
+namespace paratune::kernels {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  /// In place: buf[i] = sum over ranks of buf[i].
+  virtual absl::Status AllReduce(void* buf, int64_t count, DType dtype) = 0;
+  /// out (size()*count elements) = concatenation of every rank's `in` (count elements), in
+  /// rank order.
+  virtual absl::Status AllGather(const void* in, void* out, int64_t count, DType dtype) = 0;
+  /// in has size()*count elements; out (count elements) = sum over ranks of chunk rank().
+  virtual absl::Status ReduceScatter(const void* in, void* out, int64_t count, DType dtype) = 0;
+  virtual absl::Status Send(const void* buf, int64_t count, DType dtype, int peer) = 0;
+  virtual absl::Status Recv(void* buf, int64_t count, DType dtype, int peer) = 0;
+  virtual absl::Status Barrier() = 0;
+};
+
+/// The group of one rank: every collective is a copy or a no-op.
+std::unique_ptr<Communicator> MakeSelfCommunicator();
+
+/// Shared rendezvous for Gloo ranks that are threads of one process (a
+/// gloo::rendezvous::HashStore). Create once, pass to every rank's MakeGlooCommunicator.
+class GlooRendezvous {
+ public:
+  virtual ~GlooRendezvous() = default;
+};
+std::shared_ptr<GlooRendezvous> MakeInProcessRendezvous();
+/// Rendezvous through files in `dir` (gloo::rendezvous::FileStore), for ranks that are
+/// processes on one machine.
+std::shared_ptr<GlooRendezvous> MakeFileRendezvous(const std::string& dir);
+
+/// Connects rank `rank` of `size` over TCP on 127.0.0.1. Blocks until every rank joined.
+/// `prefix` separates groups that share one rendezvous.
+absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
+    std::shared_ptr<GlooRendezvous> rendezvous, const std::string& prefix, int rank, int size);
+
+}  // namespace paratune::kernels
+
+#endif  // PARATUNE_KERNELS_COMMUNICATOR_H_

@@ -1,0 +1,230 @@
+// Gloo communicator: TCP transport on 127.0.0.1, rendezvous through a HashStore shared by
+// threads or a FileStore shared by processes. All-reduce, all-gather and barrier are
+// Gloo's own algorithms; reduce-scatter is a ring over Gloo's unbound buffers (k−1 steps,
+// each moving 1/k of the buffer, which is the traffic nccl-tests' (k−1)/k factor assumes).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gloo/allgather.h"
+#include "gloo/allreduce.h"
+#include "gloo/barrier.h"
+#include "gloo/math.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/file_store.h"
+#include "gloo/rendezvous/hash_store.h"
+#include "gloo/rendezvous/prefix_store.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
+#include "kernels/communicator.h"
+
+namespace paratune::kernels {
+namespace {
+
+constexpr std::chrono::seconds kTimeout(300);
+// Slots above those Gloo's collectives derive from their tags.
+constexpr uint64_t kP2PSlot = 0x7000000000ull;
+constexpr uint64_t kRingSlotBase = 0x7100000000ull;
+
+class StoreRendezvous final : public GlooRendezvous {
+ public:
+  explicit StoreRendezvous(std::unique_ptr<gloo::rendezvous::Store> store)
+      : store_(std::move(store)) {}
+  gloo::rendezvous::Store& store() { return *store_; }
+
+ private:
+  std::unique_ptr<gloo::rendezvous::Store> store_;
+};
+
+absl::Status Unsupported(DType dtype) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("dtype (", DTypeName(dtype), ") must be fp32 or fp64 for Gloo"));
+}
+
+template <typename T>
+void AddInto(T* acc, const T* in, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += in[i];
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  explicit GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> ctx)
+      : ctx_(std::move(ctx)) {}
+  int rank() const override { return ctx_->rank; }
+  int size() const override { return ctx_->size; }
+
+  absl::Status AllReduce(void* buf, int64_t count, DType dtype) override {
+    return Guard([&]() -> absl::Status {
+      gloo::AllreduceOptions opts(ctx_);
+      if (dtype == DType::kF32) {
+        opts.setOutput(static_cast<float*>(buf), count);
+        opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(
+            &gloo::sum<float>));
+      } else if (dtype == DType::kF64) {
+        opts.setOutput(static_cast<double*>(buf), count);
+        opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(
+            &gloo::sum<double>));
+      } else {
+        return Unsupported(dtype);
+      }
+      gloo::allreduce(opts);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status AllGather(const void* in, void* out, int64_t count, DType dtype) override {
+    if (dtype != DType::kF32 && dtype != DType::kF64) return Unsupported(dtype);
+    return Guard([&]() -> absl::Status {
+      gloo::AllgatherOptions opts(ctx_);
+      // Gloo's all-gather takes bytes through a char view; the element type does not matter.
+      const int64_t bytes = count * SizeOf(dtype);
+      opts.setInput(static_cast<char*>(const_cast<void*>(in)), bytes);
+      opts.setOutput(static_cast<char*>(out), bytes * size());
+      gloo::allgather(opts);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status ReduceScatter(const void* in, void* out, int64_t count, DType dtype) override {
+    if (dtype == DType::kF32) return RingReduceScatter<float>(in, out, count);
+    if (dtype == DType::kF64) return RingReduceScatter<double>(in, out, count);
+    return Unsupported(dtype);
+  }
+
+  absl::Status Send(const void* buf, int64_t count, DType dtype, int peer) override {
+    return Guard([&]() -> absl::Status {
+      auto ub = ctx_->createUnboundBuffer(const_cast<void*>(buf), count * SizeOf(dtype));
+      ub->send(peer, kP2PSlot);
+      ub->waitSend(kTimeout);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status Recv(void* buf, int64_t count, DType dtype, int peer) override {
+    return Guard([&]() -> absl::Status {
+      auto ub = ctx_->createUnboundBuffer(buf, count * SizeOf(dtype));
+      ub->recv(peer, kP2PSlot);
+      ub->waitRecv(kTimeout);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status Barrier() override {
+    return Guard([&]() -> absl::Status {
+      gloo::BarrierOptions opts(ctx_);
+      gloo::barrier(opts);
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  template <typename F>
+  absl::Status Guard(F&& f) {
+    try {
+      return f();
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("gloo: ", e.what()));
+    }
+  }
+
+  template <typename T>
+  absl::Status RingReduceScatter(const void* in, void* out, int64_t count) {
+    const int k = size();
+    const int r = rank();
+    const T* src = static_cast<const T*>(in);
+    if (k == 1) {
+      std::memcpy(out, in, count * sizeof(T));
+      return absl::OkStatus();
+    }
+    acc_.resize(static_cast<size_t>(count) * k * sizeof(T));
+    recv_.resize(static_cast<size_t>(count) * sizeof(T));
+    std::memcpy(acc_.data(), src, count * k * sizeof(T));
+    T* acc = reinterpret_cast<T*>(acc_.data());
+    return Guard([&]() -> absl::Status {
+      auto send_buf = ctx_->createUnboundBuffer(acc_.data(), acc_.size());
+      auto recv_buf = ctx_->createUnboundBuffer(recv_.data(), recv_.size());
+      const int next = (r + 1) % k;
+      const int prev = (r + k - 1) % k;
+      const size_t chunk = count * sizeof(T);
+      for (int j = 0; j < k - 1; ++j) {
+        const int send_chunk = (r - j - 1 + 2 * k) % k;
+        const int recv_chunk = (r - j - 2 + 2 * k) % k;
+        const uint64_t slot = kRingSlotBase + static_cast<uint64_t>(j);
+        recv_buf->recv(prev, slot, 0, chunk);
+        send_buf->send(next, slot, send_chunk * chunk, chunk);
+        recv_buf->waitRecv(kTimeout);
+        send_buf->waitSend(kTimeout);
+        AddInto(acc + recv_chunk * count, reinterpret_cast<const T*>(recv_.data()), count);
+      }
+      std::memcpy(out, acc + r * count, chunk);
+      return absl::OkStatus();
+    });
+  }
+
+  std::shared_ptr<gloo::rendezvous::Context> ctx_;
+  std::vector<char> acc_;
+  std::vector<char> recv_;
+};
+
+class SelfCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  absl::Status AllReduce(void*, int64_t, DType) override { return absl::OkStatus(); }
+  absl::Status AllGather(const void* in, void* out, int64_t count, DType dtype) override {
+    if (in != out) std::memmove(out, in, count * SizeOf(dtype));
+    return absl::OkStatus();
+  }
+  absl::Status ReduceScatter(const void* in, void* out, int64_t count, DType dtype) override {
+    if (in != out) std::memmove(out, in, count * SizeOf(dtype));
+    return absl::OkStatus();
+  }
+  absl::Status Send(const void*, int64_t, DType, int peer) override {
+    return absl::InvalidArgumentError(absl::StrCat("peer (", peer, ") must be another rank"));
+  }
+  absl::Status Recv(void*, int64_t, DType, int peer) override {
+    return absl::InvalidArgumentError(absl::StrCat("peer (", peer, ") must be another rank"));
+  }
+  absl::Status Barrier() override { return absl::OkStatus(); }
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> MakeSelfCommunicator() {
+  return std::make_unique<SelfCommunicator>();
+}
+
+std::shared_ptr<GlooRendezvous> MakeInProcessRendezvous() {
+  return std::make_shared<StoreRendezvous>(std::make_unique<gloo::rendezvous::HashStore>());
+}
+
+std::shared_ptr<GlooRendezvous> MakeFileRendezvous(const std::string& dir) {
+  return std::make_shared<StoreRendezvous>(std::make_unique<gloo::rendezvous::FileStore>(dir));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
+    std::shared_ptr<GlooRendezvous> rendezvous, const std::string& prefix, int rank, int size) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank (", rank, ") must be in [0, size (", size, "))"));
+  }
+  auto* store = dynamic_cast<StoreRendezvous*>(rendezvous.get());
+  if (store == nullptr) return absl::InvalidArgumentError("rendezvous must come from Make*Rendezvous");
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    ctx->setTimeout(std::chrono::milliseconds(kTimeout));
+    gloo::rendezvous::PrefixStore prefixed(prefix, store->store());
+    ctx->connectFullMesh(prefixed, device);
+    return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(std::move(ctx)));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("gloo rendezvous (", prefix, "): ", e.what()));
+  }
+}
+
+}  // namespace paratune::kernels

@@ -1,0 +1,88 @@
+#include "kernels/layer_config.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace paratune::kernels {
+
+absl::StatusOr<Activation> ParseActivation(absl::string_view name) {
+  if (name == "gelu") return Activation::kGelu;
+  if (name == "swiglu") return Activation::kSwiglu;
+  return absl::InvalidArgumentError(
+      absl::StrCat("activation (", name, ") must be gelu or swiglu"));
+}
+
+absl::StatusOr<Normalization> ParseNormalization(absl::string_view name) {
+  if (name == "layernorm") return Normalization::kLayerNorm;
+  if (name == "rmsnorm") return Normalization::kRmsNorm;
+  return absl::InvalidArgumentError(
+      absl::StrCat("normalization (", name, ") must be layernorm or rmsnorm"));
+}
+
+absl::StatusOr<RecomputeMode> ParseRecompute(absl::string_view name) {
+  if (name == "none" || name.empty()) return RecomputeMode::kNone;
+  if (name == "selective") return RecomputeMode::kSelective;
+  if (name == "full") return RecomputeMode::kFull;
+  return absl::InvalidArgumentError(
+      absl::StrCat("recompute (", name, ") must be none, selective or full"));
+}
+
+absl::string_view RecomputeName(RecomputeMode mode) {
+  switch (mode) {
+    case RecomputeMode::kNone: return "none";
+    case RecomputeMode::kSelective: return "selective";
+    case RecomputeMode::kFull: return "full";
+  }
+  return "?";
+}
+
+absl::Status LayerConfig::Validate() const {
+  auto positive = [](absl::string_view field, int64_t v) -> absl::Status {
+    if (v <= 0) return absl::InvalidArgumentError(absl::StrCat(field, " (", v, ") must be positive"));
+    return absl::OkStatus();
+  };
+  for (auto [field, v] : {std::pair<absl::string_view, int64_t>{"hidden_size", shape.hidden_size},
+                          {"num_attention_heads", shape.num_attention_heads},
+                          {"tp", tp},
+                          {"micro_batch_size", micro_batch_size},
+                          {"seq_length", seq_length}}) {
+    if (absl::Status s = positive(field, v); !s.ok()) return s;
+  }
+  const int64_t a = shape.num_attention_heads, g = num_query_groups();
+  if (shape.hidden_size % a != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_attention_heads (", a,
+                                                   ") must divide hidden_size (",
+                                                   shape.hidden_size, ")"));
+  }
+  if (g <= 0 || a % g != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_query_groups (", g, ") must divide num_attention_heads (", a, ")"));
+  }
+  if (a % tp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tp (", tp, ") must divide num_attention_heads (", a, ")"));
+  }
+  if (g % tp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tp (", tp, ") must divide num_query_groups (", g, ")"));
+  }
+  if (ffn_hidden_size() % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tp (", tp, ") must divide ffn_hidden_size (",
+                                                   ffn_hidden_size(), ")"));
+  }
+  if (shape.vocab_size < 0 || shape.vocab_size % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab_size (", shape.vocab_size, ") must be >= 0 and divisible by tp (", tp, ")"));
+  }
+  if (sequence_parallel && seq_length % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tp (", tp, ") must divide seq_length (", seq_length, ") with sequence_parallel"));
+  }
+  if (hidden_dropout < 0 || hidden_dropout >= 1 || attention_dropout < 0 ||
+      attention_dropout >= 1) {
+    return absl::InvalidArgumentError("hidden_dropout and attention_dropout must be in [0, 1)");
+  }
+  if (dtype == DType::kU8) return absl::InvalidArgumentError("dtype (u8) must be a float type");
+  return absl::OkStatus();
+}
+
+}  // namespace paratune::kernels

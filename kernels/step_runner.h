@@ -1,0 +1,85 @@
+// The step runner: profiles one parallel transformer layer the way a worker task asks
+// (LayerProfileTask in proto/paratune/v1/task.proto). It starts `tp` ranks (threads, one
+// communicator group), builds the layer's shard on each, runs `warmup` untimed and `iters`
+// timed forward+backward steps, and returns per-phase timings and each rank's peak memory.
+//
+// Timing: steady_clock on CPU, CUDA events on the compute stream on GPU. Phases:
+//   forward    the layer forward (including its TP/SP communication),
+//   backward   the layer backward (including communication, excluding recompute),
+//   recompute  forward work redone in backward (selective: attention core; full: layer),
+//   tp_comm    time inside communicator calls (a part of the three above),
+//   total      forward + backward + recompute.
+// Each phase reports median, min and max over the timed steps of the slowest rank.
+//
+// Out of memory against `capacity_bytes_per_rank` is a result: RunLayerStep returns
+// ResourceExhausted and OomBytesRequested(status) (kernels/tensor.h) gives the bytes of the
+// request that failed. Nothing crashes.
+#ifndef PARATUNE_KERNELS_STEP_RUNNER_H_
+#define PARATUNE_KERNELS_STEP_RUNNER_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/layer_config.h"
+#include "kernels/tensor.h"
+
+namespace paratune::kernels {
+
+enum class BackendKind { kCpu, kCuda };
+/// "cpu" | "cuda".
+absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name);
+
+/// Extra work of a first or last pipeline stage, besides the layer.
+enum class StageExtras {
+  kNone,
+  kFirst,  ///< VocabParallelEmbedding lookup before the layer.
+  kLast,   ///< Final norm, vocab-parallel logits and cross entropy after the layer.
+};
+
+struct StepConfig {
+  LayerConfig layer;                     ///< Shape, tp, sp, b, s, recompute, dtype, flash.
+  StageExtras extras = StageExtras::kNone;
+  BackendKind backend = BackendKind::kCpu;
+  int64_t warmup = 1;                    ///< Untimed steps first.
+  int64_t iters = 3;                     ///< Timed steps.
+  int64_t capacity_bytes_per_rank = 0;   ///< Tracking-allocator capacity; <= 0 unlimited.
+  /// CPU: OpenBLAS threads per rank; 0 picks max(1, cores / tp) (one per rank when
+  /// tp >= cores).
+  int64_t blas_threads_per_rank = 0;
+
+  /// First violated rule (LayerConfig::Validate, warmup >= 0, iters >= 1, backend built).
+  absl::Status Validate() const;
+};
+
+/// Median, min and max seconds of one phase over the timed steps.
+struct PhaseTiming {
+  std::string phase;  ///< "forward" | "backward" | "recompute" | "tp_comm" | "total".
+  double median_s = 0;
+  double min_s = 0;
+  double max_s = 0;
+};
+
+struct StepResult {
+  std::vector<PhaseTiming> phases;          ///< In the order listed above.
+  std::vector<int64_t> peak_bytes_per_rank; ///< Tracking-allocator peak, index = rank.
+  /// Per-tag peaks of rank 0 (index = MemoryTag).
+  std::array<int64_t, kNumMemoryTags> peak_bytes_by_tag{};
+  int64_t device_peak_bytes = 0;            ///< GPU only: the device's own peak; 0 on CPU.
+  int64_t activation_bytes = 0;   ///< Bytes rank 0's layer stored for backward (one layer).
+  double flops_per_step = 0;      ///< Model FLOPs of fwd+bwd on one rank (no recompute).
+
+  /// Phase by name, nullptr if absent.
+  const PhaseTiming* Find(absl::string_view phase) const;
+};
+
+/// Runs the profile. InvalidArgument for a bad config, ResourceExhausted for OOM,
+/// Unimplemented for a backend not built into this binary.
+absl::StatusOr<StepResult> RunLayerStep(const StepConfig& config);
+
+}  // namespace paratune::kernels
+
+#endif  // PARATUNE_KERNELS_STEP_RUNNER_H_

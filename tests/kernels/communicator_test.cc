@@ -1,0 +1,83 @@
+#include "kernels/communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "kernels/collective_bench.h"
+
+namespace paratune::kernels {
+namespace {
+
+TEST(GlooCommunicatorTest, CollectivesOverThreeThreadRanks) {
+  constexpr int k = 3;
+  auto rendezvous = MakeInProcessRendezvous();
+  std::vector<std::thread> threads;
+  std::vector<int> failures(k, 0);
+  for (int r = 0; r < k; ++r) {
+    threads.emplace_back([&, r]() {
+      auto comm = MakeGlooCommunicator(rendezvous, "t", r, k);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      Communicator& c = **comm;
+      std::vector<float> buf = {1.0f * r, 2.0f, 3.0f + r};
+      ASSERT_TRUE(c.AllReduce(buf.data(), 3, DType::kF32).ok());
+      if (buf != std::vector<float>{3, 6, 12}) ++failures[r];
+      std::vector<double> in = {10.0 * r, 10.0 * r + 1}, out(6);
+      ASSERT_TRUE(c.AllGather(in.data(), out.data(), 2, DType::kF64).ok());
+      if (out != std::vector<double>{0, 1, 10, 11, 20, 21}) ++failures[r];
+      // Reduce-scatter: chunk q of rank r holds r + q; rank r gets sum over ranks = 3 + 3r.
+      std::vector<float> rs_in(6), rs_out(2);
+      for (int i = 0; i < 6; ++i) rs_in[i] = static_cast<float>(r + i / 2);
+      ASSERT_TRUE(c.ReduceScatter(rs_in.data(), rs_out.data(), 2, DType::kF32).ok());
+      if (rs_out != std::vector<float>{3.0f + 3 * r, 3.0f + 3 * r}) ++failures[r];
+      float msg = 42.0f + r;
+      if (r == 0) {
+        ASSERT_TRUE(c.Send(&msg, 1, DType::kF32, 2).ok());
+      }
+      if (r == 2) {
+        ASSERT_TRUE(c.Recv(&msg, 1, DType::kF32, 0).ok());
+        if (msg != 42.0f) ++failures[r];
+      }
+      ASSERT_TRUE(c.Barrier().ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures, std::vector<int>(k, 0));
+}
+
+TEST(CollectiveSweepTest, BusBandwidthFactorsAreNcclTests) {
+  EXPECT_DOUBLE_EQ(BusBandwidthFactor(CollectiveOp::kAllReduce, 4), 1.5);
+  EXPECT_DOUBLE_EQ(BusBandwidthFactor(CollectiveOp::kAllGather, 4), 0.75);
+  EXPECT_DOUBLE_EQ(BusBandwidthFactor(CollectiveOp::kReduceScatter, 2), 0.5);
+  EXPECT_DOUBLE_EQ(BusBandwidthFactor(CollectiveOp::kSendRecv, 8), 1.0);
+}
+
+TEST(CollectiveSweepTest, EveryOpChecksOutWithZeroWrong) {
+  for (CollectiveOp op : {CollectiveOp::kAllReduce, CollectiveOp::kAllGather,
+                          CollectiveOp::kReduceScatter, CollectiveOp::kSendRecv}) {
+    CollectiveSweepConfig config;
+    config.op = op;
+    config.group_size = 2;
+    config.sizes_bytes = {64, 4096};
+    config.warmup = 1;
+    config.iters = 2;
+    auto samples = RunCollectiveSweep(config);
+    ASSERT_TRUE(samples.ok()) << samples.status();
+    ASSERT_EQ(samples->size(), 2u);
+    EXPECT_EQ((*samples)[1].count, 1024);
+    EXPECT_EQ((*samples)[0].wrong + (*samples)[1].wrong, 0) << CollectiveOpName(op);
+    EXPECT_NEAR((*samples)[1].busbw_gbps,
+                (*samples)[1].algbw_gbps * BusBandwidthFactor(op, 2), 1e-9);
+  }
+}
+
+TEST(CollectiveSweepTest, RejectsSizeNotMultipleOfGroup) {
+  CollectiveSweepConfig config;
+  config.group_size = 4;
+  config.sizes_bytes = {24};
+  EXPECT_TRUE(absl::IsInvalidArgument(RunCollectiveSweep(config).status()));
+}
+
+}  // namespace
+}  // namespace paratune::kernels
