@@ -24,6 +24,16 @@ struct DeviceProfile {
   double nvlink_latency_s = 0;      ///< Per collective step inside a node.
   double network_latency_s = 0;     ///< Per collective step across nodes.
   double kernel_launch_s = 0;       ///< Fixed cost per kernel.
+  // GEMM and memory-traffic efficiency (see gemm_efficiency.h): measured properties of the
+  // device and its libraries (cuBLAS, NCCL), the same for every model.
+  int num_sms = 1;                  ///< Streaming multiprocessors (wave quantisation).
+  int gemm_tile_m = 128;            ///< Output tile of the large-GEMM kernels (rows).
+  int gemm_tile_n = 128;            ///< Output tile (columns).
+  double gemm_k_overhead = 0;       ///< Per-tile prologue/epilogue cost, in K elements.
+  double gemm_efficiency = 0;       ///< Large, well-shaped BF16 GEMM: fraction of peak.
+  double fp8_gemm_efficiency = 0;   ///< Large FP8 GEMM: fraction of the FP8 peak.
+  double attention_efficiency = 0;  ///< Fused/flash attention core: fraction of peak.
+  double memory_efficiency = 0;     ///< Streaming kernels: fraction of HBM bandwidth.
   std::string source;               ///< Where the numbers come from.
 
   /// Dense peak for a GEMM in `precision` (FP8 falls back to BF16 where unsupported).

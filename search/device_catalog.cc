@@ -1,0 +1,195 @@
+// The DeviceProfile catalog. Sources (peak rates are dense, i.e. without 2:4 sparsity):
+//  - A100: NVIDIA A100 Tensor Core GPU datasheet (2021) and "NVIDIA A100 Tensor Core GPU
+//    Architecture" whitepaper: FP32 19.5, TF32 156, BF16/FP16 312 TFLOP/s; HBM2 1,555 GB/s
+//    (40GB), HBM2e 2,039 GB/s (80GB SXM); 108 SMs; NVLink 3: 600 GB/s total, 300 GB/s per
+//    direction.
+//  - H100 SXM5: NVIDIA H100 datasheet / Hopper whitepaper: FP32 67, TF32 494.7, BF16 989.4,
+//    FP8 1978.9 TFLOP/s; HBM3 3.35 TB/s; 132 SMs; NVLink 4: 900 GB/s total (450 per dir).
+//  - H200: NVIDIA H200 datasheet: H100 compute, 141 GB HBM3e at 4.8 TB/s.
+//  - B200: NVIDIA DGX B200 / HGX B200 datasheets: BF16 2.25, FP8 4.5 PFLOP/s dense, TF32 1.1
+//    PFLOP/s, FP32 75 TFLOP/s; 192 GB HBM3e at 8 TB/s; 148 SMs; NVLink 5: 1.8 TB/s total.
+//  - Memory capacity is what nvidia-smi reports as total (81,920 MiB for A100-80GB).
+//  - Bus bandwidths are achievable NCCL bus bandwidths (nccl-tests all_reduce_perf, large
+//    messages) rather than link rates: DGX A100 ~230 GB/s inside a node (NVIDIA nccl-tests
+//    results for DGX A100), DGX H100 ~360 GB/s without NVLS. Across nodes each GPU has its
+//    own HCA: 200 Gb/s HDR on DGX A100 (25 GB/s, ~22 GB/s achieved), 400 Gb/s NDR on
+//    DGX H100/H200/B200 (50 GB/s, ~45 GB/s achieved).
+//  - Latencies per ring step: NCCL's LL/Simple protocol tables (~1 us NVLink hop, ~4 us
+//    InfiniBand hop); kernel launch and inter-kernel gap ~4 us (A100) / ~3 us (Hopper).
+//  - GEMM efficiencies: large cuBLAS BF16 GEMMs reach ~80% of peak on A100 (~250 of 312
+//    TFLOP/s in NVIDIA's cuBLAS performance notes and Megatron-LM's own GEMM sweeps),
+//    ~75% on H100 (~740 of 989); FP8 cuBLASLt GEMMs ~65% of the FP8 peak. Tile 256x128 is
+//    the CUTLASS/cuBLAS default for large half-precision GEMMs on Ampere/Hopper. Streaming
+//    kernels reach ~80-85% of HBM bandwidth (STREAM-like copy on A100/H100).
+//  - cpu: order-of-magnitude defaults for a small AVX2 host (2 cores, OpenBLAS); a worker
+//    measures its own machine and replaces them.
+#include "search/device_catalog.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace paratune {
+namespace {
+
+constexpr double kTera = 1e12;
+constexpr double kGiga = 1e9;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+DeviceProfile A100(const char* name, double memory_gib, double hbm_gbps) {
+  DeviceProfile d;
+  d.name = name;
+  d.peak_fp32_tflops = 19.5;
+  d.peak_tf32_tflops = 156;
+  d.peak_bf16_tflops = 312;
+  d.peak_fp8_tflops = 0;
+  d.memory_bytes = memory_gib * kGiB;
+  d.memory_bandwidth = hbm_gbps * kGiga;
+  d.nvlink_bandwidth = 230 * kGiga;
+  d.network_bandwidth = 22 * kGiga;
+  d.nvlink_latency_s = 1e-6;
+  d.network_latency_s = 4e-6;
+  d.kernel_launch_s = 4e-6;
+  d.num_sms = 108;
+  d.gemm_tile_m = 256;
+  d.gemm_tile_n = 128;
+  d.gemm_k_overhead = 128;
+  d.gemm_efficiency = 0.80;
+  d.fp8_gemm_efficiency = 0;
+  d.attention_efficiency = 0.45;
+  d.memory_efficiency = 0.80;
+  d.source =
+      "NVIDIA A100 datasheet and Ampere whitepaper (peaks, HBM, NVLink 3); nccl-tests on "
+      "DGX A100 (bus bandwidth); HDR 200 Gb/s per GPU";
+  return d;
+}
+
+DeviceProfile Hopper(const char* name, double memory_gib, double hbm_tbps) {
+  DeviceProfile d;
+  d.name = name;
+  d.peak_fp32_tflops = 67;
+  d.peak_tf32_tflops = 494.7;
+  d.peak_bf16_tflops = 989.4;
+  d.peak_fp8_tflops = 1978.9;
+  d.memory_bytes = memory_gib * kGiB;
+  d.memory_bandwidth = hbm_tbps * kTera;
+  d.nvlink_bandwidth = 360 * kGiga;
+  d.network_bandwidth = 45 * kGiga;
+  d.nvlink_latency_s = 1e-6;
+  d.network_latency_s = 4e-6;
+  d.kernel_launch_s = 3e-6;
+  d.num_sms = 132;
+  d.gemm_tile_m = 256;
+  d.gemm_tile_n = 128;
+  d.gemm_k_overhead = 128;
+  d.gemm_efficiency = 0.75;
+  d.fp8_gemm_efficiency = 0.65;
+  d.attention_efficiency = 0.50;
+  d.memory_efficiency = 0.80;
+  d.source =
+      "NVIDIA H100/H200 datasheets and Hopper whitepaper (peaks, HBM, NVLink 4); "
+      "nccl-tests on DGX H100 (bus bandwidth); NDR 400 Gb/s per GPU";
+  return d;
+}
+
+std::vector<DeviceProfile> Catalog() {
+  std::vector<DeviceProfile> out;
+  out.push_back(A100("a100-40gb", 40, 1555));
+  out.push_back(A100("a100-80gb", 80, 2039));
+  out.push_back(Hopper("h100-sxm-80gb", 81559.0 / 1024.0, 3.35));
+  out.push_back(Hopper("h200-141gb", 143771.0 / 1024.0, 4.8));
+  {
+    DeviceProfile d = Hopper("b200-192gb", 192e9 / kGiB, 8.0);
+    d.peak_fp32_tflops = 75;
+    d.peak_tf32_tflops = 1100;
+    d.peak_bf16_tflops = 2250;
+    d.peak_fp8_tflops = 4500;
+    d.nvlink_bandwidth = 720 * kGiga;
+    d.num_sms = 148;
+    d.source =
+        "NVIDIA DGX B200 / HGX B200 datasheets (peaks, 192 GB HBM3e at 8 TB/s, NVLink 5 "
+        "1.8 TB/s total); NDR 400 Gb/s per GPU; efficiencies assumed equal to Hopper";
+    out.push_back(d);
+  }
+  {
+    DeviceProfile d;
+    d.name = "cpu";
+    d.peak_fp32_tflops = 0.1;
+    d.peak_tf32_tflops = 0.1;
+    d.peak_bf16_tflops = 0.1;
+    d.memory_bytes = 16 * kGiB;
+    d.memory_bandwidth = 20 * kGiga;
+    d.nvlink_bandwidth = 5 * kGiga;  // Shared-memory Gloo between ranks on one host.
+    d.network_bandwidth = 1 * kGiga;
+    d.nvlink_latency_s = 20e-6;
+    d.network_latency_s = 50e-6;
+    d.kernel_launch_s = 1e-6;
+    d.num_sms = 2;
+    d.gemm_tile_m = 64;
+    d.gemm_tile_n = 64;
+    d.gemm_k_overhead = 16;
+    d.gemm_efficiency = 0.8;
+    d.attention_efficiency = 0.3;
+    d.memory_efficiency = 0.7;
+    d.source =
+        "order-of-magnitude defaults for a 2-core AVX2 host with OpenBLAS; replaced by a "
+        "worker's measurements";
+    out.push_back(d);
+  }
+  return out;
+}
+
+const std::vector<DeviceProfile>& CatalogRef() {
+  static const std::vector<DeviceProfile>* catalog = new std::vector<DeviceProfile>(Catalog());
+  return *catalog;
+}
+
+}  // namespace
+
+double DeviceProfile::PeakFlops(Precision precision) const {
+  switch (precision) {
+    case Precision::kFp32:
+      return peak_fp32_tflops * kTera;
+    case Precision::kBf16:
+    case Precision::kFp16:
+      return peak_bf16_tflops * kTera;
+    case Precision::kFp8:
+      return (peak_fp8_tflops > 0 ? peak_fp8_tflops : peak_bf16_tflops) * kTera;
+  }
+  return peak_bf16_tflops * kTera;
+}
+
+absl::StatusOr<DeviceProfile> FindDevice(const std::string& name) {
+  for (const DeviceProfile& d : CatalogRef()) {
+    if (d.name == name) return d;
+  }
+  return absl::NotFoundError(absl::StrFormat("unknown device kind \"%s\"; known: %s", name,
+                                             absl::StrJoin(DeviceNames(), ", ")));
+}
+
+std::vector<std::string> DeviceNames() {
+  std::vector<std::string> names;
+  for (const DeviceProfile& d : CatalogRef()) names.push_back(d.name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+absl::StatusOr<DeviceProfile> DeviceForCluster(const ClusterSpec& cluster) {
+  absl::StatusOr<DeviceProfile> device = FindDevice(cluster.gpu);
+  if (!device.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cluster.gpu: %s", device.status().message()));
+  }
+  if (cluster.nvlink_bandwidth_gbps > 0) {
+    device->nvlink_bandwidth = cluster.nvlink_bandwidth_gbps * kGiga;
+  }
+  if (cluster.network_bandwidth_gbps > 0) {
+    device->network_bandwidth = cluster.network_bandwidth_gbps * kGiga;
+  }
+  if (cluster.memory_gib > 0) device->memory_bytes = cluster.memory_gib * kGiB;
+  return device;
+}
+
+}  // namespace paratune

@@ -1,0 +1,178 @@
+#include "search/memory_model.h"
+
+#include <algorithm>
+
+#include "search/model_math.h"
+
+namespace paratune {
+
+double LayerActivationBytes(const ModelSpec& model, const LayerActivationParams& p) {
+  const double t = static_cast<double>(std::max<int64_t>(p.tp, 1));
+  const double c = static_cast<double>(std::max<int64_t>(p.cp, 1));
+  const double s = static_cast<double>(p.seq_length);
+  const double b = static_cast<double>(p.micro_batch_size);
+  const double h = static_cast<double>(model.hidden_size);
+  const double a = static_cast<double>(model.num_attention_heads);
+  const double g = static_cast<double>(QueryGroups(model));
+  const double f = static_cast<double>(model.ffn_hidden_size);
+  const double e = p.bytes_per_element;
+  const double lin = p.fp8_linear_inputs ? 1.0 : e;  // Linear-layer inputs.
+  const double mask = p.dropout ? 1.0 : 0.0;         // One byte per element.
+  const double x = s * b * h / c;                    // Elements of one [s, b, h] tensor.
+  const double sp = p.sequence_parallel ? t : 1.0;   // Divisor of the non-TP regions.
+
+  if (p.recompute == Recompute::kFull) {
+    return e * x / sp;  // Only the layer input (the checkpoint).
+  }
+  // Regions outside TP: norms' inputs, the norms' outputs feeding QKV and FC1, masks.
+  double replicated = e * x        // LN1 input
+                      + lin * x    // QKV input
+                      + mask * x   // attention dropout mask
+                      + e * x      // LN2 input
+                      + lin * x    // FC1 input
+                      + mask * x;  // MLP dropout mask
+  // Inside TP.
+  double sharded = e * x + e * x * g / a  // Q and K
+                   + e * x * g / a        // V
+                   + lin * x;             // output projection input
+  const double fc1_width = model.activation == Activation::kSwiglu ? 2.0 * f : f;
+  sharded += e * s * b * fc1_width / c  // activation-function input
+             + lin * s * b * f / c;      // FC2 input
+  if (p.recompute != Recompute::kSelective) {
+    if (p.flash_attention) {
+      sharded += 4.0 * a * s * b / c;  // log-sum-exp statistics, fp32
+    } else {
+      const double scores = a * s * s * b / c;  // Each rank's queries against all keys.
+      sharded += e * scores                     // softmax output
+                 + mask * scores                // softmax dropout mask
+                 + mask * e * scores;           // dropout output (input of attention x V)
+    }
+  }
+  return replicated / sp + sharded / t;
+}
+
+LayerActivationParams ActivationParamsFor(const ModelSpec& model, const TrainingSpec& training,
+                                          const ParallelConfig& config) {
+  (void)model;
+  LayerActivationParams p;
+  p.seq_length = training.seq_length;
+  p.micro_batch_size = config.micro_batch_size;
+  p.tp = config.tp;
+  p.sequence_parallel = config.sequence_parallel;
+  p.cp = config.cp;
+  p.recompute = config.recompute;
+  p.flash_attention = training.flash_attention;
+  p.dropout = training.dropout;
+  p.bytes_per_element = training.precision == Precision::kFp32 ? 4.0 : 2.0;
+  p.fp8_linear_inputs = training.precision == Precision::kFp8;
+  return p;
+}
+
+namespace {
+
+// Parameters on one rank of stage `stage`.
+double StageParams(const ModelSpec& m, const ParallelConfig& c, int64_t stage) {
+  const double t = static_cast<double>(c.tp);
+  double params = static_cast<double>(m.num_layers / c.pp) * LayerParams(m) / t;
+  const double h = static_cast<double>(m.hidden_size);
+  const double word = static_cast<double>(PaddedVocab(m, c.tp)) * h / t;
+  if (stage == 0) params += EmbeddingParams(m) / t - static_cast<double>(m.vocab_size) * h / t + word;
+  if (stage == c.pp - 1) {
+    params += OutputParams(m) / t;
+    // The output layer: its own matrix, or the tied copy held by the last stage.
+    if (m.tie_embeddings) {
+      if (c.pp > 1) params += word;
+    } else {
+      params += word - static_cast<double>(m.vocab_size) * h / t;
+    }
+  }
+  return params;
+}
+
+}  // namespace
+
+double MaxParamsPerGpu(const ModelSpec& model, const ParallelConfig& config) {
+  return std::max(StageParams(model, config, 0), StageParams(model, config, config.pp - 1));
+}
+
+MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
+                               double capacity_bytes) {
+  const ModelSpec& m = spec.model;
+  const TrainingSpec& tr = spec.training;
+  const LayerActivationParams act = ActivationParamsFor(m, tr, c);
+  const double layers_per_stage = static_cast<double>(m.num_layers / c.pp);
+  const double micro_batches = static_cast<double>(c.NumMicroBatches(tr));
+  const double t = static_cast<double>(c.tp);
+  const double s_local = static_cast<double>(tr.seq_length) / static_cast<double>(c.cp);
+  const double b = static_cast<double>(c.micro_batch_size);
+  const double h = static_cast<double>(m.hidden_size);
+  const double e = act.bytes_per_element;
+
+  // Activations of one micro-batch through one stage.
+  double per_layer_full_recompute = 0, per_layer_stored = 0;
+  {
+    LayerActivationParams kept = act;
+    per_layer_stored = LayerActivationBytes(m, kept);
+    kept.recompute = Recompute::kFull;
+    per_layer_full_recompute = LayerActivationBytes(m, kept);
+  }
+  double stage_act = 0;
+  if (c.recompute == Recompute::kFull) {
+    const double recomputed =
+        c.recompute_num_layers > 0 ? static_cast<double>(c.recompute_num_layers)
+                                   : layers_per_stage;
+    LayerActivationParams no_rc = act;
+    no_rc.recompute = Recompute::kNone;
+    stage_act = recomputed * per_layer_full_recompute +
+                (layers_per_stage - recomputed) * LayerActivationBytes(m, no_rc);
+  } else {
+    stage_act = layers_per_stage * per_layer_stored;
+  }
+  // Micro-batches whose activations a stage holds at its peak (in units of a whole stage's
+  // layers): 1F1B keeps min(p - r, m) on stage r; the interleaved schedule runs
+  // (p - r - 1)*2 + (v - 1)*p + 1 model chunks of L/(p*v) layers before its first
+  // backward, i.e. p + (p-1)/v stages' worth on the first stage (Korthikanti's
+  // 1 + (p-1)/(p*v) factor).
+  auto in_flight_on = [&](int64_t r) {
+    if (c.vp == 1) return std::min(static_cast<double>(c.pp - r), micro_batches);
+    const double chunks = std::min(
+        micro_batches * static_cast<double>(c.vp),
+        static_cast<double>((c.pp - r - 1) * 2 + (c.vp - 1) * c.pp + 1));
+    return chunks / static_cast<double>(c.vp);
+  };
+  const double in_flight = in_flight_on(0);
+  const double sp = c.sequence_parallel ? t : 1.0;
+  // Embedding output dropout mask on the first stage, per in-flight micro-batch.
+  const double embedding_act = (tr.dropout ? 1.0 : 0.0) * s_local * b * h / sp;
+  // Working set of one layer's backward (recomputed activations under full recompute,
+  // activation gradients otherwise): one layer's activations without recompute.
+  LayerActivationParams working = act;
+  working.recompute = Recompute::kNone;
+  const double backward_working_set = LayerActivationBytes(m, working);
+
+  // Last stage: logits in fp32 plus the 16-bit copy, and the output layer's input.
+  const double vocab_local = static_cast<double>(PaddedVocab(m, c.tp)) / t;
+  const double logits = (4.0 + e) * s_local * b * vocab_local + e * s_local * b * h / sp;
+
+  const double weight_bytes = tr.precision == Precision::kFp32 ? 4.0 : 2.0;
+  const double optimizer_shards =
+      c.distributed_optimizer ? static_cast<double>(c.dp * c.cp) : 1.0;
+
+  MemoryBreakdown best;
+  for (int64_t stage : {int64_t{0}, c.pp - 1}) {
+    const double params = StageParams(m, c, stage);
+    MemoryBreakdown mem;
+    mem.capacity = capacity_bytes;
+    mem.weights = weight_bytes * params;
+    mem.gradients = 4.0 * params;
+    mem.optimizer = 12.0 * params / optimizer_shards;
+    const double stage_in_flight = in_flight_on(stage);
+    mem.activations = stage_in_flight * stage_act + (stage == 0 ? in_flight * embedding_act : 0);
+    mem.other = backward_working_set + kFrameworkWorkspaceBytes +
+                (stage == c.pp - 1 ? logits : 0.0);
+    if (mem.Peak() > best.Peak()) best = mem;
+  }
+  return best;
+}
+
+}  // namespace paratune

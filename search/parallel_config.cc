@@ -1,0 +1,137 @@
+#include "search/parallel_config.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace paratune {
+namespace {
+
+// Spelled like specs' ToString(Recompute); kept local so that this file does not depend
+// on the spec-parsing translation unit.
+const char* RecomputeName(Recompute r) {
+  switch (r) {
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
+  }
+  return "?";
+}
+
+absl::Status Positive(const char* field, int64_t value) {
+  if (value < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s (%d) must be >= 1", field, value));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t ParallelConfig::NumMicroBatches(const TrainingSpec& training) const {
+  const int64_t per_step = micro_batch_size * dp;
+  if (per_step <= 0) return 0;
+  return training.global_batch_size / per_step;
+}
+
+std::string ParallelConfig::ToString() const {
+  std::string out = absl::StrFormat("tp%d pp%d dp%d cp%d vp%d mb%d", tp, pp, dp, cp, vp,
+                                    micro_batch_size);
+  if (sequence_parallel) absl::StrAppend(&out, " sp");
+  absl::StrAppend(&out, " ", RecomputeName(recompute));
+  if (recompute == Recompute::kFull && recompute_num_layers > 0) {
+    absl::StrAppend(&out, "(", recompute_num_layers, ")");
+  }
+  if (distributed_optimizer) absl::StrAppend(&out, " dopt");
+  return out;
+}
+
+absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec) {
+  const ModelSpec& m = spec.model;
+  const TrainingSpec& tr = spec.training;
+  const ClusterSpec& cl = spec.cluster;
+  for (auto [field, value] :
+       {std::pair<const char*, int64_t>{"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp},
+        {"cp", c.cp}, {"vp", c.vp}, {"micro_batch_size", c.micro_batch_size}}) {
+    if (absl::Status s = Positive(field, value); !s.ok()) return s;
+  }
+  if (c.tp * c.pp * c.cp * c.dp != cl.num_gpus) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tp*pp*cp*dp (%d*%d*%d*%d = %d) must equal cluster.num_gpus (%d)", c.tp, c.pp, c.cp,
+        c.dp, c.tp * c.pp * c.cp * c.dp, cl.num_gpus));
+  }
+  if (m.num_attention_heads % c.tp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("tp (%d) must divide model.num_attention_heads (%d)", c.tp,
+                        m.num_attention_heads));
+  }
+  const int64_t groups = m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads;
+  if (groups % c.tp != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tp (%d) must divide model.num_query_groups (%d)", c.tp, groups));
+  }
+  if (m.ffn_hidden_size % c.tp != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tp (%d) must divide model.ffn_hidden_size (%d)", c.tp, m.ffn_hidden_size));
+  }
+  if (!cl.gpus_per_node || (c.tp > cl.gpus_per_node && !spec.search.allow_tp_across_nodes)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tp (%d) must be <= cluster.gpus_per_node (%d) unless "
+        "search.allow_tp_across_nodes is set",
+        c.tp, cl.gpus_per_node));
+  }
+  if (m.num_layers % c.pp != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pp (%d) must divide model.num_layers (%d)", c.pp, m.num_layers));
+  }
+  if (c.vp > 1) {
+    if (c.pp == 1) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("vp (%d) > 1 requires pp > 1 (pp is 1)", c.vp));
+    }
+    if (m.num_layers % (c.pp * c.vp) != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "pp*vp (%d*%d = %d) must divide model.num_layers (%d)", c.pp, c.vp, c.pp * c.vp,
+          m.num_layers));
+    }
+  }
+  if (tr.global_batch_size % (c.micro_batch_size * c.dp) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "micro_batch_size*dp (%d*%d = %d) must divide training.global_batch_size (%d)",
+        c.micro_batch_size, c.dp, c.micro_batch_size * c.dp, tr.global_batch_size));
+  }
+  const int64_t micro_batches = c.NumMicroBatches(tr);
+  if (c.vp > 1 && micro_batches < c.pp) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the interleaved schedule (vp %d) needs micro-batches per iteration (%d) >= pp (%d)",
+        c.vp, micro_batches, c.pp));
+  }
+  if (c.sequence_parallel && c.tp == 1) {
+    return absl::InvalidArgumentError("sequence_parallel requires tp > 1 (tp is 1)");
+  }
+  if (c.cp > 1 && tr.seq_length % (2 * c.cp) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "training.seq_length (%d) must be divisible by 2*cp (%d)", tr.seq_length, 2 * c.cp));
+  }
+  if (c.recompute == Recompute::kFull) {
+    const int64_t per_stage = m.num_layers / c.pp;
+    if (c.recompute_num_layers < 0 || c.recompute_num_layers > per_stage) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "recompute_num_layers (%d) must be in [0, layers per stage = %d] (0 = all)",
+          c.recompute_num_layers, per_stage));
+    }
+  } else if (c.recompute_num_layers != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "recompute_num_layers (%d) is only meaningful with recompute full",
+        c.recompute_num_layers));
+  }
+  if (c.distributed_optimizer && c.dp * c.cp == 1) {
+    return absl::InvalidArgumentError(
+        "distributed_optimizer requires dp*cp > 1 (there is nothing to shard over)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace paratune

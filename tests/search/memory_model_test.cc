@@ -1,0 +1,163 @@
+#include "search/memory_model.h"
+
+#include <gtest/gtest.h>
+
+#include "search/presets.h"
+
+namespace paratune {
+namespace {
+
+// Korthikanti et al. 2022, Section 4, for GPT with dropout, no flash attention, 16-bit.
+class KorthikantiTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  ModelSpec model_ = *FindPreset(GetParam());
+  LayerActivationParams Params(int64_t tp, bool sp, Recompute rc) const {
+    LayerActivationParams p;
+    p.seq_length = 2048;
+    p.micro_batch_size = 4;
+    p.tp = tp;
+    p.sequence_parallel = sp;
+    p.recompute = rc;
+    p.flash_attention = false;
+    p.dropout = true;
+    p.bytes_per_element = 2;
+    return p;
+  }
+  double sbh() const { return 2048.0 * 4 * model_.hidden_size; }
+  double as_h() const {
+    return static_cast<double>(model_.num_attention_heads) * 2048 / model_.hidden_size;
+  }
+};
+
+TEST_P(KorthikantiTest, NoParallelism) {
+  EXPECT_NEAR(LayerActivationBytes(model_, Params(1, false, Recompute::kNone)),
+              sbh() * (34 + 5 * as_h()), 1e-6 * sbh());
+}
+TEST_P(KorthikantiTest, TensorParallel) {
+  const double t = 8;
+  EXPECT_NEAR(LayerActivationBytes(model_, Params(8, false, Recompute::kNone)),
+              sbh() * (10 + 24 / t + 5 * as_h() / t), 1e-6 * sbh());
+}
+TEST_P(KorthikantiTest, TensorAndSequenceParallel) {
+  EXPECT_NEAR(LayerActivationBytes(model_, Params(8, true, Recompute::kNone)),
+              sbh() / 8 * (34 + 5 * as_h()), 1e-6 * sbh());
+}
+TEST_P(KorthikantiTest, SequenceParallelSelective) {
+  EXPECT_NEAR(LayerActivationBytes(model_, Params(8, true, Recompute::kSelective)),
+              34 * sbh() / 8, 1e-6 * sbh());
+}
+TEST_P(KorthikantiTest, FullRecompute) {
+  EXPECT_NEAR(LayerActivationBytes(model_, Params(8, false, Recompute::kFull)), 2 * sbh(),
+              1e-6 * sbh());
+  EXPECT_NEAR(LayerActivationBytes(model_, Params(8, true, Recompute::kFull)), 2 * sbh() / 8,
+              1e-6 * sbh());
+}
+INSTANTIATE_TEST_SUITE_P(Gpt, KorthikantiTest,
+                         ::testing::Values("gpt3-22b", "gpt3-175b", "gpt3-530b", "gpt3-1t"));
+
+TEST(LayerActivationTest, FlashAttentionRemovesTheQuadraticTerm) {
+  const ModelSpec m = *FindPreset("gpt3-175b");
+  LayerActivationParams p;
+  p.seq_length = 2048;
+  p.micro_batch_size = 1;
+  p.flash_attention = true;
+  p.dropout = true;
+  const double sbh = 2048.0 * m.hidden_size;
+  // 34*sbh plus the fp32 softmax statistics (4 bytes * a * s * b).
+  EXPECT_NEAR(LayerActivationBytes(m, p), 34 * sbh + 4.0 * 96 * 2048, 1e-6 * sbh);
+  // Doubling the sequence doubles the bytes (no s^2 term).
+  LayerActivationParams p2 = p;
+  p2.seq_length = 4096;
+  EXPECT_NEAR(LayerActivationBytes(m, p2), 2 * LayerActivationBytes(m, p), 1e-6 * sbh);
+}
+
+TEST(LayerActivationTest, ContextParallelSplitsTheSequence) {
+  const ModelSpec m = *FindPreset("llama3-8b");
+  LayerActivationParams p;
+  p.seq_length = 8192;
+  p.flash_attention = true;
+  p.dropout = false;
+  p.tp = 2;
+  p.sequence_parallel = true;
+  LayerActivationParams p2 = p;
+  p2.cp = 2;
+  EXPECT_NEAR(LayerActivationBytes(m, p2), LayerActivationBytes(m, p) / 2, 1.0);
+}
+
+TEST(LayerActivationTest, GqaSwigluNoDropoutByHand) {
+  // Llama 3 8B: h 4096, a 32, g 8, f 14336; flash, no dropout, 16-bit, b=1, s=8192.
+  const ModelSpec m = *FindPreset("llama3-8b");
+  LayerActivationParams p;
+  p.seq_length = 8192;
+  p.flash_attention = true;
+  p.dropout = false;
+  const double x = 8192.0 * 4096;
+  const double expected = 2 * x * 4         // LN1, QKV in, LN2, FC1 in
+                          + 2 * x * 1.25    // Q, K (g/a = 1/4)
+                          + 2 * x * 0.25    // V
+                          + 2 * x           // projection input
+                          + 4.0 * 32 * 8192  // softmax statistics
+                          + 2 * 8192.0 * 2 * 14336  // SwiGLU input
+                          + 2 * 8192.0 * 14336;     // FC2 input
+  EXPECT_NEAR(LayerActivationBytes(m, p), expected, 1.0);
+  // FP8 stores the four linear inputs in one byte.
+  LayerActivationParams f8 = p;
+  f8.fp8_linear_inputs = true;
+  EXPECT_NEAR(LayerActivationBytes(m, p) - LayerActivationBytes(m, f8),
+              3 * x + 8192.0 * 14336, 1.0);
+}
+
+JobSpec Gpt175bSpec() {
+  JobSpec spec;
+  spec.model = *FindPreset("gpt3-175b");
+  spec.training.seq_length = 2048;
+  spec.training.global_batch_size = 1536;
+  spec.training.flash_attention = false;
+  spec.training.dropout = true;
+  spec.cluster.gpu = "a100-80gb";
+  spec.cluster.num_gpus = 1536;
+  return spec;
+}
+
+TEST(EstimateMemoryTest, StaticMemoryByHand) {
+  const JobSpec spec = Gpt175bSpec();
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 12;
+  c.dp = 16;
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kSelective;
+  const double params = MaxParamsPerGpu(spec.model, c);
+  // 8 layers of 12h^2+13h over 8 ranks plus the word and position embeddings / 8.
+  const double h = 12288;
+  const double expected = (8 * (12 * h * h + 13 * h) + 51200 * h + 2048 * h) / 8;
+  EXPECT_NEAR(params / expected, 1.0, 1e-9);
+  MemoryBreakdown mem = EstimateMemory(spec, c, 80.0 * (1ull << 30));
+  EXPECT_NEAR(mem.weights, 2 * params, 1);
+  EXPECT_NEAR(mem.gradients, 4 * params, 1);
+  EXPECT_NEAR(mem.optimizer, 12 * params, 1);
+  // First stage: p = 12 in-flight micro-batches x 8 layers x 34sbh/t.
+  EXPECT_NEAR(mem.activations, 12 * 8 * 34 * 2048.0 * h / 8 + 12 * 2048.0 * h / 8, 1e3);
+  c.distributed_optimizer = true;
+  EXPECT_NEAR(EstimateMemory(spec, c, 0).optimizer, 12 * params / 16, 1);
+}
+
+TEST(EstimateMemoryTest, InterleavingAddsKorthikantiFactor) {
+  const JobSpec spec = Gpt175bSpec();
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 12;
+  c.dp = 16;
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kSelective;
+  ParallelConfig ci = c;
+  ci.vp = 2;
+  const double h = 12288;
+  const double emb = 2048.0 * h / 8;  // Embedding dropout mask per in-flight micro-batch.
+  const double base = EstimateMemory(spec, c, 0).activations - 12 * emb;
+  const double factor = 1 + 11.0 / 24.0;
+  EXPECT_NEAR(EstimateMemory(spec, ci, 0).activations - 12 * factor * emb, base * factor, 1e3);
+}
+
+}  // namespace
+}  // namespace paratune

@@ -1,0 +1,97 @@
+#include "search/parallel_config.h"
+
+#include <gtest/gtest.h>
+
+#include "search/presets.h"
+
+namespace paratune {
+namespace {
+
+JobSpec Spec() {
+  JobSpec spec;
+  spec.model = *FindPreset("gpt3-175b");
+  spec.training.seq_length = 2048;
+  spec.training.global_batch_size = 1536;
+  spec.cluster.gpu = "a100-80gb";
+  spec.cluster.num_gpus = 1536;
+  spec.cluster.gpus_per_node = 8;
+  return spec;
+}
+
+ParallelConfig Megatron() {
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 12;
+  c.dp = 16;
+  return c;
+}
+
+TEST(ParallelConfigTest, PublishedLayoutIsValid) {
+  EXPECT_TRUE(ValidateParallelConfig(Megatron(), Spec()).ok());
+  EXPECT_EQ(Megatron().NumMicroBatches(Spec().training), 96);
+}
+
+TEST(ParallelConfigTest, RulesNameFieldsAndValues) {
+  ParallelConfig c = Megatron();
+  c.dp = 15;
+  EXPECT_EQ(ValidateParallelConfig(c, Spec()).message(),
+            "tp*pp*cp*dp (8*12*1*15 = 1440) must equal cluster.num_gpus (1536)");
+  JobSpec spec = Spec();
+  spec.cluster.num_gpus = 96 * 5;
+  c = Megatron();
+  c.tp = 5;
+  c.pp = 12;
+  c.dp = 8;
+  EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
+            "tp (5) must divide model.num_attention_heads (96)");
+  c = Megatron();
+  c.pp = 64;
+  c.dp = 3;
+  EXPECT_EQ(ValidateParallelConfig(c, Spec()).message(),
+            "pp (64) must divide model.num_layers (96)");
+  c = Megatron();
+  c.vp = 5;
+  EXPECT_EQ(ValidateParallelConfig(c, Spec()).message(),
+            "pp*vp (12*5 = 60) must divide model.num_layers (96)");
+  c = Megatron();
+  c.tp = 16;
+  c.dp = 8;
+  EXPECT_EQ(ValidateParallelConfig(c, Spec()).message(),
+            "tp (16) must be <= cluster.gpus_per_node (8) unless "
+            "search.allow_tp_across_nodes is set");
+  c = Megatron();
+  c.micro_batch_size = 5;
+  EXPECT_FALSE(ValidateParallelConfig(c, Spec()).ok());
+  c = Megatron();
+  c.tp = 1;
+  c.dp = 128;
+  c.sequence_parallel = true;
+  EXPECT_EQ(ValidateParallelConfig(c, Spec()).message(),
+            "sequence_parallel requires tp > 1 (tp is 1)");
+  c = Megatron();
+  c.cp = 3;
+  c.pp = 4;
+  c.dp = 16;
+  EXPECT_EQ(ValidateParallelConfig(c, Spec()).message(),
+            "training.seq_length (2048) must be divisible by 2*cp (6)");
+}
+
+TEST(ParallelConfigTest, InterleavingNeedsEnoughMicroBatches) {
+  JobSpec spec = Spec();
+  spec.training.global_batch_size = 128;
+  ParallelConfig c = Megatron();
+  c.vp = 2;  // m = 128 / 16 = 8 < pp = 12.
+  EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
+            "the interleaved schedule (vp 2) needs micro-batches per iteration (8) >= pp (12)");
+}
+
+TEST(ParallelConfigTest, ToString) {
+  ParallelConfig c = Megatron();
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kSelective;
+  c.distributed_optimizer = true;
+  EXPECT_EQ(c.ToString(), "tp8 pp12 dp16 cp1 vp1 mb1 sp selective dopt");
+}
+
+}  // namespace
+}  // namespace paratune

@@ -1,0 +1,38 @@
+#include "search/presets.h"
+
+#include <gtest/gtest.h>
+
+namespace paratune {
+namespace {
+
+TEST(PresetsTest, ShapesFromThePapers) {
+  const ModelSpec m = *FindPreset("gpt3-175b");
+  EXPECT_EQ(m.num_layers, 96);
+  EXPECT_EQ(m.hidden_size, 12288);
+  EXPECT_EQ(m.num_attention_heads, 96);
+  EXPECT_EQ(m.ffn_hidden_size, 4 * 12288);
+  const ModelSpec l = *FindPreset("llama3.1-405b");
+  EXPECT_EQ(l.num_query_groups, 8);
+  EXPECT_EQ(l.ffn_hidden_size, 53248);
+  EXPECT_EQ(l.vocab_size, 128256);
+  EXPECT_EQ(FindPreset("gpt3-1t")->hidden_size, 25600);
+}
+
+TEST(PresetsTest, EveryPresetValidates) {
+  const std::vector<std::string> names = PresetNames();
+  EXPECT_GE(names.size(), 23u);
+  for (const std::string& n : names) {
+    absl::StatusOr<ModelSpec> m = FindPreset(n);
+    ASSERT_TRUE(m.ok()) << n;
+    EXPECT_TRUE(m->Validate().ok()) << n << ": " << m->Validate();
+  }
+}
+
+TEST(PresetsTest, UnknownNameListsKnownOnes) {
+  absl::StatusOr<ModelSpec> m = FindPreset("gpt5");
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(m.status().message().find("llama3-8b"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace paratune
