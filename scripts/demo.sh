@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
+scripts/build-web.sh
 echo
 echo "== paratune plan: GPT-3 175B, 1024 x A100-80GB, global batch 1536, sequence 2048 =="
 build/bin/paratune plan --spec deploy/examples/gpt3-175b.yaml --top 10

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that ParaTune's build, tests and demo need.
 # Idempotent: packages already present are skipped, and `apt-get update` runs at most once.
-# Usage: scripts/install-deps.sh [--web]   (--web also installs Node.js/npm and Chromium)
 set -euo pipefail
 
 packages=(
@@ -11,12 +10,13 @@ packages=(
   libbenchmark-dev libopenblas-dev libgloo-dev libcli11-dev libyaml-cpp-dev
   prometheus-cpp-dev
 )
-if [[ "${1:-}" == "--web" ]]; then
-  packages+=(nodejs npm chromium)
-fi
+# Node.js/npm build the dashboard (web/), Chromium runs its browser test (tests/web/).
+packages+=(nodejs npm chromium)
 
 missing=()
 for p in "${packages[@]}"; do
+  # A NodeSource nodejs ships npm itself (and conflicts with Debian's npm package).
+  if [[ "$p" == npm ]] && command -v npm >/dev/null 2>&1; then continue; fi
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
   fi

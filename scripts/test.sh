@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 scripts/install-deps.sh
 scripts/build.sh "$@"
+scripts/build-web.sh
 ctest --test-dir build --output-on-failure --parallel "$(nproc)" --timeout 900
 echo "scripts/test.sh: finished in $(( $(date +%s) - start )) s"

@@ -1,0 +1,92 @@
+// Number and label formatting shared by the pages.
+import type { Int64, JobStateName, ParallelConfig } from './types';
+
+/** A proto JSON number (int64 strings included); `fallback` when absent or not a number. */
+export function num(v: Int64 | number | undefined | null, fallback = 0): number {
+  if (v === undefined || v === null || v === '') return fallback;
+  const n = typeof v === 'number' ? v : Number(v);
+  return Number.isFinite(n) ? n : fallback;
+}
+
+export function fixed(v: number, digits: number): string {
+  return Number.isFinite(v) ? v.toFixed(digits) : '–';
+}
+
+export function thousands(v: number, digits = 0): string {
+  return Number.isFinite(v)
+    ? v.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits })
+    : '–';
+}
+
+export function seconds(v: number): string {
+  if (!Number.isFinite(v)) return '–';
+  if (v === 0) return '0 s';
+  if (Math.abs(v) < 1e-3) return `${(v * 1e6).toFixed(1)} µs`;
+  if (Math.abs(v) < 1) return `${(v * 1e3).toFixed(1)} ms`;
+  return `${v.toFixed(2)} s`;
+}
+
+export function bytes(v: number): string {
+  if (!Number.isFinite(v) || v <= 0) return '–';
+  const gib = v / 2 ** 30;
+  if (gib >= 1) return `${gib.toFixed(1)} GiB`;
+  return `${(v / 2 ** 20).toFixed(0)} MiB`;
+}
+
+const STATE_LABELS: Record<JobStateName, string> = {
+  JOB_STATE_UNSPECIFIED: 'unknown',
+  JOB_STATE_PENDING: 'pending',
+  JOB_STATE_PLANNING: 'planning',
+  JOB_STATE_PROFILING: 'profiling',
+  JOB_STATE_COMPOSING: 'composing',
+  JOB_STATE_VERIFYING: 'verifying',
+  JOB_STATE_SUCCEEDED: 'succeeded',
+  JOB_STATE_FAILED: 'failed',
+  JOB_STATE_CANCELLED: 'cancelled',
+};
+
+export function stateLabel(state: JobStateName | undefined): string {
+  return STATE_LABELS[state ?? 'JOB_STATE_UNSPECIFIED'] ?? String(state);
+}
+
+export function isTerminal(state: JobStateName | undefined): boolean {
+  return (
+    state === 'JOB_STATE_SUCCEEDED' ||
+    state === 'JOB_STATE_FAILED' ||
+    state === 'JOB_STATE_CANCELLED'
+  );
+}
+
+/** "TP8 PP16 VP2 DP8 CP1 mb1 SP sel DO" style one-line description of a layout. */
+export function layoutLabel(c: ParallelConfig | undefined): string {
+  const cfg = c ?? {};
+  const parts = [
+    `TP${num(cfg.tp, 1)}`,
+    `PP${num(cfg.pp, 1)}`,
+  ];
+  if (num(cfg.vp, 1) > 1) parts.push(`VP${num(cfg.vp, 1)}`);
+  parts.push(`DP${num(cfg.dp, 1)}`);
+  if (num(cfg.cp, 1) > 1) parts.push(`CP${num(cfg.cp, 1)}`);
+  parts.push(`mb${num(cfg.micro_batch_size, 1)}`);
+  if (cfg.sequence_parallel) parts.push('SP');
+  const rc = cfg.recompute || 'none';
+  if (rc !== 'none') {
+    parts.push(rc === 'full' ? `full-rc${num(cfg.recompute_num_layers) ? `×${num(cfg.recompute_num_layers)}` : ''}` : `${rc}-rc`);
+  }
+  if (cfg.distributed_optimizer) parts.push('dist-opt');
+  return parts.join(' ');
+}
+
+export function timeAgo(ms: number, now = Date.now()): string {
+  if (!ms) return '–';
+  const s = Math.max(0, Math.round((now - ms) / 1000));
+  if (s < 60) return `${s} s ago`;
+  if (s < 3600) return `${Math.round(s / 60)} min ago`;
+  return `${Math.round(s / 3600)} h ago`;
+}
+
+export function escapeHtml(s: string): string {
+  return s.replace(/[&<>"']/g, (ch) =>
+    ch === '&' ? '&amp;' : ch === '<' ? '&lt;' : ch === '>' ? '&gt;' : ch === '"' ? '&quot;' : '&#39;',
+  );
+}

@@ -1,0 +1,72 @@
+// Pieces shared by the pages: polling, state badges, progress, error banners.
+import { ApiError } from '../api';
+import { h } from '../dom';
+import { num, stateLabel } from '../format';
+import type { Job, JobStateName } from '../types';
+
+/** Calls `tick` now and then every `intervalMs` after it settles, until stopped. */
+export function poll(tick: () => Promise<boolean | void>, intervalMs: number): () => void {
+  let stopped = false;
+  let timer: number | undefined;
+  const run = async () => {
+    if (stopped) return;
+    let again: boolean | void = true;
+    try {
+      again = await tick();
+    } catch {
+      again = true;
+    }
+    if (!stopped && again !== false) timer = window.setTimeout(run, intervalMs);
+  };
+  void run();
+  return () => {
+    stopped = true;
+    if (timer !== undefined) window.clearTimeout(timer);
+  };
+}
+
+export function stateBadge(state: JobStateName | undefined): HTMLElement {
+  const label = stateLabel(state);
+  return h('span', { class: `badge state-${label}`, 'data-state': state ?? 'JOB_STATE_UNSPECIFIED' }, label);
+}
+
+/** A progress bar with a one-line caption: tasks for profile jobs, the phase otherwise. */
+export function jobProgress(job: Job): HTMLElement {
+  const p = job.progress ?? {};
+  const total = num(p.tasks_total);
+  const done = num(p.tasks_done);
+  const failed = num(p.tasks_failed);
+  const cached = num(p.tasks_cached);
+  const state = job.state;
+  const terminal = state === 'JOB_STATE_SUCCEEDED' || state === 'JOB_STATE_FAILED' || state === 'JOB_STATE_CANCELLED';
+  const bar = h('progress', { max: total > 0 ? total : 1 });
+  if (total > 0) bar.value = done;
+  else if (terminal) bar.value = state === 'JOB_STATE_SUCCEEDED' ? 1 : 0;
+  else bar.removeAttribute('value');
+  let caption: string;
+  if (total > 0) {
+    caption = `${done}/${total} tasks`;
+    if (cached) caption += `, ${cached} cached`;
+    if (failed) caption += `, ${failed} failed`;
+    if (!terminal && num(p.eta_s) > 0) caption += `, ~${Math.ceil(num(p.eta_s))} s left`;
+  } else {
+    caption = terminal ? stateLabel(state) : `${stateLabel(state)}…`;
+  }
+  bar.setAttribute('aria-label', `progress: ${caption}`);
+  return h('div', { class: 'progress' }, bar, h('span', { class: 'progress-caption' }, caption));
+}
+
+export function errorBanner(error: unknown): HTMLElement {
+  const message =
+    error instanceof ApiError
+      ? `${error.status}${error.httpStatus ? ` (HTTP ${error.httpStatus})` : ''}: ${error.message}`
+      : error instanceof Error
+        ? error.message
+        : String(error);
+  return h('div', { class: 'error', role: 'alert' }, message);
+}
+
+export function jobTitle(job: Job): string {
+  const m = job.spec?.model ?? {};
+  return job.name || job.spec?.name || m.name || m.preset || job.id || 'job';
+}

@@ -1,0 +1,211 @@
+// The REST API's JSON (proto3 JSON mapping of proto/paratune/v1/*.proto): snake_case
+// names, int64 as strings, enums as names, fields at their default value usually omitted.
+// Everything is therefore optional here; read numbers through num() in format.ts.
+
+/** int64 arrives as a JSON string; tolerate numbers too. */
+export type Int64 = string | number;
+
+export type JobStateName =
+  | 'JOB_STATE_UNSPECIFIED'
+  | 'JOB_STATE_PENDING'
+  | 'JOB_STATE_PLANNING'
+  | 'JOB_STATE_PROFILING'
+  | 'JOB_STATE_COMPOSING'
+  | 'JOB_STATE_VERIFYING'
+  | 'JOB_STATE_SUCCEEDED'
+  | 'JOB_STATE_FAILED'
+  | 'JOB_STATE_CANCELLED';
+
+export interface ModelSpec {
+  preset?: string;
+  hf_config_json?: string;
+  name?: string;
+  num_layers?: Int64;
+  hidden_size?: Int64;
+  num_attention_heads?: Int64;
+  num_query_groups?: Int64;
+  ffn_hidden_size?: Int64;
+  vocab_size?: Int64;
+  activation?: string;
+  normalization?: string;
+  tie_embeddings?: boolean;
+  position_embedding?: string;
+  num_experts?: Int64;
+}
+
+export interface TrainingSpec {
+  seq_length?: Int64;
+  global_batch_size?: Int64;
+  precision?: string;
+  flash_attention?: boolean;
+  dropout?: boolean;
+  optimizer?: string;
+  total_tokens?: Int64;
+}
+
+export interface ClusterSpec {
+  gpu?: string;
+  num_gpus?: Int64;
+  gpus_per_node?: Int64;
+  nvlink_bandwidth_gbps?: number;
+  network_bandwidth_gbps?: number;
+  memory_gib?: number;
+}
+
+export interface SearchSpec {
+  tp?: Int64[];
+  pp?: Int64[];
+  dp?: Int64[];
+  cp?: Int64[];
+  vp?: Int64[];
+  micro_batch_size?: Int64[];
+  sequence_parallel?: boolean[];
+  recompute?: string[];
+  recompute_num_layers?: Int64[];
+  distributed_optimizer?: boolean[];
+  top_k?: Int64;
+  objective?: string;
+  mode?: string;
+  allow_tp_across_nodes?: boolean;
+  verify_top_k?: Int64;
+}
+
+export interface JobSpec {
+  name?: string;
+  model?: ModelSpec;
+  training?: TrainingSpec;
+  cluster?: ClusterSpec;
+  search?: SearchSpec;
+}
+
+export interface JobProgress {
+  tasks_total?: Int64;
+  tasks_done?: Int64;
+  tasks_failed?: Int64;
+  tasks_cached?: Int64;
+  eta_s?: number;
+}
+
+export interface Job {
+  id?: string;
+  name?: string;
+  state?: JobStateName;
+  spec?: JobSpec;
+  progress?: JobProgress;
+  error?: string;
+  create_time?: string;
+  update_time?: string;
+}
+
+export interface ListJobsResponse {
+  jobs?: Job[];
+  next_page_token?: string;
+}
+
+export interface ParallelConfig {
+  tp?: Int64;
+  pp?: Int64;
+  dp?: Int64;
+  cp?: Int64;
+  vp?: Int64;
+  micro_batch_size?: Int64;
+  sequence_parallel?: boolean;
+  recompute?: string;
+  recompute_num_layers?: Int64;
+  distributed_optimizer?: boolean;
+}
+
+export interface TimeBreakdown {
+  compute?: number;
+  tp_comm?: number;
+  cp_comm?: number;
+  pp_bubble?: number;
+  pp_p2p?: number;
+  dp_comm?: number;
+  optimizer?: number;
+}
+
+export interface MemoryBreakdown {
+  peak_gib?: number;
+  weights?: number;
+  gradients?: number;
+  optimizer?: number;
+  activations?: number;
+  other?: number;
+  capacity_gib?: number;
+}
+
+export interface Verification {
+  measured_iteration_time_s?: number;
+  predicted_iteration_time_s?: number;
+  measured_peak_gib?: number;
+  predicted_peak_gib?: number;
+  status?: string;
+}
+
+export interface RankedConfig {
+  rank?: Int64;
+  config?: ParallelConfig;
+  iteration_time_s?: number;
+  tokens_per_sec_per_gpu?: number;
+  model_tflops_per_gpu?: number;
+  hardware_tflops_per_gpu?: number;
+  mfu?: number;
+  memory?: MemoryBreakdown;
+  fits?: boolean;
+  source?: string;
+  time?: TimeBreakdown;
+  time_to_train_days?: number;
+  verification?: Verification;
+  notes?: string[];
+}
+
+export interface RejectedConfig {
+  config?: ParallelConfig;
+  reason?: string;
+}
+
+export interface PlanResult {
+  ranked?: RankedConfig[];
+  candidates_considered?: Int64;
+  feasible?: Int64;
+  elapsed_ms?: number;
+  rejected?: RejectedConfig[];
+}
+
+export interface JobResults {
+  job_id?: string;
+  state?: JobStateName;
+  plan?: PlanResult;
+}
+
+export interface Device {
+  index?: number;
+  name?: string;
+  memory_bytes?: Int64;
+  nvlink_peers?: number[];
+}
+
+export interface WorkerInfo {
+  id?: string;
+  name?: string;
+  backend?: string;
+  device_kind?: string;
+  devices?: Device[];
+  cpu_cores?: number;
+  memory_bytes?: Int64;
+  state?: string;
+  current_task_id?: string;
+  last_heartbeat_unix_ms?: Int64;
+}
+
+export interface ListWorkersResponse {
+  workers?: WorkerInfo[];
+}
+
+/** The REST error body: {"code", "status", "message"}. */
+export interface ErrorBody {
+  code?: number;
+  status?: string;
+  message?: string;
+}
