@@ -1,0 +1,206 @@
+// Validation rules of search/specs.h: each rule is hit once, and the message names the
+// field and the rule.
+#include "search/specs.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace paratune {
+namespace {
+
+using ::testing::HasSubstr;
+
+/// GPT-3 175B on 1024 A100s (Narayanan et al. 2021, Table 1 last row).
+JobSpec Gpt3Spec() {
+  JobSpec spec;
+  spec.name = "gpt3";
+  spec.model.name = "gpt3-175b";
+  spec.model.num_layers = 96;
+  spec.model.hidden_size = 12288;
+  spec.model.num_attention_heads = 96;
+  spec.model.num_query_groups = 96;
+  spec.model.ffn_hidden_size = 4 * 12288;
+  spec.model.vocab_size = 51200;
+  spec.training.seq_length = 2048;
+  spec.training.global_batch_size = 1536;
+  spec.cluster.gpu = "a100-80gb";
+  spec.cluster.num_gpus = 1024;
+  return spec;
+}
+
+/// Applies `mutate` to a valid spec and returns the message of the failed validation.
+std::string Violation(const std::function<void(JobSpec&)>& mutate) {
+  JobSpec spec = Gpt3Spec();
+  mutate(spec);
+  absl::Status s = spec.Validate();
+  EXPECT_FALSE(s.ok()) << "expected a violation";
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  return std::string(s.message());
+}
+
+TEST(SpecsTest, Gpt3SpecIsValid) { EXPECT_TRUE(Gpt3Spec().Validate().ok()) << Gpt3Spec().Validate(); }
+
+TEST(SpecsTest, ModelSizesMustBePositive) {
+  EXPECT_EQ(Violation([](JobSpec& s) { s.model.num_layers = 0; }),
+            "model.num_layers (0) must be positive");
+  EXPECT_EQ(Violation([](JobSpec& s) { s.model.hidden_size = -4; }),
+            "model.hidden_size (-4) must be positive");
+  EXPECT_EQ(Violation([](JobSpec& s) { s.model.num_attention_heads = 0; }),
+            "model.num_attention_heads (0) must be positive");
+  EXPECT_EQ(Violation([](JobSpec& s) { s.model.num_query_groups = 0; }),
+            "model.num_query_groups (0) must be positive");
+  EXPECT_EQ(Violation([](JobSpec& s) { s.model.ffn_hidden_size = 0; }),
+            "model.ffn_hidden_size (0) must be positive");
+  EXPECT_EQ(Violation([](JobSpec& s) { s.model.vocab_size = -1; }),
+            "model.vocab_size (-1) must be positive");
+}
+
+TEST(SpecsTest, HeadsAndGroupsMustDivide) {
+  EXPECT_EQ(Violation([](JobSpec& s) { s.model.num_attention_heads = 100; }),
+            "model.hidden_size (12288) must be divisible by model.num_attention_heads (100)");
+  EXPECT_EQ(Violation([](JobSpec& s) { s.model.num_query_groups = 7; }),
+            "model.num_attention_heads (96) must be divisible by model.num_query_groups (7)");
+  // More groups than heads is caught by the same rule.
+  EXPECT_THAT(Violation([](JobSpec& s) { s.model.num_query_groups = 192; }),
+              HasSubstr("must be divisible by model.num_query_groups (192)"));
+  // GQA with 8 groups is fine.
+  JobSpec gqa = Gpt3Spec();
+  gqa.model.num_query_groups = 8;
+  EXPECT_TRUE(gqa.Validate().ok());
+}
+
+TEST(SpecsTest, HugeSizesAreRejectedBeforeTheyOverflow) {
+  EXPECT_THAT(Violation([](JobSpec& s) { s.model.hidden_size = 1000000000000; }),
+              HasSubstr("model.hidden_size (1000000000000) must be at most 1048576"));
+  EXPECT_THAT(Violation([](JobSpec& s) { s.model.num_layers = int64_t{1} << 40; }),
+              HasSubstr("model.num_layers (1099511627776) must be at most 16384"));
+  EXPECT_THAT(Violation([](JobSpec& s) { s.model.vocab_size = std::numeric_limits<int64_t>::max(); }),
+              HasSubstr("model.vocab_size (9223372036854775807) must be at most 16777216"));
+  EXPECT_THAT(Violation([](JobSpec& s) { s.training.seq_length = int64_t{1} << 30; }),
+              HasSubstr("training.seq_length (1073741824) must be at most 16777216"));
+  // Every size within its own limit, but tokens x hidden per step beyond 2^56.
+  EXPECT_THAT(Violation([](JobSpec& s) {
+                s.training.seq_length = int64_t{1} << 24;
+                s.training.global_batch_size = int64_t{1} << 24;
+              }),
+              HasSubstr("must be at most 2^56"));
+  // Parameters: 16384 layers x 12 x (2^20)^2 ~ 2.1e17 > 1e15.
+  EXPECT_THAT(Violation([](JobSpec& s) {
+                s.model.num_layers = 16384;
+                s.model.hidden_size = 1 << 20;
+                s.model.num_attention_heads = 1024;
+                s.model.num_query_groups = 1024;
+                s.model.ffn_hidden_size = 1 << 22;
+              }),
+              HasSubstr("parameters; at most 1e15 are supported"));
+}
+
+TEST(SpecsTest, MixtureOfExpertsIsRejected) {
+  EXPECT_THAT(Violation([](JobSpec& s) { s.model.num_experts = 8; }),
+              HasSubstr("model.num_experts (8) must be 0 or 1: mixture-of-experts"));
+}
+
+TEST(SpecsTest, TrainingRules) {
+  EXPECT_EQ(Violation([](JobSpec& s) { s.training.global_batch_size = -8; }),
+            "training.global_batch_size (-8) must be positive");
+  EXPECT_THAT(Violation([](JobSpec& s) { s.training.total_tokens = -1; }),
+              HasSubstr("training.total_tokens (-1) must not be negative"));
+}
+
+TEST(SpecsTest, ClusterRules) {
+  EXPECT_THAT(Violation([](JobSpec& s) { s.cluster.gpu = ""; }), HasSubstr("cluster.gpu is required"));
+  EXPECT_THAT(Violation([](JobSpec& s) { s.cluster.gpu = "v100-16gb"; }),
+              HasSubstr("cluster.gpu ('v100-16gb') is not a known device kind; known: "));
+  EXPECT_THAT(Violation([](JobSpec& s) { s.cluster.gpu = "v100-16gb"; }), HasSubstr("a100-80gb"));
+  EXPECT_EQ(Violation([](JobSpec& s) { s.cluster.num_gpus = 0; }),
+            "cluster.num_gpus (0) must be positive");
+  EXPECT_EQ(Violation([](JobSpec& s) { s.cluster.num_gpus = 12; }),
+            "cluster.num_gpus (12) must be a multiple of cluster.gpus_per_node (8) when it "
+            "spans more than one node");
+  EXPECT_THAT(Violation([](JobSpec& s) { s.cluster.network_bandwidth_gbps = -25; }),
+              HasSubstr("cluster.network_bandwidth_gbps (-25) must not be negative"));
+  EXPECT_THAT(Violation([](JobSpec& s) { s.cluster.memory_gib = std::nan(""); }),
+              HasSubstr("cluster.memory_gib (nan) must be finite"));
+  // Fewer GPUs than one node is a partial node, not an error.
+  JobSpec small = Gpt3Spec();
+  small.cluster.num_gpus = 4;
+  EXPECT_TRUE(small.Validate().ok());
+}
+
+TEST(SpecsTest, SearchListRules) {
+  EXPECT_EQ(Violation([](JobSpec& s) { s.search.tp = {1, 0}; }), "search.tp[1] (0) must be positive");
+  EXPECT_EQ(Violation([](JobSpec& s) { s.search.micro_batch_size = {-2}; }),
+            "search.micro_batch_size[0] (-2) must be positive");
+  EXPECT_EQ(Violation([](JobSpec& s) { s.search.pp = {2, 4, 2}; }), "search.pp lists 2 twice");
+  EXPECT_EQ(Violation([](JobSpec& s) { s.search.recompute = {Recompute::kFull, Recompute::kFull}; }),
+            "search.recompute lists 'full' twice");
+  EXPECT_THAT(Violation([](JobSpec& s) {
+                s.search.recompute = {Recompute::kSelective};
+                s.search.recompute_num_layers = {1};
+              }),
+              HasSubstr("search.recompute_num_layers applies only to full recompute"));
+  EXPECT_EQ(Violation([](JobSpec& s) { s.search.top_k = 0; }), "search.top_k (0) must be positive");
+  EXPECT_EQ(Violation([](JobSpec& s) { s.search.verify_top_k = 11; }),
+            "search.verify_top_k (11) must be at most search.top_k (10)");
+}
+
+TEST(SpecsTest, PinnedDegreesMustMultiplyToTheClusterSize) {
+  EXPECT_EQ(Violation([](JobSpec& s) {
+              s.search.tp = {8};
+              s.search.pp = {12};
+              s.search.cp = {1};
+              s.search.dp = {8};
+            }),
+            "search.tp x search.pp x search.cp x search.dp (8 x 12 x 1 x 8 = 768) must equal "
+            "cluster.num_gpus (1024)");
+  JobSpec ok = Gpt3Spec();
+  ok.search.tp = {8};
+  ok.search.pp = {8};
+  ok.search.cp = {1};
+  ok.search.dp = {16};
+  EXPECT_TRUE(ok.Validate().ok());
+  // With lists, one matching combination is enough (8 x 16 x 1 x 8 = 1024).
+  ok.search.pp = {8, 16};
+  ok.search.dp = {8, 16};
+  EXPECT_TRUE(ok.Validate().ok());
+  EXPECT_THAT(Violation([](JobSpec& s) { s.search.tp = {2048}; }),
+              HasSubstr("search.tp value 2048 must be at most cluster.num_gpus (1024)"));
+  EXPECT_THAT(Violation([](JobSpec& s) { s.search.pp = {128}; }),
+              HasSubstr("search.pp value 128 must be at most model.num_layers (96)"));
+}
+
+TEST(SpecsTest, EnumNamesRoundTrip) {
+  for (Activation v : {Activation::kGelu, Activation::kSwiglu}) {
+    EXPECT_EQ(*ParseActivation(ToString(v)), v);
+  }
+  for (Normalization v : {Normalization::kLayerNorm, Normalization::kRmsNorm}) {
+    EXPECT_EQ(*ParseNormalization(ToString(v)), v);
+  }
+  for (PositionEmbedding v : {PositionEmbedding::kLearned, PositionEmbedding::kRope}) {
+    EXPECT_EQ(*ParsePositionEmbedding(ToString(v)), v);
+  }
+  for (Precision v : {Precision::kFp32, Precision::kBf16, Precision::kFp16, Precision::kFp8}) {
+    EXPECT_EQ(*ParsePrecision(ToString(v)), v);
+  }
+  for (Recompute v : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    EXPECT_EQ(*ParseRecompute(ToString(v)), v);
+  }
+  for (Objective v : {Objective::kThroughput, Objective::kMinMemory}) {
+    EXPECT_EQ(*ParseObjective(ToString(v)), v);
+  }
+  for (SearchMode v : {SearchMode::kModel, SearchMode::kProfile}) {
+    EXPECT_EQ(*ParseSearchMode(ToString(v)), v);
+  }
+  EXPECT_STREQ(ToString(Recompute::kSelective), "selective");
+  EXPECT_STREQ(ToString(Objective::kMinMemory), "min_memory");
+  EXPECT_EQ(ParsePrecision("tf32").status().message(),
+            "unknown precision 'tf32' (expected fp32, bf16, fp16, fp8)");
+  EXPECT_EQ(ParseRecompute("Full").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace paratune
