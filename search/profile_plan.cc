@@ -1,0 +1,89 @@
+#include "search/profile_plan.h"
+
+#include <set>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace paratune {
+
+std::string LayerProfileSpec::Key() const {
+  return absl::StrCat("layer h=", hidden_size, " a=", num_attention_heads,
+                      " g=", num_query_groups, " f=", ffn_hidden_size, " V=", vocab_size,
+                      " act=", ToString(activation), " norm=", ToString(normalization),
+                      " tp=", tp, " sp=", sequence_parallel ? 1 : 0, " cp=", cp,
+                      " mb=", micro_batch_size, " s=", seq_length,
+                      " rc=", ToString(recompute), " dt=", ToString(dtype),
+                      " fa=", flash_attention ? 1 : 0, " do=", dropout ? 1 : 0,
+                      " w=", warmup, " i=", iters);
+}
+
+std::vector<LayerProfileSpec> LayerTasksFor(const JobSpec& spec, const ParallelConfig& config,
+                                            const ProfilePlanOptions& options) {
+  LayerProfileSpec base;
+  const ModelSpec& m = spec.model;
+  base.hidden_size = m.hidden_size;
+  base.num_attention_heads = m.num_attention_heads;
+  base.num_query_groups = m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads;
+  base.ffn_hidden_size = m.ffn_hidden_size > 0 ? m.ffn_hidden_size : 4 * m.hidden_size;
+  base.vocab_size = m.vocab_size;
+  base.activation = m.activation;
+  base.normalization = m.normalization;
+  base.tp = config.tp;
+  base.sequence_parallel = config.sequence_parallel;
+  base.cp = config.cp;
+  base.micro_batch_size = config.micro_batch_size;
+  base.seq_length = spec.training.seq_length;
+  base.dtype = spec.training.precision;
+  base.flash_attention = spec.training.flash_attention;
+  base.dropout = spec.training.dropout;
+  base.warmup = options.warmup;
+  base.iters = options.iters;
+
+  std::vector<LayerProfileSpec> out;
+  base.recompute = config.recompute;
+  out.push_back(base);
+  const int64_t layers_per_stage = config.pp > 0 ? m.num_layers / config.pp : m.num_layers;
+  if (config.recompute == Recompute::kFull && config.recompute_num_layers > 0 &&
+      config.recompute_num_layers < layers_per_stage) {
+    // The stage's other layers run without recompute.
+    base.recompute = Recompute::kNone;
+    out.push_back(base);
+  }
+  return out;
+}
+
+absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& plan,
+                                         const ProfilePlanOptions& options) {
+  if (options.max_candidates < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "profile max_candidates (", options.max_candidates, ") must be >= 0"));
+  }
+  if (options.warmup < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("profile warmup (", options.warmup, ") must be >= 0"));
+  }
+  if (options.iters < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("profile iters (", options.iters, ") must be >= 1"));
+  }
+  ProfilePlan out;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < plan.ranked.size(); ++i) {
+    if (options.max_candidates > 0 &&
+        static_cast<int64_t>(out.candidates.size()) >= options.max_candidates) {
+      break;
+    }
+    const RankedConfig& candidate = plan.ranked[i];
+    if (!candidate.fits) continue;
+    out.candidates.push_back(static_cast<int64_t>(i));
+    for (LayerProfileSpec& layer : LayerTasksFor(spec, candidate.config, options)) {
+      std::string key = layer.Key();
+      if (!seen.insert(key).second) continue;
+      out.tasks.push_back({spec.cluster.gpu, std::move(key), std::move(layer)});
+    }
+  }
+  return out;
+}
+
+}  // namespace paratune
