@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   nlohmann-json3-dev libcpp-httplib-dev libsqlite3-dev libgtest-dev libgmock-dev
   libbenchmark-dev libopenblas-dev libgloo-dev libcli11-dev libyaml-cpp-dev
-  prometheus-cpp-dev
+  prometheus-cpp-dev prometheus
 )
 # Node.js/npm build the dashboard (web/), Chromium runs its browser test (tests/web/).
 packages+=(nodejs npm chromium)

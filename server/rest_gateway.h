@@ -1,0 +1,91 @@
+// The REST gateway: the Autotuner API over HTTP+JSON, on the same protobuf messages as gRPC
+// (proto3 JSON mapping with the proto field names, snake_case), plus /healthz, /metrics,
+// /openapi.json and the static dashboard, all on one port.
+//
+//   POST /v1/jobs                 body: SubmitJobRequest {"spec": {...}} or a bare JobSpec
+//   GET  /v1/jobs                 ?page_size=&page_token=&state=   → ListJobsResponse
+//   GET  /v1/jobs/{id}            → Job
+//   GET  /v1/jobs/{id}/results    → JobResults
+//   POST /v1/jobs/{id}:cancel     → Job
+//   GET  /v1/workers              → ListWorkersResponse
+//   GET  /healthz                 → {"status": "ok"}          (no token needed)
+//   GET  /metrics                 → Prometheus text format    (no token needed)
+//   GET  /openapi.json            → OpenAPI 3 document        (no token needed)
+//   GET  /...                     → the dashboard (when a directory is configured)
+//
+// Errors: {"code": <HTTP status>, "status": "<CANONICAL_CODE>", "message": "..."} with the
+// HTTP status from HttpStatusFromCode(). /v1/ routes need the client token when one is
+// configured (`authorization: Bearer <token>`).
+//
+// Thread-safe: handlers run on the HTTP server's thread pool; Start/Stop from one thread.
+#ifndef PARATUNE_SERVER_REST_GATEWAY_H_
+#define PARATUNE_SERVER_REST_GATEWAY_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/auth.h"
+#include "server/handlers.h"
+#include "server/metrics.h"
+
+namespace httplib {
+class Server;
+}  // namespace httplib
+
+namespace paratune::server {
+
+struct RestGatewayOptions {
+  /// Serve this directory at / (SPA: unknown paths without a file extension get
+  /// index.html). Empty: no dashboard; / answers 404.
+  std::string dashboard_dir;
+  /// Requests with a larger body get 413.
+  size_t max_body_bytes = 1 << 20;
+  /// Threads serving connections (each keep-alive connection holds one while open).
+  int threads = 64;
+  /// TLS: PEM certificate chain and private key files; both or neither.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+};
+
+/// The OpenAPI 3 document describing the gateway (server/openapi.json, embedded).
+std::string_view OpenApiJson();
+
+class RestGateway {
+ public:
+  /// `handler` must outlive the gateway; `authenticator` and `metrics` may be null (no auth,
+  /// no metrics).
+  RestGateway(AutotunerHandler* handler, const Authenticator* authenticator, Metrics* metrics,
+              RestGatewayOptions options = {});
+  ~RestGateway();
+  RestGateway(const RestGateway&) = delete;
+  RestGateway& operator=(const RestGateway&) = delete;
+
+  /// Binds host:port (port 0 picks a free one) and serves on a background thread. Returns
+  /// the bound port. Errors: InvalidArgument (bad options, e.g. dashboard_dir missing),
+  /// Unavailable (cannot bind), FailedPrecondition (already started).
+  absl::StatusOr<int> Start(const std::string& host, int port);
+  /// Stops accepting and waits for the serving thread. Idempotent.
+  void Stop();
+
+  /// Whether the server speaks HTTPS.
+  bool tls() const { return !options_.tls_cert_file.empty(); }
+
+ private:
+  void RegisterRoutes();
+
+  AutotunerHandler* handler_;
+  const Authenticator* authenticator_;
+  Metrics* metrics_;
+  RestGatewayOptions options_;
+  std::string dashboard_root_;  // canonical absolute path, empty when no dashboard
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+};
+
+}  // namespace paratune::server
+
+#endif  // PARATUNE_SERVER_REST_GATEWAY_H_

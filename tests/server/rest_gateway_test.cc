@@ -1,0 +1,547 @@
+// RestGateway over real HTTP on 127.0.0.1, against a fake AutotunerHandler.
+#include "server/rest_gateway.h"
+
+#include <google/protobuf/descriptor.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "server/auth.h"
+#include "server/http_status.h"
+#include "server/metrics.h"
+
+namespace paratune::server {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// In-memory jobs; `forced_error` makes GetJob fail with a given status.
+class FakeAutotuner : public AutotunerHandler {
+ public:
+  absl::StatusOr<v1::Job> SubmitJob(const v1::SubmitJobRequest& request) override {
+    if (request.spec().cluster().num_gpus() <= 0) {
+      return absl::InvalidArgumentError("cluster.num_gpus (0) must be positive");
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    v1::Job job;
+    job.set_id("job-" + std::to_string(++next_id_));
+    job.set_name(request.spec().name());
+    job.set_state(v1::JOB_STATE_PENDING);
+    *job.mutable_spec() = request.spec();
+    jobs_[job.id()] = job;
+    last_submit_ = request;
+    return job;
+  }
+  absl::StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (forced_error_) return *forced_error_;
+    auto it = jobs_.find(request.id());
+    if (it == jobs_.end()) return absl::NotFoundError("job '" + request.id() + "' not found");
+    return it->second;
+  }
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_list_ = request;
+    v1::ListJobsResponse response;
+    for (const auto& [id, job] : jobs_) {
+      if (request.state() != v1::JOB_STATE_UNSPECIFIED && job.state() != request.state()) continue;
+      if (request.page_size() > 0 && response.jobs_size() == request.page_size()) {
+        response.set_next_page_token(id);
+        break;
+      }
+      *response.add_jobs() = job;
+    }
+    return response;
+  }
+  absl::Status WatchJob(const v1::WatchJobRequest&,
+                        const std::function<bool(const v1::Job&)>&) override {
+    return absl::UnimplementedError("not used by REST");
+  }
+  absl::StatusOr<v1::Job> CancelJob(const v1::CancelJobRequest& request) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(request.id());
+    if (it == jobs_.end()) return absl::NotFoundError("job '" + request.id() + "' not found");
+    if (it->second.state() == v1::JOB_STATE_SUCCEEDED) {
+      return absl::FailedPreconditionError("job '" + request.id() + "' already succeeded");
+    }
+    it->second.set_state(v1::JOB_STATE_CANCELLED);
+    return it->second;
+  }
+  absl::StatusOr<v1::JobResults> GetResults(const v1::GetResultsRequest& request) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(request.id());
+    if (it == jobs_.end()) return absl::NotFoundError("job '" + request.id() + "' not found");
+    v1::JobResults results;
+    results.set_job_id(request.id());
+    results.set_state(it->second.state());
+    return results;
+  }
+  absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const v1::ListWorkersRequest&) override {
+    v1::ListWorkersResponse response;
+    v1::WorkerInfo* w = response.add_workers();
+    w->set_id("w1");
+    w->set_device_kind("h100-sxm-80gb");
+    w->set_memory_bytes(85899345920);  // 80 GiB: above 2^32, must survive as a JSON string
+    w->set_state("idle");
+    return response;
+  }
+
+  void SetState(const std::string& id, v1::JobState state) {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_[id].set_state(state);
+  }
+  void ForceError(std::optional<absl::Status> status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    forced_error_ = std::move(status);
+  }
+  v1::SubmitJobRequest last_submit() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_submit_;
+  }
+  v1::ListJobsRequest last_list() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_list_;
+  }
+
+ private:
+  std::mutex mu_;
+  int next_id_ = 0;
+  std::map<std::string, v1::Job> jobs_;
+  std::optional<absl::Status> forced_error_;
+  v1::SubmitJobRequest last_submit_;
+  v1::ListJobsRequest last_list_;
+};
+
+constexpr char kSpec[] =
+    R"({"name": "gpt3", "model": {"preset": "gpt3-175b"},
+        "training": {"seq_length": 2048, "global_batch_size": 1536},
+        "cluster": {"gpu": "a100-80gb", "num_gpus": 1024, "gpus_per_node": 8}})";
+
+class RestGatewayTest : public ::testing::Test {
+ protected:
+  void StartGateway(const Authenticator* auth = nullptr, RestGatewayOptions options = {}) {
+    options.threads = 4;
+    gateway_ = std::make_unique<RestGateway>(&fake_, auth, &metrics_, options);
+    absl::StatusOr<int> port = gateway_->Start("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok()) << port.status();
+    port_ = *port;
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", *port);
+    client_->set_read_timeout(10, 0);
+  }
+  void TearDown() override {
+    if (gateway_) gateway_->Stop();
+  }
+
+  static json Body(const httplib::Result& res) { return json::parse(res->body); }
+
+  FakeAutotuner fake_;
+  Metrics metrics_;
+  std::unique_ptr<RestGateway> gateway_;
+  std::unique_ptr<httplib::Client> client_;
+  int port_ = 0;
+};
+
+TEST_F(RestGatewayTest, SubmitRoundTripsSnakeCaseJson) {
+  StartGateway();
+  auto res = client_->Post("/v1/jobs", std::string(R"({"spec": )") + kSpec + "}",
+                           "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
+  json job = Body(res);
+  EXPECT_EQ(job["id"], "job-1");
+  EXPECT_EQ(job["state"], "JOB_STATE_PENDING");
+  // proto field names, not lowerCamelCase; int64 as a string (proto3 JSON mapping).
+  EXPECT_EQ(job["spec"]["cluster"]["gpus_per_node"], "8");
+  EXPECT_EQ(job["spec"]["training"]["global_batch_size"], "1536");
+  EXPECT_FALSE(job["spec"]["cluster"].contains("gpusPerNode"));
+  // Default-valued fields are printed too.
+  EXPECT_EQ(job["error"], "");
+  EXPECT_EQ(fake_.last_submit().spec().cluster().num_gpus(), 1024);
+  EXPECT_EQ(fake_.last_submit().spec().model().preset(), "gpt3-175b");
+}
+
+TEST_F(RestGatewayTest, SubmitAcceptsBareJobSpec) {
+  StartGateway();
+  auto res = client_->Post("/v1/jobs", kSpec, "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(fake_.last_submit().spec().training().seq_length(), 2048);
+  EXPECT_EQ(fake_.last_submit().spec().name(), "gpt3");
+}
+
+TEST_F(RestGatewayTest, UnknownFieldIsRejectedNamingIt) {
+  StartGateway();
+  auto res = client_->Post("/v1/jobs", R"({"spec": {"cluster": {"num_gpu": 8}}})",
+                           "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  json error = Body(res);
+  EXPECT_EQ(error["code"], 400);
+  EXPECT_EQ(error["status"], "INVALID_ARGUMENT");
+  EXPECT_NE(error["message"].get<std::string>().find("num_gpu"), std::string::npos)
+      << error["message"];
+
+  res = client_->Post("/v1/jobs", "{not json", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(Body(res)["message"].get<std::string>().find("not valid JSON"), std::string::npos);
+}
+
+TEST_F(RestGatewayTest, HandlerErrorsMapToHttpStatuses) {
+  StartGateway();
+  // The handler's own InvalidArgument passes through with its message.
+  auto res = client_->Post("/v1/jobs", R"({"spec": {}})", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_EQ(Body(res)["message"], "cluster.num_gpus (0) must be positive");
+
+  res = client_->Get("/v1/jobs/nope");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 404);
+  EXPECT_EQ(Body(res), json({{"code", 404},
+                             {"status", "NOT_FOUND"},
+                             {"message", "job 'nope' not found"}}));
+
+  const std::pair<absl::StatusCode, int> cases[] = {
+      {absl::StatusCode::kInvalidArgument, 400},  {absl::StatusCode::kUnauthenticated, 401},
+      {absl::StatusCode::kPermissionDenied, 403}, {absl::StatusCode::kNotFound, 404},
+      {absl::StatusCode::kFailedPrecondition, 409}, {absl::StatusCode::kResourceExhausted, 429},
+      {absl::StatusCode::kInternal, 500},         {absl::StatusCode::kUnavailable, 503},
+      {absl::StatusCode::kDataLoss, 500},
+  };
+  for (const auto& [code, http] : cases) {
+    fake_.ForceError(absl::Status(code, "forced"));
+    res = client_->Get("/v1/jobs/any");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, http) << absl::StatusCodeToString(code);
+    EXPECT_EQ(Body(res)["status"], absl::StatusCodeToString(code));
+    EXPECT_EQ(Body(res)["code"], http);
+  }
+}
+
+TEST_F(RestGatewayTest, GetCancelResultsAndWorkers) {
+  StartGateway();
+  ASSERT_EQ(client_->Post("/v1/jobs", kSpec, "application/json")->status, 200);
+  ASSERT_EQ(client_->Post("/v1/jobs", kSpec, "application/json")->status, 200);
+
+  auto res = client_->Get("/v1/jobs/job-1");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(Body(res)["spec"]["cluster"]["num_gpus"], "1024");
+
+  res = client_->Post("/v1/jobs/job-1:cancel", "", "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Body(res)["state"], "JOB_STATE_CANCELLED");
+
+  fake_.SetState("job-2", v1::JOB_STATE_SUCCEEDED);
+  res = client_->Post("/v1/jobs/job-2:cancel", "{}", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 409);
+  EXPECT_EQ(Body(res)["status"], "FAILED_PRECONDITION");
+
+  res = client_->Post("/v1/jobs/job-2:cancel", R"({"id": "job-1"})", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+
+  res = client_->Get("/v1/jobs/job-2/results");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(Body(res)["job_id"], "job-2");
+  EXPECT_EQ(Body(res)["state"], "JOB_STATE_SUCCEEDED");
+
+  res = client_->Get("/v1/workers");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(Body(res)["workers"][0]["memory_bytes"], "85899345920");
+  EXPECT_EQ(Body(res)["workers"][0]["device_kind"], "h100-sxm-80gb");
+}
+
+TEST_F(RestGatewayTest, ListJobsQueryParameters) {
+  StartGateway();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(client_->Post("/v1/jobs", kSpec, "application/json")->status, 200);
+  }
+  fake_.SetState("job-2", v1::JOB_STATE_SUCCEEDED);
+  fake_.SetState("job-3", v1::JOB_STATE_SUCCEEDED);
+
+  auto res = client_->Get("/v1/jobs?page_size=1&state=succeeded&page_token=abc");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(fake_.last_list().page_size(), 1);
+  EXPECT_EQ(fake_.last_list().state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(fake_.last_list().page_token(), "abc");
+  EXPECT_EQ(Body(res)["jobs"].size(), 1u);
+  EXPECT_EQ(Body(res)["jobs"][0]["id"], "job-2");
+  EXPECT_EQ(Body(res)["next_page_token"], "job-3");
+
+  res = client_->Get("/v1/jobs?state=JOB_STATE_PENDING");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(Body(res)["jobs"].size(), 1u);
+
+  res = client_->Get("/v1/jobs?page_size=-1");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(Body(res)["message"].get<std::string>().find("page_size"), std::string::npos);
+
+  res = client_->Get("/v1/jobs?state=sleeping");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+
+  res = client_->Get("/v1/jobs?pagesize=3");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(Body(res)["message"].get<std::string>().find("'pagesize'"), std::string::npos);
+}
+
+TEST_F(RestGatewayTest, OversizedBodyGets413) {
+  RestGatewayOptions options;
+  options.max_body_bytes = 1 << 20;
+  StartGateway(nullptr, options);
+  // Exactly at the limit is read (and then rejected as JSON); one byte over is 413.
+  std::string at_limit(1 << 20, ' ');
+  auto res = client_->Post("/v1/jobs", at_limit, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+
+  std::string over((1 << 20) + 1, ' ');
+  res = client_->Post("/v1/jobs", over, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 413);
+  EXPECT_EQ(Body(res)["code"], 413);
+  EXPECT_EQ(Body(res)["status"], "RESOURCE_EXHAUSTED");
+}
+
+TEST_F(RestGatewayTest, UnknownRoutesAre404Json) {
+  StartGateway();
+  for (const char* path : {"/v1/nope", "/v1/jobs/a/b/c", "/v1/jobs/x:explode", "/"}) {
+    auto res = client_->Get(path);
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, 404) << path;
+    EXPECT_EQ(Body(res)["status"], "NOT_FOUND") << path;
+  }
+  auto res = client_->Delete("/v1/jobs/job-1");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 404);
+  EXPECT_EQ(Body(res)["code"], 404);
+}
+
+TEST_F(RestGatewayTest, HealthzAndOpenApiDocumentListsEveryRoute) {
+  StartGateway();
+  auto res = client_->Get("/healthz");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(Body(res)["status"], "ok");
+
+  res = client_->Get("/openapi.json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  json doc = Body(res);
+  EXPECT_EQ(doc["openapi"].get<std::string>().substr(0, 2), "3.");
+  const std::pair<const char*, const char*> routes[] = {
+      {"/v1/jobs", "post"},          {"/v1/jobs", "get"},
+      {"/v1/jobs/{id}", "get"},      {"/v1/jobs/{id}/results", "get"},
+      {"/v1/jobs/{id}:cancel", "post"}, {"/v1/workers", "get"},
+      {"/healthz", "get"},           {"/metrics", "get"},
+      {"/openapi.json", "get"},
+  };
+  for (const auto& [path, method] : routes) {
+    EXPECT_TRUE(doc["paths"].contains(path) && doc["paths"][path].contains(method))
+        << method << " " << path;
+  }
+  // Every $ref points at a schema that exists.
+  std::function<void(const json&)> check_refs = [&](const json& node) {
+    if (node.is_object()) {
+      for (const auto& [key, value] : node.items()) {
+        if (key == "$ref") {
+          const std::string ref = value.get<std::string>();
+          ASSERT_EQ(ref.rfind("#/components/schemas/", 0), 0u) << ref;
+          EXPECT_TRUE(doc["components"]["schemas"].contains(ref.substr(21))) << ref;
+        } else {
+          check_refs(value);
+        }
+      }
+    } else if (node.is_array()) {
+      for (const auto& v : node) check_refs(v);
+    }
+  };
+  check_refs(doc);
+}
+
+TEST_F(RestGatewayTest, BearerTokensGuardTheApiOnly) {
+  absl::StatusOr<Authenticator> auth = Authenticator::FromTokens("client-secret", "worker-secret");
+  ASSERT_TRUE(auth.ok());
+  StartGateway(&*auth);
+
+  auto res = client_->Get("/v1/workers");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 401);
+  EXPECT_EQ(res->get_header_value("WWW-Authenticate"), "Bearer");
+  EXPECT_EQ(Body(res)["status"], "UNAUTHENTICATED");
+
+  res = client_->Get("/v1/workers", {{"Authorization", "Bearer worker-secret"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 403);
+  EXPECT_EQ(res->body.find("secret"), std::string::npos) << "token leaked: " << res->body;
+
+  res = client_->Get("/v1/workers", {{"Authorization", "Bearer client-secret"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+
+  // An unauthenticated POST with a body leaves the connection usable (keep-alive).
+  httplib::Client keep_alive("127.0.0.1", port_);
+  keep_alive.set_keep_alive(true);
+  res = keep_alive.Post("/v1/jobs", kSpec, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 401);
+  res = keep_alive.Get("/v1/workers", {{"Authorization", "Bearer client-secret"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+
+  for (const char* open : {"/healthz", "/metrics", "/openapi.json"}) {
+    res = client_->Get(open);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << open;
+  }
+}
+
+TEST_F(RestGatewayTest, MetricsCountRequestsByMethodAndCode) {
+  StartGateway();
+  ASSERT_EQ(client_->Post("/v1/jobs", kSpec, "application/json")->status, 200);
+  ASSERT_EQ(client_->Post("/v1/jobs", kSpec, "application/json")->status, 200);
+  ASSERT_EQ(client_->Get("/v1/jobs/missing")->status, 404);
+  auto res = client_->Get("/metrics");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  const std::string& text = res->body;
+  EXPECT_NE(text.find(R"(paratune_requests_total{code="OK",method="SubmitJob",transport="rest"} 2)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find(R"(paratune_requests_total{code="NOT_FOUND",method="GetJob",transport="rest"} 1)"),
+      std::string::npos);
+  EXPECT_NE(
+      text.find(R"(paratune_rpc_latency_seconds_count{method="SubmitJob",transport="rest"} 2)"),
+      std::string::npos);
+}
+
+class DashboardTest : public RestGatewayTest {
+ protected:
+  void SetUp() override {
+    base_ = fs::temp_directory_path() /
+            ("paratune_dash_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(base_);
+    fs::create_directories(base_ / "www" / "assets");
+    Write(base_ / "www" / "index.html", "<!doctype html><title>ParaTune</title>");
+    Write(base_ / "www" / "app.js", "console.log(1);");
+    Write(base_ / "www" / "assets" / "style.css", "body{}");
+    Write(base_ / "secret.txt", "TOP SECRET");
+    fs::create_symlink(base_ / "secret.txt", base_ / "www" / "leak.txt");
+    RestGatewayOptions options;
+    options.dashboard_dir = (base_ / "www").string();
+    StartGateway(nullptr, options);
+  }
+  void TearDown() override {
+    RestGatewayTest::TearDown();
+    fs::remove_all(base_);
+  }
+  static void Write(const fs::path& path, const std::string& content) {
+    std::ofstream(path) << content;
+  }
+  fs::path base_;
+};
+
+TEST_F(DashboardTest, ServesFilesWithContentTypesAndSpaFallback) {
+  auto res = client_->Get("/");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "<!doctype html><title>ParaTune</title>");
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/html; charset=utf-8");
+
+  res = client_->Get("/app.js");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->body, "console.log(1);");
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/javascript; charset=utf-8");
+
+  res = client_->Get("/assets/style.css");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/css; charset=utf-8");
+
+  // A client-side route: index.html. A missing asset: 404.
+  res = client_->Get("/jobs/job-7");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "<!doctype html><title>ParaTune</title>");
+  res = client_->Get("/missing.js");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 404);
+
+  // The API still wins over the dashboard.
+  res = client_->Get("/v1/workers");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_NE(res->body.find("workers"), std::string::npos);
+}
+
+TEST_F(DashboardTest, TraversalIsBlocked) {
+  for (const char* path : {"/../secret.txt", "/assets/../../secret.txt", "/%2e%2e/secret.txt",
+                           "/assets/%2E%2E/%2E%2E/secret.txt", "/..%2fsecret.txt",
+                           "/leak.txt"}) {
+    auto res = client_->Get(path);
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->body.find("TOP SECRET"), std::string::npos) << path;
+    EXPECT_TRUE(res->status == 400 || res->status == 404) << path << " → " << res->status;
+  }
+}
+
+// The checked-in schemas name exactly the fields of the messages they describe.
+TEST(OpenApiTest, SchemasMatchProtoMessages) {
+  const json doc = json::parse(OpenApiJson());
+  int messages = 0;
+  for (const auto& [name, schema] : doc["components"]["schemas"].items()) {
+    const google::protobuf::Descriptor* descriptor =
+        google::protobuf::DescriptorPool::generated_pool()->FindMessageTypeByName(
+            "paratune.v1." + name);
+    if (descriptor == nullptr) continue;  // Error, enums
+    ++messages;
+    std::set<std::string> fields, properties;
+    for (int i = 0; i < descriptor->field_count(); ++i) fields.insert(descriptor->field(i)->name());
+    for (const auto& [property, unused] : schema["properties"].items()) properties.insert(property);
+    EXPECT_EQ(properties, fields) << name;
+  }
+  EXPECT_GE(messages, 19);
+  const google::protobuf::EnumDescriptor* state = v1::JobState_descriptor();
+  EXPECT_EQ(doc["components"]["schemas"]["JobState"]["enum"].size(),
+            static_cast<size_t>(state->value_count()));
+}
+
+TEST(HttpStatusTest, MappingTable) {
+  EXPECT_EQ(HttpStatusFromCode(absl::StatusCode::kOk), 200);
+  EXPECT_EQ(HttpStatusFromCode(absl::StatusCode::kInvalidArgument), 400);
+  EXPECT_EQ(HttpStatusFromCode(absl::StatusCode::kUnauthenticated), 401);
+  EXPECT_EQ(HttpStatusFromCode(absl::StatusCode::kPermissionDenied), 403);
+  EXPECT_EQ(HttpStatusFromCode(absl::StatusCode::kNotFound), 404);
+  EXPECT_EQ(HttpStatusFromCode(absl::StatusCode::kFailedPrecondition), 409);
+  EXPECT_EQ(HttpStatusFromCode(absl::StatusCode::kResourceExhausted), 429);
+  EXPECT_EQ(HttpStatusFromCode(absl::StatusCode::kUnavailable), 503);
+  EXPECT_EQ(HttpStatusFromCode(absl::StatusCode::kInternal), 500);
+  EXPECT_EQ(HttpStatusFromCode(absl::StatusCode::kUnknown), 500);
+  EXPECT_EQ(ErrorJson(absl::NotFoundError("job 'x' not found")),
+            R"({"code":404,"message":"job 'x' not found","status":"NOT_FOUND"})");
+}
+
+}  // namespace
+}  // namespace paratune::server
