@@ -1,0 +1,207 @@
+// Megatron-LM and NeMo exporters (see exporters.h). Flag and key names follow
+// megatron/training/arguments.py and NeMo's megatron_gpt_config.yaml.
+#include "search/exporters.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace paratune {
+namespace {
+
+/// How Megatron should recompute: method ("uniform" | "block") and its num_layers.
+struct FullRecompute {
+  std::string method;
+  int64_t num_layers = 0;
+  std::string note;  ///< Set when the layout's count had to be rounded for Megatron.
+};
+
+absl::StatusOr<int64_t> LayersPerChunk(const JobSpec& spec, const ParallelConfig& c) {
+  if (c.pp <= 0 || c.vp <= 0 || spec.model.num_layers % (c.pp * c.vp) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.num_layers (", spec.model.num_layers, ") must be divisible by pp x vp (", c.pp,
+        " x ", c.vp, ") to export the layout"));
+  }
+  return spec.model.num_layers / (c.pp * c.vp);
+}
+
+absl::StatusOr<FullRecompute> FullRecomputeOf(const JobSpec& spec, const ParallelConfig& c) {
+  auto per_chunk = LayersPerChunk(spec, c);
+  if (!per_chunk.ok()) return per_chunk.status();
+  const int64_t per_stage = spec.model.num_layers / c.pp;
+  FullRecompute r;
+  if (c.recompute_num_layers <= 0 || c.recompute_num_layers >= per_stage) {
+    // Every layer: checkpoint each layer's input, recompute it in backward.
+    r.method = "uniform";
+    r.num_layers = 1;
+    return r;
+  }
+  // Megatron's block method counts layers per model chunk; a stage holds vp chunks.
+  r.method = "block";
+  r.num_layers = (c.recompute_num_layers + c.vp - 1) / c.vp;
+  if (r.num_layers * c.vp != c.recompute_num_layers) {
+    r.note = absl::StrCat("recompute_num_layers ", c.recompute_num_layers,
+                          " per stage rounded up to ", r.num_layers, " per model chunk x ",
+                          c.vp, " chunks");
+  }
+  return r;
+}
+
+int64_t NumNodes(const ClusterSpec& cluster) {
+  return (cluster.num_gpus + cluster.gpus_per_node - 1) / cluster.gpus_per_node;
+}
+
+std::string YamlBool(bool b) { return b ? "true" : "false"; }
+
+}  // namespace
+
+absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
+                                                          const ParallelConfig& c) {
+  auto per_chunk = LayersPerChunk(spec, c);
+  if (!per_chunk.ok()) return per_chunk.status();
+  const ModelSpec& m = spec.model;
+  const TrainingSpec& t = spec.training;
+  std::vector<CommandLineFlag> args;
+  auto add = [&args](std::string flag, std::string value = "") {
+    args.emplace_back(std::move(flag), std::move(value));
+  };
+  add("--tensor-model-parallel-size", absl::StrCat(c.tp));
+  add("--pipeline-model-parallel-size", absl::StrCat(c.pp));
+  if (c.vp > 1) add("--num-layers-per-virtual-pipeline-stage", absl::StrCat(*per_chunk));
+  add("--context-parallel-size", absl::StrCat(c.cp));
+  if (c.sequence_parallel) add("--sequence-parallel");
+  add("--micro-batch-size", absl::StrCat(c.micro_batch_size));
+  add("--global-batch-size", absl::StrCat(t.global_batch_size));
+  if (c.recompute == Recompute::kSelective) {
+    add("--recompute-granularity", "selective");
+  } else if (c.recompute == Recompute::kFull) {
+    auto full = FullRecomputeOf(spec, c);
+    if (!full.ok()) return full.status();
+    add("--recompute-granularity", "full");
+    add("--recompute-method", full->method);
+    add("--recompute-num-layers", absl::StrCat(full->num_layers));
+  }
+  if (c.distributed_optimizer) add("--use-distributed-optimizer");
+
+  add("--num-layers", absl::StrCat(m.num_layers));
+  add("--hidden-size", absl::StrCat(m.hidden_size));
+  add("--num-attention-heads", absl::StrCat(m.num_attention_heads));
+  if (m.num_query_groups != m.num_attention_heads) {
+    add("--group-query-attention");
+    add("--num-query-groups", absl::StrCat(m.num_query_groups));
+  }
+  add("--ffn-hidden-size", absl::StrCat(m.ffn_hidden_size));
+  add("--seq-length", absl::StrCat(t.seq_length));
+  add("--max-position-embeddings",
+      absl::StrCat(std::max(m.max_position_embeddings, t.seq_length)));
+  if (m.activation == Activation::kSwiglu) add("--swiglu");
+  if (m.normalization == Normalization::kRmsNorm) add("--normalization", "RMSNorm");
+  if (!m.tie_embeddings) add("--untie-embeddings-and-output-weights");
+  if (m.position_embedding == PositionEmbedding::kRope) add("--position-embedding-type", "rope");
+  switch (t.precision) {
+    case Precision::kBf16: add("--bf16"); break;
+    case Precision::kFp16: add("--fp16"); break;
+    case Precision::kFp8:
+      // FP8 GEMMs (Transformer Engine) on top of BF16 mixed precision.
+      add("--bf16");
+      add("--fp8-format", "hybrid");
+      break;
+    case Precision::kFp32: break;
+  }
+  if (t.flash_attention) add("--use-flash-attn");
+  if (!t.dropout) {
+    add("--attention-dropout", "0.0");
+    add("--hidden-dropout", "0.0");
+  }
+  return args;
+}
+
+absl::StatusOr<std::string> FormatMegatronArgs(const JobSpec& spec, const ParallelConfig& c) {
+  auto args = MegatronArgs(spec, c);
+  if (!args.ok()) return args.status();
+  std::string out = absl::StrCat(
+      "# Megatron-LM arguments for ", spec.model.name, ": ", c.ToString(), "\n# ",
+      spec.cluster.num_gpus, " GPUs = tp ", c.tp, " x pp ", c.pp, " x cp ", c.cp, " x dp ", c.dp,
+      "; launch on ", NumNodes(spec.cluster), " node(s) x ",
+      std::min(spec.cluster.gpus_per_node, spec.cluster.num_gpus),
+      " GPUs (torchrun --nnodes ", NumNodes(spec.cluster), " --nproc-per-node ",
+      std::min(spec.cluster.gpus_per_node, spec.cluster.num_gpus), " pretrain_gpt.py ...)\n");
+  if (c.recompute == Recompute::kFull) {
+    auto full = FullRecomputeOf(spec, c);
+    if (!full.ok()) return full.status();
+    if (!full->note.empty()) absl::StrAppend(&out, "# note: ", full->note, "\n");
+  }
+  for (size_t i = 0; i < args->size(); ++i) {
+    const auto& [flag, value] = (*args)[i];
+    absl::StrAppend(&out, flag, value.empty() ? "" : " ", value,
+                    i + 1 < args->size() ? " \\\n" : "\n");
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const ParallelConfig& c) {
+  auto per_chunk = LayersPerChunk(spec, c);
+  if (!per_chunk.ok()) return per_chunk.status();
+  const ModelSpec& m = spec.model;
+  const TrainingSpec& t = spec.training;
+  std::string precision;
+  switch (t.precision) {
+    case Precision::kBf16:
+    case Precision::kFp8: precision = "bf16-mixed"; break;
+    case Precision::kFp16: precision = "16-mixed"; break;
+    case Precision::kFp32: precision = "32"; break;
+  }
+  std::string granularity = "null", method = "null", num_layers = "null", note;
+  if (c.recompute == Recompute::kSelective) {
+    granularity = "selective";
+  } else if (c.recompute == Recompute::kFull) {
+    auto full = FullRecomputeOf(spec, c);
+    if (!full.ok()) return full.status();
+    granularity = "full";
+    method = full->method;
+    num_layers = absl::StrCat(full->num_layers);
+    if (!full->note.empty()) note = absl::StrCat("# note: ", full->note, "\n");
+  }
+  std::string out = absl::StrCat(
+      "# NeMo megatron_gpt_config.yaml overrides for ", m.name, ": ", c.ToString(), "\n", note,
+      "trainer:\n",
+      "  num_nodes: ", NumNodes(spec.cluster), "\n",
+      "  devices: ", std::min(spec.cluster.gpus_per_node, spec.cluster.num_gpus), "\n",
+      "  precision: ", precision, "\n",
+      "model:\n",
+      "  micro_batch_size: ", c.micro_batch_size, "\n",
+      "  global_batch_size: ", t.global_batch_size, "\n",
+      "  tensor_model_parallel_size: ", c.tp, "\n",
+      "  pipeline_model_parallel_size: ", c.pp, "\n",
+      "  virtual_pipeline_model_parallel_size: ", c.vp > 1 ? absl::StrCat(c.vp) : "null", "\n",
+      "  context_parallel_size: ", c.cp, "\n",
+      "  sequence_parallel: ", YamlBool(c.sequence_parallel), "\n",
+      "  activations_checkpoint_granularity: ", granularity, "\n",
+      "  activations_checkpoint_method: ", method, "\n",
+      "  activations_checkpoint_num_layers: ", num_layers, "\n");
+  absl::StrAppend(
+      &out,
+      "  encoder_seq_length: ", t.seq_length, "\n",
+      "  max_position_embeddings: ", std::max(m.max_position_embeddings, t.seq_length), "\n",
+      "  num_layers: ", m.num_layers, "\n",
+      "  hidden_size: ", m.hidden_size, "\n",
+      "  ffn_hidden_size: ", m.ffn_hidden_size, "\n",
+      "  num_attention_heads: ", m.num_attention_heads, "\n",
+      "  num_query_groups: ",
+      m.num_query_groups != m.num_attention_heads ? absl::StrCat(m.num_query_groups) : "null",
+      "\n",
+      "  activation: ", m.activation == Activation::kSwiglu ? "fast-swiglu" : "gelu", "\n",
+      "  normalization: ", m.normalization == Normalization::kRmsNorm ? "rmsnorm" : "layernorm",
+      "\n",
+      "  position_embedding_type: ",
+      m.position_embedding == PositionEmbedding::kRope ? "rope" : "learned_absolute", "\n",
+      "  share_embeddings_and_output_weights: ", YamlBool(m.tie_embeddings), "\n",
+      "  use_flash_attention: ", YamlBool(t.flash_attention), "\n");
+  if (!t.dropout) absl::StrAppend(&out, "  hidden_dropout: 0.0\n  attention_dropout: 0.0\n");
+  if (t.precision == Precision::kFp8) absl::StrAppend(&out, "  fp8: true\n  fp8_hybrid: true\n");
+  absl::StrAppend(&out, "  optim:\n    name: ",
+                  c.distributed_optimizer ? "distributed_fused_adam" : "fused_adam", "\n");
+  return out;
+}
+
+}  // namespace paratune

@@ -1,0 +1,31 @@
+// Hugging Face `config.json` → ModelSpec, for the dense decoder-only families ParaTune
+// models: Llama, Mistral, Qwen2, GPT-2, GPT-NeoX, Falcon (and others that use the same
+// field names). Mixture-of-experts and encoder-decoder configs are rejected.
+#ifndef PARATUNE_SEARCH_HF_IMPORT_H_
+#define PARATUNE_SEARCH_HF_IMPORT_H_
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "search/specs.h"
+
+namespace paratune {
+
+/// Maps a parsed config.json to a ModelSpec (not validated; JobSpec::Validate does that).
+/// Field aliases: layers num_hidden_layers | n_layer | num_layers; hidden hidden_size |
+/// n_embd | d_model; heads num_attention_heads | n_head; key/value heads
+/// num_key_value_heads | num_kv_heads | n_head_kv (Falcon: multi_query,
+/// new_decoder_architecture); FFN intermediate_size | n_inner | ffn_hidden_size (default
+/// 4 * hidden); positions max_position_embeddings | n_positions | n_ctx.
+/// InvalidArgument naming the `hf_config.<key>` for missing or malformed fields and for
+/// mixture-of-experts configs (num_local_experts, num_experts, n_routed_experts, moe_*).
+absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const nlohmann::json& config);
+
+/// Same, from the text of a config.json.
+absl::StatusOr<ModelSpec> ModelSpecFromHfConfigText(const std::string& text);
+
+}  // namespace paratune
+
+#endif  // PARATUNE_SEARCH_HF_IMPORT_H_

@@ -1,0 +1,751 @@
+// JSON forms of the job spec and the plan result, table and CSV (see spec_io.h).
+#include "search/spec_io.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "search/hf_import.h"
+#include "search/presets.h"
+
+namespace paratune {
+namespace {
+
+using nlohmann::json;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// ---- Reading ----------------------------------------------------------------------------
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string Path(const std::string& section, const std::string& key) {
+  return section.empty() ? key : absl::StrCat(section, ".", key);
+}
+
+/// Rejects keys of `obj` that are not in `allowed`, suggesting the nearest allowed key.
+absl::Status CheckKeys(const json& obj, const std::string& section,
+                       const std::vector<std::string>& allowed) {
+  for (const auto& [key, value] : obj.items()) {
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    std::string best;
+    size_t best_distance = 3;  // Suggest only close matches (at most 2 edits).
+    for (const std::string& candidate : allowed) {
+      const size_t d = EditDistance(key, candidate);
+      if (d < best_distance) {
+        best_distance = d;
+        best = candidate;
+      }
+    }
+    std::string message = absl::StrCat("unknown field '", Path(section, key), "'");
+    if (!best.empty()) absl::StrAppend(&message, " (did you mean '", Path(section, best), "'?)");
+    absl::StrAppend(&message, "; allowed: ", absl::StrJoin(allowed, ", "));
+    return absl::InvalidArgumentError(message);
+  }
+  return absl::OkStatus();
+}
+
+/// The value at `key`, or nullptr when it is absent or null ("not given").
+const json* Find(const json& obj, const std::string& key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::string Shown(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+absl::StatusOr<int64_t> AsInt(const json& v, const std::string& path) {
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " (", v.dump(), ") is out of the 64-bit integer range"));
+    }
+    return static_cast<int64_t>(v.get<uint64_t>());
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || std::trunc(d) != d) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " must be an integer, got ", Shown(v)));
+    }
+    // 2^63 itself is not representable as int64.
+    if (std::fabs(d) >= 9223372036854775808.0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " (", Shown(v), ") is out of the 64-bit integer range"));
+    }
+    return static_cast<int64_t>(d);
+  }
+  if (v.is_string()) {
+    // The proto JSON mapping writes int64 as a decimal string.
+    int64_t parsed = 0;
+    const std::string s = v.get<std::string>();
+    if (!s.empty() && absl::SimpleAtoi(s, &parsed) &&
+        std::all_of(s.begin() + (s[0] == '-' ? 1 : 0), s.end(),
+                    [](char c) { return absl::ascii_isdigit(c); })) {
+      return parsed;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(path, " must be an integer, got ", Shown(v)));
+}
+
+absl::StatusOr<bool> AsBool(const json& v, const std::string& path) {
+  if (v.is_boolean()) return v.get<bool>();
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, " must be true or false, got ", Shown(v)));
+}
+
+absl::StatusOr<double> AsDouble(const json& v, const std::string& path) {
+  if (v.is_number()) return v.get<double>();
+  return absl::InvalidArgumentError(absl::StrCat(path, " must be a number, got ", Shown(v)));
+}
+
+absl::StatusOr<std::string> AsString(const json& v, const std::string& path) {
+  if (v.is_string()) return v.get<std::string>();
+  return absl::InvalidArgumentError(absl::StrCat(path, " must be a string, got ", Shown(v)));
+}
+
+/// Reads `section.key` into `*out` when present; `*given` records whether it was.
+absl::Status ReadInt(const json& obj, const std::string& section, const std::string& key,
+                     int64_t* out, bool* given = nullptr) {
+  const json* v = Find(obj, key);
+  if (given != nullptr) *given = v != nullptr;
+  if (v == nullptr) return absl::OkStatus();
+  auto r = AsInt(*v, Path(section, key));
+  if (!r.ok()) return r.status();
+  *out = *r;
+  return absl::OkStatus();
+}
+
+absl::Status ReadBool(const json& obj, const std::string& section, const std::string& key,
+                      bool* out) {
+  const json* v = Find(obj, key);
+  if (v == nullptr) return absl::OkStatus();
+  auto r = AsBool(*v, Path(section, key));
+  if (!r.ok()) return r.status();
+  *out = *r;
+  return absl::OkStatus();
+}
+
+absl::Status ReadDouble(const json& obj, const std::string& section, const std::string& key,
+                        double* out) {
+  const json* v = Find(obj, key);
+  if (v == nullptr) return absl::OkStatus();
+  auto r = AsDouble(*v, Path(section, key));
+  if (!r.ok()) return r.status();
+  *out = *r;
+  return absl::OkStatus();
+}
+
+/// Reads an enum given by name; an empty string means the default.
+template <typename E, typename ParseFn>
+absl::Status ReadEnum(const json& obj, const std::string& section, const std::string& key,
+                      ParseFn parse, E* out) {
+  const json* v = Find(obj, key);
+  if (v == nullptr) return absl::OkStatus();
+  const std::string path = Path(section, key);
+  auto s = AsString(*v, path);
+  if (!s.ok()) return s.status();
+  if (s->empty()) return absl::OkStatus();
+  auto r = parse(*s);
+  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
+  *out = *r;
+  return absl::OkStatus();
+}
+
+/// A list, or a scalar as a one-element list.
+template <typename T, typename Convert>
+absl::Status ReadList(const json& obj, const std::string& section, const std::string& key,
+                      Convert convert, std::vector<T>* out) {
+  const json* v = Find(obj, key);
+  if (v == nullptr) return absl::OkStatus();
+  const std::string path = Path(section, key);
+  out->clear();
+  if (!v->is_array()) {
+    auto r = convert(*v, path);
+    if (!r.ok()) return r.status();
+    out->push_back(*r);
+    return absl::OkStatus();
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    auto r = convert((*v)[i], absl::StrCat(path, "[", i, "]"));
+    if (!r.ok()) return r.status();
+    out->push_back(*r);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Recompute> AsRecompute(const json& v, const std::string& path) {
+  auto s = AsString(v, path);
+  if (!s.ok()) return s.status();
+  auto r = ParseRecompute(*s);
+  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
+  return *r;
+}
+
+absl::Status Required(bool given, const std::string& path, const char* what) {
+  if (given) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(path, " is required (", what, ")"));
+}
+
+absl::Status ReadModel(const json& obj, ModelSpec* m) {
+  const std::string sec = "model";
+  if (!obj.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model must be an object (mapping), got ", Shown(obj)));
+  }
+  if (auto s = CheckKeys(obj, sec,
+                         {"preset", "hf_config", "hf_config_json", "name", "num_layers",
+                          "hidden_size", "num_attention_heads", "num_query_groups",
+                          "ffn_hidden_size", "vocab_size", "activation", "normalization",
+                          "tie_embeddings", "position_embedding", "num_experts"});
+      !s.ok()) {
+    return s;
+  }
+
+  std::string preset;
+  if (const json* v = Find(obj, "preset")) {
+    auto s = AsString(*v, "model.preset");
+    if (!s.ok()) return s.status();
+    preset = *s;
+  }
+  const json* hf_text = Find(obj, "hf_config_json");
+  const json* hf_object = Find(obj, "hf_config");
+  if (hf_object != nullptr && hf_object->is_string()) {
+    return absl::InvalidArgumentError(
+        "model.hf_config names a file, which only a spec file read by the CLI may do; send "
+        "the file's contents in model.hf_config_json");
+  }
+  if (hf_text != nullptr && hf_object != nullptr) {
+    return absl::InvalidArgumentError(
+        "model.hf_config and model.hf_config_json are mutually exclusive");
+  }
+  const bool has_hf = hf_text != nullptr || hf_object != nullptr;
+  if (!preset.empty() && has_hf) {
+    return absl::InvalidArgumentError(
+        "model.preset and model.hf_config are mutually exclusive: give one of them");
+  }
+
+  const bool has_base = !preset.empty() || has_hf;
+  if (!preset.empty()) {
+    auto p = FindPreset(preset);
+    if (!p.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("model.preset: ", p.status().message()));
+    }
+    *m = *p;
+    if (m->name.empty()) m->name = preset;
+  } else if (has_hf) {
+    absl::StatusOr<ModelSpec> hf;
+    if (hf_text != nullptr) {
+      auto text = AsString(*hf_text, "model.hf_config_json");
+      if (!text.ok()) return text.status();
+      hf = ModelSpecFromHfConfigText(*text);
+    } else {
+      hf = ModelSpecFromHfConfig(*hf_object);
+    }
+    if (!hf.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("model.", hf.status().message()));
+    }
+    *m = *hf;
+  }
+
+  if (const json* v = Find(obj, "name")) {
+    auto s = AsString(*v, "model.name");
+    if (!s.ok()) return s.status();
+    if (!s->empty()) m->name = *s;
+  }
+  bool layers = false, hidden = false, heads = false, groups = false, ffn = false,
+       vocab = false;
+  if (auto s = ReadInt(obj, sec, "num_layers", &m->num_layers, &layers); !s.ok()) return s;
+  if (auto s = ReadInt(obj, sec, "hidden_size", &m->hidden_size, &hidden); !s.ok()) return s;
+  if (auto s = ReadInt(obj, sec, "num_attention_heads", &m->num_attention_heads, &heads);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = ReadInt(obj, sec, "num_query_groups", &m->num_query_groups, &groups); !s.ok()) {
+    return s;
+  }
+  if (auto s = ReadInt(obj, sec, "ffn_hidden_size", &m->ffn_hidden_size, &ffn); !s.ok()) {
+    return s;
+  }
+  if (auto s = ReadInt(obj, sec, "vocab_size", &m->vocab_size, &vocab); !s.ok()) return s;
+  if (auto s = ReadEnum(obj, sec, "activation", ParseActivation, &m->activation); !s.ok()) {
+    return s;
+  }
+  if (auto s = ReadEnum(obj, sec, "normalization", ParseNormalization, &m->normalization);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = ReadBool(obj, sec, "tie_embeddings", &m->tie_embeddings); !s.ok()) return s;
+  if (auto s = ReadEnum(obj, sec, "position_embedding", ParsePositionEmbedding,
+                        &m->position_embedding);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = ReadInt(obj, sec, "num_experts", &m->num_experts); !s.ok()) return s;
+  if (m->num_experts == 0) m->num_experts = 1;  // proto: 0 or 1 = dense
+
+  if (!has_base) {
+    const char* why = "or give model.preset or model.hf_config";
+    if (auto s = Required(layers, "model.num_layers", why); !s.ok()) return s;
+    if (auto s = Required(hidden, "model.hidden_size", why); !s.ok()) return s;
+    if (auto s = Required(heads, "model.num_attention_heads", why); !s.ok()) return s;
+    if (auto s = Required(vocab, "model.vocab_size", why); !s.ok()) return s;
+    if (m->name.empty()) m->name = "custom";
+  }
+  // Zero means the documented default (spec.proto).
+  if ((!has_base && !groups) || (groups && m->num_query_groups == 0)) {
+    m->num_query_groups = m->num_attention_heads;
+  }
+  if ((!has_base && !ffn) || (ffn && m->ffn_hidden_size == 0)) {
+    // Checked against the hidden_size limit first so that 4h cannot overflow.
+    if (m->hidden_size > 0 && m->hidden_size <= (int64_t{1} << 40)) {
+      m->ffn_hidden_size = 4 * m->hidden_size;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
+  const std::string sec = "training";
+  if (!obj.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training must be an object (mapping), got ", Shown(obj)));
+  }
+  if (auto s = CheckKeys(obj, sec,
+                         {"seq_length", "global_batch_size", "precision", "flash_attention",
+                          "dropout", "optimizer", "total_tokens"});
+      !s.ok()) {
+    return s;
+  }
+  bool seq = false, batch = false;
+  if (auto s = ReadInt(obj, sec, "seq_length", &t->seq_length, &seq); !s.ok()) return s;
+  if (auto s = ReadInt(obj, sec, "global_batch_size", &t->global_batch_size, &batch); !s.ok()) {
+    return s;
+  }
+  if (auto s = ReadEnum(obj, sec, "precision", ParsePrecision, &t->precision); !s.ok()) return s;
+  if (auto s = ReadBool(obj, sec, "flash_attention", &t->flash_attention); !s.ok()) return s;
+  if (auto s = ReadBool(obj, sec, "dropout", &t->dropout); !s.ok()) return s;
+  if (const json* v = Find(obj, "optimizer")) {
+    auto s = AsString(*v, "training.optimizer");
+    if (!s.ok()) return s.status();
+    if (!s->empty() && *s != "adam" && *s != "adamw") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training.optimizer ('", *s, "') is not supported: only adam is modelled"));
+    }
+  }
+  if (auto s = ReadInt(obj, sec, "total_tokens", &t->total_tokens); !s.ok()) return s;
+  if (auto s = Required(seq, "training.seq_length", "tokens per sequence"); !s.ok()) return s;
+  return Required(batch, "training.global_batch_size", "sequences per optimizer step");
+}
+
+absl::Status ReadCluster(const json& obj, ClusterSpec* c) {
+  const std::string sec = "cluster";
+  if (!obj.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cluster must be an object (mapping), got ", Shown(obj)));
+  }
+  if (auto s = CheckKeys(obj, sec,
+                         {"gpu", "num_gpus", "gpus_per_node", "nvlink_bandwidth_gbps",
+                          "network_bandwidth_gbps", "memory_gib"});
+      !s.ok()) {
+    return s;
+  }
+  if (const json* v = Find(obj, "gpu")) {
+    auto s = AsString(*v, "cluster.gpu");
+    if (!s.ok()) return s.status();
+    c->gpu = *s;
+  }
+  bool gpus = false, per_node = false;
+  if (auto s = ReadInt(obj, sec, "num_gpus", &c->num_gpus, &gpus); !s.ok()) return s;
+  if (auto s = ReadInt(obj, sec, "gpus_per_node", &c->gpus_per_node, &per_node); !s.ok()) {
+    return s;
+  }
+  if (per_node && c->gpus_per_node == 0) c->gpus_per_node = 8;  // proto: default 8
+  if (auto s = ReadDouble(obj, sec, "nvlink_bandwidth_gbps", &c->nvlink_bandwidth_gbps);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = ReadDouble(obj, sec, "network_bandwidth_gbps", &c->network_bandwidth_gbps);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = ReadDouble(obj, sec, "memory_gib", &c->memory_gib); !s.ok()) return s;
+  if (c->gpu.empty()) {
+    return absl::InvalidArgumentError(
+        "cluster.gpu is required (a device kind such as a100-80gb or h100-sxm-80gb)");
+  }
+  return Required(gpus, "cluster.num_gpus", "GPUs in the cluster");
+}
+
+absl::Status ReadSearch(const json& obj, SearchOptions* o) {
+  const std::string sec = "search";
+  if (!obj.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("search must be an object (mapping), got ", Shown(obj)));
+  }
+  if (auto s = CheckKeys(obj, sec,
+                         {"tp", "pp", "dp", "cp", "vp", "micro_batch_size", "sequence_parallel",
+                          "recompute", "recompute_num_layers", "distributed_optimizer", "top_k",
+                          "objective", "mode", "allow_tp_across_nodes", "verify_top_k"});
+      !s.ok()) {
+    return s;
+  }
+  const std::pair<const char*, std::vector<int64_t>*> int_lists[] = {
+      {"tp", &o->tp},
+      {"pp", &o->pp},
+      {"dp", &o->dp},
+      {"cp", &o->cp},
+      {"vp", &o->vp},
+      {"micro_batch_size", &o->micro_batch_size},
+      {"recompute_num_layers", &o->recompute_num_layers}};
+  for (const auto& [key, list] : int_lists) {
+    if (auto s = ReadList(obj, sec, key, AsInt, list); !s.ok()) return s;
+  }
+  if (auto s = ReadList(obj, sec, "sequence_parallel", AsBool, &o->sequence_parallel); !s.ok()) {
+    return s;
+  }
+  if (auto s = ReadList(obj, sec, "distributed_optimizer", AsBool, &o->distributed_optimizer);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = ReadList(obj, sec, "recompute", AsRecompute, &o->recompute); !s.ok()) return s;
+  bool top_k = false;
+  if (auto s = ReadInt(obj, sec, "top_k", &o->top_k, &top_k); !s.ok()) return s;
+  if (top_k && o->top_k == 0) o->top_k = 10;  // proto: default 10
+  if (auto s = ReadEnum(obj, sec, "objective", ParseObjective, &o->objective); !s.ok()) return s;
+  if (auto s = ReadEnum(obj, sec, "mode", ParseSearchMode, &o->mode); !s.ok()) return s;
+  if (auto s = ReadBool(obj, sec, "allow_tp_across_nodes", &o->allow_tp_across_nodes); !s.ok()) {
+    return s;
+  }
+  return ReadInt(obj, sec, "verify_top_k", &o->verify_top_k);
+}
+
+// ---- Writing ----------------------------------------------------------------------------
+
+json IntsToJson(const std::vector<int64_t>& v) { return json(v); }
+
+json BoolsToJson(const std::vector<bool>& v) {
+  json a = json::array();
+  for (bool b : v) a.push_back(b);
+  return a;
+}
+
+std::string OnOff(bool b) { return b ? "y" : "-"; }
+
+std::string CsvField(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string quoted = "\"";
+  for (char c : s) {
+    if (c == '"') quoted += '"';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+}  // namespace
+
+absl::StatusOr<JobSpec> JobSpecFromJson(const json& j) {
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a job spec must be an object with model, training, cluster and search, got ",
+        Shown(j)));
+  }
+  if (auto s = CheckKeys(j, "", {"name", "model", "training", "cluster", "search"}); !s.ok()) {
+    return s;
+  }
+  JobSpec spec;
+  if (const json* v = Find(j, "name")) {
+    auto s = AsString(*v, "name");
+    if (!s.ok()) return s.status();
+    spec.name = *s;
+  }
+  for (const char* section : {"model", "training", "cluster"}) {
+    if (Find(j, section) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("section '", section, "' is required"));
+    }
+  }
+  if (auto s = ReadModel(j.at("model"), &spec.model); !s.ok()) return s;
+  if (auto s = ReadTraining(j.at("training"), &spec.training); !s.ok()) return s;
+  if (auto s = ReadCluster(j.at("cluster"), &spec.cluster); !s.ok()) return s;
+  if (const json* search = Find(j, "search")) {
+    if (auto s = ReadSearch(*search, &spec.search); !s.ok()) return s;
+  }
+  if (spec.name.empty()) spec.name = spec.model.name;
+  if (auto s = spec.Validate(); !s.ok()) return s;
+  return spec;
+}
+
+json JobSpecToJson(const JobSpec& spec) {
+  const ModelSpec& m = spec.model;
+  const TrainingSpec& t = spec.training;
+  const ClusterSpec& c = spec.cluster;
+  const SearchOptions& o = spec.search;
+  json recompute = json::array();
+  for (Recompute r : o.recompute) recompute.push_back(ToString(r));
+  return json{
+      {"name", spec.name},
+      {"model",
+       {{"name", m.name},
+        {"num_layers", m.num_layers},
+        {"hidden_size", m.hidden_size},
+        {"num_attention_heads", m.num_attention_heads},
+        {"num_query_groups", m.num_query_groups},
+        {"ffn_hidden_size", m.ffn_hidden_size},
+        {"vocab_size", m.vocab_size},
+        {"activation", ToString(m.activation)},
+        {"normalization", ToString(m.normalization)},
+        {"tie_embeddings", m.tie_embeddings},
+        {"position_embedding", ToString(m.position_embedding)},
+        {"num_experts", m.num_experts}}},
+      {"training",
+       {{"seq_length", t.seq_length},
+        {"global_batch_size", t.global_batch_size},
+        {"precision", ToString(t.precision)},
+        {"flash_attention", t.flash_attention},
+        {"dropout", t.dropout},
+        {"optimizer", "adam"},
+        {"total_tokens", t.total_tokens}}},
+      {"cluster",
+       {{"gpu", c.gpu},
+        {"num_gpus", c.num_gpus},
+        {"gpus_per_node", c.gpus_per_node},
+        {"nvlink_bandwidth_gbps", c.nvlink_bandwidth_gbps},
+        {"network_bandwidth_gbps", c.network_bandwidth_gbps},
+        {"memory_gib", c.memory_gib}}},
+      {"search",
+       {{"tp", IntsToJson(o.tp)},
+        {"pp", IntsToJson(o.pp)},
+        {"dp", IntsToJson(o.dp)},
+        {"cp", IntsToJson(o.cp)},
+        {"vp", IntsToJson(o.vp)},
+        {"micro_batch_size", IntsToJson(o.micro_batch_size)},
+        {"sequence_parallel", BoolsToJson(o.sequence_parallel)},
+        {"recompute", recompute},
+        {"recompute_num_layers", IntsToJson(o.recompute_num_layers)},
+        {"distributed_optimizer", BoolsToJson(o.distributed_optimizer)},
+        {"top_k", o.top_k},
+        {"objective", ToString(o.objective)},
+        {"mode", ToString(o.mode)},
+        {"allow_tp_across_nodes", o.allow_tp_across_nodes},
+        {"verify_top_k", o.verify_top_k}}}};
+}
+
+absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
+  const SearchOptions& o = spec.search;
+  auto unpinned = [](const char* dim, size_t n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "search.", dim, " is not pinned: a single layout needs exactly one value, got ",
+        n == 0 ? "none" : absl::StrCat(n, " values")));
+  };
+  ParallelConfig c;
+  if (o.tp.size() != 1) return unpinned("tp", o.tp.size());
+  c.tp = o.tp[0];
+  if (o.pp.size() != 1) return unpinned("pp", o.pp.size());
+  c.pp = o.pp[0];
+  if (o.cp.size() != 1) return unpinned("cp", o.cp.size());
+  c.cp = o.cp[0];
+  if (o.dp.size() == 1) {
+    c.dp = o.dp[0];
+  } else if (o.dp.empty() && spec.cluster.num_gpus % (c.tp * c.pp * c.cp) == 0) {
+    c.dp = spec.cluster.num_gpus / (c.tp * c.pp * c.cp);
+  } else {
+    return unpinned("dp", o.dp.size());
+  }
+  if (o.vp.size() == 1) {
+    c.vp = o.vp[0];
+  } else if (!(o.vp.empty() && c.pp == 1)) {
+    return unpinned("vp", o.vp.size());
+  }
+  if (o.micro_batch_size.size() != 1) {
+    return unpinned("micro_batch_size", o.micro_batch_size.size());
+  }
+  c.micro_batch_size = o.micro_batch_size[0];
+  if (o.sequence_parallel.size() == 1) {
+    c.sequence_parallel = o.sequence_parallel[0];
+  } else if (!(o.sequence_parallel.empty() && c.tp == 1)) {
+    return unpinned("sequence_parallel", o.sequence_parallel.size());
+  }
+  if (o.recompute.size() != 1) return unpinned("recompute", o.recompute.size());
+  c.recompute = o.recompute[0];
+  if (c.recompute == Recompute::kFull) {
+    if (o.recompute_num_layers.size() != 1) {
+      return unpinned("recompute_num_layers", o.recompute_num_layers.size());
+    }
+    c.recompute_num_layers = o.recompute_num_layers[0];
+  }
+  if (o.distributed_optimizer.size() == 1) {
+    c.distributed_optimizer = o.distributed_optimizer[0];
+  } else if (!(o.distributed_optimizer.empty() && c.dp == 1)) {
+    return unpinned("distributed_optimizer", o.distributed_optimizer.size());
+  }
+  return c;
+}
+
+json ParallelConfigToJson(const ParallelConfig& c) {
+  return json{{"tp", c.tp},
+              {"pp", c.pp},
+              {"dp", c.dp},
+              {"cp", c.cp},
+              {"vp", c.vp},
+              {"micro_batch_size", c.micro_batch_size},
+              {"sequence_parallel", c.sequence_parallel},
+              {"recompute", ToString(c.recompute)},
+              {"recompute_num_layers", c.recompute_num_layers},
+              {"distributed_optimizer", c.distributed_optimizer}};
+}
+
+json RankedConfigToJson(const RankedConfig& r) {
+  const MemoryBreakdown& m = r.memory;
+  const TimeBreakdown& t = r.time;
+  json j{{"rank", r.rank},
+         {"config", ParallelConfigToJson(r.config)},
+         {"iteration_time_s", r.iteration_time_s},
+         {"tokens_per_sec_per_gpu", r.tokens_per_sec_per_gpu},
+         {"model_tflops_per_gpu", r.model_tflops_per_gpu},
+         {"hardware_tflops_per_gpu", r.hardware_tflops_per_gpu},
+         {"mfu", r.mfu},
+         {"memory",
+          {{"peak_gib", m.Peak() / kGiB},
+           {"weights", m.weights / kGiB},
+           {"gradients", m.gradients / kGiB},
+           {"optimizer", m.optimizer / kGiB},
+           {"activations", m.activations / kGiB},
+           {"other", m.other / kGiB},
+           {"capacity_gib", m.capacity / kGiB}}},
+         {"fits", r.fits},
+         {"source", r.source == ResultSource::kMeasured ? "measured" : "modelled"},
+         {"time",
+          {{"compute", t.compute},
+           {"tp_comm", t.tp_comm},
+           {"cp_comm", t.cp_comm},
+           {"pp_bubble", t.pp_bubble},
+           {"pp_p2p", t.pp_p2p},
+           {"dp_comm", t.dp_comm},
+           {"optimizer", t.optimizer}}},
+         {"notes", r.notes}};
+  if (r.time_to_train_days > 0) j["time_to_train_days"] = r.time_to_train_days;
+  return j;
+}
+
+json PlanResultToJson(const PlanResult& result) {
+  json ranked = json::array();
+  for (const RankedConfig& r : result.ranked) ranked.push_back(RankedConfigToJson(r));
+  json rejected = json::array();
+  for (const RejectedConfig& r : result.rejected) {
+    rejected.push_back({{"config", ParallelConfigToJson(r.config)}, {"reason", r.reason}});
+  }
+  return json{{"ranked", ranked},
+              {"candidates_considered", result.candidates_considered},
+              {"feasible", result.feasible},
+              {"elapsed_ms", result.elapsed_ms},
+              {"rejected", rejected}};
+}
+
+std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec) {
+  std::string out = absl::StrFormat(
+      "# %s: L=%d h=%d a=%d | %d x %s (%d/node) | B=%d s=%d %s\n", spec.model.name,
+      spec.model.num_layers, spec.model.hidden_size, spec.model.num_attention_heads,
+      spec.cluster.num_gpus, spec.cluster.gpu, spec.cluster.gpus_per_node,
+      spec.training.global_batch_size, spec.training.seq_length,
+      ToString(spec.training.precision));
+  // 79 columns.
+  absl::StrAppend(&out, absl::StrFormat("%4s %2s %2s %5s %2s %2s %3s %2s %-9s %4s %8s %9s %6s %8s\n",
+                                        "rank", "TP", "PP", "DP", "CP", "VP", "mb", "SP",
+                                        "recompute", "dopt", "iter s", "tok/s/GPU", "MFU",
+                                        "mem GiB"));
+  bool any_oom = false;
+  for (const RankedConfig& r : result.ranked) {
+    const ParallelConfig& c = r.config;
+    std::string recompute = ToString(c.recompute);
+    if (c.recompute == Recompute::kFull) absl::StrAppend(&recompute, "/", c.recompute_num_layers);
+    const double iter = r.iteration_time_s;
+    const std::string iter_s =
+        iter < 100 ? absl::StrFormat("%.3f", iter) : absl::StrFormat("%.1f", iter);
+    const std::string mfu = absl::StrFormat("%.1f%%", 100.0 * r.mfu);
+    const std::string mem = absl::StrFormat("%.1f%s", r.memory.Peak() / kGiB, r.fits ? " " : "!");
+    any_oom = any_oom || !r.fits;
+    absl::StrAppend(&out, absl::StrFormat(
+                              "%4d %2d %2d %5d %2d %2d %3d %2s %-9s %4s %8s %9.0f %6s %8s\n",
+                              r.rank, c.tp, c.pp, c.dp, c.cp, c.vp, c.micro_batch_size,
+                              OnOff(c.sequence_parallel), recompute,
+                              OnOff(c.distributed_optimizer), iter_s, r.tokens_per_sec_per_gpu,
+                              mfu, mem));
+  }
+  if (result.ranked.empty()) absl::StrAppend(&out, "(no layout to rank)\n");
+  if (any_oom) absl::StrAppend(&out, "! does not fit in device memory\n");
+  absl::StrAppend(&out, absl::StrFormat(
+                            "# %d candidates, %d feasible, %d rejected with a reason, %.1f ms\n",
+                            result.candidates_considered, result.feasible,
+                            static_cast<int64_t>(result.rejected.size()), result.elapsed_ms));
+  if (!result.ranked.empty()) {
+    const RankedConfig& best = result.ranked.front();
+    if (best.time_to_train_days > 0) {
+      absl::StrAppend(&out, absl::StrFormat("# rank 1 trains %g tokens in %.1f days\n",
+                                            static_cast<double>(spec.training.total_tokens),
+                                            best.time_to_train_days));
+    }
+    for (const std::string& note : best.notes) absl::StrAppend(&out, "# rank 1: ", note, "\n");
+  }
+  return out;
+}
+
+std::string FormatPlanCsv(const PlanResult& result) {
+  std::string out =
+      "rank,tp,pp,dp,cp,vp,micro_batch_size,sequence_parallel,recompute,recompute_num_layers,"
+      "distributed_optimizer,iteration_time_s,tokens_per_sec_per_gpu,model_tflops_per_gpu,"
+      "hardware_tflops_per_gpu,mfu,peak_gib,weights_gib,gradients_gib,optimizer_gib,"
+      "activations_gib,other_gib,capacity_gib,fits,source,time_to_train_days,status,reason\n";
+  auto config_fields = [](const ParallelConfig& c) {
+    return absl::StrCat(c.tp, ",", c.pp, ",", c.dp, ",", c.cp, ",", c.vp, ",",
+                        c.micro_batch_size, ",", c.sequence_parallel ? "true" : "false", ",",
+                        ToString(c.recompute), ",", c.recompute_num_layers, ",",
+                        c.distributed_optimizer ? "true" : "false");
+  };
+  for (const RankedConfig& r : result.ranked) {
+    const MemoryBreakdown& m = r.memory;
+    absl::StrAppend(
+        &out, r.rank, ",", config_fields(r.config), ",",
+        absl::StrFormat("%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g",
+                        r.iteration_time_s, r.tokens_per_sec_per_gpu, r.model_tflops_per_gpu,
+                        r.hardware_tflops_per_gpu, r.mfu, m.Peak() / kGiB, m.weights / kGiB,
+                        m.gradients / kGiB, m.optimizer / kGiB, m.activations / kGiB,
+                        m.other / kGiB, m.capacity / kGiB),
+        ",", r.fits ? "true" : "false", ",",
+        r.source == ResultSource::kMeasured ? "measured" : "modelled", ",",
+        r.time_to_train_days > 0 ? absl::StrFormat("%.6g", r.time_to_train_days) : "", ",",
+        "ranked,", CsvField(absl::StrJoin(r.notes, "; ")), "\n");
+  }
+  for (const RejectedConfig& r : result.rejected) {
+    // Fifteen empty fields: the figures, fits, source and time_to_train_days.
+    absl::StrAppend(&out, ",", config_fields(r.config), ",", std::string(15, ','), "rejected,",
+                    CsvField(r.reason), "\n");
+  }
+  return out;
+}
+
+}  // namespace paratune

@@ -1,0 +1,59 @@
+// JSON forms of the domain: JobSpec in (strict), PlanResult out, plus the terminal table and
+// CSV. Field names are those of proto/paratune/v1/spec.proto and results.proto in the
+// snake_case JSON mapping, so that the CLI's spec files, the REST body and `--json` output
+// are one format.
+#ifndef PARATUNE_SEARCH_SPEC_IO_H_
+#define PARATUNE_SEARCH_SPEC_IO_H_
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "search/parallel_config.h"
+#include "search/plan_result.h"
+#include "search/specs.h"
+
+namespace paratune {
+
+/// Builds a JobSpec from its JSON form (`{name, model, training, cluster, search}`) and
+/// validates it (JobSpec::Validate). Strict: an unknown field is an error naming its path
+/// (`unknown field 'model.hiden_size' (did you mean 'model.hidden_size'?)`), and so is a
+/// wrong type. Integers may be JSON numbers with an integral value or decimal strings (the
+/// proto JSON form of int64); null means "not given". A scalar where a search list is
+/// expected is a one-element list. Zero is the default for the fields whose proto comment
+/// says so (num_query_groups = heads, ffn_hidden_size = 4h, gpus_per_node = 8, top_k = 10).
+/// The model is `model.preset` (search/presets.h) or `model.hf_config_json` (the text of
+/// a Hugging Face config.json; `model.hf_config` may hold the parsed object) or explicit
+/// fields; explicit fields given beside a preset or config override it.
+absl::StatusOr<JobSpec> JobSpecFromJson(const nlohmann::json& j);
+
+/// The canonical JSON of a spec: explicit model fields (no preset), every default written
+/// out; JobSpecFromJson reads it back to the same spec (except
+/// model.max_position_embeddings, which the wire form does not carry).
+nlohmann::json JobSpecToJson(const JobSpec& spec);
+
+/// The one layout a fully pinned spec names, for `paratune estimate` and `export`. Every
+/// search dimension needs exactly one value, except those with only one meaningful value:
+/// dp (= num_gpus / (tp*pp*cp)), vp when pp is 1, sequence_parallel when tp is 1,
+/// distributed_optimizer when dp is 1, recompute_num_layers unless recompute is full.
+/// InvalidArgument naming the first unpinned dimension.
+absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec);
+
+nlohmann::json ParallelConfigToJson(const ParallelConfig& config);
+/// paratune.v1.RankedConfig; memory in GiB; time_to_train_days only when positive.
+nlohmann::json RankedConfigToJson(const RankedConfig& ranked);
+/// paratune.v1.PlanResult (`ranked`, `candidates_considered`, `feasible`, `elapsed_ms`,
+/// `rejected`). int64 fields are JSON numbers (proto JSON would quote them).
+nlohmann::json PlanResultToJson(const PlanResult& result);
+
+/// The ranked layouts as a table that fits 80 columns, with a header naming the job and a
+/// summary line; notes of the best layout follow.
+std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec);
+
+/// One CSV row per candidate: the ranked ones, then the rejected ones with their reason.
+std::string FormatPlanCsv(const PlanResult& result);
+
+}  // namespace paratune
+
+#endif  // PARATUNE_SEARCH_SPEC_IO_H_

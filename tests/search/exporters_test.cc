@@ -1,0 +1,228 @@
+// Megatron-LM arguments and NeMo overrides for known layouts.
+#include "search/exporters.h"
+
+#include <map>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_split.h"
+
+namespace paratune {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+JobSpec Gpt3() {
+  JobSpec spec;
+  spec.model.name = "gpt3-175b";
+  spec.model.num_layers = 96;
+  spec.model.hidden_size = 12288;
+  spec.model.num_attention_heads = 96;
+  spec.model.num_query_groups = 96;
+  spec.model.ffn_hidden_size = 49152;
+  spec.model.vocab_size = 51200;
+  spec.training.seq_length = 2048;
+  spec.training.global_batch_size = 1536;
+  spec.cluster.gpu = "a100-80gb";
+  spec.cluster.num_gpus = 1024;
+  return spec;
+}
+
+JobSpec Llama3_8B() {
+  JobSpec spec;
+  spec.model.name = "llama3-8b";
+  spec.model.num_layers = 32;
+  spec.model.hidden_size = 4096;
+  spec.model.num_attention_heads = 32;
+  spec.model.num_query_groups = 8;
+  spec.model.ffn_hidden_size = 14336;
+  spec.model.vocab_size = 128256;
+  spec.model.activation = Activation::kSwiglu;
+  spec.model.normalization = Normalization::kRmsNorm;
+  spec.model.position_embedding = PositionEmbedding::kRope;
+  spec.model.max_position_embeddings = 8192;
+  spec.training.seq_length = 8192;
+  spec.training.global_batch_size = 128;
+  spec.training.precision = Precision::kFp8;
+  spec.cluster.gpu = "h100-sxm-80gb";
+  spec.cluster.num_gpus = 8;
+  return spec;
+}
+
+/// Flag → value ("" for switches); the flags must be unique.
+std::map<std::string, std::string> ArgMap(const JobSpec& spec, const ParallelConfig& c) {
+  auto args = MegatronArgs(spec, c);
+  EXPECT_TRUE(args.ok()) << args.status();
+  std::map<std::string, std::string> m;
+  for (const auto& [flag, value] : *args) {
+    EXPECT_TRUE(m.emplace(flag, value).second) << "duplicate " << flag;
+  }
+  return m;
+}
+
+TEST(ExportersTest, MegatronGpt3Interleaved) {
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 8;
+  c.dp = 16;
+  c.vp = 2;
+  c.micro_batch_size = 1;
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kSelective;
+  c.distributed_optimizer = true;
+  auto m = ArgMap(Gpt3(), c);
+  EXPECT_EQ(m["--tensor-model-parallel-size"], "8");
+  EXPECT_EQ(m["--pipeline-model-parallel-size"], "8");
+  EXPECT_EQ(m["--num-layers-per-virtual-pipeline-stage"], "6");  // 96 / (8 * 2)
+  EXPECT_EQ(m["--context-parallel-size"], "1");
+  EXPECT_EQ(m.count("--sequence-parallel"), 1u);
+  EXPECT_EQ(m["--micro-batch-size"], "1");
+  EXPECT_EQ(m["--global-batch-size"], "1536");
+  EXPECT_EQ(m["--recompute-granularity"], "selective");
+  EXPECT_EQ(m.count("--recompute-method"), 0u);
+  EXPECT_EQ(m.count("--use-distributed-optimizer"), 1u);
+  EXPECT_EQ(m["--num-layers"], "96");
+  EXPECT_EQ(m["--hidden-size"], "12288");
+  EXPECT_EQ(m["--num-attention-heads"], "96");
+  EXPECT_EQ(m.count("--group-query-attention"), 0u);  // MHA
+  EXPECT_EQ(m["--ffn-hidden-size"], "49152");
+  EXPECT_EQ(m["--seq-length"], "2048");
+  EXPECT_EQ(m["--max-position-embeddings"], "2048");
+  EXPECT_EQ(m.count("--swiglu"), 0u);
+  EXPECT_EQ(m.count("--normalization"), 0u);
+  EXPECT_EQ(m.count("--untie-embeddings-and-output-weights"), 1u);
+  EXPECT_EQ(m.count("--position-embedding-type"), 0u);  // learned_absolute is the default
+  EXPECT_EQ(m.count("--bf16"), 1u);
+  EXPECT_EQ(m.count("--use-flash-attn"), 1u);
+  EXPECT_EQ(m["--attention-dropout"], "0.0");
+  EXPECT_EQ(m["--hidden-dropout"], "0.0");
+}
+
+TEST(ExportersTest, MegatronLlamaGqaFp8) {
+  ParallelConfig c;
+  c.tp = 2;
+  c.dp = 4;
+  c.micro_batch_size = 2;
+  auto m = ArgMap(Llama3_8B(), c);
+  EXPECT_EQ(m.count("--group-query-attention"), 1u);
+  EXPECT_EQ(m["--num-query-groups"], "8");
+  EXPECT_EQ(m.count("--swiglu"), 1u);
+  EXPECT_EQ(m["--normalization"], "RMSNorm");
+  EXPECT_EQ(m["--position-embedding-type"], "rope");
+  EXPECT_EQ(m.count("--untie-embeddings-and-output-weights"), 1u);
+  EXPECT_EQ(m.count("--bf16"), 1u);
+  EXPECT_EQ(m["--fp8-format"], "hybrid");
+  EXPECT_EQ(m.count("--num-layers-per-virtual-pipeline-stage"), 0u);
+  EXPECT_EQ(m.count("--sequence-parallel"), 0u);
+  EXPECT_EQ(m.count("--recompute-granularity"), 0u);
+  EXPECT_EQ(m.count("--use-distributed-optimizer"), 0u);
+  EXPECT_EQ(m["--max-position-embeddings"], "8192");
+}
+
+TEST(ExportersTest, FullRecomputeMethods) {
+  JobSpec spec = Gpt3();
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 8;  // 12 layers per stage
+  c.dp = 16;
+  c.recompute = Recompute::kFull;
+  c.recompute_num_layers = 0;  // every layer
+  auto m = ArgMap(spec, c);
+  EXPECT_EQ(m["--recompute-granularity"], "full");
+  EXPECT_EQ(m["--recompute-method"], "uniform");
+  EXPECT_EQ(m["--recompute-num-layers"], "1");
+  c.recompute_num_layers = 12;  // = every layer of the stage
+  EXPECT_EQ(ArgMap(spec, c)["--recompute-method"], "uniform");
+  c.recompute_num_layers = 5;  // only 5 of 12 layers per stage
+  m = ArgMap(spec, c);
+  EXPECT_EQ(m["--recompute-method"], "block");
+  EXPECT_EQ(m["--recompute-num-layers"], "5");
+  c.vp = 2;  // block counts per model chunk: 4 per stage = 2 per chunk
+  c.recompute_num_layers = 4;
+  EXPECT_EQ(ArgMap(spec, c)["--recompute-num-layers"], "2");
+  c.recompute_num_layers = 5;  // rounded up to 3 per chunk, with a note
+  EXPECT_EQ(ArgMap(spec, c)["--recompute-num-layers"], "3");
+  auto text = FormatMegatronArgs(spec, c);
+  ASSERT_TRUE(text.ok());
+  EXPECT_THAT(*text, HasSubstr("# note: recompute_num_layers 5 per stage rounded up to 3"));
+}
+
+TEST(ExportersTest, RejectsLayersNotDivisibleByStages) {
+  ParallelConfig c;
+  c.pp = 7;
+  auto args = MegatronArgs(Gpt3(), c);
+  ASSERT_FALSE(args.ok());
+  EXPECT_EQ(args.status().message(),
+            "model.num_layers (96) must be divisible by pp x vp (7 x 1) to export the layout");
+  EXPECT_FALSE(NemoConfigOverride(Gpt3(), c).ok());
+}
+
+TEST(ExportersTest, FormattedArgsAreAShellContinuation) {
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 16;
+  c.dp = 8;
+  auto text = FormatMegatronArgs(Gpt3(), c);
+  ASSERT_TRUE(text.ok()) << text.status();
+  std::vector<std::string> lines = absl::StrSplit(*text, '\n', absl::SkipEmpty());
+  ASSERT_GT(lines.size(), 3u);
+  EXPECT_THAT(lines[0], HasSubstr("# Megatron-LM arguments for gpt3-175b"));
+  EXPECT_THAT(lines[1], HasSubstr("1024 GPUs = tp 8 x pp 16 x cp 1 x dp 8"));
+  EXPECT_THAT(lines[1], HasSubstr("128 node(s) x 8 GPUs"));
+  EXPECT_EQ(lines[2], "--tensor-model-parallel-size 8 \\");
+  for (size_t i = 2; i + 1 < lines.size(); ++i) {
+    EXPECT_TRUE(lines[i].ends_with(" \\")) << lines[i];
+    EXPECT_TRUE(lines[i].starts_with("--")) << lines[i];
+  }
+  EXPECT_THAT(lines.back(), Not(HasSubstr("\\")));
+}
+
+TEST(ExportersTest, NemoOverride) {
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 8;
+  c.dp = 16;
+  c.vp = 2;
+  c.micro_batch_size = 2;
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kFull;
+  c.recompute_num_layers = 0;
+  c.distributed_optimizer = true;
+  auto yaml = NemoConfigOverride(Gpt3(), c);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  for (const char* line :
+       {"trainer:\n", "  num_nodes: 128\n", "  devices: 8\n", "  precision: bf16-mixed\n",
+        "model:\n", "  micro_batch_size: 2\n", "  global_batch_size: 1536\n",
+        "  tensor_model_parallel_size: 8\n", "  pipeline_model_parallel_size: 8\n",
+        "  virtual_pipeline_model_parallel_size: 2\n", "  context_parallel_size: 1\n",
+        "  sequence_parallel: true\n", "  activations_checkpoint_granularity: full\n",
+        "  activations_checkpoint_method: uniform\n",
+        "  activations_checkpoint_num_layers: 1\n", "  num_layers: 96\n",
+        "  num_query_groups: null\n", "  activation: gelu\n", "  normalization: layernorm\n",
+        "  position_embedding_type: learned_absolute\n",
+        "  share_embeddings_and_output_weights: false\n", "  encoder_seq_length: 2048\n",
+        "  optim:\n    name: distributed_fused_adam\n"}) {
+    EXPECT_THAT(*yaml, HasSubstr(line));
+  }
+
+  ParallelConfig small;
+  small.tp = 2;
+  small.dp = 4;
+  small.recompute = Recompute::kSelective;
+  yaml = NemoConfigOverride(Llama3_8B(), small);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  for (const char* line :
+       {"  num_nodes: 1\n", "  devices: 8\n", "  virtual_pipeline_model_parallel_size: null\n",
+        "  activations_checkpoint_granularity: selective\n",
+        "  activations_checkpoint_method: null\n", "  num_query_groups: 8\n",
+        "  activation: fast-swiglu\n", "  normalization: rmsnorm\n",
+        "  position_embedding_type: rope\n", "  fp8: true\n", "  fp8_hybrid: true\n",
+        "  max_position_embeddings: 8192\n", "    name: fused_adam\n"}) {
+    EXPECT_THAT(*yaml, HasSubstr(line));
+  }
+}
+
+}  // namespace
+}  // namespace paratune

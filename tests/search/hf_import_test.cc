@@ -1,0 +1,183 @@
+// Hugging Face config.json import: real configs of each family (tests/data/hf/) map to the
+// published architecture; parameter counts of the imported models equal the published
+// ones exactly where ParaTune's layer matches the family's (Llama, Mistral, GPT-2).
+#include "search/hf_import.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "search/model_math.h"
+
+namespace paratune {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ReadHfConfig(const std::string& name) {
+  const char* root = std::getenv("PARATUNE_SOURCE_DIR");
+  const std::string path =
+      std::string(root != nullptr ? root : ".") + "/tests/data/hf/" + name + ".json";
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "cannot read " << path;
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+ModelSpec Import(const std::string& name) {
+  auto m = ModelSpecFromHfConfigText(ReadHfConfig(name));
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *m : ModelSpec{};
+}
+
+TEST(HfImportTest, Llama3_8B) {
+  ModelSpec m = Import("llama3-8b");
+  EXPECT_EQ(m.num_layers, 32);
+  EXPECT_EQ(m.hidden_size, 4096);
+  EXPECT_EQ(m.num_attention_heads, 32);
+  EXPECT_EQ(m.num_query_groups, 8);
+  EXPECT_EQ(m.ffn_hidden_size, 14336);
+  EXPECT_EQ(m.vocab_size, 128256);
+  EXPECT_EQ(m.max_position_embeddings, 8192);
+  EXPECT_EQ(m.activation, Activation::kSwiglu);
+  EXPECT_EQ(m.normalization, Normalization::kRmsNorm);
+  EXPECT_EQ(m.position_embedding, PositionEmbedding::kRope);
+  EXPECT_FALSE(m.tie_embeddings);
+  EXPECT_TRUE(m.Validate().ok()) << m.Validate();
+  // Meta-Llama-3-8B has 8,030,261,248 parameters.
+  EXPECT_EQ(TotalParams(m), 8030261248.0);
+}
+
+TEST(HfImportTest, Mistral7B) {
+  ModelSpec m = Import("mistral-7b");
+  EXPECT_EQ(m.num_query_groups, 8);
+  EXPECT_EQ(m.vocab_size, 32000);
+  EXPECT_EQ(m.activation, Activation::kSwiglu);
+  // Mistral-7B-v0.1 has 7,241,732,096 parameters.
+  EXPECT_EQ(TotalParams(m), 7241732096.0);
+}
+
+TEST(HfImportTest, Qwen2TiesEmbeddingsWhenTheConfigSaysSo) {
+  ModelSpec m = Import("qwen2-0.5b");
+  EXPECT_EQ(m.num_layers, 24);
+  EXPECT_EQ(m.hidden_size, 896);
+  EXPECT_EQ(m.num_attention_heads, 14);
+  EXPECT_EQ(m.num_query_groups, 2);
+  EXPECT_EQ(m.ffn_hidden_size, 4864);
+  EXPECT_TRUE(m.tie_embeddings);
+  EXPECT_EQ(m.normalization, Normalization::kRmsNorm);
+}
+
+TEST(HfImportTest, Gpt2UsesItsOwnFieldNames) {
+  ModelSpec m = Import("gpt2");
+  EXPECT_EQ(m.num_layers, 12);
+  EXPECT_EQ(m.hidden_size, 768);
+  EXPECT_EQ(m.num_attention_heads, 12);
+  EXPECT_EQ(m.num_query_groups, 12);
+  EXPECT_EQ(m.ffn_hidden_size, 3072);  // n_inner absent: 4 * n_embd
+  EXPECT_EQ(m.vocab_size, 50257);
+  EXPECT_EQ(m.max_position_embeddings, 1024);
+  EXPECT_EQ(m.activation, Activation::kGelu);
+  EXPECT_EQ(m.normalization, Normalization::kLayerNorm);
+  EXPECT_EQ(m.position_embedding, PositionEmbedding::kLearned);
+  EXPECT_TRUE(m.tie_embeddings);
+  // GPT-2 small has 124,439,808 parameters (biases, learned positions, tied output).
+  EXPECT_EQ(TotalParams(m), 124439808.0);
+}
+
+TEST(HfImportTest, GptNeoX20B) {
+  ModelSpec m = Import("gpt-neox-20b");
+  EXPECT_EQ(m.num_layers, 44);
+  EXPECT_EQ(m.hidden_size, 6144);
+  EXPECT_EQ(m.num_attention_heads, 64);
+  EXPECT_EQ(m.ffn_hidden_size, 24576);
+  EXPECT_EQ(m.vocab_size, 50432);
+  EXPECT_EQ(m.activation, Activation::kGelu);
+  EXPECT_EQ(m.normalization, Normalization::kLayerNorm);
+  EXPECT_EQ(m.position_embedding, PositionEmbedding::kRope);
+  EXPECT_FALSE(m.tie_embeddings);
+}
+
+TEST(HfImportTest, FalconMultiQueryAndNewDecoderArchitecture) {
+  ModelSpec f7 = Import("falcon-7b");
+  EXPECT_EQ(f7.num_layers, 32);
+  EXPECT_EQ(f7.hidden_size, 4544);
+  EXPECT_EQ(f7.num_attention_heads, 71);
+  EXPECT_EQ(f7.num_query_groups, 1);          // multi_query
+  EXPECT_EQ(f7.ffn_hidden_size, 4 * 4544);   // no ffn_hidden_size: 4h
+  EXPECT_EQ(f7.vocab_size, 65024);
+  EXPECT_EQ(f7.position_embedding, PositionEmbedding::kRope);
+  EXPECT_TRUE(f7.tie_embeddings);
+  EXPECT_TRUE(f7.Validate().ok()) << f7.Validate();
+
+  ModelSpec f40 = Import("falcon-40b");
+  EXPECT_EQ(f40.num_layers, 60);
+  EXPECT_EQ(f40.num_attention_heads, 128);
+  EXPECT_EQ(f40.num_query_groups, 8);  // new_decoder_architecture: num_kv_heads
+
+  // The original RefinedWebModel keys (n_layer, n_head, n_head_kv).
+  auto legacy = ModelSpecFromHfConfig(nlohmann::json{{"model_type", "RefinedWeb"},
+                                                     {"n_layer", 60},
+                                                     {"n_head", 128},
+                                                     {"n_head_kv", 8},
+                                                     {"hidden_size", 8192},
+                                                     {"vocab_size", 65024}});
+  ASSERT_TRUE(legacy.ok()) << legacy.status();
+  EXPECT_EQ(legacy->num_layers, 60);
+  EXPECT_EQ(legacy->num_query_groups, 8);
+}
+
+TEST(HfImportTest, MixtureOfExpertsIsRejected) {
+  auto mixtral = ModelSpecFromHfConfigText(ReadHfConfig("mixtral-8x7b"));
+  ASSERT_FALSE(mixtral.ok());
+  EXPECT_EQ(mixtral.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(mixtral.status().message(), HasSubstr("hf_config.num_local_experts (8)"));
+  EXPECT_THAT(mixtral.status().message(), HasSubstr("dense models only"));
+
+  auto qwen_moe = ModelSpecFromHfConfig(
+      nlohmann::json{{"model_type", "qwen2_moe"}, {"num_experts", 60}, {"num_hidden_layers", 24}});
+  ASSERT_FALSE(qwen_moe.ok());
+  EXPECT_THAT(qwen_moe.status().message(), HasSubstr("hf_config.num_experts (60)"));
+
+  auto deepseek = ModelSpecFromHfConfig(nlohmann::json{{"n_routed_experts", 64}});
+  EXPECT_THAT(deepseek.status().message(), HasSubstr("hf_config.n_routed_experts (64)"));
+
+  auto moe_key = ModelSpecFromHfConfig(nlohmann::json{{"moe_intermediate_size", 1408}});
+  EXPECT_THAT(moe_key.status().message(), HasSubstr("hf_config.moe_intermediate_size"));
+
+  // A dense config that spells out "no experts" is fine.
+  nlohmann::json dense = nlohmann::json::parse(ReadHfConfig("llama3-8b"));
+  dense["num_experts"] = nullptr;
+  dense["num_local_experts"] = 1;
+  EXPECT_TRUE(ModelSpecFromHfConfig(dense).ok());
+}
+
+TEST(HfImportTest, MalformedConfigsNameTheKey) {
+  EXPECT_EQ(ModelSpecFromHfConfig(nlohmann::json{{"hidden_size", 64}}).status().message(),
+            "hf_config.num_hidden_layers / hf_config.n_layer / hf_config.num_layers is required");
+  nlohmann::json bad = nlohmann::json::parse(ReadHfConfig("llama3-8b"));
+  bad["num_hidden_layers"] = "thirty-two";
+  EXPECT_EQ(ModelSpecFromHfConfig(bad).status().message(),
+            "hf_config.num_hidden_layers must be an integer, got \"thirty-two\"");
+  bad = nlohmann::json::parse(ReadHfConfig("llama3-8b"));
+  bad["hidden_act"] = "sigmoid";
+  EXPECT_THAT(ModelSpecFromHfConfig(bad).status().message(),
+              HasSubstr("hf_config.hidden_act ('sigmoid') is not supported"));
+  bad = nlohmann::json::parse(ReadHfConfig("llama3-8b"));
+  bad["head_dim"] = 256;
+  EXPECT_THAT(ModelSpecFromHfConfig(bad).status().message(),
+              HasSubstr("hf_config.head_dim (256) x num_attention_heads (32) differs"));
+  EXPECT_THAT(ModelSpecFromHfConfigText("{\"num_hidden_layers\": 2,").status().message(),
+              HasSubstr("hf_config is not valid JSON"));
+  EXPECT_THAT(ModelSpecFromHfConfig(nlohmann::json::array()).status().message(),
+              HasSubstr("must be a JSON object"));
+  EXPECT_THAT(ModelSpecFromHfConfig(nlohmann::json{{"is_encoder_decoder", true}}).status().message(),
+              HasSubstr("decoder-only"));
+}
+
+}  // namespace
+}  // namespace paratune

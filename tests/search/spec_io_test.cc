@@ -1,0 +1,469 @@
+// JSON spec reading (strict), defaults, presets and HF overrides, pinned layouts, and the
+// JSON / table / CSV forms of a plan result.
+#include "search/spec_io.h"
+
+#include <cmath>
+#include <set>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_split.h"
+
+namespace paratune {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+json MinimalSpec() {
+  return json::parse(R"({
+    "model": {"num_layers": 24, "hidden_size": 2048, "num_attention_heads": 16,
+              "vocab_size": 51200},
+    "training": {"seq_length": 2048, "global_batch_size": 512},
+    "cluster": {"gpu": "a100-80gb", "num_gpus": 64}
+  })");
+}
+
+std::string ErrorOf(const json& j) {
+  auto spec = JobSpecFromJson(j);
+  EXPECT_FALSE(spec.ok()) << "expected an error for " << j.dump();
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(spec.status().message());
+}
+
+TEST(SpecIoTest, MinimalSpecGetsTheDocumentedDefaults) {
+  auto spec = JobSpecFromJson(MinimalSpec());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model.num_query_groups, 16);     // = heads (MHA)
+  EXPECT_EQ(spec->model.ffn_hidden_size, 8192);    // = 4h
+  EXPECT_EQ(spec->model.activation, Activation::kGelu);
+  EXPECT_EQ(spec->model.normalization, Normalization::kLayerNorm);
+  EXPECT_EQ(spec->model.position_embedding, PositionEmbedding::kLearned);
+  EXPECT_FALSE(spec->model.tie_embeddings);
+  EXPECT_EQ(spec->model.name, "custom");
+  EXPECT_EQ(spec->training.precision, Precision::kBf16);
+  EXPECT_TRUE(spec->training.flash_attention);
+  EXPECT_FALSE(spec->training.dropout);
+  EXPECT_EQ(spec->training.total_tokens, 0);
+  EXPECT_EQ(spec->cluster.gpus_per_node, 8);
+  EXPECT_EQ(spec->search.top_k, 10);
+  EXPECT_TRUE(spec->search.tp.empty());
+  EXPECT_EQ(spec->search.objective, Objective::kThroughput);
+  EXPECT_EQ(spec->search.mode, SearchMode::kModel);
+}
+
+TEST(SpecIoTest, EveryFieldIsRead) {
+  json j = json::parse(R"({
+    "name": "llama-run",
+    "model": {"name": "mine", "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+              "num_query_groups": 8, "ffn_hidden_size": 14336, "vocab_size": 128256,
+              "activation": "swiglu", "normalization": "rmsnorm", "tie_embeddings": true,
+              "position_embedding": "rope", "num_experts": 1},
+    "training": {"seq_length": 8192, "global_batch_size": 256, "precision": "fp8",
+                 "flash_attention": false, "dropout": true, "optimizer": "adam",
+                 "total_tokens": 15000000000000},
+    "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 16, "gpus_per_node": 8,
+                "nvlink_bandwidth_gbps": 450, "network_bandwidth_gbps": 50.5, "memory_gib": 79},
+    "search": {"tp": [1, 2, 4], "pp": 2, "dp": [2, 4], "cp": [1], "vp": [1, 2],
+               "micro_batch_size": [1, 2], "sequence_parallel": [true, false],
+               "recompute": ["selective", "full"], "recompute_num_layers": [4],
+               "distributed_optimizer": true, "top_k": 5, "objective": "min_memory",
+               "mode": "profile", "allow_tp_across_nodes": true, "verify_top_k": 2}
+  })");
+  auto spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name, "llama-run");
+  EXPECT_EQ(spec->model.name, "mine");
+  EXPECT_EQ(spec->model.num_query_groups, 8);
+  EXPECT_EQ(spec->model.ffn_hidden_size, 14336);
+  EXPECT_EQ(spec->model.activation, Activation::kSwiglu);
+  EXPECT_EQ(spec->model.normalization, Normalization::kRmsNorm);
+  EXPECT_TRUE(spec->model.tie_embeddings);
+  EXPECT_EQ(spec->model.position_embedding, PositionEmbedding::kRope);
+  EXPECT_EQ(spec->training.precision, Precision::kFp8);
+  EXPECT_FALSE(spec->training.flash_attention);
+  EXPECT_TRUE(spec->training.dropout);
+  EXPECT_EQ(spec->training.total_tokens, 15000000000000);
+  EXPECT_EQ(spec->cluster.gpu, "h100-sxm-80gb");
+  EXPECT_DOUBLE_EQ(spec->cluster.nvlink_bandwidth_gbps, 450);
+  EXPECT_DOUBLE_EQ(spec->cluster.network_bandwidth_gbps, 50.5);
+  EXPECT_DOUBLE_EQ(spec->cluster.memory_gib, 79);
+  EXPECT_EQ(spec->search.tp, (std::vector<int64_t>{1, 2, 4}));
+  EXPECT_EQ(spec->search.pp, (std::vector<int64_t>{2}));  // scalar = one-element list
+  EXPECT_EQ(spec->search.sequence_parallel, (std::vector<bool>{true, false}));
+  EXPECT_EQ(spec->search.recompute,
+            (std::vector<Recompute>{Recompute::kSelective, Recompute::kFull}));
+  EXPECT_EQ(spec->search.recompute_num_layers, (std::vector<int64_t>{4}));
+  EXPECT_EQ(spec->search.distributed_optimizer, (std::vector<bool>{true}));
+  EXPECT_EQ(spec->search.top_k, 5);
+  EXPECT_EQ(spec->search.objective, Objective::kMinMemory);
+  EXPECT_EQ(spec->search.mode, SearchMode::kProfile);
+  EXPECT_TRUE(spec->search.allow_tp_across_nodes);
+  EXPECT_EQ(spec->search.verify_top_k, 2);
+}
+
+TEST(SpecIoTest, UnknownFieldsAreRejectedWithTheirPath) {
+  json j = MinimalSpec();
+  j["model"]["hiden_size"] = 2048;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("unknown field 'model.hiden_size' (did you mean "
+                                    "'model.hidden_size'?)"));
+  j = MinimalSpec();
+  j["serach"] = json::object();
+  EXPECT_THAT(ErrorOf(j), HasSubstr("unknown field 'serach' (did you mean 'search'?)"));
+  j = MinimalSpec();
+  j["cluster"]["interconnect"] = "ib";
+  EXPECT_THAT(ErrorOf(j), HasSubstr("unknown field 'cluster.interconnect'; allowed: gpu, "));
+  j = MinimalSpec();
+  j["search"] = {{"tensor_parallel", 2}};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("unknown field 'search.tensor_parallel'"));
+}
+
+TEST(SpecIoTest, WrongTypesNameTheField) {
+  json j = MinimalSpec();
+  j["model"]["num_layers"] = "many";
+  EXPECT_EQ(ErrorOf(j), "model.num_layers must be an integer, got \"many\"");
+  j["model"]["num_layers"] = 2.5;
+  EXPECT_EQ(ErrorOf(j), "model.num_layers must be an integer, got 2.5");
+  j["model"]["num_layers"] = true;
+  EXPECT_EQ(ErrorOf(j), "model.num_layers must be an integer, got true");
+  j = MinimalSpec();
+  j["model"]["tie_embeddings"] = "yes";
+  EXPECT_EQ(ErrorOf(j), "model.tie_embeddings must be true or false, got \"yes\"");
+  j = MinimalSpec();
+  j["training"]["precision"] = 16;
+  EXPECT_EQ(ErrorOf(j), "training.precision must be a string, got 16");
+  j = MinimalSpec();
+  j["training"]["precision"] = "fp4";
+  EXPECT_EQ(ErrorOf(j), "training.precision: unknown precision 'fp4' (expected fp32, bf16, "
+                        "fp16, fp8)");
+  j = MinimalSpec();
+  j["search"] = {{"tp", {1, "two"}}};
+  EXPECT_EQ(ErrorOf(j), "search.tp[1] must be an integer, got \"two\"");
+  j = MinimalSpec();
+  j["search"] = {{"recompute", {"selective", "most"}}};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("search.recompute[1]: unknown recompute 'most'"));
+  j = MinimalSpec();
+  j["cluster"]["memory_gib"] = "80GB";
+  EXPECT_EQ(ErrorOf(j), "cluster.memory_gib must be a number, got \"80GB\"");
+  j = MinimalSpec();
+  j["model"] = {1, 2};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("model must be an object"));
+  EXPECT_THAT(ErrorOf(json::array()), HasSubstr("a job spec must be an object"));
+}
+
+TEST(SpecIoTest, Int64AsDecimalStringIsAccepted) {
+  // The proto JSON mapping prints int64 as strings; the REST body may carry them.
+  json j = MinimalSpec();
+  j["training"]["seq_length"] = "4096";
+  j["search"] = {{"tp", {"2", "4"}}};
+  auto spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->training.seq_length, 4096);
+  EXPECT_EQ(spec->search.tp, (std::vector<int64_t>{2, 4}));
+  j["training"]["seq_length"] = "4096x";
+  EXPECT_EQ(ErrorOf(j), "training.seq_length must be an integer, got \"4096x\"");
+}
+
+TEST(SpecIoTest, NegativeZeroAndHugeValuesAreRejected) {
+  json j = MinimalSpec();
+  j["training"]["global_batch_size"] = -512;
+  EXPECT_EQ(ErrorOf(j), "training.global_batch_size (-512) must be positive");
+  j = MinimalSpec();
+  j["model"]["num_layers"] = 0;
+  EXPECT_EQ(ErrorOf(j), "model.num_layers (0) must be positive");
+  j = MinimalSpec();
+  j["model"]["hidden_size"] = 1e12;  // a JSON float with an integral value
+  EXPECT_THAT(ErrorOf(j), HasSubstr("model.hidden_size (1000000000000) must be at most 1048576"));
+  j["model"]["hidden_size"] = 1e30;
+  EXPECT_EQ(ErrorOf(j), "model.hidden_size (1e+30) is out of the 64-bit integer range");
+  j["model"]["hidden_size"] = 18446744073709551615ull;
+  EXPECT_EQ(ErrorOf(j),
+            "model.hidden_size (18446744073709551615) is out of the 64-bit integer range");
+  j = MinimalSpec();
+  j["model"]["num_attention_heads"] = 12;  // 2048 % 12 != 0
+  EXPECT_EQ(ErrorOf(j),
+            "model.hidden_size (2048) must be divisible by model.num_attention_heads (12)");
+  j = MinimalSpec();
+  j["cluster"]["gpu"] = "tpu-v5";
+  EXPECT_THAT(ErrorOf(j), HasSubstr("cluster.gpu ('tpu-v5') is not a known device kind"));
+}
+
+TEST(SpecIoTest, MissingRequiredFields) {
+  json j = MinimalSpec();
+  j.erase("training");
+  EXPECT_EQ(ErrorOf(j), "section 'training' is required");
+  j = MinimalSpec();
+  j["training"].erase("seq_length");
+  EXPECT_EQ(ErrorOf(j), "training.seq_length is required (tokens per sequence)");
+  j = MinimalSpec();
+  j["training"]["seq_length"] = nullptr;  // e.g. a truncated YAML `seq_length:`
+  EXPECT_EQ(ErrorOf(j), "training.seq_length is required (tokens per sequence)");
+  j = MinimalSpec();
+  j["model"].erase("vocab_size");
+  EXPECT_THAT(ErrorOf(j), HasSubstr("model.vocab_size is required"));
+  j = MinimalSpec();
+  j["cluster"].erase("gpu");
+  EXPECT_THAT(ErrorOf(j), HasSubstr("cluster.gpu is required"));
+}
+
+TEST(SpecIoTest, ZeroMeansTheProtoDefaultWhereDocumented) {
+  json j = MinimalSpec();
+  j["model"]["num_query_groups"] = 0;
+  j["model"]["ffn_hidden_size"] = 0;
+  j["cluster"]["gpus_per_node"] = 0;
+  j["search"] = {{"top_k", 0}};
+  auto spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model.num_query_groups, 16);
+  EXPECT_EQ(spec->model.ffn_hidden_size, 8192);
+  EXPECT_EQ(spec->cluster.gpus_per_node, 8);
+  EXPECT_EQ(spec->search.top_k, 10);
+}
+
+TEST(SpecIoTest, PresetWithOverrides) {
+  json j = MinimalSpec();
+  j["model"] = {{"preset", "gpt3-175b"}};
+  auto spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model.num_layers, 96);
+  EXPECT_EQ(spec->model.hidden_size, 12288);
+  EXPECT_EQ(spec->model.num_attention_heads, 96);
+  EXPECT_EQ(spec->name, spec->model.name);
+
+  j["model"]["num_layers"] = 48;  // explicit fields override the preset
+  spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model.num_layers, 48);
+  EXPECT_EQ(spec->model.hidden_size, 12288);
+
+  j["model"] = {{"preset", "gpt5"}};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("model.preset: unknown model preset \"gpt5\"; known: "));
+}
+
+TEST(SpecIoTest, HfConfigWithOverrides) {
+  const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 32,
+      "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+      "intermediate_size": 14336, "vocab_size": 128256, "hidden_act": "silu",
+      "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": false})";
+  json j = MinimalSpec();
+  j["model"] = {{"hf_config_json", llama}, {"num_layers", 16}};
+  auto spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model.num_layers, 16);
+  EXPECT_EQ(spec->model.num_query_groups, 8);
+  EXPECT_EQ(spec->model.activation, Activation::kSwiglu);
+  EXPECT_EQ(spec->model.name, "llama");
+
+  // An inline object works too (a YAML mapping under model.hf_config).
+  j["model"] = {{"hf_config", json::parse(llama)}};
+  spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model.num_layers, 32);
+
+  j["model"] = {{"hf_config", "config.json"}};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("model.hf_config_json"));
+  j["model"] = {{"hf_config_json", "{\"num_local_experts\": 8}"}};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("model.hf_config.num_local_experts (8)"));
+  j["model"] = {{"hf_config_json", llama}, {"preset", "gpt3-175b"}};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("mutually exclusive"));
+}
+
+TEST(SpecIoTest, OnlyAdamIsModelled) {
+  json j = MinimalSpec();
+  j["training"]["optimizer"] = "sgd";
+  EXPECT_THAT(ErrorOf(j), HasSubstr("training.optimizer ('sgd') is not supported"));
+}
+
+TEST(SpecIoTest, CanonicalJsonRoundTrips) {
+  json j = MinimalSpec();
+  j["model"]["num_query_groups"] = 4;
+  j["training"]["total_tokens"] = 300000000000;
+  j["search"] = {{"tp", {2, 4}}, {"recompute", "full"}, {"recompute_num_layers", 3},
+                 {"sequence_parallel", true}, {"top_k", 3}};
+  auto spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const json canonical = JobSpecToJson(*spec);
+  auto again = JobSpecFromJson(canonical);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(JobSpecToJson(*again), canonical);
+  EXPECT_EQ(canonical["search"]["recompute"], json({"full"}));
+  EXPECT_EQ(canonical["model"]["num_query_groups"], 4);
+}
+
+TEST(SpecIoTest, PinnedLayout) {
+  json j = MinimalSpec();
+  j["search"] = {{"tp", 2}, {"pp", 2}, {"cp", 1}, {"micro_batch_size", 1},
+                 {"recompute", "none"}, {"sequence_parallel", true},
+                 {"distributed_optimizer", true}, {"vp", 1}};
+  auto spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto c = PinnedLayout(*spec);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tp, 2);
+  EXPECT_EQ(c->pp, 2);
+  EXPECT_EQ(c->dp, 16);  // derived: 64 / (2 * 2 * 1)
+  EXPECT_TRUE(c->sequence_parallel);
+  EXPECT_TRUE(c->distributed_optimizer);
+
+  // Dimensions with only one meaningful value need not be given.
+  j["search"] = {{"tp", 1}, {"pp", 1}, {"cp", 1}, {"dp", 64}, {"micro_batch_size", 2},
+                 {"recompute", "selective"}, {"distributed_optimizer", false}};
+  spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  c = PinnedLayout(*spec);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->vp, 1);
+  EXPECT_FALSE(c->sequence_parallel);
+  EXPECT_EQ(c->recompute, Recompute::kSelective);
+
+  j["search"] = {{"tp", {1, 2}}};
+  spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(PinnedLayout(*spec).status().message(),
+            "search.tp is not pinned: a single layout needs exactly one value, got 2 values");
+  j["search"] = {{"tp", 8}, {"pp", 1}, {"cp", 1}, {"micro_batch_size", 1}};
+  spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(PinnedLayout(*spec).status().message(),
+            "search.sequence_parallel is not pinned: a single layout needs exactly one value, "
+            "got none");
+  j["search"] = {{"tp", 1}, {"pp", 1}, {"cp", 1}, {"micro_batch_size", 1},
+                 {"recompute", "full"}, {"distributed_optimizer", true}};
+  spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(PinnedLayout(*spec).status().message(),
+              HasSubstr("search.recompute_num_layers is not pinned"));
+}
+
+PlanResult SamplePlan() {
+  PlanResult plan;
+  RankedConfig best;
+  best.rank = 1;
+  best.config.tp = 8;
+  best.config.pp = 12;
+  best.config.dp = 10;
+  best.config.vp = 2;
+  best.config.micro_batch_size = 1;
+  best.config.sequence_parallel = true;
+  best.config.recompute = Recompute::kSelective;
+  best.config.distributed_optimizer = true;
+  best.iteration_time_s = 12.5;
+  best.tokens_per_sec_per_gpu = 262.1;
+  best.model_tflops_per_gpu = 150;
+  best.hardware_tflops_per_gpu = 155;
+  best.mfu = 0.4808;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  best.memory = {2 * gib, 4 * gib, 1.5 * gib, 40 * gib, 3 * gib, 80 * gib};
+  best.time = {10, 0.5, 0, 1.5, 0.1, 0.3, 0.1};
+  best.time_to_train_days = 12.25;
+  best.notes = {"pipeline bubble 12%", "fits with 29.5 GiB to spare"};
+  RankedConfig oom = best;
+  oom.rank = 2;
+  oom.config.recompute = Recompute::kFull;
+  oom.config.recompute_num_layers = 2;
+  oom.fits = false;
+  oom.time_to_train_days = 0;
+  oom.notes = {};
+  plan.ranked = {best, oom};
+  plan.candidates_considered = 4321;
+  plan.feasible = 17;
+  plan.elapsed_ms = 12.5;
+  RejectedConfig rejected;
+  rejected.config.tp = 3;
+  rejected.reason = "tp (3) must divide model.num_attention_heads (96), and more, \"quoted\"";
+  plan.rejected = {rejected};
+  return plan;
+}
+
+TEST(SpecIoTest, PlanResultJsonUsesTheProtoFieldNames) {
+  const json j = PlanResultToJson(SamplePlan());
+  std::set<std::string> keys;
+  for (const auto& [k, v] : j.items()) keys.insert(k);
+  EXPECT_EQ(keys, (std::set<std::string>{"ranked", "candidates_considered", "feasible",
+                                         "elapsed_ms", "rejected"}));
+  const json& r = j["ranked"][0];
+  keys.clear();
+  for (const auto& [k, v] : r.items()) keys.insert(k);
+  EXPECT_EQ(keys, (std::set<std::string>{"rank", "config", "iteration_time_s",
+                                         "tokens_per_sec_per_gpu", "model_tflops_per_gpu",
+                                         "hardware_tflops_per_gpu", "mfu", "memory", "fits",
+                                         "source", "time", "time_to_train_days", "notes"}));
+  EXPECT_EQ(r["config"]["recompute"], "selective");
+  EXPECT_EQ(r["config"]["vp"], 2);
+  EXPECT_EQ(r["source"], "modelled");
+  // Bytes become GiB; the peak is the sum of the parts.
+  EXPECT_DOUBLE_EQ(r["memory"]["peak_gib"].get<double>(), 50.5);
+  EXPECT_DOUBLE_EQ(r["memory"]["activations"].get<double>(), 40);
+  EXPECT_DOUBLE_EQ(r["memory"]["capacity_gib"].get<double>(), 80);
+  EXPECT_DOUBLE_EQ(r["time"]["pp_bubble"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(r["time_to_train_days"].get<double>(), 12.25);
+  EXPECT_FALSE(j["ranked"][1].contains("time_to_train_days"));
+  EXPECT_FALSE(j["ranked"][1]["fits"].get<bool>());
+  EXPECT_EQ(j["candidates_considered"], 4321);
+  EXPECT_EQ(j["rejected"][0]["config"]["tp"], 3);
+  EXPECT_THAT(j["rejected"][0]["reason"].get<std::string>(), HasSubstr("must divide"));
+}
+
+TEST(SpecIoTest, TableFitsEightyColumns) {
+  auto spec = JobSpecFromJson(MinimalSpec());
+  ASSERT_TRUE(spec.ok());
+  const std::string table = FormatPlanTable(SamplePlan(), *spec);
+  for (absl::string_view line : absl::StrSplit(table, '\n')) {
+    EXPECT_LE(line.size(), 80u) << line;
+  }
+  EXPECT_THAT(table, HasSubstr("rank TP PP    DP CP VP  mb SP recompute dopt"));
+  EXPECT_THAT(table, HasSubstr("   1  8 12    10  1  2   1  y selective    y   12.500       262  48.1%    50.5 "));
+  EXPECT_THAT(table, HasSubstr("full/2"));
+  EXPECT_THAT(table, HasSubstr("50.5!"));
+  EXPECT_THAT(table, HasSubstr("# 4321 candidates, 17 feasible, 1 rejected with a reason"));
+  EXPECT_THAT(table, HasSubstr("# rank 1: pipeline bubble 12%"));
+}
+
+/// Splits one CSV line into fields, honouring quotes.
+std::vector<std::string> CsvFields(const std::string& line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        fields.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        fields.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+TEST(SpecIoTest, CsvHasOneRowPerCandidate) {
+  const std::string csv = FormatPlanCsv(SamplePlan());
+  std::vector<std::string> lines = absl::StrSplit(csv, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 4u);  // header, 2 ranked, 1 rejected
+  const auto header = CsvFields(lines[0]);
+  EXPECT_EQ(header.size(), 28u);
+  for (const std::string& line : lines) EXPECT_EQ(CsvFields(line).size(), header.size()) << line;
+  const auto best = CsvFields(lines[1]);
+  EXPECT_EQ(best[0], "1");
+  EXPECT_EQ(best[1], "8");
+  EXPECT_EQ(best[8], "selective");
+  EXPECT_EQ(best[16], "50.5");  // peak_gib
+  EXPECT_EQ(best[26], "ranked");
+  const auto rejected = CsvFields(lines[3]);
+  EXPECT_EQ(rejected[26], "rejected");
+  EXPECT_EQ(rejected[27],
+            "tp (3) must divide model.num_attention_heads (96), and more, \"quoted\"");
+}
+
+}  // namespace
+}  // namespace paratune
