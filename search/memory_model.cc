@@ -68,10 +68,7 @@ LayerActivationParams ActivationParamsFor(const ModelSpec& model, const Training
   return p;
 }
 
-namespace {
-
-// Parameters on one rank of stage `stage`.
-double StageParams(const ModelSpec& m, const ParallelConfig& c, int64_t stage) {
+double StageParamsPerGpu(const ModelSpec& m, const ParallelConfig& c, int64_t stage) {
   const double t = static_cast<double>(c.tp);
   double params = static_cast<double>(m.num_layers / c.pp) * LayerParams(m) / t;
   const double h = static_cast<double>(m.hidden_size);
@@ -89,10 +86,8 @@ double StageParams(const ModelSpec& m, const ParallelConfig& c, int64_t stage) {
   return params;
 }
 
-}  // namespace
-
 double MaxParamsPerGpu(const ModelSpec& model, const ParallelConfig& config) {
-  return std::max(StageParams(model, config, 0), StageParams(model, config, config.pp - 1));
+  return std::max(StageParamsPerGpu(model, config, 0), StageParamsPerGpu(model, config, config.pp - 1));
 }
 
 MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
@@ -160,7 +155,7 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
 
   MemoryBreakdown best;
   for (int64_t stage : {int64_t{0}, c.pp - 1}) {
-    const double params = StageParams(m, c, stage);
+    const double params = StageParamsPerGpu(m, c, stage);
     MemoryBreakdown mem;
     mem.capacity = capacity_bytes;
     mem.weights = weight_bytes * params;

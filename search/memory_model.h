@@ -65,6 +65,8 @@ LayerActivationParams ActivationParamsFor(const ModelSpec& model,
 /// the embeddings on the first stage and the output layer on the last (with tied
 /// embeddings both stages hold a copy). Returns the maximum over stages.
 double MaxParamsPerGpu(const ModelSpec& model, const ParallelConfig& config);
+/// Parameters held by one TP rank of pipeline stage `stage` (padded vocabulary).
+double StageParamsPerGpu(const ModelSpec& model, const ParallelConfig& config, int64_t stage);
 
 /// Memory on the most loaded GPU, by cause. Documented terms:
 ///   weights 2 bytes/param (4 for FP32), gradients 4 bytes/param (FP32 main grads),

@@ -1,0 +1,182 @@
+// model_accuracy: predicts every published run of calibration_runs.json with the
+// analytical model (the published layout pinned; knobs a source leaves unstated are chosen
+// by the planner, as for a user) and prints predicted vs published tokens/s/GPU, the
+// error per record, then the median and maximum error. Korthikanti Table 4 rows compare
+// the per-layer forward and backward times. Also checks the published ordering: sequence
+// parallelism + selective recompute beats full recompute by 1.29-1.33x (Table 5).
+//
+//   model_accuracy [--data DIR] [--json]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "bench/model/records.h"
+#include "search/device_catalog.h"
+#include "search/model_math.h"
+#include "search/planner.h"
+#include "search/time_model.h"
+
+namespace paratune::bench {
+namespace {
+
+// Published tokens/s/GPU of a record (tflops converted with the record's own definition).
+double PublishedTokensPerGpu(const nlohmann::json& r, const JobSpec& spec) {
+  const double B = static_cast<double>(spec.training.global_batch_size);
+  const double s = static_cast<double>(spec.training.seq_length);
+  const double N = static_cast<double>(spec.cluster.num_gpus);
+  if (r["tokens_per_sec_per_gpu"].is_number()) return r["tokens_per_sec_per_gpu"].get<double>();
+  if (r["iteration_time_s"].is_number()) return B * s / (r["iteration_time_s"].get<double>() * N);
+  if (!r["tflops_per_gpu"].is_number()) return 0;
+  const double tflops = r["tflops_per_gpu"].get<double>();
+  const std::string def = r["tflops_definition"].is_string() ? r["tflops_definition"].get<std::string>() : "";
+  double flops_per_token;
+  if (absl::StrContains(def, "96*B*s*l*h^2")) {
+    // Narayanan Eq. 3 (counts the recompute forward).
+    const double L = spec.model.num_layers, h = spec.model.hidden_size,
+                 V = spec.model.vocab_size;
+    flops_per_token = 96.0 * L * h * h * (1 + s / (6 * h) + V / (16 * L * h));
+  } else {
+    flops_per_token = ModelFlopsPerIteration(spec.model, B, s) / (B * s);
+  }
+  return tflops * 1e12 / flops_per_token;
+}
+
+struct Row {
+  std::string id, quantity, layout;
+  double published = 0, predicted = 0, error = 0;
+};
+
+int Main(int argc, char** argv) {
+  const bool json_out = HasFlag(argc, argv, "--json");
+  const std::string dir = DataDir(argc, argv);
+  absl::StatusOr<nlohmann::json> data = ReadJson(dir + "/calibration_runs.json");
+  if (!data.ok()) {
+    std::fprintf(stderr, "model_accuracy: %s\n", std::string(data.status().message()).c_str());
+    return 1;
+  }
+  std::vector<Row> rows;
+  std::map<std::string, double> korthikanti_time;  // id -> predicted iteration time.
+  for (const nlohmann::json& r : *data) {
+    JobSpec spec = SpecFromRecord(r);
+    const RecordLayout layout = LayoutFromRecord(r);
+    Row row;
+    row.id = r["id"].get<std::string>();
+    if (r["record_type"] == "single_transformer_layer_fwd_bwd_time") {
+      const DeviceProfile device = *FindDevice(spec.cluster.gpu);
+      const LayerTime lt = EstimateLayerTime(spec.model, spec.training, layout.config, device,
+                                             spec.cluster.gpus_per_node);
+      const double fwd = r["other_measured"]["forward_ms"].get<double>();
+      const double bwd = r["other_measured"]["backward_ms"].get<double>();
+      const double pf = lt.Forward() * 1e3, pb = lt.Backward() * 1e3;
+      Row f = row, b = row;
+      f.quantity = "layer fwd ms";
+      f.published = fwd;
+      f.predicted = pf;
+      b.quantity = "layer bwd ms";
+      b.published = bwd;
+      b.predicted = pb;
+      f.layout = b.layout = layout.config.ToString();
+      for (Row* x : {&f, &b}) {
+        x->error = std::abs(x->predicted - x->published) / x->published;
+        rows.push_back(*x);
+      }
+      continue;
+    }
+    if (spec.training.global_batch_size == 0) continue;
+    PinStated(layout, &spec);
+    absl::StatusOr<PlanResult> plan = Plan(spec);
+    if (!plan.ok() || plan->ranked.empty()) {
+      std::fprintf(stderr, "%s: %s\n", row.id.c_str(),
+                   plan.ok() ? "no layout" : std::string(plan.status().message()).c_str());
+      row.quantity = "FAILED";
+      row.error = 1;
+      rows.push_back(row);
+      continue;
+    }
+    const RankedConfig& best = plan->ranked[0];
+    row.quantity = "tokens/s/GPU";
+    row.layout = best.config.ToString() + (best.fits ? "" : " (OOM)");
+    row.published = PublishedTokensPerGpu(r, spec);
+    row.predicted = best.tokens_per_sec_per_gpu;
+    row.error = std::abs(row.predicted - row.published) / row.published;
+    if (absl::StartsWith(row.id, "korthikanti22_t5")) korthikanti_time[row.id] = best.iteration_time_s;
+    rows.push_back(row);
+  }
+
+  std::vector<double> errors;
+  for (const Row& r : rows) errors.push_back(r.error);
+  std::sort(errors.begin(), errors.end());
+  const double median = errors.empty() ? 0
+                        : errors.size() % 2 ? errors[errors.size() / 2]
+                                            : 0.5 * (errors[errors.size() / 2 - 1] + errors[errors.size() / 2]);
+  const double max = errors.empty() ? 0 : errors.back();
+
+  // Orderings: full recompute / (SP + selective), published vs predicted.
+  struct Ordering {
+    std::string model;
+    double published, predicted;
+    bool ok;
+  };
+  std::vector<Ordering> orderings;
+  for (const char* model : {"22B", "175B", "530B", "1T"}) {
+    const std::string full = std::string("korthikanti22_t5_") + model + "_full_recompute";
+    const std::string sel = std::string("korthikanti22_t5_") + model + "_seqpar_selective";
+    double pub_full = 0, pub_sel = 0;
+    for (const nlohmann::json& r : *data) {
+      if (r["id"] == full) pub_full = r["iteration_time_s"].get<double>();
+      if (r["id"] == sel) pub_sel = r["iteration_time_s"].get<double>();
+    }
+    if (!korthikanti_time.count(full) || !korthikanti_time.count(sel)) continue;
+    const double pred = korthikanti_time[full] / korthikanti_time[sel];
+    const double pub = pub_full / pub_sel;
+    orderings.push_back({model, pub, pred, std::abs(pred - pub) <= 0.05});
+  }
+
+  if (json_out) {
+    nlohmann::json out;
+    for (const Row& r : rows) {
+      out["records"].push_back({{"id", r.id}, {"quantity", r.quantity}, {"layout", r.layout},
+                                {"published", r.published}, {"predicted", r.predicted},
+                                {"error", r.error}});
+    }
+    for (const Ordering& o : orderings) {
+      out["orderings"].push_back({{"model", o.model}, {"published_ratio", o.published},
+                                  {"predicted_ratio", o.predicted}, {"within_0.05", o.ok}});
+    }
+    out["median_error"] = median;
+    out["max_error"] = max;
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("# model_accuracy: analytical model vs %zu published measurements\n", rows.size());
+  std::printf("# data: %s/calibration_runs.json\n", dir.c_str());
+  std::printf("# %-52s %-14s %12s %12s %8s  %s\n", "record", "quantity", "published", "predicted",
+              "error", "layout (planner fills unstated knobs)");
+  std::printf("# %-52s %-14s %12s %12s %8s\n", "", "", "", "", "%");
+  for (const Row& r : rows) {
+    std::printf("  %-52s %-14s %12.2f %12.2f %8.1f  %s\n", r.id.c_str(), r.quantity.c_str(),
+                r.published, r.predicted, 100 * r.error, r.layout.c_str());
+  }
+  std::printf("#\n# ordering: iteration time full recompute / (SP + selective), Korthikanti Table 5\n");
+  std::printf("# %-8s %10s %10s %6s\n", "model", "published", "predicted", "ok");
+  int wrong = 0;
+  for (const Ordering& o : orderings) {
+    std::printf("  %-8s %10.3f %10.3f %6s\n", o.model.c_str(), o.published, o.predicted,
+                o.ok ? "yes" : "NO");
+    wrong += o.ok ? 0 : 1;
+  }
+  std::printf("# orderings outside +-0.05: %d of %zu\n", wrong, orderings.size());
+  std::printf("# model error: median %.1f %%, max %.1f %%\n", 100 * median, 100 * max);
+  return 0;
+}
+
+}  // namespace
+}  // namespace paratune::bench
+
+int main(int argc, char** argv) { return paratune::bench::Main(argc, argv); }

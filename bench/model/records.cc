@@ -1,0 +1,147 @@
+#include "bench/model/records.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+
+namespace paratune::bench {
+namespace {
+
+std::string Str(const nlohmann::json& r, const char* key) {
+  return r.contains(key) && r[key].is_string() ? r[key].get<std::string>() : std::string();
+}
+int64_t Int(const nlohmann::json& r, const char* key, int64_t fallback) {
+  return r.contains(key) && r[key].is_number() ? r[key].get<int64_t>() : fallback;
+}
+bool Stated(const nlohmann::json& r, const char* key) {
+  return r.contains(key) && !r[key].is_null();
+}
+
+}  // namespace
+
+std::string DataDir(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--data") == 0) return argv[i + 1];
+  }
+  if (const char* src = std::getenv("PARATUNE_SOURCE_DIR")) {
+    return std::string(src) + "/../shared/data";
+  }
+  return PARATUNE_DEFAULT_DATA_DIR;
+}
+
+bool HasFlag(int argc, char** argv, const char* flag) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], flag) == 0) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<nlohmann::json> ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError("cannot open " + path);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(path + ": " + e.what());
+  }
+}
+
+JobSpec SpecFromRecord(const nlohmann::json& r) {
+  JobSpec spec;
+  spec.name = Str(r, "id");
+  ModelSpec& m = spec.model;
+  m.name = Str(r, "model_name");
+  m.num_layers = Int(r, "num_layers", 0);
+  m.hidden_size = Int(r, "hidden_size", 0);
+  m.num_attention_heads = Int(r, "num_attention_heads", 0);
+  m.num_query_groups = Int(r, "num_query_groups", m.num_attention_heads);
+  m.ffn_hidden_size = Int(r, "ffn_hidden_size", 4 * m.hidden_size);
+  const bool llama = Str(r, "activation") == "swiglu";
+  // Sweeps of Llama models do not state the vocabulary: Llama 1/2's 32000.
+  m.vocab_size = Int(r, "vocab_size", llama ? 32000 : 51200);
+  spec.training.seq_length = Int(r, "seq_length", 2048);
+  if (llama) {
+    m.activation = Activation::kSwiglu;
+    m.normalization = Normalization::kRmsNorm;
+    m.position_embedding = PositionEmbedding::kRope;
+    m.tie_embeddings = false;
+  } else {
+    m.activation = Activation::kGelu;
+    m.normalization = Normalization::kLayerNorm;
+    m.position_embedding = PositionEmbedding::kLearned;
+    m.tie_embeddings = true;
+    m.max_position_embeddings = spec.training.seq_length;
+  }
+  const std::string precision = Str(r, "precision");
+  spec.training.precision = absl::StrContains(precision, "fp8")    ? Precision::kFp8
+                            : absl::StartsWith(precision, "fp16") ? Precision::kFp16
+                                                                  : Precision::kBf16;
+  // Narayanan 2021 and Korthikanti 2022 predate flash attention and train with dropout;
+  // Megatron-Core on H100 and the Llama runs use flash attention without dropout.
+  const std::string source = Str(r, "source") + Str(r, "id");
+  const bool megatron_2021_22 =
+      absl::StrContains(source, "narayanan") || absl::StrContains(source, "korthikanti") ||
+      absl::StrContains(source, "Narayanan") || absl::StrContains(source, "Korthikanti");
+  spec.training.flash_attention = !megatron_2021_22;
+  spec.training.dropout = megatron_2021_22;
+  const std::string kernel = Str(r, "attention_kernel");
+  if (!kernel.empty()) spec.training.flash_attention = absl::StrContains(kernel, "flash");
+  spec.training.global_batch_size = Int(r, "global_batch_size", 0);
+  const std::string gpu = Str(r, "gpu_type");
+  if (absl::StrContains(gpu, "H100")) {
+    spec.cluster.gpu = "h100-sxm-80gb";
+  } else if (absl::StrContains(gpu, "A100") && Int(r, "gpu_memory_gb", 80) == 40) {
+    spec.cluster.gpu = "a100-40gb";
+  } else {
+    spec.cluster.gpu = "a100-80gb";
+  }
+  spec.cluster.num_gpus = Int(r, "num_gpus", 0);
+  spec.cluster.gpus_per_node = 8;
+  return spec;
+}
+
+RecordLayout LayoutFromRecord(const nlohmann::json& r) {
+  RecordLayout out;
+  ParallelConfig& c = out.config;
+  c.tp = Int(r, "tp", 1);
+  c.pp = Int(r, "pp", 1);
+  c.dp = Int(r, "dp", 1);
+  c.cp = Int(r, "cp", 1);
+  out.cp_stated = Stated(r, "cp");
+  c.vp = Int(r, "vp", 1);
+  out.vp_stated = Stated(r, "vp");
+  c.micro_batch_size = Int(r, "micro_batch_size", 1);
+  out.micro_batch_stated = Stated(r, "micro_batch_size");
+  out.sp_stated = Stated(r, "sequence_parallel");
+  c.sequence_parallel = out.sp_stated && r["sequence_parallel"].get<bool>();
+  const std::string rc = Str(r, "recompute");
+  out.recompute_stated = !rc.empty();
+  c.recompute = absl::StartsWith(rc, "full")        ? Recompute::kFull
+                : absl::StartsWith(rc, "selective") ? Recompute::kSelective
+                                                    : Recompute::kNone;
+  const std::string zero = Str(r, "zero_or_fsdp");
+  out.dopt_stated = !zero.empty();
+  c.distributed_optimizer = absl::StrContains(zero, "distributed") ||
+                            absl::StrContains(zero, "ZeRO-1") || absl::StrContains(zero, "zero1");
+  return out;
+}
+
+void PinStated(const RecordLayout& l, JobSpec* spec) {
+  SearchOptions& s = spec->search;
+  const ParallelConfig& c = l.config;
+  s.tp = {c.tp};
+  s.pp = {c.pp};
+  s.dp = {c.dp};
+  if (l.cp_stated) s.cp = {c.cp};
+  if (l.vp_stated) s.vp = {c.vp};
+  if (l.micro_batch_stated) s.micro_batch_size = {c.micro_batch_size};
+  if (l.sp_stated) s.sequence_parallel = {c.sequence_parallel};
+  if (l.recompute_stated) s.recompute = {c.recompute};
+  if (l.dopt_stated) s.distributed_optimizer = {c.distributed_optimizer};
+  s.top_k = 1;
+}
+
+}  // namespace paratune::bench

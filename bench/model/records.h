@@ -1,0 +1,39 @@
+// Reading the published reference data (calibration_runs.json, sweeps.json) into JobSpecs
+// and ParallelConfigs, shared by the model benchmarks.
+#ifndef PARATUNE_BENCH_MODEL_RECORDS_H_
+#define PARATUNE_BENCH_MODEL_RECORDS_H_
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "search/parallel_config.h"
+#include "search/specs.h"
+
+namespace paratune::bench {
+
+/// --data DIR if given, else $PARATUNE_SOURCE_DIR/../shared/data, else the directory
+/// compiled in (the checkout's ../shared/data).
+std::string DataDir(int argc, char** argv);
+bool HasFlag(int argc, char** argv, const char* flag);
+absl::StatusOr<nlohmann::json> ReadJson(const std::string& path);
+
+/// What a record states; unstated knobs are std::nullopt (the planner chooses them).
+struct RecordLayout {
+  ParallelConfig config;  ///< Stated fields filled; the rest defaults.
+  bool micro_batch_stated = true, vp_stated = true, sp_stated = true, recompute_stated = true,
+       cp_stated = true, dopt_stated = true;
+};
+
+/// The JobSpec of a calibration or sweep record (model shape, training, cluster).
+JobSpec SpecFromRecord(const nlohmann::json& r);
+RecordLayout LayoutFromRecord(const nlohmann::json& r);
+
+/// Pins the stated knobs of `layout` in spec.search (so Plan() chooses only the others).
+void PinStated(const RecordLayout& layout, JobSpec* spec);
+
+}  // namespace paratune::bench
+
+#endif  // PARATUNE_BENCH_MODEL_RECORDS_H_

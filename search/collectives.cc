@@ -1,0 +1,32 @@
+#include "search/collectives.h"
+
+namespace paratune {
+
+Link GroupLink(const DeviceProfile& device, int64_t size, int64_t stride,
+               int64_t gpus_per_node) {
+  if (size * stride <= gpus_per_node) return {device.nvlink_bandwidth, device.nvlink_latency_s};
+  return {device.network_bandwidth, device.network_latency_s};
+}
+
+double AllReduceSeconds(double bytes, int64_t ranks, const Link& link) {
+  if (ranks <= 1 || bytes <= 0) return 0;
+  const double k = static_cast<double>(ranks);
+  return 2.0 * (k - 1.0) / k * bytes / link.bandwidth + 2.0 * (k - 1.0) * link.latency_s;
+}
+
+double AllGatherSeconds(double bytes, int64_t ranks, const Link& link) {
+  if (ranks <= 1 || bytes <= 0) return 0;
+  const double k = static_cast<double>(ranks);
+  return (k - 1.0) / k * bytes / link.bandwidth + (k - 1.0) * link.latency_s;
+}
+
+double ReduceScatterSeconds(double bytes, int64_t ranks, const Link& link) {
+  return AllGatherSeconds(bytes, ranks, link);
+}
+
+double SendRecvSeconds(double bytes, const Link& link) {
+  if (bytes <= 0) return 0;
+  return bytes / link.bandwidth + link.latency_s;
+}
+
+}  // namespace paratune

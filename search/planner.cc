@@ -1,0 +1,279 @@
+// The planner: enumerate every layout the search options allow, prune with the validity
+// rules and the memory model, score the survivors with the time model (a closed-form
+// pipeline screen for all, the simulated schedule for the best), rank.
+#include "search/planner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "search/device_catalog.h"
+#include "search/memory_model.h"
+#include "search/model_math.h"
+#include "search/parallel_config.h"
+#include "search/time_model.h"
+
+namespace paratune {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// Defaults when a dimension is left open (documented in planner.h's contract):
+constexpr int64_t kMaxMicroBatch = 16;        // Micro-batch sizes considered: divisors <= 16.
+constexpr int64_t kMinContextTokens = 1024;   // CP only while each rank keeps >= 1024 tokens.
+// Candidates re-scored with the simulated schedule after the closed-form screen.
+constexpr int64_t kMinSimulated = 32;
+
+std::vector<int64_t> Divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t i = 1; i * i <= n; ++i) {
+    if (n % i == 0) {
+      out.push_back(i);
+      if (i != n / i) out.push_back(n / i);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+template <typename T>
+bool Allowed(const std::vector<T>& pinned, T value) {
+  return pinned.empty() || std::find(pinned.begin(), pinned.end(), value) != pinned.end();
+}
+
+std::string OomReason(const MemoryBreakdown& mem) {
+  return absl::StrFormat("out of memory by %.1f GiB (peak %.1f of %.1f GiB)",
+                         (mem.Peak() - mem.capacity) / kGiB, mem.Peak() / kGiB,
+                         mem.capacity / kGiB);
+}
+
+// Layer and edge times depend only on these knobs.
+using LayerKey = std::tuple<int64_t, bool, int64_t, int64_t, int>;
+
+struct Scorer {
+  const JobSpec& spec;
+  const DeviceProfile& device;
+  absl::flat_hash_map<LayerKey, std::pair<LayerTime, EdgeTime>> cache;
+
+  const std::pair<LayerTime, EdgeTime>& Times(const ParallelConfig& c) {
+    const LayerKey key{c.tp, c.sequence_parallel, c.cp, c.micro_batch_size,
+                       static_cast<int>(c.recompute)};
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      const int64_t n = spec.cluster.gpus_per_node;
+      it = cache
+               .emplace(key, std::make_pair(
+                                 EstimateLayerTime(spec.model, spec.training, c, device, n),
+                                 EstimateEdgeTime(spec.model, spec.training, c, device, n)))
+               .first;
+    }
+    return it->second;
+  }
+
+  absl::StatusOr<RankedConfig> Score(const ParallelConfig& c, const MemoryBreakdown& mem,
+                                     PipelineMode mode) {
+    const auto& [layer, edge] = Times(c);
+    absl::StatusOr<IterationEstimate> it = EstimateIteration(spec, c, device, layer, edge, mode);
+    if (!it.ok()) return it.status();
+    RankedConfig r;
+    r.config = c;
+    r.memory = mem;
+    r.fits = mem.Peak() <= mem.capacity;
+    r.iteration_time_s = it->iteration_time_s;
+    r.time = it->time;
+    r.notes = std::move(it->notes);
+    const double n = static_cast<double>(spec.cluster.num_gpus);
+    const double B = static_cast<double>(spec.training.global_batch_size);
+    const double s = static_cast<double>(spec.training.seq_length);
+    const double T = it->iteration_time_s;
+    r.tokens_per_sec_per_gpu = B * s / (T * n);
+    const double recomputed =
+        c.recompute == Recompute::kFull && c.recompute_num_layers > 0
+            ? static_cast<double>(c.recompute_num_layers * c.pp) / spec.model.num_layers
+            : 1.0;
+    r.model_tflops_per_gpu = ModelFlopsPerIteration(spec.model, B, s) / (T * n) / 1e12;
+    r.hardware_tflops_per_gpu =
+        HardwareFlopsPerIteration(spec.model, B, s, c.recompute, recomputed) / (T * n) / 1e12;
+    r.mfu = r.model_tflops_per_gpu * 1e12 / device.PeakFlops(spec.training.precision);
+    if (spec.training.total_tokens > 0) {
+      r.time_to_train_days =
+          static_cast<double>(spec.training.total_tokens) / (B * s) * T / 86400.0;
+    }
+    if (!r.fits) r.notes.insert(r.notes.begin(), OomReason(mem));
+    return r;
+  }
+};
+
+bool Better(const RankedConfig& a, const RankedConfig& b, Objective objective) {
+  if (a.fits != b.fits) return a.fits;
+  if (objective == Objective::kMinMemory) {
+    if (a.memory.Peak() != b.memory.Peak()) return a.memory.Peak() < b.memory.Peak();
+  }
+  return a.iteration_time_s < b.iteration_time_s;
+}
+
+}  // namespace
+
+absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
+  const auto start = std::chrono::steady_clock::now();
+  if (absl::Status s = spec.Validate(); !s.ok()) return s;
+  absl::StatusOr<DeviceProfile> device = DeviceForCluster(spec.cluster);
+  if (!device.ok()) return device.status();
+  const SearchOptions& opt = spec.search;
+  const ModelSpec& model = spec.model;
+  const TrainingSpec& training = spec.training;
+  const int64_t N = spec.cluster.num_gpus;
+  const int64_t L = model.num_layers;
+  const int64_t B = training.global_batch_size;
+
+  PlanResult result;
+  Scorer scorer{spec, *device, {}};
+  struct Feasible {
+    ParallelConfig config;
+    MemoryBreakdown memory;
+    double screen = 0;
+  };
+  std::vector<Feasible> feasible;
+  std::vector<std::pair<ParallelConfig, MemoryBreakdown>> oom;
+
+  const std::vector<Recompute> recomputes =
+      opt.recompute.empty()
+          ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull}
+          : opt.recompute;
+  const std::vector<int64_t> recompute_layers =
+      opt.recompute_num_layers.empty() ? std::vector<int64_t>{0} : opt.recompute_num_layers;
+
+  for (int64_t tp : Divisors(N)) {
+    if (!Allowed(opt.tp, tp)) continue;
+    if (opt.tp.empty() && (model.num_attention_heads % tp != 0 ||
+                           (tp > spec.cluster.gpus_per_node && !opt.allow_tp_across_nodes))) {
+      continue;
+    }
+    for (int64_t cp : Divisors(N / tp)) {
+      if (!Allowed(opt.cp, cp)) continue;
+      if (opt.cp.empty() && cp > 1 &&
+          (training.seq_length % (2 * cp) != 0 || training.seq_length / cp < kMinContextTokens)) {
+        continue;
+      }
+      for (int64_t pp : Divisors(N / (tp * cp))) {
+        if (!Allowed(opt.pp, pp)) continue;
+        if (opt.pp.empty() && L % pp != 0) continue;
+        const int64_t dp = N / (tp * cp * pp);
+        if (!Allowed(opt.dp, dp)) continue;
+        std::vector<int64_t> vps = opt.vp;
+        if (vps.empty()) {
+          for (int64_t v : Divisors(L % pp == 0 ? L / pp : 1)) {
+            if (v == 1 || pp > 1) vps.push_back(v);
+          }
+        }
+        std::vector<int64_t> mbs = opt.micro_batch_size;
+        if (mbs.empty() && B % dp == 0) {
+          for (int64_t b : Divisors(B / dp)) {
+            if (b <= kMaxMicroBatch) mbs.push_back(b);
+          }
+        }
+        if (mbs.empty()) mbs.push_back(1);  // Reported by validation (B % dp).
+        for (int64_t vp : vps) {
+          for (int64_t mb : mbs) {
+            for (bool sp : {false, true}) {
+              if (!Allowed(opt.sequence_parallel, sp)) continue;
+              if (opt.sequence_parallel.empty() && sp && tp == 1) continue;
+              for (Recompute rc : recomputes) {
+                for (int64_t rl : recompute_layers) {
+                  if (rc != Recompute::kFull && rl != 0) continue;
+                  for (bool dopt : {false, true}) {
+                    if (!Allowed(opt.distributed_optimizer, dopt)) continue;
+                    if (opt.distributed_optimizer.empty() && dopt && dp * cp == 1) continue;
+                    ParallelConfig c;
+                    c.tp = tp;
+                    c.pp = pp;
+                    c.dp = dp;
+                    c.cp = cp;
+                    c.vp = vp;
+                    c.micro_batch_size = mb;
+                    c.sequence_parallel = sp;
+                    c.recompute = rc;
+                    c.recompute_num_layers = rc == Recompute::kFull ? rl : 0;
+                    c.distributed_optimizer = dopt;
+                    ++result.candidates_considered;
+                    if (absl::Status s = ValidateParallelConfig(c, spec); !s.ok()) {
+                      result.rejected.push_back({c, std::string(s.message())});
+                      continue;
+                    }
+                    const MemoryBreakdown mem = EstimateMemory(spec, c, device->memory_bytes);
+                    if (mem.Peak() > mem.capacity) {
+                      result.rejected.push_back({c, OomReason(mem)});
+                      oom.emplace_back(c, mem);
+                      continue;
+                    }
+                    feasible.push_back({c, mem, 0});
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  result.feasible = static_cast<int64_t>(feasible.size());
+
+  // Screen every feasible layout with the closed-form pipeline; simulate the best.
+  for (Feasible& f : feasible) {
+    absl::StatusOr<RankedConfig> r = scorer.Score(f.config, f.memory, PipelineMode::kClosedForm);
+    if (!r.ok()) return r.status();
+    f.screen = opt.objective == Objective::kMinMemory ? f.memory.Peak() : r->iteration_time_s;
+  }
+  std::sort(feasible.begin(), feasible.end(),
+            [](const Feasible& a, const Feasible& b) { return a.screen < b.screen; });
+  const int64_t top_k = std::max<int64_t>(opt.top_k, 1);
+  const size_t simulate = std::min(feasible.size(),
+                                   static_cast<size_t>(std::max(4 * top_k, kMinSimulated)));
+  std::vector<RankedConfig> ranked;
+  for (size_t i = 0; i < simulate; ++i) {
+    absl::StatusOr<RankedConfig> r =
+        scorer.Score(feasible[i].config, feasible[i].memory, PipelineMode::kSimulated);
+    if (!r.ok()) return r.status();
+    ranked.push_back(std::move(*r));
+  }
+  // Not enough layouts fit: show the closest misses after them (least memory first).
+  if (static_cast<int64_t>(ranked.size()) < top_k && !oom.empty()) {
+    std::sort(oom.begin(), oom.end(), [](const auto& a, const auto& b) {
+      return a.second.Peak() < b.second.Peak();
+    });
+    for (size_t i = 0; i < oom.size() && static_cast<int64_t>(ranked.size()) < top_k; ++i) {
+      absl::StatusOr<RankedConfig> r =
+          scorer.Score(oom[i].first, oom[i].second, PipelineMode::kSimulated);
+      if (!r.ok()) return r.status();
+      ranked.push_back(std::move(*r));
+    }
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [&](const RankedConfig& a, const RankedConfig& b) {
+                     return Better(a, b, opt.objective);
+                   });
+  if (static_cast<int64_t>(ranked.size()) > top_k) ranked.resize(static_cast<size_t>(top_k));
+  for (size_t i = 0; i < ranked.size(); ++i) ranked[i].rank = static_cast<int64_t>(i) + 1;
+  result.ranked = std::move(ranked);
+  result.elapsed_ms = std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+  return result;
+}
+
+absl::StatusOr<RankedConfig> Estimate(const JobSpec& spec, const ParallelConfig& config) {
+  if (absl::Status s = spec.Validate(); !s.ok()) return s;
+  if (absl::Status s = ValidateParallelConfig(config, spec); !s.ok()) return s;
+  absl::StatusOr<DeviceProfile> device = DeviceForCluster(spec.cluster);
+  if (!device.ok()) return device.status();
+  Scorer scorer{spec, *device, {}};
+  const MemoryBreakdown mem = EstimateMemory(spec, config, device->memory_bytes);
+  absl::StatusOr<RankedConfig> r = scorer.Score(config, mem, PipelineMode::kSimulated);
+  if (r.ok()) r->rank = 1;
+  return r;
+}
+
+}  // namespace paratune
