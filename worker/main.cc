@@ -1,13 +1,183 @@
-// paratune-worker: runs profiling tasks leased from the coordinator (issue: worker daemon).
+// paratune-worker: runs ParaTune profiling tasks leased from the coordinator on this
+// node's devices. SIGTERM/SIGINT: finish (or, after --stop-grace-s, release) the running
+// task, deregister, exit 0.
+//
+// Exit codes: 0 clean stop; 1 runtime failure (coordinator unreachable within
+// --connect-timeout-s, registration rejected, devices missing); 2 bad flags.
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <charconv>
+#include <cstdint>
+#include <fstream>
 #include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "worker/daemon.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int64_t kMaxMs = 3'600'000;  // bound of every *-ms flag: one hour
+constexpr double kMaxS = 86'400;       // bound of every *-s flag: one day
+
+int UsageError(const std::string& message) {
+  std::cerr << "paratune-worker: error: " << message << " (see --help)\n";
+  return kExitUsage;
+}
+
+// "0,1,2" or "0-3" or "0-1,4": device indices. Empty: all.
+bool ParseDeviceList(const std::string& text, std::vector<int>* out, std::string* error) {
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    auto parse = [&](const std::string& s, int* v) {
+      auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+      return ec == std::errc() && p == s.data() + s.size() && !s.empty() && *v >= 0;
+    };
+    const size_t dash = item.find('-');
+    int lo = 0, hi = 0;
+    if (dash == std::string::npos) {
+      if (!parse(item, &lo)) {
+        *error = "--devices: '" + item + "' is not a device index (e.g. 0,1 or 0-3)";
+        return false;
+      }
+      hi = lo;
+    } else if (!parse(item.substr(0, dash), &lo) || !parse(item.substr(dash + 1), &hi) ||
+               hi < lo) {
+      *error = "--devices: '" + item + "' is not a range LO-HI with LO <= HI";
+      return false;
+    }
+    for (int d = lo; d <= hi; ++d) out->push_back(d);
+  }
+  return true;
+}
+
+bool ReadToken(const std::string& path, std::string* token, std::string* error) {
+  std::ifstream file(path);
+  if (!file) {
+    *error = "--token-file: cannot read " + path;
+    return false;
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  std::string t = text.str();
+  auto space = [](unsigned char c) { return std::isspace(c) != 0; };
+  t.erase(t.begin(), std::find_if_not(t.begin(), t.end(), space));
+  t.erase(std::find_if_not(t.rbegin(), t.rend(), space).base(), t.end());
+  if (t.empty()) {
+    *error = "--token-file: " + path + " is empty";
+    return false;
+  }
+  *token = t;
+  return true;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  CLI::App app{"paratune-worker: runs ParaTune profiling tasks on this node's devices"};
-  std::string coordinator;
-  app.add_option("--coordinator", coordinator, "Coordinator address HOST:PORT")->required();
-  CLI11_PARSE(app, argc, argv);
-  std::cerr << "UNIMPLEMENTED: paratune-worker is not built yet; see README.md\n";
-  return 1;
+  paratune::worker::WorkerOptions options;
+  std::string token_file;
+  std::string devices;
+
+  CLI::App app{
+      "paratune-worker: runs ParaTune profiling tasks (transformer-layer profiles and\n"
+      "collective sweeps on the real kernels) leased from a paratune-coordinator.\n"
+      "SIGTERM/SIGINT finish or release the running task, deregister and exit 0.\n"
+      "Exit codes: 0 stopped cleanly, 1 runtime failure, 2 bad flags."};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--coordinator", options.coordinator,
+                 "Coordinator WorkerHub address HOST:PORT")
+      ->required();
+  app.add_option("--token-file", token_file,
+                 "File holding the bearer token (sent as 'authorization: Bearer <token>'); "
+                 "empty: no token");
+  app.add_option("--backend", options.backend,
+                 "auto (CUDA when built with CUDA and a device exists, else CPU) | cuda | cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  app.add_option("--devices", devices,
+                 "Device indices to use, e.g. 0,1 or 0-3 (CPU: rank slots, a rank is a "
+                 "thread); empty: all (CPU: one per online core)");
+  app.add_option("--device-kind", options.device_kind,
+                 "Catalog device kind to announce, e.g. h100-sxm-80gb; empty: derived from "
+                 "the devices (cpu on CPU)");
+  app.add_option("--name", options.name, "Worker name; empty: the host name");
+  app.add_option("--heartbeat-interval-ms", options.heartbeat_interval_ms,
+                 "Heartbeat period; 0: the coordinator's")
+      ->check(CLI::Range(int64_t{0}, kMaxMs));
+  app.add_option("--lease-wait-ms", options.lease_wait_ms, "Long-poll time of one LeaseTask")
+      ->check(CLI::Range(int64_t{0}, kMaxMs));
+  app.add_option("--rpc-timeout-ms", options.rpc_timeout_ms, "Deadline of each RPC")
+      ->check(CLI::Range(int64_t{1}, kMaxMs));
+  app.add_option("--connect-timeout-s", options.connect_timeout_s,
+                 "At startup, retry an unreachable coordinator this long, then exit 1; "
+                 "0: forever")
+      ->check(CLI::Range(0.0, kMaxS));
+  app.add_option("--backoff-initial-ms", options.backoff_initial_ms,
+                 "First reconnect delay (doubled per failure)")
+      ->check(CLI::Range(int64_t{1}, kMaxMs));
+  app.add_option("--backoff-max-ms", options.backoff_max_ms, "Reconnect delay cap")
+      ->check(CLI::Range(int64_t{1}, kMaxMs));
+  app.add_option("--stop-grace-s", options.stop_grace_s,
+                 "On SIGTERM, let the running task finish this long before releasing it")
+      ->check(CLI::Range(0.0, kMaxS));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    return UsageError(what);
+  }
+
+  std::string error;
+  if (!devices.empty() && !ParseDeviceList(devices, &options.devices, &error)) {
+    return UsageError(error);
+  }
+  if (!token_file.empty() && !ReadToken(token_file, &options.token, &error)) {
+    return UsageError(error);
+  }
+  if (absl::Status s = options.Validate(); !s.ok()) return UsageError(std::string(s.message()));
+
+  // Signals go to a dedicated thread (blocked everywhere else, inherited by gRPC's and the
+  // daemon's threads), which turns them into Stop().
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  paratune::worker::WorkerDaemon daemon(options);
+  std::atomic<bool> done{false};
+  std::thread signal_thread([&] {
+    const timespec poll{0, 200 * 1000 * 1000};
+    while (!done.load()) {
+      const int sig = sigtimedwait(&stop_signals, nullptr, &poll);
+      if (sig == SIGTERM || sig == SIGINT) {
+        std::cerr << "paratune-worker: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
+                  << ": stopping\n";
+        daemon.Stop();
+      }
+    }
+  });
+
+  absl::Status status = daemon.Run();
+  done.store(true);
+  signal_thread.join();
+  if (status.ok()) return 0;
+  std::string message(status.message());
+  std::replace(message.begin(), message.end(), '\n', ' ');
+  std::cerr << "paratune-worker: error: " << message << '\n';
+  return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : 1;
 }

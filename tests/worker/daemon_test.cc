@@ -1,0 +1,547 @@
+// WorkerDaemon against an in-process fake WorkerHub on 127.0.0.1 (ephemeral port): register,
+// lease, report, cancellation, stop, coordinator restart with re-sending of the
+// unacknowledged result, re-registration on request, auth and unreachable startup.
+#include "worker/daemon.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "paratune/v1/service.grpc.pb.h"
+
+namespace paratune::worker {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// A WorkerHub that keeps everything it is told, hands out queued tasks and can require a
+// token, forget its workers (as after a restart) or cancel tasks via heartbeats.
+class FakeHub final : public v1::WorkerHub::Service {
+ public:
+  explicit FakeHub(std::string token = "") : token_(std::move(token)) {}
+
+  grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* request,
+                        v1::RegisterResponse* response) override {
+    if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    registers_.push_back(*request);
+    const std::string id = absl::StrCat(prefix_, "w", registers_.size());
+    known_.insert(id);
+    response->set_worker_id(id);
+    response->set_heartbeat_interval_ms(50);
+    response->set_lease_timeout_ms(1000);
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override {
+    if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    heartbeats_.push_back(*request);
+    if (!known_.contains(request->worker_id())) response->set_reregister(true);
+    for (const std::string& id : request->task_ids()) {
+      if (cancel_.contains(id)) response->add_cancel_task_ids(id);
+    }
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status LeaseTask(grpc::ServerContext* ctx, const v1::LeaseTaskRequest* request,
+                         v1::LeaseTaskResponse* response) override {
+    if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!known_.contains(request->worker_id())) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown worker");
+    }
+    const Clock::time_point end = Clock::now() + milliseconds(request->wait_ms());
+    // Long-poll in slices so that a closing server or a cancelled call ends it.
+    while (queue_.empty() && !closed_ && !ctx->IsCancelled() && Clock::now() < end) {
+      cv_.wait_for(lock, milliseconds(20));
+    }
+    if (!queue_.empty() && !closed_) {
+      *response->mutable_task() = queue_.front();
+      queue_.pop_front();
+      leased_.push_back(response->task().id());
+      cv_.notify_all();
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ReportResult(grpc::ServerContext* ctx, const v1::ReportResultRequest* request,
+                            v1::ReportResultResponse* response) override {
+    if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    reports_.push_back(*request);
+    response->set_accepted(true);
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Deregister(grpc::ServerContext* ctx, const v1::DeregisterRequest* request,
+                          v1::DeregisterResponse*) override {
+    if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    deregistered_.push_back(request->worker_id());
+    events_.push_back("deregister");
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  void Enqueue(v1::ProfileTask task) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(task));
+    cv_.notify_all();
+  }
+  void CancelTask(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancel_.insert(id);
+  }
+  void ForgetWorkers() {
+    std::lock_guard<std::mutex> lock(mu_);
+    known_.clear();
+    prefix_ = "again-";
+  }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    cv_.notify_all();
+  }
+
+  /// Waits until `pred` (called under the lock) holds; false after `timeout`.
+  bool WaitFor(const std::function<bool()>& pred, milliseconds timeout = milliseconds(10000)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, pred);
+  }
+
+  // Accessors for tests (copies taken under the lock).
+  std::vector<v1::RegisterRequest> registers() const { return Locked(registers_); }
+  std::vector<v1::ReportResultRequest> reports() const { return Locked(reports_); }
+  std::vector<v1::HeartbeatRequest> heartbeats() const { return Locked(heartbeats_); }
+  std::vector<std::string> deregistered() const { return Locked(deregistered_); }
+  std::vector<std::string> auth_seen() const { return Locked(auth_seen_); }
+
+  // Unlocked views, only inside WaitFor predicates.
+  const std::vector<v1::ReportResultRequest>& reports_unlocked() const { return reports_; }
+  const std::vector<v1::RegisterRequest>& registers_unlocked() const { return registers_; }
+  const std::vector<std::string>& leased_unlocked() const { return leased_; }
+  const std::vector<std::string>& deregistered_unlocked() const { return deregistered_; }
+  const std::vector<v1::HeartbeatRequest>& heartbeats_unlocked() const { return heartbeats_; }
+
+ private:
+  template <typename T>
+  T Locked(const T& v) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return v;
+  }
+
+  grpc::Status CheckAuth(grpc::ServerContext* ctx) {
+    auto it = ctx->client_metadata().find("authorization");
+    std::string auth = it == ctx->client_metadata().end()
+                           ? ""
+                           : std::string(it->second.data(), it->second.size());
+    std::lock_guard<std::mutex> lock(mu_);
+    auth_seen_.push_back(auth);
+    if (!token_.empty() && auth != "Bearer " + token_) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
+    }
+    return grpc::Status::OK;
+  }
+
+  const std::string token_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::string prefix_;
+  std::set<std::string> known_;
+  std::set<std::string> cancel_;
+  std::deque<v1::ProfileTask> queue_;
+  std::vector<std::string> leased_;
+  std::vector<v1::RegisterRequest> registers_;
+  std::vector<v1::HeartbeatRequest> heartbeats_;
+  std::vector<v1::ReportResultRequest> reports_;
+  std::vector<std::string> deregistered_;
+  std::vector<std::string> events_;
+  std::vector<std::string> auth_seen_;
+  bool closed_ = false;
+};
+
+// A FakeHub served on 127.0.0.1:`port` (0 = ephemeral).
+class HubServer {
+ public:
+  explicit HubServer(int port = 0, std::string token = "") : hub_(std::move(token)) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(absl::StrCat("127.0.0.1:", port), grpc::InsecureServerCredentials(),
+                             &port_);
+    builder.RegisterService(&hub_);
+    server_ = builder.BuildAndStart();
+  }
+  ~HubServer() { Shutdown(); }
+
+  void Shutdown() {
+    if (server_ == nullptr) return;
+    hub_.Close();
+    server_->Shutdown(std::chrono::system_clock::now() + milliseconds(200));
+    server_->Wait();
+    server_.reset();
+  }
+
+  FakeHub& hub() { return hub_; }
+  int port() const { return port_; }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+ private:
+  FakeHub hub_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// Executor whose behaviour is chosen by the task id's prefix:
+//   ok-*     OK with a fixed LayerProfile;
+//   block-*  waits until Release() or the cancel flag (then CANCELLED);
+//   throw-*  throws std::runtime_error.
+class ScriptedExecutor final : public TaskExecutor {
+ public:
+  v1::TaskResult Execute(const v1::ProfileTask& task, const CancelFlag& cancel) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      started_.push_back(task.id());
+      cv_.notify_all();
+    }
+    v1::TaskResult r;
+    if (task.id().starts_with("throw-")) throw std::runtime_error("kernel exploded");
+    if (task.id().starts_with("block-")) {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!released_ && !cancel.cancelled()) cv_.wait_for(lock, milliseconds(5));
+      if (!released_) {
+        r.set_outcome(v1::TaskResult::OUTCOME_CANCELLED);
+        return r;
+      }
+    }
+    r.set_outcome(v1::TaskResult::OUTCOME_OK);
+    v1::PhaseTiming* p = r.mutable_layer()->add_phases();
+    p->set_phase("total");
+    p->set_median_s(0.25);
+    p->set_min_s(0.2);
+    p->set_max_s(0.3);
+    r.mutable_layer()->add_peak_bytes_per_rank(12345);
+    return r;
+  }
+
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+  bool WaitStarted(const std::string& id) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, milliseconds(10000), [&] {
+      return std::find(started_.begin(), started_.end(), id) != started_.end();
+    });
+  }
+
+  std::vector<std::string> started() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return started_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> started_;
+  bool released_ = false;
+};
+
+v1::ProfileTask Task(const std::string& id, int64_t attempt = 1,
+                     const std::string& kind = "cpu") {
+  v1::ProfileTask t;
+  t.set_id(id);
+  t.set_attempt(attempt);
+  t.set_job_id("job-1");
+  t.set_device_kind(kind);
+  t.mutable_layer()->mutable_shape()->set_hidden_size(64);
+  return t;
+}
+
+// Runs a WorkerDaemon on a thread; Stop() + join on destruction.
+class DaemonThread {
+ public:
+  explicit DaemonThread(WorkerOptions options) : daemon_(std::move(options)) {
+    thread_ = std::thread([this] { status_ = daemon_.Run(); });
+  }
+  ~DaemonThread() { Join().IgnoreError(); }
+  absl::Status Join() {
+    daemon_.Stop();
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+  WorkerDaemon& daemon() { return daemon_; }
+
+ private:
+  WorkerDaemon daemon_;
+  absl::Status status_;
+  std::thread thread_;
+};
+
+WorkerOptions Options(const std::string& address, std::shared_ptr<TaskExecutor> executor) {
+  WorkerOptions o;
+  o.coordinator = address;
+  o.backend = "cpu";
+  o.devices = {0, 1, 2, 3};
+  o.name = "test-worker";
+  o.lease_wait_ms = 100;
+  o.rpc_timeout_ms = 2000;
+  o.backoff_initial_ms = 20;
+  o.backoff_max_ms = 200;
+  o.connect_timeout_s = 5;
+  o.executor = std::move(executor);
+  o.log = [](std::string_view) {};
+  return o;
+}
+
+TEST(WorkerDaemonTest, RegistersLeasesReportsAndDeregisters) {
+  HubServer server(0, "s3cret");
+  auto executor = std::make_shared<ScriptedExecutor>();
+  WorkerOptions options = Options(server.address(), executor);
+  options.token = "s3cret";
+  DaemonThread daemon(options);
+  FakeHub& hub = server.hub();
+  hub.Enqueue(Task("ok-1", 3));
+  ASSERT_TRUE(hub.WaitFor([&] { return hub.reports_unlocked().size() == 1; }));
+
+  std::vector<v1::RegisterRequest> regs = hub.registers();
+  ASSERT_EQ(regs.size(), 1u);
+  const v1::WorkerInfo& info = regs[0].worker();
+  EXPECT_EQ(info.name(), "test-worker");
+  EXPECT_EQ(info.backend(), "cpu");
+  EXPECT_EQ(info.device_kind(), "cpu");
+  ASSERT_EQ(info.devices_size(), 4);
+  EXPECT_EQ(info.devices(3).index(), 3);
+  EXPECT_EQ(info.devices(0).memory_bytes(), info.memory_bytes());
+  EXPECT_GT(info.memory_bytes(), 0);
+  EXPECT_GE(info.cpu_cores(), 1);
+
+  v1::ReportResultRequest report = hub.reports()[0];
+  EXPECT_EQ(report.worker_id(), "w1");
+  EXPECT_EQ(report.result().task_id(), "ok-1");
+  EXPECT_EQ(report.result().attempt(), 3);
+  EXPECT_EQ(report.result().worker_id(), "w1");
+  EXPECT_EQ(report.result().outcome(), v1::TaskResult::OUTCOME_OK);
+  EXPECT_GT(report.result().elapsed_s(), 0.0);
+  EXPECT_DOUBLE_EQ(report.result().layer().phases(0).median_s(), 0.25);
+  EXPECT_EQ(report.result().layer().peak_bytes_per_rank(0), 12345);
+
+  ASSERT_TRUE(daemon.Join().ok());
+  EXPECT_EQ(hub.deregistered(), std::vector<std::string>{"w1"});
+  for (const std::string& auth : hub.auth_seen()) EXPECT_EQ(auth, "Bearer s3cret");
+  WorkerStats stats = daemon.daemon().stats();
+  EXPECT_EQ(stats.registrations, 1);
+  EXPECT_EQ(stats.tasks_executed, 1);
+  EXPECT_EQ(stats.reports_acked, 1);
+  EXPECT_EQ(stats.reports_pending, 0);
+}
+
+TEST(WorkerDaemonTest, ExceptionAndWrongDeviceKindAreResultsAndTheDaemonGoesOn) {
+  HubServer server;
+  auto executor = std::make_shared<ScriptedExecutor>();
+  DaemonThread daemon(Options(server.address(), executor));
+  FakeHub& hub = server.hub();
+  hub.Enqueue(Task("throw-1"));
+  hub.Enqueue(Task("ok-gpu", 1, "h100-sxm-80gb"));
+  hub.Enqueue(Task("ok-2"));
+  ASSERT_TRUE(hub.WaitFor([&] { return hub.reports_unlocked().size() == 3; }));
+  std::vector<v1::ReportResultRequest> reports = hub.reports();
+  EXPECT_EQ(reports[0].result().outcome(), v1::TaskResult::OUTCOME_FAILED);
+  EXPECT_EQ(reports[0].result().message(), "exception: kernel exploded");
+  EXPECT_EQ(reports[1].result().outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
+  EXPECT_EQ(reports[1].result().message(),
+            "task is for device kind h100-sxm-80gb; this worker has cpu");
+  EXPECT_EQ(reports[2].result().outcome(), v1::TaskResult::OUTCOME_OK);
+  // The GPU task never reached the executor.
+  EXPECT_EQ(executor->started(), (std::vector<std::string>{"throw-1", "ok-2"}));
+  EXPECT_TRUE(daemon.Join().ok());
+}
+
+TEST(WorkerDaemonTest, HeartbeatsRenewTheLeaseAndCarryCancellation) {
+  HubServer server;
+  auto executor = std::make_shared<ScriptedExecutor>();
+  DaemonThread daemon(Options(server.address(), executor));
+  FakeHub& hub = server.hub();
+  hub.Enqueue(Task("block-1"));
+  ASSERT_TRUE(executor->WaitStarted("block-1"));
+  // Heartbeats every 50 ms (the interval the fake returns) name the running task.
+  ASSERT_TRUE(hub.WaitFor([&] {
+    int with_task = 0;
+    for (const auto& hb : hub.heartbeats_unlocked()) {
+      with_task += hb.task_ids_size() == 1 && hb.task_ids(0) == "block-1";
+    }
+    return with_task >= 2;
+  }));
+  hub.CancelTask("block-1");
+  ASSERT_TRUE(hub.WaitFor([&] { return hub.reports_unlocked().size() == 1; }));
+  EXPECT_EQ(hub.reports()[0].result().task_id(), "block-1");
+  EXPECT_EQ(hub.reports()[0].result().outcome(), v1::TaskResult::OUTCOME_CANCELLED);
+  EXPECT_TRUE(daemon.Join().ok());
+}
+
+TEST(WorkerDaemonTest, StopLetsTheRunningTaskFinishWithinTheGracePeriod) {
+  HubServer server;
+  auto executor = std::make_shared<ScriptedExecutor>();
+  WorkerOptions options = Options(server.address(), executor);
+  options.stop_grace_s = 30;
+  auto daemon = std::make_unique<DaemonThread>(options);
+  FakeHub& hub = server.hub();
+  hub.Enqueue(Task("block-1"));
+  ASSERT_TRUE(executor->WaitStarted("block-1"));
+  daemon->daemon().Stop();
+  std::this_thread::sleep_for(milliseconds(150));
+  executor->Release();
+  EXPECT_TRUE(daemon->Join().ok());
+  std::vector<v1::ReportResultRequest> reports = hub.reports();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].result().outcome(), v1::TaskResult::OUTCOME_OK);
+  EXPECT_EQ(hub.deregistered().size(), 1u);
+  // No new task was leased after Stop().
+  EXPECT_EQ(executor->started().size(), 1u);
+}
+
+TEST(WorkerDaemonTest, StopReleasesATaskThatOutlivesTheGracePeriod) {
+  HubServer server;
+  auto executor = std::make_shared<ScriptedExecutor>();
+  WorkerOptions options = Options(server.address(), executor);
+  options.stop_grace_s = 0.2;
+  DaemonThread daemon(options);
+  FakeHub& hub = server.hub();
+  hub.Enqueue(Task("block-1"));
+  ASSERT_TRUE(executor->WaitStarted("block-1"));
+  const Clock::time_point start = Clock::now();
+  EXPECT_TRUE(daemon.Join().ok());
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_GE(took, 0.2);
+  EXPECT_LT(took, 3.0);
+  // Released, not reported: Deregister hands the lease back.
+  EXPECT_TRUE(hub.reports().empty());
+  EXPECT_EQ(hub.deregistered().size(), 1u);
+}
+
+TEST(WorkerDaemonTest, CoordinatorRestartReRegistersAndResendsTheUnacknowledgedResult) {
+  auto server = std::make_unique<HubServer>();
+  const int port = server->port();
+  auto executor = std::make_shared<ScriptedExecutor>();
+  DaemonThread daemon(Options(server->address(), executor));
+  server->hub().Enqueue(Task("block-7", 2));
+  ASSERT_TRUE(executor->WaitStarted("block-7"));
+
+  // The coordinator goes away while the task runs; the result cannot be delivered.
+  server->Shutdown();
+  executor->Release();
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
+  while (daemon.daemon().stats().reports_pending != 1 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_EQ(daemon.daemon().stats().reports_pending, 1);
+  std::this_thread::sleep_for(milliseconds(300));  // a few failed reconnects
+
+  // A new coordinator on the same port knows nothing: the daemon registers again and
+  // re-sends the result (same task id and attempt).
+  HubServer restarted(port);
+  ASSERT_EQ(restarted.port(), port);
+  FakeHub& hub = restarted.hub();
+  ASSERT_TRUE(hub.WaitFor([&] { return hub.reports_unlocked().size() == 1; }));
+  std::vector<v1::RegisterRequest> regs = hub.registers();
+  ASSERT_EQ(regs.size(), 1u);
+  EXPECT_EQ(regs[0].worker().id(), "w1");  // the previous identity is offered
+  v1::ReportResultRequest report = hub.reports()[0];
+  EXPECT_EQ(report.result().task_id(), "block-7");
+  EXPECT_EQ(report.result().attempt(), 2);
+  EXPECT_EQ(report.result().outcome(), v1::TaskResult::OUTCOME_OK);
+  EXPECT_EQ(report.worker_id(), "w1");  // the new coordinator's id for us (its first)
+  EXPECT_TRUE(daemon.Join().ok());
+  WorkerStats stats = daemon.daemon().stats();
+  EXPECT_EQ(stats.registrations, 2);
+  EXPECT_EQ(stats.reports_pending, 0);
+}
+
+TEST(WorkerDaemonTest, ReRegistersWhenTheHeartbeatSaysSo) {
+  HubServer server;
+  auto executor = std::make_shared<ScriptedExecutor>();
+  DaemonThread daemon(Options(server.address(), executor));
+  FakeHub& hub = server.hub();
+  ASSERT_TRUE(hub.WaitFor([&] { return hub.heartbeats_unlocked().size() >= 1; }));
+  hub.ForgetWorkers();
+  ASSERT_TRUE(hub.WaitFor([&] { return hub.registers_unlocked().size() == 2; }));
+  hub.Enqueue(Task("ok-1"));
+  ASSERT_TRUE(hub.WaitFor([&] { return hub.reports_unlocked().size() == 1; }));
+  EXPECT_EQ(hub.reports()[0].worker_id(), "again-w2");
+  EXPECT_TRUE(daemon.Join().ok());
+}
+
+TEST(WorkerDaemonTest, RejectedTokenEndsRunWithUnauthenticated) {
+  HubServer server(0, "right");
+  WorkerOptions options = Options(server.address(), std::make_shared<ScriptedExecutor>());
+  options.token = "wrong";
+  WorkerDaemon daemon(options);
+  absl::Status status = daemon.Run();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(status.message(), "coordinator rejected registration: bad token");
+}
+
+TEST(WorkerDaemonTest, UnreachableCoordinatorGivesUpAfterTheConnectTimeout) {
+  int port = 0;
+  {
+    HubServer probe;  // find a free port, then close it
+    port = probe.port();
+  }
+  WorkerOptions options = Options(absl::StrCat("127.0.0.1:", port), nullptr);
+  options.connect_timeout_s = 0.5;
+  WorkerDaemon daemon(options);
+  const Clock::time_point start = Clock::now();
+  absl::Status status = daemon.Run();
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StartsWith(
+      status.message(), absl::StrCat("cannot reach coordinator 127.0.0.1:", port, " after 0.5 s: ")))
+      << status.message();
+  EXPECT_GE(took, 0.5);
+  EXPECT_LT(took, 2.5);
+}
+
+TEST(WorkerDaemonTest, StopDuringStartupRetriesReturnsOk) {
+  WorkerOptions options = Options("127.0.0.1:1", nullptr);
+  options.connect_timeout_s = 0;  // forever
+  DaemonThread daemon(options);
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_TRUE(daemon.Join().ok());
+}
+
+TEST(WorkerOptionsTest, ValidateNamesTheField) {
+  WorkerOptions o;
+  EXPECT_EQ(o.Validate().message(), "coordinator must be set (HOST:PORT)");
+  o.coordinator = "h:1";
+  EXPECT_TRUE(o.Validate().ok());
+  o.backend = "tpu";
+  EXPECT_EQ(o.Validate().message(), "backend (tpu) must be one of auto, cuda, cpu");
+  o.backend = "cpu";
+  o.devices = {0, 1, 0};
+  EXPECT_EQ(o.Validate().message(), "devices lists 0 twice");
+  o.devices = {};
+  o.backoff_max_ms = 10;
+  EXPECT_EQ(o.Validate().message(), "backoff_max_ms must be >= backoff_initial_ms");
+}
+
+}  // namespace
+}  // namespace paratune::worker

@@ -1,0 +1,37 @@
+// The real executor: runs ProfileTasks on kernels/ (the step runner for layer profiles,
+// the collective bench for sweeps) and maps their results and errors onto TaskResult.
+#ifndef PARATUNE_WORKER_KERNELS_EXECUTOR_H_
+#define PARATUNE_WORKER_KERNELS_EXECUTOR_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "worker/device_discovery.h"
+#include "worker/task_executor.h"
+
+namespace paratune::worker {
+
+struct KernelsExecutorOptions {
+  /// Tracking-allocator capacity of one rank; 0 = derived from the inventory (GPU: the
+  /// device's memory; CPU: host memory divided by the task's ranks, threads sharing it).
+  int64_t capacity_bytes_per_rank = 0;
+  /// Timed iterations when a task leaves `iters` at 0.
+  int64_t default_layer_iters = 5;
+  int64_t default_collective_iters = 10;
+};
+
+/// Runs tasks on the backend and devices of `inventory`. Mapping of outcomes:
+///   OK           the measurement (phases and peaks, or one CommSample per size);
+///   OOM          the allocator refused a request (oom_bytes_requested = its size);
+///   UNSUPPORTED  more ranks than devices, context parallelism (cp > 1: not in kernels/),
+///                fp8, a GPU-only dtype (bf16/fp16) on CPU, or a backend not built;
+///   FAILED       an invalid task (the rule it breaks) or any other error;
+///   CANCELLED    `cancel` set: checked before the run and after it (RunLayerStep has no
+///                cancellation hook), and between the sizes of a collective sweep.
+/// Layer vocabularies are padded to a multiple of 128·tp, as Megatron-LM does.
+std::shared_ptr<TaskExecutor> CreateKernelsExecutor(const DeviceInventory& inventory,
+                                                    KernelsExecutorOptions options = {});
+
+}  // namespace paratune::worker
+
+#endif  // PARATUNE_WORKER_KERNELS_EXECUTOR_H_
