@@ -60,7 +60,7 @@ struct JobManagerOptions {
   int64_t max_attempts = 3;
   /// Timed and untimed steps per profile task, and how many candidates to profile.
   ProfilePlanOptions profile;
-  /// The analytical planner (tests substitute a fake).
+  /// The analytical planner: paratune::Plan (search/planner.h); tests substitute a fake.
   std::function<absl::StatusOr<PlanResult>(const JobSpec&)> plan;
   /// Optional metrics sink (gauges of jobs, tasks, workers).
   Metrics* metrics = nullptr;

@@ -1,11 +1,136 @@
-// paratune-coordinator: the ParaTune service (issue: coordinator service).
+// paratune-coordinator: the ParaTune service. Hosts the Autotuner and WorkerHub gRPC
+// services and the REST gateway over one JobManager backed by SQLite.
+#include <pthread.h>
+#include <signal.h>
+
+#include <fstream>
 #include <iostream>
+#include <memory>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "search/planner.h"
+#include "server/auth.h"
+#include "server/clock.h"
+#include "server/grpc_services.h"
+#include "server/job_manager.h"
+#include "server/metrics.h"
+#include "server/rest_gateway.h"
+#include "server/store.h"
+
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::cerr << "paratune-coordinator: " << status << "\n";
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"paratune-coordinator: plans, profiles and ranks parallel layouts"};
+  std::string bind = "0.0.0.0";
+  int grpc_port = 50051;
+  int http_port = 8080;
+  std::string db = "./paratune.db";
+  paratune::server::JobManagerOptions options;
+  std::string client_token_file, worker_token_file, tls_cert, tls_key, dashboard_dir;
+  std::string port_file;
+  app.add_option("--bind", bind, "Address to listen on")->capture_default_str();
+  app.add_option("--grpc-port", grpc_port, "gRPC port (0 = pick a free one)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--http-port", http_port,
+                 "REST gateway, /metrics and dashboard port (-1 = no HTTP server, 0 = pick)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 65535));
+  app.add_option("--db", db, "SQLite database file (WAL mode)")->capture_default_str();
+  app.add_option("--lease-timeout-ms", options.lease_timeout_ms,
+                 "A task lease not renewed for this long is re-queued")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--heartbeat-interval-ms", options.heartbeat_interval_ms,
+                 "Heartbeat period asked of workers")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-attempts", options.max_attempts, "Leases per task before it fails")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--profile-warmup", options.profile.warmup, "Untimed steps per profile task")
+      ->capture_default_str();
+  app.add_option("--profile-iters", options.profile.iters, "Timed steps per profile task")
+      ->capture_default_str();
+  app.add_option("--profile-candidates", options.profile.max_candidates,
+                 "Profile at most this many top layouts (0 = all of top_k that fit)")
+      ->capture_default_str();
+  app.add_option("--client-token-file", client_token_file,
+                 "File holding the bearer token clients must send (empty = open)");
+  app.add_option("--worker-token-file", worker_token_file,
+                 "File holding the bearer token workers must send (empty = open)");
+  app.add_option("--tls-cert", tls_cert, "PEM certificate chain (gRPC and HTTP)");
+  app.add_option("--tls-key", tls_key, "PEM private key");
+  app.add_option("--dashboard-dir", dashboard_dir, "Serve the web dashboard from here");
+  app.add_option("--port-file", port_file,
+                 "Write the bound gRPC and HTTP ports here (\"GRPC HTTP\"), for scripts");
   CLI11_PARSE(app, argc, argv);
-  std::cerr << "UNIMPLEMENTED: paratune-coordinator is not built yet; see README.md\n";
-  return 1;
+
+  // Signals go to the main thread's sigwait only: block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<paratune::server::Authenticator> auth =
+      paratune::server::Authenticator::FromFiles(client_token_file, worker_token_file);
+  if (!auth.ok()) return Fail(auth.status());
+  paratune::server::Metrics metrics;
+  absl::StatusOr<std::unique_ptr<paratune::server::Store>> store =
+      paratune::server::OpenSqliteStore(db);
+  if (!store.ok()) return Fail(store.status());
+  paratune::server::SystemClock clock;
+  options.plan = [](const paratune::JobSpec& spec) { return paratune::Plan(spec); };
+  options.metrics = &metrics;
+  absl::StatusOr<std::unique_ptr<paratune::server::JobManager>> manager =
+      paratune::server::JobManager::Create(*std::move(store), &clock, options);
+  if (!manager.ok()) return Fail(manager.status());
+
+  paratune::server::GrpcServerOptions grpc_options;
+  grpc_options.address = bind + ":" + std::to_string(grpc_port);
+  grpc_options.tls_cert_file = tls_cert;
+  grpc_options.tls_key_file = tls_key;
+  grpc_options.auth = &*auth;
+  grpc_options.metrics = &metrics;
+  absl::StatusOr<std::unique_ptr<paratune::server::GrpcServer>> grpc =
+      paratune::server::GrpcServer::Start(manager->get(), manager->get(), grpc_options);
+  if (!grpc.ok()) return Fail(grpc.status());
+
+  std::unique_ptr<paratune::server::RestGateway> rest;
+  int bound_http = -1;
+  if (http_port >= 0) {
+    paratune::server::RestGatewayOptions rest_options;
+    rest_options.dashboard_dir = dashboard_dir;
+    rest_options.tls_cert_file = tls_cert;
+    rest_options.tls_key_file = tls_key;
+    rest = std::make_unique<paratune::server::RestGateway>(manager->get(), &*auth, &metrics,
+                                                           rest_options);
+    absl::StatusOr<int> port = rest->Start(bind, http_port);
+    if (!port.ok()) return Fail(port.status());
+    bound_http = *port;
+  }
+  if (!port_file.empty()) {
+    std::ofstream(port_file) << (*grpc)->port() << " " << bound_http << "\n";
+  }
+  std::cerr << "paratune-coordinator: gRPC on " << bind << ":" << (*grpc)->port();
+  if (bound_http >= 0) std::cerr << ", HTTP on " << bind << ":" << bound_http;
+  std::cerr << ", database " << db << "\n";
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::cerr << "paratune-coordinator: signal " << sig << ", shutting down\n";
+  if (rest) rest->Stop();
+  (*manager)->Shutdown();  // Ends watches and long-polls so that the server can drain.
+  (*grpc)->Shutdown(/*grace_ms=*/2000);
+  return 0;
 }

@@ -1,0 +1,243 @@
+#include "server/convert.h"
+
+#include <algorithm>
+#include <string>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "search/spec_io.h"
+
+namespace paratune::server {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+}  // namespace
+
+absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& spec) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = false;
+  if (!google::protobuf::util::MessageToJsonString(spec, &text, options).ok()) {
+    return absl::InternalError("cannot print the job spec as JSON");
+  }
+  nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return absl::InternalError("cannot re-read the job spec JSON");
+  return JobSpecFromJson(json);
+}
+
+absl::StatusOr<v1::JobSpec> SpecProtoFromJson(const nlohmann::json& json) {
+  absl::StatusOr<JobSpec> spec = JobSpecFromJson(json);
+  if (!spec.ok()) return spec.status();
+  v1::JobSpec out;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto status = google::protobuf::util::JsonStringToMessage(
+      JobSpecToJson(*spec).dump(), &out, options);
+  if (!status.ok()) {
+    return absl::InternalError(
+        absl::StrCat("canonical spec does not fit the wire form: ", status.ToString()));
+  }
+  return out;
+}
+
+v1::ParallelConfig ToProto(const ParallelConfig& c) {
+  v1::ParallelConfig out;
+  out.set_tp(c.tp);
+  out.set_pp(c.pp);
+  out.set_dp(c.dp);
+  out.set_cp(c.cp);
+  out.set_vp(c.vp);
+  out.set_micro_batch_size(c.micro_batch_size);
+  out.set_sequence_parallel(c.sequence_parallel);
+  out.set_recompute(ToString(c.recompute));
+  out.set_recompute_num_layers(c.recompute_num_layers);
+  out.set_distributed_optimizer(c.distributed_optimizer);
+  return out;
+}
+
+namespace {
+
+absl::StatusOr<ParallelConfig> FromProto(const v1::ParallelConfig& c) {
+  ParallelConfig out;
+  out.tp = c.tp();
+  out.pp = c.pp();
+  out.dp = c.dp();
+  out.cp = c.cp();
+  out.vp = c.vp();
+  out.micro_batch_size = c.micro_batch_size();
+  out.sequence_parallel = c.sequence_parallel();
+  absl::StatusOr<Recompute> rc = ParseRecompute(c.recompute());
+  if (!rc.ok()) return rc.status();
+  out.recompute = *rc;
+  out.recompute_num_layers = c.recompute_num_layers();
+  out.distributed_optimizer = c.distributed_optimizer();
+  return out;
+}
+
+}  // namespace
+
+v1::RankedConfig ToProto(const RankedConfig& r) {
+  v1::RankedConfig out;
+  out.set_rank(r.rank);
+  *out.mutable_config() = ToProto(r.config);
+  out.set_iteration_time_s(r.iteration_time_s);
+  out.set_tokens_per_sec_per_gpu(r.tokens_per_sec_per_gpu);
+  out.set_model_tflops_per_gpu(r.model_tflops_per_gpu);
+  out.set_hardware_tflops_per_gpu(r.hardware_tflops_per_gpu);
+  out.set_mfu(r.mfu);
+  v1::MemoryBreakdown* m = out.mutable_memory();
+  m->set_peak_gib(r.memory.Peak() / kGiB);
+  m->set_weights(r.memory.weights / kGiB);
+  m->set_gradients(r.memory.gradients / kGiB);
+  m->set_optimizer(r.memory.optimizer / kGiB);
+  m->set_activations(r.memory.activations / kGiB);
+  m->set_other(r.memory.other / kGiB);
+  m->set_capacity_gib(r.memory.capacity / kGiB);
+  out.set_fits(r.fits);
+  out.set_source(r.source == ResultSource::kMeasured ? "measured" : "modelled");
+  v1::TimeBreakdown* t = out.mutable_time();
+  t->set_compute(r.time.compute);
+  t->set_tp_comm(r.time.tp_comm);
+  t->set_cp_comm(r.time.cp_comm);
+  t->set_pp_bubble(r.time.pp_bubble);
+  t->set_pp_p2p(r.time.pp_p2p);
+  t->set_dp_comm(r.time.dp_comm);
+  t->set_optimizer(r.time.optimizer);
+  out.set_time_to_train_days(r.time_to_train_days);
+  for (const std::string& note : r.notes) out.add_notes(note);
+  return out;
+}
+
+v1::PlanResult ToProto(const PlanResult& result) {
+  v1::PlanResult out;
+  for (const RankedConfig& r : result.ranked) *out.add_ranked() = ToProto(r);
+  out.set_candidates_considered(result.candidates_considered);
+  out.set_feasible(result.feasible);
+  out.set_elapsed_ms(result.elapsed_ms);
+  for (const RejectedConfig& r : result.rejected) {
+    v1::RejectedConfig* rej = out.add_rejected();
+    *rej->mutable_config() = ToProto(r.config);
+    rej->set_reason(r.reason);
+  }
+  return out;
+}
+
+absl::StatusOr<PlanResult> PlanResultFromProto(const v1::PlanResult& result) {
+  PlanResult out;
+  for (const v1::RankedConfig& r : result.ranked()) {
+    RankedConfig d;
+    d.rank = r.rank();
+    absl::StatusOr<ParallelConfig> c = FromProto(r.config());
+    if (!c.ok()) return c.status();
+    d.config = *c;
+    d.iteration_time_s = r.iteration_time_s();
+    d.tokens_per_sec_per_gpu = r.tokens_per_sec_per_gpu();
+    d.model_tflops_per_gpu = r.model_tflops_per_gpu();
+    d.hardware_tflops_per_gpu = r.hardware_tflops_per_gpu();
+    d.mfu = r.mfu();
+    d.memory.weights = r.memory().weights() * kGiB;
+    d.memory.gradients = r.memory().gradients() * kGiB;
+    d.memory.optimizer = r.memory().optimizer() * kGiB;
+    d.memory.activations = r.memory().activations() * kGiB;
+    d.memory.other = r.memory().other() * kGiB;
+    d.memory.capacity = r.memory().capacity_gib() * kGiB;
+    d.fits = r.fits();
+    d.source = r.source() == "measured" ? ResultSource::kMeasured : ResultSource::kModelled;
+    d.time = {r.time().compute(),   r.time().tp_comm(), r.time().cp_comm(),
+              r.time().pp_bubble(), r.time().pp_p2p(),  r.time().dp_comm(),
+              r.time().optimizer()};
+    d.time_to_train_days = r.time_to_train_days();
+    d.notes.assign(r.notes().begin(), r.notes().end());
+    out.ranked.push_back(std::move(d));
+  }
+  out.candidates_considered = result.candidates_considered();
+  out.feasible = result.feasible();
+  out.elapsed_ms = result.elapsed_ms();
+  for (const v1::RejectedConfig& r : result.rejected()) {
+    absl::StatusOr<ParallelConfig> c = FromProto(r.config());
+    if (!c.ok()) return c.status();
+    out.rejected.push_back({*c, r.reason()});
+  }
+  return out;
+}
+
+v1::ProfileTask ToProto(const ProfileTaskSpec& task) {
+  v1::ProfileTask out;
+  out.set_device_kind(task.device_kind);
+  out.set_key(task.key);
+  const LayerProfileSpec& l = task.layer;
+  v1::LayerProfileTask* layer = out.mutable_layer();
+  v1::LayerShape* shape = layer->mutable_shape();
+  shape->set_hidden_size(l.hidden_size);
+  shape->set_num_attention_heads(l.num_attention_heads);
+  shape->set_num_query_groups(l.num_query_groups);
+  shape->set_ffn_hidden_size(l.ffn_hidden_size);
+  shape->set_vocab_size(l.vocab_size);
+  shape->set_activation(ToString(l.activation));
+  shape->set_normalization(ToString(l.normalization));
+  layer->set_tp(l.tp);
+  layer->set_sequence_parallel(l.sequence_parallel);
+  layer->set_cp(l.cp);
+  layer->set_micro_batch_size(l.micro_batch_size);
+  layer->set_seq_length(l.seq_length);
+  layer->set_recompute(ToString(l.recompute));
+  layer->set_dtype(ToString(l.dtype));
+  layer->set_flash_attention(l.flash_attention);
+  layer->set_dropout(l.dropout);
+  layer->set_warmup(l.warmup);
+  layer->set_iters(l.iters);
+  layer->set_extras(v1::LayerProfileTask::STAGE_EXTRAS_NONE);
+  return out;
+}
+
+LayerMeasurement MeasurementFromResult(const v1::TaskResult& result) {
+  LayerMeasurement m;
+  switch (result.outcome()) {
+    case v1::TaskResult::OUTCOME_OK:
+      m.outcome = LayerMeasurement::Outcome::kOk;
+      break;
+    case v1::TaskResult::OUTCOME_OOM:
+      m.outcome = LayerMeasurement::Outcome::kOom;
+      m.message = absl::StrCat("out of memory, ", result.oom_bytes_requested(),
+                               " bytes requested");
+      return m;
+    default:
+      m.outcome = LayerMeasurement::Outcome::kFailed;
+      m.message = result.message().empty()
+                      ? v1::TaskResult::Outcome_Name(result.outcome())
+                      : result.message();
+      return m;
+  }
+  for (const v1::PhaseTiming& p : result.layer().phases()) {
+    if (p.phase() == "forward") m.forward_s = p.median_s();
+    else if (p.phase() == "backward") m.backward_s = p.median_s();
+    else if (p.phase() == "recompute") m.recompute_s = p.median_s();
+    else if (p.phase() == "tp_comm") m.tp_comm_s = p.median_s();
+  }
+  for (int64_t bytes : result.layer().peak_bytes_per_rank()) {
+    m.peak_bytes = std::max(m.peak_bytes, static_cast<double>(bytes));
+  }
+  if (m.LayerSeconds() <= 0) {
+    m.outcome = LayerMeasurement::Outcome::kFailed;
+    m.message = "the result has no forward/backward timings";
+  }
+  return m;
+}
+
+std::string JobStateName(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  constexpr std::string_view kPrefix = "JOB_STATE_";
+  if (name.rfind(kPrefix, 0) == 0) name = name.substr(kPrefix.size());
+  return name;
+}
+
+bool IsTerminal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+}  // namespace paratune::server

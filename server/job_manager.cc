@@ -1,0 +1,780 @@
+#include "server/job_manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "search/compose.h"
+#include "server/convert.h"
+#include "server/metrics.h"
+
+namespace paratune::server {
+namespace {
+
+void SetTime(google::protobuf::Timestamp* ts, int64_t ms) {
+  ts->set_seconds(ms / 1000);
+  ts->set_nanos(static_cast<int32_t>((ms % 1000) * 1'000'000));
+}
+
+std::string JobIdOfTask(const std::string& task_id) {
+  const size_t pos = task_id.rfind("-t");
+  return pos == std::string::npos ? std::string() : task_id.substr(0, pos);
+}
+
+absl::Status NotFoundJob(const std::string& id) {
+  return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+}
+
+absl::Status UnknownWorker(const std::string& id) {
+  return absl::NotFoundError(absl::StrCat("unknown worker_id '", id, "'; register again"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(std::unique_ptr<Store> store,
+                                                               const Clock* clock,
+                                                               JobManagerOptions options) {
+  if (options.lease_timeout_ms <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lease_timeout_ms (", options.lease_timeout_ms, ") must be positive"));
+  }
+  if (options.heartbeat_interval_ms <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeat_interval_ms (", options.heartbeat_interval_ms, ") must be positive"));
+  }
+  if (options.max_attempts < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_attempts (", options.max_attempts, ") must be at least 1"));
+  }
+  if (!options.plan) {
+    return absl::InvalidArgumentError("options.plan (the analytical planner) must be set");
+  }
+  std::unique_ptr<JobManager> manager(
+      new JobManager(std::move(store), clock, std::move(options)));
+  if (absl::Status s = manager->Recover(); !s.ok()) return s;
+  manager->executor_ = std::thread([m = manager.get()] { m->ExecutorLoop(); });
+  manager->reaper_ = std::thread([m = manager.get()] { m->ReaperLoop(); });
+  return manager;
+}
+
+JobManager::JobManager(std::unique_ptr<Store> store, const Clock* clock,
+                       JobManagerOptions options)
+    : clock_(clock),
+      options_(std::move(options)),
+      store_(std::move(store)),
+      queue_(options_.lease_timeout_ms, options_.max_attempts) {}
+
+JobManager::~JobManager() { Shutdown(); }
+
+void JobManager::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  changed_cv_.notify_all();
+  tasks_cv_.notify_all();
+  work_cv_.notify_all();
+  if (executor_.joinable()) executor_.join();
+  if (reaper_.joinable()) reaper_.join();
+}
+
+absl::Status JobManager::Recover() {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<std::vector<JobRecord>> records = store_->ListJobs();
+  if (!records.ok()) return records.status();
+  for (JobRecord& record : *records) {
+    const std::string id = record.job.id();
+    JobEntry& job = jobs_[id];
+    job.record = std::move(record);
+    job_order_.push_back(id);
+    const v1::JobState state = job.record.job.state();
+    if (IsTerminal(state)) continue;
+    absl::StatusOr<JobSpec> spec = SpecFromProto(job.record.job.spec());
+    if (!spec.ok()) {
+      if (absl::Status s = SetStateLocked(
+              job, v1::JOB_STATE_FAILED,
+              absl::StrCat("spec no longer valid: ", spec.status().message()));
+          !s.ok()) {
+        return s;
+      }
+      continue;
+    }
+    job.spec = *std::move(spec);
+    switch (state) {
+      case v1::JOB_STATE_PENDING:
+      case v1::JOB_STATE_PLANNING:
+        ScheduleLocked(Work::kPlan, id);
+        break;
+      case v1::JOB_STATE_PROFILING:
+      case v1::JOB_STATE_COMPOSING: {
+        absl::StatusOr<std::vector<TaskRecord>> tasks = store_->ListTasks(id);
+        if (!tasks.ok()) return tasks.status();
+        job.tasks = *std::move(tasks);
+        job.profiling_start_ms = clock_->NowMs();
+        if (state == v1::JOB_STATE_COMPOSING) {
+          ScheduleLocked(Work::kCompose, id);
+          break;
+        }
+        for (const TaskRecord& t : job.tasks) {
+          if (t.state == TaskState::kPending) queue_.Add(t.task);
+        }
+        if (absl::Status s = MaybeFinishProfilingLocked(job); !s.ok()) return s;
+        break;
+      }
+      default:
+        ScheduleLocked(Work::kPlan, id);
+        break;
+    }
+  }
+  UpdateMetricsLocked();
+  return absl::OkStatus();
+}
+
+// --- Background threads -------------------------------------------------------------------
+
+void JobManager::ScheduleLocked(Work work, const std::string& job_id) {
+  work_.emplace_back(work, job_id);
+  work_cv_.notify_all();
+}
+
+void JobManager::ExecutorLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    work_cv_.wait(lock, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || !work_.empty();
+    });
+    if (stopping_) return;
+    auto [work, job_id] = work_.front();
+    work_.pop_front();
+    executor_busy_ = true;
+    lock.unlock();
+    if (work == Work::kPlan) {
+      RunPlan(job_id);
+    } else {
+      RunCompose(job_id);
+    }
+    lock.lock();
+    executor_busy_ = false;
+    work_cv_.notify_all();
+  }
+}
+
+void JobManager::WaitIdle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  work_cv_.wait(lock, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || (work_.empty() && !executor_busy_);
+  });
+}
+
+void JobManager::ReaperLoop() {
+  const auto period = std::chrono::milliseconds(
+      std::clamp<int64_t>(options_.lease_timeout_ms / 4, 20, 1000));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    work_cv_.wait_for(lock, period);
+    if (stopping_) return;
+    ReapLocked();
+  }
+}
+
+void JobManager::ReapNow() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ReapLocked();
+}
+
+void JobManager::ReapLocked() {
+  const int64_t now = clock_->NowMs();
+  for (const TaskQueue::Requeue& r : queue_.Expire(now)) {
+    RequeueLocked(r, "lease expired").IgnoreError();
+  }
+  for (auto& [id, worker] : workers_) {
+    if (worker.lost) continue;
+    if (now - worker.info.last_heartbeat_unix_ms() <= options_.lease_timeout_ms) continue;
+    worker.lost = true;
+    worker.info.set_state("lost");
+    worker.info.clear_current_task_id();
+    for (const TaskQueue::Requeue& r : queue_.ReleaseWorker(id)) {
+      RequeueLocked(r, absl::StrCat("worker ", id, " lost")).IgnoreError();
+    }
+  }
+  UpdateMetricsLocked();
+}
+
+// --- Planning and composing (executor thread) --------------------------------------------
+
+void JobManager::RunPlan(const std::string& job_id) {
+  JobSpec spec;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    JobEntry& job = it->second;
+    const v1::JobState state = job.record.job.state();
+    if (state != v1::JOB_STATE_PENDING && state != v1::JOB_STATE_PLANNING) return;
+    if (!SetStateLocked(job, v1::JOB_STATE_PLANNING, "").ok()) return;
+    spec = job.spec;
+  }
+  absl::StatusOr<PlanResult> plan = options_.plan(spec);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  JobEntry& job = it->second;
+  if (job.record.job.state() != v1::JOB_STATE_PLANNING) return;  // Cancelled meanwhile.
+  if (!plan.ok()) {
+    SetStateLocked(job, v1::JOB_STATE_FAILED,
+                   absl::StrCat("planning failed: ", plan.status().message()))
+        .IgnoreError();
+    return;
+  }
+  if (spec.search.mode == SearchMode::kModel) {
+    job.record.results = ToProto(*plan);
+    SetStateLocked(job, v1::JOB_STATE_SUCCEEDED, "").IgnoreError();
+    return;
+  }
+  absl::StatusOr<ProfilePlan> profile = PlanProfiles(spec, *plan, options_.profile);
+  if (!profile.ok()) {
+    SetStateLocked(job, v1::JOB_STATE_FAILED,
+                   absl::StrCat("profile planning failed: ", profile.status().message()))
+        .IgnoreError();
+    return;
+  }
+  job.record.modelled = ToProto(*plan);
+  std::vector<TaskRecord> tasks;
+  for (size_t i = 0; i < profile->tasks.size(); ++i) {
+    TaskRecord t;
+    t.task = ToProto(profile->tasks[i]);
+    t.task.set_id(absl::StrCat(job_id, "-t", i));
+    t.task.set_job_id(job_id);
+    absl::StatusOr<std::optional<v1::TaskResult>> cached =
+        store_->GetCached(t.task.device_kind(), t.task.key());
+    if (!cached.ok()) {
+      SetStateLocked(job, v1::JOB_STATE_FAILED,
+                     absl::StrCat("profile cache: ", cached.status().message()))
+          .IgnoreError();
+      return;
+    }
+    if (cached->has_value()) {
+      t.state = TaskState::kDone;
+      t.result = **cached;
+    }
+    tasks.push_back(std::move(t));
+  }
+  if (absl::Status s = store_->PutTasks(tasks); !s.ok()) {
+    SetStateLocked(job, v1::JOB_STATE_FAILED, absl::StrCat("store: ", s.message()))
+        .IgnoreError();
+    return;
+  }
+  job.tasks = std::move(tasks);
+  job.profiling_start_ms = clock_->NowMs();
+  if (!SetStateLocked(job, v1::JOB_STATE_PROFILING, "").ok()) return;
+  bool queued = false;
+  for (const TaskRecord& t : job.tasks) {
+    if (t.state != TaskState::kPending) continue;
+    queue_.Add(t.task);
+    queued = true;
+  }
+  if (queued) tasks_cv_.notify_all();
+  MaybeFinishProfilingLocked(job).IgnoreError();
+  UpdateMetricsLocked();
+}
+
+void JobManager::RunCompose(const std::string& job_id) {
+  JobSpec spec;
+  v1::PlanResult modelled_proto;
+  std::vector<TaskRecord> tasks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    const JobEntry& job = it->second;
+    if (job.record.job.state() != v1::JOB_STATE_COMPOSING) return;
+    spec = job.spec;
+    if (job.record.modelled) modelled_proto = *job.record.modelled;
+    tasks = job.tasks;
+  }
+  absl::StatusOr<PlanResult> modelled = PlanResultFromProto(modelled_proto);
+  absl::StatusOr<PlanResult> composed = absl::InternalError("not composed");
+  if (!modelled.ok()) {
+    composed = modelled.status();
+  } else {
+    absl::StatusOr<ProfilePlan> profile = PlanProfiles(spec, *modelled, options_.profile);
+    if (profile.ok()) {
+      Measurements measurements;
+      for (const TaskRecord& t : tasks) {
+        if (!t.result) continue;
+        LayerMeasurement m = MeasurementFromResult(*t.result);
+        if (t.state == TaskState::kFailed && m.outcome == LayerMeasurement::Outcome::kOk) {
+          m.outcome = LayerMeasurement::Outcome::kFailed;
+          m.message = "task failed";
+        }
+        measurements[t.task.key()] = std::move(m);
+      }
+      composed = ComposePlan(spec, *modelled, *profile, options_.profile, measurements);
+    } else {
+      composed = profile.status();
+    }
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  JobEntry& job = it->second;
+  if (job.record.job.state() != v1::JOB_STATE_COMPOSING) return;
+  if (!composed.ok()) {
+    SetStateLocked(job, v1::JOB_STATE_FAILED,
+                   absl::StrCat("composing failed: ", composed.status().message()))
+        .IgnoreError();
+    return;
+  }
+  job.record.results = ToProto(*composed);
+  SetStateLocked(job, v1::JOB_STATE_SUCCEEDED, "").IgnoreError();
+}
+
+// --- State helpers -----------------------------------------------------------------------
+
+absl::Status JobManager::SetStateLocked(JobEntry& job, v1::JobState state,
+                                        const std::string& error) {
+  job.record.job.set_state(state);
+  job.record.job.set_error(error);
+  absl::Status s = PersistJobLocked(job);
+  UpdateMetricsLocked();
+  return s;
+}
+
+absl::Status JobManager::PersistJobLocked(JobEntry& job) {
+  UpdateProgressLocked(job);
+  SetTime(job.record.job.mutable_update_time(), clock_->NowMs());
+  absl::Status s = store_->PutJob(job.record);
+  NotifyLocked();
+  return s;
+}
+
+void JobManager::UpdateProgressLocked(JobEntry& job) {
+  if (job.tasks.empty()) return;
+  int64_t done = 0, failed = 0, cached = 0;
+  for (const TaskRecord& t : job.tasks) {
+    if (t.state == TaskState::kDone) {
+      ++done;
+      if (t.task.attempt() == 0) ++cached;  // Done without a lease: from the cache.
+    } else if (t.state == TaskState::kFailed) {
+      ++failed;
+    }
+  }
+  v1::JobProgress* p = job.record.job.mutable_progress();
+  const int64_t total = static_cast<int64_t>(job.tasks.size());
+  p->set_tasks_total(total);
+  p->set_tasks_done(done);
+  p->set_tasks_failed(failed);
+  p->set_tasks_cached(cached);
+  const int64_t measured = done - cached;
+  const int64_t remaining = total - done - failed;
+  double eta = 0;
+  if (measured > 0 && remaining > 0 && job.profiling_start_ms > 0) {
+    const double elapsed_s = (clock_->NowMs() - job.profiling_start_ms) / 1e3;
+    eta = elapsed_s / static_cast<double>(measured) * static_cast<double>(remaining);
+  }
+  p->set_eta_s(eta);
+}
+
+void JobManager::NotifyLocked() {
+  ++version_;
+  changed_cv_.notify_all();
+}
+
+TaskRecord* JobManager::FindTaskLocked(JobEntry& job, const std::string& task_id) {
+  for (TaskRecord& t : job.tasks) {
+    if (t.task.id() == task_id) return &t;
+  }
+  return nullptr;
+}
+
+absl::Status JobManager::MaybeFinishProfilingLocked(JobEntry& job) {
+  if (job.record.job.state() != v1::JOB_STATE_PROFILING) return absl::OkStatus();
+  int64_t done = 0;
+  const TaskRecord* first_failure = nullptr;
+  for (const TaskRecord& t : job.tasks) {
+    if (t.state == TaskState::kPending) return absl::OkStatus();
+    if (t.state == TaskState::kDone) ++done;
+    if (t.state == TaskState::kFailed && first_failure == nullptr) first_failure = &t;
+  }
+  if (done == 0 && first_failure != nullptr) {
+    const std::string why = first_failure->result ? first_failure->result->message() : "";
+    return SetStateLocked(job, v1::JOB_STATE_FAILED,
+                          absl::StrCat("all ", job.tasks.size(),
+                                       " profile tasks failed; first: ", why));
+  }
+  absl::Status s = SetStateLocked(job, v1::JOB_STATE_COMPOSING, "");
+  if (s.ok()) ScheduleLocked(Work::kCompose, job.record.job.id());
+  return s;
+}
+
+absl::Status JobManager::RequeueLocked(const TaskQueue::Requeue& r, const std::string& why) {
+  auto it = jobs_.find(r.task.job_id());
+  if (it == jobs_.end()) return absl::OkStatus();
+  JobEntry& job = it->second;
+  TaskRecord* record = FindTaskLocked(job, r.task.id());
+  if (record == nullptr) return absl::OkStatus();
+  if (!r.exhausted) {
+    tasks_cv_.notify_all();
+    return absl::OkStatus();
+  }
+  record->state = TaskState::kFailed;
+  v1::TaskResult failure;
+  failure.set_task_id(r.task.id());
+  failure.set_attempt(r.task.attempt());
+  failure.set_outcome(v1::TaskResult::OUTCOME_FAILED);
+  failure.set_message(absl::StrCat(why, "; gave up after ", r.task.attempt(), " attempts"));
+  record->result = failure;
+  if (absl::Status s = store_->PutTasks({*record}); !s.ok()) return s;
+  if (absl::Status s = PersistJobLocked(job); !s.ok()) return s;
+  return MaybeFinishProfilingLocked(job);
+}
+
+void JobManager::UpdateMetricsLocked() {
+  if (options_.metrics == nullptr) return;
+  std::map<v1::JobState, int64_t> jobs;
+  int64_t done = 0, failed = 0;
+  for (const auto& [id, job] : jobs_) {
+    ++jobs[job.record.job.state()];
+    for (const TaskRecord& t : job.tasks) {
+      if (t.state == TaskState::kDone) ++done;
+      if (t.state == TaskState::kFailed) ++failed;
+    }
+  }
+  for (int s = v1::JOB_STATE_PENDING; s <= v1::JOB_STATE_CANCELLED; ++s) {
+    const auto state = static_cast<v1::JobState>(s);
+    options_.metrics->SetJobs(state, jobs[state]);
+  }
+  options_.metrics->SetTasks(TaskGaugeState::kQueued, queue_.queued());
+  options_.metrics->SetTasks(TaskGaugeState::kLeased, queue_.leased());
+  options_.metrics->SetTasks(TaskGaugeState::kDone, done);
+  options_.metrics->SetTasks(TaskGaugeState::kFailed, failed);
+  std::map<std::string, int64_t> workers{{"idle", 0}, {"busy", 0}, {"lost", 0}};
+  for (const auto& [id, w] : workers_) ++workers[w.info.state()];
+  for (const auto& [state, n] : workers) options_.metrics->SetWorkers(state, n);
+}
+
+std::string JobManager::NewIdLocked(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  return absl::StrFormat("%s-%012x", prefix, rng() & 0xffffffffffffULL);
+}
+
+int64_t JobManager::leases_granted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return leases_granted_;
+}
+
+// --- Autotuner ---------------------------------------------------------------------------
+
+absl::StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request) {
+  if (!request.has_spec()) return absl::InvalidArgumentError("spec is required");
+  absl::StatusOr<JobSpec> spec = SpecFromProto(request.spec());
+  if (!spec.ok()) return spec.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
+  std::string id = NewIdLocked("job");
+  while (jobs_.count(id) > 0) id = NewIdLocked("job");
+  JobEntry entry;
+  entry.spec = *std::move(spec);
+  v1::Job& job = entry.record.job;
+  job.set_id(id);
+  job.set_name(!entry.spec.name.empty() ? entry.spec.name : entry.spec.model.name);
+  job.set_state(v1::JOB_STATE_PENDING);
+  *job.mutable_spec() = request.spec();
+  SetTime(job.mutable_create_time(), clock_->NowMs());
+  SetTime(job.mutable_update_time(), clock_->NowMs());
+  if (absl::Status s = store_->PutJob(entry.record); !s.ok()) return s;
+  JobEntry& stored = jobs_[id] = std::move(entry);
+  job_order_.push_back(id);
+  ScheduleLocked(Work::kPlan, id);
+  NotifyLocked();
+  UpdateMetricsLocked();
+  return stored.record.job;
+}
+
+absl::StatusOr<v1::Job> JobManager::GetJob(const v1::GetJobRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(request.id());
+  if (it == jobs_.end()) return NotFoundJob(request.id());
+  UpdateProgressLocked(it->second);
+  return it->second.record.job;
+}
+
+absl::StatusOr<v1::ListJobsResponse> JobManager::ListJobs(const v1::ListJobsRequest& request) {
+  if (request.page_size() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size (", request.page_size(), ") must be >= 0"));
+  }
+  const int64_t page_size = request.page_size() == 0 ? 100 : std::min(request.page_size(), 1000);
+  int64_t offset = 0;
+  if (!request.page_token().empty() &&
+      (!absl::SimpleAtoi(request.page_token(), &offset) || offset < 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_token '", request.page_token(), "' is not one this server gave"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::ListJobsResponse out;
+  int64_t index = 0;
+  // Newest first.
+  for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
+    const v1::Job& job = jobs_.at(*it).record.job;
+    if (request.state() != v1::JOB_STATE_UNSPECIFIED && job.state() != request.state()) continue;
+    if (index++ < offset) continue;
+    if (out.jobs_size() == page_size) {
+      out.set_next_page_token(absl::StrCat(offset + page_size));
+      break;
+    }
+    *out.add_jobs() = job;
+  }
+  return out;
+}
+
+absl::Status JobManager::WatchJob(const v1::WatchJobRequest& request,
+                                  const std::function<bool(const v1::Job&)>& on_update) {
+  std::string last_sent;
+  bool first = true;
+  while (true) {
+    v1::Job snapshot;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!first) {
+        // Wake up on changes, and once a second so that the ETA moves.
+        changed_cv_.wait_for(lock, std::chrono::seconds(1));
+      }
+      if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
+      auto it = jobs_.find(request.id());
+      if (it == jobs_.end()) return NotFoundJob(request.id());
+      UpdateProgressLocked(it->second);
+      snapshot = it->second.record.job;
+    }
+    std::string bytes = snapshot.SerializeAsString();
+    if (first || bytes != last_sent) {
+      if (!on_update(snapshot)) return absl::OkStatus();
+      last_sent = std::move(bytes);
+    }
+    first = false;
+    if (IsTerminal(snapshot.state())) return absl::OkStatus();
+  }
+}
+
+absl::StatusOr<v1::Job> JobManager::CancelJob(const v1::CancelJobRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(request.id());
+  if (it == jobs_.end()) return NotFoundJob(request.id());
+  JobEntry& job = it->second;
+  if (IsTerminal(job.record.job.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", request.id(), "' already ended (", JobStateName(job.record.job.state()), ")"));
+  }
+  queue_.RemoveJob(request.id());
+  if (absl::Status s = SetStateLocked(job, v1::JOB_STATE_CANCELLED, "cancelled by request");
+      !s.ok()) {
+    return s;
+  }
+  return job.record.job;
+}
+
+absl::StatusOr<v1::JobResults> JobManager::GetResults(const v1::GetResultsRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(request.id());
+  if (it == jobs_.end()) return NotFoundJob(request.id());
+  const JobEntry& job = it->second;
+  if (!job.record.results) {
+    const v1::Job& j = job.record.job;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", request.id(), "' has no results: it is ", JobStateName(j.state()),
+        j.error().empty() ? "" : absl::StrCat(" (", j.error(), ")")));
+  }
+  v1::JobResults out;
+  out.set_job_id(request.id());
+  out.set_state(job.record.job.state());
+  *out.mutable_plan() = *job.record.results;
+  return out;
+}
+
+absl::StatusOr<v1::ListWorkersResponse> JobManager::ListWorkers(const v1::ListWorkersRequest&) {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::ListWorkersResponse out;
+  for (const auto& [id, w] : workers_) *out.add_workers() = w.info;
+  return out;
+}
+
+// --- WorkerHub ---------------------------------------------------------------------------
+
+absl::StatusOr<v1::RegisterResponse> JobManager::Register(const v1::RegisterRequest& request) {
+  if (request.worker().device_kind().empty()) {
+    return absl::InvalidArgumentError("worker.device_kind must be set (e.g. \"cpu\")");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string id = NewIdLocked("w");
+  while (workers_.count(id) > 0) id = NewIdLocked("w");
+  WorkerEntry& w = workers_[id];
+  w.info = request.worker();
+  w.info.set_id(id);
+  w.info.set_state("idle");
+  w.info.clear_current_task_id();
+  w.info.set_last_heartbeat_unix_ms(clock_->NowMs());
+  UpdateMetricsLocked();
+  v1::RegisterResponse out;
+  out.set_worker_id(id);
+  out.set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+  out.set_lease_timeout_ms(options_.lease_timeout_ms);
+  return out;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::HeartbeatResponse out;
+  auto it = workers_.find(request.worker_id());
+  if (it == workers_.end()) {
+    out.set_reregister(true);
+    return out;
+  }
+  WorkerEntry& w = it->second;
+  const int64_t now = clock_->NowMs();
+  w.lost = false;
+  w.info.set_last_heartbeat_unix_ms(now);
+  const std::vector<std::string> ids(request.task_ids().begin(), request.task_ids().end());
+  std::vector<std::string> stop = queue_.Renew(request.worker_id(), ids, now);
+  for (const std::string& id : stop) out.add_cancel_task_ids(id);
+  std::string running;
+  for (const std::string& id : ids) {
+    if (std::find(stop.begin(), stop.end(), id) == stop.end()) running = id;
+  }
+  w.info.set_state(running.empty() ? "idle" : "busy");
+  w.info.set_current_task_id(running);
+  UpdateMetricsLocked();
+  return out;
+}
+
+absl::StatusOr<v1::LeaseTaskResponse> JobManager::LeaseTask(const v1::LeaseTaskRequest& request) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(std::clamp<int64_t>(request.wait_ms(), 0, 60'000));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    auto wit = workers_.find(request.worker_id());
+    if (wit == workers_.end()) return UnknownWorker(request.worker_id());
+    WorkerEntry& w = wit->second;
+    const int64_t now = clock_->NowMs();
+    w.lost = false;
+    w.info.set_last_heartbeat_unix_ms(now);
+    if (stopping_) return v1::LeaseTaskResponse();
+    std::optional<v1::ProfileTask> task =
+        queue_.Lease(request.worker_id(), w.info.device_kind(), now);
+    if (task) {
+      auto jit = jobs_.find(task->job_id());
+      TaskRecord* record = jit == jobs_.end() ? nullptr : FindTaskLocked(jit->second, task->id());
+      if (record != nullptr) {
+        record->task.set_attempt(task->attempt());
+        // The attempt count is durable before the worker sees the task.
+        if (absl::Status s = store_->PutTasks({*record}); !s.ok()) {
+          queue_.Complete(task->id(), task->attempt(), request.worker_id()).IgnoreError();
+          record->task.set_attempt(task->attempt() - 1);
+          queue_.Add(record->task);
+          return s;
+        }
+      }
+      ++leases_granted_;
+      w.info.set_state("busy");
+      w.info.set_current_task_id(task->id());
+      UpdateMetricsLocked();
+      v1::LeaseTaskResponse out;
+      out.set_lease_expires_unix_ms(queue_.LeaseExpiry(task->id()));
+      *out.mutable_task() = *std::move(task);
+      return out;
+    }
+    if (tasks_cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      return v1::LeaseTaskResponse();
+    }
+  }
+}
+
+absl::StatusOr<v1::ReportResultResponse> JobManager::ReportResult(
+    const v1::ReportResultRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto wit = workers_.find(request.worker_id());
+  if (wit == workers_.end()) return UnknownWorker(request.worker_id());
+  WorkerEntry& w = wit->second;
+  w.lost = false;
+  w.info.set_last_heartbeat_unix_ms(clock_->NowMs());
+  const v1::TaskResult& result = request.result();
+  v1::ReportResultResponse out;
+  if (absl::Status s = queue_.Complete(result.task_id(), result.attempt(), request.worker_id());
+      !s.ok()) {
+    out.set_accepted(false);
+    out.set_reason(std::string(s.message()));
+    return out;
+  }
+  if (w.info.current_task_id() == result.task_id()) {
+    w.info.set_state("idle");
+    w.info.clear_current_task_id();
+  }
+  auto jit = jobs_.find(JobIdOfTask(result.task_id()));
+  TaskRecord* record = jit == jobs_.end() ? nullptr : FindTaskLocked(jit->second, result.task_id());
+  if (record == nullptr || jit->second.record.job.state() != v1::JOB_STATE_PROFILING) {
+    out.set_accepted(false);
+    out.set_reason(absl::StrCat("task ", result.task_id(), " no longer belongs to a running job"));
+    return out;
+  }
+  JobEntry& job = jit->second;
+  TaskRecord updated = *record;
+  updated.result = result;
+  updated.result->set_worker_id(request.worker_id());
+  bool cache = false;
+  bool requeue = false;
+  switch (result.outcome()) {
+    case v1::TaskResult::OUTCOME_OK:
+    case v1::TaskResult::OUTCOME_OOM:
+      updated.state = TaskState::kDone;
+      cache = true;
+      break;
+    case v1::TaskResult::OUTCOME_UNSUPPORTED:
+      updated.state = TaskState::kFailed;
+      break;
+    default:  // FAILED, CANCELLED, unspecified: try again while attempts remain.
+      if (updated.task.attempt() >= queue_.max_attempts()) {
+        updated.state = TaskState::kFailed;
+        updated.result->set_message(absl::StrCat(result.message(), "; gave up after ",
+                                                 updated.task.attempt(), " attempts"));
+      } else {
+        requeue = true;
+      }
+      break;
+  }
+  if (absl::Status s = store_->PutTaskAndCache(updated, cache); !s.ok()) {
+    // Not recorded: the lease goes back so that the task is not lost.
+    queue_.Add(record->task);
+    tasks_cv_.notify_all();
+    return s;
+  }
+  *record = updated;
+  if (requeue) {
+    queue_.Add(record->task);
+    tasks_cv_.notify_all();
+  }
+  if (absl::Status s = PersistJobLocked(job); !s.ok()) return s;
+  if (absl::Status s = MaybeFinishProfilingLocked(job); !s.ok()) return s;
+  UpdateMetricsLocked();
+  out.set_accepted(true);
+  return out;
+}
+
+absl::StatusOr<v1::DeregisterResponse> JobManager::Deregister(
+    const v1::DeregisterRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const TaskQueue::Requeue& r : queue_.ReleaseWorker(request.worker_id())) {
+    RequeueLocked(r, absl::StrCat("worker ", request.worker_id(), " left")).IgnoreError();
+  }
+  workers_.erase(request.worker_id());
+  UpdateMetricsLocked();
+  return v1::DeregisterResponse();
+}
+
+}  // namespace paratune::server
