@@ -126,6 +126,10 @@ class Tensor {
   void* data() const {
     return buffer_ ? static_cast<char*>(buffer_->data()) + offset_bytes_ : nullptr;
   }
+  /// Address of flat element `elems` (elements of dtype()).
+  void* at(int64_t elems) const {
+    return static_cast<char*>(data()) + elems * SizeOf(dtype_);
+  }
   template <typename T>
   T* data_as() const { return static_cast<T*>(data()); }
   MemoryTag tag() const { return buffer_ ? buffer_->tag() : MemoryTag::kWorkspace; }

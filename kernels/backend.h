@@ -1,0 +1,177 @@
+// One backend interface for the layer code: memory, GEMMs and the elementwise kernels.
+// The CPU backend (OpenBLAS sgemm/dgemm + threaded loops, fp32/fp64) and the CUDA backend
+// (cuBLAS/cuBLASLt + own kernels, fp32/bf16/fp16 storage with fp32 math) implement it, so
+// kernels/transformer_layer.cc runs unchanged on both. Pointers are wherever the backend
+// keeps tensors (host or device). Matrices are row-major.
+// Thread-safety: a Backend belongs to one rank (one thread).
+#ifndef PARATUNE_KERNELS_BACKEND_H_
+#define PARATUNE_KERNELS_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/dtype.h"
+#include "kernels/step_runner.h"
+#include "kernels/tensor.h"
+
+namespace paratune::kernels {
+
+/// C[m,n] = alpha·op(A)·op(B) + beta·C for `batch` matrices at fixed strides (elements).
+struct GemmArgs {
+  bool trans_a = false;
+  bool trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.0f;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  float beta = 0.0f;
+  void* c = nullptr;
+  int64_t ldc = 0;
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
+/// Causal (self) attention over one rank's heads. q/k/v/o rows are tokens in [s, b] order
+/// with leading dimensions in elements; head hh of q uses kv group hh / (heads/groups).
+struct AttentionArgs {
+  int64_t batch = 0;           ///< b.
+  int64_t seq = 0;             ///< s.
+  int64_t heads = 0;           ///< Local query heads.
+  int64_t groups = 0;          ///< Local kv groups.
+  int64_t head_dim = 0;        ///< d.
+  const void* q = nullptr;     ///< q(token t=si·b+bi, head hh) at q + t·ld_q + hh·d.
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t ld_qkv = 0;          ///< Row stride of q, k and v.
+  void* o = nullptr;           ///< o(t, hh) at o + t·ld_o + hh·d.
+  int64_t ld_o = 0;
+  float scale = 1.0f;          ///< Softmax scale, 1/sqrt(d).
+  float dropout = 0.0f;        ///< Attention dropout (mask regenerated from the seed).
+  uint64_t seed = 0;
+  int64_t global_heads = 0;    ///< a, for globally indexed dropout masks.
+  int64_t head_offset = 0;     ///< Global index of local head 0.
+};
+
+/// Global element index of attention probability (bi, global head, i, j), the dropout key:
+/// the same element drops on every TP layout.
+inline uint64_t AttentionDropoutIndex(int64_t bi, int64_t head, int64_t i, int64_t j,
+                                      int64_t heads_total, int64_t seq) {
+  return static_cast<uint64_t>(((bi * heads_total + head) * seq + i) * seq + j);
+}
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  virtual TrackingAllocator& allocator() = 0;
+  /// Waits for queued work (no-op on CPU); timers call it before reading the clock.
+  virtual absl::Status Synchronize() = 0;
+
+  absl::StatusOr<Tensor> Empty(std::vector<int64_t> shape, DType dtype, MemoryTag tag) {
+    return Tensor::Empty(&allocator(), std::move(shape), dtype, tag);
+  }
+  absl::StatusOr<Tensor> Zeros(std::vector<int64_t> shape, DType dtype, MemoryTag tag);
+
+  virtual absl::Status Fill(const Tensor& t, double value) = 0;
+  /// Host values (any dtype is converted from double).
+  virtual absl::Status CopyFromHost(const Tensor& t, const std::vector<double>& values) = 0;
+  virtual absl::StatusOr<std::vector<double>> CopyToHost(const Tensor& t) = 0;
+  virtual absl::Status Copy(const Tensor& dst, const Tensor& src) = 0;
+
+  virtual absl::Status Gemm(DType dtype, const GemmArgs& args) = 0;
+
+  /// y = x̂·gamma + beta per row; stores mean and rstd (fp32, `rows` each).
+  virtual absl::Status LayerNormForward(DType dtype, void* y, float* mean, float* rstd,
+                                        const void* x, const void* gamma, const void* beta,
+                                        int64_t rows, int64_t cols, float eps) = 0;
+  /// dx = (overwrite); dgamma, dbeta += (accumulate over micro-batches).
+  virtual absl::Status LayerNormBackward(DType dtype, void* dx, void* dgamma, void* dbeta,
+                                         const void* dy, const void* x, const void* gamma,
+                                         const float* mean, const float* rstd, int64_t rows,
+                                         int64_t cols) = 0;
+  virtual absl::Status RmsNormForward(DType dtype, void* y, float* rstd, const void* x,
+                                      const void* gamma, int64_t rows, int64_t cols,
+                                      float eps) = 0;
+  virtual absl::Status RmsNormBackward(DType dtype, void* dx, void* dgamma, const void* dy,
+                                       const void* x, const void* gamma, const float* rstd,
+                                       int64_t rows, int64_t cols) = 0;
+  /// In place over `batch` row-major s×s matrices: p = softmax(scale·x) with j > i masked.
+  virtual absl::Status CausalSoftmaxForward(DType dtype, void* p, int64_t batch,
+                                            int64_t seq, float scale) = 0;
+  /// dx = scale·p∘(dp − rowsum(p∘dp)); dx may alias dp.
+  virtual absl::Status CausalSoftmaxBackward(DType dtype, void* dx, const void* p,
+                                             const void* dp, int64_t batch, int64_t seq,
+                                             float scale) = 0;
+  /// Tanh-approximated GeLU.
+  virtual absl::Status GeluForward(DType dtype, void* y, const void* x, int64_t n) = 0;
+  virtual absl::Status GeluBackward(DType dtype, void* dx, const void* dy, const void* x,
+                                    int64_t n) = 0;
+  /// x is [rows, 2f] = [gate | up]; y[rows, f] = silu(gate)·up.
+  virtual absl::Status SwigluForward(DType dtype, void* y, const void* x, int64_t rows,
+                                     int64_t f) = 0;
+  virtual absl::Status SwigluBackward(DType dtype, void* dx, const void* dy, const void* x,
+                                      int64_t rows, int64_t f) = 0;
+  /// y = x·keep/(1−p); keep(i) = hash(seed, index_offset + i) ≥ p; mask (u8) stored if
+  /// non-null. Masks are a function of the global element index, hence layout-invariant.
+  virtual absl::Status DropoutForward(DType dtype, void* y, uint8_t* mask, const void* x,
+                                      int64_t n, float p, uint64_t seed,
+                                      uint64_t index_offset) = 0;
+  virtual absl::Status DropoutBackward(DType dtype, void* dx, const void* dy,
+                                       const uint8_t* mask, int64_t n, float p) = 0;
+  /// out = a + b (residual connections; out may alias a or b).
+  virtual absl::Status Add(DType dtype, void* out, const void* a, const void* b,
+                           int64_t n) = 0;
+  /// Flash attention: tiled online softmax; never stores s×s scores. lse: [b, heads, s]
+  /// fp32 log-sum-exp of the scaled scores.
+  virtual absl::Status FlashAttentionForward(DType dtype, const AttentionArgs& args,
+                                             float* lse) = 0;
+  /// dq/dk/dv share q/k/v's layout (ld_qkv); dk, dv accumulate over the heads of a group.
+  virtual absl::Status FlashAttentionBackward(DType dtype, const AttentionArgs& args,
+                                              const float* lse, const void* d_o, void* dq,
+                                              void* dk, void* dv) = 0;
+  /// Naive-path dropout on probabilities [b, heads, s, s] (global indices as above).
+  virtual absl::Status AttentionDropoutForward(DType dtype, void* y, uint8_t* mask,
+                                               const void* x, const AttentionArgs& args) = 0;
+  /// AdamW on fp32 master values (param, m, v fp32; grad in `dtype`).
+  virtual absl::Status AdamW(DType dtype, float* param, const void* grad, float* m, float* v,
+                             int64_t n, float lr, float beta1, float beta2, float eps,
+                             float weight_decay, int64_t step) = 0;
+  /// out[t, :] = table[ids[t] − vocab_start, :] when the id is in [vocab_start, vocab_end),
+  /// else 0 (VocabParallelEmbedding; the caller all-reduces).
+  virtual absl::Status EmbeddingForward(DType dtype, void* out, const int32_t* ids,
+                                        const void* table, int64_t tokens, int64_t hidden,
+                                        int64_t vocab_start, int64_t vocab_end) = 0;
+  virtual absl::Status EmbeddingBackward(DType dtype, void* dtable, const int32_t* ids,
+                                         const void* dout, int64_t tokens, int64_t hidden,
+                                         int64_t vocab_start, int64_t vocab_end) = 0;
+  /// Per row of local logits [rows, v]: max (fp32).
+  virtual absl::Status RowMax(DType dtype, float* out, const void* logits, int64_t rows,
+                              int64_t v) = 0;
+  /// Per row: sumexp = Σ exp(x − max), target = x[t − vocab_start] if local else 0.
+  virtual absl::Status CrossEntropyPartials(DType dtype, float* sumexp, float* target,
+                                            const void* logits, const float* max,
+                                            const int32_t* targets, int64_t rows, int64_t v,
+                                            int64_t vocab_start) = 0;
+  /// dlogits = scale·(exp(x − max)/sum − onehot(target)).
+  virtual absl::Status CrossEntropyBackward(DType dtype, void* dlogits, const void* logits,
+                                            const float* max, const float* sumexp,
+                                            const int32_t* targets, int64_t rows, int64_t v,
+                                            int64_t vocab_start, float scale) = 0;
+};
+
+/// CPU backend; `threads` for elementwise loops (>= 1). Supports fp32 and fp64.
+std::unique_ptr<Backend> MakeCpuBackend(int64_t capacity_bytes, int threads);
+/// Sets OpenBLAS's thread count (process-wide).
+void SetBlasThreads(int threads);
+/// CUDA backend on `device`, or Unimplemented when this binary has no CUDA backend,
+/// FailedPrecondition when no device exists.
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int device, int64_t capacity_bytes);
+
+}  // namespace paratune::kernels
+
+#endif  // PARATUNE_KERNELS_BACKEND_H_

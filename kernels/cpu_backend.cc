@@ -1,0 +1,309 @@
+// The CPU backend: OpenBLAS GEMMs and the templated CPU twins in kernels/cpu/, dispatched
+// on fp32 (the production type) or fp64 (finite-difference checks).
+#include <cblas.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/activations.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/dropout.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/softmax.h"
+#include "kernels/cpu/vocab.h"
+
+namespace paratune::kernels {
+namespace {
+
+absl::Status BadDType(DType dtype) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("dtype (", DTypeName(dtype), ") must be fp32 or fp64 on the cpu backend"));
+}
+
+// Calls f(T{}) with T = float or double.
+template <typename F>
+absl::Status Dispatch(DType dtype, F&& f) {
+  if (dtype == DType::kF32) {
+    f(float{});
+    return absl::OkStatus();
+  }
+  if (dtype == DType::kF64) {
+    f(double{});
+    return absl::OkStatus();
+  }
+  return BadDType(dtype);
+}
+
+template <typename T>
+using P = T*;
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(int64_t capacity, int threads)
+      : allocator_(&host_, capacity), threads_(std::max(1, threads)) {}
+
+  BackendKind kind() const override { return BackendKind::kCpu; }
+  TrackingAllocator& allocator() override { return allocator_; }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::Status Fill(const Tensor& t, double value) override {
+    if (t.dtype() == DType::kU8) {
+      std::memset(t.data(), static_cast<int>(value), t.numel());
+      return absl::OkStatus();
+    }
+    return Dispatch(t.dtype(), [&](auto z) {
+      using T = decltype(z);
+      std::fill(t.data_as<T>(), t.data_as<T>() + t.numel(), static_cast<T>(value));
+    });
+  }
+
+  absl::Status CopyFromHost(const Tensor& t, const std::vector<double>& values) override {
+    if (static_cast<int64_t>(values.size()) != t.numel()) {
+      return absl::InvalidArgumentError(absl::StrCat("values (", values.size(),
+                                                     ") must match tensor numel (", t.numel(), ")"));
+    }
+    return Dispatch(t.dtype(), [&](auto z) {
+      using T = decltype(z);
+      std::copy(values.begin(), values.end(), t.data_as<T>());
+    });
+  }
+
+  absl::StatusOr<std::vector<double>> CopyToHost(const Tensor& t) override {
+    std::vector<double> out(t.numel());
+    absl::Status s = Dispatch(t.dtype(), [&](auto z) {
+      using T = decltype(z);
+      std::copy(t.data_as<T>(), t.data_as<T>() + t.numel(), out.begin());
+    });
+    if (!s.ok()) return s;
+    return out;
+  }
+
+  absl::Status Copy(const Tensor& dst, const Tensor& src) override {
+    if (dst.bytes() != src.bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat("copy of ", src.bytes(), " bytes into ",
+                                                     dst.bytes(), " bytes"));
+    }
+    std::memcpy(dst.data(), src.data(), src.bytes());
+    return absl::OkStatus();
+  }
+
+  absl::Status Gemm(DType dtype, const GemmArgs& g) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      for (int64_t i = 0; i < g.batch; ++i) {
+        cpu::gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha,
+                  static_cast<const T*>(g.a) + i * g.stride_a, g.lda,
+                  static_cast<const T*>(g.b) + i * g.stride_b, g.ldb, g.beta,
+                  static_cast<T*>(g.c) + i * g.stride_c, g.ldc);
+      }
+    });
+  }
+
+  absl::Status LayerNormForward(DType dtype, void* y, float* mean, float* rstd, const void* x,
+                                const void* gamma, const void* beta, int64_t rows,
+                                int64_t cols, float eps) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::layernorm_forward<T>(P<T>(y), mean, rstd, static_cast<const T*>(x),
+                                static_cast<const T*>(gamma), static_cast<const T*>(beta), rows,
+                                cols, eps, threads_);
+    });
+  }
+  absl::Status LayerNormBackward(DType dtype, void* dx, void* dgamma, void* dbeta,
+                                 const void* dy, const void* x, const void* gamma,
+                                 const float* mean, const float* rstd, int64_t rows,
+                                 int64_t cols) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::layernorm_backward<T>(P<T>(dx), P<T>(dgamma), P<T>(dbeta), static_cast<const T*>(dy),
+                                 static_cast<const T*>(x), static_cast<const T*>(gamma), mean,
+                                 rstd, rows, cols, threads_);
+    });
+  }
+  absl::Status RmsNormForward(DType dtype, void* y, float* rstd, const void* x,
+                              const void* gamma, int64_t rows, int64_t cols,
+                              float eps) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::rmsnorm_forward<T>(P<T>(y), rstd, static_cast<const T*>(x),
+                              static_cast<const T*>(gamma), rows, cols, eps, threads_);
+    });
+  }
+  absl::Status RmsNormBackward(DType dtype, void* dx, void* dgamma, const void* dy,
+                               const void* x, const void* gamma, const float* rstd,
+                               int64_t rows, int64_t cols) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::rmsnorm_backward<T>(P<T>(dx), P<T>(dgamma), static_cast<const T*>(dy),
+                               static_cast<const T*>(x), static_cast<const T*>(gamma), rstd,
+                               rows, cols, threads_);
+    });
+  }
+  absl::Status CausalSoftmaxForward(DType dtype, void* p, int64_t batch, int64_t seq,
+                                    float scale) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::causal_softmax_forward<T>(P<T>(p), batch, seq, scale, threads_);
+    });
+  }
+  absl::Status CausalSoftmaxBackward(DType dtype, void* dx, const void* p, const void* dp,
+                                     int64_t batch, int64_t seq, float scale) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::causal_softmax_backward<T>(P<T>(dx), static_cast<const T*>(p),
+                                      static_cast<const T*>(dp), batch, seq, scale, threads_);
+    });
+  }
+  absl::Status GeluForward(DType dtype, void* y, const void* x, int64_t n) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::gelu_forward<T>(P<T>(y), static_cast<const T*>(x), n, threads_);
+    });
+  }
+  absl::Status GeluBackward(DType dtype, void* dx, const void* dy, const void* x,
+                            int64_t n) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::gelu_backward<T>(P<T>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), n,
+                            threads_);
+    });
+  }
+  absl::Status SwigluForward(DType dtype, void* y, const void* x, int64_t rows,
+                             int64_t f) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::swiglu_forward<T>(P<T>(y), static_cast<const T*>(x), rows, f, threads_);
+    });
+  }
+  absl::Status SwigluBackward(DType dtype, void* dx, const void* dy, const void* x,
+                              int64_t rows, int64_t f) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::swiglu_backward<T>(P<T>(dx), static_cast<const T*>(dy), static_cast<const T*>(x),
+                              rows, f, threads_);
+    });
+  }
+  absl::Status DropoutForward(DType dtype, void* y, uint8_t* mask, const void* x, int64_t n,
+                              float p, uint64_t seed, uint64_t index_offset) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::dropout_forward<T>(P<T>(y), mask, static_cast<const T*>(x), n, p, seed,
+                              index_offset, threads_);
+    });
+  }
+  absl::Status DropoutBackward(DType dtype, void* dx, const void* dy, const uint8_t* mask,
+                               int64_t n, float p) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::dropout_backward<T>(P<T>(dx), static_cast<const T*>(dy), mask, n, p, threads_);
+    });
+  }
+  absl::Status Add(DType dtype, void* out, const void* a, const void* b, int64_t n) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::residual_add<T>(P<T>(out), static_cast<const T*>(a), static_cast<const T*>(b), n,
+                           threads_);
+    });
+  }
+  absl::Status FlashAttentionForward(DType dtype, const AttentionArgs& args,
+                                     float* lse) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::flash_attention_forward<T>(args, lse, threads_);
+    });
+  }
+  absl::Status FlashAttentionBackward(DType dtype, const AttentionArgs& args, const float* lse,
+                                      const void* d_o, void* dq, void* dk, void* dv) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::flash_attention_backward<T>(args, lse, static_cast<const T*>(d_o), P<T>(dq),
+                                       P<T>(dk), P<T>(dv), threads_);
+    });
+  }
+  absl::Status AttentionDropoutForward(DType dtype, void* y, uint8_t* mask, const void* x,
+                                       const AttentionArgs& args) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::attention_dropout_forward<T>(P<T>(y), mask, static_cast<const T*>(x), args,
+                                        threads_);
+    });
+  }
+  absl::Status AdamW(DType dtype, float* param, const void* grad, float* m, float* v,
+                     int64_t n, float lr, float beta1, float beta2, float eps,
+                     float weight_decay, int64_t step) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::adamw<T>(param, static_cast<const T*>(grad), m, v, n, lr, beta1, beta2, eps,
+                    weight_decay, step, threads_);
+    });
+  }
+  absl::Status EmbeddingForward(DType dtype, void* out, const int32_t* ids, const void* table,
+                                int64_t tokens, int64_t hidden, int64_t vocab_start,
+                                int64_t vocab_end) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::embedding_forward<T>(P<T>(out), ids, static_cast<const T*>(table), tokens, hidden,
+                                vocab_start, vocab_end);
+    });
+  }
+  absl::Status EmbeddingBackward(DType dtype, void* dtable, const int32_t* ids,
+                                 const void* dout, int64_t tokens, int64_t hidden,
+                                 int64_t vocab_start, int64_t vocab_end) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::embedding_backward<T>(P<T>(dtable), ids, static_cast<const T*>(dout), tokens,
+                                 hidden, vocab_start, vocab_end);
+    });
+  }
+  absl::Status RowMax(DType dtype, float* out, const void* logits, int64_t rows,
+                      int64_t v) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::row_max<T>(out, static_cast<const T*>(logits), rows, v);
+    });
+  }
+  absl::Status CrossEntropyPartials(DType dtype, float* sumexp, float* target,
+                                    const void* logits, const float* max,
+                                    const int32_t* targets, int64_t rows, int64_t v,
+                                    int64_t vocab_start) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::cross_entropy_partials<T>(sumexp, target, static_cast<const T*>(logits), max,
+                                     targets, rows, v, vocab_start);
+    });
+  }
+  absl::Status CrossEntropyBackward(DType dtype, void* dlogits, const void* logits,
+                                    const float* max, const float* sumexp,
+                                    const int32_t* targets, int64_t rows, int64_t v,
+                                    int64_t vocab_start, float scale) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::cross_entropy_backward<T>(P<T>(dlogits), static_cast<const T*>(logits), max, sumexp,
+                                     targets, rows, v, vocab_start, scale);
+    });
+  }
+
+ private:
+  HostMemory host_;
+  TrackingAllocator allocator_;
+  const int threads_;
+};
+
+}  // namespace
+
+absl::StatusOr<Tensor> Backend::Zeros(std::vector<int64_t> shape, DType dtype, MemoryTag tag) {
+  absl::StatusOr<Tensor> t = Empty(std::move(shape), dtype, tag);
+  if (!t.ok()) return t.status();
+  if (absl::Status s = Fill(*t, 0.0); !s.ok()) return s;
+  return t;
+}
+
+std::unique_ptr<Backend> MakeCpuBackend(int64_t capacity_bytes, int threads) {
+  return std::make_unique<CpuBackend>(capacity_bytes, threads);
+}
+
+void SetBlasThreads(int threads) { openblas_set_num_threads(std::max(1, threads)); }
+
+}  // namespace paratune::kernels
