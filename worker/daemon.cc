@@ -128,6 +128,11 @@ class WorkerDaemon::Impl {
 
   absl::Status Run() {
     if (absl::Status s = options_.Validate(); !s.ok()) return s;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ran_) return absl::FailedPreconditionError("WorkerDaemon::Run called twice");
+      ran_ = true;
+    }
     absl::StatusOr<DeviceInventory> inv =
         DiscoverDevices(options_.backend, options_.devices, options_.device_kind);
     if (!inv.ok()) return inv.status();
@@ -138,7 +143,10 @@ class WorkerDaemon::Impl {
     // Nothing is logged before the first registration: an unreachable coordinator gives
     // exactly one line (the caller prints the returned status).
     if (absl::Status s = RegisterAtStartup(); !s.ok()) return s;
-    if (Stopping()) return absl::OkStatus();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!registered_) return absl::OkStatus();  // stopped before reaching the coordinator
+    }
     Log(absl::StrCat("backend ", inventory_.backend, ", device kind ", inventory_.device_kind,
                      ", ", inventory_.devices.size(), " device(s), ", inventory_.cpu_cores,
                      " core(s); coordinator ",
@@ -264,7 +272,7 @@ class WorkerDaemon::Impl {
   absl::Status RegisterAtStartup() {
     Backoff backoff(options_.backoff_initial_ms, options_.backoff_max_ms);
     const Clock::time_point start = Clock::now();
-    while (true) {
+    while (!Stopping()) {
       absl::Status status = TryRegister();
       if (status.ok()) return status;
       if (IsFatalForRegister(status.code())) {
@@ -282,8 +290,9 @@ class WorkerDaemon::Impl {
         delay = std::min<int64_t>(
             delay, static_cast<int64_t>((options_.connect_timeout_s - elapsed) * 1000) + 1);
       }
-      if (SleepMs(delay)) return absl::OkStatus();
+      SleepMs(delay);
     }
+    return absl::OkStatus();
   }
 
   // --- Serving ---------------------------------------------------------------------------
@@ -576,6 +585,7 @@ class WorkerDaemon::Impl {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   // Guarded by mu_:
+  bool ran_ = false;
   bool stopping_ = false;
   Clock::time_point stop_time_;
   bool heartbeat_exit_ = false;

@@ -200,6 +200,9 @@ class HubServer {
   }
 
   FakeHub& hub() { return hub_; }
+  std::shared_ptr<grpc::Channel> InProcessChannel() {
+    return server_->InProcessChannel(grpc::ChannelArguments());
+  }
   int port() const { return port_; }
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
 
@@ -488,6 +491,29 @@ TEST(WorkerDaemonTest, ReRegistersWhenTheHeartbeatSaysSo) {
   ASSERT_TRUE(hub.WaitFor([&] { return hub.reports_unlocked().size() == 1; }));
   EXPECT_EQ(hub.reports()[0].worker_id(), "again-w2");
   EXPECT_TRUE(daemon.Join().ok());
+}
+
+TEST(WorkerDaemonTest, RunsOverAnInProcessChannel) {
+  // How the embedded `paratune tune` can wire its worker: no address, no port.
+  HubServer server;
+  WorkerOptions options = Options("", std::make_shared<ScriptedExecutor>());
+  options.channel = server.InProcessChannel();
+  DaemonThread daemon(options);
+  FakeHub& hub = server.hub();
+  hub.Enqueue(Task("ok-1"));
+  ASSERT_TRUE(hub.WaitFor([&] { return hub.reports_unlocked().size() == 1; }));
+  EXPECT_EQ(hub.reports()[0].result().outcome(), v1::TaskResult::OUTCOME_OK);
+  EXPECT_TRUE(daemon.Join().ok());
+  EXPECT_EQ(hub.deregistered().size(), 1u);
+}
+
+TEST(WorkerDaemonTest, StopBeforeRunRegistersNothingAndRunOnlyOnce) {
+  HubServer server;
+  WorkerDaemon daemon(Options(server.address(), std::make_shared<ScriptedExecutor>()));
+  daemon.Stop();
+  EXPECT_TRUE(daemon.Run().ok());
+  EXPECT_TRUE(server.hub().registers().empty());
+  EXPECT_EQ(daemon.Run().message(), "WorkerDaemon::Run called twice");
 }
 
 TEST(WorkerDaemonTest, RejectedTokenEndsRunWithUnauthenticated) {
