@@ -1,7 +1,11 @@
 // The paratune-worker command line: --help lists every flag with its default, bad flags
 // give one line and exit 2, an unreachable coordinator one line and exit 1, SIGTERM a
 // clean exit 0.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -9,7 +13,12 @@
 #include <string>
 #include <vector>
 
+#include <fstream>
+#include <sstream>
+
 #include <gtest/gtest.h>
+
+#include "tests/worker/fake_hub.h"
 
 namespace {
 
@@ -106,6 +115,50 @@ TEST(WorkerCliTest, SigtermDuringStartupRetriesExitsZero) {
                          "sleep 0.3; kill -TERM $pid; wait $pid");
   EXPECT_EQ(out.exit_code, 0) << out.output;
   EXPECT_EQ(out.output, "paratune-worker: SIGTERM: stopping\n");
+}
+
+TEST(WorkerCliTest, SigtermWhileServingDeregistersAndExitsZero) {
+  paratune::worker::testing::HubServer server(0, "tok");
+  const std::string dir = ::testing::TempDir();
+  const std::string token_file = dir + "/worker_cli_token";
+  const std::string log_file = dir + "/worker_cli_log";
+  std::ofstream(token_file) << "tok\n";
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  const std::string binary = Binary();
+  std::vector<std::string> args = {binary,          "--coordinator", server.address(),
+                                   "--token-file",  token_file,      "--backend",
+                                   "cpu",           "--devices",     "0-1",
+                                   "--name",        "cli-worker",    "--lease-wait-ms",
+                                   "100"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+
+  paratune::worker::testing::FakeHub& hub = server.hub();
+  const bool registered = hub.WaitFor([&] { return hub.registers_unlocked().size() == 1; });
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(registered);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(hub.deregistered(), std::vector<std::string>{"w1"});
+  const auto regs = hub.registers();
+  EXPECT_EQ(regs[0].worker().name(), "cli-worker");
+  EXPECT_EQ(regs[0].worker().devices_size(), 2);
+  for (const std::string& auth : hub.auth_seen()) EXPECT_EQ(auth, "Bearer tok");
+  std::stringstream log;
+  log << std::ifstream(log_file).rdbuf();
+  EXPECT_NE(log.str().find("paratune-worker: registered as w1"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("paratune-worker: SIGTERM: stopping"), std::string::npos);
+  EXPECT_NE(log.str().find("paratune-worker: deregistered w1"), std::string::npos);
 }
 
 }  // namespace
