@@ -504,6 +504,12 @@ class WorkerDaemon::Impl {
           continue;  // the top of the loop cancels it
         }
       }
+      {
+        // While idle, Run()'s thread re-registers (with backoff); while a task runs it
+        // cannot, so this thread does, to renew the lease with a restarted coordinator.
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!registered_ && running_task_id_.empty()) continue;
+      }
       if (!TryRegister().ok()) continue;
       SendHeartbeat();
     }
