@@ -52,6 +52,12 @@ bool IsUnknownWorker(absl::StatusCode code) {
          code == absl::StatusCode::kFailedPrecondition;
 }
 
+// The coordinator is gone (UNAVAILABLE) or has forgotten us: register again. A slow
+// answer (DEADLINE_EXCEEDED) is only retried.
+bool NeedsReregister(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable || IsUnknownWorker(code);
+}
+
 // Registration can never succeed with these: give up instead of retrying forever.
 bool IsFatalForRegister(absl::StatusCode code) {
   return code == absl::StatusCode::kUnauthenticated ||
@@ -346,7 +352,7 @@ class WorkerDaemon::Impl {
     }
     if (!status.ok()) {
       if (Stopping()) return status;
-      if (IsTransient(status.code()) || IsUnknownWorker(status.code())) {
+      if (NeedsReregister(status.code())) {
         Invalidate(generation, absl::StrCat("LeaseTask: ", status.ToString()));
       } else {
         Log(absl::StrCat("LeaseTask failed: ", status.ToString()));
@@ -459,14 +465,14 @@ class WorkerDaemon::Impl {
         pending_.pop_front();
         continue;
       }
-      if (IsTransient(status.code()) || IsUnknownWorker(status.code())) {
+      if (NeedsReregister(status.code())) {
         if (generation == generation_ && registered_) {
           registered_ = false;
           Log(absl::StrCat("lost the coordinator (ReportResult: ", status.ToString(),
                            "); result kept, re-registering"));
         }
-        if (IsTransient(status.code())) return false;
       }
+      if (IsTransient(status.code())) return false;
       if (++pending_.front().rejections >= kMaxReportRejections) {
         Log(absl::StrCat("dropping the result of task ", report.result.task_id(), " after ",
                          kMaxReportRejections, " rejections: ", status.ToString()));
@@ -528,7 +534,7 @@ class WorkerDaemon::Impl {
     Prepare(&ctx, options_.rpc_timeout_ms);
     absl::Status status = FromGrpc(stub_->Heartbeat(&ctx, request, &response));
     if (!status.ok()) {
-      if (IsTransient(status.code()) || IsUnknownWorker(status.code())) {
+      if (NeedsReregister(status.code())) {
         Invalidate(generation, absl::StrCat("Heartbeat: ", status.ToString()));
       }
       return;
