@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/communicator.h"
 #include "kernels/dtype.h"
 #include "kernels/step_runner.h"
 #include "kernels/tensor.h"
@@ -171,6 +172,11 @@ void SetBlasThreads(int threads);
 /// CUDA backend on `device`, or Unimplemented when this binary has no CUDA backend,
 /// FailedPrecondition when no device exists.
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int device, int64_t capacity_bytes);
+/// NCCL communicator on the CUDA backend's stream; rank 0 publishes the unique id through
+/// `rendezvous`. Unimplemented without CUDA.
+absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(
+    Backend& backend, std::shared_ptr<GlooRendezvous> rendezvous, const std::string& prefix,
+    int rank, int size);
 
 }  // namespace paratune::kernels
 

@@ -39,9 +39,13 @@ std::unique_ptr<Communicator> MakeSelfCommunicator();
 
 /// Shared rendezvous for Gloo ranks that are threads of one process (a
 /// gloo::rendezvous::HashStore). Create once, pass to every rank's MakeGlooCommunicator.
+/// Also carries NCCL's unique id between the threads of a CUDA run.
 class GlooRendezvous {
  public:
   virtual ~GlooRendezvous() = default;
+  virtual void Set(const std::string& key, const std::vector<char>& value) = 0;
+  /// Blocks until `key` is set.
+  virtual std::vector<char> Get(const std::string& key) = 0;
 };
 std::shared_ptr<GlooRendezvous> MakeInProcessRendezvous();
 /// Rendezvous through files in `dir` (gloo::rendezvous::FileStore), for ranks that are

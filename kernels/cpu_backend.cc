@@ -64,6 +64,10 @@ class CpuBackend final : public Backend {
       return absl::InvalidArgumentError(absl::StrCat("values (", values.size(),
                                                      ") must match tensor numel (", t.numel(), ")"));
     }
+    if (t.dtype() == DType::kI32) {
+      std::copy(values.begin(), values.end(), t.data_as<int32_t>());
+      return absl::OkStatus();
+    }
     return Dispatch(t.dtype(), [&](auto z) {
       using T = decltype(z);
       std::copy(values.begin(), values.end(), t.data_as<T>());
@@ -72,6 +76,10 @@ class CpuBackend final : public Backend {
 
   absl::StatusOr<std::vector<double>> CopyToHost(const Tensor& t) override {
     std::vector<double> out(t.numel());
+    if (t.dtype() == DType::kI32) {
+      std::copy(t.data_as<int32_t>(), t.data_as<int32_t>() + t.numel(), out.begin());
+      return out;
+    }
     absl::Status s = Dispatch(t.dtype(), [&](auto z) {
       using T = decltype(z);
       std::copy(t.data_as<T>(), t.data_as<T>() + t.numel(), out.begin());

@@ -11,6 +11,7 @@ absl::string_view DTypeName(DType t) {
     case DType::kBF16: return "bf16";
     case DType::kF16: return "fp16";
     case DType::kU8: return "u8";
+    case DType::kI32: return "i32";
   }
   return "?";
 }

@@ -12,7 +12,7 @@
 
 namespace paratune::kernels {
 
-enum class DType { kF32, kF64, kBF16, kF16, kU8 };
+enum class DType { kF32, kF64, kBF16, kF16, kU8, kI32 };
 
 /// Bytes per element.
 inline int64_t SizeOf(DType t) {
@@ -22,11 +22,12 @@ inline int64_t SizeOf(DType t) {
     case DType::kBF16: return 2;
     case DType::kF16: return 2;
     case DType::kU8: return 1;
+    case DType::kI32: return 4;
   }
   return 0;
 }
 
-/// "fp32" | "fp64" | "bf16" | "fp16" | "u8".
+/// "fp32" | "fp64" | "bf16" | "fp16" | "u8" | "i32".
 absl::string_view DTypeName(DType t);
 
 /// Parses the wire names used in LayerProfileTask.dtype ("fp32", "bf16", "fp16", "fp64").

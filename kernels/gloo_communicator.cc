@@ -34,6 +34,13 @@ class StoreRendezvous final : public GlooRendezvous {
   explicit StoreRendezvous(std::unique_ptr<gloo::rendezvous::Store> store)
       : store_(std::move(store)) {}
   gloo::rendezvous::Store& store() { return *store_; }
+  void Set(const std::string& key, const std::vector<char>& value) override {
+    store_->set(key, value);
+  }
+  std::vector<char> Get(const std::string& key) override {
+    store_->wait({key});
+    return store_->get(key);
+  }
 
  private:
   std::unique_ptr<gloo::rendezvous::Store> store_;

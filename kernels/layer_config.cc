@@ -81,7 +81,10 @@ absl::Status LayerConfig::Validate() const {
       attention_dropout >= 1) {
     return absl::InvalidArgumentError("hidden_dropout and attention_dropout must be in [0, 1)");
   }
-  if (dtype == DType::kU8) return absl::InvalidArgumentError("dtype (u8) must be a float type");
+  if (dtype == DType::kU8 || dtype == DType::kI32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype (", DTypeName(dtype), ") must be a floating-point type"));
+  }
   return absl::OkStatus();
 }
 

@@ -1,8 +1,144 @@
+// The step runner: ranks are threads sharing one process; each has its own backend and
+// tracking allocator (so per-rank peaks are separate) and a Gloo communicator over TCP on
+// 127.0.0.1 (or none for tp = 1). Allocation sequences are identical on every rank, so an
+// out-of-memory request fails on all ranks at the same point and none is left waiting in
+// a collective.
 #include "kernels/step_runner.h"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "kernels/communicator.h"
+#include "kernels/hash_random.h"
+#include "kernels/status_macros.h"
+#include "kernels/transformer_layer.h"
+#include "kernels/vocab_parallel.h"
 
 namespace paratune::kernels {
+namespace {
+
+struct StepTimes {
+  double forward = 0, backward = 0, recompute = 0, comm = 0;
+};
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+PhaseTiming Summarise(const std::string& name, std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  PhaseTiming p;
+  p.phase = name;
+  p.min_s = v.front();
+  p.max_s = v.back();
+  const size_t n = v.size();
+  p.median_s = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return p;
+}
+
+struct RankOutput {
+  std::vector<StepTimes> steps;
+  int64_t peak_bytes = 0;
+  std::array<int64_t, kNumMemoryTags> peak_by_tag{};
+  int64_t activation_bytes = 0;
+};
+
+absl::Status FillRandom(Backend& be, const Tensor& t, uint64_t seed) {
+  std::vector<double> v(t.numel());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 2.0 * HashUniform(seed, i) - 1.0;
+  return be.CopyFromHost(t, v);
+}
+
+absl::Status RunRank(const StepConfig& config, Communicator& comm, Backend& be,
+                     RankOutput& out) {
+  const LayerConfig& lc = config.layer;
+  CommClock clock;
+  ParallelContext ctx{&be, &comm, &clock};
+  PT_ASSIGN_OR_RETURN(std::unique_ptr<TransformerLayer> layer, TransformerLayer::Create(lc, ctx));
+  std::unique_ptr<VocabParallelEmbedding> embedding;
+  std::unique_ptr<VocabParallelOutput> output;
+  if (config.extras == StageExtras::kFirst) {
+    PT_ASSIGN_OR_RETURN(embedding, VocabParallelEmbedding::Create(lc, ctx));
+  } else if (config.extras == StageExtras::kLast) {
+    PT_ASSIGN_OR_RETURN(output, VocabParallelOutput::Create(lc, ctx));
+  }
+  const int64_t rows = layer->local_rows(), h = lc.shape.hidden_size;
+  const int64_t tokens = lc.seq_length * lc.micro_batch_size;
+  std::vector<int32_t> ids(tokens);
+  for (int64_t i = 0; i < tokens; ++i) {
+    ids[i] = static_cast<int32_t>(Mix64(lc.seed + i) % std::max<int64_t>(1, lc.shape.vocab_size));
+  }
+  PT_ASSIGN_OR_RETURN(Tensor x, be.Empty({rows, h}, lc.dtype, MemoryTag::kActivations));
+  PT_ASSIGN_OR_RETURN(Tensor dy, be.Empty({rows, h}, lc.dtype, MemoryTag::kWorkspace));
+  PT_RETURN_IF_ERROR(FillRandom(be, x, lc.seed + 1));
+  PT_RETURN_IF_ERROR(FillRandom(be, dy, lc.seed + 2));
+  const int64_t total = config.warmup + config.iters;
+  for (int64_t step = 0; step < total; ++step) {
+    if (step == config.warmup) be.allocator().ResetPeaks();
+    PT_RETURN_IF_ERROR(layer->ZeroGradients());
+    PT_RETURN_IF_ERROR(comm.Barrier());
+    clock.Reset();
+    PT_RETURN_IF_ERROR(be.Synchronize());
+    const double t0 = Now();
+    Tensor input = x;
+    if (embedding) {
+      PT_ASSIGN_OR_RETURN(input, embedding->Forward(ids));
+    }
+    PT_ASSIGN_OR_RETURN(Tensor y, layer->Forward(input));
+    Tensor grad = dy;
+    if (output) {
+      PT_ASSIGN_OR_RETURN(double loss, output->Forward(y, ids));
+      (void)loss;
+    }
+    PT_RETURN_IF_ERROR(be.Synchronize());
+    const double t1 = Now();
+    if (step == total - 1) out.activation_bytes = layer->saved().TotalBytes();
+    if (output) {
+      PT_ASSIGN_OR_RETURN(grad, output->Backward());
+    }
+    y = Tensor();
+    PT_ASSIGN_OR_RETURN(Tensor dx, layer->Backward(grad));
+    if (embedding) PT_RETURN_IF_ERROR(embedding->Backward(dx));
+    PT_RETURN_IF_ERROR(layer->FinishGradients());
+    PT_RETURN_IF_ERROR(be.Synchronize());
+    const double t2 = Now();
+    if (step >= config.warmup) {
+      StepTimes st;
+      st.forward = t1 - t0;
+      st.recompute = layer->times().recompute_s;
+      st.backward = t2 - t1 - st.recompute;
+      st.comm = clock.seconds();
+      out.steps.push_back(st);
+    }
+  }
+  const MemoryStats stats = be.allocator().Stats();
+  out.peak_bytes = stats.peak_bytes;
+  out.peak_by_tag = stats.peak_by_tag;
+  return absl::OkStatus();
+}
+
+double LayerFlops(const LayerConfig& c) {
+  const double t = static_cast<double>(c.tp), h = static_cast<double>(c.shape.hidden_size);
+  const double a = static_cast<double>(c.shape.num_attention_heads);
+  const double g = static_cast<double>(c.num_query_groups()), d = h / a;
+  const double f = static_cast<double>(c.ffn_hidden_size());
+  const double n = static_cast<double>(c.seq_length * c.micro_batch_size);
+  const double s = static_cast<double>(c.seq_length);
+  const double b = static_cast<double>(c.micro_batch_size);
+  const double fc1 = c.shape.activation == Activation::kSwiglu ? 2 * f : f;
+  const double matmul_params = h * (a + 2 * g) * d + a * d * h + h * fc1 + f * h;
+  // Forward: 2·tokens·params + 4·b·s²·h for scores and context (Megatron's count, no
+  // causal halving); backward twice the forward.
+  const double forward = (2 * n * matmul_params + 4 * b * s * s * h) / t;
+  return 3 * forward;
+}
+
+}  // namespace
 
 absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name) {
   if (name == "cpu") return BackendKind::kCpu;
@@ -18,15 +154,83 @@ const PhaseTiming* StepResult::Find(absl::string_view phase) const {
 }
 
 absl::Status StepConfig::Validate() const {
-  if (absl::Status s = layer.Validate(); !s.ok()) return s;
+  PT_RETURN_IF_ERROR(layer.Validate());
   if (warmup < 0) return absl::InvalidArgumentError(absl::StrCat("warmup (", warmup, ") must be >= 0"));
   if (iters < 1) return absl::InvalidArgumentError(absl::StrCat("iters (", iters, ") must be >= 1"));
+  if (extras != StageExtras::kNone && layer.shape.vocab_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab_size (", layer.shape.vocab_size, ") must be positive for first/last-stage extras"));
+  }
+  if (backend == BackendKind::kCpu && layer.dtype != DType::kF32 && layer.dtype != DType::kF64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype (", DTypeName(layer.dtype), ") must be fp32 or fp64 on the cpu backend"));
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<StepResult> RunLayerStep(const StepConfig& config) {
-  if (absl::Status s = config.Validate(); !s.ok()) return s;
-  return absl::UnimplementedError("UNIMPLEMENTED: RunLayerStep (the layer is being built)");
+  PT_RETURN_IF_ERROR(config.Validate());
+  const int t = static_cast<int>(config.layer.tp);
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  const int threads = config.blas_threads_per_rank > 0
+                          ? static_cast<int>(config.blas_threads_per_rank)
+                          : std::max(1, cores / t);
+  if (config.backend == BackendKind::kCpu) SetBlasThreads(threads);
+  auto rendezvous = MakeInProcessRendezvous();
+  static std::atomic<int> run_id{0};
+  const std::string prefix = absl::StrCat("step", run_id.fetch_add(1));
+  std::vector<RankOutput> outs(t);
+  std::vector<absl::Status> status(t);
+  std::vector<std::thread> pool;
+  for (int r = 0; r < t; ++r) {
+    pool.emplace_back([&, r]() {
+      status[r] = [&]() -> absl::Status {
+        std::unique_ptr<Backend> be;
+        if (config.backend == BackendKind::kCuda) {
+          PT_ASSIGN_OR_RETURN(be, MakeCudaBackend(r, config.capacity_bytes_per_rank));
+        } else {
+          be = MakeCpuBackend(config.capacity_bytes_per_rank, threads);
+        }
+        std::unique_ptr<Communicator> comm;
+        if (t == 1) {
+          comm = MakeSelfCommunicator();
+        } else if (config.backend == BackendKind::kCuda) {
+          PT_ASSIGN_OR_RETURN(comm, MakeNcclCommunicator(*be, rendezvous, prefix, r, t));
+        } else {
+          PT_ASSIGN_OR_RETURN(comm, MakeGlooCommunicator(rendezvous, prefix, r, t));
+        }
+        return RunRank(config, *comm, *be, outs[r]);
+      }();
+    });
+  }
+  for (std::thread& th : pool) th.join();
+  // Out of memory first (it is a result), then any other failure.
+  for (const absl::Status& s : status) {
+    if (absl::IsResourceExhausted(s)) return s;
+  }
+  for (const absl::Status& s : status) {
+    if (!s.ok()) return s;
+  }
+  StepResult result;
+  const size_t steps = outs[0].steps.size();
+  std::vector<double> fwd(steps), bwd(steps), rec(steps), comm(steps), total(steps);
+  for (size_t i = 0; i < steps; ++i) {
+    for (const RankOutput& o : outs) {  // the slowest rank sets the pace
+      fwd[i] = std::max(fwd[i], o.steps[i].forward);
+      bwd[i] = std::max(bwd[i], o.steps[i].backward);
+      rec[i] = std::max(rec[i], o.steps[i].recompute);
+      comm[i] = std::max(comm[i], o.steps[i].comm);
+      total[i] = std::max(total[i], o.steps[i].forward + o.steps[i].backward + o.steps[i].recompute);
+    }
+  }
+  result.phases = {Summarise("forward", fwd), Summarise("backward", bwd),
+                   Summarise("recompute", rec), Summarise("tp_comm", comm),
+                   Summarise("total", total)};
+  for (const RankOutput& o : outs) result.peak_bytes_per_rank.push_back(o.peak_bytes);
+  result.peak_bytes_by_tag = outs[0].peak_by_tag;
+  result.activation_bytes = outs[0].activation_bytes;
+  result.flops_per_step = LayerFlops(config.layer);
+  return result;
 }
 
 }  // namespace paratune::kernels

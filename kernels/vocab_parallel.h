@@ -1,0 +1,59 @@
+// The first and last pipeline stage's extra work, vocab-parallel as in Megatron:
+// VocabParallelEmbedding (rank r holds vocabulary rows [r·V/t, (r+1)·V/t); out-of-range ids
+// give zeros and the partial sums are combined by reduce_from_tp_region, or by
+// reduce_scatter_to_sp_region with SP), and VocabParallelOutput: final norm, the logits
+// ColumnParallelLinear ([N, V/t], never gathered) and vocab_parallel_cross_entropy (max by
+// all-gather, sum of exponentials and target logit by all-reduce).
+// Thread-safety: one instance per rank (thread).
+#ifndef PARATUNE_KERNELS_VOCAB_PARALLEL_H_
+#define PARATUNE_KERNELS_VOCAB_PARALLEL_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/layer_config.h"
+#include "kernels/parallel_context.h"
+#include "kernels/parallel_linear.h"
+
+namespace paratune::kernels {
+
+class VocabParallelEmbedding {
+ public:
+  static absl::StatusOr<std::unique_ptr<VocabParallelEmbedding>> Create(
+      const LayerConfig& config, const ParallelContext& ctx);
+  /// ids: all s·b tokens in [s, b] order. Returns [N_sp, h].
+  absl::StatusOr<Tensor> Forward(const std::vector<int32_t>& ids);
+  /// dout: [N_sp, h]; accumulates the table gradient.
+  absl::Status Backward(const Tensor& dout);
+  Parameter& weight() { return table_; }
+
+ private:
+  LayerConfig config_;
+  ParallelContext ctx_;
+  Parameter table_;
+  Tensor ids_;
+};
+
+class VocabParallelOutput {
+ public:
+  static absl::StatusOr<std::unique_ptr<VocabParallelOutput>> Create(const LayerConfig& config,
+                                                                     const ParallelContext& ctx);
+  /// y: [N_sp, h], targets: s·b ids. Returns the mean cross entropy over all tokens.
+  absl::StatusOr<double> Forward(const Tensor& y, const std::vector<int32_t>& targets);
+  /// Gradient of the mean loss with respect to y: [N_sp, h].
+  absl::StatusOr<Tensor> Backward();
+  std::vector<Parameter*> Parameters();
+
+ private:
+  LayerConfig config_;
+  ParallelContext ctx_;
+  Parameter norm_w_, norm_b_;
+  std::unique_ptr<ColumnParallelLinear> logits_;
+  // Kept for backward.
+  Tensor y_, mean_, rstd_, ln_, logits_out_, max_, sumexp_, targets_;
+};
+
+}  // namespace paratune::kernels
+
+#endif  // PARATUNE_KERNELS_VOCAB_PARALLEL_H_

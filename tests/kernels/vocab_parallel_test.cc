@@ -1,0 +1,85 @@
+// VocabParallelEmbedding and the vocab-parallel output (logits + cross entropy) give the
+// same results at TP = 2 (with and without SP) as at TP = 1.
+#include "kernels/vocab_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tests/kernels/layer_harness.h"
+
+namespace paratune::kernels {
+namespace {
+
+struct VocabRun {
+  std::vector<double> embedded;  // [s·b, h]
+  double loss = 0;
+  std::vector<double> dy;        // [s·b, h]
+};
+
+VocabRun RunVocab(const LayerConfig& c) {
+  const int t = static_cast<int>(c.tp);
+  const int64_t n = c.seq_length * c.micro_batch_size, h = c.shape.hidden_size;
+  const int64_t n_sp = c.sequence_parallel ? n / t : n;
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((7 * i + 3) % c.shape.vocab_size);
+  const std::vector<double> y = testing::RandomVector(n * h, 5);
+  VocabRun out;
+  out.embedded.assign(n * h, 0);
+  out.dy.assign(n * h, 0);
+  auto rendezvous = MakeInProcessRendezvous();
+  static int group = 0;
+  const std::string prefix = absl::StrCat("vocab", group++);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < t; ++r) {
+    threads.emplace_back([&, r]() {
+      std::unique_ptr<Communicator> comm =
+          t == 1 ? MakeSelfCommunicator() : std::move(*MakeGlooCommunicator(rendezvous, prefix, r, t));
+      auto be = MakeCpuBackend(0, 1);
+      ParallelContext ctx{be.get(), comm.get(), nullptr};
+      auto emb = VocabParallelEmbedding::Create(c, ctx);
+      auto head = VocabParallelOutput::Create(c, ctx);
+      ASSERT_TRUE(emb.ok() && head.ok());
+      auto e = (*emb)->Forward(ids);
+      ASSERT_TRUE(e.ok()) << e.status();
+      const int64_t row0 = c.sequence_parallel ? r * n_sp : 0;
+      auto eh = be->CopyToHost(*e);
+      std::copy(eh->begin(), eh->end(), out.embedded.begin() + row0 * h);
+      auto yt = be->Empty({n_sp, h}, c.dtype, MemoryTag::kActivations);
+      ASSERT_TRUE(be->CopyFromHost(*yt, std::vector<double>(y.begin() + row0 * h,
+                                                            y.begin() + (row0 + n_sp) * h)).ok());
+      auto loss = (*head)->Forward(*yt, ids);
+      ASSERT_TRUE(loss.ok()) << loss.status();
+      if (r == 0) out.loss = *loss;
+      auto dy = (*head)->Backward();
+      ASSERT_TRUE(dy.ok()) << dy.status();
+      auto dyh = be->CopyToHost(*dy);
+      if (r == 0 || c.sequence_parallel) std::copy(dyh->begin(), dyh->end(), out.dy.begin() + row0 * h);
+    });
+  }
+  for (auto& th : threads) th.join();
+  return out;
+}
+
+TEST(VocabParallelTest, TensorAndSequenceParallelMatchSingleRank) {
+  LayerConfig c;
+  c.shape.hidden_size = 16;
+  c.shape.num_attention_heads = 2;
+  c.shape.vocab_size = 40;
+  c.seq_length = 8;
+  c.micro_batch_size = 2;
+  const VocabRun base = RunVocab(c);
+  // A random-init model is close to uniform: loss near log(V).
+  EXPECT_NEAR(base.loss, std::log(40.0), 1.0);
+  for (bool sp : {false, true}) {
+    c.tp = 2;
+    c.sequence_parallel = sp;
+    const VocabRun r = RunVocab(c);
+    EXPECT_NEAR(r.loss, base.loss, 1e-5) << "sp=" << sp;
+    EXPECT_LE(testing::ToleranceRatio(r.embedded, base.embedded, 1e-6, 1e-5), 1.0) << sp;
+    EXPECT_LE(testing::ToleranceRatio(r.dy, base.dy, 1e-6, 1e-4), 1.0) << sp;
+  }
+}
+
+}  // namespace
+}  // namespace paratune::kernels
