@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -505,6 +506,59 @@ TEST_F(DashboardTest, TraversalIsBlocked) {
     EXPECT_EQ(res->body.find("TOP SECRET"), std::string::npos) << path;
     EXPECT_TRUE(res->status == 400 || res->status == 404) << path << " → " << res->status;
   }
+}
+
+// HTTPS with a self-signed certificate made by the openssl CLI (a dependency of the
+// ca-certificates package that scripts/install-deps.sh installs).
+TEST(RestGatewayTlsTest, ServesHttpsWithTheGivenCertificate) {
+  const fs::path dir = fs::temp_directory_path() / ("paratune_tls_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string cert = (dir / "cert.pem").string(), key = (dir / "key.pem").string();
+  const std::string command =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
+      "subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " + key + " -out " + cert +
+      " >/dev/null 2>&1";
+  if (std::system(command.c_str()) != 0) GTEST_SKIP() << "the openssl CLI is not available";
+
+  FakeAutotuner fake;
+  RestGatewayOptions options;
+  options.tls_cert_file = cert;
+  options.tls_key_file = key;
+  options.threads = 2;
+  RestGateway gateway(&fake, nullptr, nullptr, options);
+  EXPECT_TRUE(gateway.tls());
+  absl::StatusOr<int> port = gateway.Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.status();
+
+  httplib::SSLClient https("127.0.0.1", *port);
+  https.set_ca_cert_path(cert.c_str());
+  https.enable_server_certificate_verification(true);
+  auto res = https.Get("/v1/workers");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(json::parse(res->body)["workers"][0]["id"], "w1");
+
+  // Plain HTTP to the TLS port gets no HTTP answer.
+  httplib::Client plain("127.0.0.1", *port);
+  plain.set_read_timeout(2, 0);
+  auto plain_res = plain.Get("/healthz");
+  EXPECT_TRUE(!plain_res || plain_res->status != 200);
+  gateway.Stop();
+
+  // Only one of the two files: rejected before binding.
+  RestGatewayOptions half;
+  half.tls_cert_file = cert;
+  RestGateway bad(&fake, nullptr, nullptr, half);
+  EXPECT_EQ(bad.Start("127.0.0.1", 0).status().code(), absl::StatusCode::kInvalidArgument);
+  // Unreadable files: InvalidArgument naming them.
+  RestGatewayOptions missing;
+  missing.tls_cert_file = (dir / "nope.pem").string();
+  missing.tls_key_file = key;
+  RestGateway bad2(&fake, nullptr, nullptr, missing);
+  absl::Status s = bad2.Start("127.0.0.1", 0).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("nope.pem"), std::string::npos) << s.message();
+  fs::remove_all(dir);
 }
 
 // The checked-in schemas name exactly the fields of the messages they describe.
