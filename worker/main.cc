@@ -4,13 +4,17 @@
 //
 // Exit codes: 0 clean stop; 1 runtime failure (coordinator unreachable within
 // --connect-timeout-s, registration rejected, devices missing); 2 bad flags.
+#include <poll.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -27,6 +31,15 @@ namespace {
 constexpr int kExitUsage = 2;
 constexpr int64_t kMaxMs = 3'600'000;  // bound of every *-ms flag: one hour
 constexpr double kMaxS = 86'400;       // bound of every *-s flag: one day
+
+int g_signal_pipe = -1;  // write end; the handler writes the signal number
+
+void OnStopSignal(int sig) {
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  const int saved = errno;
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe, &byte, 1);
+  errno = saved;
+}
 
 int UsageError(const std::string& message) {
   std::cerr << "paratune-worker: error: " << message << " (see --help)\n";
@@ -150,25 +163,34 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = options.Validate(); !s.ok()) return UsageError(std::string(s.message()));
 
-  // Signals go to a dedicated thread (blocked everywhere else, inherited by gRPC's and the
-  // daemon's threads), which turns them into Stop().
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // SIGTERM/SIGINT: the handler only writes the signal number to a pipe (async-signal-
+  // safe, whichever thread the signal lands on: libraries such as OpenBLAS start threads
+  // before main, so blocking the signals here could not cover them); a watcher thread
+  // reads it and calls Stop().
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) {
+    std::cerr << "paratune-worker: error: pipe: " << std::strerror(errno) << '\n';
+    return 1;
+  }
+  g_signal_pipe = pipe_fds[1];
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
 
   paratune::worker::WorkerDaemon daemon(options);
   std::atomic<bool> done{false};
   std::thread signal_thread([&] {
-    const timespec poll{0, 200 * 1000 * 1000};
     while (!done.load()) {
-      const int sig = sigtimedwait(&stop_signals, nullptr, &poll);
-      if (sig == SIGTERM || sig == SIGINT) {
-        std::cerr << "paratune-worker: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
-                  << ": stopping\n";
-        daemon.Stop();
-      }
+      pollfd fd{pipe_fds[0], POLLIN, 0};
+      if (poll(&fd, 1, 200) <= 0) continue;
+      unsigned char sig = 0;
+      if (read(pipe_fds[0], &sig, 1) != 1) continue;
+      std::cerr << "paratune-worker: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
+                << ": stopping\n";
+      daemon.Stop();
     }
   });
 
