@@ -159,7 +159,7 @@ TEST_F(RestGatewayTest, SubmitRoundTripsSnakeCaseJson) {
                            "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
-  EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(res->get_header_value("Content-Type"), "application/json; charset=utf-8");
   json job = Body(res);
   EXPECT_EQ(job["id"], "job-1");
   EXPECT_EQ(job["state"], "JOB_STATE_PENDING");
