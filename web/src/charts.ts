@@ -51,8 +51,8 @@ export function scatterOption(ranked: RankedConfig[], selected: number, capacity
   return {
     textStyle: FONT,
     animation: false,
-    grid: { left: 64, right: 24, top: 40, bottom: 52 },
-    legend: { top: 4, textStyle: { color: TEXT }, data: ['Layouts', 'Pareto frontier', 'Selected'] },
+    grid: { left: 56, right: 24, top: 64, bottom: 52 },
+    legend: { top: 0, left: 'center', textStyle: { color: TEXT }, data: ['Layouts', 'Pareto frontier', 'Selected'] },
     tooltip: {
       trigger: 'item',
       formatter: (p: { seriesName: string; value: number[] }) => {
@@ -67,7 +67,7 @@ export function scatterOption(ranked: RankedConfig[], selected: number, capacity
       nameLocation: 'middle',
       nameGap: 30,
       min: 0,
-      max: Math.ceil(maxMem * 1.08),
+      max: Math.ceil((maxMem * 1.05) / 10) * 10,
       axisLabel: { color: MUTED },
       nameTextStyle: { color: TEXT },
     },
@@ -90,7 +90,7 @@ export function scatterOption(ranked: RankedConfig[], selected: number, capacity
                 symbol: 'none',
                 silent: true,
                 lineStyle: { color: '#cf222e', type: 'dashed', width: 2 },
-                label: { formatter: `capacity ${capacity.toFixed(0)} GiB`, color: '#a40e26' },
+                label: { formatter: `capacity ${capacity.toFixed(0)} GiB`, color: '#a40e26', position: 'insideEndTop' },
                 data: [{ xAxis: capacity }],
               }
             : undefined,
@@ -144,14 +144,14 @@ function stackedOption(
   unit: string,
   capacity: number,
 ): echarts.EChartsCoreOption {
-  const categories = layouts.map((r) => `#${num(r.rank)}`);
+  const categories = layouts.map((r, i) => (layouts.length > 1 ? `#${num(r.rank)}${i === 0 ? ' (selected)' : ' (best)'}` : `#${num(r.rank)}`));
   return {
     textStyle: FONT,
     animation: false,
-    grid: { left: 48, right: 24, top: 56, bottom: 44 },
+    grid: { left: 8, right: 32, top: 72, bottom: 44, containLabel: true },
     legend: { top: 4, textStyle: { color: TEXT }, itemWidth: 14 },
     tooltip: { trigger: 'axis', axisPointer: { type: 'shadow' }, valueFormatter: (v: number) => `${Number(v).toFixed(3)} ${unit}` },
-    xAxis: { type: 'value', name: unit, nameLocation: 'middle', nameGap: 26, axisLabel: { color: MUTED }, nameTextStyle: { color: TEXT }, max: capacity > 0 ? (v: { max: number }) => Math.max(v.max, capacity) * 1.05 : undefined },
+    xAxis: { type: 'value', name: unit, nameLocation: 'middle', nameGap: 26, axisLabel: { color: MUTED }, nameTextStyle: { color: TEXT }, max: capacity > 0 ? (v: { max: number }) => Math.ceil((Math.max(v.max, capacity) * 1.05) / 10) * 10 : undefined },
     yAxis: { type: 'category', data: categories, inverse: true, axisLabel: { color: TEXT } },
     series: parts.map(([key, label, color], i) => ({
       name: label,
@@ -166,7 +166,7 @@ function stackedOption(
               symbol: 'none',
               silent: true,
               lineStyle: { color: '#cf222e', type: 'dashed', width: 2 },
-              label: { formatter: `capacity ${capacity.toFixed(0)} GiB`, color: '#a40e26' },
+              label: { formatter: `capacity ${capacity.toFixed(0)} GiB`, color: '#a40e26', position: 'start' },
               data: [{ xAxis: capacity }],
             }
           : undefined,

@@ -65,6 +65,7 @@ function buildForm(onSubmitted: (job: Job) => void): HTMLElement {
     'form',
     { class: 'card submit-form', id: 'submit-form', 'aria-labelledby': 'submit-title', novalidate: true },
     h('h2', { id: 'submit-title' }, 'New tuning job'),
+    field('Job name', 'job-name', name),
     h(
       'fieldset',
       { class: 'model-source' },
@@ -86,7 +87,6 @@ function buildForm(onSubmitted: (job: Job) => void): HTMLElement {
       field('GPUs per node', 'gpus-per-node', perNode),
       field('Mode', 'mode', mode, 'model: analytical; profile: measured by workers'),
       field('Layouts to return', 'top-k', topK),
-      field('Job name', 'job-name', name),
     ),
     h('div', { class: 'row' }, submit),
     status,

@@ -1,0 +1,492 @@
+#!/usr/bin/env node
+// Browser test of the web dashboard (web/dist) against a real paratune-coordinator:
+// Debian's Chromium driven by playwright-core (no browser download). It starts the
+// coordinator on free ports with a temporary database and --dashboard-dir web/dist,
+// submits GPT-3 175B on 1024 x A100-80GB through the form, waits for SUCCEEDED, and
+// checks the page against the REST API's own answer: the ranked table and its sorting,
+// the scatter (one point per ranked layout, the Pareto frontier recomputed here), a
+// layout's breakdown, the Megatron and NeMo exports, the workers page, keyboard reach,
+// text contrast, and no horizontal overflow at 1280 and 400 pixels wide. Screenshots go
+// to $PARATUNE_SCREENSHOT_DIR (default build/web-screenshots).
+//
+// Environment: PARATUNE_BIN_DIR (paratune-coordinator), PARATUNE_WEB_DIST (web/dist),
+// PARATUNE_SCREENSHOT_DIR, PARATUNE_CHROMIUM (default /usr/bin/chromium),
+// PARATUNE_WEB_MOCK=1 runs against web/mock/server.mjs instead (development only).
+// Exit codes: 0 all passed, 1 a check failed or a prerequisite is missing, 77 skipped
+// (only when the coordinator binary itself says UNIMPLEMENTED).
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const SRC = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const WEB = join(SRC, 'web');
+const DIST = resolve(process.env.PARATUNE_WEB_DIST ?? join(WEB, 'dist'));
+const BIN = resolve(process.env.PARATUNE_BIN_DIR ?? join(SRC, 'build', 'bin'));
+const SHOTS = resolve(process.env.PARATUNE_SCREENSHOT_DIR ?? join(SRC, 'build', 'web-screenshots'));
+const CHROMIUM = process.env.PARATUNE_CHROMIUM ?? '/usr/bin/chromium';
+const MOCK = process.env.PARATUNE_WEB_MOCK === '1';
+const SKIP = 77;
+
+function die(message) {
+  console.error(`dashboard.test: ${message}`);
+  process.exit(1);
+}
+
+// --- prerequisites, each failing with what to do
+if (!existsSync(join(DIST, 'index.html'))) {
+  die(`${DIST}/index.html is missing: the dashboard is not built; run scripts/build-web.sh`);
+}
+let chromium;
+try {
+  const require = createRequire(join(WEB, 'package.json'));
+  ({ chromium } = require('playwright-core'));
+} catch (e) {
+  die(`cannot load playwright-core from ${WEB}/node_modules (${e.message}); run scripts/build-web.sh (npm ci)`);
+}
+if (!existsSync(CHROMIUM)) die(`${CHROMIUM} not found: install Debian's chromium (scripts/install-deps.sh)`);
+const COORDINATOR = join(BIN, 'paratune-coordinator');
+if (!MOCK && !existsSync(COORDINATOR)) die(`${COORDINATOR} not found: build the project first (scripts/build.sh)`);
+
+// --- tiny test runner: prints one line per check and a closing "N passed, N failed"
+let passed = 0;
+let failed = 0;
+async function check(name, fn) {
+  const start = Date.now();
+  try {
+    await fn();
+    passed++;
+    console.log(`ok   ${name} (${Date.now() - start} ms)`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${name}: ${e && e.stack ? e.stack : e}`);
+  }
+}
+function assert(cond, message) {
+  if (!cond) throw new Error(message);
+}
+function assertEq(actual, expected, what) {
+  if (actual !== expected) throw new Error(`${what}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(actual)}`);
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const n = (v, d = 0) => (v === undefined || v === null || v === '' ? d : Number(v));
+
+async function freePort() {
+  return new Promise((resolvePort, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolvePort(port));
+    });
+  });
+}
+
+// --- the server under test
+const tmp = mkdtempSync(join(tmpdir(), 'paratune-web-'));
+let server;
+let serverLog = '';
+let exited = null;
+const httpPort = await freePort();
+if (MOCK) {
+  server = spawn(process.execPath, [join(WEB, 'mock', 'server.mjs'), String(httpPort), DIST], { stdio: ['ignore', 'pipe', 'pipe'] });
+} else {
+  const grpcPort = await freePort();
+  server = spawn(
+    COORDINATOR,
+    ['--grpc-port', String(grpcPort), '--http-port', String(httpPort), '--db', join(tmp, 'paratune.db'), '--dashboard-dir', DIST],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+}
+server.stdout.on('data', (d) => (serverLog += d));
+server.stderr.on('data', (d) => (serverLog += d));
+server.on('exit', (code, signal) => (exited = { code, signal }));
+const BASE = `http://127.0.0.1:${httpPort}`;
+
+function cleanup() {
+  if (server && exited === null) server.kill('SIGTERM');
+  rmSync(tmp, { recursive: true, force: true });
+}
+process.on('exit', cleanup);
+
+async function waitReady() {
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    if (exited !== null) {
+      if (/UNIMPLEMENTED/.test(serverLog)) {
+        console.log(`SKIP: paratune-coordinator says it is not built yet: ${serverLog.trim().split('\n')[0]}`);
+        cleanup();
+        process.exit(SKIP);
+      }
+      die(`the server exited (${JSON.stringify(exited)}) before serving:\n${serverLog}`);
+    }
+    try {
+      const res = await fetch(`${BASE}/v1/jobs`);
+      if (res.ok) return;
+    } catch {
+      // not listening yet
+    }
+    await sleep(100);
+  }
+  die(`the server did not answer GET /v1/jobs within 30 s:\n${serverLog}`);
+}
+await waitReady();
+console.log(`server ready on ${BASE} (${MOCK ? 'mock' : COORDINATOR})`);
+
+async function api(path) {
+  const res = await fetch(`${BASE}${path}`);
+  const body = await res.json();
+  if (!res.ok) throw new Error(`GET ${path}: HTTP ${res.status} ${JSON.stringify(body)}`);
+  return body;
+}
+
+// --- the browser (playwright's launch gives it a new, empty profile directory)
+mkdirSync(SHOTS, { recursive: true });
+const browser = await chromium.launch({
+  executablePath: CHROMIUM,
+  headless: true,
+  args: [
+    '--no-sandbox',
+    '--disable-gpu',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--no-first-run',
+    '--disable-sync',
+    '--disable-quic',
+  ],
+});
+const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, acceptDownloads: true });
+const page = await context.newPage();
+const pageErrors = [];
+page.on('pageerror', (e) => pageErrors.push(String(e)));
+page.on('console', (m) => {
+  if (m.type() === 'error') pageErrors.push(`console: ${m.text()}`);
+});
+page.setDefaultTimeout(20_000);
+
+/** Every page must fit its width: no horizontal scroll on the document. */
+async function horizontalOverflow() {
+  return page.evaluate(() => ({
+    viewport: window.innerWidth,
+    body: document.body.scrollWidth,
+    doc: document.documentElement.scrollWidth,
+  }));
+}
+
+/** WCAG contrast ratio of each matched element's text against its effective background. */
+async function contrastOf(selectors) {
+  return page.evaluate((sels) => {
+    const parse = (c) => {
+      const m = c.match(/rgba?\(([^)]+)\)/);
+      if (!m) return null;
+      const [r, g, b, a = 1] = m[1].split(/[ ,/]+/).filter(Boolean).map(Number);
+      return { r, g, b, a };
+    };
+    const lum = ({ r, g, b }) => {
+      const f = (v) => {
+        const s = v / 255;
+        return s <= 0.03928 ? s / 12.92 : ((s + 0.055) / 1.055) ** 2.4;
+      };
+      return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+    };
+    const background = (el) => {
+      for (let e = el; e; e = e.parentElement) {
+        const c = parse(getComputedStyle(e).backgroundColor);
+        if (c && c.a > 0.5) return c;
+      }
+      return { r: 255, g: 255, b: 255, a: 1 };
+    };
+    const out = [];
+    for (const sel of sels) {
+      const el = document.querySelector(sel);
+      if (!el) {
+        out.push({ sel, missing: true });
+        continue;
+      }
+      const fg = parse(getComputedStyle(el).color);
+      const bg = background(el);
+      const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+      out.push({ sel, ratio: (hi + 0.05) / (lo + 0.05), fg: getComputedStyle(el).color, text: el.textContent.trim().slice(0, 30) });
+    }
+    return out;
+  }, selectors);
+}
+
+function assertContrast(results) {
+  for (const r of results) {
+    assert(!r.missing, `contrast: no element matches ${r.sel}`);
+    assert(r.ratio >= 4.5, `contrast of ${r.sel} ("${r.text}", ${r.fg}) is ${r.ratio.toFixed(2)} < 4.5`);
+  }
+}
+
+const SPEC = { preset: 'gpt3-175b', gpu: 'a100-80gb', gpus: 1024, seq: 2048, batch: 1536 };
+let jobId = '';
+let results = null;
+
+try {
+  await check('jobs page loads from the coordinator at 1280x800', async () => {
+    await page.goto(`${BASE}/`);
+    await page.waitForSelector('#submit-form');
+    assertEq(await page.textContent('main h1'), 'Jobs', 'page heading');
+    await page.waitForSelector('#jobs-table tbody tr');
+    const o = await horizontalOverflow();
+    assert(o.doc <= o.viewport && o.body <= o.viewport, `horizontal overflow at 1280: ${JSON.stringify(o)}`);
+    await page.screenshot({ path: join(SHOTS, 'jobs-1280.png') });
+  });
+
+  await check('keyboard: Tab reaches every form field and the submit button', async () => {
+    await page.focus('body');
+    await page.evaluate(() => document.activeElement && document.activeElement.blur());
+    const reached = new Set();
+    for (let i = 0; i < 40; i++) {
+      await page.keyboard.press('Tab');
+      const id = await page.evaluate(() => document.activeElement && document.activeElement.id);
+      if (id) reached.add(id);
+      if (id === 'submit-job') break;
+    }
+    for (const id of ['source-preset', 'preset', 'seq-length', 'global-batch', 'precision', 'gpu', 'num-gpus', 'gpus-per-node', 'mode', 'top-k', 'submit-job']) {
+      assert(reached.has(id), `Tab never reached #${id} (reached: ${[...reached].join(', ')})`);
+    }
+  });
+
+  await check('contrast >= 4.5 on the jobs page (heading, labels, hints, primary button, nav)', async () => {
+    assertContrast(await contrastOf(['main h1', '.field label', '.hint', 'button.primary', '.topbar nav a', '.topbar .brand', 'legend']));
+  });
+
+  await check(`submit ${SPEC.preset} on ${SPEC.gpus} x ${SPEC.gpu} (model mode) through the form`, async () => {
+    await page.check('#source-preset');
+    await page.fill('#preset', SPEC.preset);
+    await page.fill('#seq-length', String(SPEC.seq));
+    await page.fill('#global-batch', String(SPEC.batch));
+    await page.selectOption('#gpu', SPEC.gpu);
+    await page.fill('#num-gpus', String(SPEC.gpus));
+    await page.fill('#gpus-per-node', '8');
+    await page.selectOption('#mode', 'model');
+    await page.fill('#job-name', 'web-test gpt3-175b');
+    await page.click('#submit-job');
+    await page.waitForFunction(() => /^#\/jobs\/.+/.test(location.hash), null, { timeout: 20_000 });
+    jobId = decodeURIComponent((await page.evaluate(() => location.hash)).replace('#/jobs/', ''));
+    const job = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
+    assertEq(job.spec.model.preset, SPEC.preset, 'submitted spec.model.preset (from the API)');
+    assertEq(n(job.spec.cluster.num_gpus), SPEC.gpus, 'submitted spec.cluster.num_gpus');
+    assertEq(job.spec.cluster.gpu, SPEC.gpu, 'submitted spec.cluster.gpu');
+    assertEq(n(job.spec.training.seq_length), SPEC.seq, 'submitted spec.training.seq_length');
+    assertEq(n(job.spec.training.global_batch_size), SPEC.batch, 'submitted spec.training.global_batch_size');
+    assertEq(job.spec.search.mode, 'model', 'submitted spec.search.mode');
+  });
+
+  await check('the job page shows the job reach SUCCEEDED (live polling)', async () => {
+    assert(jobId, 'no job was submitted');
+    await page.waitForSelector('.job-header .badge[data-state="JOB_STATE_SUCCEEDED"]', { timeout: 120_000 });
+    await page.waitForSelector('#ranked-table tbody tr', { timeout: 20_000 });
+    results = await api(`/v1/jobs/${encodeURIComponent(jobId)}/results`);
+    assertEq(results.state, 'JOB_STATE_SUCCEEDED', 'results.state');
+    assert((results.plan?.ranked ?? []).length > 0, 'the planner ranked no layout for GPT-3 175B on 1024 A100s');
+    await page.screenshot({ path: join(SHOTS, 'job-1280.png'), fullPage: true });
+  });
+
+  const ranked = () => results?.plan?.ranked ?? [];
+
+  await check('ranked table: one row per ranked layout, values from the API, headers are buttons', async () => {
+    const rows = await page.$$eval('#ranked-table tbody tr', (trs) =>
+      trs.map((tr) => ({
+        rank: Number(tr.getAttribute('data-rank')),
+        tp: Number(tr.querySelector('td[data-col="tp"]').getAttribute('data-value')),
+        pp: Number(tr.querySelector('td[data-col="pp"]').getAttribute('data-value')),
+        dp: Number(tr.querySelector('td[data-col="dp"]').getAttribute('data-value')),
+        mfuText: tr.querySelector('td[data-col="mfu"]').textContent,
+      })),
+    );
+    assertEq(rows.length, ranked().length, 'table rows vs plan.ranked');
+    ranked().forEach((r, i) => {
+      const row = rows[i];
+      assertEq(row.rank, n(r.rank), `row ${i} rank (default order is by rank)`);
+      assertEq(row.tp, n(r.config.tp, 1), `row ${i} TP`);
+      assertEq(row.pp, n(r.config.pp, 1), `row ${i} PP`);
+      assertEq(row.dp, n(r.config.dp, 1), `row ${i} DP`);
+      assertEq(row.mfuText, `${(n(r.mfu) * 100).toFixed(1)} %`, `row ${i} MFU text`);
+      assertEq(n(r.config.tp, 1) * n(r.config.pp, 1) * n(r.config.cp, 1) * n(r.config.dp, 1), SPEC.gpus, `row ${i}: tp*pp*cp*dp = N`);
+    });
+    const headers = await page.$$eval('#ranked-table thead th', (ths) => ths.map((th) => !!th.querySelector('button')));
+    assertEq(headers.length, 16, 'ranked table columns');
+    assert(headers.every(Boolean), 'every ranked-table header holds a button');
+  });
+
+  await check('sorting by MFU: descending then ascending by the numbers', async () => {
+    const readMfu = () => page.$$eval('#ranked-table tbody td[data-col="mfu"]', (tds) => tds.map((td) => Number(td.getAttribute('data-value'))));
+    const sortState = () => page.getAttribute('#ranked-table th[data-col="mfu"]', 'aria-sort');
+    await page.click('#ranked-table button[data-sort-key="mfu"]');
+    assertEq(await sortState(), 'descending', 'aria-sort after the first click');
+    const desc = await readMfu();
+    const expected = ranked().map((r) => n(r.mfu)).sort((a, b) => b - a);
+    assertEq(JSON.stringify(desc), JSON.stringify(expected), 'MFU column after sorting descending');
+    await page.click('#ranked-table button[data-sort-key="mfu"]');
+    assertEq(await sortState(), 'ascending', 'aria-sort after the second click');
+    const asc = await readMfu();
+    assertEq(JSON.stringify(asc), JSON.stringify([...expected].reverse()), 'MFU column after sorting ascending');
+    // Sorting by iteration time is the inverse of sorting by throughput (same job, same N).
+    await page.click('#ranked-table button[data-sort-key="iter"]');
+    const iters = await page.$$eval('#ranked-table tbody td[data-col="iter"]', (tds) => tds.map((td) => Number(td.getAttribute('data-value'))));
+    for (let i = 1; i < iters.length; i++) assert(iters[i - 1] <= iters[i], `iteration column not ascending at ${i}: ${iters}`);
+    await page.click('#ranked-table button[data-sort-key="rank"]');
+    assertEq(await page.getAttribute('#ranked-table th[data-col="rank"]', 'aria-sort'), 'ascending', 'rank sort');
+  });
+
+  await check('scatter: one point per ranked layout, the Pareto frontier and the capacity line', async () => {
+    const count = await page.getAttribute('#chart-scatter', 'data-point-count');
+    assertEq(Number(count), ranked().length, 'data-point-count');
+    const opt = await page.evaluate(() => {
+      const o = window.paratune.charts.scatter.getOption();
+      return {
+        points: o.series[0].data.map((d) => (Array.isArray(d) ? d : d.value)),
+        frontier: o.series[1].data,
+        capacity: o.series[0].markLine?.data?.[0]?.xAxis,
+      };
+    });
+    assertEq(opt.points.length, ranked().length, 'scatter series points');
+    ranked().forEach((r, i) => {
+      assert(Math.abs(opt.points[i][0] - n(r.memory.peak_gib)) < 1e-9, `point ${i} x = peak_gib`);
+      assert(Math.abs(opt.points[i][1] - n(r.tokens_per_sec_per_gpu)) < 1e-9, `point ${i} y = tokens/s/GPU`);
+    });
+    // The frontier, recomputed here: sorted by memory, keep each point faster than all before.
+    const pts = ranked().map((r) => [n(r.memory.peak_gib), n(r.tokens_per_sec_per_gpu)]).sort((a, b) => a[0] - b[0] || b[1] - a[1]);
+    let best = -Infinity;
+    const frontier = pts.filter(([, t]) => (t > best ? ((best = t), true) : false));
+    assertEq(JSON.stringify(opt.frontier.map((p) => [p[0], p[1]])), JSON.stringify(frontier), 'Pareto frontier');
+    assertEq(n(opt.capacity), n(ranked()[0].memory.capacity_gib), 'capacity line at capacity_gib');
+    assertEq(n(ranked()[0].memory.capacity_gib), 80, 'A100-80GB capacity (GiB) reported by the planner');
+  });
+
+  let chosen = null;
+  await check('breakdown of a selected layout: time and memory bars match the API', async () => {
+    const idx = ranked().length > 1 ? 1 : 0;
+    chosen = ranked()[idx];
+    await page.click(`#ranked-table tr[data-index="${idx}"] button.row-select`);
+    await page.waitForSelector(`#breakdown[data-index="${idx}"]`);
+    assertEq(Number(await page.getAttribute('#breakdown', 'data-rank')), n(chosen.rank), 'breakdown rank');
+    assertEq(Number(await page.getAttribute('#breakdown', 'data-tp')), n(chosen.config.tp, 1), 'breakdown TP');
+    const bars = await page.evaluate(() => {
+      const t = window.paratune.charts.time.getOption();
+      const m = window.paratune.charts.memory.getOption();
+      return {
+        time: Object.fromEntries(t.series.map((s) => [s.name, s.data[0]])),
+        memory: Object.fromEntries(m.series.map((s) => [s.name, s.data[0]])),
+        categories: t.yAxis[0].data,
+      };
+    });
+    assert(bars.categories[0].startsWith(`#${n(chosen.rank)}`), `first bar is the selected layout: ${bars.categories}`);
+    const t = chosen.time ?? {};
+    const timeNames = { compute: 'compute', tp_comm: 'TP comm', cp_comm: 'CP comm', pp_bubble: 'PP bubble', pp_p2p: 'PP p2p', dp_comm: 'DP comm', optimizer: 'optimizer' };
+    for (const [k, label] of Object.entries(timeNames)) assertEq(bars.time[label], n(t[k]), `time bar ${label}`);
+    const m = chosen.memory ?? {};
+    for (const k of ['weights', 'gradients', 'optimizer', 'activations', 'other']) assertEq(bars.memory[k], n(m[k]), `memory bar ${k}`);
+    const sel = await page.getAttribute(`#ranked-table tr[data-index="${idx}"]`, 'aria-selected');
+    assertEq(sel, 'true', 'selected row marked');
+    await page.locator('#breakdown').screenshot({ path: join(SHOTS, 'breakdown-1280.png') });
+  });
+
+  await check('Megatron export downloads arguments for the selected layout', async () => {
+    assert(chosen, 'no layout selected');
+    const [download] = await Promise.all([page.waitForEvent('download'), page.click('#export-megatron')]);
+    const text = readFileSync(await download.path(), 'utf8');
+    const c = chosen.config;
+    const expectFlag = (flag, value) => {
+      const re = new RegExp(`^${flag} ${value}( \\\\)?$`, 'm');
+      assert(re.test(text), `export lacks "${flag} ${value}":\n${text}`);
+    };
+    expectFlag('--tensor-model-parallel-size', n(c.tp, 1));
+    expectFlag('--pipeline-model-parallel-size', n(c.pp, 1));
+    expectFlag('--context-parallel-size', n(c.cp, 1));
+    expectFlag('--micro-batch-size', n(c.micro_batch_size, 1));
+    expectFlag('--global-batch-size', SPEC.batch);
+    expectFlag('--num-layers', 96);
+    if (n(c.vp, 1) > 1) expectFlag('--num-layers-per-virtual-pipeline-stage', 96 / (n(c.pp, 1) * n(c.vp, 1)));
+    else assert(!text.includes('--num-layers-per-virtual-pipeline-stage'), 'VP flag present with vp = 1');
+    assertEq(/^--sequence-parallel( \\)?$/m.test(text), Boolean(c.sequence_parallel), '--sequence-parallel present iff SP');
+    assertEq(/^--use-distributed-optimizer( \\)?$/m.test(text), Boolean(c.distributed_optimizer), '--use-distributed-optimizer iff distributed optimizer');
+    const rc = c.recompute || 'none';
+    if (rc === 'none') assert(!text.includes('--recompute-granularity'), 'recompute flag with recompute none');
+    else expectFlag('--recompute-granularity', rc);
+    assert(download.suggestedFilename().endsWith('megatron.txt'), `file name ${download.suggestedFilename()}`);
+  });
+
+  await check('NeMo and JSON exports carry the same layout', async () => {
+    const c = chosen.config;
+    const [nemo] = await Promise.all([page.waitForEvent('download'), page.click('#export-nemo')]);
+    const yaml = readFileSync(await nemo.path(), 'utf8');
+    assert(yaml.includes(`  tensor_model_parallel_size: ${n(c.tp, 1)}\n`), `NeMo TP:\n${yaml}`);
+    assert(yaml.includes(`  pipeline_model_parallel_size: ${n(c.pp, 1)}\n`), 'NeMo PP');
+    assert(yaml.includes(`  num_nodes: ${SPEC.gpus / 8}\n`) && yaml.includes('  devices: 8\n'), 'NeMo trainer nodes/devices');
+    const [json] = await Promise.all([page.waitForEvent('download'), page.click('#export-json')]);
+    const parsed = JSON.parse(readFileSync(await json.path(), 'utf8'));
+    assertEq(parsed.job_id, jobId, 'JSON job_id');
+    assertEq(JSON.stringify(parsed.layout), JSON.stringify(chosen), 'JSON layout equals the API layout');
+  });
+
+  await check('rejected layouts listed with reasons', async () => {
+    const rejected = results.plan.rejected ?? [];
+    assertEq(Number(await page.getAttribute('#rejected', 'data-count')), rejected.length, 'rejected count');
+    if (rejected.length) {
+      const first = await page.textContent('#rejected-table tbody tr td:nth-child(2)');
+      assertEq(first, rejected[0].reason, 'first rejection reason');
+    }
+  });
+
+  await check('contrast >= 4.5 on the job page (state badge, table, hints, stats)', async () => {
+    assertContrast(
+      await contrastOf(['.job-header h1', '.job-header .badge', '#ranked-table th button.sort', '#ranked-table td[data-col="mfu"]', 'tr.selected td[data-col="iter"]', '.hint', '.stat-label', '.facts dt', '#export-megatron', '.tag']),
+    );
+  });
+
+  await check('the job list shows the job as succeeded', async () => {
+    await page.goto(`${BASE}/#/jobs`);
+    const sel = `#jobs-table tr[data-job-id="${jobId}"]`;
+    await page.waitForSelector(`${sel}[data-state="JOB_STATE_SUCCEEDED"]`);
+    assertEq((await page.textContent(`${sel} .badge`)).trim(), 'succeeded', 'badge text');
+  });
+
+  await check('400-pixel-wide window: no horizontal overflow on the jobs and job pages', async () => {
+    await page.setViewportSize({ width: 400, height: 800 });
+    await page.goto(`${BASE}/#/jobs`);
+    await page.waitForSelector('#jobs-table tbody tr[data-job-id]');
+    let o = await horizontalOverflow();
+    assert(o.doc <= o.viewport && o.body <= o.viewport, `jobs page overflows at 400 px: ${JSON.stringify(o)}`);
+    await page.screenshot({ path: join(SHOTS, 'jobs-400.png') });
+    await page.goto(`${BASE}/#/jobs/${encodeURIComponent(jobId)}`);
+    await page.waitForSelector('#ranked-table tbody tr');
+    await page.waitForTimeout(300);
+    o = await horizontalOverflow();
+    assert(o.doc <= o.viewport && o.body <= o.viewport, `job page overflows at 400 px: ${JSON.stringify(o)}`);
+    const chartWidth = await page.evaluate(() => document.querySelector('#chart-scatter canvas').getBoundingClientRect().width);
+    assert(chartWidth <= 400 && chartWidth > 200, `scatter canvas width at 400 px: ${chartWidth}`);
+    await page.screenshot({ path: join(SHOTS, 'job-400.png') });
+    await page.locator('#chart-scatter').scrollIntoViewIfNeeded();
+    await page.screenshot({ path: join(SHOTS, 'job-400-charts.png') });
+    await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  await check('workers page lists what GET /v1/workers returns', async () => {
+    const workers = (await api('/v1/workers')).workers ?? [];
+    await page.goto(`${BASE}/#/workers`);
+    await page.waitForSelector('#workers-table tbody tr');
+    const rows = await page.$$('#workers-table tbody tr[data-worker-id]');
+    assertEq(rows.length, workers.length, 'worker rows');
+    if (!workers.length) assert((await page.textContent('#workers-table tbody')).includes('No worker registered'), 'empty-state text');
+    await page.screenshot({ path: join(SHOTS, 'workers-1280.png') });
+  });
+
+  await check('no script errors in the page', async () => {
+    assertEq(pageErrors.length, 0, `page errors: ${pageErrors.join(' | ')}`);
+  });
+} finally {
+  await browser.close();
+}
+
+console.log(`screenshots: ${SHOTS}`);
+console.log(`${passed} passed, ${failed} failed`);
+cleanup();
+process.exit(failed ? 1 : 0);
