@@ -37,9 +37,10 @@ std::string ReadFile(const fs::path& path) {
 class CoordinatorSecurityTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // $PARATUNE_BIN_DIR when set, else the build's bin/ that CMake compiled in.
     const char* bin_dir = std::getenv("PARATUNE_BIN_DIR");
-    ASSERT_NE(bin_dir, nullptr) << "PARATUNE_BIN_DIR is not set (run through ctest)";
-    const fs::path binary = fs::path(bin_dir) / "paratune-coordinator";
+    const fs::path binary =
+        fs::path(bin_dir != nullptr ? bin_dir : PARATUNE_DEFAULT_BIN_DIR) / "paratune-coordinator";
     ASSERT_TRUE(fs::exists(binary)) << binary;
 
     dir_ = fs::temp_directory_path() / ("paratune_sec_" + std::to_string(::getpid()));
