@@ -287,6 +287,9 @@ void RestGateway::RegisterRoutes() {
       if (authenticator_ != nullptr) {
         status = authenticator_->Check(req.get_header_value("Authorization"), Role::kClient);
       }
+      if (status.ok() && handler_ == nullptr) {
+        status = absl::UnavailableError("this server has no job manager behind its REST API");
+      }
       if (status.ok()) {
         Body body = fn(req);
         status = body.status();

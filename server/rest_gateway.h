@@ -57,7 +57,7 @@ std::string_view OpenApiJson();
 class RestGateway {
  public:
   /// `handler` must outlive the gateway; `authenticator` and `metrics` may be null (no auth,
-  /// no metrics).
+  /// no metrics). A null `handler` serves everything but /v1/, which answers 503.
   RestGateway(AutotunerHandler* handler, const Authenticator* authenticator, Metrics* metrics,
               RestGatewayOptions options = {});
   ~RestGateway();

@@ -81,6 +81,12 @@ TEST(PrometheusScrapeTest, RealPrometheusScrapesMetrics) {
   RestGateway gateway(/*handler=*/nullptr, /*authenticator=*/nullptr, &metrics);
   absl::StatusOr<int> port = gateway.Start("127.0.0.1", 0);
   ASSERT_TRUE(port.ok()) << port.status();
+  {
+    httplib::Client client("127.0.0.1", *port);
+    auto res = client.Get("/v1/jobs");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 503);  // no handler behind this gateway
+  }
 
   const fs::path dir = fs::temp_directory_path() /
                        ("paratune_prom_" + std::to_string(::getpid()));
