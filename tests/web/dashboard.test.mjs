@@ -15,7 +15,7 @@
 // Exit codes: 0 all passed, 1 a check failed or a prerequisite is missing, 77 skipped
 // (only when the coordinator binary itself says UNIMPLEMENTED).
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -88,17 +88,30 @@ async function freePort() {
 
 // --- the server under test
 const tmp = mkdtempSync(join(tmpdir(), 'paratune-web-'));
+// The coordinator runs with a client token: the page must ask for it on 401.
+const TOKEN = `web-test-${process.pid}-${Date.now()}`;
+writeFileSync(join(tmp, 'client.token'), `${TOKEN}\n`);
 let server;
 let serverLog = '';
 let exited = null;
 const httpPort = await freePort();
 if (MOCK) {
-  server = spawn(process.execPath, [join(WEB, 'mock', 'server.mjs'), String(httpPort), DIST], { stdio: ['ignore', 'pipe', 'pipe'] });
+  server = spawn(process.execPath, [join(WEB, 'mock', 'server.mjs'), String(httpPort), DIST], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, PARATUNE_MOCK_TOKEN: TOKEN },
+  });
 } else {
   const grpcPort = await freePort();
   server = spawn(
     COORDINATOR,
-    ['--grpc-port', String(grpcPort), '--http-port', String(httpPort), '--db', join(tmp, 'paratune.db'), '--dashboard-dir', DIST],
+    [
+      '--bind', '127.0.0.1',
+      '--grpc-port', String(grpcPort),
+      '--http-port', String(httpPort),
+      '--db', join(tmp, 'paratune.db'),
+      '--dashboard-dir', DIST,
+      '--client-token-file', join(tmp, 'client.token'),
+    ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
 }
@@ -106,6 +119,7 @@ server.stdout.on('data', (d) => (serverLog += d));
 server.stderr.on('data', (d) => (serverLog += d));
 server.on('exit', (code, signal) => (exited = { code, signal }));
 const BASE = `http://127.0.0.1:${httpPort}`;
+const AUTH = { Authorization: `Bearer ${TOKEN}` };
 
 function cleanup() {
   if (server && exited === null) server.kill('SIGTERM');
@@ -125,7 +139,7 @@ async function waitReady() {
       die(`the server exited (${JSON.stringify(exited)}) before serving:\n${serverLog}`);
     }
     try {
-      const res = await fetch(`${BASE}/v1/jobs`);
+      const res = await fetch(`${BASE}/v1/jobs`, { headers: AUTH });
       if (res.ok) return;
     } catch {
       // not listening yet
@@ -138,7 +152,7 @@ await waitReady();
 console.log(`server ready on ${BASE} (${MOCK ? 'mock' : COORDINATOR})`);
 
 async function api(path) {
-  const res = await fetch(`${BASE}${path}`);
+  const res = await fetch(`${BASE}${path}`, { headers: AUTH });
   const body = await res.json();
   if (!res.ok) throw new Error(`GET ${path}: HTTP ${res.status} ${JSON.stringify(body)}`);
   return body;
@@ -164,7 +178,8 @@ const page = await context.newPage();
 const pageErrors = [];
 page.on('pageerror', (e) => pageErrors.push(String(e)));
 page.on('console', (m) => {
-  if (m.type() === 'error') pageErrors.push(`console: ${m.text()}`);
+  // Chromium logs every 401 it gets; the first load is meant to get them (token prompt).
+  if (m.type() === 'error' && !/status of 401/.test(m.text())) pageErrors.push(`console: ${m.text()}`);
 });
 page.setDefaultTimeout(20_000);
 
@@ -228,8 +243,19 @@ let jobId = '';
 let results = null;
 
 try {
-  await check('jobs page loads from the coordinator at 1280x800', async () => {
+  await check('a 401 opens the token prompt; the token is kept in sessionStorage', async () => {
+    const unauth = await fetch(`${BASE}/v1/jobs`);
+    assertEq(unauth.status, 401, 'GET /v1/jobs without a token');
     await page.goto(`${BASE}/`);
+    await page.waitForSelector('#token-dialog[open]');
+    assert((await page.textContent('#token-reason')).includes('401'), 'the prompt says why');
+    await page.fill('#token-input', TOKEN);
+    await page.click('#token-form button[value="save"]');
+    await page.waitForSelector('#token-dialog', { state: 'hidden' });
+    assertEq(await page.evaluate(() => sessionStorage.getItem('paratune.token')), TOKEN, 'sessionStorage token');
+  });
+
+  await check('jobs page loads from the coordinator at 1280x800', async () => {
     await page.waitForSelector('#submit-form');
     assertEq(await page.textContent('main h1'), 'Jobs', 'page heading');
     await page.waitForSelector('#jobs-table tbody tr');
@@ -447,6 +473,63 @@ try {
     const sel = `#jobs-table tr[data-job-id="${jobId}"]`;
     await page.waitForSelector(`${sel}[data-state="JOB_STATE_SUCCEEDED"]`);
     assertEq((await page.textContent(`${sel} .badge`)).trim(), 'succeeded', 'badge text');
+  });
+
+  await check('upload a Hugging Face config.json: same plan as the llama3-8b preset', async () => {
+    // meta-llama/Meta-Llama-3-8B config.json (public), as a user would upload it.
+    const config = `${JSON.stringify(
+      {
+        architectures: ['LlamaForCausalLM'], attention_bias: false, attention_dropout: 0.0,
+        bos_token_id: 128000, eos_token_id: 128001, hidden_act: 'silu', hidden_size: 4096,
+        initializer_range: 0.02, intermediate_size: 14336, max_position_embeddings: 8192,
+        model_type: 'llama', num_attention_heads: 32, num_hidden_layers: 32, num_key_value_heads: 8,
+        pretraining_tp: 1, rms_norm_eps: 1e-5, rope_scaling: null, rope_theta: 500000.0,
+        tie_word_embeddings: false, torch_dtype: 'bfloat16', transformers_version: '4.40.0.dev0',
+        use_cache: true, vocab_size: 128256,
+      },
+      null,
+      2,
+    )}\n`;
+    await page.goto(`${BASE}/#/jobs`);
+    await page.check('#source-hf');
+    await page.setInputFiles('#hf-config', { name: 'config.json', mimeType: 'application/json', buffer: Buffer.from(config) });
+    await page.fill('#job-name', 'web-test hf llama3-8b');
+    await page.fill('#seq-length', '2048');
+    await page.fill('#global-batch', '64');
+    await page.selectOption('#gpu', 'h100-sxm-80gb');
+    await page.fill('#num-gpus', '16');
+    await page.selectOption('#mode', 'model');
+    await page.click('#submit-job');
+    await page.waitForFunction((prev) => /^#\/jobs\/.+/.test(location.hash) && location.hash !== prev, `#/jobs/${jobId}`);
+    const hfId = decodeURIComponent((await page.evaluate(() => location.hash)).replace('#/jobs/', ''));
+    const job = await api(`/v1/jobs/${encodeURIComponent(hfId)}`);
+    assertEq(job.spec.model.hf_config_json, config, 'spec.model.hf_config_json is the file, byte for byte');
+    assert(!job.spec.model.preset, 'no preset sent with an uploaded config');
+    await page.waitForSelector('.job-header .badge[data-state="JOB_STATE_SUCCEEDED"]', { timeout: 60_000 });
+    await page.waitForSelector('#ranked-table tbody tr');
+    const hf = (await api(`/v1/jobs/${encodeURIComponent(hfId)}/results`)).plan.ranked ?? [];
+    // The same run through the REST API with the preset: the planner must agree.
+    const res = await fetch(`${BASE}/v1/jobs`, {
+      method: 'POST',
+      headers: { ...AUTH, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ spec: { model: { preset: 'llama3-8b' }, training: { seq_length: '2048', global_batch_size: '64' }, cluster: { gpu: 'h100-sxm-80gb', num_gpus: '16' }, search: { mode: 'model' } } }),
+    });
+    const presetJob = await res.json();
+    assertEq(res.status, 200, `POST /v1/jobs (preset llama3-8b): ${JSON.stringify(presetJob)}`);
+    let state = presetJob.state;
+    for (let i = 0; i < 600 && !['JOB_STATE_SUCCEEDED', 'JOB_STATE_FAILED', 'JOB_STATE_CANCELLED'].includes(state); i++) {
+      await sleep(100);
+      state = (await api(`/v1/jobs/${presetJob.id}`)).state;
+    }
+    assertEq(state, 'JOB_STATE_SUCCEEDED', 'preset job state');
+    const pre = (await api(`/v1/jobs/${presetJob.id}/results`)).plan.ranked ?? [];
+    assert(hf.length > 0, 'the uploaded config got no ranked layout');
+    assertEq(JSON.stringify(hf.map((r) => [r.config, r.iteration_time_s, r.memory.peak_gib])), JSON.stringify(pre.map((r) => [r.config, r.iteration_time_s, r.memory.peak_gib])), 'HF config vs preset ranking');
+    // The client-side export reads the layer count from the uploaded config.
+    const [download] = await Promise.all([page.waitForEvent('download'), page.click('#export-megatron')]);
+    const text = readFileSync(await download.path(), 'utf8');
+    assert(/^--num-layers 32( \\)?$/m.test(text), `--num-layers 32 from num_hidden_layers:\n${text}`);
+    assert(text.includes(`--tensor-model-parallel-size ${n(hf[0].config.tp, 1)}`), 'TP of layout #1');
   });
 
   await check('400-pixel-wide window: no horizontal overflow on the jobs and job pages', async () => {

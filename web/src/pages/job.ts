@@ -346,10 +346,10 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
       const next = rejected.slice(shown, shown + n);
       for (const rej of next) rejectedList.append(h('tr', {}, h('td', { class: 'mono' }, layoutLabel(rej.config)), h('td', {}, rej.reason || '')));
       shown += next.length;
-      more.textContent = `Show all ${rejected.length}`;
+      more.textContent = `Show ${Math.min(200, rejected.length - shown)} more (${thousands(shown)} of ${thousands(rejected.length)} shown)`;
       more.hidden = shown >= rejected.length;
     };
-    more.addEventListener('click', () => showMore(rejected.length));
+    more.addEventListener('click', () => showMore(200));
     const groups = reasonGroups(rejected);
     resultsBox.append(
       h(
