@@ -249,6 +249,7 @@ try {
     await page.goto(`${BASE}/`);
     await page.waitForSelector('#token-dialog[open]');
     assert((await page.textContent('#token-reason')).includes('401'), 'the prompt says why');
+    await page.screenshot({ path: join(SHOTS, 'token-prompt-1280.png') });
     await page.fill('#token-input', TOKEN);
     await page.click('#token-form button[value="save"]');
     await page.waitForSelector('#token-dialog', { state: 'hidden' });
