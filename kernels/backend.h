@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/attention_args.h"
 #include "kernels/communicator.h"
 #include "kernels/dtype.h"
 #include "kernels/step_runner.h"
@@ -36,34 +37,6 @@ struct GemmArgs {
   int64_t batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 };
-
-/// Causal (self) attention over one rank's heads. q/k/v/o rows are tokens in [s, b] order
-/// with leading dimensions in elements; head hh of q uses kv group hh / (heads/groups).
-struct AttentionArgs {
-  int64_t batch = 0;           ///< b.
-  int64_t seq = 0;             ///< s.
-  int64_t heads = 0;           ///< Local query heads.
-  int64_t groups = 0;          ///< Local kv groups.
-  int64_t head_dim = 0;        ///< d.
-  const void* q = nullptr;     ///< q(token t=si·b+bi, head hh) at q + t·ld_q + hh·d.
-  const void* k = nullptr;
-  const void* v = nullptr;
-  int64_t ld_qkv = 0;          ///< Row stride of q, k and v.
-  void* o = nullptr;           ///< o(t, hh) at o + t·ld_o + hh·d.
-  int64_t ld_o = 0;
-  float scale = 1.0f;          ///< Softmax scale, 1/sqrt(d).
-  float dropout = 0.0f;        ///< Attention dropout (mask regenerated from the seed).
-  uint64_t seed = 0;
-  int64_t global_heads = 0;    ///< a, for globally indexed dropout masks.
-  int64_t head_offset = 0;     ///< Global index of local head 0.
-};
-
-/// Global element index of attention probability (bi, global head, i, j), the dropout key:
-/// the same element drops on every TP layout.
-inline uint64_t AttentionDropoutIndex(int64_t bi, int64_t head, int64_t i, int64_t j,
-                                      int64_t heads_total, int64_t seq) {
-  return static_cast<uint64_t>(((bi * heads_total + head) * seq + i) * seq + j);
-}
 
 class Backend {
  public:

@@ -1,0 +1,93 @@
+// Launchers of ParaTune's own CUDA kernels (llm.c style: one .cu file per op, a
+// "kernels" section and a "launchers" section; every launcher takes the stream and
+// returns cudaGetLastError() after its launch). Plain C++ so that both nvcc (the .cu
+// files) and g++ (cuda_backend.cc, which turns the error into a Status with file:line)
+// can include it. Each launcher has a CPU twin of the same shape in kernels/cpu/.
+// Storage types: fp32, bf16, fp16; all math and accumulation in fp32.
+#ifndef PARATUNE_KERNELS_CUDA_LAUNCHERS_H_
+#define PARATUNE_KERNELS_CUDA_LAUNCHERS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/attention_args.h"
+
+namespace paratune::kernels::cuda {
+
+enum class ElemType { kF32, kBF16, kF16, kF64, kU8, kI32 };
+
+// convert.cu
+cudaError_t fill(ElemType t, void* dst, int64_t n, double value, cudaStream_t stream);
+cudaError_t convert_from_f64(ElemType t, void* dst, const double* src, int64_t n,
+                             cudaStream_t stream);
+cudaError_t convert_to_f64(ElemType t, double* dst, const void* src, int64_t n,
+                           cudaStream_t stream);
+// layernorm.cu
+cudaError_t layernorm_forward(ElemType t, void* y, float* mean, float* rstd, const void* x,
+                              const void* gamma, const void* beta, int64_t rows, int64_t cols,
+                              float eps, cudaStream_t stream);
+cudaError_t layernorm_backward(ElemType t, void* dx, void* dgamma, void* dbeta, const void* dy,
+                               const void* x, const void* gamma, const float* mean,
+                               const float* rstd, int64_t rows, int64_t cols,
+                               float* scratch, cudaStream_t stream);
+cudaError_t rmsnorm_forward(ElemType t, void* y, float* rstd, const void* x, const void* gamma,
+                            int64_t rows, int64_t cols, float eps, cudaStream_t stream);
+cudaError_t rmsnorm_backward(ElemType t, void* dx, void* dgamma, const void* dy, const void* x,
+                             const void* gamma, const float* rstd, int64_t rows, int64_t cols,
+                             float* scratch, cudaStream_t stream);
+// softmax.cu
+cudaError_t causal_softmax_forward(ElemType t, void* p, int64_t batch, int64_t seq, float scale,
+                                   cudaStream_t stream);
+cudaError_t causal_softmax_backward(ElemType t, void* dx, const void* p, const void* dp,
+                                    int64_t batch, int64_t seq, float scale,
+                                    cudaStream_t stream);
+// gelu.cu
+cudaError_t gelu_forward(ElemType t, void* y, const void* x, int64_t n, cudaStream_t stream);
+cudaError_t gelu_backward(ElemType t, void* dx, const void* dy, const void* x, int64_t n,
+                          cudaStream_t stream);
+// swiglu.cu
+cudaError_t swiglu_forward(ElemType t, void* y, const void* x, int64_t rows, int64_t f,
+                           cudaStream_t stream);
+cudaError_t swiglu_backward(ElemType t, void* dx, const void* dy, const void* x, int64_t rows,
+                            int64_t f, cudaStream_t stream);
+// dropout.cu
+cudaError_t dropout_forward(ElemType t, void* y, uint8_t* mask, const void* x, int64_t n,
+                            float p, uint64_t seed, uint64_t index_offset, cudaStream_t stream);
+cudaError_t dropout_backward(ElemType t, void* dx, const void* dy, const uint8_t* mask,
+                             int64_t n, float p, cudaStream_t stream);
+cudaError_t attention_dropout_forward(ElemType t, void* y, uint8_t* mask, const void* x,
+                                      const AttentionArgs& args, cudaStream_t stream);
+// residual.cu
+cudaError_t residual_add(ElemType t, void* out, const void* a, const void* b, int64_t n,
+                         cudaStream_t stream);
+// adamw.cu
+cudaError_t adamw(ElemType grad_type, float* param, const void* grad, float* m, float* v,
+                  int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                  int64_t step, cudaStream_t stream);
+// attention.cu; `scratch` holds batch·heads·seq floats (backward's row dot products).
+cudaError_t flash_attention_forward(ElemType t, const AttentionArgs& args, float* lse,
+                                    cudaStream_t stream);
+cudaError_t flash_attention_backward(ElemType t, const AttentionArgs& args, const float* lse,
+                                     const void* d_o, void* dq, void* dk, void* dv,
+                                     float* scratch, cudaStream_t stream);
+// vocab.cu
+cudaError_t embedding_forward(ElemType t, void* out, const int32_t* ids, const void* table,
+                              int64_t tokens, int64_t hidden, int64_t vocab_start,
+                              int64_t vocab_end, cudaStream_t stream);
+cudaError_t embedding_backward(ElemType t, void* dtable, const int32_t* ids, const void* dout,
+                               int64_t tokens, int64_t hidden, int64_t vocab_start,
+                               int64_t vocab_end, cudaStream_t stream);
+cudaError_t row_max(ElemType t, float* out, const void* logits, int64_t rows, int64_t v,
+                    cudaStream_t stream);
+cudaError_t cross_entropy_partials(ElemType t, float* sumexp, float* target, const void* logits,
+                                   const float* max, const int32_t* targets, int64_t rows,
+                                   int64_t v, int64_t vocab_start, cudaStream_t stream);
+cudaError_t cross_entropy_backward(ElemType t, void* dlogits, const void* logits,
+                                   const float* max, const float* sumexp,
+                                   const int32_t* targets, int64_t rows, int64_t v,
+                                   int64_t vocab_start, float scale, cudaStream_t stream);
+
+}  // namespace paratune::kernels::cuda
+
+#endif  // PARATUNE_KERNELS_CUDA_LAUNCHERS_H_

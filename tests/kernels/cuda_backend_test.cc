@@ -1,0 +1,174 @@
+// The CUDA backend against its CPU twins (label `gpu`; skipped with the reason where no
+// CUDA device or no CUDA backend exists). Tolerance tol + |ref|·eps: fp32 1e-4, bf16 3e-2.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/backend.h"
+#include "kernels/step_runner.h"
+#include "tests/kernels/layer_harness.h"
+
+namespace paratune::kernels {
+namespace {
+
+using testing::RandomVector;
+
+std::unique_ptr<Backend> CudaOrSkipReason(std::string* reason) {
+  auto be = MakeCudaBackend(0, 0);
+  if (!be.ok()) {
+    *reason = std::string(be.status().message());
+    return nullptr;
+  }
+  return std::move(*be);
+}
+
+#define SKIP_WITHOUT_CUDA(var)                     \
+  std::string reason_;                             \
+  std::unique_ptr<Backend> var = CudaOrSkipReason(&reason_); \
+  if (var == nullptr) GTEST_SKIP() << reason_
+
+void ExpectClose(const std::vector<double>& got, const std::vector<double>& ref, double eps,
+                 const char* what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], ref[i], eps + eps * std::abs(ref[i])) << what << "[" << i << "]";
+  }
+}
+
+// Runs `op` on both backends with the same host inputs; compares every output tensor.
+void CompareOp(Backend& gpu, DType gpu_dtype, double eps, const char* what,
+               const std::vector<std::vector<int64_t>>& in_shapes,
+               const std::vector<std::vector<int64_t>>& out_shapes,
+               const std::function<absl::Status(Backend&, DType, const std::vector<Tensor>&,
+                                                const std::vector<Tensor>&)>& op) {
+  auto cpu = MakeCpuBackend(0, 1);
+  std::vector<std::vector<double>> results[2];
+  for (int side = 0; side < 2; ++side) {
+    Backend& be = side == 0 ? *cpu : gpu;
+    const DType dt = side == 0 ? DType::kF32 : gpu_dtype;
+    std::vector<Tensor> ins, outs;
+    for (size_t i = 0; i < in_shapes.size(); ++i) {
+      auto t = be.Empty(in_shapes[i], dt, MemoryTag::kWorkspace);
+      ASSERT_TRUE(t.ok());
+      ASSERT_TRUE(be.CopyFromHost(*t, RandomVector(t->numel(), 31 + i)).ok());
+      ins.push_back(*t);
+    }
+    for (const auto& s : out_shapes) {
+      auto t = be.Zeros(s, dt, MemoryTag::kWorkspace);
+      ASSERT_TRUE(t.ok());
+      outs.push_back(*t);
+    }
+    ASSERT_TRUE(op(be, dt, ins, outs).ok()) << what;
+    for (const Tensor& t : outs) results[side].push_back(*be.CopyToHost(t));
+  }
+  for (size_t i = 0; i < results[0].size(); ++i) ExpectClose(results[1][i], results[0][i], eps, what);
+}
+
+TEST(CudaBackendTest, ElementwiseKernelsMatchCpuTwins) {
+  SKIP_WITHOUT_CUDA(gpu);
+  for (auto [dt, eps] : {std::pair{DType::kF32, 1e-4}, std::pair{DType::kBF16, 3e-2}}) {
+    CompareOp(*gpu, dt, eps, "gelu", {{1000}}, {{1000}, {1000}},
+              [](Backend& be, DType d, auto& in, auto& out) {
+                if (auto s = be.GeluForward(d, out[0].data(), in[0].data(), 1000); !s.ok()) return s;
+                return be.GeluBackward(d, out[1].data(), in[0].data(), in[0].data(), 1000);
+              });
+    CompareOp(*gpu, dt, eps, "swiglu", {{8, 64}}, {{8, 32}, {8, 64}},
+              [](Backend& be, DType d, auto& in, auto& out) {
+                if (auto s = be.SwigluForward(d, out[0].data(), in[0].data(), 8, 32); !s.ok()) return s;
+                return be.SwigluBackward(d, out[1].data(), out[0].data(), in[0].data(), 8, 32);
+              });
+    CompareOp(*gpu, dt, eps, "softmax", {{2, 9, 9}}, {{2, 9, 9}},
+              [](Backend& be, DType d, auto& in, auto& out) {
+                if (auto s = be.Copy(out[0], in[0]); !s.ok()) return s;
+                return be.CausalSoftmaxForward(d, out[0].data(), 2, 9, 0.5f);
+              });
+    CompareOp(*gpu, dt, eps, "dropout+add", {{4096}, {4096}}, {{4096}, {4096}},
+              [](Backend& be, DType d, auto& in, auto& out) {
+                auto mask = be.Empty({4096}, DType::kU8, MemoryTag::kWorkspace);
+                if (!mask.ok()) return mask.status();
+                if (auto s = be.DropoutForward(d, out[0].data(), mask->template data_as<uint8_t>(),
+                                               in[0].data(), 4096, 0.3f, 5, 100);
+                    !s.ok()) {
+                  return s;
+                }
+                return be.Add(d, out[1].data(), out[0].data(), in[1].data(), 4096);
+              });
+  }
+}
+
+TEST(CudaBackendTest, NormsMatchCpuTwins) {
+  SKIP_WITHOUT_CUDA(gpu);
+  for (auto [dt, eps] : {std::pair{DType::kF32, 1e-4}, std::pair{DType::kBF16, 5e-2}}) {
+    CompareOp(*gpu, dt, eps, "layernorm", {{16, 96}, {96}, {96}, {16, 96}},
+              {{16, 96}, {16, 96}, {96}, {96}},
+              [](Backend& be, DType d, auto& in, auto& out) {
+                auto stats = be.Empty({2, 16}, DType::kF32, MemoryTag::kWorkspace);
+                if (!stats.ok()) return stats.status();
+                float* mean = stats->template data_as<float>();
+                if (auto s = be.LayerNormForward(d, out[0].data(), mean, mean + 16, in[0].data(),
+                                                 in[1].data(), in[2].data(), 16, 96, 1e-5f);
+                    !s.ok()) {
+                  return s;
+                }
+                return be.LayerNormBackward(d, out[1].data(), out[2].data(), out[3].data(),
+                                            in[3].data(), in[0].data(), in[1].data(), mean,
+                                            mean + 16, 16, 96);
+              });
+  }
+}
+
+TEST(CudaBackendTest, LayerOnGpuEqualsCpuFp32) {
+  SKIP_WITHOUT_CUDA(gpu);
+  for (bool flash : {false, true}) {
+    LayerConfig c;
+    c.shape.hidden_size = 128;  // head_dim 32 for the flash kernel
+    c.shape.num_attention_heads = 4;
+    c.shape.num_query_groups = 2;
+    c.seq_length = 32;
+    c.micro_batch_size = 2;
+    c.hidden_dropout = 0.1f;
+    c.attention_dropout = 0.1f;
+    c.flash_attention = flash;
+    const int64_t n = c.seq_length * c.micro_batch_size * c.shape.hidden_size;
+    const auto x = RandomVector(n, 3), dy = RandomVector(n, 4);
+    auto ref = testing::RunLayer(c, x, dy);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    auto comm = MakeSelfCommunicator();
+    ParallelContext ctx{gpu.get(), comm.get(), nullptr};
+    auto layer = TransformerLayer::Create(c, ctx);
+    ASSERT_TRUE(layer.ok()) << layer.status();
+    auto xt = gpu->Empty({n / 128, 128}, DType::kF32, MemoryTag::kActivations);
+    auto dyt = gpu->Empty({n / 128, 128}, DType::kF32, MemoryTag::kWorkspace);
+    ASSERT_TRUE(gpu->CopyFromHost(*xt, x).ok());
+    ASSERT_TRUE(gpu->CopyFromHost(*dyt, dy).ok());
+    auto y = (*layer)->Forward(*xt);
+    ASSERT_TRUE(y.ok()) << y.status();
+    ExpectClose(*gpu->CopyToHost(*y), ref->y, 1e-3, "y");
+    auto dx = (*layer)->Backward(*dyt);
+    ASSERT_TRUE(dx.ok()) << dx.status();
+    ExpectClose(*gpu->CopyToHost(*dx), ref->dx, 1e-3, "dx");
+  }
+}
+
+TEST(CudaBackendTest, StepRunnerBf16FlashReportsBf16ActivationBytes) {
+  SKIP_WITHOUT_CUDA(gpu);
+  StepConfig c;
+  c.backend = BackendKind::kCuda;
+  c.layer.shape.hidden_size = 256;
+  c.layer.shape.num_attention_heads = 4;
+  c.layer.seq_length = 128;
+  c.layer.micro_batch_size = 2;
+  c.layer.dtype = DType::kBF16;
+  c.layer.flash_attention = true;
+  c.iters = 2;
+  auto r = RunLayerStep(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->Find("total")->median_s, 0.0);
+  // bf16 activations: x, ln1_out, h1, ln2_out (2 B) + qkv 3sbh + ctx sbh + fc1/act 8sbh
+  // (2 B each) + lse 4·a·s·b + norm statistics 16 B per token; no dropout.
+  const int64_t s = 128, b = 2, h = 256, a = 4;
+  EXPECT_EQ(r->activation_bytes, 2 * (4 + 3 + 1 + 8) * s * b * h + 4 * a * s * b + 16 * s * b);
+}
+
+}  // namespace
+}  // namespace paratune::kernels
