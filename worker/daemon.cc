@@ -83,6 +83,27 @@ void DefaultLog(std::string_view line) {
 
 constexpr int kMaxReportRejections = 5;
 
+// One line naming the workload, for the log.
+std::string Describe(const v1::ProfileTask& task) {
+  if (task.has_layer()) {
+    const v1::LayerProfileTask& l = task.layer();
+    return absl::StrCat("layer h=", l.shape().hidden_size(), " a=", l.shape().num_attention_heads(),
+                        " tp=", l.tp(), l.sequence_parallel() ? " sp" : "", " cp=", l.cp(),
+                        " b=", l.micro_batch_size(), " s=", l.seq_length(), " recompute=",
+                        l.recompute().empty() ? "none" : l.recompute(), " ", l.dtype(),
+                        l.flash_attention() ? " flash" : "",
+                        l.extras() == v1::LayerProfileTask::STAGE_EXTRAS_FIRST  ? " +embedding"
+                        : l.extras() == v1::LayerProfileTask::STAGE_EXTRAS_LAST ? " +logits"
+                                                                                : "");
+  }
+  if (task.has_collective()) {
+    const v1::CollectiveSweepTask& c = task.collective();
+    return absl::StrCat(v1::CollectiveSweepTask::Op_Name(c.op()), " k=", c.group_size(), " ",
+                        c.sizes_bytes_size(), " size(s) ", c.dtype());
+  }
+  return "no workload";
+}
+
 struct PendingReport {
   v1::TaskResult result;
   int rejections = 0;  // non-transient failures so far
@@ -371,7 +392,7 @@ class WorkerDaemon::Impl {
       cancel_ = cancel;
       released_ = false;
     }
-    Log(absl::StrCat("task ", task.id(), " attempt ", task.attempt(), ": started"));
+    Log(absl::StrCat("task ", task.id(), " attempt ", task.attempt(), ": ", Describe(task)));
     const Clock::time_point start = Clock::now();
     v1::TaskResult result = ExecuteGuarded(task, *cancel);
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
