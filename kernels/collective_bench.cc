@@ -1,4 +1,5 @@
-// Collective sweep over ranks that are threads of this process (Gloo on CPU).
+// Collective sweep over ranks that are threads of this process (Gloo on CPU, NCCL on GPU
+// with one device per rank).
 #include "kernels/collective_bench.h"
 
 #include <algorithm>
@@ -9,7 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
 #include "kernels/communicator.h"
+#include "kernels/status_macros.h"
 
 namespace paratune::kernels {
 namespace {
@@ -17,26 +20,30 @@ namespace {
 // Input element i of rank r. Small integers, so every sum is exact in fp32.
 double InputValue(int r, int64_t i) { return static_cast<double>((r + 1) * ((i % 7) + 1)); }
 
-template <typename T>
-absl::Status RunRank(const CollectiveSweepConfig& config, Communicator& comm,
+// Buffers live where the backend keeps tensors (host for Gloo, device for NCCL); inputs
+// go in and results come out through CopyFromHost / CopyToHost, outside the timed loop.
+absl::Status RunRank(const CollectiveSweepConfig& config, Communicator& comm, Backend& be,
                      std::vector<CollectiveSample>& samples) {
   const int k = comm.size(), r = comm.rank();
-  const int64_t esize = sizeof(T);
+  const int64_t esize = SizeOf(config.dtype);
   for (size_t si = 0; si < config.sizes_bytes.size(); ++si) {
     const int64_t count = config.sizes_bytes[si] / esize;
     // in/out element counts per op (nccl-tests: size is the full buffer).
     int64_t in_n = count, out_n = count;
     if (config.op == CollectiveOp::kAllGather) in_n = count / k;
     if (config.op == CollectiveOp::kReduceScatter) out_n = count / k;
-    std::vector<T> in(in_n), out(out_n);
-    auto fill = [&]() {
-      const int64_t base = config.op == CollectiveOp::kAllGather ? r * in_n : 0;
-      for (int64_t i = 0; i < in_n; ++i) in[i] = static_cast<T>(InputValue(r, base + i));
-    };
-    auto once = [&]() -> absl::Status {
+    PT_ASSIGN_OR_RETURN(Tensor in, be.Empty({in_n}, config.dtype, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(Tensor out, be.Empty({out_n}, config.dtype, MemoryTag::kWorkspace));
+    std::vector<double> host_in(in_n);
+    const int64_t base = config.op == CollectiveOp::kAllGather ? r * in_n : 0;
+    for (int64_t i = 0; i < in_n; ++i) host_in[i] = InputValue(r, base + i);
+    PT_RETURN_IF_ERROR(be.CopyFromHost(in, host_in));
+    // Timed all-reduces run in place on `out` without refreshing it (values only grow; a
+    // memcpy per call would be timed otherwise); the checked call starts from `in`.
+    auto once = [&](bool refresh = false) -> absl::Status {
       switch (config.op) {
         case CollectiveOp::kAllReduce:
-          std::copy(in.begin(), in.end(), out.begin());
+          if (refresh) PT_RETURN_IF_ERROR(be.Copy(out, in));
           return comm.AllReduce(out.data(), count, config.dtype);
         case CollectiveOp::kAllGather:
           return comm.AllGather(in.data(), out.data(), in_n, config.dtype);
@@ -49,21 +56,19 @@ absl::Status RunRank(const CollectiveSweepConfig& config, Communicator& comm,
       }
       return absl::OkStatus();
     };
-    fill();
-    for (int64_t w = 0; w < config.warmup; ++w) {
-      if (absl::Status s = once(); !s.ok()) return s;
-    }
-    if (absl::Status s = comm.Barrier(); !s.ok()) return s;
+    for (int64_t w = 0; w < config.warmup; ++w) PT_RETURN_IF_ERROR(once());
+    PT_RETURN_IF_ERROR(comm.Barrier());
     const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t it = 0; it < config.iters; ++it) {
-      if (absl::Status s = once(); !s.ok()) return s;
-    }
-    if (absl::Status s = comm.Barrier(); !s.ok()) return s;
+    for (int64_t it = 0; it < config.iters; ++it) PT_RETURN_IF_ERROR(once());
+    PT_RETURN_IF_ERROR(be.Synchronize());
+    PT_RETURN_IF_ERROR(comm.Barrier());
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // Check the result of one more call from fresh outputs.
-    std::fill(out.begin(), out.end(), T(-1));
-    if (absl::Status s = once(); !s.ok()) return s;
+    PT_RETURN_IF_ERROR(be.Fill(out, -1.0));
+    PT_RETURN_IF_ERROR(once(/*refresh=*/true));
+    PT_RETURN_IF_ERROR(be.Synchronize());
+    PT_ASSIGN_OR_RETURN(std::vector<double> got, be.CopyToHost(out));
     int64_t wrong = 0;
     for (int64_t i = 0; i < out_n; ++i) {
       double expect = 0;
@@ -81,7 +86,7 @@ absl::Status RunRank(const CollectiveSweepConfig& config, Communicator& comm,
           expect = r == 1 ? InputValue(0, i) : -1;
           break;
       }
-      if (static_cast<double>(out[i]) != expect) ++wrong;
+      if (got[i] != expect) ++wrong;
     }
     CollectiveSample& sample = samples[si];
     sample.size_bytes = config.sizes_bytes[si];
@@ -153,11 +158,6 @@ absl::Status CollectiveSweepConfig::Validate() const {
 absl::StatusOr<std::vector<CollectiveSample>> RunCollectiveSweep(
     const CollectiveSweepConfig& config) {
   if (absl::Status s = config.Validate(); !s.ok()) return s;
-  if (config.backend == BackendKind::kCuda) {
-    return absl::UnimplementedError(
-        "UNIMPLEMENTED: collective sweeps on the cuda backend (NCCL) run through "
-        "RunCollectiveSweepCuda in kernels/cuda when built with CUDA");
-  }
   const int k = static_cast<int>(config.group_size);
   std::shared_ptr<GlooRendezvous> rendezvous = MakeInProcessRendezvous();
   static std::atomic<int> sweep_id{0};
@@ -168,16 +168,23 @@ absl::StatusOr<std::vector<CollectiveSample>> RunCollectiveSweep(
   std::vector<std::thread> threads;
   for (int r = 0; r < k; ++r) {
     threads.emplace_back([&, r]() {
-      absl::StatusOr<std::unique_ptr<Communicator>> comm =
-          k == 1 ? absl::StatusOr<std::unique_ptr<Communicator>>(MakeSelfCommunicator())
-                 : MakeGlooCommunicator(rendezvous, prefix, r, k);
-      if (!comm.ok()) {
-        status[r] = comm.status();
-        return;
-      }
-      status[r] = config.dtype == DType::kF64
-                      ? RunRank<double>(config, **comm, per_rank[r])
-                      : RunRank<float>(config, **comm, per_rank[r]);
+      status[r] = [&]() -> absl::Status {
+        std::unique_ptr<Backend> be;
+        if (config.backend == BackendKind::kCuda) {
+          PT_ASSIGN_OR_RETURN(be, MakeCudaBackend(r, 0));
+        } else {
+          be = MakeCpuBackend(0, 1);
+        }
+        std::unique_ptr<Communicator> comm;
+        if (k == 1) {
+          comm = MakeSelfCommunicator();
+        } else if (config.backend == BackendKind::kCuda) {
+          PT_ASSIGN_OR_RETURN(comm, MakeNcclCommunicator(*be, rendezvous, prefix, r, k));
+        } else {
+          PT_ASSIGN_OR_RETURN(comm, MakeGlooCommunicator(rendezvous, prefix, r, k));
+        }
+        return RunRank(config, *comm, *be, per_rank[r]);
+      }();
     });
   }
   for (std::thread& t : threads) t.join();
