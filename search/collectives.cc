@@ -4,7 +4,11 @@ namespace paratune {
 
 Link GroupLink(const DeviceProfile& device, int64_t size, int64_t stride,
                int64_t gpus_per_node) {
-  if (size * stride <= gpus_per_node) return {device.nvlink_bandwidth, device.nvlink_latency_s};
+  // Consecutive blocks of size*stride ranks stay inside a node only if they tile it.
+  const int64_t span = size * stride;
+  if (span <= gpus_per_node && gpus_per_node % span == 0) {
+    return {device.nvlink_bandwidth, device.nvlink_latency_s};
+  }
   return {device.network_bandwidth, device.network_latency_s};
 }
 

@@ -17,8 +17,8 @@ struct Link {
 };
 
 /// A group of `size` ranks whose members are `stride` ranks apart (Megatron order: TP is
-/// innermost, then CP, DP, PP): NVLink when the whole group fits in one node of
-/// `gpus_per_node` GPUs, the NIC otherwise.
+/// innermost, then CP, DP, PP): NVLink when every such group lies inside one node of
+/// `gpus_per_node` GPUs (size * stride divides gpus_per_node), the NIC otherwise.
 Link GroupLink(const DeviceProfile& device, int64_t size, int64_t stride,
                int64_t gpus_per_node);
 

@@ -21,6 +21,10 @@
 //    ~75% on H100 (~740 of 989); FP8 cuBLASLt GEMMs ~65% of the FP8 peak. Tile 256x128 is
 //    the CUTLASS/cuBLAS default for large half-precision GEMMs on Ampere/Hopper. Streaming
 //    kernels reach ~80-85% of HBM bandwidth (STREAM-like copy on A100/H100).
+//  - Overlap: NCCL's ring kernels run on 8-16 of the SMs (channels) and share HBM
+//    bandwidth, so a GEMM overlapped with a collective loses ~15% of its speed for the
+//    collective's duration (NCCL docs on NCCL_MIN/MAX_NCHANNELS; Megatron-Core's
+//    tp-comm-overlap notes on SM partitioning).
 //  - cpu: order-of-magnitude defaults for a small AVX2 host (2 cores, OpenBLAS); a worker
 //    measures its own machine and replaces them.
 #include "search/device_catalog.h"
@@ -58,8 +62,9 @@ DeviceProfile A100(const char* name, double memory_gib, double hbm_gbps) {
   d.gemm_k_overhead = 128;
   d.gemm_efficiency = 0.80;
   d.fp8_gemm_efficiency = 0;
-  d.attention_efficiency = 0.45;
+  d.attention_efficiency = 0.60;
   d.memory_efficiency = 0.80;
+  d.comm_overlap_slowdown = 0.15;
   d.source =
       "NVIDIA A100 datasheet and Ampere whitepaper (peaks, HBM, NVLink 3); nccl-tests on "
       "DGX A100 (bus bandwidth); HDR 200 Gb/s per GPU";
@@ -84,10 +89,11 @@ DeviceProfile Hopper(const char* name, double memory_gib, double hbm_tbps) {
   d.gemm_tile_m = 256;
   d.gemm_tile_n = 128;
   d.gemm_k_overhead = 128;
-  d.gemm_efficiency = 0.75;
-  d.fp8_gemm_efficiency = 0.65;
-  d.attention_efficiency = 0.50;
+  d.gemm_efficiency = 0.65;
+  d.fp8_gemm_efficiency = 0.55;
+  d.attention_efficiency = 0.40;
   d.memory_efficiency = 0.80;
+  d.comm_overlap_slowdown = 0.15;
   d.source =
       "NVIDIA H100/H200 datasheets and Hopper whitepaper (peaks, HBM, NVLink 4); "
       "nccl-tests on DGX H100 (bus bandwidth); NDR 400 Gb/s per GPU";

@@ -34,6 +34,9 @@ struct DeviceProfile {
   double fp8_gemm_efficiency = 0;   ///< Large FP8 GEMM: fraction of the FP8 peak.
   double attention_efficiency = 0;  ///< Fused/flash attention core: fraction of peak.
   double memory_efficiency = 0;     ///< Streaming kernels: fraction of HBM bandwidth.
+  /// Compute lost per second of communication hidden behind it: NCCL kernels occupy SMs
+  /// and HBM bandwidth while they overlap a GEMM.
+  double comm_overlap_slowdown = 0;
   std::string source;               ///< Where the numbers come from.
 
   /// Dense peak for a GEMM in `precision` (FP8 falls back to BF16 where unsupported).

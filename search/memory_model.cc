@@ -91,7 +91,7 @@ double MaxParamsPerGpu(const ModelSpec& model, const ParallelConfig& config) {
 }
 
 MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
-                               double capacity_bytes) {
+                               double capacity_bytes, const FrameworkMemory& framework) {
   const ModelSpec& m = spec.model;
   const TrainingSpec& tr = spec.training;
   const LayerActivationParams act = ActivationParamsFor(m, tr, c);
@@ -145,9 +145,12 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   working.recompute = Recompute::kNone;
   const double backward_working_set = LayerActivationBytes(m, working);
 
-  // Last stage: logits in fp32 plus the 16-bit copy, and the output layer's input.
-  const double vocab_local = static_cast<double>(PaddedVocab(m, c.tp)) / t;
-  const double logits = (4.0 + e) * s_local * b * vocab_local + e * s_local * b * h / sp;
+  // Last stage: the loss buffers (FP32 logits and the 16-bit output by default) for one
+  // micro-batch, and the output layer's input.
+  const double vocab_local = static_cast<double>(PaddedVocab(m, c.tp)) /
+                             (framework.vocab_parallel_loss ? t : 1.0);
+  const double logits = framework.logits_bytes_per_element * s_local * b * vocab_local +
+                        e * s_local * b * h / sp;
 
   const double weight_bytes = tr.precision == Precision::kFp32 ? 4.0 : 2.0;
   const double optimizer_shards =
@@ -159,11 +162,11 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     MemoryBreakdown mem;
     mem.capacity = capacity_bytes;
     mem.weights = weight_bytes * params;
-    mem.gradients = 4.0 * params;
+    mem.gradients = framework.gradient_bytes_per_param * params;
     mem.optimizer = 12.0 * params / optimizer_shards;
     const double stage_in_flight = in_flight_on(stage);
     mem.activations = stage_in_flight * stage_act + (stage == 0 ? in_flight * embedding_act : 0);
-    mem.other = backward_working_set + kFrameworkWorkspaceBytes +
+    mem.other = backward_working_set + framework.workspace_bytes +
                 (stage == c.pp - 1 ? logits : 0.0);
     if (mem.Peak() > best.Peak()) best = mem;
   }

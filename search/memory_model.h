@@ -77,12 +77,27 @@ double StageParamsPerGpu(const ModelSpec& model, const ParallelConfig& config, i
 ///   logits and cross-entropy buffers on the last stage (fp32, 4*s*b*V/t bytes plus its
 ///   16-bit copy), the gradient-reduce buckets, and a fixed framework workspace
 ///   (CUDA context, cuBLAS workspace, allocator fragmentation: kFrameworkWorkspaceBytes).
-MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& config,
-                               double capacity_bytes);
-
 /// Fixed per-GPU bytes outside the model (CUDA context ~0.5 GiB, NCCL and cuBLAS
 /// workspaces, allocator fragmentation reserve): one documented constant, not per model.
 inline constexpr double kFrameworkWorkspaceBytes = 2.5 * (1ull << 30);
+
+/// The training framework's storage conventions. The defaults are Megatron-LM's (FP32
+/// main gradients, optimizer sharded only with the distributed optimizer); another
+/// codebase is described by changing these explicit terms, never per layout.
+struct FrameworkMemory {
+  double gradient_bytes_per_param = 4;  ///< 4: FP32 main grads; 2: 16-bit grads.
+  double workspace_bytes = kFrameworkWorkspaceBytes;  ///< Fixed per-GPU overhead.
+  /// Bytes per (token x vocabulary entry) of the loss buffers on the last stage: Megatron
+  /// keeps FP32 logits plus the 16-bit output (4 + 2).
+  double logits_bytes_per_element = 6;
+  /// Megatron's cross entropy is vocab-parallel (each TP rank holds V/t); a codebase that
+  /// gathers the full vocabulary holds all of it on every rank.
+  bool vocab_parallel_loss = true;
+};
+
+MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& config,
+                               double capacity_bytes,
+                               const FrameworkMemory& framework = FrameworkMemory());
 
 }  // namespace paratune
 

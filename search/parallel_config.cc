@@ -76,11 +76,19 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
     return absl::InvalidArgumentError(absl::StrFormat(
         "tp (%d) must divide model.ffn_hidden_size (%d)", c.tp, m.ffn_hidden_size));
   }
-  if (!cl.gpus_per_node || (c.tp > cl.gpus_per_node && !spec.search.allow_tp_across_nodes)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "tp (%d) must be <= cluster.gpus_per_node (%d) unless "
-        "search.allow_tp_across_nodes is set",
-        c.tp, cl.gpus_per_node));
+  if (!spec.search.allow_tp_across_nodes && cl.gpus_per_node > 0) {
+    if (c.tp > cl.gpus_per_node) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tp (%d) must be <= cluster.gpus_per_node (%d) unless "
+          "search.allow_tp_across_nodes is set",
+          c.tp, cl.gpus_per_node));
+    }
+    if (cl.gpus_per_node % c.tp != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tp (%d) must divide cluster.gpus_per_node (%d) so that TP groups stay inside a "
+          "node, unless search.allow_tp_across_nodes is set",
+          c.tp, cl.gpus_per_node));
+    }
   }
   if (m.num_layers % c.pp != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -103,9 +111,11 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
         c.micro_batch_size, c.dp, c.micro_batch_size * c.dp, tr.global_batch_size));
   }
   const int64_t micro_batches = c.NumMicroBatches(tr);
-  if (c.vp > 1 && micro_batches < c.pp) {
+  // Megatron-LM's interleaved schedule runs micro-batches in groups of p.
+  if (c.vp > 1 && micro_batches % c.pp != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "the interleaved schedule (vp %d) needs micro-batches per iteration (%d) >= pp (%d)",
+        "the interleaved schedule (vp %d) needs micro-batches per iteration (%d) to be a "
+        "multiple of pp (%d)",
         c.vp, micro_batches, c.pp));
   }
   if (c.sequence_parallel && c.tp == 1) {

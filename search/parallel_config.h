@@ -30,7 +30,8 @@ struct ParallelConfig {
 };
 
 /// Every rule of DESIGN.md "The search space": N = t*p*c*d, divisibility of heads,
-/// groups, FFN, layers (with VP), batch; SP only with t > 1; CP needs s % 2c == 0; TP
+/// groups, FFN, layers (with VP), batch; interleaving (vp > 1) needs m % p == 0 (Megatron-LM's
+/// interleaved schedule runs micro-batches in groups of p); SP only with t > 1; CP needs s % 2c == 0; TP
 /// inside a node unless allowed. The first violated rule, naming the fields and values:
 /// `tp (3) must divide model.num_attention_heads (32)`.
 absl::Status ValidateParallelConfig(const ParallelConfig& config, const JobSpec& spec);

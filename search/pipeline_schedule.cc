@@ -73,6 +73,11 @@ absl::StatusOr<PipelineResult> SimulatePipeline(const PipelineInput& in) {
       static_cast<int64_t>(in.backward.size()) != p * v) {
     return absl::InvalidArgumentError("pipeline: forward/backward must have stages*chunks entries");
   }
+  if (v > 1 && in.micro_batches % p != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pipeline: the interleaved schedule needs micro_batches (%d) to be a multiple of "
+        "stages (%d)", in.micro_batches, p));
+  }
   int64_t m = in.micro_batches;
   if (in.max_simulated_micro_batches > 0 && m > in.max_simulated_micro_batches) {
     // Keep whole groups of p so that the interleaved order stays regular.

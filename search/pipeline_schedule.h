@@ -44,7 +44,8 @@ struct PipelineOp {
 std::vector<PipelineOp> StageSchedule(int64_t stage, int64_t stages, int64_t chunks,
                                       int64_t micro_batches);
 
-/// InvalidArgument for inconsistent sizes; Internal if the schedule deadlocks.
+/// InvalidArgument for inconsistent sizes (and for v > 1 with m % p != 0, which Megatron's
+/// interleaved schedule does not run); Internal if the schedule deadlocks.
 absl::StatusOr<PipelineResult> SimulatePipeline(const PipelineInput& input);
 
 /// Closed-form screen used before simulating: m * max_r(F_r + B_r) plus the fill and drain

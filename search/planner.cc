@@ -148,8 +148,9 @@ absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
 
   for (int64_t tp : Divisors(N)) {
     if (!Allowed(opt.tp, tp)) continue;
-    if (opt.tp.empty() && (model.num_attention_heads % tp != 0 ||
-                           (tp > spec.cluster.gpus_per_node && !opt.allow_tp_across_nodes))) {
+    if (opt.tp.empty() &&
+        (model.num_attention_heads % tp != 0 ||
+         (!opt.allow_tp_across_nodes && spec.cluster.gpus_per_node % tp != 0))) {
       continue;
     }
     for (int64_t cp : Divisors(N / tp)) {

@@ -21,8 +21,10 @@ constexpr double kGradBucketParams = 40e6;
 constexpr double kOptimizerBytesPerParam = 38;
 // Flash attention skips the fully masked blocks of a causal mask: half the scores.
 constexpr double kCausalFraction = 0.5;
-// Flash attention's backward recomputes the scores: 5 matmuls against the forward's 2.
+// Flash attention's backward recomputes the scores: 5 matmuls against the forward's 2,
+// and runs at ~80% of the forward's FLOP rate (FlashAttention-2 paper, Figs. 5-7).
 constexpr double kFlashBackwardRatio = 2.5;
+constexpr double kFlashBackwardEfficiency = 0.8;
 
 double ElementBytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
 
@@ -32,6 +34,11 @@ Precision CorePrecision(Precision p) { return p == Precision::kFp8 ? Precision::
 struct Gemm {
   double m, n, k;
 };
+
+// A collective of `comm` seconds overlapped with `window` seconds of compute: the part
+// that is not hidden, and the part that is (which slows the compute it overlaps).
+double Exposed(double comm, double window) { return std::max(0.0, comm - window); }
+double Hidden(double comm, double window) { return std::min(comm, window); }
 
 }  // namespace
 
@@ -56,6 +63,7 @@ LayerTime EstimateLayerTime(const ModelSpec& model, const TrainingSpec& training
   const Precision core_precision = CorePrecision(training.precision);
   const double fc1_width = model.activation == Activation::kSwiglu ? 2.0 * f : f;
   const double launch = device.kernel_launch_s;
+  const double slowdown = device.comm_overlap_slowdown;
 
   LayerTime out;
   // Linear layers: QKV and FC1 are column-parallel, projection and FC2 row-parallel.
@@ -96,7 +104,7 @@ LayerTime EstimateLayerTime(const ModelSpec& model, const TrainingSpec& training
     const double flops = 4.0 * b * s_local * s * h / t * kCausalFraction;
     const double rate = device.PeakFlops(core_precision) * device.attention_efficiency;
     core_fwd = flops / rate + launch;
-    core_bwd = kFlashBackwardRatio * flops / rate + launch;
+    core_bwd = kFlashBackwardRatio * flops / (kFlashBackwardEfficiency * rate) + launch;
   } else {
     const double batch = b * heads;
     const double scores = batch * s_local * s;
@@ -146,14 +154,16 @@ LayerTime EstimateLayerTime(const ModelSpec& model, const TrainingSpec& training
       // (exposed); for the column-parallel layers the input is gathered again during the
       // data-gradient GEMM and the input gradient reduce-scattered during the
       // weight-gradient GEMM.
-      out.backward_tp_comm = 2.0 * ag + std::max(0.0, ag - dgrad_qkv) +
-                             std::max(0.0, ag - dgrad_fc1) + std::max(0.0, rs - wgrad_qkv) +
-                             std::max(0.0, rs - wgrad_fc1);
+      out.backward_tp_comm = 2.0 * ag + Exposed(ag, dgrad_qkv) + Exposed(ag, dgrad_fc1) +
+                             Exposed(rs, wgrad_qkv) + Exposed(rs, wgrad_fc1);
+      out.backward_compute += slowdown * (Hidden(ag, dgrad_qkv) + Hidden(ag, dgrad_fc1) +
+                                          Hidden(rs, wgrad_qkv) + Hidden(rs, wgrad_fc1));
     } else {
       const double ar = AllReduceSeconds(bytes, config.tp, link);
       out.forward_tp_comm = 2.0 * ar;  // After the projection and after FC2.
       // Input-gradient all-reduce of QKV and FC1, overlapped with their weight gradient.
-      out.backward_tp_comm = std::max(0.0, ar - wgrad_qkv) + std::max(0.0, ar - wgrad_fc1);
+      out.backward_tp_comm = Exposed(ar, wgrad_qkv) + Exposed(ar, wgrad_fc1);
+      out.backward_compute += slowdown * (Hidden(ar, wgrad_qkv) + Hidden(ar, wgrad_fc1));
     }
   }
   // Context parallelism: ring exchange of K and V blocks (c - 1 steps), hidden behind the
@@ -163,8 +173,10 @@ LayerTime EstimateLayerTime(const ModelSpec& model, const TrainingSpec& training
     const double kv_bytes = 2.0 * tokens * (h * g / a) / t * e;
     const double steps = c - 1.0;
     const double fwd = steps * SendRecvSeconds(kv_bytes, link);
-    out.forward_cp_comm = std::max(0.0, fwd - core_fwd * steps / c);
-    out.backward_cp_comm = std::max(0.0, 2.0 * fwd - core_bwd * steps / c);
+    out.forward_cp_comm = Exposed(fwd, core_fwd * steps / c);
+    out.backward_cp_comm = Exposed(2.0 * fwd, core_bwd * steps / c);
+    out.forward_compute += slowdown * Hidden(fwd, core_fwd * steps / c);
+    out.backward_compute += slowdown * Hidden(2.0 * fwd, core_bwd * steps / c);
   }
   switch (config.recompute) {
     case Recompute::kFull:
@@ -221,10 +233,9 @@ EdgeTime EstimateEdgeTime(const ModelSpec& model, const TrainingSpec& training,
   if (config.tp > 1) {
     if (config.sequence_parallel) {
       out.logits_forward += AllGatherSeconds(act_bytes, config.tp, link);
-      out.logits_backward +=
-          std::max(0.0, ReduceScatterSeconds(act_bytes, config.tp, link) - wgrad);
+      out.logits_backward += Exposed(ReduceScatterSeconds(act_bytes, config.tp, link), wgrad);
     } else {
-      out.logits_backward += std::max(0.0, AllReduceSeconds(act_bytes, config.tp, link) - wgrad);
+      out.logits_backward += Exposed(AllReduceSeconds(act_bytes, config.tp, link), wgrad);
     }
   }
   return out;
@@ -268,7 +279,16 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
   // Megatron sends 1/t of the activation per TP rank (scatter-gather optimisation, or SP).
   const double p2p_bytes = tokens * model.hidden_size * e / t;
   const Link p2p_link = GroupLink(device, 2, config.tp * config.cp * config.dp, n);
-  pipe.p2p_s = p > 1 ? SendRecvSeconds(p2p_bytes, p2p_link) : 0.0;
+  const double p2p = p > 1 ? SendRecvSeconds(p2p_bytes, p2p_link) : 0.0;
+  // Megatron's pipeline sends and receives are blocking (batched isend/irecv, then wait):
+  // every chunk that passes an activation or a gradient on is busy for the transfer.
+  for (int64_t r = 0; r < p && p > 1; ++r) {
+    for (int64_t j = 0; j < v; ++j) {
+      if (!(r == p - 1 && j == v - 1)) pipe.forward[r * v + j] += p2p;
+      if (!(r == 0 && j == 0)) pipe.backward[r * v + j] += p2p;
+    }
+  }
+  pipe.p2p_s = 0;
   pipe.max_simulated_micro_batches = 4 * p;
 
   std::vector<double> finish(static_cast<size_t>(p), 0.0);
@@ -306,7 +326,9 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
       const double bucket = std::min(params, kGradBucketParams);
       double window = 0;
       for (int64_t j = 0; j < v; ++j) window += pipe.backward[r * v + j];
-      exposed = std::max(reduce(bucket), reduce(params) - window);
+      const double total = reduce(params);
+      exposed = std::max(reduce(bucket), total - window) +
+                device.comm_overlap_slowdown * Hidden(total - reduce(bucket), window);
       if (config.distributed_optimizer) {
         // Parameter all-gather overlapped with the next forward except its first bucket.
         exposed += AllGatherSeconds(bucket * e, dp_group, dp_link);
@@ -357,7 +379,9 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
   const double pipeline_rest = std::max(
       0.0, iteration - out.time.compute - out.time.tp_comm - out.time.cp_comm -
                out.time.dp_comm - out.time.optimizer);
-  out.time.pp_p2p = std::min(pipeline_rest, p > 1 ? 2.0 * static_cast<double>(p - 1) * pipe.p2p_s : 0.0);
+  const double sends = 2.0 * static_cast<double>(v) -
+                      ((critical == 0 || critical == p - 1) ? 1.0 : 0.0);
+  out.time.pp_p2p = std::min(pipeline_rest, p > 1 ? mb * sends * p2p : 0.0);
   out.time.pp_bubble = pipeline_rest - out.time.pp_p2p;
 
   auto share = [&](double x) { return 100.0 * x / iteration; };

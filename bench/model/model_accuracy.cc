@@ -5,7 +5,7 @@
 // the per-layer forward and backward times. Also checks the published ordering: sequence
 // parallelism + selective recompute beats full recompute by 1.29-1.33x (Table 5).
 //
-//   model_accuracy [--data DIR] [--json]
+//   model_accuracy [--data DIR] [--json] [--verbose]   (--verbose: time breakdown per row)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
 #include "bench/model/records.h"
 #include "search/device_catalog.h"
 #include "search/model_math.h"
@@ -54,6 +55,7 @@ struct Row {
 
 int Main(int argc, char** argv) {
   const bool json_out = HasFlag(argc, argv, "--json");
+  const bool verbose = HasFlag(argc, argv, "--verbose");
   const std::string dir = DataDir(argc, argv);
   absl::StatusOr<nlohmann::json> data = ReadJson(dir + "/calibration_runs.json");
   if (!data.ok()) {
@@ -105,6 +107,16 @@ int Main(int argc, char** argv) {
     row.published = PublishedTokensPerGpu(r, spec);
     row.predicted = best.tokens_per_sec_per_gpu;
     row.error = std::abs(row.predicted - row.published) / row.published;
+    if (verbose) {
+      const TimeBreakdown& t = best.time;
+      const double T = best.iteration_time_s;
+      row.layout += absl::StrFormat(
+          " | T %.2fs compute %.0f%% tp %.0f%% cp %.0f%% bubble %.0f%% p2p %.0f%% dp %.0f%% opt %.0f%% "
+          "hw %.0f TF mem %.1f GiB",
+          T, 100 * t.compute / T, 100 * t.tp_comm / T, 100 * t.cp_comm / T, 100 * t.pp_bubble / T,
+          100 * t.pp_p2p / T, 100 * t.dp_comm / T, 100 * t.optimizer / T,
+          best.hardware_tflops_per_gpu, best.memory.Peak() / (1 << 30));
+    }
     if (absl::StartsWith(row.id, "korthikanti22_t5")) korthikanti_time[row.id] = best.iteration_time_s;
     rows.push_back(row);
   }

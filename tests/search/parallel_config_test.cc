@@ -82,7 +82,8 @@ TEST(ParallelConfigTest, InterleavingNeedsEnoughMicroBatches) {
   ParallelConfig c = Megatron();
   c.vp = 2;  // m = 128 / 16 = 8 < pp = 12.
   EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
-            "the interleaved schedule (vp 2) needs micro-batches per iteration (8) >= pp (12)");
+            "the interleaved schedule (vp 2) needs micro-batches per iteration (8) to be a "
+            "multiple of pp (12)");
 }
 
 TEST(ParallelConfigTest, ToString) {
