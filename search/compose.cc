@@ -1,11 +1,13 @@
 #include "search/compose.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "search/device_catalog.h"
 
 namespace paratune {
 namespace {
@@ -13,6 +15,14 @@ namespace {
 double Ms(double s) { return s * 1e3; }
 
 }  // namespace
+
+double CommMeasurement::LargestBusBandwidth() const {
+  const Sample* largest = nullptr;
+  for (const Sample& s : samples) {
+    if (largest == nullptr || s.size_bytes > largest->size_bytes) largest = &s;
+  }
+  return largest == nullptr ? 0.0 : largest->bus_bandwidth;
+}
 
 double NonLayerComputeShare(const JobSpec& spec, const ParallelConfig& config,
                             int64_t layers_per_stage) {
@@ -41,8 +51,8 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
   const std::vector<LayerProfileSpec> tasks = LayerTasksFor(spec, c, options);
   std::vector<const LayerMeasurement*> found;
   for (const LayerProfileSpec& t : tasks) {
-    auto it = measurements.find(t.Key());
-    if (it == measurements.end()) {
+    auto it = measurements.layers.find(t.Key());
+    if (it == measurements.layers.end()) {
       return absl::NotFoundError(absl::StrCat("no measurement for task ", t.Key()));
     }
     found.push_back(&it->second);
@@ -77,14 +87,35 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
   const double share = NonLayerComputeShare(spec, c, layers_per_stage);
 
   TimeBreakdown t = modelled.time;
-  const double replaced = t.compute + t.tp_comm + t.pp_bubble;
+  const double replaced = t.compute + t.tp_comm + t.pp_bubble + t.dp_comm;
   const double non_layer = share * t.compute;
   t.compute = m * (stage_s - stage_comm_s) + non_layer;
   t.tp_comm = m * stage_comm_s;
   t.pp_bubble = static_cast<double>(pp - 1) / static_cast<double>(vp) * stage_s;
+  std::string dp_note;
+  if (std::optional<CollectiveSweepSpec> sweep = DpSweepFor(spec, c, options)) {
+    auto it = measurements.collectives.find(sweep->Key());
+    absl::StatusOr<DeviceProfile> device = DeviceForCluster(spec.cluster);
+    const double measured_bw =
+        it != measurements.collectives.end() && it->second.ok
+            ? it->second.LargestBusBandwidth()
+            : 0.0;
+    // Megatron orders ranks tp, cp, dp: a DP group spans tp * cp * dp consecutive ranks.
+    const bool across_nodes = c.tp * c.cp * c.dp > spec.cluster.gpus_per_node;
+    const double modelled_bw =
+        !device.ok() ? 0.0
+                     : (across_nodes ? device->network_bandwidth : device->nvlink_bandwidth);
+    if (measured_bw > 0 && modelled_bw > 0) {
+      t.dp_comm *= modelled_bw / measured_bw;
+      dp_note = absl::StrFormat("; dp all-reduce busbw %.2f GB/s measured vs %.2f modelled",
+                                measured_bw / 1e9, modelled_bw / 1e9);
+    } else {
+      dp_note = "; dp all-reduce not measured, modelled";
+    }
+  }
   out.time = t;
-  out.iteration_time_s =
-      modelled.iteration_time_s - replaced + t.compute + t.tp_comm + t.pp_bubble;
+  out.iteration_time_s = modelled.iteration_time_s - replaced + t.compute + t.tp_comm +
+                         t.pp_bubble + t.dp_comm;
   if (out.iteration_time_s > 0 && modelled.iteration_time_s > 0) {
     const double speedup = modelled.iteration_time_s / out.iteration_time_s;
     out.tokens_per_sec_per_gpu = modelled.tokens_per_sec_per_gpu * speedup;
@@ -96,9 +127,9 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
   const LayerMeasurement& first = *found[0];
   out.notes.push_back(absl::StrFormat(
       "measured on %s: layer fwd %.3f ms, bwd %.3f ms, recompute %.3f ms, tp comm %.3f ms "
-      "per micro-batch; modelled iteration %.4f s, composed %.4f s",
+      "per micro-batch%s; modelled iteration %.4f s, composed %.4f s",
       spec.cluster.gpu, Ms(first.forward_s), Ms(first.backward_s), Ms(first.recompute_s),
-      Ms(first.tp_comm_s), modelled.iteration_time_s, out.iteration_time_s));
+      Ms(first.tp_comm_s), dp_note, modelled.iteration_time_s, out.iteration_time_s));
   return out;
 }
 

@@ -3,14 +3,17 @@
 //
 // What is replaced: the transformer layers' compute and TP communication on the critical
 // path (m micro-batches x layers per stage x measured forward + backward + recompute) and
-// the pipeline bubble ((p - 1) / v stage slots of the same measured stage time). What stays
-// modelled: embedding and logits compute (their FLOP share of the modelled compute), CP,
-// pipeline p2p, data-parallel and optimizer time, and the memory breakdown.
+// the pipeline bubble ((p - 1) / v stage slots of the same measured stage time); the
+// data-parallel gradient reduce is rescaled by modelled / measured all-reduce bus bandwidth
+// (the DP group's link: NVLink inside a node, the NIC across nodes). What stays modelled:
+// embedding and logits compute (their FLOP share of the modelled compute), CP, pipeline
+// p2p and optimizer time, and the memory breakdown.
 #ifndef PARATUNE_SEARCH_COMPOSE_H_
 #define PARATUNE_SEARCH_COMPOSE_H_
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "search/plan_result.h"
@@ -34,8 +37,26 @@ struct LayerMeasurement {
   double LayerSeconds() const { return forward_s + backward_s + recompute_s; }
 };
 
-/// Measurements by task key (LayerProfileSpec::Key()).
-using Measurements = std::map<std::string, LayerMeasurement>;
+/// What a worker measured for one collective sweep.
+struct CommMeasurement {
+  struct Sample {
+    int64_t size_bytes = 0;
+    double time_s = 0;
+    double bus_bandwidth = 0;  ///< Bytes/s (nccl-tests' busbw).
+  };
+  bool ok = true;
+  std::vector<Sample> samples;  ///< Ascending size.
+  std::string message;          ///< Why it failed.
+
+  /// Bus bandwidth of the largest size (the closest to gradient-bucket sizes); 0 if none.
+  double LargestBusBandwidth() const;
+};
+
+/// Measurements by task key (LayerProfileSpec::Key(), CollectiveSweepSpec::Key()).
+struct Measurements {
+  std::map<std::string, LayerMeasurement> layers;
+  std::map<std::string, CommMeasurement> collectives;
+};
 
 /// The share of a stage's per-micro-batch compute FLOPs that is not transformer layers
 /// (logits, taken on the last stage), for a stage of `layers_per_stage` layers.

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace paratune {
 
@@ -16,6 +17,42 @@ std::string LayerProfileSpec::Key() const {
                       " rc=", ToString(recompute), " dt=", ToString(dtype),
                       " fa=", flash_attention ? 1 : 0, " do=", dropout ? 1 : 0,
                       " w=", warmup, " i=", iters);
+}
+
+const char* ToString(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllReduce:
+      return "all_reduce";
+    case CollectiveOp::kAllGather:
+      return "all_gather";
+    case CollectiveOp::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveOp::kSendRecv:
+      return "send_recv";
+  }
+  return "unknown";
+}
+
+std::string CollectiveSweepSpec::Key() const {
+  return absl::StrCat("collective op=", ToString(op), " n=", group_size, " sizes=",
+                      absl::StrJoin(sizes_bytes, ","), " dt=", ToString(dtype), " w=", warmup,
+                      " i=", iters);
+}
+
+std::optional<CollectiveSweepSpec> DpSweepFor(const JobSpec& spec, const ParallelConfig& config,
+                                              const ProfilePlanOptions& options) {
+  if (config.dp <= 1) return std::nullopt;
+  constexpr int64_t kMiB = 1 << 20;
+  CollectiveSweepSpec sweep;
+  sweep.op = CollectiveOp::kAllReduce;
+  sweep.group_size = config.dp;
+  sweep.sizes_bytes = spec.cluster.gpu == "cpu"
+                          ? std::vector<int64_t>{kMiB, 4 * kMiB, 16 * kMiB}
+                          : std::vector<int64_t>{kMiB, 16 * kMiB, 256 * kMiB};
+  sweep.dtype = Precision::kFp32;
+  sweep.warmup = options.warmup;
+  sweep.iters = options.iters;
+  return sweep;
 }
 
 std::vector<LayerProfileSpec> LayerTasksFor(const JobSpec& spec, const ParallelConfig& config,
@@ -78,10 +115,26 @@ absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& 
     if (!candidate.fits) continue;
     out.candidates.push_back(static_cast<int64_t>(i));
     for (LayerProfileSpec& layer : LayerTasksFor(spec, candidate.config, options)) {
-      std::string key = layer.Key();
-      if (!seen.insert(key).second) continue;
-      out.tasks.push_back({spec.cluster.gpu, std::move(key), std::move(layer)});
+      ProfileTaskSpec task;
+      task.device_kind = spec.cluster.gpu;
+      task.key = layer.Key();
+      if (!seen.insert(task.key).second) continue;
+      task.layer = std::move(layer);
+      out.tasks.push_back(std::move(task));
     }
+  }
+  // Collective sweeps after the layers, in the candidates' order.
+  for (int64_t index : out.candidates) {
+    std::optional<CollectiveSweepSpec> sweep =
+        DpSweepFor(spec, plan.ranked[index].config, options);
+    if (!sweep) continue;
+    ProfileTaskSpec task;
+    task.kind = ProfileTaskSpec::Kind::kCollective;
+    task.device_kind = spec.cluster.gpu;
+    task.key = sweep->Key();
+    if (!seen.insert(task.key).second) continue;
+    task.collective = *std::move(sweep);
+    out.tasks.push_back(std::move(task));
   }
   return out;
 }

@@ -1,11 +1,13 @@
 // Profile planning (DESIGN.md step 3): the surviving top candidates of an analytical plan
 // become a de-duplicated set of measurement tasks. One transformer-layer measurement at a
 // given (shape, tp, sp, cp, micro-batch, seq, recompute, dtype, flash, dropout) serves
-// every candidate that runs layers at that shape, whatever its pp, vp or dp.
+// every candidate that runs layers at that shape, whatever its pp, vp or dp; one
+// all-reduce sweep per data-parallel group size serves every layout with that dp.
 #ifndef PARATUNE_SEARCH_PROFILE_PLAN_H_
 #define PARATUNE_SEARCH_PROFILE_PLAN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,11 +42,29 @@ struct LayerProfileSpec {
   std::string Key() const;
 };
 
+enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kSendRecv };
+const char* ToString(CollectiveOp op);
+
+/// An nccl-tests-style sweep of one collective over `group_size` ranks.
+struct CollectiveSweepSpec {
+  CollectiveOp op = CollectiveOp::kAllReduce;
+  int64_t group_size = 2;
+  std::vector<int64_t> sizes_bytes;  ///< Ascending.
+  Precision dtype = Precision::kFp32;
+  int64_t warmup = 2;
+  int64_t iters = 5;
+
+  std::string Key() const;
+};
+
 /// A profiling task for one device kind (the cache key is (device_kind, key)).
 struct ProfileTaskSpec {
+  enum class Kind { kLayer, kCollective };
+  Kind kind = Kind::kLayer;
   std::string device_kind;
-  std::string key;  ///< layer.Key().
-  LayerProfileSpec layer;
+  std::string key;                ///< layer.Key() or collective.Key().
+  LayerProfileSpec layer;         ///< kLayer.
+  CollectiveSweepSpec collective; ///< kCollective.
 };
 
 struct ProfilePlanOptions {
@@ -65,8 +85,14 @@ struct ProfilePlan {
 std::vector<LayerProfileSpec> LayerTasksFor(const JobSpec& spec, const ParallelConfig& config,
                                             const ProfilePlanOptions& options);
 
-/// De-duplicated tasks for the best fitting candidates of `plan`. InvalidArgument when the
-/// options are out of range.
+/// The data-parallel gradient all-reduce sweep a layout needs (gradients reduced in fp32,
+/// Megatron's default), or nothing when dp is 1. Sizes: 1, 4, 16 MiB on the CPU device
+/// kind, 1, 16, 256 MiB on GPUs (where bus bandwidth keeps rising past 16 MiB).
+std::optional<CollectiveSweepSpec> DpSweepFor(const JobSpec& spec, const ParallelConfig& config,
+                                              const ProfilePlanOptions& options);
+
+/// De-duplicated tasks (layers, then collective sweeps) for the best fitting candidates of
+/// `plan`. InvalidArgument when the options are out of range.
 absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& plan,
                                          const ProfilePlanOptions& options);
 

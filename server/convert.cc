@@ -169,6 +169,30 @@ v1::ProfileTask ToProto(const ProfileTaskSpec& task) {
   v1::ProfileTask out;
   out.set_device_kind(task.device_kind);
   out.set_key(task.key);
+  if (task.kind == ProfileTaskSpec::Kind::kCollective) {
+    const CollectiveSweepSpec& c = task.collective;
+    v1::CollectiveSweepTask* sweep = out.mutable_collective();
+    switch (c.op) {
+      case CollectiveOp::kAllReduce:
+        sweep->set_op(v1::CollectiveSweepTask::OP_ALL_REDUCE);
+        break;
+      case CollectiveOp::kAllGather:
+        sweep->set_op(v1::CollectiveSweepTask::OP_ALL_GATHER);
+        break;
+      case CollectiveOp::kReduceScatter:
+        sweep->set_op(v1::CollectiveSweepTask::OP_REDUCE_SCATTER);
+        break;
+      case CollectiveOp::kSendRecv:
+        sweep->set_op(v1::CollectiveSweepTask::OP_SEND_RECV);
+        break;
+    }
+    sweep->set_group_size(c.group_size);
+    for (int64_t size : c.sizes_bytes) sweep->add_sizes_bytes(size);
+    sweep->set_dtype(ToString(c.dtype));
+    sweep->set_warmup(c.warmup);
+    sweep->set_iters(c.iters);
+    return out;
+  }
   const LayerProfileSpec& l = task.layer;
   v1::LayerProfileTask* layer = out.mutable_layer();
   v1::LayerShape* shape = layer->mutable_shape();
@@ -224,6 +248,29 @@ LayerMeasurement MeasurementFromResult(const v1::TaskResult& result) {
   if (m.LayerSeconds() <= 0) {
     m.outcome = LayerMeasurement::Outcome::kFailed;
     m.message = "the result has no forward/backward timings";
+  }
+  return m;
+}
+
+CommMeasurement CommMeasurementFromResult(const v1::TaskResult& result) {
+  CommMeasurement m;
+  if (result.outcome() != v1::TaskResult::OUTCOME_OK) {
+    m.ok = false;
+    m.message = result.message().empty() ? v1::TaskResult::Outcome_Name(result.outcome())
+                                         : result.message();
+    return m;
+  }
+  for (const v1::CommSample& s : result.comm().samples()) {
+    if (s.wrong() != 0) {
+      m.ok = false;
+      m.message = absl::StrCat(s.wrong(), " wrong elements at ", s.size_bytes(), " bytes");
+      return m;
+    }
+    m.samples.push_back({s.size_bytes(), s.time_s(), s.busbw_gbps() * 1e9});
+  }
+  if (m.samples.empty()) {
+    m.ok = false;
+    m.message = "the result has no samples";
   }
   return m;
 }

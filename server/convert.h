@@ -29,10 +29,12 @@ v1::RankedConfig ToProto(const RankedConfig& ranked);
 v1::PlanResult ToProto(const PlanResult& result);
 absl::StatusOr<PlanResult> PlanResultFromProto(const v1::PlanResult& result);
 
-/// A layer task as the wire message (id, job_id and attempt left empty).
+/// A profile task as the wire message (id, job_id and attempt left empty).
 v1::ProfileTask ToProto(const ProfileTaskSpec& task);
-/// What a worker reported, in the form composition uses.
+/// What a worker reported for a layer task, in the form composition uses.
 LayerMeasurement MeasurementFromResult(const v1::TaskResult& result);
+/// What a worker reported for a collective sweep.
+CommMeasurement CommMeasurementFromResult(const v1::TaskResult& result);
 
 /// "SUCCEEDED", "PROFILING", ... (the enum name without the JOB_STATE_ prefix).
 std::string JobStateName(v1::JobState state);

@@ -308,12 +308,18 @@ void JobManager::RunCompose(const std::string& job_id) {
       Measurements measurements;
       for (const TaskRecord& t : tasks) {
         if (!t.result) continue;
+        if (t.task.has_collective()) {
+          CommMeasurement c = CommMeasurementFromResult(*t.result);
+          if (t.state == TaskState::kFailed) c.ok = false;
+          measurements.collectives[t.task.key()] = std::move(c);
+          continue;
+        }
         LayerMeasurement m = MeasurementFromResult(*t.result);
         if (t.state == TaskState::kFailed && m.outcome == LayerMeasurement::Outcome::kOk) {
           m.outcome = LayerMeasurement::Outcome::kFailed;
           m.message = "task failed";
         }
-        measurements[t.task.key()] = std::move(m);
+        measurements.layers[t.task.key()] = std::move(m);
       }
       composed = ComposePlan(spec, *modelled, *profile, options_.profile, measurements);
     } else {
@@ -612,9 +618,15 @@ absl::StatusOr<v1::RegisterResponse> JobManager::Register(const v1::RegisterRequ
     return absl::InvalidArgumentError("worker.device_kind must be set (e.g. \"cpu\")");
   }
   std::lock_guard<std::mutex> lock(mu_);
-  std::string id = NewIdLocked("w");
-  while (workers_.count(id) > 0) id = NewIdLocked("w");
+  // A worker that comes back (coordinator restart, network blip) keeps its id; its old
+  // leases are gone or still valid, and reports are checked per (task id, attempt) anyway.
+  std::string id = request.worker().id();
+  if (id.empty()) {
+    id = NewIdLocked("w");
+    while (workers_.count(id) > 0) id = NewIdLocked("w");
+  }
   WorkerEntry& w = workers_[id];
+  w.lost = false;
   w.info = request.worker();
   w.info.set_id(id);
   w.info.set_state("idle");

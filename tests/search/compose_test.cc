@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "search/device_catalog.h"
+
 namespace paratune {
 namespace {
 
@@ -67,7 +69,7 @@ TEST(ComposeTest, ReplacesLayerComputeCommAndBubbleWithMeasuredStageTimes) {
   ProfilePlanOptions options;
   const RankedConfig modelled = Candidate(1, 2, 1, 1.0, 0.5, 0.0, 0.1);
   Measurements m;
-  m[LayerTasksFor(spec, modelled.config, options)[0].Key()] =
+  m.layers[LayerTasksFor(spec, modelled.config, options)[0].Key()] =
       Measured(0.010, 0.020, 0.0, 0.004);
   absl::StatusOr<RankedConfig> r = ComposeCandidate(spec, modelled, options, m);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -94,8 +96,8 @@ TEST(ComposeTest, PartialRecomputeMixesTheTwoMeasuredLayers) {
   std::vector<LayerProfileSpec> tasks = LayerTasksFor(spec, modelled.config, options);
   ASSERT_EQ(tasks.size(), 2u);
   Measurements m;
-  m[tasks[0].Key()] = Measured(0.010, 0.020, 0.010);  // recomputed: 40 ms
-  m[tasks[1].Key()] = Measured(0.010, 0.020);         // plain: 30 ms
+  m.layers[tasks[0].Key()] = Measured(0.010, 0.020, 0.010);  // recomputed: 40 ms
+  m.layers[tasks[1].Key()] = Measured(0.010, 0.020);         // plain: 30 ms
   absl::StatusOr<RankedConfig> r = ComposeCandidate(spec, modelled, options, m);
   ASSERT_TRUE(r.ok());
   // m = 4; stage = 1 * 40 + 3 * 30 = 130 ms.
@@ -113,11 +115,13 @@ TEST(ComposeTest, RanksAgainAndKeepsModelledFiguresWhereMeasurementsAreMissing) 
   plan.ranked[2].fits = false;
   absl::StatusOr<ProfilePlan> profile = PlanProfiles(spec, plan, options);
   ASSERT_TRUE(profile.ok());
-  ASSERT_EQ(profile->tasks.size(), 2u);  // C does not fit: not profiled
+  // Two layer shapes and A's dp=2 all-reduce sweep; C does not fit: not profiled.
+  ASSERT_EQ(profile->tasks.size(), 3u);
+  EXPECT_EQ(profile->tasks[2].kind, ProfileTaskSpec::Kind::kCollective);
   Measurements m;
   // A's layer is slow on this device, B's is fast.
-  m[profile->tasks[0].key] = Measured(0.100, 0.200);
-  m[profile->tasks[1].key] = Measured(0.001, 0.002);
+  m.layers[profile->tasks[0].key] = Measured(0.100, 0.200);
+  m.layers[profile->tasks[1].key] = Measured(0.001, 0.002);
   PlanResult composed = ComposePlan(spec, plan, *profile, options, m);
   ASSERT_EQ(composed.ranked.size(), 3u);
   EXPECT_EQ(composed.ranked[0].config.tp, 2);  // B wins after measurement
@@ -129,7 +133,7 @@ TEST(ComposeTest, RanksAgainAndKeepsModelledFiguresWhereMeasurementsAreMissing) 
   EXPECT_EQ(composed.ranked[2].iteration_time_s, 1.2);
 
   // Without B's measurement B keeps its modelled time and says why.
-  m.erase(profile->tasks[1].key);
+  m.layers.erase(profile->tasks[1].key);
   composed = ComposePlan(spec, plan, *profile, options, m);
   const RankedConfig& b = composed.ranked[0];
   EXPECT_EQ(b.config.tp, 2);
@@ -137,6 +141,31 @@ TEST(ComposeTest, RanksAgainAndKeepsModelledFiguresWhereMeasurementsAreMissing) 
   EXPECT_EQ(b.iteration_time_s, 1.1);
   ASSERT_FALSE(b.notes.empty());
   EXPECT_NE(b.notes.back().find("no measurement"), std::string::npos) << b.notes.back();
+}
+
+TEST(ComposeTest, DataParallelReduceScalesWithMeasuredBusBandwidth) {
+  const JobSpec spec = Spec();
+  ProfilePlanOptions options;
+  RankedConfig modelled = Candidate(1, 1, 2, 1.0, 0.6);
+  modelled.time.dp_comm = 0.1;
+  Measurements m;
+  m.layers[LayerTasksFor(spec, modelled.config, options)[0].Key()] = Measured(0.010, 0.020);
+  std::optional<CollectiveSweepSpec> sweep = DpSweepFor(spec, modelled.config, options);
+  ASSERT_TRUE(sweep.has_value());
+  EXPECT_EQ(sweep->group_size, 2);
+  CommMeasurement comm;
+  comm.samples = {{1 << 20, 0.01, 1.0e9}, {16 << 20, 0.02, 2.5e9}, {4 << 20, 0.01, 2.0e9}};
+  m.collectives[sweep->Key()] = comm;
+  absl::StatusOr<RankedConfig> r = ComposeCandidate(spec, modelled, options, m);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // tp*cp*dp = 2 fits in a node of 2: the modelled link is the intra-node one.
+  const double modelled_bw = FindDevice("cpu")->nvlink_bandwidth;
+  const double dp = 0.1 * modelled_bw / 2.5e9;  // the largest size's bus bandwidth
+  EXPECT_NEAR(r->time.dp_comm, dp, 1e-12);
+  EXPECT_NEAR(r->iteration_time_s, 1.0 - 0.7 + 4 * 4 * 0.030 + 0.6 / 27.0 + dp, 1e-12);
+  // Without the sweep the modelled DP time stays.
+  m.collectives.clear();
+  EXPECT_NEAR(ComposeCandidate(spec, modelled, options, m)->time.dp_comm, 0.1, 1e-15);
 }
 
 TEST(ComposeTest, MeasuredOutOfMemoryMarksTheLayoutAsNotFitting) {
@@ -147,7 +176,7 @@ TEST(ComposeTest, MeasuredOutOfMemoryMarksTheLayoutAsNotFitting) {
   LayerMeasurement oom;
   oom.outcome = LayerMeasurement::Outcome::kOom;
   oom.message = "out of memory, 1024 bytes requested";
-  m[LayerTasksFor(spec, modelled.config, options)[0].Key()] = oom;
+  m.layers[LayerTasksFor(spec, modelled.config, options)[0].Key()] = oom;
   absl::StatusOr<RankedConfig> r = ComposeCandidate(spec, modelled, options, m);
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->fits);

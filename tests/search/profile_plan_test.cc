@@ -43,8 +43,14 @@ TEST(ProfilePlanTest, LayoutsThatRunTheSameLayerShareOneTask) {
                  Candidate(1, 1, 4, 2), Candidate(2, 1, 2, 1), Candidate(2, 2, 1, 1)};
   absl::StatusOr<ProfilePlan> p = PlanProfiles(Spec(), plan, {});
   ASSERT_TRUE(p.ok()) << p.status();
-  ASSERT_EQ(p->tasks.size(), 3u);
+  // Three layer shapes, then one all-reduce sweep per distinct dp > 1 (4 and 2).
+  ASSERT_EQ(p->tasks.size(), 5u);
   EXPECT_EQ(p->candidates.size(), 6u);
+  EXPECT_EQ(p->tasks[3].kind, ProfileTaskSpec::Kind::kCollective);
+  EXPECT_EQ(p->tasks[3].collective.group_size, 4);
+  EXPECT_EQ(p->tasks[4].collective.group_size, 2);
+  EXPECT_EQ(p->tasks[4].collective.sizes_bytes.back(), 16 << 20);  // CPU sweep
+  EXPECT_EQ(p->tasks[4].key, p->tasks[4].collective.Key());
   EXPECT_EQ(p->tasks[0].layer.tp, 1);
   EXPECT_EQ(p->tasks[0].layer.micro_batch_size, 1);
   EXPECT_EQ(p->tasks[1].layer.micro_batch_size, 2);
@@ -104,7 +110,7 @@ TEST(ProfilePlanTest, SkipsLayoutsThatDoNotFitAndHonoursMaxCandidates) {
   absl::StatusOr<ProfilePlan> p = PlanProfiles(Spec(), plan, options);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->candidates, (std::vector<int64_t>{0, 2}));
-  ASSERT_EQ(p->tasks.size(), 2u);
+  ASSERT_EQ(p->tasks.size(), 4u);  // 2 layer shapes, sweeps for dp 4 and dp 2
   EXPECT_EQ(p->tasks[1].layer.tp, 2);
   options.iters = 0;
   absl::Status bad = PlanProfiles(Spec(), plan, options).status();
