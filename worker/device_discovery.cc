@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -183,6 +184,51 @@ int CudaDeviceCount() {
   return count;
 #else
   return 0;
+#endif
+}
+
+absl::StatusOr<bool> SelectCudaDevices(const std::vector<int>& indices) {
+#ifdef PARATUNE_HAVE_CUDA
+  if (indices.empty()) return false;
+  const char* previous = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::vector<std::string> visible;
+  if (previous != nullptr) {
+    std::stringstream in(previous);
+    for (std::string item; std::getline(in, item, ',');) visible.push_back(item);
+  }
+  std::string mask;
+  for (int index : indices) {
+    std::string entry = std::to_string(index);
+    if (previous != nullptr) {
+      if (index < 0 || index >= static_cast<int>(visible.size())) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("devices: CUDA device ", index, " is not in CUDA_VISIBLE_DEVICES=",
+                         previous));
+      }
+      entry = visible[index];
+    }
+    absl::StrAppend(&mask, mask.empty() ? "" : ",", entry);
+  }
+  const std::string saved = previous != nullptr ? previous : "";
+  setenv("CUDA_VISIBLE_DEVICES", mask.c_str(), 1);
+  const int count = CudaDeviceCount();
+  if (count == 0) {
+    if (previous != nullptr) {
+      setenv("CUDA_VISIBLE_DEVICES", saved.c_str(), 1);
+    } else {
+      unsetenv("CUDA_VISIBLE_DEVICES");
+    }
+    return false;
+  }
+  if (count != static_cast<int>(indices.size())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "devices: only ", count, " of the ", indices.size(),
+        " listed CUDA devices exist (CUDA_VISIBLE_DEVICES=", mask, ")"));
+  }
+  return true;
+#else
+  (void)indices;
+  return false;
 #endif
 }
 

@@ -37,6 +37,15 @@ int CudaDeviceCount();
 /// "h100-sxm-80gb"); unknown devices get their name lower-cased with '-' separators.
 std::string DeviceKindFromName(const std::string& name, int64_t memory_bytes);
 
+/// Process-wide device selection for the paratune-worker binary (not for embedders: it
+/// changes the environment). kernels/ runs rank r on CUDA device r, so `--devices 4-7`
+/// must become CUDA_VISIBLE_DEVICES (composed with an existing one). Call before any other
+/// CUDA call. Returns true when CUDA devices were selected this way (the caller then
+/// discovers all visible devices), false when there is no CUDA device (the indices stay
+/// CPU rank slots; the environment is restored); FailedPrecondition naming an index that
+/// does not exist.
+absl::StatusOr<bool> SelectCudaDevices(const std::vector<int>& indices);
+
 /// Discovers the devices of `backend` ("auto" | "cuda" | "cpu"), keeping only `indices`
 /// when not empty (FailedPrecondition naming an index that does not exist), and announces
 /// `device_kind` when not empty. On CPU every index is one rank slot (a thread); with no

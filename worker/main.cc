@@ -25,6 +25,7 @@
 #include <CLI/CLI.hpp>
 
 #include "worker/daemon.h"
+#include "worker/device_discovery.h"
 
 namespace {
 
@@ -162,6 +163,15 @@ int main(int argc, char** argv) {
     return UsageError(error);
   }
   if (absl::Status s = options.Validate(); !s.ok()) return UsageError(std::string(s.message()));
+  if (options.backend != "cpu") {
+    // GPU ranks use CUDA devices 0..n-1: select the listed ones process-wide.
+    absl::StatusOr<bool> selected = paratune::worker::SelectCudaDevices(options.devices);
+    if (!selected.ok()) {
+      std::cerr << "paratune-worker: error: " << selected.status().message() << '\n';
+      return 1;
+    }
+    if (*selected) options.devices.clear();
+  }
 
   // SIGTERM/SIGINT: the handler only writes the signal number to a pipe (async-signal-
   // safe, whichever thread the signal lands on: libraries such as OpenBLAS start threads

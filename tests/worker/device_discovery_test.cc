@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <gtest/gtest.h>
 
 #include "worker/backoff.h"
@@ -72,6 +74,15 @@ TEST(DeviceDiscoveryTest, CudaDevicesHaveMemoryAndAKind) {
   }
   EXPECT_EQ(DiscoverDevices("cuda", {CudaDeviceCount()}, "").status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(DeviceDiscoveryTest, SelectingCudaDevicesWithoutADeviceKeepsCpuSlots) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device exists";
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  absl::StatusOr<bool> selected = SelectCudaDevices({2, 3});
+  ASSERT_TRUE(selected.ok()) << selected.status();
+  EXPECT_FALSE(*selected);
+  EXPECT_EQ(std::getenv("CUDA_VISIBLE_DEVICES"), nullptr);  // environment restored
 }
 
 TEST(DeviceDiscoveryTest, DeviceKindFromCudaName) {
