@@ -94,14 +94,15 @@ writeFileSync(join(tmp, 'client.token'), `${TOKEN}\n`);
 let server;
 let serverLog = '';
 let exited = null;
+let worker = null;
 const httpPort = await freePort();
+const grpcPort = await freePort();
 if (MOCK) {
   server = spawn(process.execPath, [join(WEB, 'mock', 'server.mjs'), String(httpPort), DIST], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, PARATUNE_MOCK_TOKEN: TOKEN },
   });
 } else {
-  const grpcPort = await freePort();
   server = spawn(
     COORDINATOR,
     [
@@ -122,6 +123,7 @@ const BASE = `http://127.0.0.1:${httpPort}`;
 const AUTH = { Authorization: `Bearer ${TOKEN}` };
 
 function cleanup() {
+  if (worker && workerExited === null) worker.kill('SIGTERM');
   if (server && exited === null) server.kill('SIGTERM');
   rmSync(tmp, { recursive: true, force: true });
 }
@@ -150,6 +152,17 @@ async function waitReady() {
 }
 await waitReady();
 console.log(`server ready on ${BASE} (${MOCK ? 'mock' : COORDINATOR})`);
+
+// One CPU worker registers with the coordinator, so the workers page has a row to show.
+const WORKER = join(BIN, 'paratune-worker');
+const WORKER_NAME = `web-test-worker-${process.pid}`;
+let workerExited = null;
+if (!MOCK && existsSync(WORKER)) {
+  worker = spawn(WORKER, ['--coordinator', `127.0.0.1:${grpcPort}`, '--backend', 'cpu', '--devices', '0-1', '--name', WORKER_NAME], { stdio: ['ignore', 'pipe', 'pipe'] });
+  worker.stdout.on('data', (d) => (serverLog += d));
+  worker.stderr.on('data', (d) => (serverLog += d));
+  worker.on('exit', (code, signal) => (workerExited = { code, signal }));
+}
 
 async function api(path) {
   const res = await fetch(`${BASE}${path}`, { headers: AUTH });
@@ -554,7 +567,24 @@ try {
   });
 
   await check('workers page lists what GET /v1/workers returns', async () => {
-    const workers = (await api('/v1/workers')).workers ?? [];
+    let workers = (await api('/v1/workers')).workers ?? [];
+    if (worker) {
+      for (let i = 0; i < 100 && !workers.some((w) => w.name === WORKER_NAME); i++) {
+        await sleep(100);
+        workers = (await api('/v1/workers')).workers ?? [];
+      }
+      const w = workers.find((x) => x.name === WORKER_NAME);
+      assert(w, `worker ${WORKER_NAME} did not register within 10 s:\n${serverLog}`);
+      await page.goto(`${BASE}/#/workers`);
+      const row = `#workers-table tr[data-worker-id="${w.id}"]`;
+      await page.waitForSelector(row);
+      const cells = await page.$$eval(`${row} td`, (tds) => tds.map((td) => td.textContent.trim()));
+      assert(cells[0].startsWith(WORKER_NAME), `worker name cell: ${cells[0]}`);
+      assertEq(cells[2], 'cpu', 'backend cell');
+      assertEq(cells[3], w.device_kind, 'device kind cell');
+      assert(cells[4].startsWith(`${(w.devices ?? []).length} ×`), `devices cell: ${cells[4]}`);
+      assertEq(cells[5], String(w.cpu_cores ?? 0), 'CPU cores cell');
+    }
     await page.goto(`${BASE}/#/workers`);
     await page.waitForSelector('#workers-table tbody tr');
     const rows = await page.$$('#workers-table tbody tr[data-worker-id]');
