@@ -17,10 +17,14 @@
 //  - Latencies per ring step: NCCL's LL/Simple protocol tables (~1 us NVLink hop, ~4 us
 //    InfiniBand hop); kernel launch and inter-kernel gap ~4 us (A100) / ~3 us (Hopper).
 //  - GEMM efficiencies: large cuBLAS BF16 GEMMs reach ~80% of peak on A100 (~250 of 312
-//    TFLOP/s in NVIDIA's cuBLAS performance notes and Megatron-LM's own GEMM sweeps),
-//    ~75% on H100 (~740 of 989); FP8 cuBLASLt GEMMs ~65% of the FP8 peak. Tile 256x128 is
-//    the CUTLASS/cuBLAS default for large half-precision GEMMs on Ampere/Hopper. Streaming
-//    kernels reach ~80-85% of HBM bandwidth (STREAM-like copy on A100/H100).
+//    TFLOP/s in NVIDIA's cuBLAS performance notes and Megatron-LM's own GEMM sweeps). H100
+//    SXM cannot hold its boost clock under the 700 W limit during dense GEMMs: sustained
+//    BF16 GEMMs run at ~650 TFLOP/s (65%), FP8 at ~1350 (68% of the FP8 peak) in published
+//    cuBLASLt/Transformer Engine measurements. Tile 256x128 is the CUTLASS/cuBLAS default
+//    for large half-precision GEMMs on Ampere/Hopper. Streaming kernels reach ~80% of HBM
+//    bandwidth (STREAM-like copy on A100/H100). Fused attention (no flash) and flash
+//    attention forward: ~60% of peak on A100 (FlashAttention-2 paper), ~40% on H100 with
+//    FlashAttention-2-class kernels.
 //  - Overlap: NCCL's ring kernels run on 8-16 of the SMs (channels) and share HBM
 //    bandwidth, so a GEMM overlapped with a collective loses ~15% of its speed for the
 //    collective's duration (NCCL docs on NCCL_MIN/MAX_NCHANNELS; Megatron-Core's
@@ -59,8 +63,8 @@ DeviceProfile A100(const char* name, double memory_gib, double hbm_gbps) {
   d.num_sms = 108;
   d.gemm_tile_m = 256;
   d.gemm_tile_n = 128;
-  d.gemm_k_overhead = 128;
-  d.gemm_efficiency = 0.80;
+  d.gemm_k_overhead = 64;
+  d.gemm_efficiency = 0.76;
   d.fp8_gemm_efficiency = 0;
   d.attention_efficiency = 0.60;
   d.memory_efficiency = 0.80;
@@ -90,7 +94,7 @@ DeviceProfile Hopper(const char* name, double memory_gib, double hbm_tbps) {
   d.gemm_tile_n = 128;
   d.gemm_k_overhead = 128;
   d.gemm_efficiency = 0.65;
-  d.fp8_gemm_efficiency = 0.55;
+  d.fp8_gemm_efficiency = 0.68;
   d.attention_efficiency = 0.40;
   d.memory_efficiency = 0.80;
   d.comm_overlap_slowdown = 0.15;

@@ -166,8 +166,9 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     mem.optimizer = 12.0 * params / optimizer_shards;
     const double stage_in_flight = in_flight_on(stage);
     mem.activations = stage_in_flight * stage_act + (stage == 0 ? in_flight * embedding_act : 0);
-    mem.other = backward_working_set + framework.workspace_bytes +
-                (stage == c.pp - 1 ? logits : 0.0);
+    const double transient = backward_working_set + (stage == c.pp - 1 ? logits : 0.0);
+    mem.other = transient + framework.workspace_bytes +
+                framework.fragmentation_fraction * (mem.activations + transient);
     if (mem.Peak() > best.Peak()) best = mem;
   }
   return best;

@@ -76,9 +76,10 @@ double StageParamsPerGpu(const ModelSpec& model, const ParallelConfig& config, i
 ///   times 1 + (p-1)/(p*v)), plus the embedding output on the first stage; other: the
 ///   logits and cross-entropy buffers on the last stage (fp32, 4*s*b*V/t bytes plus its
 ///   16-bit copy), the gradient-reduce buckets, and a fixed framework workspace
-///   (CUDA context, cuBLAS workspace, allocator fragmentation: kFrameworkWorkspaceBytes).
-/// Fixed per-GPU bytes outside the model (CUDA context ~0.5 GiB, NCCL and cuBLAS
-/// workspaces, allocator fragmentation reserve): one documented constant, not per model.
+///   (CUDA context, cuBLAS workspace: kFrameworkWorkspaceBytes) and allocator fragmentation
+///   (a fraction of the activation-sized buffers; see FrameworkMemory).
+/// Fixed per-GPU bytes outside the model (CUDA context ~0.5 GiB, NCCL buffers and cuBLAS
+/// workspaces): one documented constant, not per model.
 inline constexpr double kFrameworkWorkspaceBytes = 2.5 * (1ull << 30);
 
 /// The training framework's storage conventions. The defaults are Megatron-LM's (FP32
@@ -87,6 +88,10 @@ inline constexpr double kFrameworkWorkspaceBytes = 2.5 * (1ull << 30);
 struct FrameworkMemory {
   double gradient_bytes_per_param = 4;  ///< 4: FP32 main grads; 2: 16-bit grads.
   double workspace_bytes = kFrameworkWorkspaceBytes;  ///< Fixed per-GPU overhead.
+  /// Caching-allocator fragmentation: activation-sized blocks of varying shapes are freed
+  /// and reused every micro-batch, and PyTorch's allocator reserves ~10% more than it hands
+  /// out for them (torch.cuda.memory_reserved vs memory_allocated in Megatron runs).
+  double fragmentation_fraction = 0.10;
   /// Bytes per (token x vocabulary entry) of the loss buffers on the last stage: Megatron
   /// keeps FP32 logits plus the 16-bit output (4 + 2).
   double logits_bytes_per_element = 6;

@@ -15,10 +15,12 @@ namespace {
 
 // Megatron's DDP bucket: gradients are reduced in buckets of at least 40M parameters.
 constexpr double kGradBucketParams = 40e6;
-// Optimizer step traffic per parameter (FP32 Adam): read grad, master, m, v (16 bytes),
-// write master, m, v (12) and the 16-bit weight (2), plus the gradient-norm read (4) and
-// zeroing of the gradient buffer (4).
-constexpr double kOptimizerBytesPerParam = 38;
+// Optimizer step traffic per parameter (Megatron's mixed-precision Adam, one pass per
+// multi-tensor kernel): unscale and inf-check of the FP32 main grads (read 4, write 4),
+// gradient norm (read 4), Adam (read grad, master, m, v: 16; write master, m, v: 12), copy
+// of the master weights to the 16-bit weights (read 4, write 2), zeroing the gradient
+// buffer (write 4): 50 bytes.
+constexpr double kOptimizerBytesPerParam = 50;
 // Flash attention skips the fully masked blocks of a causal mask: half the scores.
 constexpr double kCausalFraction = 0.5;
 // Flash attention's backward recomputes the scores: 5 matmuls against the forward's 2,
