@@ -53,6 +53,10 @@ int64_t NumNodes(const ClusterSpec& cluster) {
 
 std::string YamlBool(bool b) { return b ? "true" : "false"; }
 
+const std::string& DisplayName(const JobSpec& spec) {
+  return spec.name.empty() ? spec.model.name : spec.name;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
@@ -120,7 +124,7 @@ absl::StatusOr<std::string> FormatMegatronArgs(const JobSpec& spec, const Parall
   auto args = MegatronArgs(spec, c);
   if (!args.ok()) return args.status();
   std::string out = absl::StrCat(
-      "# Megatron-LM arguments for ", spec.model.name, ": ", c.ToString(), "\n# ",
+      "# Megatron-LM arguments for ", DisplayName(spec), ": ", c.ToString(), "\n# ",
       spec.cluster.num_gpus, " GPUs = tp ", c.tp, " x pp ", c.pp, " x cp ", c.cp, " x dp ", c.dp,
       "; launch on ", NumNodes(spec.cluster), " node(s) x ",
       std::min(spec.cluster.gpus_per_node, spec.cluster.num_gpus),
@@ -163,7 +167,8 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
     if (!full->note.empty()) note = absl::StrCat("# note: ", full->note, "\n");
   }
   std::string out = absl::StrCat(
-      "# NeMo megatron_gpt_config.yaml overrides for ", m.name, ": ", c.ToString(), "\n", note,
+      "# NeMo megatron_gpt_config.yaml overrides for ", DisplayName(spec), ": ", c.ToString(),
+      "\n", note,
       "trainer:\n",
       "  num_nodes: ", NumNodes(spec.cluster), "\n",
       "  devices: ", std::min(spec.cluster.gpus_per_node, spec.cluster.num_gpus), "\n",

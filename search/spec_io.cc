@@ -457,6 +457,10 @@ json BoolsToJson(const std::vector<bool>& v) {
 
 std::string OnOff(bool b) { return b ? "y" : "-"; }
 
+const std::string& DisplayName(const JobSpec& spec) {
+  return spec.name.empty() ? spec.model.name : spec.name;
+}
+
 std::string CsvField(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string quoted = "\"";
@@ -668,7 +672,7 @@ json PlanResultToJson(const PlanResult& result) {
 
 std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec) {
   std::string out = absl::StrFormat(
-      "# %s: L=%d h=%d a=%d | %d x %s (%d/node) | B=%d s=%d %s\n", spec.model.name,
+      "# %s: L=%d h=%d a=%d | %d x %s (%d/node) | B=%d s=%d %s\n", DisplayName(spec),
       spec.model.num_layers, spec.model.hidden_size, spec.model.num_attention_heads,
       spec.cluster.num_gpus, spec.cluster.gpu, spec.cluster.gpus_per_node,
       spec.training.global_batch_size, spec.training.seq_length,
@@ -711,6 +715,43 @@ std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec) {
     }
     for (const std::string& note : best.notes) absl::StrAppend(&out, "# rank 1: ", note, "\n");
   }
+  return out;
+}
+
+std::string FormatEstimate(const RankedConfig& r, const JobSpec& spec) {
+  const MemoryBreakdown& m = r.memory;
+  const TimeBreakdown& t = r.time;
+  std::string out = absl::StrFormat(
+      "# %s: L=%d h=%d a=%d | %d x %s (%d/node) | B=%d s=%d %s\n", DisplayName(spec),
+      spec.model.num_layers, spec.model.hidden_size, spec.model.num_attention_heads,
+      spec.cluster.num_gpus, spec.cluster.gpu, spec.cluster.gpus_per_node,
+      spec.training.global_batch_size, spec.training.seq_length,
+      ToString(spec.training.precision));
+  absl::StrAppend(&out, "layout          ", r.config.ToString(), " (",
+                  r.config.NumMicroBatches(spec.training), " micro-batches)\n");
+  absl::StrAppend(&out, absl::StrFormat("iteration       %.4f s, %.0f tokens/s/GPU, MFU %.1f%%, "
+                                        "%.1f model / %.1f hardware TFLOP/s per GPU\n",
+                                        r.iteration_time_s, r.tokens_per_sec_per_gpu,
+                                        100.0 * r.mfu, r.model_tflops_per_gpu,
+                                        r.hardware_tflops_per_gpu));
+  absl::StrAppend(&out, absl::StrFormat("time (s)        compute %.4f  tp_comm %.4f  cp_comm %.4f"
+                                        "\n                pp_bubble %.4f  pp_p2p %.4f  dp_comm "
+                                        "%.4f  optimizer %.4f\n",
+                                        t.compute, t.tp_comm, t.cp_comm, t.pp_bubble, t.pp_p2p,
+                                        t.dp_comm, t.optimizer));
+  absl::StrAppend(&out, absl::StrFormat("memory (GiB)    peak %.2f of %.2f (%s): weights %.2f  "
+                                        "gradients %.2f\n                optimizer %.2f  "
+                                        "activations %.2f  other %.2f\n",
+                                        m.Peak() / kGiB, m.capacity / kGiB,
+                                        r.fits ? "fits" : "DOES NOT FIT", m.weights / kGiB,
+                                        m.gradients / kGiB, m.optimizer / kGiB,
+                                        m.activations / kGiB, m.other / kGiB));
+  if (r.time_to_train_days > 0) {
+    absl::StrAppend(&out, absl::StrFormat("time to train   %.1f days for %g tokens\n",
+                                          r.time_to_train_days,
+                                          static_cast<double>(spec.training.total_tokens)));
+  }
+  for (const std::string& note : r.notes) absl::StrAppend(&out, "note            ", note, "\n");
   return out;
 }
 

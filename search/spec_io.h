@@ -51,6 +51,9 @@ nlohmann::json PlanResultToJson(const PlanResult& result);
 /// summary line; notes of the best layout follow.
 std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec);
 
+/// One estimated layout in words: the figures, the time and memory breakdowns, the notes.
+std::string FormatEstimate(const RankedConfig& estimate, const JobSpec& spec);
+
 /// One CSV row per candidate: the ranked ones, then the rejected ones with their reason.
 std::string FormatPlanCsv(const PlanResult& result);
 

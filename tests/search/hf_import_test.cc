@@ -4,6 +4,7 @@
 #include "search/hf_import.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -18,9 +19,13 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string ReadHfConfig(const std::string& name) {
+  // PARATUNE_SOURCE_DIR under ctest; else this file's tests/search/ → the source root.
   const char* root = std::getenv("PARATUNE_SOURCE_DIR");
-  const std::string path =
-      std::string(root != nullptr ? root : ".") + "/tests/data/hf/" + name + ".json";
+  const std::string source =
+      root != nullptr
+          ? std::string(root)
+          : std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().string();
+  const std::string path = source + "/tests/data/hf/" + name + ".json";
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << "cannot read " << path;
   std::stringstream text;

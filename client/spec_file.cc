@@ -1,0 +1,193 @@
+// Spec file reading (see spec_file.h).
+#include "client/spec_file.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <regex>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace paratune::client {
+namespace {
+
+using nlohmann::json;
+
+/// A plain (unquoted) scalar typed by the YAML 1.2 core schema.
+json PlainScalar(const std::string& s) {
+  static const std::regex kNull("null|Null|NULL|~|");
+  static const std::regex kTrue("true|True|TRUE");
+  static const std::regex kFalse("false|False|FALSE");
+  static const std::regex kInt("[-+]?[0-9]+");
+  static const std::regex kHex("0x[0-9a-fA-F]+");
+  static const std::regex kOct("0o[0-7]+");
+  static const std::regex kFloat("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
+  static const std::regex kInf("[-+]?\\.(inf|Inf|INF)");
+  static const std::regex kNan("\\.(nan|NaN|NAN)");
+  if (std::regex_match(s, kNull)) return nullptr;
+  if (std::regex_match(s, kTrue)) return true;
+  if (std::regex_match(s, kFalse)) return false;
+  if (std::regex_match(s, kInt)) {
+    int64_t i = 0;
+    if (absl::SimpleAtoi(s, &i)) return i;
+    uint64_t u = 0;
+    if (absl::SimpleAtoi(s, &u)) return u;
+    // Beyond 64 bits: keep the magnitude so that validation can say it is out of range.
+    return std::strtod(s.c_str(), nullptr);
+  }
+  if (std::regex_match(s, kHex) || std::regex_match(s, kOct)) {
+    uint64_t u = 0;
+    if (absl::SimpleHexAtoi(s.substr(2), &u) && s[1] == 'x') return u;
+    if (s[1] == 'o') {
+      errno = 0;
+      const unsigned long long v = std::strtoull(s.c_str() + 2, nullptr, 8);
+      if (errno == 0) return static_cast<uint64_t>(v);
+    }
+    return s;
+  }
+  if (std::regex_match(s, kFloat)) return std::strtod(s.c_str(), nullptr);
+  if (std::regex_match(s, kInf)) {
+    return s[0] == '-' ? -std::numeric_limits<double>::infinity()
+                       : std::numeric_limits<double>::infinity();
+  }
+  if (std::regex_match(s, kNan)) return std::numeric_limits<double>::quiet_NaN();
+  return s;
+}
+
+std::string Where(const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.is_null()) return "";
+  return absl::StrCat(" (line ", mark.line + 1, ", column ", mark.column + 1, ")");
+}
+
+absl::StatusOr<json> Convert(const YAML::Node& node, const std::string& path) {
+  switch (node.Type()) {
+    case YAML::NodeType::Undefined:
+    case YAML::NodeType::Null:
+      return json(nullptr);
+    case YAML::NodeType::Scalar:
+      // "!" marks a quoted (non-plain) scalar, which is always a string.
+      if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str") {
+        return json(node.Scalar());
+      }
+      return PlainScalar(node.Scalar());
+    case YAML::NodeType::Sequence: {
+      json array = json::array();
+      size_t i = 0;
+      for (const YAML::Node& item : node) {
+        auto v = Convert(item, absl::StrCat(path, "[", i++, "]"));
+        if (!v.ok()) return v.status();
+        array.push_back(std::move(*v));
+      }
+      return array;
+    }
+    case YAML::NodeType::Map: {
+      json object = json::object();
+      for (const auto& entry : node) {
+        if (!entry.first.IsScalar()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("a key under '", path.empty() ? "(top level)" : path,
+                           "' is not a plain name", Where(entry.first)));
+        }
+        const std::string key = entry.first.Scalar();
+        const std::string child = path.empty() ? key : absl::StrCat(path, ".", key);
+        if (object.contains(key)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("duplicate key '", child, "'", Where(entry.first)));
+        }
+        auto v = Convert(entry.second, child);
+        if (!v.ok()) return v.status();
+        object[key] = std::move(*v);
+      }
+      return object;
+    }
+  }
+  return json(nullptr);
+}
+
+absl::StatusOr<std::string> ReadText(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "' is a directory"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read '", path.string(), "': ", std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+absl::StatusOr<json> YamlToJson(const std::string& text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("line ", e.mark.line + 1, ", column ",
+                                                   e.mark.column + 1, ": ", e.msg));
+  }
+  try {
+    return Convert(root, "");
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("line ", e.mark.line + 1, ", column ",
+                                                   e.mark.column + 1, ": ", e.msg));
+  }
+}
+
+absl::StatusOr<json> ReadSpecFile(const std::string& path) {
+  auto text = ReadText(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<json> spec;
+  if (absl::EndsWithIgnoreCase(path, ".json")) {
+    try {
+      spec = json::parse(*text);
+    } catch (const json::parse_error& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec file '", path, "' is not valid JSON: ", e.what()));
+    }
+  } else {
+    spec = YamlToJson(*text);
+    if (!spec.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec file '", path, "' is not valid YAML: ", spec.status().message()));
+    }
+  }
+
+  // model.hf_config: PATH → model.hf_config_json: CONTENTS.
+  if (spec->is_object() && spec->contains("model") && (*spec)["model"].is_object()) {
+    json& model = (*spec)["model"];
+    auto it = model.find("hf_config");
+    if (it != model.end() && it->is_string()) {
+      std::filesystem::path hf = it->get<std::string>();
+      if (hf.is_relative()) hf = std::filesystem::path(path).parent_path() / hf;
+      std::error_code ec;
+      if (std::filesystem::is_directory(hf, ec)) hf /= "config.json";
+      auto contents = ReadText(hf);
+      if (!contents.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model.hf_config: ", contents.status().message()));
+      }
+      if (model.contains("hf_config_json")) {
+        return absl::InvalidArgumentError(
+            "model.hf_config and model.hf_config_json are mutually exclusive");
+      }
+      model.erase("hf_config");
+      model["hf_config_json"] = *contents;
+    }
+  }
+  return spec;
+}
+
+}  // namespace paratune::client
