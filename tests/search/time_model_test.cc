@@ -1,0 +1,138 @@
+#include "search/time_model.h"
+
+#include <gtest/gtest.h>
+
+#include "search/presets.h"
+
+namespace paratune {
+namespace {
+
+// Korthikanti et al. 2022, Table 4: one GPT-22B layer, TP 8, micro-batch 4, seq 2048, A100.
+class Table4Test : public ::testing::Test {
+ protected:
+  ModelSpec model_ = *FindPreset("gpt3-22b");
+  TrainingSpec training_ = [] {
+    TrainingSpec t;
+    t.seq_length = 2048;
+    t.global_batch_size = 4;
+    t.flash_attention = false;
+    t.dropout = true;
+    return t;
+  }();
+  DeviceProfile a100_ = *FindDevice("a100-80gb");
+  LayerTime Layer(bool sp, Recompute rc) const {
+    ParallelConfig c;
+    c.tp = 8;
+    c.micro_batch_size = 4;
+    c.sequence_parallel = sp;
+    c.recompute = rc;
+    return EstimateLayerTime(model_, training_, c, a100_, 8);
+  }
+};
+
+TEST_F(Table4Test, PublishedForwardAndBackwardWithinFivePercent) {
+  struct Row {
+    bool sp;
+    Recompute rc;
+    double fwd_ms, bwd_ms;
+  };
+  for (const Row& r : {Row{false, Recompute::kNone, 7.7, 11.9}, Row{true, Recompute::kNone, 7.2, 11.8},
+                       Row{false, Recompute::kFull, 7.7, 19.5},
+                       Row{false, Recompute::kSelective, 7.7, 13.2},
+                       Row{true, Recompute::kSelective, 7.2, 13.1}}) {
+    const LayerTime t = Layer(r.sp, r.rc);
+    EXPECT_NEAR(t.Forward() * 1e3, r.fwd_ms, 0.05 * r.fwd_ms);
+    EXPECT_NEAR(t.Backward() * 1e3, r.bwd_ms, 0.05 * r.bwd_ms);
+  }
+}
+
+TEST_F(Table4Test, RecomputeAddsTheRightForwardWork) {
+  const LayerTime none = Layer(false, Recompute::kNone);
+  const LayerTime full = Layer(false, Recompute::kFull);
+  const LayerTime selective = Layer(false, Recompute::kSelective);
+  // Full recompute re-runs the whole forward, communication included.
+  EXPECT_DOUBLE_EQ(full.Backward() - none.Backward(), none.Forward());
+  // Selective re-runs only the attention core.
+  EXPECT_DOUBLE_EQ(selective.Backward() - none.Backward(), none.attention_forward);
+  EXPECT_LT(selective.Backward(), full.Backward());
+}
+
+TEST_F(Table4Test, BackwardTpCommunicationIsPartlyHidden) {
+  const LayerTime t = Layer(false, Recompute::kNone);
+  // Forward: two serial all-reduces; backward: two all-reduces overlapped with the
+  // weight-gradient GEMMs, so less than the forward's is exposed.
+  EXPECT_GT(t.forward_tp_comm, 0);
+  EXPECT_LT(t.backward_tp_comm, t.forward_tp_comm);
+  ParallelConfig c;
+  c.tp = 1;
+  c.micro_batch_size = 4;
+  const LayerTime single = EstimateLayerTime(model_, training_, c, a100_, 8);
+  EXPECT_EQ(single.forward_tp_comm, 0);
+  EXPECT_EQ(single.backward_tp_comm, 0);
+}
+
+JobSpec Korthikanti175b() {
+  JobSpec spec;
+  spec.model = *FindPreset("gpt3-175b");
+  spec.training.seq_length = 2048;
+  spec.training.global_batch_size = 64;
+  spec.training.flash_attention = false;
+  spec.training.dropout = true;
+  spec.cluster.gpu = "a100-80gb";
+  spec.cluster.num_gpus = 64;
+  return spec;
+}
+
+// Korthikanti Table 5, GPT-3 175B on 64 A100s (TP 8, PP 8, VP 3, micro-batch 1, B 64):
+// 18.13 s with full recompute, 13.75 s with SP + selective.
+TEST(IterationTest, Korthikanti175bWithinFivePercent) {
+  const JobSpec spec = Korthikanti175b();
+  const DeviceProfile a100 = *FindDevice("a100-80gb");
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 8;
+  c.vp = 3;
+  c.recompute = Recompute::kFull;
+  double times[2];
+  for (int i = 0; i < 2; ++i) {
+    if (i == 1) {
+      c.recompute = Recompute::kSelective;
+      c.sequence_parallel = true;
+    }
+    const LayerTime layer = EstimateLayerTime(spec.model, spec.training, c, a100, 8);
+    const EdgeTime edge = EstimateEdgeTime(spec.model, spec.training, c, a100, 8);
+    absl::StatusOr<IterationEstimate> it =
+        EstimateIteration(spec, c, a100, layer, edge, PipelineMode::kSimulated);
+    ASSERT_TRUE(it.ok()) << it.status();
+    times[i] = it->iteration_time_s;
+  }
+  EXPECT_NEAR(times[0], 18.13, 0.05 * 18.13);
+  EXPECT_NEAR(times[1], 13.75, 0.05 * 13.75);
+  EXPECT_NEAR(times[0] / times[1], 18.13 / 13.75, 0.05);
+}
+
+// With one stage and one data-parallel rank the iteration is m x (forward + backward) of
+// all layers plus the embedding, the logits and the optimizer step.
+TEST(IterationTest, SingleStageIsASum) {
+  JobSpec spec = Korthikanti175b();
+  spec.model = *FindPreset("gpt3-1.7b");
+  spec.cluster.num_gpus = 1;
+  spec.training.global_batch_size = 8;
+  const DeviceProfile a100 = *FindDevice("a100-80gb");
+  ParallelConfig c;
+  c.micro_batch_size = 2;
+  const LayerTime layer = EstimateLayerTime(spec.model, spec.training, c, a100, 8);
+  const EdgeTime edge = EstimateEdgeTime(spec.model, spec.training, c, a100, 8);
+  absl::StatusOr<IterationEstimate> it =
+      EstimateIteration(spec, c, a100, layer, edge, PipelineMode::kSimulated);
+  ASSERT_TRUE(it.ok());
+  const double per_micro_batch = 24 * (layer.Forward() + layer.Backward()) +
+                                 edge.embedding_forward + edge.embedding_backward +
+                                 edge.logits_forward + edge.logits_backward;
+  EXPECT_NEAR(it->iteration_time_s, 4 * per_micro_batch + it->time.optimizer, 1e-9);
+  EXPECT_NEAR(it->time.pp_bubble, 0, 1e-12);
+  EXPECT_EQ(it->time.dp_comm, 0);
+}
+
+}  // namespace
+}  // namespace paratune
