@@ -7,6 +7,9 @@
 // kept for backward: memory is O(s) per head instead of O(s²). Backward recomputes each
 // score tile from q, k and the lse. Dropout on P uses counter-based masks, so the same
 // elements drop as in the naive path and nothing s×s is stored.
+// Heads run one after another and OpenBLAS threads each 128×128 tile GEMM: running heads on
+// our own threads as well oversubscribed the cores (OpenBLAS workers spin between calls)
+// and halved the layer's rate in layer_step.
 #ifndef PARATUNE_KERNELS_CPU_ATTENTION_H_
 #define PARATUNE_KERNELS_CPU_ATTENTION_H_
 
@@ -24,15 +27,16 @@
 
 namespace paratune::kernels::cpu {
 
-inline constexpr int64_t kTileQ = 64;
-inline constexpr int64_t kTileK = 64;
+inline constexpr int64_t kTileQ = 128;
+inline constexpr int64_t kTileK = 128;
 
 template <typename T>
 void flash_attention_forward(const AttentionArgs& a, float* lse, int threads) {
   const int64_t s = a.seq, d = a.head_dim, rs = a.batch * a.ld_qkv, rs_o = a.batch * a.ld_o;
   const int64_t per_group = a.heads / a.groups;
   const T keep_scale = T(1) / (T(1) - T(a.dropout));
-  ParallelFor(a.batch * a.heads, threads, 1, [&](int64_t t0, int64_t t1) {
+  (void)threads;  // tiles are big enough for OpenBLAS to thread each GEMM itself
+  ParallelFor(a.batch * a.heads, 1, 1, [&](int64_t t0, int64_t t1) {
     std::vector<T> S(kTileQ * kTileK), acc(kTileQ * d), m(kTileQ), l(kTileQ);
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t bi = task / a.heads, hh = task % a.heads, gg = hh / per_group;
@@ -99,7 +103,8 @@ void flash_attention_backward(const AttentionArgs& a, const float* lse, const T*
   const int64_t per_group = a.heads / a.groups;
   const T keep_scale = T(1) / (T(1) - T(a.dropout));
   // One task per (batch, kv group): dk and dv accumulate over the group's heads.
-  ParallelFor(a.batch * a.groups, threads, 1, [&](int64_t t0, int64_t t1) {
+  (void)threads;
+  ParallelFor(a.batch * a.groups, 1, 1, [&](int64_t t0, int64_t t1) {
     std::vector<T> S(kTileQ * kTileK), dP(kTileQ * kTileK), D(s);
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t bi = task / a.groups, gg = task % a.groups;

@@ -247,9 +247,9 @@ Vec NaiveAttention(const AttentionArgs& a, const Vec& qkv) {
 }
 
 TEST(OpsGradTest, FlashAttentionMatchesNaiveAndGradients) {
-  // s = 70 crosses the 64-row tile boundary; 4 heads over 2 kv groups (GQA); dropout on.
+  // s = 150 crosses the 128-row tile boundary; 4 heads over 2 kv groups (GQA); dropout on.
   AttentionArgs a;
-  a.batch = 2, a.seq = 70, a.heads = 4, a.groups = 2, a.head_dim = 4;
+  a.batch = 2, a.seq = 150, a.heads = 4, a.groups = 2, a.head_dim = 4;
   a.ld_qkv = (a.heads + 2 * a.groups) * a.head_dim;
   a.ld_o = a.heads * a.head_dim;
   a.scale = 0.5f;
