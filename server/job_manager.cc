@@ -57,7 +57,11 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(std::unique_ptr<S
   std::unique_ptr<JobManager> manager(
       new JobManager(std::move(store), clock, std::move(options)));
   if (absl::Status s = manager->Recover(); !s.ok()) return s;
-  manager->executor_ = std::thread([m = manager.get()] { m->ExecutorLoop(); });
+  // Planning runs outside the lock: several jobs can plan at once.
+  const unsigned executors = std::max(2u, std::thread::hardware_concurrency());
+  for (unsigned i = 0; i < executors; ++i) {
+    manager->executors_.emplace_back([m = manager.get()] { m->ExecutorLoop(); });
+  }
   manager->reaper_ = std::thread([m = manager.get()] { m->ReaperLoop(); });
   return manager;
 }
@@ -79,7 +83,9 @@ void JobManager::Shutdown() {
   changed_cv_.notify_all();
   tasks_cv_.notify_all();
   work_cv_.notify_all();
-  if (executor_.joinable()) executor_.join();
+  for (std::thread& t : executors_) {
+    if (t.joinable()) t.join();
+  }
   if (reaper_.joinable()) reaper_.join();
 }
 
@@ -151,7 +157,7 @@ void JobManager::ExecutorLoop() {
     if (stopping_) return;
     auto [work, job_id] = work_.front();
     work_.pop_front();
-    executor_busy_ = true;
+    ++executors_busy_;
     lock.unlock();
     if (work == Work::kPlan) {
       RunPlan(job_id);
@@ -159,7 +165,7 @@ void JobManager::ExecutorLoop() {
       RunCompose(job_id);
     }
     lock.lock();
-    executor_busy_ = false;
+    --executors_busy_;
     work_cv_.notify_all();
   }
 }
@@ -167,7 +173,7 @@ void JobManager::ExecutorLoop() {
 void JobManager::WaitIdle() {
   std::unique_lock<std::mutex> lock(mu_);
   work_cv_.wait(lock, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stopping_ || (work_.empty() && !executor_busy_);
+    return stopping_ || (work_.empty() && executors_busy_ == 0);
   });
 }
 
@@ -281,7 +287,6 @@ void JobManager::RunPlan(const std::string& job_id) {
   }
   if (queued) tasks_cv_.notify_all();
   MaybeFinishProfilingLocked(job).IgnoreError();
-  UpdateMetricsLocked();
 }
 
 void JobManager::RunCompose(const std::string& job_id) {
@@ -349,7 +354,6 @@ absl::Status JobManager::SetStateLocked(JobEntry& job, v1::JobState state,
   job.record.job.set_state(state);
   job.record.job.set_error(error);
   absl::Status s = PersistJobLocked(job);
-  UpdateMetricsLocked();
   return s;
 }
 
@@ -500,7 +504,6 @@ absl::StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& reques
   job_order_.push_back(id);
   ScheduleLocked(Work::kPlan, id);
   NotifyLocked();
-  UpdateMetricsLocked();
   return stored.record.job;
 }
 
@@ -632,7 +635,6 @@ absl::StatusOr<v1::RegisterResponse> JobManager::Register(const v1::RegisterRequ
   w.info.set_state("idle");
   w.info.clear_current_task_id();
   w.info.set_last_heartbeat_unix_ms(clock_->NowMs());
-  UpdateMetricsLocked();
   v1::RegisterResponse out;
   out.set_worker_id(id);
   out.set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
@@ -662,7 +664,6 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
   }
   w.info.set_state(running.empty() ? "idle" : "busy");
   w.info.set_current_task_id(running);
-  UpdateMetricsLocked();
   return out;
 }
 
@@ -696,7 +697,6 @@ absl::StatusOr<v1::LeaseTaskResponse> JobManager::LeaseTask(const v1::LeaseTaskR
       ++leases_granted_;
       w.info.set_state("busy");
       w.info.set_current_task_id(task->id());
-      UpdateMetricsLocked();
       v1::LeaseTaskResponse out;
       out.set_lease_expires_unix_ms(queue_.LeaseExpiry(task->id()));
       *out.mutable_task() = *std::move(task);
@@ -773,7 +773,6 @@ absl::StatusOr<v1::ReportResultResponse> JobManager::ReportResult(
   }
   if (absl::Status s = PersistJobLocked(job); !s.ok()) return s;
   if (absl::Status s = MaybeFinishProfilingLocked(job); !s.ok()) return s;
-  UpdateMetricsLocked();
   out.set_accepted(true);
   return out;
 }
@@ -785,7 +784,6 @@ absl::StatusOr<v1::DeregisterResponse> JobManager::Deregister(
     RequeueLocked(r, absl::StrCat("worker ", request.worker_id(), " left")).IgnoreError();
   }
   workers_.erase(request.worker_id());
-  UpdateMetricsLocked();
   return v1::DeregisterResponse();
 }
 

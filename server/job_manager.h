@@ -21,8 +21,8 @@
 // with NOT_FOUND ("register again"). A worker silent for lease_timeout_ms is "lost" and its
 // leases are re-queued; a task leased max_attempts times without a result fails.
 //
-// Thread-safe. Two background threads: an executor (planning and composing, outside the
-// lock) and a reaper (lease expiry, lost workers).
+// Thread-safe. Background threads: executors (planning and composing, outside the lock,
+// max(2, cores) of them) and a reaper (lease expiry, lost workers, metrics gauges).
 #ifndef PARATUNE_SERVER_JOB_MANAGER_H_
 #define PARATUNE_SERVER_JOB_MANAGER_H_
 
@@ -62,7 +62,8 @@ struct JobManagerOptions {
   ProfilePlanOptions profile;
   /// The analytical planner: paratune::Plan (search/planner.h); tests substitute a fake.
   std::function<absl::StatusOr<PlanResult>(const JobSpec&)> plan;
-  /// Optional metrics sink (gauges of jobs, tasks, workers).
+  /// Optional metrics sink (gauges of jobs, tasks, workers; refreshed by the reaper, at
+  /// most a second old).
   Metrics* metrics = nullptr;
 };
 
@@ -142,6 +143,7 @@ class JobManager final : public AutotunerHandler, public WorkerHubHandler {
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked(Work work, const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NotifyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // O(jobs + workers): called by the reaper, not on every change.
   void UpdateMetricsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string NewIdLocked(const char* prefix) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -158,13 +160,13 @@ class JobManager final : public AutotunerHandler, public WorkerHubHandler {
   std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);  // Oldest first.
   std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);
   std::deque<std::pair<Work, std::string>> work_ ABSL_GUARDED_BY(mu_);
-  bool executor_busy_ ABSL_GUARDED_BY(mu_) = false;
+  int executors_busy_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t id_counter_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t leases_granted_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
-  std::thread executor_;
+  std::vector<std::thread> executors_;
   std::thread reaper_;
 };
 

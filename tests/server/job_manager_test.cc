@@ -8,6 +8,7 @@
 
 #include "server/clock.h"
 #include "server/convert.h"
+#include "server/metrics.h"
 
 namespace paratune::server {
 namespace {
@@ -99,7 +100,9 @@ class JobManagerTest : public ::testing::Test {
   void Open(const std::string& db = ":memory:") {
     auto store = OpenSqliteStore(db);
     ASSERT_TRUE(store.ok()) << store.status();
-    auto m = JobManager::Create(*std::move(store), &clock_, Options());
+    JobManagerOptions options = Options();
+    options.metrics = &metrics_;
+    auto m = JobManager::Create(*std::move(store), &clock_, options);
     ASSERT_TRUE(m.ok()) << m.status();
     manager_ = *std::move(m);
   }
@@ -157,6 +160,7 @@ class JobManagerTest : public ::testing::Test {
   }
 
   FakeClock clock_;
+  Metrics metrics_;
   std::unique_ptr<JobManager> manager_;
 };
 
@@ -177,6 +181,10 @@ TEST_F(JobManagerTest, ModelModeSucceedsWithThePlannersRanking) {
   EXPECT_EQ(plan.ranked(0).iteration_time_s(), 1.0);
   EXPECT_EQ(plan.ranked(0).source(), "modelled");
   EXPECT_EQ(Get(id).progress().tasks_total(), 0);
+  // The reaper refreshes the gauges.
+  manager_->ReapNow();
+  const std::string text = metrics_.Serialize();
+  EXPECT_NE(text.find("paratune_jobs{state=\"succeeded\"} 1"), std::string::npos) << text;
 }
 
 TEST_F(JobManagerTest, InvalidSpecIsRejectedNamingTheField) {
