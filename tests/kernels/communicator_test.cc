@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -44,6 +47,27 @@ TEST(GlooCommunicatorTest, CollectivesOverThreeThreadRanks) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(failures, std::vector<int>(k, 0));
+}
+
+// Ranks that are processes rendezvous through files; here each rank opens its own
+// FileStore on the shared directory, exactly as a separate process would.
+TEST(GlooCommunicatorTest, FileStoreRendezvous) {
+  char dir[] = "/tmp/paratune_gloo_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::vector<std::thread> threads;
+  std::vector<float> sums(2, 0.0f);
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r]() {
+      auto comm = MakeGlooCommunicator(MakeFileRendezvous(dir), "f", r, 2);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      float v = 1.5f + r;
+      ASSERT_TRUE((*comm)->AllReduce(&v, 1, DType::kF32).ok());
+      sums[r] = v;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(sums, (std::vector<float>{4.0f, 4.0f}));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CollectiveSweepTest, BusBandwidthFactorsAreNcclTests) {
