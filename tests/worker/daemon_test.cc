@@ -119,6 +119,16 @@ class DaemonThread {
   std::thread thread_;
 };
 
+// Polls `pred` every 10 ms for up to 10 s.
+bool Eventually(const std::function<bool()>& pred) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
+  while (!pred()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return true;
+}
+
 WorkerOptions Options(const std::string& address, std::shared_ptr<TaskExecutor> executor) {
   WorkerOptions o;
   o.coordinator = address;
@@ -271,11 +281,7 @@ TEST(WorkerDaemonTest, CoordinatorRestartReRegistersAndResendsTheUnacknowledgedR
   // The coordinator goes away while the task runs; the result cannot be delivered.
   server->Shutdown();
   executor->Release();
-  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
-  while (daemon.daemon().stats().reports_pending != 1 && Clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  ASSERT_EQ(daemon.daemon().stats().reports_pending, 1);
+  ASSERT_TRUE(Eventually([&] { return daemon.daemon().stats().reports_pending == 1; }));
   std::this_thread::sleep_for(milliseconds(300));  // a few failed reconnects
 
   // A new coordinator on the same port knows nothing: the daemon registers again and
@@ -296,6 +302,31 @@ TEST(WorkerDaemonTest, CoordinatorRestartReRegistersAndResendsTheUnacknowledgedR
   WorkerStats stats = daemon.daemon().stats();
   EXPECT_EQ(stats.registrations, 2);
   EXPECT_EQ(stats.reports_pending, 0);
+}
+
+TEST(WorkerDaemonTest, ReportsFailingWithAServerErrorAreRetriedThenDropped) {
+  HubServer server;
+  auto executor = std::make_shared<ScriptedExecutor>();
+  DaemonThread daemon(Options(server.address(), executor));
+  FakeHub& hub = server.hub();
+  // Two failures, then the third send of the same result is accepted.
+  hub.FailReports(2);
+  hub.Enqueue(Task("ok-1", 4));
+  ASSERT_TRUE(hub.WaitFor([&] { return hub.reports_unlocked().size() == 1; }));
+  EXPECT_EQ(hub.report_calls(), 3);
+  EXPECT_EQ(hub.reports()[0].result().task_id(), "ok-1");
+  EXPECT_EQ(hub.reports()[0].result().attempt(), 4);
+  // Five failures: the result is dropped and the daemon serves the next task.
+  hub.FailReports(5);
+  hub.Enqueue(Task("ok-2"));
+  hub.Enqueue(Task("ok-3"));
+  ASSERT_TRUE(hub.WaitFor([&] { return hub.reports_unlocked().size() == 2; }));
+  EXPECT_EQ(hub.reports()[1].result().task_id(), "ok-3");
+  EXPECT_EQ(hub.report_calls(), 3 + 5 + 1);
+  // The hub records a report before the daemon reads the answer: poll the daemon's view.
+  EXPECT_TRUE(Eventually([&] { return daemon.daemon().stats().reports_pending == 0; }));
+  EXPECT_TRUE(daemon.Join().ok());
+  EXPECT_EQ(hub.registers().size(), 1u);  // a server error is not a lost coordinator
 }
 
 TEST(WorkerDaemonTest, ReRegistersWhenTheHeartbeatSaysSo) {

@@ -78,6 +78,12 @@ class FakeHub final : public v1::WorkerHub::Service {
                             v1::ReportResultResponse* response) override {
     if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
     std::lock_guard<std::mutex> lock(mu_);
+    ++report_calls_;
+    if (failing_reports_ > 0) {
+      --failing_reports_;
+      cv_.notify_all();
+      return grpc::Status(grpc::StatusCode::INTERNAL, "store hiccup");
+    }
     reports_.push_back(*request);
     response->set_accepted(true);
     cv_.notify_all();
@@ -101,6 +107,15 @@ class FakeHub final : public v1::WorkerHub::Service {
   void CancelTask(const std::string& id) {
     std::lock_guard<std::mutex> lock(mu_);
     cancel_.insert(id);
+  }
+  /// The next `n` ReportResult calls fail with INTERNAL.
+  void FailReports(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    failing_reports_ = n;
+  }
+  int report_calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return report_calls_;
   }
   void ForgetWorkers() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -167,6 +182,8 @@ class FakeHub final : public v1::WorkerHub::Service {
   std::vector<v1::ReportResultRequest> reports_;
   std::vector<std::string> deregistered_;
   std::vector<std::string> auth_seen_;
+  int failing_reports_ = 0;
+  int report_calls_ = 0;
   bool closed_ = false;
 };
 
