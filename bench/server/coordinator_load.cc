@@ -335,8 +335,9 @@ int main(int argc, char** argv) {
   int grpc_port = 0, http_port = 0;
   const bool external = !grpc_target.empty() || !http_target.empty();
   if (external) {
-    if ((want_grpc && !SplitHostPort(grpc_target, &grpc_host, &grpc_port)) ||
-        (want_rest && !SplitHostPort(http_target, &http_host, &http_port))) {
+    const bool have_grpc = SplitHostPort(grpc_target, &grpc_host, &grpc_port);
+    const bool have_http = SplitHostPort(http_target, &http_host, &http_port);
+    if ((want_grpc && !have_grpc) || (want_rest && !have_http)) {
       std::cerr << "coordinator_load: --transport " << transport
                 << " needs --grpc-target and/or --http-target as host:port\n";
       return 2;
