@@ -194,7 +194,7 @@ page.on('console', (m) => {
   // Chromium logs every 401 it gets; the first load is meant to get them (token prompt).
   if (m.type() === 'error' && !/status of 401/.test(m.text())) pageErrors.push(`console: ${m.text()}`);
 });
-page.setDefaultTimeout(20_000);
+page.setDefaultTimeout(30_000);
 
 /** Every page must fit its width: no horizontal scroll on the document. */
 async function horizontalOverflow() {
