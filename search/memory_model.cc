@@ -70,7 +70,8 @@ LayerActivationParams ActivationParamsFor(const ModelSpec& model, const Training
 
 double StageParamsPerGpu(const ModelSpec& m, const ParallelConfig& c, int64_t stage) {
   const double t = static_cast<double>(c.tp);
-  double params = static_cast<double>(m.num_layers / c.pp) * LayerParams(m) / t;
+  double params =
+      static_cast<double>(c.LayersOnStage(m.num_layers, stage)) * LayerParams(m) / t;
   const double h = static_cast<double>(m.hidden_size);
   const double word = static_cast<double>(PaddedVocab(m, c.tp)) * h / t;
   if (stage == 0) params += EmbeddingParams(m) / t - static_cast<double>(m.vocab_size) * h / t + word;
@@ -95,7 +96,6 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   const ModelSpec& m = spec.model;
   const TrainingSpec& tr = spec.training;
   const LayerActivationParams act = ActivationParamsFor(m, tr, c);
-  const double layers_per_stage = static_cast<double>(m.num_layers / c.pp);
   const double micro_batches = static_cast<double>(c.NumMicroBatches(tr));
   const double t = static_cast<double>(c.tp);
   const double s_local = static_cast<double>(tr.seq_length) / static_cast<double>(c.cp);
@@ -111,18 +111,18 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     kept.recompute = Recompute::kFull;
     per_layer_full_recompute = LayerActivationBytes(m, kept);
   }
-  double stage_act = 0;
-  if (c.recompute == Recompute::kFull) {
-    const double recomputed =
-        c.recompute_num_layers > 0 ? static_cast<double>(c.recompute_num_layers)
-                                   : layers_per_stage;
+  // Activations of one micro-batch through all layers of stage r.
+  auto stage_act = [&](int64_t r) {
+    const double layers = static_cast<double>(c.LayersOnStage(m.num_layers, r));
+    if (c.recompute != Recompute::kFull) return layers * per_layer_stored;
+    const double recomputed = c.recompute_num_layers > 0
+                                  ? std::min(layers, static_cast<double>(c.recompute_num_layers))
+                                  : layers;
     LayerActivationParams no_rc = act;
     no_rc.recompute = Recompute::kNone;
-    stage_act = recomputed * per_layer_full_recompute +
-                (layers_per_stage - recomputed) * LayerActivationBytes(m, no_rc);
-  } else {
-    stage_act = layers_per_stage * per_layer_stored;
-  }
+    return recomputed * per_layer_full_recompute +
+           (layers - recomputed) * LayerActivationBytes(m, no_rc);
+  };
   // Micro-batches whose activations a stage holds at its peak (in units of a whole stage's
   // layers): 1F1B keeps min(p - r, m) on stage r; the interleaved schedule runs
   // (p - r - 1)*2 + (v - 1)*p + 1 model chunks of L/(p*v) layers before its first
@@ -165,7 +165,8 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     mem.gradients = framework.gradient_bytes_per_param * params;
     mem.optimizer = 12.0 * params / optimizer_shards;
     const double stage_in_flight = in_flight_on(stage);
-    mem.activations = stage_in_flight * stage_act + (stage == 0 ? in_flight * embedding_act : 0);
+    mem.activations =
+        stage_in_flight * stage_act(stage) + (stage == 0 ? in_flight * embedding_act : 0);
     const double transient = backward_working_set + (stage == c.pp - 1 ? logits : 0.0);
     mem.other = transient + framework.workspace_bytes +
                 framework.fragmentation_fraction * (mem.activations + transient);

@@ -36,6 +36,20 @@ int64_t ParallelConfig::NumMicroBatches(const TrainingSpec& training) const {
   return training.global_batch_size / per_step;
 }
 
+int64_t ParallelConfig::LayersInChunk(int64_t num_layers, int64_t stage, int64_t chunk) const {
+  if (!split_counts_embedding_and_loss) return num_layers / (pp * vp);
+  int64_t layers = (num_layers + 2) / (pp * vp);
+  if (stage == 0 && chunk == 0) --layers;                  // The embedding's slot.
+  if (stage == pp - 1 && chunk == vp - 1) --layers;        // The loss's slot.
+  return layers;
+}
+
+int64_t ParallelConfig::LayersOnStage(int64_t num_layers, int64_t stage) const {
+  int64_t layers = 0;
+  for (int64_t j = 0; j < vp; ++j) layers += LayersInChunk(num_layers, stage, j);
+  return layers;
+}
+
 std::string ParallelConfig::ToString() const {
   std::string out = absl::StrFormat("tp%d pp%d dp%d cp%d vp%d mb%d", tp, pp, dp, cp, vp,
                                     micro_batch_size);
@@ -45,6 +59,7 @@ std::string ParallelConfig::ToString() const {
     absl::StrAppend(&out, "(", recompute_num_layers, ")");
   }
   if (distributed_optimizer) absl::StrAppend(&out, " dopt");
+  if (split_counts_embedding_and_loss) absl::StrAppend(&out, " split+2");
   return out;
 }
 
@@ -90,20 +105,32 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
           c.tp, cl.gpus_per_node));
     }
   }
-  if (m.num_layers % c.pp != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "pp (%d) must divide model.num_layers (%d)", c.pp, m.num_layers));
-  }
-  if (c.vp > 1) {
+  if (c.split_counts_embedding_and_loss) {
+    const int64_t chunks = c.pp * c.vp;
     if (c.pp == 1) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("vp (%d) > 1 requires pp > 1 (pp is 1)", c.vp));
+          "split_counts_embedding_and_loss requires pp > 1 (pp is 1)");
     }
-    if (m.num_layers % (c.pp * c.vp) != 0) {
+    if ((m.num_layers + 2) % chunks != 0 || (m.num_layers + 2) / chunks < 2) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "with split_counts_embedding_and_loss, pp*vp (%d*%d = %d) must divide "
+          "model.num_layers + 2 (%d) with at least 2 per chunk",
+          c.pp, c.vp, chunks, m.num_layers + 2));
+    }
+  } else {
+    if (m.num_layers % c.pp != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "pp (%d) must divide model.num_layers (%d)", c.pp, m.num_layers));
+    }
+    if (c.vp > 1 && m.num_layers % (c.pp * c.vp) != 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "pp*vp (%d*%d = %d) must divide model.num_layers (%d)", c.pp, c.vp, c.pp * c.vp,
           m.num_layers));
     }
+  }
+  if (c.vp > 1 && c.pp == 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("vp (%d) > 1 requires pp > 1 (pp is 1)", c.vp));
   }
   if (tr.global_batch_size % (c.micro_batch_size * c.dp) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -126,7 +153,7 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
         "training.seq_length (%d) must be divisible by 2*cp (%d)", tr.seq_length, 2 * c.cp));
   }
   if (c.recompute == Recompute::kFull) {
-    const int64_t per_stage = m.num_layers / c.pp;
+    const int64_t per_stage = c.LayersOnStage(m.num_layers, c.pp - 1);
     if (c.recompute_num_layers < 0 || c.recompute_num_layers > per_stage) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "recompute_num_layers (%d) must be in [0, layers per stage = %d] (0 = all)",

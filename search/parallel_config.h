@@ -21,6 +21,17 @@ struct ParallelConfig {
   Recompute recompute = Recompute::kNone;
   int64_t recompute_num_layers = 0;     ///< Layers per stage fully recomputed (kFull).
   bool distributed_optimizer = false;   ///< ZeRO-1 optimizer-state sharding over DP.
+  /// Megatron-Core's --account-for-embedding-in-pipeline-split and
+  /// --account-for-loss-in-pipeline-split: the embedding and the loss count as one layer
+  /// each, so (L + 2) is split evenly over p*v model chunks and the first and last chunks
+  /// hold one transformer layer fewer (uneven first/last stages; Llama 3.1 405B: 126 + 2
+  /// layers over PP 8 x VP 8).
+  bool split_counts_embedding_and_loss = false;
+
+  /// Transformer layers in model chunk `chunk` (0..vp-1) of pipeline stage `stage`.
+  int64_t LayersInChunk(int64_t num_layers, int64_t stage, int64_t chunk) const;
+  /// Transformer layers on pipeline stage `stage` (all its chunks).
+  int64_t LayersOnStage(int64_t num_layers, int64_t stage) const;
 
   /// Micro-batches per iteration m = B / (b * d).
   int64_t NumMicroBatches(const TrainingSpec& training) const;
@@ -30,7 +41,7 @@ struct ParallelConfig {
 };
 
 /// Every rule of DESIGN.md "The search space": N = t*p*c*d, divisibility of heads,
-/// groups, FFN, layers (with VP), batch; interleaving (vp > 1) needs m % p == 0 (Megatron-LM's
+/// groups, FFN, layers (with VP; L + 2 with split_counts_embedding_and_loss), batch; interleaving (vp > 1) needs m % p == 0 (Megatron-LM's
 /// interleaved schedule runs micro-batches in groups of p); SP only with t > 1; CP needs s % 2c == 0; TP
 /// inside a node unless allowed. The first violated rule, naming the fields and values:
 /// `tp (3) must divide model.num_attention_heads (32)`.

@@ -161,13 +161,15 @@ absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
       }
       for (int64_t pp : Divisors(N / (tp * cp))) {
         if (!Allowed(opt.pp, pp)) continue;
-        if (opt.pp.empty() && L % pp != 0) continue;
+        // Stages split L evenly, or L + 2 with the embedding and loss counted as layers.
+        if (opt.pp.empty() && L % pp != 0 && (pp == 1 || (L + 2) % pp != 0)) continue;
         const int64_t dp = N / (tp * cp * pp);
         if (!Allowed(opt.dp, dp)) continue;
         std::vector<int64_t> vps = opt.vp;
         if (vps.empty()) {
-          for (int64_t v : Divisors(L % pp == 0 ? L / pp : 1)) {
-            if (v == 1 || pp > 1) vps.push_back(v);
+          for (int64_t v = 1; v <= L; ++v) {
+            if (v > 1 && pp == 1) break;
+            if (L % (pp * v) == 0 || (pp > 1 && (L + 2) % (pp * v) == 0)) vps.push_back(v);
           }
         }
         std::vector<int64_t> mbs = opt.micro_batch_size;
@@ -185,6 +187,9 @@ absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
               for (Recompute rc : recomputes) {
                 for (int64_t rl : recompute_layers) {
                   if (rc != Recompute::kFull && rl != 0) continue;
+                  for (bool split : {false, true}) {
+                  // The embedding/loss-aware split only where the plain one is impossible.
+                  if (split != (L % (pp * vp) != 0)) continue;
                   for (bool dopt : {false, true}) {
                     if (!Allowed(opt.distributed_optimizer, dopt)) continue;
                     if (opt.distributed_optimizer.empty() && dopt && dp * cp == 1) continue;
@@ -199,6 +204,7 @@ absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
                     c.recompute = rc;
                     c.recompute_num_layers = rc == Recompute::kFull ? rl : 0;
                     c.distributed_optimizer = dopt;
+                    c.split_counts_embedding_and_loss = split;
                     ++result.candidates_considered;
                     if (absl::Status s = ValidateParallelConfig(c, spec); !s.ok()) {
                       result.rejected.push_back({c, std::string(s.message())});
@@ -211,6 +217,7 @@ absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
                       continue;
                     }
                     feasible.push_back({c, mem, 0});
+                  }
                   }
                 }
               }

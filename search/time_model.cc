@@ -255,23 +255,31 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
   const int64_t m = config.NumMicroBatches(training);
   const double t = static_cast<double>(config.tp);
   const double e = ElementBytes(training.precision);
-  const double layers_per_chunk = static_cast<double>(model.num_layers) / static_cast<double>(p * v);
-  const double layers_per_stage = static_cast<double>(model.num_layers / p);
+  const int64_t L = model.num_layers;
 
-  // Fraction of a chunk's layers that are recomputed (full recompute of some layers).
-  double recompute_fraction = 1.0;
-  if (config.recompute == Recompute::kFull && config.recompute_num_layers > 0) {
-    recompute_fraction = static_cast<double>(config.recompute_num_layers) / layers_per_stage;
-  }
-  const double layer_backward =
-      layer.Backward() - (1.0 - recompute_fraction) * (layer.recompute + layer.recompute_tp_comm);
+  // Fraction of a stage's layers that are recomputed (full recompute of some layers).
+  auto recompute_fraction_on = [&](int64_t r) {
+    if (config.recompute != Recompute::kFull || config.recompute_num_layers == 0) return 1.0;
+    return std::min(1.0, static_cast<double>(config.recompute_num_layers) /
+                             static_cast<double>(config.LayersOnStage(L, r)));
+  };
 
   PipelineInput pipe;
   pipe.stages = p;
   pipe.chunks = v;
   pipe.micro_batches = m;
-  pipe.forward.assign(static_cast<size_t>(p * v), layers_per_chunk * layer.Forward());
-  pipe.backward.assign(static_cast<size_t>(p * v), layers_per_chunk * layer_backward);
+  pipe.forward.resize(static_cast<size_t>(p * v));
+  pipe.backward.resize(static_cast<size_t>(p * v));
+  for (int64_t r = 0; r < p; ++r) {
+    const double layer_backward =
+        layer.Backward() -
+        (1.0 - recompute_fraction_on(r)) * (layer.recompute + layer.recompute_tp_comm);
+    for (int64_t j = 0; j < v; ++j) {
+      const double layers = static_cast<double>(config.LayersInChunk(L, r, j));
+      pipe.forward[r * v + j] = layers * layer.Forward();
+      pipe.backward[r * v + j] = layers * layer_backward;
+    }
+  }
   pipe.forward[0] += edge.embedding_forward;
   pipe.backward[0] += edge.embedding_backward;
   pipe.forward[p * v - 1] += edge.logits_forward;
@@ -364,7 +372,8 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
   double compute = 0, tp = 0, cp = 0;
   {
     // Per micro-batch on the critical stage, split by cause.
-    const double layers = layers_per_stage;
+    const double layers = static_cast<double>(config.LayersOnStage(L, critical));
+    const double recompute_fraction = recompute_fraction_on(critical);
     compute = layers * (layer.forward_compute + layer.backward_compute +
                         recompute_fraction * layer.recompute);
     tp = layers * (layer.forward_tp_comm + layer.backward_tp_comm +
