@@ -96,3 +96,37 @@ TEST(ParallelConfigTest, ToString) {
 
 }  // namespace
 }  // namespace paratune
+
+namespace paratune {
+namespace {
+
+// Llama 3.1 405B in Megatron-Core: 126 layers + embedding + loss = 128 over PP 8 x VP 8.
+TEST(ParallelConfigTest, EmbeddingAndLossAwareSplit) {
+  JobSpec spec;
+  spec.model = *FindPreset("llama3.1-405b");
+  spec.training.seq_length = 8192;
+  spec.training.global_batch_size = 512;
+  spec.cluster.gpu = "h100-sxm-80gb";
+  spec.cluster.num_gpus = 1024;
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 8;
+  c.vp = 8;
+  c.cp = 2;
+  c.dp = 8;
+  EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
+            "pp (8) must divide model.num_layers (126)");
+  c.split_counts_embedding_and_loss = true;
+  EXPECT_TRUE(ValidateParallelConfig(c, spec).ok()) << ValidateParallelConfig(c, spec);
+  EXPECT_EQ(c.LayersInChunk(126, 0, 0), 1);
+  EXPECT_EQ(c.LayersInChunk(126, 0, 1), 2);
+  EXPECT_EQ(c.LayersInChunk(126, 7, 7), 1);
+  EXPECT_EQ(c.LayersOnStage(126, 0), 15);
+  EXPECT_EQ(c.LayersOnStage(126, 3), 16);
+  int64_t total = 0;
+  for (int64_t r = 0; r < 8; ++r) total += c.LayersOnStage(126, r);
+  EXPECT_EQ(total, 126);
+}
+
+}  // namespace
+}  // namespace paratune
