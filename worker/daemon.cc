@@ -141,6 +141,9 @@ absl::Status WorkerOptions::Validate() const {
     return absl::InvalidArgumentError("backoff_max_ms must be >= backoff_initial_ms");
   }
   if (stop_grace_s < 0) return absl::InvalidArgumentError("stop_grace_s must be >= 0");
+  if (!tls && !tls_root_certs_pem.empty()) {
+    return absl::InvalidArgumentError("tls_root_certs_pem is set but tls is off");
+  }
   return absl::OkStatus();
 }
 
@@ -217,8 +220,15 @@ class WorkerDaemon::Impl {
                 static_cast<int>(options_.backoff_initial_ms));
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(options_.backoff_initial_ms));
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options_.backoff_max_ms));
-    return grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(),
-                                     args);
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
+    if (options_.tls) {
+      grpc::SslCredentialsOptions ssl;
+      ssl.pem_root_certs = options_.tls_root_certs_pem;
+      credentials = grpc::SslCredentials(ssl);
+    } else {
+      credentials = grpc::InsecureChannelCredentials();
+    }
+    return grpc::CreateCustomChannel(options_.coordinator, credentials, args);
   }
 
   void Log(std::string_view line) { options_.log(line); }

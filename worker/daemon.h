@@ -34,6 +34,11 @@ struct WorkerOptions {
   std::string coordinator;
   /// Bearer token sent as gRPC metadata `authorization: Bearer <token>`; empty = none.
   std::string token;
+  /// Connect with TLS (the coordinator runs with --tls-cert/--tls-key).
+  bool tls = false;
+  /// PEM root certificates that sign the coordinator's certificate (with `tls`); empty =
+  /// the system's roots.
+  std::string tls_root_certs_pem;
   /// "auto" (CUDA when built with CUDA and a device exists, else CPU) | "cuda" | "cpu".
   std::string backend = "auto";
   /// Device indices to use (CUDA ordinals; on CPU each index is one rank slot, a rank

@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
   paratune::worker::WorkerOptions options;
   std::string token_file;
   std::string devices;
+  std::string tls_ca;
 
   CLI::App app{
       "paratune-worker: runs ParaTune profiling tasks (transformer-layer profiles and\n"
@@ -113,6 +114,13 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file,
                  "File holding the bearer token (sent as 'authorization: Bearer <token>'); "
                  "empty: no token");
+  app.add_flag("--tls", options.tls,
+               "Connect to the coordinator with TLS, trusting the system's root certificates "
+               "(default: off, plaintext)");
+  app.add_option("--tls-ca", tls_ca,
+                 "PEM file of the root certificate(s) that sign the coordinator's "
+                 "certificate (implies --tls); empty: system roots")
+      ->check(CLI::ExistingFile);
   app.add_option("--backend", options.backend,
                  "auto (CUDA when built with CUDA and a device exists, else CPU) | cuda | cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
@@ -161,6 +169,16 @@ int main(int argc, char** argv) {
   }
   if (!token_file.empty() && !ReadToken(token_file, &options.token, &error)) {
     return UsageError(error);
+  }
+  if (!tls_ca.empty()) {
+    std::ifstream file(tls_ca);
+    std::stringstream pem;
+    pem << file.rdbuf();
+    if (!file || pem.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      return UsageError("--tls-ca: " + tls_ca + " holds no PEM certificate");
+    }
+    options.tls = true;
+    options.tls_root_certs_pem = pem.str();
   }
   if (absl::Status s = options.Validate(); !s.ok()) return UsageError(std::string(s.message()));
   if (options.backend != "cpu") {

@@ -58,7 +58,8 @@ TEST(WorkerCliTest, HelpDocumentsEveryFlagWithItsDefault) {
   Outcome out = RunWorker("--help");
   EXPECT_EQ(out.exit_code, 0);
   for (const char* flag :
-       {"--coordinator TEXT REQUIRED", "--token-file TEXT", "--backend TEXT:{auto,cuda,cpu}=auto",
+       {"--coordinator TEXT REQUIRED", "--token-file TEXT", "--tls ",
+        "(default: off, plaintext)", "--tls-ca TEXT:FILE", "--backend TEXT:{auto,cuda,cpu}=auto",
         "--devices TEXT", "--device-kind TEXT", "--name TEXT",
         "--heartbeat-interval-ms INT:INT in [0 - 3600000]=0",
         "--lease-wait-ms INT:INT in [0 - 3600000]=2000",
@@ -83,7 +84,9 @@ TEST(WorkerCliTest, BadFlagsGiveOneLineAndExitTwo) {
         std::string("--coordinator h:1 --lease-wait-ms -5"),
         std::string("--coordinator h:1 --devices 3-1"),
         std::string("--coordinator h:1 --devices 0,0"),
-        std::string("--coordinator h:1 --token-file /nonexistent/token")}) {
+        std::string("--coordinator h:1 --token-file /nonexistent/token"),
+        std::string("--coordinator h:1 --tls-ca /nonexistent/ca.pem"),
+        std::string("--coordinator h:1 --tls-ca /etc/hostname")}) {
     Outcome out = RunWorker(args);
     EXPECT_EQ(out.exit_code, 2) << args << ": " << out.output;
     EXPECT_EQ(Lines(out.output), 1) << args << ": " << out.output;

@@ -6,6 +6,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <fstream>
+#include <sstream>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -399,6 +402,42 @@ TEST(WorkerDaemonTest, RealKernelsExecutorMeasuresThroughTheDaemon) {
   EXPECT_TRUE(daemon.Join().ok());
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// TLS with a self-signed certificate made by the openssl CLI.
+TEST(WorkerDaemonTest, ConnectsOverTlsTrustingTheGivenRoot) {
+  const std::string dir = ::testing::TempDir();
+  const std::string cert = dir + "/worker_tls_cert.pem", key = dir + "/worker_tls_key.pem";
+  const std::string command =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
+      "subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " + key + " -out " + cert +
+      " >/dev/null 2>&1";
+  if (std::system(command.c_str()) != 0) GTEST_SKIP() << "the openssl CLI is not available";
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({ReadFile(key), ReadFile(cert)});
+  HubServer server(0, "", grpc::SslServerCredentials(ssl));
+  FakeHub& hub = server.hub();
+
+  WorkerOptions plain = Options(server.address(), std::make_shared<ScriptedExecutor>());
+  plain.connect_timeout_s = 0.3;
+  EXPECT_EQ(WorkerDaemon(plain).Run().code(), absl::StatusCode::kUnavailable);
+
+  WorkerOptions options = plain;
+  options.tls = true;
+  options.tls_root_certs_pem = ReadFile(cert);
+  options.connect_timeout_s = 5;
+  DaemonThread daemon(options);
+  hub.Enqueue(Task("ok-1"));
+  ASSERT_TRUE(hub.WaitFor([&] { return hub.reports_unlocked().size() == 1; }));
+  EXPECT_EQ(hub.reports()[0].result().outcome(), v1::TaskResult::OUTCOME_OK);
+  EXPECT_TRUE(daemon.Join().ok());
+}
+
 TEST(WorkerDaemonTest, RejectedTokenEndsRunWithUnauthenticated) {
   HubServer server(0, "right");
   WorkerOptions options = Options(server.address(), std::make_shared<ScriptedExecutor>());
@@ -450,6 +489,9 @@ TEST(WorkerOptionsTest, ValidateNamesTheField) {
   o.devices = {};
   o.backoff_max_ms = 10;
   EXPECT_EQ(o.Validate().message(), "backoff_max_ms must be >= backoff_initial_ms");
+  o.backoff_max_ms = 5000;
+  o.tls_root_certs_pem = "-----BEGIN CERTIFICATE-----";
+  EXPECT_EQ(o.Validate().message(), "tls_root_certs_pem is set but tls is off");
 }
 
 }  // namespace

@@ -190,9 +190,12 @@ class FakeHub final : public v1::WorkerHub::Service {
 // A FakeHub served on 127.0.0.1:`port` (0 = ephemeral).
 class HubServer {
  public:
-  explicit HubServer(int port = 0, std::string token = "") : hub_(std::move(token)) {
+  explicit HubServer(int port = 0, std::string token = "",
+                     std::shared_ptr<grpc::ServerCredentials> credentials = nullptr)
+      : hub_(std::move(token)) {
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(absl::StrCat("127.0.0.1:", port), grpc::InsecureServerCredentials(),
+    builder.AddListeningPort(absl::StrCat("127.0.0.1:", port),
+                             credentials ? credentials : grpc::InsecureServerCredentials(),
                              &port_);
     builder.RegisterService(&hub_);
     server_ = builder.BuildAndStart();
