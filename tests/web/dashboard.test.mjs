@@ -546,6 +546,56 @@ try {
     assert(text.includes(`--tensor-model-parallel-size ${n(hf[0].config.tp, 1)}`), 'TP of layout #1');
   });
 
+  await check('profile mode: live task progress from the CPU worker, measured layouts', async () => {
+    assert(worker, `no worker: ${WORKER} was not built`);
+    // A tiny Llama-style config so that the CPU worker measures it in seconds (fp32: the CPU
+    // backend has no bf16).
+    const tiny = `${JSON.stringify({ architectures: ['LlamaForCausalLM'], hidden_act: 'silu', hidden_size: 256, intermediate_size: 688, max_position_embeddings: 512, model_type: 'llama', num_attention_heads: 4, num_hidden_layers: 4, num_key_value_heads: 4, rms_norm_eps: 1e-5, tie_word_embeddings: false, vocab_size: 1024 })}\n`;
+    await page.goto(`${BASE}/#/jobs`);
+    await page.check('#source-hf');
+    await page.setInputFiles('#hf-config', { name: 'config.json', mimeType: 'application/json', buffer: Buffer.from(tiny) });
+    await page.fill('#job-name', 'web-test profile tiny');
+    await page.fill('#seq-length', '256');
+    await page.fill('#global-batch', '8');
+    await page.selectOption('#precision', 'fp32');
+    await page.selectOption('#gpu', 'cpu');
+    await page.fill('#num-gpus', '2');
+    await page.fill('#gpus-per-node', '2');
+    await page.selectOption('#mode', 'profile');
+    await page.fill('#top-k', '5');
+    const before = await page.evaluate(() => location.hash);
+    await page.click('#submit-job');
+    await page.waitForFunction((prev) => /^#\/jobs\/.+/.test(location.hash) && location.hash !== prev, before);
+    const id = decodeURIComponent((await page.evaluate(() => location.hash)).replace('#/jobs/', ''));
+    // Watch the progress caption while the worker runs the tasks.
+    const seen = [];
+    const deadline = Date.now() + 180_000;
+    for (;;) {
+      const caption = await page.textContent('.job-header .progress-caption').catch(() => '');
+      if (caption && seen[seen.length - 1] !== caption) seen.push(caption);
+      const state = await page.getAttribute('.job-header .badge', 'data-state').catch(() => '');
+      if (state === 'JOB_STATE_SUCCEEDED' || state === 'JOB_STATE_FAILED' || state === 'JOB_STATE_CANCELLED') break;
+      assert(Date.now() < deadline, `profile job not done in 180 s; captions: ${seen.join(' | ')}`);
+      await sleep(200);
+    }
+    const job = await api(`/v1/jobs/${encodeURIComponent(id)}`);
+    assertEq(job.state, 'JOB_STATE_SUCCEEDED', `profile job (${job.error || ''})`);
+    const total = n(job.progress.tasks_total);
+    assert(total > 0, 'a profile job has tasks');
+    const counts = seen.map((c) => c.match(/^(\d+)\/(\d+) tasks/)).filter(Boolean).map((m) => [Number(m[1]), Number(m[2])]);
+    assert(counts.length >= 2, `the page showed no live task progress: ${seen.join(' | ')}`);
+    for (let i = 1; i < counts.length; i++) assert(counts[i][0] >= counts[i - 1][0], `tasks done went down: ${seen.join(' | ')}`);
+    assert(counts.some(([d]) => d < total), `never saw the job unfinished: ${seen.join(' | ')}`);
+    assertEq(JSON.stringify(counts[counts.length - 1]), JSON.stringify([n(job.progress.tasks_done), total]), 'final caption vs API');
+    await page.waitForSelector('#ranked-table tbody tr');
+    const ranked = (await api(`/v1/jobs/${encodeURIComponent(id)}/results`)).plan.ranked ?? [];
+    const sources = await page.$$eval('#ranked-table tbody td[data-col="source"]', (tds) => tds.map((td) => td.textContent.trim()));
+    assertEq(JSON.stringify(sources), JSON.stringify(ranked.map((r) => r.source || 'modelled')), 'source column vs API');
+    assert(sources.includes('measured'), `no measured layout: ${sources}`);
+    console.log(`     profile progress seen: ${seen.join(' → ')}`);
+    await page.screenshot({ path: join(SHOTS, 'job-profile-1280.png'), fullPage: true });
+  });
+
   await check('400-pixel-wide window: no horizontal overflow on the jobs and job pages', async () => {
     await page.setViewportSize({ width: 400, height: 800 });
     await page.goto(`${BASE}/#/jobs`);
