@@ -39,7 +39,7 @@ absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
-// Transport trouble: keep the request and try again after re-registering.
+// Transport trouble or a slow answer: keep the result and send it again later.
 bool IsTransient(absl::StatusCode code) {
   return code == absl::StatusCode::kUnavailable ||
          code == absl::StatusCode::kDeadlineExceeded ||
@@ -572,7 +572,7 @@ class WorkerDaemon::Impl {
     }
     std::lock_guard<std::mutex> lock(mu_);
     for (const std::string& cancel_id : response.cancel_task_ids()) {
-      if (cancel_ != nullptr && cancel_id == running_task_id_) {
+      if (cancel_ != nullptr && cancel_id == running_task_id_ && !cancel_->cancelled()) {
         cancel_->Cancel();
         Log(absl::StrCat("task ", cancel_id, ": cancelled by the coordinator"));
       }
