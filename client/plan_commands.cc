@@ -120,6 +120,14 @@ int RunExport(const ExportOptions& o) {
     if (spec->search.top_k < rank) spec->search.top_k = rank;
     auto result = Plan(*spec);
     if (!result.ok()) return Fail(result.status());
+    if (result->ranked.empty()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "no layout to export: none of the ", result->candidates_considered,
+          " candidates satisfies the rules",
+          result->rejected.empty() ? ""
+                                   : absl::StrCat(" (e.g. ", result->rejected[0].config.ToString(),
+                                                  ": ", result->rejected[0].reason, ")"))));
+    }
     if (static_cast<int64_t>(result->ranked.size()) < rank) {
       return Fail(absl::InvalidArgumentError(
           absl::StrCat("--rank ", rank, " asked for, but the plan ranked ",

@@ -575,7 +575,12 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
   c.cp = o.cp[0];
   if (o.dp.size() == 1) {
     c.dp = o.dp[0];
-  } else if (o.dp.empty() && spec.cluster.num_gpus % (c.tp * c.pp * c.cp) == 0) {
+  } else if (o.dp.empty()) {
+    if (spec.cluster.num_gpus % (c.tp * c.pp * c.cp) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cluster.num_gpus (", spec.cluster.num_gpus, ") must be divisible by tp x pp x cp (",
+          c.tp, " x ", c.pp, " x ", c.cp, ") to derive dp"));
+    }
     c.dp = spec.cluster.num_gpus / (c.tp * c.pp * c.cp);
   } else {
     return unpinned("dp", o.dp.size());
@@ -686,7 +691,9 @@ std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec) {
   for (const RankedConfig& r : result.ranked) {
     const ParallelConfig& c = r.config;
     std::string recompute = ToString(c.recompute);
-    if (c.recompute == Recompute::kFull) absl::StrAppend(&recompute, "/", c.recompute_num_layers);
+    if (c.recompute == Recompute::kFull && c.recompute_num_layers > 0) {
+      absl::StrAppend(&recompute, "/", c.recompute_num_layers);  // layers per stage
+    }
     const double iter = r.iteration_time_s;
     const std::string iter_s =
         iter < 100 ? absl::StrFormat("%.3f", iter) : absl::StrFormat("%.1f", iter);
@@ -701,6 +708,16 @@ std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec) {
                               mfu, mem));
   }
   if (result.ranked.empty()) absl::StrAppend(&out, "(no layout to rank)\n");
+  if (result.feasible == 0 && !result.rejected.empty()) {
+    // Nothing fits or satisfies the rules: show a few distinct reasons.
+    std::vector<std::string> reasons;
+    for (const RejectedConfig& r : result.rejected) {
+      if (std::find(reasons.begin(), reasons.end(), r.reason) != reasons.end()) continue;
+      reasons.push_back(r.reason);
+      absl::StrAppend(&out, "# rejected ", r.config.ToString(), ": ", r.reason, "\n");
+      if (reasons.size() == 3) break;
+    }
+  }
   if (any_oom) absl::StrAppend(&out, "! does not fit in device memory\n");
   absl::StrAppend(&out, absl::StrFormat(
                             "# %d candidates, %d feasible, %d rejected with a reason, %.1f ms\n",

@@ -14,6 +14,7 @@ namespace paratune {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using nlohmann::json;
 
 json MinimalSpec() {
@@ -317,6 +318,12 @@ TEST(SpecIoTest, PinnedLayout) {
   EXPECT_FALSE(c->sequence_parallel);
   EXPECT_EQ(c->recompute, Recompute::kSelective);
 
+  j["search"] = {{"tp", 3}, {"pp", 1}, {"cp", 1}};
+  spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(PinnedLayout(*spec).status().message(),
+            "cluster.num_gpus (64) must be divisible by tp x pp x cp (3 x 1 x 1) to derive dp");
+
   j["search"] = {{"tp", {1, 2}}};
   spec = JobSpecFromJson(j);
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -418,6 +425,16 @@ TEST(SpecIoTest, TableFitsEightyColumns) {
   EXPECT_THAT(table, HasSubstr("50.5!"));
   EXPECT_THAT(table, HasSubstr("# 4321 candidates, 17 feasible, 1 rejected with a reason"));
   EXPECT_THAT(table, HasSubstr("# rank 1: pipeline bubble 12%"));
+  EXPECT_THAT(table, Not(HasSubstr("# rejected")));
+
+  // When nothing is feasible, the table says why.
+  PlanResult none = SamplePlan();
+  none.ranked.clear();
+  none.feasible = 0;
+  const std::string empty = FormatPlanTable(none, *spec);
+  EXPECT_THAT(empty, HasSubstr("(no layout to rank)"));
+  EXPECT_THAT(empty, HasSubstr("# rejected tp3 "));
+  EXPECT_THAT(empty, HasSubstr(": tp (3) must divide model.num_attention_heads (96)"));
 }
 
 /// Splits one CSV line into fields, honouring quotes.
