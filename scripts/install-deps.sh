@@ -12,6 +12,9 @@ packages=(
 )
 # Node.js/npm build the dashboard (web/), Chromium runs its browser test (tests/web/).
 packages+=(nodejs npm chromium)
+# Slurm + MUNGE run the one-node cluster of tests/deploy/slurm_test.sh; systemd-analyze checks
+# the unit files in deploy/systemd/.
+packages+=(slurmctld slurmd slurm-client munge systemd)
 
 missing=()
 for p in "${packages[@]}"; do
