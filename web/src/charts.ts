@@ -1,6 +1,7 @@
 // ECharts (bundled, tree-shaken): the throughput/memory scatter and the breakdown bars.
 import { BarChart, LineChart, ScatterChart } from 'echarts/charts';
 import {
+  AriaComponent,
   GridComponent,
   LegendComponent,
   MarkLineComponent,
@@ -12,7 +13,7 @@ import { paretoFrontier, pointsOf } from './analysis';
 import { layoutLabel, num } from './format';
 import type { RankedConfig } from './types';
 
-echarts.use([ScatterChart, LineChart, BarChart, GridComponent, LegendComponent, MarkLineComponent, TooltipComponent, CanvasRenderer]);
+echarts.use([AriaComponent, ScatterChart, LineChart, BarChart, GridComponent, LegendComponent, MarkLineComponent, TooltipComponent, CanvasRenderer]);
 
 export type Chart = echarts.ECharts;
 
@@ -51,6 +52,7 @@ export function scatterOption(ranked: RankedConfig[], selected: number, capacity
   return {
     textStyle: FONT,
     animation: false,
+    aria: { enabled: true },
     grid: { left: 56, right: 24, top: 64, bottom: 52 },
     legend: { top: 0, left: 'center', textStyle: { color: TEXT }, data: ['Layouts', 'Pareto frontier', 'Selected'] },
     tooltip: {
@@ -148,6 +150,7 @@ function stackedOption(
   return {
     textStyle: FONT,
     animation: false,
+    aria: { enabled: true },
     grid: { left: 8, right: 32, top: 72, bottom: 44, containLabel: true },
     legend: { top: 4, textStyle: { color: TEXT }, itemWidth: 14 },
     tooltip: { trigger: 'axis', axisPointer: { type: 'shadow' }, valueFormatter: (v: number) => `${Number(v).toFixed(3)} ${unit}` },

@@ -12,6 +12,13 @@ export function fixed(v: number, digits: number): string {
   return Number.isFinite(v) ? v.toFixed(digits) : '–';
 }
 
+/** Small values keep two significant digits (a CPU's 0.0042 TFLOP/s is not 0.0). */
+export function adaptive(v: number, digits: number): string {
+  if (!Number.isFinite(v)) return '–';
+  if (v !== 0 && Math.abs(v) < 1) return v.toPrecision(2);
+  return v.toFixed(digits);
+}
+
 export function thousands(v: number, digits = 0): string {
   return Number.isFinite(v)
     ? v.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits })

@@ -13,7 +13,7 @@ import {
 import { paretoFrontier, pointsOf } from '../analysis';
 import { append, clear, download, h } from '../dom';
 import { jsonExport, megatronArgs, nemoConfig } from '../exports';
-import { fixed, isTerminal, layoutLabel, num, seconds, thousands } from '../format';
+import { adaptive, fixed, isTerminal, layoutLabel, num, seconds, thousands } from '../format';
 import type { Job, JobResults, RankedConfig } from '../types';
 import { errorBanner, jobProgress, jobTitle, poll, stateBadge } from './common';
 
@@ -65,7 +65,7 @@ const COLUMNS: Column[] = [
   { key: 'distopt', label: 'Dist. opt.', title: 'distributed optimizer (optimizer state sharded over DP)', value: (r) => (r.config?.distributed_optimizer ? 1 : 0), cell: (r) => yesNo(r.config?.distributed_optimizer), firstDir: 'descending', numeric: true },
   { key: 'iter', label: 'Iteration', title: 'seconds per iteration', value: (r) => num(r.iteration_time_s), cell: (r) => seconds(num(r.iteration_time_s)), firstDir: 'ascending', numeric: true },
   { key: 'tokens', label: 'Tokens/s/GPU', title: 'training throughput per GPU', value: (r) => num(r.tokens_per_sec_per_gpu), cell: (r) => thousands(num(r.tokens_per_sec_per_gpu)), firstDir: 'descending', numeric: true },
-  { key: 'tflops', label: 'TFLOP/s/GPU', title: 'model TFLOP/s per GPU', value: (r) => num(r.model_tflops_per_gpu), cell: (r) => fixed(num(r.model_tflops_per_gpu), 1), firstDir: 'descending', numeric: true },
+  { key: 'tflops', label: 'TFLOP/s/GPU', title: 'model TFLOP/s per GPU', value: (r) => num(r.model_tflops_per_gpu), cell: (r) => adaptive(num(r.model_tflops_per_gpu), 1), firstDir: 'descending', numeric: true },
   { key: 'mfu', label: 'MFU', title: 'model FLOPs utilisation', value: (r) => num(r.mfu), cell: (r) => `${fixed(num(r.mfu) * 100, 1)} %`, firstDir: 'descending', numeric: true },
   { key: 'memory', label: 'Peak mem. / GPU', title: 'peak memory of the most loaded GPU against its capacity', value: (r) => num(r.memory?.peak_gib), cell: memoryCell, firstDir: 'ascending', numeric: true },
   { key: 'source', label: 'Source', title: 'measured by workers or modelled', value: (r) => r.source || 'modelled', cell: (r) => h('span', { class: `tag ${r.source === 'measured' ? 'measured' : 'modelled'}` }, r.source || 'modelled'), firstDir: 'ascending', numeric: false },
