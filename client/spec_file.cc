@@ -10,7 +10,9 @@
 #include <fstream>
 #include <limits>
 #include <regex>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -151,11 +153,30 @@ absl::StatusOr<json> ReadSpecFile(const std::string& path) {
   if (!text.ok()) return text.status();
   absl::StatusOr<json> spec;
   if (absl::EndsWithIgnoreCase(path, ".json")) {
+    // nlohmann keeps the last of duplicate keys silently; a spec must not have any.
+    std::vector<std::set<std::string>> keys;
+    std::string duplicate;
+    auto callback = [&keys, &duplicate](int /*depth*/, json::parse_event_t event,
+                                        json& parsed) {
+      if (event == json::parse_event_t::object_start) {
+        keys.emplace_back();
+      } else if (event == json::parse_event_t::object_end) {
+        keys.pop_back();
+      } else if (event == json::parse_event_t::key && !keys.empty() && duplicate.empty() &&
+                 !keys.back().insert(parsed.get<std::string>()).second) {
+        duplicate = parsed.get<std::string>();
+      }
+      return true;
+    };
     try {
-      spec = json::parse(*text);
+      spec = json::parse(*text, callback);
     } catch (const json::parse_error& e) {
       return absl::InvalidArgumentError(
           absl::StrCat("spec file '", path, "' is not valid JSON: ", e.what()));
+    }
+    if (!duplicate.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec file '", path, "' has the key '", duplicate, "' twice"));
     }
   } else {
     spec = YamlToJson(*text);

@@ -65,6 +65,19 @@ TEST(SpecFileTest, MalformedYamlReportsLineAndColumn) {
   EXPECT_EQ(dup.status().message(), "duplicate key 'model.num_layers' (line 3, column 3)");
 }
 
+TEST(SpecFileTest, DuplicateJsonKeysAreRejected) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "dup_json";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "d.json") << R"({"model": {"num_layers": 2, "hidden_size": 64,
+      "num_layers": 3}, "training": {}})";
+  auto j = ReadSpecFile((dir / "d.json").string());
+  ASSERT_FALSE(j.ok());
+  EXPECT_THAT(j.status().message(), HasSubstr("has the key 'num_layers' twice"));
+  // The same key in two different objects is fine.
+  std::ofstream(dir / "ok.json") << R"({"a": {"x": 1}, "b": {"x": 2}, "x": [{"x": 3}]})";
+  EXPECT_TRUE(ReadSpecFile((dir / "ok.json").string()).ok());
+}
+
 TEST(SpecFileTest, MissingFileIsNotFound) {
   auto j = ReadSpecFile("/nonexistent/spec.yaml");
   ASSERT_FALSE(j.ok());
