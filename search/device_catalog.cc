@@ -92,7 +92,7 @@ DeviceProfile Hopper(const char* name, double memory_gib, double hbm_tbps) {
   d.num_sms = 132;
   d.gemm_tile_m = 256;
   d.gemm_tile_n = 128;
-  d.gemm_k_overhead = 128;
+  d.gemm_k_overhead = 256;
   d.gemm_efficiency = 0.65;
   d.fp8_gemm_efficiency = 0.68;
   d.attention_efficiency = 0.40;

@@ -27,6 +27,10 @@ struct ParallelConfig {
   /// hold one transformer layer fewer (uneven first/last stages; Llama 3.1 405B: 126 + 2
   /// layers over PP 8 x VP 8).
   bool split_counts_embedding_and_loss = false;
+  /// Megatron's --overlap-grad-reduce: data-parallel gradient buckets are reduced while the
+  /// backward runs (all but the last bucket hidden). Off, the whole reduce follows the
+  /// backward (Megatron-LM 2021's "local" DDP). The planner always turns it on.
+  bool overlap_grad_reduce = true;
 
   /// Transformer layers in model chunk `chunk` (0..vp-1) of pipeline stage `stage`.
   int64_t LayersInChunk(int64_t num_layers, int64_t stage, int64_t chunk) const;

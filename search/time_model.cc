@@ -337,11 +337,17 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
       double window = 0;
       for (int64_t j = 0; j < v; ++j) window += pipe.backward[r * v + j];
       const double total = reduce(params);
-      exposed = std::max(reduce(bucket), total - window) +
-                device.comm_overlap_slowdown * Hidden(total - reduce(bucket), window);
-      if (config.distributed_optimizer) {
-        // Parameter all-gather overlapped with the next forward except its first bucket.
-        exposed += AllGatherSeconds(bucket * e, dp_group, dp_link);
+      if (config.overlap_grad_reduce) {
+        exposed = std::max(reduce(bucket), total - window) +
+                  device.comm_overlap_slowdown * Hidden(total - reduce(bucket), window);
+        if (config.distributed_optimizer) {
+          // Parameter all-gather overlapped with the next forward except its first bucket.
+          exposed += AllGatherSeconds(bucket * e, dp_group, dp_link);
+        }
+      } else {
+        exposed = total + (config.distributed_optimizer
+                               ? AllGatherSeconds(params * e, dp_group, dp_link)
+                               : 0.0);
       }
     }
     const double shards = config.distributed_optimizer ? static_cast<double>(dp_group) : 1.0;

@@ -91,8 +91,26 @@ int Main(int argc, char** argv) {
       continue;
     }
     if (spec.training.global_batch_size == 0) continue;
-    PinStated(layout, &spec);
-    absl::StatusOr<PlanResult> plan = Plan(spec);
+    // Every knob stated: estimate that exact layout. Otherwise the planner chooses the
+    // unstated knobs, with the stated ones pinned.
+    const bool all_stated = layout.micro_batch_stated && layout.vp_stated && layout.sp_stated &&
+                            layout.recompute_stated && layout.cp_stated && layout.dopt_stated;
+    absl::StatusOr<PlanResult> plan;
+    if (all_stated) {
+      ParallelConfig c = layout.config;
+      // Stages that do not split L evenly use the embedding/loss-aware split.
+      c.split_counts_embedding_and_loss = spec.model.num_layers % (c.pp * c.vp) != 0;
+      absl::StatusOr<RankedConfig> one = Estimate(spec, c);
+      if (one.ok()) {
+        plan = PlanResult();
+        plan->ranked.push_back(*one);
+      } else {
+        plan = one.status();
+      }
+    } else {
+      PinStated(layout, &spec);
+      plan = Plan(spec);
+    }
     if (!plan.ok() || plan->ranked.empty()) {
       std::fprintf(stderr, "%s: %s\n", row.id.c_str(),
                    plan.ok() ? "no layout" : std::string(plan.status().message()).c_str());

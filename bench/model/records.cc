@@ -124,6 +124,8 @@ RecordLayout LayoutFromRecord(const nlohmann::json& r) {
                                                     : Recompute::kNone;
   const std::string zero = Str(r, "zero_or_fsdp");
   out.dopt_stated = !zero.empty();
+  // Megatron-LM 2021's "local" DDP reduces gradients after the backward, unoverlapped.
+  c.overlap_grad_reduce = !absl::StrContains(zero, "DDP impl: local");
   c.distributed_optimizer = absl::StrContains(zero, "distributed") ||
                             absl::StrContains(zero, "ZeRO-1") || absl::StrContains(zero, "zero1");
   return out;
