@@ -44,7 +44,9 @@ struct LayerConfig {
   RecomputeMode recompute = RecomputeMode::kNone;
   DType dtype = DType::kF32;          ///< Storage type of weights and activations.
   bool flash_attention = false;       ///< Tiled online softmax; never stores s×s scores.
-  float hidden_dropout = 0.0f;        ///< Dropout after attention / MLP output projections.
+  /// Dropout after the attention / MLP output projections (a task's `dropout: true` is
+  /// Megatron's 0.1 for both probabilities; 0 stores no masks).
+  float hidden_dropout = 0.0f;
   float attention_dropout = 0.0f;     ///< Dropout on attention probabilities.
   uint64_t seed = 1234;               ///< Weights and dropout masks are functions of this.
   float norm_epsilon = 1e-5f;

@@ -165,6 +165,11 @@ absl::Status StepConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "dtype (", DTypeName(layer.dtype), ") must be fp32 or fp64 on the cpu backend"));
   }
+  if (backend == BackendKind::kCuda && layer.dtype != DType::kF32 &&
+      layer.dtype != DType::kBF16 && layer.dtype != DType::kF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype (", DTypeName(layer.dtype), ") must be fp32, bf16 or fp16 on the cuda backend"));
+  }
   return absl::OkStatus();
 }
 

@@ -3,7 +3,8 @@
 // communicator group), builds the layer's shard on each, runs `warmup` untimed and `iters`
 // timed forward+backward steps, and returns per-phase timings and each rank's peak memory.
 //
-// Timing: steady_clock on CPU, CUDA events on the compute stream on GPU. Phases:
+// Timing: steady_clock; on GPU the stream is synchronised at each phase boundary (and
+// around each collective for tp_comm) before the clock is read. Phases:
 //   forward    the layer forward (including its TP/SP communication),
 //   backward   the layer backward (including communication, excluding recompute),
 //   recompute  forward work redone in backward (selective: attention core; full: layer),
@@ -68,7 +69,9 @@ struct StepResult {
   std::vector<int64_t> peak_bytes_per_rank; ///< Tracking-allocator peak, index = rank.
   /// Per-tag peaks of rank 0 (index = MemoryTag).
   std::array<int64_t, kNumMemoryTags> peak_bytes_by_tag{};
-  int64_t device_peak_bytes = 0;            ///< GPU only: the device's own peak; 0 on CPU.
+  /// Not measured yet (always 0): on GPU every byte still goes through the tracking
+  /// allocator, so peak_bytes_per_rank is the device memory ParaTune asked for.
+  int64_t device_peak_bytes = 0;
   int64_t activation_bytes = 0;   ///< Bytes rank 0's layer stored for backward (one layer).
   double flops_per_step = 0;      ///< Model FLOPs of fwd+bwd on one rank (no recompute).
 
