@@ -9,6 +9,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "search/presets.h"
+
 namespace paratune {
 namespace {
 
@@ -171,6 +173,15 @@ TEST(SpecsTest, PinnedDegreesMustMultiplyToTheClusterSize) {
               HasSubstr("search.tp value 2048 must be at most cluster.num_gpus (1024)"));
   EXPECT_THAT(Violation([](JobSpec& s) { s.search.pp = {128}; }),
               HasSubstr("search.pp value 128 must be at most model.num_layers (96)"));
+}
+
+TEST(SpecsTest, EveryPresetPassesModelValidation) {
+  ASSERT_FALSE(PresetNames().empty());
+  for (const std::string& name : PresetNames()) {
+    auto model = FindPreset(name);
+    ASSERT_TRUE(model.ok()) << name << ": " << model.status();
+    EXPECT_TRUE(model->Validate().ok()) << name << ": " << model->Validate();
+  }
 }
 
 TEST(SpecsTest, EnumNamesRoundTrip) {
