@@ -191,8 +191,8 @@ const page = await context.newPage();
 const pageErrors = [];
 page.on('pageerror', (e) => pageErrors.push(String(e)));
 page.on('console', (m) => {
-  // Chromium logs every 401 it gets; the first load is meant to get them (token prompt).
-  if (m.type() === 'error' && !/status of 401/.test(m.text())) pageErrors.push(`console: ${m.text()}`);
+  // Chromium logs every 4xx it gets; the test provokes 401 (token prompt) and 400 (bad spec).
+  if (m.type() === 'error' && !/Failed to load resource: .*status of 40[01]/.test(m.text())) pageErrors.push(`console: ${m.text()}`);
 });
 page.setDefaultTimeout(30_000);
 
@@ -295,6 +295,15 @@ try {
 
   await check('contrast >= 4.5 on the jobs page (heading, labels, hints, primary button, nav)', async () => {
     assertContrast(await contrastOf(['main h1', '.field label', '.hint', 'button.primary', '.topbar nav a', '.topbar .brand', 'legend']));
+  });
+
+  await check('a rejected spec shows the server message in the form and stays on the page', async () => {
+    await page.fill('#preset', 'no-such-model');
+    await page.click('#submit-job');
+    await page.waitForSelector('#submit-form [role="alert"]');
+    const text = await page.textContent('#submit-form [role="alert"]');
+    assert(/INVALID_ARGUMENT \(HTTP 400\)/.test(text) && text.includes('no-such-model') && text.includes('gpt3-175b'), `form error: ${text}`);
+    assertEq(await page.evaluate(() => location.hash), '', 'no navigation on error');
   });
 
   await check(`submit ${SPEC.preset} on ${SPEC.gpus} x ${SPEC.gpu} (model mode) through the form`, async () => {
