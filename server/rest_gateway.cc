@@ -4,18 +4,23 @@
 #include <google/protobuf/util/json_util.h>
 #include <httplib.h>
 #include <sys/socket.h>
+#include <zlib.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <string_view>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/base/thread_annotations.h"
 #include "server/http_status.h"
 
 namespace paratune::server {
@@ -24,10 +29,11 @@ namespace {
 namespace fs = std::filesystem;
 namespace pb = google::protobuf;
 
-// With the charset parameter, cpp-httplib (which compresses only an exact
-// "application/json") sends JSON uncompressed: its brotli runs at quality 11 and took
-// 90 s for a 3.7 MB JobResults (14k rejected layouts) that browsers ask for with "br".
 constexpr char kJsonType[] = "application/json; charset=utf-8";
+// Set by the pre-routing handler when the client's Accept-Encoding lists gzip.
+constexpr char kAcceptsGzipHeader[] = "X-Paratune-Accepts-Gzip";
+// Smaller files are sent as they are.
+constexpr size_t kMinGzipBytes = 1024;
 
 // absl here has its own string_view type, so string building uses std::string directly.
 std::string Cat(std::initializer_list<std::string_view> parts) {
@@ -187,6 +193,24 @@ absl::StatusOr<std::string> ReadFile(const fs::path& path) {
   return content.str();
 }
 
+// gzip (RFC 1952) of `data` at the best compression level; empty on failure.
+std::string Gzip(const std::string& data) {
+  z_stream zs{};
+  if (deflateInit2(&zs, Z_BEST_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
+      Z_OK) {
+    return "";
+  }
+  std::string out(deflateBound(&zs, data.size()), '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  zs.avail_in = static_cast<uInt>(data.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&zs, Z_FINISH);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return rc == Z_STREAM_END ? out : "";
+}
+
 void WriteError(httplib::Response& res, const absl::Status& status) {
   res.status = HttpStatusFromCode(status.code());
   if (status.code() == absl::StatusCode::kUnauthenticated) {
@@ -197,12 +221,45 @@ void WriteError(httplib::Response& res, const absl::Status& status) {
 
 }  // namespace
 
+// Compressed dashboard files, keyed by path and invalidated when size or mtime change.
+struct RestGateway::GzipCache {
+  struct Entry {
+    uintmax_t size = 0;
+    fs::file_time_type mtime;
+    std::shared_ptr<const std::string> gzipped;  // empty string: not worth compressing
+  };
+  std::mutex mu;
+  std::map<std::string, Entry> entries ABSL_GUARDED_BY(mu);
+
+  std::shared_ptr<const std::string> Get(const fs::path& file, const std::string& content) {
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(file, ec);
+    const fs::file_time_type mtime = fs::last_write_time(file, ec);
+    if (ec) return nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = entries.find(file.string());
+      if (it != entries.end() && it->second.size == size && it->second.mtime == mtime) {
+        return it->second.gzipped;
+      }
+    }
+    // Compress outside the lock; two racing requests may both compress, harmlessly.
+    std::string gz = Gzip(content);
+    if (gz.size() >= content.size()) gz.clear();
+    auto gzipped = std::make_shared<const std::string>(std::move(gz));
+    std::lock_guard<std::mutex> lock(mu);
+    entries[file.string()] = Entry{size, mtime, gzipped};
+    return gzipped;
+  }
+};
+
 RestGateway::RestGateway(AutotunerHandler* handler, const Authenticator* authenticator,
                          Metrics* metrics, RestGatewayOptions options)
     : handler_(handler),
       authenticator_(authenticator),
       metrics_(metrics),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      gzip_cache_(std::make_unique<GzipCache>()) {}
 
 RestGateway::~RestGateway() { Stop(); }
 
@@ -417,7 +474,28 @@ void RestGateway::RegisterRoutes() {
     const bool html = file.extension() == ".html";
     res.set_header("X-Content-Type-Options", "nosniff");
     res.set_header("Cache-Control", html ? "no-cache" : "public, max-age=3600");
+    res.set_header("Vary", "Accept-Encoding");
+    if (content->size() >= kMinGzipBytes && req.has_header(kAcceptsGzipHeader)) {
+      std::shared_ptr<const std::string> gzipped = gzip_cache_->Get(file, *content);
+      if (gzipped != nullptr && !gzipped->empty()) {
+        res.set_header("Content-Encoding", "gzip");
+        res.set_content(*gzipped, std::string(ContentTypeFor(file)));
+        return;
+      }
+    }
     res.set_content(*std::move(content), std::string(ContentTypeFor(file)));
+  });
+
+  // Take the compression decision away from httplib (see rest_gateway.h): note whether
+  // gzip is acceptable, then drop Accept-Encoding so httplib leaves bodies alone. The
+  // request object is not const inside httplib; only this callback's view of it is.
+  server_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
+    auto& headers = const_cast<httplib::Request&>(req).headers;
+    headers.erase(kAcceptsGzipHeader);  // only we may set it
+    const std::string accept = req.get_header_value("Accept-Encoding");
+    headers.erase("Accept-Encoding");
+    if (accept.find("gzip") != std::string::npos) headers.emplace(kAcceptsGzipHeader, "1");
+    return httplib::Server::HandlerResponse::Unhandled;
   });
 
   // httplib's own failures (no route, body too large, bad request): JSON bodies too. Our

@@ -497,6 +497,55 @@ TEST_F(DashboardTest, ServesFilesWithContentTypesAndSpaFallback) {
   EXPECT_NE(res->body.find("workers"), std::string::npos);
 }
 
+TEST_F(DashboardTest, LargeFilesGoOutGzippedAndCachedUntilChanged) {
+  std::string script;
+  for (int i = 0; i < 4000; ++i) {
+    script += "series.push({name: 'layout " + std::to_string(i) + "'});\n";
+  }
+  Write(base_ / "www" / "big.js", script);
+
+  // What browsers send: gzip is chosen, never br. httplib's client decompresses it.
+  const httplib::Headers browser = {{"Accept-Encoding", "gzip, deflate, br"}};
+  auto res = client_->Get("/big.js", browser);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, script);
+  httplib::Client raw("127.0.0.1", port_);
+  raw.set_decompress(false);
+  res = raw.Get("/big.js", browser);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->get_header_value("Content-Encoding"), "gzip");
+  EXPECT_EQ(res->get_header_value("Vary"), "Accept-Encoding");
+  EXPECT_NE(res->body, script);
+
+  // Without gzip in Accept-Encoding: the bytes as they are.
+  res = raw.Get("/big.js", {{"Accept-Encoding", "identity"}});
+  ASSERT_TRUE(res);
+  EXPECT_FALSE(res->has_header("Content-Encoding"));
+  EXPECT_EQ(res->body, script);
+  // Compressed bytes really are smaller (repetitive script: well under a quarter).
+  res = raw.Get("/big.js", {{"Accept-Encoding", "gzip"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->get_header_value("Content-Encoding"), "gzip");
+  EXPECT_LT(res->body.size(), script.size() / 4);
+
+  // Small files and API answers are never compressed.
+  res = raw.Get("/app.js", {{"Accept-Encoding", "gzip, br"}});
+  ASSERT_TRUE(res);
+  EXPECT_FALSE(res->has_header("Content-Encoding"));
+  res = raw.Get("/v1/workers", {{"Accept-Encoding", "gzip, br"}});
+  ASSERT_TRUE(res);
+  EXPECT_FALSE(res->has_header("Content-Encoding"));
+  EXPECT_EQ(json::parse(res->body)["workers"][0]["id"], "w1");
+
+  // A new build of the file replaces the cached compression.
+  const std::string rebuilt = script + "console.log('rebuilt');\n";
+  Write(base_ / "www" / "big.js", rebuilt);
+  res = client_->Get("/big.js", browser);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->body, rebuilt);
+}
+
 TEST_F(DashboardTest, TraversalIsBlocked) {
   for (const char* path : {"/../secret.txt", "/assets/../../secret.txt", "/%2e%2e/secret.txt",
                            "/assets/%2E%2E/%2E%2E/secret.txt", "/..%2fsecret.txt",
