@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/match.h"
