@@ -1,0 +1,321 @@
+// The coordinator, two CPU workers and the CLI as real processes on 127.0.0.1:
+//   - a profile job submitted with `paratune submit`, watched to SUCCEEDED with
+//     `paratune watch`, every ranked layout measured; the identical second job is served
+//     from the profile cache (zero new tasks) with the same ranking;
+//   - durability: the coordinator is killed with SIGKILL while a profile job runs and
+//     restarted on the same database; the job finishes, and its ranking equals the one an
+//     uninterrupted job composes from the same measurements.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// A child process with its output in a log file; killed (SIGKILL) on destruction.
+class Process {
+ public:
+  Process(const std::vector<std::string>& args, const fs::path& log) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Process() { Signal(SIGKILL); }
+  bool ok() const { return pid_ > 0; }
+  void Signal(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+struct Output {
+  int exit_code = -1;
+  std::string out;
+};
+
+/// Runs a command to completion; stdout captured, stderr to `err_log`.
+Output RunCommand(const std::string& command, const fs::path& err_log) {
+  Output o;
+  FILE* pipe = popen((command + " 2>>" + err_log.string()).c_str(), "r");
+  if (pipe == nullptr) return o;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) o.out.append(buf, n);
+  const int status = pclose(pipe);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+class CoordinatorProfileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* bin = std::getenv("PARATUNE_BIN_DIR");
+    ASSERT_NE(bin, nullptr) << "PARATUNE_BIN_DIR is not set (run through ctest)";
+    bin_ = bin;
+    for (const char* b : {"paratune", "paratune-coordinator", "paratune-worker"}) {
+      ASSERT_TRUE(fs::exists(bin_ / b)) << bin_ / b;
+    }
+    dir_ = fs::temp_directory_path() /
+           ("paratune_e2e_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    // A tiny model on the CPU device kind: workers measure its layers for real.
+    spec_ = dir_ / "tiny.yaml";
+    std::ofstream(spec_) << R"(name: tiny-e2e
+model: {name: tiny, num_layers: 4, hidden_size: 64, num_attention_heads: 4, vocab_size: 256}
+training: {seq_length: 64, global_batch_size: 8, precision: fp32}
+cluster: {gpu: cpu, num_gpus: 2, gpus_per_node: 2}
+search: {mode: profile, top_k: 4}
+)";
+    db_ = dir_ / "coordinator.db";
+    err_ = dir_ / "cli.log";
+  }
+  void TearDown() override {
+    workers_.clear();
+    coordinator_.reset();
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  /// Starts the coordinator; `port` 0 picks one (then remembered for restarts).
+  void StartCoordinator(int profile_iters) {
+    const fs::path ports = dir_ / "ports";
+    fs::remove(ports);
+    coordinator_ = std::make_unique<Process>(
+        std::vector<std::string>{(bin_ / "paratune-coordinator").string(), "--bind",
+                                 "127.0.0.1", "--grpc-port", std::to_string(port_),
+                                 "--http-port", "-1", "--db", db_.string(), "--port-file",
+                                 ports.string(), "--lease-timeout-ms", "3000",
+                                 "--heartbeat-interval-ms", "300", "--profile-warmup", "1",
+                                 "--profile-iters", std::to_string(profile_iters)},
+        dir_ / "coordinator.log");
+    ASSERT_TRUE(coordinator_->ok());
+    for (int i = 0; i < 200 && ReadFile(ports).empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::istringstream in(ReadFile(ports));
+    int port = 0;
+    in >> port;
+    ASSERT_GT(port, 0) << ReadFile(dir_ / "coordinator.log");
+    port_ = port;
+  }
+  void StartWorker(const std::string& name) {
+    workers_.push_back(std::make_unique<Process>(
+        std::vector<std::string>{(bin_ / "paratune-worker").string(), "--coordinator",
+                                 Address(), "--backend", "cpu", "--devices", "0,1", "--name",
+                                 name, "--lease-wait-ms", "500", "--backoff-max-ms", "500"},
+        dir_ / (name + ".log")));
+    ASSERT_TRUE(workers_.back()->ok());
+  }
+  std::string Address() const { return "127.0.0.1:" + std::to_string(port_); }
+  Output Cli(const std::string& args) {
+    return RunCommand((bin_ / "paratune").string() + " " + args + " --coordinator " + Address(), err_);
+  }
+  std::string Submit() {
+    Output o = Cli("submit --spec " + spec_.string());
+    EXPECT_EQ(o.exit_code, 0) << ReadFile(err_);
+    std::string id = o.out;
+    id.erase(id.find_last_not_of("\n") + 1);
+    return id;
+  }
+  /// The last Job `paratune watch --json` printed; expects exit 0 (SUCCEEDED).
+  json Watch(const std::string& id) {
+    Output o = Cli("watch " + id + " --json");
+    EXPECT_EQ(o.exit_code, 0) << o.out << ReadFile(err_);
+    std::string last;
+    std::istringstream lines(o.out);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty()) last = line;
+    }
+    return json::parse(last, nullptr, false);
+  }
+  json Results(const std::string& id) {
+    Output o = Cli("results " + id + " --json");
+    EXPECT_EQ(o.exit_code, 0) << ReadFile(err_);
+    return json::parse(o.out, nullptr, false);
+  }
+  static int64_t Num(const json& j, const char* key) {
+    if (!j.contains(key)) return 0;
+    return j[key].is_string() ? std::stoll(j[key].get<std::string>()) : j[key].get<int64_t>();
+  }
+  /// (config, iteration time) per rank.
+  static std::vector<std::pair<std::string, double>> Ranking(const json& results) {
+    std::vector<std::pair<std::string, double>> out;
+    for (const json& r : results["plan"]["ranked"]) {
+      out.emplace_back(r["config"].dump(), r["iteration_time_s"].get<double>());
+    }
+    return out;
+  }
+
+  fs::path bin_, dir_, spec_, db_, err_;
+  int port_ = 0;
+  std::unique_ptr<Process> coordinator_;
+  std::vector<std::unique_ptr<Process>> workers_;
+};
+
+TEST_F(CoordinatorProfileTest, TwoWorkersProfileAJobAndTheSecondJobComesFromTheCache) {
+  StartCoordinator(/*profile_iters=*/3);
+  StartWorker("cpu-a");
+  StartWorker("cpu-b");
+  const std::string first = Submit();
+  ASSERT_FALSE(first.empty());
+  json job = Watch(first);
+  ASSERT_FALSE(job.is_discarded());
+  EXPECT_EQ(job["state"], "JOB_STATE_SUCCEEDED") << job.dump();
+  const json& progress = job["progress"];
+  const int64_t total = Num(progress, "tasks_total");
+  EXPECT_GT(total, 0);
+  EXPECT_EQ(Num(progress, "tasks_done"), total);
+  EXPECT_EQ(Num(progress, "tasks_cached"), 0);
+  json results = Results(first);
+  ASSERT_FALSE(results.is_discarded());
+  ASSERT_GT(results["plan"]["ranked"].size(), 0u);
+  for (const json& r : results["plan"]["ranked"]) EXPECT_EQ(r["source"], "measured");
+
+  // Both workers registered; both ran tasks or at least took part.
+  Output workers = Cli("workers --json");
+  ASSERT_EQ(workers.exit_code, 0);
+  json w = json::parse(workers.out, nullptr, false);
+  EXPECT_EQ(w["workers"].size(), 2u) << workers.out;
+
+  const std::string second = Submit();
+  json again = Watch(second);
+  EXPECT_EQ(again["state"], "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(Num(again["progress"], "tasks_total"), total);
+  EXPECT_EQ(Num(again["progress"], "tasks_cached"), total);  // zero new tasks
+  EXPECT_EQ(Ranking(Results(second)), Ranking(results));
+
+  // The human-readable forms end the same way.
+  Output table = Cli("results " + first);
+  EXPECT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.out.find("measured"), std::string::npos) << table.out;
+  EXPECT_EQ(Cli("results job-does-not-exist").exit_code, 1);
+}
+
+TEST_F(CoordinatorProfileTest, KilledCoordinatorRestartsOnTheSameDatabaseAndFinishesTheJob) {
+  // More timed steps (20) so that the job is still running when the coordinator dies.
+  StartCoordinator(/*profile_iters=*/20);
+  StartWorker("cpu-a");
+  const std::string id = Submit();
+  ASSERT_FALSE(id.empty());
+  // Wait until the first task is done, then kill -9.
+  bool started = false;
+  for (int i = 0; i < 300 && !started; ++i) {
+    Output o = Cli("jobs --json");
+    json jobs = json::parse(o.out, nullptr, false);
+    if (!jobs.is_discarded() && jobs.contains("jobs") && !jobs["jobs"].empty()) {
+      const json& j = jobs["jobs"][0];
+      ASSERT_NE(j["state"], "JOB_STATE_SUCCEEDED") << "the job ended before the kill";
+      started = Num(j.value("progress", json::object()), "tasks_done") >= 1;
+    }
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(started) << ReadFile(dir_ / "coordinator.log");
+  coordinator_->Signal(SIGKILL);
+
+  StartCoordinator(/*profile_iters=*/20);  // same port, same database
+  json job = Watch(id);
+  EXPECT_EQ(job["state"], "JOB_STATE_SUCCEEDED") << job.dump();
+  const int64_t total = Num(job["progress"], "tasks_total");
+  EXPECT_EQ(Num(job["progress"], "tasks_done"), total);
+  EXPECT_EQ(Num(job["progress"], "tasks_failed"), 0);
+  const json recovered = Results(id);
+  for (const json& r : recovered["plan"]["ranked"]) EXPECT_EQ(r["source"], "measured");
+
+  // An uninterrupted job on the same measurements (all from the cache) ranks identically.
+  const std::string fresh = Submit();
+  json again = Watch(fresh);
+  EXPECT_EQ(Num(again["progress"], "tasks_cached"), total);
+  EXPECT_EQ(Ranking(Results(fresh)), Ranking(recovered));
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(CoordinatorProfileTest, CliExitCodesForCancelledJobsBadSpecsAndNoCoordinator) {
+  StartCoordinator(/*profile_iters=*/3);
+  // No worker: the profile job waits in PROFILING until it is cancelled.
+  const std::string id = Submit();
+  ASSERT_FALSE(id.empty());
+  Output cancel = Cli("cancel " + id + " --json");
+  EXPECT_EQ(cancel.exit_code, 0) << ReadFile(err_);
+  EXPECT_NE(cancel.out.find("JOB_STATE_CANCELLED"), std::string::npos) << cancel.out;
+  EXPECT_EQ(Cli("watch " + id).exit_code, 1);      // ended, but not SUCCEEDED
+  EXPECT_EQ(Cli("cancel " + id).exit_code, 1);     // FAILED_PRECONDITION: already ended
+  EXPECT_EQ(Cli("results " + id).exit_code, 1);    // no results
+  const fs::path bad = dir_ / "bad.yaml";
+  std::ofstream(bad) << "model: {preset: gpt3-175b}\ncluster: {gpu: a100-80gb, num_gpus: 0}\n";
+  EXPECT_EQ(Cli("submit --spec " + bad.string()).exit_code, 2);
+  EXPECT_EQ(Cli("submit --spec " + (dir_ / "missing.yaml").string()).exit_code, 2);
+  Output unreachable = RunCommand(
+      (bin_ / "paratune").string() + " workers --coordinator 127.0.0.1:1", err_);
+  EXPECT_EQ(unreachable.exit_code, 1);
+  EXPECT_NE(ReadFile(err_).find("cannot reach the coordinator at 127.0.0.1:1"),
+            std::string::npos);
+}
+
+TEST_F(CoordinatorProfileTest, TuneRunsCoordinatorAndWorkerInOneProcess) {
+  const fs::path db = dir_ / "tune.db";
+  Output first = RunCommand((bin_ / "paratune").string() + " tune --spec " + spec_.string() +
+                                " --db " + db.string() + " --json",
+                            err_);
+  ASSERT_EQ(first.exit_code, 0) << ReadFile(err_);
+  json results = json::parse(first.out, nullptr, false);
+  ASSERT_FALSE(results.is_discarded()) << first.out;
+  ASSERT_GT(results["plan"]["ranked"].size(), 0u);
+  for (const json& r : results["plan"]["ranked"]) EXPECT_EQ(r["source"], "measured");
+  // The SQLite file keeps the profile cache: a second run measures nothing new.
+  Output second = RunCommand((bin_ / "paratune").string() + " tune --spec " + spec_.string() +
+                                 " --db " + db.string() + " --json",
+                             err_);
+  ASSERT_EQ(second.exit_code, 0);
+  EXPECT_EQ(Ranking(json::parse(second.out)), Ranking(results));
+  // Model mode needs no worker and answers at once.
+  Output model = RunCommand((bin_ / "paratune").string() + " tune --spec " + spec_.string() +
+                                " --mode model --db " + db.string(),
+                            err_);
+  EXPECT_EQ(model.exit_code, 0);
+  EXPECT_NE(model.out.find("0 measured"), std::string::npos) << model.out;
+}
+
+}  // namespace
