@@ -53,7 +53,7 @@ int64_t ParallelConfig::LayersOnStage(int64_t num_layers, int64_t stage) const {
 std::string ParallelConfig::ToString() const {
   std::string out = absl::StrFormat("tp%d pp%d dp%d cp%d vp%d mb%d", tp, pp, dp, cp, vp,
                                     micro_batch_size);
-  if (sequence_parallel) absl::StrAppend(&out, " sp");
+  if (sequence_parallel) absl::StrAppend(&out, tp_comm_overlap ? " sp+overlap" : " sp");
   absl::StrAppend(&out, " ", RecomputeName(recompute));
   if (recompute == Recompute::kFull && recompute_num_layers > 0) {
     absl::StrAppend(&out, "(", recompute_num_layers, ")");
@@ -147,6 +147,9 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
   }
   if (c.sequence_parallel && c.tp == 1) {
     return absl::InvalidArgumentError("sequence_parallel requires tp > 1 (tp is 1)");
+  }
+  if (c.tp_comm_overlap && !c.sequence_parallel) {
+    return absl::InvalidArgumentError("tp_comm_overlap requires sequence_parallel");
   }
   if (c.cp > 1 && tr.seq_length % (2 * c.cp) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -31,6 +31,10 @@ struct ParallelConfig {
   /// backward runs (all but the last bucket hidden). Off, the whole reduce follows the
   /// backward (Megatron-LM 2021's "local" DDP). The planner always turns it on.
   bool overlap_grad_reduce = true;
+  /// Megatron-Core's --tp-comm-overlap (Transformer Engine userbuffers): the SP
+  /// all-gathers and reduce-scatters are chunked and pipelined with the GEMMs that use
+  /// them. Requires sequence_parallel.
+  bool tp_comm_overlap = false;
 
   /// Transformer layers in model chunk `chunk` (0..vp-1) of pipeline stage `stage`.
   int64_t LayersInChunk(int64_t num_layers, int64_t stage, int64_t chunk) const;

@@ -51,7 +51,9 @@ std::string OomReason(const MemoryBreakdown& mem) {
 }
 
 // Layer and edge times depend only on these knobs.
-using LayerKey = std::tuple<int64_t, bool, int64_t, int64_t, int>;
+// (tp_comm_overlap is left at Megatron-LM's default, off: the exported arguments do not
+// turn it on, so the plan must not assume it.)
+using LayerKey = std::tuple<int64_t, bool, bool, int64_t, int64_t, int>;
 
 struct Scorer {
   const JobSpec& spec;
@@ -59,7 +61,7 @@ struct Scorer {
   absl::flat_hash_map<LayerKey, std::pair<LayerTime, EdgeTime>> cache;
 
   const std::pair<LayerTime, EdgeTime>& Times(const ParallelConfig& c) {
-    const LayerKey key{c.tp, c.sequence_parallel, c.cp, c.micro_batch_size,
+    const LayerKey key{c.tp, c.sequence_parallel, c.tp_comm_overlap, c.cp, c.micro_batch_size,
                        static_cast<int>(c.recompute)};
     auto it = cache.find(key);
     if (it == cache.end()) {

@@ -75,14 +75,17 @@ LayerTime EstimateLayerTime(const ModelSpec& model, const TrainingSpec& training
   const Gemm fc2{tokens, h, f / t};
   double linear_fwd = 0, dgrad = 0, wgrad_qkv = 0, wgrad_fc1 = 0, wgrad_rest = 0;
   double dgrad_qkv = 0, dgrad_fc1 = 0;
-  for (const Gemm& gm : {qkv, proj, fc1, fc2}) {
-    linear_fwd += GemmSeconds(device, gm.m, gm.n, gm.k, 1, linear_precision);
-  }
+  const double qkv_fwd = GemmSeconds(device, qkv.m, qkv.n, qkv.k, 1, linear_precision);
+  const double proj_fwd = GemmSeconds(device, proj.m, proj.n, proj.k, 1, linear_precision);
+  const double fc1_fwd = GemmSeconds(device, fc1.m, fc1.n, fc1.k, 1, linear_precision);
+  const double fc2_fwd = GemmSeconds(device, fc2.m, fc2.n, fc2.k, 1, linear_precision);
+  linear_fwd = qkv_fwd + proj_fwd + fc1_fwd + fc2_fwd;
   // Backward: data gradient [m x n] x [n x k], weight gradient [k x m] x [m x n].
   dgrad_qkv = GemmSeconds(device, qkv.m, qkv.k, qkv.n, 1, linear_precision);
   dgrad_fc1 = GemmSeconds(device, fc1.m, fc1.k, fc1.n, 1, linear_precision);
-  dgrad = dgrad_qkv + dgrad_fc1 + GemmSeconds(device, proj.m, proj.k, proj.n, 1, linear_precision) +
-          GemmSeconds(device, fc2.m, fc2.k, fc2.n, 1, linear_precision);
+  const double dgrad_proj = GemmSeconds(device, proj.m, proj.k, proj.n, 1, linear_precision);
+  const double dgrad_fc2 = GemmSeconds(device, fc2.m, fc2.k, fc2.n, 1, linear_precision);
+  dgrad = dgrad_qkv + dgrad_fc1 + dgrad_proj + dgrad_fc2;
   wgrad_qkv = GemmSeconds(device, qkv.k, qkv.n, qkv.m, 1, linear_precision);
   wgrad_fc1 = GemmSeconds(device, fc1.k, fc1.n, fc1.m, 1, linear_precision);
   wgrad_rest = GemmSeconds(device, proj.k, proj.n, proj.m, 1, linear_precision) +
@@ -151,14 +154,25 @@ LayerTime EstimateLayerTime(const ModelSpec& model, const TrainingSpec& training
     if (config.sequence_parallel) {
       const double ag = AllGatherSeconds(bytes, config.tp, link);
       const double rs = ReduceScatterSeconds(bytes, config.tp, link);
-      // Forward: all-gather before QKV and FC1, reduce-scatter after projection and FC2.
-      out.forward_tp_comm = 2.0 * (ag + rs);
-      // Backward: all-gather of the output gradient before the row-parallel layers
-      // (exposed); for the column-parallel layers the input is gathered again during the
-      // data-gradient GEMM and the input gradient reduce-scattered during the
-      // weight-gradient GEMM.
-      out.backward_tp_comm = 2.0 * ag + Exposed(ag, dgrad_qkv) + Exposed(ag, dgrad_fc1) +
-                             Exposed(rs, wgrad_qkv) + Exposed(rs, wgrad_fc1);
+      if (config.tp_comm_overlap) {
+        // Transformer Engine userbuffers: each all-gather / reduce-scatter is split into
+        // t chunks pipelined with the GEMM that consumes / produces it.
+        out.forward_tp_comm = Exposed(ag, qkv_fwd) + Exposed(rs, proj_fwd) +
+                              Exposed(ag, fc1_fwd) + Exposed(rs, fc2_fwd);
+        out.forward_compute += slowdown * (Hidden(ag, qkv_fwd) + Hidden(rs, proj_fwd) +
+                                           Hidden(ag, fc1_fwd) + Hidden(rs, fc2_fwd));
+        out.backward_tp_comm = Exposed(ag, dgrad_proj) + Exposed(ag, dgrad_fc2);
+        out.backward_compute += slowdown * (Hidden(ag, dgrad_proj) + Hidden(ag, dgrad_fc2));
+      } else {
+        // Forward: all-gather before QKV and FC1, reduce-scatter after projection and FC2.
+        out.forward_tp_comm = 2.0 * (ag + rs);
+        // Backward: all-gather of the output gradient before the row-parallel layers.
+        out.backward_tp_comm = 2.0 * ag;
+      }
+      // For the column-parallel layers the input is gathered again during the data-gradient
+      // GEMM and the input gradient reduce-scattered during the weight-gradient GEMM.
+      out.backward_tp_comm += Exposed(ag, dgrad_qkv) + Exposed(ag, dgrad_fc1) +
+                              Exposed(rs, wgrad_qkv) + Exposed(rs, wgrad_fc1);
       out.backward_compute += slowdown * (Hidden(ag, dgrad_qkv) + Hidden(ag, dgrad_fc1) +
                                           Hidden(rs, wgrad_qkv) + Hidden(rs, wgrad_fc1));
     } else {

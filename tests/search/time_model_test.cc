@@ -71,6 +71,26 @@ TEST_F(Table4Test, BackwardTpCommunicationIsPartlyHidden) {
   EXPECT_EQ(single.backward_tp_comm, 0);
 }
 
+TEST_F(Table4Test, TpCommOverlapHidesSequenceParallelCollectives) {
+  ParallelConfig c;
+  c.tp = 8;
+  c.micro_batch_size = 4;
+  c.sequence_parallel = true;
+  const LayerTime serial = EstimateLayerTime(model_, training_, c, a100_, 8);
+  c.tp_comm_overlap = true;
+  const LayerTime overlapped = EstimateLayerTime(model_, training_, c, a100_, 8);
+  // Most of the forward's collectives hide behind the GEMMs (the projection's short GEMM,
+  // K = h/t = 768, leaves part of its reduce-scatter exposed), and the overlapped compute
+  // slows by the device's overlap slowdown times what was hidden.
+  EXPECT_LT(overlapped.forward_tp_comm, 0.25 * serial.forward_tp_comm);
+  EXPECT_NEAR(overlapped.forward_compute - serial.forward_compute,
+              a100_.comm_overlap_slowdown *
+                  (serial.forward_tp_comm - overlapped.forward_tp_comm),
+              1e-12);
+  EXPECT_LT(overlapped.Forward(), serial.Forward());
+  EXPECT_LT(overlapped.Backward(), serial.Backward());
+}
+
 JobSpec Korthikanti175b() {
   JobSpec spec;
   spec.model = *FindPreset("gpt3-175b");
