@@ -317,12 +317,13 @@ absl::StatusOr<int> RestGateway::Start(const std::string& host, int port) {
     bound = port;
   }
   if (bound <= 0) {
-    server_.reset();
+    server_.reset();  // also drops the &listen_fd capture
     return absl::UnavailableError(
         Cat({"cannot bind the REST gateway to ", host, ":", std::to_string(port)}));
   }
   // Linux allows listen() again on a listening socket to change its backlog.
   if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
+  server_->set_socket_options(httplib::default_socket_options);  // drop the &listen_fd capture
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   return bound;
 }

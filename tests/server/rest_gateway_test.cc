@@ -3,8 +3,10 @@
 
 #include <google/protobuf/descriptor.h>
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -436,6 +438,27 @@ TEST_F(RestGatewayTest, MetricsCountRequestsByMethodAndCode) {
   EXPECT_NE(
       text.find(R"(paratune_rpc_latency_seconds_count{method="SubmitJob",transport="rest"} 2)"),
       std::string::npos);
+}
+
+// httplib's compiled-in listen backlog is 5; the gateway raises it to SOMAXCONN so a burst
+// of new connections (32 load clients, a browser opening 6) is not delayed by SYN retries.
+TEST_F(RestGatewayTest, ListenBacklogIsRaised) {
+  StartGateway();
+  const std::string out = ::testing::TempDir() + "paratune_ss_" + std::to_string(::getpid());
+  const std::string command =
+      "ss -Hltn 'sport = :" + std::to_string(port_) + "' > " + out + " 2>/dev/null";
+  if (std::system(command.c_str()) != 0) GTEST_SKIP() << "ss (iproute2) is not available";
+  std::ifstream in(out);
+  std::string state;
+  long recv_q = -1, send_q = -1;  // for a listening socket, Send-Q is the backlog
+  in >> state >> recv_q >> send_q;
+  std::remove(out.c_str());
+  // The kernel caps the backlog at net.core.somaxconn.
+  long kernel_max = SOMAXCONN;
+  std::ifstream("/proc/sys/net/core/somaxconn") >> kernel_max;
+  EXPECT_EQ(state, "LISTEN");
+  EXPECT_EQ(send_q, std::min<long>(SOMAXCONN, kernel_max));
+  EXPECT_GT(send_q, 5);
 }
 
 class DashboardTest : public RestGatewayTest {
