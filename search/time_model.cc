@@ -237,16 +237,20 @@ EdgeTime EstimateEdgeTime(const ModelSpec& model, const TrainingSpec& training,
       out.embedding_backward += AllGatherSeconds(act_bytes, config.tp, link);
     }
   }
-  // Final norm, output GEMM, vocab-parallel cross entropy in FP32 (read the logits, write
-  // FP32 softmax, read it for the loss; the backward reads it and writes the gradient).
+  // Final norm, output GEMM, and Megatron's (unfused) vocab-parallel cross entropy, one
+  // kernel per step over the [tokens, V/t] logits: upcast to FP32 (read 16-bit, write 4),
+  // max (read 4), subtract (read 4, write 4), exp (read 4, write 4), sum (read 4), divide
+  // into the saved softmax (read 4, write 4): 2e + 30 bytes per element. The backward
+  // scales the saved softmax by the loss gradient (read 4, write 4) and casts it for the
+  // output layer's backward (read 4, write e): 12 + e.
   const double logits = tokens * vocab;
   out.logits_forward = StreamSeconds(device, 2.0 * e * tokens * h / sp) +
                        GemmSeconds(device, tokens, vocab, h, 1, p) +
-                       StreamSeconds(device, (e + 8.0) * logits) + 4 * launch;
+                       StreamSeconds(device, (e + 30.0) * logits) + 8 * launch;
   const double wgrad = GemmSeconds(device, h, vocab, tokens, 1, p);
   out.logits_backward = StreamSeconds(device, 4.0 * e * tokens * h / sp) +
                         GemmSeconds(device, tokens, h, vocab, 1, p) + wgrad +
-                        StreamSeconds(device, (4.0 + e) * logits) + 4 * launch;
+                        StreamSeconds(device, (12.0 + e) * logits) + 4 * launch;
   if (config.tp > 1) {
     if (config.sequence_parallel) {
       out.logits_forward += AllGatherSeconds(act_bytes, config.tp, link);
