@@ -1,13 +1,11 @@
 // layer_step: forward + backward of one real parallel transformer layer (kernels/), its
-// achieved GFLOP/s, and the ratio to OpenBLAS cblas_sgemm measured in the same run on the
-// layer's largest GEMM shape ([s·b, h] × [h, 4h/t]) with the same thread count, so the
-// ratio means something on a shared machine.
+// achieved GFLOP/s, and the ratio to a plain GEMM measured in the same run on the layer's
+// largest GEMM shape ([s·b, h] × [h, 4h/t]): OpenBLAS cblas_sgemm with the same thread
+// count on CPU, cuBLAS on GPU, so the ratio means something on a shared machine.
 //
 //   layer_step [--hidden 1024,2048,4096] [--seq 512,2048] [--batch 1,2] [--tp 1,2]
 //              [--recompute none] [--attention flash|naive] [--warmup 1] [--iters 3]
-//              [--threads 0] [--json]
-#include <cblas.h>
-
+//              [--threads 0] [--backend cpu|cuda] [--dtype fp32|bf16|fp16] [--json]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,16 +22,32 @@
 namespace paratune::kernels {
 namespace {
 
-// Median GFLOP/s of C[m,n] = A[m,k]·B[k,n] over `iters` calls after one warm-up.
-double SgemmGflops(int64_t m, int64_t n, int64_t k, int iters) {
-  std::vector<float> a(m * k, 0.5f), b(k * n, 0.25f), c(m * n);
+// Median GFLOP/s of C[m,n] = A[m,k]·B[k,n] through the backend's GEMM (cblas_sgemm on CPU,
+// cuBLAS on GPU) over `iters` calls after one warm-up.
+absl::StatusOr<double> GemmGflops(Backend& be, DType dt, int64_t m, int64_t n, int64_t k,
+                                  int iters) {
+  auto a = be.Empty({m, k}, dt, MemoryTag::kWorkspace);
+  auto b = be.Empty({k, n}, dt, MemoryTag::kWorkspace);
+  auto c = be.Empty({m, n}, dt, MemoryTag::kWorkspace);
+  if (!a.ok()) return a.status();
+  if (!b.ok()) return b.status();
+  if (!c.ok()) return c.status();
+  if (auto s = be.Fill(*a, 0.5); !s.ok()) return s;
+  if (auto s = be.Fill(*b, 0.25); !s.ok()) return s;
+  GemmArgs g;
+  g.m = m, g.n = n, g.k = k;
+  g.a = a->data(), g.lda = k;
+  g.b = b->data(), g.ldb = n;
+  g.c = c->data(), g.ldc = n;
   std::vector<double> rates;
   for (int i = 0; i <= iters; ++i) {
+    if (auto s = be.Synchronize(); !s.ok()) return s;
     const auto t0 = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(),
-                n, 0.0f, c.data(), n);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (i > 0) rates.push_back(2.0 * m * n * k / s / 1e9);
+    if (auto s = be.Gemm(dt, g); !s.ok()) return s;
+    if (auto s = be.Synchronize(); !s.ok()) return s;
+    const double sec =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) rates.push_back(2.0 * m * n * k / sec / 1e9);
   }
   std::sort(rates.begin(), rates.end());
   return rates[rates.size() / 2];
@@ -43,7 +57,7 @@ int Main(int argc, char** argv) {
   CLI::App app{"layer_step: real transformer-layer step vs sgemm"};
   std::vector<int64_t> hidden = {1024, 2048, 4096}, seq = {512, 2048}, batch = {1, 2},
                        tps = {1, 2};
-  std::string recompute = "none", attention = "flash";
+  std::string recompute = "none", attention = "flash", backend_name = "cpu", dtype_name = "fp32";
   int64_t warmup = 1, iters = 3, threads = 0, head_dim = 128;
   bool json_out = false;
   app.add_option("--hidden", hidden, "hidden sizes")->delimiter(',');
@@ -56,6 +70,8 @@ int Main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps");
   app.add_option("--iters", iters, "timed steps");
   app.add_option("--threads", threads, "BLAS threads per rank (0: cores / tp)");
+  app.add_option("--backend", backend_name, "cpu (OpenBLAS + Gloo) | cuda (cuBLAS + NCCL)");
+  app.add_option("--dtype", dtype_name, "fp32 (cpu) | fp32, bf16, fp16 (cuda)");
   app.add_flag("--json", json_out, "print JSON");
   CLI11_PARSE(app, argc, argv);
   auto rc = ParseRecompute(recompute);
@@ -64,16 +80,26 @@ int Main(int argc, char** argv) {
                                          : std::string(rc.status().message()).c_str());
     return 2;
   }
+  auto backend = ParseBackendKind(backend_name);
+  auto dtype = ParseDType(dtype_name);
+  if (!backend.ok() || !dtype.ok()) {
+    std::fprintf(stderr, "%s\n", std::string((backend.ok() ? dtype.status() : backend.status())
+                                                .message()).c_str());
+    return 2;
+  }
+  const bool gpu = *backend == BackendKind::kCuda;
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   nlohmann::json out = nlohmann::json::array();
   if (!json_out) {
     std::printf("# layer_step: one GPT layer (GeLU, LayerNorm, dropout 0.1, %s attention, "
-                "recompute %s), fp32 on CPU, %d cores\n",
-                attention.c_str(), recompute.c_str(), cores);
-    std::printf("# warmup %lld, iters %lld; sgemm = cblas_sgemm [s*b,h]x[h,4h/t] same threads\n",
-                static_cast<long long>(warmup), static_cast<long long>(iters));
+                "recompute %s), %s on %s (%d cores)\n",
+                attention.c_str(), recompute.c_str(), dtype_name.c_str(),
+                gpu ? "cuda" : "cpu", cores);
+    std::printf("# warmup %lld, iters %lld; gemm = %s [s*b,h]x[h,4h/t] in the same run\n",
+                static_cast<long long>(warmup), static_cast<long long>(iters),
+                gpu ? "cuBLAS (one device)" : "cblas_sgemm with the rank's threads, x ranks");
     std::printf("# %6s %6s %3s %3s %10s %10s %10s %10s %9s %9s %7s %10s\n", "h", "s", "b", "tp",
-                "fwd", "bwd", "comm", "total", "layer", "sgemm", "ratio", "peak/rank");
+                "fwd", "bwd", "comm", "total", "layer", "gemm", "ratio", "peak/rank");
     std::printf("# %6s %6s %3s %3s %10s %10s %10s %10s %9s %9s %7s %10s\n", "", "", "", "", "ms",
                 "ms", "ms", "ms", "GFLOP/s", "GFLOP/s", "%", "MiB");
   }
@@ -96,6 +122,8 @@ int Main(int argc, char** argv) {
           c.warmup = warmup;
           c.iters = iters;
           c.blas_threads_per_rank = threads;
+          c.backend = *backend;
+          c.layer.dtype = *dtype;
           const int per_rank = threads > 0 ? static_cast<int>(threads)
                                            : std::max(1, cores / static_cast<int>(t));
           absl::StatusOr<StepResult> r = RunLayerStep(c);
@@ -103,17 +131,35 @@ int Main(int argc, char** argv) {
             ++failures;
             std::printf("  %6lld %6lld %3lld %3lld  %s\n", static_cast<long long>(h),
                         static_cast<long long>(s), static_cast<long long>(b),
-                        static_cast<long long>(t), std::string(r.status().ToString()).c_str());
+                        static_cast<long long>(t), std::string(r.status().message()).c_str());
             continue;
           }
-          // The reference runs alone, as one rank would with per_rank threads; with t > 1
-          // the t ranks share the cores, so the per-rank reference is the same shape / t.
-          SetBlasThreads(per_rank);
-          const double sgemm = SgemmGflops(s * b, 4 * h / t, h, 3);
+          // The reference runs alone, as one rank would (per_rank BLAS threads on CPU, one
+          // device on GPU) on rank 0's largest GEMM; the t ranks run side by side (threads
+          // share the cores; on GPU each rank has its own device), so the machine's
+          // reference rate is t times the per-rank rate (capped at the cores on CPU).
+          std::unique_ptr<Backend> ref_backend;
+          if (gpu) {
+            auto made = MakeCudaBackend(0, 0);
+            if (!made.ok()) {
+              std::fprintf(stderr, "%s\n", std::string(made.status().message()).c_str());
+              return 1;
+            }
+            ref_backend = std::move(*made);
+          } else {
+            SetBlasThreads(per_rank);
+            ref_backend = MakeCpuBackend(0, per_rank);
+          }
+          absl::StatusOr<double> gemm = GemmGflops(*ref_backend, *dtype, s * b, 4 * h / t, h, 3);
+          if (!gemm.ok()) {
+            std::fprintf(stderr, "%s\n", std::string(gemm.status().message()).c_str());
+            return 1;
+          }
           const double total = r->Find("total")->median_s;
           // Aggregate layer rate over the t ranks (each does flops_per_step).
           const double layer = r->flops_per_step * static_cast<double>(t) / total / 1e9;
-          const double ref = sgemm * static_cast<double>(std::min<int64_t>(t, cores));
+          const double ref =
+              *gemm * static_cast<double>(gpu ? t : std::min<int64_t>(t, cores));
           const double ratio = 100.0 * layer / ref;
           if (h >= 2048 && t == 1) worst_ratio_big = std::min(worst_ratio_big, ratio);
           const double peak_mib = r->peak_bytes_per_rank[0] / 1048576.0;
@@ -124,7 +170,7 @@ int Main(int argc, char** argv) {
                            {"recompute_ms", 1e3 * r->Find("recompute")->median_s},
                            {"comm_ms", 1e3 * r->Find("tp_comm")->median_s},
                            {"total_ms", 1e3 * total}, {"layer_gflops", layer},
-                           {"sgemm_gflops", ref}, {"ratio_pct", ratio},
+                           {"gemm_gflops", ref}, {"ratio_pct", ratio},
                            {"peak_bytes_per_rank", r->peak_bytes_per_rank},
                            {"activation_bytes", r->activation_bytes}});
           } else {
@@ -144,7 +190,7 @@ int Main(int argc, char** argv) {
   if (json_out) {
     std::printf("%s\n", out.dump(2).c_str());
   } else if (worst_ratio_big < 1e9) {
-    std::printf("# layer/sgemm at h >= 2048, tp = 1: min %.1f %% (target >= 60 %%)\n",
+    std::printf("# layer/gemm at h >= 2048, tp = 1: min %.1f %% (target >= 60 %%)\n",
                 worst_ratio_big);
   } else {
     std::printf("# no case with h >= 2048 and tp = 1 ran\n");
