@@ -91,10 +91,7 @@ absl::Status RunRank(const StepConfig& config, Communicator& comm, Backend& be,
     }
     PT_ASSIGN_OR_RETURN(Tensor y, layer->Forward(input));
     Tensor grad = dy;
-    if (output) {
-      PT_ASSIGN_OR_RETURN(double loss, output->Forward(y, ids));
-      (void)loss;
-    }
+    if (output) PT_RETURN_IF_ERROR(output->Forward(y, ids).status());
     PT_RETURN_IF_ERROR(be.Synchronize());
     const double t1 = Now();
     if (step == total - 1) out.activation_bytes = layer->saved().TotalBytes();
