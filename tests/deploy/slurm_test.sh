@@ -10,6 +10,10 @@
 #   4. `scancel` stops it cleanly: the job ends, the worker deregisters ("stopping"), the
 #      coordinator logs its shutdown, the address file is removed and no process of the
 #      job is left;
+#   5. a second job on the same state dir returns the first job's results unchanged and
+#      serves the spec from the profile cache; `scancel --batch --signal=TERM` (what
+#      --signal=B:TERM@120 does before the time limit) stops it in order: the worker
+#      deregisters before the coordinator shuts down, the job ends COMPLETED 0:0;
 # then slurmd, slurmctld and munged are stopped. Exit 77 (CTest: skipped) names what is
 # missing when Slurm or MUNGE is not installed or we are not root (SlurmUser=root).
 set -uo pipefail
@@ -17,7 +21,7 @@ set -uo pipefail
 skip() { echo "SKIP: $*"; exit 77; }
 fail() {
   echo "FAIL: $*"
-  for f in "$tmp"/job.out "$tmp"/log/*; do
+  for f in "$tmp"/job.out "$tmp"/job2.out "$tmp"/log/*; do
     [[ -f "$f" ]] && { echo "----- $f (last 40 lines)"; tail -n 40 "$f"; }
   done
   exit 1
@@ -155,25 +159,33 @@ export PARATUNE_CLIENT_TOKEN_FILE="$tmp/client.token"
 export PARATUNE_WORKER_TOKEN_FILE="$tmp/worker.token"
 export PARATUNE_COORDINATOR_ARGS="--profile-warmup 1 --profile-iters 2 --heartbeat-interval-ms 300"
 export PARATUNE_WORKER_ARGS="--lease-wait-ms 500 --stop-grace-s 5"
-jobid="$(cd "$tmp" && sbatch --parsable --nodes=1 --output="$tmp/job.out" \
-  "$src/deploy/slurm/paratune.sbatch")" || fail "sbatch refused the script"
-jobid="${jobid%%;*}"
-echo "slurm: submitted job $jobid"
-
+# start_job OUTPUT: sbatch the script; sets jobid, address, http_url once a worker is there.
+start_job() {
+  jobid="$(cd "$tmp" && sbatch --parsable --nodes=1 --output="$1" \
+    "$src/deploy/slurm/paratune.sbatch")" || fail "sbatch refused the script"
+  jobid="${jobid%%;*}"
+  echo "slurm: submitted job $jobid"
+  wait_for 60 has_address ||
+    fail "no address file after 60 s (job state: $(squeue -h -j "$jobid" -o %T))"
+  address="$(cat "$PARATUNE_ADDRESS_FILE")"
+  echo "slurm: coordinator at $address"
+  [[ "$address" =~ ^[^:]+:[0-9]+$ ]] || fail "address file holds '$address', not HOST:PORT"
+  [[ "$(squeue -h -j "$jobid" -o %T)" == RUNNING ]] || fail "job $jobid is not RUNNING"
+  grep -q "coordinator listening: gRPC $address" "$1" ||
+    fail "the job output does not print the address $address"
+  http_url="$(sed -n 's/.*dashboard and REST: \(http:[^ ]*\)$/\1/p' "$1")"
+  [[ -n "$http_url" ]] || fail "the job output does not print the HTTP address"
+  wait_for 30 one_worker || fail "no worker registered: $(cli workers 2>&1)"
+}
 has_address() { [[ -s "$PARATUNE_ADDRESS_FILE" ]]; }
-wait_for 60 has_address || fail "no address file after 60 s (job state: $(squeue -h -j "$jobid" -o %T))"
-address="$(cat "$PARATUNE_ADDRESS_FILE")"
-echo "slurm: coordinator at $address"
-[[ "$address" =~ ^[^:]+:[0-9]+$ ]] || fail "address file holds '$address', not HOST:PORT"
-[[ "$(squeue -h -j "$jobid" -o %T)" == RUNNING ]] || fail "job $jobid is not RUNNING"
-grep -q "coordinator listening: gRPC $address" "$tmp/job.out" ||
-  fail "the job output does not print the address $address"
-http_url="$(sed -n 's/.*dashboard and REST: \(http:[^ ]*\)$/\1/p' "$tmp/job.out")"
-[[ -n "$http_url" ]] || fail "the job output does not print the HTTP address"
-
 cli() { "$bin/paratune" "$@" --coordinator "$address" --token-file "$tmp/client.token"; }
 one_worker() { [[ "$(cli workers --json 2>/dev/null | grep -o '"backend"' | wc -l)" -eq 1 ]]; }
-wait_for 30 one_worker || fail "no worker registered: $(cli workers 2>&1)"
+job_gone() { [[ -z "$(squeue -h -j "$jobid" -o %T 2>/dev/null)" ]]; }
+no_job_processes() { [[ -z "$(job_processes)" ]]; }
+# line LOG PATTERN: the line number of PATTERN's first match in LOG (0: none).
+line() { local n; n="$(grep -n -m1 -- "$2" "$1" | cut -d: -f1)"; echo "${n:-0}"; }
+
+start_job "$tmp/job.out"
 # The leftover check below can see the job's processes: now they are all there.
 running="$(for p in $(job_processes); do ps -o comm= -p "$p"; done | sort | uniq -c | tr -s ' \n' ' ')"
 echo "slurm: job processes: $running"
@@ -212,9 +224,7 @@ echo "paratune: $ranked ranked layouts, $measured measured"
 
 # --- scancel: everything stops --------------------------------------------------------------
 scancel "$jobid" || fail "scancel $jobid failed"
-job_gone() { [[ -z "$(squeue -h -j "$jobid" -o %T 2>/dev/null)" ]]; }
 wait_for 40 job_gone || fail "job $jobid still $(squeue -h -j "$jobid" -o %T) 40 s after scancel"
-no_job_processes() { [[ -z "$(job_processes)" ]]; }
 wait_for 20 no_job_processes ||
   fail "processes left after scancel: $(for p in $(job_processes); do ps -o pid=,args= -p "$p"; done)"
 [[ ! -e "$PARATUNE_ADDRESS_FILE" ]] || fail "the address file survived the shutdown"
@@ -222,4 +232,42 @@ grep -q "paratune-worker: SIGTERM: stopping" "$tmp/job.out" || fail "the worker 
 grep -q "paratune-coordinator: signal 15, shutting down" "$tmp/job.out" ||
   fail "the coordinator did not shut down on SIGTERM"
 grep -q "paratune.sbatch: stopped" "$tmp/job.out" || fail "the batch script's trap did not finish"
-echo "PASS: job $jobid ran job $id ($measured layouts measured) and stopped cleanly on scancel"
+echo "slurm: job $jobid ran $id ($measured layouts measured) and stopped cleanly on scancel"
+first_job="$jobid"
+
+# --- a second Slurm job on the same state dir ------------------------------------------------
+# The database carried over: the first job's results are there, byte for byte, and the profile
+# cache serves the same spec again.
+start_job "$tmp/job2.out"
+[[ "$(cli results "$id" --json)" == "$results" ]] ||
+  fail "the second coordinator does not return the first job's results unchanged"
+id2="$(cli submit --spec "$tmp/tiny.yaml")" || fail "paratune submit (second job) failed"
+last="$(timeout 120 "$bin/paratune" watch "$id2" --json --coordinator "$address" \
+  --token-file "$tmp/client.token" 2>&1 | tail -n 1)" || fail "paratune watch $id2 failed: $last"
+progress="$(echo "$last" | grep -o '"progress":{[^}]*}')"
+count() { echo "$progress" | grep -o "\"$1\":\"\?[0-9]*" | grep -o '[0-9]*$'; }
+echo "paratune: second profile job $id2: $progress"
+[[ "$last" == *'"state":"JOB_STATE_SUCCEEDED"'* ]] || fail "$id2 did not succeed: $last"
+[[ "$(count tasks_total)" -ge 1 && "$(count tasks_done)" == "$(count tasks_total)" ]] ||
+  fail "$id2: not every task done: $progress"
+[[ "$(count tasks_cached)" -ge 1 ]] || fail "$id2: nothing came from the profile cache: $progress"
+
+# Ordered stop, as before the time limit (--signal=B:TERM@120): SIGTERM to the batch script
+# only. Its trap stops the worker first (it deregisters while the coordinator still runs),
+# then the coordinator; the job ends COMPLETED with exit code 0.
+scancel --batch --signal=TERM "$jobid" || fail "scancel --batch --signal=TERM $jobid failed"
+wait_for 40 job_gone || fail "job $jobid still $(squeue -h -j "$jobid" -o %T) 40 s after SIGTERM"
+wait_for 20 no_job_processes ||
+  fail "processes left after SIGTERM: $(for p in $(job_processes); do ps -o pid=,args= -p "$p"; done)"
+state="$(scontrol show job "$jobid" | grep -o 'JobState=[A-Z]* .*\|ExitCode=[0-9:]*' | tr '\n' ' ')"
+[[ "$state" == *"JobState=COMPLETED"* && "$state" == *"ExitCode=0:0"* ]] ||
+  fail "job $jobid ended as: $state"
+worker_stop="$(line "$tmp/job2.out" "paratune-worker: SIGTERM: stopping")"
+coordinator_stop="$(line "$tmp/job2.out" "paratune-coordinator: signal 15, shutting down")"
+[[ "$worker_stop" -gt 0 && "$coordinator_stop" -gt "$worker_stop" ]] ||
+  fail "not workers first, then the coordinator (lines $worker_stop, $coordinator_stop)"
+[[ "$(line "$tmp/job2.out" "lost the coordinator")" -eq 0 ]] ||
+  fail "the worker lost the coordinator during the ordered stop"
+[[ ! -e "$PARATUNE_ADDRESS_FILE" ]] || fail "the address file survived the second shutdown"
+echo "PASS: jobs $first_job and $jobid: profile job measured, database kept across jobs," \
+  "clean stop on scancel and ordered stop on SIGTERM"
