@@ -5,7 +5,9 @@
 #     ExecStart at the binaries just built (verify checks that the program exists);
 #   - `systemd-analyze security --offline` scores their exposure: coordinator <= 1.5,
 #     worker <= 2.5 (0 = fully locked down, 10 = no hardening);
-#   - a deliberately broken copy (misspelt key) is caught, so the check can fail.
+#   - a deliberately broken copy (misspelt key) is caught, so the check can fail;
+#   - both ExecStart lines, expanded as systemd would, run: the worker registers with the
+#     coordinator using the credentials, both exit 0 on SIGTERM.
 # Exit 77 (CTest: skipped) when systemd-analyze is missing.
 set -uo pipefail
 
@@ -17,7 +19,10 @@ command -v systemd-analyze >/dev/null 2>&1 ||
   { echo "FAIL: PARATUNE_BIN_DIR ($bin) lacks the binaries"; exit 1; }
 
 tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+coordinator_pid=""
+worker_pid=""
+# Programs still running when a check fails are ours: stop them by pid.
+trap 'for p in $worker_pid $coordinator_pid; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
 failures=0
 check() {  # check DESCRIPTION COMMAND...: runs COMMAND, which must succeed silently.
   local desc="$1"; shift
@@ -67,6 +72,85 @@ if [[ -z "$(systemd-analyze verify --man=no "$tmp/broken/paratune-worker.service
 else
   echo "ok: a misspelt key is reported"
 fi
+
+# --- the ExecStart lines run ---------------------------------------------------------------
+# Without systemd as PID 1 the units cannot be started here, so the test expands their
+# ExecStart the way systemd does and runs that: Environment= defaults, then the env file's
+# overrides; ${VAR} is one word, a bare $VAR splits on spaces; %S is the state root, %C the
+# cache root, $CREDENTIALS_DIRECTORY the folder of the LoadCredential= copies (named by id).
+# The coordinator must come up, accept the worker with the worker token and answer the CLI
+# with the client token.
+# expand UNIT OVERRIDES...: prints the expanded command, one word per line.
+expand() {
+  local unit="$1"; shift
+  declare -A env=()
+  local kv word out=() value
+  while IFS= read -r kv; do env["${kv%%=*}"]="${kv#*=}"; done < <(sed -n 's/^Environment=//p' "$unit")
+  for kv in "$@"; do env["${kv%%=*}"]="${kv#*=}"; done
+  env[CREDENTIALS_DIRECTORY]="$tmp/credentials"
+  for word in $(sed -n 's/^ExecStart=//p' "$unit"); do
+    word="${word//%S/$tmp/state}"
+    word="${word//%C/$tmp/cache}"
+    if [[ "$word" =~ ^\$([A-Z_]+)$ ]]; then
+      # shellcheck disable=SC2206  # systemd splits a bare $VAR on spaces
+      out+=(${env[${BASH_REMATCH[1]}]:-})
+      continue
+    fi
+    while [[ "$word" =~ \$\{([A-Z_]+)\} ]]; do
+      value="${env[${BASH_REMATCH[1]}]:-}"
+      word="${word/"${BASH_REMATCH[0]}"/$value}"
+    done
+    out+=("$word")
+  done
+  printf '%s\n' "${out[@]}"
+}
+mkdir -p "$tmp/state/paratune" "$tmp/credentials"
+head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/credentials/client-token"
+head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/credentials/worker-token"
+mapfile -t coordinator_cmd < <(expand "$tmp/paratune-coordinator.service" \
+  PARATUNE_BIND=127.0.0.1 PARATUNE_GRPC_PORT=0 PARATUNE_HTTP_PORT=0 \
+  "PARATUNE_COORDINATOR_ARGS=--port-file $tmp/ports --heartbeat-interval-ms 300")
+echo "coordinator: ${coordinator_cmd[*]}"
+"${coordinator_cmd[@]}" >"$tmp/coordinator.log" 2>&1 &
+coordinator_pid=$!
+for _ in $(seq 1 100); do [[ -s "$tmp/ports" ]] && break; sleep 0.1; done
+read -r grpc_port _ <"$tmp/ports" 2>/dev/null
+if [[ -z "${grpc_port:-}" ]]; then
+  echo "FAIL: the coordinator's ExecStart did not start:"; cat "$tmp/coordinator.log"
+  failures=$((failures + 1))
+else
+  mapfile -t worker_cmd < <(expand "$tmp/paratune-worker.service" \
+    "PARATUNE_COORDINATOR=127.0.0.1:$grpc_port" PARATUNE_BACKEND=cpu \
+    "PARATUNE_WORKER_ARGS=--devices 0 --name systemd-test --lease-wait-ms 300")
+  echo "worker: ${worker_cmd[*]}"
+  "${worker_cmd[@]}" >"$tmp/worker.log" 2>&1 &
+  worker_pid=$!
+  listed=""
+  for _ in $(seq 1 100); do
+    listed="$("$bin/paratune" workers --coordinator "127.0.0.1:$grpc_port" \
+      --token-file "$tmp/credentials/client-token" 2>&1)"
+    [[ "$listed" == *systemd-test* ]] && break
+    sleep 0.1
+  done
+  if [[ "$listed" == *systemd-test* && -s "$tmp/state/paratune/paratune.db" ]]; then
+    echo "ok: the expanded ExecStart lines run: the worker registered, the database is in %S/paratune"
+  else
+    echo "FAIL: the worker did not register through the units' command lines: $listed"
+    cat "$tmp/coordinator.log" "$tmp/worker.log"
+    failures=$((failures + 1))
+  fi
+  kill -TERM "$worker_pid" 2>/dev/null
+  wait "$worker_pid"
+  worker_status=$?
+  worker_pid=""
+  [[ $worker_status -eq 0 ]] || { echo "FAIL: the worker exited $worker_status on SIGTERM"; failures=$((failures + 1)); }
+fi
+kill -TERM "$coordinator_pid" 2>/dev/null
+wait "$coordinator_pid"
+coordinator_status=$?
+coordinator_pid=""
+[[ $coordinator_status -eq 0 ]] ||
+  { echo "FAIL: the coordinator exited $coordinator_status on SIGTERM"; failures=$((failures + 1)); }
 
 [[ $failures -eq 0 ]] || exit 1
 echo "PASS"
