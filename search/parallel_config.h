@@ -35,6 +35,10 @@ struct ParallelConfig {
   /// all-gathers and reduce-scatters are chunked and pipelined with the GEMMs that use
   /// them. Requires sequence_parallel.
   bool tp_comm_overlap = false;
+  /// Megatron-Core's --overlap-p2p-communication (its default with interleaving): the
+  /// interleaved schedule's sends and receives run asynchronously behind compute. Off (or
+  /// with plain 1F1B), every transfer blocks the sending stage (Megatron-LM 2021-22).
+  bool overlap_p2p_comm = true;
 
   /// Transformer layers in model chunk `chunk` (0..vp-1) of pipeline stage `stage`.
   int64_t LayersInChunk(int64_t num_layers, int64_t stage, int64_t chunk) const;

@@ -309,15 +309,17 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
   const double p2p_bytes = tokens * model.hidden_size * e / t;
   const Link p2p_link = GroupLink(device, 2, config.tp * config.cp * config.dp, n);
   const double p2p = p > 1 ? SendRecvSeconds(p2p_bytes, p2p_link) : 0.0;
-  // Megatron's pipeline sends and receives are blocking (batched isend/irecv, then wait):
-  // every chunk that passes an activation or a gradient on is busy for the transfer.
-  for (int64_t r = 0; r < p && p > 1; ++r) {
+  // 1F1B's sends and receives are blocking (batched isend/irecv, then wait): every chunk
+  // that passes an activation or a gradient on is busy for the transfer. The interleaved
+  // schedule with overlap_p2p_comm posts them asynchronously: they only delay the receiver.
+  const bool async_p2p = v > 1 && config.overlap_p2p_comm;
+  for (int64_t r = 0; r < p && p > 1 && !async_p2p; ++r) {
     for (int64_t j = 0; j < v; ++j) {
       if (!(r == p - 1 && j == v - 1)) pipe.forward[r * v + j] += p2p;
       if (!(r == 0 && j == 0)) pipe.backward[r * v + j] += p2p;
     }
   }
-  pipe.p2p_s = 0;
+  pipe.p2p_s = async_p2p ? p2p : 0.0;
   pipe.max_simulated_micro_batches = 4 * p;
 
   std::vector<double> finish(static_cast<size_t>(p), 0.0);
@@ -417,7 +419,8 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
                out.time.dp_comm - out.time.optimizer);
   const double sends = 2.0 * static_cast<double>(v) -
                       ((critical == 0 || critical == p - 1) ? 1.0 : 0.0);
-  out.time.pp_p2p = std::min(pipeline_rest, p > 1 ? mb * sends * p2p : 0.0);
+  out.time.pp_p2p =
+      std::min(pipeline_rest, p > 1 ? (async_p2p ? 2.0 * (p - 1) * p2p : mb * sends * p2p) : 0.0);
   out.time.pp_bubble = pipeline_rest - out.time.pp_p2p;
 
   auto share = [&](double x) { return 100.0 * x / iteration; };

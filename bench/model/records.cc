@@ -126,6 +126,12 @@ RecordLayout LayoutFromRecord(const nlohmann::json& r) {
   out.dopt_stated = !zero.empty();
   // Megatron-LM 2021's "local" DDP reduces gradients after the backward, unoverlapped.
   c.overlap_grad_reduce = !absl::StrContains(zero, "DDP impl: local");
+  // Megatron-LM 2021-22 (Narayanan, Korthikanti) blocked on every pipeline transfer.
+  const std::string source = Str(r, "source") + Str(r, "id");
+  c.overlap_p2p_comm = !(absl::StrContains(source, "Narayanan") ||
+                         absl::StrContains(source, "narayanan") ||
+                         absl::StrContains(source, "Korthikanti") ||
+                         absl::StrContains(source, "korthikanti"));
   c.distributed_optimizer = absl::StrContains(zero, "distributed") ||
                             absl::StrContains(zero, "ZeRO-1") || absl::StrContains(zero, "zero1");
   return out;
