@@ -486,6 +486,10 @@ absl::StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& reques
   if (!request.has_spec()) return absl::InvalidArgumentError("spec is required");
   absl::StatusOr<JobSpec> spec = SpecFromProto(request.spec());
   if (!spec.ok()) return spec.status();
+  if (spec->search.verify_top_k > 0) {
+    return absl::UnimplementedError(
+        "search.verify_top_k: end-to-end verification runs are not built yet; use 0");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
   std::string id = NewIdLocked("job");

@@ -196,6 +196,10 @@ TEST_F(JobManagerTest, InvalidSpecIsRejectedNamingTheField) {
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(job.status().message().find("num_attention_heads"), std::string::npos)
       << job.status();
+  // Verification runs are not built: refused, not silently ignored.
+  *req.mutable_spec() = TinySpec("model");
+  req.mutable_spec()->mutable_search()->set_verify_top_k(2);
+  EXPECT_EQ(manager_->SubmitJob(req).status().code(), absl::StatusCode::kUnimplemented);
   v1::ListJobsRequest list;
   EXPECT_EQ(manager_->ListJobs(list)->jobs_size(), 0);
 }
