@@ -21,7 +21,7 @@ namespace paratune {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-// Defaults when a dimension is left open (documented in planner.h's contract):
+// Defaults when a dimension is left open:
 constexpr int64_t kMaxMicroBatch = 16;        // Micro-batch sizes considered: divisors <= 16.
 constexpr int64_t kMinContextTokens = 1024;   // CP only while each rank keeps >= 1024 tokens.
 // Candidates re-scored with the simulated schedule after the closed-form screen.
@@ -51,8 +51,6 @@ std::string OomReason(const MemoryBreakdown& mem) {
 }
 
 // Layer and edge times depend only on these knobs.
-// (tp_comm_overlap is left at Megatron-LM's default, off: the exported arguments do not
-// turn it on, so the plan must not assume it.)
 using LayerKey = std::tuple<int64_t, bool, bool, int64_t, int64_t, int>;
 
 struct Scorer {
@@ -207,6 +205,8 @@ absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
                     c.recompute_num_layers = rc == Recompute::kFull ? rl : 0;
                     c.distributed_optimizer = dopt;
                     c.split_counts_embedding_and_loss = split;
+                    // tp_comm_overlap stays at Megatron-LM's default (off): the exported
+                    // arguments do not turn it on, so the plan must not assume it.
                     ++result.candidates_considered;
                     if (absl::Status s = ValidateParallelConfig(c, spec); !s.ok()) {
                       result.rejected.push_back({c, std::string(s.message())});
