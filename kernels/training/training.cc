@@ -1,0 +1,524 @@
+#include "kernels/training/training.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
+#include "kernels/backend.h"
+#include "kernels/hash_random.h"
+#include "kernels/mappings.h"
+#include "kernels/status_macros.h"
+#include "kernels/transformer_layer.h"
+#include "kernels/vocab_parallel.h"
+
+namespace paratune::kernels::training {
+namespace {
+
+constexpr std::chrono::seconds kTimeout(300);
+
+// A gloo store over any GlooRendezvous (whose Get blocks until the key is set).
+class RendezvousStore final : public gloo::rendezvous::Store {
+ public:
+  explicit RendezvousStore(std::shared_ptr<GlooRendezvous> r) : r_(std::move(r)) {}
+  void set(const std::string& key, const std::vector<char>& data) override { r_->Set(key, data); }
+  std::vector<char> get(const std::string& key) override { return r_->Get(key); }
+  void wait(const std::vector<std::string>& keys) override {
+    for (const auto& k : keys) r_->Get(k);
+  }
+
+ private:
+  std::shared_ptr<GlooRendezvous> r_;
+};
+
+// Point-to-point over one pipeline group: receives posted ahead, sends waited at once.
+class PipeP2P {
+ public:
+  static absl::StatusOr<std::unique_ptr<PipeP2P>> Connect(std::shared_ptr<GlooRendezvous> r,
+                                                          const std::string& prefix, int rank,
+                                                          int size) {
+    try {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = "127.0.0.1";
+      auto device = gloo::transport::tcp::CreateDevice(attr);
+      auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+      ctx->setTimeout(std::chrono::milliseconds(kTimeout));
+      RendezvousStore base(std::move(r));
+      // Keys are namespaced by hand (PrefixStore would need the concrete store type).
+      class Prefixed final : public gloo::rendezvous::Store {
+       public:
+        Prefixed(std::string p, gloo::rendezvous::Store& s) : p_(std::move(p)), s_(s) {}
+        void set(const std::string& k, const std::vector<char>& d) override { s_.set(p_ + k, d); }
+        std::vector<char> get(const std::string& k) override { return s_.get(p_ + k); }
+        void wait(const std::vector<std::string>& keys) override {
+          std::vector<std::string> full;
+          for (const auto& k : keys) full.push_back(p_ + k);
+          s_.wait(full);
+        }
+
+       private:
+        std::string p_;
+        gloo::rendezvous::Store& s_;
+      } store(prefix + "/", base);
+      ctx->connectFullMesh(store, device);
+      auto p = std::unique_ptr<PipeP2P>(new PipeP2P());
+      p->ctx_ = std::move(ctx);
+      return p;
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("p2p rendezvous (", prefix, "): ", e.what()));
+    }
+  }
+
+  absl::Status PostRecv(uint64_t slot, int peer, int64_t count) {
+    try {
+      Pending& p = recvs_[slot];
+      p.buf.resize(count);
+      p.ub = ctx_->createUnboundBuffer(p.buf.data(), count * sizeof(float));
+      p.ub->recv(peer, slot);
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("p2p recv: ", e.what()));
+    }
+  }
+  /// Waits for `slot` and copies it into a tracked tensor of `shape`.
+  absl::StatusOr<Tensor> Take(uint64_t slot, Backend& be, std::vector<int64_t> shape) {
+    auto it = recvs_.find(slot);
+    if (it == recvs_.end()) return absl::InternalError(absl::StrCat("no receive posted for slot ", slot));
+    try {
+      it->second.ub->waitRecv(kTimeout);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("p2p recv: ", e.what()));
+    }
+    PT_ASSIGN_OR_RETURN(Tensor t, be.Empty(std::move(shape), DType::kF32, MemoryTag::kActivations));
+    if (t.numel() != static_cast<int64_t>(it->second.buf.size())) {
+      return absl::InternalError("p2p message size mismatch");
+    }
+    std::memcpy(t.data(), it->second.buf.data(), t.bytes());
+    recvs_.erase(it);
+    return t;
+  }
+  absl::Status Send(const Tensor& t, int peer, uint64_t slot) {
+    try {
+      auto ub = ctx_->createUnboundBuffer(t.data(), t.bytes());
+      ub->send(peer, slot);
+      ub->waitSend(kTimeout);
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("p2p send: ", e.what()));
+    }
+  }
+
+ private:
+  struct Pending {
+    std::vector<float> buf;
+    std::unique_ptr<gloo::transport::UnboundBuffer> ub;
+  };
+  std::shared_ptr<gloo::rendezvous::Context> ctx_;
+  std::map<uint64_t, Pending> recvs_;
+};
+
+absl::StatusOr<std::unique_ptr<Communicator>> Group(std::shared_ptr<GlooRendezvous> r,
+                                                    const std::string& prefix, int64_t rank,
+                                                    int64_t size) {
+  if (size == 1) return MakeSelfCommunicator();
+  return MakeGlooCommunicator(std::move(r), prefix, static_cast<int>(rank),
+                              static_cast<int>(size));
+}
+
+// The model chunk of one virtual pipeline stage on one rank.
+struct Chunk {
+  int64_t vstage = 0;
+  std::vector<std::unique_ptr<TransformerLayer>> layers;
+  std::unique_ptr<VocabParallelEmbedding> embedding;  // first virtual stage
+  std::unique_ptr<VocabParallelOutput> output;        // last virtual stage
+};
+
+// Kept per (chunk, micro-batch) between its forward and backward.
+struct InFlight {
+  std::vector<SavedActivations> saved;  // per layer
+  Tensor ids;                           // first stage: token ids (i32)
+  Tensor dy;                            // last stage: loss gradient of the chunk output
+};
+
+SavedActivations& MutableSaved(TransformerLayer& l) {
+  // The layer keeps one micro-batch's tensors; pipelining keeps several in flight, so the
+  // schedule moves them out after each forward and back in before the matching backward.
+  return const_cast<SavedActivations&>(l.saved());
+}
+
+uint64_t Slot(const TrainConfig& c, int64_t step, bool backward, int64_t chunk, int64_t mb) {
+  return 1 + static_cast<uint64_t>(((step * 2 + (backward ? 1 : 0)) * c.vp + chunk) *
+                                       c.num_micro_batches + mb);
+}
+
+absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRendezvous> r,
+                     RankResult* result, std::vector<double>* losses_out,
+                     std::vector<double>* times_out) {
+  const RankCoords me = CoordsOf(c, rank);
+  std::unique_ptr<Backend> be = MakeCpuBackend(0, std::max(1, c.threads_per_rank));
+  CommClock clock;
+  PT_ASSIGN_OR_RETURN(auto tp, Group(r, absl::StrCat("tp_", me.dp, "_", me.pp), me.tp, c.tp));
+  PT_ASSIGN_OR_RETURN(auto dp, Group(r, absl::StrCat("dp_", me.tp, "_", me.pp), me.dp, c.dp));
+  PT_ASSIGN_OR_RETURN(auto world, Group(r, "world", rank, c.world_size()));
+  std::unique_ptr<PipeP2P> p2p;
+  if (c.pp > 1) {
+    PT_ASSIGN_OR_RETURN(p2p, PipeP2P::Connect(r, absl::StrCat("pp_", me.tp, "_", me.dp),
+                                              static_cast<int>(me.pp), static_cast<int>(c.pp)));
+  }
+  ParallelContext ctx{be.get(), tp.get(), &clock};
+
+  // The model: chunk k of pipeline rank p is virtual stage k·pp + p.
+  const int64_t stages = c.pp * c.vp, per_chunk = c.num_layers / stages;
+  LayerConfig base;
+  base.shape = c.shape;
+  base.tp = c.tp;
+  base.sequence_parallel = c.sequence_parallel;
+  base.micro_batch_size = c.micro_batch_size;
+  base.seq_length = c.seq_length;
+  base.recompute = c.recompute;
+  base.dtype = DType::kF32;
+  base.seed = c.seed;
+  std::vector<Chunk> chunks(c.vp);
+  std::vector<Parameter*> params;
+  for (int64_t k = 0; k < c.vp; ++k) {
+    Chunk& ch = chunks[k];
+    ch.vstage = k * c.pp + me.pp;
+    if (ch.vstage == 0) {
+      PT_ASSIGN_OR_RETURN(ch.embedding, VocabParallelEmbedding::Create(base, ctx));
+      params.push_back(&ch.embedding->weight());
+    }
+    for (int64_t l = 0; l < per_chunk; ++l) {
+      LayerConfig lc = base;
+      lc.seed = Mix64(c.seed + 1000003ull * static_cast<uint64_t>(ch.vstage * per_chunk + l + 1));
+      PT_ASSIGN_OR_RETURN(auto layer, TransformerLayer::Create(lc, ctx));
+      for (Parameter* p : layer->Parameters()) params.push_back(p);
+      ch.layers.push_back(std::move(layer));
+    }
+    if (ch.vstage == stages - 1) {
+      PT_ASSIGN_OR_RETURN(ch.output, VocabParallelOutput::Create(base, ctx));
+      for (Parameter* p : ch.output->Parameters()) params.push_back(p);
+    }
+  }
+  int64_t numel = 0;
+  for (Parameter* p : params) numel += p->value.numel();
+  result->parameter_count = numel;
+
+  // Optimizer state: full m, v (plain) or this DP rank's shard of a flat buffer (distributed).
+  const int64_t shard = (numel + c.dp - 1) / c.dp, padded = shard * c.dp;
+  std::vector<Tensor> m, v;
+  Tensor flat_grad, flat_param, shard_grad, shard_param, shard_m, shard_v;
+  if (c.distributed_optimizer) {
+    PT_ASSIGN_OR_RETURN(flat_grad, be->Zeros({padded}, DType::kF32, MemoryTag::kGradients));
+    PT_ASSIGN_OR_RETURN(flat_param, be->Zeros({padded}, DType::kF32, MemoryTag::kWeights));
+    PT_ASSIGN_OR_RETURN(shard_grad, be->Zeros({shard}, DType::kF32, MemoryTag::kGradients));
+    PT_ASSIGN_OR_RETURN(shard_param, be->Zeros({shard}, DType::kF32, MemoryTag::kWeights));
+    PT_ASSIGN_OR_RETURN(shard_m, be->Zeros({shard}, DType::kF32, MemoryTag::kWeights));
+    PT_ASSIGN_OR_RETURN(shard_v, be->Zeros({shard}, DType::kF32, MemoryTag::kWeights));
+    int64_t off = 0;
+    for (Parameter* p : params) {
+      std::memcpy(flat_param.at(off), p->value.data(), p->value.bytes());
+      off += p->value.numel();
+    }
+    std::memcpy(shard_param.data(), flat_param.at(me.dp * shard), shard * sizeof(float));
+  } else {
+    for (Parameter* p : params) {
+      PT_ASSIGN_OR_RETURN(Tensor tm, be->Zeros(p->value.shape(), DType::kF32, MemoryTag::kWeights));
+      PT_ASSIGN_OR_RETURN(Tensor tv, be->Zeros(p->value.shape(), DType::kF32, MemoryTag::kWeights));
+      m.push_back(tm);
+      v.push_back(tv);
+    }
+  }
+
+  const int64_t M = c.num_micro_batches, h = c.shape.hidden_size;
+  const int64_t rows = (c.sequence_parallel ? c.seq_length / c.tp : c.seq_length) * c.micro_batch_size;
+  const std::vector<ScheduleOp> schedule = PipelineSchedule(c, me.pp);
+  const int next = static_cast<int>((me.pp + 1) % c.pp), prev = static_cast<int>((me.pp + c.pp - 1) % c.pp);
+  std::vector<double> losses(c.steps, 0.0), times(c.steps, 0.0);
+
+  for (int64_t step = 0; step < c.steps; ++step) {
+    PT_RETURN_IF_ERROR(world->Barrier());
+    const auto t0 = std::chrono::steady_clock::now();
+    for (Parameter* p : params) PT_RETURN_IF_ERROR(be->Fill(p->grad, 0.0));
+    if (p2p) {
+      for (int64_t k = 0; k < c.vp; ++k) {
+        const int64_t vs = chunks[k].vstage;
+        for (int64_t mb = 0; mb < M; ++mb) {
+          if (vs > 0) PT_RETURN_IF_ERROR(p2p->PostRecv(Slot(c, step, false, k, mb), prev, rows * h));
+          if (vs < stages - 1) PT_RETURN_IF_ERROR(p2p->PostRecv(Slot(c, step, true, k, mb), next, rows * h));
+        }
+      }
+    }
+    std::vector<std::vector<InFlight>> flight(c.vp, std::vector<InFlight>(M));
+    double loss_sum = 0;
+    for (const ScheduleOp& op : schedule) {
+      Chunk& ch = chunks[op.chunk];
+      InFlight& f = flight[op.chunk][op.micro_batch];
+      const int64_t g = me.dp * M + op.micro_batch;  // global micro-batch
+      if (op.forward) {
+        Tensor x;
+        if (ch.vstage == 0) {
+          const std::vector<int32_t> ids = SyntheticTokens(c, step, g, false);
+          PT_ASSIGN_OR_RETURN(x, ch.embedding->Forward(ids));
+          PT_ASSIGN_OR_RETURN(f.ids, be->Empty({static_cast<int64_t>(ids.size())}, DType::kI32,
+                                               MemoryTag::kActivations));
+          std::memcpy(f.ids.data(), ids.data(), ids.size() * sizeof(int32_t));
+        } else {
+          PT_ASSIGN_OR_RETURN(x, p2p->Take(Slot(c, step, false, op.chunk, op.micro_batch), *be, {rows, h}));
+        }
+        f.saved.resize(ch.layers.size());
+        for (size_t l = 0; l < ch.layers.size(); ++l) {
+          PT_ASSIGN_OR_RETURN(x, ch.layers[l]->Forward(x));
+          f.saved[l] = std::move(MutableSaved(*ch.layers[l]));
+          MutableSaved(*ch.layers[l]) = SavedActivations();
+        }
+        if (ch.output) {
+          // The loss and its gradient at once: the output block holds one micro-batch.
+          PT_ASSIGN_OR_RETURN(double loss, ch.output->Forward(x, SyntheticTokens(c, step, g, true)));
+          loss_sum += loss;
+          PT_ASSIGN_OR_RETURN(f.dy, ch.output->Backward());
+        } else {
+          PT_RETURN_IF_ERROR(p2p->Send(x, next, Slot(c, step, false, op.chunk + (next == 0 ? 1 : 0),
+                                                     op.micro_batch)));
+        }
+      } else {
+        Tensor dy;
+        if (ch.output) {
+          dy = std::move(f.dy);
+        } else {
+          PT_ASSIGN_OR_RETURN(dy, p2p->Take(Slot(c, step, true, op.chunk, op.micro_batch), *be, {rows, h}));
+        }
+        for (size_t l = ch.layers.size(); l-- > 0;) {
+          MutableSaved(*ch.layers[l]) = std::move(f.saved[l]);
+          PT_ASSIGN_OR_RETURN(dy, ch.layers[l]->Backward(dy));
+        }
+        if (ch.embedding) {
+          Tensor full = dy;
+          if (c.sequence_parallel) {
+            PT_ASSIGN_OR_RETURN(full, ReduceScatterToSpRegion::Backward(ctx, dy));
+          }
+          Parameter& w = ch.embedding->weight();
+          const int64_t vl = w.value.dim(0), start = me.tp * vl;
+          PT_RETURN_IF_ERROR(be->EmbeddingBackward(DType::kF32, w.grad.data(), f.ids.data_as<int32_t>(),
+                                                   full.data(), full.dim(0), full.dim(1), start,
+                                                   start + vl));
+        } else {
+          PT_RETURN_IF_ERROR(p2p->Send(dy, prev, Slot(c, step, true, op.chunk - (prev == c.pp - 1 ? 1 : 0),
+                                                      op.micro_batch)));
+        }
+        f = InFlight();
+      }
+    }
+    // Gradients: SP norm all-reduce over TP, then the mean over the global batch.
+    for (Chunk& ch : chunks) {
+      for (auto& l : ch.layers) PT_RETURN_IF_ERROR(l->FinishGradients());
+      if (ch.output && c.sequence_parallel && c.tp > 1) {
+        for (Parameter* p : ch.output->Parameters()) {
+          if (p->replicated) PT_RETURN_IF_ERROR(tp->AllReduce(p->grad.data(), p->grad.numel(), DType::kF32));
+        }
+      }
+    }
+    const float scale = 1.0f / static_cast<float>(M * c.dp);
+    if (c.distributed_optimizer) {
+      int64_t off = 0;
+      for (Parameter* p : params) {
+        std::memcpy(flat_grad.at(off), p->grad.data(), p->grad.bytes());
+        off += p->grad.numel();
+      }
+      PT_RETURN_IF_ERROR(dp->ReduceScatter(flat_grad.data(), shard_grad.data(), shard, DType::kF32));
+      float* sg = shard_grad.data_as<float>();
+      for (int64_t i = 0; i < shard; ++i) sg[i] *= scale;
+      PT_RETURN_IF_ERROR(be->AdamW(DType::kF32, shard_param.data_as<float>(), sg, shard_m.data_as<float>(),
+                                   shard_v.data_as<float>(), shard, c.lr, c.beta1, c.beta2, c.adam_eps,
+                                   c.weight_decay, step + 1));
+      PT_RETURN_IF_ERROR(dp->AllGather(shard_param.data(), flat_param.data(), shard, DType::kF32));
+      off = 0;
+      for (Parameter* p : params) {
+        std::memcpy(p->value.data(), flat_param.at(off), p->value.bytes());
+        off += p->value.numel();
+      }
+    } else {
+      for (size_t i = 0; i < params.size(); ++i) {
+        Parameter* p = params[i];
+        PT_RETURN_IF_ERROR(dp->AllReduce(p->grad.data(), p->grad.numel(), DType::kF32));
+        float* gp = p->grad.data_as<float>();
+        for (int64_t j = 0; j < p->grad.numel(); ++j) gp[j] *= scale;
+        PT_RETURN_IF_ERROR(be->AdamW(DType::kF32, p->value.data_as<float>(), gp, m[i].data_as<float>(),
+                                     v[i].data_as<float>(), p->value.numel(), c.lr, c.beta1, c.beta2,
+                                     c.adam_eps, c.weight_decay, step + 1));
+      }
+    }
+    times[step] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    losses[step] = loss_sum / static_cast<double>(M);
+  }
+  result->step_seconds = times;
+  result->peak_bytes = be->allocator().Stats().peak_bytes;
+
+  // Job-wide figures: every rank's (loss, time) per step.
+  const bool reports_loss = me.pp == c.pp - 1 && me.tp == 0;
+  std::vector<double> mine(2 * c.steps);
+  for (int64_t s = 0; s < c.steps; ++s) {
+    mine[2 * s] = reports_loss ? losses[s] : 0.0;
+    mine[2 * s + 1] = times[s];
+  }
+  std::vector<double> all(mine.size() * c.world_size());
+  PT_RETURN_IF_ERROR(world->AllGather(mine.data(), all.data(), mine.size(), DType::kF64));
+  losses_out->assign(c.steps, 0.0);
+  times_out->assign(c.steps, 0.0);
+  for (int64_t q = 0; q < c.world_size(); ++q) {
+    for (int64_t s = 0; s < c.steps; ++s) {
+      (*losses_out)[s] += all[q * mine.size() + 2 * s] / static_cast<double>(c.dp);
+      (*times_out)[s] = std::max((*times_out)[s], all[q * mine.size() + 2 * s + 1]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status TrainConfig::Validate() const {
+  auto positive = [](const char* name, int64_t v) -> absl::Status {
+    if (v < 1) return absl::InvalidArgumentError(absl::StrCat(name, " (", v, ") must be >= 1"));
+    return absl::OkStatus();
+  };
+  PT_RETURN_IF_ERROR(positive("num_layers", num_layers));
+  PT_RETURN_IF_ERROR(positive("seq_length", seq_length));
+  PT_RETURN_IF_ERROR(positive("micro_batch_size", micro_batch_size));
+  PT_RETURN_IF_ERROR(positive("num_micro_batches", num_micro_batches));
+  PT_RETURN_IF_ERROR(positive("tp", tp));
+  PT_RETURN_IF_ERROR(positive("pp", pp));
+  PT_RETURN_IF_ERROR(positive("dp", dp));
+  PT_RETURN_IF_ERROR(positive("vp", vp));
+  PT_RETURN_IF_ERROR(positive("steps", steps));
+  PT_RETURN_IF_ERROR(positive("vocab_size", shape.vocab_size));
+  if (num_layers % (pp * vp) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("pp·vp (", pp * vp, ") must divide num_layers (",
+                                                   num_layers, ")"));
+  }
+  if (vp > 1 && pp < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("vp (", vp, ") > 1 needs pp >= 2 (pp is ", pp, ")"));
+  }
+  if (vp > 1 && num_micro_batches % pp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("pp (", pp, ") must divide num_micro_batches (",
+                                                   num_micro_batches, ") with the interleaved schedule"));
+  }
+  if (shape.vocab_size % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tp (", tp, ") must divide vocab_size (",
+                                                   shape.vocab_size, ")"));
+  }
+  LayerConfig lc;
+  lc.shape = shape;
+  lc.tp = tp;
+  lc.sequence_parallel = sequence_parallel;
+  lc.micro_batch_size = micro_batch_size;
+  lc.seq_length = seq_length;
+  lc.recompute = recompute;
+  return lc.Validate();
+}
+
+RankCoords CoordsOf(const TrainConfig& c, int64_t rank) {
+  RankCoords x;
+  x.tp = rank % c.tp;
+  x.dp = (rank / c.tp) % c.dp;
+  x.pp = rank / (c.tp * c.dp);
+  return x;
+}
+
+int64_t RankOf(const TrainConfig& c, const RankCoords& x) {
+  return x.tp + c.tp * (x.dp + c.dp * x.pp);
+}
+
+std::vector<ScheduleOp> PipelineSchedule(const TrainConfig& c, int64_t p) {
+  const int64_t M = c.num_micro_batches, pp = c.pp, vp = c.vp, total = M * vp;
+  auto fwd = [&](int64_t k) {
+    if (vp == 1) return ScheduleOp{true, 0, k};
+    return ScheduleOp{true, (k / pp) % vp, (k / (pp * vp)) * pp + k % pp};
+  };
+  auto bwd = [&](int64_t k) {
+    if (vp == 1) return ScheduleOp{false, 0, k};
+    return ScheduleOp{false, vp - 1 - (k / pp) % vp, (k / (pp * vp)) * pp + k % pp};
+  };
+  const int64_t warmup = std::min(total, vp == 1 ? pp - p - 1 : (pp - p - 1) * 2 + (vp - 1) * pp);
+  std::vector<ScheduleOp> ops;
+  for (int64_t k = 0; k < warmup; ++k) ops.push_back(fwd(k));
+  for (int64_t k = 0; k < total - warmup; ++k) {
+    ops.push_back(fwd(k + warmup));
+    ops.push_back(bwd(k));
+  }
+  for (int64_t k = total - warmup; k < total; ++k) ops.push_back(bwd(k));
+  return ops;
+}
+
+std::vector<int32_t> SyntheticTokens(const TrainConfig& c, int64_t step, int64_t g, bool targets) {
+  // A learnable stream: each token follows its predecessor as next = (5·prev + 3) mod V with
+  // probability 3/4, else it is uniform. The best loss is about 0.25·ln V + 0.56.
+  const int64_t s = c.seq_length, b = c.micro_batch_size, V = c.shape.vocab_size;
+  std::vector<int32_t> out(s * b);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    const uint64_t sample = Mix64(Mix64(c.seed + 0x5eed) + static_cast<uint64_t>(step)) +
+                            static_cast<uint64_t>(g * b + bi);
+    int64_t tok = static_cast<int64_t>(Mix64(sample) % static_cast<uint64_t>(V));
+    for (int64_t pos = 0; pos <= s; ++pos) {
+      if (pos > 0) {
+        const uint64_t r = Mix64(Mix64(sample) + static_cast<uint64_t>(pos));
+        tok = (r & 3) != 0 ? (5 * tok + 3) % V : static_cast<int64_t>((r >> 2) % static_cast<uint64_t>(V));
+      }
+      const int64_t at = pos - (targets ? 1 : 0);
+      if (at >= 0 && at < s) out[at * b + bi] = static_cast<int32_t>(tok);
+    }
+  }
+  return out;
+}
+
+double TrainResult::median_step_seconds() const {
+  std::vector<double> t(step_seconds.begin() + (step_seconds.size() > 1 ? 1 : 0), step_seconds.end());
+  if (t.empty()) return 0;
+  std::sort(t.begin(), t.end());
+  return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+}
+
+absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, int64_t first_rank,
+                                        int64_t count, std::shared_ptr<GlooRendezvous> rendezvous) {
+  PT_RETURN_IF_ERROR(config.Validate());
+  if (first_rank < 0 || count < 1 || first_rank + count > config.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("ranks [", first_rank, ", ", first_rank + count,
+                                                   ") must lie in [0, world size (",
+                                                   config.world_size(), "))"));
+  }
+  SetBlasThreads(std::max(1, config.threads_per_rank));
+  TrainResult out;
+  out.ranks.resize(count);
+  std::vector<absl::Status> status(count);
+  std::vector<std::vector<double>> losses(count), times(count);
+  std::vector<std::thread> threads;
+  for (int64_t i = 0; i < count; ++i) {
+    out.ranks[i].rank = first_rank + i;
+    threads.emplace_back([&, i] {
+      status[i] = RunRank(config, first_rank + i, rendezvous, &out.ranks[i], &losses[i], &times[i]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int64_t i = 0; i < count; ++i) {
+    if (!status[i].ok()) {
+      return absl::Status(status[i].code(),
+                          absl::StrCat("rank ", first_rank + i, ": ", status[i].message()));
+    }
+  }
+  out.losses = losses[0];
+  out.step_seconds = times[0];
+  return out;
+}
+
+absl::StatusOr<TrainResult> RunTrainingInProcess(const TrainConfig& config) {
+  return RunTraining(config, 0, config.world_size(), MakeInProcessRendezvous());
+}
+
+}  // namespace paratune::kernels::training

@@ -1,0 +1,108 @@
+// End-to-end training of a whole GPT/Llama-style model under one parallel layout, on real
+// ranks: the embedding, L transformer layers, the final norm, the vocab-parallel logits and
+// cross entropy, split TP × PP × DP (Megatron's rank order: tp fastest, then dp, then pp),
+// with sequence parallelism and recompute from the layer, the 1F1B schedule (vp = 1) or
+// Megatron's interleaved schedule (vp > 1 model chunks per pipeline rank), real
+// point-to-point transfers between stages, the DP gradient all-reduce (or reduce-scatter +
+// all-gather with the distributed optimizer) and AdamW.
+//
+// Layout invariance: every weight is a function of (seed, global layer index, parameter
+// name, unsharded element index) and the data of (seed, step, global sample), so a run
+// under any layout trains the same model on the same data as the single-rank run; only the
+// floating-point summation order differs.
+//
+// Point-to-point: each rank owns a Gloo context over its pipeline group used only for
+// unbound-buffer send/recv. At the start of a step a rank posts every receive it will need
+// (one untracked host buffer per message, a unique slot per (step, direction, chunk,
+// micro-batch)), so sends complete as soon as the bytes move and no schedule order can
+// deadlock; a received buffer is copied into a tracked tensor when its op runs, so the
+// tracking allocator's peak counts it from then on, as Megatron's receive buffer.
+//
+// CPU only for now (Gloo); the CUDA backend is not wired in (MakeBackend answers
+// UNIMPLEMENTED for it).
+#ifndef PARATUNE_KERNELS_TRAINING_TRAINING_H_
+#define PARATUNE_KERNELS_TRAINING_TRAINING_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/communicator.h"
+#include "kernels/layer_config.h"
+
+namespace paratune::kernels::training {
+
+struct TrainConfig {
+  LayerShape shape;                   ///< Every layer's shape; vocab_size is required.
+  int64_t num_layers = 0;             ///< L.
+  int64_t seq_length = 0;             ///< s.
+  int64_t micro_batch_size = 1;       ///< b.
+  int64_t num_micro_batches = 1;      ///< M per DP rank and step (global batch = b·M·dp).
+  int64_t tp = 1, pp = 1, dp = 1;
+  int64_t vp = 1;                     ///< Model chunks per pipeline rank (interleaved if > 1).
+  bool sequence_parallel = false;
+  RecomputeMode recompute = RecomputeMode::kNone;
+  bool distributed_optimizer = false; ///< DP reduce-scatter + sharded AdamW + all-gather.
+  int64_t steps = 5;
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f, weight_decay = 0.01f;
+  uint64_t seed = 1234;
+  int threads_per_rank = 1;           ///< CPU backend elementwise threads.
+
+  int64_t world_size() const { return tp * pp * dp; }
+  /// First violated rule, e.g. `pp·vp (6) must divide num_layers (4)`.
+  absl::Status Validate() const;
+};
+
+/// Coordinates of a global rank (Megatron order: tp fastest, then dp, then pp).
+struct RankCoords {
+  int64_t tp = 0, dp = 0, pp = 0;
+};
+RankCoords CoordsOf(const TrainConfig& c, int64_t rank);
+int64_t RankOf(const TrainConfig& c, const RankCoords& x);
+
+/// One pipeline op of a rank's schedule: forward or backward of (model chunk, micro-batch).
+struct ScheduleOp {
+  bool forward = true;
+  int64_t chunk = 0;
+  int64_t micro_batch = 0;
+};
+/// The op order of pipeline rank `pp_rank`: 1F1B (vp = 1; warm-up pp − rank − 1 forwards)
+/// or Megatron's interleaved schedule (warm-up (pp − rank − 1)·2 + (vp − 1)·pp).
+std::vector<ScheduleOp> PipelineSchedule(const TrainConfig& c, int64_t pp_rank);
+
+/// The token ids of global micro-batch `g` of `step` ([s, b] order), s + 1 per sample so
+/// that targets are the ids shifted by one. Layout-invariant.
+std::vector<int32_t> SyntheticTokens(const TrainConfig& c, int64_t step, int64_t g, bool targets);
+
+struct RankResult {
+  int64_t rank = 0;
+  std::vector<double> step_seconds;   ///< This rank's wall time per step.
+  int64_t peak_bytes = 0;             ///< Tracking-allocator peak over the run.
+  int64_t parameter_count = 0;        ///< Elements this rank holds.
+};
+
+struct TrainResult {
+  std::vector<double> losses;         ///< Mean loss of the global batch, per step.
+  std::vector<double> step_seconds;   ///< Slowest rank's time per step.
+  std::vector<RankResult> ranks;      ///< The ranks run in this process, by rank.
+  /// Median over steps after the first (the first allocates and warms up).
+  double median_step_seconds() const;
+};
+
+/// Runs ranks [first_rank, first_rank + count) of the job as threads of this process;
+/// the other ranks must be run by other processes with the same config and a rendezvous
+/// they share (MakeFileRendezvous). losses and step_seconds are the whole job's (a
+/// world all-gather at the end).
+absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, int64_t first_rank,
+                                        int64_t count,
+                                        std::shared_ptr<GlooRendezvous> rendezvous);
+
+/// All ranks as threads of this process with an in-process rendezvous.
+absl::StatusOr<TrainResult> RunTrainingInProcess(const TrainConfig& config);
+
+}  // namespace paratune::kernels::training
+
+#endif  // PARATUNE_KERNELS_TRAINING_TRAINING_H_
