@@ -145,6 +145,11 @@ void SetBlasThreads(int threads);
 /// CUDA backend on `device`, or Unimplemented when this binary has no CUDA backend,
 /// FailedPrecondition when no device exists.
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int device, int64_t capacity_bytes);
+/// Number of CUDA devices; Unimplemented without CUDA.
+absl::StatusOr<int> CudaDeviceCount();
+/// FailedPrecondition unless `ranks` CUDA devices exist (one device per rank: NCCL refuses
+/// two ranks on one GPU).
+absl::Status CheckCudaDevicesForRanks(int64_t ranks);
 /// NCCL communicator on the CUDA backend's stream; rank 0 publishes the unique id through
 /// `rendezvous`. Unimplemented without CUDA.
 absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(

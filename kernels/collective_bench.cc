@@ -159,6 +159,7 @@ absl::StatusOr<std::vector<CollectiveSample>> RunCollectiveSweep(
     const CollectiveSweepConfig& config) {
   if (absl::Status s = config.Validate(); !s.ok()) return s;
   const int k = static_cast<int>(config.group_size);
+  if (config.backend == BackendKind::kCuda) PT_RETURN_IF_ERROR(CheckCudaDevicesForRanks(k));
   std::shared_ptr<GlooRendezvous> rendezvous = MakeInProcessRendezvous();
   static std::atomic<int> sweep_id{0};
   const std::string prefix = absl::StrCat("sweep", sweep_id.fetch_add(1));

@@ -13,6 +13,12 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int, int64_t) {
       "nvcc)");
 }
 
+absl::StatusOr<int> CudaDeviceCount() {
+  return absl::UnimplementedError(
+      "UNIMPLEMENTED: this binary was built without the CUDA backend (PARATUNE_CUDA=OFF or no "
+      "nvcc)");
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(
     Backend&, std::shared_ptr<GlooRendezvous>, const std::string&, int, int) {
   return absl::UnimplementedError(

@@ -178,6 +178,7 @@ absl::StatusOr<StepResult> RunLayerStep(const StepConfig& config) {
                           ? static_cast<int>(config.blas_threads_per_rank)
                           : std::max(1, cores / t);
   if (config.backend == BackendKind::kCpu) SetBlasThreads(threads);
+  if (config.backend == BackendKind::kCuda) PT_RETURN_IF_ERROR(CheckCudaDevicesForRanks(t));
   auto rendezvous = MakeInProcessRendezvous();
   static std::atomic<int> run_id{0};
   const std::string prefix = absl::StrCat("step", run_id.fetch_add(1));
