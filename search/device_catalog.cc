@@ -25,9 +25,9 @@
 //    BF16 GEMMs run at ~650 TFLOP/s (65%), FP8 at ~1350 (68% of the FP8 peak) in published
 //    cuBLASLt/Transformer Engine measurements. Tile 256x128 is the CUTLASS/cuBLAS default
 //    for large half-precision GEMMs on Ampere/Hopper. Streaming kernels reach ~80% of HBM
-//    bandwidth (STREAM-like copy on A100/H100). Fused attention (no flash) and flash
-//    attention forward: ~60% of peak on A100 (FlashAttention-2 paper), ~40% on H100 with
-//    FlashAttention-2-class kernels.
+//    bandwidth (STREAM-like copy on A100/H100). Flash attention forward: ~60% of peak on
+//    A100 (FlashAttention-2 paper), ~40% on H100 with FlashAttention-2-class kernels
+//    (the attention core without flash runs as batched GEMMs instead).
 //  - Overlap: NCCL's ring kernels run on 8-16 of the SMs (channels) and share HBM
 //    bandwidth, so a GEMM overlapped with a collective loses ~15% of its speed for the
 //    collective's duration (NCCL docs on NCCL_MIN/MAX_NCHANNELS; Megatron-Core's
