@@ -98,10 +98,11 @@ int Main(int argc, char** argv) {
     std::printf("# warmup %lld, iters %lld; gemm = %s [s*b,h]x[h,4h/t] in the same run\n",
                 static_cast<long long>(warmup), static_cast<long long>(iters),
                 gpu ? "cuBLAS (one device)" : "cblas_sgemm with the rank's threads, x ranks");
-    std::printf("# %6s %6s %3s %3s %10s %10s %10s %10s %9s %9s %7s %10s\n", "h", "s", "b", "tp",
-                "fwd", "bwd", "comm", "total", "layer", "gemm", "ratio", "peak/rank");
-    std::printf("# %6s %6s %3s %3s %10s %10s %10s %10s %9s %9s %7s %10s\n", "", "", "", "", "ms",
-                "ms", "ms", "ms", "GFLOP/s", "GFLOP/s", "%", "MiB");
+    std::printf("# %6s %6s %3s %3s %10s %10s %10s %10s %10s %9s %9s %7s %10s %10s\n", "h", "s",
+                "b", "tp", "fwd", "bwd", "recomp", "comm", "total", "layer", "gemm", "ratio",
+                "peak/rank", "act/rank");
+    std::printf("# %6s %6s %3s %3s %10s %10s %10s %10s %10s %9s %9s %7s %10s %10s\n", "", "", "",
+                "", "ms", "ms", "ms", "ms", "ms", "GFLOP/s", "GFLOP/s", "%", "MiB", "MiB");
   }
   double worst_ratio_big = 1e9;
   int failures = 0;
@@ -174,13 +175,14 @@ int Main(int argc, char** argv) {
                            {"peak_bytes_per_rank", r->peak_bytes_per_rank},
                            {"activation_bytes", r->activation_bytes}});
           } else {
-            std::printf("  %6lld %6lld %3lld %3lld %10.1f %10.1f %10.1f %10.1f %9.1f %9.1f %7.1f "
-                        "%10.1f\n",
+            std::printf("  %6lld %6lld %3lld %3lld %10.1f %10.1f %10.1f %10.1f %10.1f %9.1f %9.1f "
+                        "%7.1f %10.1f %10.1f\n",
                         static_cast<long long>(h), static_cast<long long>(s),
                         static_cast<long long>(b), static_cast<long long>(t),
                         1e3 * r->Find("forward")->median_s, 1e3 * r->Find("backward")->median_s,
-                        1e3 * r->Find("tp_comm")->median_s, 1e3 * total, layer, ref, ratio,
-                        peak_mib);
+                        1e3 * r->Find("recompute")->median_s, 1e3 * r->Find("tp_comm")->median_s,
+                        1e3 * total, layer, ref, ratio, peak_mib,
+                        r->activation_bytes / 1048576.0);
             std::fflush(stdout);
           }
         }
