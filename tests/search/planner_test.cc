@@ -135,5 +135,50 @@ TEST(PlannerTest, EstimateMetricsAreConsistent) {
               r->iteration_time_s, 1e-9 * r->iteration_time_s);
 }
 
+// BLOOM's cluster had a quarter of a DGX's network per GPU: the same layout's exposed
+// gradient sync grows, and it comes from the spec, not from the catalog.
+TEST(PlannerTest, ClusterNetworkBandwidthComesFromTheSpec) {
+  JobSpec spec = Gpt175b(1024);
+  spec.training.global_batch_size = 256;  // Few micro-batches: little backward to hide in.
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 8;
+  c.dp = 16;
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kSelective;
+  c.overlap_grad_reduce = false;
+  absl::StatusOr<RankedConfig> dgx = Estimate(spec, c);
+  spec.cluster.network_bandwidth_gbps = 22.0 / 4;
+  absl::StatusOr<RankedConfig> slow = Estimate(spec, c);
+  ASSERT_TRUE(dgx.ok() && slow.ok());
+  EXPECT_NEAR(slow->time.dp_comm / dgx->time.dp_comm, 4.0, 0.2);
+  EXPECT_GT(slow->iteration_time_s, dgx->iteration_time_s);
+}
+
+// FP8 on H100 runs the linear layers at the FP8 rate: faster than BF16 for the same layout.
+TEST(PlannerTest, Fp8IsFasterOnHopper) {
+  JobSpec spec;
+  spec.model = *FindPreset("llama3-70b");
+  spec.training.seq_length = 8192;
+  spec.training.global_batch_size = 128;
+  spec.cluster.gpu = "h100-sxm-80gb";
+  spec.cluster.num_gpus = 64;
+  ParallelConfig c;
+  c.tp = 4;
+  c.pp = 8;
+  c.dp = 2;
+  c.vp = 5;
+  c.sequence_parallel = true;
+  c.distributed_optimizer = true;
+  spec.training.precision = Precision::kBf16;
+  absl::StatusOr<RankedConfig> bf16 = Estimate(spec, c);
+  spec.training.precision = Precision::kFp8;
+  absl::StatusOr<RankedConfig> fp8 = Estimate(spec, c);
+  ASSERT_TRUE(bf16.ok() && fp8.ok());
+  EXPECT_LT(fp8->iteration_time_s, 0.85 * bf16->iteration_time_s);
+  // Linear inputs stored in one byte: less activation memory.
+  EXPECT_LT(fp8->memory.activations, bf16->memory.activations);
+}
+
 }  // namespace
 }  // namespace paratune
