@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -229,20 +230,36 @@ std::string ResultsTable(const v1::JobResults& results, const v1::JobSpec& spec_
 
 // --- Remote commands ----------------------------------------------------------------------
 
-int WatchRemote(Connection& conn, v1::Autotuner::Stub& stub, const std::string& id, bool json) {
+/// Follows the job to a terminal state. A coordinator that goes away mid-watch (restart)
+/// is waited for up to `reconnect_s`, then the watch resumes.
+int WatchRemote(Connection& conn, v1::Autotuner::Stub& stub, const std::string& id, bool json,
+                double reconnect_s = 30) {
   v1::WatchJobRequest req;
   req.set_id(id);
-  auto ctx = conn.Context(/*deadline_s=*/0);
-  std::unique_ptr<grpc::ClientReader<v1::Job>> reader = stub.WatchJob(ctx.get(), req);
   ProgressPrinter printer(json);
-  v1::Job job;
   v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
-  while (reader->Read(&job)) {
-    printer.Update(job);
-    last = job.state();
+  auto last_contact = std::chrono::steady_clock::now();
+  while (true) {
+    auto ctx = conn.Context(/*deadline_s=*/0);
+    std::unique_ptr<grpc::ClientReader<v1::Job>> reader = stub.WatchJob(ctx.get(), req);
+    v1::Job job;
+    while (reader->Read(&job)) {
+      printer.Update(job);
+      last = job.state();
+      last_contact = std::chrono::steady_clock::now();
+    }
+    grpc::Status status = reader->Finish();
+    if (status.ok()) break;
+    const bool seen = last != v1::JOB_STATE_UNSPECIFIED;
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_contact).count();
+    if (seen && !server::IsTerminal(last) &&
+        status.error_code() == grpc::StatusCode::UNAVAILABLE && waited < reconnect_s) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      continue;
+    }
+    return Fail(conn.Explain(status));
   }
-  grpc::Status status = reader->Finish();
-  if (!status.ok()) return Fail(conn.Explain(status));
   return last == v1::JOB_STATE_SUCCEEDED ? 0 : 1;
 }
 

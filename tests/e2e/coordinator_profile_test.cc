@@ -4,7 +4,8 @@
 //     from the profile cache (zero new tasks) with the same ranking;
 //   - durability: the coordinator is killed with SIGKILL while a profile job runs and
 //     restarted on the same database; the job finishes, and its ranking equals the one an
-//     uninterrupted job composes from the same measurements.
+//     uninterrupted job composes from the same measurements; a `paratune watch` started
+//     before the crash reconnects and ends with exit code 0.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -55,6 +56,13 @@ class Process {
   }
   ~Process() { Signal(SIGKILL); }
   bool ok() const { return pid_ > 0; }
+  /// Waits for the process to exit; its exit code (-1 when killed).
+  int Wait() {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
   void Signal(int sig) {
     if (pid_ <= 0) return;
     kill(pid_, sig);
@@ -250,9 +258,15 @@ TEST_F(CoordinatorProfileTest, KilledCoordinatorRestartsOnTheSameDatabaseAndFini
     if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_TRUE(started) << ReadFile(dir_ / "coordinator.log");
+  // A watcher started before the crash reconnects to the restarted coordinator.
+  Process watcher({(bin_ / "paratune").string(), "watch", id, "--coordinator", Address()},
+                  dir_ / "watch.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   coordinator_->Signal(SIGKILL);
 
   StartCoordinator(/*profile_iters=*/20);  // same port, same database
+  EXPECT_EQ(watcher.Wait(), 0) << ReadFile(dir_ / "watch.log");
+  EXPECT_NE(ReadFile(dir_ / "watch.log").find("SUCCEEDED"), std::string::npos);
   json job = Watch(id);
   EXPECT_EQ(job["state"], "JOB_STATE_SUCCEEDED") << job.dump();
   const int64_t total = Num(job["progress"], "tasks_total");
