@@ -605,6 +605,30 @@ try {
     await page.screenshot({ path: join(SHOTS, 'job-profile-1280.png'), fullPage: true });
   });
 
+  await check('cancel a running profile job from its page', async () => {
+    // Different shapes from the job above, so that no task is answered from the cache.
+    const cfg = `${JSON.stringify({ architectures: ['LlamaForCausalLM'], hidden_act: 'silu', hidden_size: 384, intermediate_size: 1024, model_type: 'llama', num_attention_heads: 6, num_hidden_layers: 6, num_key_value_heads: 6, tie_word_embeddings: false, vocab_size: 2048 })}\n`;
+    await page.goto(`${BASE}/#/jobs`);
+    await page.check('#source-hf');
+    await page.setInputFiles('#hf-config', { name: 'config.json', mimeType: 'application/json', buffer: Buffer.from(cfg) });
+    await page.fill('#job-name', 'web-test cancel');
+    await page.fill('#seq-length', '512');
+    await page.fill('#global-batch', '16');
+    await page.selectOption('#precision', 'fp32');
+    await page.selectOption('#gpu', 'cpu');
+    await page.fill('#num-gpus', '2');
+    await page.fill('#gpus-per-node', '2');
+    await page.selectOption('#mode', 'profile');
+    const before = await page.evaluate(() => location.hash);
+    await page.click('#submit-job');
+    await page.waitForFunction((prev) => /^#\/jobs\/.+/.test(location.hash) && location.hash !== prev, before);
+    const id = decodeURIComponent((await page.evaluate(() => location.hash)).replace('#/jobs/', ''));
+    await page.click('#cancel-job');
+    await page.waitForSelector('.job-header .badge[data-state="JOB_STATE_CANCELLED"]', { timeout: 60_000 });
+    assertEq((await api(`/v1/jobs/${encodeURIComponent(id)}`)).state, 'JOB_STATE_CANCELLED', 'API state after Cancel');
+    assertEq(await page.$('#cancel-job'), null, 'no Cancel button on a cancelled job');
+  });
+
   await check('400-pixel-wide window: no horizontal overflow on the jobs and job pages', async () => {
     await page.setViewportSize({ width: 400, height: 800 });
     await page.goto(`${BASE}/#/jobs`);
