@@ -202,6 +202,9 @@ int Main(int argc, char** argv) {
     wrong += o.ok ? 0 : 1;
   }
   std::printf("# orderings outside +-0.05: %d of %zu\n", wrong, orderings.size());
+  int over = 0;
+  for (const Row& r : rows) over += r.error > 0.12 ? 1 : 0;
+  std::printf("# #wrong (rows over the 12 %% target): %d of %zu\n", over, rows.size());
   std::printf("# model error: median %.1f %%, max %.1f %%\n", 100 * median, 100 * max);
   return 0;
 }
