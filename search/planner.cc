@@ -109,7 +109,8 @@ struct Scorer {
 
 bool Better(const RankedConfig& a, const RankedConfig& b, Objective objective) {
   if (a.fits != b.fits) return a.fits;
-  if (objective == Objective::kMinMemory) {
+  // Layouts that do not fit are shown closest miss first.
+  if (objective == Objective::kMinMemory || !a.fits) {
     if (a.memory.Peak() != b.memory.Peak()) return a.memory.Peak() < b.memory.Peak();
   }
   return a.iteration_time_s < b.iteration_time_s;

@@ -135,6 +135,24 @@ TEST(PlannerTest, EstimateMetricsAreConsistent) {
               r->iteration_time_s, 1e-9 * r->iteration_time_s);
 }
 
+// GPT-3 175B cannot fit on 8 GPUs: the plan still answers, with the closest misses marked
+// as not fitting and the reason first among their notes.
+TEST(PlannerTest, NothingFitsShowsClosestMisses) {
+  JobSpec spec = Gpt175b(8);
+  spec.training.global_batch_size = 64;
+  spec.search.top_k = 3;
+  absl::StatusOr<PlanResult> plan = Plan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->feasible, 0);
+  ASSERT_EQ(plan->ranked.size(), 3u);
+  for (const RankedConfig& r : plan->ranked) {
+    EXPECT_FALSE(r.fits);
+    ASSERT_FALSE(r.notes.empty());
+    EXPECT_EQ(r.notes[0].rfind("out of memory by ", 0), 0u) << r.notes[0];
+  }
+  EXPECT_LE(plan->ranked[0].memory.Peak(), plan->ranked[1].memory.Peak());
+}
+
 // BLOOM's cluster had a quarter of a DGX's network per GPU: the same layout's exposed
 // gradient sync grows, and it comes from the spec, not from the catalog.
 TEST(PlannerTest, ClusterNetworkBandwidthComesFromTheSpec) {
