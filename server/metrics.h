@@ -31,9 +31,9 @@ enum class TaskGaugeState { kQueued, kLeased, kDone, kFailed };
 ///   paratune_workers{state="idle"|"busy"|"lost"}                    gauge
 ///   paratune_rpc_latency_seconds{method,transport}                  histogram
 ///   paratune_requests_total{method,transport,code}                  counter
-/// `method` is the RPC name ("SubmitJob", "GetJob", ...; REST requests use the name of
-/// the RPC they map to, other REST routes their path, e.g. "/healthz"); `code` is the
-/// canonical status code name ("OK", "INVALID_ARGUMENT", ...).
+/// `method` is the RPC name ("SubmitJob", "GetJob", ...; REST /v1/ requests use the name
+/// of the RPC they map to; /healthz, /metrics and dashboard files are not counted); `code`
+/// is the canonical status code name ("OK", "INVALID_ARGUMENT", ...).
 class Metrics {
  public:
   Metrics();
