@@ -68,16 +68,6 @@ double MaxParamsPerGpu(const ModelSpec& model, const ParallelConfig& config);
 /// Parameters held by one TP rank of pipeline stage `stage` (padded vocabulary).
 double StageParamsPerGpu(const ModelSpec& model, const ParallelConfig& config, int64_t stage);
 
-/// Memory on the most loaded GPU, by cause. Documented terms:
-///   weights 2 bytes/param (4 for FP32), gradients 4 bytes/param (FP32 main grads),
-///   optimizer 12 bytes/param (FP32 master copy, Adam m and v), divided by d with the
-///   distributed optimizer; activations: LayerActivationBytes times the layers of a stage
-///   times the in-flight micro-batches (1F1B: min(p, m) on the first stage; interleaved:
-///   times 1 + (p-1)/(p*v)), plus the embedding output on the first stage; other: the
-///   logits and cross-entropy buffers on the last stage (fp32, 4*s*b*V/t bytes plus its
-///   16-bit copy), the gradient-reduce buckets, and a fixed framework workspace
-///   (CUDA context, cuBLAS workspace: kFrameworkWorkspaceBytes) and allocator fragmentation
-///   (a fraction of the activation-sized buffers; see FrameworkMemory).
 /// Fixed per-GPU bytes outside the model (CUDA context ~0.5 GiB, NCCL buffers and cuBLAS
 /// workspaces): one documented constant, not per model.
 inline constexpr double kFrameworkWorkspaceBytes = 2.5 * (1ull << 30);
@@ -100,6 +90,19 @@ struct FrameworkMemory {
   bool vocab_parallel_loss = true;
 };
 
+/// Memory on the most loaded GPU (the max over the first and the last pipeline stage), by
+/// cause. Documented terms:
+///   weights 2 bytes/param (4 for FP32; FP8 keeps 2, its copies are transient),
+///   gradients FrameworkMemory::gradient_bytes_per_param (Megatron: 4, FP32 main grads),
+///   optimizer 12 bytes/param (FP32 master copy, Adam m and v), divided by d*c with the
+///   distributed optimizer; parameters per stage include the embedding on the first and the
+///   output layer (or the tied copy) on the last;
+///   activations: LayerActivationBytes times the stage's layers times its in-flight
+///   micro-batches (1F1B: min(p - r, m) on stage r; interleaved: the warm-up chunks, i.e.
+///   p + (p-1)/v stages' worth on the first stage), plus the embedding's dropout mask;
+///   other: one layer's backward working set, the loss buffers of one micro-batch on the
+///   last stage, the fixed workspace, and fragmentation (a fraction of the activation-sized
+///   buffers). See FrameworkMemory for the codebase-specific terms.
 MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& config,
                                double capacity_bytes,
                                const FrameworkMemory& framework = FrameworkMemory());
