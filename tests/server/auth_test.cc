@@ -1,6 +1,8 @@
 // Authenticator: token files, roles, constant-time comparison, no token in messages.
 #include "server/auth.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -11,7 +13,8 @@ namespace paratune::server {
 namespace {
 
 std::string WriteFile(const std::string& name, const std::string& content) {
-  const std::string path = ::testing::TempDir() + "paratune_auth_" + name;
+  const std::string path =
+      ::testing::TempDir() + "paratune_auth_" + std::to_string(::getpid()) + "_" + name;
   std::ofstream(path) << content;
   return path;
 }
