@@ -310,6 +310,30 @@ TEST_F(JobManagerTest, ExpiredLeaseIsRequeuedLateReportIgnoredAndMaxAttemptsFail
   EXPECT_EQ(modelled, 2);  // the two layouts that run the failed layer shape
 }
 
+TEST_F(JobManagerTest, ListJobsPagesNewestFirstAndFiltersByState) {
+  Open();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(Submit("model"));
+  const std::string profiling = Submit("profile");  // no worker: stays PROFILING
+  v1::ListJobsRequest req;
+  req.set_page_size(3);
+  v1::ListJobsResponse page = *manager_->ListJobs(req);
+  ASSERT_EQ(page.jobs_size(), 3);
+  EXPECT_EQ(page.jobs(0).id(), profiling);
+  EXPECT_EQ(page.jobs(1).id(), ids[2]);
+  EXPECT_EQ(page.next_page_token(), "3");
+  req.set_page_token(page.next_page_token());
+  page = *manager_->ListJobs(req);
+  ASSERT_EQ(page.jobs_size(), 1);
+  EXPECT_EQ(page.jobs(0).id(), ids[0]);
+  EXPECT_TRUE(page.next_page_token().empty());
+  v1::ListJobsRequest succeeded;
+  succeeded.set_state(v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(manager_->ListJobs(succeeded)->jobs_size(), 3);
+  req.set_page_token("bogus");
+  EXPECT_EQ(manager_->ListJobs(req).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(JobManagerTest, CancelStopsTheJobAndTellsTheWorkerToStop) {
   Open();
   const std::string w = RegisterWorker();
