@@ -16,19 +16,28 @@ struct FullRecompute {
   std::string note;  ///< Set when the layout's count had to be rounded for Megatron.
 };
 
+/// Layers Megatron splits over the pipeline: with --account-for-embedding-in-pipeline-split
+/// and --account-for-loss-in-pipeline-split the embedding and the loss count as one layer
+/// each, so L + 2 is divided over pp x vp model chunks.
+int64_t PipelineSplitLayers(const JobSpec& spec, const ParallelConfig& c) {
+  return spec.model.num_layers + (c.split_counts_embedding_and_loss ? 2 : 0);
+}
+
 absl::StatusOr<int64_t> LayersPerChunk(const JobSpec& spec, const ParallelConfig& c) {
-  if (c.pp <= 0 || c.vp <= 0 || spec.model.num_layers % (c.pp * c.vp) != 0) {
+  const int64_t layers = PipelineSplitLayers(spec, c);
+  if (c.pp <= 0 || c.vp <= 0 || layers % (c.pp * c.vp) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model.num_layers (", spec.model.num_layers, ") must be divisible by pp x vp (", c.pp,
-        " x ", c.vp, ") to export the layout"));
+        c.split_counts_embedding_and_loss ? "model.num_layers + 2 (" : "model.num_layers (",
+        layers, ") must be divisible by pp x vp (", c.pp, " x ", c.vp,
+        ") to export the layout"));
   }
-  return spec.model.num_layers / (c.pp * c.vp);
+  return layers / (c.pp * c.vp);
 }
 
 absl::StatusOr<FullRecompute> FullRecomputeOf(const JobSpec& spec, const ParallelConfig& c) {
   auto per_chunk = LayersPerChunk(spec, c);
   if (!per_chunk.ok()) return per_chunk.status();
-  const int64_t per_stage = spec.model.num_layers / c.pp;
+  const int64_t per_stage = PipelineSplitLayers(spec, c) / c.pp;
   FullRecompute r;
   if (c.recompute_num_layers <= 0 || c.recompute_num_layers >= per_stage) {
     // Every layer: checkpoint each layer's input, recompute it in backward.
@@ -72,6 +81,10 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
   add("--tensor-model-parallel-size", absl::StrCat(c.tp));
   add("--pipeline-model-parallel-size", absl::StrCat(c.pp));
   if (c.vp > 1) add("--num-layers-per-virtual-pipeline-stage", absl::StrCat(*per_chunk));
+  if (c.split_counts_embedding_and_loss) {
+    add("--account-for-embedding-in-pipeline-split");
+    add("--account-for-loss-in-pipeline-split");
+  }
   add("--context-parallel-size", absl::StrCat(c.cp));
   if (c.sequence_parallel) add("--sequence-parallel");
   add("--micro-batch-size", absl::StrCat(c.micro_batch_size));
@@ -86,6 +99,10 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
     add("--recompute-num-layers", absl::StrCat(full->num_layers));
   }
   if (c.distributed_optimizer) add("--use-distributed-optimizer");
+  // The time model hides all but the last gradient bucket behind the backward pass only
+  // when Megatron is told to overlap the reduce; the plan assumes what the export says.
+  if (c.overlap_grad_reduce && c.dp * c.cp > 1) add("--overlap-grad-reduce");
+  if (c.tp_comm_overlap) add("--tp-comm-overlap");
 
   add("--num-layers", absl::StrCat(m.num_layers));
   add("--hidden-size", absl::StrCat(m.hidden_size));

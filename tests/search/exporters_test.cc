@@ -224,5 +224,45 @@ TEST(ExportersTest, NemoOverride) {
   }
 }
 
+// Llama 3.1 405B (126 layers) on PP 8 x VP 8 only splits evenly when the embedding and
+// the loss count as a layer each: (126 + 2) / 64 = 2 layers per model chunk.
+TEST(ExportersTest, MegatronUnevenSplitCountsEmbeddingAndLoss) {
+  JobSpec spec = Llama3_8B();
+  spec.model.name = "llama3.1-405b";
+  spec.model.num_layers = 126;
+  spec.cluster.num_gpus = 1024;
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 8;
+  c.vp = 8;
+  c.cp = 2;
+  c.dp = 8;
+  c.split_counts_embedding_and_loss = true;
+  const auto args = ArgMap(spec, c);
+  EXPECT_EQ(args.at("--num-layers-per-virtual-pipeline-stage"), "2");
+  EXPECT_TRUE(args.count("--account-for-embedding-in-pipeline-split"));
+  EXPECT_TRUE(args.count("--account-for-loss-in-pipeline-split"));
+  EXPECT_TRUE(args.count("--overlap-grad-reduce"));
+
+  c.split_counts_embedding_and_loss = false;
+  const auto plain = MegatronArgs(spec, c);
+  ASSERT_FALSE(plain.ok());
+  EXPECT_THAT(std::string(plain.status().message()), HasSubstr("model.num_layers (126)"));
+}
+
+// Without data parallelism there is no gradient reduce to overlap; with the overlap off
+// (Megatron-LM 2021's local DDP) the flag must not be emitted.
+TEST(ExportersTest, MegatronOverlapGradReduceOnlyWhenItApplies) {
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 8;
+  c.dp = 1;
+  EXPECT_FALSE(ArgMap(Gpt3(), c).count("--overlap-grad-reduce"));
+  c.dp = 16;
+  EXPECT_TRUE(ArgMap(Gpt3(), c).count("--overlap-grad-reduce"));
+  c.overlap_grad_reduce = false;
+  EXPECT_FALSE(ArgMap(Gpt3(), c).count("--overlap-grad-reduce"));
+}
+
 }  // namespace
 }  // namespace paratune
