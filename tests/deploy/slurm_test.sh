@@ -154,6 +154,9 @@ export PARATUNE_BIN_DIR="$bin"
 export PARATUNE_STATE_DIR="$tmp/state-paratune"
 export PARATUNE_ADDRESS_FILE="$tmp/coordinator.address"
 export PARATUNE_GRPC_PORT=0 PARATUNE_HTTP_PORT=0   # free ports (tests run in parallel)
+# The script advertises `hostname`; where that name does not resolve (some CI containers),
+# the one node is 127.0.0.1.
+getent hosts "$(hostname)" >/dev/null 2>&1 || export PARATUNE_HOST=127.0.0.1
 export PARATUNE_BACKEND=cpu PARATUNE_DEVICES=0,1
 export PARATUNE_CLIENT_TOKEN_FILE="$tmp/client.token"
 export PARATUNE_WORKER_TOKEN_FILE="$tmp/worker.token"
