@@ -14,6 +14,7 @@
 #      serves the spec from the profile cache; `scancel --batch --signal=TERM` (what
 #      --signal=B:TERM@120 does before the time limit) stops it in order: the worker
 #      deregisters before the coordinator shuts down, the job ends COMPLETED 0:0;
+#   6. a job whose coordinator cannot start (a bad flag) ends FAILED 1:0 and says why;
 # then slurmd, slurmctld and munged are stopped. Exit 77 (CTest: skipped) names what is
 # missing when Slurm or MUNGE is not installed or we are not root (SlurmUser=root).
 set -uo pipefail
@@ -21,7 +22,7 @@ set -uo pipefail
 skip() { echo "SKIP: $*"; exit 77; }
 fail() {
   echo "FAIL: $*"
-  for f in "$tmp"/job.out "$tmp"/job2.out "$tmp"/log/*; do
+  for f in "$tmp"/job.out "$tmp"/job2.out "$tmp"/job3.out "$tmp"/log/*; do
     [[ -f "$f" ]] && { echo "----- $f (last 40 lines)"; tail -n 40 "$f"; }
   done
   exit 1
@@ -272,5 +273,18 @@ coordinator_stop="$(line "$tmp/job2.out" "paratune-coordinator: signal 15, shutt
 [[ "$(line "$tmp/job2.out" "lost the coordinator")" -eq 0 ]] ||
   fail "the worker lost the coordinator during the ordered stop"
 [[ ! -e "$PARATUNE_ADDRESS_FILE" ]] || fail "the address file survived the second shutdown"
-echo "PASS: jobs $first_job and $jobid: profile job measured, database kept across jobs," \
-  "clean stop on scancel and ordered stop on SIGTERM"
+second_job="$jobid"
+
+# --- a coordinator that cannot start fails the job, saying so --------------------------------
+jobid="$(cd "$tmp" && PARATUNE_COORDINATOR_ARGS="--no-such-flag" sbatch --parsable --nodes=1 \
+  --output="$tmp/job3.out" "$src/deploy/slurm/paratune.sbatch")" || fail "sbatch refused the script"
+jobid="${jobid%%;*}"
+wait_for 40 job_gone || fail "job $jobid with a bad coordinator flag still $(squeue -h -j "$jobid" -o %T)"
+state="$(scontrol show job "$jobid" | grep -o 'JobState=[A-Z]*\|ExitCode=[0-9:]*' | tr '\n' ' ')"
+[[ "$state" == *"JobState=FAILED"* && "$state" == *"ExitCode=1:0"* ]] ||
+  fail "job $jobid with a bad coordinator flag ended as: $state"
+grep -q "the coordinator exited before listening" "$tmp/job3.out" ||
+  fail "job $jobid does not say why it failed: $(cat "$tmp/job3.out")"
+[[ ! -e "$PARATUNE_ADDRESS_FILE" ]] || fail "a failed job left an address file"
+echo "PASS: jobs $first_job and $second_job: profile job measured, database kept across jobs," \
+  "clean stop on scancel and ordered stop on SIGTERM; job $jobid: a bad flag fails the job"
