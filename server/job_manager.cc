@@ -353,14 +353,15 @@ absl::Status JobManager::SetStateLocked(JobEntry& job, v1::JobState state,
                                         const std::string& error) {
   job.record.job.set_state(state);
   job.record.job.set_error(error);
-  absl::Status s = PersistJobLocked(job);
+  // Transitions are few; they carry the rankings when planning or composing set them.
+  absl::Status s = PersistJobLocked(job, /*rankings=*/true);
   return s;
 }
 
-absl::Status JobManager::PersistJobLocked(JobEntry& job) {
+absl::Status JobManager::PersistJobLocked(JobEntry& job, bool rankings) {
   UpdateProgressLocked(job);
   SetTime(job.record.job.mutable_update_time(), clock_->NowMs());
-  absl::Status s = store_->PutJob(job.record);
+  absl::Status s = rankings ? store_->PutJob(job.record) : store_->UpdateJob(job.record.job);
   NotifyLocked();
   return s;
 }

@@ -133,7 +133,9 @@ class JobManager final : public AutotunerHandler, public WorkerHubHandler {
   // Helpers that need mu_ held.
   absl::Status SetStateLocked(JobEntry& job, v1::JobState state, const std::string& error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status PersistJobLocked(JobEntry& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the job; `rankings` also rewrites the modelled/final ranking blobs.
+  absl::Status PersistJobLocked(JobEntry& job, bool rankings = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateProgressLocked(JobEntry& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RequeueLocked(const TaskQueue::Requeue& r, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

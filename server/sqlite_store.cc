@@ -137,6 +137,19 @@ class SqliteStore final : public Store {
     return absl::OkStatus();
   }
 
+  absl::Status UpdateJob(const v1::Job& job) override {
+    Statement st(db_, "UPDATE jobs SET state = ?2, job = ?3 WHERE id = ?1;");
+    if (!st.ok()) return Error("prepare UpdateJob");
+    st.BindText(1, job.id());
+    st.BindInt(2, job.state());
+    st.BindBlob(3, Serialize(job));
+    if (st.Step() != SQLITE_DONE) return Error("UpdateJob");
+    if (sqlite3_changes(db_) == 0) {
+      return absl::NotFoundError(absl::StrCat("job ", job.id(), " not found"));
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<JobRecord> GetJob(const std::string& id) override {
     Statement st(db_, "SELECT job, modelled, results FROM jobs WHERE id = ?1;");
     if (!st.ok()) return Error("prepare GetJob");

@@ -48,6 +48,10 @@ class Store {
 
   /// Inserts or replaces the job (keyed by job.id).
   virtual absl::Status PutJob(const JobRecord& record) = 0;
+  /// Updates only the job message and state of an existing job (progress, transitions
+  /// that leave the rankings alone): the ranking blobs, megabytes for big searches, are
+  /// not rewritten. NotFound for an unknown id.
+  virtual absl::Status UpdateJob(const v1::Job& job) = 0;
   virtual absl::StatusOr<JobRecord> GetJob(const std::string& id) = 0;
   /// All jobs, oldest first.
   virtual absl::StatusOr<std::vector<JobRecord>> ListJobs() = 0;

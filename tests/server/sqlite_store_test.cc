@@ -50,6 +50,18 @@ TEST(SqliteStoreTest, JobsTasksAndCacheRoundTripInMemory) {
   EXPECT_EQ((*jobs)[0].results->feasible(), 7);
   EXPECT_FALSE((*jobs)[1].results.has_value());
   EXPECT_EQ(s.GetJob("nope").status().code(), absl::StatusCode::kNotFound);
+  // UpdateJob changes the job message and keeps the ranking blobs.
+  v1::Job progressed = a.job;
+  progressed.mutable_progress()->set_tasks_done(5);
+  ASSERT_TRUE(s.UpdateJob(progressed).ok());
+  absl::StatusOr<JobRecord> updated = s.GetJob("job-a");
+  ASSERT_TRUE(updated.ok());
+  EXPECT_EQ(updated->job.progress().tasks_done(), 5);
+  ASSERT_TRUE(updated->results.has_value());
+  EXPECT_EQ(updated->results->feasible(), 7);
+  v1::Job unknown;
+  unknown.set_id("job-unknown");
+  EXPECT_EQ(s.UpdateJob(unknown).code(), absl::StatusCode::kNotFound);
 
   TaskRecord t;
   t.task.set_id("job-a-t0");
