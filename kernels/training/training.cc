@@ -212,30 +212,31 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
   for (Parameter* p : params) numel += p->value.numel();
   result->parameter_count = numel;
 
-  // Optimizer state: full m, v (plain) or this DP rank's shard of a flat buffer (distributed).
+  // Megatron's contiguous buffers: every parameter and gradient becomes a view into one
+  // flat weight and one flat gradient buffer (padded to a multiple of dp), so the DP reduce
+  // is one collective. Optimizer state: flat m, v (plain) or this DP rank's shard of them
+  // plus its fp32 master shard (distributed optimizer).
   const int64_t shard = (numel + c.dp - 1) / c.dp, padded = shard * c.dp;
-  std::vector<Tensor> m, v;
-  Tensor flat_grad, flat_param, shard_grad, shard_param, shard_m, shard_v;
-  if (c.distributed_optimizer) {
-    PT_ASSIGN_OR_RETURN(flat_grad, be->Zeros({padded}, DType::kF32, MemoryTag::kGradients));
-    PT_ASSIGN_OR_RETURN(flat_param, be->Zeros({padded}, DType::kF32, MemoryTag::kWeights));
-    PT_ASSIGN_OR_RETURN(shard_grad, be->Zeros({shard}, DType::kF32, MemoryTag::kGradients));
-    PT_ASSIGN_OR_RETURN(shard_param, be->Zeros({shard}, DType::kF32, MemoryTag::kWeights));
-    PT_ASSIGN_OR_RETURN(shard_m, be->Zeros({shard}, DType::kF32, MemoryTag::kWeights));
-    PT_ASSIGN_OR_RETURN(shard_v, be->Zeros({shard}, DType::kF32, MemoryTag::kWeights));
+  Tensor flat_grad, flat_param, opt_m, opt_v, shard_grad, shard_param;
+  PT_ASSIGN_OR_RETURN(flat_param, be->Zeros({padded}, DType::kF32, MemoryTag::kWeights));
+  PT_ASSIGN_OR_RETURN(flat_grad, be->Zeros({padded}, DType::kF32, MemoryTag::kGradients));
+  {
     int64_t off = 0;
     for (Parameter* p : params) {
+      const int64_t n = p->value.numel();
       std::memcpy(flat_param.at(off), p->value.data(), p->value.bytes());
-      off += p->value.numel();
+      PT_ASSIGN_OR_RETURN(p->value, flat_param.Rows(off, off + n).Reshape(p->value.shape()));
+      PT_ASSIGN_OR_RETURN(p->grad, flat_grad.Rows(off, off + n).Reshape(p->grad.shape()));
+      off += n;
     }
+  }
+  const int64_t opt_n = c.distributed_optimizer ? shard : numel;
+  PT_ASSIGN_OR_RETURN(opt_m, be->Zeros({opt_n}, DType::kF32, MemoryTag::kWeights));
+  PT_ASSIGN_OR_RETURN(opt_v, be->Zeros({opt_n}, DType::kF32, MemoryTag::kWeights));
+  if (c.distributed_optimizer) {
+    PT_ASSIGN_OR_RETURN(shard_grad, be->Zeros({shard}, DType::kF32, MemoryTag::kGradients));
+    PT_ASSIGN_OR_RETURN(shard_param, be->Zeros({shard}, DType::kF32, MemoryTag::kWeights));
     std::memcpy(shard_param.data(), flat_param.at(me.dp * shard), shard * sizeof(float));
-  } else {
-    for (Parameter* p : params) {
-      PT_ASSIGN_OR_RETURN(Tensor tm, be->Zeros(p->value.shape(), DType::kF32, MemoryTag::kWeights));
-      PT_ASSIGN_OR_RETURN(Tensor tv, be->Zeros(p->value.shape(), DType::kF32, MemoryTag::kWeights));
-      m.push_back(tm);
-      v.push_back(tv);
-    }
   }
 
   const int64_t M = c.num_micro_batches, h = c.shape.hidden_size;
@@ -247,7 +248,7 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
   for (int64_t step = 0; step < c.steps; ++step) {
     PT_RETURN_IF_ERROR(world->Barrier());
     const auto t0 = std::chrono::steady_clock::now();
-    for (Parameter* p : params) PT_RETURN_IF_ERROR(be->Fill(p->grad, 0.0));
+    PT_RETURN_IF_ERROR(be->Fill(flat_grad, 0.0));
     if (p2p) {
       for (int64_t k = 0; k < c.vp; ++k) {
         const int64_t vs = chunks[k].vstage;
@@ -328,33 +329,20 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
     }
     const float scale = 1.0f / static_cast<float>(M * c.dp);
     if (c.distributed_optimizer) {
-      int64_t off = 0;
-      for (Parameter* p : params) {
-        std::memcpy(flat_grad.at(off), p->grad.data(), p->grad.bytes());
-        off += p->grad.numel();
-      }
       PT_RETURN_IF_ERROR(dp->ReduceScatter(flat_grad.data(), shard_grad.data(), shard, DType::kF32));
       float* sg = shard_grad.data_as<float>();
       for (int64_t i = 0; i < shard; ++i) sg[i] *= scale;
-      PT_RETURN_IF_ERROR(be->AdamW(DType::kF32, shard_param.data_as<float>(), sg, shard_m.data_as<float>(),
-                                   shard_v.data_as<float>(), shard, c.lr, c.beta1, c.beta2, c.adam_eps,
+      PT_RETURN_IF_ERROR(be->AdamW(DType::kF32, shard_param.data_as<float>(), sg, opt_m.data_as<float>(),
+                                   opt_v.data_as<float>(), shard, c.lr, c.beta1, c.beta2, c.adam_eps,
                                    c.weight_decay, step + 1));
       PT_RETURN_IF_ERROR(dp->AllGather(shard_param.data(), flat_param.data(), shard, DType::kF32));
-      off = 0;
-      for (Parameter* p : params) {
-        std::memcpy(p->value.data(), flat_param.at(off), p->value.bytes());
-        off += p->value.numel();
-      }
     } else {
-      for (size_t i = 0; i < params.size(); ++i) {
-        Parameter* p = params[i];
-        PT_RETURN_IF_ERROR(dp->AllReduce(p->grad.data(), p->grad.numel(), DType::kF32));
-        float* gp = p->grad.data_as<float>();
-        for (int64_t j = 0; j < p->grad.numel(); ++j) gp[j] *= scale;
-        PT_RETURN_IF_ERROR(be->AdamW(DType::kF32, p->value.data_as<float>(), gp, m[i].data_as<float>(),
-                                     v[i].data_as<float>(), p->value.numel(), c.lr, c.beta1, c.beta2,
-                                     c.adam_eps, c.weight_decay, step + 1));
-      }
+      PT_RETURN_IF_ERROR(dp->AllReduce(flat_grad.data(), numel, DType::kF32));
+      float* gp = flat_grad.data_as<float>();
+      for (int64_t j = 0; j < numel; ++j) gp[j] *= scale;
+      PT_RETURN_IF_ERROR(be->AdamW(DType::kF32, flat_param.data_as<float>(), gp, opt_m.data_as<float>(),
+                                   opt_v.data_as<float>(), numel, c.lr, c.beta1, c.beta2, c.adam_eps,
+                                   c.weight_decay, step + 1));
     }
     times[step] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     losses[step] = loss_sum / static_cast<double>(M);

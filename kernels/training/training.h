@@ -4,7 +4,8 @@
 // with sequence parallelism and recompute from the layer, the 1F1B schedule (vp = 1) or
 // Megatron's interleaved schedule (vp > 1 model chunks per pipeline rank), real
 // point-to-point transfers between stages, the DP gradient all-reduce (or reduce-scatter +
-// all-gather with the distributed optimizer) and AdamW.
+// all-gather with the distributed optimizer) and AdamW. Parameters and gradients live in
+// one contiguous weight and one gradient buffer per rank (Megatron's DDP buffers).
 //
 // Layout invariance: every weight is a function of (seed, global layer index, parameter
 // name, unsharded element index) and the data of (seed, step, global sample), so a run
