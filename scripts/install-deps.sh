@@ -13,8 +13,8 @@ packages=(
 # Node.js/npm build the dashboard (web/), Chromium runs its browser test (tests/web/).
 packages+=(nodejs npm chromium)
 # Slurm + MUNGE run the one-node cluster of tests/deploy/slurm_test.sh; systemd-analyze checks
-# the unit files in deploy/systemd/.
-packages+=(slurmctld slurmd slurm-client munge systemd)
+# the unit files in deploy/systemd/; shellcheck lints the deployment scripts.
+packages+=(slurmctld slurmd slurm-client munge systemd shellcheck)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -20,8 +20,8 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 coordinator="$(sh "$script" "$bin/paratune" "$bin/paratune-coordinator")" ||
   fail "runtime-packages.sh failed for the coordinator and the CLI"
 worker="$(sh "$script" "$bin/paratune-worker")" || fail "runtime-packages.sh failed for the worker"
-echo "coordinator image: $(echo "$coordinator" | wc -l) packages: $(echo $coordinator)"
-echo "worker: $(echo "$worker" | wc -l) packages: $(echo $worker)"
+echo "coordinator image: $(echo "$coordinator" | wc -l) packages: $(echo "$coordinator" | tr '\n' ' ')"
+echo "worker: $(echo "$worker" | wc -l) packages: $(echo "$worker" | tr '\n' ' ')"
 for pattern in '^libgrpc\+\+' '^libprotobuf[0-9]' '^libsqlite3-0$' '^libyaml-cpp' '^libc6$'; do
   echo "$coordinator" | grep -Eq "$pattern" || fail "coordinator list lacks $pattern"
 done

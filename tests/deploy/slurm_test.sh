@@ -143,7 +143,7 @@ slurmctld -D -i -f "$SLURM_CONF" >"$tmp/log/slurmctld.out" 2>&1 &
 daemon_pids+=($!)
 slurmd -D -N localhost -f "$SLURM_CONF" >"$tmp/log/slurmd.out" 2>&1 &
 slurmd_pid=$!
-daemon_pids+=($slurmd_pid)
+daemon_pids+=("$slurmd_pid")
 node_idle() { [[ "$(sinfo -h -N -o %t 2>/dev/null)" == idle ]]; }
 wait_for 30 node_idle || fail "the node did not become idle: $(sinfo -N 2>&1)"
 echo "slurm: node idle (slurmctld :$ctld_port, slurmd :$slurmd_port)"

@@ -22,7 +22,12 @@ tmp="$(mktemp -d)"
 coordinator_pid=""
 worker_pid=""
 # Programs still running when a check fails are ours: stop them by pid.
-trap 'for p in $worker_pid $coordinator_pid; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
+stop_all() {
+  local pid
+  for pid in $worker_pid $coordinator_pid; do kill -KILL "$pid" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap stop_all EXIT
 failures=0
 check() {  # check DESCRIPTION COMMAND...: runs COMMAND, which must succeed silently.
   local desc="$1"; shift
@@ -88,6 +93,7 @@ expand() {
   while IFS= read -r kv; do env["${kv%%=*}"]="${kv#*=}"; done < <(sed -n 's/^Environment=//p' "$unit")
   for kv in "$@"; do env["${kv%%=*}"]="${kv#*=}"; done
   env[CREDENTIALS_DIRECTORY]="$tmp/credentials"
+  # shellcheck disable=SC2013  # words, not lines: the command line splits on spaces
   for word in $(sed -n 's/^ExecStart=//p' "$unit"); do
     word="${word//%S/$tmp/state}"
     word="${word//%C/$tmp/cache}"
