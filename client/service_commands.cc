@@ -195,7 +195,9 @@ class ProgressPrinter {
       google::protobuf::util::JsonPrintOptions o;
       o.preserve_proto_field_names = true;
       (void)google::protobuf::util::MessageToJsonString(job, &line, o);
+      if (line == last_) return;  // keepalives repeat an unchanged job
       std::cout << line << std::endl;
+      last_ = line;
       return;
     }
     const std::string line = ProgressLine(job);

@@ -553,6 +553,10 @@ absl::Status JobManager::WatchJob(const v1::WatchJobRequest& request,
                                   const std::function<bool(const v1::Job&)>& on_update) {
   std::string last_sent;
   bool first = true;
+  // An unchanged job is sent again this often: the only way to notice a watcher that left
+  // while its job sits in one state (on_update returns false then).
+  constexpr auto kKeepalive = std::chrono::seconds(10);
+  auto last_send = std::chrono::steady_clock::now();
   while (true) {
     v1::Job snapshot;
     {
@@ -568,9 +572,11 @@ absl::Status JobManager::WatchJob(const v1::WatchJobRequest& request,
       snapshot = it->second.record.job;
     }
     std::string bytes = snapshot.SerializeAsString();
-    if (first || bytes != last_sent) {
+    const auto now = std::chrono::steady_clock::now();
+    if (first || bytes != last_sent || now - last_send >= kKeepalive) {
       if (!on_update(snapshot)) return absl::OkStatus();
       last_sent = std::move(bytes);
+      last_send = now;
     }
     first = false;
     if (IsTerminal(snapshot.state())) return absl::OkStatus();

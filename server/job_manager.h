@@ -82,7 +82,7 @@ class JobManager final : public AutotunerHandler, public WorkerHubHandler {
   /// Stops the background threads and ends WatchJob/LeaseTask waits. Idempotent.
   void Shutdown();
 
-  // AutotunerHandler.
+  // AutotunerHandler. WatchJob sends the job on every change and, unchanged, every 10 s.
   absl::StatusOr<v1::Job> SubmitJob(const v1::SubmitJobRequest& request) override;
   absl::StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request) override;
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request) override;
