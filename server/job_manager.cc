@@ -51,6 +51,13 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(std::unique_ptr<S
     return absl::InvalidArgumentError(
         absl::StrCat("max_attempts (", options.max_attempts, ") must be at least 1"));
   }
+  if (options.profile.iters < 1 || options.profile.warmup < 0 ||
+      options.profile.max_candidates < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "profile iters (", options.profile.iters, ") must be >= 1, warmup (",
+        options.profile.warmup, ") and max_candidates (", options.profile.max_candidates,
+        ") >= 0"));
+  }
   if (!options.plan) {
     return absl::InvalidArgumentError("options.plan (the analytical planner) must be set");
   }
