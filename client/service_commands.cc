@@ -241,11 +241,28 @@ int WatchRemote(Connection& conn, v1::Autotuner::Stub& stub, const std::string& 
   ProgressPrinter printer(json);
   v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
   auto last_contact = std::chrono::steady_clock::now();
+  bool workers_checked = false;
   while (true) {
     auto ctx = conn.Context(/*deadline_s=*/0);
     std::unique_ptr<grpc::ClientReader<v1::Job>> reader = stub.WatchJob(ctx.get(), req);
     v1::Job job;
     while (reader->Read(&job)) {
+      if (job.state() == v1::JOB_STATE_PROFILING && !workers_checked) {
+        // Tasks only go to workers of the spec's device kind: say so when there is none.
+        workers_checked = true;
+        v1::ListWorkersResponse workers;
+        if (stub.ListWorkers(conn.Context().get(), v1::ListWorkersRequest(), &workers).ok()) {
+          const std::string& kind = job.spec().cluster().gpu();
+          bool any = false;
+          for (const v1::WorkerInfo& w : workers.workers()) {
+            any = any || (w.device_kind() == kind && w.state() != "lost");
+          }
+          if (!any) {
+            std::cerr << "paratune: no live worker of device kind " << kind
+                      << " is registered; the profile tasks wait for one\n";
+          }
+        }
+      }
       printer.Update(job);
       last = job.state();
       last_contact = std::chrono::steady_clock::now();
