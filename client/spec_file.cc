@@ -170,7 +170,7 @@ absl::StatusOr<json> ReadSpecFile(const std::string& path) {
     };
     try {
       spec = json::parse(*text, callback);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e999
       return absl::InvalidArgumentError(
           absl::StrCat("spec file '", path, "' is not valid JSON: ", e.what()));
     }

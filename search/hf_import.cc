@@ -15,6 +15,43 @@
 #include "absl/strings/str_join.h"
 
 namespace paratune {
+
+namespace {
+
+void AppendPreview(const nlohmann::json& v, int depth, size_t max_chars, std::string* out) {
+  if (out->size() > max_chars) return;
+  if (v.is_array() || v.is_object()) {
+    const bool array = v.is_array();
+    if (depth >= 4) {
+      out->append(array ? "[...]" : "{...}");
+      return;
+    }
+    out->push_back(array ? '[' : '{');
+    bool first = true;
+    for (auto it = v.begin(); it != v.end() && out->size() <= max_chars; ++it) {
+      if (!first) out->push_back(',');
+      first = false;
+      if (!array) {
+        out->append(nlohmann::json(it.key()).dump(-1, ' ', false,
+                                                  nlohmann::json::error_handler_t::replace));
+        out->push_back(':');
+      }
+      AppendPreview(it.value(), depth + 1, max_chars, out);
+    }
+    out->push_back(array ? ']' : '}');
+    return;
+  }
+  out->append(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+}  // namespace
+
+std::string JsonPreview(const nlohmann::json& v, size_t max_chars) {
+  std::string out;
+  AppendPreview(v, 0, max_chars, &out);
+  if (out.size() > max_chars) out = out.substr(0, max_chars - 3) + "...";
+  return out;
+}
 namespace {
 
 using nlohmann::json;
@@ -42,7 +79,7 @@ absl::StatusOr<int64_t> IntField(const json& config, const char* key) {
     if (std::trunc(d) == d && std::fabs(d) < 9.2e18) return static_cast<int64_t>(d);
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("hf_config.", key, " must be an integer, got ", v.dump()));
+      absl::StrCat("hf_config.", key, " must be an integer, got ", JsonPreview(v)));
 }
 
 /// Reads the first present alias as an integer; nullopt when none is present.
@@ -72,7 +109,7 @@ absl::StatusOr<std::optional<bool>> OptionalBool(const json& config, const char*
   if (it == config.end() || it->is_null()) return std::optional<bool>();
   if (!it->is_boolean()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("hf_config.", key, " must be true or false, got ", it->dump()));
+        absl::StrCat("hf_config.", key, " must be true or false, got ", JsonPreview(*it)));
   }
   return std::optional<bool>(it->get<bool>());
 }
@@ -94,7 +131,7 @@ absl::Status RejectMixtureOfExperts(const json& config, const std::string& model
     if (it->is_number() && it->get<double>() <= 1) continue;
     if (it->is_boolean() && !it->get<bool>()) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        "hf_config.", key, " (", it->dump(),
+        "hf_config.", key, " (", JsonPreview(*it),
         ") describes a mixture-of-experts model; ParaTune plans dense models only"));
   }
   for (const auto& [key, value] : config.items()) {
@@ -104,7 +141,7 @@ absl::Status RejectMixtureOfExperts(const json& config, const std::string& model
       continue;
     }
     return absl::InvalidArgumentError(absl::StrCat(
-        "hf_config.", key, " (", value.dump(),
+        "hf_config.", key, " (", JsonPreview(value),
         ") describes a mixture-of-experts model; ParaTune plans dense models only"));
   }
   for (const char* moe_type : {"moe", "mixtral", "dbrx", "deepseek_v2", "deepseek_v3",
@@ -213,7 +250,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const json& config) {
     const json& v = config.at(key);
     if (!v.is_string()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("hf_config.", key, " must be a string, got ", v.dump()));
+          absl::StrCat("hf_config.", key, " must be a string, got ", JsonPreview(v)));
     }
     auto act = MapActivation(key, v.get<std::string>(), gemma);
     if (!act.ok()) return act.status();
@@ -260,7 +297,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfigText(const std::string& text) {
   json config;
   try {
     config = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e999
     return absl::InvalidArgumentError(absl::StrCat("hf_config is not valid JSON: ", e.what()));
   }
   return ModelSpecFromHfConfig(config);

@@ -13,6 +13,11 @@
 
 namespace paratune {
 
+/// A JSON value shown in an error message: at most `max_chars` characters, and at most four
+/// levels deep. Unlike json::dump(), which recurses once per nesting level and copies the
+/// whole value, it is safe on untrusted input (a 100,000-deep array overflowed the stack).
+std::string JsonPreview(const nlohmann::json& v, size_t max_chars = 60);
+
 /// Maps a parsed config.json to a ModelSpec (not validated; JobSpec::Validate does that).
 /// Field aliases: layers num_hidden_layers | n_layer | num_layers; hidden hidden_size |
 /// n_embd | d_model; heads num_attention_heads | n_head; key/value heads

@@ -71,11 +71,7 @@ const json* Find(const json& obj, const std::string& key) {
   return &*it;
 }
 
-std::string Shown(const json& v) {
-  std::string s = v.dump();
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
+std::string Shown(const json& v) { return JsonPreview(v); }
 
 absl::StatusOr<int64_t> AsInt(const json& v, const std::string& path) {
   if (v.is_number_unsigned()) {
