@@ -1,7 +1,9 @@
 // The SQLite implementation of Store: WAL journal, one connection, one transaction per
 // method, schema migrations keyed by a version table. Protos are stored as serialized
 // blobs next to the columns that queries filter on.
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -302,6 +304,12 @@ class SqliteStore final : public Store {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path) {
+  // A new database file is created 0600 (it holds job specs and results; SQLite gives its
+  // -wal and -shm files the same mode). An existing file keeps the mode it has.
+  if (!path.empty() && path != ":memory:" && path.rfind("file:", 0) != 0) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) ::close(fd);
+  }
   sqlite3* db = nullptr;
   const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX;
   if (sqlite3_open_v2(path.c_str(), &db, flags, nullptr) != SQLITE_OK) {
