@@ -112,6 +112,9 @@ ParallelConfig ToParallel(const Layout& l) {
   c.sequence_parallel = l.sp;
   c.distributed_optimizer = l.dopt;
   c.recompute = l.recompute;
+  // kernels/training reduces the gradients after the backward (no bucket overlap), as
+  // Megatron-LM 2021's local DDP.
+  c.overlap_grad_reduce = false;
   return c;
 }
 
@@ -262,7 +265,7 @@ int main(int argc, char** argv) {
   int child = -1;
   std::string store;
   int64_t steps = 5;
-  int repeats = 2;
+  int repeats = 3;
   app.add_flag("--json", json, "print JSON");
   app.add_option("--steps", steps, "training steps per layout (the first is not timed)")
       ->check(CLI::Range(2, 100));
@@ -281,6 +284,7 @@ int main(int argc, char** argv) {
   struct Row {
     std::string layout;
     double pred_s = 0, meas_s = 0, pred_mem = 0, meas_mem = 0, loss = 0;
+    paratune::TimeBreakdown pred_time;
   };
   std::vector<Row> rows;
   for (size_t i = 0; i < Layouts().size(); ++i) {
@@ -329,7 +333,8 @@ int main(int argc, char** argv) {
       if (r == 0 || one->iteration_s < meas->iteration_s) meas = one;
     }
     rows.push_back({pc.ToString(), composed->iteration_time_s, meas->iteration_s,
-                    TrackedPeak(composed->memory), meas->peak_bytes, meas->final_loss});
+                    TrackedPeak(composed->memory), meas->peak_bytes, meas->final_loss,
+                    composed->time});
   }
 
   std::vector<double> terr, merr;
@@ -358,7 +363,14 @@ int main(int argc, char** argv) {
                               {"predicted_peak_bytes", rows[i].pred_mem},
                               {"measured_peak_bytes", rows[i].meas_mem},
                               {"memory_error_pct", merr[i]},
-                              {"final_loss", rows[i].loss}});
+                              {"final_loss", rows[i].loss},
+                              {"predicted_time_s",
+                               {{"compute", rows[i].pred_time.compute},
+                                {"tp_comm", rows[i].pred_time.tp_comm},
+                                {"pp_bubble", rows[i].pred_time.pp_bubble},
+                                {"pp_p2p", rows[i].pred_time.pp_p2p},
+                                {"dp_comm", rows[i].pred_time.dp_comm},
+                                {"optimizer", rows[i].pred_time.optimizer}}}});
     }
     j["time_error_median_pct"] = med;
     j["time_error_max_pct"] = mx;
@@ -380,13 +392,15 @@ int main(int argc, char** argv) {
   if (getloadavg(load, 3) < 1) load[0] = -1;
   std::printf("# host: %ld cores, load average %.1f at the end\n", sysconf(_SC_NPROCESSORS_ONLN),
               load[0]);
-  std::printf("# %-44s %10s %10s %7s %10s %10s %7s %7s\n", "layout", "pred", "meas", "err",
-              "pred_mem", "meas_mem", "err", "loss");
-  std::printf("# %-44s %10s %10s %7s %10s %10s %7s %7s\n", "", "ms", "ms", "%", "MiB", "MiB",
-              "%", "");
+  std::printf("# %-44s %10s %10s %7s %8s %8s %10s %10s %7s %7s\n", "layout", "pred", "meas",
+              "err", "pred_dp", "pred_opt", "pred_mem", "meas_mem", "err", "loss");
+  std::printf("# %-44s %10s %10s %7s %8s %8s %10s %10s %7s %7s\n", "", "ms", "ms", "%", "ms",
+              "ms", "MiB", "MiB", "%", "");
   for (size_t i = 0; i < rows.size(); ++i) {
-    std::printf("  %-44s %10.1f %10.1f %7.1f %10.2f %10.2f %7.1f %7.3f\n", rows[i].layout.c_str(),
-                rows[i].pred_s * 1e3, rows[i].meas_s * 1e3, terr[i], rows[i].pred_mem / 1048576.0,
+    std::printf("  %-44s %10.1f %10.1f %7.1f %8.1f %8.1f %10.2f %10.2f %7.1f %7.3f\n",
+                rows[i].layout.c_str(), rows[i].pred_s * 1e3, rows[i].meas_s * 1e3, terr[i],
+                rows[i].pred_time.dp_comm * 1e3, rows[i].pred_time.optimizer * 1e3,
+                rows[i].pred_mem / 1048576.0,
                 rows[i].meas_mem / 1048576.0, merr[i], rows[i].loss);
   }
   std::printf("# memory error: median %.1f %%, max %.1f %%\n", mmed, mmx);
