@@ -83,7 +83,10 @@ int main(int argc, char** argv) {
   for (const kt::RankResult& rr : r->ranks) {
     j["ranks"].push_back({{"rank", rr.rank},
                           {"peak_bytes", rr.peak_bytes},
-                          {"parameters", rr.parameter_count}});
+                          {"parameters", rr.parameter_count},
+                          {"step_seconds", rr.step_seconds},
+                          {"dp_seconds", rr.dp_seconds},
+                          {"optimizer_seconds", rr.optimizer_seconds}});
   }
   std::cout << j.dump() << "\n";
   return 0;

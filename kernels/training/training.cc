@@ -328,22 +328,38 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
       }
     }
     const float scale = 1.0f / static_cast<float>(M * c.dp);
+    auto since = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    };
+    double dp_s = 0, opt_s = 0;
     if (c.distributed_optimizer) {
+      auto t = std::chrono::steady_clock::now();
       PT_RETURN_IF_ERROR(dp->ReduceScatter(flat_grad.data(), shard_grad.data(), shard, DType::kF32));
+      dp_s += since(t);
+      t = std::chrono::steady_clock::now();
       float* sg = shard_grad.data_as<float>();
       for (int64_t i = 0; i < shard; ++i) sg[i] *= scale;
       PT_RETURN_IF_ERROR(be->AdamW(DType::kF32, shard_param.data_as<float>(), sg, opt_m.data_as<float>(),
                                    opt_v.data_as<float>(), shard, c.lr, c.beta1, c.beta2, c.adam_eps,
                                    c.weight_decay, step + 1));
+      opt_s += since(t);
+      t = std::chrono::steady_clock::now();
       PT_RETURN_IF_ERROR(dp->AllGather(shard_param.data(), flat_param.data(), shard, DType::kF32));
+      dp_s += since(t);
     } else {
+      auto t = std::chrono::steady_clock::now();
       PT_RETURN_IF_ERROR(dp->AllReduce(flat_grad.data(), numel, DType::kF32));
+      dp_s += since(t);
+      t = std::chrono::steady_clock::now();
       float* gp = flat_grad.data_as<float>();
       for (int64_t j = 0; j < numel; ++j) gp[j] *= scale;
       PT_RETURN_IF_ERROR(be->AdamW(DType::kF32, flat_param.data_as<float>(), gp, opt_m.data_as<float>(),
                                    opt_v.data_as<float>(), numel, c.lr, c.beta1, c.beta2, c.adam_eps,
                                    c.weight_decay, step + 1));
+      opt_s += since(t);
     }
+    result->dp_seconds.push_back(dp_s);
+    result->optimizer_seconds.push_back(opt_s);
     times[step] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     losses[step] = loss_sum / static_cast<double>(M);
   }

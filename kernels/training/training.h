@@ -81,6 +81,9 @@ std::vector<int32_t> SyntheticTokens(const TrainConfig& c, int64_t step, int64_t
 struct RankResult {
   int64_t rank = 0;
   std::vector<double> step_seconds;   ///< This rank's wall time per step.
+  /// Per step: the DP gradient collective(s) (all-reduce, or reduce-scatter + all-gather)
+  /// and the AdamW update, parts of step_seconds.
+  std::vector<double> dp_seconds, optimizer_seconds;
   int64_t peak_bytes = 0;             ///< Tracking-allocator peak over the run.
   int64_t parameter_count = 0;        ///< Elements this rank holds.
 };
