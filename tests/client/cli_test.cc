@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <fstream>
+
+#include <unistd.h>
 #include <sstream>
 #include <string>
 
@@ -42,8 +44,11 @@ std::string Slurp(const std::string& path) {
 
 /// Runs `paratune ARGS`, capturing stdout, stderr and the exit code.
 Result Paratune(const std::string& args) {
-  const std::string out = ::testing::TempDir() + "/paratune_cli.out";
-  const std::string err = ::testing::TempDir() + "/paratune_cli.err";
+  // Per-process names: CTest runs the tests of this file in parallel processes.
+  const std::string base =
+      absl::StrCat(::testing::TempDir(), "/paratune_cli_", ::getpid());
+  const std::string out = base + ".out";
+  const std::string err = base + ".err";
   const std::string cmd = absl::StrCat("'", Env("PARATUNE_BIN_DIR", PARATUNE_DEFAULT_BIN_DIR), "/paratune' ",
                                        args, " >'", out, "' 2>'", err, "'");
   const int status = std::system(cmd.c_str());
