@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# libFuzzer runs of the spec parsers: fuzz/*.cc built with clang and
+# -fsanitize=fuzzer,address,undefined in their own build folder, each run for a bounded
+# time from its committed seed corpus (fuzz/corpus/<target>/), one summary line per target.
+#
+#   bench/fuzz.sh                 # 60 s per target
+#   bench/fuzz.sh --time 10       # seconds per target
+#   bench/fuzz.sh --build-dir DIR # default: build-fuzz next to the sources
+#   bench/fuzz.sh --only spec_json_fuzz
+#
+# Exit status: 0 when no target crashed, leaked or hit a sanitizer report; 1 otherwise
+# (the reproducer is left in the run folder, named in the output); 2 bad flags.
+# Needs clang with compiler-rt (Debian: clang, libclang-rt-14-dev); installs them with
+# apt-get when missing. Found inputs go to a scratch corpus; the committed seeds stay put.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+seconds=60
+build_dir="${here}/build-fuzz"
+only=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --time) seconds="$2"; shift 2 ;;
+    --build-dir) build_dir="$2"; shift 2 ;;
+    --only) only="$2"; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "fuzz.sh: unknown flag $1" >&2; exit 2 ;;
+  esac
+done
+if ! [[ "${seconds}" =~ ^[0-9]+$ ]] || [[ "${seconds}" -eq 0 ]]; then
+  echo "fuzz.sh: --time must be a positive number of seconds, got '${seconds}'" >&2
+  exit 2
+fi
+
+if ! command -v clang++ >/dev/null 2>&1 ||
+   ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
+  echo "# installing clang and compiler-rt (apt-get)"
+  apt-get update -qq && apt-get install -y -qq clang libclang-rt-14-dev >/dev/null
+fi
+
+mkdir -p "${build_dir}"
+sanitize="-fsanitize=address,undefined -fsanitize=fuzzer-no-link -fno-omit-frame-pointer \
+-fno-sanitize-recover=undefined"
+cmake -S "${here}" -B "${build_dir}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_C_FLAGS="${sanitize}" -DCMAKE_CXX_FLAGS="${sanitize}" \
+  -DPARATUNE_FUZZ=ON -DPARATUNE_CUDA=OFF -DPARATUNE_BUILD_TESTS=OFF \
+  -DPARATUNE_BUILD_BENCH=OFF -DPARATUNE_WERROR=OFF >"${build_dir}/fuzz-cmake.log" 2>&1 ||
+  { cat "${build_dir}/fuzz-cmake.log" >&2; exit 1; }
+
+targets=()
+for src in "${here}"/fuzz/*_fuzz.cc; do
+  name="$(basename "${src}" .cc)"
+  [[ -z "${only}" || "${only}" == "${name}" ]] && targets+=("${name}")
+done
+[[ ${#targets[@]} -gt 0 ]] || { echo "fuzz.sh: no target named '${only}'" >&2; exit 2; }
+ninja -C "${build_dir}" -j2 "${targets[@]}" >"${build_dir}/fuzz-build.log" 2>&1 ||
+  { tail -40 "${build_dir}/fuzz-build.log" >&2; exit 1; }
+
+run_root="${build_dir}/runs/$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "${run_root}"
+echo "# libFuzzer, -fsanitize=fuzzer,address,undefined, ${seconds} s per target, clang $(clang++ -dumpversion)"
+printf '# %-16s %12s %10s %8s %8s %9s  %s\n' target runs exec/s crashes corpus peak_rss status
+printf '# %-16s %12s %10s %8s %8s %9s  %s\n' "" count "1/s" count inputs MB ""
+failed=0
+total_runs=0
+for name in "${targets[@]}"; do
+  seeds="${here}/fuzz/corpus/${name%_fuzz}"
+  work="${run_root}/${name}"
+  mkdir -p "${work}/corpus" "${work}/artifacts"
+  log="${work}/log.txt"
+  set +e
+  ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" \
+  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+    "${build_dir}/bin/${name}" -max_total_time="${seconds}" -print_final_stats=1 \
+      -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
+      -artifact_prefix="${work}/artifacts/" "${work}/corpus" "${seeds}" >"${log}" 2>&1
+  rc=$?
+  set -e
+  runs="$(grep -m1 'stat::number_of_executed_units' "${log}" | awk '{print $2}')"
+  rate="$(grep -m1 'stat::average_exec_per_sec' "${log}" | awk '{print $2}')"
+  rss="$(grep -m1 'stat::peak_rss_mb' "${log}" | awk '{print $2}')"
+  crashes="$(find "${work}/artifacts" -type f | wc -l)"
+  inputs="$(find "${work}/corpus" -type f | wc -l)"
+  status="ok"
+  if [[ ${rc} -ne 0 || ${crashes} -ne 0 ]]; then
+    status="FAILED (exit ${rc}; log ${log})"
+    failed=1
+  fi
+  total_runs=$((total_runs + ${runs:-0}))
+  printf '  %-16s %12s %10s %8s %8s %9s  %s\n' "${name}" "${runs:-?}" "${rate:-?}" "${crashes}" \
+    "${inputs}" "${rss:-?}" "${status}"
+done
+if [[ ${failed} -eq 0 ]]; then
+  echo "# fuzz: ${#targets[@]} targets, ${total_runs} runs, 0 crashes, 0 leaks (runs in ${run_root})"
+else
+  echo "# fuzz: FAILED: see the logs and artifacts under ${run_root}"
+fi
+exit ${failed}
