@@ -229,7 +229,13 @@ void JobManager::RunPlan(const std::string& job_id) {
     JobEntry& job = it->second;
     const v1::JobState state = job.record.job.state();
     if (state != v1::JOB_STATE_PENDING && state != v1::JOB_STATE_PLANNING) return;
-    if (!SetStateLocked(job, v1::JOB_STATE_PLANNING, "").ok()) return;
+    if (absl::Status s = SetStateLocked(job, v1::JOB_STATE_PLANNING, ""); !s.ok()) {
+      // Not stored (disk full, read-only file): fail the job with the reason instead of
+      // leaving it PLANNING in memory with nobody planning it.
+      SetStateLocked(job, v1::JOB_STATE_FAILED, absl::StrCat("store: ", s.message()))
+          .IgnoreError();
+      return;
+    }
     spec = job.spec;
   }
   absl::StatusOr<PlanResult> plan = options_.plan(spec);

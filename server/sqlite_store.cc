@@ -317,6 +317,13 @@ absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path) 
     sqlite3_close(db);
     return absl::UnavailableError(absl::StrCat("cannot open database ", path, ": ", msg));
   }
+  // SQLite falls back to read-only when the file cannot be written (permissions, a
+  // read-only mount, chattr +i); every later write would fail, so refuse at startup.
+  if (sqlite3_db_readonly(db, "main") == 1) {
+    sqlite3_close(db);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "database ", path, " is read-only (sqlite could not open it for writing)"));
+  }
   auto store = std::make_unique<SqliteStore>(db);
   if (absl::Status s = store->Init(); !s.ok()) return s;
   return std::unique_ptr<Store>(std::move(store));
