@@ -12,6 +12,7 @@
 #include <httplib.h>
 #include <sys/stat.h>
 
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -337,6 +338,81 @@ TEST_F(FaultTest, UnwritableDatabaseFailsRequestsWithAMessageAndTheCoordinatorSu
   const std::string id = Submit(BigModelSpec(128));
   ASSERT_FALSE(id.empty());
   EXPECT_EQ(WaitDone(id).value("state", ""), "JOB_STATE_SUCCEEDED");
+}
+
+TEST_F(FaultTest, FullDiskFailsRequestsWithAMessageAndTheCoordinatorSurvives) {
+  // A 16 MiB tmpfs holds the database (mount needs root or CAP_SYS_ADMIN; skipped without).
+  const fs::path small = dir_ / "small";
+  fs::create_directories(small);
+  if (std::system(("mount -t tmpfs -o size=16m tmpfs " + small.string() + " 2>/dev/null")
+                      .c_str()) != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (not root?)";
+  }
+  struct Cleanup {
+    std::function<void()> f;
+    ~Cleanup() { f(); }
+  } unmount{[&] {
+    coordinator_.reset();
+    std::system(("umount " + small.string()).c_str());
+  }};
+  db_ = small / "coordinator.db";
+  StartCoordinator(/*profile_iters=*/3);
+  const std::string first = Submit(BigModelSpec(64));
+  ASSERT_EQ(WaitDone(first).value("state", ""), "JOB_STATE_SUCCEEDED");
+  // Fill the rest of the file system, then submit a job with a 900 KB spec (a Hugging Face
+  // config padded with whitespace): the WAL cannot take it.
+  const fs::path filler = small / "filler";
+  std::system(("dd if=/dev/zero of=" + filler.string() + " bs=4k 2>/dev/null").c_str());
+  json big = BigModelSpec(64);
+  big["model"] = {{"hf_config_json",
+                   R"({"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256,
+                       "num_attention_heads": 4, "intermediate_size": 512,
+                       "vocab_size": 1024})" + std::string(900 * 1024, ' ')}};
+  auto res = http_->Post("/v1/jobs", big.dump(), "application/json");
+  ASSERT_TRUE(res) << "the coordinator did not answer";
+  EXPECT_EQ(res->status, 500) << res->body;
+  EXPECT_NE(res->body.find("database or disk is full"), std::string::npos) << res->body;
+  EXPECT_TRUE(coordinator_->process()->Alive()) << ReadFile(coordinator_->log());
+  // Small jobs on the full disk: each is refused at once or, when it still fits in the
+  // WAL, reaches a final state (SUCCEEDED, or FAILED with "store: ..."); none hangs.
+  for (int i = 0; i < 5; ++i) {
+    auto r = http_->Post("/v1/jobs", BigModelSpec(64 << i).dump(), "application/json");
+    ASSERT_TRUE(r);
+    if (r->status != 200) continue;
+    json job = WaitDone(json::parse(r->body).value("id", ""), 60000);
+    const std::string state = job.value("state", "");
+    EXPECT_TRUE(state == "JOB_STATE_SUCCEEDED" ||
+                (state == "JOB_STATE_FAILED" &&
+                 job.value("error", "").find("store: ") != std::string::npos))
+        << job.dump().substr(0, 500);
+  }
+  // Space again: the same request is stored and the job runs.
+  fs::remove(filler);
+  res = http_->Post("/v1/jobs", big.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const std::string id = json::parse(res->body).value("id", "");
+  EXPECT_EQ(WaitDone(id).value("state", ""), "JOB_STATE_SUCCEEDED");
+}
+
+TEST_F(FaultTest, ReadOnlyDatabaseAtStartupIsAOneLineErrorNotACrash) {
+  StartCoordinator(/*profile_iters=*/3);  // creates the database
+  coordinator_.reset();
+  const std::string files = db_.string() + "*";
+  if (std::system(("chattr +i " + files + " 2>/dev/null").c_str()) != 0) {
+    GTEST_SKIP() << "chattr +i is not available on " << dir_;
+  }
+  Process p({(bin_ / "paratune-coordinator").string(), "--bind", "127.0.0.1", "--grpc-port",
+             "0", "--http-port", "-1", "--db", db_.string()},
+            dir_ / "readonly.log");
+  const bool exited = PollUntil([&] { return !p.Alive(); }, 30000);
+  std::system(("chattr -i " + files).c_str());
+  ASSERT_TRUE(exited) << "the coordinator kept running on a read-only database";
+  ASSERT_TRUE(WIFEXITED(p.exit_status())) << "killed by a signal: " << p.exit_status();
+  EXPECT_EQ(WEXITSTATUS(p.exit_status()), 1);
+  const std::string log = ReadFile(dir_ / "readonly.log");
+  EXPECT_NE(log.find("paratune-coordinator: "), std::string::npos) << log;
+  EXPECT_NE(log.find("is read-only"), std::string::npos) << log;
 }
 
 }  // namespace
