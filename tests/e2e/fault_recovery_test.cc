@@ -306,6 +306,42 @@ TEST_F(FaultTest, CoordinatorKilledWhileTasksAreLeasedLosesNoResult) {
   EXPECT_EQ(Ranking(again), Ranking(id));
 }
 
+TEST_F(FaultTest, CoordinatorKilledWhileComposingFinishesTheJobAfterRestart) {
+  // No test-only delay flag: the state is polled every 2 ms and the coordinator killed on
+  // first sight of COMPOSING. Up to eight jobs (different shapes, so no cache hits) are
+  // tried; when COMPOSING is never seen (shorter than a poll), the test says so and skips.
+  StartCoordinator(/*profile_iters=*/3);
+  StartWorker("cpu-a");
+  std::string id;
+  int seq_length = 0;
+  bool seen = false;
+  for (int attempt = 0; attempt < 8 && !seen; ++attempt) {
+    seq_length = 64 + 32 * attempt;
+    id = Submit(TinyProfileSpec(seq_length));
+    ASSERT_FALSE(id.empty());
+    PollUntil(
+        [&] {
+          const std::string s = State(id);
+          seen = s == "JOB_STATE_COMPOSING";
+          return seen || s == "JOB_STATE_SUCCEEDED" || s == "JOB_STATE_FAILED";
+        },
+        120000, 2);
+  }
+  if (!seen) GTEST_SKIP() << "COMPOSING was never seen by a 2 ms poll";
+  coordinator_->Kill();
+  StartCoordinator(/*profile_iters=*/3);
+  json job = WaitDone(id);
+  ASSERT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED") << job.dump();
+  const int64_t total = Num(job["progress"], "tasks_total");
+  EXPECT_EQ(Num(job["progress"], "tasks_done"), total);
+  EXPECT_EQ(Num(job["progress"], "tasks_failed"), 0);
+  ExpectAllMeasured(id);
+  // The ranking is composed from the stored measurements: a cached resubmission agrees.
+  const std::string again = Submit(TinyProfileSpec(seq_length));
+  EXPECT_EQ(Num(WaitDone(again)["progress"], "tasks_cached"), total);
+  EXPECT_EQ(Ranking(again), Ranking(id));
+}
+
 TEST_F(FaultTest, DatabaseFilesAreCreatedOwnerOnly) {
   StartCoordinator(/*profile_iters=*/3);
   ASSERT_FALSE(Submit(BigModelSpec(64)).empty());  // something written to the WAL
