@@ -7,8 +7,13 @@
 //     a restart on the same database every job finishes, none lost or duplicated, and the
 //     results equal those of an undisturbed coordinator (model mode is deterministic) or of
 //     the profile cache (profile mode: the same measurements);
+//   - the coordinator killed on first sight of COMPOSING (2 ms poll; skipped when never
+//     seen) finishes the job after a restart;
 //   - the database file is created 0600; a database that stops accepting writes
-//     (chattr +i) makes requests fail with a message and the coordinator survives.
+//     (chattr +i) or a full disk (16 MiB tmpfs; skipped where mount is not permitted) makes
+//     requests fail with a message and the coordinator survives; a read-only database at
+//     startup is a one-line error (exit 1);
+//   - tokens never appear in the worker's, the CLI's or the coordinator's output.
 #include <httplib.h>
 #include <sys/stat.h>
 
@@ -340,6 +345,56 @@ TEST_F(FaultTest, CoordinatorKilledWhileComposingFinishesTheJobAfterRestart) {
   const std::string again = Submit(TinyProfileSpec(seq_length));
   EXPECT_EQ(Num(WaitDone(again)["progress"], "tasks_cached"), total);
   EXPECT_EQ(Ranking(again), Ranking(id));
+}
+
+TEST_F(FaultTest, TokensNeverAppearInWorkerOrCliOutput) {
+  const std::string client_token = "client-tok-5d81c0e2a7";
+  const std::string worker_token = "worker-tok-94be31f06c";
+  const std::string wrong_token = "wrong-tok-0c6e2d9a11";
+  std::ofstream(dir_ / "client.token") << client_token << "\n";
+  std::ofstream(dir_ / "worker.token") << worker_token << "\n";
+  std::ofstream(dir_ / "wrong.token") << wrong_token << "\n";
+  coordinator_ = std::make_unique<Coordinator>(
+      bin_, dir_, db_,
+      std::vector<std::string>{"--client-token-file", (dir_ / "client.token").string(),
+                               "--worker-token-file", (dir_ / "worker.token").string(),
+                               "--profile-warmup", "1", "--profile-iters", "3"});
+  std::string error;
+  ASSERT_TRUE(coordinator_->Start(&error)) << error;
+  const std::string cli = (bin_ / "paratune").string();
+  const std::string at = " --coordinator " + coordinator_->address();
+  const fs::path cli_log = dir_ / "cli.log";
+  // A worker with the wrong token is refused (exit 1) and says so without the token.
+  Process bad({(bin_ / "paratune-worker").string(), "--coordinator", coordinator_->address(),
+               "--backend", "cpu", "--devices", "0", "--name", "bad", "--token-file",
+               (dir_ / "wrong.token").string()},
+              dir_ / "bad.log");
+  ASSERT_TRUE(PollUntil([&] { return !bad.Alive(); }, 60000)) << ReadFile(dir_ / "bad.log");
+  EXPECT_EQ(WEXITSTATUS(bad.exit_status()), 1);
+  // The CLI with the wrong token (exit 1), the worker's token (wrong role), and the right
+  // one; and a worker with the right token doing a job.
+  EXPECT_EQ(RunCommand(cli + " workers --token-file " + (dir_ / "wrong.token").string() + at,
+                       cli_log).exit_code, 1);
+  EXPECT_EQ(RunCommand(cli + " workers --token-file " + (dir_ / "worker.token").string() + at,
+                       cli_log).exit_code, 1);
+  Process good({(bin_ / "paratune-worker").string(), "--coordinator", coordinator_->address(),
+                "--backend", "cpu", "--devices", "0,1", "--name", "good", "--token-file",
+                (dir_ / "worker.token").string(), "--lease-wait-ms", "500"},
+               dir_ / "good.log");
+  const fs::path spec = dir_ / "tiny.json";
+  std::ofstream(spec) << TinyProfileSpec().dump();
+  const Output run = RunCommand(cli + " submit --watch --spec " + spec.string() +
+                                    " --token-file " + (dir_ / "client.token").string() + at,
+                                cli_log);
+  EXPECT_EQ(run.exit_code, 0) << ReadFile(cli_log);
+  good.Kill();
+  const std::string logs = ReadFile(dir_ / "bad.log") + ReadFile(dir_ / "good.log") +
+                           ReadFile(cli_log) + run.out + ReadFile(coordinator_->log());
+  EXPECT_NE(ReadFile(dir_ / "bad.log").find("invalid worker token"), std::string::npos)
+      << ReadFile(dir_ / "bad.log");
+  for (const std::string& token : {client_token, worker_token, wrong_token}) {
+    EXPECT_EQ(logs.find(token), std::string::npos) << token << " appears in:\n" << logs;
+  }
 }
 
 TEST_F(FaultTest, DatabaseFilesAreCreatedOwnerOnly) {
