@@ -2,6 +2,7 @@
 // coordinator logic and a local worker in this process (DESIGN.md "embedded default").
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -232,16 +233,18 @@ std::string ResultsTable(const v1::JobResults& results, const v1::JobSpec& spec_
 
 // --- Remote commands ----------------------------------------------------------------------
 
-/// Follows the job to a terminal state. A coordinator that goes away mid-watch (restart)
-/// is waited for up to `reconnect_s`, then the watch resumes.
+/// Follows the job to a terminal state. A coordinator that goes away mid-watch (restart,
+/// outage) is retried with backoff (250 ms doubling to 5 s) for up to `reconnect_s`, then
+/// the watch resumes.
 int WatchRemote(Connection& conn, v1::Autotuner::Stub& stub, const std::string& id, bool json,
-                double reconnect_s = 30) {
+                double reconnect_s = 300) {
   v1::WatchJobRequest req;
   req.set_id(id);
   ProgressPrinter printer(json);
   v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
   auto last_contact = std::chrono::steady_clock::now();
   bool workers_checked = false;
+  int64_t backoff_ms = 250;
   while (true) {
     auto ctx = conn.Context(/*deadline_s=*/0);
     std::unique_ptr<grpc::ClientReader<v1::Job>> reader = stub.WatchJob(ctx.get(), req);
@@ -266,6 +269,7 @@ int WatchRemote(Connection& conn, v1::Autotuner::Stub& stub, const std::string& 
       printer.Update(job);
       last = job.state();
       last_contact = std::chrono::steady_clock::now();
+      backoff_ms = 250;
     }
     grpc::Status status = reader->Finish();
     if (status.ok()) break;
@@ -274,7 +278,8 @@ int WatchRemote(Connection& conn, v1::Autotuner::Stub& stub, const std::string& 
         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_contact).count();
     if (seen && !server::IsTerminal(last) &&
         status.error_code() == grpc::StatusCode::UNAVAILABLE && waited < reconnect_s) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+      backoff_ms = std::min<int64_t>(backoff_ms * 2, 5000);
       continue;
     }
     return Fail(conn.Explain(status));
