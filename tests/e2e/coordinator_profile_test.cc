@@ -5,7 +5,8 @@
 //   - durability: the coordinator is killed with SIGKILL while a profile job runs and
 //     restarted on the same database; the job finishes, and its ranking equals the one an
 //     uninterrupted job composes from the same measurements; a `paratune watch` started
-//     before the crash reconnects and ends with exit code 0.
+//     before the crash reconnects and ends with exit code 0;
+//   - a profile job submitted over REST is served identically over gRPC (the CLI) and REST.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 extern char** environ;
@@ -125,13 +127,14 @@ search: {mode: profile, top_k: 4}
   }
 
   /// Starts the coordinator; `port` 0 picks one (then remembered for restarts).
-  void StartCoordinator(int profile_iters) {
+  void StartCoordinator(int profile_iters, bool http = false) {
     const fs::path ports = dir_ / "ports";
     fs::remove(ports);
     coordinator_ = std::make_unique<Process>(
         std::vector<std::string>{(bin_ / "paratune-coordinator").string(), "--bind",
                                  "127.0.0.1", "--grpc-port", std::to_string(port_),
-                                 "--http-port", "-1", "--db", db_.string(), "--port-file",
+                                 "--http-port", http ? "0" : "-1", "--db", db_.string(),
+                                 "--port-file",
                                  ports.string(), "--lease-timeout-ms", "3000",
                                  "--heartbeat-interval-ms", "300", "--profile-warmup", "1",
                                  "--profile-iters", std::to_string(profile_iters)},
@@ -142,7 +145,7 @@ search: {mode: profile, top_k: 4}
     }
     std::istringstream in(ReadFile(ports));
     int port = 0;
-    in >> port;
+    in >> port >> http_port_;
     ASSERT_GT(port, 0) << ReadFile(dir_ / "coordinator.log");
     port_ = port;
   }
@@ -185,6 +188,27 @@ search: {mode: profile, top_k: 4}
     if (!j.contains(key)) return 0;
     return j[key].is_string() ? std::stoll(j[key].get<std::string>()) : j[key].get<int64_t>();
   }
+  /// `j` with every field at its proto default (false, 0, "0", "", empty) removed.
+  static json WithoutDefaults(const json& j) {
+    if (j.is_object()) {
+      json out = json::object();
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        json v = WithoutDefaults(it.value());
+        const bool is_default = v.is_null() || (v.is_boolean() && !v.get<bool>()) ||
+                                (v.is_number() && v.get<double>() == 0) ||
+                                (v.is_string() && (v == "" || v == "0")) ||
+                                ((v.is_object() || v.is_array()) && v.empty());
+        if (!is_default) out[it.key()] = v;
+      }
+      return out;
+    }
+    if (j.is_array()) {
+      json out = json::array();
+      for (const json& e : j) out.push_back(WithoutDefaults(e));
+      return out;
+    }
+    return j;
+  }
   /// (config, iteration time) per rank.
   static std::vector<std::pair<std::string, double>> Ranking(const json& results) {
     std::vector<std::pair<std::string, double>> out;
@@ -196,6 +220,7 @@ search: {mode: profile, top_k: 4}
 
   fs::path bin_, dir_, spec_, db_, err_;
   int port_ = 0;
+  int http_port_ = -1;
   std::unique_ptr<Process> coordinator_;
   std::vector<std::unique_ptr<Process>> workers_;
 };
@@ -330,6 +355,55 @@ TEST_F(CoordinatorProfileTest, TuneRunsCoordinatorAndWorkerInOneProcess) {
                             err_);
   EXPECT_EQ(model.exit_code, 0);
   EXPECT_NE(model.out.find("0 measured"), std::string::npos) << model.out;
+}
+
+
+TEST_F(CoordinatorProfileTest, RestSubmittedJobIsServedIdenticallyOverGrpcAndRest) {
+  StartCoordinator(/*profile_iters=*/2, /*http=*/true);
+  ASSERT_GT(http_port_, 0) << ReadFile(dir_ / "coordinator.log");
+  StartWorker("cpu-a");
+  StartWorker("cpu-b");
+  httplib::Client rest("127.0.0.1", http_port_);
+  rest.set_read_timeout(30, 0);
+  // The same tiny model as the YAML spec, in the REST form (proto JSON mapping).
+  const json body = {
+      {"spec",
+       {{"name", "tiny-rest"},
+        {"model",
+         {{"name", "tiny"}, {"num_layers", 4}, {"hidden_size", 64},
+          {"num_attention_heads", 4}, {"vocab_size", 256}}},
+        {"training", {{"seq_length", 64}, {"global_batch_size", 8}, {"precision", "fp32"}}},
+        {"cluster", {{"gpu", "cpu"}, {"num_gpus", 2}, {"gpus_per_node", 2}}},
+        {"search", {{"mode", "profile"}, {"top_k", 4}}}}}};
+  auto posted = rest.Post("/v1/jobs", body.dump(), "application/json");
+  ASSERT_TRUE(posted) << httplib::to_string(posted.error());
+  ASSERT_EQ(posted->status, 200) << posted->body;
+  const json job = json::parse(posted->body, nullptr, false);
+  ASSERT_TRUE(job.contains("id")) << posted->body;
+  const std::string id = job["id"].get<std::string>();
+
+  // Watched over gRPC to the end.
+  json done = Watch(id);
+  EXPECT_EQ(done["state"], "JOB_STATE_SUCCEEDED") << done.dump();
+
+  // The results: `paratune results --json` (gRPC GetResults) and GET .../results (REST).
+  const json over_grpc = Results(id);
+  auto got = rest.Get("/v1/jobs/" + id + "/results");
+  ASSERT_TRUE(got);
+  ASSERT_EQ(got->status, 200) << got->body;
+  const json over_rest = json::parse(got->body, nullptr, false);
+  ASSERT_FALSE(over_rest.is_discarded());
+  ASSERT_GT(over_grpc["plan"]["ranked"].size(), 0u);
+  for (const json& r : over_rest["plan"]["ranked"]) EXPECT_EQ(r["source"], "measured");
+  // REST prints fields at their default values, the CLI omits them (both are the proto
+  // JSON mapping); with defaults dropped the two must be equal to the last digit.
+  EXPECT_EQ(WithoutDefaults(over_rest["plan"]["ranked"]),
+            WithoutDefaults(over_grpc["plan"]["ranked"]));
+
+  // And the job itself reads the same both ways.
+  auto job_rest = rest.Get("/v1/jobs/" + id);
+  ASSERT_TRUE(job_rest);
+  EXPECT_EQ(json::parse(job_rest->body, nullptr, false)["state"], "JOB_STATE_SUCCEEDED");
 }
 
 }  // namespace
