@@ -3,12 +3,15 @@
 # one per line, sorted: what a runtime image must install for them. The Dockerfiles' build
 # stages run it; tests/deploy/container_test.sh runs it on the binaries built here.
 # Fails naming the library when no installed package owns it. Libraries ldd cannot find
-# (e.g. libcuda.so.1, which the NVIDIA container toolkit mounts at run time) are skipped.
+# (e.g. libcuda.so.1, which the NVIDIA container toolkit mounts at run time) are skipped, and
+# so are the CUDA toolkit's own libraries (/usr/local/cuda*: cuBLAS, cudart, NCCL), which
+# the worker's nvidia/cuda runtime base image provides and no Debian package owns.
 set -eu
 [ $# -gt 0 ] || { echo "usage: $0 BINARY..." >&2; exit 2; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-ldd "$@" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u >"$work/libs"
+ldd "$@" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | grep -v '^/usr/local/cuda' |
+  sort -u >"$work/libs"
 # dpkg knows some files by their pre-merged-/usr path (/lib/...), alternatives-managed ones
 # (libblas, libopenblas) only by their real path: ask for every spelling, in one dpkg call
 # (each call reads the whole database).
