@@ -7,9 +7,7 @@
 //     uninterrupted job composes from the same measurements; a `paratune watch` started
 //     before the crash reconnects and ends with exit code 0;
 //   - a profile job submitted over REST is served identically over gRPC (the CLI) and REST.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,73 +25,16 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-extern char** environ;
+#include "tests/e2e/fault_harness.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-/// A child process with its output in a log file; killed (SIGKILL) on destruction.
-class Process {
- public:
-  Process(const std::vector<std::string>& args, const fs::path& log) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND,
-                                     0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~Process() { Signal(SIGKILL); }
-  bool ok() const { return pid_ > 0; }
-  /// Waits for the process to exit; its exit code (-1 when killed).
-  int Wait() {
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  void Signal(int sig) {
-    if (pid_ <= 0) return;
-    kill(pid_, sig);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
-
-struct Output {
-  int exit_code = -1;
-  std::string out;
-};
-
-/// Runs a command to completion; stdout captured, stderr to `err_log`.
-Output RunCommand(const std::string& command, const fs::path& err_log) {
-  Output o;
-  FILE* pipe = popen((command + " 2>>" + err_log.string()).c_str(), "r");
-  if (pipe == nullptr) return o;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) o.out.append(buf, n);
-  const int status = pclose(pipe);
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
-}
+using paratune::e2e::Output;
+using paratune::e2e::Process;
+using paratune::e2e::ReadFile;
+using paratune::e2e::RunCommand;
 
 class CoordinatorProfileTest : public ::testing::Test {
  protected:
@@ -287,7 +228,7 @@ TEST_F(CoordinatorProfileTest, KilledCoordinatorRestartsOnTheSameDatabaseAndFini
   Process watcher({(bin_ / "paratune").string(), "watch", id, "--coordinator", Address()},
                   dir_ / "watch.log");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  coordinator_->Signal(SIGKILL);
+  coordinator_->Kill();
 
   StartCoordinator(/*profile_iters=*/20);  // same port, same database
   EXPECT_EQ(watcher.Wait(), 0) << ReadFile(dir_ / "watch.log");

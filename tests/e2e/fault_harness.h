@@ -1,4 +1,4 @@
-// Shared pieces of the fault and bad-input end-to-end tests: child processes with their
+// Shared pieces of the end-to-end tests (coordinator, faults, bad input): child processes with their
 // output in a log file, commands run to completion, the coordinator on free ports.
 #ifndef PARATUNE_TESTS_E2E_FAULT_HARNESS_H_
 #define PARATUNE_TESTS_E2E_FAULT_HARNESS_H_
@@ -78,6 +78,15 @@ class Process {
     int status = 0;
     ::waitpid(pid_, &status, 0);
     pid_ = -1;
+  }
+  /// Waits for the process to exit; its exit code (-1 when killed by a signal).
+  int Wait() {
+    if (pid_ <= 0) return WIFEXITED(exit_status_) ? WEXITSTATUS(exit_status_) : -1;
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    exit_status_ = status;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
   /// True while the process has not exited (reaps it when it has).
   bool Alive() {
