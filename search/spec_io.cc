@@ -124,36 +124,32 @@ absl::StatusOr<std::string> AsString(const json& v, const std::string& path) {
   return absl::InvalidArgumentError(absl::StrCat(path, " must be a string, got ", Shown(v)));
 }
 
-/// Reads `section.key` into `*out` when present; `*given` records whether it was.
-absl::Status ReadInt(const json& obj, const std::string& section, const std::string& key,
-                     int64_t* out, bool* given = nullptr) {
+/// Reads `section.key` into `*out` with `as` (AsInt, AsBool, AsDouble) when present;
+/// `*given` records whether it was.
+template <typename T>
+absl::Status ReadScalar(const json& obj, const std::string& section, const std::string& key,
+                        absl::StatusOr<T> (*as)(const json&, const std::string&), T* out,
+                        bool* given = nullptr) {
   const json* v = Find(obj, key);
   if (given != nullptr) *given = v != nullptr;
   if (v == nullptr) return absl::OkStatus();
-  auto r = AsInt(*v, Path(section, key));
+  auto r = as(*v, Path(section, key));
   if (!r.ok()) return r.status();
   *out = *r;
   return absl::OkStatus();
 }
 
+absl::Status ReadInt(const json& obj, const std::string& section, const std::string& key,
+                     int64_t* out, bool* given = nullptr) {
+  return ReadScalar(obj, section, key, &AsInt, out, given);
+}
 absl::Status ReadBool(const json& obj, const std::string& section, const std::string& key,
                       bool* out) {
-  const json* v = Find(obj, key);
-  if (v == nullptr) return absl::OkStatus();
-  auto r = AsBool(*v, Path(section, key));
-  if (!r.ok()) return r.status();
-  *out = *r;
-  return absl::OkStatus();
+  return ReadScalar(obj, section, key, &AsBool, out);
 }
-
 absl::Status ReadDouble(const json& obj, const std::string& section, const std::string& key,
                         double* out) {
-  const json* v = Find(obj, key);
-  if (v == nullptr) return absl::OkStatus();
-  auto r = AsDouble(*v, Path(section, key));
-  if (!r.ok()) return r.status();
-  *out = *r;
-  return absl::OkStatus();
+  return ReadScalar(obj, section, key, &AsDouble, out);
 }
 
 /// Reads an enum given by name; an empty string means the default.
