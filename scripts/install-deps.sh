@@ -20,7 +20,7 @@ missing=()
 for p in "${packages[@]}"; do
   # A NodeSource nodejs ships npm itself (and conflicts with Debian's npm package).
   if [[ "$p" == npm ]] && command -v npm >/dev/null 2>&1; then continue; fi
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+  if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != *"install ok installed"* ]]; then
     missing+=("$p")
   fi
 done

@@ -7,6 +7,8 @@
 #   - the lists hold the runtime libraries we link (gRPC, protobuf, SQLite, yaml-cpp) and no
 #     -dev package (a runtime image must not need one);
 #   - it fails on a library no package owns, naming it.
+# No `producer | grep -q` under pipefail: grep -q exits at the first match and the
+# producer's SIGPIPE then fails the pipeline at random; grep reads a here-string instead.
 set -uo pipefail
 src="${PARATUNE_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
 bin="${PARATUNE_BIN_DIR:-}"
@@ -23,9 +25,9 @@ worker="$(sh "$script" "$bin/paratune-worker")" || fail "runtime-packages.sh fai
 echo "coordinator image: $(echo "$coordinator" | wc -l) packages: $(echo "$coordinator" | tr '\n' ' ')"
 echo "worker: $(echo "$worker" | wc -l) packages: $(echo "$worker" | tr '\n' ' ')"
 for pattern in '^libgrpc\+\+' '^libprotobuf[0-9]' '^libsqlite3-0$' '^libyaml-cpp' '^libc6$'; do
-  echo "$coordinator" | grep -Eq "$pattern" || fail "coordinator list lacks $pattern"
+  grep -Eq "$pattern" <<<"$coordinator" || fail "coordinator list lacks $pattern"
 done
-echo "$worker" | grep -Eq '^libgrpc\+\+' || fail "worker list lacks libgrpc++"
+grep -Eq '^libgrpc\+\+' <<<"$worker" || fail "worker list lacks libgrpc++"
 if echo "$coordinator $worker" | tr ' ' '\n' | grep -E -- '-dev$'; then
   fail "a -dev package in a runtime list"
 fi

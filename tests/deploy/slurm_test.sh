@@ -49,7 +49,7 @@ daemon_pids=()
 job_processes() {
   local pid
   for pid in $(pgrep '^(slurmstepd|srun|paratune-)' 2>/dev/null); do
-    tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx "SLURM_CONF=$tmp/slurm.conf" &&
+    grep -qx "SLURM_CONF=$tmp/slurm.conf" <<<"$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ")" &&
       echo "$pid"
   done
 }
@@ -202,7 +202,7 @@ echo "slurm: job processes: $running"
 for comm in slurmstepd srun paratune-coordi paratune-worker; do
   [[ "$running" == *" $comm "* ]] || fail "no $comm among the job's processes ($running)"
 done
-cli workers --json | grep -q "\"name\": *\"$(hostname)\"" ||
+grep -q "\"name\": *\"$(hostname)\"" <<<"$(cli workers --json)" ||
   fail "the worker is not named after its node: $(cli workers --json)"
 # Without the client token the coordinator refuses (the token file reached it).
 if "$bin/paratune" workers --coordinator "$address" >/dev/null 2>&1; then
@@ -212,7 +212,7 @@ hostport="${http_url#http://}"
 hostport="${hostport%/}"
 health="$( { exec 3<>"/dev/tcp/${hostport%:*}/${hostport##*:}" &&
   printf 'GET /healthz HTTP/1.0\r\nHost: %s\r\n\r\n' "${hostport%:*}" >&3 && cat <&3; } 2>/dev/null)"
-echo "$health" | grep -q '"status":"ok"' || fail "/healthz at $http_url answered: $health"
+grep -q '"status":"ok"' <<<"$health" || fail "/healthz at $http_url answered: $health"
 
 cat >"$tmp/tiny.yaml" <<'SPEC'
 name: slurm-tiny
