@@ -52,8 +52,14 @@ std::shared_ptr<GlooRendezvous> MakeInProcessRendezvous();
 /// processes on one machine.
 std::shared_ptr<GlooRendezvous> MakeFileRendezvous(const std::string& dir);
 
-/// Connects rank `rank` of `size` over TCP on 127.0.0.1. Blocks until every rank joined.
-/// `prefix` separates groups that share one rendezvous.
+/// The address this process's Gloo TCP devices bind to and announce to the other ranks:
+/// $PARATUNE_GLOO_HOST (a host name or IP address of this node that the other nodes reach),
+/// default 127.0.0.1 (every rank on this machine). Used wherever a Gloo device is created.
+std::string GlooHost();
+
+/// Connects rank `rank` of `size` over TCP on GlooHost(). Blocks until every rank joined.
+/// `prefix` separates groups that share one rendezvous. Any GlooRendezvous works (e.g.
+/// worker::MakeGrpcRendezvous for ranks on several nodes).
 absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
     std::shared_ptr<GlooRendezvous> rendezvous, const std::string& prefix, int rank, int size);
 

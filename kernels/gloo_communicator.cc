@@ -1,9 +1,12 @@
-// Gloo communicator: TCP transport on 127.0.0.1, rendezvous through a HashStore shared by
-// threads or a FileStore shared by processes. All-reduce, all-gather and barrier are
-// Gloo's own algorithms; reduce-scatter is a ring over Gloo's unbound buffers (k−1 steps,
-// each moving 1/k of the buffer, which is the traffic nccl-tests' (k−1)/k factor assumes).
+// Gloo communicator: TCP transport on GlooHost() (127.0.0.1 unless $PARATUNE_GLOO_HOST),
+// rendezvous through a HashStore shared by threads, a FileStore shared by processes, or
+// any other GlooRendezvous (the coordinator's, over gRPC). All-reduce, all-gather and
+// barrier are Gloo's own algorithms; reduce-scatter is a ring over Gloo's unbound buffers
+// (k−1 steps, each moving 1/k of the buffer, which is the traffic nccl-tests' (k−1)/k
+// factor assumes).
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <vector>
@@ -44,6 +47,20 @@ class StoreRendezvous final : public GlooRendezvous {
 
  private:
   std::unique_ptr<gloo::rendezvous::Store> store_;
+};
+
+// A gloo store over a GlooRendezvous of another kind (its Get blocks until the key is set).
+class RendezvousAdapter final : public gloo::rendezvous::Store {
+ public:
+  explicit RendezvousAdapter(std::shared_ptr<GlooRendezvous> r) : r_(std::move(r)) {}
+  void set(const std::string& key, const std::vector<char>& data) override { r_->Set(key, data); }
+  std::vector<char> get(const std::string& key) override { return r_->Get(key); }
+  void wait(const std::vector<std::string>& keys) override {
+    for (const auto& k : keys) r_->Get(k);
+  }
+
+ private:
+  std::shared_ptr<GlooRendezvous> r_;
 };
 
 absl::Status Unsupported(DType dtype) {
@@ -204,6 +221,11 @@ std::unique_ptr<Communicator> MakeSelfCommunicator() {
   return std::make_unique<SelfCommunicator>();
 }
 
+std::string GlooHost() {
+  const char* host = std::getenv("PARATUNE_GLOO_HOST");
+  return host != nullptr && *host != '\0' ? std::string(host) : std::string("127.0.0.1");
+}
+
 std::shared_ptr<GlooRendezvous> MakeInProcessRendezvous() {
   return std::make_shared<StoreRendezvous>(std::make_unique<gloo::rendezvous::HashStore>());
 }
@@ -218,15 +240,17 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
     return absl::InvalidArgumentError(
         absl::StrCat("rank (", rank, ") must be in [0, size (", size, "))"));
   }
+  if (rendezvous == nullptr) return absl::InvalidArgumentError("rendezvous must not be null");
   auto* store = dynamic_cast<StoreRendezvous*>(rendezvous.get());
-  if (store == nullptr) return absl::InvalidArgumentError("rendezvous must come from Make*Rendezvous");
+  std::unique_ptr<gloo::rendezvous::Store> adapter;
+  if (store == nullptr) adapter = std::make_unique<RendezvousAdapter>(rendezvous);
   try {
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
+    attr.hostname = GlooHost();
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     ctx->setTimeout(std::chrono::milliseconds(kTimeout));
-    gloo::rendezvous::PrefixStore prefixed(prefix, store->store());
+    gloo::rendezvous::PrefixStore prefixed(prefix, store != nullptr ? store->store() : *adapter);
     ctx->connectFullMesh(prefixed, device);
     return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(std::move(ctx)));
   } catch (const std::exception& e) {

@@ -175,6 +175,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   builder.AddListeningPort(options.address, creds, &out->port_);
   builder.RegisterService(out->autotuner_.get());
   builder.RegisterService(out->hub_.get());
+  for (grpc::Service* service : options.extra_services) builder.RegisterService(service);
   out->server_ = builder.BuildAndStart();
   if (out->server_ == nullptr || out->port_ == 0) {
     return absl::UnavailableError(

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -36,6 +37,8 @@ struct GrpcServerOptions {
   const Authenticator* auth = nullptr;
   /// Request counters and latencies; null = none.
   Metrics* metrics = nullptr;
+  /// More services on the same port (e.g. RendezvousService); not owned, must outlive it.
+  std::vector<grpc::Service*> extra_services;
 };
 
 /// Hosts paratune.v1.Autotuner and paratune.v1.WorkerHub plus grpc.health.v1 and server

@@ -16,6 +16,7 @@
 #include "server/grpc_services.h"
 #include "server/job_manager.h"
 #include "server/metrics.h"
+#include "server/rendezvous_service.h"
 #include "server/rest_gateway.h"
 #include "server/store.h"
 
@@ -64,6 +65,14 @@ int main(int argc, char** argv) {
   app.add_option("--profile-candidates", options.profile.max_candidates,
                  "Profile at most this many top layouts (0 = all of top_k that fit)")
       ->capture_default_str();
+  app.add_option("--verify-steps", options.verify.steps,
+                 "Training steps of a verify run (search.verify_top_k; the first is untimed)")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1000));
+  app.add_option("--verify-rendezvous-timeout-ms", options.verify.rendezvous_timeout_ms,
+                 "How long a part of a multi-worker verify run waits for its peers")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--client-token-file", client_token_file,
                  "File holding the bearer token clients must send (empty = open)");
   app.add_option("--worker-token-file", worker_token_file,
@@ -73,6 +82,11 @@ int main(int argc, char** argv) {
   app.add_option("--dashboard-dir", dashboard_dir, "Serve the web dashboard from here");
   app.add_option("--port-file", port_file,
                  "Write the bound gRPC and HTTP ports here (\"GRPC HTTP\"), for scripts");
+  paratune::server::RendezvousOptions rendezvous_options;
+  app.add_option("--rendezvous-idle-ttl-ms", rendezvous_options.idle_ttl_ms,
+                 "A rendezvous namespace nobody touched for this long is dropped")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
   // Signals go to the main thread's sigwait only: block them before any thread starts.
@@ -96,7 +110,10 @@ int main(int argc, char** argv) {
       paratune::server::JobManager::Create(*std::move(store), &clock, options);
   if (!manager.ok()) return Fail(manager.status());
 
+  paratune::server::RendezvousStore rendezvous(&clock, rendezvous_options);
+  paratune::server::RendezvousService rendezvous_service(&rendezvous, &*auth, &metrics);
   paratune::server::GrpcServerOptions grpc_options;
+  grpc_options.extra_services.push_back(&rendezvous_service);
   grpc_options.address = bind + ":" + std::to_string(grpc_port);
   grpc_options.tls_cert_file = tls_cert;
   grpc_options.tls_key_file = tls_key;
@@ -131,6 +148,7 @@ int main(int argc, char** argv) {
   std::cerr << "paratune-coordinator: signal " << sig << ", shutting down\n";
   if (rest) rest->Stop();
   (*manager)->Shutdown();  // Ends watches and long-polls so that the server can drain.
+  rendezvous.Shutdown();   // Ends waiting rendezvous Gets.
   (*grpc)->Shutdown(/*grace_ms=*/2000);
   return 0;
 }

@@ -48,7 +48,7 @@ class PipeP2P {
                                                           int size) {
     try {
       gloo::transport::tcp::attr attr;
-      attr.hostname = "127.0.0.1";
+      attr.hostname = GlooHost();
       auto device = gloo::transport::tcp::CreateDevice(attr);
       auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
       ctx->setTimeout(std::chrono::milliseconds(kTimeout));
