@@ -218,7 +218,50 @@ class ProgressPrinter {
   std::string last_;
 };
 
-/// The ranked table (search/spec_io's format) plus where each figure comes from.
+/// (predicted − measured) / measured in percent, signed; "n/a" without a measurement.
+std::string ErrorPercent(double predicted, double measured) {
+  if (measured <= 0) return "n/a";
+  return absl::StrFormat("%+.1f %%", (predicted - measured) / measured * 100.0);
+}
+
+/// One line per ranked layout that has a verification status: measured next to predicted
+/// iteration time and peak memory with the prediction error, or why it was not verified.
+std::string VerificationLines(const v1::PlanResult& plan) {
+  std::string out;
+  for (const v1::RankedConfig& r : plan.ranked()) {
+    const v1::Verification& v = r.verification();
+    if (v.status().empty()) continue;
+    if (out.empty()) {
+      out = "# verification: whole model trained end to end on the workers (measured vs "
+            "predicted; error = (predicted - measured) / measured)\n";
+    }
+    const v1::ParallelConfig& c = r.config();
+    std::string layout = absl::StrFormat(
+        "tp%d pp%d dp%d%s mb%d%s%s%s", c.tp(), c.pp(), c.dp(),
+        c.vp() > 1 ? absl::StrFormat(" vp%d", c.vp()) : std::string(), c.micro_batch_size(),
+        c.sequence_parallel() ? " sp" : "",
+        !c.recompute().empty() && c.recompute() != "none" ? " rc-" + c.recompute() : "",
+        c.distributed_optimizer() ? " dopt" : "");
+    absl::StrAppendFormat(&out, "#  %2d %-26s ", r.rank(), layout);
+    if (v.status() != "verified") {
+      absl::StrAppend(&out, v.status(), "\n");
+      continue;
+    }
+    absl::StrAppendFormat(
+        &out,
+        "time %.4g s measured, %.4g s predicted (%s); peak %.3f GiB measured, %.3f GiB "
+        "predicted (%s); %d ranks\n",
+        v.measured_iteration_time_s(), v.predicted_iteration_time_s(),
+        ErrorPercent(v.predicted_iteration_time_s(), v.measured_iteration_time_s()),
+        v.measured_peak_gib(), v.predicted_peak_gib(),
+        ErrorPercent(v.predicted_peak_gib(), v.measured_peak_gib()),
+        v.measured_peak_gib_per_rank_size());
+  }
+  return out;
+}
+
+/// The ranked table (search/spec_io's format) plus where each figure comes from, and the
+/// verification of the layouts that were trained end to end.
 std::string ResultsTable(const v1::JobResults& results, const v1::JobSpec& spec_proto) {
   absl::StatusOr<PlanResult> plan = server::PlanResultFromProto(results.plan());
   absl::StatusOr<JobSpec> spec = server::SpecFromProto(spec_proto);
@@ -228,6 +271,7 @@ std::string ResultsTable(const v1::JobResults& results, const v1::JobSpec& spec_
   for (const v1::RankedConfig& r : results.plan().ranked()) measured += r.source() == "measured";
   absl::StrAppend(&out, "# source: ", measured, " measured, ",
                   results.plan().ranked_size() - measured, " modelled\n");
+  absl::StrAppend(&out, VerificationLines(results.plan()));
   return out;
 }
 

@@ -123,6 +123,30 @@ absl::Status JobManager::Recover() {
       case v1::JOB_STATE_PLANNING:
         ScheduleLocked(Work::kPlan, id);
         break;
+      case v1::JOB_STATE_VERIFYING: {
+        absl::StatusOr<std::vector<TaskRecord>> tasks = store_->ListTasks(id);
+        if (!tasks.ok()) return tasks.status();
+        job.tasks = *std::move(tasks);
+        job.profiling_start_ms = clock_->NowMs();
+        // Leases died with the old process: every unfinished run starts again (its parts
+        // under a fresh rendezvous namespace).
+        std::vector<int64_t> restart;
+        for (const TaskRecord& t : job.tasks) {
+          if (t.task.has_verify() && t.state == TaskState::kPending &&
+              std::find(restart.begin(), restart.end(), t.task.verify().layout_rank()) ==
+                  restart.end()) {
+            restart.push_back(t.task.verify().layout_rank());
+          }
+        }
+        for (int64_t rank : restart) {
+          if (absl::Status s = ResetGangLocked(job, rank, "coordinator restarted", false);
+              !s.ok()) {
+            return s;
+          }
+        }
+        if (absl::Status s = MaybeFinishVerifyingLocked(job); !s.ok()) return s;
+        break;
+      }
       case v1::JOB_STATE_PROFILING:
       case v1::JOB_STATE_COMPOSING: {
         absl::StatusOr<std::vector<TaskRecord>> tasks = store_->ListTasks(id);
@@ -253,7 +277,7 @@ void JobManager::RunPlan(const std::string& job_id) {
   }
   if (spec.search.mode == SearchMode::kModel) {
     job.record.results = ToProto(*plan);
-    SetStateLocked(job, v1::JOB_STATE_SUCCEEDED, "").IgnoreError();
+    StartVerifyLocked(job).IgnoreError();
     return;
   }
   absl::StatusOr<ProfilePlan> profile = PlanProfiles(spec, *plan, options_.profile);
@@ -325,7 +349,7 @@ void JobManager::RunCompose(const std::string& job_id) {
     if (profile.ok()) {
       Measurements measurements;
       for (const TaskRecord& t : tasks) {
-        if (!t.result) continue;
+        if (!t.result || t.task.has_verify()) continue;
         if (t.task.has_collective()) {
           CommMeasurement c = CommMeasurementFromResult(*t.result);
           if (t.state == TaskState::kFailed) c.ok = false;
@@ -357,7 +381,158 @@ void JobManager::RunCompose(const std::string& job_id) {
     return;
   }
   job.record.results = ToProto(*composed);
-  SetStateLocked(job, v1::JOB_STATE_SUCCEEDED, "").IgnoreError();
+  StartVerifyLocked(job).IgnoreError();
+}
+
+// --- Verify stage ------------------------------------------------------------------------
+
+absl::Status JobManager::StartVerifyLocked(JobEntry& job) {
+  const int64_t k = job.spec.search.verify_top_k;
+  if (k <= 0 || !job.record.results) return SetStateLocked(job, v1::JOB_STATE_SUCCEEDED, "");
+  const std::string& job_id = job.record.job.id();
+  // The workers registered now, of the device kind the spec names.
+  std::vector<VerifyHost> hosts;
+  for (const auto& [id, w] : workers_) {
+    if (w.lost || w.info.device_kind() != job.spec.cluster.gpu) continue;
+    hosts.push_back({id, w.info.backend(), static_cast<int64_t>(w.info.devices_size()),
+                     w.info.memory_bytes()});
+  }
+  std::vector<TaskRecord> tasks;
+  int64_t next_index = static_cast<int64_t>(job.tasks.size());
+  int64_t chosen = 0;
+  for (v1::RankedConfig& r : *job.record.results->mutable_ranked()) {
+    if (chosen == k) break;
+    if (!r.fits()) continue;
+    ++chosen;
+    v1::Verification* v = r.mutable_verification();
+    v->set_predicted_iteration_time_s(r.iteration_time_s());
+    v->set_predicted_peak_gib(r.memory().peak_gib());
+    if (std::string why = VerifyUnsupportedReason(job.spec, r.config()); !why.empty()) {
+      v->set_status(absl::StrCat("not verified: ", why));
+      continue;
+    }
+    const v1::ParallelConfig& c = r.config();
+    const int64_t world = std::max<int64_t>(1, c.tp()) * std::max<int64_t>(1, c.pp()) *
+                          std::max<int64_t>(1, c.dp());
+    VerifyPlacement placement =
+        PlaceVerifyRun(world, r.memory().peak_gib() * 1024.0 * 1024.0 * 1024.0, hosts);
+    if (placement.parts.empty()) {
+      v->set_status(absl::StrCat("not verified: ", placement.reason));
+      continue;
+    }
+    v->set_status("verifying");
+    const std::string ns = absl::StrCat(job_id, "/v", r.rank(), "/", NewIdLocked("g"));
+    for (const VerifyPart& part : placement.parts) {
+      TaskRecord t;
+      t.task.set_id(absl::StrCat(job_id, "-t", next_index++));
+      t.task.set_job_id(job_id);
+      t.task.set_device_kind(job.spec.cluster.gpu);
+      t.task.set_key(absl::StrCat("verify/", r.rank(), "/", part.first_rank, "+",
+                                  part.rank_count));
+      *t.task.mutable_verify() = MakeVerifyTask(job.spec, r, part, options_.verify, ns);
+      tasks.push_back(std::move(t));
+    }
+  }
+  if (tasks.empty()) return SetStateLocked(job, v1::JOB_STATE_SUCCEEDED, "");
+  if (absl::Status s = store_->PutTasks(tasks); !s.ok()) {
+    return SetStateLocked(job, v1::JOB_STATE_FAILED, absl::StrCat("store: ", s.message()));
+  }
+  for (TaskRecord& t : tasks) {
+    queue_.Add(t.task);
+    job.tasks.push_back(std::move(t));
+  }
+  if (job.profiling_start_ms == 0) job.profiling_start_ms = clock_->NowMs();
+  tasks_cv_.notify_all();
+  return SetStateLocked(job, v1::JOB_STATE_VERIFYING, "");
+}
+
+absl::Status JobManager::ResetGangLocked(JobEntry& job, int64_t layout_rank,
+                                         const std::string& why, bool give_up) {
+  std::vector<TaskRecord*> gang;
+  int64_t attempts = 0;
+  for (TaskRecord& t : job.tasks) {
+    if (!t.task.has_verify() || t.task.verify().layout_rank() != layout_rank) continue;
+    gang.push_back(&t);
+    attempts = std::max(attempts, t.task.attempt());
+  }
+  if (gang.empty()) return absl::OkStatus();
+  const bool fail = give_up || attempts >= queue_.max_attempts();
+  const std::string ns =
+      absl::StrCat(job.record.job.id(), "/v", layout_rank, "/", NewIdLocked("g"));
+  std::vector<TaskRecord> changed;
+  for (TaskRecord* t : gang) {
+    queue_.Remove(t->task.id());
+    if (fail) {
+      if (t->state == TaskState::kFailed && t->result) {
+        changed.push_back(*t);
+        continue;
+      }
+      t->state = TaskState::kFailed;
+      v1::TaskResult failure;
+      failure.set_task_id(t->task.id());
+      failure.set_attempt(t->task.attempt());
+      failure.set_outcome(v1::TaskResult::OUTCOME_FAILED);
+      failure.set_message(give_up ? why
+                                  : absl::StrCat(why, "; gave up after ", attempts, " attempts"));
+      t->result = failure;
+    } else {
+      t->state = TaskState::kPending;
+      t->result.reset();
+      v1::VerifyTask* v = t->task.mutable_verify();
+      if (v->rank_count() < v->world_size()) v->set_rendezvous_namespace(ns);
+      queue_.Add(t->task);
+    }
+    changed.push_back(*t);
+  }
+  if (!fail) tasks_cv_.notify_all();
+  return store_->PutTasks(changed);
+}
+
+absl::Status JobManager::MaybeFinishVerifyingLocked(JobEntry& job) {
+  if (job.record.job.state() != v1::JOB_STATE_VERIFYING) return absl::OkStatus();
+  std::map<int64_t, std::vector<const TaskRecord*>> runs;
+  for (const TaskRecord& t : job.tasks) {
+    if (!t.task.has_verify()) continue;
+    if (t.state == TaskState::kPending) return absl::OkStatus();
+    runs[t.task.verify().layout_rank()].push_back(&t);
+  }
+  if (!job.record.results) {
+    return SetStateLocked(job, v1::JOB_STATE_FAILED, "verifying: the ranking is missing");
+  }
+  for (v1::RankedConfig& r : *job.record.results->mutable_ranked()) {
+    auto it = runs.find(r.rank());
+    if (it == runs.end()) continue;
+    v1::Verification* v = r.mutable_verification();
+    std::string failure;
+    std::vector<v1::VerifyResult> parts;
+    int64_t world = 0;
+    for (const TaskRecord* t : it->second) {
+      world = t->task.verify().world_size();
+      if (t->state == TaskState::kDone && t->result && t->result->has_verify()) {
+        parts.push_back(t->result->verify());
+        continue;
+      }
+      if (!failure.empty()) continue;
+      const v1::TaskResult* res = t->result ? &*t->result : nullptr;
+      if (res != nullptr && res->outcome() == v1::TaskResult::OUTCOME_OOM) {
+        failure = absl::StrCat("out of memory on the worker: ", res->message());
+      } else if (res != nullptr) {
+        failure = res->message();
+      } else {
+        failure = "no result";
+      }
+    }
+    if (failure.empty()) {
+      absl::StatusOr<v1::Verification> measured = VerificationFromParts(r, world, parts);
+      if (measured.ok()) {
+        *v = *std::move(measured);
+        continue;
+      }
+      failure = std::string(measured.status().message());
+    }
+    v->set_status(absl::StrCat("not verified: ", failure));
+  }
+  return SetStateLocked(job, v1::JOB_STATE_SUCCEEDED, "");
 }
 
 // --- State helpers -----------------------------------------------------------------------
@@ -444,6 +619,15 @@ absl::Status JobManager::RequeueLocked(const TaskQueue::Requeue& r, const std::s
   JobEntry& job = it->second;
   TaskRecord* record = FindTaskLocked(job, r.task.id());
   if (record == nullptr) return absl::OkStatus();
+  if (record->task.has_verify()) {
+    // The gang's other parts cannot finish without this one: all of them start again.
+    if (absl::Status s = ResetGangLocked(job, record->task.verify().layout_rank(), why, false);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = PersistJobLocked(job); !s.ok()) return s;
+    return MaybeFinishVerifyingLocked(job);
+  }
   if (!r.exhausted) {
     tasks_cv_.notify_all();
     return absl::OkStatus();
@@ -500,10 +684,6 @@ absl::StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& reques
   if (!request.has_spec()) return absl::InvalidArgumentError("spec is required");
   absl::StatusOr<JobSpec> spec = SpecFromProto(request.spec());
   if (!spec.ok()) return spec.status();
-  if (spec->search.verify_top_k > 0) {
-    return absl::UnimplementedError(
-        "search.verify_top_k: end-to-end verification runs are not built yet; use 0");
-  }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
   std::string id = NewIdLocked("job");
@@ -703,8 +883,13 @@ absl::StatusOr<v1::LeaseTaskResponse> JobManager::LeaseTask(const v1::LeaseTaskR
     w.lost = false;
     w.info.set_last_heartbeat_unix_ms(now);
     if (stopping_) return v1::LeaseTaskResponse();
-    std::optional<v1::ProfileTask> task =
-        queue_.Lease(request.worker_id(), w.info.device_kind(), now);
+    // A verify part needs its ranks' devices on one CPU worker.
+    const int64_t devices = w.info.devices_size();
+    const bool cpu = w.info.backend() == "cpu";
+    std::optional<v1::ProfileTask> task = queue_.Lease(
+        request.worker_id(), w.info.device_kind(), now, [&](const v1::ProfileTask& t) {
+          return !t.has_verify() || (cpu && t.verify().rank_count() <= devices);
+        });
     if (task) {
       auto jit = jobs_.find(task->job_id());
       TaskRecord* record = jit == jobs_.end() ? nullptr : FindTaskLocked(jit->second, task->id());
@@ -754,12 +939,57 @@ absl::StatusOr<v1::ReportResultResponse> JobManager::ReportResult(
   }
   auto jit = jobs_.find(JobIdOfTask(result.task_id()));
   TaskRecord* record = jit == jobs_.end() ? nullptr : FindTaskLocked(jit->second, result.task_id());
-  if (record == nullptr || jit->second.record.job.state() != v1::JOB_STATE_PROFILING) {
+  const v1::JobState expected =
+      record != nullptr && record->task.has_verify() ? v1::JOB_STATE_VERIFYING
+                                                     : v1::JOB_STATE_PROFILING;
+  if (record == nullptr || jit->second.record.job.state() != expected) {
     out.set_accepted(false);
     out.set_reason(absl::StrCat("task ", result.task_id(), " no longer belongs to a running job"));
     return out;
   }
   JobEntry& job = jit->second;
+  if (record->task.has_verify()) {
+    const int64_t layout = record->task.verify().layout_rank();
+    absl::Status s;
+    switch (result.outcome()) {
+      case v1::TaskResult::OUTCOME_OK: {
+        TaskRecord updated = *record;
+        updated.state = TaskState::kDone;
+        updated.result = result;
+        updated.result->set_worker_id(request.worker_id());
+        s = store_->PutTasks({updated});
+        if (s.ok()) {
+          *record = std::move(updated);
+        } else {
+          // Not recorded: the lease goes back so that the part is not lost.
+          queue_.Add(record->task);
+          tasks_cv_.notify_all();
+        }
+        break;
+      }
+      case v1::TaskResult::OUTCOME_OOM:
+      case v1::TaskResult::OUTCOME_UNSUPPORTED: {
+        // Another attempt would end the same way; record this part's reason first.
+        const std::string why =
+            result.outcome() == v1::TaskResult::OUTCOME_OOM
+                ? absl::StrCat("out of memory on worker ", request.worker_id(), ": ",
+                               result.message())
+                : absl::StrCat("worker ", request.worker_id(), ": ", result.message());
+        s = ResetGangLocked(job, layout, why, /*give_up=*/true);
+        break;
+      }
+      default:  // FAILED (e.g. peers that never came), CANCELLED: the whole gang again.
+        s = ResetGangLocked(job, layout,
+                            absl::StrCat("worker ", request.worker_id(), ": ", result.message()),
+                            /*give_up=*/false);
+        break;
+    }
+    if (!s.ok()) return s;
+    if (absl::Status p = PersistJobLocked(job); !p.ok()) return p;
+    if (absl::Status f = MaybeFinishVerifyingLocked(job); !f.ok()) return f;
+    out.set_accepted(true);
+    return out;
+  }
   TaskRecord updated = *record;
   updated.result = result;
   updated.result->set_worker_id(request.worker_id());

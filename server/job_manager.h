@@ -2,11 +2,20 @@
 // worker registry and the profile cache, behind the two handler interfaces that the gRPC
 // services and the REST gateway call (server/handlers.h).
 //
-// Job lifecycle: PENDING -> PLANNING -> [PROFILING -> COMPOSING ->] SUCCEEDED, or FAILED /
-// CANCELLED. Model mode answers from the analytical plan; profile mode turns the plan's
-// top candidates into de-duplicated layer tasks (search/profile_plan.h), takes what the
-// profile cache already holds for the device kind, leases the rest to workers of that
-// device kind, and composes the measurements (search/compose.h).
+// Job lifecycle: PENDING -> PLANNING -> [PROFILING -> COMPOSING ->] [VERIFYING ->]
+// SUCCEEDED, or FAILED / CANCELLED. Model mode answers from the analytical plan; profile
+// mode turns the plan's top candidates into de-duplicated layer tasks
+// (search/profile_plan.h), takes what the profile cache already holds for the device kind,
+// leases the rest to workers of that device kind, and composes the measurements
+// (search/compose.h). With search.verify_top_k > 0 the top k fitting layouts of the
+// ranking are then trained end to end (VerifyTasks, kernels/training) on the workers
+// registered at that moment, one task per worker-sized group of ranks (server/
+// verify_plan.h); the parts of one layout form a gang that meets through the
+// coordinator's rendezvous store. A part that fails (its peers did not come, a lost
+// worker, an expired lease) restarts the whole gang under a fresh rendezvous namespace,
+// until a part has had max_attempts leases. Each verified entry gets its Verification
+// (measured next to predicted); the others a status saying why not. The ranking is
+// readable (GetResults) while VERIFYING.
 //
 // Durability: every transition, lease (attempt count) and accepted result is committed to
 // the Store before the call that caused it returns. On construction the manager reloads
@@ -46,6 +55,7 @@
 #include "server/handlers.h"
 #include "server/store.h"
 #include "server/task_queue.h"
+#include "server/verify_plan.h"
 
 namespace paratune::server {
 
@@ -60,6 +70,8 @@ struct JobManagerOptions {
   int64_t max_attempts = 3;
   /// Timed and untimed steps per profile task, and how many candidates to profile.
   ProfilePlanOptions profile;
+  /// Steps, seed and rendezvous timeout of verify runs.
+  VerifyRunOptions verify;
   /// The analytical planner: paratune::Plan (search/planner.h); tests substitute a fake.
   std::function<absl::StatusOr<PlanResult>(const JobSpec&)> plan;
   /// Optional metrics sink (gauges of jobs, tasks, workers; refreshed by the reaper, at
@@ -140,6 +152,17 @@ class JobManager final : public AutotunerHandler, public WorkerHubHandler {
   absl::Status RequeueLocked(const TaskQueue::Requeue& r, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status MaybeFinishProfilingLocked(JobEntry& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a job whose ranking (record.results) is set: VERIFYING with verify tasks queued
+  // when search.verify_top_k > 0 and some layout can run, else SUCCEEDED.
+  absl::Status StartVerifyLocked(JobEntry& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // VERIFYING with no verify task pending: fills the Verifications, SUCCEEDED.
+  absl::Status MaybeFinishVerifyingLocked(JobEntry& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every part of the verify run of layout `layout_rank` leaves the queue (leased parts:
+  // their workers are told to stop). `give_up`, or a part that already had max_attempts
+  // leases: the parts fail with `why`; else they are queued again under a fresh
+  // rendezvous namespace.
+  absl::Status ResetGangLocked(JobEntry& job, int64_t layout_rank, const std::string& why,
+                               bool give_up) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   TaskRecord* FindTaskLocked(JobEntry& job, const std::string& task_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

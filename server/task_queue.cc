@@ -8,11 +8,11 @@ namespace paratune::server {
 
 void TaskQueue::Add(const v1::ProfileTask& task) { queue_.push_back(task); }
 
-std::optional<v1::ProfileTask> TaskQueue::Lease(const std::string& worker_id,
-                                                const std::string& device_kind,
-                                                int64_t now_ms) {
+std::optional<v1::ProfileTask> TaskQueue::Lease(
+    const std::string& worker_id, const std::string& device_kind, int64_t now_ms,
+    const std::function<bool(const v1::ProfileTask&)>& can_run) {
   auto it = std::find_if(queue_.begin(), queue_.end(), [&](const v1::ProfileTask& t) {
-    return t.device_kind() == device_kind;
+    return t.device_kind() == device_kind && (!can_run || can_run(t));
   });
   if (it == queue_.end()) return std::nullopt;
   v1::ProfileTask task = std::move(*it);
@@ -95,6 +95,11 @@ std::vector<TaskQueue::Requeue> TaskQueue::ReleaseWorker(const std::string& work
     if (lease.worker_id == worker_id) ids.push_back(id);
   }
   return EndLeases(ids);
+}
+
+bool TaskQueue::Remove(const std::string& task_id) {
+  std::erase_if(queue_, [&](const v1::ProfileTask& t) { return t.id() == task_id; });
+  return leases_.erase(task_id) > 0;
 }
 
 std::vector<std::string> TaskQueue::RemoveJob(const std::string& job_id) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -28,8 +29,10 @@ class TaskQueue {
 
   /// Leases the oldest queued task for `device_kind` to `worker_id`: its attempt goes up by
   /// one. The returned copy carries the new attempt.
-  std::optional<v1::ProfileTask> Lease(const std::string& worker_id,
-                                       const std::string& device_kind, int64_t now_ms);
+  /// With `can_run`, only a task it accepts (e.g. one the worker has enough devices for).
+  std::optional<v1::ProfileTask> Lease(
+      const std::string& worker_id, const std::string& device_kind, int64_t now_ms,
+      const std::function<bool(const v1::ProfileTask&)>& can_run = nullptr);
   /// When the lease of a leased task expires.
   int64_t LeaseExpiry(const std::string& task_id) const;
 
@@ -54,6 +57,9 @@ class TaskQueue {
   std::vector<Requeue> Expire(int64_t now_ms);
   /// Every lease of `worker_id` (lost or gone).
   std::vector<Requeue> ReleaseWorker(const std::string& worker_id);
+  /// Drops one task, queued or leased (its worker is told to stop at its next heartbeat);
+  /// true when it was leased.
+  bool Remove(const std::string& task_id);
   /// Drops every task of `job_id`; returns the ids that were leased.
   std::vector<std::string> RemoveJob(const std::string& job_id);
 

@@ -28,6 +28,7 @@
 #include "paratune/v1/service.grpc.pb.h"
 #include "worker/backoff.h"
 #include "worker/device_discovery.h"
+#include "worker/grpc_rendezvous.h"
 #include "worker/kernels_executor.h"
 
 namespace paratune::worker {
@@ -101,6 +102,13 @@ std::string Describe(const v1::ProfileTask& task) {
     return absl::StrCat(v1::CollectiveSweepTask::Op_Name(c.op()), " k=", c.group_size(), " ",
                         c.sizes_bytes_size(), " size(s) ", c.dtype());
   }
+  if (task.has_verify()) {
+    const v1::VerifyTask& v = task.verify();
+    return absl::StrCat("verify tp=", v.tp(), " pp=", v.pp(), " dp=", v.dp(), " vp=", v.vp(),
+                        " b=", v.micro_batch_size(), " ranks ", v.first_rank(), "..",
+                        v.first_rank() + v.rank_count() - 1, " of ", v.world_size(), ", ",
+                        v.steps(), " steps");
+  }
   return "no workload";
 }
 
@@ -167,8 +175,20 @@ class WorkerDaemon::Impl {
         DiscoverDevices(options_.backend, options_.devices, options_.device_kind);
     if (!inv.ok()) return inv.status();
     inventory_ = *std::move(inv);
-    executor_ = options_.executor ? options_.executor : CreateKernelsExecutor(inventory_);
-    stub_ = v1::WorkerHub::NewStub(MakeChannel());
+    std::shared_ptr<grpc::Channel> channel = MakeChannel();
+    if (options_.executor) {
+      executor_ = options_.executor;
+    } else {
+      // Parts of a multi-worker verify run meet through the coordinator's rendezvous
+      // store, over this worker's channel and token.
+      KernelsExecutorOptions executor_options;
+      executor_options.rendezvous = [channel, token = options_.token](const std::string& ns,
+                                                                      int64_t timeout_ms) {
+        return MakeGrpcRendezvous(channel, token, ns, std::chrono::milliseconds(timeout_ms));
+      };
+      executor_ = CreateKernelsExecutor(inventory_, std::move(executor_options));
+    }
+    stub_ = v1::WorkerHub::NewStub(channel);
 
     // Nothing is logged before the first registration: an unreachable coordinator gives
     // exactly one line (the caller prints the returned status).

@@ -1,11 +1,14 @@
 // Maps LayerProfileTask / CollectiveSweepTask onto kernels/ and the results back.
 #include "worker/kernels_executor.h"
 
+#include <algorithm>
+#include <exception>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/collective_bench.h"
 #include "kernels/step_runner.h"
+#include "kernels/training/training.h"
 
 namespace paratune::worker {
 namespace {
@@ -47,11 +50,13 @@ class KernelsExecutor final : public TaskExecutor {
         return RunLayer(task.layer(), cancel);
       case v1::ProfileTask::kCollective:
         return RunCollective(task.collective(), cancel);
+      case v1::ProfileTask::kVerify:
+        return RunVerify(task.verify(), cancel);
       case v1::ProfileTask::KIND_NOT_SET:
         break;
     }
     return Outcome(TaskResult::OUTCOME_UNSUPPORTED,
-                   "task names no workload (neither layer nor collective)");
+                   "task names no workload (neither layer, collective nor verify)");
   }
 
  private:
@@ -223,6 +228,95 @@ class KernelsExecutor final : public TaskExecutor {
       }
     }
     if (wrong > 0) r.set_message(absl::StrCat(wrong, " wrong element(s) in the checks"));
+    return r;
+  }
+
+  TaskResult RunVerify(const v1::VerifyTask& t, const CancelFlag& cancel) {
+    if (inventory_.backend != "cpu") {
+      return Outcome(TaskResult::OUTCOME_UNSUPPORTED,
+                     "kernels/training runs on the CPU backend only; this worker is " +
+                         inventory_.backend);
+    }
+    if (t.rank_count() > ranks()) {
+      return Outcome(TaskResult::OUTCOME_UNSUPPORTED,
+                     absl::StrCat("task needs ", t.rank_count(), " ranks; this worker has ",
+                                  ranks()));
+    }
+    namespace kt = kernels::training;
+    kt::TrainConfig c;
+    c.shape.hidden_size = t.shape().hidden_size();
+    c.shape.num_attention_heads = t.shape().num_attention_heads();
+    c.shape.num_query_groups = t.shape().num_query_groups();
+    c.shape.ffn_hidden_size = t.shape().ffn_hidden_size();
+    c.shape.vocab_size = t.shape().vocab_size();
+    if (!t.shape().activation().empty()) {
+      absl::StatusOr<kernels::Activation> a = kernels::ParseActivation(t.shape().activation());
+      if (!a.ok()) return FromKernelsError(a.status());
+      c.shape.activation = *a;
+    }
+    if (!t.shape().normalization().empty()) {
+      absl::StatusOr<kernels::Normalization> n =
+          kernels::ParseNormalization(t.shape().normalization());
+      if (!n.ok()) return FromKernelsError(n.status());
+      c.shape.normalization = *n;
+    }
+    absl::StatusOr<kernels::RecomputeMode> recompute =
+        kernels::ParseRecompute(t.recompute().empty() ? "none" : t.recompute());
+    if (!recompute.ok()) return FromKernelsError(recompute.status());
+    c.recompute = *recompute;
+    c.num_layers = t.num_layers();
+    c.seq_length = t.seq_length();
+    c.micro_batch_size = t.micro_batch_size();
+    c.num_micro_batches = t.num_micro_batches();
+    c.tp = t.tp();
+    c.pp = t.pp();
+    c.dp = t.dp();
+    c.vp = std::max<int64_t>(1, t.vp());
+    c.sequence_parallel = t.sequence_parallel();
+    c.distributed_optimizer = t.distributed_optimizer();
+    c.flash_attention = t.flash_attention();
+    c.steps = t.steps();
+    c.seed = t.seed();
+    if (c.world_size() != t.world_size()) {
+      return Outcome(TaskResult::OUTCOME_FAILED,
+                     absl::StrCat("invalid task: world_size (", t.world_size(),
+                                  ") must equal tp·pp·dp (", c.world_size(), ")"));
+    }
+    // A layout the planner accepts but the trainer cannot run is not worth retrying.
+    if (absl::Status s = c.Validate(); !s.ok()) {
+      return Outcome(TaskResult::OUTCOME_UNSUPPORTED,
+                     absl::StrCat("kernels/training cannot run this layout: ", s.message()));
+    }
+    std::shared_ptr<kernels::GlooRendezvous> rendezvous;
+    if (t.rank_count() == t.world_size()) {
+      rendezvous = kernels::MakeInProcessRendezvous();
+    } else if (!options_.rendezvous) {
+      return Outcome(TaskResult::OUTCOME_UNSUPPORTED,
+                     "this worker has no coordinator rendezvous for multi-worker verify runs");
+    } else if (t.rendezvous_namespace().empty()) {
+      return Outcome(TaskResult::OUTCOME_FAILED,
+                     "invalid task: a part of a multi-worker run needs rendezvous_namespace");
+    } else {
+      rendezvous = options_.rendezvous(t.rendezvous_namespace(), t.rendezvous_timeout_ms());
+    }
+    absl::StatusOr<kt::TrainResult> run = absl::UnknownError("not run");
+    try {
+      run = kt::RunTraining(c, t.first_rank(), t.rank_count(), rendezvous);
+    } catch (const std::exception& e) {
+      // The rendezvous throws when peers do not join in time (Gloo may rethrow it).
+      run = absl::DeadlineExceededError(absl::StrCat(
+          "ranks [", t.first_rank(), ", ", t.first_rank() + t.rank_count(),
+          ") could not meet their peers: ", e.what()));
+    }
+    if (cancel.cancelled()) return Outcome(TaskResult::OUTCOME_CANCELLED, "cancelled");
+    if (!run.ok()) return FromKernelsError(run.status());
+    TaskResult r = Outcome(TaskResult::OUTCOME_OK, "");
+    v1::VerifyResult* out = r.mutable_verify();
+    for (double s : run->step_seconds) out->add_step_seconds(s);
+    out->set_median_iteration_s(run->median_step_seconds());
+    for (const kt::RankResult& rank : run->ranks) out->add_peak_bytes_per_rank(rank.peak_bytes);
+    for (double l : run->losses) out->add_losses(l);
+    out->set_first_rank(t.first_rank());
     return r;
   }
 

@@ -4,8 +4,11 @@
 #define PARATUNE_WORKER_KERNELS_EXECUTOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 
+#include "kernels/communicator.h"
 #include "worker/device_discovery.h"
 #include "worker/task_executor.h"
 
@@ -18,14 +21,24 @@ struct KernelsExecutorOptions {
   /// Timed iterations when a task leaves `iters` at 0.
   int64_t default_layer_iters = 5;
   int64_t default_collective_iters = 10;
+  /// The coordinator's rendezvous store under a namespace, for the parts of a verify gang
+  /// (a VerifyTask with rank_count < world_size); Get must throw after `timeout_ms`. Null:
+  /// such parts answer UNSUPPORTED.
+  std::function<std::shared_ptr<kernels::GlooRendezvous>(const std::string& ns,
+                                                         int64_t timeout_ms)>
+      rendezvous;
 };
 
 /// Runs tasks on the backend and devices of `inventory`. Mapping of outcomes:
-///   OK           the measurement (phases and peaks, or one CommSample per size);
+///   OK           the measurement (phases and peaks, one CommSample per size, or the
+///                losses, step times and per-rank peaks of a verify run);
 ///   OOM          the allocator refused a request (oom_bytes_requested = its size);
 ///   UNSUPPORTED  more ranks than devices, context parallelism (cp > 1: not in kernels/),
-///                fp8, a GPU-only dtype (bf16/fp16) on CPU, or a backend not built;
-///   FAILED       an invalid task (the rule it breaks) or any other error;
+///                fp8, a GPU-only dtype (bf16/fp16) on CPU, a backend not built, a
+///                verify layout kernels/training rejects, a gang part without a
+///                rendezvous, or a verify task on a CUDA worker (training is CPU-only);
+///   FAILED       an invalid task (the rule it breaks) or any other error, e.g. a gang
+///                part whose peers did not join within rendezvous_timeout_ms;
 ///   CANCELLED    `cancel` set: checked before the run and after it (RunLayerStep has no
 ///                cancellation hook), and between the sizes of a collective sweep.
 /// Layer vocabularies are padded to a multiple of 128·tp, as Megatron-LM does.

@@ -186,6 +186,7 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
   base.seq_length = c.seq_length;
   base.recompute = c.recompute;
   base.dtype = DType::kF32;
+  base.flash_attention = c.flash_attention;
   base.seed = c.seed;
   std::vector<Chunk> chunks(c.vp);
   std::vector<Parameter*> params;
@@ -425,6 +426,7 @@ absl::Status TrainConfig::Validate() const {
   lc.micro_batch_size = micro_batch_size;
   lc.seq_length = seq_length;
   lc.recompute = recompute;
+  lc.flash_attention = flash_attention;
   return lc.Validate();
 }
 

@@ -47,6 +47,7 @@ struct TrainConfig {
   bool sequence_parallel = false;
   RecomputeMode recompute = RecomputeMode::kNone;
   bool distributed_optimizer = false; ///< DP reduce-scatter + sharded AdamW + all-gather.
+  bool flash_attention = false;       ///< Tiled online softmax (no s×s scores stored).
   int64_t steps = 5;
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f, weight_decay = 0.01f;
   uint64_t seed = 1234;

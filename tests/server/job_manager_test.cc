@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "search/compose.h"
+#include "search/profile_plan.h"
 #include "server/clock.h"
 #include "server/convert.h"
 #include "server/metrics.h"
@@ -97,10 +99,14 @@ v1::TaskResult ResultFor(const v1::ProfileTask& task, const std::string& worker)
 
 class JobManagerTest : public ::testing::Test {
  protected:
-  void Open(const std::string& db = ":memory:") {
+  void Open(const std::string& db = ":memory:",
+            std::function<absl::StatusOr<PlanResult>(const JobSpec&)> plan = nullptr) {
     auto store = OpenSqliteStore(db);
     ASSERT_TRUE(store.ok()) << store.status();
     JobManagerOptions options = Options();
+    if (plan) options.plan = std::move(plan);
+    options.verify.steps = 4;
+    options.verify.rendezvous_timeout_ms = 7000;
     options.metrics = &metrics_;
     auto m = JobManager::Create(*std::move(store), &clock_, options);
     ASSERT_TRUE(m.ok()) << m.status();
@@ -125,6 +131,24 @@ class JobManagerTest : public ::testing::Test {
     req.mutable_worker()->set_name("test");
     req.mutable_worker()->set_device_kind(kind);
     return manager_->Register(req)->worker_id();
+  }
+  // A CPU worker with `devices` rank slots and 16 GiB of memory.
+  std::string RegisterCpuWorker(int devices) {
+    v1::RegisterRequest req;
+    req.mutable_worker()->set_name("cpu");
+    req.mutable_worker()->set_device_kind("cpu");
+    req.mutable_worker()->set_backend("cpu");
+    req.mutable_worker()->set_memory_bytes(int64_t{16} << 30);
+    for (int i = 0; i < devices; ++i) req.mutable_worker()->add_devices()->set_index(i);
+    return manager_->Register(req)->worker_id();
+  }
+  std::string SubmitSpec(const v1::JobSpec& spec) {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    absl::StatusOr<v1::Job> job = manager_->SubmitJob(req);
+    EXPECT_TRUE(job.ok()) << job.status();
+    manager_->WaitIdle();
+    return job.ok() ? job->id() : "";
   }
   std::optional<v1::ProfileTask> Lease(const std::string& worker) {
     v1::LeaseTaskRequest req;
@@ -196,10 +220,13 @@ TEST_F(JobManagerTest, InvalidSpecIsRejectedNamingTheField) {
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(job.status().message().find("num_attention_heads"), std::string::npos)
       << job.status();
-  // Verification runs are not built: refused, not silently ignored.
+  // verify_top_k beyond top_k names both fields.
   *req.mutable_spec() = TinySpec("model");
-  req.mutable_spec()->mutable_search()->set_verify_top_k(2);
-  EXPECT_EQ(manager_->SubmitJob(req).status().code(), absl::StatusCode::kUnimplemented);
+  req.mutable_spec()->mutable_search()->set_top_k(2);
+  req.mutable_spec()->mutable_search()->set_verify_top_k(3);
+  job = manager_->SubmitJob(req);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(job.status().message().find("verify_top_k"), std::string::npos) << job.status();
   v1::ListJobsRequest list;
   EXPECT_EQ(manager_->ListJobs(list)->jobs_size(), 0);
 }
@@ -221,12 +248,34 @@ TEST_F(JobManagerTest, ProfileModeComposesMeasuredLayersAndSecondJobIsServedFrom
   v1::PlanResult plan = Results(id);
   ASSERT_EQ(plan.ranked_size(), 3);
   for (const v1::RankedConfig& r : plan.ranked()) EXPECT_EQ(r.source(), "measured");
-  // tp1 pp1 dp2: m = 8 / (1 * 2) = 4 micro-batches, 4 layers x 30 ms per micro-batch,
-  // logits keep their FLOP share of the modelled 0.6 s: 2bshV / (2bshV + 4 * layer) = 1/27.
-  // iteration = 1.0 - 0.6 + 4 * 4 * 0.030 + 0.6 / 27.
-  const double expect_a = 1.0 - 0.6 + 0.48 + 0.6 / 27.0;
-  // tp1 pp2 dp1: m = 8, 2 layers per stage (60 ms), bubble 1 stage slot, share 1/14.
-  const double expect_b = 1.1 - 0.6 + 8 * 0.060 + 0.6 / 14.0 + 0.060;
+  // The job manager's figures are search/compose.h's for the measurements the fake worker
+  // reported (tests/search/compose_test.cc derives those by hand): every layer task 10 ms
+  // forward + 20 ms backward, the dp=2 all-reduce at 2.5 GB/s.
+  const JobSpec spec = *SpecFromProto(TinySpec("profile"));
+  ProfilePlanOptions popts;
+  popts.warmup = 1;
+  popts.iters = 3;
+  Measurements ms;
+  auto expected = [&](const RankedConfig& modelled) {
+    for (const LayerProfileSpec& t : LayerTasksFor(spec, modelled.config, popts)) {
+      ms.layers[t.Key()].forward_s = 0.010;
+      ms.layers[t.Key()].backward_s = 0.020;
+    }
+    if (auto sweep = DpSweepFor(spec, modelled.config, popts)) {
+      CommMeasurement c;
+      for (int64_t size : sweep->sizes_bytes) c.samples.push_back({size, size / 2.5e9, 2.5e9});
+      ms.collectives[sweep->Key()] = c;
+    }
+    absl::StatusOr<RankedConfig> r = ComposeCandidate(spec, modelled, popts, ms);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->iteration_time_s : 0.0;
+  };
+  // tp1 pp1 dp2: m = 4 micro-batches of 4 layers x 30 ms (480 ms) plus the rest.
+  const double expect_a = expected(FakePlan().ranked[0]);
+  // tp1 pp2 dp1: m = 8, 2 layers per stage (60 ms), (m + p - 1) = 9 slots (540 ms) and more.
+  const double expect_b = expected(FakePlan().ranked[1]);
+  EXPECT_GT(expect_a, 0.480);
+  EXPECT_GT(expect_b, 0.540);
   bool found_a = false, found_b = false;
   for (const v1::RankedConfig& r : plan.ranked()) {
     if (r.config().tp() == 1 && r.config().pp() == 1) {
@@ -235,7 +284,6 @@ TEST_F(JobManagerTest, ProfileModeComposesMeasuredLayersAndSecondJobIsServedFrom
     }
     if (r.config().pp() == 2) {
       EXPECT_NEAR(r.iteration_time_s(), expect_b, 1e-9);
-      EXPECT_NEAR(r.time().pp_bubble(), 0.060, 1e-12);
       found_b = true;
     }
   }
@@ -428,6 +476,187 @@ TEST_F(JobManagerTest, RestartOnTheSameDatabaseFinishesTheJobWithTheSameRanking)
     EXPECT_DOUBLE_EQ(recovered.ranked(i).iteration_time_s(),
                      reference.ranked(i).iteration_time_s());
   }
+}
+
+// --- Verify stage ---------------------------------------------------------------------
+
+// World 4 (tp2 dp2), world 2 (tp1 dp2), world 1; fp32 model, predicted peaks 0.5 GiB.
+PlanResult VerifyPlan() {
+  PlanResult p;
+  p.ranked = {Candidate(2, 1, 2, 0.20, 0.1), Candidate(1, 1, 2, 0.25, 0.1),
+              Candidate(1, 1, 1, 0.30, 0.1)};
+  for (size_t i = 0; i < p.ranked.size(); ++i) {
+    p.ranked[i].rank = static_cast<int64_t>(i) + 1;
+    p.ranked[i].memory.weights = 0.5 * (1 << 30);
+  }
+  return p;
+}
+
+v1::JobSpec VerifySpec(int64_t verify_top_k) {
+  v1::JobSpec spec = TinySpec("model");
+  spec.mutable_training()->set_precision("fp32");
+  spec.mutable_cluster()->set_num_gpus(4);
+  spec.mutable_cluster()->set_gpus_per_node(4);
+  spec.mutable_search()->set_verify_top_k(verify_top_k);
+  return spec;
+}
+
+// The result of a verify part: steps of 0.9, 0.3, 0.5, 0.4 s (median after the first:
+// 0.4 s), losses 5.0 - 0.1·step, peak (10 + rank) MiB per rank.
+v1::TaskResult VerifyResultFor(const v1::ProfileTask& t, const std::string& worker) {
+  v1::TaskResult r;
+  r.set_task_id(t.id());
+  r.set_attempt(t.attempt());
+  r.set_worker_id(worker);
+  r.set_outcome(v1::TaskResult::OUTCOME_OK);
+  v1::VerifyResult* v = r.mutable_verify();
+  for (double s : {0.9, 0.3, 0.5, 0.4}) v->add_step_seconds(s);
+  v->set_median_iteration_s(0.4);
+  for (int i = 0; i < 4; ++i) v->add_losses(5.0 - 0.1 * i);
+  v->set_first_rank(t.verify().first_rank());
+  for (int64_t i = 0; i < t.verify().rank_count(); ++i) {
+    v->add_peak_bytes_per_rank((10 + t.verify().first_rank() + i) << 20);
+  }
+  return r;
+}
+
+TEST_F(JobManagerTest, VerifySplitsALayoutOverTwoWorkersAndReportsMeasuredNextToPredicted) {
+  Open(":memory:", [](const JobSpec&) -> absl::StatusOr<PlanResult> { return VerifyPlan(); });
+  const std::string a = RegisterCpuWorker(2);
+  const std::string b = RegisterCpuWorker(2);
+  const std::string id = SubmitSpec(VerifySpec(2));
+  v1::Job job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_VERIFYING) << job.error();
+  // Layout 1 (world 4): two parts of two ranks; layout 2 (world 2): one task.
+  EXPECT_EQ(job.progress().tasks_total(), 3);
+  // The ranking is readable while verifying.
+  EXPECT_EQ(Results(id).ranked(0).verification().status(), "verifying");
+
+  std::vector<std::pair<std::string, v1::ProfileTask>> leased;
+  for (int i = 0; i < 3; ++i) {
+    const std::string& w = i % 2 == 0 ? a : b;
+    std::optional<v1::ProfileTask> t = Lease(w);
+    ASSERT_TRUE(t.has_value()) << i;
+    ASSERT_TRUE(t->has_verify());
+    leased.emplace_back(w, *t);
+  }
+  const v1::VerifyTask& p0 = leased[0].second.verify();
+  const v1::VerifyTask& p1 = leased[1].second.verify();
+  const v1::VerifyTask& solo = leased[2].second.verify();
+  EXPECT_EQ(p0.layout_rank(), 1);
+  EXPECT_EQ(p0.world_size(), 4);
+  EXPECT_EQ(p0.first_rank(), 0);
+  EXPECT_EQ(p0.rank_count(), 2);
+  EXPECT_EQ(p1.first_rank(), 2);
+  EXPECT_EQ(p1.rank_count(), 2);
+  EXPECT_FALSE(p0.rendezvous_namespace().empty());
+  EXPECT_EQ(p0.rendezvous_namespace(), p1.rendezvous_namespace());
+  EXPECT_EQ(p0.rendezvous_timeout_ms(), 7000);
+  EXPECT_EQ(p0.steps(), 4);
+  EXPECT_EQ(p0.num_micro_batches(), 8 / (1 * 2));
+  EXPECT_EQ(solo.layout_rank(), 2);
+  EXPECT_EQ(solo.rank_count(), 2);
+  EXPECT_TRUE(solo.rendezvous_namespace().empty());  // in-process rendezvous
+
+  for (const auto& [w, t] : leased) EXPECT_TRUE(Report(w, VerifyResultFor(t, w)).accepted());
+  job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
+  const v1::PlanResult plan = Results(id);
+  const v1::Verification& v = plan.ranked(0).verification();
+  EXPECT_EQ(v.status(), "verified");
+  EXPECT_DOUBLE_EQ(v.measured_iteration_time_s(), 0.4);
+  EXPECT_DOUBLE_EQ(v.predicted_iteration_time_s(), 0.20);
+  EXPECT_DOUBLE_EQ(v.predicted_peak_gib(), plan.ranked(0).memory().peak_gib());
+  EXPECT_DOUBLE_EQ(v.predicted_peak_gib(), 0.5);
+  ASSERT_EQ(v.measured_peak_gib_per_rank_size(), 4);
+  for (int r = 0; r < 4; ++r) EXPECT_DOUBLE_EQ(v.measured_peak_gib_per_rank(r), (10 + r) / 1024.0);
+  EXPECT_DOUBLE_EQ(v.measured_peak_gib(), 13 / 1024.0);
+  EXPECT_EQ(v.measured_losses_size(), 4);
+  EXPECT_EQ(plan.ranked(1).verification().measured_peak_gib_per_rank_size(), 2);
+  EXPECT_EQ(plan.ranked(1).verification().status(), "verified");
+  EXPECT_EQ(plan.ranked(2).verification().status(), "");  // beyond verify_top_k
+}
+
+TEST_F(JobManagerTest, AGangPartThatFailsRestartsTheWholeGangUntilAttemptsRunOut) {
+  Open(":memory:", [](const JobSpec&) -> absl::StatusOr<PlanResult> { return VerifyPlan(); });
+  const std::string a = RegisterCpuWorker(2);
+  const std::string b = RegisterCpuWorker(2);
+  const std::string id = SubmitSpec(VerifySpec(1));
+  std::optional<v1::ProfileTask> t0 = Lease(a);
+  std::optional<v1::ProfileTask> t1 = Lease(b);
+  ASSERT_TRUE(t0 && t1);
+  const std::string ns = t0->verify().rendezvous_namespace();
+  // Part 0 could not meet its peers: part 1's lease is taken back (its worker is told to
+  // stop) and both go back to the queue under a fresh namespace.
+  v1::TaskResult failed;
+  failed.set_task_id(t0->id());
+  failed.set_attempt(t0->attempt());
+  failed.set_outcome(v1::TaskResult::OUTCOME_FAILED);
+  failed.set_message("ranks [0, 2) could not meet their peers: key 'x' was not set");
+  EXPECT_TRUE(Report(a, failed).accepted());
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id(b);
+  hb.add_task_ids(t1->id());
+  v1::HeartbeatResponse stop = *manager_->Heartbeat(hb);
+  ASSERT_EQ(stop.cancel_task_ids_size(), 1);
+  EXPECT_EQ(stop.cancel_task_ids(0), t1->id());
+  EXPECT_FALSE(Report(b, VerifyResultFor(*t1, b)).accepted());  // a stale generation
+  std::optional<v1::ProfileTask> r0 = Lease(a);
+  std::optional<v1::ProfileTask> r1 = Lease(b);
+  ASSERT_TRUE(r0 && r1);
+  EXPECT_EQ(r0->attempt(), 2);
+  EXPECT_NE(r0->verify().rendezvous_namespace(), ns);
+  EXPECT_EQ(r0->verify().rendezvous_namespace(), r1->verify().rendezvous_namespace());
+  // Second failure (max_attempts = 2): the layout is not verified, the job still succeeds.
+  failed.set_task_id(r1->id());
+  failed.set_attempt(r1->attempt());
+  EXPECT_TRUE(Report(b, failed).accepted());
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
+  const v1::Verification& v = Results(id).ranked(0).verification();
+  EXPECT_EQ(v.status(),
+            "not verified: worker " + b +
+                ": ranks [0, 2) could not meet their peers: key 'x' was not set; gave up after 2 "
+                "attempts");
+  EXPECT_DOUBLE_EQ(v.predicted_iteration_time_s(), 0.20);
+  EXPECT_EQ(v.measured_iteration_time_s(), 0);
+}
+
+TEST_F(JobManagerTest, LayoutsNoWorkersCanHostSayWhyAndSmallWorkersGetNoLargeParts) {
+  Open(":memory:", [](const JobSpec&) -> absl::StatusOr<PlanResult> { return VerifyPlan(); });
+  const std::string small = RegisterCpuWorker(1);
+  const std::string id = SubmitSpec(VerifySpec(3));
+  // World 4 and 2 do not fit one 1-device worker; world 1 does.
+  v1::PlanResult plan = Results(id);
+  EXPECT_EQ(plan.ranked(0).verification().status(),
+            "not verified: needs 4 ranks, workers offer 1");
+  EXPECT_EQ(plan.ranked(1).verification().status(),
+            "not verified: needs 2 ranks, workers offer 1");
+  EXPECT_EQ(plan.ranked(2).verification().status(), "verifying");
+  std::optional<v1::ProfileTask> t = Lease(small);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->verify().rank_count(), 1);
+  EXPECT_TRUE(Report(small, VerifyResultFor(*t, small)).accepted());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(Results(id).ranked(2).verification().status(), "verified");
+
+  // bf16 is not what kernels/training trains: said, not run.
+  v1::JobSpec bf16 = VerifySpec(1);
+  bf16.mutable_training()->set_precision("bf16");
+  const std::string other = SubmitSpec(bf16);
+  EXPECT_EQ(Get(other).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(Results(other).ranked(0).verification().status(),
+            "not verified: kernels/training trains in fp32; the spec's precision is bf16");
+
+  // A 2-rank part waits for a 2-device worker; the 1-device one is not offered it.
+  v1::JobSpec two = VerifySpec(2);
+  const std::string big = RegisterCpuWorker(2);
+  const std::string third = SubmitSpec(two);
+  EXPECT_EQ(Get(third).state(), v1::JOB_STATE_VERIFYING);
+  EXPECT_FALSE(Lease(small).has_value());
+  std::optional<v1::ProfileTask> part = Lease(big);
+  ASSERT_TRUE(part.has_value());
+  EXPECT_EQ(part->verify().rank_count(), 2);
 }
 
 }  // namespace

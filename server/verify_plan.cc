@@ -1,0 +1,176 @@
+#include "server/verify_plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace paratune::server {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// Ranks `h` can hold: its devices, fewer when its memory runs out first.
+int64_t RanksWithinMemory(const VerifyHost& h, double bytes_per_rank) {
+  if (bytes_per_rank <= 0) return h.devices;
+  const double fit = std::floor(static_cast<double>(h.memory_bytes) / bytes_per_rank);
+  return std::min<int64_t>(h.devices, static_cast<int64_t>(std::max(0.0, fit)));
+}
+
+}  // namespace
+
+VerifyPlacement PlaceVerifyRun(int64_t world, double bytes_per_rank,
+                               const std::vector<VerifyHost>& all_hosts) {
+  VerifyPlacement out;
+  if (world < 1) {
+    out.reason = absl::StrCat("world size (", world, ") must be >= 1");
+    return out;
+  }
+  std::vector<VerifyHost> hosts;
+  int64_t other_backend = 0;
+  for (const VerifyHost& h : all_hosts) {
+    if (h.backend == "cpu") {
+      hosts.push_back(h);
+    } else {
+      ++other_backend;
+    }
+  }
+  if (hosts.empty() && other_backend > 0) {
+    out.reason = absl::StrCat("kernels/training runs on CPU workers only; the ", other_backend,
+                              " registered worker(s) are not CPU workers");
+    return out;
+  }
+  int64_t devices = 0, within_memory = 0, largest = 0;
+  for (const VerifyHost& h : hosts) {
+    devices += h.devices;
+    within_memory += RanksWithinMemory(h, bytes_per_rank);
+    largest = std::max(largest, RanksWithinMemory(h, bytes_per_rank));
+  }
+  for (int64_t g = std::min(world, largest); g >= 1; --g) {
+    if (world % g != 0) continue;
+    const int64_t need = world / g;
+    int64_t able = 0;
+    for (const VerifyHost& h : hosts) able += RanksWithinMemory(h, bytes_per_rank) >= g;
+    if (able < need) continue;
+    for (int64_t i = 0; i < need; ++i) out.parts.push_back({i * g, g});
+    return out;
+  }
+  if (devices < world) {
+    out.reason = absl::StrCat("needs ", world, " ranks, workers offer ", devices);
+  } else if (within_memory < world) {
+    out.reason = absl::StrFormat(
+        "needs %d ranks of %.2f GiB (predicted peak), workers have memory for %d of their %d",
+        world, bytes_per_rank / kGiB, within_memory, devices);
+  } else {
+    std::vector<std::string> sizes;
+    for (const VerifyHost& h : hosts) sizes.push_back(absl::StrCat(RanksWithinMemory(h, bytes_per_rank)));
+    out.reason = absl::StrCat("needs ", world,
+                              " ranks in equal groups of consecutive ranks, one group per worker; "
+                              "workers offer ",
+                              absl::StrJoin(sizes, " + "));
+  }
+  return out;
+}
+
+std::string VerifyUnsupportedReason(const JobSpec& spec, const v1::ParallelConfig& config) {
+  if (spec.training.precision != Precision::kFp32) {
+    return absl::StrCat("kernels/training trains in fp32; the spec's precision is ",
+                        ToString(spec.training.precision));
+  }
+  if (config.cp() > 1) {
+    return absl::StrCat("context parallelism (cp ", config.cp(),
+                        ") is not implemented by kernels/training");
+  }
+  if (spec.model.num_experts > 1) return "kernels/training trains dense models only";
+  const int64_t mb_dp = std::max<int64_t>(1, config.micro_batch_size()) *
+                        std::max<int64_t>(1, config.dp());
+  if (spec.training.global_batch_size % mb_dp != 0) {
+    return absl::StrCat("micro_batch_size·dp (", mb_dp, ") does not divide the global batch (",
+                        spec.training.global_batch_size, ")");
+  }
+  return "";
+}
+
+v1::VerifyTask MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranked,
+                              const VerifyPart& part, const VerifyRunOptions& options,
+                              const std::string& rendezvous_ns) {
+  const v1::ParallelConfig& c = ranked.config();
+  const ModelSpec& m = spec.model;
+  v1::VerifyTask t;
+  const int64_t tp = std::max<int64_t>(1, c.tp()), pp = std::max<int64_t>(1, c.pp()),
+                dp = std::max<int64_t>(1, c.dp()), mb = std::max<int64_t>(1, c.micro_batch_size());
+  t.set_tp(tp);
+  t.set_pp(pp);
+  t.set_dp(dp);
+  t.set_vp(std::max<int64_t>(1, c.vp()));
+  t.set_sequence_parallel(c.sequence_parallel());
+  t.set_recompute(c.recompute().empty() ? "none" : c.recompute());
+  t.set_distributed_optimizer(c.distributed_optimizer());
+  t.set_micro_batch_size(mb);
+  t.set_num_micro_batches(spec.training.global_batch_size / (mb * dp));
+  t.set_seq_length(spec.training.seq_length);
+  v1::LayerShape* shape = t.mutable_shape();
+  shape->set_hidden_size(m.hidden_size);
+  shape->set_num_attention_heads(m.num_attention_heads);
+  shape->set_num_query_groups(m.num_query_groups > 0 ? m.num_query_groups
+                                                     : m.num_attention_heads);
+  shape->set_ffn_hidden_size(m.ffn_hidden_size > 0 ? m.ffn_hidden_size : 4 * m.hidden_size);
+  // Megatron-LM pads the vocabulary to a multiple of 128·tp (as the profile tasks do).
+  const int64_t pad = 128 * tp;
+  shape->set_vocab_size((m.vocab_size + pad - 1) / pad * pad);
+  shape->set_activation(ToString(m.activation));
+  shape->set_normalization(ToString(m.normalization));
+  t.set_num_layers(m.num_layers);
+  t.set_steps(options.steps);
+  t.set_seed(options.seed);
+  t.set_first_rank(part.first_rank);
+  t.set_rank_count(part.rank_count);
+  t.set_world_size(tp * pp * dp);
+  if (part.rank_count < tp * pp * dp) t.set_rendezvous_namespace(rendezvous_ns);
+  t.set_rendezvous_timeout_ms(options.rendezvous_timeout_ms);
+  t.set_layout_rank(ranked.rank());
+  t.set_flash_attention(spec.training.flash_attention);
+  return t;
+}
+
+absl::StatusOr<v1::Verification> VerificationFromParts(
+    const v1::RankedConfig& ranked, int64_t world, const std::vector<v1::VerifyResult>& parts) {
+  std::vector<int64_t> peaks(static_cast<size_t>(std::max<int64_t>(0, world)), -1);
+  const v1::VerifyResult* first = nullptr;
+  for (const v1::VerifyResult& p : parts) {
+    for (int i = 0; i < p.peak_bytes_per_rank_size(); ++i) {
+      const int64_t rank = p.first_rank() + i;
+      if (rank < 0 || rank >= world || peaks[rank] >= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "verify results: rank ", rank, " is outside [0, ", world, ") or reported twice"));
+      }
+      peaks[rank] = p.peak_bytes_per_rank(i);
+    }
+    if (first == nullptr || p.first_rank() < first->first_rank()) first = &p;
+  }
+  for (int64_t r = 0; r < world; ++r) {
+    if (peaks[r] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("verify results: rank ", r, " is missing"));
+    }
+  }
+  if (first == nullptr) return absl::InvalidArgumentError("verify results: no parts");
+  v1::Verification v;
+  v.set_measured_iteration_time_s(first->median_iteration_s());
+  v.set_predicted_iteration_time_s(ranked.iteration_time_s());
+  int64_t max_peak = 0;
+  for (int64_t b : peaks) {
+    max_peak = std::max(max_peak, b);
+    v.add_measured_peak_gib_per_rank(static_cast<double>(b) / kGiB);
+  }
+  v.set_measured_peak_gib(static_cast<double>(max_peak) / kGiB);
+  v.set_predicted_peak_gib(ranked.memory().peak_gib());
+  for (double l : first->losses()) v.add_measured_losses(l);
+  for (double s : first->step_seconds()) v.add_measured_step_seconds(s);
+  v.set_status("verified");
+  return v;
+}
+
+}  // namespace paratune::server

@@ -1,0 +1,77 @@
+// The verify stage's pure logic (no locks, no I/O): which ranked layouts to train end to
+// end, how to split a layout's ranks over the registered workers, the VerifyTasks of one
+// run, and the Verification that its results give.
+//
+// Placement: a layout of world size W = tp·pp·dp runs as parts of g consecutive ranks
+// [i·g, (i + 1)·g), one part per worker, all at once (a gang). g is the largest divisor of
+// W such that at least W / g workers each have g devices and the memory for g ranks at the
+// predicted per-rank peak; g = W (one part, in-process rendezvous) whenever one worker can
+// hold the whole layout. Consecutive ranks keep TP groups (tp fastest in Megatron's rank
+// order) inside one worker whenever tp divides g.
+#ifndef PARATUNE_SERVER_VERIFY_PLAN_H_
+#define PARATUNE_SERVER_VERIFY_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "paratune/v1/results.pb.h"
+#include "paratune/v1/task.pb.h"
+#include "search/specs.h"
+
+namespace paratune::server {
+
+/// A registered, live worker as the verify stage sees it.
+struct VerifyHost {
+  std::string id;
+  std::string backend;       ///< "cpu" | "cuda"; kernels/training runs on "cpu" only.
+  int64_t devices = 0;       ///< Rank slots.
+  int64_t memory_bytes = 0;  ///< Host memory (CPU ranks share it).
+};
+
+/// One part of a run: ranks [first_rank, first_rank + rank_count).
+struct VerifyPart {
+  int64_t first_rank = 0;
+  int64_t rank_count = 0;
+  bool operator==(const VerifyPart&) const = default;
+};
+
+/// Where a layout's ranks run, or why it cannot (`parts` empty, `reason` set, e.g.
+/// "needs 8 ranks, workers offer 4").
+struct VerifyPlacement {
+  std::vector<VerifyPart> parts;
+  std::string reason;
+};
+
+/// Splits `world` ranks of `bytes_per_rank` each over `hosts` (see the file comment).
+VerifyPlacement PlaceVerifyRun(int64_t world, double bytes_per_rank,
+                               const std::vector<VerifyHost>& hosts);
+
+/// Why kernels/training cannot train `config` of `spec` at all (precision, context
+/// parallelism, ...), or "" when it can.
+std::string VerifyUnsupportedReason(const JobSpec& spec, const v1::ParallelConfig& config);
+
+/// Knobs of a verify run.
+struct VerifyRunOptions {
+  int64_t steps = 4;                      ///< Training steps (the first is not timed).
+  int64_t rendezvous_timeout_ms = 60'000; ///< A gang part waits this long for its peers.
+  uint64_t seed = 1234;
+};
+
+/// The VerifyTask of part `part` of `ranked` (vocabulary padded to 128·tp as the layout's
+/// profile tasks; micro-batches = global batch / (micro_batch_size · dp)). `rendezvous_ns`
+/// is ignored (left empty) when the part holds every rank.
+v1::VerifyTask MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranked,
+                              const VerifyPart& part, const VerifyRunOptions& options,
+                              const std::string& rendezvous_ns);
+
+/// The Verification of `ranked` from the results of every part of its run (any order).
+/// Measured time: the median step after the first; peak: the largest per-rank peak.
+/// Predicted: the ranked entry's iteration_time_s and memory.peak_gib. InvalidArgument when
+/// the parts do not cover ranks [0, world) exactly once.
+absl::StatusOr<v1::Verification> VerificationFromParts(
+    const v1::RankedConfig& ranked, int64_t world, const std::vector<v1::VerifyResult>& parts);
+
+}  // namespace paratune::server
+
+#endif  // PARATUNE_SERVER_VERIFY_PLAN_H_

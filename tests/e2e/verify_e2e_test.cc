@@ -1,0 +1,233 @@
+// The verify stage end to end: the coordinator, two CPU workers (2 devices each) and the
+// CLI as real processes on 127.0.0.1.
+//   - a profile job with search.verify_top_k = 1 on a tiny fp32 model: its best layout is
+//     trained end to end on one worker; the results carry measured and predicted time and
+//     peak, one peak per rank, and a loss curve equal to RunTrainingInProcess of the same
+//     model, layout and data in this process (the same results over gRPC and REST);
+//     `paratune results` prints measured vs predicted with the error in %;
+//   - a layout of world 4 (tp1 pp2 dp2) that no single worker holds: two parts, one per
+//     worker, meet through the coordinator's rendezvous store, and the losses again equal
+//     the in-process run.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "kernels/training/training.h"
+#include "tests/e2e/fault_harness.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace kt = paratune::kernels::training;
+using nlohmann::json;
+using paratune::e2e::Coordinator;
+using paratune::e2e::Output;
+using paratune::e2e::Process;
+using paratune::e2e::ReadFile;
+using paratune::e2e::RunCommand;
+
+constexpr int kVerifySteps = 3;
+
+class VerifyE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    bin_ = paratune::e2e::BinDir();
+    ASSERT_FALSE(bin_.empty()) << "PARATUNE_BIN_DIR is not set (run through ctest)";
+    dir_ = paratune::e2e::TestDir(
+        "paratune_verify_", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    err_ = dir_ / "cli.log";
+    coordinator_ = std::make_unique<Coordinator>(
+        bin_, dir_, dir_ / "coordinator.db",
+        std::vector<std::string>{"--lease-timeout-ms", "5000", "--heartbeat-interval-ms", "300",
+                                 "--profile-warmup", "1", "--profile-iters", "2",
+                                 "--verify-steps", std::to_string(kVerifySteps),
+                                 "--verify-rendezvous-timeout-ms", "30000"});
+    std::string error;
+    ASSERT_TRUE(coordinator_->Start(&error)) << error;
+    for (const char* name : {"cpu-a", "cpu-b"}) {
+      workers_.push_back(std::make_unique<Process>(
+          std::vector<std::string>{(bin_ / "paratune-worker").string(), "--coordinator",
+                                   coordinator_->address(), "--backend", "cpu", "--devices",
+                                   "0,1", "--name", name, "--lease-wait-ms", "500"},
+          dir_ / (std::string(name) + ".log")));
+      ASSERT_TRUE(workers_.back()->ok());
+    }
+    // Both workers registered before the job: the verify stage places on the workers it
+    // sees when the ranking is ready.
+    ASSERT_TRUE(paratune::e2e::PollUntil(
+        [&] {
+          json w = json::parse(Cli("workers --json").out, nullptr, false);
+          return !w.is_discarded() && w.contains("workers") && w["workers"].size() == 2;
+        },
+        30000, 100));
+  }
+  void TearDown() override {
+    workers_.clear();
+    coordinator_.reset();
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  Output Cli(const std::string& args) {
+    return RunCommand((bin_ / "paratune").string() + " " + args + " --coordinator " +
+                          coordinator_->address(),
+                      err_);
+  }
+  /// Submits `spec_text`, waits for a terminal state; the job id.
+  std::string RunJob(const std::string& spec_text) {
+    const fs::path spec = dir_ / "spec.yaml";
+    std::ofstream(spec) << spec_text;
+    Output o = Cli("submit --spec " + spec.string());
+    EXPECT_EQ(o.exit_code, 0) << ReadFile(err_);
+    std::string id = o.out;
+    id.erase(id.find_last_not_of('\n') + 1);
+    Output w = Cli("watch " + id);
+    EXPECT_EQ(w.exit_code, 0) << w.out << ReadFile(err_) << ReadFile(coordinator_->log());
+    return id;
+  }
+  json Results(const std::string& id) {
+    Output o = Cli("results " + id + " --json");
+    EXPECT_EQ(o.exit_code, 0) << ReadFile(err_);
+    return json::parse(o.out, nullptr, false);
+  }
+  static int64_t Int(const json& j, const char* key) {
+    if (!j.contains(key)) return 0;
+    return j[key].is_string() ? std::stoll(j[key].get<std::string>()) : j[key].get<int64_t>();
+  }
+
+  /// The tiny model of the specs below under the layout of `config` (results JSON), built
+  /// here from the spec's numbers rather than from the coordinator's task.
+  static kt::TrainConfig TinyModel(const json& config) {
+    kt::TrainConfig c;
+    c.shape.hidden_size = 64;
+    c.shape.num_attention_heads = 4;
+    c.shape.num_query_groups = 4;
+    c.shape.ffn_hidden_size = 4 * 64;
+    c.shape.vocab_size = 256;  // a multiple of 128·tp for tp <= 2: no padding
+    c.num_layers = 4;
+    c.seq_length = 64;
+    c.tp = std::max<int64_t>(1, Int(config, "tp"));
+    c.pp = std::max<int64_t>(1, Int(config, "pp"));
+    c.dp = std::max<int64_t>(1, Int(config, "dp"));
+    c.vp = std::max<int64_t>(1, Int(config, "vp"));
+    c.micro_batch_size = std::max<int64_t>(1, Int(config, "micro_batch_size"));
+    c.num_micro_batches = 8 / (c.micro_batch_size * c.dp);  // global batch 8
+    c.sequence_parallel = config.value("sequence_parallel", false);
+    c.distributed_optimizer = config.value("distributed_optimizer", false);
+    const std::string rc = config.value("recompute", std::string("none"));
+    c.recompute = rc == "full"        ? paratune::kernels::RecomputeMode::kFull
+                  : rc == "selective" ? paratune::kernels::RecomputeMode::kSelective
+                                      : paratune::kernels::RecomputeMode::kNone;
+    c.steps = kVerifySteps;
+    c.seed = 1234;
+    return c;
+  }
+
+  /// Checks the verification of ranked entry `r`: measured and predicted, one peak per
+  /// rank, and losses equal to the in-process run of the same config. Returns the world size.
+  int64_t ExpectVerified(const json& r) {
+    const json& c = r["config"];
+    const json& v = r["verification"];
+    EXPECT_EQ(v.value("status", std::string()), "verified") << r.dump(1);
+    EXPECT_GT(v.value("measured_iteration_time_s", 0.0), 0.0);
+    EXPECT_GT(v.value("predicted_iteration_time_s", 0.0), 0.0);
+    EXPECT_DOUBLE_EQ(v.value("predicted_iteration_time_s", 0.0), r["iteration_time_s"].get<double>());
+    EXPECT_GT(v.value("measured_peak_gib", 0.0), 0.0);
+    EXPECT_GT(v.value("predicted_peak_gib", 0.0), 0.0);
+    EXPECT_DOUBLE_EQ(v.value("predicted_peak_gib", 0.0), r["memory"]["peak_gib"].get<double>());
+    const kt::TrainConfig config = TinyModel(c);
+    const int64_t world = config.world_size();
+    const json peaks = v.value("measured_peak_gib_per_rank", json::array());
+    EXPECT_EQ(static_cast<int64_t>(peaks.size()), world);
+    double max_peak = 0;
+    for (const json& p : peaks) {
+      EXPECT_GT(p.get<double>(), 0.0);
+      max_peak = std::max(max_peak, p.get<double>());
+    }
+    EXPECT_DOUBLE_EQ(max_peak, v.value("measured_peak_gib", 0.0));
+
+    absl::StatusOr<kt::TrainResult> local = kt::RunTrainingInProcess(config);
+    EXPECT_TRUE(local.ok()) << local.status();
+    if (!local.ok()) return world;
+    const json losses = v.value("measured_losses", json::array());
+    EXPECT_EQ(losses.size(), local->losses.size());
+    EXPECT_EQ(static_cast<int>(losses.size()), kVerifySteps);
+    for (size_t i = 0; i < losses.size() && i < local->losses.size(); ++i) {
+      const double got = losses[i].get<double>(), want = local->losses[i];
+      EXPECT_NEAR(got, want, 1e-6 * std::abs(want)) << "step " << i;
+    }
+    // The same per-rank tracking-allocator peaks as in this process (same buffers).
+    for (size_t i = 0; i < peaks.size() && i < local->ranks.size(); ++i) {
+      EXPECT_NEAR(peaks[i].get<double>() * 1024 * 1024 * 1024,
+                  static_cast<double>(local->ranks[i].peak_bytes), 1.0)
+          << "rank " << i;
+    }
+    return world;
+  }
+
+  fs::path bin_, dir_, err_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::vector<std::unique_ptr<Process>> workers_;
+};
+
+TEST_F(VerifyE2eTest, ProfileJobVerifiesItsBestLayoutOnOneWorker) {
+  const std::string id = RunJob(R"(name: tiny-verify
+model: {name: tiny, num_layers: 4, hidden_size: 64, num_attention_heads: 4, vocab_size: 256}
+training: {seq_length: 64, global_batch_size: 8, precision: fp32, flash_attention: false}
+cluster: {gpu: cpu, num_gpus: 2, gpus_per_node: 2}
+search: {mode: profile, top_k: 3, verify_top_k: 1}
+)");
+  json results = Results(id);
+  ASSERT_FALSE(results.is_discarded());
+  EXPECT_EQ(results["state"], "JOB_STATE_SUCCEEDED");
+  const json& ranked = results["plan"]["ranked"];
+  ASSERT_GE(ranked.size(), 2u);
+  EXPECT_EQ(ranked[0]["source"], "measured");
+  EXPECT_EQ(ExpectVerified(ranked[0]), 2);
+  // Only the top 1 is verified.
+  EXPECT_FALSE(ranked[1].contains("verification")) << ranked[1].dump();
+
+  // The table: measured next to predicted with the error in %.
+  Output table = Cli("results " + id);
+  ASSERT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.out.find("# verification"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("s measured, "), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("GiB predicted ("), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find(" %); 2 ranks"), std::string::npos) << table.out;
+
+  // REST serves the same verification.
+  httplib::Client http("127.0.0.1", coordinator_->http_port());
+  auto res = http.Get(("/v1/jobs/" + id + "/results").c_str());
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json rest = json::parse(res->body, nullptr, false);
+  ASSERT_FALSE(rest.is_discarded());
+  EXPECT_EQ(rest["plan"]["ranked"][0]["verification"], ranked[0]["verification"]);
+}
+
+TEST_F(VerifyE2eTest, ALayoutLargerThanOneWorkerRunsAsAGangOverBothWorkers) {
+  const std::string id = RunJob(R"(name: tiny-verify-gang
+model: {name: tiny, num_layers: 4, hidden_size: 64, num_attention_heads: 4, vocab_size: 256}
+training: {seq_length: 64, global_batch_size: 8, precision: fp32, flash_attention: false}
+cluster: {gpu: cpu, num_gpus: 4, gpus_per_node: 4}
+search: {mode: model, top_k: 1, verify_top_k: 1, tp: [1], pp: [2], dp: [2], vp: [1], micro_batch_size: [1]}
+)");
+  json results = Results(id);
+  ASSERT_FALSE(results.is_discarded());
+  const json& ranked = results["plan"]["ranked"];
+  ASSERT_EQ(ranked.size(), 1u);
+  EXPECT_EQ(ExpectVerified(ranked[0]), 4);
+  // Each worker ran one part of two ranks.
+  const std::string a = ReadFile(dir_ / "cpu-a.log"), b = ReadFile(dir_ / "cpu-b.log");
+  const bool a_first = a.find("ranks 0..1 of 4") != std::string::npos;
+  EXPECT_NE((a_first ? a : b).find("ranks 0..1 of 4"), std::string::npos) << a << b;
+  EXPECT_NE((a_first ? b : a).find("ranks 2..3 of 4"), std::string::npos) << a << b;
+}
+
+}  // namespace

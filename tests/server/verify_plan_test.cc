@@ -1,0 +1,167 @@
+// The verify stage's placement of ranks on workers, its tasks and its Verification.
+#include "server/verify_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace paratune::server {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+VerifyHost Cpu(const std::string& id, int64_t devices, double memory_gib = 64) {
+  return {id, "cpu", devices, static_cast<int64_t>(memory_gib * kGiB)};
+}
+
+std::vector<VerifyPart> Parts(std::initializer_list<std::pair<int64_t, int64_t>> p) {
+  std::vector<VerifyPart> out;
+  for (auto [first, count] : p) out.push_back({first, count});
+  return out;
+}
+
+TEST(PlaceVerifyRun, OneWorkerThatHoldsTheLayoutRunsItAlone) {
+  VerifyPlacement p = PlaceVerifyRun(2, 1 * kGiB, {Cpu("a", 2), Cpu("b", 2)});
+  EXPECT_EQ(p.parts, Parts({{0, 2}}));
+  EXPECT_TRUE(p.reason.empty());
+  // The larger worker is picked over splitting.
+  p = PlaceVerifyRun(4, 1 * kGiB, {Cpu("a", 2), Cpu("b", 4)});
+  EXPECT_EQ(p.parts, Parts({{0, 4}}));
+}
+
+TEST(PlaceVerifyRun, ALayoutLargerThanAnyWorkerIsSplitIntoWorkerSizedGroups) {
+  EXPECT_EQ(PlaceVerifyRun(4, kGiB, {Cpu("a", 2), Cpu("b", 2)}).parts, Parts({{0, 2}, {2, 2}}));
+  // World 8 over four 2-device workers: four parts of two consecutive ranks.
+  EXPECT_EQ(PlaceVerifyRun(8, kGiB, {Cpu("a", 2), Cpu("b", 2), Cpu("c", 2), Cpu("d", 2)}).parts,
+            Parts({{0, 2}, {2, 2}, {4, 2}, {6, 2}}));
+  // 3 devices do not divide world 4; groups of 2 on the two workers do.
+  EXPECT_EQ(PlaceVerifyRun(4, kGiB, {Cpu("a", 3), Cpu("b", 3)}).parts, Parts({{0, 2}, {2, 2}}));
+  // World 6 on workers of 4 and 2 devices: groups of 2 need three workers; of 3, two
+  // workers with 3 devices (there is one): no equal split exists.
+  VerifyPlacement p = PlaceVerifyRun(6, kGiB, {Cpu("a", 4), Cpu("b", 2)});
+  EXPECT_TRUE(p.parts.empty());
+  EXPECT_EQ(p.reason,
+            "needs 6 ranks in equal groups of consecutive ranks, one group per worker; "
+            "workers offer 4 + 2");
+}
+
+TEST(PlaceVerifyRun, TooFewDevicesOrTooLittleMemorySaySo) {
+  VerifyPlacement p = PlaceVerifyRun(8, kGiB, {Cpu("a", 2), Cpu("b", 2)});
+  EXPECT_TRUE(p.parts.empty());
+  EXPECT_EQ(p.reason, "needs 8 ranks, workers offer 4");
+  EXPECT_EQ(PlaceVerifyRun(2, kGiB, {}).reason, "needs 2 ranks, workers offer 0");
+  // 3 GiB per rank on 4 GiB hosts: one rank per worker fits, so world 2 splits in two...
+  EXPECT_EQ(PlaceVerifyRun(2, 3 * kGiB, {Cpu("a", 2, 4), Cpu("b", 2, 4)}).parts,
+            Parts({{0, 1}, {1, 1}}));
+  // ...but world 4 does not fit anywhere.
+  p = PlaceVerifyRun(4, 3 * kGiB, {Cpu("a", 2, 4), Cpu("b", 2, 4)});
+  EXPECT_TRUE(p.parts.empty());
+  EXPECT_EQ(p.reason,
+            "needs 4 ranks of 3.00 GiB (predicted peak), workers have memory for 2 of their 4");
+  // kernels/training is CPU-only.
+  p = PlaceVerifyRun(1, kGiB, {{"g", "cuda", 8, static_cast<int64_t>(80 * kGiB)}});
+  EXPECT_TRUE(p.parts.empty());
+  EXPECT_EQ(p.reason,
+            "kernels/training runs on CPU workers only; the 1 registered worker(s) are not CPU "
+            "workers");
+}
+
+JobSpec TinySpec() {
+  JobSpec s;
+  s.model.num_layers = 4;
+  s.model.hidden_size = 64;
+  s.model.num_attention_heads = 4;
+  s.model.vocab_size = 200;
+  s.training.seq_length = 32;
+  s.training.global_batch_size = 8;
+  s.training.precision = Precision::kFp32;
+  s.training.flash_attention = false;
+  s.cluster.gpu = "cpu";
+  return s;
+}
+
+v1::RankedConfig Ranked(int64_t tp, int64_t pp, int64_t dp, int64_t mb) {
+  v1::RankedConfig r;
+  r.set_rank(3);
+  r.mutable_config()->set_tp(tp);
+  r.mutable_config()->set_pp(pp);
+  r.mutable_config()->set_dp(dp);
+  r.mutable_config()->set_vp(1);
+  r.mutable_config()->set_micro_batch_size(mb);
+  r.mutable_config()->set_recompute("selective");
+  r.set_iteration_time_s(0.25);
+  r.mutable_memory()->set_peak_gib(0.5);
+  return r;
+}
+
+TEST(MakeVerifyTask, CarriesTheLayoutTheModelAndThePart) {
+  VerifyRunOptions o;
+  o.steps = 3;
+  o.rendezvous_timeout_ms = 5000;
+  const v1::VerifyTask t = MakeVerifyTask(TinySpec(), Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1");
+  EXPECT_EQ(t.world_size(), 4);
+  EXPECT_EQ(t.first_rank(), 2);
+  EXPECT_EQ(t.rank_count(), 2);
+  EXPECT_EQ(t.rendezvous_namespace(), "ns-1");
+  EXPECT_EQ(t.rendezvous_timeout_ms(), 5000);
+  // 8 sequences / (mb 2 · dp 2) = 2 micro-batches per DP rank.
+  EXPECT_EQ(t.num_micro_batches(), 2);
+  // Vocabulary 200 padded to a multiple of 128 · tp = 256.
+  EXPECT_EQ(t.shape().vocab_size(), 256);
+  // Defaults of the model: g = a, f = 4h.
+  EXPECT_EQ(t.shape().num_query_groups(), 4);
+  EXPECT_EQ(t.shape().ffn_hidden_size(), 256);
+  EXPECT_EQ(t.recompute(), "selective");
+  EXPECT_EQ(t.steps(), 3);
+  EXPECT_EQ(t.layout_rank(), 3);
+  // A part that holds every rank meets in process: no namespace.
+  EXPECT_EQ(MakeVerifyTask(TinySpec(), Ranked(1, 1, 2, 1), {0, 2}, o, "ns-1")
+                .rendezvous_namespace(),
+            "");
+}
+
+TEST(VerifyUnsupportedReason, NamesWhatTheTrainerCannotDo) {
+  JobSpec s = TinySpec();
+  EXPECT_EQ(VerifyUnsupportedReason(s, Ranked(1, 1, 2, 1).config()), "");
+  s.training.precision = Precision::kBf16;
+  EXPECT_EQ(VerifyUnsupportedReason(s, Ranked(1, 1, 2, 1).config()),
+            "kernels/training trains in fp32; the spec's precision is bf16");
+  s = TinySpec();
+  v1::ParallelConfig cp = Ranked(1, 1, 1, 1).config();
+  cp.set_cp(2);
+  EXPECT_EQ(VerifyUnsupportedReason(s, cp),
+            "context parallelism (cp 2) is not implemented by kernels/training");
+}
+
+v1::VerifyResult Part(int64_t first, std::vector<int64_t> peaks) {
+  v1::VerifyResult r;
+  r.set_first_rank(first);
+  for (int64_t p : peaks) r.add_peak_bytes_per_rank(p);
+  for (double s : {0.9, 0.2, 0.4, 0.3}) r.add_step_seconds(s);
+  r.set_median_iteration_s(0.3);
+  for (double l : {5.5, 5.4, 5.2, 5.0}) r.add_losses(l);
+  return r;
+}
+
+TEST(VerificationFromParts, MergesThePartsRankByRank) {
+  const v1::RankedConfig r = Ranked(2, 1, 2, 2);
+  absl::StatusOr<v1::Verification> v = VerificationFromParts(
+      r, 4, {Part(2, {3 << 20, 5 << 20}), Part(0, {4 << 20, 2 << 20})});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->status(), "verified");
+  EXPECT_DOUBLE_EQ(v->measured_iteration_time_s(), 0.3);
+  EXPECT_DOUBLE_EQ(v->predicted_iteration_time_s(), 0.25);
+  EXPECT_DOUBLE_EQ(v->predicted_peak_gib(), 0.5);
+  ASSERT_EQ(v->measured_peak_gib_per_rank_size(), 4);
+  const std::vector<double> mib = {4, 2, 3, 5};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_DOUBLE_EQ(v->measured_peak_gib_per_rank(i), mib[i] / 1024.0) << i;
+  }
+  EXPECT_DOUBLE_EQ(v->measured_peak_gib(), 5.0 / 1024.0);
+  ASSERT_EQ(v->measured_losses_size(), 4);
+  EXPECT_DOUBLE_EQ(v->measured_losses(3), 5.0);
+  // A rank missing or reported twice is an error, not a silent partial figure.
+  EXPECT_FALSE(VerificationFromParts(r, 4, {Part(0, {1, 2})}).ok());
+  EXPECT_FALSE(VerificationFromParts(r, 4, {Part(0, {1, 2, 3}), Part(2, {4, 5})}).ok());
+}
+
+}  // namespace
+}  // namespace paratune::server
