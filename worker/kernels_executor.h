@@ -26,7 +26,7 @@ struct KernelsExecutorOptions {
   /// such parts answer UNSUPPORTED.
   std::function<std::shared_ptr<kernels::GlooRendezvous>(const std::string& ns,
                                                          int64_t timeout_ms)>
-      rendezvous;
+      rendezvous = nullptr;
 };
 
 /// Runs tasks on the backend and devices of `inventory`. Mapping of outcomes:

@@ -3,6 +3,8 @@
 #include "worker/kernels_executor.h"
 
 #include <map>
+#include <memory>
+#include <stdexcept>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 #include "kernels/collective_bench.h"
 #include "kernels/step_runner.h"
 #include "kernels/tensor.h"
+#include "kernels/training/training.h"
 
 namespace paratune::worker {
 namespace {
@@ -234,6 +237,116 @@ TEST(KernelsExecutorTest, CollectiveSweepsReportNcclTestsBandwidths) {
       EXPECT_NEAR(s.busbw_gbps(), s.algbw_gbps() * c.factor, 1e-9 * s.busbw_gbps());
     }
   }
+}
+
+// --- Verify tasks (kernels/training) ----------------------------------------------------
+
+// A tiny GPT (L 4, h 64, a 4, V 256, s 32) under tp1 pp2 dp1, b 1, 4 micro-batches, 3 steps.
+v1::ProfileTask VerifyTask(int64_t first_rank, int64_t rank_count) {
+  v1::ProfileTask task;
+  task.set_id("verify");
+  task.set_device_kind("cpu");
+  v1::VerifyTask* t = task.mutable_verify();
+  t->mutable_shape()->set_hidden_size(64);
+  t->mutable_shape()->set_num_attention_heads(4);
+  t->mutable_shape()->set_num_query_groups(4);
+  t->mutable_shape()->set_ffn_hidden_size(256);
+  t->mutable_shape()->set_vocab_size(256);
+  t->mutable_shape()->set_activation("gelu");
+  t->mutable_shape()->set_normalization("layernorm");
+  t->set_tp(1);
+  t->set_pp(2);
+  t->set_dp(1);
+  t->set_vp(1);
+  t->set_recompute("none");
+  t->set_micro_batch_size(1);
+  t->set_num_micro_batches(4);
+  t->set_seq_length(32);
+  t->set_num_layers(4);
+  t->set_steps(3);
+  t->set_seed(77);
+  t->set_first_rank(first_rank);
+  t->set_rank_count(rank_count);
+  t->set_world_size(2);
+  t->set_rendezvous_timeout_ms(300);
+  return task;
+}
+
+TEST(KernelsExecutorVerify, AWholeLayoutTrainsLikeRunTrainingInProcess) {
+  auto executor = CreateKernelsExecutor(CpuSlots(2));
+  CancelFlag cancel;
+  v1::TaskResult r = executor->Execute(VerifyTask(0, 2), cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  kernels::training::TrainConfig c;
+  c.shape.hidden_size = 64;
+  c.shape.num_attention_heads = 4;
+  c.shape.num_query_groups = 4;
+  c.shape.ffn_hidden_size = 256;
+  c.shape.vocab_size = 256;
+  c.num_layers = 4;
+  c.seq_length = 32;
+  c.micro_batch_size = 1;
+  c.num_micro_batches = 4;
+  c.pp = 2;
+  c.steps = 3;
+  c.seed = 77;
+  absl::StatusOr<kernels::training::TrainResult> local =
+      kernels::training::RunTrainingInProcess(c);
+  ASSERT_TRUE(local.ok()) << local.status();
+  const v1::VerifyResult& v = r.verify();
+  ASSERT_EQ(v.losses_size(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(v.losses(i), local->losses[i], 1e-6 * local->losses[i]);
+  ASSERT_EQ(v.peak_bytes_per_rank_size(), 2);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(v.peak_bytes_per_rank(i), local->ranks[i].peak_bytes);
+  EXPECT_EQ(v.first_rank(), 0);
+  ASSERT_EQ(v.step_seconds_size(), 3);
+  // The median of steps 2 and 3.
+  EXPECT_DOUBLE_EQ(v.median_iteration_s(), 0.5 * (v.step_seconds(1) + v.step_seconds(2)));
+}
+
+// A store whose Get times out at once, as the coordinator's does when peers never come.
+class AbsentPeers final : public kernels::GlooRendezvous {
+ public:
+  void Set(const std::string&, const std::vector<char>&) override {}
+  std::vector<char> Get(const std::string& key) override {
+    throw std::runtime_error("key '" + key + "' was not set within 300 ms");
+  }
+};
+
+TEST(KernelsExecutorVerify, GangPartsNeedARendezvousAndFailWhenPeersNeverCome) {
+  CancelFlag cancel;
+  // No rendezvous: a part of a multi-worker run cannot run here at all.
+  v1::TaskResult r = CreateKernelsExecutor(CpuSlots(2))->Execute(VerifyTask(1, 1), cancel);
+  EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
+  EXPECT_EQ(r.message(), "this worker has no coordinator rendezvous for multi-worker verify runs");
+
+  KernelsExecutorOptions options;
+  std::string asked_ns;
+  int64_t asked_timeout = 0;
+  options.rendezvous = [&](const std::string& ns, int64_t timeout_ms) {
+    asked_ns = ns;
+    asked_timeout = timeout_ms;
+    return std::make_shared<AbsentPeers>();
+  };
+  v1::ProfileTask part = VerifyTask(1, 1);
+  part.mutable_verify()->set_rendezvous_namespace("job-1/v1/g-2");
+  r = CreateKernelsExecutor(CpuSlots(2), options)->Execute(part, cancel);
+  EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_FAILED) << r.message();
+  EXPECT_NE(r.message().find("was not set within 300 ms"), std::string::npos) << r.message();
+  EXPECT_EQ(asked_ns, "job-1/v1/g-2");
+  EXPECT_EQ(asked_timeout, 300);
+
+  // More ranks than slots; a layout the trainer rejects (pp 3 does not divide 4 layers).
+  r = CreateKernelsExecutor(CpuSlots(1))->Execute(VerifyTask(0, 2), cancel);
+  EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
+  EXPECT_EQ(r.message(), "task needs 2 ranks; this worker has 1");
+  v1::ProfileTask bad = VerifyTask(0, 3);
+  bad.mutable_verify()->set_pp(3);
+  bad.mutable_verify()->set_world_size(3);
+  r = CreateKernelsExecutor(CpuSlots(3))->Execute(bad, cancel);
+  EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
+  EXPECT_EQ(r.message(),
+            "kernels/training cannot run this layout: pp·vp (3) must divide num_layers (4)");
 }
 
 }  // namespace
