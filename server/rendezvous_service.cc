@@ -14,9 +14,8 @@ namespace {
 absl::Status CheckName(const std::string& value, const char* field, int64_t max_bytes) {
   if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " must not be empty"));
   if (static_cast<int64_t>(value.size()) > max_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " (", value.size(),
-                                                   " bytes) must be at most ", max_bytes,
-                                                   " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " (", value.size(), " bytes) must be at most ", max_bytes, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -48,10 +47,10 @@ absl::Status RendezvousStore::SetLocked(const std::string& ns, const std::string
   auto it = namespaces_.find(ns);
   if (it == namespaces_.end()) {
     if (static_cast<int64_t>(namespaces_.size()) >= options_.max_namespaces) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "namespace '", ns, "' cannot be created: the coordinator holds at most ",
-          options_.max_namespaces, " rendezvous namespaces (they expire after ",
-          options_.idle_ttl_ms / 1000, " s idle, or DeleteNamespace them)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("namespace '", ns, "' cannot be created: the coordinator holds at most ",
+                       options_.max_namespaces, " rendezvous namespaces (they expire after ",
+                       options_.idle_ttl_ms / 1000, " s idle, or DeleteNamespace them)"));
     }
   }
   Namespace* space = it == namespaces_.end() ? nullptr : &it->second;
@@ -62,16 +61,16 @@ absl::Status RendezvousStore::SetLocked(const std::string& ns, const std::string
   }
   if (old == nullptr && space != nullptr &&
       static_cast<int64_t>(space->keys.size()) >= options_.max_keys_per_namespace) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("key '", key, "': namespace '", ns, "' already holds the most keys (",
-                     options_.max_keys_per_namespace, ")"));
+    return absl::ResourceExhaustedError(absl::StrCat("key '", key, "': namespace '", ns,
+                                                     "' already holds the most keys (",
+                                                     options_.max_keys_per_namespace, ")"));
   }
   const int64_t growth =
       static_cast<int64_t>(value.size()) - (old != nullptr ? static_cast<int64_t>(old->size()) : 0);
   if (total_bytes_ + growth > options_.max_total_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "value of key '", key, "': the rendezvous store holds at most ",
-        options_.max_total_bytes, " bytes of values in all (", total_bytes_, " in use)"));
+        "value of key '", key, "': the rendezvous store holds at most ", options_.max_total_bytes,
+        " bytes of values in all (", total_bytes_, " in use)"));
   }
   if (space == nullptr) space = &namespaces_[ns];
   space->last_used_ms = now;
@@ -117,8 +116,8 @@ absl::StatusOr<std::optional<std::string>> RendezvousStore::Get(
   if (wait_ms == 0) return std::optional<std::string>();
   if (shut_down_) return absl::UnavailableError("the rendezvous store is shutting down");
   if (waiters_ >= options_.max_waiters) {
-    return absl::UnavailableError(absl::StrCat(
-        "key '", key, "': ", options_.max_waiters, " rendezvous Gets already wait; retry"));
+    return absl::UnavailableError(absl::StrCat("key '", key, "': ", options_.max_waiters,
+                                               " rendezvous Gets already wait; retry"));
   }
   ++waiters_;
   std::optional<std::string> out;
@@ -151,15 +150,15 @@ absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& ns, const std::s
   if (it != namespaces_.end()) {
     auto k = it->second.keys.find(key);
     if (k != it->second.keys.end() && !absl::SimpleAtoi(k->second, &current)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "key '", key, "' in namespace '", ns,
-          "' holds a value that is not a decimal integer, so Add cannot count on it"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("key '", key, "' in namespace '", ns,
+                       "' holds a value that is not a decimal integer, so Add cannot count on it"));
     }
   }
   if ((delta > 0 && current > std::numeric_limits<int64_t>::max() - delta) ||
       (delta < 0 && current < std::numeric_limits<int64_t>::min() - delta)) {
-    return absl::OutOfRangeError(absl::StrCat("key '", key, "': ", current, " + delta (", delta,
-                                              ") overflows int64"));
+    return absl::OutOfRangeError(
+        absl::StrCat("key '", key, "': ", current, " + delta (", delta, ") overflows int64"));
   }
   const int64_t next = current + delta;
   if (absl::Status s = SetLocked(ns, key, absl::StrCat(next)); !s.ok()) return s;
@@ -246,9 +245,9 @@ grpc::Status RendezvousService::Add(grpc::ServerContext* c, const v1::Rendezvous
   });
 }
 
-grpc::Status RendezvousService::DeleteNamespace(
-    grpc::ServerContext* c, const v1::RendezvousDeleteNamespaceRequest* req,
-    v1::RendezvousDeleteNamespaceResponse* resp) {
+grpc::Status RendezvousService::DeleteNamespace(grpc::ServerContext* c,
+                                                const v1::RendezvousDeleteNamespaceRequest* req,
+                                                v1::RendezvousDeleteNamespaceResponse* resp) {
   return Serve("RendezvousDeleteNamespace", c, [&] {
     absl::StatusOr<int64_t> n = store_->DeleteNamespace(req->namespace_());
     if (!n.ok()) return n.status();

@@ -14,6 +14,8 @@
 #ifndef PARATUNE_SERVER_RENDEZVOUS_SERVICE_H_
 #define PARATUNE_SERVER_RENDEZVOUS_SERVICE_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -21,8 +23,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -7,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "paratune/v1/rendezvous.grpc.pb.h"
 
@@ -21,19 +22,8 @@ constexpr int64_t kSliceMs = 10'000;
 constexpr int64_t kGraceMs = 5'000;
 
 std::string CodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return absl::StrCat("code ", static_cast<int>(code));
-  }
+  // gRPC's codes are absl's numbers.
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
 }
 
 // Worth another try before the timeout: the coordinator restarting or a call cut short.
@@ -92,11 +82,11 @@ class GrpcRendezvous final : public kernels::GlooRendezvous {
       if (RemainingMs(deadline) <= 0) break;
       if (!last.ok() && !backoff.SleepBefore(deadline)) break;
     }
-    std::string why = last.ok() ? "" : absl::StrCat(" (last answer ", CodeName(last.error_code()),
-                                                    ": ", last.error_message(), ")");
+    std::string why = last.ok() ? ""
+                                : absl::StrCat(" (last answer ", CodeName(last.error_code()), ": ",
+                                               last.error_message(), ")");
     throw std::runtime_error(absl::StrCat("rendezvous: key '", key, "' in namespace '", ns_,
-                                          "' was not set within ", timeout_.count(), " ms",
-                                          why));
+                                          "' was not set within ", timeout_.count(), " ms", why));
   }
 
  private:
@@ -117,8 +107,7 @@ class GrpcRendezvous final : public kernels::GlooRendezvous {
   };
 
   static int64_t RemainingMs(Clock::time_point deadline) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())
-        .count();
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   }
 
   void Prepare(grpc::ClientContext* ctx, int64_t timeout_ms) const {
@@ -127,8 +116,8 @@ class GrpcRendezvous final : public kernels::GlooRendezvous {
   }
 
   std::string Describe(const char* op, const std::string& key, const grpc::Status& s) const {
-    return absl::StrCat("rendezvous ", op, " of key '", key, "' in namespace '", ns_, "': ",
-                        CodeName(s.error_code()), ": ", s.error_message());
+    return absl::StrCat("rendezvous ", op, " of key '", key, "' in namespace '", ns_,
+                        "': ", CodeName(s.error_code()), ": ", s.error_message());
   }
 
   std::unique_ptr<v1::Rendezvous::Stub> stub_;
@@ -139,9 +128,9 @@ class GrpcRendezvous final : public kernels::GlooRendezvous {
 
 }  // namespace
 
-std::shared_ptr<kernels::GlooRendezvous> MakeGrpcRendezvous(
-    std::shared_ptr<grpc::Channel> channel, std::string token, std::string ns,
-    std::chrono::milliseconds timeout) {
+std::shared_ptr<kernels::GlooRendezvous> MakeGrpcRendezvous(std::shared_ptr<grpc::Channel> channel,
+                                                            std::string token, std::string ns,
+                                                            std::chrono::milliseconds timeout) {
   return std::make_shared<GrpcRendezvous>(std::move(channel), std::move(token), std::move(ns),
                                           timeout);
 }

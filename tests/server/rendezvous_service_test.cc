@@ -4,13 +4,13 @@
 // channel with the worker token enforced.
 #include "server/rendezvous_service.h"
 
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -180,8 +180,7 @@ TEST(RendezvousStoreTest, ValidationNamesTheFieldAndTheRule) {
          "namespace (513 bytes) must be at most 512 bytes");
   expect(store.Get("ns", "k", -1).status(), absl::StatusCode::kInvalidArgument,
          "wait_ms (-1) must be >= 0");
-  expect(store.Set("ns", "k", std::string((1 << 20) + 1, 'x')),
-         absl::StatusCode::kInvalidArgument,
+  expect(store.Set("ns", "k", std::string((1 << 20) + 1, 'x')), absl::StatusCode::kInvalidArgument,
          "value of key 'k' (1048577 bytes) must be at most 1048576 bytes");
   EXPECT_TRUE(store.Set("ns", "k", std::string(1 << 20, 'x')).ok());  // exactly the cap
   ASSERT_TRUE(store.Set("ns", "k2", "v").ok());
@@ -225,8 +224,7 @@ TEST(RendezvousStoreTest, WaiterCapAndShutdown) {
   while (store.waiters() == 0) std::this_thread::sleep_for(milliseconds(5));
   absl::StatusOr<std::optional<std::string>> second = store.Get("ns", "k", 1000);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(second.status().message().find("1 rendezvous Gets already wait"),
-            std::string::npos);
+  EXPECT_NE(second.status().message().find("1 rendezvous Gets already wait"), std::string::npos);
   const auto start = Steady::now();
   store.Shutdown();
   waiter.join();
@@ -245,8 +243,8 @@ class RendezvousServiceTest : public ::testing::Test {
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     b.RegisterService(service_.get());
     server_ = b.BuildAndStart();
-    stub_ = v1::Rendezvous::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials()));
+    stub_ = v1::Rendezvous::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
+                                                        grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
     store_->Shutdown();
@@ -271,8 +269,7 @@ TEST_F(RendezvousServiceTest, WorkerTokenRequired) {
   set.set_key("k");
   set.set_value("v");
   v1::RendezvousSetResponse set_resp;
-  for (const auto& [token, code] :
-       std::vector<std::pair<std::string, grpc::StatusCode>>{
+  for (const auto& [token, code] : std::vector<std::pair<std::string, grpc::StatusCode>>{
            {"", grpc::StatusCode::UNAUTHENTICATED},
            {"nope", grpc::StatusCode::UNAUTHENTICATED},
            {"client-secret", grpc::StatusCode::PERMISSION_DENIED},

@@ -5,13 +5,13 @@
 // comes up late, and two ranks with their own channels form a Gloo group and all-reduce.
 #include "worker/grpc_rendezvous.h"
 
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <stdexcept>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "kernels/communicator.h"
 #include "server/auth.h"
@@ -181,7 +181,8 @@ TEST_F(GrpcRendezvousTest, TwoRanksWithTheirOwnChannelsAllReduce) {
   for (int r = 0; r < 2; ++r) {
     for (int i = 0; i < kN; ++i) bufs[r][i] = static_cast<float>((r + 1) * i);
     ranks.emplace_back([&, r] {
-      auto rdv = MakeGrpcRendezvous(srv.NewChannel(), "worker-tok", "allreduce", milliseconds(30'000));
+      auto rdv =
+          MakeGrpcRendezvous(srv.NewChannel(), "worker-tok", "allreduce", milliseconds(30'000));
       auto comm = kernels::MakeGlooCommunicator(rdv, "g", r, 2);
       if (!comm.ok()) {
         status[r] = comm.status();
