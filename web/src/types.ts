@@ -141,6 +141,9 @@ export interface Verification {
   measured_peak_gib?: number;
   predicted_peak_gib?: number;
   status?: string;
+  measured_peak_gib_per_rank?: number[];
+  measured_losses?: number[];
+  measured_step_seconds?: number[];
 }
 
 export interface RankedConfig {

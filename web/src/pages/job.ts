@@ -33,6 +33,13 @@ interface Column {
 
 const yesNo = (b: boolean | undefined) => (b ? 'yes' : 'no');
 
+/** (predicted − measured) / measured, signed, in percent. */
+function errorPercent(predicted: number, measured: number): string {
+  if (!(measured > 0)) return 'n/a';
+  const e = ((predicted - measured) / measured) * 100;
+  return `${e >= 0 ? '+' : ''}${fixed(e, 1)} % error`;
+}
+
 function memoryCell(r: RankedConfig, capacity: number): Node {
   const peak = num(r.memory?.peak_gib);
   const cap = num(r.memory?.capacity_gib) || capacity;
@@ -292,9 +299,11 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
           `peak ${fixed(num(r.memory?.peak_gib), 1)} of ${fixed(num(r.memory?.capacity_gib) || capacity, 0)} GiB, ${r.source || 'modelled'}.`,
           num(r.time_to_train_days) > 0 ? ` Time to train: ${fixed(num(r.time_to_train_days), 1)} days.` : '',
         ),
-        v && v.status
-          ? h('p', {}, `Verification (${v.status}): measured ${seconds(num(v.measured_iteration_time_s))} vs predicted ${seconds(num(v.predicted_iteration_time_s))}; peak ${fixed(num(v.measured_peak_gib), 1)} vs ${fixed(num(v.predicted_peak_gib), 1)} GiB.`)
-          : null,
+        v && v.status === 'verified'
+          ? h('p', { id: 'verification' }, `Trained end to end on ${v.measured_peak_gib_per_rank?.length ?? 0} ranks: measured ${seconds(num(v.measured_iteration_time_s))} vs predicted ${seconds(num(v.predicted_iteration_time_s))} per iteration (${errorPercent(num(v.predicted_iteration_time_s), num(v.measured_iteration_time_s))}); peak ${fixed(num(v.measured_peak_gib), 3)} vs ${fixed(num(v.predicted_peak_gib), 3)} GiB (${errorPercent(num(v.predicted_peak_gib), num(v.measured_peak_gib))}).`)
+          : v && v.status
+            ? h('p', { id: 'verification' }, `Verification: ${v.status}`)
+            : null,
         r.notes?.length ? h('ul', { class: 'notes', 'aria-label': 'Why this layout' }, ...r.notes.map((n) => h('li', {}, n))) : null,
       ]);
       const ctx = { job: job ?? { id: jobId }, ranked: r };
