@@ -613,7 +613,7 @@ TEST_F(JobManagerTest, AGangPartThatFailsRestartsTheWholeGangUntilAttemptsRunOut
   EXPECT_TRUE(Report(b, failed).accepted());
   const v1::Job job = Get(id);
   EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
-  const v1::Verification& v = Results(id).ranked(0).verification();
+  const v1::Verification v = Results(id).ranked(0).verification();
   EXPECT_EQ(v.status(),
             "not verified: worker " + b +
                 ": ranks [0, 2) could not meet their peers: key 'x' was not set; gave up after 2 "
@@ -657,6 +657,43 @@ TEST_F(JobManagerTest, LayoutsNoWorkersCanHostSayWhyAndSmallWorkersGetNoLargePar
   std::optional<v1::ProfileTask> part = Lease(big);
   ASSERT_TRUE(part.has_value());
   EXPECT_EQ(part->verify().rank_count(), 2);
+}
+
+TEST_F(JobManagerTest, ACoordinatorRestartWhileVerifyingRestartsTheGangUnderANewNamespace) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("paratune_jm_verify_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string db = (dir / "verify.db").string();
+  std::filesystem::remove(db);
+  auto plan = [](const JobSpec&) -> absl::StatusOr<PlanResult> { return VerifyPlan(); };
+  Open(db, plan);
+  std::string a = RegisterCpuWorker(2);
+  std::string b = RegisterCpuWorker(2);
+  const std::string id = SubmitSpec(VerifySpec(1));
+  std::optional<v1::ProfileTask> t0 = Lease(a);
+  ASSERT_TRUE(t0.has_value());
+  const std::string ns = t0->verify().rendezvous_namespace();
+  manager_.reset();  // part 0 in flight, part 1 queued
+
+  Open(db, plan);
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_VERIFYING);
+  a = RegisterCpuWorker(2);
+  b = RegisterCpuWorker(2);
+  std::optional<v1::ProfileTask> r0 = Lease(a);
+  std::optional<v1::ProfileTask> r1 = Lease(b);
+  ASSERT_TRUE(r0 && r1);
+  EXPECT_EQ(r0->verify().first_rank(), 0);
+  EXPECT_EQ(r0->attempt(), 2);  // the lease before the restart counts
+  EXPECT_EQ(r1->attempt(), 1);
+  EXPECT_NE(r0->verify().rendezvous_namespace(), ns);
+  EXPECT_EQ(r0->verify().rendezvous_namespace(), r1->verify().rendezvous_namespace());
+  EXPECT_TRUE(Report(a, VerifyResultFor(*r0, a)).accepted());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_VERIFYING);
+  EXPECT_TRUE(Report(b, VerifyResultFor(*r1, b)).accepted());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(Results(id).ranked(0).verification().measured_peak_gib_per_rank_size(), 4);
+  manager_.reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
