@@ -2,6 +2,9 @@
 // wrapped in CUDA_CHECK (a launcher returns cudaGetLastError() after its launch).
 #include "kernels/cuda/cuda_backend.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -63,6 +66,63 @@ absl::StatusOr<cudaDataType_t> CublasType(DType t) {
     PT_ASSIGN_OR_RETURN(ElemType et, FloatElem(dtype)); \
     CUDA_CHECK(call);                                   \
   } while (0)
+
+absl::Status CheckAttention(const AttentionArgs& a) {
+  if (a.groups <= 0 || a.heads % a.groups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("attention heads (", a.heads,
+                                                   ") must be a multiple of groups (", a.groups,
+                                                   ")"));
+  }
+  return absl::OkStatus();
+}
+
+// Bytes of one S / dP̃ buffer of blocked flash attention: 32 MiB, or
+// $PARATUNE_CUDA_ATTENTION_BUFFER_BYTES (tests use it to force many small blocks).
+int64_t BufferBytes() {
+  static const int64_t bytes = [] {
+    const char* env = std::getenv("PARATUNE_CUDA_ATTENTION_BUFFER_BYTES");
+    const long long v = env == nullptr ? 0 : std::atoll(env);
+    return v > 0 ? static_cast<int64_t>(v) : int64_t{32} << 20;
+  }();
+  return bytes;
+}
+
+// Addressing of blocked flash attention: rows are tokens t = i·b + bi with row stride
+// b·ld; query head hh = g·pg + r uses kv group g.
+struct Attn {
+  const AttentionArgs& a;
+  int64_t esz, pg, ld, ld_o, block;
+  Attn(const AttentionArgs& args, int64_t elem_size)
+      : a(args), esz(elem_size), pg(args.heads / args.groups), ld(args.batch * args.ld_qkv),
+        ld_o(args.batch * args.ld_o) {
+    // The largest multiple of 64 query rows whose [groups, rows, s] buffer fits kBufferBytes
+    // (at least 64, at most s).
+    const int64_t fit = BufferBytes() / (esz * args.groups * args.seq);
+    block = std::min<int64_t>(args.seq, std::max<int64_t>(64, fit / 64 * 64));
+  }
+  int64_t buffer_elems() const { return a.groups * block * a.seq; }
+  // Row i0 of head r of batch element bi in a q-like tensor with leading dimension `ldx`.
+  const void* QRows(const void* base, int64_t bi, int64_t r, int64_t i0, int64_t ldx) const {
+    return static_cast<const char*>(base) + ((i0 * a.batch + bi) * ldx + r * a.head_dim) * esz;
+  }
+  void* QRows(void* base, int64_t bi, int64_t r, int64_t i0, int64_t ldx) const {
+    return static_cast<char*>(base) + ((i0 * a.batch + bi) * ldx + r * a.head_dim) * esz;
+  }
+  const void* Kv(const void* base, int64_t bi) const {
+    return static_cast<const char*>(base) + bi * a.ld_qkv * esz;
+  }
+  void* KvMut(void* base, int64_t bi) const { return static_cast<char*>(base) + bi * a.ld_qkv * esz; }
+  // S = Q_blk·Kᵀ for every kv group (batched; head r of each group).
+  GemmArgs Scores(int64_t bi, int64_t r, int64_t i0, int64_t rows, void* s) const {
+    GemmArgs g;
+    g.trans_b = true;
+    g.m = rows, g.n = i0 + rows, g.k = a.head_dim;
+    g.a = QRows(a.q, bi, r, i0, a.ld_qkv), g.lda = ld, g.stride_a = pg * a.head_dim;
+    g.b = Kv(a.k, bi), g.ldb = ld, g.stride_b = a.head_dim;
+    g.c = s, g.ldc = i0 + rows, g.stride_c = rows * (i0 + rows), g.batch = a.groups;
+    return g;
+  }
+};
 
 class CudaBackend final : public CudaBackendBase {
  public:
@@ -215,26 +275,88 @@ class CudaBackend final : public CudaBackendBase {
     PT_LAUNCH(dtype, cuda::residual_add(et, out, a, b, n, stream_));
     return absl::OkStatus();
   }
+  // Blocked flash attention (kernels/cuda/attention.cu explains the algebra): per batch
+  // element bi, head-in-group r and block of query rows, cuBLAS batched over the kv groups.
   absl::Status FlashAttentionForward(DType dtype, const AttentionArgs& args,
                                      float* lse) override {
-    if (args.head_dim % 32 != 0 || args.head_dim > 256) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "head_dim (", args.head_dim, ") must be a multiple of 32 and <= 256 for flash on cuda"));
+    PT_RETURN_IF_ERROR(CheckAttention(args));
+    const Attn at(args, SizeOf(dtype));
+    PT_ASSIGN_OR_RETURN(Tensor sbuf, Empty({at.buffer_elems()}, dtype, MemoryTag::kWorkspace));
+    for (int64_t bi = 0; bi < args.batch; ++bi) {
+      for (int64_t r = 0; r < at.pg; ++r) {
+        for (int64_t i0 = 0; i0 < args.seq; i0 += at.block) {
+          const int64_t rows = std::min(at.block, args.seq - i0), kv = i0 + rows;
+          PT_RETURN_IF_ERROR(Gemm(dtype, at.Scores(bi, r, i0, rows, sbuf.data())));
+          PT_LAUNCH(dtype, cuda::attention_block_softmax(et, args, sbuf.data(), lse, bi, r, i0,
+                                                         rows, stream_));
+          GemmArgs g;  // O_blk = P̃·V
+          g.m = rows, g.n = args.head_dim, g.k = kv;
+          g.a = sbuf.data(), g.lda = kv, g.stride_a = rows * kv;
+          g.b = at.Kv(args.v, bi), g.ldb = at.ld, g.stride_b = args.head_dim;
+          g.c = at.QRows(args.o, bi, r, i0, args.ld_o), g.ldc = at.ld_o;
+          g.stride_c = at.pg * args.head_dim, g.batch = args.groups;
+          PT_RETURN_IF_ERROR(Gemm(dtype, g));
+        }
+      }
     }
-    PT_LAUNCH(dtype, cuda::flash_attention_forward(et, args, lse, stream_));
-    return absl::OkStatus();
+    return Synchronize();  // sbuf is freed on return
   }
   absl::Status FlashAttentionBackward(DType dtype, const AttentionArgs& args, const float* lse,
                                       const void* d_o, void* dq, void* dk, void* dv) override {
-    if (args.head_dim % 32 != 0 || args.head_dim > 256) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "head_dim (", args.head_dim, ") must be a multiple of 32 and <= 256 for flash on cuda"));
+    PT_RETURN_IF_ERROR(CheckAttention(args));
+    const Attn at(args, SizeOf(dtype));
+    const int64_t d = args.head_dim;
+    PT_ASSIGN_OR_RETURN(Tensor rowdot, Empty({args.batch * args.heads * args.seq}, DType::kF32,
+                                             MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(Tensor sbuf, Empty({at.buffer_elems()}, dtype, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(Tensor dpbuf, Empty({at.buffer_elems()}, dtype, MemoryTag::kWorkspace));
+    PT_LAUNCH(dtype, cuda::attention_row_dot(et, args, d_o, rowdot.data_as<float>(), stream_));
+    for (int64_t bi = 0; bi < args.batch; ++bi) {
+      for (int64_t r = 0; r < at.pg; ++r) {
+        // Last block first: it sees every key, so its dK/dV products initialise all rows.
+        const int64_t last = (args.seq - 1) / at.block * at.block;
+        for (int64_t i0 = last; i0 >= 0; i0 -= at.block) {
+          const int64_t rows = std::min(at.block, args.seq - i0), kv = i0 + rows;
+          const float accumulate = (r == 0 && i0 == last) ? 0.0f : 1.0f;
+          PT_RETURN_IF_ERROR(Gemm(dtype, at.Scores(bi, r, i0, rows, sbuf.data())));
+          GemmArgs g;  // dP̃ = dO_blk·Vᵀ
+          g.trans_b = true;
+          g.m = rows, g.n = kv, g.k = d;
+          g.a = at.QRows(d_o, bi, r, i0, args.ld_o), g.lda = at.ld_o;
+          g.stride_a = at.pg * d;
+          g.b = at.Kv(args.v, bi), g.ldb = at.ld, g.stride_b = d;
+          g.c = dpbuf.data(), g.ldc = kv, g.stride_c = rows * kv, g.batch = args.groups;
+          PT_RETURN_IF_ERROR(Gemm(dtype, g));
+          PT_LAUNCH(dtype, cuda::attention_block_grad(et, args, sbuf.data(), dpbuf.data(), lse,
+                                                      rowdot.data_as<float>(), bi, r, i0, rows,
+                                                      stream_));
+          GemmArgs gv;  // dV += P̃ᵀ·dO_blk
+          gv.trans_a = true;
+          gv.m = kv, gv.n = d, gv.k = rows;
+          gv.a = sbuf.data(), gv.lda = kv, gv.stride_a = rows * kv;
+          gv.b = at.QRows(d_o, bi, r, i0, args.ld_o), gv.ldb = at.ld_o, gv.stride_b = at.pg * d;
+          gv.beta = accumulate;
+          gv.c = at.KvMut(dv, bi), gv.ldc = at.ld, gv.stride_c = d, gv.batch = args.groups;
+          PT_RETURN_IF_ERROR(Gemm(dtype, gv));
+          GemmArgs gq;  // dQ_blk = dS·K
+          gq.m = rows, gq.n = d, gq.k = kv;
+          gq.a = dpbuf.data(), gq.lda = kv, gq.stride_a = rows * kv;
+          gq.b = at.Kv(args.k, bi), gq.ldb = at.ld, gq.stride_b = d;
+          gq.c = at.QRows(dq, bi, r, i0, args.ld_qkv), gq.ldc = at.ld;
+          gq.stride_c = at.pg * d, gq.batch = args.groups;
+          PT_RETURN_IF_ERROR(Gemm(dtype, gq));
+          GemmArgs gk;  // dK += dSᵀ·Q_blk
+          gk.trans_a = true;
+          gk.m = kv, gk.n = d, gk.k = rows;
+          gk.a = dpbuf.data(), gk.lda = kv, gk.stride_a = rows * kv;
+          gk.b = at.QRows(args.q, bi, r, i0, args.ld_qkv), gk.ldb = at.ld, gk.stride_b = at.pg * d;
+          gk.beta = accumulate;
+          gk.c = at.KvMut(dk, bi), gk.ldc = at.ld, gk.stride_c = d, gk.batch = args.groups;
+          PT_RETURN_IF_ERROR(Gemm(dtype, gk));
+        }
+      }
     }
-    PT_ASSIGN_OR_RETURN(Tensor scratch, Empty({args.batch * args.heads * args.seq}, DType::kF32,
-                                              MemoryTag::kWorkspace));
-    PT_LAUNCH(dtype, cuda::flash_attention_backward(et, args, lse, d_o, dq, dk, dv,
-                                                    scratch.data_as<float>(), stream_));
-    return Synchronize();
+    return Synchronize();  // the buffers are freed on return
   }
   absl::Status AttentionDropoutForward(DType dtype, void* y, uint8_t* mask, const void* x,
                                        const AttentionArgs& args) override {

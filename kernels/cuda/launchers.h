@@ -65,12 +65,17 @@ cudaError_t residual_add(ElemType t, void* out, const void* a, const void* b, in
 cudaError_t adamw(ElemType grad_type, float* param, const void* grad, float* m, float* v,
                   int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                   int64_t step, cudaStream_t stream);
-// attention.cu; `scratch` holds batch·heads·seq floats (backward's row dot products).
-cudaError_t flash_attention_forward(ElemType t, const AttentionArgs& args, float* lse,
+// attention.cu: the elementwise parts of blocked flash attention (the backend runs the
+// matrix products). A block is query rows [i0, i0 + rows) of batch element bi and
+// head-in-group r, for every kv group; s and dp are [groups, rows, i0 + rows].
+cudaError_t attention_block_softmax(ElemType t, const AttentionArgs& args, void* s, float* lse,
+                                    int64_t bi, int64_t r, int64_t i0, int64_t rows,
                                     cudaStream_t stream);
-cudaError_t flash_attention_backward(ElemType t, const AttentionArgs& args, const float* lse,
-                                     const void* d_o, void* dq, void* dk, void* dv,
-                                     float* scratch, cudaStream_t stream);
+cudaError_t attention_block_grad(ElemType t, const AttentionArgs& args, void* s, void* dp,
+                                 const float* lse, const float* D, int64_t bi, int64_t r,
+                                 int64_t i0, int64_t rows, cudaStream_t stream);
+cudaError_t attention_row_dot(ElemType t, const AttentionArgs& args, const void* d_o, float* D,
+                              cudaStream_t stream);
 // vocab.cu
 cudaError_t embedding_forward(ElemType t, void* out, const int32_t* ids, const void* table,
                               int64_t tokens, int64_t hidden, int64_t vocab_start,

@@ -117,6 +117,33 @@ TEST(CudaBackendTest, NormsMatchCpuTwins) {
   }
 }
 
+// Blocked flash attention against the CPU kernel with many query blocks: s = 200 with
+// 64-row blocks (the last one 8 rows), GQA (4 heads, 2 groups: head-in-group r = 0, 1),
+// b = 2 and attention dropout; o, lse, dq, dk and dv all compared.
+TEST(CudaBackendTest, BlockedFlashAttentionMatchesCpuAcrossBlocks) {
+  // [groups 2, rows 64, s 200] fp32 = 102400 bytes: 64-row blocks. Read once per process,
+  // so it is set before the first attention call of this test binary.
+  setenv("PARATUNE_CUDA_ATTENTION_BUFFER_BYTES", "102400", 1);
+  SKIP_WITHOUT_CUDA(gpu);
+  constexpr int64_t b = 2, s = 200, heads = 4, groups = 2, d = 32;
+  constexpr int64_t W = (heads + 2 * groups) * d;
+  CompareOp(*gpu, DType::kF32, 2e-4, "blocked flash attention", {{s * b, W}, {s * b, heads * d}},
+            {{s * b, heads * d}, {b * heads * s}, {s * b, W}},
+            [&](Backend& be, DType dt, auto& in, auto& out) {
+              AttentionArgs a;
+              a.batch = b, a.seq = s, a.heads = heads, a.groups = groups, a.head_dim = d;
+              a.q = in[0].data(), a.k = in[0].at(heads * d), a.v = in[0].at((heads + groups) * d);
+              a.ld_qkv = W;
+              a.o = out[0].data(), a.ld_o = heads * d;
+              a.scale = 0.17f, a.dropout = 0.1f, a.seed = 77, a.global_heads = 8, a.head_offset = 4;
+              float* lse = out[1].template data_as<float>();
+              if (auto st = be.FlashAttentionForward(dt, a, lse); !st.ok()) return st;
+              return be.FlashAttentionBackward(dt, a, lse, in[1].data(), out[2].data(),
+                                               out[2].at(heads * d),
+                                               out[2].at((heads + groups) * d));
+            });
+}
+
 TEST(CudaBackendTest, LayerOnGpuEqualsCpuFp32) {
   SKIP_WITHOUT_CUDA(gpu);
   for (bool flash : {false, true}) {
