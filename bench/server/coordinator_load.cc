@@ -109,6 +109,22 @@ std::pair<int64_t, int64_t> ReadRss(pid_t pid) {
   return {rss, hwm};
 }
 
+// User plus system CPU seconds `pid` has used, from /proc/<pid>/stat; 0 when unknown.
+double CpuSeconds(pid_t pid) {
+  if (pid <= 0) return 0;
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');  // the command name may contain spaces
+  if (paren == std::string::npos) return 0;
+  std::istringstream in(stat.substr(paren + 2));
+  std::string field;
+  double ticks = 0;
+  // Fields 3.. after the name: state is field 3; utime and stime are fields 14 and 15.
+  for (int i = 3; i <= 15 && in >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 // A coordinator child process on free ports with a temporary database.
 class Coordinator {
  public:
@@ -312,6 +328,7 @@ struct Env {
   int poll_ms = 100;
   int task_ms = 100;
   double watch_cap_s = 30;
+  bool results_grpc = true, results_rest = true;
   std::atomic<int64_t> submissions{0};
   FirstErrors first_errors;
 
@@ -407,8 +424,8 @@ class LoadClient {
       }
       ++rec_.stats().jobs_succeeded;
       rec_.Ok(profile ? kJobProfile : kJobModel, acked);
-      ResultsGrpc(*id, profile);
-      ResultsRest(*id, profile);
+      if (env_->results_grpc) ResultsGrpc(*id, profile);
+      if (env_->results_rest) ResultsRest(*id, profile);
     }
   }
 
@@ -959,6 +976,7 @@ int main(int argc, char** argv) {
   int task_ms = 100;
   int poll_ms = 100;
   double watch_cap_s = 30;
+  std::string results = "both";
   std::string coordinator_bin;
   std::vector<std::string> coordinator_args;
   std::string grpc_target, http_target, client_token_file, worker_token_file;
@@ -984,6 +1002,9 @@ int main(int argc, char** argv) {
   app.add_option("--task-ms", task_ms, "Simulated measuring time per leased task")
       ->capture_default_str()
       ->check(CLI::Range(0, 600000));
+  app.add_option("--results", results, "Read each finished job's results over grpc, rest or both")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"grpc", "rest", "both"}));
   app.add_option("--poll-ms", poll_ms, "REST clients poll their job this often")
       ->capture_default_str()
       ->check(CLI::Range(1, 60000));
@@ -1020,6 +1041,8 @@ int main(int argc, char** argv) {
   env.task_ms = task_ms;
   env.poll_ms = poll_ms;
   env.watch_cap_s = watch_cap_s;
+  env.results_grpc = results != "rest";
+  env.results_rest = results != "grpc";
 
   std::optional<Coordinator> coordinator;
   const bool external = !grpc_target.empty() || !http_target.empty();
@@ -1056,6 +1079,7 @@ int main(int argc, char** argv) {
 
   const double load_before = LoadAverage();
   const int64_t rss_before = ReadRss(pid).first;
+  const double cpu_before = CpuSeconds(pid);
   const std::map<std::string, double> gauges_before =
       ScrapeGauges(env.http_host, env.http_port, 10);
 
@@ -1103,6 +1127,7 @@ int main(int argc, char** argv) {
   for (auto& t : threads) t.join();
   const double wall = env.Now();
   const auto [rss_after, rss_hwm] = ReadRss(pid);
+  const double cpu_s = CpuSeconds(pid) - cpu_before;
   rss_peak_sampled = std::max(rss_peak_sampled, rss_after);
   const std::map<std::string, double> gauges_after = ScrapeGauges(env.http_host, env.http_port, 10);
   const int64_t db_bytes = coordinator ? coordinator->DbBytes() : 0;
@@ -1168,6 +1193,7 @@ int main(int argc, char** argv) {
                             {"wall_s", wall},
                             {"profile_every", profile_every},
                             {"task_ms", task_ms},
+                            {"results", results},
                             {"load_average_1m", {{"before", load_before}, {"max", load_max}}},
                             {"rows", rows},
                             {"timeline", timeline},
@@ -1177,6 +1203,7 @@ int main(int argc, char** argv) {
                               {"peak_sampled", static_cast<double>(rss_peak_sampled) / mib},
                               {"peak_vmhwm", static_cast<double>(rss_hwm) / mib}}},
                             {"coordinator_db_mib", static_cast<double>(db_bytes) / mib},
+                            {"coordinator_cpu_s", cpu_s},
                             {"jobs",
                              {{"submitted", total.jobs_submitted},
                               {"succeeded_seen", total.jobs_succeeded},
@@ -1209,8 +1236,10 @@ int main(int argc, char** argv) {
       "# jobs: gpt3-175b on 1024 x a100-80gb; every %d-th submission profile mode "
       "(top_k 4, unique vocab), the rest model mode (top_k 10); tasks take %d ms\n",
       profile_every, task_ms);
-  std::printf("# coordinator: %s; load average (1 min) %.1f before, max %.1f during\n",
-              external ? "given" : coordinator_bin.c_str(), load_before, load_max);
+  std::printf(
+      "# coordinator: %s; results read over %s; load average (1 min) %.1f before, max "
+      "%.1f during\n",
+      external ? "given" : coordinator_bin.c_str(), results.c_str(), load_before, load_max);
   std::printf("#\n");
   std::printf("# %12s %9s %9s %9s %9s %9s %7s\n", "op", "count", "rate", "p50", "p99", "max",
               "errors");
@@ -1237,10 +1266,10 @@ int main(int argc, char** argv) {
   std::printf("#\n");
   std::printf(
       "# coordinator RSS: %.1f MiB before, %.1f MiB after, peak %.1f MiB (VmHWM %.1f); "
-      "database %.1f MiB\n",
+      "database %.1f MiB; coordinator CPU %.1f s\n",
       static_cast<double>(rss_before) / mib, static_cast<double>(rss_after) / mib,
       static_cast<double>(rss_peak_sampled) / mib, static_cast<double>(rss_hwm) / mib,
-      static_cast<double>(db_bytes) / mib);
+      static_cast<double>(db_bytes) / mib, cpu_s);
   std::printf(
       "# jobs: %lld submitted, %lld seen SUCCEEDED, %lld seen FAILED/CANCELLED, %lld "
       "still running when the run ended (%lld watches capped at %.0f s)\n",
