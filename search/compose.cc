@@ -7,7 +7,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "search/device_catalog.h"
+#include "search/time_model.h"
 
 namespace paratune {
 namespace {
@@ -24,25 +26,68 @@ double CommMeasurement::LargestBusBandwidth() const {
   return largest == nullptr ? 0.0 : largest->bus_bandwidth;
 }
 
-double NonLayerComputeShare(const JobSpec& spec, const ParallelConfig& config,
-                            int64_t layers_per_stage) {
-  const ModelSpec& m = spec.model;
-  const double h = static_cast<double>(m.hidden_size);
-  const double a = static_cast<double>(m.num_attention_heads);
-  const double g = static_cast<double>(m.num_query_groups > 0 ? m.num_query_groups
-                                                              : m.num_attention_heads);
-  const double f = static_cast<double>(m.ffn_hidden_size > 0 ? m.ffn_hidden_size : 4 * h);
-  const double s = static_cast<double>(spec.training.seq_length);
-  const double b = static_cast<double>(config.micro_batch_size);
-  // Matmul parameters of one layer: QKV (with GQA), output projection, MLP (SwiGLU has
-  // three matrices, GeLU two).
-  const double qkv = h * (h + 2.0 * h * g / a);
-  const double mlp = (m.activation == Activation::kSwiglu ? 3.0 : 2.0) * h * f;
-  const double layer = 2.0 * b * s * (qkv + h * h + mlp) + 4.0 * b * s * s * h;
-  const double logits = 2.0 * b * s * h * static_cast<double>(m.vocab_size);
-  const double layers = static_cast<double>(std::max<int64_t>(layers_per_stage, 1)) * layer;
-  return logits / (logits + layers);
+namespace {
+
+// Seconds of a collective of `bytes` from a sweep: piecewise-linear in size through the
+// measured samples (time = latency + bytes / bandwidth between two sizes), extended past
+// the smallest and the largest size along the nearest segment; never below zero. One
+// sample: that sample's bus bandwidth scaled to `bytes` (a pure bandwidth term).
+double SweepSeconds(const CommMeasurement& m, double bytes) {
+  std::vector<CommMeasurement::Sample> v = m.samples;
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+    return a.size_bytes < b.size_bytes;
+  });
+  if (v.empty()) return 0.0;
+  if (v.size() == 1) {
+    return v[0].size_bytes > 0 ? v[0].time_s * bytes / static_cast<double>(v[0].size_bytes)
+                               : v[0].time_s;
+  }
+  size_t i = 1;
+  while (i + 1 < v.size() && static_cast<double>(v[i].size_bytes) < bytes) ++i;
+  const double x0 = static_cast<double>(v[i - 1].size_bytes);
+  const double x1 = static_cast<double>(v[i].size_bytes);
+  const double slope = x1 > x0 ? (v[i].time_s - v[i - 1].time_s) / (x1 - x0) : 0.0;
+  return std::max(0.0, v[i - 1].time_s + slope * (bytes - x0));
 }
+
+const CommMeasurement* FindSweep(const Measurements& measurements, CollectiveSweepSpec spec,
+                                 CollectiveOp op) {
+  spec.op = op;
+  auto it = measurements.collectives.find(spec.Key());
+  if (it == measurements.collectives.end() || !it->second.ok || it->second.samples.empty()) {
+    return nullptr;
+  }
+  return &it->second;
+}
+
+// A measured layer task as the time model's per-layer split. The step runner reports TP
+// communication for the whole step; it is split over forward, backward and recompute in
+// proportion to their times (only their sums enter the iteration).
+LayerTime ToLayerTime(const LayerMeasurement& main, const LayerMeasurement* plain,
+                      const LayerTime& modelled) {
+  LayerTime t;
+  const double total = main.LayerSeconds();
+  const double comm_share = total > 0 ? std::min(1.0, main.tp_comm_s / total) : 0.0;
+  // Partial full recompute: the recomputed layers' recompute from the full-recompute task,
+  // forward and backward from the plain one.
+  const LayerMeasurement& fb = plain != nullptr ? *plain : main;
+  const double fb_total = fb.LayerSeconds();
+  const double fb_share = fb_total > 0 ? std::min(1.0, fb.tp_comm_s / fb_total) : 0.0;
+  t.forward_compute = fb.forward_s * (1.0 - fb_share);
+  t.forward_tp_comm = fb.forward_s * fb_share;
+  t.backward_compute = fb.backward_s * (1.0 - fb_share);
+  t.backward_tp_comm = fb.backward_s * fb_share;
+  t.recompute = main.recompute_s * (1.0 - comm_share);
+  t.recompute_tp_comm = main.recompute_s * comm_share;
+  // Context parallelism is not part of the layer task: its exposed ring exchange stays
+  // modelled.
+  t.forward_cp_comm = modelled.forward_cp_comm;
+  t.backward_cp_comm = modelled.backward_cp_comm;
+  t.attention_forward = modelled.attention_forward;
+  return t;
+}
+
+}  // namespace
 
 absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedConfig& modelled,
                                               const ProfilePlanOptions& options,
@@ -70,52 +115,84 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
       return absl::FailedPreconditionError(absl::StrCat("profile task failed: ", m->message));
     }
   }
-  const int64_t pp = std::max<int64_t>(c.pp, 1);
-  const int64_t vp = std::max<int64_t>(c.vp, 1);
-  const int64_t layers_per_stage = spec.model.num_layers / pp;
-  // Per micro-batch, one stage: fully recomputed layers (first task) and the rest.
-  int64_t recomputed = layers_per_stage;
-  if (found.size() == 2) recomputed = c.recompute_num_layers;
-  const double stage_s = recomputed * found[0]->LayerSeconds() +
-                         (found.size() == 2 ? (layers_per_stage - recomputed) *
-                                                  found[1]->LayerSeconds()
-                                            : 0.0);
-  const double stage_comm_s =
-      recomputed * found[0]->tp_comm_s +
-      (found.size() == 2 ? (layers_per_stage - recomputed) * found[1]->tp_comm_s : 0.0);
-  const double m = static_cast<double>(c.NumMicroBatches(spec.training));
-  const double share = NonLayerComputeShare(spec, c, layers_per_stage);
+  absl::StatusOr<DeviceProfile> device = DeviceForCluster(spec.cluster);
+  if (!device.ok()) return device.status();
+  const int64_t n = spec.cluster.gpus_per_node;
+  const LayerTime modelled_layer = EstimateLayerTime(spec.model, spec.training, c, *device, n);
+  const EdgeTime modelled_edge = EstimateEdgeTime(spec.model, spec.training, c, *device, n);
+  const LayerTime layer =
+      ToLayerTime(*found[0], found.size() == 2 ? found[1] : nullptr, modelled_layer);
+  std::vector<std::string> measured_parts = {"layers"};
 
-  TimeBreakdown t = modelled.time;
-  const double replaced = t.compute + t.tp_comm + t.pp_bubble + t.dp_comm;
-  const double non_layer = share * t.compute;
-  t.compute = m * (stage_s - stage_comm_s) + non_layer;
-  t.tp_comm = m * stage_comm_s;
-  t.pp_bubble = static_cast<double>(pp - 1) / static_cast<double>(vp) * stage_s;
+  // Embedding and logits: the layer task re-run with the first (last) stage's extra work,
+  // less the plain layer; else the modelled edge scaled by measured / modelled layer time
+  // (the device's speed relative to its catalog entry carries over to the same kind of
+  // kernels; on a well-calibrated catalog entry the ratio is ~1).
+  const std::string key = tasks.back().Key();
+  const LayerMeasurement& plain = *found.back();
+  const double modelled_layer_s = modelled_layer.Forward() + modelled_layer.Backward();
+  const double ratio = modelled_layer_s > 0 ? found[0]->LayerSeconds() / modelled_layer_s : 1.0;
+  EdgeTime edge;
+  edge.embedding_forward = modelled_edge.embedding_forward * ratio;
+  edge.embedding_backward = modelled_edge.embedding_backward * ratio;
+  edge.logits_forward = modelled_edge.logits_forward * ratio;
+  edge.logits_backward = modelled_edge.logits_backward * ratio;
+  if (auto it = measurements.first_stage.find(key); it != measurements.first_stage.end() &&
+                                                    it->second.outcome ==
+                                                        LayerMeasurement::Outcome::kOk) {
+    edge.embedding_forward = std::max(0.0, it->second.forward_s - plain.forward_s);
+    edge.embedding_backward = std::max(0.0, it->second.backward_s + it->second.recompute_s -
+                                                plain.backward_s - plain.recompute_s);
+    measured_parts.push_back("embedding");
+  }
+  if (auto it = measurements.last_stage.find(key); it != measurements.last_stage.end() &&
+                                                   it->second.outcome ==
+                                                       LayerMeasurement::Outcome::kOk) {
+    edge.logits_forward = std::max(0.0, it->second.forward_s - plain.forward_s);
+    edge.logits_backward = std::max(0.0, it->second.backward_s + it->second.recompute_s -
+                                             plain.backward_s - plain.recompute_s);
+    measured_parts.push_back("logits");
+  }
+
+  MeasuredTerms terms;
+  if (measurements.optimizer_seconds_per_param > 0) {
+    terms.optimizer_seconds_per_param = measurements.optimizer_seconds_per_param;
+    measured_parts.push_back("optimizer");
+  }
   std::string dp_note;
   if (std::optional<CollectiveSweepSpec> sweep = DpSweepFor(spec, c, options)) {
-    auto it = measurements.collectives.find(sweep->Key());
-    absl::StatusOr<DeviceProfile> device = DeviceForCluster(spec.cluster);
-    const double measured_bw =
-        it != measurements.collectives.end() && it->second.ok
-            ? it->second.LargestBusBandwidth()
-            : 0.0;
-    // Megatron orders ranks tp, cp, dp: a DP group spans tp * cp * dp consecutive ranks.
-    const bool across_nodes = c.tp * c.cp * c.dp > spec.cluster.gpus_per_node;
-    const double modelled_bw =
-        !device.ok() ? 0.0
-                     : (across_nodes ? device->network_bandwidth : device->nvlink_bandwidth);
-    if (measured_bw > 0 && modelled_bw > 0) {
-      t.dp_comm *= modelled_bw / measured_bw;
-      dp_note = absl::StrFormat("; dp all-reduce busbw %.2f GB/s measured vs %.2f modelled",
-                                measured_bw / 1e9, modelled_bw / 1e9);
+    const CommMeasurement* ar = FindSweep(measurements, *sweep, CollectiveOp::kAllReduce);
+    const CommMeasurement* rs = FindSweep(measurements, *sweep, CollectiveOp::kReduceScatter);
+    const CommMeasurement* ag = FindSweep(measurements, *sweep, CollectiveOp::kAllGather);
+    if (!c.distributed_optimizer && ar != nullptr) {
+      terms.dp_reduce_seconds = [ar](double bytes) { return SweepSeconds(*ar, bytes); };
+      dp_note = absl::StrFormat("; dp all-reduce measured (busbw %.2f GB/s at the largest size)",
+                                ar->LargestBusBandwidth() / 1e9);
+    } else if (c.distributed_optimizer && (rs != nullptr || ar != nullptr)) {
+      // A ring all-reduce is a reduce-scatter then an all-gather of the same bytes, each
+      // (k-1)/k of them per rank: without their own sweeps each is half the all-reduce.
+      terms.dp_reduce_seconds = [rs, ar](double bytes) {
+        return rs != nullptr ? SweepSeconds(*rs, bytes) : 0.5 * SweepSeconds(*ar, bytes);
+      };
+      terms.dp_gather_seconds = [ag, ar, rs](double bytes) {
+        if (ag != nullptr) return SweepSeconds(*ag, bytes);
+        return ar != nullptr ? 0.5 * SweepSeconds(*ar, bytes) : SweepSeconds(*rs, bytes);
+      };
+      dp_note = absl::StrFormat("; dp reduce-scatter %s, all-gather %s",
+                                rs != nullptr ? "measured" : "half the measured all-reduce",
+                                ag != nullptr ? "measured"
+                                : ar != nullptr ? "half the measured all-reduce"
+                                                : "as the measured reduce-scatter");
     } else {
-      dp_note = "; dp all-reduce not measured, modelled";
+      dp_note = "; dp reduce not measured, modelled";
     }
   }
-  out.time = t;
-  out.iteration_time_s = modelled.iteration_time_s - replaced + t.compute + t.tp_comm +
-                         t.pp_bubble + t.dp_comm;
+
+  absl::StatusOr<IterationEstimate> it =
+      EstimateIteration(spec, c, *device, layer, edge, PipelineMode::kSimulated, &terms);
+  if (!it.ok()) return it.status();
+  out.time = it->time;
+  out.iteration_time_s = it->iteration_time_s;
   if (out.iteration_time_s > 0 && modelled.iteration_time_s > 0) {
     const double speedup = modelled.iteration_time_s / out.iteration_time_s;
     out.tokens_per_sec_per_gpu = modelled.tokens_per_sec_per_gpu * speedup;
@@ -127,9 +204,11 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
   const LayerMeasurement& first = *found[0];
   out.notes.push_back(absl::StrFormat(
       "measured on %s: layer fwd %.3f ms, bwd %.3f ms, recompute %.3f ms, tp comm %.3f ms "
-      "per micro-batch%s; modelled iteration %.4f s, composed %.4f s",
+      "per micro-batch%s; measured parts: %s (the rest modelled, edges scaled by %.2f); "
+      "modelled iteration %.4f s, composed %.4f s",
       spec.cluster.gpu, Ms(first.forward_s), Ms(first.backward_s), Ms(first.recompute_s),
-      Ms(first.tp_comm_s), dp_note, modelled.iteration_time_s, out.iteration_time_s));
+      Ms(first.tp_comm_s), dp_note, absl::StrJoin(measured_parts, ", "), ratio,
+      modelled.iteration_time_s, out.iteration_time_s));
   return out;
 }
 

@@ -1,13 +1,21 @@
 // Composition (DESIGN.md step 5): measured per-layer times turn each profiled candidate's
 // modelled iteration into a measured one, and the candidates are ranked again.
 //
-// What is replaced: the transformer layers' compute and TP communication on the critical
-// path (m micro-batches x layers per stage x measured forward + backward + recompute) and
-// the pipeline bubble ((p - 1) / v stage slots of the same measured stage time); the
-// data-parallel gradient reduce is rescaled by modelled / measured all-reduce bus bandwidth
-// (the DP group's link: NVLink inside a node, the NIC across nodes). What stays modelled:
-// embedding and logits compute (their FLOP share of the modelled compute), CP, pipeline
-// p2p and optimizer time, and the memory breakdown.
+// The composed iteration is the time model's own (search/time_model.h EstimateIteration:
+// the pipeline schedule simulated stage by stage, then the DP gradient reduce and the
+// optimizer step of the critical stage) evaluated on measured parts instead of modelled
+// ones, so the two differ only where a measurement exists:
+//   - transformer layers: forward, backward, recompute and TP communication per
+//     micro-batch from the layer tasks (two tasks when only some layers are recomputed);
+//   - embedding (first stage) and logits + cross entropy (last stage): a layer task re-run
+//     with that stage's extra work (Measurements::first_stage / last_stage), less the plain
+//     layer; without one, the modelled edge times scaled by measured / modelled layer time;
+//   - DP gradient reduce: the collective sweep's time at the actual gradient bytes
+//     (interpolated between measured sizes), all-reduce, or reduce-scatter + all-gather
+//     with the distributed optimizer;
+//   - optimizer step: measured seconds per parameter (gradient zeroing, scaling, AdamW).
+// What stays modelled: CP communication, pipeline p2p transfers, the tied-embedding sync,
+// and the memory breakdown.
 #ifndef PARATUNE_SEARCH_COMPOSE_H_
 #define PARATUNE_SEARCH_COMPOSE_H_
 
@@ -55,13 +63,18 @@ struct CommMeasurement {
 /// Measurements by task key (LayerProfileSpec::Key(), CollectiveSweepSpec::Key()).
 struct Measurements {
   std::map<std::string, LayerMeasurement> layers;
+  /// Collective sweeps by key: the DP all-reduce of DpSweepFor, and optionally the same
+  /// sweep as reduce-scatter and all-gather (the distributed optimizer's collectives).
   std::map<std::string, CommMeasurement> collectives;
+  /// Optional, by the key of the layout's plain layer task (the last of LayerTasksFor): the
+  /// same task run with the first stage's embedding (first_stage) or the last stage's final
+  /// norm, logits and cross entropy (last_stage) around the layer.
+  std::map<std::string, LayerMeasurement> first_stage, last_stage;
+  /// Optional: seconds of the optimizer step per parameter a rank updates (zeroing the
+  /// gradient buffer, scaling the gradients, AdamW), measured with the job's ranks all
+  /// busy; 0 = modelled.
+  double optimizer_seconds_per_param = 0;
 };
-
-/// The share of a stage's per-micro-batch compute FLOPs that is not transformer layers
-/// (logits, taken on the last stage), for a stage of `layers_per_stage` layers.
-double NonLayerComputeShare(const JobSpec& spec, const ParallelConfig& config,
-                            int64_t layers_per_stage);
 
 /// Composes one candidate from measurements; the modelled entry with source = measured
 /// and its figures replaced. NotFound when a task key it needs has no measurement.

@@ -68,6 +68,15 @@ LayerActivationParams ActivationParamsFor(const ModelSpec& model, const Training
   return p;
 }
 
+double OptimizerBytesPerParam(Precision precision) {
+  // Adam's m and v are FP32 (8 bytes). Mixed precision adds the FP32 master copy of the
+  // 16-bit weights (4 bytes); FP32 training updates the weights in place, so Megatron's
+  // FP32 optimizer keeps no copy and its distributed optimizer's FP32 shards are views
+  // into the weight buffer (Megatron-LM docs, distributed optimizer: 16 bytes/param for
+  // FP32 params and grads, 18 for BF16 params with FP32 grads, i.e. 4+4+8 and 2+4+12).
+  return precision == Precision::kFp32 ? 8.0 : 12.0;
+}
+
 double StageParamsPerGpu(const ModelSpec& m, const ParallelConfig& c, int64_t stage) {
   const double t = static_cast<double>(c.tp);
   double params =
@@ -153,6 +162,7 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
                         e * s_local * b * h / sp;
 
   const double weight_bytes = tr.precision == Precision::kFp32 ? 4.0 : 2.0;
+  const double optimizer_bytes = OptimizerBytesPerParam(tr.precision);
   const double optimizer_shards =
       c.distributed_optimizer ? static_cast<double>(c.dp * c.cp) : 1.0;
 
@@ -163,7 +173,7 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     mem.capacity = capacity_bytes;
     mem.weights = weight_bytes * params;
     mem.gradients = framework.gradient_bytes_per_param * params;
-    mem.optimizer = 12.0 * params / optimizer_shards;
+    mem.optimizer = optimizer_bytes * params / optimizer_shards;
     const double stage_in_flight = in_flight_on(stage);
     mem.activations =
         stage_in_flight * stage_act(stage) + (stage == 0 ? in_flight * embedding_act : 0);

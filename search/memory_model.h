@@ -68,6 +68,11 @@ double MaxParamsPerGpu(const ModelSpec& model, const ParallelConfig& config);
 /// Parameters held by one TP rank of pipeline stage `stage` (padded vocabulary).
 double StageParamsPerGpu(const ModelSpec& model, const ParallelConfig& config, int64_t stage);
 
+/// Optimizer-state bytes per parameter (before distributed-optimizer sharding): Adam's
+/// FP32 m and v (8), plus the FP32 master weights in 16-bit and FP8 training (12 in all).
+/// FP32 training keeps no master copy: 8.
+double OptimizerBytesPerParam(Precision precision);
+
 /// Fixed per-GPU bytes outside the model (CUDA context ~0.5 GiB, NCCL buffers and cuBLAS
 /// workspaces): one documented constant, not per model.
 inline constexpr double kFrameworkWorkspaceBytes = 2.5 * (1ull << 30);
@@ -94,8 +99,8 @@ struct FrameworkMemory {
 /// cause. Documented terms:
 ///   weights 2 bytes/param (4 for FP32; FP8 keeps 2, its copies are transient),
 ///   gradients FrameworkMemory::gradient_bytes_per_param (Megatron: 4, FP32 main grads),
-///   optimizer 12 bytes/param (FP32 master copy, Adam m and v), divided by d*c with the
-///   distributed optimizer; parameters per stage include the embedding on the first and the
+///   optimizer OptimizerBytesPerParam (12: FP32 master copy, Adam m and v; 8 in FP32
+///   training, which has no master copy), divided by d*c with the distributed optimizer; parameters per stage include the embedding on the first and the
 ///   output layer (or the tied copy) on the last;
 ///   activations: LayerActivationBytes times the stage's layers times its in-flight
 ///   micro-batches (1F1B: min(p - r, m) on stage r; interleaved: the warm-up chunks, i.e.

@@ -266,7 +266,8 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
                                                     const ParallelConfig& config,
                                                     const DeviceProfile& device,
                                                     const LayerTime& layer, const EdgeTime& edge,
-                                                    PipelineMode mode) {
+                                                    PipelineMode mode,
+                                                    const MeasuredTerms* measured) {
   const ModelSpec& model = spec.model;
   const TrainingSpec& training = spec.training;
   const int64_t n = spec.cluster.gpus_per_node;
@@ -350,9 +351,18 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
     double exposed = 0;
     if (dp_group > 1) {
       auto reduce = [&](double count) {
+        if (measured != nullptr && measured->dp_reduce_seconds) {
+          return measured->dp_reduce_seconds(count * grad_bytes);
+        }
         return config.distributed_optimizer
                    ? ReduceScatterSeconds(count * grad_bytes, dp_group, dp_link)
                    : AllReduceSeconds(count * grad_bytes, dp_group, dp_link);
+      };
+      auto gather = [&](double count) {
+        if (measured != nullptr && measured->dp_gather_seconds) {
+          return measured->dp_gather_seconds(count * e);
+        }
+        return AllGatherSeconds(count * e, dp_group, dp_link);
       };
       const double bucket = std::min(params, kGradBucketParams);
       double window = 0;
@@ -363,17 +373,18 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
                   device.comm_overlap_slowdown * Hidden(total - reduce(bucket), window);
         if (config.distributed_optimizer) {
           // Parameter all-gather overlapped with the next forward except its first bucket.
-          exposed += AllGatherSeconds(bucket * e, dp_group, dp_link);
+          exposed += gather(bucket);
         }
       } else {
-        exposed = total + (config.distributed_optimizer
-                               ? AllGatherSeconds(params * e, dp_group, dp_link)
-                               : 0.0);
+        exposed = total + (config.distributed_optimizer ? gather(params) : 0.0);
       }
     }
     const double shards = config.distributed_optimizer ? static_cast<double>(dp_group) : 1.0;
-    const double step = StreamSeconds(device, kOptimizerBytesPerParam * params / shards) +
-                        20 * device.kernel_launch_s;
+    const double step =
+        measured != nullptr && measured->optimizer_seconds_per_param > 0
+            ? measured->optimizer_seconds_per_param * params / shards
+            : StreamSeconds(device, kOptimizerBytesPerParam * params / shards) +
+                  20 * device.kernel_launch_s;
     const double end = finish[r] + exposed + step;
     if (end > iteration) {
       iteration = end;

@@ -6,6 +6,7 @@
 #ifndef PARATUNE_SEARCH_TIME_MODEL_H_
 #define PARATUNE_SEARCH_TIME_MODEL_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,13 +63,30 @@ struct IterationEstimate {
   std::vector<std::string> notes;
 };
 
+/// Measured replacements for modelled terms of the iteration (profile composition,
+/// search/compose.h). An unset term stays modelled.
+struct MeasuredTerms {
+  /// Seconds of the optimizer step per parameter the rank updates (after sharding): the
+  /// gradient-buffer zeroing, the gradient scaling and AdamW. 0 = modelled (memory-bound,
+  /// kOptimizerBytesPerParam).
+  double optimizer_seconds_per_param = 0;
+  /// Seconds to reduce `bytes` of gradients over the DP group: an all-reduce, or the
+  /// reduce-scatter with the distributed optimizer. Empty = modelled.
+  std::function<double(double bytes)> dp_reduce_seconds;
+  /// Seconds to all-gather `bytes` of updated weights over the DP group (distributed
+  /// optimizer). Empty = modelled.
+  std::function<double(double bytes)> dp_gather_seconds;
+};
+
 /// The whole iteration for `config`, using a precomputed layer and edge time (they depend
-/// only on tp, sp, cp, micro-batch and recompute, so the planner shares them).
+/// only on tp, sp, cp, micro-batch and recompute, so the planner shares them). `measured`
+/// (optional) replaces the optimizer and data-parallel collective terms.
 absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
                                                     const ParallelConfig& config,
                                                     const DeviceProfile& device,
                                                     const LayerTime& layer, const EdgeTime& edge,
-                                                    PipelineMode mode);
+                                                    PipelineMode mode,
+                                                    const MeasuredTerms* measured = nullptr);
 
 }  // namespace paratune
 

@@ -1,21 +1,26 @@
 // prediction_accuracy: how well profile composition predicts real end-to-end training.
 //
-// For each layout of a small GPT model on this machine (2 ranks, one per worker process,
-// Gloo over TCP on 127.0.0.1 with a FileStore rendezvous), the prediction is what the
-// coordinator's profile mode computes: the analytical estimate (search/planner.h Estimate)
-// with its layer and DP-reduce parts replaced by measurements (kernels' step runner for
-// each layer task of search/profile_plan.h LayerTasksFor, the collective sweep for
-// DpSweepFor; search/compose.h ComposeCandidate). The measurement is the whole model
-// trained end to end (kernels/training: embedding, layers, loss, the layout's pipeline
-// schedule, DP reduce and AdamW) and the largest per-rank tracking-allocator peak.
+// For each layout of a small GPT model on this machine (--ranks 2 or 4 ranks, split over
+// two worker processes, Gloo over TCP on 127.0.0.1 with a FileStore rendezvous), the
+// prediction is what the coordinator's profile mode computes: the analytical estimate
+// (search/planner.h Estimate) recomposed from measurements (search/compose.h
+// ComposeCandidate): each layer task of search/profile_plan.h LayerTasksFor (kernels' step
+// runner), the same task with the first stage's embedding and with the last stage's
+// logits and loss (StepConfig::extras), the DP collective sweep of DpSweepFor (and its
+// reduce-scatter / all-gather twins for the distributed optimizer), and the optimizer step
+// per parameter (zeroing, scaling and AdamW on the backend, as the trainer runs them).
+// The measurement is the whole model trained end to end (kernels/training: embedding,
+// layers, loss, the layout's pipeline schedule, DP reduce and AdamW) and the largest
+// per-rank tracking-allocator peak.
 //
-// Layer tasks run with every core of the job busy (kRanks / tp concurrent copies, the
-// slowest kept): CPU ranks share caches and memory bandwidth, unlike GPUs.
+// Every measurement runs with every core of the job busy (ranks / group-size concurrent
+// copies, the slowest kept): CPU ranks share caches and memory bandwidth, unlike GPUs.
 //
-// Timing estimator: the build host is shared (its load is printed), so both sides use the
-// least-disturbed run: the minimum over the timed steps of each layer task's phases (the
-// step runner's min_s) and the minimum iteration time after the first training step, each
-// over --repeats runs (the fastest run kept).
+// Timing estimator: the host may be shared (its load average is printed before and after),
+// so both sides use the least-disturbed run: the minimum over the timed steps of each
+// layer task's phases (the step runner's min_s), the fastest of each collective and
+// optimizer measurement, and the minimum iteration time after the first training step;
+// each over --repeats runs.
 // Memory: the model's peak without its fixed framework workspace and fragmentation
 // allowance (search/memory_model.h FrameworkMemory), which the CPU tracking allocator
 // does not see; what remains (weights, gradients, optimizer, activations, transient
@@ -29,6 +34,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +42,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,9 +68,7 @@ using paratune::Recompute;
 namespace kt = paratune::kernels::training;
 namespace k = paratune::kernels;
 
-constexpr int64_t kRanks = 2;
-
-JobSpec SmallModel() {
+JobSpec SmallModel(int64_t ranks) {
   JobSpec spec;
   spec.name = "verify-small-gpt";
   spec.model.name = "small-gpt";
@@ -74,13 +79,13 @@ JobSpec SmallModel() {
   spec.model.ffn_hidden_size = 1024;
   spec.model.vocab_size = 2048;  // a multiple of 128·tp: no Megatron padding
   spec.training.seq_length = 128;
-  spec.training.global_batch_size = 8;
+  spec.training.global_batch_size = 4 * ranks;  // 8 on 2 ranks, 16 on 4
   spec.training.precision = paratune::Precision::kFp32;
   spec.training.flash_attention = false;
   spec.training.dropout = false;
   spec.cluster.gpu = "cpu";
-  spec.cluster.num_gpus = kRanks;
-  spec.cluster.gpus_per_node = kRanks;
+  spec.cluster.num_gpus = ranks;
+  spec.cluster.gpus_per_node = ranks;
   spec.search.mode = paratune::SearchMode::kProfile;
   return spec;
 }
@@ -91,18 +96,36 @@ struct Layout {
   Recompute recompute = Recompute::kNone;
 };
 
-std::vector<Layout> Layouts() {
+// Layouts differing in TP, PP (1F1B and interleaved), DP, micro-batch, SP, recompute and
+// the distributed optimizer, so that "the best predicted is the best measured" compares
+// layouts whose costs come from different terms.
+std::vector<Layout> Layouts(int64_t ranks) {
+  if (ranks == 2) {
+    return {
+        {1, 1, 2, 1, 1, false, false, Recompute::kNone},
+        {1, 1, 2, 1, 2, false, false, Recompute::kNone},
+        {1, 1, 2, 1, 1, false, false, Recompute::kFull},
+        {1, 1, 2, 1, 2, false, true, Recompute::kNone},
+        {2, 1, 1, 1, 1, false, false, Recompute::kNone},
+        {2, 1, 1, 1, 2, true, false, Recompute::kNone},
+        {2, 1, 1, 1, 2, false, false, Recompute::kSelective},
+        {1, 2, 1, 1, 1, false, false, Recompute::kNone},
+        {1, 2, 1, 1, 2, false, false, Recompute::kNone},
+        {1, 2, 1, 2, 1, false, false, Recompute::kNone},
+    };
+  }
   return {
-      {1, 1, 2, 1, 1, false, false, Recompute::kNone},
-      {1, 1, 2, 1, 2, false, false, Recompute::kNone},
-      {1, 1, 2, 1, 1, false, false, Recompute::kFull},
-      {1, 1, 2, 1, 2, false, true, Recompute::kNone},
-      {2, 1, 1, 1, 1, false, false, Recompute::kNone},
-      {2, 1, 1, 1, 2, true, false, Recompute::kNone},
-      {2, 1, 1, 1, 2, false, false, Recompute::kSelective},
-      {1, 2, 1, 1, 1, false, false, Recompute::kNone},
-      {1, 2, 1, 1, 2, false, false, Recompute::kNone},
-      {1, 2, 1, 2, 1, false, false, Recompute::kNone},
+      {1, 1, 4, 1, 1, false, false, Recompute::kNone},
+      {1, 1, 4, 1, 2, false, true, Recompute::kNone},
+      {1, 1, 4, 1, 2, false, false, Recompute::kFull},
+      {2, 1, 2, 1, 1, false, false, Recompute::kNone},
+      {2, 1, 2, 1, 2, true, false, Recompute::kSelective},
+      {4, 1, 1, 1, 2, true, false, Recompute::kNone},
+      {1, 2, 2, 1, 1, false, false, Recompute::kNone},
+      {1, 2, 2, 2, 1, false, false, Recompute::kNone},
+      {2, 2, 1, 1, 2, true, false, Recompute::kNone},
+      {1, 4, 1, 1, 1, false, false, Recompute::kNone},
+      {1, 4, 1, 1, 2, false, false, Recompute::kFull},
   };
 }
 
@@ -117,8 +140,9 @@ ParallelConfig ToParallel(const Layout& l) {
   c.distributed_optimizer = l.dopt;
   c.recompute = l.recompute;
   // kernels/training reduces the gradients after the backward (no bucket overlap), as
-  // Megatron-LM 2021's local DDP.
+  // Megatron-LM 2021's local DDP, and its pipeline sends are blocking.
   c.overlap_grad_reduce = false;
+  c.overlap_p2p_comm = false;
   return c;
 }
 
@@ -147,7 +171,18 @@ kt::TrainConfig ToTrain(const JobSpec& spec, const Layout& l, int64_t steps) {
   return t;
 }
 
-absl::StatusOr<paratune::LayerMeasurement> MeasureLayer(const paratune::LayerProfileSpec& s) {
+// Runs `fn` on `copies` threads at once and returns every result.
+template <typename T, typename Fn>
+std::vector<T> Concurrently(int64_t copies, Fn fn) {
+  std::vector<T> results(copies, T(absl::UnknownError("not run")));
+  std::vector<std::thread> threads;
+  for (int64_t i = 0; i < copies; ++i) threads.emplace_back([&, i] { results[i] = fn(); });
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+absl::StatusOr<paratune::LayerMeasurement> MeasureLayer(const paratune::LayerProfileSpec& s,
+                                                        k::StageExtras extras, int64_t ranks) {
   k::StepConfig c;
   c.layer.shape.hidden_size = s.hidden_size;
   c.layer.shape.num_attention_heads = s.num_attention_heads;
@@ -163,18 +198,14 @@ absl::StatusOr<paratune::LayerMeasurement> MeasureLayer(const paratune::LayerPro
   c.layer.recompute = *rm;
   c.layer.dtype = k::DType::kF32;
   c.layer.flash_attention = s.flash_attention;
+  c.extras = extras;
   c.warmup = s.warmup;
   c.iters = s.iters;
   c.blas_threads_per_rank = 1;  // as the training ranks: one core each
   // The host's cores share caches and memory bandwidth (GPUs do not), so the task runs with
-  // every core of the job busy: kRanks / tp copies at once; the slowest copy is kept.
-  const int64_t copies = std::max<int64_t>(1, kRanks / s.tp);
-  std::vector<absl::StatusOr<k::StepResult>> results(copies, absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  for (int64_t i = 0; i < copies; ++i) {
-    threads.emplace_back([&, i] { results[i] = k::RunLayerStep(c); });
-  }
-  for (auto& t : threads) t.join();
+  // every core of the job busy: ranks / tp copies at once; the slowest copy is kept.
+  const auto results = Concurrently<absl::StatusOr<k::StepResult>>(
+      std::max<int64_t>(1, ranks / s.tp), [&] { return k::RunLayerStep(c); });
   paratune::LayerMeasurement m;
   for (const auto& r : results) {
     if (!r.ok()) return r.status();
@@ -191,31 +222,113 @@ absl::StatusOr<paratune::LayerMeasurement> MeasureLayer(const paratune::LayerPro
   return m;
 }
 
-absl::StatusOr<paratune::CommMeasurement> MeasureSweep(const paratune::CollectiveSweepSpec& s) {
+// The fastest of `repeats` measurements of a layer task.
+absl::StatusOr<paratune::LayerMeasurement> BestLayer(const paratune::LayerProfileSpec& s,
+                                                     k::StageExtras extras, int64_t ranks,
+                                                     int repeats) {
+  paratune::LayerMeasurement best;
+  for (int r = 0; r < repeats; ++r) {
+    absl::StatusOr<paratune::LayerMeasurement> m = MeasureLayer(s, extras, ranks);
+    if (!m.ok()) return m.status();
+    if (r == 0 || m->LayerSeconds() < best.LayerSeconds()) best = *m;
+  }
+  return best;
+}
+
+// One sweep, `ranks / group_size` copies at once (every DP group of the job reduces at the
+// same time), the slowest copy per size, the fastest of `repeats`.
+absl::StatusOr<paratune::CommMeasurement> MeasureSweep(const paratune::CollectiveSweepSpec& s,
+                                                       int64_t ranks, int repeats) {
   k::CollectiveSweepConfig c;
-  c.op = k::CollectiveOp::kAllReduce;
+  c.op = s.op == paratune::CollectiveOp::kReduceScatter ? k::CollectiveOp::kReduceScatter
+         : s.op == paratune::CollectiveOp::kAllGather   ? k::CollectiveOp::kAllGather
+                                                        : k::CollectiveOp::kAllReduce;
   c.group_size = s.group_size;
   c.sizes_bytes = s.sizes_bytes;
   c.dtype = k::DType::kF32;
   c.warmup = s.warmup;
   c.iters = s.iters;
-  absl::StatusOr<std::vector<k::CollectiveSample>> r = k::RunCollectiveSweep(c);
-  if (!r.ok()) return r.status();
-  paratune::CommMeasurement m;
-  for (const auto& x : *r) m.samples.push_back({x.size_bytes, x.time_s, x.busbw_gbps * 1e9});
-  return m;
+  paratune::CommMeasurement best;
+  for (int r = 0; r < repeats; ++r) {
+    const auto results = Concurrently<absl::StatusOr<std::vector<k::CollectiveSample>>>(
+        std::max<int64_t>(1, ranks / s.group_size), [&] { return k::RunCollectiveSweep(c); });
+    paratune::CommMeasurement m;
+    for (const auto& res : results) {
+      if (!res.ok()) return res.status();
+      if (m.samples.empty()) m.samples.resize(res->size());
+      for (size_t i = 0; i < res->size(); ++i) {
+        const auto& x = (*res)[i];
+        if (x.time_s > m.samples[i].time_s) {
+          m.samples[i] = {x.size_bytes, x.time_s, x.busbw_gbps * 1e9};
+        }
+      }
+    }
+    if (r == 0) {
+      best = m;
+    } else {
+      for (size_t i = 0; i < m.samples.size(); ++i) {
+        if (m.samples[i].time_s < best.samples[i].time_s) best.samples[i] = m.samples[i];
+      }
+    }
+  }
+  return best;
 }
 
-// Child process: runs rank 1 of layout `index` and writes its peak bytes to dir/peak.
-int Child(int index, const std::string& dir, int64_t steps) {
-  const JobSpec spec = SmallModel();
-  const kt::TrainConfig t = ToTrain(spec, Layouts()[index], steps);
-  absl::StatusOr<kt::TrainResult> r = kt::RunTraining(t, 1, 1, k::MakeFileRendezvous(dir));
+// Seconds per parameter of the trainer's optimizer step (kernels/training RunRank): zero the
+// gradient buffer, scale the gradients by 1/(M·dp), AdamW, on `params` fp32 parameters;
+// one copy per rank at once (they share memory bandwidth), the slowest copy, fastest of
+// `repeats` x 3 steps.
+absl::StatusOr<double> MeasureOptimizer(int64_t params, int64_t ranks, int repeats) {
+  auto one = [params]() -> absl::StatusOr<double> {
+    std::unique_ptr<k::Backend> be = k::MakeCpuBackend(0, 1);
+    absl::StatusOr<k::Tensor> p = be->Zeros({params}, k::DType::kF32, k::MemoryTag::kWeights);
+    absl::StatusOr<k::Tensor> g = be->Zeros({params}, k::DType::kF32, k::MemoryTag::kGradients);
+    absl::StatusOr<k::Tensor> m = be->Zeros({params}, k::DType::kF32, k::MemoryTag::kWeights);
+    absl::StatusOr<k::Tensor> v = be->Zeros({params}, k::DType::kF32, k::MemoryTag::kWeights);
+    if (!p.ok() || !g.ok() || !m.ok() || !v.ok()) return absl::InternalError("optimizer buffers");
+    double best = 1e30;
+    for (int64_t step = 1; step <= 4; ++step) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (absl::Status st = be->Fill(*g, 0.0); !st.ok()) return st;
+      float* gp = g->data_as<float>();
+      for (int64_t j = 0; j < params; ++j) gp[j] = gp[j] * 0.125f + 1e-3f;
+      absl::Status st = be->AdamW(k::DType::kF32, p->data_as<float>(), gp, m->data_as<float>(),
+                                  v->data_as<float>(), params, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.01f,
+                                  step);
+      if (!st.ok()) return st;
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (step > 1) best = std::min(best, s);
+    }
+    return best;
+  };
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto results = Concurrently<absl::StatusOr<double>>(ranks, one);
+    double slowest = 0;
+    for (const auto& x : results) {
+      if (!x.ok()) return x.status();
+      slowest = std::max(slowest, *x);
+    }
+    best = std::min(best, slowest);
+  }
+  return best / static_cast<double>(params);
+}
+
+// Child process: runs the second half of the ranks of layout `index` and writes their
+// largest peak bytes to dir/peak.
+int Child(int64_t ranks, int index, const std::string& dir, int64_t steps) {
+  const JobSpec spec = SmallModel(ranks);
+  const kt::TrainConfig t = ToTrain(spec, Layouts(ranks)[index], steps);
+  const int64_t half = ranks / 2;
+  absl::StatusOr<kt::TrainResult> r =
+      kt::RunTraining(t, half, ranks - half, k::MakeFileRendezvous(dir));
   if (!r.ok()) {
     std::cerr << "child: " << r.status() << "\n";
     return 1;
   }
-  std::ofstream(dir + "/peak") << r->ranks[0].peak_bytes << "\n";
+  int64_t peak = 0;
+  for (const auto& rank : r->ranks) peak = std::max(peak, rank.peak_bytes);
+  std::ofstream(dir + "/peak") << peak << "\n";
   return 0;
 }
 
@@ -226,12 +339,14 @@ struct Measured {
   double final_loss = 0;
 };
 
-absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int index, int64_t steps) {
+absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int64_t ranks, int index,
+                                     int64_t steps) {
   char tmpl[] = "/tmp/paratune-verify-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
   const std::string dir = tmpl;
-  std::vector<std::string> args = {self, "--child", std::to_string(index), "--store", dir,
-                                   "--steps", std::to_string(steps)};
+  std::vector<std::string> args = {self,    "--child", std::to_string(index),
+                                   "--store", dir,       "--steps",
+                                   std::to_string(steps), "--ranks", std::to_string(ranks)};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -239,9 +354,9 @@ absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int index, int64_t
   if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
     return absl::InternalError("posix_spawn failed");
   }
-  const JobSpec spec = SmallModel();
-  absl::StatusOr<kt::TrainResult> r =
-      kt::RunTraining(ToTrain(spec, Layouts()[index], steps), 0, 1, k::MakeFileRendezvous(dir));
+  const JobSpec spec = SmallModel(ranks);
+  absl::StatusOr<kt::TrainResult> r = kt::RunTraining(
+      ToTrain(spec, Layouts(ranks)[index], steps), 0, ranks / 2, k::MakeFileRendezvous(dir));
   int wstatus = 0;
   waitpid(pid, &wstatus, 0);
   if (!r.ok()) return r.status();
@@ -257,7 +372,9 @@ absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int index, int64_t
   const size_t at = static_cast<size_t>(fastest - r->step_seconds.begin());
   m.dp_s = r->ranks[0].dp_seconds[at];
   m.optimizer_s = r->ranks[0].optimizer_seconds[at];
-  m.peak_bytes = std::max<double>(r->ranks[0].peak_bytes, child_peak);
+  double peak = static_cast<double>(child_peak);
+  for (const auto& rank : r->ranks) peak = std::max(peak, static_cast<double>(rank.peak_bytes));
+  m.peak_bytes = peak;
   m.final_loss = r->losses.back();
   return m;
 }
@@ -278,6 +395,11 @@ double Median(std::vector<double> v) {
   return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
+double Load1() {
+  double load[3] = {0, 0, 0};
+  return getloadavg(load, 3) < 1 ? -1.0 : load[0];
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -287,21 +409,59 @@ int main(int argc, char** argv) {
   std::string store;
   int64_t steps = 5;
   int repeats = 3;
+  const int64_t cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int64_t ranks = cores >= 4 ? 4 : 2;
+  std::string only;
   app.add_flag("--json", json, "print JSON");
+  app.add_option("--ranks", ranks,
+                 "ranks of the job, half in each of the two worker processes (default: 4 "
+                 "with at least 4 cores, else 2)")
+      ->check(CLI::IsMember({2, 4}));
   app.add_option("--steps", steps, "training steps per layout (the first is not timed)")
       ->check(CLI::Range(2, 100));
   app.add_option("--repeats", repeats,
-                 "measure each layer task and each end-to-end run this often, keep the fastest")
+                 "measure each task and each end-to-end run this often, keep the fastest")
       ->check(CLI::Range(1, 10));
-  app.add_option("--child", child, "internal: run rank 1 of this layout")->group("");
+  app.add_option("--layouts", only, "comma-separated layout indices to run (default: all)");
+  app.add_option("--child", child, "internal: run the second process's ranks of this layout")
+      ->group("");
   app.add_option("--store", store, "internal: FileStore directory")->group("");
   CLI11_PARSE(app, argc, argv);
-  if (child >= 0) return Child(child, store, steps);
+  if (child >= 0) return Child(ranks, child, store, steps);
 
+  const double load_before = Load1();
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const JobSpec spec = SmallModel();
+  const JobSpec spec = SmallModel(ranks);
+  const std::vector<Layout> layouts = Layouts(ranks);
+  std::vector<size_t> selected;
+  if (only.empty()) {
+    for (size_t i = 0; i < layouts.size(); ++i) selected.push_back(i);
+  } else {
+    std::stringstream ss(only);
+    for (std::string item; std::getline(ss, item, ',');) {
+      const size_t i = std::stoul(item);
+      if (i >= layouts.size()) {
+        std::cerr << "--layouts: index " << i << " must be below " << layouts.size() << "\n";
+        return 2;
+      }
+      selected.push_back(i);
+    }
+  }
   paratune::ProfilePlanOptions options;
   paratune::Measurements measurements;
+  // The optimizer measured once, on the largest per-rank parameter count of any layout.
+  {
+    double params = 0;
+    for (const Layout& l : layouts) {
+      params = std::max(params, paratune::MaxParamsPerGpu(spec.model, ToParallel(l)));
+    }
+    absl::StatusOr<double> opt = MeasureOptimizer(static_cast<int64_t>(params), ranks, repeats);
+    if (!opt.ok()) {
+      std::cerr << "optimizer: " << opt.status() << "\n";
+      return 1;
+    }
+    measurements.optimizer_seconds_per_param = *opt;
+  }
   struct Row {
     std::string layout;
     double pred_s = 0, meas_s = 0, pred_mem = 0, meas_mem = 0, loss = 0;
@@ -309,34 +469,52 @@ int main(int argc, char** argv) {
     double meas_dp = 0, meas_opt = 0;
   };
   std::vector<Row> rows;
-  for (size_t i = 0; i < Layouts().size(); ++i) {
-    const ParallelConfig pc = ToParallel(Layouts()[i]);
+  for (size_t i : selected) {
+    const ParallelConfig pc = ToParallel(layouts[i]);
     absl::StatusOr<paratune::RankedConfig> modelled = paratune::Estimate(spec, pc);
     if (!modelled.ok()) {
       std::cerr << pc.ToString() << ": " << modelled.status() << "\n";
       return 1;
     }
-    for (const auto& t : paratune::LayerTasksFor(spec, pc, options)) {
+    const std::vector<paratune::LayerProfileSpec> tasks =
+        paratune::LayerTasksFor(spec, pc, options);
+    for (const auto& t : tasks) {
       if (measurements.layers.count(t.Key())) continue;
-      paratune::LayerMeasurement best;
-      for (int r = 0; r < repeats; ++r) {
-        absl::StatusOr<paratune::LayerMeasurement> m = MeasureLayer(t);
+      absl::StatusOr<paratune::LayerMeasurement> m =
+          BestLayer(t, k::StageExtras::kNone, ranks, repeats);
+      if (!m.ok()) {
+        std::cerr << "layer task " << t.Key() << ": " << m.status() << "\n";
+        return 1;
+      }
+      measurements.layers[t.Key()] = *m;
+    }
+    const std::string plain = tasks.back().Key();
+    if (!measurements.first_stage.count(plain)) {
+      for (k::StageExtras e : {k::StageExtras::kFirst, k::StageExtras::kLast}) {
+        absl::StatusOr<paratune::LayerMeasurement> m = BestLayer(tasks.back(), e, ranks, repeats);
         if (!m.ok()) {
-          std::cerr << "layer task " << t.Key() << ": " << m.status() << "\n";
+          std::cerr << "stage extras " << plain << ": " << m.status() << "\n";
           return 1;
         }
-        if (r == 0 || m->LayerSeconds() < best.LayerSeconds()) best = *m;
+        (e == k::StageExtras::kFirst ? measurements.first_stage : measurements.last_stage)[plain] =
+            *m;
       }
-      measurements.layers[t.Key()] = best;
     }
     if (auto sweep = paratune::DpSweepFor(spec, pc, options)) {
-      if (!measurements.collectives.count(sweep->Key())) {
-        absl::StatusOr<paratune::CommMeasurement> m = MeasureSweep(*sweep);
+      std::vector<paratune::CollectiveOp> ops = {paratune::CollectiveOp::kAllReduce};
+      if (pc.distributed_optimizer) {
+        ops = {paratune::CollectiveOp::kReduceScatter, paratune::CollectiveOp::kAllGather};
+      }
+      for (paratune::CollectiveOp op : ops) {
+        paratune::CollectiveSweepSpec s = *sweep;
+        s.op = op;
+        if (measurements.collectives.count(s.Key())) continue;
+        absl::StatusOr<paratune::CommMeasurement> m = MeasureSweep(s, ranks, repeats);
         if (!m.ok()) {
-          std::cerr << "sweep " << sweep->Key() << ": " << m.status() << "\n";
+          std::cerr << "sweep " << s.Key() << ": " << m.status() << "\n";
           return 1;
         }
-        measurements.collectives[sweep->Key()] = *m;
+        measurements.collectives[s.Key()] = *m;
       }
     }
     absl::StatusOr<paratune::RankedConfig> composed =
@@ -347,7 +525,7 @@ int main(int argc, char** argv) {
     }
     absl::StatusOr<Measured> meas;
     for (int r = 0; r < repeats; ++r) {
-      absl::StatusOr<Measured> one = RunEndToEnd(self, static_cast<int>(i), steps);
+      absl::StatusOr<Measured> one = RunEndToEnd(self, ranks, static_cast<int>(i), steps);
       if (!one.ok()) {
         std::cerr << pc.ToString() << ": end to end: " << one.status() << "\n";
         return 1;
@@ -358,6 +536,7 @@ int main(int argc, char** argv) {
                     TrackedPeak(composed->memory), meas->peak_bytes, meas->final_loss,
                     composed->time, meas->dp_s, meas->optimizer_s});
   }
+  const double load_after = Load1();
 
   std::vector<double> terr, merr;
   size_t best_pred = 0, best_meas = 0;
@@ -375,8 +554,11 @@ int main(int argc, char** argv) {
     j["model"] = {{"layers", spec.model.num_layers}, {"hidden", spec.model.hidden_size},
                   {"heads", spec.model.num_attention_heads}, {"ffn", spec.model.ffn_hidden_size},
                   {"vocab", spec.model.vocab_size}, {"seq", spec.training.seq_length},
-                  {"global_batch", spec.training.global_batch_size}, {"ranks", kRanks},
-                  {"processes", 2}, {"steps", steps}, {"repeats", repeats}};
+                  {"global_batch", spec.training.global_batch_size}, {"ranks", ranks},
+                  {"processes", 2}, {"steps", steps}, {"repeats", repeats},
+                  {"host_cores", cores}, {"load_average_before", load_before},
+                  {"load_average_after", load_after},
+                  {"optimizer_s_per_param", measurements.optimizer_seconds_per_param}};
     for (size_t i = 0; i < rows.size(); ++i) {
       j["layouts"].push_back({{"layout", rows[i].layout},
                               {"predicted_iteration_s", rows[i].pred_s},
@@ -411,11 +593,11 @@ int main(int argc, char** argv) {
               long(spec.model.num_layers), long(spec.model.hidden_size),
               long(spec.model.num_attention_heads), long(spec.model.ffn_hidden_size),
               long(spec.model.vocab_size), long(spec.training.seq_length),
-              long(spec.training.global_batch_size), long(kRanks), long(steps));
-  double load[3] = {0, 0, 0};
-  if (getloadavg(load, 3) < 1) load[0] = -1;
-  std::printf("# host: %ld cores, load average %.1f at the end\n", sysconf(_SC_NPROCESSORS_ONLN),
-              load[0]);
+              long(spec.training.global_batch_size), long(ranks), long(steps));
+  std::printf("# host: %ld cores, load average (1 min) %.1f before, %.1f after; optimizer "
+              "measured %.2f ns/parameter\n",
+              long(cores), load_before, load_after,
+              measurements.optimizer_seconds_per_param * 1e9);
   std::printf("# %-36s %8s %8s %6s %7s %7s %7s %7s %8s %8s %6s %6s\n", "layout", "pred", "meas",
               "err", "pred_dp", "meas_dp", "pr_opt", "ms_opt", "pred_mem", "meas_mem", "err",
               "loss");

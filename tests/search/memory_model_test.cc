@@ -142,6 +142,45 @@ TEST(EstimateMemoryTest, StaticMemoryByHand) {
   EXPECT_NEAR(EstimateMemory(spec, c, 0).optimizer, 12 * params / 16, 1);
 }
 
+// Megatron-LM's distributed-optimizer docs give bytes per parameter of weights + gradients
+// + optimizer state: 16 for FP32 params and grads (4 + 4 + Adam m, v 8: no master copy),
+// 18 for BF16 params with FP32 grads (2 + 4 + master 4 + m, v 8); with the distributed
+// optimizer over d ranks 8 + 8/d and 6 + 12/d.
+TEST(EstimateMemoryTest, Fp32TrainingKeepsNoMasterCopy) {
+  JobSpec spec;
+  spec.model.num_layers = 4;
+  spec.model.hidden_size = 256;
+  spec.model.num_attention_heads = 8;
+  spec.model.num_query_groups = 8;
+  spec.model.ffn_hidden_size = 1024;
+  spec.model.vocab_size = 2048;
+  spec.training.seq_length = 128;
+  spec.training.global_batch_size = 8;
+  spec.training.precision = Precision::kFp32;
+  spec.cluster.gpu = "cpu";
+  spec.cluster.num_gpus = 2;
+  ParallelConfig c;
+  c.dp = 2;
+  const double params = MaxParamsPerGpu(spec.model, c);
+  MemoryBreakdown fp32 = EstimateMemory(spec, c, 0);
+  EXPECT_NEAR(fp32.weights, 4 * params, 1);
+  EXPECT_NEAR(fp32.gradients, 4 * params, 1);
+  EXPECT_NEAR(fp32.optimizer, 8 * params, 1);
+  EXPECT_NEAR((fp32.weights + fp32.gradients + fp32.optimizer) / params, 16.0, 1e-9);
+  c.distributed_optimizer = true;
+  MemoryBreakdown sharded = EstimateMemory(spec, c, 0);
+  EXPECT_NEAR((sharded.weights + sharded.gradients + sharded.optimizer) / params, 8 + 8.0 / 2,
+              1e-9);
+  spec.training.precision = Precision::kBf16;
+  c.distributed_optimizer = false;
+  MemoryBreakdown bf16 = EstimateMemory(spec, c, 0);
+  EXPECT_NEAR((bf16.weights + bf16.gradients + bf16.optimizer) / params, 18.0, 1e-9);
+  c.distributed_optimizer = true;
+  bf16 = EstimateMemory(spec, c, 0);
+  EXPECT_NEAR((bf16.weights + bf16.gradients + bf16.optimizer) / params, 6 + 12.0 / 2, 1e-9);
+  EXPECT_EQ(OptimizerBytesPerParam(Precision::kFp8), 12.0);
+}
+
 TEST(EstimateMemoryTest, InterleavingAddsKorthikantiFactor) {
   const JobSpec spec = Gpt175bSpec();
   ParallelConfig c;
