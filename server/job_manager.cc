@@ -414,6 +414,12 @@ absl::Status JobManager::StartVerifyLocked(JobEntry& job) {
     const v1::ParallelConfig& c = r.config();
     const int64_t world = std::max<int64_t>(1, c.tp()) * std::max<int64_t>(1, c.pp()) *
                           std::max<int64_t>(1, c.dp());
+    if (hosts.empty()) {
+      v->set_status(absl::StrCat("not verified: needs ", world,
+                                 " ranks, no worker of device kind ", job.spec.cluster.gpu,
+                                 " is registered"));
+      continue;
+    }
     VerifyPlacement placement =
         PlaceVerifyRun(world, r.memory().peak_gib() * 1024.0 * 1024.0 * 1024.0, hosts);
     if (placement.parts.empty()) {

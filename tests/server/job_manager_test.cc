@@ -640,6 +640,16 @@ TEST_F(JobManagerTest, LayoutsNoWorkersCanHostSayWhyAndSmallWorkersGetNoLargePar
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(Results(id).ranked(2).verification().status(), "verified");
 
+  // Another device kind has no workers at all.
+  v1::JobSpec gpu = VerifySpec(1);
+  gpu.mutable_cluster()->set_gpu("a100-80gb");
+  gpu.mutable_cluster()->set_gpus_per_node(8);
+  gpu.mutable_cluster()->set_num_gpus(8);
+  const std::string on_gpu = SubmitSpec(gpu);
+  EXPECT_EQ(Get(on_gpu).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(Results(on_gpu).ranked(0).verification().status(),
+            "not verified: needs 4 ranks, no worker of device kind a100-80gb is registered");
+
   // bf16 is not what kernels/training trains: said, not run.
   v1::JobSpec bf16 = VerifySpec(1);
   bf16.mutable_training()->set_precision("bf16");
