@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -18,18 +21,61 @@ namespace {
 
 using cuda::ElemType;
 
+// Device memory with a cache of freed blocks by exact (512-byte rounded) size, as PyTorch's
+// caching allocator: a training step allocates the same shapes every iteration, and
+// cudaMalloc / cudaFree (which synchronises the device) would otherwise dominate small
+// kernels. Reuse is safe without synchronising because every kernel, copy and collective
+// of a backend runs on its one stream, in order. When cudaMalloc fails the cache is given
+// back and the allocation tried once more, so the tracking allocator's OOM is real.
 class DeviceMemory final : public RawMemory {
  public:
+  ~DeviceMemory() override { Release(); }
   void* Allocate(int64_t bytes) override {
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes == 0 ? 1 : bytes) != cudaSuccess) {
-      cudaGetLastError();  // clear the sticky allocation error
-      return nullptr;
+    const int64_t size = (std::max<int64_t>(bytes, 1) + 511) / 512 * 512;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = cached_.find(size);
+      if (it != cached_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        return p;
+      }
     }
+    void* p = nullptr;
+    if (cudaMalloc(&p, size) != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky allocation error
+      Release();
+      if (cudaMalloc(&p, size) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    sizes_[p] = size;
     return p;
   }
-  void Free(void* ptr) override { cudaFree(ptr); }
+  void Free(void* ptr) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sizes_.find(ptr);
+    if (it == sizes_.end()) return;
+    cached_[it->second].push_back(ptr);
+  }
   bool host_accessible() const override { return false; }
+
+ private:
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [size, blocks] : cached_) {
+      for (void* p : blocks) {
+        cudaFree(p);
+        sizes_.erase(p);
+      }
+    }
+    cached_.clear();
+  }
+  std::mutex mu_;
+  std::unordered_map<void*, int64_t> sizes_;                 // every live or cached block
+  std::unordered_map<int64_t, std::vector<void*>> cached_;   // freed blocks by size
 };
 
 absl::StatusOr<ElemType> Elem(DType t) {
@@ -216,7 +262,7 @@ class CudaBackend final : public CudaBackendBase {
     PT_ASSIGN_OR_RETURN(Tensor scratch, Empty({2 * cols}, DType::kF32, MemoryTag::kWorkspace));
     PT_LAUNCH(dtype, cuda::layernorm_backward(et, dx, dgamma, dbeta, dy, x, gamma, mean, rstd,
                                               rows, cols, scratch.data_as<float>(), stream_));
-    return Synchronize();  // scratch is freed on return
+    return absl::OkStatus();  // scratch's block is reused only by later work on this stream
   }
   absl::Status RmsNormForward(DType dtype, void* y, float* rstd, const void* x,
                               const void* gamma, int64_t rows, int64_t cols,
@@ -230,7 +276,7 @@ class CudaBackend final : public CudaBackendBase {
     PT_ASSIGN_OR_RETURN(Tensor scratch, Empty({cols}, DType::kF32, MemoryTag::kWorkspace));
     PT_LAUNCH(dtype, cuda::rmsnorm_backward(et, dx, dgamma, dy, x, gamma, rstd, rows, cols,
                                             scratch.data_as<float>(), stream_));
-    return Synchronize();
+    return absl::OkStatus();
   }
   absl::Status CausalSoftmaxForward(DType dtype, void* p, int64_t batch, int64_t seq,
                                     float scale) override {
@@ -299,7 +345,7 @@ class CudaBackend final : public CudaBackendBase {
         }
       }
     }
-    return Synchronize();  // sbuf is freed on return
+    return absl::OkStatus();  // sbuf's block is reused only by later work on this stream
   }
   absl::Status FlashAttentionBackward(DType dtype, const AttentionArgs& args, const float* lse,
                                       const void* d_o, void* dq, void* dk, void* dv) override {
@@ -356,7 +402,7 @@ class CudaBackend final : public CudaBackendBase {
         }
       }
     }
-    return Synchronize();  // the buffers are freed on return
+    return absl::OkStatus();  // likewise for the buffers
   }
   absl::Status AttentionDropoutForward(DType dtype, void* y, uint8_t* mask, const void* x,
                                        const AttentionArgs& args) override {
