@@ -24,7 +24,7 @@ namespace paratune::worker {
 /// `token` is sent as `authorization: Bearer <token>` (the worker token; empty = none), as
 /// WorkerDaemon does. Set also throws std::runtime_error (naming the key, the namespace and
 /// the gRPC status) when the coordinator refuses it or stays unreachable for `timeout`;
-/// UNAVAILABLE answers are retried with backoff until then.
+/// UNAVAILABLE and DEADLINE_EXCEEDED answers are retried with backoff until then.
 std::shared_ptr<kernels::GlooRendezvous> MakeGrpcRendezvous(
     std::shared_ptr<grpc::Channel> channel, std::string token, std::string ns,
     std::chrono::milliseconds timeout);
