@@ -193,4 +193,99 @@ void GrpcServer::Shutdown(int64_t grace_ms) {
 
 GrpcServer::~GrpcServer() { Shutdown(0); }
 
+// --- AdmissionControl ------------------------------------------------------------------------
+
+namespace {
+
+bool WaitsForPlanner(v1::JobState state) {
+  return state == v1::JOB_STATE_PENDING || state == v1::JOB_STATE_PLANNING;
+}
+
+}  // namespace
+
+AdmissionControl::AdmissionControl(AutotunerHandler* inner, int64_t max_pending, const Clock* clock,
+                                   int64_t refresh_ms)
+    : inner_(inner), max_pending_(max_pending), clock_(clock), refresh_ms_(refresh_ms) {}
+
+absl::Status AdmissionControl::Seed() {
+  // ListJobs pages newest first; the planner takes the oldest first.
+  std::deque<std::string> found;
+  v1::ListJobsRequest request;
+  request.set_page_size(1000);
+  while (true) {
+    absl::StatusOr<v1::ListJobsResponse> page = inner_->ListJobs(request);
+    if (!page.ok()) return page.status();
+    for (const v1::Job& job : page->jobs()) {
+      if (WaitsForPlanner(job.state())) found.push_front(job.id());
+    }
+    if (page->next_page_token().empty()) break;
+    request.set_page_token(page->next_page_token());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  waiting_.insert(waiting_.begin(), found.begin(), found.end());
+  return absl::OkStatus();
+}
+
+int64_t AdmissionControl::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(waiting_.size());
+}
+
+void AdmissionControl::RefreshLocked() {
+  while (!waiting_.empty()) {
+    v1::GetJobRequest request;
+    request.set_id(waiting_.front());
+    absl::StatusOr<v1::Job> job = inner_->GetJob(request);
+    if (job.ok() && WaitsForPlanner(job->state())) break;
+    waiting_.pop_front();
+  }
+  last_refresh_ms_ = clock_->NowMs();
+  refreshed_ = true;
+}
+
+absl::StatusOr<v1::Job> AdmissionControl::SubmitJob(const v1::SubmitJobRequest& request) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto full = [this] {
+      return static_cast<int64_t>(waiting_.size()) + in_flight_ >= max_pending_;
+    };
+    if (full() && (!refreshed_ || clock_->NowMs() - last_refresh_ms_ >= refresh_ms_)) {
+      RefreshLocked();
+    }
+    if (full()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          waiting_.size() + in_flight_, " jobs are waiting to be planned, the limit is ",
+          max_pending_, " (--max-pending-jobs); retry later"));
+    }
+    ++in_flight_;
+  }
+  absl::StatusOr<v1::Job> job = inner_->SubmitJob(request);
+  std::lock_guard<std::mutex> lock(mu_);
+  --in_flight_;
+  if (job.ok() && WaitsForPlanner(job->state())) waiting_.push_back(job->id());
+  return job;
+}
+
+absl::StatusOr<v1::Job> AdmissionControl::GetJob(const v1::GetJobRequest& request) {
+  return inner_->GetJob(request);
+}
+absl::StatusOr<v1::ListJobsResponse> AdmissionControl::ListJobs(
+    const v1::ListJobsRequest& request) {
+  return inner_->ListJobs(request);
+}
+absl::Status AdmissionControl::WatchJob(const v1::WatchJobRequest& request,
+                                        const std::function<bool(const v1::Job&)>& on_update) {
+  return inner_->WatchJob(request, on_update);
+}
+absl::StatusOr<v1::Job> AdmissionControl::CancelJob(const v1::CancelJobRequest& request) {
+  return inner_->CancelJob(request);
+}
+absl::StatusOr<v1::JobResults> AdmissionControl::GetResults(const v1::GetResultsRequest& request) {
+  return inner_->GetResults(request);
+}
+absl::StatusOr<v1::ListWorkersResponse> AdmissionControl::ListWorkers(
+    const v1::ListWorkersRequest& request) {
+  return inner_->ListWorkers(request);
+}
+
 }  // namespace paratune::server

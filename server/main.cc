@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -82,6 +83,12 @@ int main(int argc, char** argv) {
   app.add_option("--dashboard-dir", dashboard_dir, "Serve the web dashboard from here");
   app.add_option("--port-file", port_file,
                  "Write the bound gRPC and HTTP ports here (\"GRPC HTTP\"), for scripts");
+  int64_t max_pending_jobs = 10'000;
+  app.add_option("--max-pending-jobs", max_pending_jobs,
+                 "Refuse submissions (RESOURCE_EXHAUSTED, HTTP 429) while this many jobs wait "
+                 "to be planned (0 = no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   paratune::server::RendezvousOptions rendezvous_options;
   app.add_option("--rendezvous-idle-ttl-ms", rendezvous_options.idle_ttl_ms,
                  "A rendezvous namespace nobody touched for this long is dropped")
@@ -110,6 +117,15 @@ int main(int argc, char** argv) {
       paratune::server::JobManager::Create(*std::move(store), &clock, options);
   if (!manager.ok()) return Fail(manager.status());
 
+  // Both transports submit through the admission control when there is a limit.
+  paratune::server::AutotunerHandler* autotuner = manager->get();
+  std::optional<paratune::server::AdmissionControl> admission;
+  if (max_pending_jobs > 0) {
+    admission.emplace(manager->get(), max_pending_jobs, &clock);
+    if (absl::Status s = admission->Seed(); !s.ok()) return Fail(s);
+    autotuner = &*admission;
+  }
+
   paratune::server::RendezvousStore rendezvous(&clock, rendezvous_options);
   paratune::server::RendezvousService rendezvous_service(&rendezvous, &*auth, &metrics);
   paratune::server::GrpcServerOptions grpc_options;
@@ -120,7 +136,7 @@ int main(int argc, char** argv) {
   grpc_options.auth = &*auth;
   grpc_options.metrics = &metrics;
   absl::StatusOr<std::unique_ptr<paratune::server::GrpcServer>> grpc =
-      paratune::server::GrpcServer::Start(manager->get(), manager->get(), grpc_options);
+      paratune::server::GrpcServer::Start(autotuner, manager->get(), grpc_options);
   if (!grpc.ok()) return Fail(grpc.status());
 
   std::unique_ptr<paratune::server::RestGateway> rest;
@@ -130,7 +146,7 @@ int main(int argc, char** argv) {
     rest_options.dashboard_dir = dashboard_dir;
     rest_options.tls_cert_file = tls_cert;
     rest_options.tls_key_file = tls_key;
-    rest = std::make_unique<paratune::server::RestGateway>(manager->get(), &*auth, &metrics,
+    rest = std::make_unique<paratune::server::RestGateway>(autotuner, &*auth, &metrics,
                                                            rest_options);
     absl::StatusOr<int> port = rest->Start(bind, http_port);
     if (!port.ok()) return Fail(port.status());

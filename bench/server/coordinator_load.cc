@@ -20,7 +20,9 @@
 // By default it starts build/bin/paratune-coordinator itself (next to this binary) on free
 // ports with a fresh SQLite database and samples its VmRSS from /proc; --grpc-target /
 // --http-target aim it at a running one (--coordinator-pid for its memory).
-// Any RPC error (non-OK gRPC status, HTTP status other than 200, transport error) is counted
+// A submission refused by the coordinator's admission control (RESOURCE_EXHAUSTED, HTTP 429)
+// is counted as throttled and the client backs off 100 ms. Any other RPC error (non-OK gRPC
+// status, HTTP status other than 200, transport error) is counted
 // with its code and message; the program exits 1 when there is one, a wrong answer (empty
 // or repeated job id, results of another job, no ranked layout, a profile job with no
 // measured layout) or a job that ended FAILED/CANCELLED.
@@ -278,6 +280,7 @@ struct Stats {
   int64_t jobs_submitted = 0, jobs_succeeded = 0, jobs_failed = 0, jobs_unfinished = 0;
   int64_t watch_updates = 0, watches_capped = 0;
   int64_t reports_rejected = 0, tasks_cancelled = 0, reregistered = 0;
+  int64_t throttled = 0;  // Submissions refused by admission control (not errors).
   std::map<std::string, int64_t> error_kinds;  // "op: code: message" -> count
   std::map<std::string, int64_t> wrong_kinds;
 
@@ -294,6 +297,7 @@ struct Stats {
     watch_updates += o.watch_updates;
     watches_capped += o.watches_capped;
     reports_rejected += o.reports_rejected;
+    throttled += o.throttled;
     tasks_cancelled += o.tasks_cancelled;
     reregistered += o.reregistered;
     for (const auto& [k, n] : o.error_kinds) error_kinds[k] += n;
@@ -451,6 +455,14 @@ class LoadClient {
     }
   }
 
+  // The coordinator's admission control refused a submission (RESOURCE_EXHAUSTED / 429):
+  // back-pressure, not an error; a client backs off before trying again.
+  void Throttled() {
+    ++rec_.stats().throttled;
+    std::this_thread::sleep_until(
+        std::min(env_->end, Clock::now() + std::chrono::milliseconds(100)));
+  }
+
   std::optional<std::string> SubmitGrpc(const paratune::v1::JobSpec& spec) {
     paratune::v1::SubmitJobRequest request;
     *request.mutable_spec() = spec;
@@ -460,6 +472,10 @@ class LoadClient {
     const auto t0 = Clock::now();
     const grpc::Status status = stub_->SubmitJob(&context, request, &job);
     if (!status.ok()) {
+      if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        Throttled();
+        return std::nullopt;
+      }
       rec_.GrpcError(kSubmitGrpc, status);
       return std::nullopt;
     }
@@ -475,6 +491,10 @@ class LoadClient {
     const std::string body = ToJson(request);
     const auto t0 = Clock::now();
     auto res = rest_.Post("/v1/jobs", headers_, body, "application/json");
+    if (res && res->status == 429) {
+      Throttled();
+      return std::nullopt;
+    }
     std::optional<nlohmann::json> job = RestAnswer(kSubmitRest, res);
     if (!job) return std::nullopt;
     rec_.Ok(kSubmitRest, t0);
@@ -1214,6 +1234,7 @@ int main(int argc, char** argv) {
                               {"coordinator_after", gauges_after}}},
                             {"workers_detail",
                              {{"reports_rejected", total.reports_rejected},
+                              {"submissions_throttled", total.throttled},
                               {"tasks_cancelled", total.tasks_cancelled},
                               {"reregistered", total.reregistered}}},
                             {"errors", errors},
@@ -1293,6 +1314,12 @@ int main(int argc, char** argv) {
         "coordinator, %lld re-registrations\n",
         static_cast<long long>(total.reports_rejected),
         static_cast<long long>(total.tasks_cancelled), static_cast<long long>(total.reregistered));
+  }
+  if (total.throttled > 0) {
+    std::printf(
+        "# admission control: %lld submissions refused with RESOURCE_EXHAUSTED / HTTP "
+        "429 (each client backed off 100 ms; not errors)\n",
+        static_cast<long long>(total.throttled));
   }
   for (const auto& [kind, n] : total.error_kinds) {
     std::printf("# error x%lld: %s\n", static_cast<long long>(n), kind.c_str());
