@@ -43,12 +43,17 @@ class VerifyE2eTest : public ::testing::Test {
     dir_ = paratune::e2e::TestDir(
         "paratune_verify_", ::testing::UnitTest::GetInstance()->current_test_info()->name());
     err_ = dir_ / "cli.log";
+  }
+  /// The coordinator (verify runs of kVerifySteps steps) and two CPU workers of 2 devices.
+  void Start(const std::string& rendezvous_timeout_ms = "30000",
+             const std::string& max_attempts = "3") {
     coordinator_ = std::make_unique<Coordinator>(
         bin_, dir_, dir_ / "coordinator.db",
         std::vector<std::string>{"--lease-timeout-ms", "5000", "--heartbeat-interval-ms", "300",
                                  "--profile-warmup", "1", "--profile-iters", "2",
                                  "--verify-steps", std::to_string(kVerifySteps),
-                                 "--verify-rendezvous-timeout-ms", "30000"});
+                                 "--verify-rendezvous-timeout-ms", rendezvous_timeout_ms,
+                                 "--max-attempts", max_attempts});
     std::string error;
     ASSERT_TRUE(coordinator_->Start(&error)) << error;
     for (const char* name : {"cpu-a", "cpu-b"}) {
@@ -177,6 +182,7 @@ class VerifyE2eTest : public ::testing::Test {
 };
 
 TEST_F(VerifyE2eTest, ProfileJobVerifiesItsBestLayoutOnOneWorker) {
+  ASSERT_NO_FATAL_FAILURE(Start());
   const std::string id = RunJob(R"(name: tiny-verify
 model: {name: tiny, num_layers: 4, hidden_size: 64, num_attention_heads: 4, vocab_size: 256}
 training: {seq_length: 64, global_batch_size: 8, precision: fp32, flash_attention: false}
@@ -211,13 +217,17 @@ search: {mode: profile, top_k: 3, verify_top_k: 1}
   EXPECT_EQ(rest["plan"]["ranked"][0]["verification"], ranked[0]["verification"]);
 }
 
-TEST_F(VerifyE2eTest, ALayoutLargerThanOneWorkerRunsAsAGangOverBothWorkers) {
-  const std::string id = RunJob(R"(name: tiny-verify-gang
+// World 4 (tp1 pp2 dp2): more ranks than one 2-device worker has.
+constexpr char kGangSpec[] = R"(name: tiny-verify-gang
 model: {name: tiny, num_layers: 4, hidden_size: 64, num_attention_heads: 4, vocab_size: 256}
 training: {seq_length: 64, global_batch_size: 8, precision: fp32, flash_attention: false}
 cluster: {gpu: cpu, num_gpus: 4, gpus_per_node: 4}
 search: {mode: model, top_k: 1, verify_top_k: 1, tp: [1], pp: [2], dp: [2], vp: [1], micro_batch_size: [1]}
-)");
+)";
+
+TEST_F(VerifyE2eTest, ALayoutLargerThanOneWorkerRunsAsAGangOverBothWorkers) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const std::string id = RunJob(kGangSpec);
   json results = Results(id);
   ASSERT_FALSE(results.is_discarded());
   const json& ranked = results["plan"]["ranked"];
@@ -228,6 +238,26 @@ search: {mode: model, top_k: 1, verify_top_k: 1, tp: [1], pp: [2], dp: [2], vp: 
   const bool a_first = a.find("ranks 0..1 of 4") != std::string::npos;
   EXPECT_NE((a_first ? a : b).find("ranks 0..1 of 4"), std::string::npos) << a << b;
   EXPECT_NE((a_first ? b : a).find("ranks 2..3 of 4"), std::string::npos) << a << b;
+}
+
+TEST_F(VerifyE2eTest, AGangWhosePeerNeverComesIsNotVerifiedAndSaysWhy) {
+  ASSERT_NO_FATAL_FAILURE(Start(/*rendezvous_timeout_ms=*/"1500", /*max_attempts=*/"1"));
+  // Both workers are registered (the layout is placed on two), then one stops answering:
+  // the other's part waits 1.5 s for ranks 2..3, fails, and with one attempt allowed the
+  // layout is not verified; the job still succeeds with its ranking.
+  workers_[1]->Send(SIGSTOP);
+  const std::string id = RunJob(kGangSpec);
+  json results = Results(id);
+  ASSERT_FALSE(results.is_discarded());
+  EXPECT_EQ(results["state"], "JOB_STATE_SUCCEEDED");
+  const json& v = results["plan"]["ranked"][0]["verification"];
+  const std::string status = v.value("status", std::string());
+  EXPECT_EQ(status.rfind("not verified: worker ", 0), 0u) << status;
+  EXPECT_NE(status.find("was not set within 1500 ms"), std::string::npos) << status;
+  EXPECT_NE(status.find("gave up after 1 attempts"), std::string::npos) << status;
+  EXPECT_GT(v.value("predicted_iteration_time_s", 0.0), 0.0);
+  EXPECT_EQ(v.value("measured_iteration_time_s", 0.0), 0.0);
+  EXPECT_FALSE(v.contains("measured_peak_gib_per_rank"));
 }
 
 }  // namespace
