@@ -60,7 +60,7 @@ for name in order:
     props = {}
     for lab, t, n, d in m['fields']:
         p = typ(t)
-        if lab == 'repeated': p = {'type':'array','items':p}
+        if lab.strip() == 'repeated': p = {'type':'array','items':p}
         if d:
             if '$ref' in p: p = {'allOf':[p], 'description': d}
             elif 'description' in p: p['description'] = d + ' (' + p['description'] + ')'
