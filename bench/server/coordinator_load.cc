@@ -339,16 +339,14 @@ struct Env {
   float Now() const { return std::chrono::duration<float>(Clock::now() - start).count(); }
 };
 
-double MsSince(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
 class Recorder {
  public:
   Recorder(Env* env, Stats* stats) : env_(env), stats_(stats) {}
-  void Ok(Op op, Clock::time_point t0) {
-    stats_->samples[op].push_back(
-        {std::chrono::duration<float>(t0 - env_->start).count(), static_cast<float>(MsSince(t0))});
+  // A success from `t0` to `t1` (default: now).
+  void Ok(Op op, Clock::time_point t0, std::optional<Clock::time_point> t1 = std::nullopt) {
+    const float ms =
+        std::chrono::duration<float, std::milli>(t1.value_or(Clock::now()) - t0).count();
+    stats_->samples[op].push_back({std::chrono::duration<float>(t0 - env_->start).count(), ms});
   }
   void Error(Op op, const std::string& code, const std::string& message) {
     ++stats_->errors[op];
@@ -491,13 +489,14 @@ class LoadClient {
     const std::string body = ToJson(request);
     const auto t0 = Clock::now();
     auto res = rest_.Post("/v1/jobs", headers_, body, "application/json");
+    const auto t1 = Clock::now();  // The latency excludes parsing the answer here.
     if (res && res->status == 429) {
       Throttled();
       return std::nullopt;
     }
     std::optional<nlohmann::json> job = RestAnswer(kSubmitRest, res);
     if (!job) return std::nullopt;
-    rec_.Ok(kSubmitRest, t0);
+    rec_.Ok(kSubmitRest, t0, t1);
     ++rec_.stats().jobs_submitted;
     const std::string id = job->value("id", "");
     CheckId(id);
@@ -580,9 +579,10 @@ class LoadClient {
         return std::nullopt;
       }
       auto res = rest_.Get(path, headers_);
+      const auto t1 = Clock::now();
       std::optional<nlohmann::json> job = RestAnswer(kPollRest, res);
       if (!job) return std::nullopt;
-      rec_.Ok(kPollRest, t0);
+      rec_.Ok(kPollRest, t0, t1);
       if (job->value("id", "") != id) rec_.Wrong("GET /v1/jobs/{id} answered another job");
       paratune::v1::JobState state = paratune::v1::JOB_STATE_UNSPECIFIED;
       if (!paratune::v1::JobState_Parse(job->value("state", ""), &state)) {
@@ -624,9 +624,10 @@ class LoadClient {
   void ResultsRest(const std::string& id, bool profile) {
     const auto t0 = Clock::now();
     auto res = rest_.Get("/v1/jobs/" + id + "/results", headers_);
+    const auto t1 = Clock::now();
     std::optional<nlohmann::json> results = RestAnswer(kResultsRest, res);
     if (!results) return;
-    rec_.Ok(kResultsRest, t0);
+    rec_.Ok(kResultsRest, t0, t1);
     int ranked = 0, measured = 0;
     if (results->contains("plan") && (*results)["plan"].contains("ranked")) {
       for (const auto& r : (*results)["plan"]["ranked"]) {
