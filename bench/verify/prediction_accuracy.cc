@@ -427,6 +427,9 @@ int main(int argc, char** argv) {
       ->group("");
   app.add_option("--store", store, "internal: FileStore directory")->group("");
   CLI11_PARSE(app, argc, argv);
+  // One BLAS thread per rank, set once before any thread starts: OpenBLAS's thread count is
+  // process-wide, and changing it while another thread is inside a GEMM is unsafe.
+  k::SetBlasThreads(1);
   if (child >= 0) return Child(ranks, child, store, steps);
 
   const double load_before = Load1();
