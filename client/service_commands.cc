@@ -271,6 +271,15 @@ std::string ResultsTable(const v1::JobResults& results, const v1::JobSpec& spec_
   for (const v1::RankedConfig& r : results.plan().ranked()) measured += r.source() == "measured";
   absl::StrAppend(&out, "# source: ", measured, " measured, ",
                   results.plan().ranked_size() - measured, " modelled\n");
+  // The coordinator lists only the first rejected layouts; it counts all of them per rule.
+  const v1::PlanResult& p = results.plan();
+  if (p.rejected_total() > p.rejected_size()) {
+    absl::StrAppend(&out, "# rejected: ", p.rejected_total(), " in all (", p.rejected_size(),
+                    " listed in --json); by rule:\n");
+    for (const v1::RejectedReason& r : p.rejected_reasons()) {
+      absl::StrAppend(&out, "#   ", r.count(), "  ", r.reason(), "\n");
+    }
+  }
   absl::StrAppend(&out, VerificationLines(results.plan()));
   return out;
 }

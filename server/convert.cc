@@ -1,7 +1,10 @@
 #include "server/convert.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <google/protobuf/util/json_util.h>
 
@@ -14,7 +17,68 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+bool IsWordChar(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+// Fills rejected_reasons from per-rule counts: most frequent first, then by rule.
+void SetReasons(const std::map<std::string, int64_t>& counts, v1::PlanResult& out) {
+  std::vector<std::pair<std::string, int64_t>> sorted(counts.begin(), counts.end());
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  out.clear_rejected_reasons();
+  for (auto& [rule, n] : sorted) {
+    v1::RejectedReason* r = out.add_rejected_reasons();
+    r->set_reason(rule);
+    r->set_count(n);
+  }
+}
+
 }  // namespace
+
+std::string RejectionRule(const std::string& reason) {
+  // Drop parenthesised groups (nested ones included).
+  std::string text;
+  int depth = 0;
+  for (char c : reason) {
+    if (c == '(') {
+      ++depth;
+    } else if (c == ')' && depth > 0) {
+      --depth;
+    } else if (depth == 0) {
+      text.push_back(c);
+    }
+  }
+  // Numbers that stand alone (not part of a name such as "a100" or "tp2") become "N".
+  std::string numbered;
+  for (size_t i = 0; i < text.size();) {
+    const bool starts = text[i] >= '0' && text[i] <= '9' && (i == 0 || !IsWordChar(text[i - 1]));
+    if (starts) {
+      size_t j = i;
+      while (j < text.size() && ((text[j] >= '0' && text[j] <= '9') || text[j] == '.')) ++j;
+      if (j == text.size() || !IsWordChar(text[j])) {
+        numbered += 'N';
+        i = j;
+        continue;
+      }
+    }
+    numbered.push_back(text[i++]);
+  }
+  // Collapse whitespace, and none before punctuation left by a dropped group.
+  std::string out;
+  for (char c : numbered) {
+    if (c == ' ' || c == '\t' || c == '\n') {
+      if (!out.empty() && out.back() != ' ') out.push_back(' ');
+      continue;
+    }
+    if ((c == ',' || c == ';' || c == ':' || c == '.') && !out.empty() && out.back() == ' ') {
+      out.pop_back();
+    }
+    out.push_back(c);
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
 
 absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& spec) {
   std::string text;
@@ -112,18 +176,36 @@ v1::RankedConfig ToProto(const RankedConfig& r) {
   return out;
 }
 
-v1::PlanResult ToProto(const PlanResult& result) {
+v1::PlanResult ToProto(const PlanResult& result, int64_t max_rejected) {
   v1::PlanResult out;
   for (const RankedConfig& r : result.ranked) *out.add_ranked() = ToProto(r);
   out.set_candidates_considered(result.candidates_considered);
   out.set_feasible(result.feasible);
   out.set_elapsed_ms(result.elapsed_ms);
+  std::map<std::string, int64_t> counts;
   for (const RejectedConfig& r : result.rejected) {
+    ++counts[RejectionRule(r.reason)];
+    if (out.rejected_size() >= max_rejected) continue;
     v1::RejectedConfig* rej = out.add_rejected();
     *rej->mutable_config() = ToProto(r.config);
     rej->set_reason(r.reason);
   }
+  out.set_rejected_total(static_cast<int64_t>(result.rejected.size()));
+  SetReasons(counts, out);
   return out;
+}
+
+void CapRejected(v1::PlanResult& result, int64_t max_rejected) {
+  if (result.rejected_total() == 0 && result.rejected_size() > 0) {
+    std::map<std::string, int64_t> counts;
+    for (const v1::RejectedConfig& r : result.rejected()) ++counts[RejectionRule(r.reason())];
+    result.set_rejected_total(result.rejected_size());
+    SetReasons(counts, result);
+  }
+  if (result.rejected_size() > max_rejected) {
+    result.mutable_rejected()->DeleteSubrange(
+        static_cast<int>(max_rejected), result.rejected_size() - static_cast<int>(max_rejected));
+  }
 }
 
 absl::StatusOr<PlanResult> PlanResultFromProto(const v1::PlanResult& result) {

@@ -26,7 +26,25 @@ absl::StatusOr<v1::JobSpec> SpecProtoFromJson(const nlohmann::json& json);
 
 v1::ParallelConfig ToProto(const ParallelConfig& config);
 v1::RankedConfig ToProto(const RankedConfig& ranked);
-v1::PlanResult ToProto(const PlanResult& result);
+/// Rejected layouts listed in a PlanResult that the coordinator stores and serves; the
+/// others are only counted (rejected_total, rejected_reasons). A GPT-3 175B search on 1024
+/// GPUs rejects ~15,800 layouts, megabytes per job.
+inline constexpr int64_t kMaxRejectedListed = 200;
+
+/// The rule a rejection reason states, the key of PlanResult.rejected_reasons: the reason
+/// without its parenthesised groups, numbers replaced by "N", spaces collapsed
+/// ("tp (3) must divide model.num_attention_heads (96)" -> "tp must divide
+/// model.num_attention_heads"; "out of memory by 3.2 GiB (peak 83.2 of 80.0 GiB)" -> "out
+/// of memory by N GiB").
+std::string RejectionRule(const std::string& reason);
+
+/// The wire form with the first `max_rejected` rejected layouts listed and all of them
+/// counted (rejected_total, rejected_reasons, most frequent rule first).
+v1::PlanResult ToProto(const PlanResult& result, int64_t max_rejected = kMaxRejectedListed);
+/// Caps an already built result the same way. A result whose counts are set
+/// (rejected_total > 0) keeps them; one without (stored before the counts existed) gets
+/// them from its full list first. Idempotent.
+void CapRejected(v1::PlanResult& result, int64_t max_rejected = kMaxRejectedListed);
 absl::StatusOr<PlanResult> PlanResultFromProto(const v1::PlanResult& result);
 
 /// A profile task as the wire message (id, job_id and attempt left empty).

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <list>
+#include <memory>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -61,6 +64,10 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(std::unique_ptr<S
   if (!options.plan) {
     return absl::InvalidArgumentError("options.plan (the analytical planner) must be set");
   }
+  if (options.results_cache_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "results_cache_size (", options.results_cache_size, ") must be at least 1"));
+  }
   std::unique_ptr<JobManager> manager(
       new JobManager(std::move(store), clock, std::move(options)));
   if (absl::Status s = manager->Recover(); !s.ok()) return s;
@@ -98,7 +105,8 @@ void JobManager::Shutdown() {
 
 absl::Status JobManager::Recover() {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<std::vector<JobRecord>> records = store_->ListJobs();
+  // Finished jobs come without their rankings (read on demand by GetResults).
+  absl::StatusOr<std::vector<JobRecord>> records = store_->ListJobsForRecovery();
   if (!records.ok()) return records.status();
   for (JobRecord& record : *records) {
     const std::string id = record.job.id();
@@ -106,7 +114,15 @@ absl::Status JobManager::Recover() {
     job.record = std::move(record);
     job_order_.push_back(id);
     const v1::JobState state = job.record.job.state();
-    if (IsTerminal(state)) continue;
+    if (IsTerminal(state)) {
+      job.has_results = job.record.has_results;
+      job.record.results.reset();
+      job.record.modelled.reset();
+      continue;
+    }
+    // Rankings stored before the rejected list was capped.
+    if (job.record.results) CapRejected(*job.record.results);
+    if (job.record.modelled) CapRejected(*job.record.modelled);
     absl::StatusOr<JobSpec> spec = SpecFromProto(job.record.job.spec());
     if (!spec.ok()) {
       if (absl::Status s = SetStateLocked(
@@ -263,6 +279,9 @@ void JobManager::RunPlan(const std::string& job_id) {
     spec = job.spec;
   }
   absl::StatusOr<PlanResult> plan = options_.plan(spec);
+  // The wire form (rejected list capped) is built before taking the lock.
+  std::optional<v1::PlanResult> plan_proto;
+  if (plan.ok()) plan_proto = ToProto(*plan);
 
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);
@@ -276,7 +295,8 @@ void JobManager::RunPlan(const std::string& job_id) {
     return;
   }
   if (spec.search.mode == SearchMode::kModel) {
-    job.record.results = ToProto(*plan);
+    job.record.results = *std::move(plan_proto);
+    job.rankings_dirty = true;
     StartVerifyLocked(job).IgnoreError();
     return;
   }
@@ -287,7 +307,8 @@ void JobManager::RunPlan(const std::string& job_id) {
         .IgnoreError();
     return;
   }
-  job.record.modelled = ToProto(*plan);
+  job.record.modelled = *std::move(plan_proto);
+  job.rankings_dirty = true;
   std::vector<TaskRecord> tasks;
   for (size_t i = 0; i < profile->tasks.size(); ++i) {
     TaskRecord t;
@@ -368,6 +389,17 @@ void JobManager::RunCompose(const std::string& job_id) {
       composed = profile.status();
     }
   }
+  std::optional<v1::PlanResult> composed_proto;
+  if (composed.ok()) {
+    // The modelled ranking listed only the first rejected layouts: its counts are the
+    // complete ones.
+    composed_proto = ToProto(*composed);
+    composed_proto->set_rejected_total(std::max<int64_t>(modelled_proto.rejected_total(),
+                                                         modelled_proto.rejected_size()));
+    if (modelled_proto.rejected_total() > 0) {
+      *composed_proto->mutable_rejected_reasons() = modelled_proto.rejected_reasons();
+    }
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);
@@ -380,7 +412,8 @@ void JobManager::RunCompose(const std::string& job_id) {
         .IgnoreError();
     return;
   }
-  job.record.results = ToProto(*composed);
+  job.record.results = *std::move(composed_proto);
+  job.rankings_dirty = true;
   StartVerifyLocked(job).IgnoreError();
 }
 
@@ -389,6 +422,7 @@ void JobManager::RunCompose(const std::string& job_id) {
 absl::Status JobManager::StartVerifyLocked(JobEntry& job) {
   const int64_t k = job.spec.search.verify_top_k;
   if (k <= 0 || !job.record.results) return SetStateLocked(job, v1::JOB_STATE_SUCCEEDED, "");
+  job.rankings_dirty = true;  // Verification statuses below.
   const std::string& job_id = job.record.job.id();
   // The workers registered now, of the device kind the spec names.
   std::vector<VerifyHost> hosts;
@@ -505,6 +539,7 @@ absl::Status JobManager::MaybeFinishVerifyingLocked(JobEntry& job) {
   if (!job.record.results) {
     return SetStateLocked(job, v1::JOB_STATE_FAILED, "verifying: the ranking is missing");
   }
+  job.rankings_dirty = true;
   for (v1::RankedConfig& r : *job.record.results->mutable_ranked()) {
     auto it = runs.find(r.rank());
     if (it == runs.end()) continue;
@@ -547,8 +582,22 @@ absl::Status JobManager::SetStateLocked(JobEntry& job, v1::JobState state,
                                         const std::string& error) {
   job.record.job.set_state(state);
   job.record.job.set_error(error);
-  // Transitions are few; they carry the rankings when planning or composing set them.
-  absl::Status s = PersistJobLocked(job, /*rankings=*/true);
+  // The ranking blobs are rewritten only when planning, composing or verifying changed
+  // them.
+  absl::Status s = PersistJobLocked(job, /*rankings=*/job.rankings_dirty);
+  if (!s.ok()) return s;
+  job.rankings_dirty = false;
+  if (IsTerminal(state)) {
+    // The store has the final ranking: a finished job keeps none in memory but the
+    // cache's copy (it is usually read right away).
+    if (job.record.results) {
+      job.has_results = true;
+      CacheResultsLocked(job.record.job.id(), std::make_shared<const v1::PlanResult>(
+                                                  *std::move(job.record.results)));
+      job.record.results.reset();
+    }
+    job.record.modelled.reset();
+  }
   return s;
 }
 
@@ -800,21 +849,81 @@ absl::StatusOr<v1::Job> JobManager::CancelJob(const v1::CancelJobRequest& reques
 }
 
 absl::StatusOr<v1::JobResults> JobManager::GetResults(const v1::GetResultsRequest& request) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(request.id());
-  if (it == jobs_.end()) return NotFoundJob(request.id());
-  const JobEntry& job = it->second;
-  if (!job.record.results) {
-    const v1::Job& j = job.record.job;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job '", request.id(), "' has no results: it is ", JobStateName(j.state()),
-        j.error().empty() ? "" : absl::StrCat(" (", j.error(), ")")));
-  }
   v1::JobResults out;
   out.set_job_id(request.id());
-  out.set_state(job.record.job.state());
-  *out.mutable_plan() = *job.record.results;
+  std::shared_ptr<const v1::PlanResult> plan;
+  std::string blob;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(request.id());
+    if (it == jobs_.end()) return NotFoundJob(request.id());
+    const JobEntry& job = it->second;
+    out.set_state(job.record.job.state());
+    if (job.record.results) {
+      // A running job (VERIFYING), or a finished one whose ranking could not be stored: the
+      // ranking is in memory (its rejected list capped, so the copy is small).
+      *out.mutable_plan() = *job.record.results;
+      return out;
+    }
+    if (!job.has_results) {
+      const v1::Job& j = job.record.job;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", request.id(), "' has no results: it is ", JobStateName(j.state()),
+          j.error().empty() ? "" : absl::StrCat(" (", j.error(), ")")));
+    }
+    plan = CachedResultsLocked(request.id());
+    if (plan == nullptr) {
+      absl::StatusOr<std::optional<std::string>> stored = store_->GetResultsBlob(request.id());
+      if (!stored.ok()) return stored.status();
+      if (!stored->has_value()) {
+        return absl::DataLossError(
+            absl::StrCat("job '", request.id(), "': its stored ranking is missing"));
+      }
+      blob = **std::move(stored);
+    }
+  }
+  if (plan == nullptr) {
+    // Parsed outside the lock; two readers that miss at once both parse, the cache keeps one.
+    auto parsed = std::make_shared<v1::PlanResult>();
+    if (!parsed->ParseFromString(blob)) {
+      return absl::DataLossError(
+          absl::StrCat("job '", request.id(), "': cannot parse its stored ranking"));
+    }
+    CapRejected(*parsed);  // Stored before the rejected list was capped.
+    plan = std::move(parsed);
+    std::lock_guard<std::mutex> lock(mu_);
+    CacheResultsLocked(request.id(), plan);
+  }
+  *out.mutable_plan() = *plan;  // Outside the lock.
   return out;
+}
+
+std::shared_ptr<const v1::PlanResult> JobManager::CachedResultsLocked(
+    const std::string& job_id) {
+  for (auto it = results_cache_.begin(); it != results_cache_.end(); ++it) {
+    if (it->first != job_id) continue;
+    results_cache_.splice(results_cache_.begin(), results_cache_, it);
+    return results_cache_.front().second;
+  }
+  return nullptr;
+}
+
+void JobManager::CacheResultsLocked(const std::string& job_id,
+                                    std::shared_ptr<const v1::PlanResult> results) {
+  results_cache_.remove_if([&](const auto& e) { return e.first == job_id; });
+  results_cache_.emplace_front(job_id, std::move(results));
+  while (static_cast<int64_t>(results_cache_.size()) > options_.results_cache_size) {
+    results_cache_.pop_back();
+  }
+}
+
+int64_t JobManager::resident_results() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = static_cast<int64_t>(results_cache_.size());
+  for (const auto& [id, job] : jobs_) {
+    n += job.record.results.has_value() + job.record.modelled.has_value();
+  }
+  return n;
 }
 
 absl::StatusOr<v1::ListWorkersResponse> JobManager::ListWorkers(const v1::ListWorkersRequest&) {

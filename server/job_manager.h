@@ -30,6 +30,13 @@
 // with NOT_FOUND ("register again"). A worker silent for lease_timeout_ms is "lost" and its
 // leases are re-queued; a task leased max_attempts times without a result fails.
 //
+// Memory: a finished job keeps only its Job message (and its task records) in memory; its
+// final ranking lives in the store and is read back on demand, through a small LRU cache
+// of decoded rankings (results_cache_size). Rankings carry at most kMaxRejectedListed
+// rejected layouts plus per-rule counts of all of them (server/convert.h). GetResults
+// copies a ranking outside the lock (a shared snapshot), and transitions rewrite the
+// ranking blobs only when the ranking changed.
+//
 // Thread-safe. Background threads: executors (planning and composing, outside the lock,
 // max(2, cores) of them) and a reaper (lease expiry, lost workers, metrics gauges).
 #ifndef PARATUNE_SERVER_JOB_MANAGER_H_
@@ -39,6 +46,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -74,6 +82,9 @@ struct JobManagerOptions {
   VerifyRunOptions verify;
   /// The analytical planner: paratune::Plan (search/planner.h); tests substitute a fake.
   std::function<absl::StatusOr<PlanResult>(const JobSpec&)> plan;
+  /// Finished jobs' decoded rankings kept in memory (LRU); the rest are read from the store
+  /// when asked for. At least 1.
+  int64_t results_cache_size = 16;
   /// Optional metrics sink (gauges of jobs, tasks, workers; refreshed by the reaper, at
   /// most a second old).
   Metrics* metrics = nullptr;
@@ -121,6 +132,9 @@ class JobManager final : public AutotunerHandler, public WorkerHubHandler {
   void WaitIdle();
   /// Tasks handed to workers since start (leases), for tests.
   int64_t leases_granted() const;
+  /// Decoded rankings held in memory now: those of running jobs plus the cached ones of
+  /// finished jobs (tests: bounded by results_cache_size once jobs finish).
+  int64_t resident_results() const;
 
  private:
   struct JobEntry {
@@ -128,6 +142,11 @@ class JobManager final : public AutotunerHandler, public WorkerHubHandler {
     JobSpec spec;                     // Domain form, parsed at submit/reload.
     std::vector<TaskRecord> tasks;    // Profile mode.
     int64_t profiling_start_ms = 0;
+    // record.results / record.modelled changed since they were last stored.
+    bool rankings_dirty = false;
+    // A finished job whose final ranking is in the store (record.results then stays empty
+    // unless storing it failed).
+    bool has_results = false;
   };
   struct WorkerEntry {
     v1::WorkerInfo info;
@@ -171,6 +190,12 @@ class JobManager final : public AutotunerHandler, public WorkerHubHandler {
   // O(jobs + workers): called by the reaper, not on every change.
   void UpdateMetricsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string NewIdLocked(const char* prefix) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The cached ranking of a finished job (made most recently used), or null.
+  std::shared_ptr<const v1::PlanResult> CachedResultsLocked(const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CacheResultsLocked(const std::string& job_id,
+                          std::shared_ptr<const v1::PlanResult> results)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock* const clock_;
   const JobManagerOptions options_;
@@ -184,6 +209,9 @@ class JobManager final : public AutotunerHandler, public WorkerHubHandler {
   std::map<std::string, JobEntry> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);  // Oldest first.
   std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);
+  // Decoded final rankings of finished jobs, most recently used first.
+  std::list<std::pair<std::string, std::shared_ptr<const v1::PlanResult>>> results_cache_
+      ABSL_GUARDED_BY(mu_);
   std::deque<std::pair<Work, std::string>> work_ ABSL_GUARDED_BY(mu_);
   int executors_busy_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;

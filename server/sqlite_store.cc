@@ -176,6 +176,40 @@ class SqliteStore final : public Store {
     return out;
   }
 
+  absl::StatusOr<std::vector<JobRecord>> ListJobsForRecovery() override {
+    const std::string terminal =
+        absl::StrCat("(", static_cast<int>(v1::JOB_STATE_SUCCEEDED), ", ",
+                     static_cast<int>(v1::JOB_STATE_FAILED), ", ",
+                     static_cast<int>(v1::JOB_STATE_CANCELLED), ")");
+    const std::string sql = absl::StrCat(
+        "SELECT job, CASE WHEN state IN ", terminal, " THEN NULL ELSE modelled END, ",
+        "CASE WHEN state IN ", terminal, " THEN NULL ELSE results END, ",
+        "results IS NOT NULL FROM jobs ORDER BY rowid;");
+    Statement st(db_, sql.c_str());
+    if (!st.ok()) return Error("prepare ListJobsForRecovery");
+    std::vector<JobRecord> out;
+    int rc;
+    while ((rc = st.Step()) == SQLITE_ROW) {
+      absl::StatusOr<JobRecord> r = ReadJob(st);
+      if (!r.ok()) return r.status();
+      r->has_results = st.Int(3) != 0;
+      out.push_back(*std::move(r));
+    }
+    if (rc != SQLITE_DONE) return Error("ListJobsForRecovery");
+    return out;
+  }
+
+  absl::StatusOr<std::optional<std::string>> GetResultsBlob(const std::string& id) override {
+    Statement st(db_, "SELECT results FROM jobs WHERE id = ?1;");
+    if (!st.ok()) return Error("prepare GetResultsBlob");
+    st.BindText(1, id);
+    const int rc = st.Step();
+    if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+    if (rc != SQLITE_ROW) return Error("GetResultsBlob");
+    if (st.IsNull(0)) return std::optional<std::string>();
+    return std::optional<std::string>(st.Blob(0));
+  }
+
   absl::Status PutTasks(const std::vector<TaskRecord>& tasks) override {
     return InTransaction([&]() -> absl::Status {
       for (const TaskRecord& t : tasks) {
@@ -267,6 +301,7 @@ class SqliteStore final : public Store {
     if (!st.IsNull(2)) {
       r.results.emplace();
       if (!r.results->ParseFromString(st.Blob(2))) return Corrupt("jobs.results");
+      r.has_results = true;
     }
     return r;
   }

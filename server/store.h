@@ -31,6 +31,9 @@ struct JobRecord {
   std::optional<v1::PlanResult> modelled;
   /// The final ranking, once the job succeeded.
   std::optional<v1::PlanResult> results;
+  /// Whether the store holds a final ranking for the job; set by ListJobsForRecovery,
+  /// which leaves finished jobs' rankings unread.
+  bool has_results = false;
 };
 
 /// A stored profile task with its latest result.
@@ -55,6 +58,14 @@ class Store {
   virtual absl::StatusOr<JobRecord> GetJob(const std::string& id) = 0;
   /// All jobs, oldest first.
   virtual absl::StatusOr<std::vector<JobRecord>> ListJobs() = 0;
+  /// All jobs, oldest first, as a restarting coordinator needs them: unfinished jobs
+  /// complete, finished ones (SUCCEEDED, FAILED, CANCELLED) without their ranking blobs
+  /// (megabytes each for big searches), has_results saying whether one is stored.
+  virtual absl::StatusOr<std::vector<JobRecord>> ListJobsForRecovery() = 0;
+  /// The stored final ranking of a job, serialized (a v1::PlanResult), so that the caller
+  /// can parse it outside its lock; nullopt when the job has none. NotFound for an
+  /// unknown id.
+  virtual absl::StatusOr<std::optional<std::string>> GetResultsBlob(const std::string& id) = 0;
 
   /// Inserts or replaces tasks, all in one transaction.
   virtual absl::Status PutTasks(const std::vector<TaskRecord>& tasks) = 0;

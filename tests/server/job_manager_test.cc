@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_format.h"
+
 #include "search/compose.h"
 #include "search/profile_plan.h"
 #include "server/clock.h"
@@ -108,6 +110,7 @@ class JobManagerTest : public ::testing::Test {
     options.verify.steps = 4;
     options.verify.rendezvous_timeout_ms = 7000;
     options.metrics = &metrics_;
+    options.results_cache_size = results_cache_size_;
     auto m = JobManager::Create(*std::move(store), &clock_, options);
     ASSERT_TRUE(m.ok()) << m.status();
     manager_ = *std::move(m);
@@ -185,6 +188,7 @@ class JobManagerTest : public ::testing::Test {
 
   FakeClock clock_;
   Metrics metrics_;
+  int64_t results_cache_size_ = 16;
   std::unique_ptr<JobManager> manager_;
 };
 
@@ -704,6 +708,121 @@ TEST_F(JobManagerTest, ACoordinatorRestartWhileVerifyingRestartsTheGangUnderANew
   EXPECT_EQ(Results(id).ranked(0).verification().measured_peak_gib_per_rank_size(), 4);
   manager_.reset();
   std::filesystem::remove_all(dir);
+}
+
+
+// --- Finished jobs' rankings: capped, stored, cached -------------------------------------
+
+TEST(RejectionRuleTest, PlannerReasonsLoseTheirNumbers) {
+  EXPECT_EQ(RejectionRule("out of memory by 3.2 GiB (peak 83.2 of 80.0 GiB)"),
+            "out of memory by N GiB");
+  EXPECT_EQ(RejectionRule("tp (3) must divide model.num_attention_heads (96)"),
+            "tp must divide model.num_attention_heads");
+  EXPECT_EQ(RejectionRule("micro_batch_size*dp (4*2 = 8) must divide "
+                          "training.global_batch_size (12)"),
+            "micro_batch_size*dp must divide training.global_batch_size");
+  EXPECT_EQ(RejectionRule("recompute_num_layers (3) must be in [0, layers per stage = 12] "
+                          "(0 = all)"),
+            "recompute_num_layers must be in [N, layers per stage = N]");
+  // Names with digits stay.
+  EXPECT_EQ(RejectionRule("tp2 needs a100 (x)"), "tp2 needs a100");
+}
+
+// 500 rejected layouts under three rules: 167 out of memory (i % 3 == 0), 167 tp (i % 3 ==
+// 1), 166 pp (i % 3 == 2).
+PlanResult PlanWithRejected() {
+  PlanResult p = FakePlan();
+  for (int i = 0; i < 500; ++i) {
+    ParallelConfig c;
+    c.tp = 1 + i % 7;
+    c.pp = 1 + i / 7;
+    c.dp = 1;
+    std::string reason =
+        i % 3 == 0 ? absl::StrFormat("out of memory by %d.5 GiB (peak %d.5 of 80.0 GiB)", i, 80 + i)
+        : i % 3 == 1 ? absl::StrFormat("tp (%d) must divide model.num_attention_heads (4)", i)
+                     : absl::StrFormat("pp (%d) must divide model.num_layers (4)", i);
+    p.rejected.push_back({c, reason});
+  }
+  p.candidates_considered = 503;
+  return p;
+}
+
+void ExpectCapped(const v1::PlanResult& plan) {
+  ASSERT_EQ(plan.rejected_size(), kMaxRejectedListed);
+  EXPECT_EQ(plan.rejected_total(), 500);
+  // The first ones, in the planner's order.
+  EXPECT_EQ(plan.rejected(0).reason(), "out of memory by 0.5 GiB (peak 80.5 of 80.0 GiB)");
+  EXPECT_EQ(plan.rejected(199).reason(), "tp (199) must divide model.num_attention_heads (4)");
+  EXPECT_EQ(plan.rejected(199).config().tp(), 1 + 199 % 7);
+  ASSERT_EQ(plan.rejected_reasons_size(), 3);
+  int64_t sum = 0;
+  for (const v1::RejectedReason& r : plan.rejected_reasons()) sum += r.count();
+  EXPECT_EQ(sum, plan.rejected_total());
+  // Most frequent first; the tie (167) by rule name.
+  EXPECT_EQ(plan.rejected_reasons(0).reason(), "out of memory by N GiB");
+  EXPECT_EQ(plan.rejected_reasons(0).count(), 167);
+  EXPECT_EQ(plan.rejected_reasons(1).reason(), "tp must divide model.num_attention_heads");
+  EXPECT_EQ(plan.rejected_reasons(1).count(), 167);
+  EXPECT_EQ(plan.rejected_reasons(2).reason(), "pp must divide model.num_layers");
+  EXPECT_EQ(plan.rejected_reasons(2).count(), 166);
+}
+
+TEST(CapRejectedTest, AnOldUncappedRankingGetsItsCountsOnce) {
+  v1::PlanResult old = ToProto(PlanWithRejected(), /*max_rejected=*/1'000'000);
+  ASSERT_EQ(old.rejected_size(), 500);
+  old.clear_rejected_total();
+  old.clear_rejected_reasons();
+  CapRejected(old);
+  ExpectCapped(old);
+  const std::string once = old.SerializeAsString();
+  CapRejected(old);
+  EXPECT_EQ(old.SerializeAsString(), once);
+}
+
+TEST_F(JobManagerTest, FinishedJobsKeepAtMostTheCacheBoundOfRankingsAndReadBackFromTheStore) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("paratune_jm_cache_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string db = (dir / "cache.db").string();
+  std::filesystem::remove(db);
+  results_cache_size_ = 2;
+  Open(db, [](const JobSpec&) -> absl::StatusOr<PlanResult> { return PlanWithRejected(); });
+
+  std::vector<std::string> ids;
+  std::vector<std::string> first_reads;  // Serialized, read while still cached.
+  for (int i = 0; i < 6; ++i) {
+    ids.push_back(Submit("model"));
+    ASSERT_EQ(Get(ids.back()).state(), v1::JOB_STATE_SUCCEEDED);
+    const v1::PlanResult plan = Results(ids.back());
+    ExpectCapped(plan);
+    first_reads.push_back(plan.SerializeAsString());
+    EXPECT_LE(manager_->resident_results(), 2) << "after job " << i;
+  }
+  // A profile job: the composed ranking keeps the modelled ranking's counts.
+  const std::string profile_id = Submit("profile");
+  EXPECT_EQ(manager_->resident_results(), 3);  // Its modelled ranking, while it runs.
+  RunAllTasks(RegisterWorker());
+  ASSERT_EQ(Get(profile_id).state(), v1::JOB_STATE_SUCCEEDED);
+  const v1::PlanResult composed = Results(profile_id);
+  EXPECT_EQ(composed.ranked(0).source(), "measured");
+  ExpectCapped(composed);
+  EXPECT_LE(manager_->resident_results(), 2);
+
+  // Evicted long ago: read back from the store, identical.
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(Results(ids[i]).SerializeAsString(), first_reads[i]) << ids[i];
+    EXPECT_LE(manager_->resident_results(), 2);
+  }
+  // A restart loads no finished ranking; they still read back identical.
+  manager_.reset();
+  Open(db, [](const JobSpec&) -> absl::StatusOr<PlanResult> { return PlanWithRejected(); });
+  EXPECT_EQ(manager_->resident_results(), 0);
+  EXPECT_EQ(Results(ids[0]).SerializeAsString(), first_reads[0]);
+  EXPECT_EQ(manager_->resident_results(), 1);
+  // A finished job without a ranking still says why.
+  v1::GetResultsRequest none;
+  none.set_id("job-unknown");
+  EXPECT_EQ(manager_->GetResults(none).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

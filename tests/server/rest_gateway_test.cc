@@ -16,6 +16,9 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
+#include <chrono>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -460,6 +463,42 @@ TEST_F(RestGatewayTest, ListenBacklogIsRaised) {
   EXPECT_EQ(state, "LISTEN");
   EXPECT_EQ(send_q, std::min<long>(SOMAXCONN, kernel_max));
   EXPECT_GT(send_q, 5);
+}
+
+TEST_F(RestGatewayTest, BusyKeepAliveConnectionsDoNotStarveANewOne) {
+  StartGateway();  // 4 threads.
+  // As many keep-alive clients as threads, each polling every 50 ms (the load bench's REST
+  // followers poll every 100 ms). A connection ends after 32 requests (1.6 s here) or 2 idle
+  // seconds, so a new connection gets a thread within about that; with the old limit of
+  // 1000 requests per connection it waited ~50 s.
+  constexpr int kClients = 4;
+  std::atomic<bool> stop{false};
+  std::atomic<int> polls{0};
+  std::vector<std::thread> pollers;
+  for (int i = 0; i < kClients; ++i) {
+    pollers.emplace_back([&] {
+      httplib::Client c("127.0.0.1", port_);
+      c.set_keep_alive(true);
+      while (!stop) {
+        if (auto r = c.Get("/healthz"); r && r->status == 200) ++polls;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+  }
+  while (polls < 2 * kClients) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  httplib::Client fresh("127.0.0.1", port_);
+  fresh.set_read_timeout(10, 0);
+  fresh.set_connection_timeout(10, 0);
+  const auto start = std::chrono::steady_clock::now();
+  httplib::Result res = fresh.Get("/healthz");
+  const double waited_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stop = true;
+  for (std::thread& t : pollers) t.join();
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  // ~1.6 s expected; the bound leaves room for a loaded machine and is far from ~50 s.
+  EXPECT_LT(waited_s, 5.0);
 }
 
 class DashboardTest : public RestGatewayTest {

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -128,6 +129,48 @@ TEST(SqliteStoreTest, RefusesADatabaseFromANewerSchema) {
   absl::StatusOr<std::unique_ptr<Store>> store = OpenSqliteStore(path);
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(store.status().message().find("99"), std::string::npos);
+}
+
+
+TEST(SqliteStoreTest, RecoveryListingLeavesFinishedRankingsUnreadAndGetResultsBlobReadsThem) {
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenSqliteStore(":memory:");
+  ASSERT_TRUE(store.ok()) << store.status();
+  Store& s = **store;
+  JobRecord done = Job("job-done", v1::JOB_STATE_SUCCEEDED);
+  done.results.emplace();
+  done.results->set_feasible(7);
+  done.modelled.emplace();
+  done.modelled->set_feasible(9);
+  JobRecord failed = Job("job-failed", v1::JOB_STATE_FAILED);
+  JobRecord running = Job("job-running", v1::JOB_STATE_VERIFYING);
+  running.results.emplace();
+  running.results->set_feasible(3);
+  for (const JobRecord& r : {done, failed, running}) ASSERT_TRUE(s.PutJob(r).ok());
+
+  absl::StatusOr<std::vector<JobRecord>> jobs = s.ListJobsForRecovery();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 3u);
+  // Finished: no blobs read, has_results tells whether one is stored.
+  EXPECT_EQ((*jobs)[0].job.id(), "job-done");
+  EXPECT_FALSE((*jobs)[0].results.has_value());
+  EXPECT_FALSE((*jobs)[0].modelled.has_value());
+  EXPECT_TRUE((*jobs)[0].has_results);
+  EXPECT_FALSE((*jobs)[1].has_results);
+  // Unfinished: complete.
+  ASSERT_TRUE((*jobs)[2].results.has_value());
+  EXPECT_EQ((*jobs)[2].results->feasible(), 3);
+  EXPECT_TRUE((*jobs)[2].has_results);
+
+  absl::StatusOr<std::optional<std::string>> blob = s.GetResultsBlob("job-done");
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  ASSERT_TRUE(blob->has_value());
+  v1::PlanResult parsed;
+  ASSERT_TRUE(parsed.ParseFromString(**blob));
+  EXPECT_EQ(parsed.feasible(), 7);
+  blob = s.GetResultsBlob("job-failed");
+  ASSERT_TRUE(blob.ok());
+  EXPECT_FALSE(blob->has_value());
+  EXPECT_EQ(s.GetResultsBlob("nope").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

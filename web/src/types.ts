@@ -168,12 +168,23 @@ export interface RejectedConfig {
   reason?: string;
 }
 
+/** How many rejected layouts broke one rule (the reason with its numbers taken out). */
+export interface RejectedReason {
+  reason?: string;
+  count?: Int64;
+}
+
 export interface PlanResult {
   ranked?: RankedConfig[];
   candidates_considered?: Int64;
   feasible?: Int64;
   elapsed_ms?: number;
+  /** The first rejected layouts (the coordinator lists at most 200). */
   rejected?: RejectedConfig[];
+  /** Every rejected layout, listed or not. */
+  rejected_total?: Int64;
+  /** Rejected layouts per rule, most frequent first. */
+  rejected_reasons?: RejectedReason[];
 }
 
 export interface JobResults {

@@ -359,19 +359,23 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
       more.hidden = shown >= rejected.length;
     };
     more.addEventListener('click', () => showMore(200));
-    const groups = reasonGroups(rejected);
+    // The coordinator lists the first rejected layouts and counts all of them per rule.
+    const rejectedTotal = Math.max(num(plan.rejected_total), rejected.length);
+    const groups: [string, number][] = plan.rejected_reasons?.length
+      ? plan.rejected_reasons.map((r): [string, number] => [r.reason || 'no reason given', num(r.count)])
+      : reasonGroups(rejected);
     resultsBox.append(
       h(
         'section',
-        { class: 'card', id: 'rejected', 'aria-labelledby': 'rejected-title', 'data-count': rejected.length },
-        h('h2', { id: 'rejected-title' }, `Rejected layouts (${thousands(rejected.length)})`),
-        rejected.length
+        { class: 'card', id: 'rejected', 'aria-labelledby': 'rejected-title', 'data-count': rejected.length, 'data-total': rejectedTotal },
+        h('h2', { id: 'rejected-title' }, `Rejected layouts (${thousands(rejectedTotal)})`),
+        rejectedTotal
           ? h(
               'div',
               {},
               h('h3', {}, 'Most common reasons'),
               h('div', { class: 'table-scroll' }, h('table', { class: 'data compact' }, h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Count'), h('th', { scope: 'col' }, 'Reason (numbers as N)'))), h('tbody', {}, ...groups.slice(0, 12).map(([reason, n]) => h('tr', {}, h('td', { class: 'num' }, String(n)), h('td', {}, reason)))))),
-              h('h3', {}, 'Layouts'),
+              h('h3', {}, rejectedTotal > rejected.length ? `Layouts (the first ${thousands(rejected.length)})` : 'Layouts'),
               h('div', { class: 'table-scroll' }, h('table', { class: 'data compact', id: 'rejected-table' }, h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Layout'), h('th', { scope: 'col' }, 'Reason'))), rejectedList)),
               more,
             )
