@@ -14,13 +14,16 @@
 // per-rank tracking-allocator peak.
 //
 // Every measurement runs with every core of the job busy (ranks / group-size concurrent
-// copies, the slowest kept): CPU ranks share caches and memory bandwidth, unlike GPUs.
+// copies, the slowest kept): CPU ranks share caches and memory bandwidth, unlike GPUs. A
+// stage-extras task runs as the layout's first (last) stage would: its dp copies with the
+// embedding (logits and loss), the other ranks' copies with the plain layer beside them.
 //
 // Timing estimator: the host may be shared (its load average is printed before and after),
 // so both sides use the least-disturbed run: the minimum over the timed steps of each
 // layer task's phases (the step runner's min_s), the fastest of each collective and
 // optimizer measurement, and the minimum iteration time after the first training step;
-// each over --repeats runs.
+// each over --repeats rounds (a round measures every task and runs every layout once, so a
+// burst of load spoils one round of everything rather than every repeat of one item).
 // Memory: the model's peak without its fixed framework workspace and fragmentation
 // allowance (search/memory_model.h FrameworkMemory), which the CPU tracking allocator
 // does not see; what remains (weights, gradients, optimizer, activations, transient
@@ -181,8 +184,12 @@ std::vector<T> Concurrently(int64_t copies, Fn fn) {
   return results;
 }
 
+// One layer task at once in `copies` groups of `tp` ranks; the first `with_extras` copies
+// add `extras` (the rest run the plain layer beside them); the slowest copy with the task's
+// own work is kept.
 absl::StatusOr<paratune::LayerMeasurement> MeasureLayer(const paratune::LayerProfileSpec& s,
-                                                        k::StageExtras extras, int64_t ranks) {
+                                                        k::StageExtras extras, int64_t copies,
+                                                        int64_t with_extras) {
   k::StepConfig c;
   c.layer.shape.hidden_size = s.hidden_size;
   c.layer.shape.num_attention_heads = s.num_attention_heads;
@@ -198,17 +205,22 @@ absl::StatusOr<paratune::LayerMeasurement> MeasureLayer(const paratune::LayerPro
   c.layer.recompute = *rm;
   c.layer.dtype = k::DType::kF32;
   c.layer.flash_attention = s.flash_attention;
-  c.extras = extras;
   c.warmup = s.warmup;
   c.iters = s.iters;
   c.blas_threads_per_rank = 1;  // as the training ranks: one core each
-  // The host's cores share caches and memory bandwidth (GPUs do not), so the task runs with
-  // every core of the job busy: ranks / tp copies at once; the slowest copy is kept.
-  const auto results = Concurrently<absl::StatusOr<k::StepResult>>(
-      std::max<int64_t>(1, ranks / s.tp), [&] { return k::RunLayerStep(c); });
+  k::StepConfig plain = c;
+  c.extras = extras;
+  std::vector<absl::StatusOr<k::StepResult>> results(copies, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int64_t i = 0; i < copies; ++i) {
+    threads.emplace_back([&, i] { results[i] = k::RunLayerStep(i < with_extras ? c : plain); });
+  }
+  for (auto& t : threads) t.join();
   paratune::LayerMeasurement m;
-  for (const auto& r : results) {
+  for (int64_t i = 0; i < copies; ++i) {
+    const auto& r = results[i];
     if (!r.ok()) return r.status();
+    if (i >= with_extras) continue;
     paratune::LayerMeasurement one;
     for (const k::PhaseTiming& p : r->phases) {
       if (p.phase == "forward") one.forward_s = p.min_s;
@@ -222,13 +234,19 @@ absl::StatusOr<paratune::LayerMeasurement> MeasureLayer(const paratune::LayerPro
   return m;
 }
 
-// The fastest of `repeats` measurements of a layer task.
+// The fastest of `repeats` measurements of a layer task. The host's cores share caches and
+// memory bandwidth (GPUs do not), so a task runs with every core of the job busy doing
+// what it would do in the layout: ranks / tp copies of the layer; with stage extras, the
+// tp·dp ranks of the first (last) pipeline stage, i.e. dp copies, run the extras and the
+// other ranks' copies the plain layer.
 absl::StatusOr<paratune::LayerMeasurement> BestLayer(const paratune::LayerProfileSpec& s,
                                                      k::StageExtras extras, int64_t ranks,
-                                                     int repeats) {
+                                                     int64_t dp, int repeats) {
+  const int64_t copies = std::max<int64_t>(1, ranks / s.tp);
+  const int64_t with_extras = extras == k::StageExtras::kNone ? copies : std::min(copies, dp);
   paratune::LayerMeasurement best;
   for (int r = 0; r < repeats; ++r) {
-    absl::StatusOr<paratune::LayerMeasurement> m = MeasureLayer(s, extras, ranks);
+    absl::StatusOr<paratune::LayerMeasurement> m = MeasureLayer(s, extras, copies, with_extras);
     if (!m.ok()) return m.status();
     if (r == 0 || m->LayerSeconds() < best.LayerSeconds()) best = *m;
   }
@@ -407,7 +425,7 @@ int main(int argc, char** argv) {
   bool json = false;
   int child = -1;
   std::string store;
-  int64_t steps = 5;
+  int64_t steps = 4;
   int repeats = 3;
   const int64_t cores = sysconf(_SC_NPROCESSORS_ONLN);
   int64_t ranks = cores >= 4 ? 4 : 2;
@@ -420,7 +438,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "training steps per layout (the first is not timed)")
       ->check(CLI::Range(2, 100));
   app.add_option("--repeats", repeats,
-                 "measure each task and each end-to-end run this often, keep the fastest")
+                 "rounds: measure each task and run each layout this often, keep the fastest")
       ->check(CLI::Range(1, 10));
   app.add_option("--layouts", only, "comma-separated layout indices to run (default: all)");
   app.add_option("--child", child, "internal: run the second process's ranks of this layout")
@@ -451,20 +469,96 @@ int main(int argc, char** argv) {
     }
   }
   paratune::ProfilePlanOptions options;
-  paratune::Measurements measurements;
-  // The optimizer measured once, on the largest per-rank parameter count of any layout.
-  {
-    double params = 0;
-    for (const Layout& l : layouts) {
-      params = std::max(params, paratune::MaxParamsPerGpu(spec.model, ToParallel(l)));
+  // What every selected layout needs, de-duplicated: layer tasks, stage-extras tasks per
+  // (plain task, dp), collective sweeps, and its end-to-end run.
+  struct Extras {
+    paratune::LayerProfileSpec task;
+    int64_t dp = 1;
+  };
+  std::map<std::string, paratune::LayerProfileSpec> layer_tasks;
+  std::map<std::string, Extras> extras_tasks;
+  std::map<std::string, paratune::CollectiveSweepSpec> sweeps;
+  double max_params = 0;
+  for (size_t i : selected) {
+    const ParallelConfig pc = ToParallel(layouts[i]);
+    const std::vector<paratune::LayerProfileSpec> tasks = paratune::LayerTasksFor(spec, pc, options);
+    for (const auto& t : tasks) layer_tasks.emplace(t.Key(), t);
+    extras_tasks.emplace(tasks.back().Key() + " dp=" + std::to_string(pc.dp),
+                         Extras{tasks.back(), pc.dp});
+    if (auto sweep = paratune::DpSweepFor(spec, pc, options)) {
+      std::vector<paratune::CollectiveOp> ops = {paratune::CollectiveOp::kAllReduce};
+      if (pc.distributed_optimizer) {
+        ops = {paratune::CollectiveOp::kReduceScatter, paratune::CollectiveOp::kAllGather};
+      }
+      for (paratune::CollectiveOp op : ops) {
+        paratune::CollectiveSweepSpec sw = *sweep;
+        sw.op = op;
+        sweeps.emplace(sw.Key(), sw);
+      }
     }
-    absl::StatusOr<double> opt = MeasureOptimizer(static_cast<int64_t>(params), ranks, repeats);
+    max_params = std::max(max_params, paratune::MaxParamsPerGpu(spec.model, pc));
+  }
+
+  // Rounds: each round measures every task and runs every layout once, and each item keeps
+  // its fastest round, so a burst of load from other jobs spoils one round of everything
+  // rather than every repeat of one item.
+  paratune::Measurements measurements;
+  std::map<std::string, paratune::LayerMeasurement> first_stage, last_stage;
+  std::map<size_t, Measured> e2e;
+  auto keep_faster = [](paratune::LayerMeasurement& best, const paratune::LayerMeasurement& m,
+                        bool first) {
+    if (first || m.LayerSeconds() < best.LayerSeconds()) best = m;
+  };
+  for (int r = 0; r < repeats; ++r) {
+    const bool first = r == 0;
+    absl::StatusOr<double> opt = MeasureOptimizer(static_cast<int64_t>(max_params), ranks, 1);
     if (!opt.ok()) {
       std::cerr << "optimizer: " << opt.status() << "\n";
       return 1;
     }
-    measurements.optimizer_seconds_per_param = *opt;
+    if (first || *opt < measurements.optimizer_seconds_per_param) {
+      measurements.optimizer_seconds_per_param = *opt;
+    }
+    for (const auto& [key, t] : layer_tasks) {
+      absl::StatusOr<paratune::LayerMeasurement> m =
+          BestLayer(t, k::StageExtras::kNone, ranks, 1, 1);
+      if (!m.ok()) {
+        std::cerr << "layer task " << key << ": " << m.status() << "\n";
+        return 1;
+      }
+      keep_faster(measurements.layers[key], *m, first);
+    }
+    for (const auto& [key, x] : extras_tasks) {
+      for (k::StageExtras e : {k::StageExtras::kFirst, k::StageExtras::kLast}) {
+        absl::StatusOr<paratune::LayerMeasurement> m = BestLayer(x.task, e, ranks, x.dp, 1);
+        if (!m.ok()) {
+          std::cerr << "stage extras " << key << ": " << m.status() << "\n";
+          return 1;
+        }
+        keep_faster((e == k::StageExtras::kFirst ? first_stage : last_stage)[key], *m, first);
+      }
+    }
+    for (const auto& [key, sw] : sweeps) {
+      absl::StatusOr<paratune::CommMeasurement> m = MeasureSweep(sw, ranks, 1);
+      if (!m.ok()) {
+        std::cerr << "sweep " << key << ": " << m.status() << "\n";
+        return 1;
+      }
+      auto [it, inserted] = measurements.collectives.emplace(key, *m);
+      for (size_t j = 0; !inserted && j < m->samples.size(); ++j) {
+        if (m->samples[j].time_s < it->second.samples[j].time_s) it->second.samples[j] = m->samples[j];
+      }
+    }
+    for (size_t i : selected) {
+      absl::StatusOr<Measured> one = RunEndToEnd(self, ranks, static_cast<int>(i), steps);
+      if (!one.ok()) {
+        std::cerr << ToParallel(layouts[i]).ToString() << ": end to end: " << one.status() << "\n";
+        return 1;
+      }
+      if (first || one->iteration_s < e2e[i].iteration_s) e2e[i] = *one;
+    }
   }
+
   struct Row {
     std::string layout;
     double pred_s = 0, meas_s = 0, pred_mem = 0, meas_mem = 0, loss = 0;
@@ -479,65 +573,22 @@ int main(int argc, char** argv) {
       std::cerr << pc.ToString() << ": " << modelled.status() << "\n";
       return 1;
     }
-    const std::vector<paratune::LayerProfileSpec> tasks =
-        paratune::LayerTasksFor(spec, pc, options);
-    for (const auto& t : tasks) {
-      if (measurements.layers.count(t.Key())) continue;
-      absl::StatusOr<paratune::LayerMeasurement> m =
-          BestLayer(t, k::StageExtras::kNone, ranks, repeats);
-      if (!m.ok()) {
-        std::cerr << "layer task " << t.Key() << ": " << m.status() << "\n";
-        return 1;
-      }
-      measurements.layers[t.Key()] = *m;
-    }
-    const std::string plain = tasks.back().Key();
-    if (!measurements.first_stage.count(plain)) {
-      for (k::StageExtras e : {k::StageExtras::kFirst, k::StageExtras::kLast}) {
-        absl::StatusOr<paratune::LayerMeasurement> m = BestLayer(tasks.back(), e, ranks, repeats);
-        if (!m.ok()) {
-          std::cerr << "stage extras " << plain << ": " << m.status() << "\n";
-          return 1;
-        }
-        (e == k::StageExtras::kFirst ? measurements.first_stage : measurements.last_stage)[plain] =
-            *m;
-      }
-    }
-    if (auto sweep = paratune::DpSweepFor(spec, pc, options)) {
-      std::vector<paratune::CollectiveOp> ops = {paratune::CollectiveOp::kAllReduce};
-      if (pc.distributed_optimizer) {
-        ops = {paratune::CollectiveOp::kReduceScatter, paratune::CollectiveOp::kAllGather};
-      }
-      for (paratune::CollectiveOp op : ops) {
-        paratune::CollectiveSweepSpec s = *sweep;
-        s.op = op;
-        if (measurements.collectives.count(s.Key())) continue;
-        absl::StatusOr<paratune::CommMeasurement> m = MeasureSweep(s, ranks, repeats);
-        if (!m.ok()) {
-          std::cerr << "sweep " << s.Key() << ": " << m.status() << "\n";
-          return 1;
-        }
-        measurements.collectives[s.Key()] = *m;
-      }
-    }
+    // The stage extras measured at this layout's dp, where ComposeCandidate looks for them
+    // (by the plain layer task's key).
+    const std::string plain = paratune::LayerTasksFor(spec, pc, options).back().Key();
+    const std::string extras_key = plain + " dp=" + std::to_string(pc.dp);
+    measurements.first_stage[plain] = first_stage[extras_key];
+    measurements.last_stage[plain] = last_stage[extras_key];
     absl::StatusOr<paratune::RankedConfig> composed =
         paratune::ComposeCandidate(spec, *modelled, options, measurements);
     if (!composed.ok()) {
       std::cerr << pc.ToString() << ": " << composed.status() << "\n";
       return 1;
     }
-    absl::StatusOr<Measured> meas;
-    for (int r = 0; r < repeats; ++r) {
-      absl::StatusOr<Measured> one = RunEndToEnd(self, ranks, static_cast<int>(i), steps);
-      if (!one.ok()) {
-        std::cerr << pc.ToString() << ": end to end: " << one.status() << "\n";
-        return 1;
-      }
-      if (r == 0 || one->iteration_s < meas->iteration_s) meas = one;
-    }
-    rows.push_back({pc.ToString(), composed->iteration_time_s, meas->iteration_s,
-                    TrackedPeak(composed->memory), meas->peak_bytes, meas->final_loss,
-                    composed->time, meas->dp_s, meas->optimizer_s});
+    const Measured& meas = e2e[i];
+    rows.push_back({pc.ToString(), composed->iteration_time_s, meas.iteration_s,
+                    TrackedPeak(composed->memory), meas.peak_bytes, meas.final_loss,
+                    composed->time, meas.dp_s, meas.optimizer_s});
   }
   const double load_after = Load1();
 
