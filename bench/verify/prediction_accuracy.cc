@@ -18,12 +18,14 @@
 // stage-extras task runs as the layout's first (last) stage would: its dp copies with the
 // embedding (logits and loss), the other ranks' copies with the plain layer beside them.
 //
-// Timing estimator: the host may be shared (its load average is printed before and after),
-// so both sides use the least-disturbed run: the minimum over the timed steps of each
-// layer task's phases (the step runner's min_s), the fastest of each collective and
-// optimizer measurement, and the minimum iteration time after the first training step;
-// each over --repeats rounds (a round measures every task and runs every layout once, so a
-// burst of load spoils one round of everything rather than every repeat of one item).
+// Timing estimator: each layer task's phases are the median over its timed steps, as the
+// coordinator composes them (server/convert.cc): an end-to-end step sums M·L layer runs and
+// their many TP collectives, so it matches the typical layer run, not the luckiest one
+// (a per-phase minimum under-predicted collective-heavy layouts by ~28 %). The host may be
+// shared (its load average is printed before and after), so everything is measured in
+// --repeats rounds (a round measures every task and runs every layout once) and each item
+// keeps its fastest round: a burst of load spoils one round of everything rather than every
+// repeat of one item. The end-to-end figure is the fastest step after the first.
 // Memory: the model's peak without its fixed framework workspace and fragmentation
 // allowance (search/memory_model.h FrameworkMemory), which the CPU tracking allocator
 // does not see; what remains (weights, gradients, optimizer, activations, transient
@@ -223,10 +225,10 @@ absl::StatusOr<paratune::LayerMeasurement> MeasureLayer(const paratune::LayerPro
     if (i >= with_extras) continue;
     paratune::LayerMeasurement one;
     for (const k::PhaseTiming& p : r->phases) {
-      if (p.phase == "forward") one.forward_s = p.min_s;
-      if (p.phase == "backward") one.backward_s = p.min_s;
-      if (p.phase == "recompute") one.recompute_s = p.min_s;
-      if (p.phase == "tp_comm") one.tp_comm_s = p.min_s;
+      if (p.phase == "forward") one.forward_s = p.median_s;
+      if (p.phase == "backward") one.backward_s = p.median_s;
+      if (p.phase == "recompute") one.recompute_s = p.median_s;
+      if (p.phase == "tp_comm") one.tp_comm_s = p.median_s;
     }
     for (int64_t b : r->peak_bytes_per_rank) one.peak_bytes = std::max(one.peak_bytes, double(b));
     if (one.LayerSeconds() > m.LayerSeconds()) m = one;
