@@ -54,11 +54,9 @@ LayerMeasurement Measured(double fwd, double bwd, double recompute = 0, double c
 
 // Edges measured equal to the plain layer: no embedding or logits time.
 void NoEdges(const JobSpec& spec, const ParallelConfig& c, Measurements& m) {
-  const std::string key = LayerTasksFor(spec, c, ProfilePlanOptions())[0].Key();
-  const std::vector<LayerProfileSpec> tasks = LayerTasksFor(spec, c, ProfilePlanOptions());
-  m.first_stage[tasks.back().Key()] = m.layers.at(tasks.back().Key());
-  m.last_stage[tasks.back().Key()] = m.layers.at(tasks.back().Key());
-  (void)key;
+  const std::string plain = LayerTasksFor(spec, c, ProfilePlanOptions()).back().Key();
+  m.first_stage[plain] = m.layers.at(plain);
+  m.last_stage[plain] = m.layers.at(plain);
 }
 
 // An all-reduce sweep whose time is exactly 100 us + bytes / (1 GB/s) at every size.
