@@ -34,6 +34,8 @@
 // Prints one row per layout (predicted, measured, error for time and memory) and
 //   # prediction error: median X %, max Y %, best layout predicted: yes|no
 // --json prints the same as one JSON object.
+#include <execinfo.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -53,6 +55,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "gloo/rendezvous/file_store.h"
 #include "kernels/backend.h"
 #include "kernels/collective_bench.h"
 #include "kernels/step_runner.h"
@@ -334,6 +337,24 @@ absl::StatusOr<double> MeasureOptimizer(int64_t params, int64_t ranks, int repea
   return best / static_cast<double>(params);
 }
 
+// A FileStore rendezvous that several rank threads of one process may use at once:
+// gloo::rendezvous::FileStore::set appends to a member vector without a lock (two rank
+// threads connecting at once crashed in it on a 16-core host), so every call uses its own
+// FileStore over the same directory (the store's state is the files).
+class SharedFileRendezvous final : public k::GlooRendezvous {
+ public:
+  explicit SharedFileRendezvous(std::string dir) : dir_(std::move(dir)) {}
+  void Set(const std::string& key, const std::vector<char>& value) override {
+    gloo::rendezvous::FileStore(dir_).set(key, value);
+  }
+  std::vector<char> Get(const std::string& key) override {
+    return gloo::rendezvous::FileStore(dir_).get(key);
+  }
+
+ private:
+  std::string dir_;
+};
+
 // Child process: runs the second half of the ranks of layout `index` and writes their
 // largest peak bytes to dir/peak.
 int Child(int64_t ranks, int index, const std::string& dir, int64_t steps) {
@@ -341,7 +362,7 @@ int Child(int64_t ranks, int index, const std::string& dir, int64_t steps) {
   const kt::TrainConfig t = ToTrain(spec, Layouts(ranks)[index], steps);
   const int64_t half = ranks / 2;
   absl::StatusOr<kt::TrainResult> r =
-      kt::RunTraining(t, half, ranks - half, k::MakeFileRendezvous(dir));
+      kt::RunTraining(t, half, ranks - half, std::make_shared<SharedFileRendezvous>(dir));
   if (!r.ok()) {
     std::cerr << "child: " << r.status() << "\n";
     return 1;
@@ -376,7 +397,7 @@ absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int64_t ranks, int
   }
   const JobSpec spec = SmallModel(ranks);
   absl::StatusOr<kt::TrainResult> r = kt::RunTraining(
-      ToTrain(spec, Layouts(ranks)[index], steps), 0, ranks / 2, k::MakeFileRendezvous(dir));
+      ToTrain(spec, Layouts(ranks)[index], steps), 0, ranks / 2, std::make_shared<SharedFileRendezvous>(dir));
   int wstatus = 0;
   waitpid(pid, &wstatus, 0);
   if (!r.ok()) return r.status();
@@ -415,6 +436,16 @@ double Median(std::vector<double> v) {
   return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
+// A crash names where it happened (the bench runs on machines without a debugger).
+void OnFatalSignal(int sig) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  const char msg[] = "prediction_accuracy: fatal signal, backtrace:\n";
+  if (write(2, msg, sizeof(msg) - 1) < 0) _exit(128 + sig);
+  backtrace_symbols_fd(frames, n, 2);
+  _exit(128 + sig);
+}
+
 double Load1() {
   double load[3] = {0, 0, 0};
   return getloadavg(load, 3) < 1 ? -1.0 : load[0];
@@ -450,6 +481,8 @@ int main(int argc, char** argv) {
   // One BLAS thread per rank, set once before any thread starts: OpenBLAS's thread count is
   // process-wide, and changing it while another thread is inside a GEMM is unsafe.
   k::SetBlasThreads(1);
+  signal(SIGSEGV, OnFatalSignal);
+  signal(SIGBUS, OnFatalSignal);
   if (child >= 0) return Child(ranks, child, store, steps);
 
   const double load_before = Load1();
