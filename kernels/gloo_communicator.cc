@@ -230,8 +230,27 @@ std::shared_ptr<GlooRendezvous> MakeInProcessRendezvous() {
   return std::make_shared<StoreRendezvous>(std::make_unique<gloo::rendezvous::HashStore>());
 }
 
+// A FileStore rendezvous that several rank threads of one process may use at once:
+// gloo::rendezvous::FileStore::set appends to a member vector without a lock (two rank
+// threads connecting at once crashed in it on a 16-core host), so every call uses its own
+// FileStore over the same directory (the store's state is the files). FileStore::get
+// waits for the key (Gloo's default timeout, then it throws).
+class FileRendezvous final : public GlooRendezvous {
+ public:
+  explicit FileRendezvous(std::string dir) : dir_(std::move(dir)) {}
+  void Set(const std::string& key, const std::vector<char>& value) override {
+    gloo::rendezvous::FileStore(dir_).set(key, value);
+  }
+  std::vector<char> Get(const std::string& key) override {
+    return gloo::rendezvous::FileStore(dir_).get(key);
+  }
+
+ private:
+  std::string dir_;
+};
+
 std::shared_ptr<GlooRendezvous> MakeFileRendezvous(const std::string& dir) {
-  return std::make_shared<StoreRendezvous>(std::make_unique<gloo::rendezvous::FileStore>(dir));
+  return std::make_shared<FileRendezvous>(dir);
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(

@@ -55,7 +55,6 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "gloo/rendezvous/file_store.h"
 #include "kernels/backend.h"
 #include "kernels/collective_bench.h"
 #include "kernels/step_runner.h"
@@ -337,24 +336,6 @@ absl::StatusOr<double> MeasureOptimizer(int64_t params, int64_t ranks, int repea
   return best / static_cast<double>(params);
 }
 
-// A FileStore rendezvous that several rank threads of one process may use at once:
-// gloo::rendezvous::FileStore::set appends to a member vector without a lock (two rank
-// threads connecting at once crashed in it on a 16-core host), so every call uses its own
-// FileStore over the same directory (the store's state is the files).
-class SharedFileRendezvous final : public k::GlooRendezvous {
- public:
-  explicit SharedFileRendezvous(std::string dir) : dir_(std::move(dir)) {}
-  void Set(const std::string& key, const std::vector<char>& value) override {
-    gloo::rendezvous::FileStore(dir_).set(key, value);
-  }
-  std::vector<char> Get(const std::string& key) override {
-    return gloo::rendezvous::FileStore(dir_).get(key);
-  }
-
- private:
-  std::string dir_;
-};
-
 // Child process: runs the second half of the ranks of layout `index` and writes their
 // largest peak bytes to dir/peak.
 int Child(int64_t ranks, int index, const std::string& dir, int64_t steps) {
@@ -362,7 +343,7 @@ int Child(int64_t ranks, int index, const std::string& dir, int64_t steps) {
   const kt::TrainConfig t = ToTrain(spec, Layouts(ranks)[index], steps);
   const int64_t half = ranks / 2;
   absl::StatusOr<kt::TrainResult> r =
-      kt::RunTraining(t, half, ranks - half, std::make_shared<SharedFileRendezvous>(dir));
+      kt::RunTraining(t, half, ranks - half, k::MakeFileRendezvous(dir));
   if (!r.ok()) {
     std::cerr << "child: " << r.status() << "\n";
     return 1;
@@ -397,7 +378,7 @@ absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int64_t ranks, int
   }
   const JobSpec spec = SmallModel(ranks);
   absl::StatusOr<kt::TrainResult> r = kt::RunTraining(
-      ToTrain(spec, Layouts(ranks)[index], steps), 0, ranks / 2, std::make_shared<SharedFileRendezvous>(dir));
+      ToTrain(spec, Layouts(ranks)[index], steps), 0, ranks / 2, k::MakeFileRendezvous(dir));
   int wstatus = 0;
   waitpid(pid, &wstatus, 0);
   if (!r.ok()) return r.status();
