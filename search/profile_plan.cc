@@ -1,10 +1,13 @@
 #include "search/profile_plan.h"
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "search/memory_model.h"
 
 namespace paratune {
 
@@ -16,7 +19,24 @@ std::string LayerProfileSpec::Key() const {
                       " mb=", micro_batch_size, " s=", seq_length,
                       " rc=", ToString(recompute), " dt=", ToString(dtype),
                       " fa=", flash_attention ? 1 : 0, " do=", dropout ? 1 : 0,
-                      " w=", warmup, " i=", iters);
+                      " w=", warmup, " i=", iters,
+                      extras == StageExtras::kNone ? "" : absl::StrCat(" ex=", ToString(extras)));
+}
+
+const char* ToString(StageExtras extras) {
+  switch (extras) {
+    case StageExtras::kNone:
+      return "none";
+    case StageExtras::kFirst:
+      return "first";
+    case StageExtras::kLast:
+      return "last";
+  }
+  return "unknown";
+}
+
+std::string OptimizerProfileSpec::Key() const {
+  return absl::StrCat("optimizer params=", params, " dt=fp32 w=", warmup, " i=", iters);
 }
 
 const char* ToString(CollectiveOp op) {
@@ -90,6 +110,31 @@ std::vector<LayerProfileSpec> LayerTasksFor(const JobSpec& spec, const ParallelC
   return out;
 }
 
+std::vector<LayerProfileSpec> StageExtrasTasksFor(const JobSpec& spec,
+                                                  const ParallelConfig& config,
+                                                  const ProfilePlanOptions& options) {
+  LayerProfileSpec plain = LayerTasksFor(spec, config, options).back();
+  std::vector<LayerProfileSpec> out;
+  for (StageExtras e : {StageExtras::kFirst, StageExtras::kLast}) {
+    plain.extras = e;
+    out.push_back(plain);
+  }
+  return out;
+}
+
+std::vector<CollectiveSweepSpec> DpSweepsFor(const JobSpec& spec, const ParallelConfig& config,
+                                             const ProfilePlanOptions& options) {
+  std::optional<CollectiveSweepSpec> sweep = DpSweepFor(spec, config, options);
+  if (!sweep) return {};
+  if (!config.distributed_optimizer) return {*sweep};
+  std::vector<CollectiveSweepSpec> out;
+  for (CollectiveOp op : {CollectiveOp::kReduceScatter, CollectiveOp::kAllGather}) {
+    sweep->op = op;
+    out.push_back(*sweep);
+  }
+  return out;
+}
+
 absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& plan,
                                          const ProfilePlanOptions& options) {
   if (options.max_candidates < 0) {
@@ -106,6 +151,14 @@ absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& 
   }
   ProfilePlan out;
   std::set<std::string> seen;
+  auto add_layer = [&](LayerProfileSpec layer) {
+    ProfileTaskSpec task;
+    task.device_kind = spec.cluster.gpu;
+    task.key = layer.Key();
+    if (!seen.insert(task.key).second) return;
+    task.layer = std::move(layer);
+    out.tasks.push_back(std::move(task));
+  };
   for (size_t i = 0; i < plan.ranked.size(); ++i) {
     if (options.max_candidates > 0 &&
         static_cast<int64_t>(out.candidates.size()) >= options.max_candidates) {
@@ -115,25 +168,39 @@ absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& 
     if (!candidate.fits) continue;
     out.candidates.push_back(static_cast<int64_t>(i));
     for (LayerProfileSpec& layer : LayerTasksFor(spec, candidate.config, options)) {
-      ProfileTaskSpec task;
-      task.device_kind = spec.cluster.gpu;
-      task.key = layer.Key();
-      if (!seen.insert(task.key).second) continue;
-      task.layer = std::move(layer);
-      out.tasks.push_back(std::move(task));
+      add_layer(std::move(layer));
+    }
+  }
+  // Stage-extras variants after the plain layers, in the candidates' order.
+  for (int64_t index : out.candidates) {
+    for (LayerProfileSpec& layer : StageExtrasTasksFor(spec, plan.ranked[index].config, options)) {
+      add_layer(std::move(layer));
     }
   }
   // Collective sweeps after the layers, in the candidates' order.
+  double max_params = 0;
   for (int64_t index : out.candidates) {
-    std::optional<CollectiveSweepSpec> sweep =
-        DpSweepFor(spec, plan.ranked[index].config, options);
-    if (!sweep) continue;
+    const ParallelConfig& config = plan.ranked[index].config;
+    max_params = std::max(max_params, MaxParamsPerGpu(spec.model, config));
+    for (CollectiveSweepSpec& sweep : DpSweepsFor(spec, config, options)) {
+      ProfileTaskSpec task;
+      task.kind = ProfileTaskSpec::Kind::kCollective;
+      task.device_kind = spec.cluster.gpu;
+      task.key = sweep.Key();
+      if (!seen.insert(task.key).second) continue;
+      task.collective = std::move(sweep);
+      out.tasks.push_back(std::move(task));
+    }
+  }
+  if (spec.cluster.gpu == "cpu" && max_params >= 1) {
     ProfileTaskSpec task;
-    task.kind = ProfileTaskSpec::Kind::kCollective;
+    task.kind = ProfileTaskSpec::Kind::kOptimizer;
     task.device_kind = spec.cluster.gpu;
-    task.key = sweep->Key();
-    if (!seen.insert(task.key).second) continue;
-    task.collective = *std::move(sweep);
+    task.optimizer.params =
+        std::min(kMaxOptimizerTaskParams, static_cast<int64_t>(std::llround(max_params)));
+    task.optimizer.warmup = std::max<int64_t>(1, options.warmup);
+    task.optimizer.iters = options.iters;
+    task.key = task.optimizer.Key();
     out.tasks.push_back(std::move(task));
   }
   return out;

@@ -2,7 +2,11 @@
 // become a de-duplicated set of measurement tasks. One transformer-layer measurement at a
 // given (shape, tp, sp, cp, micro-batch, seq, recompute, dtype, flash, dropout) serves
 // every candidate that runs layers at that shape, whatever its pp, vp or dp; one
-// all-reduce sweep per data-parallel group size serves every layout with that dp.
+// all-reduce sweep per data-parallel group size serves every layout with that dp. Each
+// layout's plain layer task is also run with the first stage's embedding and with the last
+// stage's logits and loss (search/compose.h measures the pipeline edges from them), layouts
+// with the distributed optimizer get reduce-scatter and all-gather sweeps instead of the
+// all-reduce, and CPU jobs get one optimizer-step task (seconds per parameter).
 #ifndef PARATUNE_SEARCH_PROFILE_PLAN_H_
 #define PARATUNE_SEARCH_PROFILE_PLAN_H_
 
@@ -16,6 +20,11 @@
 #include "search/specs.h"
 
 namespace paratune {
+
+/// Work run around the layer of a layer task: the first pipeline stage's embedding lookup
+/// before it, or the last stage's final norm, vocab-parallel logits and cross entropy after.
+enum class StageExtras { kNone, kFirst, kLast };
+const char* ToString(StageExtras extras);
 
 /// One transformer layer at one parallel shape, timed over `iters` steps after `warmup`.
 struct LayerProfileSpec {
@@ -37,8 +46,10 @@ struct LayerProfileSpec {
   bool dropout = false;
   int64_t warmup = 2;
   int64_t iters = 5;
+  StageExtras extras = StageExtras::kNone;
 
-  /// Canonical text of the work: equal specs have equal keys, different ones differ.
+  /// Canonical text of the work: equal specs have equal keys, different ones differ. A task
+  /// with stage extras ends in " ex=first" or " ex=last"; a plain one has no such suffix.
   std::string Key() const;
 };
 
@@ -57,14 +68,27 @@ struct CollectiveSweepSpec {
   std::string Key() const;
 };
 
+/// The optimizer step of a rank holding `params` fp32 parameters, as kernels/training runs
+/// it: zero the gradient buffer, scale the gradients, AdamW. The worker runs one copy per
+/// rank it has at once (a job's ranks share memory bandwidth) and reports the slowest copy's
+/// fastest step divided by `params`.
+struct OptimizerProfileSpec {
+  int64_t params = 0;
+  int64_t warmup = 1;
+  int64_t iters = 3;
+
+  std::string Key() const;
+};
+
 /// A profiling task for one device kind (the cache key is (device_kind, key)).
 struct ProfileTaskSpec {
-  enum class Kind { kLayer, kCollective };
+  enum class Kind { kLayer, kCollective, kOptimizer };
   Kind kind = Kind::kLayer;
   std::string device_kind;
-  std::string key;                ///< layer.Key() or collective.Key().
+  std::string key;                ///< layer.Key(), collective.Key() or optimizer.Key().
   LayerProfileSpec layer;         ///< kLayer.
   CollectiveSweepSpec collective; ///< kCollective.
+  OptimizerProfileSpec optimizer; ///< kOptimizer.
 };
 
 struct ProfilePlanOptions {
@@ -91,8 +115,27 @@ std::vector<LayerProfileSpec> LayerTasksFor(const JobSpec& spec, const ParallelC
 std::optional<CollectiveSweepSpec> DpSweepFor(const JobSpec& spec, const ParallelConfig& config,
                                               const ProfilePlanOptions& options);
 
-/// De-duplicated tasks (layers, then collective sweeps) for the best fitting candidates of
-/// `plan`. InvalidArgument when the options are out of range.
+/// The first- and last-stage variants of the layout's plain layer task (the last of
+/// LayerTasksFor), where search/compose.h looks for them (Measurements::first_stage /
+/// last_stage, by the plain task's key). Every layout gets both: with pp = 1 the single
+/// stage runs the embedding and the logits.
+std::vector<LayerProfileSpec> StageExtrasTasksFor(const JobSpec& spec,
+                                                  const ParallelConfig& config,
+                                                  const ProfilePlanOptions& options);
+
+/// The DP sweeps a layout's composition uses: DpSweepFor's all-reduce, or with the
+/// distributed optimizer the same sizes as reduce-scatter and all-gather. Empty when dp is 1.
+std::vector<CollectiveSweepSpec> DpSweepsFor(const JobSpec& spec, const ParallelConfig& config,
+                                             const ProfilePlanOptions& options);
+
+/// Parameters per rank of an optimizer task: at most this many (the per-parameter time of
+/// a streaming update does not change past the caches; 1 GiB of fp32 buffers in all).
+inline constexpr int64_t kMaxOptimizerTaskParams = int64_t{1} << 26;
+
+/// De-duplicated tasks for the best fitting candidates of `plan`: layers, stage-extras
+/// variants, collective sweeps, then (CPU jobs only: the workers' optimizer task runs on the
+/// CPU backend) one optimizer task at the candidates' largest parameter count per rank,
+/// capped at kMaxOptimizerTaskParams. InvalidArgument when the options are out of range.
 absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& plan,
                                          const ProfilePlanOptions& options);
 

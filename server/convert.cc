@@ -275,6 +275,13 @@ v1::ProfileTask ToProto(const ProfileTaskSpec& task) {
     sweep->set_iters(c.iters);
     return out;
   }
+  if (task.kind == ProfileTaskSpec::Kind::kOptimizer) {
+    v1::OptimizerTask* opt = out.mutable_optimizer();
+    opt->set_params(task.optimizer.params);
+    opt->set_warmup(task.optimizer.warmup);
+    opt->set_iters(task.optimizer.iters);
+    return out;
+  }
   const LayerProfileSpec& l = task.layer;
   v1::LayerProfileTask* layer = out.mutable_layer();
   v1::LayerShape* shape = layer->mutable_shape();
@@ -296,7 +303,9 @@ v1::ProfileTask ToProto(const ProfileTaskSpec& task) {
   layer->set_dropout(l.dropout);
   layer->set_warmup(l.warmup);
   layer->set_iters(l.iters);
-  layer->set_extras(v1::LayerProfileTask::STAGE_EXTRAS_NONE);
+  layer->set_extras(l.extras == StageExtras::kFirst  ? v1::LayerProfileTask::STAGE_EXTRAS_FIRST
+                    : l.extras == StageExtras::kLast ? v1::LayerProfileTask::STAGE_EXTRAS_LAST
+                                                     : v1::LayerProfileTask::STAGE_EXTRAS_NONE);
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -369,8 +370,23 @@ void JobManager::RunCompose(const std::string& job_id) {
     absl::StatusOr<ProfilePlan> profile = PlanProfiles(spec, *modelled, options_.profile);
     if (profile.ok()) {
       Measurements measurements;
+      // Stage-extras tasks feed Measurements::first_stage / last_stage under their plain
+      // layer task's key (the same spec without extras).
+      std::map<std::string, const LayerProfileSpec*> extras_tasks;
+      for (const ProfileTaskSpec& p : profile->tasks) {
+        if (p.kind == ProfileTaskSpec::Kind::kLayer && p.layer.extras != StageExtras::kNone) {
+          extras_tasks[p.key] = &p.layer;
+        }
+      }
       for (const TaskRecord& t : tasks) {
         if (!t.result || t.task.has_verify()) continue;
+        if (t.task.has_optimizer()) {
+          if (t.state == TaskState::kDone && t.result->outcome() == v1::TaskResult::OUTCOME_OK &&
+              t.result->has_optimizer()) {
+            measurements.optimizer_seconds_per_param = t.result->optimizer().seconds_per_param();
+          }
+          continue;
+        }
         if (t.task.has_collective()) {
           CommMeasurement c = CommMeasurementFromResult(*t.result);
           if (t.state == TaskState::kFailed) c.ok = false;
@@ -381,6 +397,14 @@ void JobManager::RunCompose(const std::string& job_id) {
         if (t.state == TaskState::kFailed && m.outcome == LayerMeasurement::Outcome::kOk) {
           m.outcome = LayerMeasurement::Outcome::kFailed;
           m.message = "task failed";
+        }
+        if (auto x = extras_tasks.find(t.task.key()); x != extras_tasks.end()) {
+          LayerProfileSpec plain = *x->second;
+          plain.extras = StageExtras::kNone;
+          (x->second->extras == StageExtras::kFirst ? measurements.first_stage
+                                                    : measurements.last_stage)[plain.Key()] =
+              std::move(m);
+          continue;
         }
         measurements.layers[t.task.key()] = std::move(m);
       }

@@ -109,6 +109,9 @@ std::string Describe(const v1::ProfileTask& task) {
                         v.first_rank() + v.rank_count() - 1, " of ", v.world_size(), ", ",
                         v.steps(), " steps");
   }
+  if (task.has_optimizer()) {
+    return absl::StrCat("optimizer step, ", task.optimizer().params(), " parameters per rank");
+  }
   return "no workload";
 }
 

@@ -30,13 +30,15 @@ struct KernelsExecutorOptions {
 };
 
 /// Runs tasks on the backend and devices of `inventory`. Mapping of outcomes:
-///   OK           the measurement (phases and peaks, one CommSample per size, or the
-///                losses, step times and per-rank peaks of a verify run);
+///   OK           the measurement (phases and peaks, one CommSample per size, the
+///                losses, step times and per-rank peaks of a verify run, or an optimizer
+///                task's step time, one copy per rank of this worker at once);
 ///   OOM          the allocator refused a request (oom_bytes_requested = its size);
 ///   UNSUPPORTED  more ranks than devices, context parallelism (cp > 1: not in kernels/),
 ///                fp8, a GPU-only dtype (bf16/fp16) on CPU, a backend not built, a
 ///                verify layout kernels/training rejects, a gang part without a
-///                rendezvous, or a verify task on a CUDA worker (training is CPU-only);
+///                rendezvous, or a verify or optimizer task on a CUDA worker (training
+///                is CPU-only);
 ///   FAILED       an invalid task (the rule it breaks) or any other error, e.g. a gang
 ///                part whose peers did not join within rendezvous_timeout_ms;
 ///   CANCELLED    `cancel` set: checked before the run and after it (RunLayerStep has no

@@ -183,7 +183,13 @@ TEST_F(CoordinatorProfileTest, TwoWorkersProfileAJobAndTheSecondJobComesFromTheC
   json results = Results(first);
   ASSERT_FALSE(results.is_discarded());
   ASSERT_GT(results["plan"]["ranked"].size(), 0u);
-  for (const json& r : results["plan"]["ranked"]) EXPECT_EQ(r["source"], "measured");
+  for (const json& r : results["plan"]["ranked"]) {
+    EXPECT_EQ(r["source"], "measured");
+    // The stage-extras and optimizer tasks were measured and composed, not modelled.
+    EXPECT_NE(r["notes"].dump().find("measured parts: layers, embedding, logits, optimizer"),
+              std::string::npos)
+        << r["notes"].dump();
+  }
 
   // Both workers registered; both ran tasks or at least took part.
   Output workers = Cli("workers --json");

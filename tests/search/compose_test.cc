@@ -218,9 +218,11 @@ TEST(ComposeTest, RanksAgainAndKeepsModelledFiguresWhereMeasurementsAreMissing) 
   plan.ranked[2].fits = false;
   absl::StatusOr<ProfilePlan> profile = PlanProfiles(spec, plan, options);
   ASSERT_TRUE(profile.ok());
-  // Two layer shapes and A's dp=2 all-reduce sweep; C does not fit: not profiled.
-  ASSERT_EQ(profile->tasks.size(), 3u);
-  EXPECT_EQ(profile->tasks[2].kind, ProfileTaskSpec::Kind::kCollective);
+  // Two layer shapes, their first- and last-stage variants, A's dp=2 all-reduce sweep and
+  // the optimizer task; C does not fit: not profiled.
+  ASSERT_EQ(profile->tasks.size(), 8u);
+  EXPECT_EQ(profile->tasks[6].kind, ProfileTaskSpec::Kind::kCollective);
+  EXPECT_EQ(profile->tasks[7].kind, ProfileTaskSpec::Kind::kOptimizer);
   Measurements m;
   // A's layer is slow on this device, B's is fast.
   m.layers[profile->tasks[0].key] = Measured(0.100, 0.200);

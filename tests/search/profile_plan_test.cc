@@ -1,6 +1,10 @@
 #include "search/profile_plan.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
+
+#include "search/memory_model.h"
 
 namespace paratune {
 namespace {
@@ -43,14 +47,39 @@ TEST(ProfilePlanTest, LayoutsThatRunTheSameLayerShareOneTask) {
                  Candidate(1, 1, 4, 2), Candidate(2, 1, 2, 1), Candidate(2, 2, 1, 1)};
   absl::StatusOr<ProfilePlan> p = PlanProfiles(Spec(), plan, {});
   ASSERT_TRUE(p.ok()) << p.status();
-  // Three layer shapes, then one all-reduce sweep per distinct dp > 1 (4 and 2).
-  ASSERT_EQ(p->tasks.size(), 5u);
+  // Three layer shapes, their first- and last-stage variants, one all-reduce sweep per
+  // distinct dp > 1 (4 and 2), and the CPU job's optimizer task.
+  ASSERT_EQ(p->tasks.size(), 12u);
   EXPECT_EQ(p->candidates.size(), 6u);
-  EXPECT_EQ(p->tasks[3].kind, ProfileTaskSpec::Kind::kCollective);
-  EXPECT_EQ(p->tasks[3].collective.group_size, 4);
-  EXPECT_EQ(p->tasks[4].collective.group_size, 2);
-  EXPECT_EQ(p->tasks[4].collective.sizes_bytes.back(), 16 << 20);  // CPU sweep
-  EXPECT_EQ(p->tasks[4].key, p->tasks[4].collective.Key());
+  for (size_t i = 3; i < 9; ++i) {
+    const ProfileTaskSpec& x = p->tasks[i];
+    EXPECT_EQ(x.kind, ProfileTaskSpec::Kind::kLayer);
+    // Pairs (first, last) of the plain tasks, in their order, with the same shape.
+    const ProfileTaskSpec& plain = p->tasks[(i - 3) / 2];
+    EXPECT_EQ(x.layer.extras, i % 2 == 1 ? StageExtras::kFirst : StageExtras::kLast);
+    EXPECT_EQ(x.key, plain.key + (i % 2 == 1 ? " ex=first" : " ex=last"));
+    EXPECT_EQ(x.key, x.layer.Key());
+    EXPECT_EQ(x.layer.tp, plain.layer.tp);
+    EXPECT_EQ(x.layer.micro_batch_size, plain.layer.micro_batch_size);
+    EXPECT_EQ(plain.layer.extras, StageExtras::kNone);
+  }
+  EXPECT_EQ(p->tasks[9].kind, ProfileTaskSpec::Kind::kCollective);
+  EXPECT_EQ(p->tasks[9].collective.op, CollectiveOp::kAllReduce);
+  EXPECT_EQ(p->tasks[9].collective.group_size, 4);
+  EXPECT_EQ(p->tasks[10].collective.group_size, 2);
+  EXPECT_EQ(p->tasks[10].collective.sizes_bytes.back(), 16 << 20);  // CPU sweep
+  EXPECT_EQ(p->tasks[10].key, p->tasks[10].collective.Key());
+  // The optimizer at the largest per-rank parameter count (tp1 pp1: the whole model):
+  // 8 layers of 4h² + 2hf + 9h + f = 49,984 parameters, the untied input and output
+  // embeddings (2·V·h = 16,384), and at most the s·h position table and the final norm.
+  const ProfileTaskSpec& opt = p->tasks[11];
+  EXPECT_EQ(opt.kind, ProfileTaskSpec::Kind::kOptimizer);
+  EXPECT_EQ(opt.optimizer.params,
+            std::llround(MaxParamsPerGpu(Spec().model, plan.ranked[0].config)));
+  EXPECT_GE(opt.optimizer.params, 8 * 49984 + 2 * 8192);
+  EXPECT_LE(opt.optimizer.params, 8 * 49984 + 2 * 8192 + 32 * 64 + 2 * 64);
+  EXPECT_EQ(opt.key, "optimizer params=" + std::to_string(opt.optimizer.params) +
+                         " dt=fp32 w=2 i=5");
   EXPECT_EQ(p->tasks[0].layer.tp, 1);
   EXPECT_EQ(p->tasks[0].layer.micro_batch_size, 1);
   EXPECT_EQ(p->tasks[1].layer.micro_batch_size, 2);
@@ -86,6 +115,68 @@ TEST(ProfilePlanTest, KeyChangesWithEveryFieldOfTheWork) {
   EXPECT_TRUE(differs([](LayerProfileSpec& l) { l.flash_attention = false; }));
   EXPECT_TRUE(differs([](LayerProfileSpec& l) { l.dropout = true; }));
   EXPECT_TRUE(differs([](LayerProfileSpec& l) { l.iters = 50; }));
+  EXPECT_TRUE(differs([](LayerProfileSpec& l) { l.extras = StageExtras::kFirst; }));
+  LayerProfileSpec first = base, last = base;
+  first.extras = StageExtras::kFirst;
+  last.extras = StageExtras::kLast;
+  EXPECT_NE(first.Key(), last.Key());
+  // A plain task's key is unchanged by the extras field (cached plain results stay valid).
+  EXPECT_EQ(key.find("ex="), std::string::npos);
+}
+
+TEST(ProfilePlanTest, DistributedOptimizerGetsReduceScatterAndAllGatherSweeps) {
+  PlanResult plan;
+  plan.ranked = {Candidate(1, 1, 4, 1), Candidate(1, 1, 4, 2), Candidate(1, 2, 2, 1)};
+  plan.ranked[1].config.distributed_optimizer = true;
+  plan.ranked[2].config.distributed_optimizer = true;
+  absl::StatusOr<ProfilePlan> p = PlanProfiles(Spec(), plan, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::vector<std::pair<CollectiveOp, int64_t>> sweeps;
+  std::vector<int64_t> sizes;
+  for (const ProfileTaskSpec& t : p->tasks) {
+    if (t.kind != ProfileTaskSpec::Kind::kCollective) continue;
+    sweeps.emplace_back(t.collective.op, t.collective.group_size);
+    if (sizes.empty()) sizes = t.collective.sizes_bytes;
+    EXPECT_EQ(t.collective.sizes_bytes, sizes);
+    EXPECT_EQ(t.key, t.collective.Key());
+  }
+  // dp 4 without it: all-reduce; dp 4 and dp 2 with it: reduce-scatter and all-gather.
+  const std::vector<std::pair<CollectiveOp, int64_t>> want = {
+      {CollectiveOp::kAllReduce, 4}, {CollectiveOp::kReduceScatter, 4},
+      {CollectiveOp::kAllGather, 4}, {CollectiveOp::kReduceScatter, 2},
+      {CollectiveOp::kAllGather, 2}};
+  EXPECT_EQ(sweeps, want);
+  EXPECT_EQ(sizes, (std::vector<int64_t>{1 << 20, 4 << 20, 16 << 20}));
+  // Layers: tp1 mb1 (shared by the pp1 and pp2 layouts) and tp1 mb2, 2 variants each.
+  int64_t layers = 0, extras = 0;
+  for (const ProfileTaskSpec& t : p->tasks) {
+    if (t.kind != ProfileTaskSpec::Kind::kLayer) continue;
+    (t.layer.extras == StageExtras::kNone ? layers : extras) += 1;
+  }
+  EXPECT_EQ(layers, 2);
+  EXPECT_EQ(extras, 4);
+  EXPECT_EQ(DpSweepsFor(Spec(), Candidate(2, 2, 1, 1).config, {}).size(), 0u);
+}
+
+TEST(ProfilePlanTest, GpuJobsGetNoOptimizerTaskAndPartialRecomputeExtrasUseThePlainTask) {
+  JobSpec spec = Spec();
+  spec.cluster.gpu = "h100-sxm-80gb";
+  PlanResult plan;
+  // 8 layers over pp=2, 1 of each stage's 4 fully recomputed: full and plain tasks; the
+  // stage variants are of the plain one (the last of LayerTasksFor).
+  plan.ranked = {Candidate(1, 2, 2, 1, Recompute::kFull, 1)};
+  absl::StatusOr<ProfilePlan> p = PlanProfiles(spec, plan, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  // full, plain, plain+first, plain+last, the dp=2 all-reduce; no optimizer task.
+  ASSERT_EQ(p->tasks.size(), 5u);
+  EXPECT_EQ(p->tasks[0].layer.recompute, Recompute::kFull);
+  EXPECT_EQ(p->tasks[2].key, p->tasks[1].key + " ex=first");
+  EXPECT_EQ(p->tasks[3].key, p->tasks[1].key + " ex=last");
+  EXPECT_EQ(p->tasks[4].kind, ProfileTaskSpec::Kind::kCollective);
+  EXPECT_EQ(p->tasks[4].collective.sizes_bytes.back(), 256 << 20);  // GPU sweep
+  for (const ProfileTaskSpec& t : p->tasks) {
+    EXPECT_NE(t.kind, ProfileTaskSpec::Kind::kOptimizer);
+  }
 }
 
 TEST(ProfilePlanTest, PartialFullRecomputeNeedsARecomputedAndAPlainLayer) {
@@ -110,7 +201,8 @@ TEST(ProfilePlanTest, SkipsLayoutsThatDoNotFitAndHonoursMaxCandidates) {
   absl::StatusOr<ProfilePlan> p = PlanProfiles(Spec(), plan, options);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->candidates, (std::vector<int64_t>{0, 2}));
-  ASSERT_EQ(p->tasks.size(), 4u);  // 2 layer shapes, sweeps for dp 4 and dp 2
+  // 2 layer shapes, their 4 stage variants, sweeps for dp 4 and dp 2, the optimizer.
+  ASSERT_EQ(p->tasks.size(), 9u);
   EXPECT_EQ(p->tasks[1].layer.tp, 2);
   options.iters = 0;
   absl::Status bad = PlanProfiles(Spec(), plan, options).status();

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include <gtest/gtest.h>
@@ -83,9 +84,33 @@ v1::TaskResult LayerResult(const v1::ProfileTask& task, const std::string& worke
   return r;
 }
 
-// A collective sweep measured at 2.5 GB/s bus bandwidth, or a layer (10 ms fwd, 20 ms bwd).
+// The fake worker's optimizer step: 2 ns per parameter.
+constexpr double kOptimizerSecondsPerParam = 2e-9;
+
+// A collective sweep measured at 2.5 GB/s bus bandwidth; a layer 10 ms fwd, 20 ms bwd; with
+// the first stage's embedding 12 ms and 23 ms; with the last stage's logits and loss 15 ms
+// and 31 ms; the optimizer at kOptimizerSecondsPerParam.
 v1::TaskResult ResultFor(const v1::ProfileTask& task, const std::string& worker) {
-  if (!task.has_collective()) return LayerResult(task, worker, 0.010, 0.020);
+  if (task.has_layer()) {
+    switch (task.layer().extras()) {
+      case v1::LayerProfileTask::STAGE_EXTRAS_FIRST:
+        return LayerResult(task, worker, 0.012, 0.023);
+      case v1::LayerProfileTask::STAGE_EXTRAS_LAST:
+        return LayerResult(task, worker, 0.015, 0.031);
+      default:
+        return LayerResult(task, worker, 0.010, 0.020);
+    }
+  }
+  if (task.has_optimizer()) {
+    v1::TaskResult r;
+    r.set_task_id(task.id());
+    r.set_attempt(task.attempt());
+    r.set_outcome(v1::TaskResult::OUTCOME_OK);
+    r.mutable_optimizer()->set_seconds_per_param(kOptimizerSecondsPerParam);
+    r.mutable_optimizer()->set_step_s(kOptimizerSecondsPerParam * task.optimizer().params());
+    r.mutable_optimizer()->set_copies(2);
+    return r;
+  }
   v1::TaskResult r;
   r.set_task_id(task.id());
   r.set_attempt(task.attempt());
@@ -241,12 +266,14 @@ TEST_F(JobManagerTest, ProfileModeComposesMeasuredLayersAndSecondJobIsServedFrom
   const std::string id = Submit("profile");
   v1::Job job = Get(id);
   EXPECT_EQ(job.state(), v1::JOB_STATE_PROFILING);
-  // Two layer shapes (tp1 shared by two layouts, tp2) and the dp=2 all-reduce sweep.
-  EXPECT_EQ(job.progress().tasks_total(), 3);
-  EXPECT_EQ(RunAllTasks(worker), 3);
+  // Two layer shapes (tp1 shared by two layouts, tp2), each also with the first stage's
+  // embedding and with the last stage's logits, the dp=2 all-reduce sweep and the CPU job's
+  // optimizer task.
+  EXPECT_EQ(job.progress().tasks_total(), 8);
+  EXPECT_EQ(RunAllTasks(worker), 8);
   job = Get(id);
   EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
-  EXPECT_EQ(job.progress().tasks_done(), 3);
+  EXPECT_EQ(job.progress().tasks_done(), 8);
   EXPECT_EQ(job.progress().tasks_cached(), 0);
 
   v1::PlanResult plan = Results(id);
@@ -254,7 +281,8 @@ TEST_F(JobManagerTest, ProfileModeComposesMeasuredLayersAndSecondJobIsServedFrom
   for (const v1::RankedConfig& r : plan.ranked()) EXPECT_EQ(r.source(), "measured");
   // The job manager's figures are search/compose.h's for the measurements the fake worker
   // reported (tests/search/compose_test.cc derives those by hand): every layer task 10 ms
-  // forward + 20 ms backward, the dp=2 all-reduce at 2.5 GB/s.
+  // forward + 20 ms backward, 12 + 23 ms with the embedding, 15 + 31 ms with the logits, the
+  // dp=2 all-reduce at 2.5 GB/s, the optimizer at 2 ns per parameter.
   const JobSpec spec = *SpecFromProto(TinySpec("profile"));
   ProfilePlanOptions popts;
   popts.warmup = 1;
@@ -270,9 +298,29 @@ TEST_F(JobManagerTest, ProfileModeComposesMeasuredLayersAndSecondJobIsServedFrom
       for (int64_t size : sweep->sizes_bytes) c.samples.push_back({size, size / 2.5e9, 2.5e9});
       ms.collectives[sweep->Key()] = c;
     }
+    const std::string plain = LayerTasksFor(spec, modelled.config, popts).back().Key();
+    ms.first_stage[plain].forward_s = 0.012;
+    ms.first_stage[plain].backward_s = 0.023;
+    ms.last_stage[plain].forward_s = 0.015;
+    ms.last_stage[plain].backward_s = 0.031;
+    ms.optimizer_seconds_per_param = kOptimizerSecondsPerParam;
     absl::StatusOr<RankedConfig> r = ComposeCandidate(spec, modelled, popts, ms);
     EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? r->iteration_time_s : 0.0;
+    if (!r.ok()) return 0.0;
+    // Every part measured: the note lists them, and the edges and optimizer changed the
+    // figure (the same candidate without them differs).
+    EXPECT_NE(r->notes.back().find("layers, embedding, logits, optimizer"), std::string::npos)
+        << r->notes.back();
+    Measurements layers_only = ms;
+    layers_only.first_stage.clear();
+    layers_only.last_stage.clear();
+    layers_only.optimizer_seconds_per_param = 0;
+    absl::StatusOr<RankedConfig> without = ComposeCandidate(spec, modelled, popts, layers_only);
+    EXPECT_TRUE(without.ok()) << without.status();
+    if (without.ok()) {
+      EXPECT_GT(std::abs(r->iteration_time_s - without->iteration_time_s), 1e-6);
+    }
+    return r->iteration_time_s;
   };
   // tp1 pp1 dp2: m = 4 micro-batches of 4 layers x 30 ms (480 ms) plus the rest.
   const double expect_a = expected(FakePlan().ranked[0]);
@@ -302,8 +350,8 @@ TEST_F(JobManagerTest, ProfileModeComposesMeasuredLayersAndSecondJobIsServedFrom
   const std::string again = Submit("profile");
   v1::Job second = Get(again);
   EXPECT_EQ(second.state(), v1::JOB_STATE_SUCCEEDED) << second.error();
-  EXPECT_EQ(second.progress().tasks_total(), 3);
-  EXPECT_EQ(second.progress().tasks_cached(), 3);
+  EXPECT_EQ(second.progress().tasks_total(), 8);
+  EXPECT_EQ(second.progress().tasks_cached(), 8);
   EXPECT_EQ(manager_->leases_granted(), leases);  // zero new tasks
   EXPECT_EQ(Results(again).SerializeAsString(), plan.SerializeAsString());
 }
@@ -330,7 +378,7 @@ TEST_F(JobManagerTest, ExpiredLeaseIsRequeuedLateReportIgnoredAndMaxAttemptsFail
     else ++others;
   }
   ASSERT_TRUE(requeued.has_value());
-  EXPECT_EQ(others, 2);
+  EXPECT_EQ(others, 7);
   EXPECT_EQ(requeued->attempt(), 2);
   // The late report of attempt 1 is ignored.
   v1::ReportResultResponse late = Report(w1, ResultFor(*first, w1));
@@ -345,10 +393,10 @@ TEST_F(JobManagerTest, ExpiredLeaseIsRequeuedLateReportIgnoredAndMaxAttemptsFail
   for (const v1::WorkerInfo& w : workers.workers()) lost += w.state() == "lost";
   EXPECT_EQ(lost, 2);
   const std::string w3 = RegisterWorker();
-  EXPECT_EQ(RunAllTasks(w3), 2);
+  EXPECT_EQ(RunAllTasks(w3), 7);
   v1::Job job = Get(id);
   EXPECT_EQ(job.progress().tasks_failed(), 1);
-  EXPECT_EQ(job.progress().tasks_done(), 2);
+  EXPECT_EQ(job.progress().tasks_done(), 7);
   EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
   v1::PlanResult plan = Results(id);
   int modelled = 0;
@@ -470,7 +518,7 @@ TEST_F(JobManagerTest, RestartOnTheSameDatabaseFinishesTheJobWithTheSameRanking)
   EXPECT_EQ(again->id(), running->id());
   EXPECT_EQ(again->attempt(), running->attempt() + 1);  // the attempt count survived
   EXPECT_TRUE(Report(w, ResultFor(*again, w)).accepted());
-  EXPECT_EQ(RunAllTasks(w), 1);  // the third task
+  EXPECT_EQ(RunAllTasks(w), 6);  // the other six tasks
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
   const v1::PlanResult recovered = Results(id);
   ASSERT_EQ(recovered.ranked_size(), reference.ranked_size());
