@@ -100,6 +100,15 @@ double MaxParamsPerGpu(const ModelSpec& model, const ParallelConfig& config) {
   return std::max(StageParamsPerGpu(model, config, 0), StageParamsPerGpu(model, config, config.pp - 1));
 }
 
+FrameworkMemory FrameworkMemoryFor(const std::string& device_name) {
+  FrameworkMemory f;
+  if (device_name == "cpu") {
+    f.workspace_bytes = 0;
+    f.fragmentation_fraction = 0;
+  }
+  return f;
+}
+
 MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
                                double capacity_bytes, const FrameworkMemory& framework) {
   const ModelSpec& m = spec.model;

@@ -6,6 +6,7 @@
 #define PARATUNE_SEARCH_MEMORY_MODEL_H_
 
 #include <cstdint>
+#include <string>
 
 #include "search/parallel_config.h"
 #include "search/plan_result.h"
@@ -94,6 +95,12 @@ struct FrameworkMemory {
   /// gathers the full vocabulary holds all of it on every rank.
   bool vocab_parallel_loss = true;
 };
+
+/// The framework terms of a device kind: the defaults above for GPUs; none of the fixed
+/// workspace and no fragmentation for "cpu", whose ranks allocate from the host through
+/// ParaTune's tracking allocator (no CUDA context, cuBLAS/NCCL workspaces or caching
+/// allocator: what the tracking allocator counts is all there is).
+FrameworkMemory FrameworkMemoryFor(const std::string& device_name);
 
 /// Memory on the most loaded GPU (the max over the first and the last pipeline stage), by
 /// cause. Documented terms:

@@ -132,6 +132,7 @@ absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
 
   PlanResult result;
   Scorer scorer{spec, *device, {}};
+  const FrameworkMemory framework = FrameworkMemoryFor(device->name);
   struct Feasible {
     ParallelConfig config;
     MemoryBreakdown memory;
@@ -213,7 +214,8 @@ absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
                       result.rejected.push_back({c, std::string(s.message())});
                       continue;
                     }
-                    const MemoryBreakdown mem = EstimateMemory(spec, c, device->memory_bytes);
+                    const MemoryBreakdown mem =
+                        EstimateMemory(spec, c, device->memory_bytes, framework);
                     if (mem.Peak() > mem.capacity) {
                       result.rejected.push_back({c, OomReason(mem)});
                       oom.emplace_back(c, mem);
@@ -281,7 +283,8 @@ absl::StatusOr<RankedConfig> Estimate(const JobSpec& spec, const ParallelConfig&
   absl::StatusOr<DeviceProfile> device = DeviceForCluster(spec.cluster);
   if (!device.ok()) return device.status();
   Scorer scorer{spec, *device, {}};
-  const MemoryBreakdown mem = EstimateMemory(spec, config, device->memory_bytes);
+  const MemoryBreakdown mem = EstimateMemory(spec, config, device->memory_bytes,
+                                             FrameworkMemoryFor(device->name));
   absl::StatusOr<RankedConfig> r = scorer.Score(config, mem, PipelineMode::kSimulated);
   if (r.ok()) r->rank = 1;
   return r;

@@ -404,9 +404,10 @@ absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int64_t ranks, int
 }
 
 // The modelled peak less the framework terms the tracking allocator does not see:
-// other = transient + workspace + fragmentation·(activations + transient).
+// other = transient + workspace + fragmentation·(activations + transient). On the "cpu"
+// device (FrameworkMemoryFor) both terms are zero, so this is the modelled peak itself.
 double TrackedPeak(const paratune::MemoryBreakdown& m) {
-  const paratune::FrameworkMemory f;
+  const paratune::FrameworkMemory f = paratune::FrameworkMemoryFor("cpu");
   const double transient =
       std::max(0.0, (m.other - f.workspace_bytes - f.fragmentation_fraction * m.activations) /
                         (1.0 + f.fragmentation_fraction));

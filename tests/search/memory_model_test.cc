@@ -1,4 +1,5 @@
 #include "search/memory_model.h"
+#include "search/planner.h"
 
 #include <gtest/gtest.h>
 
@@ -179,6 +180,39 @@ TEST(EstimateMemoryTest, Fp32TrainingKeepsNoMasterCopy) {
   bf16 = EstimateMemory(spec, c, 0);
   EXPECT_NEAR((bf16.weights + bf16.gradients + bf16.optimizer) / params, 6 + 12.0 / 2, 1e-9);
   EXPECT_EQ(OptimizerBytesPerParam(Precision::kFp8), 12.0);
+}
+
+// The "cpu" device has no fixed framework workspace and no fragmentation allowance: the
+// GPU defaults add exactly workspace + 10 % of the activation-sized buffers (activations +
+// the transient working set, which is all of "other" on the cpu device) to "other", and
+// the planner's Estimate uses the cpu terms for a cpu cluster.
+TEST(EstimateMemoryTest, CpuDeviceHasNoFrameworkWorkspace) {
+  JobSpec spec = Gpt175bSpec();
+  spec.model.num_layers = 4;
+  spec.model.hidden_size = 256;
+  spec.model.num_attention_heads = 8;
+  spec.model.num_query_groups = 8;
+  spec.model.ffn_hidden_size = 1024;
+  spec.model.vocab_size = 2048;
+  spec.training.seq_length = 128;
+  spec.training.global_batch_size = 8;
+  spec.training.precision = Precision::kFp32;
+  spec.cluster.gpu = "cpu";
+  spec.cluster.num_gpus = 2;
+  spec.cluster.gpus_per_node = 2;
+  ParallelConfig c;
+  c.dp = 2;
+  const FrameworkMemory cpu = FrameworkMemoryFor("cpu");
+  EXPECT_EQ(cpu.workspace_bytes, 0);
+  EXPECT_EQ(cpu.fragmentation_fraction, 0);
+  EXPECT_EQ(FrameworkMemoryFor("h100-sxm-80gb").workspace_bytes, kFrameworkWorkspaceBytes);
+  const MemoryBreakdown on_cpu = EstimateMemory(spec, c, 16.0 * (1ull << 30), cpu);
+  const MemoryBreakdown gpu_terms = EstimateMemory(spec, c, 16.0 * (1ull << 30));
+  EXPECT_NEAR(gpu_terms.other - on_cpu.other,
+              kFrameworkWorkspaceBytes + 0.10 * (on_cpu.activations + on_cpu.other), 1.0);
+  absl::StatusOr<RankedConfig> ranked = Estimate(spec, c);
+  ASSERT_TRUE(ranked.ok()) << ranked.status();
+  EXPECT_NEAR(ranked->memory.Peak(), on_cpu.Peak(), 1.0);
 }
 
 TEST(EstimateMemoryTest, InterleavingAddsKorthikantiFactor) {
