@@ -14,6 +14,10 @@
 #include "absl/status/statusor.h"
 #include "kernels/dtype.h"
 
+namespace gloo::rendezvous {
+class Context;
+}  // namespace gloo::rendezvous
+
 namespace paratune::kernels {
 
 class Communicator {
@@ -56,6 +60,12 @@ std::shared_ptr<GlooRendezvous> MakeFileRendezvous(const std::string& dir);
 /// $PARATUNE_GLOO_HOST (a host name or IP address of this node that the other nodes reach),
 /// default 127.0.0.1 (every rank on this machine). Used wherever a Gloo device is created.
 std::string GlooHost();
+
+/// A Gloo context of rank `rank` of `size`, fully connected over TCP on GlooHost() through
+/// `rendezvous` (keys under `prefix`); blocks until every rank joined. The base of
+/// MakeGlooCommunicator and of the trainer's point-to-point groups.
+absl::StatusOr<std::shared_ptr<gloo::rendezvous::Context>> ConnectGlooContext(
+    std::shared_ptr<GlooRendezvous> rendezvous, const std::string& prefix, int rank, int size);
 
 /// Connects rank `rank` of `size` over TCP on GlooHost(). Blocks until every rank joined.
 /// `prefix` separates groups that share one rendezvous. Any GlooRendezvous works (e.g.

@@ -253,7 +253,7 @@ std::shared_ptr<GlooRendezvous> MakeFileRendezvous(const std::string& dir) {
   return std::make_shared<FileRendezvous>(dir);
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
+absl::StatusOr<std::shared_ptr<gloo::rendezvous::Context>> ConnectGlooContext(
     std::shared_ptr<GlooRendezvous> rendezvous, const std::string& prefix, int rank, int size) {
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(
@@ -271,10 +271,18 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
     ctx->setTimeout(std::chrono::milliseconds(kTimeout));
     gloo::rendezvous::PrefixStore prefixed(prefix, store != nullptr ? store->store() : *adapter);
     ctx->connectFullMesh(prefixed, device);
-    return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(std::move(ctx)));
+    return ctx;
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("gloo rendezvous (", prefix, "): ", e.what()));
   }
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
+    std::shared_ptr<GlooRendezvous> rendezvous, const std::string& prefix, int rank, int size) {
+  absl::StatusOr<std::shared_ptr<gloo::rendezvous::Context>> ctx =
+      ConnectGlooContext(std::move(rendezvous), prefix, rank, size);
+  if (!ctx.ok()) return ctx.status();
+  return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(*std::move(ctx)));
 }
 
 }  // namespace paratune::kernels

@@ -11,8 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gloo/rendezvous/context.h"
-#include "gloo/rendezvous/store.h"
-#include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
 #include "kernels/backend.h"
 #include "kernels/hash_random.h"
@@ -26,56 +24,17 @@ namespace {
 
 constexpr std::chrono::seconds kTimeout(300);
 
-// A gloo store over any GlooRendezvous (whose Get blocks until the key is set).
-class RendezvousStore final : public gloo::rendezvous::Store {
- public:
-  explicit RendezvousStore(std::shared_ptr<GlooRendezvous> r) : r_(std::move(r)) {}
-  void set(const std::string& key, const std::vector<char>& data) override { r_->Set(key, data); }
-  std::vector<char> get(const std::string& key) override { return r_->Get(key); }
-  void wait(const std::vector<std::string>& keys) override {
-    for (const auto& k : keys) r_->Get(k);
-  }
-
- private:
-  std::shared_ptr<GlooRendezvous> r_;
-};
-
 // Point-to-point over one pipeline group: receives posted ahead, sends waited at once.
 class PipeP2P {
  public:
   static absl::StatusOr<std::unique_ptr<PipeP2P>> Connect(std::shared_ptr<GlooRendezvous> r,
                                                           const std::string& prefix, int rank,
                                                           int size) {
-    try {
-      gloo::transport::tcp::attr attr;
-      attr.hostname = GlooHost();
-      auto device = gloo::transport::tcp::CreateDevice(attr);
-      auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
-      ctx->setTimeout(std::chrono::milliseconds(kTimeout));
-      RendezvousStore base(std::move(r));
-      // Keys are namespaced by hand (PrefixStore would need the concrete store type).
-      class Prefixed final : public gloo::rendezvous::Store {
-       public:
-        Prefixed(std::string p, gloo::rendezvous::Store& s) : p_(std::move(p)), s_(s) {}
-        void set(const std::string& k, const std::vector<char>& d) override { s_.set(p_ + k, d); }
-        std::vector<char> get(const std::string& k) override { return s_.get(p_ + k); }
-        void wait(const std::vector<std::string>& keys) override {
-          std::vector<std::string> full;
-          for (const auto& k : keys) full.push_back(p_ + k);
-          s_.wait(full);
-        }
-
-       private:
-        std::string p_;
-        gloo::rendezvous::Store& s_;
-      } store(prefix + "/", base);
-      ctx->connectFullMesh(store, device);
-      auto p = std::unique_ptr<PipeP2P>(new PipeP2P());
-      p->ctx_ = std::move(ctx);
-      return p;
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(absl::StrCat("p2p rendezvous (", prefix, "): ", e.what()));
-    }
+    PT_ASSIGN_OR_RETURN(std::shared_ptr<gloo::rendezvous::Context> ctx,
+                        ConnectGlooContext(std::move(r), prefix, rank, size));
+    auto p = std::unique_ptr<PipeP2P>(new PipeP2P());
+    p->ctx_ = std::move(ctx);
+    return p;
   }
 
   absl::Status PostRecv(uint64_t slot, int peer, int64_t count) {

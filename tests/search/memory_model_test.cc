@@ -120,6 +120,24 @@ JobSpec Gpt175bSpec() {
   return spec;
 }
 
+// bench/verify's small GPT: fp32 on two CPU ranks.
+JobSpec SmallCpuSpec() {
+  JobSpec spec;
+  spec.model.num_layers = 4;
+  spec.model.hidden_size = 256;
+  spec.model.num_attention_heads = 8;
+  spec.model.num_query_groups = 8;
+  spec.model.ffn_hidden_size = 1024;
+  spec.model.vocab_size = 2048;
+  spec.training.seq_length = 128;
+  spec.training.global_batch_size = 8;
+  spec.training.precision = Precision::kFp32;
+  spec.cluster.gpu = "cpu";
+  spec.cluster.num_gpus = 2;
+  spec.cluster.gpus_per_node = 2;
+  return spec;
+}
+
 TEST(EstimateMemoryTest, StaticMemoryByHand) {
   const JobSpec spec = Gpt175bSpec();
   ParallelConfig c;
@@ -148,18 +166,7 @@ TEST(EstimateMemoryTest, StaticMemoryByHand) {
 // 18 for BF16 params with FP32 grads (2 + 4 + master 4 + m, v 8); with the distributed
 // optimizer over d ranks 8 + 8/d and 6 + 12/d.
 TEST(EstimateMemoryTest, Fp32TrainingKeepsNoMasterCopy) {
-  JobSpec spec;
-  spec.model.num_layers = 4;
-  spec.model.hidden_size = 256;
-  spec.model.num_attention_heads = 8;
-  spec.model.num_query_groups = 8;
-  spec.model.ffn_hidden_size = 1024;
-  spec.model.vocab_size = 2048;
-  spec.training.seq_length = 128;
-  spec.training.global_batch_size = 8;
-  spec.training.precision = Precision::kFp32;
-  spec.cluster.gpu = "cpu";
-  spec.cluster.num_gpus = 2;
+  JobSpec spec = SmallCpuSpec();
   ParallelConfig c;
   c.dp = 2;
   const double params = MaxParamsPerGpu(spec.model, c);
@@ -187,19 +194,7 @@ TEST(EstimateMemoryTest, Fp32TrainingKeepsNoMasterCopy) {
 // the transient working set, which is all of "other" on the cpu device) to "other", and
 // the planner's Estimate uses the cpu terms for a cpu cluster.
 TEST(EstimateMemoryTest, CpuDeviceHasNoFrameworkWorkspace) {
-  JobSpec spec = Gpt175bSpec();
-  spec.model.num_layers = 4;
-  spec.model.hidden_size = 256;
-  spec.model.num_attention_heads = 8;
-  spec.model.num_query_groups = 8;
-  spec.model.ffn_hidden_size = 1024;
-  spec.model.vocab_size = 2048;
-  spec.training.seq_length = 128;
-  spec.training.global_batch_size = 8;
-  spec.training.precision = Precision::kFp32;
-  spec.cluster.gpu = "cpu";
-  spec.cluster.num_gpus = 2;
-  spec.cluster.gpus_per_node = 2;
+  const JobSpec spec = SmallCpuSpec();
   ParallelConfig c;
   c.dp = 2;
   const FrameworkMemory cpu = FrameworkMemoryFor("cpu");
