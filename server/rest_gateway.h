@@ -49,7 +49,8 @@ struct RestGatewayOptions {
   std::string dashboard_dir;
   /// Requests with a larger body get 413.
   size_t max_body_bytes = 1 << 20;
-  /// Threads serving connections (each keep-alive connection holds one while open).
+  /// Threads serving connections. A keep-alive connection holds one while open, for at most
+  /// 32 requests or 2 idle seconds (rest_gateway.cc), so idle clients cannot starve new ones.
   int threads = 64;
   /// TLS: PEM certificate chain and private key files; both or neither.
   std::string tls_cert_file;
