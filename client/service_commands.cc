@@ -103,7 +103,12 @@ struct Connection {
       token_ = *token;
       token_.erase(token_.find_last_not_of(" \t\r\n") + 1);
     }
-    return v1::Autotuner::NewStub(grpc::CreateChannel(Address(), creds));
+    std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(Address(), creds);
+    // A first connection attempt that fails (a coordinator still coming up, a reset under
+    // load: seen once as UNAVAILABLE on a fresh machine's test run) is retried by the
+    // channel's own backoff for up to 3 s before the first call fails fast.
+    channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    return v1::Autotuner::NewStub(channel);
   }
 
   /// A context carrying the token; `deadline_s` 0 = none (streams).
