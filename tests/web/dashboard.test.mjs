@@ -196,6 +196,27 @@ page.on('console', (m) => {
 });
 page.setDefaultTimeout(30_000);
 
+/** Submits a profile job for an uploaded Hugging Face config on 2 CPU ranks (fp32) through
+ *  the submit form; returns the id the page navigated to. */
+async function submitCpuProfileJob(config, { name, seq, batch, topK }) {
+  await page.goto(`${BASE}/#/jobs`);
+  await page.check('#source-hf');
+  await page.setInputFiles('#hf-config', { name: 'config.json', mimeType: 'application/json', buffer: Buffer.from(config) });
+  await page.fill('#job-name', name);
+  await page.fill('#seq-length', seq);
+  await page.fill('#global-batch', batch);
+  await page.selectOption('#precision', 'fp32');
+  await page.selectOption('#gpu', 'cpu');
+  await page.fill('#num-gpus', '2');
+  await page.fill('#gpus-per-node', '2');
+  await page.selectOption('#mode', 'profile');
+  if (topK) await page.fill('#top-k', topK);
+  const before = await page.evaluate(() => location.hash);
+  await page.click('#submit-job');
+  await page.waitForFunction((prev) => /^#\/jobs\/.+/.test(location.hash) && location.hash !== prev, before);
+  return decodeURIComponent((await page.evaluate(() => location.hash)).replace('#/jobs/', ''));
+}
+
 /** Every page must fit its width: no horizontal scroll on the document. */
 async function horizontalOverflow() {
   return page.evaluate(() => ({
@@ -560,22 +581,7 @@ try {
     // A tiny Llama-style config so that the CPU worker measures it in seconds (fp32: the CPU
     // backend has no bf16).
     const tiny = `${JSON.stringify({ architectures: ['LlamaForCausalLM'], hidden_act: 'silu', hidden_size: 256, intermediate_size: 688, max_position_embeddings: 512, model_type: 'llama', num_attention_heads: 4, num_hidden_layers: 4, num_key_value_heads: 4, rms_norm_eps: 1e-5, tie_word_embeddings: false, vocab_size: 1024 })}\n`;
-    await page.goto(`${BASE}/#/jobs`);
-    await page.check('#source-hf');
-    await page.setInputFiles('#hf-config', { name: 'config.json', mimeType: 'application/json', buffer: Buffer.from(tiny) });
-    await page.fill('#job-name', 'web-test profile tiny');
-    await page.fill('#seq-length', '256');
-    await page.fill('#global-batch', '8');
-    await page.selectOption('#precision', 'fp32');
-    await page.selectOption('#gpu', 'cpu');
-    await page.fill('#num-gpus', '2');
-    await page.fill('#gpus-per-node', '2');
-    await page.selectOption('#mode', 'profile');
-    await page.fill('#top-k', '5');
-    const before = await page.evaluate(() => location.hash);
-    await page.click('#submit-job');
-    await page.waitForFunction((prev) => /^#\/jobs\/.+/.test(location.hash) && location.hash !== prev, before);
-    const id = decodeURIComponent((await page.evaluate(() => location.hash)).replace('#/jobs/', ''));
+    const id = await submitCpuProfileJob(tiny, { name: 'web-test profile tiny', seq: '256', batch: '8', topK: '5' });
     // Watch the progress caption while the worker runs the tasks.
     const seen = [];
     const deadline = Date.now() + 180_000;
@@ -608,21 +614,7 @@ try {
   await check('cancel a running profile job from its page', async () => {
     // Different shapes from the job above, so that no task is answered from the cache.
     const cfg = `${JSON.stringify({ architectures: ['LlamaForCausalLM'], hidden_act: 'silu', hidden_size: 384, intermediate_size: 1024, model_type: 'llama', num_attention_heads: 6, num_hidden_layers: 6, num_key_value_heads: 6, tie_word_embeddings: false, vocab_size: 2048 })}\n`;
-    await page.goto(`${BASE}/#/jobs`);
-    await page.check('#source-hf');
-    await page.setInputFiles('#hf-config', { name: 'config.json', mimeType: 'application/json', buffer: Buffer.from(cfg) });
-    await page.fill('#job-name', 'web-test cancel');
-    await page.fill('#seq-length', '512');
-    await page.fill('#global-batch', '16');
-    await page.selectOption('#precision', 'fp32');
-    await page.selectOption('#gpu', 'cpu');
-    await page.fill('#num-gpus', '2');
-    await page.fill('#gpus-per-node', '2');
-    await page.selectOption('#mode', 'profile');
-    const before = await page.evaluate(() => location.hash);
-    await page.click('#submit-job');
-    await page.waitForFunction((prev) => /^#\/jobs\/.+/.test(location.hash) && location.hash !== prev, before);
-    const id = decodeURIComponent((await page.evaluate(() => location.hash)).replace('#/jobs/', ''));
+    const id = await submitCpuProfileJob(cfg, { name: 'web-test cancel', seq: '512', batch: '16' });
     await page.click('#cancel-job');
     await page.waitForSelector('.job-header .badge[data-state="JOB_STATE_CANCELLED"]', { timeout: 60_000 });
     assertEq((await api(`/v1/jobs/${encodeURIComponent(id)}`)).state, 'JOB_STATE_CANCELLED', 'API state after Cancel');
