@@ -589,7 +589,13 @@ try {
       const caption = await page.textContent('.job-header .progress-caption').catch(() => '');
       if (caption && seen[seen.length - 1] !== caption) seen.push(caption);
       const state = await page.getAttribute('.job-header .badge', 'data-state').catch(() => '');
-      if (state === 'JOB_STATE_SUCCEEDED' || state === 'JOB_STATE_FAILED' || state === 'JOB_STATE_CANCELLED') break;
+      if (state === 'JOB_STATE_SUCCEEDED' || state === 'JOB_STATE_FAILED' || state === 'JOB_STATE_CANCELLED') {
+        // The caption was read before the badge; the render that set the final badge may
+        // also have moved the caption on, so read it once more.
+        const last = await page.textContent('.job-header .progress-caption').catch(() => '');
+        if (last && seen[seen.length - 1] !== last) seen.push(last);
+        break;
+      }
       assert(Date.now() < deadline, `profile job not done in 180 s; captions: ${seen.join(' | ')}`);
       await sleep(200);
     }
