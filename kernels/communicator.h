@@ -29,9 +29,11 @@ class Communicator {
   /// In place: buf[i] = sum over ranks of buf[i].
   virtual absl::Status AllReduce(void* buf, int64_t count, DType dtype) = 0;
   /// out (size()*count elements) = concatenation of every rank's `in` (count elements), in
-  /// rank order.
+  /// rank order. In place (as NCCL): `in` may be this rank's chunk of `out`,
+  /// out + rank()*count elements.
   virtual absl::Status AllGather(const void* in, void* out, int64_t count, DType dtype) = 0;
   /// in has size()*count elements; out (count elements) = sum over ranks of chunk rank().
+  /// In place (as NCCL): `out` may be this rank's chunk of `in`, in + rank()*count elements.
   virtual absl::Status ReduceScatter(const void* in, void* out, int64_t count, DType dtype) = 0;
   virtual absl::Status Send(const void* buf, int64_t count, DType dtype, int peer) = 0;
   virtual absl::Status Recv(void* buf, int64_t count, DType dtype, int peer) = 0;

@@ -105,7 +105,10 @@ class GlooCommunicator final : public Communicator {
       gloo::AllgatherOptions opts(ctx_);
       // Gloo's all-gather takes bytes through a char view; the element type does not matter.
       const int64_t bytes = count * SizeOf(dtype);
-      opts.setInput(static_cast<char*>(const_cast<void*>(in)), bytes);
+      // In place (`in` is this rank's chunk of `out`): Gloo takes no input buffer then.
+      if (in != static_cast<const char*>(out) + rank() * bytes) {
+        opts.setInput(static_cast<char*>(const_cast<void*>(in)), bytes);
+      }
       opts.setOutput(static_cast<char*>(out), bytes * size());
       gloo::allgather(opts);
       return absl::OkStatus();
@@ -160,7 +163,7 @@ class GlooCommunicator final : public Communicator {
     const int r = rank();
     const T* src = static_cast<const T*>(in);
     if (k == 1) {
-      std::memcpy(out, in, count * sizeof(T));
+      if (out != in) std::memmove(out, in, count * sizeof(T));
       return absl::OkStatus();
     }
     acc_.resize(static_cast<size_t>(count) * k * sizeof(T));
@@ -183,6 +186,7 @@ class GlooCommunicator final : public Communicator {
         send_buf->waitSend(kTimeout);
         AddInto(acc + recv_chunk * count, reinterpret_cast<const T*>(recv_.data()), count);
       }
+      // `out` may alias `in` (in place): `in` was copied into acc_ before the ring.
       std::memcpy(out, acc + r * count, chunk);
       return absl::OkStatus();
     });

@@ -175,9 +175,12 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
   // Megatron's contiguous buffers: every parameter and gradient becomes a view into one
   // flat weight and one flat gradient buffer (padded to a multiple of dp), so the DP reduce
   // is one collective. Optimizer state: flat m, v (plain) or this DP rank's shard of them
-  // plus its fp32 master shard (distributed optimizer).
+  // (distributed optimizer). The weights are fp32, so there is no master copy: the
+  // distributed optimizer reduce-scatters the gradients in place into this rank's chunk of
+  // the flat gradient buffer, updates this rank's chunk of the flat weights, and
+  // all-gathers them in place, as Megatron-LM's contiguous buffers do.
   const int64_t shard = (numel + c.dp - 1) / c.dp, padded = shard * c.dp;
-  Tensor flat_grad, flat_param, opt_m, opt_v, shard_grad, shard_param;
+  Tensor flat_grad, flat_param, opt_m, opt_v;
   PT_ASSIGN_OR_RETURN(flat_param, be->Zeros({padded}, DType::kF32, MemoryTag::kWeights));
   PT_ASSIGN_OR_RETURN(flat_grad, be->Zeros({padded}, DType::kF32, MemoryTag::kGradients));
   {
@@ -193,11 +196,6 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
   const int64_t opt_n = c.distributed_optimizer ? shard : numel;
   PT_ASSIGN_OR_RETURN(opt_m, be->Zeros({opt_n}, DType::kF32, MemoryTag::kWeights));
   PT_ASSIGN_OR_RETURN(opt_v, be->Zeros({opt_n}, DType::kF32, MemoryTag::kWeights));
-  if (c.distributed_optimizer) {
-    PT_ASSIGN_OR_RETURN(shard_grad, be->Zeros({shard}, DType::kF32, MemoryTag::kGradients));
-    PT_ASSIGN_OR_RETURN(shard_param, be->Zeros({shard}, DType::kF32, MemoryTag::kWeights));
-    std::memcpy(shard_param.data(), flat_param.at(me.dp * shard), shard * sizeof(float));
-  }
 
   const int64_t M = c.num_micro_batches, h = c.shape.hidden_size;
   const int64_t rows = (c.sequence_parallel ? c.seq_length / c.tp : c.seq_length) * c.micro_batch_size;
@@ -294,17 +292,17 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
     double dp_s = 0, opt_s = 0;
     if (c.distributed_optimizer) {
       auto t = std::chrono::steady_clock::now();
-      PT_RETURN_IF_ERROR(dp->ReduceScatter(flat_grad.data(), shard_grad.data(), shard, DType::kF32));
+      float* sg = flat_grad.data_as<float>() + me.dp * shard;
+      float* sp = flat_param.data_as<float>() + me.dp * shard;
+      PT_RETURN_IF_ERROR(dp->ReduceScatter(flat_grad.data(), sg, shard, DType::kF32));
       dp_s += since(t);
       t = std::chrono::steady_clock::now();
-      float* sg = shard_grad.data_as<float>();
       for (int64_t i = 0; i < shard; ++i) sg[i] *= scale;
-      PT_RETURN_IF_ERROR(be->AdamW(DType::kF32, shard_param.data_as<float>(), sg, opt_m.data_as<float>(),
-                                   opt_v.data_as<float>(), shard, c.lr, c.beta1, c.beta2, c.adam_eps,
-                                   c.weight_decay, step + 1));
+      PT_RETURN_IF_ERROR(be->AdamW(DType::kF32, sp, sg, opt_m.data_as<float>(), opt_v.data_as<float>(),
+                                   shard, c.lr, c.beta1, c.beta2, c.adam_eps, c.weight_decay, step + 1));
       opt_s += since(t);
       t = std::chrono::steady_clock::now();
-      PT_RETURN_IF_ERROR(dp->AllGather(shard_param.data(), flat_param.data(), shard, DType::kF32));
+      PT_RETURN_IF_ERROR(dp->AllGather(sp, flat_param.data(), shard, DType::kF32));
       dp_s += since(t);
     } else {
       auto t = std::chrono::steady_clock::now();

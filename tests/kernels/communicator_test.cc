@@ -34,6 +34,18 @@ TEST(GlooCommunicatorTest, CollectivesOverThreeThreadRanks) {
       for (int i = 0; i < 6; ++i) rs_in[i] = static_cast<float>(r + i / 2);
       ASSERT_TRUE(c.ReduceScatter(rs_in.data(), rs_out.data(), 2, DType::kF32).ok());
       if (rs_out != std::vector<float>{3.0f + 3 * r, 3.0f + 3 * r}) ++failures[r];
+      // In place, as the distributed optimizer uses them: reduce-scatter into this rank's
+      // chunk of its input, all-gather from this rank's chunk of the output. The other
+      // chunks of the gathered buffer start as garbage that must be overwritten.
+      std::vector<float> inplace = rs_in;
+      float* mine = inplace.data() + 2 * r;
+      ASSERT_TRUE(c.ReduceScatter(inplace.data(), mine, 2, DType::kF32).ok());
+      if (mine[0] != 3.0f + 3 * r || mine[1] != 3.0f + 3 * r) ++failures[r];
+      for (int q = 0; q < 3; ++q) {
+        if (q != r) inplace[2 * q] = inplace[2 * q + 1] = -1.0f;
+      }
+      ASSERT_TRUE(c.AllGather(mine, inplace.data(), 2, DType::kF32).ok());
+      if (inplace != std::vector<float>{3, 3, 6, 6, 9, 9}) ++failures[r];
       float msg = 42.0f + r;
       if (r == 0) {
         ASSERT_TRUE(c.Send(&msg, 1, DType::kF32, 2).ok());

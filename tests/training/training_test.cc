@@ -91,6 +91,29 @@ TEST(TrainingTest, SequenceParallelRecomputeDistributedOptimizerEqualsSingleRank
   ExpectSame(Losses(c), Reference(c));
 }
 
+// The distributed optimizer keeps m and v for its 1/dp shard only and nothing else extra
+// (fp32: no master copy; reduce-scatter and all-gather work in place in the flat buffers),
+// so a rank's peak is lower by exactly the two fp32 states of the other shards:
+// 2 · 4 bytes · (numel − ceil(numel / dp)).
+TEST(TrainingTest, DistributedOptimizerSavesExactlyTheOtherShardsOfMAndV) {
+  TrainConfig c = Tiny();
+  c.dp = 2;
+  auto plain = RunTrainingInProcess(c);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  c.distributed_optimizer = true;
+  auto sharded = RunTrainingInProcess(c);
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  ASSERT_EQ(plain->ranks.size(), 2u);
+  ASSERT_EQ(sharded->ranks.size(), 2u);
+  for (size_t r = 0; r < 2; ++r) {
+    const int64_t numel = plain->ranks[r].parameter_count;
+    const int64_t shard = (numel + 1) / 2;
+    EXPECT_EQ(plain->ranks[r].peak_bytes - sharded->ranks[r].peak_bytes, 8 * (numel - shard))
+        << "rank " << r;
+  }
+  ExpectSame(sharded->losses, plain->losses);
+}
+
 TEST(TrainingTest, ScheduleRunsEveryForwardBeforeItsBackward) {
   TrainConfig c = Tiny();
   c.pp = 4;
