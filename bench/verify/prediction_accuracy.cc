@@ -22,10 +22,12 @@
 // coordinator composes them (server/convert.cc): an end-to-end step sums M·L layer runs and
 // their many TP collectives, so it matches the typical layer run, not the luckiest one
 // (a per-phase minimum under-predicted collective-heavy layouts by ~28 %). The host may be
-// shared (its load average is printed before and after), so everything is measured in
-// --repeats rounds (a round measures every task and runs every layout once) and each item
-// keeps its fastest round: a burst of load spoils one round of everything rather than every
-// repeat of one item. The end-to-end figure is the fastest step after the first.
+// shared (its load average is printed before and after) and its speed drifts over minutes,
+// so the bench runs --repeats paired rounds: in each round every layout has its tasks
+// measured and composed and then, at once, runs end to end, so that a slow spell slows the
+// prediction and the measurement alike. A layout's row is its median round by error, and
+// rounds_err shows the spread of the signed error over its rounds. The end-to-end figure
+// of a run is its fastest step after the first.
 // Memory: the model's peak without its fixed framework workspace and fragmentation
 // allowance (search/memory_model.h FrameworkMemory), which the CPU tracking allocator
 // does not see; what remains (weights, gradients, optimizer, activations, transient
@@ -455,7 +457,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "training steps per layout (the first is not timed)")
       ->check(CLI::Range(2, 100));
   app.add_option("--repeats", repeats,
-                 "rounds: measure each task and run each layout this often, keep the fastest")
+                 "paired rounds: measure each layout's tasks and run it end to end this often; each layout keeps its median round")
       ->check(CLI::Range(1, 10));
   app.add_option("--layouts", only, "comma-separated layout indices to run (default: all)");
   app.add_option("--child", child, "internal: run the second process's ranks of this layout")
@@ -488,22 +490,41 @@ int main(int argc, char** argv) {
     }
   }
   paratune::ProfilePlanOptions options;
-  // What every selected layout needs, de-duplicated: layer tasks, stage-extras tasks per
-  // (plain task, dp), collective sweeps, and its end-to-end run.
-  struct Extras {
-    paratune::LayerProfileSpec task;
-    int64_t dp = 1;
+  // Paired rounds: in each round, every layout has the tasks it needs measured (its layer
+  // tasks, its stage-extras tasks at its dp, its DP collective sweeps, the optimizer step)
+  // and is composed from them, and then at once runs end to end. The host may be shared
+  // and its speed drifts over minutes (load from other jobs, a VM's neighbours), so a
+  // prediction and the measurement it is checked against are taken back to back: a slow
+  // spell slows both. Each layout's row is its median round by error (pred / meas), so one
+  // spoilt pair (a burst inside a round) does not decide it.
+  struct Round {
+    double pred_s = 0;
+    paratune::RankedConfig composed;
+    Measured meas;
+    double optimizer_s_per_param = 0;
   };
-  std::map<std::string, paratune::LayerProfileSpec> layer_tasks;
-  std::map<std::string, Extras> extras_tasks;
-  std::map<std::string, paratune::CollectiveSweepSpec> sweeps;
-  double max_params = 0;
-  for (size_t i : selected) {
-    const ParallelConfig pc = ToParallel(layouts[i]);
-    const std::vector<paratune::LayerProfileSpec> tasks = paratune::LayerTasksFor(spec, pc, options);
-    for (const auto& t : tasks) layer_tasks.emplace(t.Key(), t);
-    extras_tasks.emplace(tasks.back().Key() + " dp=" + std::to_string(pc.dp),
-                         Extras{tasks.back(), pc.dp});
+  std::map<size_t, std::vector<Round>> rounds;
+  auto measure_for = [&](const ParallelConfig& pc) -> absl::StatusOr<paratune::Measurements> {
+    paratune::Measurements m;
+    absl::StatusOr<double> opt = MeasureOptimizer(
+        static_cast<int64_t>(paratune::MaxParamsPerGpu(spec.model, pc)), ranks, 1);
+    if (!opt.ok()) return opt.status();
+    m.optimizer_seconds_per_param = *opt;
+    const std::vector<paratune::LayerProfileSpec> tasks =
+        paratune::LayerTasksFor(spec, pc, options);
+    for (const auto& t : tasks) {
+      absl::StatusOr<paratune::LayerMeasurement> one =
+          BestLayer(t, k::StageExtras::kNone, ranks, 1, 1);
+      if (!one.ok()) return one.status();
+      m.layers[t.Key()] = *one;
+    }
+    // The stage extras, by the plain layer task's key (where ComposeCandidate looks).
+    const paratune::LayerProfileSpec& plain = tasks.back();
+    for (k::StageExtras e : {k::StageExtras::kFirst, k::StageExtras::kLast}) {
+      absl::StatusOr<paratune::LayerMeasurement> one = BestLayer(plain, e, ranks, pc.dp, 1);
+      if (!one.ok()) return one.status();
+      (e == k::StageExtras::kFirst ? m.first_stage : m.last_stage)[plain.Key()] = *one;
+    }
     if (auto sweep = paratune::DpSweepFor(spec, pc, options)) {
       std::vector<paratune::CollectiveOp> ops = {paratune::CollectiveOp::kAllReduce};
       if (pc.distributed_optimizer) {
@@ -512,69 +533,39 @@ int main(int argc, char** argv) {
       for (paratune::CollectiveOp op : ops) {
         paratune::CollectiveSweepSpec sw = *sweep;
         sw.op = op;
-        sweeps.emplace(sw.Key(), sw);
+        absl::StatusOr<paratune::CommMeasurement> one = MeasureSweep(sw, ranks, 1);
+        if (!one.ok()) return one.status();
+        m.collectives[sw.Key()] = *one;
       }
     }
-    max_params = std::max(max_params, paratune::MaxParamsPerGpu(spec.model, pc));
-  }
-
-  // Rounds: each round measures every task and runs every layout once, and each item keeps
-  // its fastest round, so a burst of load from other jobs spoils one round of everything
-  // rather than every repeat of one item.
-  paratune::Measurements measurements;
-  std::map<std::string, paratune::LayerMeasurement> first_stage, last_stage;
-  std::map<size_t, Measured> e2e;
-  auto keep_faster = [](paratune::LayerMeasurement& best, const paratune::LayerMeasurement& m,
-                        bool first) {
-    if (first || m.LayerSeconds() < best.LayerSeconds()) best = m;
+    return m;
   };
   for (int r = 0; r < repeats; ++r) {
-    const bool first = r == 0;
-    absl::StatusOr<double> opt = MeasureOptimizer(static_cast<int64_t>(max_params), ranks, 1);
-    if (!opt.ok()) {
-      std::cerr << "optimizer: " << opt.status() << "\n";
-      return 1;
-    }
-    if (first || *opt < measurements.optimizer_seconds_per_param) {
-      measurements.optimizer_seconds_per_param = *opt;
-    }
-    for (const auto& [key, t] : layer_tasks) {
-      absl::StatusOr<paratune::LayerMeasurement> m =
-          BestLayer(t, k::StageExtras::kNone, ranks, 1, 1);
-      if (!m.ok()) {
-        std::cerr << "layer task " << key << ": " << m.status() << "\n";
-        return 1;
-      }
-      keep_faster(measurements.layers[key], *m, first);
-    }
-    for (const auto& [key, x] : extras_tasks) {
-      for (k::StageExtras e : {k::StageExtras::kFirst, k::StageExtras::kLast}) {
-        absl::StatusOr<paratune::LayerMeasurement> m = BestLayer(x.task, e, ranks, x.dp, 1);
-        if (!m.ok()) {
-          std::cerr << "stage extras " << key << ": " << m.status() << "\n";
-          return 1;
-        }
-        keep_faster((e == k::StageExtras::kFirst ? first_stage : last_stage)[key], *m, first);
-      }
-    }
-    for (const auto& [key, sw] : sweeps) {
-      absl::StatusOr<paratune::CommMeasurement> m = MeasureSweep(sw, ranks, 1);
-      if (!m.ok()) {
-        std::cerr << "sweep " << key << ": " << m.status() << "\n";
-        return 1;
-      }
-      auto [it, inserted] = measurements.collectives.emplace(key, *m);
-      for (size_t j = 0; !inserted && j < m->samples.size(); ++j) {
-        if (m->samples[j].time_s < it->second.samples[j].time_s) it->second.samples[j] = m->samples[j];
-      }
-    }
     for (size_t i : selected) {
+      const ParallelConfig pc = ToParallel(layouts[i]);
+      absl::StatusOr<paratune::RankedConfig> modelled = paratune::Estimate(spec, pc);
+      if (!modelled.ok()) {
+        std::cerr << pc.ToString() << ": " << modelled.status() << "\n";
+        return 1;
+      }
+      absl::StatusOr<paratune::Measurements> m = measure_for(pc);
+      if (!m.ok()) {
+        std::cerr << pc.ToString() << ": measuring its tasks: " << m.status() << "\n";
+        return 1;
+      }
+      absl::StatusOr<paratune::RankedConfig> composed =
+          paratune::ComposeCandidate(spec, *modelled, options, *m);
+      if (!composed.ok()) {
+        std::cerr << pc.ToString() << ": " << composed.status() << "\n";
+        return 1;
+      }
       absl::StatusOr<Measured> one = RunEndToEnd(self, ranks, static_cast<int>(i), steps);
       if (!one.ok()) {
-        std::cerr << ToParallel(layouts[i]).ToString() << ": end to end: " << one.status() << "\n";
+        std::cerr << pc.ToString() << ": end to end: " << one.status() << "\n";
         return 1;
       }
-      if (first || one->iteration_s < e2e[i].iteration_s) e2e[i] = *one;
+      rounds[i].push_back({composed->iteration_time_s, *composed, *one,
+                           m->optimizer_seconds_per_param});
     }
   }
 
@@ -583,32 +574,24 @@ int main(int argc, char** argv) {
     double pred_s = 0, meas_s = 0, pred_mem = 0, meas_mem = 0, loss = 0;
     paratune::TimeBreakdown pred_time;
     double meas_dp = 0, meas_opt = 0;
+    double min_err = 0, max_err = 0;  ///< Over the rounds, signed, %.
   };
   std::vector<Row> rows;
+  std::vector<double> optimizer_rates;
   for (size_t i : selected) {
-    const ParallelConfig pc = ToParallel(layouts[i]);
-    absl::StatusOr<paratune::RankedConfig> modelled = paratune::Estimate(spec, pc);
-    if (!modelled.ok()) {
-      std::cerr << pc.ToString() << ": " << modelled.status() << "\n";
-      return 1;
-    }
-    // The stage extras measured at this layout's dp, where ComposeCandidate looks for them
-    // (by the plain layer task's key).
-    const std::string plain = paratune::LayerTasksFor(spec, pc, options).back().Key();
-    const std::string extras_key = plain + " dp=" + std::to_string(pc.dp);
-    measurements.first_stage[plain] = first_stage[extras_key];
-    measurements.last_stage[plain] = last_stage[extras_key];
-    absl::StatusOr<paratune::RankedConfig> composed =
-        paratune::ComposeCandidate(spec, *modelled, options, measurements);
-    if (!composed.ok()) {
-      std::cerr << pc.ToString() << ": " << composed.status() << "\n";
-      return 1;
-    }
-    const Measured& meas = e2e[i];
-    rows.push_back({pc.ToString(), composed->iteration_time_s, meas.iteration_s,
-                    TrackedPeak(composed->memory), meas.peak_bytes, meas.final_loss,
-                    composed->time, meas.dp_s, meas.optimizer_s});
+    std::vector<Round> rs = rounds[i];
+    std::sort(rs.begin(), rs.end(), [](const Round& a, const Round& b) {
+      return a.pred_s / a.meas.iteration_s < b.pred_s / b.meas.iteration_s;
+    });
+    const Round& mid = rs[(rs.size() - 1) / 2];
+    for (const Round& x : rs) optimizer_rates.push_back(x.optimizer_s_per_param);
+    rows.push_back({ToParallel(layouts[i]).ToString(), mid.pred_s, mid.meas.iteration_s,
+                    TrackedPeak(mid.composed.memory), mid.meas.peak_bytes, mid.meas.final_loss,
+                    mid.composed.time, mid.meas.dp_s, mid.meas.optimizer_s,
+                    100.0 * (rs.front().pred_s / rs.front().meas.iteration_s - 1.0),
+                    100.0 * (rs.back().pred_s / rs.back().meas.iteration_s - 1.0)});
   }
+  const double optimizer_rate = Median(optimizer_rates);
   const double load_after = Load1();
 
   std::vector<double> terr, merr;
@@ -632,12 +615,14 @@ int main(int argc, char** argv) {
                   {"processes", 2}, {"steps", steps}, {"repeats", repeats},
                   {"host_cores", cores}, {"load_average_before", load_before},
                   {"load_average_after", load_after},
-                  {"optimizer_s_per_param", measurements.optimizer_seconds_per_param}};
+                  {"optimizer_s_per_param", optimizer_rate}};
     for (size_t i = 0; i < rows.size(); ++i) {
       j["layouts"].push_back({{"layout", rows[i].layout},
                               {"predicted_iteration_s", rows[i].pred_s},
                               {"measured_iteration_s", rows[i].meas_s},
                               {"time_error_pct", terr[i]},
+                              {"time_error_rounds_min_pct", rows[i].min_err},
+                              {"time_error_rounds_max_pct", rows[i].max_err},
                               {"predicted_peak_bytes", rows[i].pred_mem},
                               {"measured_peak_bytes", rows[i].meas_mem},
                               {"memory_error_pct", merr[i]},
@@ -672,15 +657,17 @@ int main(int argc, char** argv) {
   std::printf("# host: %ld cores, load average (1 min) %.1f before, %.1f after; optimizer "
               "measured %.2f ns/parameter\n",
               long(cores), load_before, load_after,
-              measurements.optimizer_seconds_per_param * 1e9);
-  std::printf("# %-36s %8s %8s %6s %7s %7s %7s %7s %8s %8s %6s %6s\n", "layout", "pred", "meas",
-              "err", "pred_dp", "meas_dp", "pr_opt", "ms_opt", "pred_mem", "meas_mem", "err",
-              "loss");
-  std::printf("# %-36s %8s %8s %6s %7s %7s %7s %7s %8s %8s %6s %6s\n", "", "ms", "ms", "%", "ms",
-              "ms", "ms", "ms", "MiB", "MiB", "%", "");
+              optimizer_rate * 1e9);
+  std::printf("# %-36s %8s %8s %6s %13s %7s %7s %7s %7s %8s %8s %6s %6s\n", "layout", "pred",
+              "meas", "err", "rounds_err", "pred_dp", "meas_dp", "pr_opt", "ms_opt", "pred_mem",
+              "meas_mem", "err", "loss");
+  std::printf("# %-36s %8s %8s %6s %13s %7s %7s %7s %7s %8s %8s %6s %6s\n", "", "ms", "ms", "%",
+              "% lo..hi", "ms", "ms", "ms", "ms", "MiB", "MiB", "%", "");
   for (size_t i = 0; i < rows.size(); ++i) {
-    std::printf("  %-36s %8.1f %8.1f %6.1f %7.1f %7.1f %7.1f %7.1f %8.2f %8.2f %6.1f %6.3f\n",
+    std::printf("  %-36s %8.1f %8.1f %6.1f %+6.1f..%+5.1f %7.1f %7.1f %7.1f %7.1f %8.2f %8.2f "
+                "%6.1f %6.3f\n",
                 rows[i].layout.c_str(), rows[i].pred_s * 1e3, rows[i].meas_s * 1e3, terr[i],
+                rows[i].min_err, rows[i].max_err,
                 rows[i].pred_time.dp_comm * 1e3, rows[i].meas_dp * 1e3,
                 rows[i].pred_time.optimizer * 1e3, rows[i].meas_opt * 1e3,
                 rows[i].pred_mem / 1048576.0,
