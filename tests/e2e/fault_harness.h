@@ -73,8 +73,11 @@ class Process {
   /// SIGKILL and reap.
   void Kill() {
     if (pid_ <= 0) return;
-    ::kill(pid_, SIGCONT);  // a stopped process must not keep the reaper waiting
+    // SIGKILL ends a stopped process too; the SIGCONT after it only makes sure that no
+    // stopped process keeps the reaper waiting. In this order a paused process never runs
+    // again (woken first, it could still send a report before the SIGKILL landed).
     ::kill(pid_, SIGKILL);
+    ::kill(pid_, SIGCONT);
     int status = 0;
     ::waitpid(pid_, &status, 0);
     pid_ = -1;

@@ -20,6 +20,7 @@
 #include <sys/statfs.h>
 
 #include <functional>
+#include <iostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -165,6 +166,24 @@ class FaultTest : public ::testing::Test {
         60000, 20);
     return task;
   }
+  /// Pauses `worker` (SIGSTOP) in the middle of a task and returns that task's id ("" if it
+  /// never held one). The lease seen before the pause can end before the signal lands (a
+  /// short task reported in between), so the lease is read again after the pause, and once
+  /// more 300 ms later (a report sent just before the pause has arrived by then); when it
+  /// changed, the worker is woken and caught on a later task.
+  std::string StopWhileBusy(Process* worker, const std::string& name) {
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      const std::string task = WaitBusy(name);
+      if (task.empty()) return "";
+      worker->Send(SIGSTOP);
+      const std::string paused = Worker(name).value("current_task_id", "");
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      if (paused == task && Worker(name).value("current_task_id", "") == task) return task;
+      std::cerr << "task " << task << " ended as " << name << " was paused; trying again\n";
+      worker->Send(SIGCONT);
+    }
+    return "";
+  }
 
   fs::path bin_, dir_, db_;
   std::unique_ptr<Coordinator> coordinator_;
@@ -177,7 +196,7 @@ TEST_F(FaultTest, WorkerKilledMidTaskLosesItsLeaseAndAnotherWorkerFinishesTheJob
   Process* a = StartWorker("cpu-a");
   const std::string id = Submit(TinyProfileSpec());
   ASSERT_FALSE(id.empty());
-  const std::string task = WaitBusy("cpu-a");
+  const std::string task = StopWhileBusy(a, "cpu-a");
   ASSERT_FALSE(task.empty()) << ReadFile(dir_ / "cpu-a.log");
   a->Kill();  // SIGKILL in the middle of `task`
   StartWorker("cpu-b");
@@ -204,9 +223,8 @@ TEST_F(FaultTest, StoppedWorkerLosesItsLeaseItsLateReportIsIgnoredAndItRecovers)
   Process* a = StartWorker("cpu-a");
   const std::string id = Submit(TinyProfileSpec());
   ASSERT_FALSE(id.empty());
-  const std::string task = WaitBusy("cpu-a");
+  const std::string task = StopWhileBusy(a, "cpu-a");
   ASSERT_FALSE(task.empty()) << ReadFile(dir_ / "cpu-a.log");
-  a->Send(SIGSTOP);
   Process* b = StartWorker("cpu-b");
   json job = WaitDone(id);
   ASSERT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED") << job.dump();
