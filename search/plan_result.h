@@ -53,6 +53,9 @@ struct PlanResult {
   int64_t feasible = 0;
   double elapsed_ms = 0;
   std::vector<RejectedConfig> rejected;
+  /// How many layouts were rejected when `rejected` lists only the first of them (a
+  /// coordinator's results cap the list); 0 means rejected.size().
+  int64_t rejected_total = 0;
 };
 
 }  // namespace paratune

@@ -713,7 +713,9 @@ std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec) {
   absl::StrAppend(&out, absl::StrFormat(
                             "# %d candidates, %d feasible, %d rejected with a reason, %.1f ms\n",
                             result.candidates_considered, result.feasible,
-                            static_cast<int64_t>(result.rejected.size()), result.elapsed_ms));
+                            std::max<int64_t>(result.rejected_total,
+                                              static_cast<int64_t>(result.rejected.size())),
+                            result.elapsed_ms));
   if (!result.ranked.empty()) {
     const RankedConfig& best = result.ranked.front();
     if (best.time_to_train_days > 0) {

@@ -244,6 +244,7 @@ absl::StatusOr<PlanResult> PlanResultFromProto(const v1::PlanResult& result) {
     if (!c.ok()) return c.status();
     out.rejected.push_back({*c, r.reason()});
   }
+  out.rejected_total = result.rejected_total();
   return out;
 }
 

@@ -426,6 +426,11 @@ TEST(SpecIoTest, TableFitsEightyColumns) {
   EXPECT_THAT(table, HasSubstr("# 4321 candidates, 17 feasible, 1 rejected with a reason"));
   EXPECT_THAT(table, HasSubstr("# rank 1: pipeline bubble 12%"));
   EXPECT_THAT(table, Not(HasSubstr("# rejected")));
+  // A coordinator's results list only the first rejected layouts; the count is of all.
+  PlanResult capped = SamplePlan();
+  capped.rejected_total = 18000;
+  EXPECT_THAT(FormatPlanTable(capped, *spec),
+              HasSubstr("# 4321 candidates, 17 feasible, 18000 rejected with a reason"));
 
   // When nothing is feasible, the table says why.
   PlanResult none = SamplePlan();

@@ -815,6 +815,15 @@ void ExpectCapped(const v1::PlanResult& plan) {
   EXPECT_EQ(plan.rejected_reasons(2).count(), 166);
 }
 
+// The CLI's table of a coordinator's results counts every rejected layout, not the
+// listed ones.
+TEST(CapRejectedTest, TheDomainFormCarriesTheTotalOfACappedList) {
+  absl::StatusOr<PlanResult> back = PlanResultFromProto(ToProto(PlanWithRejected()));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->rejected.size(), static_cast<size_t>(kMaxRejectedListed));
+  EXPECT_EQ(back->rejected_total, 500);
+}
+
 TEST(CapRejectedTest, AnOldUncappedRankingGetsItsCountsOnce) {
   v1::PlanResult old = ToProto(PlanWithRejected(), /*max_rejected=*/1'000'000);
   ASSERT_EQ(old.rejected_size(), 500);
