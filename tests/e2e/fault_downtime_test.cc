@@ -118,10 +118,17 @@ TEST_F(DowntimeTest, WorkersAndWatchRetryThroughAMinuteOfDowntimeAndTheJobFinish
       std::vector<std::string>{(bin_ / "paratune").string(), "watch", id, "--json",
                                "--coordinator", coordinator_->address()},
       out);
+  // The watch is following before the job is caught in the middle (a slow start of the
+  // watch on a loaded machine must not let the job finish first).
+  ASSERT_TRUE(PollUntil([&] { return !ReadFile(out).empty(); }, 60000));
   ASSERT_TRUE(WaitMidJob(id)) << ReadFile(coordinator_->log());
+  // The workers are paused from the moment a task is seen done until the coordinator is
+  // gone, so that the job cannot finish between that observation and the kill; they are
+  // woken at once and go through the whole outage running.
+  for (auto& w : workers_) w->Send(SIGSTOP);
   ASSERT_NE(Job(id).value("state", ""), "JOB_STATE_SUCCEEDED") << "the job ended too soon";
-  ASSERT_TRUE(PollUntil([&] { return !ReadFile(out).empty(); }, 30000));  // watch is following
   coordinator_->Kill();
+  for (auto& w : workers_) w->Send(SIGCONT);
   std::this_thread::sleep_for(std::chrono::seconds(downtime_s));
   for (auto& w : workers_) ASSERT_TRUE(w->Alive()) << "a worker gave up during the outage";
   ASSERT_TRUE(watch_->Alive()) << "paratune watch gave up during the outage: " << ReadFile(out);
