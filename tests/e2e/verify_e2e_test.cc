@@ -46,10 +46,12 @@ class VerifyE2eTest : public ::testing::Test {
   }
   /// The coordinator (verify runs of kVerifySteps steps) and two CPU workers of 2 devices.
   void Start(const std::string& rendezvous_timeout_ms = "30000",
-             const std::string& max_attempts = "3") {
+             const std::string& max_attempts = "3",
+             const std::string& lease_timeout_ms = "5000") {
     coordinator_ = std::make_unique<Coordinator>(
         bin_, dir_, dir_ / "coordinator.db",
-        std::vector<std::string>{"--lease-timeout-ms", "5000", "--heartbeat-interval-ms", "300",
+        std::vector<std::string>{"--lease-timeout-ms", lease_timeout_ms,
+                                 "--heartbeat-interval-ms", "300",
                                  "--profile-warmup", "1", "--profile-iters", "2",
                                  "--verify-steps", std::to_string(kVerifySteps),
                                  "--verify-rendezvous-timeout-ms", rendezvous_timeout_ms,
@@ -241,7 +243,13 @@ TEST_F(VerifyE2eTest, ALayoutLargerThanOneWorkerRunsAsAGangOverBothWorkers) {
 }
 
 TEST_F(VerifyE2eTest, AGangWhosePeerNeverComesIsNotVerifiedAndSaysWhy) {
-  ASSERT_NO_FATAL_FAILURE(Start(/*rendezvous_timeout_ms=*/"1500", /*max_attempts=*/"1"));
+  // The stopped worker must still count as registered when the ranking is ready (the
+  // layout is placed on the workers not lost then): a worker is lost after a lease timeout
+  // without a heartbeat, so that timeout is 60 s here, far longer than submitting and
+  // planning take even on a loaded machine (with 5 s, a submit slower than that would find
+  // the stopped worker lost and not place the gang on it, and the status would differ).
+  ASSERT_NO_FATAL_FAILURE(Start(/*rendezvous_timeout_ms=*/"1500", /*max_attempts=*/"1",
+                                /*lease_timeout_ms=*/"60000"));
   // Both workers are registered (the layout is placed on two), then one stops answering:
   // the other's part waits 1.5 s for ranks 2..3, fails, and with one attempt allowed the
   // layout is not verified; the job still succeeds with its ranking.
