@@ -32,6 +32,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using paratune::e2e::Output;
+using paratune::e2e::PollUntil;
 using paratune::e2e::Process;
 using paratune::e2e::ReadFile;
 using paratune::e2e::RunCommand;
@@ -81,9 +82,9 @@ search: {mode: profile, top_k: 4}
                                  "--profile-iters", std::to_string(profile_iters)},
         dir_ / "coordinator.log");
     ASSERT_TRUE(coordinator_->ok());
-    for (int i = 0; i < 200 && ReadFile(ports).empty(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    // A deadline generous for a loaded machine (CI runs tests side by side on two cores);
+    // a coordinator that exits ends the wait at once.
+    PollUntil([&] { return !ReadFile(ports).empty() || !coordinator_->Alive(); }, 60000);
     std::istringstream in(ReadFile(ports));
     int port = 0;
     in >> port >> http_port_;
@@ -170,6 +171,15 @@ TEST_F(CoordinatorProfileTest, TwoWorkersProfileAJobAndTheSecondJobComesFromTheC
   StartCoordinator(/*profile_iters=*/3);
   StartWorker("cpu-a");
   StartWorker("cpu-b");
+  // Both registered before the job: on a loaded machine a worker that starts slowly could
+  // otherwise miss a short job and be absent from the list checked after it.
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        json w = json::parse(Cli("workers --json").out, nullptr, false);
+        return !w.is_discarded() && w.contains("workers") && w["workers"].size() == 2;
+      },
+      60000, 100))
+      << Cli("workers").out;
   const std::string first = Submit();
   ASSERT_FALSE(first.empty());
   json job = Watch(first);
@@ -231,9 +241,12 @@ TEST_F(CoordinatorProfileTest, KilledCoordinatorRestartsOnTheSameDatabaseAndFini
   }
   ASSERT_TRUE(started) << ReadFile(dir_ / "coordinator.log");
   // A watcher started before the crash reconnects to the restarted coordinator.
+  // It must have seen the job before the kill (only a watch that has seen the job retries
+  // an UNAVAILABLE coordinator): wait for its first line, not a fixed pause, which a loaded
+  // machine can outlast while the watch is still starting.
   Process watcher({(bin_ / "paratune").string(), "watch", id, "--coordinator", Address()},
                   dir_ / "watch.log");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(PollUntil([&] { return !ReadFile(dir_ / "watch.log").empty(); }, 60000));
   coordinator_->Kill();
 
   StartCoordinator(/*profile_iters=*/20);  // same port, same database
