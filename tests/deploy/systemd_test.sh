@@ -119,7 +119,12 @@ mapfile -t coordinator_cmd < <(expand "$tmp/paratune-coordinator.service" \
 echo "coordinator: ${coordinator_cmd[*]}"
 "${coordinator_cmd[@]}" >"$tmp/coordinator.log" 2>&1 &
 coordinator_pid=$!
-for _ in $(seq 1 100); do [[ -s "$tmp/ports" ]] && break; sleep 0.1; done
+# Deadlines in seconds, not counts of polls, and generous ones: CI runs this next to other
+# tests on two loaded cores. A coordinator that exits ends the wait at once.
+deadline=$((SECONDS + 60))
+while [[ ! -s "$tmp/ports" && $SECONDS -lt $deadline ]] && kill -0 "$coordinator_pid" 2>/dev/null; do
+  sleep 0.1
+done
 read -r grpc_port _ <"$tmp/ports" 2>/dev/null
 if [[ -z "${grpc_port:-}" ]]; then
   echo "FAIL: the coordinator's ExecStart did not start:"; cat "$tmp/coordinator.log"
@@ -132,7 +137,8 @@ else
   "${worker_cmd[@]}" >"$tmp/worker.log" 2>&1 &
   worker_pid=$!
   listed=""
-  for _ in $(seq 1 100); do
+  deadline=$((SECONDS + 60))
+  while [[ $SECONDS -lt $deadline ]]; do
     listed="$("$bin/paratune" workers --coordinator "127.0.0.1:$grpc_port" \
       --token-file "$tmp/credentials/client-token" 2>&1)"
     [[ "$listed" == *systemd-test* ]] && break
