@@ -74,11 +74,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A free TCP port on 127.0.0.1 (nothing answers a connect).
+# A free TCP port on 127.0.0.1 (nothing answers a connect), below the kernel's ephemeral
+# range: a port from that range can be handed to another test's connection or port-0
+# listener (tests run in parallel) between this check and the daemon's bind.
+ephemeral_low="$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)"
+[[ "$ephemeral_low" =~ ^[0-9]+$ && "$ephemeral_low" -gt 21000 ]] || ephemeral_low=32768
 free_port() {
   local p
   for _ in $(seq 1 100); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((20000 + RANDOM % (ephemeral_low - 20000)))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
   done
   echo 0
