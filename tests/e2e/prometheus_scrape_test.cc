@@ -10,6 +10,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iostream>
 #include <string>
 #include <thread>
 
@@ -40,6 +42,11 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 std::string FindPrometheus() {
   for (const char* p : {"/usr/bin/prometheus", "/usr/local/bin/prometheus"}) {
     if (fs::exists(p)) return p;
@@ -47,13 +54,14 @@ std::string FindPrometheus() {
   return "";
 }
 
-// Polls `query` until it returns one sample with value `want` (or 30 s pass); returns the
-// last value seen ("" when none).
+// Polls `query` until it returns one sample with value `want` (or 90 s pass: Prometheus
+// starts slowly next to other tests on two loaded cores; `alive` false ends the wait);
+// returns the last value seen ("" when none).
 std::string WaitForValue(httplib::Client& prom, const std::string& query,
-                         const std::string& want) {
+                         const std::string& want, const std::function<bool()>& alive) {
   std::string last;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  while (std::chrono::steady_clock::now() < deadline && alive()) {
     auto res = prom.Get("/api/v1/query", httplib::Params{{"query", query}}, httplib::Headers{});
     if (res && res->status == 200) {
       const nlohmann::json body = nlohmann::json::parse(res->body, nullptr, false);
@@ -96,33 +104,53 @@ TEST(PrometheusScrapeTest, RealPrometheusScrapesMetrics) {
       << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
       << "scrape_configs:\n  - job_name: paratune\n    static_configs:\n"
       << "      - targets: ['127.0.0.1:" << *port << "']\n";
-  const int web_port = FreePort();
-  ASSERT_GT(web_port, 0);
-
   const std::string config_arg = "--config.file=" + (dir / "prometheus.yml").string();
   const std::string storage_arg = "--storage.tsdb.path=" + (dir / "data").string();
-  const std::string listen_arg = "--web.listen-address=127.0.0.1:" + std::to_string(web_port);
   const std::string log = (dir / "prometheus.log").string();
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    std::freopen(log.c_str(), "w", stdout);
-    std::freopen(log.c_str(), "a", stderr);
-    ::execl(prometheus.c_str(), prometheus.c_str(), config_arg.c_str(), storage_arg.c_str(),
-            listen_arg.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
+  // Prometheus cannot be told to pick its own port, so the port is chosen here, closed and
+  // handed over; a test running in parallel can take it in between, and then Prometheus
+  // exits at once. It then gets another port, up to three times.
+  pid_t pid = -1;
+  int web_port = -1;
+  bool exited = false;
+  auto alive = [&] {
+    int wstatus = 0;
+    if (!exited && ::waitpid(pid, &wstatus, WNOHANG) == pid) exited = true;
+    return !exited;
+  };
+  std::string up;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    web_port = FreePort();
+    ASSERT_GT(web_port, 0);
+    const std::string listen_arg = "--web.listen-address=127.0.0.1:" + std::to_string(web_port);
+    exited = false;
+    pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      std::freopen(log.c_str(), "w", stdout);
+      std::freopen(log.c_str(), "a", stderr);
+      ::execl(prometheus.c_str(), prometheus.c_str(), config_arg.c_str(), storage_arg.c_str(),
+              listen_arg.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    httplib::Client probe("127.0.0.1", web_port);
+    probe.set_connection_timeout(1, 0);
+    up = WaitForValue(probe, R"(up{job="paratune"})", "1", alive);
+    if (alive()) break;
+    std::cerr << "prometheus on port " << web_port << " exited (try " << attempt + 1
+              << "):\n" << ReadText(log).substr(0, 2000) << "\n";
   }
+  ASSERT_TRUE(alive()) << "prometheus did not stay up:\n" << ReadText(log).substr(0, 4000);
 
   httplib::Client prom("127.0.0.1", web_port);
   prom.set_connection_timeout(1, 0);
-  const std::string up = WaitForValue(prom, R"(up{job="paratune"})", "1");
-  const std::string jobs = WaitForValue(prom, R"(paratune_jobs{state="succeeded"})", "7");
-  const std::string busy = WaitForValue(prom, R"(paratune_workers{state="busy"})", "3");
+  const std::string jobs = WaitForValue(prom, R"(paratune_jobs{state="succeeded"})", "7", alive);
+  const std::string busy = WaitForValue(prom, R"(paratune_workers{state="busy"})", "3", alive);
 
-  ::kill(pid, SIGTERM);
+  if (!exited) ::kill(pid, SIGTERM);
   int wstatus = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (::waitpid(pid, &wstatus, WNOHANG) == 0) {
+  while (!exited && ::waitpid(pid, &wstatus, WNOHANG) == 0) {
     if (std::chrono::steady_clock::now() > deadline) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &wstatus, 0);
