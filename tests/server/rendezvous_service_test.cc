@@ -57,9 +57,10 @@ TEST(RendezvousStoreTest, GetWaitsUntilAnotherThreadSets) {
   ASSERT_TRUE(v.ok()) << v.status();
   ASSERT_TRUE(v->has_value());
   EXPECT_EQ(**v, "10.0.0.7:4000");
-  // Woken by the Set (200 ms), not by the 10 s deadline nor a 100 ms polling tick late.
+  // Woken by the Set (200 ms), not by the 10 s deadline (the upper bound leaves room for a
+  // loaded machine and stays far from 10 s).
   EXPECT_GE(waited, 190);
-  EXPECT_LT(waited, 2000);
+  EXPECT_LT(waited, 5000);
   EXPECT_EQ(store.waiters(), 0);
 }
 
@@ -73,14 +74,14 @@ TEST(RendezvousStoreTest, GetTimesOutAndServerCapsTheWait) {
   ASSERT_TRUE(v.ok());
   EXPECT_FALSE(v->has_value());
   EXPECT_GE(ElapsedMs(start), 55);
-  EXPECT_LT(ElapsedMs(start), 1000);
-  // 60 s asked, 150 ms granted.
+  EXPECT_LT(ElapsedMs(start), 5000);
+  // 60 s asked, 150 ms granted (the bound: room for a loaded machine, far from 60 s).
   start = Steady::now();
   v = store.Get("ns", "never", 60'000);
   ASSERT_TRUE(v.ok());
   EXPECT_FALSE(v->has_value());
   EXPECT_GE(ElapsedMs(start), 145);
-  EXPECT_LT(ElapsedMs(start), 2000);
+  EXPECT_LT(ElapsedMs(start), 5000);
 }
 
 TEST(RendezvousStoreTest, CancelledWaitEndsEarly) {
@@ -96,7 +97,7 @@ TEST(RendezvousStoreTest, CancelledWaitEndsEarly) {
   canceller.join();
   ASSERT_TRUE(v.ok());
   EXPECT_FALSE(v->has_value());
-  EXPECT_LT(ElapsedMs(start), 1000);  // one 100 ms tick after the cancel, not 20 s
+  EXPECT_LT(ElapsedMs(start), 5000);  // a 100 ms tick after the cancel (loaded host), not 20 s
 }
 
 TEST(RendezvousStoreTest, AddIsAtomicUnderThreads) {
@@ -228,7 +229,7 @@ TEST(RendezvousStoreTest, WaiterCapAndShutdown) {
   const auto start = Steady::now();
   store.Shutdown();
   waiter.join();
-  EXPECT_LT(ElapsedMs(start), 1000);
+  EXPECT_LT(ElapsedMs(start), 5000);  // ended by Shutdown (loaded host), not the 20 s wait
   EXPECT_EQ(first.status().code(), absl::StatusCode::kUnavailable);
 }
 

@@ -74,7 +74,7 @@ class ScriptedExecutor final : public TaskExecutor {
 
   bool WaitStarted(const std::string& id) {
     std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, milliseconds(10000), [&] {
+    return cv_.wait_for(lock, milliseconds(60000), [&] {
       return std::find(started_.begin(), started_.end(), id) != started_.end();
     });
   }
@@ -122,9 +122,10 @@ class DaemonThread {
   std::thread thread_;
 };
 
-// Polls `pred` every 10 ms for up to 10 s.
+// Polls `pred` every 10 ms for up to 60 s (generous: CI runs tests side by side on two
+// loaded cores; a condition that holds ends the wait at once).
 bool Eventually(const std::function<bool()>& pred) {
-  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(60);
   while (!pred()) {
     if (Clock::now() > deadline) return false;
     std::this_thread::sleep_for(milliseconds(10));
@@ -267,7 +268,7 @@ TEST(WorkerDaemonTest, StopReleasesATaskThatOutlivesTheGracePeriod) {
   EXPECT_TRUE(daemon.Join().ok());
   const double took = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_GE(took, 0.2);
-  EXPECT_LT(took, 3.0);
+  EXPECT_LT(took, 10.0);  // room for a loaded machine; the task itself would never end
   // Released, not reported: Deregister hands the lease back.
   EXPECT_TRUE(hub.reports().empty());
   EXPECT_EQ(hub.deregistered().size(), 1u);
@@ -465,7 +466,7 @@ TEST(WorkerDaemonTest, UnreachableCoordinatorGivesUpAfterTheConnectTimeout) {
       status.message(), absl::StrCat("cannot reach coordinator 127.0.0.1:", port, " after 0.5 s: ")))
       << status.message();
   EXPECT_GE(took, 0.5);
-  EXPECT_LT(took, 2.5);
+  EXPECT_LT(took, 10.0);  // room for a loaded machine
 }
 
 TEST(WorkerDaemonTest, StopDuringStartupRetriesReturnsOk) {

@@ -130,7 +130,7 @@ class FakeHub final : public v1::WorkerHub::Service {
 
   /// Waits until `pred` (called under the lock) holds; false after `timeout`.
   bool WaitFor(const std::function<bool()>& pred,
-               std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) {
+               std::chrono::milliseconds timeout = std::chrono::milliseconds(60000)) {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, timeout, pred);
   }
