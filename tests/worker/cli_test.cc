@@ -112,9 +112,16 @@ TEST(WorkerCliTest, UnreachableCoordinatorGivesOneLineAndExitOne) {
 }
 
 TEST(WorkerCliTest, SigtermDuringStartupRetriesExitsZero) {
-  // Retry forever, then SIGTERM after 1 s: Stop() ends the retries, exit 0.
+  // Retry forever, then SIGTERM 1 s after the worker has its SIGTERM handler: Stop() ends
+  // the retries, exit 0. A fixed 1 s from the start was not enough on a loaded machine: a
+  // SIGTERM before the handler is installed kills the process (exit 143, no output). The
+  // handler shows in /proc/PID/status as bit 14 (SIGTERM - 1) of SigCgt; up to 60 s.
   Outcome out = RunShell(Binary() +
                          " --coordinator 127.0.0.1:1 --connect-timeout-s 0 & pid=$!; "
+                         "i=0; while [ $i -lt 600 ]; do "
+                         "c=$(awk '/^SigCgt:/ {print $2}' /proc/$pid/status 2>/dev/null); "
+                         "[ -n \"$c\" ] && [ $(( 0x${c#${c%????}} & 0x4000 )) -ne 0 ] && break; "
+                         "i=$((i + 1)); sleep 0.1; done; "
                          "sleep 1; kill -TERM $pid; wait $pid");
   EXPECT_EQ(out.exit_code, 0) << out.output;
   EXPECT_EQ(out.output, "paratune-worker: SIGTERM: stopping\n");
