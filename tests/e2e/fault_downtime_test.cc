@@ -161,7 +161,7 @@ TEST_F(DowntimeTest, WorkersAndWatchRetryThroughAMinuteOfDowntimeAndTheJobFinish
         for (const json& x : w["workers"]) alive += x.value("state", "") != "lost";
         return alive >= 2;
       },
-      30000, 200))
+      60000, 200))
       << listed;
 }
 

@@ -180,8 +180,10 @@ class Coordinator {
       *error = "cannot spawn the coordinator";
       return false;
     }
+    // Generous for a loaded machine (CI runs tests side by side on two cores); a
+    // coordinator that exits ends the wait at once.
     const bool up = PollUntil(
-        [&] { return !ReadFile(ports).empty() || !process_->Alive(); }, 30000);
+        [&] { return !ReadFile(ports).empty() || !process_->Alive(); }, 60000);
     std::istringstream in(ReadFile(ports));
     int grpc = 0, http = 0;
     in >> grpc >> http;

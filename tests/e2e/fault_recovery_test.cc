@@ -521,7 +521,7 @@ TEST_F(FaultTest, ReadOnlyDatabaseAtStartupIsAOneLineErrorNotACrash) {
   Process p({(bin_ / "paratune-coordinator").string(), "--bind", "127.0.0.1", "--grpc-port",
              "0", "--http-port", "-1", "--db", db_.string()},
             dir_ / "readonly.log");
-  const bool exited = PollUntil([&] { return !p.Alive(); }, 30000);
+  const bool exited = PollUntil([&] { return !p.Alive(); }, 60000);
   std::system(("chattr -i " + files).c_str());
   ASSERT_TRUE(exited) << "the coordinator kept running on a read-only database";
   ASSERT_TRUE(WIFEXITED(p.exit_status())) << "killed by a signal: " << p.exit_status();

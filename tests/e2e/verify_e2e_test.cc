@@ -73,7 +73,7 @@ class VerifyE2eTest : public ::testing::Test {
           json w = json::parse(Cli("workers --json").out, nullptr, false);
           return !w.is_discarded() && w.contains("workers") && w["workers"].size() == 2;
         },
-        30000, 100));
+        60000, 100));
   }
   void TearDown() override {
     workers_.clear();
