@@ -140,10 +140,13 @@ WorkerOptions Options(const std::string& address, std::shared_ptr<TaskExecutor> 
   o.devices = {0, 1, 2, 3};
   o.name = "test-worker";
   o.lease_wait_ms = 100;
-  o.rpc_timeout_ms = 2000;
+  // Generous for a loaded machine: an RPC past its deadline is retried (a report re-sent,
+  // counted twice by the fake hub), and a registration not done within connect_timeout_s
+  // ends Run(). Neither limit is what these tests check.
+  o.rpc_timeout_ms = 10000;
   o.backoff_initial_ms = 20;
   o.backoff_max_ms = 200;
-  o.connect_timeout_s = 5;
+  o.connect_timeout_s = 30;
   o.executor = std::move(executor);
   o.log = [](std::string_view) {};
   return o;
@@ -431,7 +434,7 @@ TEST(WorkerDaemonTest, ConnectsOverTlsTrustingTheGivenRoot) {
   WorkerOptions options = plain;
   options.tls = true;
   options.tls_root_certs_pem = ReadFile(cert);
-  options.connect_timeout_s = 5;
+  options.connect_timeout_s = 30;
   DaemonThread daemon(options);
   hub.Enqueue(Task("ok-1"));
   ASSERT_TRUE(hub.WaitFor([&] { return hub.reports_unlocked().size() == 1; }));
