@@ -2,6 +2,8 @@
 // spec under deploy/examples parses and validates.
 #include "client/spec_file.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -66,7 +68,8 @@ TEST(SpecFileTest, MalformedYamlReportsLineAndColumn) {
 }
 
 TEST(SpecFileTest, DuplicateJsonKeysAreRejected) {
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "dup_json";
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                          ("dup_json_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "d.json") << R"({"model": {"num_layers": 2, "hidden_size": 64,
       "num_layers": 3}, "training": {}})";
@@ -76,6 +79,7 @@ TEST(SpecFileTest, DuplicateJsonKeysAreRejected) {
   // The same key in two different objects is fine.
   std::ofstream(dir / "ok.json") << R"({"a": {"x": 1}, "b": {"x": 2}, "x": [{"x": 3}]})";
   EXPECT_TRUE(ReadSpecFile((dir / "ok.json").string()).ok());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(SpecFileTest, MissingFileIsNotFound) {
@@ -97,7 +101,8 @@ TEST(SpecFileTest, HfConfigIsResolvedRelativeToTheSpecFile) {
   EXPECT_EQ(spec->model.vocab_size, 128256);
 
   // A folder holding config.json works too.
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "hf_dir_spec";
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                          ("hf_dir_spec_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir / "model");
   std::filesystem::copy_file(SourceDir() + "/tests/data/hf/gpt2.json", dir / "model/config.json",
                              std::filesystem::copy_options::overwrite_existing);
@@ -115,6 +120,7 @@ TEST(SpecFileTest, HfConfigIsResolvedRelativeToTheSpecFile) {
   ASSERT_FALSE(j.ok());
   EXPECT_THAT(j.status().message(), HasSubstr("model.hf_config: cannot read"));
   EXPECT_THAT(j.status().message(), HasSubstr("nothere.json"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(SpecFileTest, EveryExampleSpecIsValid) {
@@ -134,7 +140,8 @@ TEST(SpecFileTest, EveryExampleSpecIsValid) {
 
 TEST(SpecFileTest, YamlAndJsonFormsAgree) {
   // The same spec in both syntaxes gives the same JobSpec.
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "both_forms";
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                          ("both_forms_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "s.yaml") << "model: {preset: llama3-8b}\n"
                                    "training: {seq_length: 8192, global_batch_size: 128}\n"
@@ -151,6 +158,7 @@ TEST(SpecFileTest, YamlAndJsonFormsAgree) {
   auto a = JobSpecFromJson(*yaml);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(JobSpecToJson(*a), JobSpecToJson(*JobSpecFromJson(*json_form)));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -130,8 +130,9 @@ TEST(WorkerCliTest, SigtermDuringStartupRetriesExitsZero) {
 TEST(WorkerCliTest, SigtermWhileServingDeregistersAndExitsZero) {
   paratune::worker::testing::HubServer server(0, "tok");
   const std::string dir = ::testing::TempDir();
-  const std::string token_file = dir + "/worker_cli_token";
-  const std::string log_file = dir + "/worker_cli_log";
+  // Names with the pid: another run of the suite on this machine must not share them.
+  const std::string token_file = dir + "/worker_cli_token_" + std::to_string(::getpid());
+  const std::string log_file = dir + "/worker_cli_log_" + std::to_string(::getpid());
   std::ofstream(token_file) << "tok\n";
 
   posix_spawn_file_actions_t actions;
@@ -169,6 +170,8 @@ TEST(WorkerCliTest, SigtermWhileServingDeregistersAndExitsZero) {
   EXPECT_NE(log.str().find("paratune-worker: registered as w1"), std::string::npos) << log.str();
   EXPECT_NE(log.str().find("paratune-worker: SIGTERM: stopping"), std::string::npos);
   EXPECT_NE(log.str().find("paratune-worker: deregistered w1"), std::string::npos);
+  std::remove(token_file.c_str());
+  std::remove(log_file.c_str());
 }
 
 }  // namespace

@@ -3,8 +3,11 @@
 // unacknowledged result, re-registration on request, auth and unreachable startup.
 #include "worker/daemon.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <fstream>
 #include <sstream>
@@ -415,8 +418,11 @@ std::string ReadFile(const std::string& path) {
 
 // TLS with a self-signed certificate made by the openssl CLI.
 TEST(WorkerDaemonTest, ConnectsOverTlsTrustingTheGivenRoot) {
+  // Names with the pid: another run of the suite on this machine must not share them.
   const std::string dir = ::testing::TempDir();
-  const std::string cert = dir + "/worker_tls_cert.pem", key = dir + "/worker_tls_key.pem";
+  const std::string pid = std::to_string(::getpid());
+  const std::string cert = dir + "/worker_tls_cert_" + pid + ".pem",
+                    key = dir + "/worker_tls_key_" + pid + ".pem";
   const std::string command =
       "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
       "subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " + key + " -out " + cert +
@@ -440,6 +446,8 @@ TEST(WorkerDaemonTest, ConnectsOverTlsTrustingTheGivenRoot) {
   ASSERT_TRUE(hub.WaitFor([&] { return hub.reports_unlocked().size() == 1; }));
   EXPECT_EQ(hub.reports()[0].result().outcome(), v1::TaskResult::OUTCOME_OK);
   EXPECT_TRUE(daemon.Join().ok());
+  std::remove(cert.c_str());
+  std::remove(key.c_str());
 }
 
 TEST(WorkerDaemonTest, RejectedTokenEndsRunWithUnauthenticated) {
