@@ -3,9 +3,12 @@
 #ifndef PARATUNE_TESTS_E2E_FAULT_HARNESS_H_
 #define PARATUNE_TESTS_E2E_FAULT_HARNESS_H_
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,7 +18,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -151,8 +156,37 @@ inline fs::path BinDir() {
   return bin != nullptr ? fs::path(bin) : fs::path();
 }
 
-/// The coordinator as a child process on 127.0.0.1; ports chosen by the kernel the first
-/// time and reused on restarts (same database, same addresses).
+/// A TCP port on 127.0.0.1 that nothing is bound to now, below the kernel's ephemeral
+/// range (net.ipv4.ip_local_port_range); 0 (let the kernel pick) when there is no room
+/// below it. The kernel never hands such a port to another program's port-0 bind or
+/// outgoing connection, so a coordinator can go away (a minute in the downtime test) and
+/// come back on it: a port from the ephemeral range could meanwhile be taken by a test
+/// running in parallel, and gRPC's SO_REUSEPORT would even let the two servers share it.
+inline int PortBelowEphemeralRange() {
+  int low = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low;
+  if (low <= 21000) return 0;
+  static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
+  std::uniform_int_distribution<int> pick(20000, low - 1);
+  for (int i = 0; i < 100; ++i) {
+    const int port = pick(rng);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return 0;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    // No SO_REUSEADDR/SO_REUSEPORT here: the bind fails on any socket bound to the port.
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(fd);  // never listened or connected: nothing lingers in TIME_WAIT
+    if (free) return port;
+  }
+  return 0;
+}
+
+/// The coordinator as a child process on 127.0.0.1; ports chosen below the ephemeral range
+/// the first time (PortBelowEphemeralRange) and reused on restarts (same database, same
+/// addresses).
 class Coordinator {
  public:
   Coordinator(fs::path bin, fs::path dir, fs::path db, std::vector<std::string> extra_flags)
@@ -160,7 +194,34 @@ class Coordinator {
         extra_(std::move(extra_flags)) {}
 
   /// Starts it and waits for the port file; false (log in `error`) if it does not come up.
+  /// The first start tries up to three port pairs (another program can bind a chosen port
+  /// before the coordinator does).
   bool Start(std::string* error) {
+    if (grpc_port_ != 0) return StartOnce(error);
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      grpc_port_ = PortBelowEphemeralRange();
+      do {
+        http_port_ = PortBelowEphemeralRange();
+      } while (http_port_ != 0 && http_port_ == grpc_port_);
+      if (StartOnce(error)) return true;
+      std::cerr << "coordinator start on ports " << grpc_port_ << "/" << http_port_
+                << " failed (try " << attempt + 1 << "): " << *error << "\n";
+      grpc_port_ = 0;
+      http_port_ = 0;
+    }
+    return false;
+  }
+  void Kill() {
+    if (process_) process_->Kill();
+  }
+  Process* process() { return process_.get(); }
+  fs::path log() const { return dir_ / "coordinator.log"; }
+  int grpc_port() const { return grpc_port_; }
+  int http_port() const { return http_port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
+
+ private:
+  bool StartOnce(std::string* error) {
     const fs::path ports = dir_ / "ports";
     fs::remove(ports);
     std::vector<std::string> args = {(bin_ / "paratune-coordinator").string(),
@@ -195,16 +256,7 @@ class Coordinator {
     http_port_ = http;
     return true;
   }
-  void Kill() {
-    if (process_) process_->Kill();
-  }
-  Process* process() { return process_.get(); }
-  fs::path log() const { return dir_ / "coordinator.log"; }
-  int grpc_port() const { return grpc_port_; }
-  int http_port() const { return http_port_; }
-  std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
 
- private:
   fs::path bin_, dir_, db_;
   std::vector<std::string> extra_;
   int grpc_port_ = 0;
