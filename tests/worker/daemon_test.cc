@@ -27,6 +27,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "paratune/v1/service.grpc.pb.h"
+#include "tests/e2e/fault_harness.h"
 #include "tests/worker/fake_hub.h"
 
 namespace paratune::worker {
@@ -281,8 +282,11 @@ TEST(WorkerDaemonTest, StopReleasesATaskThatOutlivesTheGracePeriod) {
 }
 
 TEST(WorkerDaemonTest, CoordinatorRestartReRegistersAndResendsTheUnacknowledgedResult) {
-  auto server = std::make_unique<HubServer>();
+  // A port below the kernel's ephemeral range (0: the kernel picks): while the hub is down
+  // no parallel test's port-0 server or connection can be handed it.
+  auto server = std::make_unique<HubServer>(e2e::PortBelowEphemeralRange());
   const int port = server->port();
+  ASSERT_GT(port, 0);
   auto executor = std::make_shared<ScriptedExecutor>();
   DaemonThread daemon(Options(server->address(), executor));
   server->hub().Enqueue(Task("block-7", 2));

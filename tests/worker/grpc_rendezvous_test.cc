@@ -17,6 +17,7 @@
 #include "server/auth.h"
 #include "server/clock.h"
 #include "server/rendezvous_service.h"
+#include "tests/e2e/fault_harness.h"
 
 namespace paratune::worker {
 namespace {
@@ -145,8 +146,10 @@ TEST_F(GrpcRendezvousTest, RejectedTokenThrowsAtOnce) {
 }
 
 TEST_F(GrpcRendezvousTest, SetRetriesUntilTheCoordinatorComesUp) {
-  int port = 0;
-  {
+  // A port below the kernel's ephemeral range: while nothing listens on it (600 ms) no
+  // parallel test's port-0 server or connection can be handed it.
+  int port = e2e::PortBelowEphemeralRange();
+  if (port == 0) {
     Server probe(&auth_, {});
     port = probe.port();
   }
