@@ -181,6 +181,7 @@ TEST_F(CoordinatorSecurityTest, GrpcNeedsTheRightTokenForEachService) {
 
 TEST_F(CoordinatorSecurityTest, RestNeedsTheClientTokenOverHttps) {
   httplib::SSLClient https("localhost", http_port_);
+  https.set_read_timeout(60, 0);  // httplib's 5 s: too short on a loaded machine
   https.set_ca_cert_path(cert_.c_str());
   https.enable_server_certificate_verification(true);
 
@@ -222,6 +223,7 @@ TEST_F(CoordinatorSecurityTest, TokensNeverReachTheLog) {
     autotuner->ListJobs(&context, paratune::v1::ListJobsRequest(), &response);
   }
   httplib::SSLClient https("localhost", http_port_);
+  https.set_read_timeout(60, 0);  // httplib's 5 s: too short on a loaded machine
   https.set_ca_cert_path(cert_.c_str());
   https.Get("/v1/jobs", {{"Authorization", std::string("Bearer ") + kWorkerToken}});
   StopCoordinator();

@@ -54,6 +54,7 @@ class DowntimeTest : public ::testing::Test {
     std::string error;
     ASSERT_TRUE(coordinator_->Start(&error)) << error;
     http_ = std::make_unique<httplib::Client>("127.0.0.1", coordinator_->http_port());
+    http_->set_read_timeout(60, 0);  // httplib's 5 s: too short on a loaded machine
   }
   void StartWorker(const std::string& name) {
     // The worker's default backoff: 100 ms doubling to 5 s.

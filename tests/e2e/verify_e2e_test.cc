@@ -211,6 +211,7 @@ search: {mode: profile, top_k: 3, verify_top_k: 1}
 
   // REST serves the same verification.
   httplib::Client http("127.0.0.1", coordinator_->http_port());
+  http.set_read_timeout(60, 0);  // httplib's 5 s: too short on a loaded machine
   auto res = http.Get(("/v1/jobs/" + id + "/results").c_str());
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
