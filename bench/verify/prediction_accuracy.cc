@@ -22,12 +22,14 @@
 // coordinator composes them (server/convert.cc): an end-to-end step sums M·L layer runs and
 // their many TP collectives, so it matches the typical layer run, not the luckiest one
 // (a per-phase minimum under-predicted collective-heavy layouts by ~28 %). The host may be
-// shared (its load average is printed before and after) and its speed drifts over minutes,
-// so the bench runs --repeats paired rounds: in each round every layout has its tasks
-// measured and composed and then, at once, runs end to end, so that a slow spell slows the
-// prediction and the measurement alike. A layout's row is its median round by error, and
-// rounds_err shows the spread of the signed error over its rounds. The end-to-end figure
-// of a run is its fastest step after the first.
+// shared (its load average is printed before and after) and its speed drifts, so the bench
+// runs --repeats paired rounds: in each round every layout has its tasks measured and
+// composed and then, at once, runs end to end, so that both sides see the same spells.
+// Load only ever slows a run, so each side keeps its fastest round, like for like: the
+// fastest whole prediction (every task of one round composed) against the fastest whole
+// end-to-end run (composing each task's own fastest round would sum minima and
+// under-predict). rounds_err shows the lowest and highest signed error over the rounds.
+// The end-to-end figure of a run is its fastest step after the first.
 // Memory: the model's peak without its fixed framework workspace and fragmentation
 // allowance (search/memory_model.h FrameworkMemory), which the CPU tracking allocator
 // does not see; what remains (weights, gradients, optimizer, activations, transient
@@ -445,7 +447,7 @@ int main(int argc, char** argv) {
   int child = -1;
   std::string store;
   int64_t steps = 4;
-  int repeats = 3;
+  int repeats = 5;
   const int64_t cores = sysconf(_SC_NPROCESSORS_ONLN);
   int64_t ranks = cores >= 4 ? 4 : 2;
   std::string only;
@@ -457,7 +459,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "training steps per layout (the first is not timed)")
       ->check(CLI::Range(2, 100));
   app.add_option("--repeats", repeats,
-                 "paired rounds: measure each layout's tasks and run it end to end this often; each layout keeps its median round")
+                 "paired rounds: measure each layout's tasks and run it end to end this "
+                 "often; each side keeps its fastest round")
       ->check(CLI::Range(1, 10));
   app.add_option("--layouts", only, "comma-separated layout indices to run (default: all)");
   app.add_option("--child", child, "internal: run the second process's ranks of this layout")
@@ -575,21 +578,27 @@ int main(int argc, char** argv) {
     paratune::TimeBreakdown pred_time;
     double meas_dp = 0, meas_opt = 0;
     double min_err = 0, max_err = 0;  ///< Over the rounds, signed, %.
+    std::vector<std::pair<double, double>> rounds;  ///< (predicted, measured) s, in run order.
   };
   std::vector<Row> rows;
   std::vector<double> optimizer_rates;
   for (size_t i : selected) {
-    std::vector<Round> rs = rounds[i];
-    std::sort(rs.begin(), rs.end(), [](const Round& a, const Round& b) {
-      return a.pred_s / a.meas.iteration_s < b.pred_s / b.meas.iteration_s;
+    const std::vector<Round>& rs = rounds[i];
+    const auto err = [](const Round& x) { return x.pred_s / x.meas.iteration_s; };
+    const auto [lo, hi] = std::minmax_element(
+        rs.begin(), rs.end(), [&](const Round& a, const Round& b) { return err(a) < err(b); });
+    // Like for like: the fastest whole prediction against the fastest whole run.
+    const Round& pred = *std::min_element(
+        rs.begin(), rs.end(), [](const Round& a, const Round& b) { return a.pred_s < b.pred_s; });
+    const Round& meas = *std::min_element(rs.begin(), rs.end(), [](const Round& a, const Round& b) {
+      return a.meas.iteration_s < b.meas.iteration_s;
     });
-    const Round& mid = rs[(rs.size() - 1) / 2];
     for (const Round& x : rs) optimizer_rates.push_back(x.optimizer_s_per_param);
-    rows.push_back({ToParallel(layouts[i]).ToString(), mid.pred_s, mid.meas.iteration_s,
-                    TrackedPeak(mid.composed.memory), mid.meas.peak_bytes, mid.meas.final_loss,
-                    mid.composed.time, mid.meas.dp_s, mid.meas.optimizer_s,
-                    100.0 * (rs.front().pred_s / rs.front().meas.iteration_s - 1.0),
-                    100.0 * (rs.back().pred_s / rs.back().meas.iteration_s - 1.0)});
+    rows.push_back({ToParallel(layouts[i]).ToString(), pred.pred_s, meas.meas.iteration_s,
+                    TrackedPeak(pred.composed.memory), meas.meas.peak_bytes, meas.meas.final_loss,
+                    pred.composed.time, meas.meas.dp_s, meas.meas.optimizer_s,
+                    100.0 * (err(*lo) - 1.0), 100.0 * (err(*hi) - 1.0), {}});
+    for (const Round& x : rounds[i]) rows.back().rounds.emplace_back(x.pred_s, x.meas.iteration_s);
   }
   const double optimizer_rate = Median(optimizer_rates);
   const double load_after = Load1();
@@ -623,6 +632,7 @@ int main(int argc, char** argv) {
                               {"time_error_pct", terr[i]},
                               {"time_error_rounds_min_pct", rows[i].min_err},
                               {"time_error_rounds_max_pct", rows[i].max_err},
+                              {"rounds_predicted_measured_s", rows[i].rounds},
                               {"predicted_peak_bytes", rows[i].pred_mem},
                               {"measured_peak_bytes", rows[i].meas_mem},
                               {"memory_error_pct", merr[i]},
