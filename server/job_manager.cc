@@ -676,12 +676,20 @@ absl::Status JobManager::MaybeFinishProfilingLocked(JobEntry& job) {
   if (job.record.job.state() != v1::JOB_STATE_PROFILING) return absl::OkStatus();
   int64_t done = 0;
   const TaskRecord* first_failure = nullptr;
+  bool all_unsupported = true;
   for (const TaskRecord& t : job.tasks) {
     if (t.state == TaskState::kPending) return absl::OkStatus();
     if (t.state == TaskState::kDone) ++done;
-    if (t.state == TaskState::kFailed && first_failure == nullptr) first_failure = &t;
+    if (t.state != TaskState::kFailed) continue;
+    if (first_failure == nullptr) first_failure = &t;
+    if (!t.result || t.result->outcome() != v1::TaskResult::OUTCOME_UNSUPPORTED) {
+      all_unsupported = false;
+    }
   }
-  if (done == 0 && first_failure != nullptr) {
+  // Tasks that no worker could run as asked (e.g. more ranks than a worker has) leave the
+  // modelled ranking, each entry sourced "modelled" with a note saying why; tasks that
+  // broke (crashes, timeouts after every attempt) fail the job.
+  if (done == 0 && first_failure != nullptr && !all_unsupported) {
     const std::string why = first_failure->result ? first_failure->result->message() : "";
     return SetStateLocked(job, v1::JOB_STATE_FAILED,
                           absl::StrCat("all ", job.tasks.size(),

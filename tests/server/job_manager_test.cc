@@ -260,6 +260,66 @@ TEST_F(JobManagerTest, InvalidSpecIsRejectedNamingTheField) {
   EXPECT_EQ(manager_->ListJobs(list)->jobs_size(), 0);
 }
 
+// Every task answered with `outcome` and `message` (after max_attempts for a failure).
+v1::TaskResult Outcome(const v1::ProfileTask& task, v1::TaskResult::Outcome outcome,
+                       const std::string& message) {
+  v1::TaskResult r;
+  r.set_task_id(task.id());
+  r.set_attempt(task.attempt());
+  r.set_outcome(outcome);
+  r.set_message(message);
+  return r;
+}
+
+// A profile job whose tasks no worker can run as asked (here: a 1-device worker and tasks
+// it calls unsupported) still answers with the planner's ranking, every entry modelled and
+// saying why; one whose tasks all broke fails and says why.
+TEST_F(JobManagerTest, ProfileJobWhoseTasksAreAllUnsupportedKeepsTheModelledRanking) {
+  Open();
+  const std::string worker = RegisterWorker();
+  const std::string id = Submit("profile");
+  int n = 0;
+  while (std::optional<v1::ProfileTask> t = Lease(worker)) {
+    EXPECT_TRUE(Report(worker, Outcome(*t, v1::TaskResult::OUTCOME_UNSUPPORTED,
+                                       "task needs 2 ranks (tp 2 x cp 1); this worker has 1"))
+                    .accepted());
+    ++n;
+  }
+  manager_->WaitIdle();
+  EXPECT_EQ(n, 8);
+  const v1::Job job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
+  EXPECT_EQ(job.progress().tasks_failed(), 8);
+  const v1::PlanResult plan = Results(id);
+  const PlanResult modelled = FakePlan();
+  ASSERT_EQ(plan.ranked_size(), static_cast<int>(modelled.ranked.size()));
+  for (int i = 0; i < plan.ranked_size(); ++i) {
+    const v1::RankedConfig& r = plan.ranked(i);
+    EXPECT_EQ(r.source(), "modelled");
+    EXPECT_DOUBLE_EQ(r.iteration_time_s(), modelled.ranked[i].iteration_time_s);
+    bool says_why = false;
+    for (const std::string& note : r.notes()) {
+      says_why = says_why || note.find("this worker has 1") != std::string::npos;
+    }
+    EXPECT_TRUE(says_why) << "rank " << r.rank() << ": no note names the reason";
+  }
+}
+
+TEST_F(JobManagerTest, ProfileJobWhoseTasksAllBrokeFailsAndSaysWhy) {
+  Open();
+  const std::string worker = RegisterWorker();
+  const std::string id = Submit("profile");
+  while (std::optional<v1::ProfileTask> t = Lease(worker)) {
+    EXPECT_TRUE(
+        Report(worker, Outcome(*t, v1::TaskResult::OUTCOME_FAILED, "segfault")).accepted());
+  }
+  manager_->WaitIdle();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(job.error().find("all 8 profile tasks failed; first: segfault"), std::string::npos)
+      << job.error();
+}
+
 TEST_F(JobManagerTest, ProfileModeComposesMeasuredLayersAndSecondJobIsServedFromCache) {
   Open();
   const std::string worker = RegisterWorker();
