@@ -38,6 +38,16 @@ absl::Status UnknownWorker(const std::string& id) {
   return absl::NotFoundError(absl::StrCat("unknown worker_id '", id, "'; register again"));
 }
 
+// Ranks one worker needs for `task`: what worker/kernels_executor checks before it runs it.
+int64_t RanksNeeded(const v1::ProfileTask& task) {
+  if (task.has_layer()) {
+    return std::max<int64_t>(1, task.layer().tp()) * std::max<int64_t>(1, task.layer().cp());
+  }
+  if (task.has_collective()) return std::max<int64_t>(1, task.collective().group_size());
+  if (task.has_verify()) return std::max<int64_t>(1, task.verify().rank_count());
+  return 1;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(std::unique_ptr<Store> store,
@@ -1030,12 +1040,23 @@ absl::StatusOr<v1::LeaseTaskResponse> JobManager::LeaseTask(const v1::LeaseTaskR
     w.lost = false;
     w.info.set_last_heartbeat_unix_ms(now);
     if (stopping_) return v1::LeaseTaskResponse();
-    // A verify part needs its ranks' devices on one CPU worker.
+    // A verify part needs its ranks' devices on one CPU worker. A profile task needing more
+    // ranks than this worker has waits for a registered worker of its kind that has them;
+    // when none has, this worker takes it and answers UNSUPPORTED with the reason. A worker
+    // that registered no devices is not held back (its count is unknown).
     const int64_t devices = w.info.devices_size();
     const bool cpu = w.info.backend() == "cpu";
+    int64_t largest = 0;
+    for (const auto& [id, other] : workers_) {
+      if (!other.lost && other.info.device_kind() == w.info.device_kind()) {
+        largest = std::max<int64_t>(largest, other.info.devices_size());
+      }
+    }
     std::optional<v1::ProfileTask> task = queue_.Lease(
         request.worker_id(), w.info.device_kind(), now, [&](const v1::ProfileTask& t) {
-          return !t.has_verify() || (cpu && t.verify().rank_count() <= devices);
+          if (t.has_verify()) return cpu && t.verify().rank_count() <= devices;
+          const int64_t need = RanksNeeded(t);
+          return devices == 0 || need <= devices || need > largest;
         });
     if (task) {
       auto jit = jobs_.find(task->job_id());

@@ -305,6 +305,53 @@ TEST_F(JobManagerTest, ProfileJobWhoseTasksAreAllUnsupportedKeepsTheModelledRank
   }
 }
 
+// In a cluster of unequal workers, a task needing more ranks than a worker has goes to one
+// that has them (it used to be leased to whoever asked first, answered UNSUPPORTED and lost);
+// when no registered worker has them, any worker takes it and says why.
+TEST_F(JobManagerTest, TasksNeedingMoreRanksWaitForAWorkerThatHasThem) {
+  Open();
+  const std::string small = RegisterCpuWorker(1);
+  const std::string big = RegisterCpuWorker(2);
+  const std::string id = Submit("profile");
+  auto needs = [](const v1::ProfileTask& t) -> int64_t {
+    if (t.has_layer()) {
+      return std::max<int64_t>(1, t.layer().tp()) * std::max<int64_t>(1, t.layer().cp());
+    }
+    if (t.has_collective()) return t.collective().group_size();
+    return 1;
+  };
+  int small_ran = 0;
+  while (std::optional<v1::ProfileTask> t = Lease(small)) {
+    EXPECT_EQ(needs(*t), 1) << t->key();
+    EXPECT_TRUE(Report(small, ResultFor(*t, small)).accepted());
+    ++small_ran;
+  }
+  // FakePlan's 8 tasks: the tp1 layer with its two stage-extras twins and the optimizer
+  // need one rank; the tp2 layer, its twins and the dp=2 sweep need two.
+  EXPECT_EQ(small_ran, 4);
+  std::optional<v1::ProfileTask> held = Lease(big);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(needs(*held), 2);
+  // The big worker leaves: its task goes back, and nothing is left to wait for.
+  v1::DeregisterRequest bye;
+  bye.set_worker_id(big);
+  ASSERT_TRUE(manager_->Deregister(bye).ok());
+  int unsupported = 0;
+  while (std::optional<v1::ProfileTask> t = Lease(small)) {
+    EXPECT_EQ(needs(*t), 2) << t->key();
+    EXPECT_TRUE(Report(small, Outcome(*t, v1::TaskResult::OUTCOME_UNSUPPORTED,
+                                      "task needs 2 ranks; this worker has 1"))
+                    .accepted());
+    ++unsupported;
+  }
+  manager_->WaitIdle();
+  EXPECT_EQ(unsupported, 4);
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
+  EXPECT_EQ(job.progress().tasks_done(), 4);
+  EXPECT_EQ(job.progress().tasks_failed(), 4);
+}
+
 TEST_F(JobManagerTest, ProfileJobWhoseTasksAllBrokeFailsAndSaysWhy) {
   Open();
   const std::string worker = RegisterWorker();
