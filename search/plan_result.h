@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "search/parallel_config.h"
@@ -56,6 +57,10 @@ struct PlanResult {
   /// How many layouts were rejected when `rejected` lists only the first of them (a
   /// coordinator's results cap the list); 0 means rejected.size().
   int64_t rejected_total = 0;
+  /// Per-rule counts of all rejected layouts, most frequent first (rule: the reason without
+  /// its numbers, server/convert.h RejectionRule), when `rejected` lists only the first of
+  /// them; empty means they are counted from `rejected`.
+  std::vector<std::pair<std::string, int64_t>> rejected_reasons;
 };
 
 }  // namespace paratune

@@ -190,8 +190,18 @@ v1::PlanResult ToProto(const PlanResult& result, int64_t max_rejected) {
     *rej->mutable_config() = ToProto(r.config);
     rej->set_reason(r.reason);
   }
-  out.set_rejected_total(static_cast<int64_t>(result.rejected.size()));
-  SetReasons(counts, out);
+  out.set_rejected_total(
+      std::max<int64_t>(result.rejected_total, static_cast<int64_t>(result.rejected.size())));
+  if (result.rejected_reasons.empty()) {
+    SetReasons(counts, out);
+  } else {
+    // A ranking read back from a capped one: its counts are of every rejected layout.
+    for (const auto& [rule, n] : result.rejected_reasons) {
+      v1::RejectedReason* r = out.add_rejected_reasons();
+      r->set_reason(rule);
+      r->set_count(n);
+    }
+  }
   return out;
 }
 
@@ -245,6 +255,9 @@ absl::StatusOr<PlanResult> PlanResultFromProto(const v1::PlanResult& result) {
     out.rejected.push_back({*c, r.reason()});
   }
   out.rejected_total = result.rejected_total();
+  for (const v1::RejectedReason& r : result.rejected_reasons()) {
+    out.rejected_reasons.emplace_back(r.reason(), r.count());
+  }
   return out;
 }
 

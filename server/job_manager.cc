@@ -423,17 +423,10 @@ void JobManager::RunCompose(const std::string& job_id) {
       composed = profile.status();
     }
   }
+  // The wire form is built before taking the lock. The modelled ranking listed only the
+  // first rejected layouts; its counts of all of them come through PlanResult.
   std::optional<v1::PlanResult> composed_proto;
-  if (composed.ok()) {
-    // The modelled ranking listed only the first rejected layouts: its counts are the
-    // complete ones.
-    composed_proto = ToProto(*composed);
-    composed_proto->set_rejected_total(std::max<int64_t>(modelled_proto.rejected_total(),
-                                                         modelled_proto.rejected_size()));
-    if (modelled_proto.rejected_total() > 0) {
-      *composed_proto->mutable_rejected_reasons() = modelled_proto.rejected_reasons();
-    }
-  }
+  if (composed.ok()) composed_proto = ToProto(*composed);
 
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);
