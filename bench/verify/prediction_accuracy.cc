@@ -244,29 +244,22 @@ absl::StatusOr<paratune::LayerMeasurement> MeasureLayer(const paratune::LayerPro
   return m;
 }
 
-// The fastest of `repeats` measurements of a layer task. The host's cores share caches and
-// memory bandwidth (GPUs do not), so a task runs with every core of the job busy doing
-// what it would do in the layout: ranks / tp copies of the layer; with stage extras, the
-// tp·dp ranks of the first (last) pipeline stage, i.e. dp copies, run the extras and the
-// other ranks' copies the plain layer.
-absl::StatusOr<paratune::LayerMeasurement> BestLayer(const paratune::LayerProfileSpec& s,
-                                                     k::StageExtras extras, int64_t ranks,
-                                                     int64_t dp, int repeats) {
+// A layer task as it runs in the layout. The host's cores share caches and memory
+// bandwidth (GPUs do not), so a task runs with every core of the job busy doing what it
+// would do in the layout: ranks / tp copies of the layer; with stage extras, the tp·dp
+// ranks of the first (last) pipeline stage, i.e. dp copies, run the extras and the other
+// ranks' copies the plain layer.
+absl::StatusOr<paratune::LayerMeasurement> MeasureLayerInLayout(
+    const paratune::LayerProfileSpec& s, k::StageExtras extras, int64_t ranks, int64_t dp) {
   const int64_t copies = std::max<int64_t>(1, ranks / s.tp);
   const int64_t with_extras = extras == k::StageExtras::kNone ? copies : std::min(copies, dp);
-  paratune::LayerMeasurement best;
-  for (int r = 0; r < repeats; ++r) {
-    absl::StatusOr<paratune::LayerMeasurement> m = MeasureLayer(s, extras, copies, with_extras);
-    if (!m.ok()) return m.status();
-    if (r == 0 || m->LayerSeconds() < best.LayerSeconds()) best = *m;
-  }
-  return best;
+  return MeasureLayer(s, extras, copies, with_extras);
 }
 
 // One sweep, `ranks / group_size` copies at once (every DP group of the job reduces at the
-// same time), the slowest copy per size, the fastest of `repeats`.
+// same time), the slowest copy per size.
 absl::StatusOr<paratune::CommMeasurement> MeasureSweep(const paratune::CollectiveSweepSpec& s,
-                                                       int64_t ranks, int repeats) {
+                                                       int64_t ranks) {
   k::CollectiveSweepConfig c;
   c.op = s.op == paratune::CollectiveOp::kReduceScatter ? k::CollectiveOp::kReduceScatter
          : s.op == paratune::CollectiveOp::kAllGather   ? k::CollectiveOp::kAllGather
@@ -276,37 +269,27 @@ absl::StatusOr<paratune::CommMeasurement> MeasureSweep(const paratune::Collectiv
   c.dtype = k::DType::kF32;
   c.warmup = s.warmup;
   c.iters = s.iters;
-  paratune::CommMeasurement best;
-  for (int r = 0; r < repeats; ++r) {
-    const auto results = Concurrently<absl::StatusOr<std::vector<k::CollectiveSample>>>(
-        std::max<int64_t>(1, ranks / s.group_size), [&] { return k::RunCollectiveSweep(c); });
-    paratune::CommMeasurement m;
-    for (const auto& res : results) {
-      if (!res.ok()) return res.status();
-      if (m.samples.empty()) m.samples.resize(res->size());
-      for (size_t i = 0; i < res->size(); ++i) {
-        const auto& x = (*res)[i];
-        if (x.time_s > m.samples[i].time_s) {
-          m.samples[i] = {x.size_bytes, x.time_s, x.busbw_gbps * 1e9};
-        }
-      }
-    }
-    if (r == 0) {
-      best = m;
-    } else {
-      for (size_t i = 0; i < m.samples.size(); ++i) {
-        if (m.samples[i].time_s < best.samples[i].time_s) best.samples[i] = m.samples[i];
+  const auto results = Concurrently<absl::StatusOr<std::vector<k::CollectiveSample>>>(
+      std::max<int64_t>(1, ranks / s.group_size), [&] { return k::RunCollectiveSweep(c); });
+  paratune::CommMeasurement m;
+  for (const auto& res : results) {
+    if (!res.ok()) return res.status();
+    if (m.samples.empty()) m.samples.resize(res->size());
+    for (size_t i = 0; i < res->size(); ++i) {
+      const auto& x = (*res)[i];
+      if (x.time_s > m.samples[i].time_s) {
+        m.samples[i] = {x.size_bytes, x.time_s, x.busbw_gbps * 1e9};
       }
     }
   }
-  return best;
+  return m;
 }
 
 // Seconds per parameter of the trainer's optimizer step (kernels/training RunRank): zero the
 // gradient buffer, scale the gradients by 1/(M·dp), AdamW, on `params` fp32 parameters;
-// one copy per rank at once (they share memory bandwidth), the slowest copy, fastest of
-// `repeats` x 3 steps.
-absl::StatusOr<double> MeasureOptimizer(int64_t params, int64_t ranks, int repeats) {
+// one copy per rank at once (they share memory bandwidth), the slowest copy's fastest of 3
+// steps after the first.
+absl::StatusOr<double> MeasureOptimizer(int64_t params, int64_t ranks) {
   auto one = [params]() -> absl::StatusOr<double> {
     std::unique_ptr<k::Backend> be = k::MakeCpuBackend(0, 1);
     absl::StatusOr<k::Tensor> p = be->Zeros({params}, k::DType::kF32, k::MemoryTag::kWeights);
@@ -329,17 +312,12 @@ absl::StatusOr<double> MeasureOptimizer(int64_t params, int64_t ranks, int repea
     }
     return best;
   };
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto results = Concurrently<absl::StatusOr<double>>(ranks, one);
-    double slowest = 0;
-    for (const auto& x : results) {
-      if (!x.ok()) return x.status();
-      slowest = std::max(slowest, *x);
-    }
-    best = std::min(best, slowest);
+  double slowest = 0;
+  for (const auto& x : Concurrently<absl::StatusOr<double>>(ranks, one)) {
+    if (!x.ok()) return x.status();
+    slowest = std::max(slowest, *x);
   }
-  return best / static_cast<double>(params);
+  return slowest / static_cast<double>(params);
 }
 
 // Child process: runs the second half of the ranks of layout `index` and writes their
@@ -510,36 +488,28 @@ int main(int argc, char** argv) {
   auto measure_for = [&](const ParallelConfig& pc) -> absl::StatusOr<paratune::Measurements> {
     paratune::Measurements m;
     absl::StatusOr<double> opt = MeasureOptimizer(
-        static_cast<int64_t>(paratune::MaxParamsPerGpu(spec.model, pc)), ranks, 1);
+        static_cast<int64_t>(paratune::MaxParamsPerGpu(spec.model, pc)), ranks);
     if (!opt.ok()) return opt.status();
     m.optimizer_seconds_per_param = *opt;
     const std::vector<paratune::LayerProfileSpec> tasks =
         paratune::LayerTasksFor(spec, pc, options);
     for (const auto& t : tasks) {
       absl::StatusOr<paratune::LayerMeasurement> one =
-          BestLayer(t, k::StageExtras::kNone, ranks, 1, 1);
+          MeasureLayerInLayout(t, k::StageExtras::kNone, ranks, 1);
       if (!one.ok()) return one.status();
       m.layers[t.Key()] = *one;
     }
     // The stage extras, by the plain layer task's key (where ComposeCandidate looks).
     const paratune::LayerProfileSpec& plain = tasks.back();
     for (k::StageExtras e : {k::StageExtras::kFirst, k::StageExtras::kLast}) {
-      absl::StatusOr<paratune::LayerMeasurement> one = BestLayer(plain, e, ranks, pc.dp, 1);
+      absl::StatusOr<paratune::LayerMeasurement> one = MeasureLayerInLayout(plain, e, ranks, pc.dp);
       if (!one.ok()) return one.status();
       (e == k::StageExtras::kFirst ? m.first_stage : m.last_stage)[plain.Key()] = *one;
     }
-    if (auto sweep = paratune::DpSweepFor(spec, pc, options)) {
-      std::vector<paratune::CollectiveOp> ops = {paratune::CollectiveOp::kAllReduce};
-      if (pc.distributed_optimizer) {
-        ops = {paratune::CollectiveOp::kReduceScatter, paratune::CollectiveOp::kAllGather};
-      }
-      for (paratune::CollectiveOp op : ops) {
-        paratune::CollectiveSweepSpec sw = *sweep;
-        sw.op = op;
-        absl::StatusOr<paratune::CommMeasurement> one = MeasureSweep(sw, ranks, 1);
-        if (!one.ok()) return one.status();
-        m.collectives[sw.Key()] = *one;
-      }
+    for (const paratune::CollectiveSweepSpec& sw : paratune::DpSweepsFor(spec, pc, options)) {
+      absl::StatusOr<paratune::CommMeasurement> one = MeasureSweep(sw, ranks);
+      if (!one.ok()) return one.status();
+      m.collectives[sw.Key()] = *one;
     }
     return m;
   };
