@@ -326,40 +326,6 @@ class KernelsExecutor final : public TaskExecutor {
     return r;
   }
 
-  // One rank's optimizer step as kernels/training runs it (zero the gradients, scale them,
-  // AdamW) on `params` fp32 values; its fastest timed step after `warmup` untimed ones.
-  static absl::StatusOr<double> OptimizerStep(int64_t params, int64_t warmup, int64_t iters,
-                                              int64_t capacity) {
-    std::unique_ptr<kernels::Backend> be = kernels::MakeCpuBackend(capacity, 1);
-    using kernels::DType;
-    using kernels::MemoryTag;
-    absl::StatusOr<kernels::Tensor> p = be->Zeros({params}, DType::kF32, MemoryTag::kWeights);
-    if (!p.ok()) return p.status();
-    absl::StatusOr<kernels::Tensor> g = be->Zeros({params}, DType::kF32, MemoryTag::kGradients);
-    if (!g.ok()) return g.status();
-    absl::StatusOr<kernels::Tensor> m = be->Zeros({params}, DType::kF32, MemoryTag::kWeights);
-    if (!m.ok()) return m.status();
-    absl::StatusOr<kernels::Tensor> v = be->Zeros({params}, DType::kF32, MemoryTag::kWeights);
-    if (!v.ok()) return v.status();
-    double best = 0;
-    for (int64_t step = 1; step <= warmup + iters; ++step) {
-      const auto t0 = std::chrono::steady_clock::now();
-      if (absl::Status st = be->Fill(*g, 0.0); !st.ok()) return st;
-      float* gp = g->data_as<float>();
-      for (int64_t j = 0; j < params; ++j) gp[j] = gp[j] * 0.125f + 1e-3f;
-      if (absl::Status st = be->AdamW(DType::kF32, p->data_as<float>(), gp, m->data_as<float>(),
-                                      v->data_as<float>(), params, 1e-3f, 0.9f, 0.95f, 1e-8f,
-                                      0.01f, step);
-          !st.ok()) {
-        return st;
-      }
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (step > warmup && (best == 0 || s < best)) best = s;
-    }
-    return best;
-  }
-
   TaskResult RunOptimizer(const v1::OptimizerTask& t, const CancelFlag& cancel) {
     if (inventory_.backend != "cpu") {
       return Outcome(TaskResult::OUTCOME_UNSUPPORTED,
@@ -382,7 +348,7 @@ class KernelsExecutor final : public TaskExecutor {
     std::vector<std::thread> threads;
     for (int64_t i = 0; i < copies; ++i) {
       threads.emplace_back([&, i] {
-        results[i] = OptimizerStep(t.params(), t.warmup(), iters, capacity);
+        results[i] = kernels::training::TimeOptimizerStep(t.params(), t.warmup(), iters, capacity);
       });
     }
     for (std::thread& th : threads) th.join();

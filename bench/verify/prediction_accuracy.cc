@@ -290,28 +290,8 @@ absl::StatusOr<paratune::CommMeasurement> MeasureSweep(const paratune::Collectiv
 // one copy per rank at once (they share memory bandwidth), the slowest copy's fastest of 3
 // steps after the first.
 absl::StatusOr<double> MeasureOptimizer(int64_t params, int64_t ranks) {
-  auto one = [params]() -> absl::StatusOr<double> {
-    std::unique_ptr<k::Backend> be = k::MakeCpuBackend(0, 1);
-    absl::StatusOr<k::Tensor> p = be->Zeros({params}, k::DType::kF32, k::MemoryTag::kWeights);
-    absl::StatusOr<k::Tensor> g = be->Zeros({params}, k::DType::kF32, k::MemoryTag::kGradients);
-    absl::StatusOr<k::Tensor> m = be->Zeros({params}, k::DType::kF32, k::MemoryTag::kWeights);
-    absl::StatusOr<k::Tensor> v = be->Zeros({params}, k::DType::kF32, k::MemoryTag::kWeights);
-    if (!p.ok() || !g.ok() || !m.ok() || !v.ok()) return absl::InternalError("optimizer buffers");
-    double best = 1e30;
-    for (int64_t step = 1; step <= 4; ++step) {
-      const auto t0 = std::chrono::steady_clock::now();
-      if (absl::Status st = be->Fill(*g, 0.0); !st.ok()) return st;
-      float* gp = g->data_as<float>();
-      for (int64_t j = 0; j < params; ++j) gp[j] = gp[j] * 0.125f + 1e-3f;
-      absl::Status st = be->AdamW(k::DType::kF32, p->data_as<float>(), gp, m->data_as<float>(),
-                                  v->data_as<float>(), params, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.01f,
-                                  step);
-      if (!st.ok()) return st;
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (step > 1) best = std::min(best, s);
-    }
-    return best;
-  };
+  // Steps 2-4 timed, as the trainer's steps after the first.
+  auto one = [params] { return kt::TimeOptimizerStep(params, /*warmup=*/1, /*iters=*/3); };
   double slowest = 0;
   for (const auto& x : Concurrently<absl::StatusOr<double>>(ranks, one)) {
     if (!x.ok()) return x.status();

@@ -484,4 +484,32 @@ absl::StatusOr<TrainResult> RunTrainingInProcess(const TrainConfig& config) {
   return RunTraining(config, 0, config.world_size(), MakeInProcessRendezvous());
 }
 
+absl::StatusOr<double> TimeOptimizerStep(int64_t params, int64_t warmup, int64_t iters,
+                                         int64_t capacity_bytes) {
+  if (params < 1 || warmup < 0 || iters < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("params (", params, ") and iters (", iters,
+                                                   ") must be >= 1, warmup (", warmup,
+                                                   ") >= 0"));
+  }
+  const TrainConfig c;  // The optimizer's hyper-parameters.
+  std::unique_ptr<Backend> be = MakeCpuBackend(capacity_bytes, 1);
+  PT_ASSIGN_OR_RETURN(Tensor p, be->Zeros({params}, DType::kF32, MemoryTag::kWeights));
+  PT_ASSIGN_OR_RETURN(Tensor g, be->Zeros({params}, DType::kF32, MemoryTag::kGradients));
+  PT_ASSIGN_OR_RETURN(Tensor m, be->Zeros({params}, DType::kF32, MemoryTag::kWeights));
+  PT_ASSIGN_OR_RETURN(Tensor v, be->Zeros({params}, DType::kF32, MemoryTag::kWeights));
+  double best = 0;
+  for (int64_t step = 1; step <= warmup + iters; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    PT_RETURN_IF_ERROR(be->Fill(g, 0.0));
+    float* gp = g.data_as<float>();
+    for (int64_t j = 0; j < params; ++j) gp[j] = gp[j] * 0.125f + 1e-3f;
+    PT_RETURN_IF_ERROR(be->AdamW(DType::kF32, p.data_as<float>(), gp, m.data_as<float>(),
+                                 v.data_as<float>(), params, c.lr, c.beta1, c.beta2, c.adam_eps,
+                                 c.weight_decay, step));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (step > warmup && (best == 0 || s < best)) best = s;
+  }
+  return best;
+}
+
 }  // namespace paratune::kernels::training

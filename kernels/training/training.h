@@ -108,6 +108,14 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, int64_t first
 /// All ranks as threads of this process with an in-process rendezvous.
 absl::StatusOr<TrainResult> RunTrainingInProcess(const TrainConfig& config);
 
+/// One rank's optimizer step as RunTraining runs it, without the DP collectives: zero the
+/// gradient buffer, scale the gradients, AdamW (TrainConfig's defaults), on `params` fp32
+/// parameters on a one-thread CPU backend of `capacity_bytes` (0 = unlimited). Returns the
+/// fastest of `iters` timed steps after `warmup` untimed ones, in seconds. Profile mode's
+/// optimizer task (worker/kernels_executor) and bench/verify/prediction_accuracy time it.
+absl::StatusOr<double> TimeOptimizerStep(int64_t params, int64_t warmup, int64_t iters,
+                                         int64_t capacity_bytes = 0);
+
 }  // namespace paratune::kernels::training
 
 #endif  // PARATUNE_KERNELS_TRAINING_TRAINING_H_
