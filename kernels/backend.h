@@ -56,6 +56,18 @@ class Backend {
   virtual absl::Status CopyFromHost(const Tensor& t, const std::vector<double>& values) = 0;
   virtual absl::StatusOr<std::vector<double>> CopyToHost(const Tensor& t) = 0;
   virtual absl::Status Copy(const Tensor& dst, const Tensor& src) = 0;
+  /// Where a raw copy's pointers live, for CopyBytes.
+  enum class CopyKind { kOnBackend, kHostToBackend, kBackendToHost };
+  /// `bytes` from src to dst (memmove on CPU; cudaMemcpy on CUDA). Host-to-backend and
+  /// backend-to-host copies are complete on return; on-backend copies are ordered on the
+  /// backend's stream.
+  virtual absl::Status CopyBytes(void* dst, const void* src, int64_t bytes, CopyKind kind) = 0;
+  /// x *= s in place (float dtypes; fp32 math).
+  virtual absl::Status Scale(DType dtype, void* x, float s, int64_t n) = 0;
+  /// dst = src converted between float dtypes (fp32 ↔ bf16/fp16 on CUDA; fp32 ↔ fp64 on
+  /// CPU), e.g. a mixed-precision optimizer's fp32 master weights into 16-bit weights.
+  virtual absl::Status Cast(DType dst_dtype, void* dst, DType src_dtype, const void* src,
+                            int64_t n) = 0;
 
   virtual absl::Status Gemm(DType dtype, const GemmArgs& args) = 0;
 
@@ -137,6 +149,10 @@ class Backend {
                                             const int32_t* targets, int64_t rows, int64_t v,
                                             int64_t vocab_start, float scale) = 0;
 };
+
+/// The group of one rank whose copies go through `backend` (MakeSelfCommunicator copies
+/// with memmove, which device pointers do not allow).
+std::unique_ptr<Communicator> MakeSelfCommunicator(Backend& backend);
 
 /// CPU backend; `threads` for elementwise loops (>= 1). Supports fp32 and fp64.
 std::unique_ptr<Backend> MakeCpuBackend(int64_t capacity_bytes, int threads);

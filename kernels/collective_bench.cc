@@ -178,7 +178,7 @@ absl::StatusOr<std::vector<CollectiveSample>> RunCollectiveSweep(
         }
         std::unique_ptr<Communicator> comm;
         if (k == 1) {
-          comm = MakeSelfCommunicator();
+          comm = MakeSelfCommunicator(*be);
         } else if (config.backend == BackendKind::kCuda) {
           PT_ASSIGN_OR_RETURN(comm, MakeNcclCommunicator(*be, rendezvous, prefix, r, k));
         } else {

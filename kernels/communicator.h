@@ -6,6 +6,7 @@
 #define PARATUNE_KERNELS_COMMUNICATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,8 +41,11 @@ class Communicator {
   virtual absl::Status Barrier() = 0;
 };
 
-/// The group of one rank: every collective is a copy or a no-op.
-std::unique_ptr<Communicator> MakeSelfCommunicator();
+/// Copies `bytes` from src to dst wherever the buffers live (host or device).
+using CopyFn = std::function<absl::Status(void* dst, const void* src, int64_t bytes)>;
+/// The group of one rank: every collective is a copy or a no-op. Copies use `copy`
+/// (default: memmove, host buffers only; backend.h's overload copies on any backend).
+std::unique_ptr<Communicator> MakeSelfCommunicator(CopyFn copy = nullptr);
 
 /// Shared rendezvous for Gloo ranks that are threads of one process (a
 /// gloo::rendezvous::HashStore). Create once, pass to every rank's MakeGlooCommunicator.

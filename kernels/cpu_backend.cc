@@ -97,6 +97,32 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status CopyBytes(void* dst, const void* src, int64_t bytes, CopyKind) override {
+    if (bytes > 0) std::memmove(dst, src, bytes);
+    return absl::OkStatus();
+  }
+
+  absl::Status Scale(DType dtype, void* x, float s, int64_t n) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      T* p = static_cast<T*>(x);
+      for (int64_t i = 0; i < n; ++i) p[i] *= static_cast<T>(s);
+    });
+  }
+
+  absl::Status Cast(DType dst_dtype, void* dst, DType src_dtype, const void* src,
+                    int64_t n) override {
+    absl::Status inner = absl::OkStatus();
+    const absl::Status outer = Dispatch(dst_dtype, [&](auto d) {
+      using D = decltype(d);
+      inner = Dispatch(src_dtype, [&](auto z) {
+        using S = decltype(z);
+        std::copy(static_cast<const S*>(src), static_cast<const S*>(src) + n, static_cast<D*>(dst));
+      });
+    });
+    return outer.ok() ? inner : outer;
+  }
+
   absl::Status Gemm(DType dtype, const GemmArgs& g) override {
     return Dispatch(dtype, [&](auto z) {
       using T = decltype(z);
@@ -310,6 +336,12 @@ absl::StatusOr<Tensor> Backend::Zeros(std::vector<int64_t> shape, DType dtype, M
 
 std::unique_ptr<Backend> MakeCpuBackend(int64_t capacity_bytes, int threads) {
   return std::make_unique<CpuBackend>(capacity_bytes, threads);
+}
+
+std::unique_ptr<Communicator> MakeSelfCommunicator(Backend& backend) {
+  return MakeSelfCommunicator([&backend](void* dst, const void* src, int64_t bytes) {
+    return backend.CopyBytes(dst, src, bytes, Backend::CopyKind::kOnBackend);
+  });
 }
 
 void SetBlasThreads(int threads) { openblas_set_num_threads(std::max(1, threads)); }

@@ -199,16 +199,15 @@ class GlooCommunicator final : public Communicator {
 
 class SelfCommunicator final : public Communicator {
  public:
+  explicit SelfCommunicator(CopyFn copy) : copy_(std::move(copy)) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
   absl::Status AllReduce(void*, int64_t, DType) override { return absl::OkStatus(); }
   absl::Status AllGather(const void* in, void* out, int64_t count, DType dtype) override {
-    if (in != out) std::memmove(out, in, count * SizeOf(dtype));
-    return absl::OkStatus();
+    return CopyUnlessSame(out, in, count * SizeOf(dtype));
   }
   absl::Status ReduceScatter(const void* in, void* out, int64_t count, DType dtype) override {
-    if (in != out) std::memmove(out, in, count * SizeOf(dtype));
-    return absl::OkStatus();
+    return CopyUnlessSame(out, in, count * SizeOf(dtype));
   }
   absl::Status Send(const void*, int64_t, DType, int peer) override {
     return absl::InvalidArgumentError(absl::StrCat("peer (", peer, ") must be another rank"));
@@ -217,12 +216,21 @@ class SelfCommunicator final : public Communicator {
     return absl::InvalidArgumentError(absl::StrCat("peer (", peer, ") must be another rank"));
   }
   absl::Status Barrier() override { return absl::OkStatus(); }
+
+ private:
+  absl::Status CopyUnlessSame(void* out, const void* in, int64_t bytes) {
+    if (in == out || bytes == 0) return absl::OkStatus();
+    if (copy_) return copy_(out, in, bytes);
+    std::memmove(out, in, bytes);
+    return absl::OkStatus();
+  }
+  CopyFn copy_;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> MakeSelfCommunicator() {
-  return std::make_unique<SelfCommunicator>();
+std::unique_ptr<Communicator> MakeSelfCommunicator(CopyFn copy) {
+  return std::make_unique<SelfCommunicator>(std::move(copy));
 }
 
 std::string GlooHost() {

@@ -196,7 +196,7 @@ absl::StatusOr<StepResult> RunLayerStep(const StepConfig& config) {
         }
         std::unique_ptr<Communicator> comm;
         if (t == 1) {
-          comm = MakeSelfCommunicator();
+          comm = MakeSelfCommunicator(*be);
         } else if (config.backend == BackendKind::kCuda) {
           PT_ASSIGN_OR_RETURN(comm, MakeNcclCommunicator(*be, rendezvous, prefix, r, t));
         } else {

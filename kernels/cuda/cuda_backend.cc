@@ -235,6 +235,30 @@ class CudaBackend final : public CudaBackendBase {
     return absl::OkStatus();
   }
 
+  absl::Status CopyBytes(void* dst, const void* src, int64_t bytes, CopyKind kind) override {
+    if (bytes <= 0) return absl::OkStatus();
+    const cudaMemcpyKind k = kind == CopyKind::kOnBackend       ? cudaMemcpyDeviceToDevice
+                             : kind == CopyKind::kHostToBackend ? cudaMemcpyHostToDevice
+                                                                : cudaMemcpyDeviceToHost;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, stream_));
+    // The host side of a transfer may be reused or read as soon as this returns.
+    return kind == CopyKind::kOnBackend ? absl::OkStatus() : Synchronize();
+  }
+
+  absl::Status Scale(DType dtype, void* x, float s, int64_t n) override {
+    PT_ASSIGN_OR_RETURN(ElemType et, FloatElem(dtype));
+    CUDA_CHECK(cuda::scale(et, x, s, n, stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status Cast(DType dst_dtype, void* dst, DType src_dtype, const void* src,
+                    int64_t n) override {
+    PT_ASSIGN_OR_RETURN(ElemType dt, FloatElem(dst_dtype));
+    PT_ASSIGN_OR_RETURN(ElemType st, FloatElem(src_dtype));
+    CUDA_CHECK(cuda::cast(dt, dst, st, src, n, stream_));
+    return absl::OkStatus();
+  }
+
   // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands.
   absl::Status Gemm(DType dtype, const GemmArgs& g) override {
     PT_ASSIGN_OR_RETURN(cudaDataType_t type, CublasType(dtype));

@@ -59,6 +59,11 @@ cudaError_t dropout_backward(ElemType t, void* dx, const void* dy, const uint8_t
 cudaError_t attention_dropout_forward(ElemType t, void* y, uint8_t* mask, const void* x,
                                       const AttentionArgs& args, cudaStream_t stream);
 // residual.cu
+// x *= s in place (fp32 math).
+cudaError_t scale(ElemType t, void* x, float s, int64_t n, cudaStream_t stream);
+// dst = src converted between float storage types (fp32, bf16, fp16).
+cudaError_t cast(ElemType dst_t, void* dst, ElemType src_t, const void* src, int64_t n,
+                 cudaStream_t stream);
 cudaError_t residual_add(ElemType t, void* out, const void* a, const void* b, int64_t n,
                          cudaStream_t stream);
 // adamw.cu

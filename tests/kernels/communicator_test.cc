@@ -4,10 +4,12 @@
 
 #include <stdlib.h>
 
+#include <cstring>
 #include <filesystem>
 #include <thread>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/collective_bench.h"
 
 namespace paratune::kernels {
@@ -63,6 +65,43 @@ TEST(GlooCommunicatorTest, CollectivesOverThreeThreadRanks) {
 
 // Ranks that are processes rendezvous through files; here each rank opens its own
 // FileStore on the shared directory, exactly as a separate process would.
+// The one-rank group copies through the copy it was given (a CUDA backend's device copy),
+// and not at all when the collective is in place.
+TEST(SelfCommunicatorTest, CopiesThroughItsCopyFunctionUnlessInPlace) {
+  int64_t copied = 0;
+  auto comm = MakeSelfCommunicator([&copied](void* dst, const void* src, int64_t bytes) {
+    std::memcpy(dst, src, bytes);
+    copied += bytes;
+    return absl::OkStatus();
+  });
+  std::vector<float> in = {1, 2, 3}, out(3, 0);
+  ASSERT_TRUE(comm->AllGather(in.data(), out.data(), 3, DType::kF32).ok());
+  EXPECT_EQ(out, in);
+  EXPECT_EQ(copied, 12);
+  ASSERT_TRUE(comm->ReduceScatter(in.data(), in.data(), 3, DType::kF32).ok());
+  EXPECT_EQ(copied, 12);
+  ASSERT_TRUE(comm->ReduceScatter(in.data(), out.data(), 2, DType::kF64).ok());
+  EXPECT_EQ(copied, 28);
+  // The backend overload copies with the backend (host memory on CPU).
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(0, 1);
+  auto self = MakeSelfCommunicator(*cpu);
+  std::vector<float> x = {7, 8}, y(2, 0);
+  ASSERT_TRUE(self->AllGather(x.data(), y.data(), 2, DType::kF32).ok());
+  EXPECT_EQ(y, x);
+}
+
+TEST(CpuBackendTest, ScaleAndCastFp32Fp64) {
+  std::unique_ptr<Backend> be = MakeCpuBackend(0, 1);
+  std::vector<float> f = {1.5f, -3.0f, 0.1f};
+  std::vector<double> d(3, 0);
+  ASSERT_TRUE(be->Scale(DType::kF32, f.data(), 2.0f, 3).ok());
+  ASSERT_TRUE(be->Cast(DType::kF64, d.data(), DType::kF32, f.data(), 3).ok());
+  EXPECT_EQ(d, (std::vector<double>{3.0, -6.0, static_cast<double>(0.1f * 2.0f)}));
+  const absl::Status bad = be->Cast(DType::kBF16, f.data(), DType::kF32, f.data(), 3);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_FALSE(be->Scale(DType::kBF16, f.data(), 2.0f, 3).ok());
+}
+
 TEST(GlooCommunicatorTest, FileStoreRendezvous) {
   char dir[] = "/tmp/paratune_gloo_XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);

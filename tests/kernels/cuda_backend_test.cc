@@ -160,7 +160,7 @@ TEST(CudaBackendTest, LayerOnGpuEqualsCpuFp32) {
     const auto x = RandomVector(n, 3), dy = RandomVector(n, 4);
     auto ref = testing::RunLayer(c, x, dy);
     ASSERT_TRUE(ref.ok()) << ref.status();
-    auto comm = MakeSelfCommunicator();
+    auto comm = MakeSelfCommunicator(*gpu);
     ParallelContext ctx{gpu.get(), comm.get(), nullptr};
     auto layer = TransformerLayer::Create(c, ctx);
     ASSERT_TRUE(layer.ok()) << layer.status();
@@ -195,6 +195,50 @@ TEST(CudaBackendTest, StepRunnerBf16FlashReportsBf16ActivationBytes) {
   // (2 B each) + lse 4·a·s·b + norm statistics 16 B per token; no dropout.
   const int64_t s = 128, b = 2, h = 256, a = 4;
   EXPECT_EQ(r->activation_bytes, 2 * (4 + 3 + 1 + 8) * s * b * h + 4 * a * s * b + 16 * s * b);
+}
+
+// A last pipeline stage at tp = 1: the vocab-parallel output all-gathers its row maxima
+// through the one-rank group, which copies device buffers (a host memmove crashed here).
+TEST(CudaBackendTest, StepRunnerLastStageExtrasAtTp1MatchCpuActivationBytes) {
+  SKIP_WITHOUT_CUDA(gpu);
+  for (StageExtras extras : {StageExtras::kFirst, StageExtras::kLast}) {
+    StepConfig c;
+    c.layer.shape.hidden_size = 128;
+    c.layer.shape.num_attention_heads = 4;
+    c.layer.shape.vocab_size = 512;
+    c.layer.seq_length = 64;
+    c.layer.micro_batch_size = 2;
+    c.layer.flash_attention = true;
+    c.extras = extras;
+    c.iters = 2;
+    auto cpu = RunLayerStep(c);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    c.backend = BackendKind::kCuda;
+    auto r = RunLayerStep(c);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_GT(r->Find("total")->median_s, 0.0);
+    EXPECT_EQ(r->activation_bytes, cpu->activation_bytes);
+  }
+}
+
+// Scale and Cast, the mixed-precision optimizer's steps, against their exact values.
+TEST(CudaBackendTest, ScaleAndCastBetweenFloatTypes) {
+  SKIP_WITHOUT_CUDA(gpu);
+  const std::vector<double> x = {1.0, -2.5, 0.375, 3072.0, 1.0 + 1.0 / 1024};
+  const int64_t n = static_cast<int64_t>(x.size());
+  auto f32 = gpu->Empty({n}, DType::kF32, MemoryTag::kWorkspace);
+  auto b16 = gpu->Empty({n}, DType::kBF16, MemoryTag::kWorkspace);
+  auto back = gpu->Empty({n}, DType::kF32, MemoryTag::kWorkspace);
+  ASSERT_TRUE(f32.ok() && b16.ok() && back.ok());
+  ASSERT_TRUE(gpu->CopyFromHost(*f32, x).ok());
+  ASSERT_TRUE(gpu->Scale(DType::kF32, f32->data(), 0.5f, n).ok());
+  ASSERT_TRUE(gpu->Cast(DType::kBF16, b16->data(), DType::kF32, f32->data(), n).ok());
+  ASSERT_TRUE(gpu->Cast(DType::kF32, back->data(), DType::kBF16, b16->data(), n).ok());
+  const std::vector<double> got = *gpu->CopyToHost(*back);
+  // Halved values; bf16 keeps 8 significant bits, so 0.5 + 1/2048 rounds to 0.5.
+  const std::vector<double> want = {0.5, -1.25, 0.1875, 1536.0, 0.5};
+  for (int64_t i = 0; i < n; ++i) EXPECT_DOUBLE_EQ(got[i], want[i]) << i;
+  EXPECT_FALSE(gpu->Cast(DType::kF64, back->data(), DType::kF32, f32->data(), n).ok());
 }
 
 }  // namespace
