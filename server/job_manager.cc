@@ -456,7 +456,8 @@ absl::Status JobManager::StartVerifyLocked(JobEntry& job) {
   for (const auto& [id, w] : workers_) {
     if (w.lost || w.info.device_kind() != job.spec.cluster.gpu) continue;
     hosts.push_back({id, w.info.backend(), static_cast<int64_t>(w.info.devices_size()),
-                     w.info.memory_bytes()});
+                     w.info.memory_bytes(),
+                     w.info.devices_size() > 0 ? w.info.devices(0).memory_bytes() : 0});
   }
   std::vector<TaskRecord> tasks;
   int64_t next_index = static_cast<int64_t>(job.tasks.size());
@@ -482,7 +483,8 @@ absl::Status JobManager::StartVerifyLocked(JobEntry& job) {
       continue;
     }
     VerifyPlacement placement =
-        PlaceVerifyRun(world, r.memory().peak_gib() * 1024.0 * 1024.0 * 1024.0, hosts);
+        PlaceVerifyRun(world, r.memory().peak_gib() * 1024.0 * 1024.0 * 1024.0, hosts,
+                       ToString(job.spec.training.precision));
     if (placement.parts.empty()) {
       v->set_status(absl::StrCat("not verified: ", placement.reason));
       continue;

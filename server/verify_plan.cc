@@ -16,6 +16,9 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // Ranks `h` can hold: its devices, fewer when its memory runs out first.
 int64_t RanksWithinMemory(const VerifyHost& h, double bytes_per_rank) {
   if (bytes_per_rank <= 0) return h.devices;
+  if (h.backend != "cpu") {
+    return static_cast<double>(h.device_memory_bytes) >= bytes_per_rank ? h.devices : 0;
+  }
   const double fit = std::floor(static_cast<double>(h.memory_bytes) / bytes_per_rank);
   return std::min<int64_t>(h.devices, static_cast<int64_t>(std::max(0.0, fit)));
 }
@@ -23,24 +26,26 @@ int64_t RanksWithinMemory(const VerifyHost& h, double bytes_per_rank) {
 }  // namespace
 
 VerifyPlacement PlaceVerifyRun(int64_t world, double bytes_per_rank,
-                               const std::vector<VerifyHost>& all_hosts) {
+                               const std::vector<VerifyHost>& all_hosts,
+                               const std::string& precision) {
   VerifyPlacement out;
   if (world < 1) {
     out.reason = absl::StrCat("world size (", world, ") must be >= 1");
     return out;
   }
+  // One backend per run: CPU workers for an fp32 spec if there are any, else CUDA ones.
+  int64_t cpu = 0, cuda = 0;
+  for (const VerifyHost& h : all_hosts) (h.backend == "cpu" ? cpu : cuda) += 1;
+  const bool sixteen_bit = precision != "fp32";
+  const std::string backend = cpu > 0 && !sixteen_bit ? "cpu" : "cuda";
   std::vector<VerifyHost> hosts;
-  int64_t other_backend = 0;
   for (const VerifyHost& h : all_hosts) {
-    if (h.backend == "cpu") {
-      hosts.push_back(h);
-    } else {
-      ++other_backend;
-    }
+    if ((h.backend == "cpu") == (backend == "cpu")) hosts.push_back(h);
   }
-  if (hosts.empty() && other_backend > 0) {
-    out.reason = absl::StrCat("kernels/training runs on CPU workers only; the ", other_backend,
-                              " registered worker(s) are not CPU workers");
+  if (hosts.empty() && cpu > 0) {
+    out.reason = absl::StrCat("kernels/training trains ", precision,
+                              " on CUDA workers only; the ", cpu,
+                              " registered worker(s) are CPU workers");
     return out;
   }
   int64_t devices = 0, within_memory = 0, largest = 0;
@@ -76,9 +81,8 @@ VerifyPlacement PlaceVerifyRun(int64_t world, double bytes_per_rank,
 }
 
 std::string VerifyUnsupportedReason(const JobSpec& spec, const v1::ParallelConfig& config) {
-  if (spec.training.precision != Precision::kFp32) {
-    return absl::StrCat("kernels/training trains in fp32; the spec's precision is ",
-                        ToString(spec.training.precision));
+  if (spec.training.precision == Precision::kFp8) {
+    return "kernels/training trains fp32, bf16 or fp16; the spec's precision is fp8";
   }
   if (config.cp() > 1) {
     return absl::StrCat("context parallelism (cp ", config.cp(),
@@ -133,6 +137,7 @@ v1::VerifyTask MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranke
   t.set_rendezvous_timeout_ms(options.rendezvous_timeout_ms);
   t.set_layout_rank(ranked.rank());
   t.set_flash_attention(spec.training.flash_attention);
+  t.set_dtype(ToString(spec.training.precision));
   return t;
 }
 

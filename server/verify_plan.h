@@ -6,7 +6,9 @@
 // [i·g, (i + 1)·g), one part per worker, all at once (a gang). g is the largest divisor of
 // W such that at least W / g workers each have g devices and the memory for g ranks at the
 // predicted per-rank peak; g = W (one part, in-process rendezvous) whenever one worker can
-// hold the whole layout. Consecutive ranks keep TP groups (tp fastest in Megatron's rank
+// hold the whole layout. A CPU worker's ranks share its host memory; a CUDA worker's rank
+// has a device of its own. The run uses one backend: CPU workers for fp32 specs when the
+// spec's device kind has them, else CUDA workers (16-bit specs need CUDA). Consecutive ranks keep TP groups (tp fastest in Megatron's rank
 // order) inside one worker whenever tp divides g.
 #ifndef PARATUNE_SERVER_VERIFY_PLAN_H_
 #define PARATUNE_SERVER_VERIFY_PLAN_H_
@@ -24,9 +26,10 @@ namespace paratune::server {
 /// A registered, live worker as the verify stage sees it.
 struct VerifyHost {
   std::string id;
-  std::string backend;       ///< "cpu" | "cuda"; kernels/training runs on "cpu" only.
+  std::string backend;       ///< "cpu" | "cuda".
   int64_t devices = 0;       ///< Rank slots.
   int64_t memory_bytes = 0;  ///< Host memory (CPU ranks share it).
+  int64_t device_memory_bytes = 0;  ///< Memory of each device (CUDA: one rank per device).
 };
 
 /// One part of a run: ranks [first_rank, first_rank + rank_count).
@@ -43,9 +46,11 @@ struct VerifyPlacement {
   std::string reason;
 };
 
-/// Splits `world` ranks of `bytes_per_rank` each over `hosts` (see the file comment).
+/// Splits `world` ranks of `bytes_per_rank` each over `hosts` (see the file comment);
+/// `precision` is the spec's ("fp32" may run on CPU workers, 16-bit on CUDA ones only).
 VerifyPlacement PlaceVerifyRun(int64_t world, double bytes_per_rank,
-                               const std::vector<VerifyHost>& hosts);
+                               const std::vector<VerifyHost>& hosts,
+                               const std::string& precision = "fp32");
 
 /// Why kernels/training cannot train `config` of `spec` at all (precision, context
 /// parallelism, ...), or "" when it can.

@@ -238,10 +238,9 @@ class KernelsExecutor final : public TaskExecutor {
   }
 
   TaskResult RunVerify(const v1::VerifyTask& t, const CancelFlag& cancel) {
-    if (inventory_.backend != "cpu") {
-      return Outcome(TaskResult::OUTCOME_UNSUPPORTED,
-                     "kernels/training runs on the CPU backend only; this worker is " +
-                         inventory_.backend);
+    const std::string dtype = t.dtype().empty() ? "fp32" : t.dtype();
+    if (std::string problem = DTypeProblem(dtype); !problem.empty()) {
+      return Outcome(TaskResult::OUTCOME_UNSUPPORTED, problem);
     }
     if (t.rank_count() > ranks()) {
       return Outcome(TaskResult::OUTCOME_UNSUPPORTED,
@@ -250,6 +249,10 @@ class KernelsExecutor final : public TaskExecutor {
     }
     namespace kt = kernels::training;
     kt::TrainConfig c;
+    absl::StatusOr<kernels::DType> dt = kernels::ParseDType(dtype);
+    if (!dt.ok()) return FromKernelsError(dt.status());
+    c.dtype = *dt;
+    c.backend = backend();
     c.shape.hidden_size = t.shape().hidden_size();
     c.shape.num_attention_heads = t.shape().num_attention_heads();
     c.shape.num_query_groups = t.shape().num_query_groups();

@@ -37,19 +37,20 @@ class PipeP2P {
     return p;
   }
 
-  absl::Status PostRecv(uint64_t slot, int peer, int64_t count) {
+  absl::Status PostRecv(uint64_t slot, int peer, int64_t bytes) {
     try {
       Pending& p = recvs_[slot];
-      p.buf.resize(count);
-      p.ub = ctx_->createUnboundBuffer(p.buf.data(), count * sizeof(float));
+      p.buf.resize(bytes);
+      p.ub = ctx_->createUnboundBuffer(p.buf.data(), bytes);
       p.ub->recv(peer, slot);
       return absl::OkStatus();
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat("p2p recv: ", e.what()));
     }
   }
-  /// Waits for `slot` and copies it into a tracked tensor of `shape`.
-  absl::StatusOr<Tensor> Take(uint64_t slot, Backend& be, std::vector<int64_t> shape) {
+  /// Waits for `slot` and copies it into a tracked tensor of `shape` and `dtype`.
+  absl::StatusOr<Tensor> Take(uint64_t slot, Backend& be, std::vector<int64_t> shape,
+                              DType dtype) {
     auto it = recvs_.find(slot);
     if (it == recvs_.end()) return absl::InternalError(absl::StrCat("no receive posted for slot ", slot));
     try {
@@ -57,17 +58,26 @@ class PipeP2P {
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat("p2p recv: ", e.what()));
     }
-    PT_ASSIGN_OR_RETURN(Tensor t, be.Empty(std::move(shape), DType::kF32, MemoryTag::kActivations));
-    if (t.numel() != static_cast<int64_t>(it->second.buf.size())) {
+    PT_ASSIGN_OR_RETURN(Tensor t, be.Empty(std::move(shape), dtype, MemoryTag::kActivations));
+    if (t.bytes() != static_cast<int64_t>(it->second.buf.size())) {
       return absl::InternalError("p2p message size mismatch");
     }
-    std::memcpy(t.data(), it->second.buf.data(), t.bytes());
+    PT_RETURN_IF_ERROR(be.CopyBytes(t.data(), it->second.buf.data(), t.bytes(),
+                                    Backend::CopyKind::kHostToBackend));
     recvs_.erase(it);
     return t;
   }
-  absl::Status Send(const Tensor& t, int peer, uint64_t slot) {
+  /// Sends `t` (a device tensor goes through a host staging buffer first).
+  absl::Status Send(Backend& be, const Tensor& t, int peer, uint64_t slot) {
+    void* data = t.data();
+    if (be.kind() != BackendKind::kCpu) {
+      staging_.resize(t.bytes());
+      PT_RETURN_IF_ERROR(be.CopyBytes(staging_.data(), t.data(), t.bytes(),
+                                      Backend::CopyKind::kBackendToHost));
+      data = staging_.data();
+    }
     try {
-      auto ub = ctx_->createUnboundBuffer(t.data(), t.bytes());
+      auto ub = ctx_->createUnboundBuffer(data, t.bytes());
       ub->send(peer, slot);
       ub->waitSend(kTimeout);
       return absl::OkStatus();
@@ -78,17 +88,23 @@ class PipeP2P {
 
  private:
   struct Pending {
-    std::vector<float> buf;
+    std::vector<char> buf;
     std::unique_ptr<gloo::transport::UnboundBuffer> ub;
   };
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   std::map<uint64_t, Pending> recvs_;
+  std::vector<char> staging_;
 };
 
-absl::StatusOr<std::unique_ptr<Communicator>> Group(std::shared_ptr<GlooRendezvous> r,
+// A TP or DP group on the rank's backend: NCCL on CUDA, Gloo on CPU.
+absl::StatusOr<std::unique_ptr<Communicator>> Group(Backend& be, std::shared_ptr<GlooRendezvous> r,
                                                     const std::string& prefix, int64_t rank,
                                                     int64_t size) {
-  if (size == 1) return MakeSelfCommunicator();
+  if (size == 1) return MakeSelfCommunicator(be);
+  if (be.kind() == BackendKind::kCuda) {
+    return MakeNcclCommunicator(be, std::move(r), prefix, static_cast<int>(rank),
+                                static_cast<int>(size));
+  }
   return MakeGlooCommunicator(std::move(r), prefix, static_cast<int>(rank),
                               static_cast<int>(size));
 }
@@ -119,15 +135,27 @@ uint64_t Slot(const TrainConfig& c, int64_t step, bool backward, int64_t chunk, 
                                        c.num_micro_batches + mb);
 }
 
-absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRendezvous> r,
-                     RankResult* result, std::vector<double>* losses_out,
-                     std::vector<double>* times_out) {
+absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
+                     std::shared_ptr<GlooRendezvous> r, RankResult* result,
+                     std::vector<double>* losses_out, std::vector<double>* times_out) {
   const RankCoords me = CoordsOf(c, rank);
-  std::unique_ptr<Backend> be = MakeCpuBackend(0, std::max(1, c.threads_per_rank));
+  std::unique_ptr<Backend> be;
+  if (c.backend == BackendKind::kCuda) {
+    PT_ASSIGN_OR_RETURN(be, MakeCudaBackend(device, 0));
+  } else {
+    be = MakeCpuBackend(0, std::max(1, c.threads_per_rank));
+  }
   CommClock clock;
-  PT_ASSIGN_OR_RETURN(auto tp, Group(r, absl::StrCat("tp_", me.dp, "_", me.pp), me.tp, c.tp));
-  PT_ASSIGN_OR_RETURN(auto dp, Group(r, absl::StrCat("dp_", me.tp, "_", me.pp), me.dp, c.dp));
-  PT_ASSIGN_OR_RETURN(auto world, Group(r, "world", rank, c.world_size()));
+  PT_ASSIGN_OR_RETURN(auto tp, Group(*be, r, absl::StrCat("tp_", me.dp, "_", me.pp), me.tp, c.tp));
+  PT_ASSIGN_OR_RETURN(auto dp, Group(*be, r, absl::StrCat("dp_", me.tp, "_", me.pp), me.dp, c.dp));
+  // The world group exchanges host figures (barriers, losses, times): Gloo on any backend.
+  std::unique_ptr<Communicator> world;
+  if (c.world_size() == 1) {
+    world = MakeSelfCommunicator();
+  } else {
+    PT_ASSIGN_OR_RETURN(world, MakeGlooCommunicator(r, "world", static_cast<int>(rank),
+                                                    static_cast<int>(c.world_size())));
+  }
   std::unique_ptr<PipeP2P> p2p;
   if (c.pp > 1) {
     PT_ASSIGN_OR_RETURN(p2p, PipeP2P::Connect(r, absl::StrCat("pp_", me.tp, "_", me.dp),
@@ -144,7 +172,7 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
   base.micro_batch_size = c.micro_batch_size;
   base.seq_length = c.seq_length;
   base.recompute = c.recompute;
-  base.dtype = DType::kF32;
+  base.dtype = c.dtype;
   base.flash_attention = c.flash_attention;
   base.seed = c.seed;
   std::vector<Chunk> chunks(c.vp);
@@ -179,23 +207,35 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
   // distributed optimizer reduce-scatters the gradients in place into this rank's chunk of
   // the flat gradient buffer, updates this rank's chunk of the flat weights, and
   // all-gathers them in place, as Megatron-LM's contiguous buffers do.
+  // Mixed precision (16-bit dtype) adds an fp32 master copy of the weights the rank updates.
   const int64_t shard = (numel + c.dp - 1) / c.dp, padded = shard * c.dp;
-  Tensor flat_grad, flat_param, opt_m, opt_v;
-  PT_ASSIGN_OR_RETURN(flat_param, be->Zeros({padded}, DType::kF32, MemoryTag::kWeights));
-  PT_ASSIGN_OR_RETURN(flat_grad, be->Zeros({padded}, DType::kF32, MemoryTag::kGradients));
+  const DType dt = c.dtype;
+  const bool mixed = dt != DType::kF32;
+  Tensor flat_grad, flat_param, opt_m, opt_v, master;
+  PT_ASSIGN_OR_RETURN(flat_param, be->Zeros({padded}, dt, MemoryTag::kWeights));
+  PT_ASSIGN_OR_RETURN(flat_grad, be->Zeros({padded}, dt, MemoryTag::kGradients));
   {
     int64_t off = 0;
     for (Parameter* p : params) {
       const int64_t n = p->value.numel();
-      std::memcpy(flat_param.at(off), p->value.data(), p->value.bytes());
+      PT_RETURN_IF_ERROR(be->CopyBytes(flat_param.at(off), p->value.data(), p->value.bytes(),
+                                       Backend::CopyKind::kOnBackend));
       PT_ASSIGN_OR_RETURN(p->value, flat_param.Rows(off, off + n).Reshape(p->value.shape()));
       PT_ASSIGN_OR_RETURN(p->grad, flat_grad.Rows(off, off + n).Reshape(p->grad.shape()));
       off += n;
     }
   }
   const int64_t opt_n = c.distributed_optimizer ? shard : numel;
+  const int64_t opt_first = c.distributed_optimizer ? me.dp * shard : 0;  // element offset
   PT_ASSIGN_OR_RETURN(opt_m, be->Zeros({opt_n}, DType::kF32, MemoryTag::kWeights));
   PT_ASSIGN_OR_RETURN(opt_v, be->Zeros({opt_n}, DType::kF32, MemoryTag::kWeights));
+  if (mixed) {
+    PT_ASSIGN_OR_RETURN(master, be->Empty({opt_n}, DType::kF32, MemoryTag::kWeights));
+    PT_RETURN_IF_ERROR(be->Cast(DType::kF32, master.data(), dt, flat_param.at(opt_first), opt_n));
+  }
+  // The fp32 values AdamW updates: the master copy, or the weights themselves.
+  float* const updated = mixed ? master.data_as<float>()
+                               : static_cast<float*>(flat_param.at(opt_first));
 
   const int64_t M = c.num_micro_batches, h = c.shape.hidden_size;
   const int64_t rows = (c.sequence_parallel ? c.seq_length / c.tp : c.seq_length) * c.micro_batch_size;
@@ -211,8 +251,9 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
       for (int64_t k = 0; k < c.vp; ++k) {
         const int64_t vs = chunks[k].vstage;
         for (int64_t mb = 0; mb < M; ++mb) {
-          if (vs > 0) PT_RETURN_IF_ERROR(p2p->PostRecv(Slot(c, step, false, k, mb), prev, rows * h));
-          if (vs < stages - 1) PT_RETURN_IF_ERROR(p2p->PostRecv(Slot(c, step, true, k, mb), next, rows * h));
+          const int64_t bytes = rows * h * SizeOf(dt);
+          if (vs > 0) PT_RETURN_IF_ERROR(p2p->PostRecv(Slot(c, step, false, k, mb), prev, bytes));
+          if (vs < stages - 1) PT_RETURN_IF_ERROR(p2p->PostRecv(Slot(c, step, true, k, mb), next, bytes));
         }
       }
     }
@@ -229,9 +270,10 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
           PT_ASSIGN_OR_RETURN(x, ch.embedding->Forward(ids));
           PT_ASSIGN_OR_RETURN(f.ids, be->Empty({static_cast<int64_t>(ids.size())}, DType::kI32,
                                                MemoryTag::kActivations));
-          std::memcpy(f.ids.data(), ids.data(), ids.size() * sizeof(int32_t));
+          PT_RETURN_IF_ERROR(be->CopyBytes(f.ids.data(), ids.data(), ids.size() * sizeof(int32_t),
+                                           Backend::CopyKind::kHostToBackend));
         } else {
-          PT_ASSIGN_OR_RETURN(x, p2p->Take(Slot(c, step, false, op.chunk, op.micro_batch), *be, {rows, h}));
+          PT_ASSIGN_OR_RETURN(x, p2p->Take(Slot(c, step, false, op.chunk, op.micro_batch), *be, {rows, h}, dt));
         }
         f.saved.resize(ch.layers.size());
         for (size_t l = 0; l < ch.layers.size(); ++l) {
@@ -245,7 +287,7 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
           loss_sum += loss;
           PT_ASSIGN_OR_RETURN(f.dy, ch.output->Backward());
         } else {
-          PT_RETURN_IF_ERROR(p2p->Send(x, next, Slot(c, step, false, op.chunk + (next == 0 ? 1 : 0),
+          PT_RETURN_IF_ERROR(p2p->Send(*be, x, next, Slot(c, step, false, op.chunk + (next == 0 ? 1 : 0),
                                                      op.micro_batch)));
         }
       } else {
@@ -253,7 +295,7 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
         if (ch.output) {
           dy = std::move(f.dy);
         } else {
-          PT_ASSIGN_OR_RETURN(dy, p2p->Take(Slot(c, step, true, op.chunk, op.micro_batch), *be, {rows, h}));
+          PT_ASSIGN_OR_RETURN(dy, p2p->Take(Slot(c, step, true, op.chunk, op.micro_batch), *be, {rows, h}, dt));
         }
         for (size_t l = ch.layers.size(); l-- > 0;) {
           MutableSaved(*ch.layers[l]) = std::move(f.saved[l]);
@@ -266,11 +308,11 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
           }
           Parameter& w = ch.embedding->weight();
           const int64_t vl = w.value.dim(0), start = me.tp * vl;
-          PT_RETURN_IF_ERROR(be->EmbeddingBackward(DType::kF32, w.grad.data(), f.ids.data_as<int32_t>(),
+          PT_RETURN_IF_ERROR(be->EmbeddingBackward(dt, w.grad.data(), f.ids.data_as<int32_t>(),
                                                    full.data(), full.dim(0), full.dim(1), start,
                                                    start + vl));
         } else {
-          PT_RETURN_IF_ERROR(p2p->Send(dy, prev, Slot(c, step, true, op.chunk - (prev == c.pp - 1 ? 1 : 0),
+          PT_RETURN_IF_ERROR(p2p->Send(*be, dy, prev, Slot(c, step, true, op.chunk - (prev == c.pp - 1 ? 1 : 0),
                                                       op.micro_batch)));
         }
         f = InFlight();
@@ -281,43 +323,48 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, std::shared_ptr<GlooRen
       for (auto& l : ch.layers) PT_RETURN_IF_ERROR(l->FinishGradients());
       if (ch.output && c.sequence_parallel && c.tp > 1) {
         for (Parameter* p : ch.output->Parameters()) {
-          if (p->replicated) PT_RETURN_IF_ERROR(tp->AllReduce(p->grad.data(), p->grad.numel(), DType::kF32));
+          if (p->replicated) PT_RETURN_IF_ERROR(tp->AllReduce(p->grad.data(), p->grad.numel(), dt));
         }
       }
     }
     const float scale = 1.0f / static_cast<float>(M * c.dp);
-    auto since = [](std::chrono::steady_clock::time_point t) {
+    // Phase times read the clock after the backend's queued work is done.
+    auto since = [&be](std::chrono::steady_clock::time_point t) -> absl::StatusOr<double> {
+      PT_RETURN_IF_ERROR(be->Synchronize());
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
     };
+    auto now = [&be]() -> absl::StatusOr<std::chrono::steady_clock::time_point> {
+      PT_RETURN_IF_ERROR(be->Synchronize());
+      return std::chrono::steady_clock::now();
+    };
     double dp_s = 0, opt_s = 0;
+    // The gradients this rank's optimizer updates: its chunk of the reduce-scattered buffer
+    // (distributed optimizer) or the whole all-reduced buffer.
+    void* const grads = flat_grad.at(opt_first);
+    PT_ASSIGN_OR_RETURN(auto t, now());
     if (c.distributed_optimizer) {
-      auto t = std::chrono::steady_clock::now();
-      float* sg = flat_grad.data_as<float>() + me.dp * shard;
-      float* sp = flat_param.data_as<float>() + me.dp * shard;
-      PT_RETURN_IF_ERROR(dp->ReduceScatter(flat_grad.data(), sg, shard, DType::kF32));
-      dp_s += since(t);
-      t = std::chrono::steady_clock::now();
-      for (int64_t i = 0; i < shard; ++i) sg[i] *= scale;
-      PT_RETURN_IF_ERROR(be->AdamW(DType::kF32, sp, sg, opt_m.data_as<float>(), opt_v.data_as<float>(),
-                                   shard, c.lr, c.beta1, c.beta2, c.adam_eps, c.weight_decay, step + 1));
-      opt_s += since(t);
-      t = std::chrono::steady_clock::now();
-      PT_RETURN_IF_ERROR(dp->AllGather(sp, flat_param.data(), shard, DType::kF32));
-      dp_s += since(t);
+      PT_RETURN_IF_ERROR(dp->ReduceScatter(flat_grad.data(), grads, shard, dt));
     } else {
-      auto t = std::chrono::steady_clock::now();
-      PT_RETURN_IF_ERROR(dp->AllReduce(flat_grad.data(), numel, DType::kF32));
-      dp_s += since(t);
-      t = std::chrono::steady_clock::now();
-      float* gp = flat_grad.data_as<float>();
-      for (int64_t j = 0; j < numel; ++j) gp[j] *= scale;
-      PT_RETURN_IF_ERROR(be->AdamW(DType::kF32, flat_param.data_as<float>(), gp, opt_m.data_as<float>(),
-                                   opt_v.data_as<float>(), numel, c.lr, c.beta1, c.beta2, c.adam_eps,
-                                   c.weight_decay, step + 1));
-      opt_s += since(t);
+      PT_RETURN_IF_ERROR(dp->AllReduce(flat_grad.data(), numel, dt));
+    }
+    PT_ASSIGN_OR_RETURN(double s1, since(t));
+    dp_s += s1;
+    PT_ASSIGN_OR_RETURN(t, now());
+    PT_RETURN_IF_ERROR(be->Scale(dt, grads, scale, opt_n));
+    PT_RETURN_IF_ERROR(be->AdamW(dt, updated, grads, opt_m.data_as<float>(), opt_v.data_as<float>(),
+                                 opt_n, c.lr, c.beta1, c.beta2, c.adam_eps, c.weight_decay, step + 1));
+    if (mixed) PT_RETURN_IF_ERROR(be->Cast(dt, flat_param.at(opt_first), DType::kF32, updated, opt_n));
+    PT_ASSIGN_OR_RETURN(double s2, since(t));
+    opt_s += s2;
+    if (c.distributed_optimizer) {
+      PT_ASSIGN_OR_RETURN(t, now());
+      PT_RETURN_IF_ERROR(dp->AllGather(flat_param.at(opt_first), flat_param.data(), shard, dt));
+      PT_ASSIGN_OR_RETURN(double s3, since(t));
+      dp_s += s3;
     }
     result->dp_seconds.push_back(dp_s);
     result->optimizer_seconds.push_back(opt_s);
+    PT_RETURN_IF_ERROR(be->Synchronize());
     times[step] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     losses[step] = loss_sum / static_cast<double>(M);
   }
@@ -361,6 +408,14 @@ absl::Status TrainConfig::Validate() const {
   PT_RETURN_IF_ERROR(positive("vp", vp));
   PT_RETURN_IF_ERROR(positive("steps", steps));
   PT_RETURN_IF_ERROR(positive("vocab_size", shape.vocab_size));
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype (", DTypeName(dtype), ") must be fp32, bf16 or fp16"));
+  }
+  if (dtype != DType::kF32 && backend != BackendKind::kCuda) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype (", DTypeName(dtype), ") needs the cuda backend; the cpu backend trains in fp32"));
+  }
   if (num_layers % (pp * vp) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("pp·vp (", pp * vp, ") must divide num_layers (",
                                                    num_layers, ")"));
@@ -384,6 +439,7 @@ absl::Status TrainConfig::Validate() const {
   lc.seq_length = seq_length;
   lc.recompute = recompute;
   lc.flash_attention = flash_attention;
+  lc.dtype = dtype;
   return lc.Validate();
 }
 
@@ -456,7 +512,11 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, int64_t first
                                                    ") must lie in [0, world size (",
                                                    config.world_size(), "))"));
   }
-  SetBlasThreads(std::max(1, config.threads_per_rank));
+  if (config.backend == BackendKind::kCuda) {
+    PT_RETURN_IF_ERROR(CheckCudaDevicesForRanks(count));
+  } else {
+    SetBlasThreads(std::max(1, config.threads_per_rank));
+  }
   TrainResult out;
   out.ranks.resize(count);
   std::vector<absl::Status> status(count);
@@ -465,7 +525,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, int64_t first
   for (int64_t i = 0; i < count; ++i) {
     out.ranks[i].rank = first_rank + i;
     threads.emplace_back([&, i] {
-      status[i] = RunRank(config, first_rank + i, rendezvous, &out.ranks[i], &losses[i], &times[i]);
+      status[i] = RunRank(config, first_rank + i, static_cast<int>(i), rendezvous, &out.ranks[i],
+                          &losses[i], &times[i]);
     });
   }
   for (auto& t : threads) t.join();

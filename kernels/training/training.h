@@ -19,8 +19,10 @@
 // deadlock; a received buffer is copied into a tracked tensor when its op runs, so the
 // tracking allocator's peak counts it from then on, as Megatron's receive buffer.
 //
-// CPU only for now (Gloo); the CUDA backend is not wired in (MakeBackend answers
-// UNIMPLEMENTED for it).
+// Backends: CPU (fp32; Gloo for every group) or CUDA (one device per rank, numbered from 0
+// in each process: fp32, or bf16/fp16 weights, activations and gradients with fp32 master
+// weights and Adam state; NCCL for the TP and DP groups; the point-to-point messages and the
+// end-of-run world exchange are staged through host memory over Gloo).
 #ifndef PARATUNE_KERNELS_TRAINING_TRAINING_H_
 #define PARATUNE_KERNELS_TRAINING_TRAINING_H_
 
@@ -32,7 +34,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/communicator.h"
+#include "kernels/dtype.h"
 #include "kernels/layer_config.h"
+#include "kernels/step_runner.h"
 
 namespace paratune::kernels::training {
 
@@ -52,6 +56,10 @@ struct TrainConfig {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f, weight_decay = 0.01f;
   uint64_t seed = 1234;
   int threads_per_rank = 1;           ///< CPU backend elementwise threads.
+  BackendKind backend = BackendKind::kCpu;
+  /// Weights, activations and gradients: fp32 (either backend) or bf16/fp16 (CUDA; fp32
+  /// master weights in the optimizer, as Megatron's mixed precision).
+  DType dtype = DType::kF32;
 
   int64_t world_size() const { return tp * pp * dp; }
   /// First violated rule, e.g. `pp·vp (6) must divide num_layers (4)`.

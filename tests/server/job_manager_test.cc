@@ -809,13 +809,14 @@ TEST_F(JobManagerTest, LayoutsNoWorkersCanHostSayWhyAndSmallWorkersGetNoLargePar
   EXPECT_EQ(Results(on_gpu).ranked(0).verification().status(),
             "not verified: needs 4 ranks, no worker of device kind a100-80gb is registered");
 
-  // bf16 is not what kernels/training trains: said, not run.
+  // bf16 trains on CUDA workers only; only CPU workers are registered: said, not run.
   v1::JobSpec bf16 = VerifySpec(1);
   bf16.mutable_training()->set_precision("bf16");
   const std::string other = SubmitSpec(bf16);
   EXPECT_EQ(Get(other).state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(Results(other).ranked(0).verification().status(),
-            "not verified: kernels/training trains in fp32; the spec's precision is bf16");
+            "not verified: kernels/training trains bf16 on CUDA workers only; the 1 registered "
+            "worker(s) are CPU workers");
 
   // A 2-rank part waits for a 2-device worker; the 1-device one is not offered it.
   v1::JobSpec two = VerifySpec(2);

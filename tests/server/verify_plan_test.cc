@@ -56,12 +56,24 @@ TEST(PlaceVerifyRun, TooFewDevicesOrTooLittleMemorySaySo) {
   EXPECT_TRUE(p.parts.empty());
   EXPECT_EQ(p.reason,
             "needs 4 ranks of 3.00 GiB (predicted peak), workers have memory for 2 of their 4");
-  // kernels/training is CPU-only.
-  p = PlaceVerifyRun(1, kGiB, {{"g", "cuda", 8, static_cast<int64_t>(80 * kGiB)}});
+  // A CUDA worker's ranks have a device each: 8 ranks of 50 GiB fit on 8 × 80 GB devices
+  // (not in its 64 GiB of host memory), 90 GiB per rank on none.
+  const VerifyHost gpu{"g", "cuda", 8, static_cast<int64_t>(64 * kGiB),
+                       static_cast<int64_t>(80 * kGiB)};
+  EXPECT_EQ(PlaceVerifyRun(8, 50 * kGiB, {gpu}, "bf16").parts, Parts({{0, 8}}));
+  p = PlaceVerifyRun(1, 90 * kGiB, {gpu}, "bf16");
   EXPECT_TRUE(p.parts.empty());
   EXPECT_EQ(p.reason,
-            "kernels/training runs on CPU workers only; the 1 registered worker(s) are not CPU "
-            "workers");
+            "needs 1 ranks of 90.00 GiB (predicted peak), workers have memory for 0 of their 8");
+  // 16-bit training needs CUDA workers; an fp32 spec prefers the CPU workers it is given.
+  p = PlaceVerifyRun(1, kGiB, {Cpu("a", 2)}, "bf16");
+  EXPECT_TRUE(p.parts.empty());
+  EXPECT_EQ(p.reason,
+            "kernels/training trains bf16 on CUDA workers only; the 1 registered worker(s) are "
+            "CPU workers");
+  EXPECT_EQ(PlaceVerifyRun(2, kGiB, {gpu, Cpu("a", 2)}, "bf16").parts, Parts({{0, 2}}));
+  EXPECT_EQ(PlaceVerifyRun(4, kGiB, {Cpu("a", 2), gpu}, "fp32").reason,
+            "needs 4 ranks, workers offer 2");
 }
 
 JobSpec TinySpec() {
@@ -112,6 +124,7 @@ TEST(MakeVerifyTask, CarriesTheLayoutTheModelAndThePart) {
   EXPECT_EQ(t.recompute(), "selective");
   EXPECT_EQ(t.steps(), 3);
   EXPECT_EQ(t.layout_rank(), 3);
+  EXPECT_EQ(t.dtype(), "fp32");
   // A part that holds every rank meets in process: no namespace.
   EXPECT_EQ(MakeVerifyTask(TinySpec(), Ranked(1, 1, 2, 1), {0, 2}, o, "ns-1")
                 .rendezvous_namespace(),
@@ -122,8 +135,10 @@ TEST(VerifyUnsupportedReason, NamesWhatTheTrainerCannotDo) {
   JobSpec s = TinySpec();
   EXPECT_EQ(VerifyUnsupportedReason(s, Ranked(1, 1, 2, 1).config()), "");
   s.training.precision = Precision::kBf16;
+  EXPECT_EQ(VerifyUnsupportedReason(s, Ranked(1, 1, 2, 1).config()), "");
+  s.training.precision = Precision::kFp8;
   EXPECT_EQ(VerifyUnsupportedReason(s, Ranked(1, 1, 2, 1).config()),
-            "kernels/training trains in fp32; the spec's precision is bf16");
+            "kernels/training trains fp32, bf16 or fp16; the spec's precision is fp8");
   s = TinySpec();
   v1::ParallelConfig cp = Ranked(1, 1, 1, 1).config();
   cp.set_cp(2);

@@ -144,6 +144,19 @@ TEST(TrainingTest, RejectsLayersNotDivisibleByStages) {
   EXPECT_NE(s.message().find("num_layers"), std::string::npos) << s;
 }
 
+TEST(TrainingTest, SixteenBitTrainingNeedsTheCudaBackend) {
+  TrainConfig c = Tiny();
+  c.dtype = DType::kBF16;
+  const absl::Status s = c.Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("dtype (bf16) needs the cuda backend"), std::string::npos) << s;
+  c.dtype = DType::kF64;
+  EXPECT_NE(c.Validate().message().find("must be fp32, bf16 or fp16"), std::string::npos);
+  c.dtype = DType::kBF16;
+  c.backend = BackendKind::kCuda;
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+}
+
 TEST(TrainingTest, RankOrderIsTpThenDpThenPp) {
   TrainConfig c = Tiny();
   c.tp = 2;

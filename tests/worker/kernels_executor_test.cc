@@ -383,6 +383,15 @@ TEST(KernelsExecutorVerify, GangPartsNeedARendezvousAndFailWhenPeersNeverCome) {
   EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
   EXPECT_EQ(r.message(),
             "kernels/training cannot run this layout: pp·vp (3) must divide num_layers (4)");
+  // A 16-bit spec is trained on CUDA workers only; fp8 by none.
+  v1::ProfileTask half = VerifyTask(0, 2);
+  half.mutable_verify()->set_dtype("bf16");
+  r = CreateKernelsExecutor(CpuSlots(2))->Execute(half, cancel);
+  EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
+  EXPECT_EQ(r.message(), "dtype bf16 needs the CUDA backend; this worker is CPU-only");
+  half.mutable_verify()->set_dtype("fp8");
+  r = CreateKernelsExecutor(CpuSlots(2))->Execute(half, cancel);
+  EXPECT_EQ(r.message(), "dtype fp8 is not implemented by the kernels");
 }
 
 }  // namespace
