@@ -499,6 +499,7 @@ absl::Status JobManager::StartVerifyLocked(JobEntry& job) {
       t.task.set_key(absl::StrCat("verify/", r.rank(), "/", part.first_rank, "+",
                                   part.rank_count));
       *t.task.mutable_verify() = MakeVerifyTask(job.spec, r, part, options_.verify, ns);
+      t.task.mutable_verify()->set_backend(placement.backend);
       tasks.push_back(std::move(t));
     }
   }
@@ -1035,12 +1036,13 @@ absl::StatusOr<v1::LeaseTaskResponse> JobManager::LeaseTask(const v1::LeaseTaskR
     w.lost = false;
     w.info.set_last_heartbeat_unix_ms(now);
     if (stopping_) return v1::LeaseTaskResponse();
-    // A verify part needs its ranks' devices on one CPU worker. A profile task needing more
+    // A verify part needs its ranks' devices on one worker of the backend it was placed
+    // for (CPU, or CUDA for 16-bit specs). A profile task needing more
     // ranks than this worker has waits for a registered worker of its kind that has them;
     // when none has, this worker takes it and answers UNSUPPORTED with the reason. A worker
     // that registered no devices is not held back (its count is unknown).
     const int64_t devices = w.info.devices_size();
-    const bool cpu = w.info.backend() == "cpu";
+    const std::string& backend = w.info.backend();
     int64_t largest = 0;
     for (const auto& [id, other] : workers_) {
       if (!other.lost && other.info.device_kind() == w.info.device_kind()) {
@@ -1049,7 +1051,10 @@ absl::StatusOr<v1::LeaseTaskResponse> JobManager::LeaseTask(const v1::LeaseTaskR
     }
     std::optional<v1::ProfileTask> task = queue_.Lease(
         request.worker_id(), w.info.device_kind(), now, [&](const v1::ProfileTask& t) {
-          if (t.has_verify()) return cpu && t.verify().rank_count() <= devices;
+          if (t.has_verify()) {
+            const std::string& want = t.verify().backend().empty() ? "cpu" : t.verify().backend();
+            return want == backend && t.verify().rank_count() <= devices;
+          }
           const int64_t need = RanksNeeded(t);
           return devices == 0 || need <= devices || need > largest;
         });

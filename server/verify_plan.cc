@@ -38,6 +38,7 @@ VerifyPlacement PlaceVerifyRun(int64_t world, double bytes_per_rank,
   for (const VerifyHost& h : all_hosts) (h.backend == "cpu" ? cpu : cuda) += 1;
   const bool sixteen_bit = precision != "fp32";
   const std::string backend = cpu > 0 && !sixteen_bit ? "cpu" : "cuda";
+  out.backend = backend;
   std::vector<VerifyHost> hosts;
   for (const VerifyHost& h : all_hosts) {
     if ((h.backend == "cpu") == (backend == "cpu")) hosts.push_back(h);

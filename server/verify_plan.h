@@ -44,6 +44,7 @@ struct VerifyPart {
 struct VerifyPlacement {
   std::vector<VerifyPart> parts;
   std::string reason;
+  std::string backend;  ///< "cpu" | "cuda": the workers the parts run on.
 };
 
 /// Splits `world` ranks of `bytes_per_rank` each over `hosts` (see the file comment);

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   c.shape.vocab_size = 128;
   c.num_layers = 4;
   c.seq_length = 32;
-  std::string ranks, store, recompute = "none";
+  std::string ranks, store, recompute = "none", backend = "cpu", dtype = "fp32";
   CLI::App app{"paratune-train: ranks of one multi-process training job"};
   app.add_option("--hidden", c.shape.hidden_size, "hidden size h");
   app.add_option("--heads", c.shape.num_attention_heads, "attention heads a");
@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
   app.add_option("--steps", c.steps, "optimizer steps");
   app.add_option("--lr", c.lr, "AdamW learning rate");
   app.add_option("--seed", c.seed, "weights and data seed");
+  app.add_flag("--flash", c.flash_attention, "flash attention (no s×s scores stored)");
+  app.add_option("--backend", backend, "cpu | cuda (one device per rank of this process)");
+  app.add_option("--dtype", dtype, "fp32 | bf16 | fp16 (16-bit: cuda, fp32 master weights)");
   app.add_option("--ranks", ranks, "FIRST:COUNT ranks run here (default: all)");
   app.add_option("--store", store, "FileStore directory shared by the job's processes");
   CLI11_PARSE(app, argc, argv);
@@ -54,6 +57,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   c.recompute = *rm;
+  absl::StatusOr<k::BackendKind> bk = k::ParseBackendKind(backend);
+  if (!bk.ok()) {
+    std::cerr << "--backend: " << bk.status().message() << "\n";
+    return 2;
+  }
+  c.backend = *bk;
+  absl::StatusOr<k::DType> dt = k::ParseDType(dtype);
+  if (!dt.ok()) {
+    std::cerr << "--dtype: " << dt.status().message() << "\n";
+    return 2;
+  }
+  c.dtype = *dt;
   if (absl::Status s = c.Validate(); !s.ok()) {
     std::cerr << s.message() << "\n";
     return 2;

@@ -829,6 +829,38 @@ TEST_F(JobManagerTest, LayoutsNoWorkersCanHostSayWhyAndSmallWorkersGetNoLargePar
   EXPECT_EQ(part->verify().rank_count(), 2);
 }
 
+// A bf16 spec trains on CUDA workers: the parts carry the dtype and the backend, and a
+// CPU worker of the same device kind is not offered them.
+TEST_F(JobManagerTest, ASixteenBitVerifyRunsOnCudaWorkersOnly) {
+  Open(":memory:", [](const JobSpec&) -> absl::StatusOr<PlanResult> { return VerifyPlan(); });
+  v1::JobSpec spec = VerifySpec(1);
+  spec.mutable_training()->set_precision("bf16");
+  spec.mutable_cluster()->set_gpu("h100-sxm-80gb");
+  v1::RegisterRequest cpu;
+  cpu.mutable_worker()->set_device_kind("h100-sxm-80gb");
+  cpu.mutable_worker()->set_backend("cpu");
+  cpu.mutable_worker()->set_memory_bytes(int64_t{64} << 30);
+  for (int i = 0; i < 4; ++i) cpu.mutable_worker()->add_devices()->set_index(i);
+  const std::string host = manager_->Register(cpu)->worker_id();
+  v1::RegisterRequest gpu = cpu;
+  gpu.mutable_worker()->set_backend("cuda");
+  for (v1::Device& d : *gpu.mutable_worker()->mutable_devices()) {
+    d.set_memory_bytes(int64_t{80} << 30);
+  }
+  const std::string cuda = manager_->Register(gpu)->worker_id();
+  const std::string id = SubmitSpec(spec);
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_VERIFYING) << Get(id).error();
+  EXPECT_FALSE(Lease(host).has_value());
+  std::optional<v1::ProfileTask> t = Lease(cuda);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->verify().backend(), "cuda");
+  EXPECT_EQ(t->verify().dtype(), "bf16");
+  EXPECT_EQ(t->verify().rank_count(), 4);
+  EXPECT_TRUE(Report(cuda, VerifyResultFor(*t, cuda)).accepted());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(Results(id).ranked(0).verification().status(), "verified");
+}
+
 TEST_F(JobManagerTest, ACoordinatorRestartWhileVerifyingRestartsTheGangUnderANewNamespace) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("paratune_jm_verify_" + std::to_string(getpid()));

@@ -60,7 +60,10 @@ TEST(PlaceVerifyRun, TooFewDevicesOrTooLittleMemorySaySo) {
   // (not in its 64 GiB of host memory), 90 GiB per rank on none.
   const VerifyHost gpu{"g", "cuda", 8, static_cast<int64_t>(64 * kGiB),
                        static_cast<int64_t>(80 * kGiB)};
-  EXPECT_EQ(PlaceVerifyRun(8, 50 * kGiB, {gpu}, "bf16").parts, Parts({{0, 8}}));
+  p = PlaceVerifyRun(8, 50 * kGiB, {gpu}, "bf16");
+  EXPECT_EQ(p.parts, Parts({{0, 8}}));
+  EXPECT_EQ(p.backend, "cuda");
+  EXPECT_EQ(PlaceVerifyRun(2, kGiB, {Cpu("a", 2)}).backend, "cpu");
   p = PlaceVerifyRun(1, 90 * kGiB, {gpu}, "bf16");
   EXPECT_TRUE(p.parts.empty());
   EXPECT_EQ(p.reason,
