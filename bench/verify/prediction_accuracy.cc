@@ -529,6 +529,8 @@ int main(int argc, char** argv) {
     double meas_dp = 0, meas_opt = 0;
     double min_err = 0, max_err = 0;  ///< Over the rounds, signed, %.
     std::vector<std::pair<double, double>> rounds;  ///< (predicted, measured) s, in run order.
+    /// Per round: the composed breakdown and the measured step's DP and optimizer parts.
+    std::vector<std::pair<paratune::TimeBreakdown, Measured>> round_parts;
   };
   std::vector<Row> rows;
   std::vector<double> optimizer_rates;
@@ -547,8 +549,11 @@ int main(int argc, char** argv) {
     rows.push_back({ToParallel(layouts[i]).ToString(), pred.pred_s, meas.meas.iteration_s,
                     TrackedPeak(pred.composed.memory), meas.meas.peak_bytes, meas.meas.final_loss,
                     pred.composed.time, meas.meas.dp_s, meas.meas.optimizer_s,
-                    100.0 * (err(*lo) - 1.0), 100.0 * (err(*hi) - 1.0), {}});
-    for (const Round& x : rounds[i]) rows.back().rounds.emplace_back(x.pred_s, x.meas.iteration_s);
+                    100.0 * (err(*lo) - 1.0), 100.0 * (err(*hi) - 1.0), {}, {}});
+    for (const Round& x : rounds[i]) {
+      rows.back().rounds.emplace_back(x.pred_s, x.meas.iteration_s);
+      rows.back().round_parts.emplace_back(x.composed.time, x.meas);
+    }
   }
   const double optimizer_rate = Median(optimizer_rates);
   const double load_after = Load1();
@@ -575,6 +580,11 @@ int main(int argc, char** argv) {
                   {"host_cores", cores}, {"load_average_before", load_before},
                   {"load_average_after", load_after},
                   {"optimizer_s_per_param", optimizer_rate}};
+    const auto breakdown = [](const paratune::TimeBreakdown& t) {
+      return nlohmann::json{{"compute", t.compute},     {"tp_comm", t.tp_comm},
+                            {"pp_bubble", t.pp_bubble}, {"pp_p2p", t.pp_p2p},
+                            {"dp_comm", t.dp_comm},     {"optimizer", t.optimizer}};
+    };
     for (size_t i = 0; i < rows.size(); ++i) {
       j["layouts"].push_back({{"layout", rows[i].layout},
                               {"predicted_iteration_s", rows[i].pred_s},
@@ -589,13 +599,14 @@ int main(int argc, char** argv) {
                               {"final_loss", rows[i].loss},
                               {"measured_dp_s", rows[i].meas_dp},
                               {"measured_optimizer_s", rows[i].meas_opt},
-                              {"predicted_time_s",
-                               {{"compute", rows[i].pred_time.compute},
-                                {"tp_comm", rows[i].pred_time.tp_comm},
-                                {"pp_bubble", rows[i].pred_time.pp_bubble},
-                                {"pp_p2p", rows[i].pred_time.pp_p2p},
-                                {"dp_comm", rows[i].pred_time.dp_comm},
-                                {"optimizer", rows[i].pred_time.optimizer}}}});
+                              {"predicted_time_s", breakdown(rows[i].pred_time)}});
+      // Each round's parts, to tell which side and which part a spread comes from.
+      for (const auto& [pred, meas] : rows[i].round_parts) {
+        j["layouts"].back()["rounds_parts"].push_back(
+            {{"predicted_s", breakdown(pred)},
+             {"measured_s",
+              {{"iteration", meas.iteration_s}, {"dp", meas.dp_s}, {"optimizer", meas.optimizer_s}}}});
+      }
     }
     j["time_error_median_pct"] = med;
     j["time_error_max_pct"] = mx;
