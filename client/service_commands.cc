@@ -503,7 +503,10 @@ int Tune(const TuneArgs& a) {
     wopts.backend = a.backend;
     wopts.name = "tune-local";
     wopts.lease_wait_ms = 500;
-    wopts.log = [](std::string_view line) { std::cerr << "worker: " << line << "\n"; };
+    // One write per line: the worker's threads log concurrently.
+    wopts.log = [](std::string_view line) {
+      std::cerr << absl::StrCat("worker: ", absl::string_view(line.data(), line.size()), "\n");
+    };
     daemon = std::make_unique<worker::WorkerDaemon>(std::move(wopts));
     worker_thread = std::thread([&] {
       absl::Status s = daemon->Run();

@@ -11,6 +11,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/strings/str_cat.h"
+
 #include "search/planner.h"
 #include "server/auth.h"
 #include "server/clock.h"
@@ -155,16 +157,19 @@ int main(int argc, char** argv) {
   if (!port_file.empty()) {
     std::ofstream(port_file) << (*grpc)->port() << " " << bound_http << "\n";
   }
-  std::cerr << "paratune-coordinator: gRPC on " << bind << ":" << (*grpc)->port();
-  if (bound_http >= 0) std::cerr << ", HTTP on " << bind << ":" << bound_http;
-  std::cerr << ", database " << db << "\n";
+  // Whole lines in one write each (other threads may log at the same moment).
+  std::cerr << absl::StrCat("paratune-coordinator: gRPC on ", bind, ":", (*grpc)->port(),
+                            bound_http >= 0 ? absl::StrCat(", HTTP on ", bind, ":", bound_http)
+                                            : std::string(),
+                            ", database ", db, "\n");
 
   int sig = 0;
   sigwait(&signals, &sig);
-  std::cerr << "paratune-coordinator: signal " << sig << ", shutting down\n";
+  std::cerr << absl::StrCat("paratune-coordinator: signal ", sig, ", shutting down\n");
   if (rest) rest->Stop();
   (*manager)->Shutdown();  // Ends watches and long-polls so that the server can drain.
   rendezvous.Shutdown();   // Ends waiting rendezvous Gets.
   (*grpc)->Shutdown(/*grace_ms=*/2000);
   return 0;
 }
+

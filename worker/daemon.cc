@@ -79,7 +79,10 @@ void DefaultLog(std::string_view line) {
   gmtime_r(&now, &tm);
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  std::cerr << stamp << " paratune-worker: " << line << '\n';
+  // One write per line: the signal thread and the daemon's threads log at once, and
+  // std::cerr writes each << piece separately.
+  std::cerr << absl::StrCat(stamp, " paratune-worker: ",
+                            absl::string_view(line.data(), line.size()), "\n");
 }
 
 constexpr int kMaxReportRejections = 5;

@@ -24,6 +24,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "worker/daemon.h"
 #include "worker/device_discovery.h"
 
@@ -216,8 +217,10 @@ int main(int argc, char** argv) {
       if (poll(&fd, 1, 200) <= 0) continue;
       unsigned char sig = 0;
       if (read(pipe_fds[0], &sig, 1) != 1) continue;
-      std::cerr << "paratune-worker: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
-                << ": stopping\n";
+      // One write: the daemon's threads may log at the same moment (std::cerr writes each
+      // << piece separately, and a line split by theirs was seen in CI).
+      std::cerr << absl::StrCat("paratune-worker: ", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                                ": stopping\n");
       daemon.Stop();
     }
   });
