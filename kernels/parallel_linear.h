@@ -77,8 +77,17 @@ class RowParallelLinear {
   bool sequence_parallel_ = false;
 };
 
-/// Deterministic init value in [-1, 1) for element `index` of parameter `name`.
-double InitUniform(uint64_t seed, const std::string& name, int64_t index);
+/// Deterministic init values in [-1, 1) of parameter `name`: the name is hashed once, so a
+/// parameter of many elements does not hash it per element.
+class UniformInit {
+ public:
+  UniformInit(uint64_t seed, const std::string& name);
+  /// The value of element `index`.
+  double operator()(int64_t index) const;
+
+ private:
+  uint64_t key_;
+};
 
 }  // namespace paratune::kernels
 

@@ -80,10 +80,10 @@ absl::Status TransformerLayer::Init() {
   for (int64_t i = 0; i < h; ++i) identity[i] = i;
   const uint64_t seed = config_.seed;
   auto gamma = [seed](const std::string& name) {
-    return [seed, name](int64_t i) { return 1.0 + 0.1 * InitUniform(seed, name, i); };
+    return [u = UniformInit(seed, name)](int64_t i) { return 1.0 + 0.1 * u(i); };
   };
   auto beta = [seed](const std::string& name) {
-    return [seed, name](int64_t i) { return 0.1 * InitUniform(seed, name, i); };
+    return [u = UniformInit(seed, name)](int64_t i) { return 0.1 * u(i); };
   };
   PT_ASSIGN_OR_RETURN(norm1_w_, MakeParameter(*ctx_.backend, "norm1.weight", {h}, dt, h,
                                               identity, true, gamma("norm1.weight")));

@@ -34,9 +34,8 @@ absl::StatusOr<std::unique_ptr<VocabParallelEmbedding>> VocabParallelEmbedding::
   for (int64_t i = 0; i < v * h; ++i) index[i] = start * h + i;
   PT_ASSIGN_OR_RETURN(e->table_,
                       MakeParameter(*ctx.backend, "embedding.weight", {v, h}, config.dtype,
-                                    config.shape.vocab_size * h, index, false, [&](int64_t g) {
-                                      return InitUniform(config.seed, "embedding.weight", g);
-                                    }));
+                                    config.shape.vocab_size * h, index, false,
+                                    UniformInit(config.seed, "embedding.weight")));
   return e;
 }
 

@@ -1053,7 +1053,7 @@ absl::StatusOr<v1::LeaseTaskResponse> JobManager::LeaseTask(const v1::LeaseTaskR
         request.worker_id(), w.info.device_kind(), now, [&](const v1::ProfileTask& t) {
           if (t.has_verify()) {
             const std::string& want = t.verify().backend().empty() ? "cpu" : t.verify().backend();
-            return want == backend && t.verify().rank_count() <= devices;
+            return want == backend && RanksNeeded(t) <= devices;
           }
           const int64_t need = RanksNeeded(t);
           return devices == 0 || need <= devices || need > largest;

@@ -528,9 +528,7 @@ int main(int argc, char** argv) {
     paratune::TimeBreakdown pred_time;
     double meas_dp = 0, meas_opt = 0;
     double min_err = 0, max_err = 0;  ///< Over the rounds, signed, %.
-    std::vector<std::pair<double, double>> rounds;  ///< (predicted, measured) s, in run order.
-    /// Per round: the composed breakdown and the measured step's DP and optimizer parts.
-    std::vector<std::pair<paratune::TimeBreakdown, Measured>> round_parts;
+    std::vector<Round> rounds;  ///< In run order.
   };
   std::vector<Row> rows;
   std::vector<double> optimizer_rates;
@@ -549,11 +547,7 @@ int main(int argc, char** argv) {
     rows.push_back({ToParallel(layouts[i]).ToString(), pred.pred_s, meas.meas.iteration_s,
                     TrackedPeak(pred.composed.memory), meas.meas.peak_bytes, meas.meas.final_loss,
                     pred.composed.time, meas.meas.dp_s, meas.meas.optimizer_s,
-                    100.0 * (err(*lo) - 1.0), 100.0 * (err(*hi) - 1.0), {}, {}});
-    for (const Round& x : rounds[i]) {
-      rows.back().rounds.emplace_back(x.pred_s, x.meas.iteration_s);
-      rows.back().round_parts.emplace_back(x.composed.time, x.meas);
-    }
+                    100.0 * (err(*lo) - 1.0), 100.0 * (err(*hi) - 1.0), rs});
   }
   const double optimizer_rate = Median(optimizer_rates);
   const double load_after = Load1();
@@ -592,7 +586,7 @@ int main(int argc, char** argv) {
                               {"time_error_pct", terr[i]},
                               {"time_error_rounds_min_pct", rows[i].min_err},
                               {"time_error_rounds_max_pct", rows[i].max_err},
-                              {"rounds_predicted_measured_s", rows[i].rounds},
+                              {"rounds_predicted_measured_s", nlohmann::json::array()},
                               {"predicted_peak_bytes", rows[i].pred_mem},
                               {"measured_peak_bytes", rows[i].meas_mem},
                               {"memory_error_pct", merr[i]},
@@ -601,11 +595,14 @@ int main(int argc, char** argv) {
                               {"measured_optimizer_s", rows[i].meas_opt},
                               {"predicted_time_s", breakdown(rows[i].pred_time)}});
       // Each round's parts, to tell which side and which part a spread comes from.
-      for (const auto& [pred, meas] : rows[i].round_parts) {
-        j["layouts"].back()["rounds_parts"].push_back(
-            {{"predicted_s", breakdown(pred)},
-             {"measured_s",
-              {{"iteration", meas.iteration_s}, {"dp", meas.dp_s}, {"optimizer", meas.optimizer_s}}}});
+      nlohmann::json& out = j["layouts"].back();
+      for (const Round& x : rows[i].rounds) {
+        out["rounds_predicted_measured_s"].push_back({x.pred_s, x.meas.iteration_s});
+        out["rounds_parts"].push_back({{"predicted_s", breakdown(x.composed.time)},
+                                       {"measured_s",
+                                        {{"iteration", x.meas.iteration_s},
+                                         {"dp", x.meas.dp_s},
+                                         {"optimizer", x.meas.optimizer_s}}}});
       }
     }
     j["time_error_median_pct"] = med;

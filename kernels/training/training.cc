@@ -328,44 +328,38 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
       }
     }
     const float scale = 1.0f / static_cast<float>(M * c.dp);
-    // Phase times read the clock after the backend's queued work is done.
-    auto since = [&be](std::chrono::steady_clock::time_point t) -> absl::StatusOr<double> {
+    // Phase times: each lap waits for the backend's queued work, then reads the clock.
+    PT_RETURN_IF_ERROR(be->Synchronize());
+    auto mark = std::chrono::steady_clock::now();
+    auto lap = [&]() -> absl::StatusOr<double> {
       PT_RETURN_IF_ERROR(be->Synchronize());
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+      const auto now = std::chrono::steady_clock::now();
+      const double s = std::chrono::duration<double>(now - mark).count();
+      mark = now;
+      return s;
     };
-    auto now = [&be]() -> absl::StatusOr<std::chrono::steady_clock::time_point> {
-      PT_RETURN_IF_ERROR(be->Synchronize());
-      return std::chrono::steady_clock::now();
-    };
-    double dp_s = 0, opt_s = 0;
     // The gradients this rank's optimizer updates: its chunk of the reduce-scattered buffer
     // (distributed optimizer) or the whole all-reduced buffer.
     void* const grads = flat_grad.at(opt_first);
-    PT_ASSIGN_OR_RETURN(auto t, now());
     if (c.distributed_optimizer) {
       PT_RETURN_IF_ERROR(dp->ReduceScatter(flat_grad.data(), grads, shard, dt));
     } else {
       PT_RETURN_IF_ERROR(dp->AllReduce(flat_grad.data(), numel, dt));
     }
-    PT_ASSIGN_OR_RETURN(double s1, since(t));
-    dp_s += s1;
-    PT_ASSIGN_OR_RETURN(t, now());
+    PT_ASSIGN_OR_RETURN(double dp_s, lap());
     PT_RETURN_IF_ERROR(be->Scale(dt, grads, scale, opt_n));
     PT_RETURN_IF_ERROR(be->AdamW(dt, updated, grads, opt_m.data_as<float>(), opt_v.data_as<float>(),
                                  opt_n, c.lr, c.beta1, c.beta2, c.adam_eps, c.weight_decay, step + 1));
     if (mixed) PT_RETURN_IF_ERROR(be->Cast(dt, flat_param.at(opt_first), DType::kF32, updated, opt_n));
-    PT_ASSIGN_OR_RETURN(double s2, since(t));
-    opt_s += s2;
+    PT_ASSIGN_OR_RETURN(const double opt_s, lap());
     if (c.distributed_optimizer) {
-      PT_ASSIGN_OR_RETURN(t, now());
       PT_RETURN_IF_ERROR(dp->AllGather(flat_param.at(opt_first), flat_param.data(), shard, dt));
-      PT_ASSIGN_OR_RETURN(double s3, since(t));
-      dp_s += s3;
+      PT_ASSIGN_OR_RETURN(const double gather_s, lap());
+      dp_s += gather_s;
     }
     result->dp_seconds.push_back(dp_s);
     result->optimizer_seconds.push_back(opt_s);
-    PT_RETURN_IF_ERROR(be->Synchronize());
-    times[step] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    times[step] = std::chrono::duration<double>(mark - t0).count();  // mark: after the last lap
     losses[step] = loss_sum / static_cast<double>(M);
   }
   result->step_seconds = times;
