@@ -58,7 +58,10 @@ struct StepConfig {
 
 /// Median, min and max seconds of one phase over the timed steps.
 struct PhaseTiming {
-  std::string phase;  ///< "forward" | "backward" | "recompute" | "tp_comm" | "total".
+  /// "forward" | "backward" | "recompute" | "tp_comm" | "total" (per micro-batch) |
+  /// "grad_sync" (per step: the TP all-reduce of the gradients of the parameters that
+  /// sequence parallelism replicates, the norms; 0 without SP).
+  std::string phase;
   double median_s = 0;
   double min_s = 0;
   double max_s = 0;

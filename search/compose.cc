@@ -79,6 +79,7 @@ LayerTime ToLayerTime(const LayerMeasurement& main, const LayerMeasurement* plai
   t.backward_tp_comm = fb.backward_s * fb_share;
   t.recompute = main.recompute_s * (1.0 - comm_share);
   t.recompute_tp_comm = main.recompute_s * comm_share;
+  t.grad_sync_tp_comm = fb.grad_sync_s;
   // Context parallelism is not part of the layer task: its exposed ring exchange stays
   // modelled.
   t.forward_cp_comm = modelled.forward_cp_comm;

@@ -38,6 +38,7 @@ struct LayerMeasurement {
   double backward_s = 0;   ///< Without the recompute forward.
   double recompute_s = 0;  ///< Re-running the forward before backward (0 without recompute).
   double tp_comm_s = 0;    ///< Part of forward + backward spent in TP communication.
+  double grad_sync_s = 0;  ///< Once per step: the SP-replicated gradients' TP all-reduce.
   double peak_bytes = 0;   ///< Largest per-rank peak of the tracking allocator.
   std::string message;     ///< Why it failed, or the OOM size.
 

@@ -42,6 +42,9 @@ struct Gemm {
 double Exposed(double comm, double window) { return std::max(0.0, comm - window); }
 double Hidden(double comm, double window) { return std::min(comm, window); }
 
+// Bytes of a gradient element: fp32 main gradients except with fp16 (Megatron's default).
+double GradBytes(Precision p) { return p == Precision::kFp16 ? 2.0 : 4.0; }
+
 }  // namespace
 
 LayerTime EstimateLayerTime(const ModelSpec& model, const TrainingSpec& training,
@@ -175,6 +178,12 @@ LayerTime EstimateLayerTime(const ModelSpec& model, const TrainingSpec& training
                               Exposed(rs, wgrad_qkv) + Exposed(rs, wgrad_fc1);
       out.backward_compute += slowdown * (Hidden(ag, dgrad_qkv) + Hidden(ag, dgrad_fc1) +
                                           Hidden(rs, wgrad_qkv) + Hidden(rs, wgrad_fc1));
+      // The two norms' weights (and LayerNorm's biases) are replicated over TP: their
+      // gradients are all-reduced once per step.
+      const double norm_params =
+          (model.normalization == Normalization::kLayerNorm ? 4.0 : 2.0) * h;
+      out.grad_sync_tp_comm =
+          AllReduceSeconds(norm_params * GradBytes(training.precision), config.tp, link);
     } else {
       const double ar = AllReduceSeconds(bytes, config.tp, link);
       out.forward_tp_comm = 2.0 * ar;  // After the projection and after FC2.
@@ -343,11 +352,16 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
   // reduced while the last micro-batch's backward runs; the last bucket is exposed.
   const int64_t dp_group = config.dp * config.cp;
   const Link dp_link = GroupLink(device, dp_group, config.tp, n);
-  const double grad_bytes = training.precision == Precision::kFp16 ? 2.0 : 4.0;
-  double iteration = 0, dp_on_critical = 0, optimizer = 0;
+  const double grad_bytes = GradBytes(training.precision);
+  double iteration = 0, dp_on_critical = 0, optimizer = 0, sync_on_critical = 0;
   int64_t critical = 0;
   for (int64_t r = 0; r < p; ++r) {
     const double params = StageParamsPerGpu(model, config, r);
+    // The SP-replicated norm gradients, once per step; the last stage's final norm is one
+    // more norm of the same shape (half a layer's two).
+    const double sync =
+        layer.grad_sync_tp_comm * (static_cast<double>(config.LayersOnStage(L, r)) +
+                                   (r == p - 1 ? 0.5 : 0.0));
     double exposed = 0;
     if (dp_group > 1) {
       auto reduce = [&](double count) {
@@ -385,12 +399,13 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
             ? measured->optimizer_seconds_per_param * params / shards
             : StreamSeconds(device, kOptimizerBytesPerParam * params / shards) +
                   20 * device.kernel_launch_s;
-    const double end = finish[r] + exposed + step;
+    const double end = finish[r] + sync + exposed + step;
     if (end > iteration) {
       iteration = end;
       critical = r;
       dp_on_critical = exposed;
       optimizer = step;
+      sync_on_critical = sync;
     }
   }
   // Tied embeddings split over the first and last stage: their gradients are all-reduced
@@ -421,7 +436,7 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
     if (critical == p - 1) compute += edge.logits_forward + edge.logits_backward;
   }
   out.time.compute = mb * compute;
-  out.time.tp_comm = mb * tp;
+  out.time.tp_comm = mb * tp + sync_on_critical;
   out.time.cp_comm = mb * cp;
   out.time.dp_comm = dp_on_critical + embedding_sync;
   out.time.optimizer = optimizer;

@@ -29,6 +29,10 @@ struct LayerTime {
   double recompute = 0;          ///< Forward work re-run before the backward.
   double recompute_tp_comm = 0;  ///< Its TP collectives (full recompute).
   double attention_forward = 0;  ///< The attention core's forward (part of forward_compute).
+  /// Once per step, not per micro-batch: the TP all-reduce of the gradients of the
+  /// parameters sequence parallelism replicates (the norms), after the last backward
+  /// (Megatron's finalize_model_grads). 0 without SP.
+  double grad_sync_tp_comm = 0;
   double Forward() const { return forward_compute + forward_tp_comm + forward_cp_comm; }
   /// Backward including the recompute forward.
   double Backward() const {

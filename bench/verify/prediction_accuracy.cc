@@ -237,6 +237,7 @@ absl::StatusOr<paratune::LayerMeasurement> MeasureLayer(const paratune::LayerPro
       if (p.phase == "backward") one.backward_s = p.median_s;
       if (p.phase == "recompute") one.recompute_s = p.median_s;
       if (p.phase == "tp_comm") one.tp_comm_s = p.median_s;
+      if (p.phase == "grad_sync") one.grad_sync_s = p.median_s;
     }
     for (int64_t b : r->peak_bytes_per_rank) one.peak_bytes = std::max(one.peak_bytes, double(b));
     if (one.LayerSeconds() > m.LayerSeconds()) m = one;
@@ -376,6 +377,20 @@ double TrackedPeak(const paratune::MemoryBreakdown& m) {
   return m.weights + m.gradients + m.optimizer + m.activations + transient;
 }
 
+// The measured layer tasks of a round (seconds per micro-batch), by role.
+nlohmann::json TasksJson(const paratune::Measurements& m) {
+  const auto one = [](const paratune::LayerMeasurement& x) {
+    return nlohmann::json{{"forward", x.forward_s}, {"backward", x.backward_s},
+                          {"recompute", x.recompute_s}, {"tp_comm", x.tp_comm_s},
+                          {"grad_sync", x.grad_sync_s}};
+  };
+  nlohmann::json j;
+  for (const auto& [key, x] : m.layers) j["layer " + key] = one(x);
+  for (const auto& [key, x] : m.first_stage) j["first_stage"] = one(x);
+  for (const auto& [key, x] : m.last_stage) j["last_stage"] = one(x);
+  return j;
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -463,6 +478,7 @@ int main(int argc, char** argv) {
     paratune::RankedConfig composed;
     Measured meas;
     double optimizer_s_per_param = 0;
+    paratune::Measurements tasks;  ///< What the prediction was composed from.
   };
   std::map<size_t, std::vector<Round>> rounds;
   auto measure_for = [&](const ParallelConfig& pc) -> absl::StatusOr<paratune::Measurements> {
@@ -518,7 +534,7 @@ int main(int argc, char** argv) {
         return 1;
       }
       rounds[i].push_back({composed->iteration_time_s, *composed, *one,
-                           m->optimizer_seconds_per_param});
+                           m->optimizer_seconds_per_param, *std::move(m)});
     }
   }
 
@@ -602,7 +618,8 @@ int main(int argc, char** argv) {
                                        {"measured_s",
                                         {{"iteration", x.meas.iteration_s},
                                          {"dp", x.meas.dp_s},
-                                         {"optimizer", x.meas.optimizer_s}}}});
+                                         {"optimizer", x.meas.optimizer_s}}},
+                                       {"tasks", TasksJson(x.tasks)}});
       }
     }
     j["time_error_median_pct"] = med;

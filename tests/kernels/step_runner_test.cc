@@ -51,6 +51,26 @@ TEST(StepRunnerTest, ReportsPhasesMemoryAndFlops) {
                    3.0 * (2.0 * s * b * (4 * h * h + 2 * h * f) + 4.0 * b * s * s * h) / t);
 }
 
+// The SP norm-gradient all-reduce is its own per-step phase (the trainer runs it once per
+// step, not per micro-batch): measured with SP at tp 2, exactly absent without SP (no
+// collective is issued, so nothing but a clock read is timed).
+TEST(StepRunnerTest, GradSyncIsTimedApartAndOnlyWithSequenceParallelism) {
+  StepConfig c = Tiny();
+  c.layer.tp = 2;
+  c.layer.hidden_dropout = c.layer.attention_dropout = 0;
+  double sync[2];
+  for (int sp = 0; sp < 2; ++sp) {
+    c.layer.sequence_parallel = sp == 1;
+    auto r = RunLayerStep(c);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const PhaseTiming* p = r->Find("grad_sync");
+    ASSERT_NE(p, nullptr);
+    sync[sp] = p->median_s;
+  }
+  EXPECT_LT(sync[0], 1e-4);
+  EXPECT_GT(sync[1], sync[0]);
+}
+
 TEST(StepRunnerTest, OutOfMemoryIsAResultWithTheBytesRequested) {
   StepConfig c = Tiny();
   c.capacity_bytes_per_rank = 100;  // below the first weight (norm1.weight: 32 floats)

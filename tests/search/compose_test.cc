@@ -121,6 +121,26 @@ TEST(ComposeTest, PipelineAddsOneFOneBFillAndDrain) {
   EXPECT_NEAR(r->time.pp_bubble + r->time.pp_p2p, 0.060, 2e-3);
 }
 
+// The measured grad_sync phase (SP norm gradients) enters once per step: 4 layers and the
+// final norm (half a layer's two), not once per micro-batch.
+TEST(ComposeTest, MeasuredGradSyncIsAddedOncePerStep) {
+  const JobSpec spec = Spec();
+  ProfilePlanOptions options;
+  const RankedConfig modelled = Candidate(2, 1, 1, 1.0, 0.5);  // tp 2 with SP
+  ASSERT_TRUE(modelled.config.sequence_parallel);
+  Measurements m;
+  LayerMeasurement layer = Measured(0.010, 0.020, 0.0, 0.004);
+  layer.grad_sync_s = 0.002;
+  m.layers[LayerTasksFor(spec, modelled.config, options)[0].Key()] = layer;
+  NoEdges(spec, modelled.config, m);
+  m.optimizer_seconds_per_param = 1e-15;
+  absl::StatusOr<RankedConfig> r = ComposeCandidate(spec, modelled, options, m);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // m = 8 micro-batches of 4 layers * 30 ms = 960 ms, plus 4.5 * 2 ms once.
+  EXPECT_NEAR(r->iteration_time_s - r->time.optimizer, 0.960 + 0.009, 1e-9);
+  EXPECT_NEAR(r->time.tp_comm, 8 * 4 * 0.004 + 0.009, 1e-9);
+}
+
 TEST(ComposeTest, PartialRecomputeMixesTheTwoMeasuredLayers) {
   JobSpec spec = Spec();
   spec.training.precision = Precision::kFp32;

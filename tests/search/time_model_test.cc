@@ -154,5 +154,39 @@ TEST(IterationTest, SingleStageIsASum) {
   EXPECT_EQ(it->time.dp_comm, 0);
 }
 
+// The SP-replicated norm gradients are all-reduced once per step on each stage (its
+// layers, plus the final norm on the last), not once per micro-batch: with M micro-batches
+// the iteration grows by sync·(layers on the critical stage + 0.5), and so does tp_comm.
+TEST(IterationTest, SequenceParallelGradSyncIsOncePerStep) {
+  JobSpec spec = Korthikanti175b();
+  spec.model = *FindPreset("gpt3-1.7b");  // 24 layers
+  spec.cluster.num_gpus = 4;
+  spec.training.global_batch_size = 16;
+  const DeviceProfile a100 = *FindDevice("a100-80gb");
+  ParallelConfig c;
+  c.tp = 2;
+  c.pp = 2;
+  c.sequence_parallel = true;
+  LayerTime layer = EstimateLayerTime(spec.model, spec.training, c, a100, 8);
+  EXPECT_GT(layer.grad_sync_tp_comm, 0);  // modelled: a 4h-element all-reduce over TP
+  const EdgeTime edge = EstimateEdgeTime(spec.model, spec.training, c, a100, 8);
+  layer.grad_sync_tp_comm = 0;
+  absl::StatusOr<IterationEstimate> without =
+      EstimateIteration(spec, c, a100, layer, edge, PipelineMode::kSimulated);
+  layer.grad_sync_tp_comm = 0.01;
+  absl::StatusOr<IterationEstimate> with =
+      EstimateIteration(spec, c, a100, layer, edge, PipelineMode::kSimulated);
+  ASSERT_TRUE(without.ok() && with.ok());
+  // 12 layers per stage; the critical stage is the first (it finishes its backward last)
+  // unless the final norm's half share tips it: either way 12 or 12.5 syncs, never 16·12.
+  const double added = with->iteration_time_s - without->iteration_time_s;
+  EXPECT_GE(added, 0.01 * 12 - 1e-9);
+  EXPECT_LE(added, 0.01 * 12.5 + 1e-9);
+  EXPECT_NEAR(with->time.tp_comm - without->time.tp_comm, added, 0.01 * 0.5 + 1e-9);
+
+  c.sequence_parallel = false;
+  EXPECT_EQ(EstimateLayerTime(spec.model, spec.training, c, a100, 8).grad_sync_tp_comm, 0);
+}
+
 }  // namespace
 }  // namespace paratune
