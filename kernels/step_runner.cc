@@ -23,6 +23,7 @@ namespace {
 
 struct StepTimes {
   double forward = 0, backward = 0, recompute = 0, comm = 0, grad_sync = 0;
+  double extras_forward = 0, extras_backward = 0;  ///< Parts of forward and backward.
 };
 
 double Now() {
@@ -84,23 +85,45 @@ absl::Status RunRank(const StepConfig& config, Communicator& comm, Backend& be,
     PT_RETURN_IF_ERROR(comm.Barrier());
     clock.Reset();
     PT_RETURN_IF_ERROR(be.Synchronize());
+    // The stage extras are timed on their own as well (their queued work waited for), so
+    // that composition takes the embedding and the logits as measured, not as the
+    // difference of this task and the plain one.
+    StepTimes st;
+    auto extra = [&](double& seconds, auto fn) -> absl::Status {
+      PT_RETURN_IF_ERROR(be.Synchronize());
+      const double start = Now();
+      PT_RETURN_IF_ERROR(fn());
+      PT_RETURN_IF_ERROR(be.Synchronize());
+      seconds += Now() - start;
+      return absl::OkStatus();
+    };
     const double t0 = Now();
     Tensor input = x;
     if (embedding) {
-      PT_ASSIGN_OR_RETURN(input, embedding->Forward(ids));
+      PT_RETURN_IF_ERROR(extra(st.extras_forward, [&]() -> absl::Status {
+        PT_ASSIGN_OR_RETURN(input, embedding->Forward(ids));
+        return absl::OkStatus();
+      }));
     }
     PT_ASSIGN_OR_RETURN(Tensor y, layer->Forward(input));
     Tensor grad = dy;
-    if (output) PT_RETURN_IF_ERROR(output->Forward(y, ids).status());
+    if (output) {
+      PT_RETURN_IF_ERROR(extra(st.extras_forward, [&] { return output->Forward(y, ids).status(); }));
+    }
     PT_RETURN_IF_ERROR(be.Synchronize());
     const double t1 = Now();
     if (step == total - 1) out.activation_bytes = layer->saved().TotalBytes();
     if (output) {
-      PT_ASSIGN_OR_RETURN(grad, output->Backward());
+      PT_RETURN_IF_ERROR(extra(st.extras_backward, [&]() -> absl::Status {
+        PT_ASSIGN_OR_RETURN(grad, output->Backward());
+        return absl::OkStatus();
+      }));
     }
     y = Tensor();
     PT_ASSIGN_OR_RETURN(Tensor dx, layer->Backward(grad));
-    if (embedding) PT_RETURN_IF_ERROR(embedding->Backward(dx));
+    if (embedding) {
+      PT_RETURN_IF_ERROR(extra(st.extras_backward, [&] { return embedding->Backward(dx); }));
+    }
     PT_RETURN_IF_ERROR(be.Synchronize());
     const double t2 = Now();
     const double comm = clock.seconds();
@@ -110,7 +133,6 @@ absl::Status RunRank(const StepConfig& config, Communicator& comm, Backend& be,
     PT_RETURN_IF_ERROR(be.Synchronize());
     const double t3 = Now();
     if (step >= config.warmup) {
-      StepTimes st;
       st.forward = t1 - t0;
       st.recompute = layer->times().recompute_s;
       st.backward = t2 - t1 - st.recompute;
@@ -222,20 +244,25 @@ absl::StatusOr<StepResult> RunLayerStep(const StepConfig& config) {
   }
   StepResult result;
   const size_t steps = outs[0].steps.size();
-  std::vector<double> fwd(steps), bwd(steps), rec(steps), comm(steps), total(steps), sync(steps);
+  std::vector<double> fwd(steps), bwd(steps), rec(steps), comm(steps), total(steps), sync(steps),
+      ex_fwd(steps), ex_bwd(steps);
   for (size_t i = 0; i < steps; ++i) {
     for (const RankOutput& o : outs) {  // the slowest rank sets the pace
-      fwd[i] = std::max(fwd[i], o.steps[i].forward);
-      bwd[i] = std::max(bwd[i], o.steps[i].backward);
-      rec[i] = std::max(rec[i], o.steps[i].recompute);
-      comm[i] = std::max(comm[i], o.steps[i].comm);
-      total[i] = std::max(total[i], o.steps[i].forward + o.steps[i].backward + o.steps[i].recompute);
-      sync[i] = std::max(sync[i], o.steps[i].grad_sync);
+      const StepTimes& s = o.steps[i];
+      fwd[i] = std::max(fwd[i], s.forward);
+      bwd[i] = std::max(bwd[i], s.backward);
+      rec[i] = std::max(rec[i], s.recompute);
+      comm[i] = std::max(comm[i], s.comm);
+      total[i] = std::max(total[i], s.forward + s.backward + s.recompute);
+      sync[i] = std::max(sync[i], s.grad_sync);
+      ex_fwd[i] = std::max(ex_fwd[i], s.extras_forward);
+      ex_bwd[i] = std::max(ex_bwd[i], s.extras_backward);
     }
   }
   result.phases = {Summarise("forward", fwd),     Summarise("backward", bwd),
                    Summarise("recompute", rec),   Summarise("tp_comm", comm),
-                   Summarise("total", total),     Summarise("grad_sync", sync)};
+                   Summarise("total", total),     Summarise("grad_sync", sync),
+                   Summarise("extras_forward", ex_fwd), Summarise("extras_backward", ex_bwd)};
   for (const RankOutput& o : outs) result.peak_bytes_per_rank.push_back(o.peak_bytes);
   result.peak_bytes_by_tag = outs[0].peak_by_tag;
   result.activation_bytes = outs[0].activation_bytes;

@@ -60,7 +60,9 @@ struct StepConfig {
 struct PhaseTiming {
   /// "forward" | "backward" | "recompute" | "tp_comm" | "total" (per micro-batch) |
   /// "grad_sync" (per step: the TP all-reduce of the gradients of the parameters that
-  /// sequence parallelism replicates, the norms; 0 without SP).
+  /// sequence parallelism replicates, the norms; 0 without SP) | "extras_forward",
+  /// "extras_backward" (per micro-batch: the stage extras' own part of forward and
+  /// backward, the embedding or the final norm, logits and loss; 0 without extras).
   std::string phase;
   double median_s = 0;
   double min_s = 0;

@@ -1,6 +1,10 @@
 #include "search/compose.h"
 
 #include <algorithm>
+#include <initializer_list>
+#include <map>
+#include <string_view>
+#include <utility>
 #include <optional>
 #include <vector>
 
@@ -17,6 +21,23 @@ namespace {
 double Ms(double s) { return s * 1e3; }
 
 }  // namespace
+
+bool LayerMeasurement::SetPhase(std::string_view phase, double seconds) {
+  for (auto [name, field] : std::initializer_list<std::pair<std::string_view, double*>>{
+           {"forward", &forward_s},
+           {"backward", &backward_s},
+           {"recompute", &recompute_s},
+           {"tp_comm", &tp_comm_s},
+           {"grad_sync", &grad_sync_s},
+           {"extras_forward", &extras_forward_s},
+           {"extras_backward", &extras_backward_s}}) {
+    if (phase == name) {
+      *field = seconds;
+      return true;
+    }
+  }
+  return false;
+}
 
 double CommMeasurement::LargestBusBandwidth() const {
   const Sample* largest = nullptr;
@@ -125,12 +146,11 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
       ToLayerTime(*found[0], found.size() == 2 ? found[1] : nullptr, modelled_layer);
   std::vector<std::string> measured_parts = {"layers"};
 
-  // Embedding and logits: the layer task re-run with the first (last) stage's extra work,
-  // less the plain layer; else the modelled edge scaled by measured / modelled layer time
-  // (the device's speed relative to its catalog entry carries over to the same kind of
-  // kernels; on a well-calibrated catalog entry the ratio is ~1).
+  // Embedding and logits: the extras' own timed part of the layer task re-run with the
+  // first (last) stage's extra work; else the modelled edge scaled by measured / modelled
+  // layer time (the device's speed relative to its catalog entry carries over to the same
+  // kind of kernels; on a well-calibrated catalog entry the ratio is ~1).
   const std::string key = tasks.back().Key();
-  const LayerMeasurement& plain = *found.back();
   const double modelled_layer_s = modelled_layer.Forward() + modelled_layer.Backward();
   const double ratio = modelled_layer_s > 0 ? found[0]->LayerSeconds() / modelled_layer_s : 1.0;
   EdgeTime edge;
@@ -138,20 +158,21 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
   edge.embedding_backward = modelled_edge.embedding_backward * ratio;
   edge.logits_forward = modelled_edge.logits_forward * ratio;
   edge.logits_backward = modelled_edge.logits_backward * ratio;
-  if (auto it = measurements.first_stage.find(key); it != measurements.first_stage.end() &&
-                                                    it->second.outcome ==
-                                                        LayerMeasurement::Outcome::kOk) {
-    edge.embedding_forward = std::max(0.0, it->second.forward_s - plain.forward_s);
-    edge.embedding_backward = std::max(0.0, it->second.backward_s + it->second.recompute_s -
-                                                plain.backward_s - plain.recompute_s);
+  const auto extras = [&key](const std::map<std::string, LayerMeasurement>& stage)
+      -> const LayerMeasurement* {
+    auto it = stage.find(key);
+    return it != stage.end() && it->second.outcome == LayerMeasurement::Outcome::kOk
+               ? &it->second
+               : nullptr;
+  };
+  if (const LayerMeasurement* first = extras(measurements.first_stage)) {
+    edge.embedding_forward = first->extras_forward_s;
+    edge.embedding_backward = first->extras_backward_s;
     measured_parts.push_back("embedding");
   }
-  if (auto it = measurements.last_stage.find(key); it != measurements.last_stage.end() &&
-                                                   it->second.outcome ==
-                                                       LayerMeasurement::Outcome::kOk) {
-    edge.logits_forward = std::max(0.0, it->second.forward_s - plain.forward_s);
-    edge.logits_backward = std::max(0.0, it->second.backward_s + it->second.recompute_s -
-                                             plain.backward_s - plain.recompute_s);
+  if (const LayerMeasurement* last = extras(measurements.last_stage)) {
+    edge.logits_forward = last->extras_forward_s;
+    edge.logits_backward = last->extras_backward_s;
     measured_parts.push_back("logits");
   }
 

@@ -21,6 +21,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,11 +40,16 @@ struct LayerMeasurement {
   double recompute_s = 0;  ///< Re-running the forward before backward (0 without recompute).
   double tp_comm_s = 0;    ///< Part of forward + backward spent in TP communication.
   double grad_sync_s = 0;  ///< Once per step: the SP-replicated gradients' TP all-reduce.
+  /// A stage-extras task's own embedding (logits and loss) part of forward_s / backward_s.
+  double extras_forward_s = 0, extras_backward_s = 0;
   double peak_bytes = 0;   ///< Largest per-rank peak of the tracking allocator.
   std::string message;     ///< Why it failed, or the OOM size.
 
   /// forward + backward + recompute.
   double LayerSeconds() const { return forward_s + backward_s + recompute_s; }
+  /// Sets the field of a step-runner phase ("forward", "backward", "recompute", "tp_comm",
+  /// "grad_sync", "extras_forward", "extras_backward"); false for any other name.
+  bool SetPhase(std::string_view phase, double seconds);
 };
 
 /// What a worker measured for one collective sweep.

@@ -342,11 +342,7 @@ LayerMeasurement MeasurementFromResult(const v1::TaskResult& result) {
       return m;
   }
   for (const v1::PhaseTiming& p : result.layer().phases()) {
-    if (p.phase() == "forward") m.forward_s = p.median_s();
-    else if (p.phase() == "backward") m.backward_s = p.median_s();
-    else if (p.phase() == "recompute") m.recompute_s = p.median_s();
-    else if (p.phase() == "tp_comm") m.tp_comm_s = p.median_s();
-    else if (p.phase() == "grad_sync") m.grad_sync_s = p.median_s();
+    m.SetPhase(p.phase(), p.median_s());
   }
   for (int64_t bytes : result.layer().peak_bytes_per_rank()) {
     m.peak_bytes = std::max(m.peak_bytes, static_cast<double>(bytes));

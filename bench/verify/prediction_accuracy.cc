@@ -233,11 +233,7 @@ absl::StatusOr<paratune::LayerMeasurement> MeasureLayer(const paratune::LayerPro
     if (i >= with_extras) continue;
     paratune::LayerMeasurement one;
     for (const k::PhaseTiming& p : r->phases) {
-      if (p.phase == "forward") one.forward_s = p.median_s;
-      if (p.phase == "backward") one.backward_s = p.median_s;
-      if (p.phase == "recompute") one.recompute_s = p.median_s;
-      if (p.phase == "tp_comm") one.tp_comm_s = p.median_s;
-      if (p.phase == "grad_sync") one.grad_sync_s = p.median_s;
+      one.SetPhase(p.phase, p.median_s);
     }
     for (int64_t b : r->peak_bytes_per_rank) one.peak_bytes = std::max(one.peak_bytes, double(b));
     if (one.LayerSeconds() > m.LayerSeconds()) m = one;
@@ -324,6 +320,7 @@ struct Measured {
   double dp_s = 0, optimizer_s = 0;  ///< Rank 0, in the fastest step.
   double peak_bytes = 0;
   double final_loss = 0;
+  std::vector<double> step_s;  ///< Every step, the first (untimed) included.
 };
 
 absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int64_t ranks, int index,
@@ -363,6 +360,7 @@ absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int64_t ranks, int
   for (const auto& rank : r->ranks) peak = std::max(peak, static_cast<double>(rank.peak_bytes));
   m.peak_bytes = peak;
   m.final_loss = r->losses.back();
+  m.step_s = r->step_seconds;
   return m;
 }
 
@@ -382,7 +380,8 @@ nlohmann::json TasksJson(const paratune::Measurements& m) {
   const auto one = [](const paratune::LayerMeasurement& x) {
     return nlohmann::json{{"forward", x.forward_s}, {"backward", x.backward_s},
                           {"recompute", x.recompute_s}, {"tp_comm", x.tp_comm_s},
-                          {"grad_sync", x.grad_sync_s}};
+                          {"grad_sync", x.grad_sync_s}, {"extras_forward", x.extras_forward_s},
+                          {"extras_backward", x.extras_backward_s}};
   };
   nlohmann::json j;
   for (const auto& [key, x] : m.layers) j["layer " + key] = one(x);
@@ -618,7 +617,8 @@ int main(int argc, char** argv) {
                                        {"measured_s",
                                         {{"iteration", x.meas.iteration_s},
                                          {"dp", x.meas.dp_s},
-                                         {"optimizer", x.meas.optimizer_s}}},
+                                         {"optimizer", x.meas.optimizer_s},
+                                         {"steps", x.meas.step_s}}},
                                        {"tasks", TasksJson(x.tasks)}});
       }
     }

@@ -1,5 +1,7 @@
 #include "kernels/step_runner.h"
 
+#include <string>
+
 #include <gtest/gtest.h>
 
 namespace paratune::kernels {
@@ -105,7 +107,19 @@ TEST(StepRunnerTest, FirstAndLastStageExtrasRun) {
     const int64_t layer_weights = 4 * (4 * h + 4 * h * h / t + 2 * h * f / t);
     const int64_t extra = e == StageExtras::kFirst ? 4 * v * h / t : 4 * (v * h / t + 2 * h);
     EXPECT_EQ(r->peak_bytes_by_tag[static_cast<int>(MemoryTag::kWeights)], layer_weights + extra);
+    // The extras are timed on their own, inside forward and backward.
+    for (const char* phase : {"forward", "backward"}) {
+      const PhaseTiming* extras = r->Find(std::string("extras_") + phase);
+      ASSERT_NE(extras, nullptr) << phase;
+      EXPECT_GT(extras->min_s, 0) << phase;
+      EXPECT_LT(extras->min_s, r->Find(phase)->max_s) << phase;
+    }
   }
+  StepConfig plain = Tiny();
+  auto r = RunLayerStep(plain);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->Find("extras_forward")->max_s, 0);
+  EXPECT_EQ(r->Find("extras_backward")->max_s, 0);
 }
 
 TEST(StepRunnerTest, RejectsBadConfigs) {
