@@ -18,18 +18,20 @@
 // stage-extras task runs as the layout's first (last) stage would: its dp copies with the
 // embedding (logits and loss), the other ranks' copies with the plain layer beside them.
 //
-// Timing estimator: each layer task's phases are the median over its timed steps, as the
-// coordinator composes them (server/convert.cc): an end-to-end step sums M·L layer runs and
-// their many TP collectives, so it matches the typical layer run, not the luckiest one
-// (a per-phase minimum under-predicted collective-heavy layouts by ~28 %). The host may be
-// shared (its load average is printed before and after) and its speed drifts, so the bench
-// runs --repeats paired rounds: in each round every layout has its tasks measured and
-// composed and then, at once, runs end to end, so that both sides see the same spells.
-// Load only ever slows a run, so each side keeps its fastest round, like for like: the
-// fastest whole prediction (every task of one round composed) against the fastest whole
-// end-to-end run (composing each task's own fastest round would sum minima and
-// under-predict). rounds_err shows the lowest and highest signed error over the rounds.
-// The end-to-end figure of a run is its fastest step after the first.
+// Timing estimator: typical against typical. Each layer task's phases are the median over
+// its timed steps (--task-iters), as the coordinator composes them (server/convert.cc): an
+// end-to-end step sums M·L layer runs and their many TP collectives, so it matches the
+// typical layer run, not the luckiest one (a per-phase minimum under-predicted
+// collective-heavy layouts by ~28 %). The host may be shared (its load average is printed
+// before and after), and on a small VM its speed swings by tens of per cent from one second
+// to the next (one GEMM loop alone: 188-372 ms for the same work), so the bench runs
+// --repeats rounds: in each round every layout has its tasks measured and composed and
+// then at once runs end to end. A layout's prediction is the median of its rounds'
+// compositions; its measurement is the median of every timed step of every round (the
+// steady-state step time a user sees). Minima (the fastest round on each side) were tried
+// before: extremes of so noisy a host are themselves noise, and the max error swung from
+// 14 % to 45 % between runs. rounds_err shows the lowest and highest signed error of a
+// round (its composition against its own runs' median step).
 // Memory: the model's peak without its fixed framework workspace and fragmentation
 // allowance (search/memory_model.h FrameworkMemory), which the CPU tracking allocator
 // does not see; what remains (weights, gradients, optimizer, activations, transient
@@ -317,7 +319,7 @@ int Child(int64_t ranks, int index, const std::string& dir, int64_t steps) {
 
 struct Measured {
   double iteration_s = 0;
-  double dp_s = 0, optimizer_s = 0;  ///< Rank 0, in the fastest step.
+  double dp_s = 0, optimizer_s = 0;  ///< Rank 0, in the median step.
   double peak_bytes = 0;
   double final_loss = 0;
   std::vector<double> step_s;  ///< Every step, the first (untimed) included.
@@ -351,9 +353,13 @@ absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int64_t ranks, int
   std::ifstream(dir + "/peak") >> child_peak;
   std::filesystem::remove_all(dir);
   Measured m;
-  const auto fastest = std::min_element(r->step_seconds.begin() + 1, r->step_seconds.end());
-  m.iteration_s = *fastest;
-  const size_t at = static_cast<size_t>(fastest - r->step_seconds.begin());
+  // The median step after the first, and rank 0's DP and optimizer parts in it.
+  std::vector<size_t> order;
+  for (size_t s = 1; s < r->step_seconds.size(); ++s) order.push_back(s);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return r->step_seconds[a] < r->step_seconds[b]; });
+  const size_t at = order[order.size() / 2];
+  m.iteration_s = r->median_step_seconds();
   m.dp_s = r->ranks[0].dp_seconds[at];
   m.optimizer_s = r->ranks[0].optimizer_seconds[at];
   double peak = static_cast<double>(child_peak);
@@ -418,8 +424,9 @@ int main(int argc, char** argv) {
   bool json = false;
   int child = -1;
   std::string store;
-  int64_t steps = 4;
+  int64_t steps = 6;
   int repeats = 5;
+  int64_t task_iters = 15;
   const int64_t cores = sysconf(_SC_NPROCESSORS_ONLN);
   int64_t ranks = cores >= 4 ? 4 : 2;
   std::string only;
@@ -430,9 +437,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({2, 4}));
   app.add_option("--steps", steps, "training steps per layout (the first is not timed)")
       ->check(CLI::Range(2, 100));
+  app.add_option("--task-iters", task_iters,
+                 "timed steps per layer task (their median is used)")
+      ->check(CLI::Range(1, 100));
   app.add_option("--repeats", repeats,
-                 "paired rounds: measure each layout's tasks and run it end to end this "
-                 "often; each side keeps its fastest round")
+                 "rounds: measure each layout's tasks and run it end to end this often; "
+                 "each side's median is compared")
       ->check(CLI::Range(1, 10));
   app.add_option("--layouts", only, "comma-separated layout indices to run (default: all)");
   app.add_option("--child", child, "internal: run the second process's ranks of this layout")
@@ -465,13 +475,11 @@ int main(int argc, char** argv) {
     }
   }
   paratune::ProfilePlanOptions options;
-  // Paired rounds: in each round, every layout has the tasks it needs measured (its layer
-  // tasks, its stage-extras tasks at its dp, its DP collective sweeps, the optimizer step)
-  // and is composed from them, and then at once runs end to end. The host may be shared
-  // and its speed drifts over minutes (load from other jobs, a VM's neighbours), so a
-  // prediction and the measurement it is checked against are taken back to back: a slow
-  // spell slows both. Each layout's row is its median round by error (pred / meas), so one
-  // spoilt pair (a burst inside a round) does not decide it.
+  options.iters = task_iters;
+  // Rounds: in each round, every layout has the tasks it needs measured (its layer tasks,
+  // its stage-extras tasks at its dp, its DP collective sweeps, the optimizer step) and is
+  // composed from them, and then at once runs end to end, so that both sides sample the
+  // host's slow and fast spells alike over the run.
   struct Round {
     double pred_s = 0;
     paratune::RankedConfig composed;
@@ -552,14 +560,23 @@ int main(int argc, char** argv) {
     const auto err = [](const Round& x) { return x.pred_s / x.meas.iteration_s; };
     const auto [lo, hi] = std::minmax_element(
         rs.begin(), rs.end(), [&](const Round& a, const Round& b) { return err(a) < err(b); });
-    // Like for like: the fastest whole prediction against the fastest whole run.
-    const Round& pred = *std::min_element(
-        rs.begin(), rs.end(), [](const Round& a, const Round& b) { return a.pred_s < b.pred_s; });
-    const Round& meas = *std::min_element(rs.begin(), rs.end(), [](const Round& a, const Round& b) {
-      return a.meas.iteration_s < b.meas.iteration_s;
-    });
+    // Typical against typical: the median round's composition (its breakdown shown), and
+    // the median of every timed step of every round (the parts shown are the median round's).
+    const auto median_round = [&rs](auto key) {
+      std::vector<const Round*> v;
+      for (const Round& x : rs) v.push_back(&x);
+      std::sort(v.begin(), v.end(), [&](const Round* a, const Round* b) { return key(*a) < key(*b); });
+      return *v[v.size() / 2];
+    };
+    const Round& pred = median_round([](const Round& x) { return x.pred_s; });
+    const Round& meas = median_round([](const Round& x) { return x.meas.iteration_s; });
+    std::vector<double> preds, steps;
+    for (const Round& x : rs) {
+      preds.push_back(x.pred_s);
+      steps.insert(steps.end(), x.meas.step_s.begin() + 1, x.meas.step_s.end());
+    }
     for (const Round& x : rs) optimizer_rates.push_back(x.optimizer_s_per_param);
-    rows.push_back({ToParallel(layouts[i]).ToString(), pred.pred_s, meas.meas.iteration_s,
+    rows.push_back({ToParallel(layouts[i]).ToString(), Median(preds), Median(steps),
                     TrackedPeak(pred.composed.memory), meas.meas.peak_bytes, meas.meas.final_loss,
                     pred.composed.time, meas.meas.dp_s, meas.meas.optimizer_s,
                     100.0 * (err(*lo) - 1.0), 100.0 * (err(*hi) - 1.0), rs});
@@ -585,7 +602,7 @@ int main(int argc, char** argv) {
                   {"heads", spec.model.num_attention_heads}, {"ffn", spec.model.ffn_hidden_size},
                   {"vocab", spec.model.vocab_size}, {"seq", spec.training.seq_length},
                   {"global_batch", spec.training.global_batch_size}, {"ranks", ranks},
-                  {"processes", 2}, {"steps", steps}, {"repeats", repeats},
+                  {"processes", 2}, {"steps", steps}, {"repeats", repeats}, {"task_iters", task_iters},
                   {"host_cores", cores}, {"load_average_before", load_before},
                   {"load_average_after", load_after},
                   {"optimizer_s_per_param", optimizer_rate}};
@@ -634,11 +651,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("# prediction_accuracy: GPT L=%ld h=%ld a=%ld f=%ld V=%ld s=%ld B=%ld fp32, "
-              "%ld ranks over 2 processes (Gloo/TCP, FileStore), %ld steps, min after the first\n",
+              "%ld ranks over 2 processes (Gloo/TCP, FileStore), %d rounds of %ld steps (the "
+              "first untimed), layer tasks %ld steps; medians\n",
               long(spec.model.num_layers), long(spec.model.hidden_size),
               long(spec.model.num_attention_heads), long(spec.model.ffn_hidden_size),
               long(spec.model.vocab_size), long(spec.training.seq_length),
-              long(spec.training.global_batch_size), long(ranks), long(steps));
+              long(spec.training.global_batch_size), long(ranks), repeats, long(steps),
+              long(task_iters));
   std::printf("# host: %ld cores, load average (1 min) %.1f before, %.1f after; optimizer "
               "measured %.2f ns/parameter\n",
               long(cores), load_before, load_after,
