@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <utility>
-#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"

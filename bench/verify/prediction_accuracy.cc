@@ -562,7 +562,7 @@ int main(int argc, char** argv) {
         rs.begin(), rs.end(), [&](const Round& a, const Round& b) { return err(a) < err(b); });
     // Typical against typical: the median round's composition (its breakdown shown), and
     // the median of every timed step of every round (the parts shown are the median round's).
-    const auto median_round = [&rs](auto key) {
+    const auto median_round = [&rs](auto key) -> const Round& {
       std::vector<const Round*> v;
       for (const Round& x : rs) v.push_back(&x);
       std::sort(v.begin(), v.end(), [&](const Round* a, const Round* b) { return key(*a) < key(*b); });
