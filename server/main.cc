@@ -172,4 +172,3 @@ int main(int argc, char** argv) {
   (*grpc)->Shutdown(/*grace_ms=*/2000);
   return 0;
 }
-

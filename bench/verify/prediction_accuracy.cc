@@ -481,11 +481,10 @@ int main(int argc, char** argv) {
   // composed from them, and then at once runs end to end, so that both sides sample the
   // host's slow and fast spells alike over the run.
   struct Round {
-    double pred_s = 0;
     paratune::RankedConfig composed;
     Measured meas;
-    double optimizer_s_per_param = 0;
     paratune::Measurements tasks;  ///< What the prediction was composed from.
+    double pred_s() const { return composed.iteration_time_s; }
   };
   std::map<size_t, std::vector<Round>> rounds;
   auto measure_for = [&](const ParallelConfig& pc) -> absl::StatusOr<paratune::Measurements> {
@@ -540,8 +539,7 @@ int main(int argc, char** argv) {
         std::cerr << pc.ToString() << ": end to end: " << one.status() << "\n";
         return 1;
       }
-      rounds[i].push_back({composed->iteration_time_s, *composed, *one,
-                           m->optimizer_seconds_per_param, *std::move(m)});
+      rounds[i].push_back({*std::move(composed), *std::move(one), *std::move(m)});
     }
   }
 
@@ -557,7 +555,7 @@ int main(int argc, char** argv) {
   std::vector<double> optimizer_rates;
   for (size_t i : selected) {
     const std::vector<Round>& rs = rounds[i];
-    const auto err = [](const Round& x) { return x.pred_s / x.meas.iteration_s; };
+    const auto err = [](const Round& x) { return x.pred_s() / x.meas.iteration_s; };
     const auto [lo, hi] = std::minmax_element(
         rs.begin(), rs.end(), [&](const Round& a, const Round& b) { return err(a) < err(b); });
     // Typical against typical: the median round's composition (its breakdown shown), and
@@ -568,14 +566,14 @@ int main(int argc, char** argv) {
       std::sort(v.begin(), v.end(), [&](const Round* a, const Round* b) { return key(*a) < key(*b); });
       return *v[v.size() / 2];
     };
-    const Round& pred = median_round([](const Round& x) { return x.pred_s; });
+    const Round& pred = median_round([](const Round& x) { return x.pred_s(); });
     const Round& meas = median_round([](const Round& x) { return x.meas.iteration_s; });
     std::vector<double> preds, steps;
     for (const Round& x : rs) {
-      preds.push_back(x.pred_s);
+      preds.push_back(x.pred_s());
       steps.insert(steps.end(), x.meas.step_s.begin() + 1, x.meas.step_s.end());
     }
-    for (const Round& x : rs) optimizer_rates.push_back(x.optimizer_s_per_param);
+    for (const Round& x : rs) optimizer_rates.push_back(x.tasks.optimizer_seconds_per_param);
     rows.push_back({ToParallel(layouts[i]).ToString(), Median(preds), Median(steps),
                     TrackedPeak(pred.composed.memory), meas.meas.peak_bytes, meas.meas.final_loss,
                     pred.composed.time, meas.meas.dp_s, meas.meas.optimizer_s,
@@ -629,7 +627,7 @@ int main(int argc, char** argv) {
       // Each round's parts, to tell which side and which part a spread comes from.
       nlohmann::json& out = j["layouts"].back();
       for (const Round& x : rows[i].rounds) {
-        out["rounds_predicted_measured_s"].push_back({x.pred_s, x.meas.iteration_s});
+        out["rounds_predicted_measured_s"].push_back({x.pred_s(), x.meas.iteration_s});
         out["rounds_parts"].push_back({{"predicted_s", breakdown(x.composed.time)},
                                        {"measured_s",
                                         {{"iteration", x.meas.iteration_s},
