@@ -539,6 +539,9 @@ int main(int argc, char** argv) {
         std::cerr << pc.ToString() << ": end to end: " << one.status() << "\n";
         return 1;
       }
+      // Progress on stderr (a full run takes minutes), one line per layout and round.
+      std::fprintf(stderr, "# round %d/%d %-40s predicted %.4f s, measured %.4f s\n", r + 1,
+                   repeats, pc.ToString().c_str(), composed->iteration_time_s, one->iteration_s);
       rounds[i].push_back({*std::move(composed), *std::move(one), *std::move(m)});
     }
   }

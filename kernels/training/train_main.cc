@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
                           {"parameters", rr.parameter_count},
                           {"step_seconds", rr.step_seconds},
                           {"dp_seconds", rr.dp_seconds},
-                          {"optimizer_seconds", rr.optimizer_seconds}});
+                          {"optimizer_seconds", rr.optimizer_seconds},
+                          {"p2p_wait_seconds", rr.p2p_wait_seconds}});
   }
   std::cout << j.dump() << "\n";
   return 0;

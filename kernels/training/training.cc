@@ -258,7 +258,14 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
       }
     }
     std::vector<std::vector<InFlight>> flight(c.vp, std::vector<InFlight>(M));
-    double loss_sum = 0;
+    double loss_sum = 0, wait_s = 0;
+    // Takes a stage's message, adding the time spent waiting for it to wait_s.
+    auto take = [&](uint64_t slot) -> absl::StatusOr<Tensor> {
+      const auto w0 = std::chrono::steady_clock::now();
+      absl::StatusOr<Tensor> t = p2p->Take(slot, *be, {rows, h}, dt);
+      wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      return t;
+    };
     for (const ScheduleOp& op : schedule) {
       Chunk& ch = chunks[op.chunk];
       InFlight& f = flight[op.chunk][op.micro_batch];
@@ -273,7 +280,7 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
           PT_RETURN_IF_ERROR(be->CopyBytes(f.ids.data(), ids.data(), ids.size() * sizeof(int32_t),
                                            Backend::CopyKind::kHostToBackend));
         } else {
-          PT_ASSIGN_OR_RETURN(x, p2p->Take(Slot(c, step, false, op.chunk, op.micro_batch), *be, {rows, h}, dt));
+          PT_ASSIGN_OR_RETURN(x, take(Slot(c, step, false, op.chunk, op.micro_batch)));
         }
         f.saved.resize(ch.layers.size());
         for (size_t l = 0; l < ch.layers.size(); ++l) {
@@ -295,7 +302,7 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
         if (ch.output) {
           dy = std::move(f.dy);
         } else {
-          PT_ASSIGN_OR_RETURN(dy, p2p->Take(Slot(c, step, true, op.chunk, op.micro_batch), *be, {rows, h}, dt));
+          PT_ASSIGN_OR_RETURN(dy, take(Slot(c, step, true, op.chunk, op.micro_batch)));
         }
         for (size_t l = ch.layers.size(); l-- > 0;) {
           MutableSaved(*ch.layers[l]) = std::move(f.saved[l]);
@@ -359,6 +366,7 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
     }
     result->dp_seconds.push_back(dp_s);
     result->optimizer_seconds.push_back(opt_s);
+    result->p2p_wait_seconds.push_back(wait_s);
     times[step] = std::chrono::duration<double>(mark - t0).count();  // mark: after the last lap
     losses[step] = loss_sum / static_cast<double>(M);
   }

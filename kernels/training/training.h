@@ -93,6 +93,9 @@ struct RankResult {
   /// Per step: the DP gradient collective(s) (all-reduce, or reduce-scatter + all-gather)
   /// and the AdamW update, parts of step_seconds.
   std::vector<double> dp_seconds, optimizer_seconds;
+  /// Per step: time spent waiting for another stage's activation or gradient (the
+  /// rank's pipeline bubble plus transfer), part of step_seconds; 0 without PP.
+  std::vector<double> p2p_wait_seconds;
   int64_t peak_bytes = 0;             ///< Tracking-allocator peak over the run.
   int64_t parameter_count = 0;        ///< Elements this rank holds.
 };

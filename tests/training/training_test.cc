@@ -136,6 +136,33 @@ TEST(TrainingTest, ScheduleRunsEveryForwardBeforeItsBackward) {
   EXPECT_FALSE(ops[4].forward);
 }
 
+// p2p_wait_seconds is the time a rank spends in Take, waiting for another stage. Without
+// PP there is nothing to wait for: exactly 0. With PP the last stage's first forward needs
+// the first stage's whole forward of micro-batch 0 (embedding and two layers), so it waits
+// a positive time in every step; every rank's wait is a part of its step.
+TEST(TrainingTest, PipelineWaitIsTimedOnlyWithStagesAndIsPartOfTheStep) {
+  TrainConfig c = Tiny();
+  c.steps = 3;
+  auto plain = RunTrainingInProcess(c);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  for (double w : plain->ranks[0].p2p_wait_seconds) EXPECT_EQ(w, 0.0);
+  c.pp = 2;
+  auto piped = RunTrainingInProcess(c);
+  ASSERT_TRUE(piped.ok()) << piped.status();
+  ASSERT_EQ(piped->ranks.size(), 2u);
+  for (const RankResult& r : piped->ranks) {
+    ASSERT_EQ(r.p2p_wait_seconds.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_GE(r.p2p_wait_seconds[i], 0.0);
+      EXPECT_LE(r.p2p_wait_seconds[i] + r.dp_seconds[i] + r.optimizer_seconds[i],
+                r.step_seconds[i]);
+      if (r.rank == 1) {
+        EXPECT_GT(r.p2p_wait_seconds[i], 0.0) << "step " << i;
+      }
+    }
+  }
+}
+
 TEST(TrainingTest, RejectsLayersNotDivisibleByStages) {
   TrainConfig c = Tiny();
   c.pp = 3;
