@@ -252,15 +252,17 @@ std::string VerificationLines(const v1::PlanResult& plan) {
       absl::StrAppend(&out, v.status(), "\n");
       continue;
     }
+    // Results stored before predicted_tracked_peak_gib existed compare with the whole peak.
+    const double tracked = v.predicted_tracked_peak_gib() > 0 ? v.predicted_tracked_peak_gib()
+                                                               : v.predicted_peak_gib();
     absl::StrAppendFormat(
         &out,
         "time %.4g s measured, %.4g s predicted (%s); peak %.3f GiB measured, %.3f GiB "
-        "predicted (%s); %d ranks\n",
+        "predicted as the trainer allocates (%s; %.3f GiB with the framework); %d ranks\n",
         v.measured_iteration_time_s(), v.predicted_iteration_time_s(),
         ErrorPercent(v.predicted_iteration_time_s(), v.measured_iteration_time_s()),
-        v.measured_peak_gib(), v.predicted_peak_gib(),
-        ErrorPercent(v.predicted_peak_gib(), v.measured_peak_gib()),
-        v.measured_peak_gib_per_rank_size());
+        v.measured_peak_gib(), tracked, ErrorPercent(tracked, v.measured_peak_gib()),
+        v.predicted_peak_gib(), v.measured_peak_gib_per_rank_size());
   }
   return out;
 }

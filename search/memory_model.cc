@@ -109,6 +109,23 @@ FrameworkMemory FrameworkMemoryFor(const std::string& device_name) {
   return f;
 }
 
+double TrainerGradientBytesPerParam(Precision precision) {
+  return precision == Precision::kFp32 ? 4.0 : 2.0;
+}
+
+double TrackedPeakBytes(const MemoryBreakdown& m, const FrameworkMemory& framework,
+                        Precision precision) {
+  const double f = framework.fragmentation_fraction;
+  const double transient =
+      std::max(0.0, (m.other - framework.workspace_bytes - f * m.activations) / (1.0 + f));
+  const double gradients =
+      framework.gradient_bytes_per_param > 0
+          ? m.gradients * TrainerGradientBytesPerParam(precision) /
+                framework.gradient_bytes_per_param
+          : m.gradients;
+  return m.weights + gradients + m.optimizer + m.activations + transient;
+}
+
 MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
                                double capacity_bytes, const FrameworkMemory& framework) {
   const ModelSpec& m = spec.model;

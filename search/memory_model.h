@@ -102,6 +102,20 @@ struct FrameworkMemory {
 /// allocator: what the tracking allocator counts is all there is).
 FrameworkMemory FrameworkMemoryFor(const std::string& device_name);
 
+/// What kernels/training's tracking allocator counts of a modelled peak `m` (bytes, modelled
+/// with `framework`), for comparing a verify run's measured peak on the same footing: `m`
+/// less the fixed workspace (CUDA context, NCCL and cuBLAS buffers: outside any allocator)
+/// and the caching allocator's fragmentation (the tracking allocator counts exact bytes),
+/// with the gradients at the trainer's bytes per parameter (TrainerGradientBytesPerParam).
+/// other = transient + workspace + fragmentation·(activations + transient), so
+/// transient = (other − workspace − fragmentation·activations) / (1 + fragmentation).
+double TrackedPeakBytes(const MemoryBreakdown& m, const FrameworkMemory& framework,
+                        Precision precision);
+
+/// Gradient bytes per parameter in kernels/training: its gradients are in the training
+/// dtype (4 in FP32, 2 in 16-bit training), where Megatron-LM keeps FP32 main grads.
+double TrainerGradientBytesPerParam(Precision precision);
+
 /// Memory on the most loaded GPU (the max over the first and the last pipeline stage), by
 /// cause. Documented terms:
 ///   weights 2 bytes/param (4 for FP32; FP8 keeps 2, its copies are transient),

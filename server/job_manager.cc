@@ -594,7 +594,7 @@ absl::Status JobManager::MaybeFinishVerifyingLocked(JobEntry& job) {
       }
     }
     if (failure.empty()) {
-      absl::StatusOr<v1::Verification> measured = VerificationFromParts(r, world, parts);
+      absl::StatusOr<v1::Verification> measured = VerificationFromParts(job.spec, r, world, parts);
       if (measured.ok()) {
         *v = *std::move(measured);
         continue;

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "search/memory_model.h"
+#include "search/plan_result.h"
 
 namespace paratune::server {
 namespace {
@@ -143,7 +145,8 @@ v1::VerifyTask MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranke
 }
 
 absl::StatusOr<v1::Verification> VerificationFromParts(
-    const v1::RankedConfig& ranked, int64_t world, const std::vector<v1::VerifyResult>& parts) {
+    const JobSpec& spec, const v1::RankedConfig& ranked, int64_t world,
+    const std::vector<v1::VerifyResult>& parts) {
   std::vector<int64_t> peaks(static_cast<size_t>(std::max<int64_t>(0, world)), -1);
   const v1::VerifyResult* first = nullptr;
   for (const v1::VerifyResult& p : parts) {
@@ -173,6 +176,15 @@ absl::StatusOr<v1::Verification> VerificationFromParts(
   }
   v.set_measured_peak_gib(static_cast<double>(max_peak) / kGiB);
   v.set_predicted_peak_gib(ranked.memory().peak_gib());
+  MemoryBreakdown predicted;
+  predicted.weights = ranked.memory().weights() * kGiB;
+  predicted.gradients = ranked.memory().gradients() * kGiB;
+  predicted.optimizer = ranked.memory().optimizer() * kGiB;
+  predicted.activations = ranked.memory().activations() * kGiB;
+  predicted.other = ranked.memory().other() * kGiB;
+  v.set_predicted_tracked_peak_gib(TrackedPeakBytes(predicted, FrameworkMemoryFor(spec.cluster.gpu),
+                                                    spec.training.precision) /
+                                   kGiB);
   for (double l : first->losses()) v.add_measured_losses(l);
   for (double s : first->step_seconds()) v.add_measured_step_seconds(s);
   v.set_status("verified");

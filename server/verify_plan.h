@@ -73,10 +73,12 @@ v1::VerifyTask MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranke
 
 /// The Verification of `ranked` from the results of every part of its run (any order).
 /// Measured time: the median step after the first; peak: the largest per-rank peak.
-/// Predicted: the ranked entry's iteration_time_s and memory.peak_gib. InvalidArgument when
-/// the parts do not cover ranks [0, world) exactly once.
+/// Predicted: the ranked entry's iteration_time_s and memory.peak_gib, and that peak as the
+/// trainer's tracking allocator counts it (TrackedPeakBytes for the spec's device and
+/// precision). InvalidArgument when the parts do not cover ranks [0, world) exactly once.
 absl::StatusOr<v1::Verification> VerificationFromParts(
-    const v1::RankedConfig& ranked, int64_t world, const std::vector<v1::VerifyResult>& parts);
+    const JobSpec& spec, const v1::RankedConfig& ranked, int64_t world,
+    const std::vector<v1::VerifyResult>& parts);
 
 }  // namespace paratune::server
 

@@ -370,15 +370,12 @@ absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int64_t ranks, int
   return m;
 }
 
-// The modelled peak less the framework terms the tracking allocator does not see:
-// other = transient + workspace + fragmentation·(activations + transient). On the "cpu"
-// device (FrameworkMemoryFor) both terms are zero, so this is the modelled peak itself.
+// The modelled peak as the tracking allocator counts it (search's TrackedPeakBytes). On the
+// "cpu" device (FrameworkMemoryFor) there is no workspace or fragmentation term and the
+// trainer's fp32 gradients are the model's, so this is the modelled peak itself.
 double TrackedPeak(const paratune::MemoryBreakdown& m) {
-  const paratune::FrameworkMemory f = paratune::FrameworkMemoryFor("cpu");
-  const double transient =
-      std::max(0.0, (m.other - f.workspace_bytes - f.fragmentation_fraction * m.activations) /
-                        (1.0 + f.fragmentation_fraction));
-  return m.weights + m.gradients + m.optimizer + m.activations + transient;
+  return paratune::TrackedPeakBytes(m, paratune::FrameworkMemoryFor("cpu"),
+                                    paratune::Precision::kFp32);
 }
 
 // The measured layer tasks of a round (seconds per micro-batch), by role.

@@ -162,7 +162,7 @@ v1::VerifyResult Part(int64_t first, std::vector<int64_t> peaks) {
 TEST(VerificationFromParts, MergesThePartsRankByRank) {
   const v1::RankedConfig r = Ranked(2, 1, 2, 2);
   absl::StatusOr<v1::Verification> v = VerificationFromParts(
-      r, 4, {Part(2, {3 << 20, 5 << 20}), Part(0, {4 << 20, 2 << 20})});
+      TinySpec(), r, 4, {Part(2, {3 << 20, 5 << 20}), Part(0, {4 << 20, 2 << 20})});
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(v->status(), "verified");
   EXPECT_DOUBLE_EQ(v->measured_iteration_time_s(), 0.3);
@@ -177,8 +177,41 @@ TEST(VerificationFromParts, MergesThePartsRankByRank) {
   ASSERT_EQ(v->measured_losses_size(), 4);
   EXPECT_DOUBLE_EQ(v->measured_losses(3), 5.0);
   // A rank missing or reported twice is an error, not a silent partial figure.
-  EXPECT_FALSE(VerificationFromParts(r, 4, {Part(0, {1, 2})}).ok());
-  EXPECT_FALSE(VerificationFromParts(r, 4, {Part(0, {1, 2, 3}), Part(2, {4, 5})}).ok());
+  EXPECT_FALSE(VerificationFromParts(TinySpec(), r, 4, {Part(0, {1, 2})}).ok());
+  EXPECT_FALSE(
+      VerificationFromParts(TinySpec(), r, 4, {Part(0, {1, 2, 3}), Part(2, {4, 5})}).ok());
+}
+
+// The memory error compares the measured tracking-allocator peak with the prediction on
+// the same footing. A bf16 layout on an H100, by hand: weights 2, FP32 main grads 4,
+// optimizer 12, activations 10 GiB; other = transient 3 + workspace 2.5 + 10 % of
+// (10 + 3) = 6.8 GiB; peak 34.8 GiB. The trainer's allocator sees weights 2, its bf16
+// gradients 2, optimizer 12, activations 10 and the transient 3: 29 GiB. On the "cpu"
+// device in FP32 there is nothing to take off: the whole peak.
+TEST(VerificationFromParts, PredictedTrackedPeakDropsTheFrameworkAndUsesTheTrainersGradients) {
+  v1::RankedConfig r = Ranked(1, 1, 1, 1);
+  v1::MemoryBreakdown* m = r.mutable_memory();
+  m->set_weights(2);
+  m->set_gradients(4);
+  m->set_optimizer(12);
+  m->set_activations(10);
+  m->set_other(6.8);
+  m->set_peak_gib(34.8);
+  JobSpec gpu = TinySpec();
+  gpu.cluster.gpu = "h100-sxm-80gb";
+  gpu.training.precision = Precision::kBf16;
+  absl::StatusOr<v1::Verification> v = VerificationFromParts(gpu, r, 1, {Part(0, {1 << 30})});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_DOUBLE_EQ(v->predicted_peak_gib(), 34.8);
+  EXPECT_NEAR(v->predicted_tracked_peak_gib(), 29.0, 1e-12);
+  // FP32 on the same GPU keeps FP32 gradients, as Megatron does: only the framework goes.
+  gpu.training.precision = Precision::kFp32;
+  v = VerificationFromParts(gpu, r, 1, {Part(0, {1 << 30})});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_NEAR(v->predicted_tracked_peak_gib(), 31.0, 1e-12);
+  v = VerificationFromParts(TinySpec(), r, 1, {Part(0, {1 << 30})});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_NEAR(v->predicted_tracked_peak_gib(), 34.8, 1e-12);
 }
 
 }  // namespace

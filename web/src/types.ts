@@ -140,6 +140,8 @@ export interface Verification {
   predicted_iteration_time_s?: number;
   measured_peak_gib?: number;
   predicted_peak_gib?: number;
+  /** predicted_peak_gib as the trainer's tracking allocator counts it (no framework workspace). */
+  predicted_tracked_peak_gib?: number;
   status?: string;
   measured_peak_gib_per_rank?: number[];
   measured_losses?: number[];

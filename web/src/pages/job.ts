@@ -14,7 +14,7 @@ import { paretoFrontier, pointsOf } from '../analysis';
 import { append, clear, download, h } from '../dom';
 import { jsonExport, megatronArgs, nemoConfig } from '../exports';
 import { adaptive, fixed, isTerminal, layoutLabel, num, seconds, thousands } from '../format';
-import type { Job, JobResults, RankedConfig } from '../types';
+import type { Job, JobResults, RankedConfig, Verification } from '../types';
 import { errorBanner, jobProgress, jobTitle, poll, stateBadge } from './common';
 
 type SortDir = 'ascending' | 'descending';
@@ -38,6 +38,11 @@ function errorPercent(predicted: number, measured: number): string {
   if (!(measured > 0)) return 'n/a';
   const e = ((predicted - measured) / measured) * 100;
   return `${e >= 0 ? '+' : ''}${fixed(e, 1)} % error`;
+}
+
+/** The predicted peak on the measurement's footing; results stored before it existed use the whole peak. */
+function trackedPeak(v: Verification): number {
+  return num(v.predicted_tracked_peak_gib) || num(v.predicted_peak_gib);
 }
 
 function memoryCell(r: RankedConfig, capacity: number): Node {
@@ -300,7 +305,7 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
           num(r.time_to_train_days) > 0 ? ` Time to train: ${fixed(num(r.time_to_train_days), 1)} days.` : '',
         ),
         v && v.status === 'verified'
-          ? h('p', { id: 'verification' }, `Trained end to end on ${v.measured_peak_gib_per_rank?.length ?? 0} ranks: measured ${seconds(num(v.measured_iteration_time_s))} vs predicted ${seconds(num(v.predicted_iteration_time_s))} per iteration (${errorPercent(num(v.predicted_iteration_time_s), num(v.measured_iteration_time_s))}); peak ${fixed(num(v.measured_peak_gib), 3)} vs ${fixed(num(v.predicted_peak_gib), 3)} GiB (${errorPercent(num(v.predicted_peak_gib), num(v.measured_peak_gib))}).`)
+          ? h('p', { id: 'verification' }, `Trained end to end on ${v.measured_peak_gib_per_rank?.length ?? 0} ranks: measured ${seconds(num(v.measured_iteration_time_s))} vs predicted ${seconds(num(v.predicted_iteration_time_s))} per iteration (${errorPercent(num(v.predicted_iteration_time_s), num(v.measured_iteration_time_s))}); peak ${fixed(num(v.measured_peak_gib), 3)} vs ${fixed(trackedPeak(v), 3)} GiB predicted as the trainer allocates (${errorPercent(trackedPeak(v), num(v.measured_peak_gib))}; ${fixed(num(v.predicted_peak_gib), 3)} GiB with the framework).`)
           : v && v.status
             ? h('p', { id: 'verification' }, `Verification: ${v.status}`)
             : null,
