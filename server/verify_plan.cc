@@ -140,6 +140,7 @@ v1::VerifyTask MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranke
   t.set_rendezvous_timeout_ms(options.rendezvous_timeout_ms);
   t.set_layout_rank(ranked.rank());
   t.set_flash_attention(spec.training.flash_attention);
+  t.set_dropout(spec.training.dropout);
   t.set_dtype(ToString(spec.training.precision));
   return t;
 }

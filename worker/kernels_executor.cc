@@ -284,6 +284,7 @@ class KernelsExecutor final : public TaskExecutor {
     c.sequence_parallel = t.sequence_parallel();
     c.distributed_optimizer = t.distributed_optimizer();
     c.flash_attention = t.flash_attention();
+    c.dropout = t.dropout();
     c.steps = t.steps();
     c.seed = t.seed();
     if (c.world_size() != t.world_size()) {

@@ -174,6 +174,7 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
   base.recompute = c.recompute;
   base.dtype = c.dtype;
   base.flash_attention = c.flash_attention;
+  base.hidden_dropout = base.attention_dropout = c.dropout ? 0.1f : 0.0f;
   base.seed = c.seed;
   std::vector<Chunk> chunks(c.vp);
   std::vector<Parameter*> params;

@@ -128,6 +128,10 @@ TEST(MakeVerifyTask, CarriesTheLayoutTheModelAndThePart) {
   EXPECT_EQ(t.steps(), 3);
   EXPECT_EQ(t.layout_rank(), 3);
   EXPECT_EQ(t.dtype(), "fp32");
+  EXPECT_FALSE(t.dropout());
+  JobSpec with_dropout = TinySpec();
+  with_dropout.training.dropout = true;
+  EXPECT_TRUE(MakeVerifyTask(with_dropout, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1").dropout());
   // A part that holds every rank meets in process: no namespace.
   EXPECT_EQ(MakeVerifyTask(TinySpec(), Ranked(1, 1, 2, 1), {0, 2}, o, "ns-1")
                 .rendezvous_namespace(),

@@ -91,6 +91,35 @@ TEST(TrainingTest, SequenceParallelRecomputeDistributedOptimizerEqualsSingleRank
   ExpectSame(Losses(c), Reference(c));
 }
 
+// Dropout's masks are functions of (layer seed, element index), the same in every layout:
+// with dropout on, TP × PP × DP and the interleaved schedule still equal one rank. It does
+// drop: the first loss (the same weights and data) moves, and the masks it stores (one
+// byte per element after each output projection, and the attention probabilities' mask
+// and output without flash) raise the peak.
+TEST(TrainingTest, DropoutRunsInEveryLayoutAndStillEqualsSingleRank) {
+  TrainConfig c = Tiny();
+  c.dropout = true;
+  c.tp = 2;
+  c.pp = 2;
+  c.dp = 2;
+  const std::vector<double> ref = Reference(c);
+  ExpectSame(Losses(c), ref);
+  c.tp = c.dp = 1;
+  c.vp = 2;
+  c.num_micro_batches *= 2;  // the same global batch on one DP rank
+  ExpectSame(Losses(c), ref);
+  TrainConfig off = Tiny();
+  const std::vector<double> plain = Reference(off);
+  ASSERT_FALSE(plain.empty());
+  ASSERT_FALSE(ref.empty());
+  EXPECT_GT(std::abs(plain[0] - ref[0]), 1e-4);
+  off.steps = c.steps = 1;
+  c.tp = c.pp = c.dp = c.vp = 1;
+  auto with = RunTrainingInProcess(c), without = RunTrainingInProcess(off);
+  ASSERT_TRUE(with.ok() && without.ok());
+  EXPECT_GT(with->ranks[0].peak_bytes, without->ranks[0].peak_bytes);
+}
+
 // The distributed optimizer keeps m and v for its 1/dp shard only and nothing else extra
 // (fp32: no master copy; reduce-scatter and all-gather work in place in the flat buffers),
 // so a rank's peak is lower by exactly the two fp32 states of the other shards:

@@ -338,6 +338,21 @@ TEST(KernelsExecutorVerify, AWholeLayoutTrainsLikeRunTrainingInProcess) {
   ASSERT_EQ(v.step_seconds_size(), 3);
   // The median of steps 2 and 3.
   EXPECT_DOUBLE_EQ(v.median_iteration_s(), 0.5 * (v.step_seconds(1) + v.step_seconds(2)));
+
+  // The spec's dropout reaches the trainer: the same losses as a local run with dropout,
+  // which differ from the run without.
+  v1::ProfileTask with_dropout = VerifyTask(0, 2);
+  with_dropout.mutable_verify()->set_dropout(true);
+  r = executor->Execute(with_dropout, cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  c.dropout = true;
+  local = kernels::training::RunTrainingInProcess(c);
+  ASSERT_TRUE(local.ok()) << local.status();
+  ASSERT_EQ(r.verify().losses_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(r.verify().losses(i), local->losses[i], 1e-6 * local->losses[i]);
+  }
+  EXPECT_GT(std::abs(r.verify().losses(0) - v.losses(0)), 1e-4);
 }
 
 // A store whose Get times out at once, as the coordinator's does when peers never come.
