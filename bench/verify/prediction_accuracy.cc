@@ -41,7 +41,11 @@
 // (how much slower the predicted-best layout measured than the measured best: what a user
 // who trusts the ranking loses; near-ties make "best predicted" flip within the noise) and
 //   # prediction error: median X %, max Y %, best layout predicted: yes|no
-// --json prints the same as one JSON object.
+// --json prints the same as one JSON object, with each round's parts (rounds_parts); for
+// pipeline layouts they include each stage's busy time per step (stage_busy_s: the step
+// less pipeline wait, DP and optimizer, as the trainer measured it, against what the
+// round's tasks put it at), which tells task-time errors from schedule errors. A progress
+// line per layout and round goes to stderr.
 #include <execinfo.h>
 #include <signal.h>
 #include <spawn.h>
@@ -63,6 +67,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
 #include "kernels/backend.h"
 #include "kernels/collective_bench.h"
 #include "kernels/step_runner.h"
@@ -301,6 +306,22 @@ absl::StatusOr<double> MeasureOptimizer(int64_t params, int64_t ranks) {
 
 // Child process: runs the second half of the ranks of layout `index` and writes their
 // largest peak bytes to dir/peak.
+// The median step after the first (the first allocates and warms up): its index.
+size_t MedianStepIndex(const std::vector<double>& step_seconds) {
+  std::vector<size_t> order;
+  for (size_t s = 1; s < step_seconds.size(); ++s) order.push_back(s);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return step_seconds[a] < step_seconds[b]; });
+  return order[order.size() / 2];
+}
+
+// A rank's busy time in step `at`: its step less the pipeline wait, the DP collectives
+// and the optimizer step (what its stage's layers, extras and sends took).
+double BusySeconds(const kt::RankResult& r, size_t at) {
+  return r.step_seconds[at] - r.p2p_wait_seconds[at] - r.dp_seconds[at] -
+         r.optimizer_seconds[at];
+}
+
 int Child(int64_t ranks, int index, const std::string& dir, int64_t steps) {
   const JobSpec spec = SmallModel(ranks);
   const kt::TrainConfig t = ToTrain(spec, Layouts(ranks)[index], steps);
@@ -314,6 +335,10 @@ int Child(int64_t ranks, int index, const std::string& dir, int64_t steps) {
   int64_t peak = 0;
   for (const auto& rank : r->ranks) peak = std::max(peak, rank.peak_bytes);
   std::ofstream(dir + "/peak") << peak << "\n";
+  // Each rank's busy time in the job's median step (the step times are job-wide).
+  std::ofstream busy(dir + "/busy");
+  const size_t at = MedianStepIndex(r->step_seconds);
+  for (const auto& rank : r->ranks) busy << rank.rank << " " << BusySeconds(rank, at) << "\n";
   return 0;
 }
 
@@ -323,6 +348,7 @@ struct Measured {
   double peak_bytes = 0;
   double final_loss = 0;
   std::vector<double> step_s;  ///< Every step, the first (untimed) included.
+  std::map<int64_t, double> busy_s;  ///< By rank, in the median step (BusySeconds).
 };
 
 absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int64_t ranks, int index,
@@ -351,14 +377,17 @@ absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int64_t ranks, int
   }
   int64_t child_peak = 0;
   std::ifstream(dir + "/peak") >> child_peak;
-  std::filesystem::remove_all(dir);
   Measured m;
+  {
+    std::ifstream busy(dir + "/busy");
+    int64_t rank = 0;
+    double b = 0;
+    while (busy >> rank >> b) m.busy_s[rank] = b;
+  }
+  std::filesystem::remove_all(dir);
   // The median step after the first, and rank 0's DP and optimizer parts in it.
-  std::vector<size_t> order;
-  for (size_t s = 1; s < r->step_seconds.size(); ++s) order.push_back(s);
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return r->step_seconds[a] < r->step_seconds[b]; });
-  const size_t at = order[order.size() / 2];
+  const size_t at = MedianStepIndex(r->step_seconds);
+  for (const auto& rank : r->ranks) m.busy_s[rank.rank] = BusySeconds(rank, at);
   m.iteration_s = r->median_step_seconds();
   m.dp_s = r->ranks[0].dp_seconds[at];
   m.optimizer_s = r->ranks[0].optimizer_seconds[at];
@@ -391,6 +420,42 @@ nlohmann::json TasksJson(const paratune::Measurements& m) {
   for (const auto& [key, x] : m.first_stage) j["first_stage"] = one(x);
   for (const auto& [key, x] : m.last_stage) j["last_stage"] = one(x);
   return j;
+}
+
+// Each pipeline stage's busy time per step (BusySeconds' counterpart) as a round's tasks
+// put it: per micro-batch, the first (last) stage's extras task for one of its layers and
+// the plain task for the others, times the rank's micro-batches, plus each layer's
+// once-per-step norm-gradient sync. The pipeline composition starts from these; where the
+// measured busy times are lower, the tasks overstate the stages, not the schedule. Empty
+// without PP.
+std::vector<double> PredictedStageBusy(const JobSpec& spec, const Layout& l,
+                                       const paratune::Measurements& m) {
+  if (l.pp == 1 || m.first_stage.empty() || m.last_stage.empty()) return {};
+  const paratune::LayerMeasurement& plain = m.layers.at(m.first_stage.begin()->first);
+  const paratune::LayerMeasurement& first = m.first_stage.begin()->second;
+  const paratune::LayerMeasurement& last = m.last_stage.begin()->second;
+  const double layers = static_cast<double>(spec.model.num_layers / l.pp);
+  const double micro_batches =
+      static_cast<double>(spec.training.global_batch_size / (l.mb * l.dp));
+  std::vector<double> busy;
+  for (int64_t p = 0; p < l.pp; ++p) {
+    double per = layers * plain.LayerSeconds();
+    if (p == 0) per += first.LayerSeconds() - plain.LayerSeconds();
+    if (p == l.pp - 1) per += last.LayerSeconds() - plain.LayerSeconds();
+    busy.push_back(micro_batches * per + layers * plain.grad_sync_s);
+  }
+  return busy;
+}
+
+// The measured counterpart: the busy time of each stage's first rank (tp 0, dp 0).
+std::vector<double> MeasuredStageBusy(const Layout& l, const std::map<int64_t, double>& busy) {
+  std::vector<double> out;
+  if (l.pp == 1) return out;
+  for (int64_t p = 0; p < l.pp; ++p) {
+    const auto it = busy.find(l.tp * l.dp * p);
+    out.push_back(it == busy.end() ? 0.0 : it->second);
+  }
+  return out;
 }
 
 double Median(std::vector<double> v) {
@@ -537,8 +602,16 @@ int main(int argc, char** argv) {
         return 1;
       }
       // Progress on stderr (a full run takes minutes), one line per layout and round.
-      std::fprintf(stderr, "# round %d/%d %-40s predicted %.4f s, measured %.4f s\n", r + 1,
-                   repeats, pc.ToString().c_str(), composed->iteration_time_s, one->iteration_s);
+      std::string stages;
+      const std::vector<double> pb = PredictedStageBusy(spec, layouts[i], *m),
+                                mb = MeasuredStageBusy(layouts[i], one->busy_s);
+      for (size_t p = 0; p < pb.size(); ++p) {
+        stages += absl::StrFormat("%s%.3f/%.3f", p == 0 ? "; stage busy predicted/measured " : " ",
+                                  pb[p], mb[p]);
+      }
+      std::fprintf(stderr, "# round %d/%d %-40s predicted %.4f s, measured %.4f s%s\n", r + 1,
+                   repeats, pc.ToString().c_str(), composed->iteration_time_s, one->iteration_s,
+                   stages.c_str());
       rounds[i].push_back({*std::move(composed), *std::move(one), *std::move(m)});
     }
   }
@@ -635,6 +708,12 @@ int main(int argc, char** argv) {
                                          {"optimizer", x.meas.optimizer_s},
                                          {"steps", x.meas.step_s}}},
                                        {"tasks", TasksJson(x.tasks)}});
+        const Layout& l = layouts[selected[i]];
+        if (l.pp > 1) {
+          out["rounds_parts"].back()["stage_busy_s"] = {
+              {"predicted", PredictedStageBusy(spec, l, x.tasks)},
+              {"measured", MeasuredStageBusy(l, x.meas.busy_s)}};
+        }
       }
     }
     j["time_error_median_pct"] = med;
