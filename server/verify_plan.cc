@@ -183,9 +183,9 @@ absl::StatusOr<v1::Verification> VerificationFromParts(
   predicted.optimizer = ranked.memory().optimizer() * kGiB;
   predicted.activations = ranked.memory().activations() * kGiB;
   predicted.other = ranked.memory().other() * kGiB;
-  v.set_predicted_tracked_peak_gib(TrackedPeakBytes(predicted, FrameworkMemoryFor(spec.cluster.gpu),
-                                                    spec.training.precision) /
-                                   kGiB);
+  const FrameworkMemory framework = FrameworkMemoryFor(spec.cluster.gpu);
+  v.set_predicted_tracked_peak_gib(
+      TrackedPeakBytes(predicted, framework, spec.training.precision) / kGiB);
   for (double l : first->losses()) v.add_measured_losses(l);
   for (double s : first->step_seconds()) v.add_measured_step_seconds(s);
   v.set_status("verified");
