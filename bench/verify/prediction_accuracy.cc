@@ -31,8 +31,9 @@
 // steady-state step time a user sees). Minima (the fastest round on each side) were tried
 // before: extremes of so noisy a host are themselves noise, and the max error swung from
 // 14 % to 45 % between runs. Each round samples the host's state once, on both sides, so
-// the defaults run many short rounds (10; tasks of 8 steps, runs of 4). rounds_err shows the lowest and highest signed error of a
-// round (its composition against its own runs' median step).
+// the defaults run many short rounds (10; tasks of 8 steps, runs of 4). rounds_err shows
+// the lowest and highest signed error of a round (its composition against its own runs'
+// median step).
 // Memory: the model's peak without its fixed framework workspace and fragmentation
 // allowance (search/memory_model.h FrameworkMemory), which the CPU tracking allocator
 // does not see; what remains (weights, gradients, optimizer, activations, transient
@@ -305,8 +306,6 @@ absl::StatusOr<double> MeasureOptimizer(int64_t params, int64_t ranks) {
   return slowest / static_cast<double>(params);
 }
 
-// Child process: runs the second half of the ranks of layout `index` and writes their
-// largest peak bytes to dir/peak.
 // The median step after the first (the first allocates and warms up): its index.
 size_t MedianStepIndex(const std::vector<double>& step_seconds) {
   std::vector<size_t> order;
@@ -323,6 +322,8 @@ double BusySeconds(const kt::RankResult& r, size_t at) {
          r.optimizer_seconds[at];
 }
 
+// Child process: runs the second half of the ranks of layout `index` and writes their
+// largest peak bytes to dir/peak and each rank's busy time to dir/busy.
 int Child(int64_t ranks, int index, const std::string& dir, int64_t steps) {
   const JobSpec spec = SmallModel(ranks);
   const kt::TrainConfig t = ToTrain(spec, Layouts(ranks)[index], steps);
