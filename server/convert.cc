@@ -218,6 +218,17 @@ void CapRejected(v1::PlanResult& result, int64_t max_rejected) {
   }
 }
 
+MemoryBreakdown MemoryFromProto(const v1::MemoryBreakdown& memory) {
+  MemoryBreakdown m;
+  m.weights = memory.weights() * kGiB;
+  m.gradients = memory.gradients() * kGiB;
+  m.optimizer = memory.optimizer() * kGiB;
+  m.activations = memory.activations() * kGiB;
+  m.other = memory.other() * kGiB;
+  m.capacity = memory.capacity_gib() * kGiB;
+  return m;
+}
+
 absl::StatusOr<PlanResult> PlanResultFromProto(const v1::PlanResult& result) {
   PlanResult out;
   for (const v1::RankedConfig& r : result.ranked()) {
@@ -231,12 +242,7 @@ absl::StatusOr<PlanResult> PlanResultFromProto(const v1::PlanResult& result) {
     d.model_tflops_per_gpu = r.model_tflops_per_gpu();
     d.hardware_tflops_per_gpu = r.hardware_tflops_per_gpu();
     d.mfu = r.mfu();
-    d.memory.weights = r.memory().weights() * kGiB;
-    d.memory.gradients = r.memory().gradients() * kGiB;
-    d.memory.optimizer = r.memory().optimizer() * kGiB;
-    d.memory.activations = r.memory().activations() * kGiB;
-    d.memory.other = r.memory().other() * kGiB;
-    d.memory.capacity = r.memory().capacity_gib() * kGiB;
+    d.memory = MemoryFromProto(r.memory());
     d.fits = r.fits();
     d.source = r.source() == "measured" ? ResultSource::kMeasured : ResultSource::kModelled;
     d.time = {r.time().compute(),   r.time().tp_comm(), r.time().cp_comm(),

@@ -46,6 +46,8 @@ v1::PlanResult ToProto(const PlanResult& result, int64_t max_rejected = kMaxReje
 /// them from its full list first. Idempotent.
 void CapRejected(v1::PlanResult& result, int64_t max_rejected = kMaxRejectedListed);
 absl::StatusOr<PlanResult> PlanResultFromProto(const v1::PlanResult& result);
+/// A memory breakdown from its wire form (GiB) back to bytes (peak_gib is derived).
+MemoryBreakdown MemoryFromProto(const v1::MemoryBreakdown& memory);
 
 /// A profile task as the wire message (id, job_id and attempt left empty).
 v1::ProfileTask ToProto(const ProfileTaskSpec& task);

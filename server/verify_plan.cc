@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "search/memory_model.h"
-#include "search/plan_result.h"
+#include "server/convert.h"
 
 namespace paratune::server {
 namespace {
@@ -177,15 +177,10 @@ absl::StatusOr<v1::Verification> VerificationFromParts(
   }
   v.set_measured_peak_gib(static_cast<double>(max_peak) / kGiB);
   v.set_predicted_peak_gib(ranked.memory().peak_gib());
-  MemoryBreakdown predicted;
-  predicted.weights = ranked.memory().weights() * kGiB;
-  predicted.gradients = ranked.memory().gradients() * kGiB;
-  predicted.optimizer = ranked.memory().optimizer() * kGiB;
-  predicted.activations = ranked.memory().activations() * kGiB;
-  predicted.other = ranked.memory().other() * kGiB;
-  const FrameworkMemory framework = FrameworkMemoryFor(spec.cluster.gpu);
-  v.set_predicted_tracked_peak_gib(
-      TrackedPeakBytes(predicted, framework, spec.training.precision) / kGiB);
+  v.set_predicted_tracked_peak_gib(TrackedPeakBytes(MemoryFromProto(ranked.memory()),
+                                                    FrameworkMemoryFor(spec.cluster.gpu),
+                                                    spec.training.precision) /
+                                   kGiB);
   for (double l : first->losses()) v.add_measured_losses(l);
   for (double s : first->step_seconds()) v.add_measured_step_seconds(s);
   v.set_status("verified");
