@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/hash_random.h"
 #include "kernels/mappings.h"
 #include "kernels/status_macros.h"
 
@@ -15,6 +16,10 @@ absl::StatusOr<Tensor> IdsTensor(Backend& be, const std::vector<int32_t>& ids) {
   PT_RETURN_IF_ERROR(be.CopyFromHost(t, std::vector<double>(ids.begin(), ids.end())));
   return t;
 }
+
+// The embedding dropout's seed: apart from the layers' (kernels/transformer_layer.cc
+// DropoutSeed, from each layer's own seed).
+uint64_t EmbeddingDropoutSeed(uint64_t seed) { return Mix64(seed + 0x2000); }
 
 int64_t SpRows(const LayerConfig& c) {
   return (c.sequence_parallel ? c.seq_length / c.tp : c.seq_length) * c.micro_batch_size;
@@ -43,26 +48,50 @@ absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(const std::vector<int32_t
   Backend& be = *ctx_.backend;
   const int64_t n = static_cast<int64_t>(ids.size()), h = config_.shape.hidden_size;
   const int64_t v = table_.value.dim(0), start = ctx_.tp_rank() * v;
-  PT_ASSIGN_OR_RETURN(ids_, IdsTensor(be, ids));
+  saved_ = EmbeddingSaved();
+  PT_ASSIGN_OR_RETURN(saved_.ids, IdsTensor(be, ids));
   PT_ASSIGN_OR_RETURN(Tensor partial, be.Empty({n, h}, config_.dtype, MemoryTag::kActivations));
-  PT_RETURN_IF_ERROR(be.EmbeddingForward(config_.dtype, partial.data(), ids_.data_as<int32_t>(),
-                                         table_.value.data(), n, h, start, start + v));
+  PT_RETURN_IF_ERROR(be.EmbeddingForward(config_.dtype, partial.data(),
+                                         saved_.ids.data_as<int32_t>(), table_.value.data(), n,
+                                         h, start, start + v));
+  Tensor out;
   if (config_.sequence_parallel) {
-    return ReduceScatterToSpRegion::Forward(ctx_, partial, MemoryTag::kActivations);
+    PT_ASSIGN_OR_RETURN(out, ReduceScatterToSpRegion::Forward(ctx_, partial,
+                                                              MemoryTag::kActivations));
+  } else {
+    PT_RETURN_IF_ERROR(ReduceFromTpRegion::Forward(ctx_, partial));
+    out = std::move(partial);
   }
-  PT_RETURN_IF_ERROR(ReduceFromTpRegion::Forward(ctx_, partial));
-  return partial;
+  if (config_.hidden_dropout == 0.0f) return out;
+  // Every TP rank holds the same rows without SP (the same mask), its own shard with SP.
+  const int64_t rows = out.dim(0);
+  const int64_t row0 = config_.sequence_parallel ? ctx_.tp_rank() * rows : 0;
+  PT_ASSIGN_OR_RETURN(saved_.dropout_mask,
+                      be.Empty(out.shape(), DType::kU8, MemoryTag::kActivations));
+  PT_ASSIGN_OR_RETURN(Tensor y, be.Empty(out.shape(), config_.dtype, MemoryTag::kActivations));
+  PT_RETURN_IF_ERROR(be.DropoutForward(config_.dtype, y.data(),
+                                       saved_.dropout_mask.data_as<uint8_t>(), out.data(),
+                                       out.numel(), config_.hidden_dropout,
+                                       EmbeddingDropoutSeed(config_.seed),
+                                       static_cast<uint64_t>(row0 * h)));
+  return y;
 }
 
 absl::Status VocabParallelEmbedding::Backward(const Tensor& dout) {
-  Tensor full = dout;
+  Backend& be = *ctx_.backend;
+  Tensor d = dout;
+  if (saved_.dropout_mask.defined()) {
+    PT_ASSIGN_OR_RETURN(d, be.Empty(dout.shape(), config_.dtype, MemoryTag::kActivations));
+    PT_RETURN_IF_ERROR(be.DropoutBackward(config_.dtype, d.data(), dout.data(),
+                                          saved_.dropout_mask.data_as<uint8_t>(), dout.numel(),
+                                          config_.hidden_dropout));
+  }
   if (config_.sequence_parallel) {
-    PT_ASSIGN_OR_RETURN(full, ReduceScatterToSpRegion::Backward(ctx_, dout));
+    PT_ASSIGN_OR_RETURN(d, ReduceScatterToSpRegion::Backward(ctx_, d));
   }
   const int64_t v = table_.value.dim(0), start = ctx_.tp_rank() * v;
-  return ctx_.backend->EmbeddingBackward(config_.dtype, table_.grad.data(),
-                                         ids_.data_as<int32_t>(), full.data(), full.dim(0),
-                                         full.dim(1), start, start + v);
+  return be.EmbeddingBackward(config_.dtype, table_.grad.data(), saved_.ids.data_as<int32_t>(),
+                              d.data(), d.dim(0), d.dim(1), start, start + v);
 }
 
 absl::StatusOr<std::unique_ptr<VocabParallelOutput>> VocabParallelOutput::Create(

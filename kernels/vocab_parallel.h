@@ -1,7 +1,9 @@
 // The first and last pipeline stage's extra work, vocab-parallel as in Megatron:
 // VocabParallelEmbedding (rank r holds vocabulary rows [r·V/t, (r+1)·V/t); out-of-range ids
 // give zeros and the partial sums are combined by reduce_from_tp_region, or by
-// reduce_scatter_to_sp_region with SP), and VocabParallelOutput: final norm, the logits
+// reduce_scatter_to_sp_region with SP; then the embedding dropout, hidden_dropout, whose
+// mask is a function of the global element index as the layers' are), and
+// VocabParallelOutput: final norm, the logits
 // ColumnParallelLinear ([N, V/t], never gathered) and vocab_parallel_cross_entropy (max by
 // all-gather, sum of exponentials and target logit by all-reduce).
 // Thread-safety: one instance per rank (thread).
@@ -18,21 +20,32 @@
 
 namespace paratune::kernels {
 
+/// What the embedding keeps from a forward for its backward.
+struct EmbeddingSaved {
+  Tensor ids;           ///< The micro-batch's token ids (i32, s·b).
+  Tensor dropout_mask;  ///< With dropout: its mask (u8, [N_sp, h]); else empty.
+};
+
 class VocabParallelEmbedding {
  public:
   static absl::StatusOr<std::unique_ptr<VocabParallelEmbedding>> Create(
       const LayerConfig& config, const ParallelContext& ctx);
-  /// ids: all s·b tokens in [s, b] order. Returns [N_sp, h].
+  /// ids: all s·b tokens in [s, b] order. Returns [N_sp, h], dropped out when
+  /// config.hidden_dropout > 0.
   absl::StatusOr<Tensor> Forward(const std::vector<int32_t>& ids);
-  /// dout: [N_sp, h]; accumulates the table gradient.
+  /// dout: [N_sp, h]; accumulates the table gradient (through the forward's dropout mask).
   absl::Status Backward(const Tensor& dout);
   Parameter& weight() { return table_; }
+  /// A pipeline keeps several micro-batches in flight: it moves each forward's saved
+  /// tensors out and puts them back before the matching backward.
+  EmbeddingSaved TakeSaved() { return std::move(saved_); }
+  void RestoreSaved(EmbeddingSaved saved) { saved_ = std::move(saved); }
 
  private:
   LayerConfig config_;
   ParallelContext ctx_;
   Parameter table_;
-  Tensor ids_;
+  EmbeddingSaved saved_;
 };
 
 class VocabParallelOutput {

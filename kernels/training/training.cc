@@ -14,7 +14,6 @@
 #include "gloo/transport/unbound_buffer.h"
 #include "kernels/backend.h"
 #include "kernels/hash_random.h"
-#include "kernels/mappings.h"
 #include "kernels/status_macros.h"
 #include "kernels/transformer_layer.h"
 #include "kernels/vocab_parallel.h"
@@ -120,7 +119,7 @@ struct Chunk {
 // Kept per (chunk, micro-batch) between its forward and backward.
 struct InFlight {
   std::vector<SavedActivations> saved;  // per layer
-  Tensor ids;                           // first stage: token ids (i32)
+  EmbeddingSaved embedding;             // first stage: token ids, dropout mask
   Tensor dy;                            // last stage: loss gradient of the chunk output
 };
 
@@ -276,10 +275,7 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
         if (ch.vstage == 0) {
           const std::vector<int32_t> ids = SyntheticTokens(c, step, g, false);
           PT_ASSIGN_OR_RETURN(x, ch.embedding->Forward(ids));
-          PT_ASSIGN_OR_RETURN(f.ids, be->Empty({static_cast<int64_t>(ids.size())}, DType::kI32,
-                                               MemoryTag::kActivations));
-          PT_RETURN_IF_ERROR(be->CopyBytes(f.ids.data(), ids.data(), ids.size() * sizeof(int32_t),
-                                           Backend::CopyKind::kHostToBackend));
+          f.embedding = ch.embedding->TakeSaved();
         } else {
           PT_ASSIGN_OR_RETURN(x, take(Slot(c, step, false, op.chunk, op.micro_batch)));
         }
@@ -310,15 +306,8 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
           PT_ASSIGN_OR_RETURN(dy, ch.layers[l]->Backward(dy));
         }
         if (ch.embedding) {
-          Tensor full = dy;
-          if (c.sequence_parallel) {
-            PT_ASSIGN_OR_RETURN(full, ReduceScatterToSpRegion::Backward(ctx, dy));
-          }
-          Parameter& w = ch.embedding->weight();
-          const int64_t vl = w.value.dim(0), start = me.tp * vl;
-          PT_RETURN_IF_ERROR(be->EmbeddingBackward(dt, w.grad.data(), f.ids.data_as<int32_t>(),
-                                                   full.data(), full.dim(0), full.dim(1), start,
-                                                   start + vl));
+          ch.embedding->RestoreSaved(std::move(f.embedding));
+          PT_RETURN_IF_ERROR(ch.embedding->Backward(dy));
         } else {
           PT_RETURN_IF_ERROR(p2p->Send(*be, dy, prev, Slot(c, step, true, op.chunk - (prev == c.pp - 1 ? 1 : 0),
                                                       op.micro_batch)));

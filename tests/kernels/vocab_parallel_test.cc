@@ -1,5 +1,6 @@
 // VocabParallelEmbedding and the vocab-parallel output (logits + cross entropy) give the
-// same results at TP = 2 (with and without SP) as at TP = 1.
+// same results at TP = 2 (with and without SP) as at TP = 1, with and without the
+// embedding dropout, whose gradient goes through its mask.
 #include "kernels/vocab_parallel.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,9 @@ struct VocabRun {
   std::vector<double> embedded;  // [s·b, h]
   double loss = 0;
   std::vector<double> dy;        // [s·b, h]
+  std::vector<double> table_grad;  // [V, h]: the embedding's gradient for dout = y
+  std::vector<int32_t> ids;
+  std::vector<double> y;           // [s·b, h]: the output block's input, the embedding's dout
 };
 
 VocabRun RunVocab(const LayerConfig& c) {
@@ -27,6 +31,9 @@ VocabRun RunVocab(const LayerConfig& c) {
   VocabRun out;
   out.embedded.assign(n * h, 0);
   out.dy.assign(n * h, 0);
+  out.table_grad.assign(c.shape.vocab_size * h, 0);
+  out.ids = ids;
+  out.y = y;
   auto rendezvous = MakeInProcessRendezvous();
   static int group = 0;
   const std::string prefix = absl::StrCat("vocab", group++);
@@ -55,6 +62,10 @@ VocabRun RunVocab(const LayerConfig& c) {
       ASSERT_TRUE(dy.ok()) << dy.status();
       auto dyh = be->CopyToHost(*dy);
       if (r == 0 || c.sequence_parallel) std::copy(dyh->begin(), dyh->end(), out.dy.begin() + row0 * h);
+      // The embedding's backward for dout = y; rank r holds vocabulary rows [r·V/t, …).
+      ASSERT_TRUE((*emb)->Backward(*yt).ok());
+      auto gh = be->CopyToHost((*emb)->weight().grad);
+      std::copy(gh->begin(), gh->end(), out.table_grad.begin() + r * gh->size());
     });
   }
   for (auto& th : threads) th.join();
@@ -78,6 +89,47 @@ TEST(VocabParallelTest, TensorAndSequenceParallelMatchSingleRank) {
     EXPECT_NEAR(r.loss, base.loss, 1e-5) << "sp=" << sp;
     EXPECT_LE(testing::ToleranceRatio(r.embedded, base.embedded, 1e-6, 1e-5), 1.0) << sp;
     EXPECT_LE(testing::ToleranceRatio(r.dy, base.dy, 1e-6, 1e-4), 1.0) << sp;
+  }
+}
+
+// Megatron's embedding dropout: each output element is dropped (0) or scaled by 1/(1−p),
+// the mask is the same at TP = 2 with and without SP (a function of the global element
+// index), and the table's gradient is Σ over tokens of dout·keep/(1−p), worked on the host.
+TEST(VocabParallelTest, EmbeddingDropoutIsLayoutInvariantAndMasksTheGradient) {
+  LayerConfig c;
+  c.shape.hidden_size = 16;
+  c.shape.num_attention_heads = 2;
+  c.shape.vocab_size = 40;
+  c.seq_length = 8;
+  c.micro_batch_size = 2;
+  const VocabRun plain = RunVocab(c);
+  c.hidden_dropout = 0.1f;
+  const VocabRun drop = RunVocab(c);
+  const int64_t h = c.shape.hidden_size, n = static_cast<int64_t>(drop.ids.size());
+  int64_t dropped = 0;
+  std::vector<double> expected(drop.table_grad.size(), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < h; ++j) {
+      const double x = plain.embedded[i * h + j], y = drop.embedded[i * h + j];
+      const bool keep = y != 0.0;
+      dropped += keep ? 0 : 1;
+      if (keep) {
+        EXPECT_NEAR(y, x / 0.9, 1e-5 * (1 + std::abs(x))) << i << "," << j;
+        expected[drop.ids[i] * h + j] += drop.y[i * h + j] / 0.9;
+      }
+    }
+  }
+  // 256 elements at p = 0.1: 25.6 expected dropped (σ ≈ 4.8).
+  EXPECT_GT(dropped, 5);
+  EXPECT_LT(dropped, 60);
+  EXPECT_LE(testing::ToleranceRatio(drop.table_grad, expected, 1e-6, 1e-5), 1.0);
+  EXPECT_GT(testing::ToleranceRatio(plain.table_grad, expected, 1e-6, 1e-5), 1.0);
+  for (bool sp : {false, true}) {
+    c.tp = 2;
+    c.sequence_parallel = sp;
+    const VocabRun r = RunVocab(c);
+    EXPECT_LE(testing::ToleranceRatio(r.embedded, drop.embedded, 1e-6, 1e-5), 1.0) << sp;
+    EXPECT_LE(testing::ToleranceRatio(r.table_grad, drop.table_grad, 1e-6, 1e-5), 1.0) << sp;
   }
 }
 

@@ -94,8 +94,8 @@ TEST(TrainingTest, SequenceParallelRecomputeDistributedOptimizerEqualsSingleRank
 // Dropout's masks are functions of (layer seed, element index), the same in every layout:
 // with dropout on, TP × PP × DP and the interleaved schedule still equal one rank. It does
 // drop: the first loss (the same weights and data) moves, and the masks it stores (one
-// byte per element after each output projection, and the attention probabilities' mask
-// and output without flash) raise the peak.
+// byte per element of the embedding output and after each output projection, and the
+// attention probabilities' mask and output without flash) raise the peak.
 TEST(TrainingTest, DropoutRunsInEveryLayoutAndStillEqualsSingleRank) {
   TrainConfig c = Tiny();
   c.dropout = true;
