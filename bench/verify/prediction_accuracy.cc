@@ -25,9 +25,11 @@
 // collective-heavy layouts by ~28 %). The host may be shared (its load average is printed
 // before and after), and on a small VM its speed swings by tens of per cent from one second
 // to the next (one GEMM loop alone: 188-372 ms for the same work), so the bench runs
-// --repeats rounds: in each round every layout has its tasks measured and composed and
-// then at once runs end to end. Each round samples the host's state once, on both sides, so
-// the defaults run many short rounds (10; tasks of 8 steps, runs of 4). A layout's
+// --repeats rounds: in each round every layout has its tasks measured (each distinct task
+// once per round, as the coordinator measures a task once for every candidate that needs
+// it) and composed and then at once runs end to end (--max-seconds stops starting rounds).
+// Each round samples the host's state once, on both sides, so the defaults run many short
+// rounds (10; tasks of 8 steps, runs of 4). A layout's
 // prediction is the 10 % trimmed mean of its rounds' compositions; its measurement is the
 // 10 % trimmed mean of every timed step of every round. A mean, because time to train is
 // steps times the mean step, and because the 2-core build host's speed is bimodal (a
@@ -513,6 +515,7 @@ int main(int argc, char** argv) {
   // tasks and 6-step runs, at about the same 9.5 minutes).
   int64_t steps = 4;
   int repeats = 10;
+  double max_seconds = 0;
   int64_t task_iters = 8;
   const int64_t cores = sysconf(_SC_NPROCESSORS_ONLN);
   int64_t ranks = cores >= 4 ? 4 : 2;
@@ -531,6 +534,10 @@ int main(int argc, char** argv) {
                  "rounds: measure each layout's tasks and run it end to end this often; "
                  "each side's trimmed mean is compared")
       ->check(CLI::Range(1, 40));
+  app.add_option("--max-seconds", max_seconds,
+                 "start no round that would end after this many seconds (at the mean round "
+                 "time so far) and report the rounds done; 0: no limit")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--layouts", only, "comma-separated layout indices to run (default: all)");
   app.add_option("--child", child, "internal: run the second process's ranks of this layout")
       ->group("");
@@ -566,7 +573,12 @@ int main(int argc, char** argv) {
   // Rounds: in each round, every layout has the tasks it needs measured (its layer tasks,
   // its stage-extras tasks at its dp, its DP collective sweeps, the optimizer step) and is
   // composed from them, and then at once runs end to end, so that both sides sample the
-  // host's slow and fast spells alike over the run.
+  // host's slow and fast spells alike over the run. As in the coordinator's profile mode
+  // (one measurement per distinct task, whichever candidates need it), a task is measured
+  // once per round, by the first layout that needs it, and later layouts of the round that
+  // need it reuse that measurement: layouts that share their layer tasks (dp 2 mb 2 with and
+  // without the distributed optimizer) then differ in prediction only by what differs
+  // between them, not by two samples of the host's speed.
   struct Round {
     paratune::RankedConfig composed;
     Measured meas;
@@ -574,35 +586,64 @@ int main(int argc, char** argv) {
     double pred_s() const { return composed.iteration_time_s; }
   };
   std::map<size_t, std::vector<Round>> rounds;
+  // This round's task measurements, by task (extras also by the layout's dp, which sets how
+  // many copies run them; the optimizer by parameters per rank).
+  struct RoundTasks {
+    std::map<std::string, paratune::LayerMeasurement> layers;
+    std::map<std::pair<std::string, int64_t>, paratune::LayerMeasurement> first, last;
+    std::map<std::string, paratune::CommMeasurement> sweeps;
+    std::map<int64_t, double> optimizer;
+  } round_tasks;
+  // Looks `key` up in `cache`, measuring it with `measure` the first time.
+  const auto cached = [](auto& cache, const auto& key, auto measure) -> absl::Status {
+    if (cache.count(key) > 0) return absl::OkStatus();
+    auto one = measure();
+    if (!one.ok()) return one.status();
+    cache.emplace(key, *std::move(one));
+    return absl::OkStatus();
+  };
   auto measure_for = [&](const ParallelConfig& pc) -> absl::StatusOr<paratune::Measurements> {
+    RoundTasks& rt = round_tasks;
     paratune::Measurements m;
-    absl::StatusOr<double> opt = MeasureOptimizer(
-        static_cast<int64_t>(paratune::MaxParamsPerGpu(spec.model, pc)), ranks);
-    if (!opt.ok()) return opt.status();
-    m.optimizer_seconds_per_param = *opt;
+    const int64_t params = static_cast<int64_t>(paratune::MaxParamsPerGpu(spec.model, pc));
+    absl::Status st = cached(rt.optimizer, params, [&] { return MeasureOptimizer(params, ranks); });
+    if (!st.ok()) return st;
+    m.optimizer_seconds_per_param = rt.optimizer.at(params);
     const std::vector<paratune::LayerProfileSpec> tasks =
         paratune::LayerTasksFor(spec, pc, options);
     for (const auto& t : tasks) {
-      absl::StatusOr<paratune::LayerMeasurement> one =
-          MeasureLayerInLayout(t, k::StageExtras::kNone, ranks, 1);
-      if (!one.ok()) return one.status();
-      m.layers[t.Key()] = *one;
+      st = cached(rt.layers, t.Key(),
+                  [&] { return MeasureLayerInLayout(t, k::StageExtras::kNone, ranks, 1); });
+      if (!st.ok()) return st;
+      m.layers[t.Key()] = rt.layers.at(t.Key());
     }
     // The stage extras, by the plain layer task's key (where ComposeCandidate looks).
     const paratune::LayerProfileSpec& plain = tasks.back();
     for (k::StageExtras e : {k::StageExtras::kFirst, k::StageExtras::kLast}) {
-      absl::StatusOr<paratune::LayerMeasurement> one = MeasureLayerInLayout(plain, e, ranks, pc.dp);
-      if (!one.ok()) return one.status();
-      (e == k::StageExtras::kFirst ? m.first_stage : m.last_stage)[plain.Key()] = *one;
+      auto& cache = e == k::StageExtras::kFirst ? rt.first : rt.last;
+      const std::pair<std::string, int64_t> key{plain.Key(), pc.dp};
+      st = cached(cache, key, [&] { return MeasureLayerInLayout(plain, e, ranks, pc.dp); });
+      if (!st.ok()) return st;
+      (e == k::StageExtras::kFirst ? m.first_stage : m.last_stage)[plain.Key()] = cache.at(key);
     }
     for (const paratune::CollectiveSweepSpec& sw : paratune::DpSweepsFor(spec, pc, options)) {
-      absl::StatusOr<paratune::CommMeasurement> one = MeasureSweep(sw, ranks);
-      if (!one.ok()) return one.status();
-      m.collectives[sw.Key()] = *one;
+      st = cached(rt.sweeps, sw.Key(), [&] { return MeasureSweep(sw, ranks); });
+      if (!st.ok()) return st;
+      m.collectives[sw.Key()] = rt.sweeps.at(sw.Key());
     }
     return m;
   };
+  const auto started = std::chrono::steady_clock::now();
   for (int r = 0; r < repeats; ++r) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (r > 0 && max_seconds > 0 && elapsed * (r + 1) / r > max_seconds) {
+      std::fprintf(stderr, "# --max-seconds %.0f: stopping after %d of %d rounds (%.0f s)\n",
+                   max_seconds, r, repeats, elapsed);
+      repeats = r;
+      break;
+    }
+    round_tasks = RoundTasks();
     for (size_t i : selected) {
       const ParallelConfig pc = ToParallel(layouts[i]);
       absl::StatusOr<paratune::RankedConfig> modelled = paratune::Estimate(spec, pc);
