@@ -29,19 +29,20 @@
 // once per round, as the coordinator measures a task once for every candidate that needs
 // it) and composed and then at once runs end to end (--max-seconds stops starting rounds).
 // Each round samples the host's state once, on both sides, so the defaults run many short
-// rounds (10; tasks of 8 steps, runs of 4). A layout's
-// prediction is the 10 % trimmed mean of its rounds' compositions; its measurement is the
-// 10 % trimmed mean of every timed step of every round. A mean, because time to train is
-// steps times the mean step, and because the 2-core build host's speed is bimodal (a
-// layout's rounds come out near one of two speeds): the median of such a sample jumps
-// between the two modes with the count of rounds that fell in each, where the mean moves
-// in proportion to it. Trimmed (the fastest and slowest tenth dropped on each side), so a
-// single stalled round or step does not carry it. The median (sessions 5-6) predicted the
-// best layout in 3 of 5 ten-round runs; the trimmed mean, applied afterwards to the same
-// runs' --json, in all 5. Minima (the fastest round on each side) were tried before them:
-// extremes of so noisy a host are themselves noise (max error 14-45 % between runs).
-// rounds_err shows the lowest and highest signed error of a round (its composition against
-// its own runs' median step).
+// rounds (10; tasks of 8 steps, runs of 4). A layout's prediction is the 10 % trimmed mean
+// of its rounds' compositions; its measurement is the 10 % trimmed mean of every timed step
+// of every round. A mean, because time to train is steps times the mean step, and because
+// the 2-core build host's speed is bimodal (a layout's rounds come out near one of two
+// speeds): the median of such a sample jumps between the two modes with the count of rounds
+// that fell in each, where the mean moves in proportion to it. Trimmed (the fastest and
+// slowest tenth dropped on each side), so a single stalled round or step does not carry it.
+// Neither estimator names the best layout more often: applied afterwards to the same --json
+// of twelve ten-round runs, the trimmed mean named it in 8 and the median in 7. The three
+// dp-only layouts (mb 1, mb 2, mb 2 with the distributed optimizer) measure within 0.5-7 %
+// of each other and swap places from run to run. Minima (the fastest round on each side)
+// were tried before: extremes of so noisy a host are themselves noise (max error 14-45 %
+// between runs). rounds_err shows the lowest and highest signed error of a round (its
+// composition against its own runs' median step).
 // Memory: the model's peak without its fixed framework workspace and fragmentation
 // allowance (search/memory_model.h FrameworkMemory), which the CPU tracking allocator
 // does not see; what remains (weights, gradients, optimizer, activations, transient
@@ -739,7 +740,8 @@ int main(int argc, char** argv) {
                   {"heads", spec.model.num_attention_heads}, {"ffn", spec.model.ffn_hidden_size},
                   {"vocab", spec.model.vocab_size}, {"seq", spec.training.seq_length},
                   {"global_batch", spec.training.global_batch_size}, {"ranks", ranks},
-                  {"processes", 2}, {"steps", steps}, {"repeats", repeats}, {"task_iters", task_iters},
+                  {"processes", 2}, {"steps", steps}, {"repeats", repeats},
+                  {"task_iters", task_iters},
                   {"host_cores", cores}, {"load_average_before", load_before},
                   {"load_average_after", load_after},
                   {"optimizer_s_per_param", optimizer_rate}};
