@@ -72,13 +72,19 @@ VocabRun RunVocab(const LayerConfig& c) {
   return out;
 }
 
-TEST(VocabParallelTest, TensorAndSequenceParallelMatchSingleRank) {
+// V = 40, h = 16, s = 8, b = 2.
+LayerConfig SmallConfig() {
   LayerConfig c;
   c.shape.hidden_size = 16;
   c.shape.num_attention_heads = 2;
   c.shape.vocab_size = 40;
   c.seq_length = 8;
   c.micro_batch_size = 2;
+  return c;
+}
+
+TEST(VocabParallelTest, TensorAndSequenceParallelMatchSingleRank) {
+  LayerConfig c = SmallConfig();
   const VocabRun base = RunVocab(c);
   // A random-init model is close to uniform: loss near log(V).
   EXPECT_NEAR(base.loss, std::log(40.0), 1.0);
@@ -96,12 +102,7 @@ TEST(VocabParallelTest, TensorAndSequenceParallelMatchSingleRank) {
 // the mask is the same at TP = 2 with and without SP (a function of the global element
 // index), and the table's gradient is Σ over tokens of dout·keep/(1−p), worked on the host.
 TEST(VocabParallelTest, EmbeddingDropoutIsLayoutInvariantAndMasksTheGradient) {
-  LayerConfig c;
-  c.shape.hidden_size = 16;
-  c.shape.num_attention_heads = 2;
-  c.shape.vocab_size = 40;
-  c.seq_length = 8;
-  c.micro_batch_size = 2;
+  LayerConfig c = SmallConfig();
   const VocabRun plain = RunVocab(c);
   c.hidden_dropout = 0.1f;
   const VocabRun drop = RunVocab(c);
