@@ -81,6 +81,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/backend.h"
 #include "kernels/collective_bench.h"
+#include "kernels/status_macros.h"
 #include "kernels/step_runner.h"
 #include "kernels/training/training.h"
 #include "nlohmann/json.hpp"
@@ -512,8 +513,9 @@ int main(int argc, char** argv) {
   std::string store;
   // Many short rounds rather than a few long ones: the host's speed drifts over seconds, so
   // each round is one sample of it, and a layout's error shrinks with their square root
-  // (10 rounds: max 10.6 % in the first run, against 12–35 % with 5 rounds of 15-step
-  // tasks and 6-step runs, at about the same 9.5 minutes).
+  // (session 6: max 8.0-17.1 % over 5 runs of 10 rounds, against 12-35 % with 5 rounds of
+  // 15-step tasks and 6-step runs, at about the same 9.5 minutes; about 7 minutes since
+  // the rounds share their tasks).
   int64_t steps = 4;
   int repeats = 10;
   double max_seconds = 0;
@@ -595,42 +597,42 @@ int main(int argc, char** argv) {
     std::map<std::string, paratune::CommMeasurement> sweeps;
     std::map<int64_t, double> optimizer;
   } round_tasks;
-  // Looks `key` up in `cache`, measuring it with `measure` the first time.
-  const auto cached = [](auto& cache, const auto& key, auto measure) -> absl::Status {
-    if (cache.count(key) > 0) return absl::OkStatus();
-    auto one = measure();
-    if (!one.ok()) return one.status();
-    cache.emplace(key, *std::move(one));
-    return absl::OkStatus();
+  // `key`'s measurement in `cache`, measured with `measure` the first time.
+  const auto cached = [](auto& cache, const auto& key, auto measure)
+      -> absl::StatusOr<typename std::decay_t<decltype(cache)>::mapped_type> {
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      auto one = measure();
+      if (!one.ok()) return one.status();
+      it = cache.emplace(key, *std::move(one)).first;
+    }
+    return it->second;
   };
   auto measure_for = [&](const ParallelConfig& pc) -> absl::StatusOr<paratune::Measurements> {
     RoundTasks& rt = round_tasks;
     paratune::Measurements m;
     const int64_t params = static_cast<int64_t>(paratune::MaxParamsPerGpu(spec.model, pc));
-    absl::Status st = cached(rt.optimizer, params, [&] { return MeasureOptimizer(params, ranks); });
-    if (!st.ok()) return st;
-    m.optimizer_seconds_per_param = rt.optimizer.at(params);
+    PT_ASSIGN_OR_RETURN(
+        m.optimizer_seconds_per_param,
+        cached(rt.optimizer, params, [&] { return MeasureOptimizer(params, ranks); }));
     const std::vector<paratune::LayerProfileSpec> tasks =
         paratune::LayerTasksFor(spec, pc, options);
     for (const auto& t : tasks) {
-      st = cached(rt.layers, t.Key(),
-                  [&] { return MeasureLayerInLayout(t, k::StageExtras::kNone, ranks, 1); });
-      if (!st.ok()) return st;
-      m.layers[t.Key()] = rt.layers.at(t.Key());
+      PT_ASSIGN_OR_RETURN(m.layers[t.Key()], cached(rt.layers, t.Key(), [&] {
+                            return MeasureLayerInLayout(t, k::StageExtras::kNone, ranks, 1);
+                          }));
     }
     // The stage extras, by the plain layer task's key (where ComposeCandidate looks).
     const paratune::LayerProfileSpec& plain = tasks.back();
     for (k::StageExtras e : {k::StageExtras::kFirst, k::StageExtras::kLast}) {
-      auto& cache = e == k::StageExtras::kFirst ? rt.first : rt.last;
-      const std::pair<std::string, int64_t> key{plain.Key(), pc.dp};
-      st = cached(cache, key, [&] { return MeasureLayerInLayout(plain, e, ranks, pc.dp); });
-      if (!st.ok()) return st;
-      (e == k::StageExtras::kFirst ? m.first_stage : m.last_stage)[plain.Key()] = cache.at(key);
+      const bool first = e == k::StageExtras::kFirst;
+      PT_ASSIGN_OR_RETURN((first ? m.first_stage : m.last_stage)[plain.Key()],
+                          cached(first ? rt.first : rt.last, std::make_pair(plain.Key(), pc.dp),
+                                 [&] { return MeasureLayerInLayout(plain, e, ranks, pc.dp); }));
     }
     for (const paratune::CollectiveSweepSpec& sw : paratune::DpSweepsFor(spec, pc, options)) {
-      st = cached(rt.sweeps, sw.Key(), [&] { return MeasureSweep(sw, ranks); });
-      if (!st.ok()) return st;
-      m.collectives[sw.Key()] = rt.sweeps.at(sw.Key());
+      PT_ASSIGN_OR_RETURN(m.collectives[sw.Key()],
+                          cached(rt.sweeps, sw.Key(), [&] { return MeasureSweep(sw, ranks); }));
     }
     return m;
   };

@@ -52,11 +52,12 @@ struct TrainConfig {
   RecomputeMode recompute = RecomputeMode::kNone;
   bool distributed_optimizer = false; ///< DP reduce-scatter + sharded AdamW + all-gather.
   bool flash_attention = false;       ///< Tiled online softmax (no s×s scores stored).
-  /// Megatron-LM's default dropout in every layer: 0.1 on the attention probabilities and
-  /// after both output projections (the embedding's output is not dropped). The masks are
-  /// functions of the layer's seed and the element's index in the micro-batch, so every
-  /// layout drops the same elements and still equals the single-rank run; they repeat
-  /// from micro-batch to micro-batch (a stand-in for time and memory, not a regulariser).
+  /// Megatron-LM's default dropout: 0.1 on the embedding output, on the attention
+  /// probabilities and after both output projections of every layer. The masks are
+  /// functions of the layer's (embedding's) seed and the element's index in the
+  /// micro-batch, so every layout drops the same elements and still equals the single-rank
+  /// run; they repeat from micro-batch to micro-batch (a stand-in for time and memory, not
+  /// a regulariser).
   bool dropout = false;
   int64_t steps = 5;
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f, weight_decay = 0.01f;
