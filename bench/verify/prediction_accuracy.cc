@@ -72,6 +72,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -489,6 +490,47 @@ double TrimmedMean(std::vector<double> v, double fraction) {
   return sum / static_cast<double>(v.size() - 2 * cut);
 }
 
+// How firmly the measurement names the best layout. The rounds are paired (every layout runs
+// once per round, close in time), so the resampling draws whole rounds: kResamples times,
+// as many round indices as were run, with replacement, the same for every layout; each
+// layout's measurement is then recomputed from those rounds' steps (the headline
+// estimator). `steps[i][r]` are layout i's timed steps of round r.
+struct Resolution {
+  std::vector<double> best_share;  ///< By layout: the share of resamples it measured best in.
+  double regret_lo = 0, regret_hi = 0;  ///< Central 95 % of the predicted best's regret, %.
+};
+constexpr int kResamples = 2000;
+
+Resolution Resample(const std::vector<std::vector<std::vector<double>>>& steps,
+                    size_t predicted_best) {
+  Resolution res;
+  const size_t layouts = steps.size();
+  res.best_share.assign(layouts, 0.0);
+  size_t rounds = steps.empty() ? 0 : steps[0].size();
+  for (const auto& l : steps) rounds = std::min(rounds, l.size());
+  if (layouts == 0 || rounds == 0) return res;
+  std::mt19937 rng(1);  // fixed: the same --json gives the same figures
+  std::uniform_int_distribution<size_t> pick(0, rounds - 1);
+  std::vector<double> regrets;
+  std::vector<size_t> drawn(rounds);
+  for (int b = 0; b < kResamples; ++b) {
+    for (size_t& r : drawn) r = pick(rng);
+    std::vector<double> meas(layouts);
+    for (size_t i = 0; i < layouts; ++i) {
+      std::vector<double> v;
+      for (size_t r : drawn) v.insert(v.end(), steps[i][r].begin(), steps[i][r].end());
+      meas[i] = TrimmedMean(v, kTrim);
+    }
+    const size_t best = std::min_element(meas.begin(), meas.end()) - meas.begin();
+    res.best_share[best] += 1.0 / kResamples;
+    regrets.push_back(100.0 * (meas[predicted_best] / meas[best] - 1.0));
+  }
+  std::sort(regrets.begin(), regrets.end());
+  res.regret_lo = regrets[static_cast<size_t>(0.025 * kResamples)];
+  res.regret_hi = regrets[static_cast<size_t>(0.975 * kResamples) - 1];
+  return res;
+}
+
 // A crash names where it happened (the bench runs on machines without a debugger).
 void OnFatalSignal(int sig) {
   void* frames[64];
@@ -736,6 +778,21 @@ int main(int argc, char** argv) {
   const double mmed = Median(merr), mmx = *std::max_element(merr.begin(), merr.end());
   const bool best_ok = best_pred == best_meas;
   const double regret = 100.0 * (rows[best_pred].meas_s / rows[best_meas].meas_s - 1.0);
+  std::vector<std::vector<std::vector<double>>> timed_steps(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (const Round& x : rows[i].rounds) {
+      timed_steps[i].emplace_back(x.meas.step_s.begin() + 1, x.meas.step_s.end());
+    }
+  }
+  const Resolution resolution = Resample(timed_steps, best_pred);
+  // The layouts that measured best in at least 1 % of the resamples, most often first.
+  std::vector<size_t> contenders;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (resolution.best_share[i] >= 0.01) contenders.push_back(i);
+  }
+  std::sort(contenders.begin(), contenders.end(), [&](size_t a, size_t b) {
+    return resolution.best_share[a] > resolution.best_share[b];
+  });
   if (json) {
     nlohmann::json j;
     j["model"] = {{"layers", spec.model.num_layers}, {"hidden", spec.model.hidden_size},
@@ -795,6 +852,11 @@ int main(int argc, char** argv) {
     j["measured_best"] = rows[best_meas].layout;
     j["best_layout_predicted"] = best_ok;
     j["regret_pct"] = regret;
+    j["regret_pct_95"] = {resolution.regret_lo, resolution.regret_hi};
+    j["resamples"] = kResamples;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      j["layouts"][i]["measured_best_share"] = resolution.best_share[i];
+    }
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -829,6 +891,14 @@ int main(int argc, char** argv) {
   std::printf("# best layout: predicted %s, measured %s; the predicted best measured %.1f %% "
               "slower than the measured best (regret)\n",
               rows[best_pred].layout.c_str(), rows[best_meas].layout.c_str(), regret);
+  std::string shares;
+  for (size_t i : contenders) {
+    shares += absl::StrFormat("%s%s %.0f %%", shares.empty() ? "" : ", ", rows[i].layout,
+                              100.0 * resolution.best_share[i]);
+  }
+  std::printf("# resolution (%d resamples of the rounds): measured best %s; the predicted best's "
+              "regret, central 95 %%: %.1f..%.1f %%\n",
+              kResamples, shares.c_str(), resolution.regret_lo, resolution.regret_hi);
   std::printf("# prediction error: median %.1f %%, max %.1f %%, best layout predicted: %s\n", med,
               mx, best_ok ? "yes" : "no");
   return 0;
