@@ -264,6 +264,9 @@ std::string VerificationLines(const v1::PlanResult& plan) {
         v.measured_peak_gib(), tracked, ErrorPercent(tracked, v.measured_peak_gib()),
         v.predicted_peak_gib(), v.measured_peak_gib_per_rank_size());
   }
+  if (plan.has_verification_summary()) {
+    absl::StrAppend(&out, "# verification ranking: ", plan.verification_summary().verdict(), "\n");
+  }
   return out;
 }
 

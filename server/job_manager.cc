@@ -603,6 +603,8 @@ absl::Status JobManager::MaybeFinishVerifyingLocked(JobEntry& job) {
     }
     v->set_status(absl::StrCat("not verified: ", failure));
   }
+  std::optional<v1::VerificationSummary> summary = SummarizeVerification(*job.record.results);
+  if (summary) *job.record.results->mutable_verification_summary() = *std::move(summary);
   return SetStateLocked(job, v1::JOB_STATE_SUCCEEDED, "");
 }
 

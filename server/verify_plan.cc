@@ -187,4 +187,75 @@ absl::StatusOr<v1::Verification> VerificationFromParts(
   return v;
 }
 
+namespace {
+
+/// A verified layout's timed steps (after the first, which allocates and warms up); its
+/// measured median alone when the run recorded no more.
+std::vector<double> TimedSteps(const v1::Verification& v) {
+  const auto& s = v.measured_step_seconds();
+  if (s.size() >= 2) return std::vector<double>(s.begin() + 1, s.end());
+  return {v.measured_iteration_time_s()};
+}
+
+}  // namespace
+
+std::optional<v1::VerificationSummary> SummarizeVerification(const v1::PlanResult& plan) {
+  std::vector<const v1::RankedConfig*> verified;
+  for (const v1::RankedConfig& r : plan.ranked()) {
+    if (r.verification().status() == "verified") verified.push_back(&r);
+  }
+  if (verified.empty()) return std::nullopt;
+  // The predicted order is the ranking's.
+  std::sort(verified.begin(), verified.end(),
+            [](const auto* a, const auto* b) { return a->rank() < b->rank(); });
+  const auto measured = [](const v1::RankedConfig* r) {
+    return r->verification().measured_iteration_time_s();
+  };
+  const v1::RankedConfig* predicted = verified.front();
+  const v1::RankedConfig* best = predicted;  // on equal times, the better-ranked
+  for (const v1::RankedConfig* r : verified) {
+    if (measured(r) < measured(best)) best = r;
+  }
+  v1::VerificationSummary s;
+  s.set_verified(static_cast<int64_t>(verified.size()));
+  s.set_predicted_best_rank(predicted->rank());
+  s.set_measured_best_rank(best->rank());
+  s.set_regret_pct(best == predicted ? 0.0 : 100.0 * (measured(predicted) / measured(best) - 1.0));
+  int64_t pairs = 0, in_order = 0;
+  for (size_t i = 0; i < verified.size(); ++i) {
+    for (size_t j = i + 1; j < verified.size(); ++j) {
+      ++pairs;
+      in_order += measured(verified[i]) <= measured(verified[j]);
+    }
+  }
+  s.set_pairs(pairs);
+  s.set_pairs_in_order(in_order);
+  if (best != predicted) {
+    const std::vector<double> fast = TimedSteps(best->verification());
+    const std::vector<double> slow = TimedSteps(predicted->verification());
+    s.set_separated(*std::max_element(fast.begin(), fast.end()) <
+                    *std::min_element(slow.begin(), slow.end()));
+  }
+  const std::string order =
+      absl::StrFormat("%d of %d pairs in the predicted order", in_order, pairs);
+  if (verified.size() == 1) {
+    s.set_verdict(absl::StrFormat("one layout verified (rank %d): nothing to compare it with",
+                                  predicted->rank()));
+  } else if (best == predicted) {
+    s.set_verdict(absl::StrFormat("confirmed: rank %d measured fastest of the %d verified "
+                                  "layouts; %s",
+                                  predicted->rank(), verified.size(), order));
+  } else {
+    s.set_verdict(absl::StrFormat(
+        "%s: rank %d measured fastest; rank %d measured %.1f %% slower, %s; %s",
+        s.separated() ? "not confirmed" : "a tie at this run's resolution", best->rank(),
+        predicted->rank(), s.regret_pct(),
+        s.separated() ? "beyond the steps' spread (every step of rank " +
+                            std::to_string(best->rank()) + " was faster)"
+                      : "within the steps' spread (their step times overlap)",
+        order));
+  }
+  return s;
+}
+
 }  // namespace paratune::server

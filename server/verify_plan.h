@@ -14,6 +14,7 @@
 #define PARATUNE_SERVER_VERIFY_PLAN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,10 @@ v1::VerifyTask MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranke
 absl::StatusOr<v1::Verification> VerificationFromParts(
     const JobSpec& spec, const v1::RankedConfig& ranked, int64_t world,
     const std::vector<v1::VerifyResult>& parts);
+
+/// Compares the verified layouts of `plan` (see v1::VerificationSummary); nothing when none
+/// was verified. A layout's timed steps are its measured_step_seconds after the first.
+std::optional<v1::VerificationSummary> SummarizeVerification(const v1::PlanResult& plan);
 
 }  // namespace paratune::server
 

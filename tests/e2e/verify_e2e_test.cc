@@ -201,8 +201,12 @@ search: {mode: profile, top_k: 3, verify_top_k: 1}
   ASSERT_GE(ranked.size(), 2u);
   EXPECT_EQ(ranked[0]["source"], "measured");
   EXPECT_EQ(ExpectVerified(ranked[0]), 2);
-  // Only the top 1 is verified.
+  // Only the top 1 is verified: nothing to compare it with.
   EXPECT_FALSE(ranked[1].contains("verification")) << ranked[1].dump();
+  const json& summary = results["plan"]["verification_summary"];
+  EXPECT_EQ(Int(summary, "verified"), 1) << summary.dump();
+  EXPECT_EQ(summary.value("verdict", std::string()),
+            "one layout verified (rank 1): nothing to compare it with");
 
   // The table: measured next to predicted with the error in %.
   Output table = Cli("results " + id);
@@ -212,6 +216,9 @@ search: {mode: profile, top_k: 3, verify_top_k: 1}
   EXPECT_NE(table.out.find("GiB predicted as the trainer allocates ("), std::string::npos)
       << table.out;
   EXPECT_NE(table.out.find("GiB with the framework); 2 ranks"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("# verification ranking: one layout verified (rank 1)"),
+            std::string::npos)
+      << table.out;
 
   // REST serves the same verification.
   httplib::Client http("127.0.0.1", coordinator_->http_port());
@@ -222,6 +229,9 @@ search: {mode: profile, top_k: 3, verify_top_k: 1}
   json rest = json::parse(res->body, nullptr, false);
   ASSERT_FALSE(rest.is_discarded());
   EXPECT_EQ(rest["plan"]["ranked"][0]["verification"], ranked[0]["verification"]);
+  // REST prints the fields at their defaults too; the CLI's --json leaves them out.
+  EXPECT_EQ(rest["plan"]["verification_summary"]["verdict"], summary["verdict"]);
+  EXPECT_EQ(rest["plan"]["verification_summary"]["pairs"], "0");
 }
 
 // World 4 (tp1 pp2 dp2): more ranks than one 2-device worker has.
@@ -271,6 +281,8 @@ TEST_F(VerifyE2eTest, AGangWhosePeerNeverComesIsNotVerifiedAndSaysWhy) {
   EXPECT_GT(v.value("predicted_iteration_time_s", 0.0), 0.0);
   EXPECT_EQ(v.value("measured_iteration_time_s", 0.0), 0.0);
   EXPECT_FALSE(v.contains("measured_peak_gib_per_rank"));
+  // Nothing was verified: nothing to summarise.
+  EXPECT_FALSE(results["plan"].contains("verification_summary")) << results["plan"].dump();
 }
 
 }  // namespace

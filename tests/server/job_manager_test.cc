@@ -743,6 +743,15 @@ TEST_F(JobManagerTest, VerifySplitsALayoutOverTwoWorkersAndReportsMeasuredNextTo
   EXPECT_EQ(plan.ranked(1).verification().measured_peak_gib_per_rank_size(), 2);
   EXPECT_EQ(plan.ranked(1).verification().status(), "verified");
   EXPECT_EQ(plan.ranked(2).verification().status(), "");  // beyond verify_top_k
+  // The two verified layouts measured the same steps: the better-ranked counts as fastest.
+  const v1::VerificationSummary& summary = plan.verification_summary();
+  EXPECT_EQ(summary.verified(), 2);
+  EXPECT_EQ(summary.predicted_best_rank(), 1);
+  EXPECT_EQ(summary.measured_best_rank(), 1);
+  EXPECT_EQ(summary.pairs(), 1);
+  EXPECT_EQ(summary.verdict(),
+            "confirmed: rank 1 measured fastest of the 2 verified layouts; 1 of 1 pairs in the "
+            "predicted order");
 }
 
 TEST_F(JobManagerTest, AGangPartThatFailsRestartsTheWholeGangUntilAttemptsRunOut) {

@@ -1,6 +1,10 @@
 // The verify stage's placement of ranks on workers, its tasks and its Verification.
 #include "server/verify_plan.h"
 
+#include <algorithm>
+#include <optional>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 namespace paratune::server {
@@ -216,6 +220,83 @@ TEST(VerificationFromParts, PredictedTrackedPeakDropsTheFrameworkAndUsesTheTrain
   v = VerificationFromParts(TinySpec(), r, 1, {Part(0, {1 << 30})});
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_NEAR(v->predicted_tracked_peak_gib(), 34.8, 1e-12);
+}
+
+// A ranked layout of `rank` whose verification measured `steps` (the first untimed) with
+// the median of the rest as its iteration time; an empty `steps` leaves it unverified.
+v1::RankedConfig VerifiedAt(int64_t rank, std::vector<double> steps) {
+  v1::RankedConfig r;
+  r.set_rank(rank);
+  if (steps.empty()) {
+    r.mutable_verification()->set_status("not verified: needs 8 ranks, workers offer 4");
+    return r;
+  }
+  v1::Verification* v = r.mutable_verification();
+  v->set_status("verified");
+  for (double s : steps) v->add_measured_step_seconds(s);
+  std::vector<double> timed(steps.begin() + 1, steps.end());
+  std::sort(timed.begin(), timed.end());
+  v->set_measured_iteration_time_s(timed[timed.size() / 2]);
+  return r;
+}
+
+v1::PlanResult Plan(std::vector<v1::RankedConfig> ranked) {
+  v1::PlanResult p;
+  for (auto& r : ranked) *p.add_ranked() = std::move(r);
+  return p;
+}
+
+TEST(SummarizeVerification, ThePredictedBestMeasuringFastestConfirmsTheRanking) {
+  // Medians 1.0, 1.2 and 1.1 s: rank 1 fastest; of the pairs (1,2), (1,3), (2,3), the last
+  // is measured out of order. Rank 4 was not verified and takes no part.
+  const std::optional<v1::VerificationSummary> s = SummarizeVerification(
+      Plan({VerifiedAt(1, {3.0, 1.0, 0.9, 1.1}), VerifiedAt(2, {3.0, 1.2, 1.2, 1.3}),
+            VerifiedAt(3, {3.0, 1.1, 1.0, 1.2}), VerifiedAt(4, {})}));
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->verified(), 3);
+  EXPECT_EQ(s->predicted_best_rank(), 1);
+  EXPECT_EQ(s->measured_best_rank(), 1);
+  EXPECT_DOUBLE_EQ(s->regret_pct(), 0.0);
+  EXPECT_EQ(s->pairs(), 3);
+  EXPECT_EQ(s->pairs_in_order(), 2);
+  EXPECT_FALSE(s->separated());
+  EXPECT_EQ(s->verdict(),
+            "confirmed: rank 1 measured fastest of the 3 verified layouts; 2 of 3 pairs in the "
+            "predicted order");
+}
+
+TEST(SummarizeVerification, ABetterLayoutIsATieUnlessEveryStepOfItWasFaster) {
+  // Rank 2's median 0.95 s against rank 1's 1.0 s: 5.26 % regret. Its slowest timed step
+  // (1.02 s; the untimed 5.0 s first step does not count) overlaps rank 1's fastest (0.98 s).
+  std::optional<v1::VerificationSummary> s = SummarizeVerification(
+      Plan({VerifiedAt(1, {3.0, 1.0, 0.98, 1.05}), VerifiedAt(2, {5.0, 0.95, 0.9, 1.02})}));
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->measured_best_rank(), 2);
+  EXPECT_NEAR(s->regret_pct(), 100.0 * (1.0 / 0.95 - 1.0), 1e-9);
+  EXPECT_EQ(s->pairs_in_order(), 0);
+  EXPECT_FALSE(s->separated());
+  EXPECT_EQ(s->verdict(),
+            "a tie at this run's resolution: rank 2 measured fastest; rank 1 measured 5.3 % "
+            "slower, within the steps' spread (their step times overlap); 0 of 1 pairs in the "
+            "predicted order");
+  // Every step of rank 2 below every step of rank 1: the ranking is wrong, not noisy.
+  s = SummarizeVerification(
+      Plan({VerifiedAt(1, {3.0, 1.0, 0.98, 1.05}), VerifiedAt(2, {5.0, 0.95, 0.9, 0.97})}));
+  ASSERT_TRUE(s.has_value());
+  EXPECT_TRUE(s->separated());
+  EXPECT_EQ(s->verdict().substr(0, 40), "not confirmed: rank 2 measured fastest; ");
+}
+
+TEST(SummarizeVerification, NothingVerifiedGivesNoSummaryAndOneLayoutNothingToCompare) {
+  EXPECT_FALSE(SummarizeVerification(Plan({VerifiedAt(1, {}), VerifiedAt(2, {})})).has_value());
+  // The best verified layout is the predicted best even when rank 1 was not verified.
+  const std::optional<v1::VerificationSummary> s =
+      SummarizeVerification(Plan({VerifiedAt(1, {}), VerifiedAt(2, {2.0, 1.0})}));
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->verified(), 1);
+  EXPECT_EQ(s->predicted_best_rank(), 2);
+  EXPECT_EQ(s->pairs(), 0);
+  EXPECT_EQ(s->verdict(), "one layout verified (rank 2): nothing to compare it with");
 }
 
 }  // namespace

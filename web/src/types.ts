@@ -187,6 +187,21 @@ export interface PlanResult {
   rejected_total?: Int64;
   /** Rejected layouts per rule, most frequent first. */
   rejected_reasons?: RejectedReason[];
+  /** Whether the end-to-end runs confirm the ranking (set once a layout was verified). */
+  verification_summary?: VerificationSummary;
+}
+
+/** The verified layouts compared with each other (results.proto VerificationSummary). */
+export interface VerificationSummary {
+  verified?: Int64;
+  predicted_best_rank?: Int64;
+  measured_best_rank?: Int64;
+  regret_pct?: number;
+  pairs_in_order?: Int64;
+  pairs?: Int64;
+  /** Every timed step of the measured best was faster than every one of the predicted best. */
+  separated?: boolean;
+  verdict?: string;
 }
 
 export interface JobResults {

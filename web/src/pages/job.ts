@@ -172,6 +172,10 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
         h('div', { class: 'stat' }, h('span', { class: 'stat-value' }, `${fixed(num(plan.elapsed_ms), 0)} ms`), h('span', { class: 'stat-label' }, 'search time')),
       ),
     );
+    const summary = plan.verification_summary;
+    if (summary?.verdict) {
+      resultsBox.append(h('p', { class: 'card', id: 'verification-summary' }, `End-to-end verification of the ranking: ${summary.verdict}.`));
+    }
     if (!ranked.length) {
       resultsBox.append(h('section', { class: 'card' }, h('h2', {}, 'No layout fits'), h('p', {}, 'Every layout was rejected; the reasons are below.')));
     }
