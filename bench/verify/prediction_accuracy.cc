@@ -50,8 +50,12 @@
 //
 // Prints one row per layout (predicted, measured, error for time and memory), the regret
 // (how much slower the predicted-best layout measured than the measured best: what a user
-// who trusts the ranking loses; near-ties make "best predicted" flip within the noise) and
+// who trusts the ranking loses; near-ties make "best predicted" flip within the noise), the
+// measurement's resolution (a paired bootstrap over the rounds, Resample: how often each
+// layout measures best, and the central 95 % of the predicted best's regret) and
 //   # prediction error: median X %, max Y %, best layout predicted: yes|no
+// where a "no" the measurement cannot resolve (the predicted best measured best in at least
+// 2.5 % of the resamples) says so in parentheses.
 // --json prints the same as one JSON object, with each round's parts (rounds_parts); for
 // pipeline layouts they include each stage's busy time per step (stage_busy_s: the step
 // less pipeline wait, DP and optimizer, as the trainer measured it, against what the
@@ -899,7 +903,16 @@ int main(int argc, char** argv) {
   std::printf("# resolution (%d resamples of the rounds): measured best %s; the predicted best's "
               "regret, central 95 %%: %.1f..%.1f %%\n",
               kResamples, shares.c_str(), resolution.regret_lo, resolution.regret_hi);
-  std::printf("# prediction error: median %.1f %%, max %.1f %%, best layout predicted: %s\n", med,
-              mx, best_ok ? "yes" : "no");
+  // A miss the measurement cannot resolve says so: the predicted best measured best in at
+  // least 2.5 % of the resamples, so the lower end of its regret's 95 % range is 0.
+  const double pred_share = resolution.best_share[best_pred];
+  const std::string tie =
+      !best_ok && pred_share >= 0.025
+          ? absl::StrFormat(" (not resolved: the predicted best measured best in %.0f %% of the "
+                            "resamples)",
+                            100.0 * pred_share)
+          : "";
+  std::printf("# prediction error: median %.1f %%, max %.1f %%, best layout predicted: %s%s\n",
+              med, mx, best_ok ? "yes" : "no", tie.c_str());
   return 0;
 }
