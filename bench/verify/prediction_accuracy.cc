@@ -789,14 +789,6 @@ int main(int argc, char** argv) {
     }
   }
   const Resolution resolution = Resample(timed_steps, best_pred);
-  // The layouts that measured best in at least 1 % of the resamples, most often first.
-  std::vector<size_t> contenders;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (resolution.best_share[i] >= 0.01) contenders.push_back(i);
-  }
-  std::sort(contenders.begin(), contenders.end(), [&](size_t a, size_t b) {
-    return resolution.best_share[a] > resolution.best_share[b];
-  });
   if (json) {
     nlohmann::json j;
     j["model"] = {{"layers", spec.model.num_layers}, {"hidden", spec.model.hidden_size},
@@ -895,6 +887,14 @@ int main(int argc, char** argv) {
   std::printf("# best layout: predicted %s, measured %s; the predicted best measured %.1f %% "
               "slower than the measured best (regret)\n",
               rows[best_pred].layout.c_str(), rows[best_meas].layout.c_str(), regret);
+  // The layouts that measured best in at least 1 % of the resamples, most often first.
+  std::vector<size_t> contenders;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (resolution.best_share[i] >= 0.01) contenders.push_back(i);
+  }
+  std::sort(contenders.begin(), contenders.end(), [&](size_t a, size_t b) {
+    return resolution.best_share[a] > resolution.best_share[b];
+  });
   std::string shares;
   for (size_t i : contenders) {
     shares += absl::StrFormat("%s%s %.0f %%", shares.empty() ? "" : ", ", rows[i].layout,

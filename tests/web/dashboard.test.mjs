@@ -639,6 +639,45 @@ try {
     await page.screenshot({ path: join(SHOTS, 'job-profile-1280.png'), fullPage: true });
   });
 
+  await check('verify: the job page shows the ranking verdict and each verified layout next to its prediction', async () => {
+    assert(worker, `no worker: ${WORKER} was not built`);
+    // A tiny model whose top 2 layouts the 2-device CPU worker trains end to end in seconds.
+    const res = await fetch(`${BASE}/v1/jobs`, {
+      method: 'POST',
+      headers: { ...AUTH, 'Content-Type': 'application/json' },
+      body: JSON.stringify({
+        spec: {
+          name: 'web-test verify',
+          model: { name: 'tiny', num_layers: '4', hidden_size: '64', num_attention_heads: '4', vocab_size: '256' },
+          training: { seq_length: '64', global_batch_size: '8', precision: 'fp32', flash_attention: false },
+          cluster: { gpu: 'cpu', num_gpus: '2', gpus_per_node: '2' },
+          search: { mode: 'model', top_k: '3', verify_top_k: '2' },
+        },
+      }),
+    });
+    const submitted = await res.json();
+    assertEq(res.status, 200, `POST /v1/jobs (verify): ${JSON.stringify(submitted)}`);
+    let state = submitted.state;
+    const deadline = Date.now() + 180_000;
+    while (!['JOB_STATE_SUCCEEDED', 'JOB_STATE_FAILED', 'JOB_STATE_CANCELLED'].includes(state) && Date.now() < deadline) {
+      await sleep(200);
+      state = (await api(`/v1/jobs/${submitted.id}`)).state;
+    }
+    assertEq(state, 'JOB_STATE_SUCCEEDED', 'verify job state');
+    const plan = (await api(`/v1/jobs/${submitted.id}/results`)).plan;
+    const summary = plan.verification_summary ?? {};
+    assertEq(n(summary.verified), 2, 'verified layouts in verification_summary');
+    assertEq(n(summary.pairs), 1, 'pairs in verification_summary');
+    assert(/^(confirmed|a tie at this run's resolution|not confirmed): /.test(summary.verdict ?? ''), `verdict: ${summary.verdict}`);
+    await page.goto(`${BASE}/#/jobs/${encodeURIComponent(submitted.id)}`);
+    await page.waitForSelector('#verification-summary');
+    assertEq((await page.textContent('#verification-summary')).trim(), `End-to-end verification of the ranking: ${summary.verdict}.`, 'verdict on the page');
+    // Layout #1's breakdown (selected by default) has its measurement next to its prediction.
+    const line = (await page.textContent('#verification')).trim();
+    assert(/^Trained end to end on 2 ranks: measured [\d.]+ m?s vs predicted [\d.]+ m?s per iteration \([+-]?[\d.]+ % error\)/.test(line), `layout #1 verification: ${line}`);
+    await page.screenshot({ path: join(SHOTS, 'job-verify-1280.png'), fullPage: true });
+  });
+
   await check('cancel a running profile job from its page', async () => {
     // Different shapes from the job above, so that no task is answered from the cache.
     const cfg = `${JSON.stringify({ architectures: ['LlamaForCausalLM'], hidden_act: 'silu', hidden_size: 384, intermediate_size: 1024, model_type: 'llama', num_attention_heads: 6, num_hidden_layers: 6, num_key_value_heads: 6, tie_word_embeddings: false, vocab_size: 2048 })}\n`;
