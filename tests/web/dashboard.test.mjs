@@ -190,6 +190,27 @@ async function api(path) {
   return body;
 }
 
+// Submits `spec` (proto JSON) through POST /v1/jobs and waits for the job to end; fails
+// unless it SUCCEEDED. Returns the job id.
+async function submitAndWait(spec, what) {
+  const res = await fetch(`${BASE}/v1/jobs`, {
+    method: 'POST',
+    headers: { ...AUTH, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ spec }),
+  });
+  const job = await res.json();
+  assertEq(res.status, 200, `POST /v1/jobs (${what}): ${JSON.stringify(job)}`);
+  let state = job.state;
+  // A deadline, not a count of polls: each poll takes longer on a loaded machine.
+  const deadline = Date.now() + 180_000;
+  while (!['JOB_STATE_SUCCEEDED', 'JOB_STATE_FAILED', 'JOB_STATE_CANCELLED'].includes(state) && Date.now() < deadline) {
+    await sleep(100);
+    state = (await api(`/v1/jobs/${job.id}`)).state;
+  }
+  assertEq(state, 'JOB_STATE_SUCCEEDED', `${what} job state`);
+  return job.id;
+}
+
 // --- the browser (playwright's launch gives it a new, empty profile directory)
 mkdirSync(SHOTS, { recursive: true });
 const browser = await chromium.launch({
@@ -573,22 +594,11 @@ try {
     await page.waitForSelector('#ranked-table tbody tr');
     const hf = (await api(`/v1/jobs/${encodeURIComponent(hfId)}/results`)).plan.ranked ?? [];
     // The same run through the REST API with the preset: the planner must agree.
-    const res = await fetch(`${BASE}/v1/jobs`, {
-      method: 'POST',
-      headers: { ...AUTH, 'Content-Type': 'application/json' },
-      body: JSON.stringify({ spec: { model: { preset: 'llama3-8b' }, training: { seq_length: '2048', global_batch_size: '64' }, cluster: { gpu: 'h100-sxm-80gb', num_gpus: '16' }, search: { mode: 'model' } } }),
-    });
-    const presetJob = await res.json();
-    assertEq(res.status, 200, `POST /v1/jobs (preset llama3-8b): ${JSON.stringify(presetJob)}`);
-    let state = presetJob.state;
-    // A deadline, not a count of polls: each poll takes longer on a loaded machine.
-    const presetDeadline = Date.now() + 180_000;
-    while (!['JOB_STATE_SUCCEEDED', 'JOB_STATE_FAILED', 'JOB_STATE_CANCELLED'].includes(state) && Date.now() < presetDeadline) {
-      await sleep(100);
-      state = (await api(`/v1/jobs/${presetJob.id}`)).state;
-    }
-    assertEq(state, 'JOB_STATE_SUCCEEDED', 'preset job state');
-    const pre = (await api(`/v1/jobs/${presetJob.id}/results`)).plan.ranked ?? [];
+    const presetId = await submitAndWait(
+      { model: { preset: 'llama3-8b' }, training: { seq_length: '2048', global_batch_size: '64' }, cluster: { gpu: 'h100-sxm-80gb', num_gpus: '16' }, search: { mode: 'model' } },
+      'preset llama3-8b',
+    );
+    const pre = (await api(`/v1/jobs/${presetId}/results`)).plan.ranked ?? [];
     assert(hf.length > 0, 'the uploaded config got no ranked layout');
     assertEq(JSON.stringify(hf.map((r) => [r.config, r.iteration_time_s, r.memory.peak_gib])), JSON.stringify(pre.map((r) => [r.config, r.iteration_time_s, r.memory.peak_gib])), 'HF config vs preset ranking');
     // The client-side export reads the layer count from the uploaded config.
@@ -642,34 +652,22 @@ try {
   await check('verify: the job page shows the ranking verdict and each verified layout next to its prediction', async () => {
     assert(worker, `no worker: ${WORKER} was not built`);
     // A tiny model whose top 2 layouts the 2-device CPU worker trains end to end in seconds.
-    const res = await fetch(`${BASE}/v1/jobs`, {
-      method: 'POST',
-      headers: { ...AUTH, 'Content-Type': 'application/json' },
-      body: JSON.stringify({
-        spec: {
-          name: 'web-test verify',
-          model: { name: 'tiny', num_layers: '4', hidden_size: '64', num_attention_heads: '4', vocab_size: '256' },
-          training: { seq_length: '64', global_batch_size: '8', precision: 'fp32', flash_attention: false },
-          cluster: { gpu: 'cpu', num_gpus: '2', gpus_per_node: '2' },
-          search: { mode: 'model', top_k: '3', verify_top_k: '2' },
-        },
-      }),
-    });
-    const submitted = await res.json();
-    assertEq(res.status, 200, `POST /v1/jobs (verify): ${JSON.stringify(submitted)}`);
-    let state = submitted.state;
-    const deadline = Date.now() + 180_000;
-    while (!['JOB_STATE_SUCCEEDED', 'JOB_STATE_FAILED', 'JOB_STATE_CANCELLED'].includes(state) && Date.now() < deadline) {
-      await sleep(200);
-      state = (await api(`/v1/jobs/${submitted.id}`)).state;
-    }
-    assertEq(state, 'JOB_STATE_SUCCEEDED', 'verify job state');
-    const plan = (await api(`/v1/jobs/${submitted.id}/results`)).plan;
+    const id = await submitAndWait(
+      {
+        name: 'web-test verify',
+        model: { name: 'tiny', num_layers: '4', hidden_size: '64', num_attention_heads: '4', vocab_size: '256' },
+        training: { seq_length: '64', global_batch_size: '8', precision: 'fp32', flash_attention: false },
+        cluster: { gpu: 'cpu', num_gpus: '2', gpus_per_node: '2' },
+        search: { mode: 'model', top_k: '3', verify_top_k: '2' },
+      },
+      'verify',
+    );
+    const plan = (await api(`/v1/jobs/${id}/results`)).plan;
     const summary = plan.verification_summary ?? {};
     assertEq(n(summary.verified), 2, 'verified layouts in verification_summary');
     assertEq(n(summary.pairs), 1, 'pairs in verification_summary');
     assert(/^(confirmed|a tie at this run's resolution|not confirmed): /.test(summary.verdict ?? ''), `verdict: ${summary.verdict}`);
-    await page.goto(`${BASE}/#/jobs/${encodeURIComponent(submitted.id)}`);
+    await page.goto(`${BASE}/#/jobs/${encodeURIComponent(id)}`);
     await page.waitForSelector('#verification-summary');
     assertEq((await page.textContent('#verification-summary')).trim(), `End-to-end verification of the ranking: ${summary.verdict}.`, 'verdict on the page');
     // Layout #1's breakdown (selected by default) has its measurement next to its prediction.
