@@ -255,11 +255,19 @@ std::string VerificationLines(const v1::PlanResult& plan) {
     // Results stored before predicted_tracked_peak_gib existed compare with the whole peak.
     const double tracked = v.predicted_tracked_peak_gib() > 0 ? v.predicted_tracked_peak_gib()
                                                                : v.predicted_peak_gib();
+    // The timed steps' range (after the first, which allocates and warms up): what a
+    // difference between two layouts has to exceed to be more than the run's own spread.
+    std::string spread;
+    if (v.measured_step_seconds_size() >= 3) {
+      const auto& steps = v.measured_step_seconds();
+      const auto [lo, hi] = std::minmax_element(steps.begin() + 1, steps.end());
+      spread = absl::StrFormat(" (steps %.4g-%.4g s)", *lo, *hi);
+    }
     absl::StrAppendFormat(
         &out,
-        "time %.4g s measured, %.4g s predicted (%s); peak %.3f GiB measured, %.3f GiB "
+        "time %.4g s measured%s, %.4g s predicted (%s); peak %.3f GiB measured, %.3f GiB "
         "predicted as the trainer allocates (%s; %.3f GiB with the framework); %d ranks\n",
-        v.measured_iteration_time_s(), v.predicted_iteration_time_s(),
+        v.measured_iteration_time_s(), spread, v.predicted_iteration_time_s(),
         ErrorPercent(v.predicted_iteration_time_s(), v.measured_iteration_time_s()),
         v.measured_peak_gib(), tracked, ErrorPercent(tracked, v.measured_peak_gib()),
         v.predicted_peak_gib(), v.measured_peak_gib_per_rank_size());

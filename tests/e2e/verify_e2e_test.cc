@@ -8,6 +8,7 @@
 //   - a layout of world 4 (tp1 pp2 dp2) that no single worker holds: two parts, one per
 //     worker, meet through the coordinator's rendezvous store, and the losses again equal
 //     the in-process run.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_format.h"
 #include "kernels/training/training.h"
 #include "tests/e2e/fault_harness.h"
 
@@ -212,7 +214,14 @@ search: {mode: profile, top_k: 3, verify_top_k: 1}
   Output table = Cli("results " + id);
   ASSERT_EQ(table.exit_code, 0);
   EXPECT_NE(table.out.find("# verification"), std::string::npos) << table.out;
-  EXPECT_NE(table.out.find("s measured, "), std::string::npos) << table.out;
+  // The timed steps' range: the steps after the first, as --json has them.
+  const std::vector<double> steps =
+      ranked[0]["verification"]["measured_step_seconds"].get<std::vector<double>>();
+  ASSERT_EQ(steps.size(), static_cast<size_t>(kVerifySteps));
+  const auto [lo, hi] = std::minmax_element(steps.begin() + 1, steps.end());
+  EXPECT_NE(table.out.find(absl::StrFormat("s measured (steps %.4g-%.4g s), ", *lo, *hi)),
+            std::string::npos)
+      << table.out;
   EXPECT_NE(table.out.find("GiB predicted as the trainer allocates ("), std::string::npos)
       << table.out;
   EXPECT_NE(table.out.find("GiB with the framework); 2 ranks"), std::string::npos) << table.out;

@@ -672,7 +672,7 @@ try {
     assertEq((await page.textContent('#verification-summary')).trim(), `End-to-end verification of the ranking: ${summary.verdict}.`, 'verdict on the page');
     // Layout #1's breakdown (selected by default) has its measurement next to its prediction.
     const line = (await page.textContent('#verification')).trim();
-    assert(/^Trained end to end on 2 ranks: measured [\d.]+ m?s vs predicted [\d.]+ m?s per iteration \([+-]?[\d.]+ % error\)/.test(line), `layout #1 verification: ${line}`);
+    assert(/^Trained end to end on 2 ranks: measured [\d.]+ m?s \(steps [\d.]+ m?s–[\d.]+ m?s\) vs predicted [\d.]+ m?s per iteration \([+-]?[\d.]+ % error\)/.test(line), `layout #1 verification: ${line}`);
     await page.screenshot({ path: join(SHOTS, 'job-verify-1280.png'), fullPage: true });
   });
 

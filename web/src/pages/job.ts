@@ -34,6 +34,13 @@ interface Column {
 const yesNo = (b: boolean | undefined) => (b ? 'yes' : 'no');
 
 /** (predicted − measured) / measured, signed, in percent. */
+/** The timed steps' range (after the first, which warms up), e.g. " (steps 994.0 ms–994.8 ms)". */
+function stepSpread(v: Verification): string {
+  const timed = (v.measured_step_seconds ?? []).slice(1).map((s) => num(s));
+  if (timed.length < 2) return '';
+  return ` (steps ${seconds(Math.min(...timed))}–${seconds(Math.max(...timed))})`;
+}
+
 function errorPercent(predicted: number, measured: number): string {
   if (!(measured > 0)) return 'n/a';
   const e = ((predicted - measured) / measured) * 100;
@@ -309,7 +316,7 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
           num(r.time_to_train_days) > 0 ? ` Time to train: ${fixed(num(r.time_to_train_days), 1)} days.` : '',
         ),
         v && v.status === 'verified'
-          ? h('p', { id: 'verification' }, `Trained end to end on ${v.measured_peak_gib_per_rank?.length ?? 0} ranks: measured ${seconds(num(v.measured_iteration_time_s))} vs predicted ${seconds(num(v.predicted_iteration_time_s))} per iteration (${errorPercent(num(v.predicted_iteration_time_s), num(v.measured_iteration_time_s))}); peak ${fixed(num(v.measured_peak_gib), 3)} vs ${fixed(trackedPeak(v), 3)} GiB predicted as the trainer allocates (${errorPercent(trackedPeak(v), num(v.measured_peak_gib))}; ${fixed(num(v.predicted_peak_gib), 3)} GiB with the framework).`)
+          ? h('p', { id: 'verification' }, `Trained end to end on ${v.measured_peak_gib_per_rank?.length ?? 0} ranks: measured ${seconds(num(v.measured_iteration_time_s))}${stepSpread(v)} vs predicted ${seconds(num(v.predicted_iteration_time_s))} per iteration (${errorPercent(num(v.predicted_iteration_time_s), num(v.measured_iteration_time_s))}); peak ${fixed(num(v.measured_peak_gib), 3)} vs ${fixed(trackedPeak(v), 3)} GiB predicted as the trainer allocates (${errorPercent(trackedPeak(v), num(v.measured_peak_gib))}; ${fixed(num(v.predicted_peak_gib), 3)} GiB with the framework).`)
           : v && v.status
             ? h('p', { id: 'verification' }, `Verification: ${v.status}`)
             : null,
