@@ -113,11 +113,21 @@ double TrainerGradientBytesPerParam(Precision precision) {
   return precision == Precision::kFp32 ? 4.0 : 2.0;
 }
 
+double TrainerLogitsBytesPerElement(Precision precision) {
+  return 2.0 * TrainerGradientBytesPerParam(precision);
+}
+
 double TrackedPeakBytes(const MemoryBreakdown& m, const FrameworkMemory& framework,
                         Precision precision) {
   const double f = framework.fragmentation_fraction;
-  const double transient =
-      std::max(0.0, (m.other - framework.workspace_bytes - f * m.activations) / (1.0 + f));
+  const double loss_buffers =
+      framework.logits_bytes_per_element > 0
+          ? m.loss_buffers * (TrainerLogitsBytesPerElement(precision) /
+                                  framework.logits_bytes_per_element -
+                              1.0)
+          : 0.0;
+  const double transient = std::max(
+      0.0, (m.other - framework.workspace_bytes - f * m.activations) / (1.0 + f) + loss_buffers);
   const double gradients =
       framework.gradient_bytes_per_param > 0
           ? m.gradients * TrainerGradientBytesPerParam(precision) /
@@ -184,8 +194,8 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   // micro-batch, and the output layer's input.
   const double vocab_local = static_cast<double>(PaddedVocab(m, c.tp)) /
                              (framework.vocab_parallel_loss ? t : 1.0);
-  const double logits = framework.logits_bytes_per_element * s_local * b * vocab_local +
-                        e * s_local * b * h / sp;
+  const double loss_buffers = framework.logits_bytes_per_element * s_local * b * vocab_local;
+  const double logits = loss_buffers + e * s_local * b * h / sp;
 
   const double weight_bytes = tr.precision == Precision::kFp32 ? 4.0 : 2.0;
   const double optimizer_bytes = OptimizerBytesPerParam(tr.precision);
@@ -206,6 +216,7 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     const double transient = backward_working_set + (stage == c.pp - 1 ? logits : 0.0);
     mem.other = transient + framework.workspace_bytes +
                 framework.fragmentation_fraction * (mem.activations + transient);
+    mem.loss_buffers = stage == c.pp - 1 ? loss_buffers : 0.0;
     if (mem.Peak() > best.Peak()) best = mem;
   }
   return best;

@@ -106,7 +106,8 @@ FrameworkMemory FrameworkMemoryFor(const std::string& device_name);
 /// with `framework`), for comparing a verify run's measured peak on the same footing: `m`
 /// less the fixed workspace (CUDA context, NCCL and cuBLAS buffers: outside any allocator)
 /// and the caching allocator's fragmentation (the tracking allocator counts exact bytes),
-/// with the gradients at the trainer's bytes per parameter (TrainerGradientBytesPerParam).
+/// with the gradients at the trainer's bytes per parameter (TrainerGradientBytesPerParam)
+/// and the loss buffers at the trainer's bytes per logit (TrainerLogitsBytesPerElement).
 /// other = transient + workspace + fragmentation·(activations + transient), so
 /// transient = (other − workspace − fragmentation·activations) / (1 + fragmentation).
 double TrackedPeakBytes(const MemoryBreakdown& m, const FrameworkMemory& framework,
@@ -115,6 +116,11 @@ double TrackedPeakBytes(const MemoryBreakdown& m, const FrameworkMemory& framewo
 /// Gradient bytes per parameter in kernels/training: its gradients are in the training
 /// dtype (4 in FP32, 2 in 16-bit training), where Megatron-LM keeps FP32 main grads.
 double TrainerGradientBytesPerParam(Precision precision);
+
+/// Loss-buffer bytes per (token × vocabulary entry) in kernels/training: the logits and
+/// their gradient, both in the training dtype (8 in FP32, 4 in 16-bit training), where
+/// Megatron-LM keeps an FP32 copy of 16-bit logits (FrameworkMemory's 6).
+double TrainerLogitsBytesPerElement(Precision precision);
 
 /// Memory on the most loaded GPU (the max over the first and the last pipeline stage), by
 /// cause. Documented terms:

@@ -160,6 +160,7 @@ v1::RankedConfig ToProto(const RankedConfig& r) {
   m->set_optimizer(r.memory.optimizer / kGiB);
   m->set_activations(r.memory.activations / kGiB);
   m->set_other(r.memory.other / kGiB);
+  m->set_loss_buffers(r.memory.loss_buffers / kGiB);
   m->set_capacity_gib(r.memory.capacity / kGiB);
   out.set_fits(r.fits);
   out.set_source(r.source == ResultSource::kMeasured ? "measured" : "modelled");
@@ -225,6 +226,7 @@ MemoryBreakdown MemoryFromProto(const v1::MemoryBreakdown& memory) {
   m.optimizer = memory.optimizer() * kGiB;
   m.activations = memory.activations() * kGiB;
   m.other = memory.other() * kGiB;
+  m.loss_buffers = memory.loss_buffers() * kGiB;
   m.capacity = memory.capacity_gib() * kGiB;
   return m;
 }

@@ -210,6 +210,28 @@ TEST(EstimateMemoryTest, CpuDeviceHasNoFrameworkWorkspace) {
   EXPECT_NEAR(ranked->memory.Peak(), on_cpu.Peak(), 1.0);
 }
 
+// The loss buffers (part of "other") by hand for bench/verify's small GPT: 6 bytes per
+// token and vocabulary entry (Megatron's FP32 logits and 16-bit output) of one micro-batch
+// on the last stage: 6·128·2·2048 bytes at mb 2 without TP, half of that per rank at TP 2
+// (vocab-parallel loss). With PP 2 and mb 1 the first stage holds the peak (more weights
+// from the embedding; twice the in-flight activations), and it has no loss buffers.
+TEST(EstimateMemoryTest, LossBuffersByHand) {
+  const JobSpec spec = SmallCpuSpec();
+  const FrameworkMemory cpu = FrameworkMemoryFor("cpu");
+  ParallelConfig c;
+  c.dp = 2;
+  c.micro_batch_size = 2;
+  EXPECT_DOUBLE_EQ(EstimateMemory(spec, c, 0, cpu).loss_buffers, 6.0 * 128 * 2 * 2048);
+  c.dp = 1;
+  c.tp = 2;
+  EXPECT_DOUBLE_EQ(EstimateMemory(spec, c, 0, cpu).loss_buffers, 6.0 * 128 * 2 * 2048 / 2);
+  ParallelConfig pp;
+  pp.pp = 2;
+  const MemoryBreakdown first = EstimateMemory(spec, pp, 0, cpu);
+  EXPECT_EQ(first.loss_buffers, 0.0);
+  EXPECT_GT(first.activations, 0.0);
+}
+
 TEST(EstimateMemoryTest, InterleavingAddsKorthikantiFactor) {
   const JobSpec spec = Gpt175bSpec();
   ParallelConfig c;

@@ -196,7 +196,7 @@ TEST(VerificationFromParts, MergesThePartsRankByRank) {
 // (10 + 3) = 6.8 GiB; peak 34.8 GiB. The trainer's allocator sees weights 2, its bf16
 // gradients 2, optimizer 12, activations 10 and the transient 3: 29 GiB. On the "cpu"
 // device in FP32 there is nothing to take off: the whole peak.
-TEST(VerificationFromParts, PredictedTrackedPeakDropsTheFrameworkAndUsesTheTrainersGradients) {
+TEST(VerificationFromParts, TrackedPeakDropsTheFrameworkAndUsesTheTrainersGradientsAndLoss) {
   v1::RankedConfig r = Ranked(1, 1, 1, 1);
   v1::MemoryBreakdown* m = r.mutable_memory();
   m->set_weights(2);
@@ -220,6 +220,21 @@ TEST(VerificationFromParts, PredictedTrackedPeakDropsTheFrameworkAndUsesTheTrain
   v = VerificationFromParts(TinySpec(), r, 1, {Part(0, {1 << 30})});
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_NEAR(v->predicted_tracked_peak_gib(), 34.8, 1e-12);
+  // 1.5 GiB of the transient are the loss buffers at Megatron's 6 bytes per logit. The
+  // trainer holds the logits and their gradient in the training dtype: 4 bytes in bf16
+  // (1.5·4/6 = 1.0 GiB, so 0.5 GiB less), 8 in fp32 (2.0 GiB, 0.5 GiB more).
+  m->set_loss_buffers(1.5);
+  gpu.training.precision = Precision::kBf16;
+  v = VerificationFromParts(gpu, r, 1, {Part(0, {1 << 30})});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_NEAR(v->predicted_tracked_peak_gib(), 28.5, 1e-12);
+  gpu.training.precision = Precision::kFp32;
+  v = VerificationFromParts(gpu, r, 1, {Part(0, {1 << 30})});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_NEAR(v->predicted_tracked_peak_gib(), 31.5, 1e-12);
+  v = VerificationFromParts(TinySpec(), r, 1, {Part(0, {1 << 30})});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_NEAR(v->predicted_tracked_peak_gib(), 35.3, 1e-12);
 }
 
 // A ranked layout of `rank` whose verification measured `steps` (the first untimed) with

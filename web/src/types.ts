@@ -133,6 +133,8 @@ export interface MemoryBreakdown {
   activations?: number;
   other?: number;
   capacity_gib?: number;
+  /** Of `other`: the last stage's loss buffers (GiB), when the peak is the last stage's. */
+  loss_buffers?: number;
 }
 
 export interface Verification {
