@@ -21,10 +21,11 @@ struct TimeBreakdown {
 /// Bytes on the most loaded GPU, by cause (GiB in JSON).
 struct MemoryBreakdown {
   double weights = 0, gradients = 0, optimizer = 0, activations = 0, other = 0;
-  /// Of `other`: the last stage's loss buffers (logits and their FP32 copy), when the peak
-  /// is the last stage's; 0 otherwise.
-  double loss_buffers = 0;
   double capacity = 0;  ///< Device memory, bytes.
+  /// Of `other`: the last stage's loss buffers (logits and their FP32 copy), when the peak
+  /// is the last stage's; 0 otherwise. Last, so that positional initialisers keep their
+  /// meaning.
+  double loss_buffers = 0;
   double Peak() const { return weights + gradients + optimizer + activations + other; }
 };
 
