@@ -207,34 +207,26 @@ TEST(VerificationFromParts, TrackedPeakDropsTheFrameworkAndUsesTheTrainersGradie
   m->set_peak_gib(34.8);
   JobSpec gpu = TinySpec();
   gpu.cluster.gpu = "h100-sxm-80gb";
+  JobSpec gpu_fp32 = gpu;
   gpu.training.precision = Precision::kBf16;
-  absl::StatusOr<v1::Verification> v = VerificationFromParts(gpu, r, 1, {Part(0, {1 << 30})});
-  ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_DOUBLE_EQ(v->predicted_peak_gib(), 34.8);
-  EXPECT_NEAR(v->predicted_tracked_peak_gib(), 29.0, 1e-12);
+  gpu_fp32.training.precision = Precision::kFp32;
+  const auto tracked = [&r](const JobSpec& spec) {
+    absl::StatusOr<v1::Verification> v = VerificationFromParts(spec, r, 1, {Part(0, {1 << 30})});
+    EXPECT_TRUE(v.ok()) << v.status();
+    EXPECT_DOUBLE_EQ(v.ok() ? v->predicted_peak_gib() : 0, 34.8);
+    return v.ok() ? v->predicted_tracked_peak_gib() : -1.0;
+  };
+  EXPECT_NEAR(tracked(gpu), 29.0, 1e-12);
   // FP32 on the same GPU keeps FP32 gradients, as Megatron does: only the framework goes.
-  gpu.training.precision = Precision::kFp32;
-  v = VerificationFromParts(gpu, r, 1, {Part(0, {1 << 30})});
-  ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_NEAR(v->predicted_tracked_peak_gib(), 31.0, 1e-12);
-  v = VerificationFromParts(TinySpec(), r, 1, {Part(0, {1 << 30})});
-  ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_NEAR(v->predicted_tracked_peak_gib(), 34.8, 1e-12);
+  EXPECT_NEAR(tracked(gpu_fp32), 31.0, 1e-12);
+  EXPECT_NEAR(tracked(TinySpec()), 34.8, 1e-12);
   // 1.5 GiB of the transient are the loss buffers at Megatron's 6 bytes per logit. The
   // trainer holds the logits and their gradient in the training dtype: 4 bytes in bf16
   // (1.5·4/6 = 1.0 GiB, so 0.5 GiB less), 8 in fp32 (2.0 GiB, 0.5 GiB more).
   m->set_loss_buffers(1.5);
-  gpu.training.precision = Precision::kBf16;
-  v = VerificationFromParts(gpu, r, 1, {Part(0, {1 << 30})});
-  ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_NEAR(v->predicted_tracked_peak_gib(), 28.5, 1e-12);
-  gpu.training.precision = Precision::kFp32;
-  v = VerificationFromParts(gpu, r, 1, {Part(0, {1 << 30})});
-  ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_NEAR(v->predicted_tracked_peak_gib(), 31.5, 1e-12);
-  v = VerificationFromParts(TinySpec(), r, 1, {Part(0, {1 << 30})});
-  ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_NEAR(v->predicted_tracked_peak_gib(), 35.3, 1e-12);
+  EXPECT_NEAR(tracked(gpu), 28.5, 1e-12);
+  EXPECT_NEAR(tracked(gpu_fp32), 31.5, 1e-12);
+  EXPECT_NEAR(tracked(TinySpec()), 35.3, 1e-12);
 }
 
 // A ranked layout of `rank` whose verification measured `steps` (the first untimed) with
