@@ -29,6 +29,7 @@
 #include "server/grpc_services.h"
 #include "server/job_manager.h"
 #include "server/store.h"
+#include "server/verify_plan.h"
 #include "worker/daemon.h"
 
 namespace paratune::client {
@@ -259,8 +260,8 @@ std::string VerificationLines(const v1::PlanResult& plan) {
     // difference between two layouts has to exceed to be more than the run's own spread.
     std::string spread;
     if (v.measured_step_seconds_size() >= 3) {
-      const auto& steps = v.measured_step_seconds();
-      const auto [lo, hi] = std::minmax_element(steps.begin() + 1, steps.end());
+      const std::vector<double> steps = server::TimedSteps(v);
+      const auto [lo, hi] = std::minmax_element(steps.begin(), steps.end());
       spread = absl::StrFormat(" (steps %.4g-%.4g s)", *lo, *hi);
     }
     absl::StrAppendFormat(

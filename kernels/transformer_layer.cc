@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/dropout.h"
 #include "kernels/hash_random.h"
 #include "kernels/status_macros.h"
 
@@ -199,16 +200,9 @@ absl::StatusOr<Tensor> TransformerLayer::NormBackward(int which, const Tensor& d
 
 absl::StatusOr<Tensor> TransformerLayer::Dropout(const Tensor& x, float p, uint64_t seed,
                                                  Tensor* mask) {
-  if (p == 0.0f) return x;
-  Backend& be = *ctx_.backend;
-  PT_ASSIGN_OR_RETURN(*mask, be.Empty(x.shape(), DType::kU8, MemoryTag::kActivations));
-  PT_ASSIGN_OR_RETURN(Tensor y, be.Empty(x.shape(), x.dtype(), MemoryTag::kActivations));
-  // Global index of the first element: SP shards hold rows rank·N_sp onwards.
+  // Global index of the first row: SP shards hold rows rank·N_sp onwards.
   const int64_t row0 = config_.sequence_parallel ? ctx_.tp_rank() * local_rows() : 0;
-  PT_RETURN_IF_ERROR(be.DropoutForward(x.dtype(), y.data(), mask->data_as<uint8_t>(), x.data(),
-                                       x.numel(), p, seed,
-                                       static_cast<uint64_t>(row0 * x.dim(1))));
-  return y;
+  return ApplyDropout(*ctx_.backend, x, p, seed, row0, mask);
 }
 
 AttentionArgs TransformerLayer::MakeAttentionArgs(const Tensor& qkv, const Tensor& ctx) const {
@@ -457,12 +451,8 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy) {
     s = &full;
   }
   const int64_t n_sp = dy.dim(0), h = dy.dim(1);
-  auto dropout_backward = [&](const Tensor& d, const Tensor& mask) -> absl::StatusOr<Tensor> {
-    if (!mask.defined()) return d;
-    PT_ASSIGN_OR_RETURN(Tensor out, be.Empty(d.shape(), dt, MemoryTag::kWorkspace));
-    PT_RETURN_IF_ERROR(be.DropoutBackward(dt, out.data(), d.data(), mask.data_as<uint8_t>(),
-                                          d.numel(), config_.hidden_dropout));
-    return out;
+  auto dropout_backward = [&](const Tensor& d, const Tensor& mask) {
+    return DropoutGradient(be, d, mask, config_.hidden_dropout, MemoryTag::kWorkspace);
   };
   // MLP block.
   PT_ASSIGN_OR_RETURN(Tensor d2, dropout_backward(dy, s->drop2_mask));

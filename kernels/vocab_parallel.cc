@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/dropout.h"
 #include "kernels/hash_random.h"
 #include "kernels/mappings.h"
 #include "kernels/status_macros.h"
@@ -62,30 +63,17 @@ absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(const std::vector<int32_t
     PT_RETURN_IF_ERROR(ReduceFromTpRegion::Forward(ctx_, partial));
     out = std::move(partial);
   }
-  if (config_.hidden_dropout == 0.0f) return out;
   // Every TP rank holds the same rows without SP (the same mask), its own shard with SP.
-  const int64_t rows = out.dim(0);
-  const int64_t row0 = config_.sequence_parallel ? ctx_.tp_rank() * rows : 0;
-  PT_ASSIGN_OR_RETURN(saved_.dropout_mask,
-                      be.Empty(out.shape(), DType::kU8, MemoryTag::kActivations));
-  PT_ASSIGN_OR_RETURN(Tensor y, be.Empty(out.shape(), config_.dtype, MemoryTag::kActivations));
-  PT_RETURN_IF_ERROR(be.DropoutForward(config_.dtype, y.data(),
-                                       saved_.dropout_mask.data_as<uint8_t>(), out.data(),
-                                       out.numel(), config_.hidden_dropout,
-                                       EmbeddingDropoutSeed(config_.seed),
-                                       static_cast<uint64_t>(row0 * h)));
-  return y;
+  const int64_t row0 = config_.sequence_parallel ? ctx_.tp_rank() * out.dim(0) : 0;
+  return ApplyDropout(be, out, config_.hidden_dropout, EmbeddingDropoutSeed(config_.seed), row0,
+                      &saved_.dropout_mask);
 }
 
 absl::Status VocabParallelEmbedding::Backward(const Tensor& dout) {
   Backend& be = *ctx_.backend;
-  Tensor d = dout;
-  if (saved_.dropout_mask.defined()) {
-    PT_ASSIGN_OR_RETURN(d, be.Empty(dout.shape(), config_.dtype, MemoryTag::kActivations));
-    PT_RETURN_IF_ERROR(be.DropoutBackward(config_.dtype, d.data(), dout.data(),
-                                          saved_.dropout_mask.data_as<uint8_t>(), dout.numel(),
-                                          config_.hidden_dropout));
-  }
+  PT_ASSIGN_OR_RETURN(Tensor d, DropoutGradient(be, dout, saved_.dropout_mask,
+                                                 config_.hidden_dropout,
+                                                 MemoryTag::kActivations));
   if (config_.sequence_parallel) {
     PT_ASSIGN_OR_RETURN(d, ReduceScatterToSpRegion::Backward(ctx_, d));
   }

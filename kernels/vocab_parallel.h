@@ -2,10 +2,10 @@
 // VocabParallelEmbedding (rank r holds vocabulary rows [r·V/t, (r+1)·V/t); out-of-range ids
 // give zeros and the partial sums are combined by reduce_from_tp_region, or by
 // reduce_scatter_to_sp_region with SP; then the embedding dropout, hidden_dropout, whose
-// mask is a function of the global element index as the layers' are), and
-// VocabParallelOutput: final norm, the logits
-// ColumnParallelLinear ([N, V/t], never gathered) and vocab_parallel_cross_entropy (max by
-// all-gather, sum of exponentials and target logit by all-reduce).
+// mask is a function of the global element index as the layers' are: kernels/dropout.h),
+// and VocabParallelOutput: final norm, the logits ColumnParallelLinear ([N, V/t], never
+// gathered) and vocab_parallel_cross_entropy (max by all-gather, sum of exponentials and
+// target logit by all-reduce).
 // Thread-safety: one instance per rank (thread).
 #ifndef PARATUNE_KERNELS_VOCAB_PARALLEL_H_
 #define PARATUNE_KERNELS_VOCAB_PARALLEL_H_

@@ -187,17 +187,11 @@ absl::StatusOr<v1::Verification> VerificationFromParts(
   return v;
 }
 
-namespace {
-
-/// A verified layout's timed steps (after the first, which allocates and warms up); its
-/// measured median alone when the run recorded no more.
 std::vector<double> TimedSteps(const v1::Verification& v) {
   const auto& s = v.measured_step_seconds();
   if (s.size() >= 2) return std::vector<double>(s.begin() + 1, s.end());
   return {v.measured_iteration_time_s()};
 }
-
-}  // namespace
 
 std::optional<v1::VerificationSummary> SummarizeVerification(const v1::PlanResult& plan) {
   std::vector<const v1::RankedConfig*> verified;

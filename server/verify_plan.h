@@ -81,6 +81,10 @@ absl::StatusOr<v1::Verification> VerificationFromParts(
     const JobSpec& spec, const v1::RankedConfig& ranked, int64_t world,
     const std::vector<v1::VerifyResult>& parts);
 
+/// A verified layout's timed steps (after the first, which allocates and warms up); its
+/// measured median alone when the run recorded no more.
+std::vector<double> TimedSteps(const v1::Verification& v);
+
 /// Compares the verified layouts of `plan` (see v1::VerificationSummary); nothing when none
 /// was verified. A layout's timed steps are its measured_step_seconds after the first.
 std::optional<v1::VerificationSummary> SummarizeVerification(const v1::PlanResult& plan);

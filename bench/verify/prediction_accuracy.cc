@@ -494,6 +494,15 @@ double TrimmedMean(std::vector<double> v, double fraction) {
   return sum / static_cast<double>(v.size() - 2 * cut);
 }
 
+// A layout's measurement (the headline estimator): the trimmed mean of the timed steps of
+// `rounds` (indices into `per_round`, each round's steps after the first; repeats allowed).
+double StepsMean(const std::vector<std::vector<double>>& per_round,
+                 const std::vector<size_t>& rounds) {
+  std::vector<double> v;
+  for (size_t r : rounds) v.insert(v.end(), per_round[r].begin(), per_round[r].end());
+  return TrimmedMean(v, kTrim);
+}
+
 // How firmly the measurement names the best layout. The rounds are paired (every layout runs
 // once per round, close in time), so the resampling draws whole rounds: kResamples times,
 // as many round indices as were run, with replacement, the same for every layout; each
@@ -520,11 +529,7 @@ Resolution Resample(const std::vector<std::vector<std::vector<double>>>& steps,
   for (int b = 0; b < kResamples; ++b) {
     for (size_t& r : drawn) r = pick(rng);
     std::vector<double> meas(layouts);
-    for (size_t i = 0; i < layouts; ++i) {
-      std::vector<double> v;
-      for (size_t r : drawn) v.insert(v.end(), steps[i][r].begin(), steps[i][r].end());
-      meas[i] = TrimmedMean(v, kTrim);
-    }
+    for (size_t i = 0; i < layouts; ++i) meas[i] = StepsMean(steps[i], drawn);
     const size_t best = std::min_element(meas.begin(), meas.end()) - meas.begin();
     res.best_share[best] += 1.0 / kResamples;
     regrets.push_back(100.0 * (meas[predicted_best] / meas[best] - 1.0));
@@ -740,6 +745,8 @@ int main(int argc, char** argv) {
     std::vector<Round> rounds;  ///< In run order.
   };
   std::vector<Row> rows;
+  // By row, each round's timed steps (after the first).
+  std::vector<std::vector<std::vector<double>>> timed_steps;
   std::vector<double> optimizer_rates;
   for (size_t i : selected) {
     const std::vector<Round>& rs = rounds[i];
@@ -748,12 +755,15 @@ int main(int argc, char** argv) {
         rs.begin(), rs.end(), [&](const Round& a, const Round& b) { return err(a) < err(b); });
     // Typical against typical: the trimmed mean of the rounds' compositions and of every
     // timed step of every round; the parts shown are those of the round nearest to each.
-    std::vector<double> preds, steps;
+    std::vector<double> preds;
+    std::vector<std::vector<double>>& steps = timed_steps.emplace_back();
+    std::vector<size_t> all;
     for (const Round& x : rs) {
       preds.push_back(x.pred_s());
-      steps.insert(steps.end(), x.meas.step_s.begin() + 1, x.meas.step_s.end());
+      steps.emplace_back(x.meas.step_s.begin() + 1, x.meas.step_s.end());
+      all.push_back(all.size());
     }
-    const double pred_s = TrimmedMean(preds, kTrim), meas_s = TrimmedMean(steps, kTrim);
+    const double pred_s = TrimmedMean(preds, kTrim), meas_s = StepsMean(steps, all);
     const auto nearest = [&rs](auto key, double to) -> const Round& {
       return *std::min_element(rs.begin(), rs.end(), [&](const Round& a, const Round& b) {
         return std::abs(key(a) - to) < std::abs(key(b) - to);
@@ -782,12 +792,6 @@ int main(int argc, char** argv) {
   const double mmed = Median(merr), mmx = *std::max_element(merr.begin(), merr.end());
   const bool best_ok = best_pred == best_meas;
   const double regret = 100.0 * (rows[best_pred].meas_s / rows[best_meas].meas_s - 1.0);
-  std::vector<std::vector<std::vector<double>>> timed_steps(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    for (const Round& x : rows[i].rounds) {
-      timed_steps[i].emplace_back(x.meas.step_s.begin() + 1, x.meas.step_s.end());
-    }
-  }
   const Resolution resolution = Resample(timed_steps, best_pred);
   if (json) {
     nlohmann::json j;
