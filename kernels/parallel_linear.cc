@@ -63,6 +63,20 @@ absl::StatusOr<ColumnParallelLinear> ColumnParallelLinear::Create(
   return layer;
 }
 
+ColumnParallelLinear ColumnParallelLinear::Owning(Parameter weight, bool sequence_parallel) {
+  ColumnParallelLinear layer;
+  layer.weight_ = std::move(weight);
+  layer.sequence_parallel_ = sequence_parallel;
+  return layer;
+}
+
+ColumnParallelLinear ColumnParallelLinear::Sharing(Parameter* shared, bool sequence_parallel) {
+  ColumnParallelLinear layer;
+  layer.shared_ = shared;
+  layer.sequence_parallel_ = sequence_parallel;
+  return layer;
+}
+
 absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const ParallelContext& ctx,
                                                      const Tensor& input) const {
   Tensor total;
@@ -71,14 +85,14 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const ParallelContext& ctx,
   } else {
     total = CopyToTpRegion::Forward(ctx, input);
   }
-  const int64_t rows = total.dim(0), in = total.dim(1), out = weight_.value.dim(0);
+  const int64_t rows = total.dim(0), in = total.dim(1), out = weight().value.dim(0);
   PT_ASSIGN_OR_RETURN(Tensor y,
                       ctx.backend->Empty({rows, out}, input.dtype(), MemoryTag::kActivations));
   GemmArgs g;
   g.trans_b = true;
   g.m = rows, g.n = out, g.k = in;
   g.a = total.data(), g.lda = in;
-  g.b = weight_.value.data(), g.ldb = in;
+  g.b = weight().value.data(), g.ldb = in;
   g.c = y.data(), g.ldc = out;
   PT_RETURN_IF_ERROR(ctx.backend->Gemm(input.dtype(), g));
   return y;
@@ -93,13 +107,13 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const ParallelContext& ctx
   } else {
     total = input;
   }
-  const int64_t rows = total.dim(0), in = total.dim(1), out = weight_.value.dim(0);
+  const int64_t rows = total.dim(0), in = total.dim(1), out = weight().value.dim(0);
   const DType dt = input.dtype();
   PT_ASSIGN_OR_RETURN(Tensor dtotal, ctx.backend->Empty({rows, in}, dt, MemoryTag::kWorkspace));
   GemmArgs gx;  // dX = dY·W
   gx.m = rows, gx.n = in, gx.k = out;
   gx.a = dout.data(), gx.lda = out;
-  gx.b = weight_.value.data(), gx.ldb = in;
+  gx.b = weight().value.data(), gx.ldb = in;
   gx.c = dtotal.data(), gx.ldc = in;
   PT_RETURN_IF_ERROR(ctx.backend->Gemm(dt, gx));
   GemmArgs gw;  // dW += dYᵀ·X (+= so that gradients accumulate across micro-batches)
@@ -108,7 +122,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const ParallelContext& ctx
   gw.a = dout.data(), gw.lda = out;
   gw.b = total.data(), gw.ldb = in;
   gw.beta = 1.0f;
-  gw.c = weight_.grad.data(), gw.ldc = in;
+  gw.c = weight().grad.data(), gw.ldc = in;
   PT_RETURN_IF_ERROR(ctx.backend->Gemm(dt, gw));
   if (sequence_parallel_) return GatherFromSpRegion::Backward(ctx, dtotal);
   PT_RETURN_IF_ERROR(CopyToTpRegion::Backward(ctx, dtotal));

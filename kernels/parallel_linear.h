@@ -43,16 +43,26 @@ class ColumnParallelLinear {
       const ParallelContext& ctx, std::string name, int64_t in, int64_t out_global,
       int64_t out_local, const std::function<int64_t(int64_t)>& global_rows, DType dtype,
       bool sequence_parallel, uint64_t seed);
+  /// A layer computing with `weight`, made by the caller (e.g. initialised as another
+  /// parameter), which it owns.
+  static ColumnParallelLinear Owning(Parameter weight, bool sequence_parallel);
+  /// A layer computing with `*shared`, owned elsewhere and outliving the layer: its
+  /// gradient accumulates there too (tied embeddings: the output layer uses the input
+  /// embedding's table).
+  static ColumnParallelLinear Sharing(Parameter* shared, bool sequence_parallel);
 
   /// `input` is what backward needs (the caller stores it; with SP it is the shard).
   absl::StatusOr<Tensor> Forward(const ParallelContext& ctx, const Tensor& input) const;
   /// Accumulates the weight gradient; returns the input gradient [rows_local, in].
   absl::StatusOr<Tensor> Backward(const ParallelContext& ctx, const Tensor& input,
                                   const Tensor& dout);
-  Parameter& weight() { return weight_; }
+  Parameter& weight() { return shared_ != nullptr ? *shared_ : weight_; }
+  const Parameter& weight() const { return shared_ != nullptr ? *shared_ : weight_; }
+  bool shares_weight() const { return shared_ != nullptr; }
 
  private:
   Parameter weight_;
+  Parameter* shared_ = nullptr;
   bool sequence_parallel_ = false;
 };
 

@@ -28,20 +28,24 @@ int64_t SpRows(const LayerConfig& c) {
 
 }  // namespace
 
+absl::StatusOr<Parameter> VocabParallelEmbedding::MakeTable(const LayerConfig& config,
+                                                            const ParallelContext& ctx) {
+  const int64_t v = config.shape.vocab_size / config.tp, h = config.shape.hidden_size;
+  const int64_t start = ctx.tp_rank() * v;
+  std::vector<int64_t> index(v * h);
+  for (int64_t i = 0; i < v * h; ++i) index[i] = start * h + i;
+  return MakeParameter(*ctx.backend, "embedding.weight", {v, h}, config.dtype,
+                       config.shape.vocab_size * h, index, false,
+                       UniformInit(config.seed, "embedding.weight"));
+}
+
 absl::StatusOr<std::unique_ptr<VocabParallelEmbedding>> VocabParallelEmbedding::Create(
     const LayerConfig& config, const ParallelContext& ctx) {
   PT_RETURN_IF_ERROR(config.Validate());
-  const int64_t v = config.shape.vocab_size / config.tp, h = config.shape.hidden_size;
-  const int64_t start = ctx.tp_rank() * v;
   std::unique_ptr<VocabParallelEmbedding> e(new VocabParallelEmbedding());
   e->config_ = config;
   e->ctx_ = ctx;
-  std::vector<int64_t> index(v * h);
-  for (int64_t i = 0; i < v * h; ++i) index[i] = start * h + i;
-  PT_ASSIGN_OR_RETURN(e->table_,
-                      MakeParameter(*ctx.backend, "embedding.weight", {v, h}, config.dtype,
-                                    config.shape.vocab_size * h, index, false,
-                                    UniformInit(config.seed, "embedding.weight")));
+  PT_ASSIGN_OR_RETURN(e->table_, MakeTable(config, ctx));
   return e;
 }
 
@@ -83,7 +87,7 @@ absl::Status VocabParallelEmbedding::Backward(const Tensor& dout) {
 }
 
 absl::StatusOr<std::unique_ptr<VocabParallelOutput>> VocabParallelOutput::Create(
-    const LayerConfig& config, const ParallelContext& ctx) {
+    const LayerConfig& config, const ParallelContext& ctx, OutputWeight weight) {
   PT_RETURN_IF_ERROR(config.Validate());
   const int64_t h = config.shape.hidden_size, V = config.shape.vocab_size;
   const int64_t v = V / config.tp, start = ctx.tp_rank() * v;
@@ -100,19 +104,36 @@ absl::StatusOr<std::unique_ptr<VocabParallelOutput>> VocabParallelOutput::Create
                                                   config.dtype, h, identity, true,
                                                   [](int64_t) { return 0.0; }));
   }
-  PT_ASSIGN_OR_RETURN(ColumnParallelLinear logits,
-                      ColumnParallelLinear::Create(
-                          ctx, "output.weight", h, V, v,
-                          [start](int64_t r) { return start + r; }, config.dtype,
-                          config.sequence_parallel, config.seed));
-  o->logits_ = std::make_unique<ColumnParallelLinear>(std::move(logits));
+  if (weight.table != nullptr && !weight.tied) {
+    return absl::InvalidArgumentError("weight.table needs weight.tied");
+  }
+  if (weight.table != nullptr) {
+    if (weight.table->value.dim(0) != v || weight.table->value.dim(1) != h) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the tied table is [", weight.table->value.dim(0), ", ", weight.table->value.dim(1),
+          "]; the output layer needs [", v, ", ", h, "]"));
+    }
+    o->logits_ = std::make_unique<ColumnParallelLinear>(
+        ColumnParallelLinear::Sharing(weight.table, config.sequence_parallel));
+  } else if (weight.tied) {
+    PT_ASSIGN_OR_RETURN(Parameter copy, VocabParallelEmbedding::MakeTable(config, ctx));
+    o->logits_ = std::make_unique<ColumnParallelLinear>(
+        ColumnParallelLinear::Owning(std::move(copy), config.sequence_parallel));
+  } else {
+    PT_ASSIGN_OR_RETURN(ColumnParallelLinear logits,
+                        ColumnParallelLinear::Create(
+                            ctx, "output.weight", h, V, v,
+                            [start](int64_t r) { return start + r; }, config.dtype,
+                            config.sequence_parallel, config.seed));
+    o->logits_ = std::make_unique<ColumnParallelLinear>(std::move(logits));
+  }
   return o;
 }
 
 std::vector<Parameter*> VocabParallelOutput::Parameters() {
   std::vector<Parameter*> out = {&norm_w_};
   if (norm_b_.value.defined()) out.push_back(&norm_b_);
-  out.push_back(&logits_->weight());
+  if (!logits_->shares_weight()) out.push_back(&logits_->weight());
   return out;
 }
 

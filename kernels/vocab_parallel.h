@@ -30,6 +30,9 @@ class VocabParallelEmbedding {
  public:
   static absl::StatusOr<std::unique_ptr<VocabParallelEmbedding>> Create(
       const LayerConfig& config, const ParallelContext& ctx);
+  /// This TP rank's rows of the table, "embedding.weight", initialised as a function of
+  /// (seed, global element index): the same values on whichever stage makes it.
+  static absl::StatusOr<Parameter> MakeTable(const LayerConfig& config, const ParallelContext& ctx);
   /// ids: all s·b tokens in [s, b] order. Returns [N_sp, h], dropped out when
   /// config.hidden_dropout > 0.
   absl::StatusOr<Tensor> Forward(const std::vector<int32_t>& ids);
@@ -48,15 +51,30 @@ class VocabParallelEmbedding {
   EmbeddingSaved saved_;
 };
 
+/// The output layer's weight ([V/t, h], the embedding's row split). Untied (Megatron's
+/// untie_embeddings_and_output_weights): its own matrix, "output.weight". Tied (Megatron's
+/// default for GPT, share_embeddings_and_output_weights): the input embedding's table itself
+/// where this rank holds it (`table`), else, on a later pipeline stage, a copy initialised
+/// as that table (VocabParallelEmbedding::MakeTable); kernels/training sums the two copies'
+/// gradients so that both take the same update.
+struct OutputWeight {
+  bool tied = false;
+  Parameter* table = nullptr;  ///< Tied and on the embedding's rank: the table, not owned.
+};
+
 class VocabParallelOutput {
  public:
-  static absl::StatusOr<std::unique_ptr<VocabParallelOutput>> Create(const LayerConfig& config,
-                                                                     const ParallelContext& ctx);
+  static absl::StatusOr<std::unique_ptr<VocabParallelOutput>> Create(
+      const LayerConfig& config, const ParallelContext& ctx, OutputWeight weight = {});
   /// y: [N_sp, h], targets: s·b ids. Returns the mean cross entropy over all tokens.
   absl::StatusOr<double> Forward(const Tensor& y, const std::vector<int32_t>& targets);
   /// Gradient of the mean loss with respect to y: [N_sp, h].
   absl::StatusOr<Tensor> Backward();
+  /// The parameters this layer owns: the final norm's and, unless it uses the embedding's
+  /// table, the output weight.
   std::vector<Parameter*> Parameters();
+  /// The logits weight (the embedding's table when shared).
+  Parameter& weight() { return logits_->weight(); }
 
  private:
   LayerConfig config_;

@@ -141,6 +141,7 @@ v1::VerifyTask MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranke
   t.set_layout_rank(ranked.rank());
   t.set_flash_attention(spec.training.flash_attention);
   t.set_dropout(spec.training.dropout);
+  t.set_tie_embeddings(m.tie_embeddings);
   t.set_dtype(ToString(spec.training.precision));
   return t;
 }

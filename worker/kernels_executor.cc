@@ -285,6 +285,7 @@ class KernelsExecutor final : public TaskExecutor {
     c.distributed_optimizer = t.distributed_optimizer();
     c.flash_attention = t.flash_attention();
     c.dropout = t.dropout();
+    c.tie_embeddings = t.tie_embeddings();
     c.steps = t.steps();
     c.seed = t.seed();
     if (c.world_size() != t.world_size()) {

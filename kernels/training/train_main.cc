@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", c.seed, "weights and data seed");
   app.add_flag("--flash", c.flash_attention, "flash attention (no s×s scores stored)");
   app.add_flag("--dropout", c.dropout, "Megatron's dropout 0.1 (embedding output and every layer)");
+  app.add_flag("--tie-embeddings", c.tie_embeddings,
+               "the output layer uses the input embedding's table (GPT's default)");
   app.add_option("--backend", backend, "cpu | cuda (one device per rank of this process)");
   app.add_option("--dtype", dtype, "fp32 | bf16 | fp16 (16-bit: cuda, fp32 master weights)");
   app.add_option("--ranks", ranks, "FIRST:COUNT ranks run here (default: all)");

@@ -147,6 +147,13 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
   CommClock clock;
   PT_ASSIGN_OR_RETURN(auto tp, Group(*be, r, absl::StrCat("tp_", me.dp, "_", me.pp), me.tp, c.tp));
   PT_ASSIGN_OR_RETURN(auto dp, Group(*be, r, absl::StrCat("dp_", me.tp, "_", me.pp), me.dp, c.dp));
+  // Tied embeddings over several stages: the embedding group of the first and the last
+  // stage of this (tp, dp).
+  std::unique_ptr<Communicator> embedding_group;
+  if (c.tie_embeddings && c.pp > 1 && (me.pp == 0 || me.pp == c.pp - 1)) {
+    PT_ASSIGN_OR_RETURN(embedding_group, Group(*be, r, absl::StrCat("emb_", me.tp, "_", me.dp),
+                                               me.pp == 0 ? 0 : 1, 2));
+  }
   // The world group exchanges host figures (barriers, losses, times): Gloo on any backend.
   std::unique_ptr<Communicator> world;
   if (c.world_size() == 1) {
@@ -192,7 +199,10 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
       ch.layers.push_back(std::move(layer));
     }
     if (ch.vstage == stages - 1) {
-      PT_ASSIGN_OR_RETURN(ch.output, VocabParallelOutput::Create(base, ctx));
+      OutputWeight weight;
+      weight.tied = c.tie_embeddings;
+      if (c.tie_embeddings && ch.embedding) weight.table = &ch.embedding->weight();  // pp 1
+      PT_ASSIGN_OR_RETURN(ch.output, VocabParallelOutput::Create(base, ctx, weight));
       for (Parameter* p : ch.output->Parameters()) params.push_back(p);
     }
   }
@@ -338,6 +348,13 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
     // The gradients this rank's optimizer updates: its chunk of the reduce-scattered buffer
     // (distributed optimizer) or the whole all-reduced buffer.
     void* const grads = flat_grad.at(opt_first);
+    if (embedding_group) {
+      // The table's gradient plus its copy's, on both stages, before the DP reduce (which
+      // then sums both over DP: the same total as Megatron's order, and correct for the
+      // distributed optimizer's shards too).
+      Parameter& w = me.pp == 0 ? chunks.front().embedding->weight() : chunks.back().output->weight();
+      PT_RETURN_IF_ERROR(embedding_group->AllReduce(w.grad.data(), w.grad.numel(), dt));
+    }
     if (c.distributed_optimizer) {
       PT_RETURN_IF_ERROR(dp->ReduceScatter(flat_grad.data(), grads, shard, dt));
     } else {

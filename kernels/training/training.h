@@ -59,6 +59,12 @@ struct TrainConfig {
   /// run; they repeat from micro-batch to micro-batch (a stand-in for time and memory, not
   /// a regulariser).
   bool dropout = false;
+  /// Megatron's share_embeddings_and_output_weights (GPT's default): the output layer
+  /// computes with the input embedding's table. With one pipeline stage it is one
+  /// parameter; with several, the last stage holds a copy initialised as the table and the
+  /// first and last stage of each (tp, dp) all-reduce the two gradients before the DP
+  /// reduce (Megatron's embedding group), so both copies take the same update.
+  bool tie_embeddings = false;
   int64_t steps = 5;
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f, weight_decay = 0.01f;
   uint64_t seed = 1234;
@@ -97,8 +103,9 @@ std::vector<int32_t> SyntheticTokens(const TrainConfig& c, int64_t step, int64_t
 struct RankResult {
   int64_t rank = 0;
   std::vector<double> step_seconds;   ///< This rank's wall time per step.
-  /// Per step: the DP gradient collective(s) (all-reduce, or reduce-scatter + all-gather)
-  /// and the AdamW update, parts of step_seconds.
+  /// Per step: the gradient collective(s) (the tied-embedding all-reduce between the
+  /// first and last stage, then DP all-reduce, or reduce-scatter + all-gather) and the
+  /// AdamW update, parts of step_seconds.
   std::vector<double> dp_seconds, optimizer_seconds;
   /// Per step: time spent waiting for another stage's activation or gradient (the
   /// rank's pipeline bubble plus transfer), part of step_seconds; 0 without PP.

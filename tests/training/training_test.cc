@@ -120,6 +120,56 @@ TEST(TrainingTest, DropoutRunsInEveryLayoutAndStillEqualsSingleRank) {
   EXPECT_GT(with->ranks[0].peak_bytes, without->ranks[0].peak_bytes);
 }
 
+// Tied embeddings (GPT's default): one stage computes the logits with the embedding's own
+// table; over several stages the last holds a copy and the two gradients are summed, so
+// every layout, the interleaved one and the distributed optimizer's shards included, still
+// trains the single rank's model. Without the sum the copies would drift apart after the
+// first update and the losses from step 2 on would differ.
+TEST(TrainingTest, TiedEmbeddingsEqualSingleRankInEveryLayout) {
+  TrainConfig c = Tiny();
+  c.tie_embeddings = true;
+  c.tp = 2;
+  c.pp = 2;
+  c.dp = 2;
+  const std::vector<double> ref = Reference(c);
+  ExpectSame(Losses(c), ref);
+  c.vp = 2;
+  c.sequence_parallel = true;
+  c.distributed_optimizer = true;
+  ExpectSame(Losses(c), ref);
+  // A different model from the untied one: the same first batch gives another loss.
+  const std::vector<double> untied = Reference(Tiny());
+  ASSERT_FALSE(untied.empty());
+  ASSERT_FALSE(ref.empty());
+  EXPECT_GT(std::abs(untied[0] - ref[0]), 1e-3);
+}
+
+// On one stage the tied model holds one V × h table fewer: the rank's parameters drop by
+// exactly V·h and its peak by that table's weight, gradient, m and v (4 fp32 values each,
+// 16 bytes). Over two stages the last stage's copy keeps every rank's count unchanged.
+TEST(TrainingTest, TiedEmbeddingsHoldOneTableOnOneStageAndACopyOnTwo) {
+  TrainConfig c = Tiny();
+  c.steps = 1;
+  auto untied = RunTrainingInProcess(c);
+  c.tie_embeddings = true;
+  auto tied = RunTrainingInProcess(c);
+  ASSERT_TRUE(untied.ok()) << untied.status();
+  ASSERT_TRUE(tied.ok()) << tied.status();
+  const int64_t table = c.shape.vocab_size * c.shape.hidden_size;
+  EXPECT_EQ(untied->ranks[0].parameter_count - tied->ranks[0].parameter_count, table);
+  EXPECT_EQ(untied->ranks[0].peak_bytes - tied->ranks[0].peak_bytes, 16 * table);
+  c.pp = 2;
+  auto tied2 = RunTrainingInProcess(c);
+  c.tie_embeddings = false;
+  auto untied2 = RunTrainingInProcess(c);
+  ASSERT_TRUE(tied2.ok()) << tied2.status();
+  ASSERT_TRUE(untied2.ok()) << untied2.status();
+  ASSERT_EQ(tied2->ranks.size(), 2u);
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(tied2->ranks[r].parameter_count, untied2->ranks[r].parameter_count) << "rank " << r;
+  }
+}
+
 // The distributed optimizer keeps m and v for its 1/dp shard only and nothing else extra
 // (fp32: no master copy; reduce-scatter and all-gather work in place in the flat buffers),
 // so a rank's peak is lower by exactly the two fp32 states of the other shards:
