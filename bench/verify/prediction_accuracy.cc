@@ -55,7 +55,10 @@
 // layout measures best, and the central 95 % of the predicted best's regret) and
 //   # prediction error: median X %, max Y %, best layout predicted: yes|no
 // where a "no" the measurement cannot resolve (the predicted best measured best in at least
-// 2.5 % of the resamples) says so in parentheses.
+// 2.5 % of the resamples) says so in parentheses. Beyond the best, a ranking line counts
+// the pairs of layouts the measurement separates (one measured faster in at least 97.5 % of
+// the resamples), how many of them the prediction orders the same way, and which layouts
+// measured faster than the predicted best, separated (a miss the measurement resolves).
 // --json prints the same as one JSON object, with each round's parts (rounds_parts); for
 // pipeline layouts they include each stage's busy time per step (stage_busy_s: the step
 // less pipeline wait, DP and optimizer, as the trainer measured it, against what the
@@ -511,7 +514,12 @@ double StepsMean(const std::vector<std::vector<double>>& per_round,
 struct Resolution {
   std::vector<double> best_share;  ///< By layout: the share of resamples it measured best in.
   double regret_lo = 0, regret_hi = 0;  ///< Central 95 % of the predicted best's regret, %.
+  /// [i][j]: the share of resamples in which layout i measured faster than layout j.
+  std::vector<std::vector<double>> faster_share;
 };
+// A pair the measurement separates: one of the two measured faster in at least this share
+// of the resamples.
+constexpr double kSeparated = 0.975;
 constexpr int kResamples = 2000;
 
 Resolution Resample(const std::vector<std::vector<std::vector<double>>>& steps,
@@ -519,6 +527,7 @@ Resolution Resample(const std::vector<std::vector<std::vector<double>>>& steps,
   Resolution res;
   const size_t layouts = steps.size();
   res.best_share.assign(layouts, 0.0);
+  res.faster_share.assign(layouts, std::vector<double>(layouts, 0.0));
   size_t rounds = steps.empty() ? 0 : steps[0].size();
   for (const auto& l : steps) rounds = std::min(rounds, l.size());
   if (layouts == 0 || rounds == 0) return res;
@@ -532,6 +541,11 @@ Resolution Resample(const std::vector<std::vector<std::vector<double>>>& steps,
     for (size_t i = 0; i < layouts; ++i) meas[i] = StepsMean(steps[i], drawn);
     const size_t best = std::min_element(meas.begin(), meas.end()) - meas.begin();
     res.best_share[best] += 1.0 / kResamples;
+    for (size_t i = 0; i < layouts; ++i) {
+      for (size_t j = 0; j < layouts; ++j) {
+        if (meas[i] < meas[j]) res.faster_share[i][j] += 1.0 / kResamples;
+      }
+    }
     regrets.push_back(100.0 * (meas[predicted_best] / meas[best] - 1.0));
   }
   std::sort(regrets.begin(), regrets.end());
@@ -793,6 +807,21 @@ int main(int argc, char** argv) {
   const bool best_ok = best_pred == best_meas;
   const double regret = 100.0 * (rows[best_pred].meas_s / rows[best_meas].meas_s - 1.0);
   const Resolution resolution = Resample(timed_steps, best_pred);
+  // The ranking beyond the best: every pair of layouts the measurement separates, and
+  // whether the prediction orders it the same way; and the layouts that measured faster
+  // than the predicted best, separated (a miss the measurement does resolve).
+  int pairs = 0, separated = 0, in_order = 0;
+  std::vector<std::string> beaten_by;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (resolution.faster_share[i][best_pred] >= kSeparated) beaten_by.push_back(rows[i].layout);
+    for (size_t j = i + 1; j < rows.size(); ++j) {
+      ++pairs;
+      const double share = resolution.faster_share[i][j];
+      if (share < kSeparated && resolution.faster_share[j][i] < kSeparated) continue;
+      ++separated;
+      if ((share >= kSeparated) == (rows[i].pred_s < rows[j].pred_s)) ++in_order;
+    }
+  }
   if (json) {
     nlohmann::json j;
     j["model"] = {{"layers", spec.model.num_layers}, {"hidden", spec.model.hidden_size},
@@ -854,6 +883,10 @@ int main(int argc, char** argv) {
     j["regret_pct"] = regret;
     j["regret_pct_95"] = {resolution.regret_lo, resolution.regret_hi};
     j["resamples"] = kResamples;
+    j["pairs"] = pairs;
+    j["pairs_separated"] = separated;
+    j["pairs_separated_in_predicted_order"] = in_order;
+    j["predicted_best_separated_slower_than"] = beaten_by;
     for (size_t i = 0; i < rows.size(); ++i) {
       j["layouts"][i]["measured_best_share"] = resolution.best_share[i];
     }
@@ -907,6 +940,13 @@ int main(int argc, char** argv) {
   std::printf("# resolution (%d resamples of the rounds): measured best %s; the predicted best's "
               "regret, central 95 %%: %.1f..%.1f %%\n",
               kResamples, shares.c_str(), resolution.regret_lo, resolution.regret_hi);
+  std::string beaten;
+  for (const std::string& b : beaten_by) beaten += (beaten.empty() ? "" : ", ") + b;
+  std::printf("# ranking: the measurement separates %d of the %d pairs of layouts (one faster in "
+              "at least %.1f %% of the resamples); %d of them in the predicted order; layouts "
+              "separated faster than the predicted best: %s\n",
+              separated, pairs, 100.0 * kSeparated, in_order,
+              beaten.empty() ? "none" : beaten.c_str());
   // A miss the measurement cannot resolve says so: the predicted best measured best in at
   // least 2.5 % of the resamples, so the lower end of its regret's 95 % range is 0.
   const double pred_share = resolution.best_share[best_pred];
