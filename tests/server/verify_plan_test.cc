@@ -136,6 +136,10 @@ TEST(MakeVerifyTask, CarriesTheLayoutTheModelAndThePart) {
   JobSpec with_dropout = TinySpec();
   with_dropout.training.dropout = true;
   EXPECT_TRUE(MakeVerifyTask(with_dropout, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1").dropout());
+  EXPECT_FALSE(t.tie_embeddings());
+  JobSpec tied = TinySpec();
+  tied.model.tie_embeddings = true;
+  EXPECT_TRUE(MakeVerifyTask(tied, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1").tie_embeddings());
   // A part that holds every rank meets in process: no namespace.
   EXPECT_EQ(MakeVerifyTask(TinySpec(), Ranked(1, 1, 2, 1), {0, 2}, o, "ns-1")
                 .rendezvous_namespace(),

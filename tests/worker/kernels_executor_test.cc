@@ -353,6 +353,22 @@ TEST(KernelsExecutorVerify, AWholeLayoutTrainsLikeRunTrainingInProcess) {
     EXPECT_NEAR(r.verify().losses(i), local->losses[i], 1e-6 * local->losses[i]);
   }
   EXPECT_GT(std::abs(r.verify().losses(0) - v.losses(0)), 1e-4);
+  const double untied_first = r.verify().losses(0);
+
+  // So does the model's tie_embeddings (over pp 2: the last stage's copy and the embedding
+  // group's all-reduce).
+  v1::ProfileTask tied = with_dropout;
+  tied.mutable_verify()->set_tie_embeddings(true);
+  r = executor->Execute(tied, cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  c.tie_embeddings = true;
+  local = kernels::training::RunTrainingInProcess(c);
+  ASSERT_TRUE(local.ok()) << local.status();
+  ASSERT_EQ(r.verify().losses_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(r.verify().losses(i), local->losses[i], 1e-6 * local->losses[i]);
+  }
+  EXPECT_GT(std::abs(r.verify().losses(0) - untied_first), 1e-4);
 }
 
 // A store whose Get times out at once, as the coordinator's does when peers never come.
