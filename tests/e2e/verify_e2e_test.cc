@@ -7,7 +7,7 @@
 //     `paratune results` prints measured vs predicted with the error in %;
 //   - a layout of world 4 (tp1 pp2 dp2) that no single worker holds: two parts, one per
 //     worker, meet through the coordinator's rendezvous store, and the losses again equal
-//     the in-process run.
+//     the in-process run (a tied-embeddings model: the embedding group spans the workers).
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -112,8 +112,9 @@ class VerifyE2eTest : public ::testing::Test {
 
   /// The tiny model of the specs below under the layout of `config` (results JSON), built
   /// here from the spec's numbers rather than from the coordinator's task.
-  static kt::TrainConfig TinyModel(const json& config) {
+  static kt::TrainConfig TinyModel(const json& config, bool tie_embeddings) {
     kt::TrainConfig c;
+    c.tie_embeddings = tie_embeddings;
     c.shape.hidden_size = 64;
     c.shape.num_attention_heads = 4;
     c.shape.num_query_groups = 4;
@@ -140,7 +141,7 @@ class VerifyE2eTest : public ::testing::Test {
 
   /// Checks the verification of ranked entry `r`: measured and predicted, one peak per
   /// rank, and losses equal to the in-process run of the same config. Returns the world size.
-  int64_t ExpectVerified(const json& r) {
+  int64_t ExpectVerified(const json& r, bool tie_embeddings = false) {
     const json& c = r["config"];
     const json& v = r["verification"];
     EXPECT_EQ(v.value("status", std::string()), "verified") << r.dump(1);
@@ -160,7 +161,7 @@ class VerifyE2eTest : public ::testing::Test {
     EXPECT_NEAR(v.value("predicted_tracked_peak_gib", 0.0),
                 v.value("predicted_peak_gib", 0.0) + loss_buffers * (8.0 / 6.0 - 1.0),
                 1e-9 * v.value("predicted_peak_gib", 0.0));
-    const kt::TrainConfig config = TinyModel(c);
+    const kt::TrainConfig config = TinyModel(c, tie_embeddings);
     const int64_t world = config.world_size();
     const json peaks = v.value("measured_peak_gib_per_rank", json::array());
     EXPECT_EQ(static_cast<int64_t>(peaks.size()), world);
@@ -251,8 +252,10 @@ search: {mode: profile, top_k: 3, verify_top_k: 1}
 }
 
 // World 4 (tp1 pp2 dp2): more ranks than one 2-device worker has.
+// Tied embeddings (GPT's default): the first stage (ranks 0-1, one worker) and the last
+// (ranks 2-3, the other) sum the table's and its copy's gradients across the workers.
 constexpr char kGangSpec[] = R"(name: tiny-verify-gang
-model: {name: tiny, num_layers: 4, hidden_size: 64, num_attention_heads: 4, vocab_size: 256}
+model: {name: tiny, num_layers: 4, hidden_size: 64, num_attention_heads: 4, vocab_size: 256, tie_embeddings: true}
 training: {seq_length: 64, global_batch_size: 8, precision: fp32, flash_attention: false}
 cluster: {gpu: cpu, num_gpus: 4, gpus_per_node: 4}
 search: {mode: model, top_k: 1, verify_top_k: 1, tp: [1], pp: [2], dp: [2], vp: [1], micro_batch_size: [1]}
@@ -265,7 +268,7 @@ TEST_F(VerifyE2eTest, ALayoutLargerThanOneWorkerRunsAsAGangOverBothWorkers) {
   ASSERT_FALSE(results.is_discarded());
   const json& ranked = results["plan"]["ranked"];
   ASSERT_EQ(ranked.size(), 1u);
-  EXPECT_EQ(ExpectVerified(ranked[0]), 4);
+  EXPECT_EQ(ExpectVerified(ranked[0], /*tie_embeddings=*/true), 4);
   // Each worker ran one part of two ranks.
   const std::string a = ReadFile(dir_ / "cpu-a.log"), b = ReadFile(dir_ / "cpu-b.log");
   const bool a_first = a.find("ranks 0..1 of 4") != std::string::npos;
