@@ -213,7 +213,11 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     const double stage_in_flight = in_flight_on(stage);
     mem.activations =
         stage_in_flight * stage_act(stage) + (stage == 0 ? in_flight * embedding_act : 0);
-    const double transient = backward_working_set + (stage == c.pp - 1 ? logits : 0.0);
+    // The last stage's loss buffers live from the logits to the output layer's input
+    // gradient and are freed before the last layer's backward allocates its working set
+    // (autograd in Megatron-LM, kernels/training alike), so the two do not add up.
+    const double transient =
+        stage == c.pp - 1 ? std::max(backward_working_set, logits) : backward_working_set;
     mem.other = transient + framework.workspace_bytes +
                 framework.fragmentation_fraction * (mem.activations + transient);
     mem.loss_buffers = stage == c.pp - 1 ? loss_buffers : 0.0;

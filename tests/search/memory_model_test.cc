@@ -232,6 +232,37 @@ TEST(EstimateMemoryTest, LossBuffersByHand) {
   EXPECT_GT(first.activations, 0.0);
 }
 
+// The last stage's transient is the larger of its loss-phase buffers (the loss buffers
+// and the output layer's input) and one layer's backward working set, not their sum: the
+// loss buffers are freed when the output layer has its input gradient, before the last
+// layer's backward starts. On the cpu device "other" is the transient alone. With a 50304
+// vocabulary the loss phase is larger: 6·128·2·50304 + 4·128·2·256 bytes (fp32
+// activations, mb 2). With 2048 the working set is; the first stage of PP 2 has only it.
+TEST(EstimateMemoryTest, LossBuffersAndTheLastLayersWorkingSetDoNotAddUp) {
+  JobSpec spec = SmallCpuSpec();
+  const FrameworkMemory cpu = FrameworkMemoryFor("cpu");
+  ParallelConfig c;
+  c.dp = 2;
+  c.micro_batch_size = 2;
+  LayerActivationParams act = ActivationParamsFor(spec.model, spec.training, c);
+  ASSERT_EQ(act.bytes_per_element, 4.0);
+  act.recompute = Recompute::kNone;
+  const double working_set = LayerActivationBytes(spec.model, act);
+  const double small_loss_phase = 6.0 * 128 * 2 * 2048 + 4.0 * 128 * 2 * 256;
+  ASSERT_GT(working_set, small_loss_phase);
+  EXPECT_DOUBLE_EQ(EstimateMemory(spec, c, 0, cpu).other, working_set);
+  ParallelConfig pp;
+  pp.pp = 2;
+  pp.micro_batch_size = 2;
+  const MemoryBreakdown first = EstimateMemory(spec, pp, 0, cpu);
+  ASSERT_EQ(first.loss_buffers, 0.0);  // the first stage holds the peak (the embedding)
+  EXPECT_DOUBLE_EQ(first.other, working_set);
+  spec.model.vocab_size = 50304;
+  const double large_loss_phase = 6.0 * 128 * 2 * 50304 + 4.0 * 128 * 2 * 256;
+  ASSERT_GT(large_loss_phase, working_set);
+  EXPECT_DOUBLE_EQ(EstimateMemory(spec, c, 0, cpu).other, large_loss_phase);
+}
+
 TEST(EstimateMemoryTest, InterleavingAddsKorthikantiFactor) {
   const JobSpec spec = Gpt175bSpec();
   ParallelConfig c;
