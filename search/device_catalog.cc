@@ -129,6 +129,7 @@ std::vector<DeviceProfile> Catalog() {
   {
     DeviceProfile d;
     d.name = "cpu";
+    d.host_memory = true;
     d.peak_fp32_tflops = 0.1;
     d.peak_tf32_tflops = 0.1;
     d.peak_bf16_tflops = 0.1;

@@ -37,6 +37,10 @@ struct DeviceProfile {
   /// Compute lost per second of communication hidden behind it: NCCL kernels occupy SMs
   /// and HBM bandwidth while they overlap a GEMM.
   double comm_overlap_slowdown = 0;
+  /// Ranks allocate host memory through ParaTune's tracking allocator (the "cpu" device):
+  /// no CUDA context, cuBLAS/NCCL workspaces or caching allocator, so no framework
+  /// workspace or fragmentation term (memory_model.h FrameworkMemoryFor).
+  bool host_memory = false;
   std::string source;               ///< Where the numbers come from.
 
   /// Dense peak for a GEMM in `precision` (FP8 falls back to BF16 where unsupported).

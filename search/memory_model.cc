@@ -100,9 +100,9 @@ double MaxParamsPerGpu(const ModelSpec& model, const ParallelConfig& config) {
   return std::max(StageParamsPerGpu(model, config, 0), StageParamsPerGpu(model, config, config.pp - 1));
 }
 
-FrameworkMemory FrameworkMemoryFor(const std::string& device_name) {
+FrameworkMemory FrameworkMemoryFor(const DeviceProfile& device) {
   FrameworkMemory f;
-  if (device_name == "cpu") {
+  if (device.host_memory) {
     f.workspace_bytes = 0;
     f.fragmentation_fraction = 0;
   }

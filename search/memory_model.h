@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "search/device_catalog.h"
 #include "search/parallel_config.h"
 #include "search/plan_result.h"
 #include "search/specs.h"
@@ -96,11 +97,12 @@ struct FrameworkMemory {
   bool vocab_parallel_loss = true;
 };
 
-/// The framework terms of a device kind: the defaults above for GPUs; none of the fixed
-/// workspace and no fragmentation for "cpu", whose ranks allocate from the host through
-/// ParaTune's tracking allocator (no CUDA context, cuBLAS/NCCL workspaces or caching
-/// allocator: what the tracking allocator counts is all there is).
-FrameworkMemory FrameworkMemoryFor(const std::string& device_name);
+/// The framework terms of a device: the defaults above for GPUs; none of the fixed
+/// workspace and no fragmentation for a host-memory device (DeviceProfile::host_memory,
+/// the "cpu" kind), whose ranks allocate through ParaTune's tracking allocator (no CUDA
+/// context, cuBLAS/NCCL workspaces or caching allocator: what the tracking allocator counts
+/// is all there is).
+FrameworkMemory FrameworkMemoryFor(const DeviceProfile& device);
 
 /// What kernels/training's tracking allocator counts of a modelled peak `m` (bytes, modelled
 /// with `framework`), for comparing a verify run's measured peak on the same footing: `m`

@@ -132,7 +132,7 @@ absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
 
   PlanResult result;
   Scorer scorer{spec, *device, {}};
-  const FrameworkMemory framework = FrameworkMemoryFor(device->name);
+  const FrameworkMemory framework = FrameworkMemoryFor(*device);
   struct Feasible {
     ParallelConfig config;
     MemoryBreakdown memory;
@@ -284,7 +284,7 @@ absl::StatusOr<RankedConfig> Estimate(const JobSpec& spec, const ParallelConfig&
   if (!device.ok()) return device.status();
   Scorer scorer{spec, *device, {}};
   const MemoryBreakdown mem = EstimateMemory(spec, config, device->memory_bytes,
-                                             FrameworkMemoryFor(device->name));
+                                             FrameworkMemoryFor(*device));
   absl::StatusOr<RankedConfig> r = scorer.Score(config, mem, PipelineMode::kSimulated);
   if (r.ok()) r->rank = 1;
   return r;

@@ -178,8 +178,10 @@ absl::StatusOr<v1::Verification> VerificationFromParts(
   }
   v.set_measured_peak_gib(static_cast<double>(max_peak) / kGiB);
   v.set_predicted_peak_gib(ranked.memory().peak_gib());
+  absl::StatusOr<DeviceProfile> device = DeviceForCluster(spec.cluster);
+  if (!device.ok()) return device.status();
   v.set_predicted_tracked_peak_gib(TrackedPeakBytes(MemoryFromProto(ranked.memory()),
-                                                    FrameworkMemoryFor(spec.cluster.gpu),
+                                                    FrameworkMemoryFor(*device),
                                                     spec.training.precision) /
                                    kGiB);
   for (double l : first->losses()) v.add_measured_losses(l);

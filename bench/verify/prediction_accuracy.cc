@@ -422,10 +422,12 @@ absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int64_t ranks, int
 }
 
 // The modelled peak as the tracking allocator counts it (search's TrackedPeakBytes). On the
-// "cpu" device (FrameworkMemoryFor) there is no workspace or fragmentation term and the
+// "cpu" device (host memory: FrameworkMemoryFor) there is no workspace or fragmentation term and the
 // trainer's fp32 gradients are the model's, so this is the modelled peak itself.
 double TrackedPeak(const paratune::MemoryBreakdown& m) {
-  return paratune::TrackedPeakBytes(m, paratune::FrameworkMemoryFor("cpu"),
+  static const paratune::FrameworkMemory cpu =
+      paratune::FrameworkMemoryFor(*paratune::FindDevice("cpu"));
+  return paratune::TrackedPeakBytes(m, cpu,
                                     paratune::Precision::kFp32);
 }
 
