@@ -134,5 +134,55 @@ TEST(VocabParallelTest, EmbeddingDropoutIsLayoutInvariantAndMasksTheGradient) {
   }
 }
 
+// Tied embeddings: the output layer computes with the embedding's own table (the same
+// Parameter: its gradient lands there) or, on another stage, with a copy made as the table;
+// both give the same loss, which differs from the untied output's. Misuse says why.
+TEST(VocabParallelTest, TiedOutputComputesWithTheEmbeddingTable) {
+  const LayerConfig c = SmallConfig();
+  auto be = MakeCpuBackend(0, 1);
+  auto comm = MakeSelfCommunicator();
+  ParallelContext ctx{be.get(), comm.get(), nullptr};
+  auto emb = VocabParallelEmbedding::Create(c, ctx);
+  ASSERT_TRUE(emb.ok()) << emb.status();
+  Parameter& table = (*emb)->weight();
+  auto shared = VocabParallelOutput::Create(c, ctx, {true, &table});
+  auto copy = VocabParallelOutput::Create(c, ctx, {true, nullptr});
+  auto untied = VocabParallelOutput::Create(c, ctx);
+  ASSERT_TRUE(shared.ok() && copy.ok() && untied.ok());
+  EXPECT_EQ(&(*shared)->weight(), &table);
+  for (Parameter* p : (*shared)->Parameters()) EXPECT_NE(p, &table);
+  EXPECT_EQ((*shared)->Parameters().size() + 1, (*untied)->Parameters().size());
+  absl::StatusOr<std::vector<double>> copy_values = be->CopyToHost((*copy)->weight().value);
+  absl::StatusOr<std::vector<double>> table_values = be->CopyToHost(table.value);
+  ASSERT_TRUE(copy_values.ok() && table_values.ok());
+  EXPECT_EQ(*copy_values, *table_values);
+
+  const int64_t n = c.seq_length * c.micro_batch_size, h = c.shape.hidden_size;
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((7 * i + 3) % c.shape.vocab_size);
+  auto y = be->Empty({n, h}, c.dtype, MemoryTag::kActivations);
+  ASSERT_TRUE(be->CopyFromHost(*y, testing::RandomVector(n * h, 5)).ok());
+  auto loss_shared = (*shared)->Forward(*y, ids);
+  auto loss_copy = (*copy)->Forward(*y, ids);
+  auto loss_untied = (*untied)->Forward(*y, ids);
+  ASSERT_TRUE(loss_shared.ok() && loss_copy.ok() && loss_untied.ok());
+  EXPECT_DOUBLE_EQ(*loss_shared, *loss_copy);
+  EXPECT_GT(std::abs(*loss_shared - *loss_untied), 1e-3);
+  ASSERT_TRUE((*shared)->Backward().ok());
+  absl::StatusOr<std::vector<double>> grad = be->CopyToHost(table.grad);
+  ASSERT_TRUE(grad.ok()) << grad.status();
+  double grad_norm = 0;
+  for (double g : *grad) grad_norm += g * g;
+  EXPECT_GT(grad_norm, 0.0);
+
+  EXPECT_EQ(VocabParallelOutput::Create(c, ctx, {false, &table}).status().message(),
+            "weight.table needs weight.tied");
+  LayerConfig wide = c;
+  wide.shape.hidden_size = 32;
+  wide.shape.num_attention_heads = 4;
+  EXPECT_EQ(VocabParallelOutput::Create(wide, ctx, {true, &table}).status().message(),
+            "the tied table is [40, 16]; the output layer needs [40, 32]");
+}
+
 }  // namespace
 }  // namespace paratune::kernels
