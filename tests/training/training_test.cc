@@ -44,6 +44,20 @@ std::vector<double> Reference(TrainConfig c) {
   return Losses(c);
 }
 
+/// `c` at TP 2 × PP 2 × DP 2.
+TrainConfig Tp2Pp2Dp2(TrainConfig c) {
+  c.tp = c.pp = c.dp = 2;
+  return c;
+}
+
+/// The first losses of two runs differ: they train different models (or data).
+void ExpectDifferentFirstLoss(const std::vector<double>& a, const std::vector<double>& b,
+                              double by) {
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  EXPECT_GT(std::abs(a[0] - b[0]), by);
+}
+
 void ExpectSame(const std::vector<double>& got, const std::vector<double>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -65,10 +79,7 @@ TEST(TrainingTest, SingleRankLossStartsNearLogVocabAndFalls) {
 }
 
 TEST(TrainingTest, Tp2Pp2Dp2EqualsSingleRank) {
-  TrainConfig c = Tiny();
-  c.tp = 2;
-  c.pp = 2;
-  c.dp = 2;
+  const TrainConfig c = Tp2Pp2Dp2(Tiny());
   ExpectSame(Losses(c), Reference(c));
 }
 
@@ -97,11 +108,8 @@ TEST(TrainingTest, SequenceParallelRecomputeDistributedOptimizerEqualsSingleRank
 // byte per element of the embedding output and after each output projection, and the
 // attention probabilities' mask and output without flash) raise the peak.
 TEST(TrainingTest, DropoutRunsInEveryLayoutAndStillEqualsSingleRank) {
-  TrainConfig c = Tiny();
+  TrainConfig c = Tp2Pp2Dp2(Tiny());
   c.dropout = true;
-  c.tp = 2;
-  c.pp = 2;
-  c.dp = 2;
   const std::vector<double> ref = Reference(c);
   ExpectSame(Losses(c), ref);
   c.tp = c.dp = 1;
@@ -109,10 +117,7 @@ TEST(TrainingTest, DropoutRunsInEveryLayoutAndStillEqualsSingleRank) {
   c.num_micro_batches *= 2;  // the same global batch on one DP rank
   ExpectSame(Losses(c), ref);
   TrainConfig off = Tiny();
-  const std::vector<double> plain = Reference(off);
-  ASSERT_FALSE(plain.empty());
-  ASSERT_FALSE(ref.empty());
-  EXPECT_GT(std::abs(plain[0] - ref[0]), 1e-4);
+  ExpectDifferentFirstLoss(Reference(off), ref, 1e-4);
   off.steps = c.steps = 1;
   c.tp = c.pp = c.dp = c.vp = 1;
   auto with = RunTrainingInProcess(c), without = RunTrainingInProcess(off);
@@ -126,11 +131,8 @@ TEST(TrainingTest, DropoutRunsInEveryLayoutAndStillEqualsSingleRank) {
 // trains the single rank's model. Without the sum the copies would drift apart after the
 // first update and the losses from step 2 on would differ.
 TEST(TrainingTest, TiedEmbeddingsEqualSingleRankInEveryLayout) {
-  TrainConfig c = Tiny();
+  TrainConfig c = Tp2Pp2Dp2(Tiny());
   c.tie_embeddings = true;
-  c.tp = 2;
-  c.pp = 2;
-  c.dp = 2;
   const std::vector<double> ref = Reference(c);
   ExpectSame(Losses(c), ref);
   c.vp = 2;
@@ -138,35 +140,38 @@ TEST(TrainingTest, TiedEmbeddingsEqualSingleRankInEveryLayout) {
   c.distributed_optimizer = true;
   ExpectSame(Losses(c), ref);
   // A different model from the untied one: the same first batch gives another loss.
-  const std::vector<double> untied = Reference(Tiny());
-  ASSERT_FALSE(untied.empty());
-  ASSERT_FALSE(ref.empty());
-  EXPECT_GT(std::abs(untied[0] - ref[0]), 1e-3);
+  ExpectDifferentFirstLoss(Reference(Tiny()), ref, 1e-3);
 }
 
 // On one stage the tied model holds one V × h table fewer: the rank's parameters drop by
 // exactly V·h and its peak by that table's weight, gradient, m and v (4 fp32 values each,
 // 16 bytes). Over two stages the last stage's copy keeps every rank's count unchanged.
 TEST(TrainingTest, TiedEmbeddingsHoldOneTableOnOneStageAndACopyOnTwo) {
+  // One step of `c` untied and tied; empty where a run failed.
+  const auto untied_and_tied = [](TrainConfig c) {
+    std::vector<TrainResult> out;
+    for (bool tie : {false, true}) {
+      c.tie_embeddings = tie;
+      absl::StatusOr<TrainResult> r = RunTrainingInProcess(c);
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok()) return std::vector<TrainResult>();
+      out.push_back(*std::move(r));
+    }
+    return out;
+  };
   TrainConfig c = Tiny();
   c.steps = 1;
-  auto untied = RunTrainingInProcess(c);
-  c.tie_embeddings = true;
-  auto tied = RunTrainingInProcess(c);
-  ASSERT_TRUE(untied.ok()) << untied.status();
-  ASSERT_TRUE(tied.ok()) << tied.status();
+  const std::vector<TrainResult> one = untied_and_tied(c);
+  ASSERT_EQ(one.size(), 2u);
   const int64_t table = c.shape.vocab_size * c.shape.hidden_size;
-  EXPECT_EQ(untied->ranks[0].parameter_count - tied->ranks[0].parameter_count, table);
-  EXPECT_EQ(untied->ranks[0].peak_bytes - tied->ranks[0].peak_bytes, 16 * table);
+  EXPECT_EQ(one[0].ranks[0].parameter_count - one[1].ranks[0].parameter_count, table);
+  EXPECT_EQ(one[0].ranks[0].peak_bytes - one[1].ranks[0].peak_bytes, 16 * table);
   c.pp = 2;
-  auto tied2 = RunTrainingInProcess(c);
-  c.tie_embeddings = false;
-  auto untied2 = RunTrainingInProcess(c);
-  ASSERT_TRUE(tied2.ok()) << tied2.status();
-  ASSERT_TRUE(untied2.ok()) << untied2.status();
-  ASSERT_EQ(tied2->ranks.size(), 2u);
+  const std::vector<TrainResult> two = untied_and_tied(c);
+  ASSERT_EQ(two.size(), 2u);
+  ASSERT_EQ(two[1].ranks.size(), 2u);
   for (size_t r = 0; r < 2; ++r) {
-    EXPECT_EQ(tied2->ranks[r].parameter_count, untied2->ranks[r].parameter_count) << "rank " << r;
+    EXPECT_EQ(two[1].ranks[r].parameter_count, two[0].ranks[r].parameter_count) << "rank " << r;
   }
 }
 
