@@ -1,0 +1,112 @@
+// The whole model's peak as kernels/training's tracking allocator counts it, against the
+// memory model (search/memory_model.h) on the same footing (TrackedPeakBytes on the "cpu"
+// device: no framework workspace or fragmentation; the trainer's fp32 loss buffers), over
+// layouts that move each term: TP, PP (the first or the last stage holding the peak), DP
+// with and without the distributed optimizer, micro-batch, recompute, tied embeddings, and
+// a vocabulary small enough for one layer's backward working set to be the larger
+// transient and large enough for the loss buffers to be. Measured (session 9): −1.0 …
+// +3.4 %; before that session's changes the full-recompute case was −16.7 % and the tied
+// single-stage cases −20 % and −27 % (the trainer's own output matrix).
+#include <cmath>
+#include <cstdio>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_format.h"
+#include "kernels/training/training.h"
+#include "search/device_catalog.h"
+#include "search/memory_model.h"
+
+namespace paratune {
+namespace {
+
+namespace kt = kernels::training;
+
+struct Case {
+  int64_t vocab, tp, pp, dp, mb;
+  Recompute recompute;
+  bool dopt, tied;
+};
+
+TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelAsTracked) {
+  const std::vector<Case> cases = {
+      {256, 1, 1, 1, 1, Recompute::kNone, false, false},
+      {256, 1, 1, 1, 4, Recompute::kNone, false, false},
+      {256, 1, 1, 1, 4, Recompute::kFull, false, false},
+      {256, 2, 1, 1, 2, Recompute::kSelective, false, false},
+      {256, 1, 2, 1, 2, Recompute::kNone, false, true},
+      {256, 1, 1, 2, 2, Recompute::kNone, true, false},
+      {8192, 1, 1, 1, 1, Recompute::kNone, false, false},
+      {8192, 1, 1, 1, 4, Recompute::kNone, false, true},
+      {8192, 2, 1, 1, 2, Recompute::kNone, false, true},
+      {8192, 1, 2, 1, 2, Recompute::kNone, false, true},
+      {8192, 1, 2, 2, 1, Recompute::kFull, true, false},
+  };
+  const FrameworkMemory cpu = FrameworkMemoryFor(*FindDevice("cpu"));
+  for (const Case& k : cases) {
+    JobSpec spec;
+    spec.model.num_layers = 4;
+    spec.model.hidden_size = 64;
+    spec.model.num_attention_heads = 4;
+    spec.model.num_query_groups = 4;
+    spec.model.ffn_hidden_size = 256;
+    spec.model.vocab_size = k.vocab;
+    spec.model.tie_embeddings = k.tied;
+    spec.model.position_embedding = PositionEmbedding::kRope;  // the trainer has no table
+    spec.training.seq_length = 64;
+    spec.training.global_batch_size = 8;
+    spec.training.precision = Precision::kFp32;
+    spec.training.flash_attention = false;
+    spec.cluster.gpu = "cpu";
+    spec.cluster.num_gpus = k.tp * k.pp * k.dp;
+    spec.cluster.gpus_per_node = spec.cluster.num_gpus;
+    ParallelConfig c;
+    c.tp = k.tp;
+    c.pp = k.pp;
+    c.dp = k.dp;
+    c.micro_batch_size = k.mb;
+    c.recompute = k.recompute;
+    c.distributed_optimizer = k.dopt;
+    const double predicted =
+        TrackedPeakBytes(EstimateMemory(spec, c, 0, cpu), cpu, Precision::kFp32);
+
+    kt::TrainConfig t;
+    t.shape.hidden_size = 64;
+    t.shape.num_attention_heads = 4;
+    t.shape.num_query_groups = 4;
+    t.shape.ffn_hidden_size = 256;
+    t.shape.vocab_size = k.vocab;
+    t.num_layers = 4;
+    t.seq_length = 64;
+    t.micro_batch_size = k.mb;
+    t.num_micro_batches = 8 / (k.mb * k.dp);
+    t.tp = k.tp;
+    t.pp = k.pp;
+    t.dp = k.dp;
+    t.recompute = k.recompute == Recompute::kFull        ? kernels::RecomputeMode::kFull
+                  : k.recompute == Recompute::kSelective ? kernels::RecomputeMode::kSelective
+                                                         : kernels::RecomputeMode::kNone;
+    t.distributed_optimizer = k.dopt;
+    t.tie_embeddings = k.tied;
+    t.steps = 1;
+    absl::StatusOr<kt::TrainResult> r = kt::RunTrainingInProcess(t);
+    ASSERT_TRUE(r.ok()) << r.status();
+    int64_t measured = 0;
+    for (const kt::RankResult& rank : r->ranks) measured = std::max(measured, rank.peak_bytes);
+    const double err = 100.0 * (predicted - static_cast<double>(measured)) /
+                       static_cast<double>(measured);
+    const std::string name = absl::StrFormat(
+        "V %ld tp %ld pp %ld dp %ld mb %ld recompute %s%s%s: measured %ld, predicted %.0f "
+        "bytes (%+.1f %%)",
+        k.vocab, k.tp, k.pp, k.dp, k.mb, ToString(k.recompute), k.dopt ? " dopt" : "",
+        k.tied ? " tied" : "", measured, predicted, err);
+    std::printf("%s\n", name.c_str());
+    // Over by at most 4 % (the model keeps one layer's activations for a backward's
+    // gradients, which the trainer allocates nearly in full), under by at most 2 %.
+    EXPECT_LE(err, 4.0) << name;
+    EXPECT_GE(err, -2.0) << name;
+  }
+}
+
+}  // namespace
+}  // namespace paratune
