@@ -655,6 +655,9 @@ int main(int argc, char** argv) {
     paratune::RankedConfig composed;
     Measured meas;
     paratune::Measurements tasks;  ///< What the prediction was composed from.
+    /// Each stage's busy time per step, as the tasks put it and as measured (empty without
+    /// PP): PredictedStageBusy, MeasuredStageBusy.
+    std::vector<double> stage_busy_pred, stage_busy_meas;
     double pred_s() const { return composed.iteration_time_s; }
   };
   std::map<size_t, std::vector<Round>> rounds;
@@ -741,8 +744,8 @@ int main(int argc, char** argv) {
       }
       // Progress on stderr (a full run takes minutes), one line per layout and round.
       std::string stages;
-      const std::vector<double> pb = PredictedStageBusy(spec, layouts[i], *m),
-                                mb = MeasuredStageBusy(layouts[i], one->busy_s);
+      std::vector<double> pb = PredictedStageBusy(spec, layouts[i], *m),
+                          mb = MeasuredStageBusy(layouts[i], one->busy_s);
       for (size_t p = 0; p < pb.size(); ++p) {
         stages += absl::StrFormat("%s%.3f/%.3f", p == 0 ? "; stage busy predicted/measured " : " ",
                                   pb[p], mb[p]);
@@ -750,7 +753,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "# round %d/%d %-40s predicted %.4f s, measured %.4f s%s\n", r + 1,
                    repeats, pc.ToString().c_str(), composed->iteration_time_s, one->iteration_s,
                    stages.c_str());
-      rounds[i].push_back({*std::move(composed), *std::move(one), *std::move(m)});
+      rounds[i].push_back(
+          {*std::move(composed), *std::move(one), *std::move(m), std::move(pb), std::move(mb)});
     }
   }
 
@@ -869,11 +873,9 @@ int main(int argc, char** argv) {
                                          {"optimizer", x.meas.optimizer_s},
                                          {"steps", x.meas.step_s}}},
                                        {"tasks", TasksJson(x.tasks)}});
-        const Layout& l = layouts[selected[i]];
-        if (l.pp > 1) {
-          out["rounds_parts"].back()["stage_busy_s"] = {
-              {"predicted", PredictedStageBusy(spec, l, x.tasks)},
-              {"measured", MeasuredStageBusy(l, x.meas.busy_s)}};
+        if (!x.stage_busy_pred.empty()) {
+          out["rounds_parts"].back()["stage_busy_s"] = {{"predicted", x.stage_busy_pred},
+                                                        {"measured", x.stage_busy_meas}};
         }
       }
     }
