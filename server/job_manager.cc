@@ -1045,12 +1045,20 @@ absl::StatusOr<v1::LeaseTaskResponse> JobManager::LeaseTask(const v1::LeaseTaskR
     // that registered no devices is not held back (its count is unknown).
     const int64_t devices = w.info.devices_size();
     const std::string& backend = w.info.backend();
-    int64_t largest = 0;
-    for (const auto& [id, other] : workers_) {
-      if (!other.lost && other.info.device_kind() == w.info.device_kind()) {
-        largest = std::max<int64_t>(largest, other.info.devices_size());
+    // The most devices a registered worker of this kind has: scanned over the workers only
+    // for a task larger than this one, once per wake-up (most leases never need it).
+    std::optional<int64_t> largest;
+    const auto largest_of_kind = [&] {
+      if (!largest) {
+        largest = 0;
+        for (const auto& [id, other] : workers_) {
+          if (!other.lost && other.info.device_kind() == w.info.device_kind()) {
+            largest = std::max<int64_t>(*largest, other.info.devices_size());
+          }
+        }
       }
-    }
+      return *largest;
+    };
     std::optional<v1::ProfileTask> task = queue_.Lease(
         request.worker_id(), w.info.device_kind(), now, [&](const v1::ProfileTask& t) {
           if (t.has_verify()) {
@@ -1058,7 +1066,7 @@ absl::StatusOr<v1::LeaseTaskResponse> JobManager::LeaseTask(const v1::LeaseTaskR
             return want == backend && RanksNeeded(t) <= devices;
           }
           const int64_t need = RanksNeeded(t);
-          return devices == 0 || need <= devices || need > largest;
+          return devices == 0 || need <= devices || need > largest_of_kind();
         });
     if (task) {
       auto jit = jobs_.find(task->job_id());
