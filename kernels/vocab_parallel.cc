@@ -40,13 +40,51 @@ absl::StatusOr<Parameter> VocabParallelEmbedding::MakeTable(const LayerConfig& c
 }
 
 absl::StatusOr<std::unique_ptr<VocabParallelEmbedding>> VocabParallelEmbedding::Create(
-    const LayerConfig& config, const ParallelContext& ctx) {
+    const LayerConfig& config, const ParallelContext& ctx, int64_t position_rows) {
   PT_RETURN_IF_ERROR(config.Validate());
+  if (position_rows != 0 && position_rows < config.seq_length) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("position_rows (", position_rows, ") must be 0 or at least seq_length (",
+                     config.seq_length, ")"));
+  }
   std::unique_ptr<VocabParallelEmbedding> e(new VocabParallelEmbedding());
   e->config_ = config;
   e->ctx_ = ctx;
   PT_ASSIGN_OR_RETURN(e->table_, MakeTable(config, ctx));
+  if (position_rows > 0) {
+    const int64_t h = config.shape.hidden_size;
+    std::vector<int64_t> identity(position_rows * h);
+    for (int64_t i = 0; i < position_rows * h; ++i) identity[i] = i;
+    PT_ASSIGN_OR_RETURN(e->positions_,
+                        MakeParameter(*ctx.backend, "position.weight", {position_rows, h},
+                                      config.dtype, position_rows * h, identity, true,
+                                      UniformInit(config.seed, "position.weight")));
+  }
   return e;
+}
+
+std::vector<Parameter*> VocabParallelEmbedding::Parameters() {
+  std::vector<Parameter*> out = {&table_};
+  if (positions_.value.defined()) out.push_back(&positions_);
+  return out;
+}
+
+absl::Status VocabParallelEmbedding::Positions(Tensor& x, int64_t row0, bool backward) {
+  if (!positions_.value.defined()) return absl::OkStatus();
+  Backend& be = *ctx_.backend;
+  const int64_t rows = x.dim(0), h = x.dim(1), b = config_.micro_batch_size;
+  std::vector<int32_t> at(rows);
+  for (int64_t i = 0; i < rows; ++i) at[i] = static_cast<int32_t>((row0 + i) / b);
+  PT_ASSIGN_OR_RETURN(Tensor ids, IdsTensor(be, at));
+  const int64_t table_rows = positions_.value.dim(0);
+  if (backward) {
+    return be.EmbeddingBackward(config_.dtype, positions_.grad.data(), ids.data_as<int32_t>(),
+                                x.data(), rows, h, 0, table_rows);
+  }
+  PT_ASSIGN_OR_RETURN(Tensor p, be.Empty({rows, h}, config_.dtype, MemoryTag::kWorkspace));
+  PT_RETURN_IF_ERROR(be.EmbeddingForward(config_.dtype, p.data(), ids.data_as<int32_t>(),
+                                         positions_.value.data(), rows, h, 0, table_rows));
+  return be.Add(config_.dtype, x.data(), x.data(), p.data(), rows * h);
 }
 
 absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(const std::vector<int32_t>& ids) {
@@ -69,6 +107,7 @@ absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(const std::vector<int32_t
   }
   // Every TP rank holds the same rows without SP (the same mask), its own shard with SP.
   const int64_t row0 = config_.sequence_parallel ? ctx_.tp_rank() * out.dim(0) : 0;
+  PT_RETURN_IF_ERROR(Positions(out, row0, /*backward=*/false));
   return ApplyDropout(be, out, config_.hidden_dropout, EmbeddingDropoutSeed(config_.seed), row0,
                       &saved_.dropout_mask);
 }
@@ -81,6 +120,9 @@ absl::Status VocabParallelEmbedding::Backward(const Tensor& dout) {
   if (config_.sequence_parallel) {
     PT_ASSIGN_OR_RETURN(d, ReduceScatterToSpRegion::Backward(ctx_, d));
   }
+  // Every row of the micro-batch, the same on every TP rank: the replicated position
+  // table's gradient needs no TP reduce.
+  PT_RETURN_IF_ERROR(Positions(d, 0, /*backward=*/true));
   const int64_t v = table_.value.dim(0), start = ctx_.tp_rank() * v;
   return be.EmbeddingBackward(config_.dtype, table_.grad.data(), saved_.ids.data_as<int32_t>(),
                               d.data(), d.dim(0), d.dim(1), start, start + v);

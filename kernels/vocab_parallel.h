@@ -28,8 +28,12 @@ struct EmbeddingSaved {
 
 class VocabParallelEmbedding {
  public:
+  /// `position_rows` > 0 adds a learned position table of that many rows (GPT's absolute
+  /// position embedding, Megatron's position_embeddings: at least seq_length rows, the same
+  /// on every TP rank), added to the word embeddings after their TP reduce; 0: none (RoPE
+  /// models, whose rotation has no parameters and is not modelled here).
   static absl::StatusOr<std::unique_ptr<VocabParallelEmbedding>> Create(
-      const LayerConfig& config, const ParallelContext& ctx);
+      const LayerConfig& config, const ParallelContext& ctx, int64_t position_rows = 0);
   /// This TP rank's rows of the table, "embedding.weight", initialised as a function of
   /// (seed, global element index): the same values on whichever stage makes it.
   static absl::StatusOr<Parameter> MakeTable(const LayerConfig& config, const ParallelContext& ctx);
@@ -39,6 +43,8 @@ class VocabParallelEmbedding {
   /// dout: [N_sp, h]; accumulates the table gradient (through the forward's dropout mask).
   absl::Status Backward(const Tensor& dout);
   Parameter& weight() { return table_; }
+  /// The table and, with learned positions, the position table.
+  std::vector<Parameter*> Parameters();
   /// A pipeline keeps several micro-batches in flight: it moves each forward's saved
   /// tensors out and puts them back before the matching backward.
   EmbeddingSaved TakeSaved() { return std::move(saved_); }
@@ -48,7 +54,11 @@ class VocabParallelEmbedding {
   LayerConfig config_;
   ParallelContext ctx_;
   Parameter table_;
+  Parameter positions_;  ///< Learned positions [rows, h]; undefined without.
   EmbeddingSaved saved_;
+  /// Adds the position rows of tokens [row0, row0 + x rows) ([s, b] order) to x, or
+  /// accumulates x into their gradient (backward).
+  absl::Status Positions(Tensor& x, int64_t row0, bool backward);
 };
 
 /// The output layer's weight ([V/t, h], the embedding's row split). Untied (Megatron's

@@ -142,6 +142,9 @@ v1::VerifyTask MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranke
   t.set_flash_attention(spec.training.flash_attention);
   t.set_dropout(spec.training.dropout);
   t.set_tie_embeddings(m.tie_embeddings);
+  if (m.position_embedding == PositionEmbedding::kLearned && m.max_position_embeddings > 0) {
+    t.set_position_rows(std::max(m.max_position_embeddings, spec.training.seq_length));
+  }
   t.set_dtype(ToString(spec.training.precision));
   return t;
 }

@@ -286,6 +286,7 @@ class KernelsExecutor final : public TaskExecutor {
     c.flash_attention = t.flash_attention();
     c.dropout = t.dropout();
     c.tie_embeddings = t.tie_embeddings();
+    c.position_rows = t.position_rows();
     c.steps = t.steps();
     c.seed = t.seed();
     if (c.world_size() != t.world_size()) {

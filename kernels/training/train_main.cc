@@ -48,6 +48,8 @@ int main(int argc, char** argv) {
   app.add_flag("--dropout", c.dropout, "Megatron's dropout 0.1 (embedding output and every layer)");
   app.add_flag("--tie-embeddings", c.tie_embeddings,
                "the output layer uses the input embedding's table (GPT's default)");
+  app.add_option("--position-rows", c.position_rows,
+                 "rows of a learned position table (GPT's; 0: none, at least --seq)");
   app.add_option("--backend", backend, "cpu | cuda (one device per rank of this process)");
   app.add_option("--dtype", dtype, "fp32 | bf16 | fp16 (16-bit: cuda, fp32 master weights)");
   app.add_option("--ranks", ranks, "FIRST:COUNT ranks run here (default: all)");

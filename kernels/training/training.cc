@@ -188,8 +188,8 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
     Chunk& ch = chunks[k];
     ch.vstage = k * c.pp + me.pp;
     if (ch.vstage == 0) {
-      PT_ASSIGN_OR_RETURN(ch.embedding, VocabParallelEmbedding::Create(base, ctx));
-      params.push_back(&ch.embedding->weight());
+      PT_ASSIGN_OR_RETURN(ch.embedding, VocabParallelEmbedding::Create(base, ctx, c.position_rows));
+      for (Parameter* p : ch.embedding->Parameters()) params.push_back(p);
     }
     for (int64_t l = 0; l < per_chunk; ++l) {
       LayerConfig lc = base;
@@ -417,6 +417,11 @@ absl::Status TrainConfig::Validate() const {
   PT_RETURN_IF_ERROR(positive("vp", vp));
   PT_RETURN_IF_ERROR(positive("steps", steps));
   PT_RETURN_IF_ERROR(positive("vocab_size", shape.vocab_size));
+  if (position_rows != 0 && position_rows < seq_length) {
+    return absl::InvalidArgumentError(absl::StrCat("position_rows (", position_rows,
+                                                   ") must be 0 or at least seq_length (",
+                                                   seq_length, ")"));
+  }
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("dtype (", DTypeName(dtype), ") must be fp32, bf16 or fp16"));

@@ -65,6 +65,9 @@ struct TrainConfig {
   /// first and last stage of each (tp, dp) all-reduce the two gradients before the DP
   /// reduce (Megatron's embedding group), so both copies take the same update.
   bool tie_embeddings = false;
+  /// Rows of a learned absolute position table on the first stage (GPT's; the spec's
+  /// max_position_embeddings), added to the word embeddings; 0: none. At least seq_length.
+  int64_t position_rows = 0;
   int64_t steps = 5;
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f, weight_decay = 0.01f;
   uint64_t seed = 1234;

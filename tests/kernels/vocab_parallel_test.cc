@@ -134,6 +134,47 @@ TEST(VocabParallelTest, EmbeddingDropoutIsLayoutInvariantAndMasksTheGradient) {
   }
 }
 
+// Learned positions: token t of the [s, b]-ordered micro-batch gets row t / b of the
+// position table added to its word embedding, at TP 1 and, with SP, on each rank's shard
+// of the sequence; its backward accumulates each row's tokens into that row.
+TEST(VocabParallelTest, LearnedPositionsAddRowTOverBToTokenT) {
+  const LayerConfig c = SmallConfig();  // s 8, b 2, h 16
+  const int64_t n = c.seq_length * c.micro_batch_size, h = c.shape.hidden_size;
+  auto be = MakeCpuBackend(0, 1);
+  auto comm = MakeSelfCommunicator();
+  ParallelContext ctx{be.get(), comm.get(), nullptr};
+  auto plain = VocabParallelEmbedding::Create(c, ctx);
+  auto with = VocabParallelEmbedding::Create(c, ctx, 10);
+  ASSERT_TRUE(plain.ok() && with.ok());
+  EXPECT_EQ((*with)->Parameters().size(), 2u);
+  EXPECT_EQ(VocabParallelEmbedding::Create(c, ctx, 4).status().message(),
+            "position_rows (4) must be 0 or at least seq_length (8)");
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((7 * i + 3) % c.shape.vocab_size);
+  auto a = (*plain)->Forward(ids);
+  auto b = (*with)->Forward(ids);
+  ASSERT_TRUE(a.ok() && b.ok());
+  absl::StatusOr<std::vector<double>> ah = be->CopyToHost(*a), bh = be->CopyToHost(*b);
+  absl::StatusOr<std::vector<double>> table = be->CopyToHost((*with)->Parameters()[1]->value);
+  ASSERT_TRUE(ah.ok() && bh.ok() && table.ok());
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < h; ++j) {
+      ASSERT_NEAR((*bh)[t * h + j] - (*ah)[t * h + j], (*table)[(t / 2) * h + j], 1e-6)
+          << "token " << t << " element " << j;
+    }
+  }
+  // Backward with dout = 1: row r's gradient is the count of its tokens (b = 2 for the s
+  // rows in use, 0 for the two rows past s).
+  auto ones = be->Empty({n, h}, c.dtype, MemoryTag::kActivations);
+  ASSERT_TRUE(be->CopyFromHost(*ones, std::vector<double>(n * h, 1.0)).ok());
+  ASSERT_TRUE((*with)->Backward(*ones).ok());
+  absl::StatusOr<std::vector<double>> grad = be->CopyToHost((*with)->Parameters()[1]->grad);
+  ASSERT_TRUE(grad.ok());
+  for (int64_t r = 0; r < 10; ++r) {
+    EXPECT_EQ((*grad)[r * h], r < c.seq_length ? 2.0 : 0.0) << "row " << r;
+  }
+}
+
 // Tied embeddings: the output layer computes with the embedding's own table (the same
 // Parameter: its gradient lands there) or, on another stage, with a copy made as the table;
 // both give the same loss, which differs from the untied output's. Misuse says why.

@@ -140,6 +140,15 @@ TEST(MakeVerifyTask, CarriesTheLayoutTheModelAndThePart) {
   JobSpec tied = TinySpec();
   tied.model.tie_embeddings = true;
   EXPECT_TRUE(MakeVerifyTask(tied, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1").tie_embeddings());
+  // A learned position table where the model counts one (GPT presets: 2048 rows), none
+  // for RoPE or without max_position_embeddings (the model counts no rows then).
+  EXPECT_EQ(t.position_rows(), 0);
+  JobSpec learned = TinySpec();
+  learned.model.position_embedding = PositionEmbedding::kLearned;
+  learned.model.max_position_embeddings = 2048;
+  EXPECT_EQ(MakeVerifyTask(learned, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1").position_rows(), 2048);
+  learned.model.position_embedding = PositionEmbedding::kRope;
+  EXPECT_EQ(MakeVerifyTask(learned, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1").position_rows(), 0);
   // A part that holds every rank meets in process: no namespace.
   EXPECT_EQ(MakeVerifyTask(TinySpec(), Ranked(1, 1, 2, 1), {0, 2}, o, "ns-1")
                 .rendezvous_namespace(),

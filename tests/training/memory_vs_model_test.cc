@@ -26,6 +26,7 @@ struct Case {
   int64_t vocab, tp, pp, dp, mb;
   Recompute recompute;
   bool dopt, tied;
+  int64_t position_rows = 0;  ///< A learned position table (GPT's) of this many rows.
 };
 
 TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelAsTracked) {
@@ -41,6 +42,7 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelAsTracked) {
       {8192, 2, 1, 1, 2, Recompute::kNone, false, true},
       {8192, 1, 2, 1, 2, Recompute::kNone, false, true},
       {8192, 1, 2, 2, 1, Recompute::kFull, true, false},
+      {256, 1, 2, 1, 2, Recompute::kNone, false, false, 4096},  // the first stage's peak
   };
   const FrameworkMemory cpu = FrameworkMemoryFor(*FindDevice("cpu"));
   for (const Case& k : cases) {
@@ -52,7 +54,9 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelAsTracked) {
     spec.model.ffn_hidden_size = 256;
     spec.model.vocab_size = k.vocab;
     spec.model.tie_embeddings = k.tied;
-    spec.model.position_embedding = PositionEmbedding::kRope;  // the trainer has no table
+    spec.model.position_embedding =
+        k.position_rows > 0 ? PositionEmbedding::kLearned : PositionEmbedding::kRope;
+    spec.model.max_position_embeddings = k.position_rows;
     spec.training.seq_length = 64;
     spec.training.global_batch_size = 8;
     spec.training.precision = Precision::kFp32;
@@ -88,6 +92,7 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelAsTracked) {
                                                          : kernels::RecomputeMode::kNone;
     t.distributed_optimizer = k.dopt;
     t.tie_embeddings = k.tied;
+    t.position_rows = k.position_rows;
     t.steps = 1;
     absl::StatusOr<kt::TrainResult> r = kt::RunTrainingInProcess(t);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -96,10 +101,10 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelAsTracked) {
     const double err = 100.0 * (predicted - static_cast<double>(measured)) /
                        static_cast<double>(measured);
     const std::string name = absl::StrFormat(
-        "V %ld tp %ld pp %ld dp %ld mb %ld recompute %s%s%s: measured %ld, predicted %.0f "
-        "bytes (%+.1f %%)",
+        "V %ld tp %ld pp %ld dp %ld mb %ld recompute %s%s%s positions %ld: measured %ld, "
+        "predicted %.0f bytes (%+.1f %%)",
         k.vocab, k.tp, k.pp, k.dp, k.mb, ToString(k.recompute), k.dopt ? " dopt" : "",
-        k.tied ? " tied" : "", measured, predicted, err);
+        k.tied ? " tied" : "", k.position_rows, measured, predicted, err);
     std::printf("%s\n", name.c_str());
     // Over by at most 4 % (the model keeps one layer's activations for a backward's
     // gradients, which the trainer allocates nearly in full), under by at most 2 %.

@@ -143,6 +143,32 @@ TEST(TrainingTest, TiedEmbeddingsEqualSingleRankInEveryLayout) {
   ExpectDifferentFirstLoss(Reference(Tiny()), ref, 1e-3);
 }
 
+// A learned position table (GPT's) is one more replicated parameter of the first stage:
+// every layout, SP and the interleaved schedule included, still trains the single rank's
+// model, a different one from the model without positions, and the first stage holds
+// exactly rows·h more parameters.
+TEST(TrainingTest, LearnedPositionsEqualSingleRankInEveryLayout) {
+  TrainConfig c = Tp2Pp2Dp2(Tiny());
+  c.position_rows = 24;  // more than seq_length 16: the rows past it get no gradient
+  const std::vector<double> ref = Reference(c);
+  ExpectSame(Losses(c), ref);
+  c.vp = 2;
+  c.sequence_parallel = true;
+  c.tie_embeddings = true;
+  ExpectSame(Losses(c), Reference(c));
+  ExpectDifferentFirstLoss(Reference(Tiny()), ref, 1e-3);
+  TrainConfig one = Tiny();
+  one.steps = 1;
+  auto without = RunTrainingInProcess(one);
+  one.position_rows = 24;
+  auto with = RunTrainingInProcess(one);
+  ASSERT_TRUE(without.ok() && with.ok());
+  EXPECT_EQ(with->ranks[0].parameter_count - without->ranks[0].parameter_count,
+            24 * one.shape.hidden_size);
+  one.position_rows = 8;
+  EXPECT_EQ(one.Validate().message(), "position_rows (8) must be 0 or at least seq_length (16)");
+}
+
 // On one stage the tied model holds one V × h table fewer: the rank's parameters drop by
 // exactly V·h and its peak by that table's weight, gradient, m and v (4 fp32 values each,
 // 16 bytes). Over two stages the last stage's copy keeps every rank's count unchanged.

@@ -366,11 +366,13 @@ TEST(KernelsExecutorVerify, AWholeLayoutTrainsLikeRunTrainingInProcess) {
   const double dropout_first = ExpectLossesOfLocalRun(*executor, with_dropout, c);
   EXPECT_GT(std::abs(dropout_first - v.losses(0)), 1e-4);
 
-  // So does the model's tie_embeddings (over pp 2: the last stage's copy and the embedding
-  // group's all-reduce).
+  // So do the model's tie_embeddings (over pp 2: the last stage's copy and the embedding
+  // group's all-reduce) and its learned positions.
   v1::ProfileTask tied = with_dropout;
   tied.mutable_verify()->set_tie_embeddings(true);
+  tied.mutable_verify()->set_position_rows(48);  // and a learned position table
   c.tie_embeddings = true;
+  c.position_rows = 48;
   EXPECT_GT(std::abs(ExpectLossesOfLocalRun(*executor, tied, c) - dropout_first), 1e-4);
 }
 
