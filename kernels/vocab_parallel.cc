@@ -42,11 +42,7 @@ absl::StatusOr<Parameter> VocabParallelEmbedding::MakeTable(const LayerConfig& c
 absl::StatusOr<std::unique_ptr<VocabParallelEmbedding>> VocabParallelEmbedding::Create(
     const LayerConfig& config, const ParallelContext& ctx, int64_t position_rows) {
   PT_RETURN_IF_ERROR(config.Validate());
-  if (position_rows != 0 && position_rows < config.seq_length) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("position_rows (", position_rows, ") must be 0 or at least seq_length (",
-                     config.seq_length, ")"));
-  }
+  PT_RETURN_IF_ERROR(CheckPositionRows(position_rows, config.seq_length));
   std::unique_ptr<VocabParallelEmbedding> e(new VocabParallelEmbedding());
   e->config_ = config;
   e->ctx_ = ctx;
@@ -59,32 +55,25 @@ absl::StatusOr<std::unique_ptr<VocabParallelEmbedding>> VocabParallelEmbedding::
                         MakeParameter(*ctx.backend, "position.weight", {position_rows, h},
                                       config.dtype, position_rows * h, identity, true,
                                       UniformInit(config.seed, "position.weight")));
+    const int64_t n = config.seq_length * config.micro_batch_size;
+    std::vector<int32_t> at(n);
+    for (int64_t t = 0; t < n; ++t) at[t] = static_cast<int32_t>(t / config.micro_batch_size);
+    PT_ASSIGN_OR_RETURN(e->position_ids_, IdsTensor(*ctx.backend, at));
   }
   return e;
+}
+
+absl::Status VocabParallelEmbedding::CheckPositionRows(int64_t position_rows,
+                                                       int64_t seq_length) {
+  if (position_rows == 0 || position_rows >= seq_length) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "position_rows (", position_rows, ") must be 0 or at least seq_length (", seq_length, ")"));
 }
 
 std::vector<Parameter*> VocabParallelEmbedding::Parameters() {
   std::vector<Parameter*> out = {&table_};
   if (positions_.value.defined()) out.push_back(&positions_);
   return out;
-}
-
-absl::Status VocabParallelEmbedding::Positions(Tensor& x, int64_t row0, bool backward) {
-  if (!positions_.value.defined()) return absl::OkStatus();
-  Backend& be = *ctx_.backend;
-  const int64_t rows = x.dim(0), h = x.dim(1), b = config_.micro_batch_size;
-  std::vector<int32_t> at(rows);
-  for (int64_t i = 0; i < rows; ++i) at[i] = static_cast<int32_t>((row0 + i) / b);
-  PT_ASSIGN_OR_RETURN(Tensor ids, IdsTensor(be, at));
-  const int64_t table_rows = positions_.value.dim(0);
-  if (backward) {
-    return be.EmbeddingBackward(config_.dtype, positions_.grad.data(), ids.data_as<int32_t>(),
-                                x.data(), rows, h, 0, table_rows);
-  }
-  PT_ASSIGN_OR_RETURN(Tensor p, be.Empty({rows, h}, config_.dtype, MemoryTag::kWorkspace));
-  PT_RETURN_IF_ERROR(be.EmbeddingForward(config_.dtype, p.data(), ids.data_as<int32_t>(),
-                                         positions_.value.data(), rows, h, 0, table_rows));
-  return be.Add(config_.dtype, x.data(), x.data(), p.data(), rows * h);
 }
 
 absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(const std::vector<int32_t>& ids) {
@@ -107,7 +96,15 @@ absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(const std::vector<int32_t
   }
   // Every TP rank holds the same rows without SP (the same mask), its own shard with SP.
   const int64_t row0 = config_.sequence_parallel ? ctx_.tp_rank() * out.dim(0) : 0;
-  PT_RETURN_IF_ERROR(Positions(out, row0, /*backward=*/false));
+  if (positions_.value.defined()) {
+    // This rank's rows (its SP shard) of the learned positions, added in place.
+    const int64_t rows = out.dim(0), table_rows = positions_.value.dim(0);
+    PT_ASSIGN_OR_RETURN(Tensor p, be.Empty({rows, h}, config_.dtype, MemoryTag::kWorkspace));
+    PT_RETURN_IF_ERROR(be.EmbeddingForward(
+        config_.dtype, p.data(), position_ids_.Rows(row0, row0 + rows).data_as<int32_t>(),
+        positions_.value.data(), rows, h, 0, table_rows));
+    PT_RETURN_IF_ERROR(be.Add(config_.dtype, out.data(), out.data(), p.data(), rows * h));
+  }
   return ApplyDropout(be, out, config_.hidden_dropout, EmbeddingDropoutSeed(config_.seed), row0,
                       &saved_.dropout_mask);
 }
@@ -122,7 +119,11 @@ absl::Status VocabParallelEmbedding::Backward(const Tensor& dout) {
   }
   // Every row of the micro-batch, the same on every TP rank: the replicated position
   // table's gradient needs no TP reduce.
-  PT_RETURN_IF_ERROR(Positions(d, 0, /*backward=*/true));
+  if (positions_.value.defined()) {
+    PT_RETURN_IF_ERROR(be.EmbeddingBackward(config_.dtype, positions_.grad.data(),
+                                            position_ids_.data_as<int32_t>(), d.data(),
+                                            d.dim(0), d.dim(1), 0, positions_.value.dim(0)));
+  }
   const int64_t v = table_.value.dim(0), start = ctx_.tp_rank() * v;
   return be.EmbeddingBackward(config_.dtype, table_.grad.data(), saved_.ids.data_as<int32_t>(),
                               d.data(), d.dim(0), d.dim(1), start, start + v);

@@ -34,6 +34,9 @@ class VocabParallelEmbedding {
   /// models, whose rotation has no parameters and is not modelled here).
   static absl::StatusOr<std::unique_ptr<VocabParallelEmbedding>> Create(
       const LayerConfig& config, const ParallelContext& ctx, int64_t position_rows = 0);
+  /// The rule on `position_rows` that Create applies (kernels/training's
+  /// TrainConfig::Validate applies it up front): 0, or at least `seq_length`.
+  static absl::Status CheckPositionRows(int64_t position_rows, int64_t seq_length);
   /// This TP rank's rows of the table, "embedding.weight", initialised as a function of
   /// (seed, global element index): the same values on whichever stage makes it.
   static absl::StatusOr<Parameter> MakeTable(const LayerConfig& config, const ParallelContext& ctx);
@@ -55,10 +58,10 @@ class VocabParallelEmbedding {
   ParallelContext ctx_;
   Parameter table_;
   Parameter positions_;  ///< Learned positions [rows, h]; undefined without.
+  /// With learned positions: each token's row, t / b for token t of the micro-batch ([s, b]
+  /// order; i32, s·b), made once.
+  Tensor position_ids_;
   EmbeddingSaved saved_;
-  /// Adds the position rows of tokens [row0, row0 + x rows) ([s, b] order) to x, or
-  /// accumulates x into their gradient (backward).
-  absl::Status Positions(Tensor& x, int64_t row0, bool backward);
 };
 
 /// The output layer's weight ([V/t, h], the embedding's row split). Untied (Megatron's

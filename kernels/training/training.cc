@@ -417,11 +417,7 @@ absl::Status TrainConfig::Validate() const {
   PT_RETURN_IF_ERROR(positive("vp", vp));
   PT_RETURN_IF_ERROR(positive("steps", steps));
   PT_RETURN_IF_ERROR(positive("vocab_size", shape.vocab_size));
-  if (position_rows != 0 && position_rows < seq_length) {
-    return absl::InvalidArgumentError(absl::StrCat("position_rows (", position_rows,
-                                                   ") must be 0 or at least seq_length (",
-                                                   seq_length, ")"));
-  }
+  PT_RETURN_IF_ERROR(VocabParallelEmbedding::CheckPositionRows(position_rows, seq_length));
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("dtype (", DTypeName(dtype), ") must be fp32, bf16 or fp16"));
