@@ -203,7 +203,9 @@ absl::Status Required(bool given, const std::string& path, const char* what) {
   return absl::InvalidArgumentError(absl::StrCat(path, " is required (", what, ")"));
 }
 
-absl::Status ReadModel(const json& obj, ModelSpec* m) {
+// `positions_given`: whether the spec itself names model.max_position_embeddings (not only
+// its preset or Hugging Face config).
+absl::Status ReadModel(const json& obj, ModelSpec* m, bool* positions_given) {
   const std::string sec = "model";
   if (!obj.is_object()) {
     return absl::InvalidArgumentError(
@@ -213,7 +215,8 @@ absl::Status ReadModel(const json& obj, ModelSpec* m) {
                          {"preset", "hf_config", "hf_config_json", "name", "num_layers",
                           "hidden_size", "num_attention_heads", "num_query_groups",
                           "ffn_hidden_size", "vocab_size", "activation", "normalization",
-                          "tie_embeddings", "position_embedding", "num_experts"});
+                          "tie_embeddings", "position_embedding", "max_position_embeddings",
+                          "num_experts"});
       !s.ok()) {
     return s;
   }
@@ -294,6 +297,11 @@ absl::Status ReadModel(const json& obj, ModelSpec* m) {
   if (auto s = ReadBool(obj, sec, "tie_embeddings", &m->tie_embeddings); !s.ok()) return s;
   if (auto s = ReadEnum(obj, sec, "position_embedding", ParsePositionEmbedding,
                         &m->position_embedding);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = ReadInt(obj, sec, "max_position_embeddings", &m->max_position_embeddings,
+                      positions_given);
       !s.ok()) {
     return s;
   }
@@ -462,6 +470,25 @@ std::string CsvField(const std::string& s) {
   return quoted + "\"";
 }
 
+// Learned positions: model.max_position_embeddings is the table's rows. Megatron-LM's
+// default is seq_length (0 here), and a preset's or Hugging Face config's table smaller than
+// training.seq_length grows to it, as the exported arguments do (search/exporters.cc); a
+// value the spec itself gives must be 0 or at least seq_length. Runs after JobSpec::Validate,
+// so both sizes are in range.
+absl::Status ResolvePositionRows(bool given, JobSpec* spec) {
+  ModelSpec& m = spec->model;
+  const int64_t seq = spec->training.seq_length;
+  if (m.position_embedding != PositionEmbedding::kLearned) return absl::OkStatus();
+  if (given && m.max_position_embeddings > 0 && m.max_position_embeddings < seq) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.max_position_embeddings (", m.max_position_embeddings,
+        ") must be at least training.seq_length (", seq,
+        "): a learned position table needs a row for every position (0 means seq_length)"));
+  }
+  m.max_position_embeddings = std::max(m.max_position_embeddings, seq);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<JobSpec> JobSpecFromJson(const json& j) {
@@ -484,7 +511,8 @@ absl::StatusOr<JobSpec> JobSpecFromJson(const json& j) {
       return absl::InvalidArgumentError(absl::StrCat("section '", section, "' is required"));
     }
   }
-  if (auto s = ReadModel(j.at("model"), &spec.model); !s.ok()) return s;
+  bool positions_given = false;
+  if (auto s = ReadModel(j.at("model"), &spec.model, &positions_given); !s.ok()) return s;
   if (auto s = ReadTraining(j.at("training"), &spec.training); !s.ok()) return s;
   if (auto s = ReadCluster(j.at("cluster"), &spec.cluster); !s.ok()) return s;
   if (const json* search = Find(j, "search")) {
@@ -492,6 +520,7 @@ absl::StatusOr<JobSpec> JobSpecFromJson(const json& j) {
   }
   if (spec.name.empty()) spec.name = spec.model.name;
   if (auto s = spec.Validate(); !s.ok()) return s;
+  if (auto s = ResolvePositionRows(positions_given, &spec); !s.ok()) return s;
   return spec;
 }
 
@@ -516,6 +545,7 @@ json JobSpecToJson(const JobSpec& spec) {
         {"normalization", ToString(m.normalization)},
         {"tie_embeddings", m.tie_embeddings},
         {"position_embedding", ToString(m.position_embedding)},
+        {"max_position_embeddings", m.max_position_embeddings},
         {"num_experts", m.num_experts}}},
       {"training",
        {{"seq_length", t.seq_length},

@@ -25,12 +25,16 @@ namespace paratune {
 /// says so (num_query_groups = heads, ffn_hidden_size = 4h, gpus_per_node = 8, top_k = 10).
 /// The model is `model.preset` (search/presets.h) or `model.hf_config_json` (the text of
 /// a Hugging Face config.json; `model.hf_config` may hold the parsed object) or explicit
-/// fields; explicit fields given beside a preset or config override it.
+/// fields; explicit fields given beside a preset or config override it. With learned
+/// positions, model.max_position_embeddings comes back resolved to the table's rows: 0 (the
+/// default) is seq_length, as in Megatron-LM, and a preset's or config's smaller table grows
+/// to seq_length; a value the spec gives itself must be 0 or at least seq_length.
 absl::StatusOr<JobSpec> JobSpecFromJson(const nlohmann::json& j);
 
 /// The canonical JSON of a spec: explicit model fields (no preset), every default written
-/// out; JobSpecFromJson reads it back to the same spec (except
-/// model.max_position_embeddings, which the wire form does not carry).
+/// out; JobSpecFromJson reads it back to the same spec (a spec it returned itself; one built
+/// in code with learned positions and max_position_embeddings below seq_length comes back
+/// resolved).
 nlohmann::json JobSpecToJson(const JobSpec& spec);
 
 /// The one layout a fully pinned spec names, for `paratune estimate` and `export`. Every

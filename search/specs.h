@@ -36,7 +36,9 @@ struct ModelSpec {
   Normalization normalization = Normalization::kLayerNorm;
   bool tie_embeddings = false;       ///< Input embedding shared with the output layer.
   PositionEmbedding position_embedding = PositionEmbedding::kLearned;
-  int64_t max_position_embeddings = 0;  ///< Rows of the learned position table (0 = seq).
+  /// Rows of the learned position table (counted only for kLearned). A spec read by
+  /// JobSpecFromJson holds the resolved rows (0 there means seq_length); 0 here: none.
+  int64_t max_position_embeddings = 0;
   int64_t num_experts = 1;           ///< > 1 is mixture-of-experts (rejected for now).
 
   /// First violated rule: positive sizes, a % g == 0, dense only, overflow-safe sizes.

@@ -122,6 +122,9 @@ class VerifyE2eTest : public ::testing::Test {
     c.shape.vocab_size = 256;  // a multiple of 128·tp for tp <= 2: no padding
     c.num_layers = 4;
     c.seq_length = 64;
+    // The spec's positions are learned (the default) with max_position_embeddings 0, which
+    // is seq_length rows.
+    c.position_rows = 64;
     c.tp = std::max<int64_t>(1, Int(config, "tp"));
     c.pp = std::max<int64_t>(1, Int(config, "pp"));
     c.dp = std::max<int64_t>(1, Int(config, "dp"));

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_split.h"
+#include "search/model_math.h"
 
 namespace paratune {
 namespace {
@@ -290,6 +291,51 @@ TEST(SpecIoTest, CanonicalJsonRoundTrips) {
   EXPECT_EQ(JobSpecToJson(*again), canonical);
   EXPECT_EQ(canonical["search"]["recompute"], json({"full"}));
   EXPECT_EQ(canonical["model"]["num_query_groups"], 4);
+}
+
+// Megatron-LM's --max-position-embeddings defaults to --seq-length, and a learned table needs
+// a row per position: the rows the model counts are the rows the exported arguments name.
+TEST(SpecIoTest, LearnedPositionRowsDefaultToSeqLengthAndAreNeverFewer) {
+  auto rows = [](const json& j) -> int64_t {
+    auto spec = JobSpecFromJson(j);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return spec.ok() ? spec->model.max_position_embeddings : -1;
+  };
+  json j = MinimalSpec();  // learned positions, seq 2048, no table size given
+  EXPECT_EQ(rows(j), 2048);
+  auto spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(EmbeddingParams(spec->model), (51200.0 + 2048.0) * 2048.0);
+  EXPECT_EQ(JobSpecToJson(*spec)["model"]["max_position_embeddings"], 2048);
+  j["model"]["max_position_embeddings"] = 0;
+  EXPECT_EQ(rows(j), 2048);
+  j["model"]["max_position_embeddings"] = 4096;
+  EXPECT_EQ(rows(j), 4096);
+  j["model"]["max_position_embeddings"] = 1024;
+  EXPECT_EQ(ErrorOf(j),
+            "model.max_position_embeddings (1024) must be at least training.seq_length (2048): "
+            "a learned position table needs a row for every position (0 means seq_length)");
+  j["model"]["max_position_embeddings"] = -1;
+  EXPECT_EQ(ErrorOf(j), "model.max_position_embeddings (-1) must not be negative");
+
+  // A preset's table (GPT-3: 2048 rows) grows to a longer sequence and keeps its size for a
+  // shorter one.
+  json preset = MinimalSpec();
+  preset["model"] = {{"preset", "gpt3-1.7b"}};
+  preset["training"]["seq_length"] = 4096;
+  EXPECT_EQ(rows(preset), 4096);
+  preset["training"]["seq_length"] = 1024;
+  EXPECT_EQ(rows(preset), 2048);
+
+  // RoPE has no table: the field is kept as given and no rows are counted.
+  json rope = MinimalSpec();
+  rope["model"]["position_embedding"] = "rope";
+  EXPECT_EQ(rows(rope), 0);
+  rope["model"]["max_position_embeddings"] = 1024;
+  EXPECT_EQ(rows(rope), 1024);
+  spec = JobSpecFromJson(rope);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(EmbeddingParams(spec->model), 51200.0 * 2048.0);
 }
 
 TEST(SpecIoTest, PinnedLayout) {

@@ -141,7 +141,8 @@ TEST(MakeVerifyTask, CarriesTheLayoutTheModelAndThePart) {
   tied.model.tie_embeddings = true;
   EXPECT_TRUE(MakeVerifyTask(tied, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1").tie_embeddings());
   // A learned position table where the model counts one (GPT presets: 2048 rows), none
-  // for RoPE or without max_position_embeddings (the model counts no rows then).
+  // for RoPE or for a spec built in code without max_position_embeddings (the model counts
+  // no rows then; a spec read from JSON has seq_length rows there).
   EXPECT_EQ(t.position_rows(), 0);
   JobSpec learned = TinySpec();
   learned.model.position_embedding = PositionEmbedding::kLearned;

@@ -30,6 +30,7 @@ export interface ModelSpec {
   normalization?: string;
   tie_embeddings?: boolean;
   position_embedding?: string;
+  max_position_embeddings?: Int64;
   num_experts?: Int64;
 }
 
