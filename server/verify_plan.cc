@@ -142,8 +142,10 @@ v1::VerifyTask MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranke
   t.set_flash_attention(spec.training.flash_attention);
   t.set_dropout(spec.training.dropout);
   t.set_tie_embeddings(m.tie_embeddings);
-  if (m.position_embedding == PositionEmbedding::kLearned && m.max_position_embeddings > 0) {
-    t.set_position_rows(std::max(m.max_position_embeddings, spec.training.seq_length));
+  // The rows the model counts (EmbeddingParams). A spec read by JobSpecFromJson has them
+  // resolved to at least seq_length; the trainer rejects a table shorter than that.
+  if (m.position_embedding == PositionEmbedding::kLearned) {
+    t.set_position_rows(m.max_position_embeddings);
   }
   t.set_dtype(ToString(spec.training.precision));
   return t;
