@@ -89,6 +89,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
+#include "bench/verify/estimators.h"
 #include "kernels/backend.h"
 #include "kernels/collective_bench.h"
 #include "kernels/status_macros.h"
@@ -109,6 +110,9 @@ using paratune::ParallelConfig;
 using paratune::Recompute;
 namespace kt = paratune::kernels::training;
 namespace k = paratune::kernels;
+using paratune::bench::kTrim;
+using paratune::bench::Median;
+using paratune::bench::TrimmedMean;
 
 JobSpec SmallModel(int64_t ranks) {
   JobSpec spec;
@@ -480,25 +484,6 @@ std::vector<double> MeasuredStageBusy(const Layout& l, const std::map<int64_t, d
     out.push_back(it == busy.end() ? 0.0 : it->second);
   }
   return out;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
-
-// What the timing estimator drops from each end (see the top of this file).
-constexpr double kTrim = 0.1;
-
-// The mean of `v` without its lowest and highest floor(n·fraction) values each.
-double TrimmedMean(std::vector<double> v, double fraction) {
-  std::sort(v.begin(), v.end());
-  const size_t cut = static_cast<size_t>(static_cast<double>(v.size()) * fraction);
-  if (v.size() <= 2 * cut) return Median(v);
-  double sum = 0;
-  for (size_t i = cut; i < v.size() - cut; ++i) sum += v[i];
-  return sum / static_cast<double>(v.size() - 2 * cut);
 }
 
 // A layout's measurement (the headline estimator): the trimmed mean of the timed steps of
