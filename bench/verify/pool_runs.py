@@ -12,6 +12,11 @@ of layouts (a, b), log(a / b) of its measured and of its predicted trimmed means
 pooled ratio is exp(mean), and its interval uses Student's t over the runs. Layouts are
 matched by their name; a pair is pooled over the runs that have both. The top layouts are
 those with the lowest geometric-mean prediction relative to each run's fastest prediction.
+
+bench/verify/runs/ keeps the layout rows of the 2-core build host's ten-round runs whose
+JSON was kept (sessions 7, 8, 10 and 11; session 9's were not). Sessions 7 and 8 ran
+before session 9's changes to the memory model and the trainer (which gained GPT's learned
+position table); the time model and the composition are the same in all of them.
 """
 import argparse
 import json
