@@ -168,14 +168,15 @@ int Main(int argc, char** argv) {
   SetBlasThreads(1);  // process-wide, before any worker thread runs a GEMM
 
   // Calibrate on one thread alone: GEMMs per repetition.
-  auto probe = MakeWork(size);
-  if (!probe.ok()) {
-    std::fprintf(stderr, "host_noise: %s\n", std::string(probe.status().message()).c_str());
+  const auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "host_noise: %s\n", s.ToString().c_str());
     return 1;
-  }
-  if (auto s = Run(*probe, 1); !s.ok()) return 1;  // warm-up
+  };
+  auto probe = MakeWork(size);
+  if (!probe.ok()) return fail(probe.status());
+  if (auto s = Run(*probe, 1); !s.ok()) return fail(s);  // warm-up
   const auto p0 = Clock::now();
-  if (auto s = Run(*probe, 2); !s.ok()) return 1;
+  if (auto s = Run(*probe, 2); !s.ok()) return fail(s);
   const double per_gemm = std::chrono::duration<double>(Clock::now() - p0).count() / 2;
   const int64_t gemms = std::max<int64_t>(1, std::llround(rep_seconds / per_gemm));
 
@@ -196,7 +197,7 @@ int Main(int argc, char** argv) {
     step_start = Clock::now();
   };
   std::barrier sync(threads, on_phase);
-  fprintf(stderr, "# %d threads, %lld GEMMs of %lld³ per repetition (%.3f s each alone), %zu "
+  std::fprintf(stderr, "# %d threads, %lld GEMMs of %lld³ per repetition (%.3f s each alone), %zu "
           "repetitions\n", threads, static_cast<long long>(gemms), static_cast<long long>(size),
           per_gemm * static_cast<double>(gemms), reps);
   const double steal0 = StealSeconds();
