@@ -37,6 +37,7 @@
 #include <fstream>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -45,6 +46,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_format.h"
 #include "bench/verify/estimators.h"
 #include "kernels/backend.h"
 
@@ -150,7 +152,8 @@ int Main(int argc, char** argv) {
   int rounds = 10, per_round = 4, trials = 10;
   int64_t size = 512;
   bool json = false;
-  app.add_option("--threads", threads, "threads in lockstep, one BLAS thread each (0: one per core)")
+  app.add_option("--threads", threads,
+                 "threads in lockstep, one BLAS thread each (0: one per core)")
       ->check(CLI::Range(0, 256));
   app.add_option("--rep-seconds", rep_seconds,
                  "work per repetition, as seconds of it on the first measurement (a "
@@ -164,7 +167,8 @@ int Main(int argc, char** argv) {
   app.add_option("--size", size, "GEMM size n (n×n by n×n, FP32)")->check(CLI::Range(16, 8192));
   app.add_flag("--json", json, "print JSON");
   CLI11_PARSE(app, argc, argv);
-  if (threads == 0) threads = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  if (threads == 0) threads = static_cast<int>(cpus);
   SetBlasThreads(1);  // process-wide, before any worker thread runs a GEMM
 
   // Calibrate on one thread alone: GEMMs per repetition.
@@ -230,10 +234,11 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
-  const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-  const double steal_pct = steal0 < 0 || steal1 < 0
-                               ? -1.0
-                               : 100.0 * (steal1 - steal0) / (elapsed * static_cast<double>(cpus));
+  // Where the kernel reports no steal: null in --json, "not reported" in the text.
+  std::optional<double> steal_pct;
+  if (steal0 >= 0 && steal1 >= 0) {
+    steal_pct = 100.0 * (steal1 - steal0) / (elapsed * static_cast<double>(cpus));
+  }
 
   nlohmann::json j;
   j["threads"] = threads;
@@ -241,7 +246,7 @@ int Main(int argc, char** argv) {
   j["gemms_per_repetition"] = gemms;
   j["repetitions"] = reps;
   j["elapsed_s"] = elapsed;
-  j["steal_pct_of_cpu_time"] = steal_pct;
+  j["steal_pct_of_cpu_time"] = steal_pct ? nlohmann::json(*steal_pct) : nlohmann::json();
   j["per_thread"] = nlohmann::json::array();
   for (int t = 0; t < threads; ++t) {
     const auto& w = wall[static_cast<size_t>(t)];
@@ -269,9 +274,10 @@ int Main(int argc, char** argv) {
     return 0;
   }
   std::printf("# host_noise: %d threads in lockstep, %lld GEMMs of %lld³ FP32 per repetition, "
-              "%zu repetitions in %.0f s; steal %.2f %% of CPU time\n",
+              "%zu repetitions in %.0f s; steal %s\n",
               threads, static_cast<long long>(gemms), static_cast<long long>(size), reps, elapsed,
-              steal_pct);
+              steal_pct ? absl::StrFormat("%.2f %% of CPU time", *steal_pct).c_str()
+                        : "not reported");
   std::printf("%-8s %9s %9s %9s %7s %9s\n", "thread", "min_s", "median_s", "max_s", "cv_%",
               "cpu/wall");
   for (const auto& p : j["per_thread"]) {
