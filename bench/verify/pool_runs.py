@@ -13,10 +13,11 @@ pooled ratio is exp(mean), and its interval uses Student's t over the runs. Layo
 matched by their name; a pair is pooled over the runs that have both. The top layouts are
 those with the lowest geometric-mean prediction relative to each run's fastest prediction.
 
-bench/verify/runs/ keeps the layout rows of the 2-core build host's ten-round runs whose
-JSON was kept (sessions 7, 8, 10 and 11; session 9's were not). Sessions 7 and 8 ran
-before session 9's changes to the memory model and the trainer (which gained GPT's learned
-position table); the time model and the composition are the same in all of them.
+bench/verify/runs/ keeps the layout rows of 13 ten-round runs on the 2-core build host
+(2core-01 ... 2core-13, in the order they ran). Runs 01-08 predate the memory model's
+accounting of tied embeddings and learned position tables, so their memory figures differ
+from the current model's; the time model and the composition are the same in all of them,
+and only time figures are pooled.
 """
 import argparse
 import json
