@@ -1,6 +1,10 @@
 // The planner: enumerate every layout the search options allow, prune with the validity
 // rules and the memory model, score the survivors with the time model (a closed-form
 // pipeline screen for all, the simulated schedule for the best), rank.
+//
+// Plan runs in four phases, one function each: EnumerateLayouts (the grid, in a fixed
+// order), Prune (rules and memory), ScreenAndSimulate (closed-form screen of every survivor,
+// the simulated schedule for the best, the closest misses when too few fit) and RankTop.
 #include "search/planner.h"
 
 #include <algorithm>
@@ -22,8 +26,8 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // Defaults when a dimension is left open:
-constexpr int64_t kMaxMicroBatch = 16;        // Micro-batch sizes considered: divisors <= 16.
-constexpr int64_t kMinContextTokens = 1024;   // CP only while each rank keeps >= 1024 tokens.
+constexpr int64_t kMaxMicroBatch = 16;       // Micro-batch sizes considered: divisors <= 16.
+constexpr int64_t kMinContextTokens = 1024;  // CP only while each rank keeps >= 1024 tokens.
 // Candidates re-scored with the simulated schedule after the closed-form screen.
 constexpr int64_t kMinSimulated = 32;
 
@@ -59,15 +63,15 @@ struct Scorer {
   absl::flat_hash_map<LayerKey, std::pair<LayerTime, EdgeTime>> cache;
 
   const std::pair<LayerTime, EdgeTime>& Times(const ParallelConfig& c) {
-    const LayerKey key{c.tp, c.sequence_parallel, c.tp_comm_overlap, c.cp, c.micro_batch_size,
-                       static_cast<int>(c.recompute)};
+    const LayerKey key{c.tp, c.sequence_parallel, c.tp_comm_overlap,
+                       c.cp, c.micro_batch_size,  static_cast<int>(c.recompute)};
     auto it = cache.find(key);
     if (it == cache.end()) {
       const int64_t n = spec.cluster.gpus_per_node;
       it = cache
-               .emplace(key, std::make_pair(
-                                 EstimateLayerTime(spec.model, spec.training, c, device, n),
-                                 EstimateEdgeTime(spec.model, spec.training, c, device, n)))
+               .emplace(key,
+                        std::make_pair(EstimateLayerTime(spec.model, spec.training, c, device, n),
+                                       EstimateEdgeTime(spec.model, spec.training, c, device, n)))
                .first;
     }
     return it->second;
@@ -116,49 +120,31 @@ bool Better(const RankedConfig& a, const RankedConfig& b, Objective objective) {
   return a.iteration_time_s < b.iteration_time_s;
 }
 
-}  // namespace
+// ---- Phase 1: the grid --------------------------------------------------------------------
 
-absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
-  const auto start = std::chrono::steady_clock::now();
-  if (absl::Status s = spec.Validate(); !s.ok()) return s;
-  absl::StatusOr<DeviceProfile> device = DeviceForCluster(spec.cluster);
-  if (!device.ok()) return device.status();
+// One way to split the cluster: tp · cp · pp · dp = N.
+struct MeshShape {
+  int64_t tp = 1, cp = 1, pp = 1, dp = 1;
+};
+
+// The splits the search options allow, tp outermost, then cp, then pp. Open dimensions keep
+// only values that can work: tp divides the heads and tiles a node, cp leaves each rank
+// >= kMinContextTokens tokens (and 2·cp divides s), pp divides L or L + 2.
+std::vector<MeshShape> MeshShapes(const JobSpec& spec) {
   const SearchOptions& opt = spec.search;
-  const ModelSpec& model = spec.model;
-  const TrainingSpec& training = spec.training;
   const int64_t N = spec.cluster.num_gpus;
-  const int64_t L = model.num_layers;
-  const int64_t B = training.global_batch_size;
-
-  PlanResult result;
-  Scorer scorer{spec, *device, {}};
-  const FrameworkMemory framework = FrameworkMemoryFor(*device);
-  struct Feasible {
-    ParallelConfig config;
-    MemoryBreakdown memory;
-    double screen = 0;
-  };
-  std::vector<Feasible> feasible;
-  std::vector<std::pair<ParallelConfig, MemoryBreakdown>> oom;
-
-  const std::vector<Recompute> recomputes =
-      opt.recompute.empty()
-          ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull}
-          : opt.recompute;
-  const std::vector<int64_t> recompute_layers =
-      opt.recompute_num_layers.empty() ? std::vector<int64_t>{0} : opt.recompute_num_layers;
-
+  const int64_t L = spec.model.num_layers;
+  const int64_t s = spec.training.seq_length;
+  std::vector<MeshShape> out;
   for (int64_t tp : Divisors(N)) {
     if (!Allowed(opt.tp, tp)) continue;
-    if (opt.tp.empty() &&
-        (model.num_attention_heads % tp != 0 ||
-         (!opt.allow_tp_across_nodes && spec.cluster.gpus_per_node % tp != 0))) {
+    if (opt.tp.empty() && (spec.model.num_attention_heads % tp != 0 ||
+                           (!opt.allow_tp_across_nodes && spec.cluster.gpus_per_node % tp != 0))) {
       continue;
     }
     for (int64_t cp : Divisors(N / tp)) {
       if (!Allowed(opt.cp, cp)) continue;
-      if (opt.cp.empty() && cp > 1 &&
-          (training.seq_length % (2 * cp) != 0 || training.seq_length / cp < kMinContextTokens)) {
+      if (opt.cp.empty() && cp > 1 && (s % (2 * cp) != 0 || s / cp < kMinContextTokens)) {
         continue;
       }
       for (int64_t pp : Divisors(N / (tp * cp))) {
@@ -167,74 +153,156 @@ absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
         if (opt.pp.empty() && L % pp != 0 && (pp == 1 || (L + 2) % pp != 0)) continue;
         const int64_t dp = N / (tp * cp * pp);
         if (!Allowed(opt.dp, dp)) continue;
-        std::vector<int64_t> vps = opt.vp;
-        if (vps.empty()) {
-          for (int64_t v = 1; v <= L; ++v) {
-            if (v > 1 && pp == 1) break;
-            if (L % (pp * v) == 0 || (pp > 1 && (L + 2) % (pp * v) == 0)) vps.push_back(v);
-          }
-        }
-        std::vector<int64_t> mbs = opt.micro_batch_size;
-        if (mbs.empty() && B % dp == 0) {
-          for (int64_t b : Divisors(B / dp)) {
-            if (b <= kMaxMicroBatch) mbs.push_back(b);
-          }
-        }
-        if (mbs.empty()) mbs.push_back(1);  // Reported by validation (B % dp).
-        for (int64_t vp : vps) {
-          for (int64_t mb : mbs) {
-            for (bool sp : {false, true}) {
-              if (!Allowed(opt.sequence_parallel, sp)) continue;
-              if (opt.sequence_parallel.empty() && sp && tp == 1) continue;
-              for (Recompute rc : recomputes) {
-                for (int64_t rl : recompute_layers) {
-                  if (rc != Recompute::kFull && rl != 0) continue;
-                  for (bool split : {false, true}) {
-                  // The embedding/loss-aware split only where the plain one is impossible.
-                  if (split != (L % (pp * vp) != 0)) continue;
-                  for (bool dopt : {false, true}) {
-                    if (!Allowed(opt.distributed_optimizer, dopt)) continue;
-                    if (opt.distributed_optimizer.empty() && dopt && dp * cp == 1) continue;
-                    ParallelConfig c;
-                    c.tp = tp;
-                    c.pp = pp;
-                    c.dp = dp;
-                    c.cp = cp;
-                    c.vp = vp;
-                    c.micro_batch_size = mb;
-                    c.sequence_parallel = sp;
-                    c.recompute = rc;
-                    c.recompute_num_layers = rc == Recompute::kFull ? rl : 0;
-                    c.distributed_optimizer = dopt;
-                    c.split_counts_embedding_and_loss = split;
-                    // tp_comm_overlap stays at Megatron-LM's default (off): the exported
-                    // arguments do not turn it on, so the plan must not assume it.
-                    ++result.candidates_considered;
-                    if (absl::Status s = ValidateParallelConfig(c, spec); !s.ok()) {
-                      result.rejected.push_back({c, std::string(s.message())});
-                      continue;
-                    }
-                    const MemoryBreakdown mem =
-                        EstimateMemory(spec, c, device->memory_bytes, framework);
-                    if (mem.Peak() > mem.capacity) {
-                      result.rejected.push_back({c, OomReason(mem)});
-                      oom.emplace_back(c, mem);
-                      continue;
-                    }
-                    feasible.push_back({c, mem, 0});
-                  }
-                  }
-                }
-              }
-            }
-          }
-        }
+        out.push_back({tp, cp, pp, dp});
       }
     }
   }
-  result.feasible = static_cast<int64_t>(feasible.size());
+  return out;
+}
 
-  // Screen every feasible layout with the closed-form pipeline; simulate the best.
+// Virtual stages per pipeline rank: those that split L (or L + 2) evenly over pp · vp.
+std::vector<int64_t> VirtualStageCounts(const SearchOptions& opt, int64_t L, int64_t pp) {
+  if (!opt.vp.empty()) return opt.vp;
+  std::vector<int64_t> out;
+  for (int64_t v = 1; v <= L; ++v) {
+    if (v > 1 && pp == 1) break;
+    if (L % (pp * v) == 0 || (pp > 1 && (L + 2) % (pp * v) == 0)) out.push_back(v);
+  }
+  return out;
+}
+
+// Micro-batch sizes: the divisors of B / dp up to kMaxMicroBatch.
+std::vector<int64_t> MicroBatchSizes(const SearchOptions& opt, int64_t B, int64_t dp) {
+  std::vector<int64_t> out = opt.micro_batch_size;
+  if (out.empty() && B % dp == 0) {
+    for (int64_t b : Divisors(B / dp)) {
+      if (b <= kMaxMicroBatch) out.push_back(b);
+    }
+  }
+  if (out.empty()) out.push_back(1);  // Reported by validation (B % dp).
+  return out;
+}
+
+// Each layout of `in` once per value of `values` that `set` accepts (and applies), in order:
+// the earlier dimension varies slower, as in nested loops.
+template <typename T, typename Set>
+std::vector<ParallelConfig> Expand(const std::vector<ParallelConfig>& in,
+                                   const std::vector<T>& values, Set set) {
+  std::vector<ParallelConfig> out;
+  out.reserve(in.size() * values.size());
+  for (const ParallelConfig& c : in) {
+    for (const T& value : values) {
+      ParallelConfig next = c;
+      if (set(next, value)) out.push_back(next);
+    }
+  }
+  return out;
+}
+
+// The layouts of one split: vp, micro-batch, SP, recompute (with its layer count) and the
+// distributed optimizer, varied in that order (the distributed optimizer fastest).
+std::vector<ParallelConfig> LayoutsOfShape(const JobSpec& spec, const MeshShape& shape) {
+  const SearchOptions& opt = spec.search;
+  const int64_t L = spec.model.num_layers;
+  ParallelConfig base;
+  base.tp = shape.tp;
+  base.pp = shape.pp;
+  base.dp = shape.dp;
+  base.cp = shape.cp;
+  std::vector<ParallelConfig> out{base};
+  out = Expand(out, VirtualStageCounts(opt, L, shape.pp), [&](ParallelConfig& c, int64_t vp) {
+    c.vp = vp;
+    // The embedding/loss-aware split only where the plain one is impossible.
+    c.split_counts_embedding_and_loss = L % (c.pp * vp) != 0;
+    return true;
+  });
+  out = Expand(out, MicroBatchSizes(opt, spec.training.global_batch_size, shape.dp),
+               [](ParallelConfig& c, int64_t mb) {
+                 c.micro_batch_size = mb;
+                 return true;
+               });
+  out = Expand(out, std::vector<bool>{false, true}, [&](ParallelConfig& c, bool sp) {
+    if (!Allowed(opt.sequence_parallel, sp)) return false;
+    if (opt.sequence_parallel.empty() && sp && c.tp == 1) return false;
+    c.sequence_parallel = sp;
+    return true;
+  });
+  const std::vector<Recompute> recomputes =
+      opt.recompute.empty()
+          ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull}
+          : opt.recompute;
+  const std::vector<int64_t> recompute_layers =
+      opt.recompute_num_layers.empty() ? std::vector<int64_t>{0} : opt.recompute_num_layers;
+  std::vector<std::pair<Recompute, int64_t>> recompute_choices;
+  for (Recompute rc : recomputes) {
+    for (int64_t rl : recompute_layers) {
+      // A layer count only means something with full recompute.
+      if (rc != Recompute::kFull && rl != 0) continue;
+      recompute_choices.emplace_back(rc, rl);
+    }
+  }
+  out = Expand(out, recompute_choices,
+               [](ParallelConfig& c, const std::pair<Recompute, int64_t>& choice) {
+                 c.recompute = choice.first;
+                 c.recompute_num_layers = choice.first == Recompute::kFull ? choice.second : 0;
+                 return true;
+               });
+  out = Expand(out, std::vector<bool>{false, true}, [&](ParallelConfig& c, bool dopt) {
+    if (!Allowed(opt.distributed_optimizer, dopt)) return false;
+    if (opt.distributed_optimizer.empty() && dopt && c.dp * c.cp == 1) return false;
+    c.distributed_optimizer = dopt;
+    return true;
+  });
+  // tp_comm_overlap stays at Megatron-LM's default (off): the exported arguments do not
+  // turn it on, so the plan must not assume it.
+  return out;
+}
+
+// ---- Phase 2: prune -----------------------------------------------------------------------
+
+struct Feasible {
+  ParallelConfig config;
+  MemoryBreakdown memory;
+  double screen = 0;  ///< The closed-form score that orders the simulation.
+};
+
+struct Pruned {
+  std::vector<Feasible> feasible;
+  std::vector<std::pair<ParallelConfig, MemoryBreakdown>> oom;  ///< Valid, out of memory.
+};
+
+// Counts every layout in `result` and rejects, with the reason, those that break a rule or
+// run out of memory.
+Pruned Prune(const JobSpec& spec, const DeviceProfile& device, PlanResult& result) {
+  const FrameworkMemory framework = FrameworkMemoryFor(device);
+  Pruned out;
+  for (const MeshShape& shape : MeshShapes(spec)) {
+    for (const ParallelConfig& c : LayoutsOfShape(spec, shape)) {
+      ++result.candidates_considered;
+      if (absl::Status s = ValidateParallelConfig(c, spec); !s.ok()) {
+        result.rejected.push_back({c, std::string(s.message())});
+        continue;
+      }
+      const MemoryBreakdown mem = EstimateMemory(spec, c, device.memory_bytes, framework);
+      if (mem.Peak() > mem.capacity) {
+        result.rejected.push_back({c, OomReason(mem)});
+        out.oom.emplace_back(c, mem);
+        continue;
+      }
+      out.feasible.push_back({c, mem, 0});
+    }
+  }
+  return out;
+}
+
+// ---- Phase 3: screen and simulate ---------------------------------------------------------
+
+// Screens every feasible layout with the closed-form pipeline and re-scores the best
+// max(4·top_k, kMinSimulated) with the simulated schedule; when fewer than top_k fit, adds
+// the closest misses (least memory first), also simulated.
+absl::StatusOr<std::vector<RankedConfig>> ScreenAndSimulate(const SearchOptions& opt,
+                                                            Scorer& scorer, Pruned& pruned) {
+  std::vector<Feasible>& feasible = pruned.feasible;
   for (Feasible& f : feasible) {
     absl::StatusOr<RankedConfig> r = scorer.Score(f.config, f.memory, PipelineMode::kClosedForm);
     if (!r.ok()) return r.status();
@@ -243,8 +311,8 @@ absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
   std::sort(feasible.begin(), feasible.end(),
             [](const Feasible& a, const Feasible& b) { return a.screen < b.screen; });
   const int64_t top_k = std::max<int64_t>(opt.top_k, 1);
-  const size_t simulate = std::min(feasible.size(),
-                                   static_cast<size_t>(std::max(4 * top_k, kMinSimulated)));
+  const size_t simulate =
+      std::min(feasible.size(), static_cast<size_t>(std::max(4 * top_k, kMinSimulated)));
   std::vector<RankedConfig> ranked;
   for (size_t i = 0; i < simulate; ++i) {
     absl::StatusOr<RankedConfig> r =
@@ -252,11 +320,10 @@ absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
     if (!r.ok()) return r.status();
     ranked.push_back(std::move(*r));
   }
-  // Not enough layouts fit: show the closest misses after them (least memory first).
+  std::vector<std::pair<ParallelConfig, MemoryBreakdown>>& oom = pruned.oom;
   if (static_cast<int64_t>(ranked.size()) < top_k && !oom.empty()) {
-    std::sort(oom.begin(), oom.end(), [](const auto& a, const auto& b) {
-      return a.second.Peak() < b.second.Peak();
-    });
+    std::sort(oom.begin(), oom.end(),
+              [](const auto& a, const auto& b) { return a.second.Peak() < b.second.Peak(); });
     for (size_t i = 0; i < oom.size() && static_cast<int64_t>(ranked.size()) < top_k; ++i) {
       absl::StatusOr<RankedConfig> r =
           scorer.Score(oom[i].first, oom[i].second, PipelineMode::kSimulated);
@@ -264,16 +331,39 @@ absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
       ranked.push_back(std::move(*r));
     }
   }
-  std::stable_sort(ranked.begin(), ranked.end(),
-                   [&](const RankedConfig& a, const RankedConfig& b) {
-                     return Better(a, b, opt.objective);
-                   });
+  return ranked;
+}
+
+// ---- Phase 4: rank ------------------------------------------------------------------------
+
+// Orders by the objective (fitting layouts first), keeps top_k and numbers them from 1.
+std::vector<RankedConfig> RankTop(std::vector<RankedConfig> ranked, const SearchOptions& opt) {
+  const int64_t top_k = std::max<int64_t>(opt.top_k, 1);
+  std::stable_sort(ranked.begin(), ranked.end(), [&](const RankedConfig& a, const RankedConfig& b) {
+    return Better(a, b, opt.objective);
+  });
   if (static_cast<int64_t>(ranked.size()) > top_k) ranked.resize(static_cast<size_t>(top_k));
   for (size_t i = 0; i < ranked.size(); ++i) ranked[i].rank = static_cast<int64_t>(i) + 1;
-  result.ranked = std::move(ranked);
-  result.elapsed_ms = std::chrono::duration<double, std::milli>(
-                          std::chrono::steady_clock::now() - start)
-                          .count();
+  return ranked;
+}
+
+}  // namespace
+
+absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
+  const auto start = std::chrono::steady_clock::now();
+  if (absl::Status s = spec.Validate(); !s.ok()) return s;
+  absl::StatusOr<DeviceProfile> device = DeviceForCluster(spec.cluster);
+  if (!device.ok()) return device.status();
+
+  PlanResult result;
+  Pruned pruned = Prune(spec, *device, result);
+  result.feasible = static_cast<int64_t>(pruned.feasible.size());
+  Scorer scorer{spec, *device, {}};
+  absl::StatusOr<std::vector<RankedConfig>> scored = ScreenAndSimulate(spec.search, scorer, pruned);
+  if (!scored.ok()) return scored.status();
+  result.ranked = RankTop(*std::move(scored), spec.search);
+  result.elapsed_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 
@@ -283,8 +373,8 @@ absl::StatusOr<RankedConfig> Estimate(const JobSpec& spec, const ParallelConfig&
   absl::StatusOr<DeviceProfile> device = DeviceForCluster(spec.cluster);
   if (!device.ok()) return device.status();
   Scorer scorer{spec, *device, {}};
-  const MemoryBreakdown mem = EstimateMemory(spec, config, device->memory_bytes,
-                                             FrameworkMemoryFor(*device));
+  const MemoryBreakdown mem =
+      EstimateMemory(spec, config, device->memory_bytes, FrameworkMemoryFor(*device));
   absl::StatusOr<RankedConfig> r = scorer.Score(config, mem, PipelineMode::kSimulated);
   if (r.ok()) r->rank = 1;
   return r;

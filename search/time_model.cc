@@ -1,3 +1,8 @@
+// The time model. EstimateLayerTime sums a layer's phases (linear GEMMs, FP8 casts, the
+// attention core, memory-bound kernels, then the TP and CP communication that the compute
+// hides or not, then recompute); EstimateIteration builds the pipeline's per-chunk times,
+// runs the schedule, adds each stage's gradient sync, DP reduce and optimizer step, and
+// splits the critical stage's time by cause.
 #include "search/time_model.h"
 
 #include <algorithm>
@@ -45,172 +50,477 @@ double Hidden(double comm, double window) { return std::min(comm, window); }
 // Bytes of a gradient element: fp32 main gradients except with fp16 (Megatron's default).
 double GradBytes(Precision p) { return p == Precision::kFp16 ? 2.0 : 4.0; }
 
+// ---- EstimateLayerTime's phases -----------------------------------------------------------
+
+// A layer's dimensions on one rank.
+struct LayerDims {
+  double t, c, b, s, s_local, h, a, g, f, head_dim;
+  double tokens;     ///< Rows of every linear layer on this rank.
+  double e;          ///< Bytes of an activation element.
+  double mask;       ///< 1 with dropout (1-byte masks), else 0.
+  double sp;         ///< t with sequence parallelism, else 1.
+  double fc1_width;  ///< FC1's output width (2f for SwiGLU's gate and value).
+};
+
+LayerDims DimsOf(const ModelSpec& model, const TrainingSpec& training,
+                 const ParallelConfig& config) {
+  LayerDims d;
+  d.t = static_cast<double>(config.tp);
+  d.c = static_cast<double>(config.cp);
+  d.b = static_cast<double>(config.micro_batch_size);
+  d.s = static_cast<double>(training.seq_length);
+  d.s_local = d.s / d.c;
+  d.h = static_cast<double>(model.hidden_size);
+  d.a = static_cast<double>(model.num_attention_heads);
+  d.g = static_cast<double>(QueryGroups(model));
+  d.f = static_cast<double>(model.ffn_hidden_size);
+  d.head_dim = d.h / d.a;
+  d.tokens = d.b * d.s_local;
+  d.e = ElementBytes(training.precision);
+  d.mask = training.dropout ? 1.0 : 0.0;
+  d.sp = config.sequence_parallel ? d.t : 1.0;
+  d.fc1_width = model.activation == Activation::kSwiglu ? 2.0 * d.f : d.f;
+  return d;
+}
+
+// The four linear layers: QKV and FC1 are column-parallel, projection and FC2 row-parallel.
+struct LinearTimes {
+  Gemm qkv, proj, fc1, fc2;
+  double qkv_fwd = 0, proj_fwd = 0, fc1_fwd = 0, fc2_fwd = 0;
+  double dgrad_qkv = 0, dgrad_proj = 0, dgrad_fc1 = 0, dgrad_fc2 = 0;
+  double wgrad_qkv = 0, wgrad_fc1 = 0, wgrad_rest = 0;  ///< rest: projection and FC2.
+  double Forward() const { return qkv_fwd + proj_fwd + fc1_fwd + fc2_fwd; }
+  double DataGradient() const { return dgrad_qkv + dgrad_fc1 + dgrad_proj + dgrad_fc2; }
+};
+
+LinearTimes LinearLayerTimes(const LayerDims& d, const DeviceProfile& device, Precision p) {
+  LinearTimes l{.qkv = {d.tokens, (d.h + 2.0 * d.h * d.g / d.a) / d.t, d.h},
+                .proj = {d.tokens, d.h, d.h / d.t},
+                .fc1 = {d.tokens, d.fc1_width / d.t, d.h},
+                .fc2 = {d.tokens, d.h, d.f / d.t}};
+  const auto fwd = [&](const Gemm& g) { return GemmSeconds(device, g.m, g.n, g.k, 1, p); };
+  // Backward: data gradient [m x n] x [n x k], weight gradient [k x m] x [m x n].
+  const auto dgrad = [&](const Gemm& g) { return GemmSeconds(device, g.m, g.k, g.n, 1, p); };
+  const auto wgrad = [&](const Gemm& g) { return GemmSeconds(device, g.k, g.n, g.m, 1, p); };
+  l.qkv_fwd = fwd(l.qkv);
+  l.proj_fwd = fwd(l.proj);
+  l.fc1_fwd = fwd(l.fc1);
+  l.fc2_fwd = fwd(l.fc2);
+  l.dgrad_qkv = dgrad(l.qkv);
+  l.dgrad_fc1 = dgrad(l.fc1);
+  l.dgrad_proj = dgrad(l.proj);
+  l.dgrad_fc2 = dgrad(l.fc2);
+  l.wgrad_qkv = wgrad(l.qkv);
+  l.wgrad_fc1 = wgrad(l.fc1);
+  l.wgrad_rest = wgrad(l.proj) + wgrad(l.fc2);
+  return l;
+}
+
+// Bytes of a pass that are not a GEMM, forward and backward.
+struct PassBytes {
+  double forward = 0, backward = 0;
+};
+
+// FP8 (Transformer Engine): casts of the linear inputs (read 16-bit, write 1 byte) in
+// the forward; in the backward the output gradients are cast and transposed (write two
+// FP8 copies) and the saved FP8 inputs transposed for the weight gradient.
+PassBytes Fp8CastBytes(const LayerDims& d, const LinearTimes& l, const TrainingSpec& training,
+                       const DeviceProfile& device) {
+  PassBytes out;
+  if (training.precision == Precision::kFp8 && device.peak_fp8_tflops > 0) {
+    for (const Gemm& gm : {l.qkv, l.proj, l.fc1, l.fc2}) {
+      out.forward += (d.e + 1.0) * gm.m * gm.k;
+      out.backward += (d.e + 2.0) * gm.m * gm.n + 2.0 * gm.m * gm.k;
+    }
+  }
+  return out;
+}
+
+// Seconds of a pass, forward and backward.
+struct PassSeconds {
+  double forward = 0, backward = 0;
+};
+
+// Attention core, per rank: a/t heads, s_local queries against s keys.
+PassSeconds AttentionCoreTimes(const LayerDims& d, const TrainingSpec& training,
+                               const DeviceProfile& device) {
+  const Precision core_precision = CorePrecision(training.precision);
+  const double launch = device.kernel_launch_s;
+  const double heads = d.a / d.t;
+  PassSeconds out;
+  if (training.flash_attention) {
+    const double flops = 4.0 * d.b * d.s_local * d.s * d.h / d.t * kCausalFraction;
+    const double rate = device.PeakFlops(core_precision) * device.attention_efficiency;
+    out.forward = flops / rate + launch;
+    out.backward = kFlashBackwardRatio * flops / (kFlashBackwardEfficiency * rate) + launch;
+    return out;
+  }
+  const double batch = d.b * heads;
+  const double scores = batch * d.s_local * d.s;
+  const double s_local = d.s_local, s = d.s, head_dim = d.head_dim;
+  out.forward = GemmSeconds(device, s_local, s, head_dim, batch, core_precision) +
+                GemmSeconds(device, s_local, head_dim, s, batch, core_precision);
+  out.backward = GemmSeconds(device, s_local, head_dim, s, batch, core_precision) +  // dQ
+                 GemmSeconds(device, s, head_dim, s_local, batch, core_precision) +  // dK
+                 GemmSeconds(device, s_local, s, head_dim, batch, core_precision) +  // dP
+                 GemmSeconds(device, s, head_dim, s_local, batch, core_precision);   // dV
+  // Fused scale-mask-softmax (read + write the scores), dropout (read, write output and
+  // the 1-byte mask); the backward reads the saved tensors and the incoming gradient.
+  const double softmax_bytes = 2.0 * d.e * scores + d.mask * (2.0 * d.e + 1.0) * scores;
+  out.forward += StreamSeconds(device, softmax_bytes) + (1 + d.mask) * launch;
+  out.backward += StreamSeconds(device, 1.5 * softmax_bytes + d.e * scores) + (1 + d.mask) * launch;
+  return out;
+}
+
+// Memory-bound kernels outside the core: two norms (read + write), two fused
+// bias-dropout-residual adds (read two, write one, mask), the activation function, RoPE;
+// with the FP8 casts.
+PassSeconds ElementwiseTimes(const LayerDims& d, const ModelSpec& model, const PassBytes& fp8,
+                             const DeviceProfile& device) {
+  const double launch = device.kernel_launch_s;
+  const double x_sp = d.tokens * d.h / d.sp;
+  double elementwise = 2.0 * (2.0 * d.e * x_sp) + 2.0 * ((3.0 * d.e + d.mask) * x_sp) +
+                       d.e * d.tokens * d.fc1_width / d.t + d.e * d.tokens * d.f / d.t;
+  int kernels = 6;
+  if (model.position_embedding == PositionEmbedding::kRope) {
+    elementwise += 2.0 * d.e * d.tokens * (d.h + d.h * d.g / d.a) / d.t;
+    kernels += 1;
+  }
+  PassSeconds out;
+  out.forward = StreamSeconds(device, elementwise + fp8.forward) + kernels * launch;
+  // Backward kernels read the saved input and the incoming gradient and write a gradient:
+  // norms and activation functions move 3 tensors against the forward's 2, the fused
+  // dropout-add backward 2-3 against 4: about 1.5x the forward traffic.
+  out.backward = StreamSeconds(device, 1.5 * elementwise + fp8.backward) + 2 * kernels * launch;
+  return out;
+}
+
+// Tensor-parallel communication of [s, b, h] activations, with what the GEMMs hide of it
+// (which slows them by the device's overlap slowdown).
+void AddTensorParallelComm(const LayerDims& d, const LinearTimes& l, const ModelSpec& model,
+                           const TrainingSpec& training, const ParallelConfig& config,
+                           const DeviceProfile& device, int64_t gpus_per_node, LayerTime& out) {
+  if (config.tp <= 1) return;
+  const double slowdown = device.comm_overlap_slowdown;
+  const Link link = GroupLink(device, config.tp, 1, gpus_per_node);
+  const double bytes = d.tokens * d.h * d.e;
+  if (!config.sequence_parallel) {
+    const double ar = AllReduceSeconds(bytes, config.tp, link);
+    out.forward_tp_comm = 2.0 * ar;  // After the projection and after FC2.
+    // Input-gradient all-reduce of QKV and FC1, overlapped with their weight gradient.
+    out.backward_tp_comm = Exposed(ar, l.wgrad_qkv) + Exposed(ar, l.wgrad_fc1);
+    out.backward_compute += slowdown * (Hidden(ar, l.wgrad_qkv) + Hidden(ar, l.wgrad_fc1));
+    return;
+  }
+  const double ag = AllGatherSeconds(bytes, config.tp, link);
+  const double rs = ReduceScatterSeconds(bytes, config.tp, link);
+  if (config.tp_comm_overlap) {
+    // Transformer Engine userbuffers: each all-gather / reduce-scatter is split into
+    // t chunks pipelined with the GEMM that consumes / produces it.
+    out.forward_tp_comm = Exposed(ag, l.qkv_fwd) + Exposed(rs, l.proj_fwd) +
+                          Exposed(ag, l.fc1_fwd) + Exposed(rs, l.fc2_fwd);
+    out.forward_compute += slowdown * (Hidden(ag, l.qkv_fwd) + Hidden(rs, l.proj_fwd) +
+                                       Hidden(ag, l.fc1_fwd) + Hidden(rs, l.fc2_fwd));
+    out.backward_tp_comm = Exposed(ag, l.dgrad_proj) + Exposed(ag, l.dgrad_fc2);
+    out.backward_compute += slowdown * (Hidden(ag, l.dgrad_proj) + Hidden(ag, l.dgrad_fc2));
+  } else {
+    // Forward: all-gather before QKV and FC1, reduce-scatter after projection and FC2.
+    out.forward_tp_comm = 2.0 * (ag + rs);
+    // Backward: all-gather of the output gradient before the row-parallel layers.
+    out.backward_tp_comm = 2.0 * ag;
+  }
+  // For the column-parallel layers the input is gathered again during the data-gradient
+  // GEMM and the input gradient reduce-scattered during the weight-gradient GEMM.
+  out.backward_tp_comm += Exposed(ag, l.dgrad_qkv) + Exposed(ag, l.dgrad_fc1) +
+                          Exposed(rs, l.wgrad_qkv) + Exposed(rs, l.wgrad_fc1);
+  out.backward_compute += slowdown * (Hidden(ag, l.dgrad_qkv) + Hidden(ag, l.dgrad_fc1) +
+                                      Hidden(rs, l.wgrad_qkv) + Hidden(rs, l.wgrad_fc1));
+  // The two norms' weights (and LayerNorm's biases) are replicated over TP: their
+  // gradients are all-reduced once per step.
+  const double norm_params = (model.normalization == Normalization::kLayerNorm ? 4.0 : 2.0) * d.h;
+  out.grad_sync_tp_comm =
+      AllReduceSeconds(norm_params * GradBytes(training.precision), config.tp, link);
+}
+
+// Context parallelism: ring exchange of K and V blocks (c - 1 steps), hidden behind the
+// attention of the block already held; the backward also returns dK and dV.
+void AddContextParallelComm(const LayerDims& d, const PassSeconds& core,
+                            const ParallelConfig& config, const DeviceProfile& device,
+                            int64_t gpus_per_node, LayerTime& out) {
+  if (config.cp <= 1) return;
+  const double slowdown = device.comm_overlap_slowdown;
+  const Link link = GroupLink(device, config.cp, config.tp, gpus_per_node);
+  const double kv_bytes = 2.0 * d.tokens * (d.h * d.g / d.a) / d.t * d.e;
+  const double steps = d.c - 1.0;
+  const double fwd = steps * SendRecvSeconds(kv_bytes, link);
+  out.forward_cp_comm = Exposed(fwd, core.forward * steps / d.c);
+  out.backward_cp_comm = Exposed(2.0 * fwd, core.backward * steps / d.c);
+  out.forward_compute += slowdown * Hidden(fwd, core.forward * steps / d.c);
+  out.backward_compute += slowdown * Hidden(2.0 * fwd, core.backward * steps / d.c);
+}
+
+// ---- EstimateIteration's phases -----------------------------------------------------------
+
+// Fraction of stage r's layers that are recomputed (full recompute of some layers).
+double RecomputeFraction(const ParallelConfig& config, int64_t L, int64_t r) {
+  if (config.recompute != Recompute::kFull || config.recompute_num_layers == 0) return 1.0;
+  return std::min(1.0, static_cast<double>(config.recompute_num_layers) /
+                           static_cast<double>(config.LayersOnStage(L, r)));
+}
+
+// The pipeline's per-chunk forward and backward times, with the edges and the
+// point-to-point transfers.
+struct Pipeline {
+  PipelineInput input;
+  double p2p = 0;          ///< One activation (or gradient) transfer between stages.
+  bool async_p2p = false;  ///< Transfers posted asynchronously (interleaved, overlapped).
+};
+
+Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
+                       const DeviceProfile& device, const LayerTime& layer, const EdgeTime& edge) {
+  const ModelSpec& model = spec.model;
+  const TrainingSpec& training = spec.training;
+  const int64_t p = config.pp, v = config.vp;
+  const int64_t L = model.num_layers;
+  Pipeline out;
+  PipelineInput& pipe = out.input;
+  pipe.stages = p;
+  pipe.chunks = v;
+  pipe.micro_batches = config.NumMicroBatches(training);
+  pipe.forward.resize(static_cast<size_t>(p * v));
+  pipe.backward.resize(static_cast<size_t>(p * v));
+  for (int64_t r = 0; r < p; ++r) {
+    const double layer_backward =
+        layer.Backward() -
+        (1.0 - RecomputeFraction(config, L, r)) * (layer.recompute + layer.recompute_tp_comm);
+    for (int64_t j = 0; j < v; ++j) {
+      const double layers = static_cast<double>(config.LayersInChunk(L, r, j));
+      pipe.forward[r * v + j] = layers * layer.Forward();
+      pipe.backward[r * v + j] = layers * layer_backward;
+    }
+  }
+  pipe.forward[0] += edge.embedding_forward;
+  pipe.backward[0] += edge.embedding_backward;
+  pipe.forward[p * v - 1] += edge.logits_forward;
+  pipe.backward[p * v - 1] += edge.logits_backward;
+  const double tokens = static_cast<double>(config.micro_batch_size) *
+                        static_cast<double>(training.seq_length) / static_cast<double>(config.cp);
+  // Megatron sends 1/t of the activation per TP rank (scatter-gather optimisation, or SP).
+  const double p2p_bytes = tokens * model.hidden_size * ElementBytes(training.precision) /
+                           static_cast<double>(config.tp);
+  const Link p2p_link =
+      GroupLink(device, 2, config.tp * config.cp * config.dp, spec.cluster.gpus_per_node);
+  out.p2p = p > 1 ? SendRecvSeconds(p2p_bytes, p2p_link) : 0.0;
+  // 1F1B's sends and receives are blocking (batched isend/irecv, then wait): every chunk
+  // that passes an activation or a gradient on is busy for the transfer. The interleaved
+  // schedule with overlap_p2p_comm posts them asynchronously: they only delay the receiver.
+  out.async_p2p = v > 1 && config.overlap_p2p_comm;
+  for (int64_t r = 0; r < p && p > 1 && !out.async_p2p; ++r) {
+    for (int64_t j = 0; j < v; ++j) {
+      if (!(r == p - 1 && j == v - 1)) pipe.forward[r * v + j] += out.p2p;
+      if (!(r == 0 && j == 0)) pipe.backward[r * v + j] += out.p2p;
+    }
+  }
+  pipe.p2p_s = out.async_p2p ? out.p2p : 0.0;
+  pipe.max_simulated_micro_batches = 4 * p;
+  return out;
+}
+
+// When each stage finishes its last backward: simulated, or from the closed-form makespan.
+absl::StatusOr<std::vector<double>> StageFinishTimes(const PipelineInput& pipe, PipelineMode mode) {
+  const int64_t p = pipe.stages, v = pipe.chunks;
+  std::vector<double> finish(static_cast<size_t>(p), 0.0);
+  if (mode == PipelineMode::kSimulated) {
+    absl::StatusOr<PipelineResult> sim = SimulatePipeline(pipe);
+    if (!sim.ok()) return sim.status();
+    return sim->stage_finish;
+  }
+  const double makespan = PipelineClosedForm(pipe);
+  for (int64_t r = 0; r < p; ++r) {
+    double per = 0;
+    for (int64_t j = 0; j < v; ++j) per += pipe.forward[r * v + j] + pipe.backward[r * v + j];
+    // Stage r finishes its last backward about r slots before stage 0.
+    finish[r] = makespan - static_cast<double>(r) * (per / static_cast<double>(v) + pipe.p2p_s);
+  }
+  return finish;
+}
+
+// The stage that ends the iteration, and what it spent after its last backward.
+struct CriticalStage {
+  double end = 0;  ///< When its optimizer step ends (the iteration, before tied sync).
+  int64_t stage = 0;
+  double dp_exposed = 0;  ///< Data-parallel reduce (and gather) not hidden.
+  double optimizer = 0;
+  double tp_sync = 0;  ///< The SP-replicated norm gradients' TP all-reduce.
+};
+
+// Data-parallel gradient reduce over the DP x CP group (TP/CP innermost): all-reduce, or
+// reduce-scatter plus parameter all-gather with the distributed optimizer. Buckets are
+// reduced while the last micro-batch's backward runs; the last bucket is exposed.
+double ExposedDataParallelSeconds(const ParallelConfig& config, const DeviceProfile& device,
+                                  const PipelineInput& pipe, int64_t r, double params, double e,
+                                  double grad_bytes, const Link& dp_link,
+                                  const MeasuredTerms* measured) {
+  const int64_t dp_group = config.dp * config.cp;
+  if (dp_group <= 1) return 0;
+  const int64_t v = config.vp;
+  auto reduce = [&](double count) {
+    if (measured != nullptr && measured->dp_reduce_seconds) {
+      return measured->dp_reduce_seconds(count * grad_bytes);
+    }
+    return config.distributed_optimizer
+               ? ReduceScatterSeconds(count * grad_bytes, dp_group, dp_link)
+               : AllReduceSeconds(count * grad_bytes, dp_group, dp_link);
+  };
+  auto gather = [&](double count) {
+    if (measured != nullptr && measured->dp_gather_seconds) {
+      return measured->dp_gather_seconds(count * e);
+    }
+    return AllGatherSeconds(count * e, dp_group, dp_link);
+  };
+  const double bucket = std::min(params, kGradBucketParams);
+  double window = 0;
+  for (int64_t j = 0; j < v; ++j) window += pipe.backward[r * v + j];
+  const double total = reduce(params);
+  if (!config.overlap_grad_reduce) {
+    return total + (config.distributed_optimizer ? gather(params) : 0.0);
+  }
+  double exposed = std::max(reduce(bucket), total - window) +
+                   device.comm_overlap_slowdown * Hidden(total - reduce(bucket), window);
+  if (config.distributed_optimizer) {
+    // Parameter all-gather overlapped with the next forward except its first bucket.
+    exposed += gather(bucket);
+  }
+  return exposed;
+}
+
+// Each stage's end: its last backward, its TP gradient sync, its exposed DP reduce and its
+// optimizer step; the latest one is critical.
+CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& config,
+                                const DeviceProfile& device, const LayerTime& layer,
+                                const PipelineInput& pipe, const std::vector<double>& finish,
+                                const MeasuredTerms* measured) {
+  const ModelSpec& model = spec.model;
+  const int64_t p = config.pp;
+  const int64_t L = model.num_layers;
+  const int64_t dp_group = config.dp * config.cp;
+  const Link dp_link = GroupLink(device, dp_group, config.tp, spec.cluster.gpus_per_node);
+  const double grad_bytes = GradBytes(spec.training.precision);
+  const double e = ElementBytes(spec.training.precision);
+  CriticalStage out;
+  for (int64_t r = 0; r < p; ++r) {
+    const double params = StageParamsPerGpu(model, config, r);
+    // The SP-replicated norm gradients, once per step; the last stage's final norm is one
+    // more norm of the same shape (half a layer's two).
+    const double sync = layer.grad_sync_tp_comm * (static_cast<double>(config.LayersOnStage(L, r)) +
+                                                   (r == p - 1 ? 0.5 : 0.0));
+    const double exposed = ExposedDataParallelSeconds(config, device, pipe, r, params, e,
+                                                      grad_bytes, dp_link, measured);
+    const double shards = config.distributed_optimizer ? static_cast<double>(dp_group) : 1.0;
+    const double step = measured != nullptr && measured->optimizer_seconds_per_param > 0
+                            ? measured->optimizer_seconds_per_param * params / shards
+                            : StreamSeconds(device, kOptimizerBytesPerParam * params / shards) +
+                                  20 * device.kernel_launch_s;
+    const double end = finish[r] + sync + exposed + step;
+    if (end > out.end) out = {end, r, exposed, step, sync};
+  }
+  return out;
+}
+
+// Tied embeddings split over the first and last stage: their gradients are all-reduced
+// between the two before the optimizer step.
+double TiedEmbeddingSyncSeconds(const JobSpec& spec, const ParallelConfig& config,
+                                const DeviceProfile& device) {
+  const ModelSpec& model = spec.model;
+  const int64_t p = config.pp;
+  if (!model.tie_embeddings || p <= 1) return 0;
+  const double bytes = static_cast<double>(PaddedVocab(model, config.tp)) * model.hidden_size /
+                       static_cast<double>(config.tp) * GradBytes(spec.training.precision);
+  return AllReduceSeconds(bytes, 2,
+                          GroupLink(device, 2, (p - 1) * config.tp * config.cp * config.dp,
+                                    spec.cluster.gpus_per_node));
+}
+
+// The iteration split by cause, per micro-batch on the critical stage times the
+// micro-batches, plus its once-per-step parts; the rest is pipeline transfer and bubble.
+TimeBreakdown SplitByCause(const ParallelConfig& config, int64_t L, const LayerTime& layer,
+                           const EdgeTime& edge, const Pipeline& pipeline,
+                           const CriticalStage& critical, double embedding_sync, double iteration) {
+  const int64_t p = config.pp, v = config.vp;
+  const double mb = static_cast<double>(pipeline.input.micro_batches);
+  const double p2p = pipeline.p2p;
+  const double layers = static_cast<double>(config.LayersOnStage(L, critical.stage));
+  const double recompute_fraction = RecomputeFraction(config, L, critical.stage);
+  double compute = layers * (layer.forward_compute + layer.backward_compute +
+                             recompute_fraction * layer.recompute);
+  const double tp = layers * (layer.forward_tp_comm + layer.backward_tp_comm +
+                              recompute_fraction * layer.recompute_tp_comm);
+  const double cp = layers * (layer.forward_cp_comm + layer.backward_cp_comm);
+  if (critical.stage == 0) compute += edge.embedding_forward + edge.embedding_backward;
+  if (critical.stage == p - 1) compute += edge.logits_forward + edge.logits_backward;
+  TimeBreakdown out;
+  out.compute = mb * compute;
+  out.tp_comm = mb * tp + critical.tp_sync;
+  out.cp_comm = mb * cp;
+  out.dp_comm = critical.dp_exposed + embedding_sync;
+  out.optimizer = critical.optimizer;
+  const double pipeline_rest = std::max(
+      0.0, iteration - out.compute - out.tp_comm - out.cp_comm - out.dp_comm - out.optimizer);
+  const double sends =
+      2.0 * static_cast<double>(v) - ((critical.stage == 0 || critical.stage == p - 1) ? 1.0 : 0.0);
+  out.pp_p2p = std::min(
+      pipeline_rest, p > 1 ? (pipeline.async_p2p ? 2.0 * (p - 1) * p2p : mb * sends * p2p) : 0.0);
+  out.pp_bubble = pipeline_rest - out.pp_p2p;
+  return out;
+}
+
+// What limits the layout, in words: a large bubble, exposed TP communication or gradient
+// sync.
+std::vector<std::string> LimitNotes(const TimeBreakdown& time, double iteration, int64_t m,
+                                    int64_t p, int64_t v) {
+  std::vector<std::string> notes;
+  auto share = [&](double x) { return 100.0 * x / iteration; };
+  if (time.pp_bubble > 0.1 * iteration) {
+    notes.push_back(
+        absl::StrFormat("pipeline bubble is %.0f%% of the iteration (m = %d, p = %d, v = %d)",
+                        share(time.pp_bubble), m, p, v));
+  }
+  if (time.tp_comm > 0.1 * iteration) {
+    notes.push_back(absl::StrFormat("exposed TP communication is %.0f%% of the iteration",
+                                    share(time.tp_comm)));
+  }
+  if (time.dp_comm > 0.05 * iteration) {
+    notes.push_back(
+        absl::StrFormat("exposed gradient sync is %.0f%% of the iteration", share(time.dp_comm)));
+  }
+  return notes;
+}
+
 }  // namespace
 
 LayerTime EstimateLayerTime(const ModelSpec& model, const TrainingSpec& training,
                             const ParallelConfig& config, const DeviceProfile& device,
                             int64_t gpus_per_node) {
-  const double t = static_cast<double>(config.tp);
-  const double c = static_cast<double>(config.cp);
-  const double b = static_cast<double>(config.micro_batch_size);
-  const double s = static_cast<double>(training.seq_length);
-  const double s_local = s / c;
-  const double h = static_cast<double>(model.hidden_size);
-  const double a = static_cast<double>(model.num_attention_heads);
-  const double g = static_cast<double>(QueryGroups(model));
-  const double f = static_cast<double>(model.ffn_hidden_size);
-  const double head_dim = h / a;
-  const double tokens = b * s_local;  // Rows of every linear layer on this rank.
-  const double e = ElementBytes(training.precision);
-  const double mask = training.dropout ? 1.0 : 0.0;
-  const double sp = config.sequence_parallel ? t : 1.0;
-  const Precision linear_precision = training.precision;
-  const Precision core_precision = CorePrecision(training.precision);
-  const double fc1_width = model.activation == Activation::kSwiglu ? 2.0 * f : f;
-  const double launch = device.kernel_launch_s;
-  const double slowdown = device.comm_overlap_slowdown;
+  const LayerDims d = DimsOf(model, training, config);
+  const LinearTimes linear = LinearLayerTimes(d, device, training.precision);
+  const PassBytes fp8 = Fp8CastBytes(d, linear, training, device);
+  const PassSeconds core = AttentionCoreTimes(d, training, device);
+  const PassSeconds elementwise = ElementwiseTimes(d, model, fp8, device);
 
   LayerTime out;
-  // Linear layers: QKV and FC1 are column-parallel, projection and FC2 row-parallel.
-  const Gemm qkv{tokens, (h + 2.0 * h * g / a) / t, h};
-  const Gemm proj{tokens, h, h / t};
-  const Gemm fc1{tokens, fc1_width / t, h};
-  const Gemm fc2{tokens, h, f / t};
-  double linear_fwd = 0, dgrad = 0, wgrad_qkv = 0, wgrad_fc1 = 0, wgrad_rest = 0;
-  double dgrad_qkv = 0, dgrad_fc1 = 0;
-  const double qkv_fwd = GemmSeconds(device, qkv.m, qkv.n, qkv.k, 1, linear_precision);
-  const double proj_fwd = GemmSeconds(device, proj.m, proj.n, proj.k, 1, linear_precision);
-  const double fc1_fwd = GemmSeconds(device, fc1.m, fc1.n, fc1.k, 1, linear_precision);
-  const double fc2_fwd = GemmSeconds(device, fc2.m, fc2.n, fc2.k, 1, linear_precision);
-  linear_fwd = qkv_fwd + proj_fwd + fc1_fwd + fc2_fwd;
-  // Backward: data gradient [m x n] x [n x k], weight gradient [k x m] x [m x n].
-  dgrad_qkv = GemmSeconds(device, qkv.m, qkv.k, qkv.n, 1, linear_precision);
-  dgrad_fc1 = GemmSeconds(device, fc1.m, fc1.k, fc1.n, 1, linear_precision);
-  const double dgrad_proj = GemmSeconds(device, proj.m, proj.k, proj.n, 1, linear_precision);
-  const double dgrad_fc2 = GemmSeconds(device, fc2.m, fc2.k, fc2.n, 1, linear_precision);
-  dgrad = dgrad_qkv + dgrad_fc1 + dgrad_proj + dgrad_fc2;
-  wgrad_qkv = GemmSeconds(device, qkv.k, qkv.n, qkv.m, 1, linear_precision);
-  wgrad_fc1 = GemmSeconds(device, fc1.k, fc1.n, fc1.m, 1, linear_precision);
-  wgrad_rest = GemmSeconds(device, proj.k, proj.n, proj.m, 1, linear_precision) +
-               GemmSeconds(device, fc2.k, fc2.n, fc2.m, 1, linear_precision);
-
-  // FP8 (Transformer Engine): casts of the linear inputs (read 16-bit, write 1 byte) in
-  // the forward; in the backward the output gradients are cast and transposed (write two
-  // FP8 copies) and the saved FP8 inputs transposed for the weight gradient.
-  double fp8_fwd_bytes = 0, fp8_bwd_bytes = 0;
-  if (training.precision == Precision::kFp8 && device.peak_fp8_tflops > 0) {
-    for (const Gemm& gm : {qkv, proj, fc1, fc2}) {
-      fp8_fwd_bytes += (e + 1.0) * gm.m * gm.k;
-      fp8_bwd_bytes += (e + 2.0) * gm.m * gm.n + 2.0 * gm.m * gm.k;
-    }
-  }
-
-  // Attention core, per rank: a/t heads, s_local queries against s keys.
-  const double heads = a / t;
-  double core_fwd = 0, core_bwd = 0;
-  if (training.flash_attention) {
-    const double flops = 4.0 * b * s_local * s * h / t * kCausalFraction;
-    const double rate = device.PeakFlops(core_precision) * device.attention_efficiency;
-    core_fwd = flops / rate + launch;
-    core_bwd = kFlashBackwardRatio * flops / (kFlashBackwardEfficiency * rate) + launch;
-  } else {
-    const double batch = b * heads;
-    const double scores = batch * s_local * s;
-    core_fwd = GemmSeconds(device, s_local, s, head_dim, batch, core_precision) +
-               GemmSeconds(device, s_local, head_dim, s, batch, core_precision);
-    core_bwd = GemmSeconds(device, s_local, head_dim, s, batch, core_precision) +  // dQ
-               GemmSeconds(device, s, head_dim, s_local, batch, core_precision) +  // dK
-               GemmSeconds(device, s_local, s, head_dim, batch, core_precision) +  // dP
-               GemmSeconds(device, s, head_dim, s_local, batch, core_precision);   // dV
-    // Fused scale-mask-softmax (read + write the scores), dropout (read, write output and
-    // the 1-byte mask); the backward reads the saved tensors and the incoming gradient.
-    const double softmax_bytes = 2.0 * e * scores + mask * (2.0 * e + 1.0) * scores;
-    core_fwd += StreamSeconds(device, softmax_bytes) + (1 + mask) * launch;
-    core_bwd += StreamSeconds(device, 1.5 * softmax_bytes + e * scores) + (1 + mask) * launch;
-  }
-  out.attention_forward = core_fwd;
-
-  // Memory-bound kernels outside the core: two norms (read + write), two fused
-  // bias-dropout-residual adds (read two, write one, mask), the activation function, RoPE.
-  const double x_sp = tokens * h / sp;
-  double elementwise = 2.0 * (2.0 * e * x_sp) + 2.0 * ((3.0 * e + mask) * x_sp) +
-                       e * tokens * fc1_width / t + e * tokens * f / t;
-  int kernels = 6;
-  if (model.position_embedding == PositionEmbedding::kRope) {
-    elementwise += 2.0 * e * tokens * (h + h * g / a) / t;
-    kernels += 1;
-  }
-  const double elementwise_fwd = StreamSeconds(device, elementwise + fp8_fwd_bytes) + kernels * launch;
-  // Backward kernels read the saved input and the incoming gradient and write a gradient:
-  // norms and activation functions move 3 tensors against the forward's 2, the fused
-  // dropout-add backward 2-3 against 4: about 1.5x the forward traffic.
-  const double elementwise_bwd =
-      StreamSeconds(device, 1.5 * elementwise + fp8_bwd_bytes) + 2 * kernels * launch;
-
-  out.forward_compute = linear_fwd + core_fwd + elementwise_fwd;
-  out.backward_compute = dgrad + wgrad_qkv + wgrad_fc1 + wgrad_rest + core_bwd + elementwise_bwd;
-
-  // Tensor-parallel communication of [s, b, h] activations.
-  if (config.tp > 1) {
-    const Link link = GroupLink(device, config.tp, 1, gpus_per_node);
-    const double bytes = tokens * h * e;
-    if (config.sequence_parallel) {
-      const double ag = AllGatherSeconds(bytes, config.tp, link);
-      const double rs = ReduceScatterSeconds(bytes, config.tp, link);
-      if (config.tp_comm_overlap) {
-        // Transformer Engine userbuffers: each all-gather / reduce-scatter is split into
-        // t chunks pipelined with the GEMM that consumes / produces it.
-        out.forward_tp_comm = Exposed(ag, qkv_fwd) + Exposed(rs, proj_fwd) +
-                              Exposed(ag, fc1_fwd) + Exposed(rs, fc2_fwd);
-        out.forward_compute += slowdown * (Hidden(ag, qkv_fwd) + Hidden(rs, proj_fwd) +
-                                           Hidden(ag, fc1_fwd) + Hidden(rs, fc2_fwd));
-        out.backward_tp_comm = Exposed(ag, dgrad_proj) + Exposed(ag, dgrad_fc2);
-        out.backward_compute += slowdown * (Hidden(ag, dgrad_proj) + Hidden(ag, dgrad_fc2));
-      } else {
-        // Forward: all-gather before QKV and FC1, reduce-scatter after projection and FC2.
-        out.forward_tp_comm = 2.0 * (ag + rs);
-        // Backward: all-gather of the output gradient before the row-parallel layers.
-        out.backward_tp_comm = 2.0 * ag;
-      }
-      // For the column-parallel layers the input is gathered again during the data-gradient
-      // GEMM and the input gradient reduce-scattered during the weight-gradient GEMM.
-      out.backward_tp_comm += Exposed(ag, dgrad_qkv) + Exposed(ag, dgrad_fc1) +
-                              Exposed(rs, wgrad_qkv) + Exposed(rs, wgrad_fc1);
-      out.backward_compute += slowdown * (Hidden(ag, dgrad_qkv) + Hidden(ag, dgrad_fc1) +
-                                          Hidden(rs, wgrad_qkv) + Hidden(rs, wgrad_fc1));
-      // The two norms' weights (and LayerNorm's biases) are replicated over TP: their
-      // gradients are all-reduced once per step.
-      const double norm_params =
-          (model.normalization == Normalization::kLayerNorm ? 4.0 : 2.0) * h;
-      out.grad_sync_tp_comm =
-          AllReduceSeconds(norm_params * GradBytes(training.precision), config.tp, link);
-    } else {
-      const double ar = AllReduceSeconds(bytes, config.tp, link);
-      out.forward_tp_comm = 2.0 * ar;  // After the projection and after FC2.
-      // Input-gradient all-reduce of QKV and FC1, overlapped with their weight gradient.
-      out.backward_tp_comm = Exposed(ar, wgrad_qkv) + Exposed(ar, wgrad_fc1);
-      out.backward_compute += slowdown * (Hidden(ar, wgrad_qkv) + Hidden(ar, wgrad_fc1));
-    }
-  }
-  // Context parallelism: ring exchange of K and V blocks (c - 1 steps), hidden behind the
-  // attention of the block already held; the backward also returns dK and dV.
-  if (config.cp > 1) {
-    const Link link = GroupLink(device, config.cp, config.tp, gpus_per_node);
-    const double kv_bytes = 2.0 * tokens * (h * g / a) / t * e;
-    const double steps = c - 1.0;
-    const double fwd = steps * SendRecvSeconds(kv_bytes, link);
-    out.forward_cp_comm = Exposed(fwd, core_fwd * steps / c);
-    out.backward_cp_comm = Exposed(2.0 * fwd, core_bwd * steps / c);
-    out.forward_compute += slowdown * Hidden(fwd, core_fwd * steps / c);
-    out.backward_compute += slowdown * Hidden(2.0 * fwd, core_bwd * steps / c);
-  }
+  out.attention_forward = core.forward;
+  out.forward_compute = linear.Forward() + core.forward + elementwise.forward;
+  out.backward_compute = linear.DataGradient() + linear.wgrad_qkv + linear.wgrad_fc1 +
+                         linear.wgrad_rest + core.backward + elementwise.backward;
+  AddTensorParallelComm(d, linear, model, training, config, device, gpus_per_node, out);
+  AddContextParallelComm(d, core, config, device, gpus_per_node, out);
   switch (config.recompute) {
     case Recompute::kFull:
       out.recompute = out.forward_compute + out.forward_cp_comm;
       out.recompute_tp_comm = out.forward_tp_comm;
       break;
     case Recompute::kSelective:
-      out.recompute = core_fwd;
+      out.recompute = core.forward;
       break;
     case Recompute::kNone:
       break;
@@ -277,191 +587,19 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
                                                     const LayerTime& layer, const EdgeTime& edge,
                                                     PipelineMode mode,
                                                     const MeasuredTerms* measured) {
-  const ModelSpec& model = spec.model;
-  const TrainingSpec& training = spec.training;
-  const int64_t n = spec.cluster.gpus_per_node;
-  const int64_t p = config.pp, v = config.vp;
-  const int64_t m = config.NumMicroBatches(training);
-  const double t = static_cast<double>(config.tp);
-  const double e = ElementBytes(training.precision);
-  const int64_t L = model.num_layers;
-
-  // Fraction of a stage's layers that are recomputed (full recompute of some layers).
-  auto recompute_fraction_on = [&](int64_t r) {
-    if (config.recompute != Recompute::kFull || config.recompute_num_layers == 0) return 1.0;
-    return std::min(1.0, static_cast<double>(config.recompute_num_layers) /
-                             static_cast<double>(config.LayersOnStage(L, r)));
-  };
-
-  PipelineInput pipe;
-  pipe.stages = p;
-  pipe.chunks = v;
-  pipe.micro_batches = m;
-  pipe.forward.resize(static_cast<size_t>(p * v));
-  pipe.backward.resize(static_cast<size_t>(p * v));
-  for (int64_t r = 0; r < p; ++r) {
-    const double layer_backward =
-        layer.Backward() -
-        (1.0 - recompute_fraction_on(r)) * (layer.recompute + layer.recompute_tp_comm);
-    for (int64_t j = 0; j < v; ++j) {
-      const double layers = static_cast<double>(config.LayersInChunk(L, r, j));
-      pipe.forward[r * v + j] = layers * layer.Forward();
-      pipe.backward[r * v + j] = layers * layer_backward;
-    }
-  }
-  pipe.forward[0] += edge.embedding_forward;
-  pipe.backward[0] += edge.embedding_backward;
-  pipe.forward[p * v - 1] += edge.logits_forward;
-  pipe.backward[p * v - 1] += edge.logits_backward;
-  const double tokens = static_cast<double>(config.micro_batch_size) *
-                        static_cast<double>(training.seq_length) / static_cast<double>(config.cp);
-  // Megatron sends 1/t of the activation per TP rank (scatter-gather optimisation, or SP).
-  const double p2p_bytes = tokens * model.hidden_size * e / t;
-  const Link p2p_link = GroupLink(device, 2, config.tp * config.cp * config.dp, n);
-  const double p2p = p > 1 ? SendRecvSeconds(p2p_bytes, p2p_link) : 0.0;
-  // 1F1B's sends and receives are blocking (batched isend/irecv, then wait): every chunk
-  // that passes an activation or a gradient on is busy for the transfer. The interleaved
-  // schedule with overlap_p2p_comm posts them asynchronously: they only delay the receiver.
-  const bool async_p2p = v > 1 && config.overlap_p2p_comm;
-  for (int64_t r = 0; r < p && p > 1 && !async_p2p; ++r) {
-    for (int64_t j = 0; j < v; ++j) {
-      if (!(r == p - 1 && j == v - 1)) pipe.forward[r * v + j] += p2p;
-      if (!(r == 0 && j == 0)) pipe.backward[r * v + j] += p2p;
-    }
-  }
-  pipe.p2p_s = async_p2p ? p2p : 0.0;
-  pipe.max_simulated_micro_batches = 4 * p;
-
-  std::vector<double> finish(static_cast<size_t>(p), 0.0);
-  if (mode == PipelineMode::kSimulated) {
-    absl::StatusOr<PipelineResult> sim = SimulatePipeline(pipe);
-    if (!sim.ok()) return sim.status();
-    finish = sim->stage_finish;
-  } else {
-    const double makespan = PipelineClosedForm(pipe);
-    for (int64_t r = 0; r < p; ++r) {
-      double per = 0;
-      for (int64_t j = 0; j < v; ++j) per += pipe.forward[r * v + j] + pipe.backward[r * v + j];
-      // Stage r finishes its last backward about r slots before stage 0.
-      finish[r] = makespan - static_cast<double>(r) * (per / static_cast<double>(v) + pipe.p2p_s);
-    }
-  }
-
-  // Data-parallel gradient reduce over the DP x CP group (TP/CP innermost): all-reduce, or
-  // reduce-scatter plus parameter all-gather with the distributed optimizer. Buckets are
-  // reduced while the last micro-batch's backward runs; the last bucket is exposed.
-  const int64_t dp_group = config.dp * config.cp;
-  const Link dp_link = GroupLink(device, dp_group, config.tp, n);
-  const double grad_bytes = GradBytes(training.precision);
-  double iteration = 0, dp_on_critical = 0, optimizer = 0, sync_on_critical = 0;
-  int64_t critical = 0;
-  for (int64_t r = 0; r < p; ++r) {
-    const double params = StageParamsPerGpu(model, config, r);
-    // The SP-replicated norm gradients, once per step; the last stage's final norm is one
-    // more norm of the same shape (half a layer's two).
-    const double sync =
-        layer.grad_sync_tp_comm * (static_cast<double>(config.LayersOnStage(L, r)) +
-                                   (r == p - 1 ? 0.5 : 0.0));
-    double exposed = 0;
-    if (dp_group > 1) {
-      auto reduce = [&](double count) {
-        if (measured != nullptr && measured->dp_reduce_seconds) {
-          return measured->dp_reduce_seconds(count * grad_bytes);
-        }
-        return config.distributed_optimizer
-                   ? ReduceScatterSeconds(count * grad_bytes, dp_group, dp_link)
-                   : AllReduceSeconds(count * grad_bytes, dp_group, dp_link);
-      };
-      auto gather = [&](double count) {
-        if (measured != nullptr && measured->dp_gather_seconds) {
-          return measured->dp_gather_seconds(count * e);
-        }
-        return AllGatherSeconds(count * e, dp_group, dp_link);
-      };
-      const double bucket = std::min(params, kGradBucketParams);
-      double window = 0;
-      for (int64_t j = 0; j < v; ++j) window += pipe.backward[r * v + j];
-      const double total = reduce(params);
-      if (config.overlap_grad_reduce) {
-        exposed = std::max(reduce(bucket), total - window) +
-                  device.comm_overlap_slowdown * Hidden(total - reduce(bucket), window);
-        if (config.distributed_optimizer) {
-          // Parameter all-gather overlapped with the next forward except its first bucket.
-          exposed += gather(bucket);
-        }
-      } else {
-        exposed = total + (config.distributed_optimizer ? gather(params) : 0.0);
-      }
-    }
-    const double shards = config.distributed_optimizer ? static_cast<double>(dp_group) : 1.0;
-    const double step =
-        measured != nullptr && measured->optimizer_seconds_per_param > 0
-            ? measured->optimizer_seconds_per_param * params / shards
-            : StreamSeconds(device, kOptimizerBytesPerParam * params / shards) +
-                  20 * device.kernel_launch_s;
-    const double end = finish[r] + sync + exposed + step;
-    if (end > iteration) {
-      iteration = end;
-      critical = r;
-      dp_on_critical = exposed;
-      optimizer = step;
-      sync_on_critical = sync;
-    }
-  }
-  // Tied embeddings split over the first and last stage: their gradients are all-reduced
-  // between the two before the optimizer step.
-  double embedding_sync = 0;
-  if (model.tie_embeddings && p > 1) {
-    const double bytes = static_cast<double>(PaddedVocab(model, config.tp)) *
-                         model.hidden_size / t * grad_bytes;
-    embedding_sync = AllReduceSeconds(
-        bytes, 2, GroupLink(device, 2, (p - 1) * config.tp * config.cp * config.dp, n));
-  }
-  iteration += embedding_sync;
+  const Pipeline pipeline = BuildPipeline(spec, config, device, layer, edge);
+  absl::StatusOr<std::vector<double>> finish = StageFinishTimes(pipeline.input, mode);
+  if (!finish.ok()) return finish.status();
+  const CriticalStage critical =
+      FindCriticalStage(spec, config, device, layer, pipeline.input, *finish, measured);
+  const double embedding_sync = TiedEmbeddingSyncSeconds(spec, config, device);
+  const double iteration = critical.end + embedding_sync;
 
   IterationEstimate out;
   out.iteration_time_s = iteration;
-  const double mb = static_cast<double>(m);
-  double compute = 0, tp = 0, cp = 0;
-  {
-    // Per micro-batch on the critical stage, split by cause.
-    const double layers = static_cast<double>(config.LayersOnStage(L, critical));
-    const double recompute_fraction = recompute_fraction_on(critical);
-    compute = layers * (layer.forward_compute + layer.backward_compute +
-                        recompute_fraction * layer.recompute);
-    tp = layers * (layer.forward_tp_comm + layer.backward_tp_comm +
-                   recompute_fraction * layer.recompute_tp_comm);
-    cp = layers * (layer.forward_cp_comm + layer.backward_cp_comm);
-    if (critical == 0) compute += edge.embedding_forward + edge.embedding_backward;
-    if (critical == p - 1) compute += edge.logits_forward + edge.logits_backward;
-  }
-  out.time.compute = mb * compute;
-  out.time.tp_comm = mb * tp + sync_on_critical;
-  out.time.cp_comm = mb * cp;
-  out.time.dp_comm = dp_on_critical + embedding_sync;
-  out.time.optimizer = optimizer;
-  const double pipeline_rest = std::max(
-      0.0, iteration - out.time.compute - out.time.tp_comm - out.time.cp_comm -
-               out.time.dp_comm - out.time.optimizer);
-  const double sends = 2.0 * static_cast<double>(v) -
-                      ((critical == 0 || critical == p - 1) ? 1.0 : 0.0);
-  out.time.pp_p2p =
-      std::min(pipeline_rest, p > 1 ? (async_p2p ? 2.0 * (p - 1) * p2p : mb * sends * p2p) : 0.0);
-  out.time.pp_bubble = pipeline_rest - out.time.pp_p2p;
-
-  auto share = [&](double x) { return 100.0 * x / iteration; };
-  if (out.time.pp_bubble > 0.1 * iteration) {
-    out.notes.push_back(absl::StrFormat("pipeline bubble is %.0f%% of the iteration (m = %d, p = %d, v = %d)",
-                                        share(out.time.pp_bubble), m, p, v));
-  }
-  if (out.time.tp_comm > 0.1 * iteration) {
-    out.notes.push_back(absl::StrFormat("exposed TP communication is %.0f%% of the iteration",
-                                        share(out.time.tp_comm)));
-  }
-  if (out.time.dp_comm > 0.05 * iteration) {
-    out.notes.push_back(absl::StrFormat("exposed gradient sync is %.0f%% of the iteration",
-                                        share(out.time.dp_comm)));
-  }
+  out.time = SplitByCause(config, spec.model.num_layers, layer, edge, pipeline, critical,
+                          embedding_sync, iteration);
+  out.notes = LimitNotes(out.time, iteration, pipeline.input.micro_batches, config.pp, config.vp);
   return out;
 }
 

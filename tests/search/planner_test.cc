@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+#include <vector>
+
 #include "search/presets.h"
 
 namespace paratune {
@@ -196,6 +200,61 @@ TEST(PlannerTest, Fp8IsFasterOnHopper) {
   EXPECT_LT(fp8->iteration_time_s, 0.85 * bf16->iteration_time_s);
   // Linear inputs stored in one byte: less activation memory.
   EXPECT_LT(fp8->memory.activations, bf16->memory.activations);
+}
+
+// The grid counted by hand. 4 GPUs on one node, L = 4, 4 heads, s = 512 (so cp stays 1),
+// B = 8, no recompute. tp 1: pp 1 (dp 4: mb 1, 2; two optimizers) 4; pp 2 (dp 2: vp 1, 2,
+// and 3 with the embedding/loss-aware split of L + 2 = 6; mb 1, 2, 4; two optimizers) 18;
+// pp 4 (dp 1: vp 1; mb 1, 2, 4, 8) 4. tp 2: pp 1 (dp 2: mb 1, 2, 4; SP both ways; two
+// optimizers) 12; pp 2 (dp 1: vp 1, 2, 3; mb 1, 2, 4, 8; SP both ways) 24. tp 4: pp 1
+// (mb 1, 2, 4, 8; SP both ways) 8. In all 70, each counted once, feasible or rejected.
+TEST(PlannerTest, EnumeratesTheHandCountedGrid) {
+  JobSpec spec;
+  spec.model.name = "tiny";
+  spec.model.num_layers = 4;
+  spec.model.hidden_size = 256;
+  spec.model.num_attention_heads = 4;
+  spec.model.num_query_groups = 4;
+  spec.model.ffn_hidden_size = 1024;
+  spec.model.vocab_size = 1000;
+  spec.training.seq_length = 512;
+  spec.training.global_batch_size = 8;
+  spec.cluster.gpu = "a100-80gb";
+  spec.cluster.num_gpus = 4;
+  spec.cluster.gpus_per_node = 4;
+  spec.search.recompute = {Recompute::kNone};
+  spec.search.top_k = 100;
+  absl::StatusOr<PlanResult> plan = Plan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->candidates_considered, 70);
+  EXPECT_EQ(plan->candidates_considered,
+            plan->feasible + static_cast<int64_t>(plan->rejected.size()));
+  std::set<std::string> seen;
+  for (const RejectedConfig& r : plan->rejected) seen.insert(r.config.ToString());
+  for (const RankedConfig& r : plan->ranked) seen.insert(r.config.ToString());
+  EXPECT_EQ(seen.size(), 70u);
+  // The embedding/loss-aware split exactly where L does not divide over pp · vp (vp 3).
+  std::vector<ParallelConfig> all;
+  for (const RejectedConfig& r : plan->rejected) all.push_back(r.config);
+  for (const RankedConfig& r : plan->ranked) all.push_back(r.config);
+  int64_t split = 0;
+  for (const ParallelConfig& c : all) {
+    EXPECT_EQ(c.split_counts_embedding_and_loss, 4 % (c.pp * c.vp) != 0) << c.ToString();
+    split += c.split_counts_embedding_and_loss ? 1 : 0;
+  }
+  EXPECT_EQ(split, 6 + 8);  // tp 1 pp 2 vp 3: 3 mb x 2 optimizers; tp 2: 4 mb x 2 SP.
+}
+
+// The full grid of GPT-3 175B on 1024 A100s, as bench/model/search_speed prints it.
+TEST(PlannerTest, FullGridOfGpt175bOn1024Gpus) {
+  JobSpec spec = Gpt175b(1024);
+  spec.training.precision = Precision::kBf16;
+  absl::StatusOr<PlanResult> plan = Plan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->candidates_considered, 18834);
+  EXPECT_EQ(plan->feasible, 2393);
+  ASSERT_FALSE(plan->ranked.empty());
+  EXPECT_EQ(plan->ranked[0].config.ToString(), "tp4 pp8 dp16 cp2 vp12 mb3 sp selective dopt");
 }
 
 }  // namespace
