@@ -36,12 +36,12 @@
 // speeds): the median of such a sample jumps between the two modes with the count of rounds
 // that fell in each, where the mean moves in proportion to it. Trimmed (the fastest and
 // slowest tenth dropped on each side), so a single stalled round or step does not carry it.
-// Neither estimator names the best layout more often: applied afterwards to the same --json
-// of twelve ten-round runs, the trimmed mean named it in 8 and the median in 7. The three
-// dp-only layouts (mb 1, mb 2, mb 2 with the distributed optimizer) measure within 0.5-7 %
-// of each other and swap places from run to run. Minima (the fastest round on each side)
-// were tried before: extremes of so noisy a host are themselves noise (max error 14-45 %
-// between runs). rounds_err shows the lowest and highest signed error of a round (its
+// Neither estimator names the best layout more often: applied to the same --json of twelve
+// ten-round runs, the trimmed mean named it in 8 and the median in 7. The three dp-only
+// layouts (mb 1, mb 2, mb 2 with the distributed optimizer) measure within 0.5-7 % of each
+// other and swap places from run to run. Minima (the fastest round on each side) are not
+// used: extremes of so noisy a host are themselves noise (max error 14-45 % between runs).
+// rounds_err shows the lowest and highest signed error of a round (its
 // composition against its own runs' median step).
 // Memory: the model's peak without its fixed framework workspace and fragmentation
 // allowance (search/memory_model.h FrameworkMemory), which the CPU tracking allocator
@@ -55,9 +55,9 @@
 // layout measures best, and the central 95 % of the predicted best's regret) and
 //   # prediction error: median X %, max Y %, best layout predicted: yes|no
 // where a "no" says in parentheses whether the measurement resolves it: whether some layout
-// measured faster than the predicted best in at least 97.5 % of the resamples (session 8
-// called a miss resolved when the predicted best measured best in under 2.5 % of them; with
-// two rivals tied with it that happens without either being faster). A ranking line counts
+// measured faster than the predicted best in at least 97.5 % of the resamples (not whether
+// the predicted best measured best in under 2.5 % of them: with two rivals tied with it,
+// that happens without either being faster). A ranking line counts
 // the pairs of layouts the measurement separates (one measured faster in at least 97.5 % of
 // the resamples), how many of them the prediction orders the same way, and which layouts
 // measured faster than the predicted best, separated.
@@ -81,6 +81,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -426,8 +427,8 @@ absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int64_t ranks, int
 }
 
 // The modelled peak as the tracking allocator counts it (search's TrackedPeakBytes). On the
-// "cpu" device (host memory: FrameworkMemoryFor) there is no workspace or fragmentation term and the
-// trainer's fp32 gradients are the model's, so this is the modelled peak itself.
+// "cpu" device (host memory: FrameworkMemoryFor) there is no workspace or fragmentation
+// term and the trainer's fp32 gradients are the model's, so this is the modelled peak itself.
 double TrackedPeak(const paratune::MemoryBreakdown& m) {
   static const paratune::FrameworkMemory cpu =
       paratune::FrameworkMemoryFor(*paratune::FindDevice("cpu"));
@@ -558,212 +559,248 @@ double Load1() {
   return getloadavg(load, 3) < 1 ? -1.0 : load[0];
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"prediction_accuracy: profile-composed prediction vs end-to-end training"};
+// The command line.
+struct Options {
   bool json = false;
-  int child = -1;
-  std::string store;
+  int child = -1;     ///< Internal: run the second process's ranks of this layout.
+  std::string store;  ///< Internal: the FileStore directory.
   // Many short rounds rather than a few long ones: the host's speed drifts over seconds, so
   // each round is one sample of it, and a layout's error shrinks with their square root
-  // (session 6: max 8.0-17.1 % over 5 runs of 10 rounds, against 12-35 % with 5 rounds of
-  // 15-step tasks and 6-step runs, at about the same 9.5 minutes; about 7 minutes since
-  // the rounds share their tasks).
+  // (max error 8.0-17.1 % over 5 runs of 10 rounds, against 12-35 % with 5 rounds of
+  // 15-step tasks and 6-step runs, in about the same time; a default run takes about 7
+  // minutes on 2 cores, the rounds sharing their tasks).
   int64_t steps = 4;
   int repeats = 10;
   double max_seconds = 0;
   int64_t task_iters = 8;
-  const int64_t cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int64_t ranks = cores >= 4 ? 4 : 2;
+  int64_t cores = 0;
+  int64_t ranks = 2;
   std::string only;
-  app.add_flag("--json", json, "print JSON");
-  app.add_option("--ranks", ranks,
+};
+
+// Fills `o` from the command line; an exit code when the program should stop there.
+std::optional<int> ParseFlags(int argc, char** argv, Options& o) {
+  CLI::App app{"prediction_accuracy: profile-composed prediction vs end-to-end training"};
+  o.cores = sysconf(_SC_NPROCESSORS_ONLN);
+  o.ranks = o.cores >= 4 ? 4 : 2;
+  app.add_flag("--json", o.json, "print JSON");
+  app.add_option("--ranks", o.ranks,
                  "ranks of the job, half in each of the two worker processes (default: 4 "
                  "with at least 4 cores, else 2)")
       ->check(CLI::IsMember({2, 4}));
-  app.add_option("--steps", steps, "training steps per layout (the first is not timed)")
+  app.add_option("--steps", o.steps, "training steps per layout (the first is not timed)")
       ->check(CLI::Range(2, 100));
-  app.add_option("--task-iters", task_iters,
-                 "timed steps per layer task (their median is used)")
+  app.add_option("--task-iters", o.task_iters, "timed steps per layer task (their median is used)")
       ->check(CLI::Range(1, 100));
-  app.add_option("--repeats", repeats,
+  app.add_option("--repeats", o.repeats,
                  "rounds: measure each layout's tasks and run it end to end this often; "
                  "each side's trimmed mean is compared")
       ->check(CLI::Range(1, 40));
-  app.add_option("--max-seconds", max_seconds,
+  app.add_option("--max-seconds", o.max_seconds,
                  "start no round that would end after this many seconds (at the mean round "
                  "time so far) and report the rounds done; 0: no limit")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--layouts", only, "comma-separated layout indices to run (default: all)");
-  app.add_option("--child", child, "internal: run the second process's ranks of this layout")
+  app.add_option("--layouts", o.only, "comma-separated layout indices to run (default: all)");
+  app.add_option("--child", o.child, "internal: run the second process's ranks of this layout")
       ->group("");
-  app.add_option("--store", store, "internal: FileStore directory")->group("");
+  app.add_option("--store", o.store, "internal: FileStore directory")->group("");
   CLI11_PARSE(app, argc, argv);
-  // One BLAS thread per rank, set once before any thread starts: OpenBLAS's thread count is
-  // process-wide, and changing it while another thread is inside a GEMM is unsafe.
-  k::SetBlasThreads(1);
-  signal(SIGSEGV, OnFatalSignal);
-  signal(SIGBUS, OnFatalSignal);
-  if (child >= 0) return Child(ranks, child, store, steps);
+  return std::nullopt;
+}
 
-  const double load_before = Load1();
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const JobSpec spec = SmallModel(ranks);
-  const std::vector<Layout> layouts = Layouts(ranks);
-  std::vector<size_t> selected;
+// The indices that --layouts names (all when empty); an exit code for a bad index.
+std::optional<int> SelectLayouts(const std::string& only, size_t count,
+                                 std::vector<size_t>& selected) {
   if (only.empty()) {
-    for (size_t i = 0; i < layouts.size(); ++i) selected.push_back(i);
-  } else {
-    std::stringstream ss(only);
-    for (std::string item; std::getline(ss, item, ',');) {
-      const size_t i = std::stoul(item);
-      if (i >= layouts.size()) {
-        std::cerr << "--layouts: index " << i << " must be below " << layouts.size() << "\n";
-        return 2;
-      }
-      selected.push_back(i);
-    }
+    for (size_t i = 0; i < count; ++i) selected.push_back(i);
+    return std::nullopt;
   }
+  std::stringstream ss(only);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const size_t i = std::stoul(item);
+    if (i >= count) {
+      std::cerr << "--layouts: index " << i << " must be below " << count << "\n";
+      return 2;
+    }
+    selected.push_back(i);
+  }
+  return std::nullopt;
+}
+
+// One layout in one round: what was composed, from which tasks, and what training measured.
+struct Round {
+  paratune::RankedConfig composed;
+  Measured meas;
+  paratune::Measurements tasks;  ///< What the prediction was composed from.
+  /// Each stage's busy time per step, as the tasks put it and as measured (empty without
+  /// PP): PredictedStageBusy, MeasuredStageBusy.
+  std::vector<double> stage_busy_pred, stage_busy_meas;
+  double pred_s() const { return composed.iteration_time_s; }
+};
+
+// This round's task measurements, by task (extras also by the layout's dp, which sets how
+// many copies run them; the optimizer by parameters per rank).
+struct RoundTasks {
+  std::map<std::string, paratune::LayerMeasurement> layers;
+  std::map<std::pair<std::string, int64_t>, paratune::LayerMeasurement> first, last;
+  std::map<std::string, paratune::CommMeasurement> sweeps;
+  std::map<int64_t, double> optimizer;
+};
+
+// `key`'s measurement in `cache`, measured with `measure` the first time.
+template <typename Cache, typename Key, typename Measure>
+absl::StatusOr<typename Cache::mapped_type> Cached(Cache& cache, const Key& key, Measure measure) {
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    auto one = measure();
+    if (!one.ok()) return one.status();
+    it = cache.emplace(key, *std::move(one)).first;
+  }
+  return it->second;
+}
+
+// The tasks `pc` needs, each measured once per round (`rt`): its layer tasks, its
+// stage-extras tasks at its dp, its DP collective sweeps and the optimizer step.
+absl::StatusOr<paratune::Measurements> MeasureTasks(const JobSpec& spec, const ParallelConfig& pc,
+                                                    const paratune::ProfilePlanOptions& options,
+                                                    int64_t ranks, RoundTasks& rt) {
+  paratune::Measurements m;
+  const int64_t params = static_cast<int64_t>(paratune::MaxParamsPerGpu(spec.model, pc));
+  PT_ASSIGN_OR_RETURN(m.optimizer_seconds_per_param, Cached(rt.optimizer, params, [&] {
+                        return MeasureOptimizer(params, ranks);
+                      }));
+  const std::vector<paratune::LayerProfileSpec> tasks = paratune::LayerTasksFor(spec, pc, options);
+  for (const auto& t : tasks) {
+    PT_ASSIGN_OR_RETURN(m.layers[t.Key()], Cached(rt.layers, t.Key(), [&] {
+                          return MeasureLayerInLayout(t, k::StageExtras::kNone, ranks, 1);
+                        }));
+  }
+  // The stage extras, by the plain layer task's key (where ComposeCandidate looks).
+  const paratune::LayerProfileSpec& plain = tasks.back();
+  for (k::StageExtras e : {k::StageExtras::kFirst, k::StageExtras::kLast}) {
+    const bool first = e == k::StageExtras::kFirst;
+    PT_ASSIGN_OR_RETURN((first ? m.first_stage : m.last_stage)[plain.Key()],
+                        Cached(first ? rt.first : rt.last, std::make_pair(plain.Key(), pc.dp),
+                               [&] { return MeasureLayerInLayout(plain, e, ranks, pc.dp); }));
+  }
+  for (const paratune::CollectiveSweepSpec& sw : paratune::DpSweepsFor(spec, pc, options)) {
+    PT_ASSIGN_OR_RETURN(m.collectives[sw.Key()],
+                        Cached(rt.sweeps, sw.Key(), [&] { return MeasureSweep(sw, ranks); }));
+  }
+  return m;
+}
+
+// What every phase of the run needs to know.
+struct Run {
+  Options opt;
+  std::string self;  ///< This binary, started again as the second process.
+  JobSpec spec;
+  std::vector<Layout> layouts;
+  std::vector<size_t> selected;
   paratune::ProfilePlanOptions options;
-  options.iters = task_iters;
-  // Rounds: in each round, every layout has the tasks it needs measured (its layer tasks,
-  // its stage-extras tasks at its dp, its DP collective sweeps, the optimizer step) and is
-  // composed from them, and then at once runs end to end, so that both sides sample the
-  // host's slow and fast spells alike over the run. As in the coordinator's profile mode
-  // (one measurement per distinct task, whichever candidates need it), a task is measured
-  // once per round, by the first layout that needs it, and later layouts of the round that
-  // need it reuse that measurement: layouts that share their layer tasks (dp 2 mb 2 with and
-  // without the distributed optimizer) then differ in prediction only by what differs
-  // between them, not by two samples of the host's speed.
-  struct Round {
-    paratune::RankedConfig composed;
-    Measured meas;
-    paratune::Measurements tasks;  ///< What the prediction was composed from.
-    /// Each stage's busy time per step, as the tasks put it and as measured (empty without
-    /// PP): PredictedStageBusy, MeasuredStageBusy.
-    std::vector<double> stage_busy_pred, stage_busy_meas;
-    double pred_s() const { return composed.iteration_time_s; }
-  };
-  std::map<size_t, std::vector<Round>> rounds;
-  // This round's task measurements, by task (extras also by the layout's dp, which sets how
-  // many copies run them; the optimizer by parameters per rank).
-  struct RoundTasks {
-    std::map<std::string, paratune::LayerMeasurement> layers;
-    std::map<std::pair<std::string, int64_t>, paratune::LayerMeasurement> first, last;
-    std::map<std::string, paratune::CommMeasurement> sweeps;
-    std::map<int64_t, double> optimizer;
-  } round_tasks;
-  // `key`'s measurement in `cache`, measured with `measure` the first time.
-  const auto cached = [](auto& cache, const auto& key, auto measure)
-      -> absl::StatusOr<typename std::decay_t<decltype(cache)>::mapped_type> {
-    auto it = cache.find(key);
-    if (it == cache.end()) {
-      auto one = measure();
-      if (!one.ok()) return one.status();
-      it = cache.emplace(key, *std::move(one)).first;
-    }
-    return it->second;
-  };
-  auto measure_for = [&](const ParallelConfig& pc) -> absl::StatusOr<paratune::Measurements> {
-    RoundTasks& rt = round_tasks;
-    paratune::Measurements m;
-    const int64_t params = static_cast<int64_t>(paratune::MaxParamsPerGpu(spec.model, pc));
-    PT_ASSIGN_OR_RETURN(
-        m.optimizer_seconds_per_param,
-        cached(rt.optimizer, params, [&] { return MeasureOptimizer(params, ranks); }));
-    const std::vector<paratune::LayerProfileSpec> tasks =
-        paratune::LayerTasksFor(spec, pc, options);
-    for (const auto& t : tasks) {
-      PT_ASSIGN_OR_RETURN(m.layers[t.Key()], cached(rt.layers, t.Key(), [&] {
-                            return MeasureLayerInLayout(t, k::StageExtras::kNone, ranks, 1);
-                          }));
-    }
-    // The stage extras, by the plain layer task's key (where ComposeCandidate looks).
-    const paratune::LayerProfileSpec& plain = tasks.back();
-    for (k::StageExtras e : {k::StageExtras::kFirst, k::StageExtras::kLast}) {
-      const bool first = e == k::StageExtras::kFirst;
-      PT_ASSIGN_OR_RETURN((first ? m.first_stage : m.last_stage)[plain.Key()],
-                          cached(first ? rt.first : rt.last, std::make_pair(plain.Key(), pc.dp),
-                                 [&] { return MeasureLayerInLayout(plain, e, ranks, pc.dp); }));
-    }
-    for (const paratune::CollectiveSweepSpec& sw : paratune::DpSweepsFor(spec, pc, options)) {
-      PT_ASSIGN_OR_RETURN(m.collectives[sw.Key()],
-                          cached(rt.sweeps, sw.Key(), [&] { return MeasureSweep(sw, ranks); }));
-    }
-    return m;
-  };
+};
+
+// Layout `i` in round `r`: its tasks measured (or reused from `rt`), composed, then trained
+// end to end; a progress line on stderr. Prints the failure and returns nothing on error.
+std::optional<Round> RunLayoutRound(const Run& run, size_t i, int r, RoundTasks& rt) {
+  const ParallelConfig pc = ToParallel(run.layouts[i]);
+  absl::StatusOr<paratune::RankedConfig> modelled = paratune::Estimate(run.spec, pc);
+  if (!modelled.ok()) {
+    std::cerr << pc.ToString() << ": " << modelled.status() << "\n";
+    return std::nullopt;
+  }
+  absl::StatusOr<paratune::Measurements> m =
+      MeasureTasks(run.spec, pc, run.options, run.opt.ranks, rt);
+  if (!m.ok()) {
+    std::cerr << pc.ToString() << ": measuring its tasks: " << m.status() << "\n";
+    return std::nullopt;
+  }
+  absl::StatusOr<paratune::RankedConfig> composed =
+      paratune::ComposeCandidate(run.spec, *modelled, run.options, *m);
+  if (!composed.ok()) {
+    std::cerr << pc.ToString() << ": " << composed.status() << "\n";
+    return std::nullopt;
+  }
+  absl::StatusOr<Measured> one =
+      RunEndToEnd(run.self, run.opt.ranks, static_cast<int>(i), run.opt.steps);
+  if (!one.ok()) {
+    std::cerr << pc.ToString() << ": end to end: " << one.status() << "\n";
+    return std::nullopt;
+  }
+  // Progress on stderr (a full run takes minutes), one line per layout and round.
+  std::string stages;
+  std::vector<double> pb = PredictedStageBusy(run.spec, run.layouts[i], *m),
+                      mb = MeasuredStageBusy(run.layouts[i], one->busy_s);
+  for (size_t p = 0; p < pb.size(); ++p) {
+    stages += absl::StrFormat("%s%.3f/%.3f", p == 0 ? "; stage busy predicted/measured " : " ",
+                              pb[p], mb[p]);
+  }
+  std::fprintf(stderr, "# round %d/%d %-40s predicted %.4f s, measured %.4f s%s\n", r + 1,
+               run.opt.repeats, pc.ToString().c_str(), composed->iteration_time_s, one->iteration_s,
+               stages.c_str());
+  return Round{*std::move(composed), *std::move(one), *std::move(m), std::move(pb), std::move(mb)};
+}
+
+// Rounds: in each round, every layout has the tasks it needs measured (its layer tasks,
+// its stage-extras tasks at its dp, its DP collective sweeps, the optimizer step) and is
+// composed from them, and then at once runs end to end, so that both sides sample the
+// host's slow and fast spells alike over the run. As in the coordinator's profile mode
+// (one measurement per distinct task, whichever candidates need it), a task is measured
+// once per round, by the first layout that needs it, and later layouts of the round that
+// need it reuse that measurement: layouts that share their layer tasks (dp 2 mb 2 with and
+// without the distributed optimizer) then differ in prediction only by what differs
+// between them, not by two samples of the host's speed. Lowers run.opt.repeats to the
+// rounds run when --max-seconds stops them. False on a failure (already printed).
+bool RunRounds(Run& run, std::map<size_t, std::vector<Round>>& rounds) {
   const auto started = std::chrono::steady_clock::now();
-  for (int r = 0; r < repeats; ++r) {
+  for (int r = 0; r < run.opt.repeats; ++r) {
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    if (r > 0 && max_seconds > 0 && elapsed * (r + 1) / r > max_seconds) {
+    if (r > 0 && run.opt.max_seconds > 0 && elapsed * (r + 1) / r > run.opt.max_seconds) {
       std::fprintf(stderr, "# --max-seconds %.0f: stopping after %d of %d rounds (%.0f s)\n",
-                   max_seconds, r, repeats, elapsed);
-      repeats = r;
+                   run.opt.max_seconds, r, run.opt.repeats, elapsed);
+      run.opt.repeats = r;
       break;
     }
-    round_tasks = RoundTasks();
-    for (size_t i : selected) {
-      const ParallelConfig pc = ToParallel(layouts[i]);
-      absl::StatusOr<paratune::RankedConfig> modelled = paratune::Estimate(spec, pc);
-      if (!modelled.ok()) {
-        std::cerr << pc.ToString() << ": " << modelled.status() << "\n";
-        return 1;
-      }
-      absl::StatusOr<paratune::Measurements> m = measure_for(pc);
-      if (!m.ok()) {
-        std::cerr << pc.ToString() << ": measuring its tasks: " << m.status() << "\n";
-        return 1;
-      }
-      absl::StatusOr<paratune::RankedConfig> composed =
-          paratune::ComposeCandidate(spec, *modelled, options, *m);
-      if (!composed.ok()) {
-        std::cerr << pc.ToString() << ": " << composed.status() << "\n";
-        return 1;
-      }
-      absl::StatusOr<Measured> one = RunEndToEnd(self, ranks, static_cast<int>(i), steps);
-      if (!one.ok()) {
-        std::cerr << pc.ToString() << ": end to end: " << one.status() << "\n";
-        return 1;
-      }
-      // Progress on stderr (a full run takes minutes), one line per layout and round.
-      std::string stages;
-      std::vector<double> pb = PredictedStageBusy(spec, layouts[i], *m),
-                          mb = MeasuredStageBusy(layouts[i], one->busy_s);
-      for (size_t p = 0; p < pb.size(); ++p) {
-        stages += absl::StrFormat("%s%.3f/%.3f", p == 0 ? "; stage busy predicted/measured " : " ",
-                                  pb[p], mb[p]);
-      }
-      std::fprintf(stderr, "# round %d/%d %-40s predicted %.4f s, measured %.4f s%s\n", r + 1,
-                   repeats, pc.ToString().c_str(), composed->iteration_time_s, one->iteration_s,
-                   stages.c_str());
-      rounds[i].push_back(
-          {*std::move(composed), *std::move(one), *std::move(m), std::move(pb), std::move(mb)});
+    RoundTasks round_tasks;
+    for (size_t i : run.selected) {
+      std::optional<Round> one = RunLayoutRound(run, i, r, round_tasks);
+      if (!one) return false;
+      rounds[i].push_back(*std::move(one));
     }
   }
+  return true;
+}
 
-  struct Row {
-    std::string layout;
-    double pred_s = 0, meas_s = 0, pred_mem = 0, meas_mem = 0, loss = 0;
-    paratune::TimeBreakdown pred_time;
-    double meas_dp = 0, meas_opt = 0;
-    double min_err = 0, max_err = 0;  ///< Over the rounds, signed, %.
-    std::vector<Round> rounds;  ///< In run order.
-  };
+// One layout's figures over all its rounds.
+struct Row {
+  std::string layout;
+  double pred_s = 0, meas_s = 0, pred_mem = 0, meas_mem = 0, loss = 0;
+  paratune::TimeBreakdown pred_time;
+  double meas_dp = 0, meas_opt = 0;
+  double min_err = 0, max_err = 0;  ///< Over the rounds, signed, %.
+  std::vector<Round> rounds;        ///< In run order.
+};
+
+struct Rows {
   std::vector<Row> rows;
-  // By row, each round's timed steps (after the first).
+  /// By row, each round's timed steps (after the first).
   std::vector<std::vector<std::vector<double>>> timed_steps;
+  double optimizer_rate = 0;  ///< Median measured optimizer seconds per parameter.
+};
+
+// Typical against typical: the trimmed mean of the rounds' compositions and of every timed
+// step of every round; the parts shown are those of the round nearest to each.
+Rows BuildRows(const Run& run, const std::map<size_t, std::vector<Round>>& rounds) {
+  Rows out;
   std::vector<double> optimizer_rates;
-  for (size_t i : selected) {
-    const std::vector<Round>& rs = rounds[i];
+  for (size_t i : run.selected) {
+    const std::vector<Round>& rs = rounds.at(i);
     const auto err = [](const Round& x) { return x.pred_s() / x.meas.iteration_s; };
     const auto [lo, hi] = std::minmax_element(
         rs.begin(), rs.end(), [&](const Round& a, const Round& b) { return err(a) < err(b); });
-    // Typical against typical: the trimmed mean of the rounds' compositions and of every
-    // timed step of every round; the parts shown are those of the round nearest to each.
     std::vector<double> preds;
-    std::vector<std::vector<double>>& steps = timed_steps.emplace_back();
+    std::vector<std::vector<double>>& steps = out.timed_steps.emplace_back();
     std::vector<size_t> all;
     for (const Round& x : rs) {
       preds.push_back(x.pred_s());
@@ -779,143 +816,183 @@ int main(int argc, char** argv) {
     const Round& pred = nearest([](const Round& x) { return x.pred_s(); }, pred_s);
     const Round& meas = nearest([](const Round& x) { return x.meas.iteration_s; }, meas_s);
     for (const Round& x : rs) optimizer_rates.push_back(x.tasks.optimizer_seconds_per_param);
-    rows.push_back({ToParallel(layouts[i]).ToString(), pred_s, meas_s,
-                    TrackedPeak(pred.composed.memory), meas.meas.peak_bytes, meas.meas.final_loss,
-                    pred.composed.time, meas.meas.dp_s, meas.meas.optimizer_s,
-                    100.0 * (err(*lo) - 1.0), 100.0 * (err(*hi) - 1.0), rs});
+    out.rows.push_back(
+        {ToParallel(run.layouts[i]).ToString(), pred_s, meas_s, TrackedPeak(pred.composed.memory),
+         meas.meas.peak_bytes, meas.meas.final_loss, pred.composed.time, meas.meas.dp_s,
+         meas.meas.optimizer_s, 100.0 * (err(*lo) - 1.0), 100.0 * (err(*hi) - 1.0), rs});
   }
-  const double optimizer_rate = Median(optimizer_rates);
-  const double load_after = Load1();
+  out.optimizer_rate = Median(optimizer_rates);
+  return out;
+}
 
-  std::vector<double> terr, merr;
+// The errors, the best layouts, the regret and how firmly the measurement orders them.
+struct Summary {
+  std::vector<double> terr, merr;  ///< By row, |error| %, time and memory.
   size_t best_pred = 0, best_meas = 0;
+  double med = 0, mx = 0, mmed = 0, mmx = 0;
+  bool best_ok = false;
+  double regret = 0;
+  Resolution resolution;
+  int pairs = 0, separated = 0, in_order = 0;
+  std::vector<std::string> beaten_by;  ///< Separated faster than the predicted best.
+};
+
+Summary Summarize(const Rows& in) {
+  const std::vector<Row>& rows = in.rows;
+  Summary s;
   for (size_t i = 0; i < rows.size(); ++i) {
-    terr.push_back(100.0 * std::abs(rows[i].pred_s - rows[i].meas_s) / rows[i].meas_s);
-    merr.push_back(100.0 * std::abs(rows[i].pred_mem - rows[i].meas_mem) / rows[i].meas_mem);
-    if (rows[i].pred_s < rows[best_pred].pred_s) best_pred = i;
-    if (rows[i].meas_s < rows[best_meas].meas_s) best_meas = i;
+    s.terr.push_back(100.0 * std::abs(rows[i].pred_s - rows[i].meas_s) / rows[i].meas_s);
+    s.merr.push_back(100.0 * std::abs(rows[i].pred_mem - rows[i].meas_mem) / rows[i].meas_mem);
+    if (rows[i].pred_s < rows[s.best_pred].pred_s) s.best_pred = i;
+    if (rows[i].meas_s < rows[s.best_meas].meas_s) s.best_meas = i;
   }
-  const double med = Median(terr), mx = *std::max_element(terr.begin(), terr.end());
-  const double mmed = Median(merr), mmx = *std::max_element(merr.begin(), merr.end());
-  const bool best_ok = best_pred == best_meas;
-  const double regret = 100.0 * (rows[best_pred].meas_s / rows[best_meas].meas_s - 1.0);
-  const Resolution resolution = Resample(timed_steps, best_pred);
+  s.med = Median(s.terr);
+  s.mx = *std::max_element(s.terr.begin(), s.terr.end());
+  s.mmed = Median(s.merr);
+  s.mmx = *std::max_element(s.merr.begin(), s.merr.end());
+  s.best_ok = s.best_pred == s.best_meas;
+  s.regret = 100.0 * (rows[s.best_pred].meas_s / rows[s.best_meas].meas_s - 1.0);
+  s.resolution = Resample(in.timed_steps, s.best_pred);
   // The ranking beyond the best: every pair of layouts the measurement separates, and
   // whether the prediction orders it the same way; and the layouts that measured faster
   // than the predicted best, separated (a miss the measurement does resolve).
-  int pairs = 0, separated = 0, in_order = 0;
-  std::vector<std::string> beaten_by;
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (resolution.faster_share[i][best_pred] >= kSeparated) beaten_by.push_back(rows[i].layout);
+    if (s.resolution.faster_share[i][s.best_pred] >= kSeparated) {
+      s.beaten_by.push_back(rows[i].layout);
+    }
     for (size_t j = i + 1; j < rows.size(); ++j) {
-      ++pairs;
-      const double share = resolution.faster_share[i][j];
-      if (share < kSeparated && resolution.faster_share[j][i] < kSeparated) continue;
-      ++separated;
-      if ((share >= kSeparated) == (rows[i].pred_s < rows[j].pred_s)) ++in_order;
+      ++s.pairs;
+      const double share = s.resolution.faster_share[i][j];
+      if (share < kSeparated && s.resolution.faster_share[j][i] < kSeparated) continue;
+      ++s.separated;
+      if ((share >= kSeparated) == (rows[i].pred_s < rows[j].pred_s)) ++s.in_order;
     }
   }
-  if (json) {
-    nlohmann::json j;
-    j["model"] = {{"layers", spec.model.num_layers}, {"hidden", spec.model.hidden_size},
-                  {"heads", spec.model.num_attention_heads}, {"ffn", spec.model.ffn_hidden_size},
-                  {"vocab", spec.model.vocab_size}, {"seq", spec.training.seq_length},
-                  {"global_batch", spec.training.global_batch_size}, {"ranks", ranks},
-                  {"processes", 2}, {"steps", steps}, {"repeats", repeats},
-                  {"task_iters", task_iters},
-                  {"host_cores", cores}, {"load_average_before", load_before},
-                  {"load_average_after", load_after},
-                  {"optimizer_s_per_param", optimizer_rate}};
-    j["estimator"] = "10 % trimmed mean of the rounds' compositions and of every timed step";
-    const auto breakdown = [](const paratune::TimeBreakdown& t) {
-      return nlohmann::json{{"compute", t.compute},     {"tp_comm", t.tp_comm},
-                            {"pp_bubble", t.pp_bubble}, {"pp_p2p", t.pp_p2p},
-                            {"dp_comm", t.dp_comm},     {"optimizer", t.optimizer}};
-    };
-    for (size_t i = 0; i < rows.size(); ++i) {
-      j["layouts"].push_back({{"layout", rows[i].layout},
-                              {"predicted_iteration_s", rows[i].pred_s},
-                              {"measured_iteration_s", rows[i].meas_s},
-                              {"time_error_pct", terr[i]},
-                              {"time_error_rounds_min_pct", rows[i].min_err},
-                              {"time_error_rounds_max_pct", rows[i].max_err},
-                              {"rounds_predicted_measured_s", nlohmann::json::array()},
-                              {"predicted_peak_bytes", rows[i].pred_mem},
-                              {"measured_peak_bytes", rows[i].meas_mem},
-                              {"memory_error_pct", merr[i]},
-                              {"final_loss", rows[i].loss},
-                              {"measured_dp_s", rows[i].meas_dp},
-                              {"measured_optimizer_s", rows[i].meas_opt},
-                              {"predicted_time_s", breakdown(rows[i].pred_time)}});
-      // Each round's parts, to tell which side and which part a spread comes from.
-      nlohmann::json& out = j["layouts"].back();
-      for (const Round& x : rows[i].rounds) {
-        out["rounds_predicted_measured_s"].push_back({x.pred_s(), x.meas.iteration_s});
-        out["rounds_parts"].push_back({{"predicted_s", breakdown(x.composed.time)},
-                                       {"measured_s",
-                                        {{"iteration", x.meas.iteration_s},
-                                         {"dp", x.meas.dp_s},
-                                         {"optimizer", x.meas.optimizer_s},
-                                         {"steps", x.meas.step_s}}},
-                                       {"tasks", TasksJson(x.tasks)}});
-        if (!x.stage_busy_pred.empty()) {
-          out["rounds_parts"].back()["stage_busy_s"] = {{"predicted", x.stage_busy_pred},
-                                                        {"measured", x.stage_busy_meas}};
-        }
+  return s;
+}
+
+// The host's state around the run.
+struct HostLoad {
+  double before = 0, after = 0;  ///< Load average (1 min).
+};
+
+void PrintJson(const Run& run, const Rows& in, const Summary& s, HostLoad load) {
+  const JobSpec& spec = run.spec;
+  const std::vector<Row>& rows = in.rows;
+  nlohmann::json j;
+  j["model"] = {{"layers", spec.model.num_layers},
+                {"hidden", spec.model.hidden_size},
+                {"heads", spec.model.num_attention_heads},
+                {"ffn", spec.model.ffn_hidden_size},
+                {"vocab", spec.model.vocab_size},
+                {"seq", spec.training.seq_length},
+                {"global_batch", spec.training.global_batch_size},
+                {"ranks", run.opt.ranks},
+                {"processes", 2},
+                {"steps", run.opt.steps},
+                {"repeats", run.opt.repeats},
+                {"task_iters", run.opt.task_iters},
+                {"host_cores", run.opt.cores},
+                {"load_average_before", load.before},
+                {"load_average_after", load.after},
+                {"optimizer_s_per_param", in.optimizer_rate}};
+  j["estimator"] = "10 % trimmed mean of the rounds' compositions and of every timed step";
+  const auto breakdown = [](const paratune::TimeBreakdown& t) {
+    return nlohmann::json{{"compute", t.compute},     {"tp_comm", t.tp_comm},
+                          {"pp_bubble", t.pp_bubble}, {"pp_p2p", t.pp_p2p},
+                          {"dp_comm", t.dp_comm},     {"optimizer", t.optimizer}};
+  };
+  for (size_t i = 0; i < rows.size(); ++i) {
+    j["layouts"].push_back({{"layout", rows[i].layout},
+                            {"predicted_iteration_s", rows[i].pred_s},
+                            {"measured_iteration_s", rows[i].meas_s},
+                            {"time_error_pct", s.terr[i]},
+                            {"time_error_rounds_min_pct", rows[i].min_err},
+                            {"time_error_rounds_max_pct", rows[i].max_err},
+                            {"rounds_predicted_measured_s", nlohmann::json::array()},
+                            {"predicted_peak_bytes", rows[i].pred_mem},
+                            {"measured_peak_bytes", rows[i].meas_mem},
+                            {"memory_error_pct", s.merr[i]},
+                            {"final_loss", rows[i].loss},
+                            {"measured_dp_s", rows[i].meas_dp},
+                            {"measured_optimizer_s", rows[i].meas_opt},
+                            {"predicted_time_s", breakdown(rows[i].pred_time)}});
+    // Each round's parts, to tell which side and which part a spread comes from.
+    nlohmann::json& out = j["layouts"].back();
+    for (const Round& x : rows[i].rounds) {
+      out["rounds_predicted_measured_s"].push_back({x.pred_s(), x.meas.iteration_s});
+      out["rounds_parts"].push_back({{"predicted_s", breakdown(x.composed.time)},
+                                     {"measured_s",
+                                      {{"iteration", x.meas.iteration_s},
+                                       {"dp", x.meas.dp_s},
+                                       {"optimizer", x.meas.optimizer_s},
+                                       {"steps", x.meas.step_s}}},
+                                     {"tasks", TasksJson(x.tasks)}});
+      if (!x.stage_busy_pred.empty()) {
+        out["rounds_parts"].back()["stage_busy_s"] = {{"predicted", x.stage_busy_pred},
+                                                      {"measured", x.stage_busy_meas}};
       }
     }
-    j["time_error_median_pct"] = med;
-    j["time_error_max_pct"] = mx;
-    j["memory_error_median_pct"] = mmed;
-    j["memory_error_max_pct"] = mmx;
-    j["predicted_best"] = rows[best_pred].layout;
-    j["measured_best"] = rows[best_meas].layout;
-    j["best_layout_predicted"] = best_ok;
-    j["regret_pct"] = regret;
-    j["regret_pct_95"] = {resolution.regret_lo, resolution.regret_hi};
-    j["resamples"] = kResamples;
-    j["pairs"] = pairs;
-    j["pairs_separated"] = separated;
-    j["pairs_separated_in_predicted_order"] = in_order;
-    j["predicted_best_separated_slower_than"] = beaten_by;
-    j["best_miss_resolved"] = !best_ok && !beaten_by.empty();
-    for (size_t i = 0; i < rows.size(); ++i) {
-      j["layouts"][i]["measured_best_share"] = resolution.best_share[i];
-    }
-    std::cout << j.dump(2) << "\n";
-    return 0;
   }
-  std::printf("# prediction_accuracy: GPT L=%ld h=%ld a=%ld f=%ld V=%ld s=%ld B=%ld fp32, "
-              "%ld ranks over 2 processes (Gloo/TCP, FileStore), %d rounds of %ld steps (the "
-              "first untimed), layer tasks %ld steps; 10 %% trimmed means\n",
-              long(spec.model.num_layers), long(spec.model.hidden_size),
-              long(spec.model.num_attention_heads), long(spec.model.ffn_hidden_size),
-              long(spec.model.vocab_size), long(spec.training.seq_length),
-              long(spec.training.global_batch_size), long(ranks), repeats, long(steps),
-              long(task_iters));
-  std::printf("# host: %ld cores, load average (1 min) %.1f before, %.1f after; optimizer "
-              "measured %.2f ns/parameter\n",
-              long(cores), load_before, load_after,
-              optimizer_rate * 1e9);
+  j["time_error_median_pct"] = s.med;
+  j["time_error_max_pct"] = s.mx;
+  j["memory_error_median_pct"] = s.mmed;
+  j["memory_error_max_pct"] = s.mmx;
+  j["predicted_best"] = rows[s.best_pred].layout;
+  j["measured_best"] = rows[s.best_meas].layout;
+  j["best_layout_predicted"] = s.best_ok;
+  j["regret_pct"] = s.regret;
+  j["regret_pct_95"] = {s.resolution.regret_lo, s.resolution.regret_hi};
+  j["resamples"] = kResamples;
+  j["pairs"] = s.pairs;
+  j["pairs_separated"] = s.separated;
+  j["pairs_separated_in_predicted_order"] = s.in_order;
+  j["predicted_best_separated_slower_than"] = s.beaten_by;
+  j["best_miss_resolved"] = !s.best_ok && !s.beaten_by.empty();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    j["layouts"][i]["measured_best_share"] = s.resolution.best_share[i];
+  }
+  std::cout << j.dump(2) << "\n";
+}
+
+// The table: a header naming the run, one row per layout, then the summary lines.
+void PrintTable(const Run& run, const Rows& in, const Summary& s, HostLoad load) {
+  const JobSpec& spec = run.spec;
+  const Options& o = run.opt;
+  const std::vector<Row>& rows = in.rows;
+  std::printf(
+      "# prediction_accuracy: GPT L=%ld h=%ld a=%ld f=%ld V=%ld s=%ld B=%ld fp32, "
+      "%ld ranks over 2 processes (Gloo/TCP, FileStore), %d rounds of %ld steps (the "
+      "first untimed), layer tasks %ld steps; 10 %% trimmed means\n",
+      long(spec.model.num_layers), long(spec.model.hidden_size),
+      long(spec.model.num_attention_heads), long(spec.model.ffn_hidden_size),
+      long(spec.model.vocab_size), long(spec.training.seq_length),
+      long(spec.training.global_batch_size), long(o.ranks), o.repeats, long(o.steps),
+      long(o.task_iters));
+  std::printf(
+      "# host: %ld cores, load average (1 min) %.1f before, %.1f after; optimizer "
+      "measured %.2f ns/parameter\n",
+      long(o.cores), load.before, load.after, in.optimizer_rate * 1e9);
   std::printf("# %-36s %8s %8s %6s %13s %7s %7s %7s %7s %8s %8s %6s %6s\n", "layout", "pred",
               "meas", "err", "rounds_err", "pred_dp", "meas_dp", "pr_opt", "ms_opt", "pred_mem",
               "meas_mem", "err", "loss");
   std::printf("# %-36s %8s %8s %6s %13s %7s %7s %7s %7s %8s %8s %6s %6s\n", "", "ms", "ms", "%",
               "% lo..hi", "ms", "ms", "ms", "ms", "MiB", "MiB", "%", "");
   for (size_t i = 0; i < rows.size(); ++i) {
-    std::printf("  %-36s %8.1f %8.1f %6.1f %+6.1f..%+5.1f %7.1f %7.1f %7.1f %7.1f %8.2f %8.2f "
-                "%6.1f %6.3f\n",
-                rows[i].layout.c_str(), rows[i].pred_s * 1e3, rows[i].meas_s * 1e3, terr[i],
-                rows[i].min_err, rows[i].max_err,
-                rows[i].pred_time.dp_comm * 1e3, rows[i].meas_dp * 1e3,
-                rows[i].pred_time.optimizer * 1e3, rows[i].meas_opt * 1e3,
-                rows[i].pred_mem / 1048576.0,
-                rows[i].meas_mem / 1048576.0, merr[i], rows[i].loss);
+    std::printf(
+        "  %-36s %8.1f %8.1f %6.1f %+6.1f..%+5.1f %7.1f %7.1f %7.1f %7.1f %8.2f %8.2f "
+        "%6.1f %6.3f\n",
+        rows[i].layout.c_str(), rows[i].pred_s * 1e3, rows[i].meas_s * 1e3, s.terr[i],
+        rows[i].min_err, rows[i].max_err, rows[i].pred_time.dp_comm * 1e3, rows[i].meas_dp * 1e3,
+        rows[i].pred_time.optimizer * 1e3, rows[i].meas_opt * 1e3, rows[i].pred_mem / 1048576.0,
+        rows[i].meas_mem / 1048576.0, s.merr[i], rows[i].loss);
   }
-  std::printf("# memory error: median %.1f %%, max %.1f %%\n", mmed, mmx);
-  std::printf("# best layout: predicted %s, measured %s; the predicted best measured %.1f %% "
-              "slower than the measured best (regret)\n",
-              rows[best_pred].layout.c_str(), rows[best_meas].layout.c_str(), regret);
+  std::printf("# memory error: median %.1f %%, max %.1f %%\n", s.mmed, s.mmx);
+  std::printf(
+      "# best layout: predicted %s, measured %s; the predicted best measured %.1f %% "
+      "slower than the measured best (regret)\n",
+      rows[s.best_pred].layout.c_str(), rows[s.best_meas].layout.c_str(), s.regret);
+  const Resolution& resolution = s.resolution;
   // The layouts that measured best in at least 1 % of the resamples, most often first.
   std::vector<size_t> contenders;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -929,31 +1006,68 @@ int main(int argc, char** argv) {
     shares += absl::StrFormat("%s%s %.0f %%", shares.empty() ? "" : ", ", rows[i].layout,
                               100.0 * resolution.best_share[i]);
   }
-  std::printf("# resolution (%d resamples of the rounds): measured best %s; the predicted best's "
-              "regret, central 95 %%: %.1f..%.1f %%\n",
-              kResamples, shares.c_str(), resolution.regret_lo, resolution.regret_hi);
+  std::printf(
+      "# resolution (%d resamples of the rounds): measured best %s; the predicted best's "
+      "regret, central 95 %%: %.1f..%.1f %%\n",
+      kResamples, shares.c_str(), resolution.regret_lo, resolution.regret_hi);
   std::string beaten;
-  for (const std::string& b : beaten_by) beaten += (beaten.empty() ? "" : ", ") + b;
-  std::printf("# ranking: the measurement separates %d of the %d pairs of layouts (one faster in "
-              "at least %.1f %% of the resamples); %d of them in the predicted order; layouts "
-              "separated faster than the predicted best: %s\n",
-              separated, pairs, 100.0 * kSeparated, in_order,
-              beaten.empty() ? "none" : beaten.c_str());
+  for (const std::string& b : s.beaten_by) beaten += (beaten.empty() ? "" : ", ") + b;
+  std::printf(
+      "# ranking: the measurement separates %d of the %d pairs of layouts (one faster in "
+      "at least %.1f %% of the resamples); %d of them in the predicted order; layouts "
+      "separated faster than the predicted best: %s\n",
+      s.separated, s.pairs, 100.0 * kSeparated, s.in_order,
+      beaten.empty() ? "none" : beaten.c_str());
   // A miss says whether the measurement resolves it: whether some layout measured faster
   // than the predicted best, separated. (The predicted best's own share of "measured best"
   // is no test of that: with two rivals tied with it, it is the fastest of the three in
   // about a third of the resamples at most, even when neither is faster than it.)
-  const double pred_share = resolution.best_share[best_pred];
+  const double pred_share = resolution.best_share[s.best_pred];
   const std::string tie =
-      best_ok ? ""
-      : beaten_by.empty()
-          ? absl::StrFormat(" (not resolved: no layout measured faster than the predicted best "
-                            "in %.1f %% of the resamples; it measured best in %.0f %%)",
-                            100.0 * kSeparated, 100.0 * pred_share)
-          : absl::StrFormat(" (resolved: %s measured faster than the predicted best in at least "
-                            "%.1f %% of the resamples)",
-                            beaten, 100.0 * kSeparated);
+      s.best_ok ? ""
+      : s.beaten_by.empty()
+          ? absl::StrFormat(
+                " (not resolved: no layout measured faster than the predicted best "
+                "in %.1f %% of the resamples; it measured best in %.0f %%)",
+                100.0 * kSeparated, 100.0 * pred_share)
+          : absl::StrFormat(
+                " (resolved: %s measured faster than the predicted best in at least "
+                "%.1f %% of the resamples)",
+                beaten, 100.0 * kSeparated);
   std::printf("# prediction error: median %.1f %%, max %.1f %%, best layout predicted: %s%s\n",
-              med, mx, best_ok ? "yes" : "no", tie.c_str());
+              s.med, s.mx, s.best_ok ? "yes" : "no", tie.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Run run;
+  if (std::optional<int> exit = ParseFlags(argc, argv, run.opt)) return *exit;
+  // One BLAS thread per rank, set once before any thread starts: OpenBLAS's thread count is
+  // process-wide, and changing it while another thread is inside a GEMM is unsafe.
+  k::SetBlasThreads(1);
+  signal(SIGSEGV, OnFatalSignal);
+  signal(SIGBUS, OnFatalSignal);
+  if (run.opt.child >= 0) return Child(run.opt.ranks, run.opt.child, run.opt.store, run.opt.steps);
+
+  HostLoad load;
+  load.before = Load1();
+  run.self = std::filesystem::read_symlink("/proc/self/exe").string();
+  run.spec = SmallModel(run.opt.ranks);
+  run.layouts = Layouts(run.opt.ranks);
+  if (std::optional<int> exit = SelectLayouts(run.opt.only, run.layouts.size(), run.selected)) {
+    return *exit;
+  }
+  run.options.iters = run.opt.task_iters;
+  std::map<size_t, std::vector<Round>> rounds;
+  if (!RunRounds(run, rounds)) return 1;
+  const Rows rows = BuildRows(run, rounds);
+  load.after = Load1();
+  const Summary summary = Summarize(rows);
+  if (run.opt.json) {
+    PrintJson(run, rows, summary, load);
+  } else {
+    PrintTable(run, rows, summary, load);
+  }
   return 0;
 }
