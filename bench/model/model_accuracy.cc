@@ -53,6 +53,153 @@ struct Row {
   double published = 0, predicted = 0, error = 0;
 };
 
+// A layer record (Korthikanti Table 4): its forward and backward time, two rows.
+void AddLayerRows(const nlohmann::json& r, const JobSpec& spec, const RecordLayout& layout,
+                  const Row& row, std::vector<Row>& rows) {
+  const DeviceProfile device = *FindDevice(spec.cluster.gpu);
+  const LayerTime lt = EstimateLayerTime(spec.model, spec.training, layout.config, device,
+                                         spec.cluster.gpus_per_node);
+  const double fwd = r["other_measured"]["forward_ms"].get<double>();
+  const double bwd = r["other_measured"]["backward_ms"].get<double>();
+  const double pf = lt.Forward() * 1e3, pb = lt.Backward() * 1e3;
+  Row f = row, b = row;
+  f.quantity = "layer fwd ms";
+  f.published = fwd;
+  f.predicted = pf;
+  b.quantity = "layer bwd ms";
+  b.published = bwd;
+  b.predicted = pb;
+  f.layout = b.layout = layout.config.ToString();
+  for (Row* x : {&f, &b}) {
+    x->error = std::abs(x->predicted - x->published) / x->published;
+    rows.push_back(*x);
+  }
+}
+
+// A whole-run record: every knob stated, that exact layout is estimated; otherwise the
+// planner chooses the unstated knobs, with the stated ones pinned.
+absl::StatusOr<PlanResult> PlanRecord(const RecordLayout& layout, JobSpec& spec) {
+  const bool all_stated = layout.micro_batch_stated && layout.vp_stated && layout.sp_stated &&
+                          layout.recompute_stated && layout.cp_stated && layout.dopt_stated;
+  if (!all_stated) {
+    PinStated(layout, &spec);
+    return Plan(spec);
+  }
+  ParallelConfig c = layout.config;
+  // Stages that do not split L evenly use the embedding/loss-aware split.
+  c.split_counts_embedding_and_loss = spec.model.num_layers % (c.pp * c.vp) != 0;
+  absl::StatusOr<RankedConfig> one = Estimate(spec, c);
+  if (!one.ok()) return one.status();
+  PlanResult plan;
+  plan.ranked.push_back(*one);
+  return plan;
+}
+
+// The row of a whole-run record: published against predicted tokens/s per GPU of the best
+// layout (with its time breakdown when `verbose`). Korthikanti's Table 5 iteration times go
+// to `korthikanti_time` for the orderings.
+Row RunRow(const nlohmann::json& r, JobSpec& spec, const RecordLayout& layout, Row row,
+           bool verbose, std::map<std::string, double>& korthikanti_time) {
+  absl::StatusOr<PlanResult> plan = PlanRecord(layout, spec);
+  if (!plan.ok() || plan->ranked.empty()) {
+    std::fprintf(stderr, "%s: %s\n", row.id.c_str(),
+                 plan.ok() ? "no layout" : std::string(plan.status().message()).c_str());
+    row.quantity = "FAILED";
+    row.error = 1;
+    return row;
+  }
+  const RankedConfig& best = plan->ranked[0];
+  row.quantity = "tokens/s/GPU";
+  row.layout = best.config.ToString() + (best.fits ? "" : " (OOM)");
+  row.published = PublishedTokensPerGpu(r, spec);
+  row.predicted = best.tokens_per_sec_per_gpu;
+  row.error = std::abs(row.predicted - row.published) / row.published;
+  if (verbose) {
+    const TimeBreakdown& t = best.time;
+    const double T = best.iteration_time_s;
+    row.layout += absl::StrFormat(
+        " | T %.2fs compute %.0f%% tp %.0f%% cp %.0f%% bubble %.0f%% p2p %.0f%% dp %.0f%% opt "
+        "%.0f%% hw %.0f TF mem %.1f GiB",
+        T, 100 * t.compute / T, 100 * t.tp_comm / T, 100 * t.cp_comm / T, 100 * t.pp_bubble / T,
+        100 * t.pp_p2p / T, 100 * t.dp_comm / T, 100 * t.optimizer / T,
+        best.hardware_tflops_per_gpu, best.memory.Peak() / (1 << 30));
+  }
+  if (absl::StartsWith(row.id, "korthikanti22_t5")) {
+    korthikanti_time[row.id] = best.iteration_time_s;
+  }
+  return row;
+}
+
+// Orderings: full recompute / (SP + selective), published vs predicted.
+struct Ordering {
+  std::string model;
+  double published, predicted;
+  bool ok;
+};
+
+std::vector<Ordering> Orderings(const nlohmann::json& data,
+                                std::map<std::string, double>& korthikanti_time) {
+  std::vector<Ordering> orderings;
+  for (const char* model : {"22B", "175B", "530B", "1T"}) {
+    const std::string full = std::string("korthikanti22_t5_") + model + "_full_recompute";
+    const std::string sel = std::string("korthikanti22_t5_") + model + "_seqpar_selective";
+    double pub_full = 0, pub_sel = 0;
+    for (const nlohmann::json& r : data) {
+      if (r["id"] == full) pub_full = r["iteration_time_s"].get<double>();
+      if (r["id"] == sel) pub_sel = r["iteration_time_s"].get<double>();
+    }
+    if (!korthikanti_time.count(full) || !korthikanti_time.count(sel)) continue;
+    const double pred = korthikanti_time[full] / korthikanti_time[sel];
+    const double pub = pub_full / pub_sel;
+    orderings.push_back({model, pub, pred, std::abs(pred - pub) <= 0.05});
+  }
+  return orderings;
+}
+
+void PrintJson(const std::vector<Row>& rows, const std::vector<Ordering>& orderings,
+               double median, double max) {
+  nlohmann::json out;
+  for (const Row& r : rows) {
+    out["records"].push_back({{"id", r.id}, {"quantity", r.quantity}, {"layout", r.layout},
+                              {"published", r.published}, {"predicted", r.predicted},
+                              {"error", r.error}});
+  }
+  for (const Ordering& o : orderings) {
+    out["orderings"].push_back({{"model", o.model}, {"published_ratio", o.published},
+                                {"predicted_ratio", o.predicted}, {"within_0.05", o.ok}});
+  }
+  out["median_error"] = median;
+  out["max_error"] = max;
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+void PrintTable(const std::string& dir, const std::vector<Row>& rows,
+                const std::vector<Ordering>& orderings, double median, double max) {
+  std::printf("# model_accuracy: analytical model vs %zu published measurements\n", rows.size());
+  std::printf("# data: %s/calibration_runs.json\n", dir.c_str());
+  std::printf("# %-52s %-14s %12s %12s %8s  %s\n", "record", "quantity", "published", "predicted",
+              "error", "layout (planner fills unstated knobs)");
+  std::printf("# %-52s %-14s %12s %12s %8s\n", "", "", "", "", "%");
+  for (const Row& r : rows) {
+    std::printf("  %-52s %-14s %12.2f %12.2f %8.1f  %s\n", r.id.c_str(), r.quantity.c_str(),
+                r.published, r.predicted, 100 * r.error, r.layout.c_str());
+  }
+  std::printf(
+      "#\n# ordering: iteration time full recompute / (SP + selective), Korthikanti Table 5\n");
+  std::printf("# %-8s %10s %10s %6s\n", "model", "published", "predicted", "ok");
+  int wrong = 0;
+  for (const Ordering& o : orderings) {
+    std::printf("  %-8s %10.3f %10.3f %6s\n", o.model.c_str(), o.published, o.predicted,
+                o.ok ? "yes" : "NO");
+    wrong += o.ok ? 0 : 1;
+  }
+  std::printf("# orderings outside +-0.05: %d of %zu\n", wrong, orderings.size());
+  int over = 0;
+  for (const Row& r : rows) over += r.error > 0.12 ? 1 : 0;
+  std::printf("# #wrong (rows over the 12 %% target): %d of %zu\n", over, rows.size());
+  std::printf("# model error: median %.1f %%, max %.1f %%\n", 100 * median, 100 * max);
+}
+
 int Main(int argc, char** argv) {
   const bool json_out = HasFlag(argc, argv, "--json");
   const bool verbose = HasFlag(argc, argv, "--verbose");
@@ -70,142 +217,27 @@ int Main(int argc, char** argv) {
     Row row;
     row.id = r["id"].get<std::string>();
     if (r["record_type"] == "single_transformer_layer_fwd_bwd_time") {
-      const DeviceProfile device = *FindDevice(spec.cluster.gpu);
-      const LayerTime lt = EstimateLayerTime(spec.model, spec.training, layout.config, device,
-                                             spec.cluster.gpus_per_node);
-      const double fwd = r["other_measured"]["forward_ms"].get<double>();
-      const double bwd = r["other_measured"]["backward_ms"].get<double>();
-      const double pf = lt.Forward() * 1e3, pb = lt.Backward() * 1e3;
-      Row f = row, b = row;
-      f.quantity = "layer fwd ms";
-      f.published = fwd;
-      f.predicted = pf;
-      b.quantity = "layer bwd ms";
-      b.published = bwd;
-      b.predicted = pb;
-      f.layout = b.layout = layout.config.ToString();
-      for (Row* x : {&f, &b}) {
-        x->error = std::abs(x->predicted - x->published) / x->published;
-        rows.push_back(*x);
-      }
+      AddLayerRows(r, spec, layout, row, rows);
       continue;
     }
     if (spec.training.global_batch_size == 0) continue;
-    // Every knob stated: estimate that exact layout. Otherwise the planner chooses the
-    // unstated knobs, with the stated ones pinned.
-    const bool all_stated = layout.micro_batch_stated && layout.vp_stated && layout.sp_stated &&
-                            layout.recompute_stated && layout.cp_stated && layout.dopt_stated;
-    absl::StatusOr<PlanResult> plan;
-    if (all_stated) {
-      ParallelConfig c = layout.config;
-      // Stages that do not split L evenly use the embedding/loss-aware split.
-      c.split_counts_embedding_and_loss = spec.model.num_layers % (c.pp * c.vp) != 0;
-      absl::StatusOr<RankedConfig> one = Estimate(spec, c);
-      if (one.ok()) {
-        plan = PlanResult();
-        plan->ranked.push_back(*one);
-      } else {
-        plan = one.status();
-      }
-    } else {
-      PinStated(layout, &spec);
-      plan = Plan(spec);
-    }
-    if (!plan.ok() || plan->ranked.empty()) {
-      std::fprintf(stderr, "%s: %s\n", row.id.c_str(),
-                   plan.ok() ? "no layout" : std::string(plan.status().message()).c_str());
-      row.quantity = "FAILED";
-      row.error = 1;
-      rows.push_back(row);
-      continue;
-    }
-    const RankedConfig& best = plan->ranked[0];
-    row.quantity = "tokens/s/GPU";
-    row.layout = best.config.ToString() + (best.fits ? "" : " (OOM)");
-    row.published = PublishedTokensPerGpu(r, spec);
-    row.predicted = best.tokens_per_sec_per_gpu;
-    row.error = std::abs(row.predicted - row.published) / row.published;
-    if (verbose) {
-      const TimeBreakdown& t = best.time;
-      const double T = best.iteration_time_s;
-      row.layout += absl::StrFormat(
-          " | T %.2fs compute %.0f%% tp %.0f%% cp %.0f%% bubble %.0f%% p2p %.0f%% dp %.0f%% opt %.0f%% "
-          "hw %.0f TF mem %.1f GiB",
-          T, 100 * t.compute / T, 100 * t.tp_comm / T, 100 * t.cp_comm / T, 100 * t.pp_bubble / T,
-          100 * t.pp_p2p / T, 100 * t.dp_comm / T, 100 * t.optimizer / T,
-          best.hardware_tflops_per_gpu, best.memory.Peak() / (1 << 30));
-    }
-    if (absl::StartsWith(row.id, "korthikanti22_t5")) korthikanti_time[row.id] = best.iteration_time_s;
-    rows.push_back(row);
+    rows.push_back(RunRow(r, spec, layout, row, verbose, korthikanti_time));
   }
 
   std::vector<double> errors;
   for (const Row& r : rows) errors.push_back(r.error);
   std::sort(errors.begin(), errors.end());
-  const double median = errors.empty() ? 0
-                        : errors.size() % 2 ? errors[errors.size() / 2]
-                                            : 0.5 * (errors[errors.size() / 2 - 1] + errors[errors.size() / 2]);
+  const double median =
+      errors.empty()      ? 0
+      : errors.size() % 2 ? errors[errors.size() / 2]
+                          : 0.5 * (errors[errors.size() / 2 - 1] + errors[errors.size() / 2]);
   const double max = errors.empty() ? 0 : errors.back();
-
-  // Orderings: full recompute / (SP + selective), published vs predicted.
-  struct Ordering {
-    std::string model;
-    double published, predicted;
-    bool ok;
-  };
-  std::vector<Ordering> orderings;
-  for (const char* model : {"22B", "175B", "530B", "1T"}) {
-    const std::string full = std::string("korthikanti22_t5_") + model + "_full_recompute";
-    const std::string sel = std::string("korthikanti22_t5_") + model + "_seqpar_selective";
-    double pub_full = 0, pub_sel = 0;
-    for (const nlohmann::json& r : *data) {
-      if (r["id"] == full) pub_full = r["iteration_time_s"].get<double>();
-      if (r["id"] == sel) pub_sel = r["iteration_time_s"].get<double>();
-    }
-    if (!korthikanti_time.count(full) || !korthikanti_time.count(sel)) continue;
-    const double pred = korthikanti_time[full] / korthikanti_time[sel];
-    const double pub = pub_full / pub_sel;
-    orderings.push_back({model, pub, pred, std::abs(pred - pub) <= 0.05});
-  }
-
+  const std::vector<Ordering> orderings = Orderings(*data, korthikanti_time);
   if (json_out) {
-    nlohmann::json out;
-    for (const Row& r : rows) {
-      out["records"].push_back({{"id", r.id}, {"quantity", r.quantity}, {"layout", r.layout},
-                                {"published", r.published}, {"predicted", r.predicted},
-                                {"error", r.error}});
-    }
-    for (const Ordering& o : orderings) {
-      out["orderings"].push_back({{"model", o.model}, {"published_ratio", o.published},
-                                  {"predicted_ratio", o.predicted}, {"within_0.05", o.ok}});
-    }
-    out["median_error"] = median;
-    out["max_error"] = max;
-    std::printf("%s\n", out.dump(2).c_str());
-    return 0;
+    PrintJson(rows, orderings, median, max);
+  } else {
+    PrintTable(dir, rows, orderings, median, max);
   }
-  std::printf("# model_accuracy: analytical model vs %zu published measurements\n", rows.size());
-  std::printf("# data: %s/calibration_runs.json\n", dir.c_str());
-  std::printf("# %-52s %-14s %12s %12s %8s  %s\n", "record", "quantity", "published", "predicted",
-              "error", "layout (planner fills unstated knobs)");
-  std::printf("# %-52s %-14s %12s %12s %8s\n", "", "", "", "", "%");
-  for (const Row& r : rows) {
-    std::printf("  %-52s %-14s %12.2f %12.2f %8.1f  %s\n", r.id.c_str(), r.quantity.c_str(),
-                r.published, r.predicted, 100 * r.error, r.layout.c_str());
-  }
-  std::printf("#\n# ordering: iteration time full recompute / (SP + selective), Korthikanti Table 5\n");
-  std::printf("# %-8s %10s %10s %6s\n", "model", "published", "predicted", "ok");
-  int wrong = 0;
-  for (const Ordering& o : orderings) {
-    std::printf("  %-8s %10.3f %10.3f %6s\n", o.model.c_str(), o.published, o.predicted,
-                o.ok ? "yes" : "NO");
-    wrong += o.ok ? 0 : 1;
-  }
-  std::printf("# orderings outside +-0.05: %d of %zu\n", wrong, orderings.size());
-  int over = 0;
-  for (const Row& r : rows) over += r.error > 0.12 ? 1 : 0;
-  std::printf("# #wrong (rows over the 12 %% target): %d of %zu\n", over, rows.size());
-  std::printf("# model error: median %.1f %%, max %.1f %%\n", 100 * median, 100 * max);
   return 0;
 }
 
