@@ -145,50 +145,61 @@ absl::Status Run(Work& w, int64_t gemms) {
   return absl::OkStatus();
 }
 
-int Main(int argc, char** argv) {
-  CLI::App app{"host_noise: how far apart this host measures two copies of the same work"};
-  int threads = 0;
+struct Options {
+  int threads = 0;  ///< 0: one per core.
   double rep_seconds = 0.5;
   int rounds = 10, per_round = 4, trials = 10;
   int64_t size = 512;
   bool json = false;
-  app.add_option("--threads", threads,
+};
+
+// Fills `o` from the command line; an exit code when the program should stop there.
+std::optional<int> ParseFlags(int argc, char** argv, Options& o) {
+  CLI::App app{"host_noise: how far apart this host measures two copies of the same work"};
+  app.add_option("--threads", o.threads,
                  "threads in lockstep, one BLAS thread each (0: one per core)")
       ->check(CLI::Range(0, 256));
-  app.add_option("--rep-seconds", rep_seconds,
+  app.add_option("--rep-seconds", o.rep_seconds,
                  "work per repetition, as seconds of it on the first measurement (a "
                  "prediction_accuracy step takes about 0.5-1 s on 2 cores)")
       ->check(CLI::Range(0.01, 10.0));
-  app.add_option("--rounds", rounds, "A/A rounds per trial (prediction_accuracy's --repeats)")
+  app.add_option("--rounds", o.rounds, "A/A rounds per trial (prediction_accuracy's --repeats)")
       ->check(CLI::Range(1, 40));
-  app.add_option("--steps", per_round, "repetitions per side and round (its timed steps)")
+  app.add_option("--steps", o.per_round, "repetitions per side and round (its timed steps)")
       ->check(CLI::Range(1, 100));
-  app.add_option("--trials", trials, "A/A trials")->check(CLI::Range(1, 1000));
-  app.add_option("--size", size, "GEMM size n (n×n by n×n, FP32)")->check(CLI::Range(16, 8192));
-  app.add_flag("--json", json, "print JSON");
+  app.add_option("--trials", o.trials, "A/A trials")->check(CLI::Range(1, 1000));
+  app.add_option("--size", o.size, "GEMM size n (n×n by n×n, FP32)")->check(CLI::Range(16, 8192));
+  app.add_flag("--json", o.json, "print JSON");
   CLI11_PARSE(app, argc, argv);
-  const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-  if (threads == 0) threads = static_cast<int>(cpus);
-  SetBlasThreads(1);  // process-wide, before any worker thread runs a GEMM
+  return std::nullopt;
+}
 
-  // Calibrate on one thread alone: GEMMs per repetition.
-  const auto fail = [](const absl::Status& s) {
-    std::fprintf(stderr, "host_noise: %s\n", s.ToString().c_str());
-    return 1;
-  };
+// Seconds of one GEMM of `size`, measured on one thread alone after a warm-up.
+absl::StatusOr<double> SecondsPerGemm(int64_t size) {
   auto probe = MakeWork(size);
-  if (!probe.ok()) return fail(probe.status());
-  if (auto s = Run(*probe, 1); !s.ok()) return fail(s);  // warm-up
+  if (!probe.ok()) return probe.status();
+  if (auto s = Run(*probe, 1); !s.ok()) return s;  // warm-up
   const auto p0 = Clock::now();
-  if (auto s = Run(*probe, 2); !s.ok()) return fail(s);
-  const double per_gemm = std::chrono::duration<double>(Clock::now() - p0).count() / 2;
-  const int64_t gemms = std::max<int64_t>(1, std::llround(rep_seconds / per_gemm));
+  if (auto s = Run(*probe, 2); !s.ok()) return s;
+  return std::chrono::duration<double>(Clock::now() - p0).count() / 2;
+}
 
-  const size_t reps = static_cast<size_t>(trials) * 2 * static_cast<size_t>(rounds) *
-                      static_cast<size_t>(per_round);
-  std::vector<double> steps(reps);
-  std::vector<std::vector<double>> wall(static_cast<size_t>(threads), std::vector<double>(reps));
-  std::vector<std::vector<double>> cpu(static_cast<size_t>(threads), std::vector<double>(reps));
+// What the threads measured in lockstep.
+struct Lockstep {
+  std::vector<double> steps;                   ///< Each repetition, the slowest thread's.
+  std::vector<std::vector<double>> wall, cpu;  ///< By thread and repetition.
+  double elapsed = 0;
+  std::optional<double> steal_pct;  ///< Unset where the kernel reports no steal.
+  std::string error;                ///< The first thread's failure, if any.
+};
+
+// `threads` threads each run `gemms` GEMMs per repetition, `reps` times, meeting before
+// every repetition.
+Lockstep RunLockstep(int threads, int64_t size, int64_t gemms, size_t reps, long cpus) {
+  Lockstep out;
+  out.steps.assign(reps, 0.0);
+  out.wall.assign(static_cast<size_t>(threads), std::vector<double>(reps));
+  out.cpu.assign(static_cast<size_t>(threads), std::vector<double>(reps));
   std::vector<std::string> errors(static_cast<size_t>(threads));
   Clock::time_point step_start;
   // The completion step runs once per phase, on one thread, after all arrive: it closes the
@@ -196,14 +207,11 @@ int Main(int argc, char** argv) {
   size_t next = 0;
   const auto on_phase = [&]() noexcept {
     const auto now = Clock::now();
-    if (next > 0) steps[next - 1] = std::chrono::duration<double>(now - step_start).count();
+    if (next > 0) out.steps[next - 1] = std::chrono::duration<double>(now - step_start).count();
     ++next;
     step_start = Clock::now();
   };
   std::barrier sync(threads, on_phase);
-  std::fprintf(stderr, "# %d threads, %lld GEMMs of %lld³ per repetition (%.3f s each alone), %zu "
-          "repetitions\n", threads, static_cast<long long>(gemms), static_cast<long long>(size),
-          per_gemm * static_cast<double>(gemms), reps);
   const double steal0 = StealSeconds();
   const auto t0 = Clock::now();
   std::vector<std::thread> pool;
@@ -218,39 +226,41 @@ int Main(int argc, char** argv) {
         const auto c0 = ThreadCpuSeconds();
         const auto w0 = Clock::now();
         if (auto s = Run(*w, gemms); !s.ok() && errors[ti].empty()) errors[ti] = s.ToString();
-        wall[ti][r] = std::chrono::duration<double>(Clock::now() - w0).count();
-        cpu[ti][r] = ThreadCpuSeconds() - c0;
+        out.wall[ti][r] = std::chrono::duration<double>(Clock::now() - w0).count();
+        out.cpu[ti][r] = ThreadCpuSeconds() - c0;
       }
       sync.arrive_and_wait();  // closes the last step
       if (!w.ok()) errors[ti] = w.status().ToString();
     });
   }
   for (auto& th : pool) th.join();
-  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  out.elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   const double steal1 = StealSeconds();
   for (const std::string& e : errors) {
     if (!e.empty()) {
-      std::fprintf(stderr, "host_noise: %s\n", e.c_str());
-      return 1;
+      out.error = e;
+      return out;
     }
   }
-  // Where the kernel reports no steal: null in --json, "not reported" in the text.
-  std::optional<double> steal_pct;
   if (steal0 >= 0 && steal1 >= 0) {
-    steal_pct = 100.0 * (steal1 - steal0) / (elapsed * static_cast<double>(cpus));
+    out.steal_pct = 100.0 * (steal1 - steal0) / (out.elapsed * static_cast<double>(cpus));
   }
+  return out;
+}
 
+// The whole report (the --json output; the text is printed from it).
+nlohmann::json Report(const Options& o, const Lockstep& m, int64_t gemms, size_t reps) {
   nlohmann::json j;
-  j["threads"] = threads;
-  j["gemm_size"] = size;
+  j["threads"] = o.threads;
+  j["gemm_size"] = o.size;
   j["gemms_per_repetition"] = gemms;
   j["repetitions"] = reps;
-  j["elapsed_s"] = elapsed;
-  j["steal_pct_of_cpu_time"] = steal_pct ? nlohmann::json(*steal_pct) : nlohmann::json();
+  j["elapsed_s"] = m.elapsed;
+  j["steal_pct_of_cpu_time"] = m.steal_pct ? nlohmann::json(*m.steal_pct) : nlohmann::json();
   j["per_thread"] = nlohmann::json::array();
-  for (int t = 0; t < threads; ++t) {
-    const auto& w = wall[static_cast<size_t>(t)];
-    const auto& c = cpu[static_cast<size_t>(t)];
+  for (int t = 0; t < o.threads; ++t) {
+    const auto& w = m.wall[static_cast<size_t>(t)];
+    const auto& c = m.cpu[static_cast<size_t>(t)];
     j["per_thread"].push_back({{"thread", t},
                                {"min_s", *std::min_element(w.begin(), w.end())},
                                {"median_s", Median(w)},
@@ -258,26 +268,30 @@ int Main(int argc, char** argv) {
                                {"cv_pct", CvPct(w)},
                                {"cpu_over_wall_pct", 100.0 * Mean(c) / Mean(w)}});
   }
+  const std::vector<double>& steps = m.steps;
   j["step"] = {{"min_s", *std::min_element(steps.begin(), steps.end())},
                {"median_s", Median(steps)},
                {"max_s", *std::max_element(steps.begin(), steps.end())},
                {"cv_pct", CvPct(steps)}};
-  const std::vector<double> gaps = AaGapsPct(steps, rounds, per_round);
+  const std::vector<double> gaps = AaGapsPct(steps, o.rounds, o.per_round);
   j["aa"] = {{"trials", gaps.size()},
-             {"rounds", rounds},
-             {"steps", per_round},
+             {"rounds", o.rounds},
+             {"steps", o.per_round},
              {"gap_median_pct", Median(gaps)},
              {"gap_max_pct", *std::max_element(gaps.begin(), gaps.end())},
              {"gaps_pct", gaps}};
-  if (json) {
-    std::printf("%s\n", j.dump(2).c_str());
-    return 0;
-  }
+  return j;
+}
+
+void PrintText(const Options& o, const nlohmann::json& j, const Lockstep& m, int64_t gemms,
+               size_t reps) {
+  const std::vector<double> gaps = j["aa"]["gaps_pct"].get<std::vector<double>>();
   std::printf("# host_noise: %d threads in lockstep, %lld GEMMs of %lld³ FP32 per repetition, "
               "%zu repetitions in %.0f s; steal %s\n",
-              threads, static_cast<long long>(gemms), static_cast<long long>(size), reps, elapsed,
-              steal_pct ? absl::StrFormat("%.2f %% of CPU time", *steal_pct).c_str()
-                        : "not reported");
+              o.threads, static_cast<long long>(gemms), static_cast<long long>(o.size), reps,
+              m.elapsed,
+              m.steal_pct ? absl::StrFormat("%.2f %% of CPU time", *m.steal_pct).c_str()
+                          : "not reported");
   std::printf("%-8s %9s %9s %9s %7s %9s\n", "thread", "min_s", "median_s", "max_s", "cv_%",
               "cpu/wall");
   for (const auto& p : j["per_thread"]) {
@@ -292,8 +306,42 @@ int Main(int argc, char** argv) {
   for (double g : gaps) std::printf(" %.1f", g);
   std::printf("\n# A/A: identical work measures median %.1f %%, max %.1f %% apart (%zu trials of "
               "%d rounds × %d steps)\n",
-              Median(gaps), *std::max_element(gaps.begin(), gaps.end()), gaps.size(), rounds,
-              per_round);
+              Median(gaps), *std::max_element(gaps.begin(), gaps.end()), gaps.size(), o.rounds,
+              o.per_round);
+}
+
+int Main(int argc, char** argv) {
+  Options o;
+  if (std::optional<int> exit = ParseFlags(argc, argv, o)) return *exit;
+  const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  if (o.threads == 0) o.threads = static_cast<int>(cpus);
+  SetBlasThreads(1);  // process-wide, before any worker thread runs a GEMM
+
+  // Calibrate on one thread alone: GEMMs per repetition.
+  absl::StatusOr<double> per_gemm = SecondsPerGemm(o.size);
+  if (!per_gemm.ok()) {
+    std::fprintf(stderr, "host_noise: %s\n", per_gemm.status().ToString().c_str());
+    return 1;
+  }
+  const int64_t gemms = std::max<int64_t>(1, std::llround(o.rep_seconds / *per_gemm));
+  const size_t reps = static_cast<size_t>(o.trials) * 2 * static_cast<size_t>(o.rounds) *
+                      static_cast<size_t>(o.per_round);
+  std::fprintf(stderr,
+               "# %d threads, %lld GEMMs of %lld³ per repetition (%.3f s each alone), %zu "
+               "repetitions\n",
+               o.threads, static_cast<long long>(gemms), static_cast<long long>(o.size),
+               *per_gemm * static_cast<double>(gemms), reps);
+  const Lockstep m = RunLockstep(o.threads, o.size, gemms, reps, cpus);
+  if (!m.error.empty()) {
+    std::fprintf(stderr, "host_noise: %s\n", m.error.c_str());
+    return 1;
+  }
+  const nlohmann::json j = Report(o, m, gemms, reps);
+  if (o.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    PrintText(o, j, m, gemms, reps);
+  }
   return 0;
 }
 
