@@ -2,9 +2,10 @@
 // rules and the memory model, score the survivors with the time model (a closed-form
 // pipeline screen for all, the simulated schedule for the best), rank.
 //
-// Plan runs in four phases, one function each: EnumerateLayouts (the grid, in a fixed
-// order), Prune (rules and memory), ScreenAndSimulate (closed-form screen of every survivor,
-// the simulated schedule for the best, the closest misses when too few fit) and RankTop.
+// Plan runs in four phases, one function each: the grid (MeshShapes, then
+// ForEachLayoutOfShape, in a fixed order), Prune (rules and memory), ScreenAndSimulate
+// (closed-form screen of every survivor, the simulated schedule for the best, the closest
+// misses when too few fit) and RankTop.
 #include "search/planner.h"
 
 #include <algorithm>
@@ -183,79 +184,85 @@ std::vector<int64_t> MicroBatchSizes(const SearchOptions& opt, int64_t B, int64_
   return out;
 }
 
-// Each layout of `in` once per value of `values` that `set` accepts (and applies), in order:
-// the earlier dimension varies slower, as in nested loops.
-template <typename T, typename Set>
-std::vector<ParallelConfig> Expand(const std::vector<ParallelConfig>& in,
-                                   const std::vector<T>& values, Set set) {
-  std::vector<ParallelConfig> out;
-  out.reserve(in.size() * values.size());
-  for (const ParallelConfig& c : in) {
-    for (const T& value : values) {
-      ParallelConfig next = c;
-      if (set(next, value)) out.push_back(next);
-    }
+// SP both ways where open (with tp > 1 only), or as pinned.
+std::vector<bool> SequenceParallelChoices(const SearchOptions& opt, int64_t tp) {
+  std::vector<bool> out;
+  for (bool sp : {false, true}) {
+    if (!Allowed(opt.sequence_parallel, sp)) continue;
+    if (opt.sequence_parallel.empty() && sp && tp == 1) continue;
+    out.push_back(sp);
   }
   return out;
 }
 
-// The layouts of one split: vp, micro-batch, SP, recompute (with its layer count) and the
-// distributed optimizer, varied in that order (the distributed optimizer fastest).
-std::vector<ParallelConfig> LayoutsOfShape(const JobSpec& spec, const MeshShape& shape) {
-  const SearchOptions& opt = spec.search;
-  const int64_t L = spec.model.num_layers;
-  ParallelConfig base;
-  base.tp = shape.tp;
-  base.pp = shape.pp;
-  base.dp = shape.dp;
-  base.cp = shape.cp;
-  std::vector<ParallelConfig> out{base};
-  out = Expand(out, VirtualStageCounts(opt, L, shape.pp), [&](ParallelConfig& c, int64_t vp) {
-    c.vp = vp;
-    // The embedding/loss-aware split only where the plain one is impossible.
-    c.split_counts_embedding_and_loss = L % (c.pp * vp) != 0;
-    return true;
-  });
-  out = Expand(out, MicroBatchSizes(opt, spec.training.global_batch_size, shape.dp),
-               [](ParallelConfig& c, int64_t mb) {
-                 c.micro_batch_size = mb;
-                 return true;
-               });
-  out = Expand(out, std::vector<bool>{false, true}, [&](ParallelConfig& c, bool sp) {
-    if (!Allowed(opt.sequence_parallel, sp)) return false;
-    if (opt.sequence_parallel.empty() && sp && c.tp == 1) return false;
-    c.sequence_parallel = sp;
-    return true;
-  });
+// Recompute modes, each with the layer counts pinned for full recompute (0: every layer).
+std::vector<std::pair<Recompute, int64_t>> RecomputeChoices(const SearchOptions& opt) {
   const std::vector<Recompute> recomputes =
       opt.recompute.empty()
           ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull}
           : opt.recompute;
   const std::vector<int64_t> recompute_layers =
       opt.recompute_num_layers.empty() ? std::vector<int64_t>{0} : opt.recompute_num_layers;
-  std::vector<std::pair<Recompute, int64_t>> recompute_choices;
+  std::vector<std::pair<Recompute, int64_t>> out;
   for (Recompute rc : recomputes) {
     for (int64_t rl : recompute_layers) {
       // A layer count only means something with full recompute.
       if (rc != Recompute::kFull && rl != 0) continue;
-      recompute_choices.emplace_back(rc, rl);
+      out.emplace_back(rc, rl);
     }
   }
-  out = Expand(out, recompute_choices,
-               [](ParallelConfig& c, const std::pair<Recompute, int64_t>& choice) {
-                 c.recompute = choice.first;
-                 c.recompute_num_layers = choice.first == Recompute::kFull ? choice.second : 0;
-                 return true;
-               });
-  out = Expand(out, std::vector<bool>{false, true}, [&](ParallelConfig& c, bool dopt) {
-    if (!Allowed(opt.distributed_optimizer, dopt)) return false;
-    if (opt.distributed_optimizer.empty() && dopt && c.dp * c.cp == 1) return false;
-    c.distributed_optimizer = dopt;
-    return true;
-  });
+  return out;
+}
+
+// The distributed optimizer both ways where open (with dp · cp > 1 only), or as pinned.
+std::vector<bool> DistributedOptimizerChoices(const SearchOptions& opt, int64_t dp_cp) {
+  std::vector<bool> out;
+  for (bool dopt : {false, true}) {
+    if (!Allowed(opt.distributed_optimizer, dopt)) continue;
+    if (opt.distributed_optimizer.empty() && dopt && dp_cp == 1) continue;
+    out.push_back(dopt);
+  }
+  return out;
+}
+
+// Calls `visit` with every layout of one split: vp, micro-batch, SP, recompute (with its
+// layer count) and the distributed optimizer, varied in that order (the distributed
+// optimizer fastest).
+template <typename Visit>
+void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit visit) {
+  const SearchOptions& opt = spec.search;
+  const int64_t L = spec.model.num_layers;
+  const std::vector<int64_t> vps = VirtualStageCounts(opt, L, shape.pp);
+  const std::vector<int64_t> mbs = MicroBatchSizes(opt, spec.training.global_batch_size, shape.dp);
+  const std::vector<bool> sps = SequenceParallelChoices(opt, shape.tp);
+  const std::vector<std::pair<Recompute, int64_t>> recomputes = RecomputeChoices(opt);
+  const std::vector<bool> dopts = DistributedOptimizerChoices(opt, shape.dp * shape.cp);
+  ParallelConfig c;
+  c.tp = shape.tp;
+  c.pp = shape.pp;
+  c.dp = shape.dp;
+  c.cp = shape.cp;
   // tp_comm_overlap stays at Megatron-LM's default (off): the exported arguments do not
   // turn it on, so the plan must not assume it.
-  return out;
+  for (int64_t vp : vps) {
+    c.vp = vp;
+    // The embedding/loss-aware split only where the plain one is impossible.
+    c.split_counts_embedding_and_loss = L % (shape.pp * vp) != 0;
+    for (int64_t mb : mbs) {
+      c.micro_batch_size = mb;
+      for (bool sp : sps) {
+        c.sequence_parallel = sp;
+        for (const auto& [rc, rl] : recomputes) {
+          c.recompute = rc;
+          c.recompute_num_layers = rc == Recompute::kFull ? rl : 0;
+          for (bool dopt : dopts) {
+            c.distributed_optimizer = dopt;
+            visit(c);
+          }
+        }
+      }
+    }
+  }
 }
 
 // ---- Phase 2: prune -----------------------------------------------------------------------
@@ -277,20 +284,20 @@ Pruned Prune(const JobSpec& spec, const DeviceProfile& device, PlanResult& resul
   const FrameworkMemory framework = FrameworkMemoryFor(device);
   Pruned out;
   for (const MeshShape& shape : MeshShapes(spec)) {
-    for (const ParallelConfig& c : LayoutsOfShape(spec, shape)) {
+    ForEachLayoutOfShape(spec, shape, [&](const ParallelConfig& c) {
       ++result.candidates_considered;
       if (absl::Status s = ValidateParallelConfig(c, spec); !s.ok()) {
         result.rejected.push_back({c, std::string(s.message())});
-        continue;
+        return;
       }
       const MemoryBreakdown mem = EstimateMemory(spec, c, device.memory_bytes, framework);
       if (mem.Peak() > mem.capacity) {
         result.rejected.push_back({c, OomReason(mem)});
         out.oom.emplace_back(c, mem);
-        continue;
+        return;
       }
       out.feasible.push_back({c, mem, 0});
-    }
+    });
   }
   return out;
 }
