@@ -188,5 +188,62 @@ TEST(IterationTest, SequenceParallelGradSyncIsOncePerStep) {
   EXPECT_EQ(EstimateLayerTime(spec.model, spec.training, c, a100, 8).grad_sync_tp_comm, 0);
 }
 
+// The breakdown splits the iteration: compute, TP, CP, DP and optimizer of the critical
+// stage, and the rest is pipeline transfer plus bubble, so the seven parts add up to the
+// iteration in every kind of layout (1F1B and interleaved, blocking and overlapped p2p,
+// CP, the distributed optimizer, tied embeddings over several stages, full recompute of
+// some layers), in both pipeline modes.
+TEST(IterationTest, BreakdownAddsUpToTheIteration) {
+  JobSpec spec = Korthikanti175b();
+  spec.model = *FindPreset("gpt3-1.7b");  // 24 layers, tied embeddings
+  spec.training.flash_attention = true;
+  spec.training.dropout = false;
+  spec.training.global_batch_size = 64;
+  const DeviceProfile a100 = *FindDevice("a100-80gb");
+  struct Case {
+    int64_t tp, pp, vp, dp, cp, mb;
+    bool dopt, overlap_p2p;
+    Recompute recompute;
+    int64_t recompute_layers;
+  };
+  const Case cases[] = {
+      {1, 1, 1, 64, 1, 1, false, true, Recompute::kNone, 0},
+      {2, 4, 1, 8, 1, 2, true, true, Recompute::kSelective, 0},
+      {2, 4, 3, 4, 2, 1, true, true, Recompute::kNone, 0},
+      {2, 4, 3, 4, 2, 1, true, false, Recompute::kNone, 0},
+      {8, 2, 2, 4, 1, 4, false, true, Recompute::kFull, 4},
+      {1, 8, 1, 8, 1, 1, false, false, Recompute::kFull, 0},
+  };
+  for (const Case& k : cases) {
+    ParallelConfig c;
+    c.tp = k.tp;
+    c.pp = k.pp;
+    c.vp = k.vp;
+    c.dp = k.dp;
+    c.cp = k.cp;
+    c.micro_batch_size = k.mb;
+    c.sequence_parallel = k.tp > 1;
+    c.distributed_optimizer = k.dopt;
+    c.overlap_p2p_comm = k.overlap_p2p;
+    c.recompute = k.recompute;
+    c.recompute_num_layers = k.recompute_layers;
+    const LayerTime layer = EstimateLayerTime(spec.model, spec.training, c, a100, 8);
+    const EdgeTime edge = EstimateEdgeTime(spec.model, spec.training, c, a100, 8);
+    for (PipelineMode mode : {PipelineMode::kClosedForm, PipelineMode::kSimulated}) {
+      absl::StatusOr<IterationEstimate> it = EstimateIteration(spec, c, a100, layer, edge, mode);
+      ASSERT_TRUE(it.ok()) << c.ToString() << ": " << it.status();
+      const TimeBreakdown& t = it->time;
+      const double parts =
+          t.compute + t.tp_comm + t.cp_comm + t.dp_comm + t.optimizer + t.pp_p2p + t.pp_bubble;
+      EXPECT_NEAR(parts, it->iteration_time_s, 1e-9 * it->iteration_time_s) << c.ToString();
+      EXPECT_GE(t.pp_bubble, 0) << c.ToString();
+      EXPECT_EQ(t.cp_comm > 0, k.cp > 1) << c.ToString();
+      EXPECT_EQ(t.pp_p2p > 0, k.pp > 1) << c.ToString();
+      // Tied embeddings over several stages add their gradient all-reduce to dp_comm.
+      EXPECT_GT(t.dp_comm, 0) << c.ToString();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace paratune
