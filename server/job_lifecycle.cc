@@ -4,12 +4,12 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "search/empty_result.h"
 #include "server/convert.h"
 #include "server/ids.h"
+#include "server/job_requests.h"
 
 namespace paratune::server {
 namespace {
@@ -21,12 +21,6 @@ std::string JobIdOfTask(const std::string& task_id) {
 
 absl::Status NotFoundJob(const std::string& id) {
   return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
-}
-
-// Every request that names a job must name one.
-absl::Status CheckJobId(const std::string& id) {
-  if (id.empty()) return absl::InvalidArgumentError("id is required (the job's id)");
-  return absl::OkStatus();
 }
 
 v1::ReportResultResponse Refused(std::string reason) {
@@ -393,31 +387,18 @@ absl::StatusOr<v1::Job> JobLifecycle::Get(const v1::GetJobRequest& request) {
 }
 
 absl::StatusOr<v1::ListJobsResponse> JobLifecycle::List(const v1::ListJobsRequest& request) {
-  if (!v1::JobState_IsValid(request.state())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("state (", static_cast<int>(request.state()), ") is not a JobState value"));
-  }
-  if (request.page_size() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("page_size (", request.page_size(), ") must be >= 0"));
-  }
-  const int64_t page_size = request.page_size() == 0 ? 100 : std::min(request.page_size(), 1000);
-  int64_t offset = 0;
-  if (!request.page_token().empty() &&
-      (!absl::SimpleAtoi(request.page_token(), &offset) || offset < 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("page_token '", request.page_token(), "' is not one this server gave"));
-  }
+  absl::StatusOr<ListJobsQuery> query = ParseListJobs(request);
+  if (!query.ok()) return query.status();
   std::lock_guard<std::mutex> lock(mu_);
   v1::ListJobsResponse out;
   int64_t index = 0;
   // Newest first.
   for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
     const v1::Job& job = jobs_.at(*it).record.job;
-    if (request.state() != v1::JOB_STATE_UNSPECIFIED && job.state() != request.state()) continue;
-    if (index++ < offset) continue;
-    if (out.jobs_size() == page_size) {
-      out.set_next_page_token(absl::StrCat(offset + page_size));
+    if (query->state != v1::JOB_STATE_UNSPECIFIED && job.state() != query->state) continue;
+    if (index++ < query->offset) continue;
+    if (out.jobs_size() == query->page_size) {
+      out.set_next_page_token(absl::StrCat(query->offset + query->page_size));
       break;
     }
     *out.add_jobs() = job;
