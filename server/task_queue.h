@@ -2,7 +2,7 @@
 // unless renewed (worker heartbeats); an expired lease, or a lost worker, puts the task
 // back in the queue until it has been leased `max_attempts` times.
 //
-// Thread-compatible: the JobManager calls it under its mutex.
+// Thread-compatible: the LeaseBroker calls it under its mutex.
 #ifndef PARATUNE_SERVER_TASK_QUEUE_H_
 #define PARATUNE_SERVER_TASK_QUEUE_H_
 
@@ -35,6 +35,8 @@ class TaskQueue {
       const std::function<bool(const v1::ProfileTask&)>& can_run = nullptr);
   /// When the lease of a leased task expires.
   int64_t LeaseExpiry(const std::string& task_id) const;
+  /// Whether `task_id` is leased now.
+  bool IsLeased(const std::string& task_id) const { return leases_.count(task_id) > 0; }
 
   /// Renews the leases `worker_id` holds among `task_ids`; returns the ids it does not hold
   /// (cancelled, expired or unknown): the worker must stop them.

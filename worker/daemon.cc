@@ -295,6 +295,7 @@ class WorkerDaemon::Impl {
     info->set_device_kind(inventory_.device_kind);
     for (const v1::Device& d : inventory_.devices) *info->add_devices() = d;
     info->set_cpu_cores(inventory_.cpu_cores);
+    info->set_hostname(HostName());  // the coordinator keeps co-located workers apart
     info->set_memory_bytes(inventory_.memory_bytes);
     info->set_state("idle");
     v1::RegisterResponse response;

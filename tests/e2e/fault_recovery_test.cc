@@ -7,6 +7,8 @@
 //     a restart on the same database every job finishes, none lost or duplicated, and the
 //     results equal those of an undisturbed coordinator (model mode is deterministic) or of
 //     the profile cache (profile mode: the same measurements);
+//   - a result the worker finished while the coordinator was down is accepted after the
+//     restart (the task is not run again);
 //   - the coordinator killed on first sight of COMPOSING (2 ms poll; skipped when never
 //     seen) finishes the job after a restart;
 //   - the database file is created 0600; a database that stops accepting writes
@@ -329,6 +331,33 @@ TEST_F(FaultTest, CoordinatorKilledWhileTasksAreLeasedLosesNoResult) {
   const std::string again = Submit(TinyProfileSpec());
   EXPECT_EQ(Num(WaitDone(again)["progress"], "tasks_cached"), total);
   EXPECT_EQ(Ranking(again), Ranking(id));
+}
+
+TEST_F(FaultTest, AResultFinishedWhileTheCoordinatorWasDownIsAcceptedAfterRestart) {
+  // 100 timed steps: a layer task takes seconds, so the kill lands while it runs.
+  StartCoordinator(/*profile_iters=*/100);
+  StartWorker("cpu-a");
+  const std::string id = Submit(TinyProfileSpec());
+  ASSERT_FALSE(id.empty());
+  const std::string task = WaitBusy("cpu-a");
+  ASSERT_FALSE(task.empty()) << ReadFile(coordinator_->log());
+  const fs::path worker_log = dir_ / "cpu-a.log";
+  coordinator_->Kill();
+  const size_t killed_at = ReadFile(worker_log).size();
+  // The worker finishes the task with nobody to report to and keeps the result.
+  const std::string finished = "task " + task + ": OUTCOME_OK";
+  ASSERT_TRUE(PollUntil(
+      [&] { return ReadFile(worker_log).find(finished, killed_at) != std::string::npos; },
+      60000, 50))
+      << ReadFile(worker_log);
+  StartCoordinator(/*profile_iters=*/100);
+  json job = WaitDone(id);
+  ASSERT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED") << job.dump();
+  EXPECT_EQ(Num(job["progress"], "tasks_done"), Num(job["progress"], "tasks_total"));
+  const std::string log = ReadFile(worker_log);
+  // The report counted: not refused as "not leased", and the task was not run again.
+  EXPECT_EQ(log.find("not accepted"), std::string::npos) << log;
+  EXPECT_EQ(log.find("task " + task + " attempt 2"), std::string::npos) << log;
 }
 
 TEST_F(FaultTest, CoordinatorKilledWhileComposingFinishesTheJobAfterRestart) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 
 #include "search/compose.h"
+#include "search/planner.h"
 #include "search/profile_plan.h"
 #include "server/clock.h"
 #include "server/convert.h"
@@ -1038,6 +1039,170 @@ TEST_F(JobManagerTest, FinishedJobsKeepAtMostTheCacheBoundOfRankingsAndReadBackF
   v1::GetResultsRequest none;
   none.set_id("job-unknown");
   EXPECT_EQ(manager_->GetResults(none).status().code(), absl::StatusCode::kNotFound);
+}
+
+
+// --- Specs no layout satisfies, work finished across a restart, co-located workers -------
+
+TEST_F(JobManagerTest, ASpecNoLayoutSatisfiesFailsWithTheSpecLevelReason) {
+  Open(":memory:", [](const JobSpec& spec) { return Plan(spec); });
+  v1::JobSpec spec = TinySpec("model");
+  spec.mutable_cluster()->set_num_gpus(8);
+  spec.mutable_cluster()->set_gpus_per_node(8);
+  spec.mutable_search()->add_tp(3);
+  const std::string id = SubmitSpec(spec);
+  ASSERT_FALSE(id.empty());
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.error(),
+            "no layout satisfies the spec: search.tp [3]: no value divides "
+            "cluster.num_gpus (8)");
+  // The same in profile mode: no task is created.
+  spec.mutable_search()->set_mode("profile");
+  const v1::Job profile = Get(SubmitSpec(spec));
+  EXPECT_EQ(profile.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(profile.progress().tasks_total(), 0);
+}
+
+TEST_F(JobManagerTest, AnEmptyRankingOfEnumeratedLayoutsFailsNamingTheRejections) {
+  Open(":memory:", [](const JobSpec&) -> absl::StatusOr<PlanResult> {
+    PlanResult p;
+    p.candidates_considered = 3;
+    for (int i = 0; i < 3; ++i) {
+      RejectedConfig r;
+      r.config.tp = 1;
+      r.reason = i < 2 ? "out of memory by 1.0 GiB (peak 9.0 of 8.0 GiB)" : "tp too large";
+      p.rejected.push_back(r);
+    }
+    return p;
+  });
+  const std::string id = Submit("model");
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.error(),
+            "no layout satisfies the spec: all 3 candidate layouts were rejected; most "
+            "often: out of memory by 1.0 GiB (peak 9.0 of 8.0 GiB) (2), tp too large (1)");
+  // The rejected layouts stay readable.
+  EXPECT_EQ(Results(id).rejected_size(), 3);
+}
+
+TEST_F(JobManagerTest, AResultFinishedWhileTheCoordinatorWasDownIsAcceptedAfterRestart) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("paratune_jm_down_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string db = (dir / "down.db").string();
+  std::filesystem::remove(db);
+  Open(db);
+  const std::string w = RegisterWorker();
+  const std::string id = Submit("profile");
+  std::optional<v1::ProfileTask> running = Lease(w);
+  ASSERT_TRUE(running.has_value());
+  manager_.reset();  // The worker finishes `running` meanwhile.
+
+  Open(db);
+  EXPECT_EQ(RegisterWorker("cpu", w), w);
+  v1::ReportResultResponse r = Report(w, ResultFor(*running, w));
+  EXPECT_TRUE(r.accepted()) << r.reason();
+  EXPECT_EQ(Get(id).progress().tasks_done(), 1);
+  // A second report of the same result is a duplicate.
+  EXPECT_FALSE(Report(w, ResultFor(*running, w)).accepted());
+  // The task is not handed out again: the other seven remain.
+  EXPECT_EQ(RunAllTasks(w), 7);
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(manager_->leases_granted(), 7);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(JobManagerTest, AStaleAttemptAfterRestartIsStillRefused) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("paratune_jm_stale_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string db = (dir / "stale.db").string();
+  std::filesystem::remove(db);
+  Open(db);
+  const std::string w = RegisterWorker();
+  Submit("profile");
+  std::optional<v1::ProfileTask> running = Lease(w);
+  ASSERT_TRUE(running.has_value());
+  manager_.reset();
+  Open(db);
+  EXPECT_EQ(RegisterWorker("cpu", w), w);
+  v1::TaskResult older = ResultFor(*running, w);
+  older.set_attempt(running->attempt() - 1);
+  EXPECT_FALSE(Report(w, older).accepted());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(JobManagerTest, ACancelledJobsEtaStopsAtZero) {
+  Open();
+  const std::string w = RegisterWorker();
+  const std::string id = Submit("profile");
+  clock_.AdvanceMs(2000);
+  std::optional<v1::ProfileTask> t = Lease(w);
+  ASSERT_TRUE(Report(w, ResultFor(*t, w)).accepted());
+  // One of eight measured in 2 s: 14 s to go.
+  EXPECT_DOUBLE_EQ(Get(id).progress().eta_s(), 14.0);
+  v1::CancelJobRequest cancel;
+  cancel.set_id(id);
+  EXPECT_EQ(manager_->CancelJob(cancel)->progress().eta_s(), 0.0);
+  clock_.AdvanceMs(60'000);
+  EXPECT_EQ(Get(id).progress().eta_s(), 0.0);
+}
+
+TEST_F(JobManagerTest, WorkersOnOneHostDoNotProfileAtTheSameTime) {
+  Open();
+  const auto register_on = [&](const std::string& host) {
+    v1::RegisterRequest req;
+    req.mutable_worker()->set_device_kind("cpu");
+    req.mutable_worker()->set_hostname(host);
+    return manager_->Register(req)->worker_id();
+  };
+  const std::string a1 = register_on("node-a");
+  const std::string a2 = register_on("node-a");
+  const std::string b1 = register_on("node-b");
+  int on_a = 0;
+  const v1::ListWorkersResponse workers = *manager_->ListWorkers(v1::ListWorkersRequest());
+  for (const v1::WorkerInfo& w : workers.workers()) on_a += w.hostname() == "node-a";
+  EXPECT_EQ(on_a, 2);
+  Submit("profile");
+  std::optional<v1::ProfileTask> first = Lease(a1);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_FALSE(Lease(a2).has_value());  // a1 measures on node-a
+  EXPECT_TRUE(Lease(b1).has_value());   // node-b measures at the same time
+  ASSERT_TRUE(Report(a1, ResultFor(*first, a1)).accepted());
+  std::optional<v1::ProfileTask> second = Lease(a2);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_FALSE(Lease(a1).has_value());
+  // a2 goes silent: its lease expires and node-a is free for a1 again.
+  clock_.AdvanceMs(500);
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id(a1);
+  ASSERT_TRUE(manager_->Heartbeat(hb).ok());
+  hb.set_worker_id(b1);
+  ASSERT_TRUE(manager_->Heartbeat(hb).ok());
+  clock_.AdvanceMs(501);
+  manager_->ReapNow();
+  EXPECT_TRUE(Lease(a1).has_value());
+}
+
+TEST_F(JobManagerTest, RequestsWithoutAJobIdOrWithAnUnknownStateAreInvalid) {
+  Open();
+  v1::GetJobRequest get;
+  absl::StatusOr<v1::Job> job = manager_->GetJob(get);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job.status().message(), "id is required (the job's id)");
+  EXPECT_EQ(manager_->CancelJob(v1::CancelJobRequest()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(manager_->GetResults(v1::GetResultsRequest()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(manager_->WatchJob(v1::WatchJobRequest(), [](const v1::Job&) { return true; })
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::ListJobsRequest list;
+  list.set_state(static_cast<v1::JobState>(99));
+  absl::StatusOr<v1::ListJobsResponse> jobs = manager_->ListJobs(list);
+  EXPECT_EQ(jobs.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(jobs.status().message(), "state (99) is not a JobState value");
 }
 
 }  // namespace

@@ -1,0 +1,509 @@
+#include "server/job_lifecycle.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "search/empty_result.h"
+#include "server/convert.h"
+#include "server/ids.h"
+#include "server/job_requests.h"
+
+namespace paratune::server {
+namespace {
+
+std::string JobIdOfTask(const std::string& task_id) {
+  const size_t pos = task_id.rfind("-t");
+  return pos == std::string::npos ? std::string() : task_id.substr(0, pos);
+}
+
+absl::Status NotFoundJob(const std::string& id) {
+  return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+}
+
+v1::ReportResultResponse Refused(std::string reason) {
+  v1::ReportResultResponse out;
+  out.set_accepted(false);
+  out.set_reason(std::move(reason));
+  return out;
+}
+
+}  // namespace
+
+JobLifecycle::JobLifecycle(std::unique_ptr<Store> store, const Clock* clock, LeaseBroker* broker,
+                           WorkerRegistry* workers, JobExecutor* executor,
+                           JobLifecycleOptions options)
+    : clock_(clock),
+      broker_(broker),
+      workers_(workers),
+      executor_(executor),
+      options_(std::move(options)),
+      results_cache_(options_.results_cache_size),
+      store_(std::move(store)),
+      profile_(store_.get(), broker, clock, options_.profile),
+      verify_(store_.get(), broker, workers, clock, options_.verify) {}
+
+void JobLifecycle::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  changed_cv_.notify_all();
+}
+
+// --- Recovery -----------------------------------------------------------------------------
+
+absl::Status JobLifecycle::Recover() {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Finished jobs come without their rankings (read on demand by GetResults).
+  absl::StatusOr<std::vector<JobRecord>> records = store_->ListJobsForRecovery();
+  if (!records.ok()) return records.status();
+  for (JobRecord& record : *records) {
+    const std::string id = record.job.id();
+    JobEntry& job = jobs_[id];
+    job.record = std::move(record);
+    job_order_.push_back(id);
+    if (absl::Status s = RecoverJob(job); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobLifecycle::RecoverJob(JobEntry& job) {
+  const std::string& id = job.record.job.id();
+  const v1::JobState state = job.record.job.state();
+  if (IsTerminal(state)) {
+    job.has_results = job.record.has_results;
+    job.record.results.reset();
+    job.record.modelled.reset();
+    return absl::OkStatus();
+  }
+  // Rankings stored before the rejected list was capped.
+  if (job.record.results) CapRejected(*job.record.results);
+  if (job.record.modelled) CapRejected(*job.record.modelled);
+  absl::StatusOr<JobSpec> spec = SpecFromProto(job.record.job.spec());
+  if (!spec.ok()) {
+    return SetStateLocked(job, v1::JOB_STATE_FAILED,
+                          absl::StrCat("spec no longer valid: ", spec.status().message()));
+  }
+  job.spec = *std::move(spec);
+  if (state != v1::JOB_STATE_PROFILING && state != v1::JOB_STATE_COMPOSING &&
+      state != v1::JOB_STATE_VERIFYING) {
+    executor_->Schedule(JobWork::kPlan, id);  // PENDING, PLANNING.
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<TaskRecord>> tasks = store_->ListTasks(id);
+  if (!tasks.ok()) return tasks.status();
+  job.tasks = *std::move(tasks);
+  job.profiling_start_ms = clock_->NowMs();
+  switch (state) {
+    case v1::JOB_STATE_COMPOSING:
+      executor_->Schedule(JobWork::kCompose, id);
+      return absl::OkStatus();
+    case v1::JOB_STATE_VERIFYING:
+      if (absl::Status s = verify_.Recover(job); !s.ok()) return s;
+      if (std::optional<Transition> t = verify_.Check(job)) return ApplyLocked(job, *t);
+      return absl::OkStatus();
+    default:  // PROFILING
+      profile_.QueuePending(job);
+      if (std::optional<Transition> t = profile_.Check(job)) return ApplyLocked(job, *t);
+      return absl::OkStatus();
+  }
+}
+
+// --- Planning and composing (executor threads) --------------------------------------------
+
+void JobLifecycle::RunPlan(const std::string& job_id) {
+  JobSpec spec;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    JobEntry& job = it->second;
+    const v1::JobState state = job.record.job.state();
+    if (state != v1::JOB_STATE_PENDING && state != v1::JOB_STATE_PLANNING) return;
+    if (absl::Status s = SetStateLocked(job, v1::JOB_STATE_PLANNING, ""); !s.ok()) {
+      // Not stored (disk full, read-only file): fail the job with the reason instead of
+      // leaving it PLANNING in memory with nobody planning it.
+      SetStateLocked(job, v1::JOB_STATE_FAILED, absl::StrCat("store: ", s.message())).IgnoreError();
+      return;
+    }
+    spec = job.spec;
+  }
+  absl::StatusOr<PlanResult> plan = options_.plan(spec);
+  // The wire form (rejected list capped) and the reasons of an empty answer are built
+  // before taking the lock.
+  std::optional<v1::PlanResult> plan_proto;
+  std::vector<std::string> empty_reasons;
+  if (plan.ok()) {
+    plan_proto = ToProto(*plan);
+    empty_reasons = EmptyPlanReasons(spec, *plan);
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  JobEntry& job = it->second;
+  if (job.record.job.state() != v1::JOB_STATE_PLANNING) return;  // Cancelled meanwhile.
+  if (!plan.ok()) {
+    SetStateLocked(job, v1::JOB_STATE_FAILED,
+                   absl::StrCat("planning failed: ", plan.status().message()))
+        .IgnoreError();
+    return;
+  }
+  if (plan->ranked.empty()) {
+    // The ranking (its rejected layouts) is kept so that GetResults shows them.
+    job.record.results = *std::move(plan_proto);
+    job.rankings_dirty = true;
+    SetStateLocked(
+        job, v1::JOB_STATE_FAILED,
+        absl::StrCat("no layout satisfies the spec: ", absl::StrJoin(empty_reasons, "; ")))
+        .IgnoreError();
+    return;
+  }
+  AcceptPlanLocked(job, *plan, *std::move(plan_proto));
+}
+
+void JobLifecycle::AcceptPlanLocked(JobEntry& job, const PlanResult& plan,
+                                    v1::PlanResult plan_proto) {
+  if (job.spec.search.mode == SearchMode::kModel) {
+    job.record.results = std::move(plan_proto);
+    job.rankings_dirty = true;
+    FinishRankingLocked(job);
+    return;
+  }
+  if (absl::Status s = profile_.CreateTasks(job, plan); !s.ok()) {
+    SetStateLocked(job, v1::JOB_STATE_FAILED, std::string(s.message())).IgnoreError();
+    return;
+  }
+  job.record.modelled = std::move(plan_proto);
+  job.rankings_dirty = true;
+  if (!SetStateLocked(job, v1::JOB_STATE_PROFILING, "").ok()) return;
+  profile_.QueuePending(job);
+  if (std::optional<Transition> t = profile_.Check(job)) ApplyLocked(job, *t).IgnoreError();
+}
+
+void JobLifecycle::RunCompose(const std::string& job_id) {
+  JobSpec spec;
+  v1::PlanResult modelled;
+  std::vector<TaskRecord> tasks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    const JobEntry& job = it->second;
+    if (job.record.job.state() != v1::JOB_STATE_COMPOSING) return;
+    spec = job.spec;
+    if (job.record.modelled) modelled = *job.record.modelled;
+    tasks = job.tasks;
+  }
+  absl::StatusOr<PlanResult> composed =
+      ProfileStage::Compose(spec, modelled, tasks, options_.profile);
+  // The wire form is built before taking the lock. The modelled ranking listed only the
+  // first rejected layouts; its counts of all of them come through PlanResult.
+  std::optional<v1::PlanResult> composed_proto;
+  if (composed.ok()) composed_proto = ToProto(*composed);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  JobEntry& job = it->second;
+  if (job.record.job.state() != v1::JOB_STATE_COMPOSING) return;
+  if (!composed.ok()) {
+    SetStateLocked(job, v1::JOB_STATE_FAILED,
+                   absl::StrCat("composing failed: ", composed.status().message()))
+        .IgnoreError();
+    return;
+  }
+  job.record.results = *std::move(composed_proto);
+  job.rankings_dirty = true;
+  FinishRankingLocked(job);
+}
+
+void JobLifecycle::FinishRankingLocked(JobEntry& job) {
+  ApplyLocked(job, verify_.Start(job)).IgnoreError();
+}
+
+// --- State helpers ------------------------------------------------------------------------
+
+absl::Status JobLifecycle::ApplyLocked(JobEntry& job, const Transition& transition) {
+  absl::Status s = SetStateLocked(job, transition.state, transition.error);
+  if (s.ok() && transition.state == v1::JOB_STATE_COMPOSING) {
+    executor_->Schedule(JobWork::kCompose, job.record.job.id());
+  }
+  return s;
+}
+
+absl::Status JobLifecycle::SetStateLocked(JobEntry& job, v1::JobState state,
+                                          const std::string& error) {
+  job.record.job.set_state(state);
+  job.record.job.set_error(error);
+  // The ranking blobs are rewritten only when planning, composing or verifying changed
+  // them.
+  absl::Status s = PersistLocked(job, /*rankings=*/job.rankings_dirty);
+  if (!s.ok()) return s;
+  job.rankings_dirty = false;
+  if (IsTerminal(state)) {
+    // The store has the final ranking: a finished job keeps none in memory but the
+    // cache's copy (it is usually read right away).
+    if (job.record.results) {
+      job.has_results = true;
+      results_cache_.Put(job.record.job.id(),
+                         std::make_shared<const v1::PlanResult>(*std::move(job.record.results)));
+      job.record.results.reset();
+    }
+    job.record.modelled.reset();
+  }
+  return s;
+}
+
+absl::Status JobLifecycle::PersistLocked(JobEntry& job, bool rankings) {
+  job.UpdateProgress(clock_->NowMs());
+  SetTime(job.record.job.mutable_update_time(), clock_->NowMs());
+  absl::Status s = rankings ? store_->PutJob(job.record) : store_->UpdateJob(job.record.job);
+  NotifyLocked();
+  return s;
+}
+
+void JobLifecycle::NotifyLocked() { changed_cv_.notify_all(); }
+
+// --- Leases and results -------------------------------------------------------------------
+
+absl::Status JobLifecycle::RecordLease(const GrantedLease& lease, const std::string& worker_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(lease.task.job_id());
+  TaskRecord* record = it == jobs_.end() ? nullptr : it->second.FindTask(lease.task.id());
+  if (record == nullptr) return absl::OkStatus();
+  record->task.set_attempt(lease.task.attempt());
+  // The attempt count is durable before the worker sees the task.
+  if (absl::Status s = store_->PutTasks({*record}); !s.ok()) {
+    record->task.set_attempt(lease.task.attempt() - 1);
+    broker_->Undo(lease, worker_id);
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+bool JobLifecycle::AcceptsUnleasedLocked(const TaskRecord* record,
+                                         const v1::TaskResult& result) const {
+  // A worker that finished while the coordinator was down reports the attempt of the lease
+  // the store recorded; the task waits in the queue again, unleased. Verify parts are
+  // excluded: their gang restarted under a new rendezvous namespace.
+  return record != nullptr && !record->task.has_verify() && record->state == TaskState::kPending &&
+         result.attempt() >= 1 && result.attempt() == record->task.attempt() &&
+         !broker_->IsLeased(record->task.id());
+}
+
+absl::StatusOr<v1::ReportResultResponse> JobLifecycle::ApplyReport(const std::string& worker_id,
+                                                                   const v1::TaskResult& result) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto jit = jobs_.find(JobIdOfTask(result.task_id()));
+  TaskRecord* record = jit == jobs_.end() ? nullptr : jit->second.FindTask(result.task_id());
+  if (absl::Status s = broker_->Complete(result.task_id(), result.attempt(), worker_id); !s.ok()) {
+    if (!AcceptsUnleasedLocked(record, result)) return Refused(std::string(s.message()));
+    broker_->Remove(result.task_id());  // Its queued copy.
+  }
+  workers_->TaskEnded(worker_id, result.task_id());
+  const v1::JobState expected = record != nullptr && record->task.has_verify()
+                                    ? v1::JOB_STATE_VERIFYING
+                                    : v1::JOB_STATE_PROFILING;
+  if (record == nullptr || jit->second.record.job.state() != expected) {
+    return Refused(absl::StrCat("task ", result.task_id(), " no longer belongs to a running job"));
+  }
+  JobEntry& job = jit->second;
+  const bool verify = record->task.has_verify();
+  absl::Status s = verify ? verify_.ApplyReport(job, *record, worker_id, result)
+                          : profile_.ApplyReport(*record, worker_id, result);
+  if (!s.ok()) return s;
+  if (absl::Status p = PersistLocked(job); !p.ok()) return p;
+  std::optional<Transition> t = verify ? verify_.Check(job) : profile_.Check(job);
+  if (t) {
+    if (absl::Status a = ApplyLocked(job, *t); !a.ok()) return a;
+  }
+  v1::ReportResultResponse out;
+  out.set_accepted(true);
+  return out;
+}
+
+void JobLifecycle::RequeueLocked(const std::vector<TaskQueue::Requeue>& requeues,
+                                 const std::string& why) {
+  for (const TaskQueue::Requeue& r : requeues) {
+    auto it = jobs_.find(r.task.job_id());
+    if (it == jobs_.end()) continue;
+    JobEntry& job = it->second;
+    TaskRecord* record = job.FindTask(r.task.id());
+    if (record == nullptr) continue;
+    const bool verify = record->task.has_verify();
+    // A gang's other parts cannot finish without this one: all of them start again.
+    absl::Status s = verify ? verify_.ResetGang(job, record->task.verify().layout_rank(), why,
+                                                /*give_up=*/false)
+                            : profile_.ApplyRequeue(*record, r, why);
+    if (!s.ok() || (!verify && !r.exhausted)) continue;
+    if (!PersistLocked(job).ok()) continue;
+    std::optional<Transition> t = verify ? verify_.Check(job) : profile_.Check(job);
+    if (t) ApplyLocked(job, *t).IgnoreError();
+  }
+}
+
+void JobLifecycle::Reap() {
+  std::lock_guard<std::mutex> lock(mu_);
+  RequeueLocked(broker_->Expire(), "lease expired");
+  for (const std::string& id : workers_->MarkLost()) {
+    RequeueLocked(broker_->ReleaseWorker(id), absl::StrCat("worker ", id, " lost"));
+  }
+}
+
+void JobLifecycle::ReleaseWorker(const std::string& worker_id, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RequeueLocked(broker_->ReleaseWorker(worker_id), why);
+}
+
+// --- Client operations --------------------------------------------------------------------
+
+absl::StatusOr<v1::Job> JobLifecycle::Submit(const v1::SubmitJobRequest& request) {
+  absl::StatusOr<JobEntry> entry = NewJobEntry(request, clock_->NowMs());
+  if (!entry.ok()) return entry.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
+  std::string id = NewRandomId("job");
+  while (jobs_.count(id) > 0) id = NewRandomId("job");
+  entry->record.job.set_id(id);
+  if (absl::Status s = store_->PutJob(entry->record); !s.ok()) return s;
+  JobEntry& stored = jobs_[id] = *std::move(entry);
+  job_order_.push_back(id);
+  executor_->Schedule(JobWork::kPlan, id);
+  NotifyLocked();
+  return stored.record.job;
+}
+
+absl::StatusOr<v1::Job> JobLifecycle::Get(const v1::GetJobRequest& request) {
+  if (absl::Status s = CheckJobId(request.id()); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(request.id());
+  if (it == jobs_.end()) return NotFoundJob(request.id());
+  it->second.UpdateProgress(clock_->NowMs());
+  return it->second.record.job;
+}
+
+absl::StatusOr<v1::ListJobsResponse> JobLifecycle::List(const v1::ListJobsRequest& request) {
+  absl::StatusOr<ListJobsQuery> query = ParseListJobs(request);
+  if (!query.ok()) return query.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::ListJobsResponse out;
+  int64_t index = 0;
+  // Newest first.
+  for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
+    const v1::Job& job = jobs_.at(*it).record.job;
+    if (query->state != v1::JOB_STATE_UNSPECIFIED && job.state() != query->state) continue;
+    if (index++ < query->offset) continue;
+    if (out.jobs_size() == query->page_size) {
+      out.set_next_page_token(absl::StrCat(query->offset + query->page_size));
+      break;
+    }
+    *out.add_jobs() = job;
+  }
+  return out;
+}
+
+absl::StatusOr<v1::Job> JobLifecycle::Snapshot(const std::string& id,
+                                               std::chrono::milliseconds wait) {
+  if (absl::Status s = CheckJobId(id); !s.ok()) return s;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (wait.count() > 0) changed_cv_.wait_for(lock, wait);
+  if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFoundJob(id);
+  it->second.UpdateProgress(clock_->NowMs());
+  return it->second.record.job;
+}
+
+absl::StatusOr<v1::Job> JobLifecycle::Cancel(const v1::CancelJobRequest& request) {
+  if (absl::Status s = CheckJobId(request.id()); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(request.id());
+  if (it == jobs_.end()) return NotFoundJob(request.id());
+  JobEntry& job = it->second;
+  if (IsTerminal(job.record.job.state())) {
+    return absl::FailedPreconditionError(absl::StrCat("job '", request.id(), "' already ended (",
+                                                      JobStateName(job.record.job.state()), ")"));
+  }
+  broker_->RemoveJob(request.id());
+  if (absl::Status s = SetStateLocked(job, v1::JOB_STATE_CANCELLED, "cancelled by request");
+      !s.ok()) {
+    return s;
+  }
+  return job.record.job;
+}
+
+absl::StatusOr<v1::JobResults> JobLifecycle::GetResults(const v1::GetResultsRequest& request) {
+  if (absl::Status s = CheckJobId(request.id()); !s.ok()) return s;
+  v1::JobResults out;
+  out.set_job_id(request.id());
+  std::shared_ptr<const v1::PlanResult> plan;
+  std::string blob;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(request.id());
+    if (it == jobs_.end()) return NotFoundJob(request.id());
+    const JobEntry& job = it->second;
+    out.set_state(job.record.job.state());
+    if (job.record.results) {
+      // A running job (VERIFYING), or a finished one whose ranking could not be stored: the
+      // ranking is in memory (its rejected list capped, so the copy is small).
+      *out.mutable_plan() = *job.record.results;
+      return out;
+    }
+    if (!job.has_results) {
+      const v1::Job& j = job.record.job;
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", request.id(), "' has no results: it is ", JobStateName(j.state()),
+                       j.error().empty() ? "" : absl::StrCat(" (", j.error(), ")")));
+    }
+    plan = results_cache_.Get(request.id());
+    if (plan == nullptr) {
+      absl::StatusOr<std::optional<std::string>> stored = store_->GetResultsBlob(request.id());
+      if (!stored.ok()) return stored.status();
+      if (!stored->has_value()) {
+        return absl::DataLossError(
+            absl::StrCat("job '", request.id(), "': its stored ranking is missing"));
+      }
+      blob = **std::move(stored);
+    }
+  }
+  if (plan == nullptr) {
+    // Parsed outside the lock; two readers that miss at once both parse, the cache keeps one.
+    absl::StatusOr<std::shared_ptr<const v1::PlanResult>> parsed =
+        results_cache_.PutSerialized(request.id(), blob);
+    if (!parsed.ok()) return parsed.status();
+    plan = *std::move(parsed);
+  }
+  *out.mutable_plan() = *plan;  // Outside the lock.
+  return out;
+}
+
+// --- Gauges -------------------------------------------------------------------------------
+
+JobCounts JobLifecycle::Counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  JobCounts out;
+  for (const auto& [id, job] : jobs_) {
+    ++out.jobs[job.record.job.state()];
+    for (const TaskRecord& t : job.tasks) {
+      if (t.state == TaskState::kDone) ++out.tasks_done;
+      if (t.state == TaskState::kFailed) ++out.tasks_failed;
+    }
+  }
+  return out;
+}
+
+int64_t JobLifecycle::resident_results() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = results_cache_.size();
+  for (const auto& [id, job] : jobs_) {
+    n += job.record.results.has_value() + job.record.modelled.has_value();
+  }
+  return n;
+}
+
+}  // namespace paratune::server
