@@ -52,6 +52,12 @@ void InstallHttpHandlers(httplib::Server& server, size_t max_body_bytes) {
     const std::string accept = req.get_header_value("Accept-Encoding");
     headers.erase("Accept-Encoding");
     if (accept.find("gzip") != std::string::npos) headers.emplace(kAcceptsGzipHeader, "1");
+    // A request with neither Content-Length nor Transfer-Encoding has no body (RFC 9112
+    // 6.3); httplib would instead read a POST's body until the client closes, and answer
+    // 400 when its read times out (`curl -X POST .../v1/jobs/ID:cancel`).
+    if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
+      headers.emplace("Content-Length", "0");
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
 
