@@ -743,6 +743,8 @@ TEST_F(RestGatewayTest, SpecsGetTheCliReadersMessagesNamingTheField) {
       {"a missing section", [](json& s) { s.erase("training"); }, "training"},
       {"a model field of the wrong type", [](json& s) { s["model"]["hidden_size"] = "wide"; },
        "model.hidden_size"},
+      {"a file path in model.hf_config (only the CLI reads files)",
+       [](json& s) { s["model"] = {{"hf_config", "/etc/passwd"}}; }, "model.hf_config"},
   };
   for (const Case& c : cases) {
     json spec = json::parse(kSpec);
@@ -764,6 +766,30 @@ TEST_F(RestGatewayTest, SpecsGetTheCliReadersMessagesNamingTheField) {
   EXPECT_NE(CliMessage(misspelt).find("did you mean 'training.seq_length'"), std::string::npos)
       << CliMessage(misspelt);
   EXPECT_EQ(fake_.last_submit().spec().name(), "") << "a refused spec reached the handler";
+}
+
+// What the CLI's reader accepts, REST accepts too, in the same forms: a scalar for a
+// search list, int64 as a decimal string, a Hugging Face config as a parsed object.
+TEST_F(RestGatewayTest, SpecsInTheCliReadersFormsAreAccepted) {
+  StartGateway();
+  json spec = json::parse(kSpec);
+  spec["search"] = {{"tp", 8}, {"pp", "4"}};
+  spec["model"] = {{"hf_config",
+                    {{"model_type", "llama"}, {"num_hidden_layers", 32}, {"hidden_size", 4096},
+                     {"num_attention_heads", 32}, {"num_key_value_heads", 8},
+                     {"intermediate_size", 14336}, {"vocab_size", 128256},
+                     {"hidden_act", "silu"}, {"tie_word_embeddings", false}}}};
+  auto res = client_->Post("/v1/jobs", json{{"spec", spec}}.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const v1::JobSpec sent = fake_.last_submit().spec();
+  ASSERT_EQ(sent.search().tp_size(), 1);
+  EXPECT_EQ(sent.search().tp(0), 8);
+  ASSERT_EQ(sent.search().pp_size(), 1);
+  EXPECT_EQ(sent.search().pp(0), 4);
+  EXPECT_EQ(sent.model().num_layers(), 32);
+  EXPECT_EQ(sent.model().num_query_groups(), 8);
+  EXPECT_EQ(sent.model().ffn_hidden_size(), 14336);
 }
 
 TEST_F(RestGatewayTest, DuplicateKeysNestingAndNonJsonBodiesAreRefused) {
