@@ -73,6 +73,42 @@ for name, e in enums.items():
     if name not in ('JobState',): continue
     schemas[name] = {'type':'string','enum':e['values']}
     if e['desc']: schemas[name]['description'] = e['desc']
+num = lambda d: {'type':'number','description':d}
+schemas['CatalogDevice'] = {'type':'object','additionalProperties':False,
+  'description':'A device profile (search/device_catalog.h): the figures the memory and time models use, and their source.',
+  'properties':{
+    'name':{'type':'string','description':'The value of cluster.gpu, e.g. "h100-sxm-80gb".'},
+    'peak_fp32_tflops':num('Dense, non-tensor-core FP32 TFLOP/s.'),
+    'peak_tf32_tflops':num('Dense TF32 TFLOP/s.'),
+    'peak_bf16_tflops':num('Dense BF16 (and FP16) TFLOP/s.'),
+    'peak_fp8_tflops':num('Dense FP8 TFLOP/s; 0 where the device has no FP8 tensor cores.'),
+    'memory_bytes':num('Memory capacity, bytes.'),
+    'memory_bandwidth':num('Memory bandwidth, bytes/s.'),
+    'nvlink_bandwidth':num('Intra-node bus bandwidth per GPU, bytes/s.'),
+    'network_bandwidth':num('Inter-node bandwidth per GPU, bytes/s.'),
+    'nvlink_latency_s':num('Per collective step inside a node, s.'),
+    'network_latency_s':num('Per collective step across nodes, s.'),
+    'kernel_launch_s':num('Fixed cost per kernel, s.'),
+    'num_sms':{'type':'integer','description':'Streaming multiprocessors (wave quantisation).'},
+    'gemm_tile_m':{'type':'integer','description':'Output tile rows of the large-GEMM kernels.'},
+    'gemm_tile_n':{'type':'integer','description':'Output tile columns of the large-GEMM kernels.'},
+    'gemm_k_overhead':num('Per-tile prologue/epilogue cost, in K elements.'),
+    'gemm_efficiency':num('Large BF16 GEMM: fraction of peak.'),
+    'fp8_gemm_efficiency':num('Large FP8 GEMM: fraction of the FP8 peak.'),
+    'attention_efficiency':num('Fused attention core: fraction of peak.'),
+    'memory_efficiency':num('Streaming kernels: fraction of memory bandwidth.'),
+    'comm_overlap_slowdown':num('Compute lost per second of communication hidden behind it.'),
+    'host_memory':{'type':'boolean','description':'Ranks allocate host memory (the "cpu" device): no framework workspace term.'},
+    'source':{'type':'string','description':'Where the figures come from.'}}}
+schemas['CatalogPreset'] = {'type':'object','additionalProperties':False,
+  'description':'A model preset (search/presets.h) with its architecture written out.',
+  'properties':{'name':{'type':'string','description':'The value of model.preset.'},
+                'model':{'allOf':[{'$ref':'#/components/schemas/ModelSpec'}],'description':'Every architecture field, as a job spec carries it.'}}}
+schemas['Catalog'] = {'type':'object','additionalProperties':False,
+  'description':'What a spec can name: presets, devices and precisions.',
+  'properties':{'presets':{'type':'array','items':{'$ref':'#/components/schemas/CatalogPreset'}},
+                'devices':{'type':'array','items':{'$ref':'#/components/schemas/CatalogDevice'}},
+                'precisions':{'type':'array','items':{'type':'string'},'description':'Values of training.precision.'}}}
 schemas['Error'] = {'type':'object','required':['code','status','message'],'properties':{
   'code':{'type':'integer','description':'The HTTP status.'},
   'status':{'type':'string','description':'The canonical (gRPC) status code name.','enum':['INVALID_ARGUMENT','UNAUTHENTICATED','PERMISSION_DENIED','NOT_FOUND','FAILED_PRECONDITION','ALREADY_EXISTS','RESOURCE_EXHAUSTED','UNIMPLEMENTED','UNAVAILABLE','DEADLINE_EXCEEDED','INTERNAL','UNKNOWN','CANCELLED','ABORTED','OUT_OF_RANGE','DATA_LOSS']},
@@ -86,7 +122,7 @@ sec = [{'bearer': []}]
 paths = {
  '/v1/jobs': {
   'post': {'operationId':'SubmitJob','summary':'Submit a tuning job.','tags':['jobs'],'security':sec,
-    'description':'The body is a SubmitJobRequest ({"spec": {...}}) or, for convenience, a bare JobSpec. Unknown fields are rejected (400, naming the field). Bodies over 1 MiB get 413.',
+    'description':'The body is a SubmitJobRequest ({"spec": {...}}) or, for convenience, a bare JobSpec. The spec is read as `paratune submit` reads a spec file, with the same messages: unknown fields (with a suggestion), wrong types (a string for a bool), keys given twice, and invalid values are refused (400, naming the field). The job carries the spec resolved (a preset\'s architecture written out, defaults filled in). Bodies over 1 MiB get 413.',
     'requestBody':{'required':True,'content':{'application/json':{'schema':{'oneOf':[{'$ref':'#/components/schemas/SubmitJobRequest'},{'$ref':'#/components/schemas/JobSpec'}]}}}},
     'responses': dict({'200': ok('Job','The job, as created.'), '400': err('Invalid JSON, unknown field, or an invalid spec (the message names the field and the rule).'), '413': err('Body larger than 1 MiB.'), '429': err('Too many jobs queued.')}, **common)},
   'get': {'operationId':'ListJobs','summary':'List jobs, newest first.','tags':['jobs'],'security':sec,
@@ -99,9 +135,17 @@ paths = {
  '/v1/jobs/{id}/results': {'get': {'operationId':'GetResults','summary':'Ranked layouts of a job.','tags':['jobs'],'security':sec,'parameters':[idp],
     'responses': dict({'200': ok('JobResults'), '404': err('No such job.'), '409': err('The job has no results yet.')}, **common)}},
  '/v1/jobs/{id}:cancel': {'post': {'operationId':'CancelJob','summary':'Cancel a job.','tags':['jobs'],'security':sec,'parameters':[idp],
-    'description':'The body is optional: empty, {} or {"id": "<the same id>"}.',
+    'description':'The body is optional: none, {} or {"id": "<the same id>"}. Anything else is refused (400, saying what was expected).',
     'requestBody':{'required':False,'content':{'application/json':{'schema':{'type':'object','properties':{'id':{'type':'string'}},'additionalProperties':False}}}},
     'responses': dict({'200': ok('Job','The job, cancelled.'), '404': err('No such job.'), '409': err('The job already finished.')}, **common)}},
+ '/v1/jobs/{id}/results/{rank}:export': {'get': {'operationId':'ExportLayout','summary':'A ranked layout as Megatron-LM arguments, a NeMo override or JSON.','tags':['jobs'],'security':sec,
+    'description':'The text `paratune export --format megatron|nemo --rank RANK` prints for the same spec, byte for byte (search/exporters.cc renders both); json is the layout\'s RankedConfig. Content-Disposition names a file.',
+    'parameters':[idp,{'name':'rank','in':'path','required':True,'schema':{'type':'integer','minimum':1},'description':'1 = the best layout.'},
+                  {'name':'format','in':'query','required':True,'schema':{'type':'string','enum':['megatron','nemo','json']},'description':'megatron: pretrain_gpt.py arguments (text/plain); nemo: megatron_gpt_config.yaml overrides (application/yaml); json: the RankedConfig.'}],
+    'responses': dict({'200': {'description':'The export.','content':{'text/plain':{'schema':{'type':'string'}},'application/yaml':{'schema':{'type':'string'}},'application/json':{'schema':{'$ref':'#/components/schemas/RankedConfig'}}}},
+                       '400': err('Rank not a positive integer, format missing or not megatron, nemo or json, an unknown query parameter.'), '404': err('No such job, or no layout at this rank.'), '409': err('The job has no results yet.')}, **common)}},
+ '/v1/catalog': {'get': {'operationId':'GetCatalog','summary':'Model presets, device profiles and precisions a spec can name, resolved.','tags':['catalog'],'security':sec,
+    'responses': dict({'200': ok('Catalog'), '400': err('A query parameter was given (there are none).')}, **common)}},
  '/v1/workers': {'get': {'operationId':'ListWorkers','summary':'Registered workers.','tags':['workers'],'security':sec,
     'responses': dict({'200': ok('ListWorkersResponse')}, **common)}},
  '/healthz': {'get': {'operationId':'Health','summary':'Liveness.','tags':['ops'],'security':[],
@@ -115,7 +159,7 @@ doc = {'openapi':'3.0.3',
  'info':{'title':'ParaTune coordinator REST API','version':'v1',
    'description':'The Autotuner API (paratune.v1, see proto/paratune/v1/service.proto) over HTTP+JSON: the same messages as gRPC in the proto3 JSON mapping with the proto field names (snake_case); int64 fields are decimal strings; enums are their names. Every field is printed, defaults included. Errors are {"code": <HTTP status>, "status": "<CANONICAL_CODE>", "message": "..."}: INVALID_ARGUMENT 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403, NOT_FOUND 404, FAILED_PRECONDITION 409, RESOURCE_EXHAUSTED 429 (413 for an oversized body), UNIMPLEMENTED 501, UNAVAILABLE 503, others 500.'},
  'servers':[{'url':'/'}],
- 'tags':[{'name':'jobs'},{'name':'workers'},{'name':'ops'}],
+ 'tags':[{'name':'jobs'},{'name':'catalog'},{'name':'workers'},{'name':'ops'}],
  'paths': paths,
  'components': {'securitySchemes': {'bearer': {'type':'http','scheme':'bearer','description':'The client token (--client-token-file), when the coordinator has one.'}}, 'schemas': schemas}}
 open(os.path.join(ROOT, 'server', 'openapi.json'), 'w').write(json.dumps(doc, indent=2) + '\n')

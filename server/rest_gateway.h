@@ -6,8 +6,12 @@
 //   GET  /v1/jobs                 ?page_size=&page_token=&state=   → ListJobsResponse
 //   GET  /v1/jobs/{id}            → Job
 //   GET  /v1/jobs/{id}/results    → JobResults
-//   POST /v1/jobs/{id}:cancel     → Job
+//   GET  /v1/jobs/{id}/results/{rank}:export?format=megatron|nemo|json
+//                                 → the text `paratune export` prints for that layout
+//                                   (json: its RankedConfig)
+//   POST /v1/jobs/{id}:cancel     body: none, {} or {"id": "<same id>"} → Job
 //   GET  /v1/workers              → ListWorkersResponse
+//   GET  /v1/catalog              → presets, device profiles, precisions (rest_catalog.h)
 //   GET  /healthz                 → {"status": "ok"}          (no token needed)
 //   GET  /metrics                 → Prometheus text format    (no token needed)
 //   GET  /openapi.json            → OpenAPI 3 document        (no token needed)
@@ -17,6 +21,9 @@
 // cached) to clients that accept gzip; API answers are not compressed. cpp-httplib's own
 // on-the-fly compression is switched off: it prefers brotli at quality 11, which took 16 s
 // for a 2 MB script on the development machine.
+//
+// Specs are read as the CLI reads a spec file (rest_requests.h): the same strict reader,
+// the same messages naming the field.
 //
 // Errors: {"code": <HTTP status>, "status": "<CANONICAL_CODE>", "message": "..."} with the
 // HTTP status from HttpStatusFromCode(). /v1/ routes need the client token when one is
@@ -40,6 +47,10 @@
 namespace httplib {
 class Server;
 }  // namespace httplib
+
+namespace paratune::server {
+class GzipCache;
+}  // namespace paratune::server
 
 namespace paratune::server {
 
@@ -81,14 +92,15 @@ class RestGateway {
   bool tls() const { return !options_.tls_cert_file.empty(); }
 
  private:
+  /// The routes, phase by phase (rest_routes.h): the API, the operations endpoints, the
+  /// dashboard (last: it takes every other GET), httplib's own error answers.
   void RegisterRoutes();
 
   AutotunerHandler* handler_;
   const Authenticator* authenticator_;
   Metrics* metrics_;
   RestGatewayOptions options_;
-  std::string dashboard_root_;  // canonical absolute path, empty when no dashboard
-  struct GzipCache;
+  std::string dashboard_root_;             // canonical absolute path, empty when no dashboard
   std::unique_ptr<GzipCache> gzip_cache_;  // dashboard files, compressed once each
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

@@ -2,8 +2,12 @@
 #include "server/rest_gateway.h"
 
 #include <google/protobuf/descriptor.h>
+#include <google/protobuf/util/json_util.h>
 #include <httplib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,7 +27,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "search/device_catalog.h"
+#include "search/exporters.h"
+#include "search/planner.h"
+#include "search/presets.h"
+#include "search/spec_io.h"
 #include "server/auth.h"
+#include "server/convert.h"
 #include "server/http_status.h"
 #include "server/metrics.h"
 
@@ -37,8 +47,8 @@ using nlohmann::json;
 class FakeAutotuner : public AutotunerHandler {
  public:
   absl::StatusOr<v1::Job> SubmitJob(const v1::SubmitJobRequest& request) override {
-    if (request.spec().cluster().num_gpus() <= 0) {
-      return absl::InvalidArgumentError("cluster.num_gpus (0) must be positive");
+    if (request.spec().name() == "refused") {
+      return absl::ResourceExhaustedError("too many jobs queued (refused)");
     }
     std::lock_guard<std::mutex> lock(mu_);
     v1::Job job;
@@ -92,6 +102,9 @@ class FakeAutotuner : public AutotunerHandler {
     v1::JobResults results;
     results.set_job_id(request.id());
     results.set_state(it->second.state());
+    if (auto plan = plans_.find(request.id()); plan != plans_.end()) {
+      *results.mutable_plan() = plan->second;
+    }
     return results;
   }
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const v1::ListWorkersRequest&) override {
@@ -107,6 +120,10 @@ class FakeAutotuner : public AutotunerHandler {
   void SetState(const std::string& id, v1::JobState state) {
     std::lock_guard<std::mutex> lock(mu_);
     jobs_[id].set_state(state);
+  }
+  void SetPlan(const std::string& id, v1::PlanResult plan) {
+    std::lock_guard<std::mutex> lock(mu_);
+    plans_[id] = std::move(plan);
   }
   void ForceError(std::optional<absl::Status> status) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -125,6 +142,7 @@ class FakeAutotuner : public AutotunerHandler {
   std::mutex mu_;
   int next_id_ = 0;
   std::map<std::string, v1::Job> jobs_;
+  std::map<std::string, v1::PlanResult> plans_;
   std::optional<absl::Status> forced_error_;
   v1::SubmitJobRequest last_submit_;
   v1::ListJobsRequest last_list_;
@@ -176,7 +194,13 @@ TEST_F(RestGatewayTest, SubmitRoundTripsSnakeCaseJson) {
   // Default-valued fields are printed too.
   EXPECT_EQ(job["error"], "");
   EXPECT_EQ(fake_.last_submit().spec().cluster().num_gpus(), 1024);
-  EXPECT_EQ(fake_.last_submit().spec().model().preset(), "gpt3-175b");
+  // The handler gets the spec as the CLI's reader resolves it: the preset's architecture
+  // written out (GPT-3 175B: 96 layers, hidden 12288, 96 heads).
+  EXPECT_EQ(fake_.last_submit().spec().model().preset(), "");
+  EXPECT_EQ(fake_.last_submit().spec().model().name(), "gpt3-175b");
+  EXPECT_EQ(fake_.last_submit().spec().model().num_layers(), 96);
+  EXPECT_EQ(fake_.last_submit().spec().model().hidden_size(), 12288);
+  EXPECT_EQ(job["spec"]["model"]["num_attention_heads"], "96");
 }
 
 TEST_F(RestGatewayTest, SubmitAcceptsBareJobSpec) {
@@ -190,14 +214,15 @@ TEST_F(RestGatewayTest, SubmitAcceptsBareJobSpec) {
 
 TEST_F(RestGatewayTest, UnknownFieldIsRejectedNamingIt) {
   StartGateway();
-  auto res = client_->Post("/v1/jobs", R"({"spec": {"cluster": {"num_gpu": 8}}})",
-                           "application/json");
+  json spec = json::parse(kSpec);
+  spec["cluster"]["num_gpu"] = 8;
+  auto res = client_->Post("/v1/jobs", json{{"spec", spec}}.dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400);
   json error = Body(res);
   EXPECT_EQ(error["code"], 400);
   EXPECT_EQ(error["status"], "INVALID_ARGUMENT");
-  EXPECT_NE(error["message"].get<std::string>().find("num_gpu"), std::string::npos)
+  EXPECT_NE(error["message"].get<std::string>().find("'cluster.num_gpu'"), std::string::npos)
       << error["message"];
 
   res = client_->Post("/v1/jobs", "{not json", "application/json");
@@ -208,11 +233,13 @@ TEST_F(RestGatewayTest, UnknownFieldIsRejectedNamingIt) {
 
 TEST_F(RestGatewayTest, HandlerErrorsMapToHttpStatuses) {
   StartGateway();
-  // The handler's own InvalidArgument passes through with its message.
-  auto res = client_->Post("/v1/jobs", R"({"spec": {}})", "application/json");
+  // The handler's own errors pass through with their message.
+  json refused = json::parse(kSpec);
+  refused["name"] = "refused";
+  auto res = client_->Post("/v1/jobs", refused.dump(), "application/json");
   ASSERT_TRUE(res);
-  EXPECT_EQ(res->status, 400);
-  EXPECT_EQ(Body(res)["message"], "cluster.num_gpus (0) must be positive");
+  EXPECT_EQ(res->status, 429);
+  EXPECT_EQ(Body(res)["message"], "too many jobs queued (refused)");
 
   res = client_->Get("/v1/jobs/nope");
   ASSERT_TRUE(res);
@@ -360,6 +387,7 @@ TEST_F(RestGatewayTest, HealthzAndOpenApiDocumentListsEveryRoute) {
       {"/v1/jobs", "post"},          {"/v1/jobs", "get"},
       {"/v1/jobs/{id}", "get"},      {"/v1/jobs/{id}/results", "get"},
       {"/v1/jobs/{id}:cancel", "post"}, {"/v1/workers", "get"},
+      {"/v1/jobs/{id}/results/{rank}:export", "get"}, {"/v1/catalog", "get"},
       {"/healthz", "get"},           {"/metrics", "get"},
       {"/openapi.json", "get"},
   };
@@ -674,6 +702,386 @@ TEST(RestGatewayTlsTest, ServesHttpsWithTheGivenCertificate) {
   EXPECT_NE(std::string(s.message()).find("nope.pem"), std::string::npos) << s.message();
   fs::remove_all(dir);
 }
+
+// --- Specs: one strict reader for every transport. REST refuses what the CLI refuses
+// (JobSpecFromJson, which `paratune plan` runs on a spec file), with the same message.
+
+// The REST dialect: the proto JSON mapping with proto field names, every field printed.
+std::string ToJsonForTest(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string out;
+  EXPECT_TRUE(google::protobuf::util::MessageToJsonString(message, &out, options).ok());
+  return out;
+}
+
+std::string CliMessage(const json& spec) {
+  absl::StatusOr<JobSpec> read = JobSpecFromJson(spec);
+  return read.ok() ? "" : std::string(read.status().message());
+}
+
+TEST_F(RestGatewayTest, SpecsGetTheCliReadersMessagesNamingTheField) {
+  StartGateway();
+  struct Case {
+    const char* what;
+    std::function<void(json&)> mutate;
+    const char* field;
+  };
+  const Case cases[] = {
+      {"a string for a bool", [](json& s) { s["training"]["flash_attention"] = "yes"; },
+       "training.flash_attention"},
+      {"a misspelt field", [](json& s) { s["training"]["seq_lenght"] = 2048; },
+       "training.seq_lenght"},
+      {"a fraction for an integer", [](json& s) { s["cluster"]["num_gpus"] = 8.5; },
+       "cluster.num_gpus"},
+      {"an unknown precision", [](json& s) { s["training"]["precision"] = "fp4"; },
+       "training.precision"},
+      {"an unknown device", [](json& s) { s["cluster"]["gpu"] = "z100"; }, "cluster.gpu"},
+      {"a zero in a search list", [](json& s) { s["search"]["tp"] = json::array({0}); },
+       "search.tp"},
+      {"a missing section", [](json& s) { s.erase("training"); }, "training"},
+      {"a model field of the wrong type", [](json& s) { s["model"]["hidden_size"] = "wide"; },
+       "model.hidden_size"},
+      {"a file path in model.hf_config (only the CLI reads files)",
+       [](json& s) { s["model"] = {{"hf_config", "/etc/passwd"}}; }, "model.hf_config"},
+  };
+  for (const Case& c : cases) {
+    json spec = json::parse(kSpec);
+    c.mutate(spec);
+    const std::string expected = CliMessage(spec);
+    ASSERT_FALSE(expected.empty()) << c.what << ": the CLI reader accepts it";
+    EXPECT_NE(expected.find(c.field), std::string::npos) << c.what << ": " << expected;
+    for (const json& body : {json{{"spec", spec}}, spec}) {
+      auto res = client_->Post("/v1/jobs", body.dump(), "application/json");
+      ASSERT_TRUE(res);
+      EXPECT_EQ(res->status, 400) << c.what;
+      EXPECT_EQ(Body(res)["status"], "INVALID_ARGUMENT") << c.what;
+      EXPECT_EQ(Body(res)["message"], expected) << c.what;
+    }
+  }
+  // The misspelling gets the CLI's suggestion.
+  json misspelt = json::parse(kSpec);
+  misspelt["training"]["seq_lenght"] = 2048;
+  EXPECT_NE(CliMessage(misspelt).find("did you mean 'training.seq_length'"), std::string::npos)
+      << CliMessage(misspelt);
+  EXPECT_EQ(fake_.last_submit().spec().name(), "") << "a refused spec reached the handler";
+}
+
+// What the CLI's reader accepts, REST accepts too, in the same forms: a scalar for a
+// search list, int64 as a decimal string, a Hugging Face config as a parsed object.
+TEST_F(RestGatewayTest, SpecsInTheCliReadersFormsAreAccepted) {
+  StartGateway();
+  json spec = json::parse(kSpec);
+  spec["search"] = {{"tp", 8}, {"pp", "4"}};
+  spec["model"] = {{"hf_config",
+                    {{"model_type", "llama"}, {"num_hidden_layers", 32}, {"hidden_size", 4096},
+                     {"num_attention_heads", 32}, {"num_key_value_heads", 8},
+                     {"intermediate_size", 14336}, {"vocab_size", 128256},
+                     {"hidden_act", "silu"}, {"tie_word_embeddings", false}}}};
+  auto res = client_->Post("/v1/jobs", json{{"spec", spec}}.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const v1::JobSpec sent = fake_.last_submit().spec();
+  ASSERT_EQ(sent.search().tp_size(), 1);
+  EXPECT_EQ(sent.search().tp(0), 8);
+  ASSERT_EQ(sent.search().pp_size(), 1);
+  EXPECT_EQ(sent.search().pp(0), 4);
+  EXPECT_EQ(sent.model().num_layers(), 32);
+  EXPECT_EQ(sent.model().num_query_groups(), 8);
+  EXPECT_EQ(sent.model().ffn_hidden_size(), 14336);
+}
+
+TEST_F(RestGatewayTest, DuplicateKeysNestingAndNonJsonBodiesAreRefused) {
+  StartGateway();
+  const std::string twice =
+      R"({"spec": {"model": {"preset": "gpt3-175b"},
+          "training": {"seq_length": 2048, "global_batch_size": 1536, "seq_length": 4096},
+          "cluster": {"gpu": "a100-80gb", "num_gpus": 1024}}})";
+  auto res = client_->Post("/v1/jobs", twice, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_EQ(Body(res)["message"],
+            "request body: the key 'spec.training.seq_length' appears twice (each key may "
+            "appear once); expected a SubmitJobRequest {\"spec\": {...}} or a JobSpec");
+
+  const std::string garbage("\xff\xfe\x00\x01garbage\x80", 13);
+  res = client_->Post("/v1/jobs", garbage, "application/octet-stream");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_EQ(Body(res)["status"], "INVALID_ARGUMENT");
+  EXPECT_EQ(Body(res)["message"].get<std::string>().rfind("request body: not valid JSON: ", 0),
+            0u)
+      << Body(res)["message"];
+
+  res = client_->Post("/v1/jobs", "[1, 2]", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(Body(res)["message"].get<std::string>().find("must be a JSON object"),
+            std::string::npos);
+
+  res = client_->Post("/v1/jobs", std::string(100, '[') + std::string(100, ']'),
+                      "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(Body(res)["message"].get<std::string>().find("nested deeper than 64 levels"),
+            std::string::npos)
+      << Body(res)["message"];
+
+  json extra = {{"spec", json::parse(kSpec)}, {"priority", 1}};
+  res = client_->Post("/v1/jobs", extra.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_EQ(Body(res)["message"],
+            "unknown field 'priority' (a SubmitJobRequest has only 'spec')");
+}
+
+// Sends `request` on a new connection that stays open, and returns what arrives within
+// 3 s: the answer must come without the client closing its side.
+std::string RawExchange(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) ::close(fd);
+    return "connect failed";
+  }
+  timeval timeout{3, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  ::send(fd, request.data(), request.size(), 0);
+  std::string answer;
+  char buffer[4096];
+  for (ssize_t n; (n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0;) {
+    answer.append(buffer, static_cast<size_t>(n));
+    const size_t head_end = answer.find("\r\n\r\n");
+    const size_t length_at = answer.find("Content-Length: ");
+    if (head_end != std::string::npos && length_at != std::string::npos &&
+        answer.size() >= head_end + 4 + std::stoul(answer.substr(length_at + 16))) {
+      break;
+    }
+  }
+  ::close(fd);
+  return answer;
+}
+
+TEST_F(RestGatewayTest, CancelTakesNoBodyAndRefusesGarbageWithAMessage) {
+  StartGateway();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(client_->Post("/v1/jobs", kSpec, "application/json")->status, 200);
+  }
+  // No body and no Content-Length (what `curl -X POST URL` sends), on a connection the
+  // client keeps open: the request has no body (RFC 9112 6.3), it is not read until EOF.
+  const std::string raw = RawExchange(
+      port_, "POST /v1/jobs/job-1:cancel HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  EXPECT_EQ(raw.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << raw;
+  EXPECT_NE(raw.find("\"state\":\"JOB_STATE_CANCELLED\""), std::string::npos) << raw;
+  // Content-Length: 0, no content type.
+  auto res = client_->Post("/v1/jobs/job-2:cancel");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Body(res)["state"], "JOB_STATE_CANCELLED");
+  res = client_->Post("/v1/jobs/job-2:cancel", "\n", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+
+  res = client_->Post("/v1/jobs/job-3:cancel", std::string("\x01\xff{", 3), "text/plain");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  const std::string message = Body(res)["message"];
+  EXPECT_EQ(message.rfind("request body: not valid JSON: ", 0), 0u) << message;
+  EXPECT_NE(message.find("expected an empty body, {} or {\"id\": \"<the job id>\"}"),
+            std::string::npos)
+      << message;
+
+  res = client_->Post("/v1/jobs/job-3:cancel", R"({"reason": "done"})", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_EQ(Body(res)["message"], "unknown field 'reason' (a CancelJobRequest has only 'id')");
+
+  res = client_->Post("/v1/jobs/job-3:cancel", R"({"id": 3})", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_EQ(Body(res)["message"], "id must be a string (the job id)");
+
+  res = client_->Post("/v1/jobs/job-4:cancel", R"({"id": "job-4"})", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+}
+
+// --- Exports: the coordinator renders a ranked layout as `paratune export` does.
+
+// GPT-3 175B on 1024 A100s pinned to tp 8, pp 4, vp 12 with full recompute of 2 layers
+// per stage: Megatron's block method counts per model chunk, so 2 layers over 12 chunks
+// round up to 1 per chunk (24 layers per stage; 2 < 24, so not "uniform").
+constexpr char kPinnedSpec[] =
+    R"({"name": "gpt3-pinned", "model": {"preset": "gpt3-175b"},
+        "training": {"seq_length": 2048, "global_batch_size": 1536},
+        "cluster": {"gpu": "a100-80gb", "num_gpus": 1024, "gpus_per_node": 8},
+        "search": {"tp": [8], "pp": [4], "vp": [12], "cp": [1], "micro_batch_size": [1],
+                   "sequence_parallel": [true], "recompute": ["full"],
+                   "recompute_num_layers": [2], "distributed_optimizer": [true]}})";
+
+class RestExportTest : public RestGatewayTest {
+ protected:
+  void SetUp() override {
+    StartGateway();
+    auto res = client_->Post("/v1/jobs", kPinnedSpec, "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    absl::StatusOr<JobSpec> spec = JobSpecFromJson(json::parse(kPinnedSpec));
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    spec_ = *spec;
+    absl::StatusOr<PlanResult> plan = Plan(spec_);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_FALSE(plan->ranked.empty());
+    plan_ = *plan;
+    fake_.SetPlan("job-1", ToProto(plan_));
+    fake_.SetState("job-1", v1::JOB_STATE_SUCCEEDED);
+  }
+  httplib::Result Export(const std::string& rank, const std::string& query) {
+    return client_->Get("/v1/jobs/job-1/results/" + rank + ":export" + query);
+  }
+
+  JobSpec spec_;
+  PlanResult plan_;
+};
+
+TEST_F(RestExportTest, MegatronAndNemoAreTheExportersText) {
+  const ParallelConfig& best = plan_.ranked[0].config;
+  ASSERT_EQ(best.tp, 8);
+  ASSERT_EQ(best.vp, 12);
+  auto res = Export("1", "?format=megatron");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/plain; charset=utf-8");
+  EXPECT_EQ(res->get_header_value("Content-Disposition"),
+            "attachment; filename=\"paratune-job-1-rank1-megatron.txt\"");
+  EXPECT_EQ(res->body, *FormatMegatronArgs(spec_, best));
+  EXPECT_NE(res->body.find("--num-layers-per-virtual-pipeline-stage 2 \\\n"), std::string::npos);
+  EXPECT_NE(res->body.find("--recompute-granularity full \\\n--recompute-method block \\\n"
+                           "--recompute-num-layers 1 \\\n"),
+            std::string::npos)
+      << res->body;
+  EXPECT_NE(res->body.find("# note: recompute_num_layers 2 per stage rounded up to 1 per model "
+                           "chunk x 12 chunks\n"),
+            std::string::npos)
+      << res->body;
+
+  res = Export("1", "?format=nemo");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->body, *NemoConfigOverride(spec_, best));
+  EXPECT_NE(res->body.find("  virtual_pipeline_model_parallel_size: 12\n"), std::string::npos);
+  EXPECT_NE(res->body.find("  activations_checkpoint_method: block\n"
+                           "  activations_checkpoint_num_layers: 1\n"),
+            std::string::npos)
+      << res->body;
+
+  res = Export("1", "?format=json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Body(res), json::parse(ToJsonForTest(ToProto(plan_.ranked[0]))));
+}
+
+TEST_F(RestExportTest, BadFormatRankOrJobSayWhich) {
+  struct Case {
+    std::string rank, query;
+    int status;
+    std::string message;
+  };
+  const std::string count = std::to_string(plan_.ranked.size());
+  const std::string past = std::to_string(plan_.ranked.size() + 1);
+  const Case cases[] = {
+      {"1", "?format=yaml", 400,
+       "query parameter format must be megatron, nemo or json, got 'yaml'"},
+      {"1", "", 400, "query parameter format is required: megatron, nemo or json"},
+      {"1", "?format=nemo&format=json", 400, "query parameter format is given more than once"},
+      {"1", "?format=nemo&top=2", 400,
+       "unknown query parameter 'top' (an export accepts only format)"},
+      {"0", "?format=nemo", 400, "rank '0' must be a positive integer (1 = the best layout)"},
+      {"abc", "?format=nemo", 400, "rank 'abc' must be a positive integer (1 = the best layout)"},
+      {"", "?format=nemo", 400, "rank '' must be a positive integer (1 = the best layout)"},
+      {"-1", "?format=nemo", 400, "rank '-1' must be a positive integer (1 = the best layout)"},
+      {past, "?format=megatron", 404,
+       "job 'job-1' has " + count + " ranked layout(s); there is no rank " + past},
+  };
+  for (const Case& c : cases) {
+    auto res = Export(c.rank, c.query);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, c.status) << c.rank << c.query;
+    EXPECT_EQ(Body(res)["message"], c.message) << c.rank << c.query;
+  }
+  auto res = client_->Get("/v1/jobs/nope/results/1:export?format=nemo");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 404);
+  EXPECT_EQ(Body(res)["message"], "job 'nope' not found");
+}
+
+// --- The catalog: what a spec can name, resolved by the domain's own tables.
+
+TEST(RestCatalogTest, PresetsAndDevicesWithTheirResolvedFieldsWithoutAJobManager) {
+  Metrics metrics;
+  RestGateway gateway(/*handler=*/nullptr, /*authenticator=*/nullptr, &metrics);
+  absl::StatusOr<int> port = gateway.Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.status();
+  httplib::Client client("127.0.0.1", *port);
+  auto res = client.Get("/v1/catalog");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json catalog = json::parse(res->body);
+  ASSERT_EQ(catalog["presets"].size(), PresetNames().size());
+  for (const json& preset : catalog["presets"]) {
+    absl::StatusOr<ModelSpec> model = FindPreset(preset["name"]);
+    ASSERT_TRUE(model.ok()) << preset["name"];
+    EXPECT_EQ(preset["model"]["num_layers"], std::to_string(model->num_layers));
+    EXPECT_EQ(preset["model"]["hidden_size"], std::to_string(model->hidden_size));
+    EXPECT_EQ(preset["model"]["num_query_groups"], std::to_string(model->num_query_groups));
+    EXPECT_EQ(preset["model"]["activation"], ToString(model->activation));
+  }
+  // Published figures: GPT-3 175B has 96 layers, Llama 3.1 405B 126.
+  std::map<std::string, std::string> layers;
+  for (const json& p : catalog["presets"]) layers[p["name"]] = p["model"]["num_layers"];
+  EXPECT_EQ(layers["gpt3-175b"], "96");
+  EXPECT_EQ(layers["llama3.1-405b"], "126");
+
+  ASSERT_EQ(catalog["devices"].size(), DeviceNames().size());
+  for (const json& device : catalog["devices"]) {
+    absl::StatusOr<DeviceProfile> profile = FindDevice(device["name"]);
+    ASSERT_TRUE(profile.ok()) << device["name"];
+    EXPECT_EQ(device["memory_bytes"].get<double>(), profile->memory_bytes);
+    EXPECT_EQ(device["peak_bf16_tflops"].get<double>(), profile->peak_bf16_tflops);
+    EXPECT_EQ(device["num_sms"].get<int>(), profile->num_sms);
+    EXPECT_EQ(device["host_memory"].get<bool>(), profile->host_memory);
+  }
+  for (const json& precision : catalog["precisions"]) {
+    EXPECT_TRUE(ParsePrecision(precision.get<std::string>()).ok()) << precision;
+  }
+  EXPECT_EQ(catalog["precisions"].size(), 4u);
+
+  // The OpenAPI schemas name exactly the keys the catalog carries.
+  const json doc = json::parse(OpenApiJson());
+  const json& schemas = doc["components"]["schemas"];
+  auto keys = [](const json& object) {
+    std::set<std::string> out;
+    for (const auto& [key, unused] : object.items()) out.insert(key);
+    return out;
+  };
+  EXPECT_EQ(keys(schemas["Catalog"]["properties"]), keys(catalog));
+  EXPECT_EQ(keys(schemas["CatalogPreset"]["properties"]), keys(catalog["presets"][0]));
+  EXPECT_EQ(keys(schemas["CatalogDevice"]["properties"]), keys(catalog["devices"][0]));
+
+  // The job routes need the job manager this gateway does not have.
+  res = client.Get("/v1/jobs");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503);
+  res = client.Get("/v1/catalog?verbose=1");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  gateway.Stop();
+}
+
 
 // The checked-in schemas name exactly the fields of the messages they describe.
 TEST(OpenApiTest, SchemasMatchProtoMessages) {

@@ -5,7 +5,9 @@
 // submits GPT-3 175B on 1024 x A100-80GB through the form, waits for SUCCEEDED, and
 // checks the page against the REST API's own answer: the ranked table and its sorting,
 // the scatter (one point per ranked layout, the Pareto frontier recomputed here), a
-// layout's breakdown, the Megatron and NeMo exports, the workers page, keyboard reach,
+// layout's breakdown, the Megatron and NeMo exports (served by the coordinator; the
+// downloads must equal `paratune export` for the same spec and rank, byte for byte), the
+// catalog behind the form's choices, the workers page, keyboard reach,
 // text contrast, and no horizontal overflow at 1280 and 400 pixels wide. Screenshots go
 // to $PARATUNE_SCREENSHOT_DIR (default build/web-screenshots).
 //
@@ -14,7 +16,7 @@
 // PARATUNE_WEB_MOCK=1 runs against web/mock/server.mjs instead (development only).
 // Exit codes: 0 all passed, 1 a check failed or a prerequisite is missing, 77 skipped
 // (only when the coordinator binary itself says UNIMPLEMENTED).
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
@@ -49,6 +51,7 @@ try {
 }
 if (!existsSync(CHROMIUM)) die(`${CHROMIUM} not found: install Debian's chromium (scripts/install-deps.sh)`);
 const COORDINATOR = join(BIN, 'paratune-coordinator');
+const CLI = join(BIN, 'paratune');
 if (!MOCK && !existsSync(COORDINATOR)) die(`${COORDINATOR} not found: build the project first (scripts/build.sh)`);
 
 // --- tiny test runner: prints one line per check and a closing "N passed, N failed"
@@ -181,6 +184,26 @@ if (!MOCK && existsSync(WORKER)) {
   worker.stdout.on('data', (d) => (serverLog += d));
   worker.stderr.on('data', (d) => (serverLog += d));
   worker.on('exit', (code, signal) => (workerExited = { code, signal }));
+}
+
+// What `paratune export SPEC --format FORMAT --rank RANK` prints for `spec` (the bytes).
+function cliExport(spec, format, rank) {
+  assert(existsSync(CLI), `${CLI} not found: build the project first`);
+  const file = join(tmp, `export-spec-${format}-${rank}-${Date.now()}.json`);
+  writeFileSync(file, JSON.stringify(spec));
+  return execFileSync(CLI, ['export', file, '--format', format, '--rank', String(rank)], { stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
+// Clicks an export button and returns the downloaded file's bytes and suggested name.
+async function downloadOf(selector) {
+  const [download] = await Promise.all([page.waitForEvent('download'), page.click(selector)]);
+  return { bytes: readFileSync(await download.path()), name: download.suggestedFilename() };
+}
+
+function assertSameBytes(actual, expected, what) {
+  if (!Buffer.from(actual).equals(Buffer.from(expected))) {
+    throw new Error(`${what}: the bytes differ\n--- dashboard\n${actual.toString()}\n--- paratune export\n${expected.toString()}`);
+  }
 }
 
 async function api(path) {
@@ -359,6 +382,23 @@ try {
     assertContrast(await contrastOf(['main h1', '.field label', '.hint', 'button.primary', '.topbar nav a', '.topbar .brand', 'legend']));
   });
 
+  await check('the form offers what GET /v1/catalog lists; the preset hint shows its resolved fields', async () => {
+    const catalog = await api('/v1/catalog');
+    await page.waitForSelector('#submit-form[data-catalog="loaded"]');
+    const gpus = await page.$$eval('#gpu option', (os) => os.map((o) => o.value));
+    assertEq(JSON.stringify(gpus), JSON.stringify(catalog.devices.map((d) => d.name)), 'GPU choices');
+    const precisions = await page.$$eval('#precision option', (os) => os.map((o) => o.value));
+    assertEq(JSON.stringify(precisions), JSON.stringify(catalog.precisions), 'precision choices');
+    const presets = await page.$$eval('#preset-list option', (os) => os.map((o) => o.value));
+    assertEq(JSON.stringify(presets), JSON.stringify(catalog.presets.map((p) => p.name)), 'preset list');
+    assertEq(await page.inputValue('#gpu'), 'a100-80gb', 'default GPU kept');
+    await page.fill('#preset', 'llama3.1-405b');
+    const hint = await page.textContent('#preset-hint');
+    assert(hint.startsWith('126 layers, hidden 16384, 128 heads (8 groups)'), `preset hint: ${hint}`);
+    await page.fill('#preset', 'gpt3-175b');
+    assert((await page.textContent('#preset-hint')).startsWith('96 layers, hidden 12288, 96 heads'), 'gpt3-175b hint');
+  });
+
   await check('a rejected spec shows the server message in the form and stays on the page', async () => {
     await page.fill('#preset', 'no-such-model');
     await page.click('#submit-job');
@@ -382,7 +422,11 @@ try {
     await page.waitForFunction(() => /^#\/jobs\/.+/.test(location.hash), null, { timeout: 60_000 });
     jobId = decodeURIComponent((await page.evaluate(() => location.hash)).replace('#/jobs/', ''));
     const job = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
-    assertEq(job.spec.model.preset, SPEC.preset, 'submitted spec.model.preset (from the API)');
+    // The coordinator keeps the spec resolved: the preset's architecture, as the catalog has it.
+    const preset = (await api('/v1/catalog')).presets.find((p) => p.name === SPEC.preset);
+    assertEq(job.spec.model.name, SPEC.preset, 'submitted spec.model.name (from the API)');
+    assertEq(job.spec.model.num_layers, preset.model.num_layers, 'spec.model.num_layers = the catalog preset\'s');
+    assertEq(n(job.spec.model.num_layers), 96, 'GPT-3 175B has 96 layers');
     assertEq(n(job.spec.cluster.num_gpus), SPEC.gpus, 'submitted spec.cluster.num_gpus');
     assertEq(job.spec.cluster.gpu, SPEC.gpu, 'submitted spec.cluster.gpu');
     assertEq(n(job.spec.training.seq_length), SPEC.seq, 'submitted spec.training.seq_length');
@@ -500,10 +544,21 @@ try {
     await page.locator('#breakdown').screenshot({ path: join(SHOTS, 'breakdown-1280.png') });
   });
 
-  await check('Megatron export downloads arguments for the selected layout', async () => {
+  // The spec the form submitted, as a spec file for the CLI.
+  const FORM_SPEC = {
+    name: 'web-test gpt3-175b',
+    model: { preset: SPEC.preset },
+    training: { seq_length: SPEC.seq, global_batch_size: SPEC.batch, precision: 'bf16' },
+    cluster: { gpu: SPEC.gpu, num_gpus: SPEC.gpus, gpus_per_node: 8 },
+    search: { mode: 'model', top_k: 10 },
+  };
+
+  await check('Megatron export: the download is `paratune export --format megatron` for the selected layout, byte for byte', async () => {
     assert(chosen, 'no layout selected');
-    const [download] = await Promise.all([page.waitForEvent('download'), page.click('#export-megatron')]);
-    const text = readFileSync(await download.path(), 'utf8');
+    const position = ranked().indexOf(chosen) + 1;
+    const { bytes, name } = await downloadOf('#export-megatron');
+    assertSameBytes(bytes, cliExport(FORM_SPEC, 'megatron', position), `rank ${position}`);
+    const text = bytes.toString('utf8');
     const c = chosen.config;
     const expectFlag = (flag, value) => {
       const re = new RegExp(`^${flag} ${value}( \\\\)?$`, 'm');
@@ -511,31 +566,50 @@ try {
     };
     expectFlag('--tensor-model-parallel-size', n(c.tp, 1));
     expectFlag('--pipeline-model-parallel-size', n(c.pp, 1));
-    expectFlag('--context-parallel-size', n(c.cp, 1));
     expectFlag('--micro-batch-size', n(c.micro_batch_size, 1));
-    expectFlag('--global-batch-size', SPEC.batch);
     expectFlag('--num-layers', 96);
-    if (n(c.vp, 1) > 1) expectFlag('--num-layers-per-virtual-pipeline-stage', 96 / (n(c.pp, 1) * n(c.vp, 1)));
-    else assert(!text.includes('--num-layers-per-virtual-pipeline-stage'), 'VP flag present with vp = 1');
-    assertEq(/^--sequence-parallel( \\)?$/m.test(text), Boolean(c.sequence_parallel), '--sequence-parallel present iff SP');
-    assertEq(/^--use-distributed-optimizer( \\)?$/m.test(text), Boolean(c.distributed_optimizer), '--use-distributed-optimizer iff distributed optimizer');
-    const rc = c.recompute || 'none';
-    if (rc === 'none') assert(!text.includes('--recompute-granularity'), 'recompute flag with recompute none');
-    else expectFlag('--recompute-granularity', rc);
-    assert(download.suggestedFilename().endsWith('megatron.txt'), `file name ${download.suggestedFilename()}`);
+    assertEq(name, `paratune-${jobId}-rank${position}-megatron.txt`, 'file name');
   });
 
-  await check('NeMo and JSON exports carry the same layout', async () => {
-    const c = chosen.config;
-    const [nemo] = await Promise.all([page.waitForEvent('download'), page.click('#export-nemo')]);
-    const yaml = readFileSync(await nemo.path(), 'utf8');
-    assert(yaml.includes(`  tensor_model_parallel_size: ${n(c.tp, 1)}\n`), `NeMo TP:\n${yaml}`);
-    assert(yaml.includes(`  pipeline_model_parallel_size: ${n(c.pp, 1)}\n`), 'NeMo PP');
+  await check('NeMo export is `paratune export --format nemo`; the JSON export is the API layout', async () => {
+    const position = ranked().indexOf(chosen) + 1;
+    const nemo = await downloadOf('#export-nemo');
+    assertSameBytes(nemo.bytes, cliExport(FORM_SPEC, 'nemo', position), `NeMo rank ${position}`);
+    const yaml = nemo.bytes.toString('utf8');
+    assert(yaml.includes(`  tensor_model_parallel_size: ${n(chosen.config.tp, 1)}\n`), `NeMo TP:\n${yaml}`);
     assert(yaml.includes(`  num_nodes: ${SPEC.gpus / 8}\n`) && yaml.includes('  devices: 8\n'), 'NeMo trainer nodes/devices');
-    const [json] = await Promise.all([page.waitForEvent('download'), page.click('#export-json')]);
-    const parsed = JSON.parse(readFileSync(await json.path(), 'utf8'));
-    assertEq(parsed.job_id, jobId, 'JSON job_id');
-    assertEq(JSON.stringify(parsed.layout), JSON.stringify(chosen), 'JSON layout equals the API layout');
+    const json = await downloadOf('#export-json');
+    assertEq(JSON.stringify(JSON.parse(json.bytes.toString('utf8'))), JSON.stringify(chosen), 'JSON export equals the API layout');
+  });
+
+  await check('tp 8 pp 4 vp 12 with full recompute of 2 layers: Megatron and NeMo downloads equal `paratune export`', async () => {
+    // 96 layers over pp 4 = 24 per stage; 2 of them recomputed is Megatron's block method,
+    // counted per model chunk: ceil(2 / 12) = 1 (not "uniform 2").
+    const spec = {
+      name: 'web-test interleaved recompute',
+      model: { preset: 'gpt3-175b' },
+      training: { seq_length: 2048, global_batch_size: 1536 },
+      cluster: { gpu: 'a100-80gb', num_gpus: 1024, gpus_per_node: 8 },
+      search: { tp: [8], pp: [4], vp: [12], cp: [1], micro_batch_size: [1], sequence_parallel: [true], recompute: ['full'], recompute_num_layers: [2], distributed_optimizer: [true] },
+    };
+    const id = await submitAndWait(spec, 'tp 8 pp 4 vp 12 full recompute 2');
+    await page.goto(`${BASE}/#/jobs/${encodeURIComponent(id)}`);
+    await page.waitForSelector('#breakdown[data-index="0"] #export-megatron', { timeout: 60_000 });
+    const megatron = await downloadOf('#export-megatron');
+    assertSameBytes(megatron.bytes, cliExport(spec, 'megatron', 1), 'Megatron');
+    const text = megatron.bytes.toString('utf8');
+    assert(text.includes('--num-layers-per-virtual-pipeline-stage 2 \\\n'), `VP flag:\n${text}`);
+    assert(text.includes('--recompute-method block \\\n--recompute-num-layers 1 \\\n'), `block, 1 per chunk:\n${text}`);
+    const nemo = await downloadOf('#export-nemo');
+    assertSameBytes(nemo.bytes, cliExport(spec, 'nemo', 1), 'NeMo');
+    assert(nemo.bytes.toString('utf8').includes('  activations_checkpoint_method: block\n  activations_checkpoint_num_layers: 1\n'), 'NeMo block, 1');
+    // Back to the first job's page for the checks that follow.
+    await page.goto(`${BASE}/#/jobs/${encodeURIComponent(jobId)}`);
+    await page.waitForFunction(
+      ([id, rows]) => document.querySelector('.facts dd.mono')?.textContent === id && document.querySelectorAll('#ranked-table tbody tr').length === rows,
+      [jobId, ranked().length],
+      { timeout: 60_000 },
+    );
   });
 
   await check('rejected layouts listed with reasons', async () => {
@@ -584,12 +658,19 @@ try {
     await page.selectOption('#gpu', 'h100-sxm-80gb');
     await page.fill('#num-gpus', '16');
     await page.selectOption('#mode', 'model');
-    await page.click('#submit-job');
+    const [post] = await Promise.all([
+      page.waitForRequest((r) => r.method() === 'POST' && new URL(r.url()).pathname === '/v1/jobs'),
+      page.click('#submit-job'),
+    ]);
+    const sent = JSON.parse(post.postData() ?? '{}').spec?.model ?? {};
+    assertEq(sent.hf_config_json, config, 'the page sent model.hf_config_json: the file, byte for byte');
+    assert(!sent.preset, 'no preset sent with an uploaded config');
     await page.waitForFunction((prev) => /^#\/jobs\/.+/.test(location.hash) && location.hash !== prev, `#/jobs/${jobId}`);
     const hfId = decodeURIComponent((await page.evaluate(() => location.hash)).replace('#/jobs/', ''));
+    // The coordinator keeps the config resolved into the architecture it describes.
     const job = await api(`/v1/jobs/${encodeURIComponent(hfId)}`);
-    assertEq(job.spec.model.hf_config_json, config, 'spec.model.hf_config_json is the file, byte for byte');
-    assert(!job.spec.model.preset, 'no preset sent with an uploaded config');
+    assertEq(n(job.spec.model.num_layers), 32, 'spec.model.num_layers from num_hidden_layers');
+    assertEq(n(job.spec.model.num_query_groups), 8, 'spec.model.num_query_groups from num_key_value_heads');
     await page.waitForSelector('.job-header .badge[data-state="JOB_STATE_SUCCEEDED"]', { timeout: 180_000 });
     await page.waitForSelector('#ranked-table tbody tr');
     const hf = (await api(`/v1/jobs/${encodeURIComponent(hfId)}/results`)).plan.ranked ?? [];
@@ -601,7 +682,7 @@ try {
     const pre = (await api(`/v1/jobs/${presetId}/results`)).plan.ranked ?? [];
     assert(hf.length > 0, 'the uploaded config got no ranked layout');
     assertEq(JSON.stringify(hf.map((r) => [r.config, r.iteration_time_s, r.memory.peak_gib])), JSON.stringify(pre.map((r) => [r.config, r.iteration_time_s, r.memory.peak_gib])), 'HF config vs preset ranking');
-    // The client-side export reads the layer count from the uploaded config.
+    // The coordinator's export has the layer count of the uploaded config.
     const [download] = await Promise.all([page.waitForEvent('download'), page.click('#export-megatron')]);
     const text = readFileSync(await download.path(), 'utf8');
     assert(/^--num-layers 32( \\)?$/m.test(text), `--num-layers 32 from num_hidden_layers:\n${text}`);

@@ -112,6 +112,18 @@ createServer(async (req, res) => {
       for (const j of jobs.values()) advance(j);
       return send(res, 200, { jobs: [...jobs.values()].map(publicJob) });
     }
+    if (url.pathname === '/v1/catalog') {
+      // A few entries in the coordinator's shape (GET /v1/catalog); the real one lists every preset and device.
+      const model = (layers, hidden, heads, groups) => ({ num_layers: String(layers), hidden_size: String(hidden), num_attention_heads: String(heads), num_query_groups: String(groups), ffn_hidden_size: String(4 * hidden), vocab_size: '51200', activation: 'gelu' });
+      return send(res, 200, {
+        presets: [{ name: 'gpt3-175b', model: model(96, 12288, 96, 96) }, { name: 'llama3-8b', model: model(32, 4096, 32, 8) }],
+        devices: [{ name: 'a100-80gb', memory_bytes: 80 * 2 ** 30 }, { name: 'h100-sxm-80gb', memory_bytes: 80 * 2 ** 30 }, { name: 'cpu', memory_bytes: 0, host_memory: true }],
+        precisions: ['bf16', 'fp16', 'fp8', 'fp32'],
+      });
+    }
+    if (/^\/v1\/jobs\/[^/:]+\/results\/[^/:]*:export$/.test(url.pathname)) {
+      return error(res, 501, 12, 'UNIMPLEMENTED', 'the mock does not render exports: the coordinator does (search/exporters.cc)');
+    }
     if (url.pathname === '/v1/workers') {
       return send(res, 200, { workers: [{ id: 'w-1', name: 'node-a', backend: 'cpu', device_kind: 'cpu', devices: [{ index: 0, name: 'cpu', memory_bytes: String(24 * 2 ** 30) }], cpu_cores: 2, memory_bytes: String(24 * 2 ** 30), state: 'idle', last_heartbeat_unix_ms: String(Date.now() - 1200) }] });
     }

@@ -1,7 +1,9 @@
 // The dashboard's only data source: the coordinator's public REST API (/v1/...).
 // A bearer token, when the coordinator wants one, is kept in sessionStorage.
 import type {
+  Catalog,
   ErrorBody,
+  ExportFormat,
   Job,
   JobResults,
   JobSpec,
@@ -49,8 +51,9 @@ export function onUnauthorized(listener: UnauthorizedListener): void {
   unauthorizedListeners.push(listener);
 }
 
-async function request<T>(method: 'GET' | 'POST', path: string, body?: unknown): Promise<T> {
-  const headers: Record<string, string> = { Accept: 'application/json' };
+/** Sends a request; returns the successful response (body unread), or throws ApiError with the server's message. */
+async function send(method: 'GET' | 'POST', path: string, accept: string, body?: unknown): Promise<Response> {
+  const headers: Record<string, string> = { Accept: accept };
   const token = getToken();
   if (token) headers.Authorization = `Bearer ${token}`;
   if (body !== undefined) headers['Content-Type'] = 'application/json';
@@ -65,26 +68,42 @@ async function request<T>(method: 'GET' | 'POST', path: string, body?: unknown):
   } catch (e) {
     throw new ApiError(0, 'UNAVAILABLE', `cannot reach the coordinator (${String(e)})`);
   }
-  const text = await response.text();
-  let parsed: unknown = undefined;
-  if (text) {
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      parsed = undefined;
-    }
-  }
   if (!response.ok) {
-    const err = (parsed ?? {}) as ErrorBody;
+    const text = await response.text();
+    let err: ErrorBody = {};
+    try {
+      err = (JSON.parse(text) ?? {}) as ErrorBody;
+    } catch {
+      err = {};
+    }
     const message = err.message || text.trim() || response.statusText || 'request failed';
     const error = new ApiError(response.status, err.status || String(response.status), message);
     if (response.status === 401) unauthorizedListeners.forEach((l) => l(error));
     throw error;
   }
-  if (parsed === undefined) {
-    throw new ApiError(response.status, 'INTERNAL', `${method} ${path}: the answer is not JSON`);
+  return response;
+}
+
+async function request<T>(method: 'GET' | 'POST', path: string, body?: unknown): Promise<T> {
+  const text = await (await send(method, path, 'application/json', body)).text();
+  try {
+    return JSON.parse(text) as T;
+  } catch {
+    throw new ApiError(200, 'INTERNAL', `${method} ${path}: the answer is not JSON`);
   }
-  return parsed as T;
+}
+
+/** An export as the coordinator renders it: the exact bytes (with their content type) and the file name it suggests. */
+export interface ExportFile {
+  blob: Blob;
+  filename: string;
+}
+
+async function exportFile(path: string, fallbackName: string): Promise<ExportFile> {
+  const response = await send('GET', path, '*/*');
+  const disposition = response.headers.get('Content-Disposition') ?? '';
+  const named = /filename="([^"]+)"/.exec(disposition);
+  return { blob: await response.blob(), filename: named ? named[1] : fallbackName };
 }
 
 export const api = {
@@ -96,4 +115,8 @@ export const api = {
   submitJob: (spec: JobSpec) => request<Job>('POST', '/v1/jobs', { spec }),
   cancelJob: (id: string) => request<Job>('POST', `/v1/jobs/${encodeURIComponent(id)}:cancel`),
   listWorkers: () => request<ListWorkersResponse>('GET', '/v1/workers'),
+  getCatalog: () => request<Catalog>('GET', '/v1/catalog'),
+  /** Layout `rank` (1 = best) of a finished job, rendered by the coordinator. */
+  exportLayout: (id: string, rank: number, format: ExportFormat): Promise<ExportFile> =>
+    exportFile(`/v1/jobs/${encodeURIComponent(id)}/results/${rank}:export?format=${format}`, `paratune-${id}-rank${rank}-${format}`),
 };

@@ -37,9 +37,8 @@ export function clear(el: Element): void {
   while (el.firstChild) el.removeChild(el.firstChild);
 }
 
-/** Starts a download of `text` as a file named `filename`. */
-export function download(filename: string, text: string, mime: string): void {
-  const blob = new Blob([text], { type: mime });
+/** Starts a download of `blob` as a file named `filename`. */
+export function download(filename: string, blob: Blob): void {
   const url = URL.createObjectURL(blob);
   const a = h('a', { href: url, download: filename, style: 'display:none' });
   document.body.append(a);

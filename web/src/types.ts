@@ -243,3 +243,27 @@ export interface ErrorBody {
   status?: string;
   message?: string;
 }
+
+/** GET /v1/catalog: what a spec can name, resolved by the coordinator. */
+export interface CatalogPreset {
+  name: string;
+  model?: ModelSpec;
+}
+
+export interface CatalogDevice {
+  name: string;
+  memory_bytes?: number;
+  peak_bf16_tflops?: number;
+  peak_fp8_tflops?: number;
+  host_memory?: boolean;
+  source?: string;
+}
+
+export interface Catalog {
+  presets?: CatalogPreset[];
+  devices?: CatalogDevice[];
+  precisions?: string[];
+}
+
+/** GET /v1/jobs/{id}/results/{rank}:export?format=... */
+export type ExportFormat = 'megatron' | 'nemo' | 'json';

@@ -12,9 +12,8 @@ import {
 } from '../charts';
 import { paretoFrontier, pointsOf } from '../analysis';
 import { append, clear, download, h } from '../dom';
-import { jsonExport, megatronArgs, nemoConfig } from '../exports';
 import { adaptive, fixed, isTerminal, layoutLabel, num, seconds, thousands } from '../format';
-import type { Job, JobResults, RankedConfig, Verification } from '../types';
+import type { ExportFormat, Job, JobResults, RankedConfig, Verification } from '../types';
 import { errorBanner, jobProgress, jobTitle, poll, stateBadge } from './common';
 
 type SortDir = 'ascending' | 'descending';
@@ -280,6 +279,7 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
     const breakdownFacts = h('div', { class: 'breakdown-facts' });
     const timeChart = chartBox('time', 'Stacked bars: iteration time breakdown', 'chart-bars');
     const memChart = chartBox('memory', 'Stacked bars: memory breakdown against capacity', 'chart-bars');
+    const exportStatus = h('div', { class: 'export-status', 'aria-live': 'polite' });
     const exportButtons = h('div', { class: 'row exports', role: 'group', 'aria-label': 'Export the selected layout' });
     const breakdown = h(
       'section',
@@ -287,10 +287,29 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
       breakdownTitle,
       breakdownFacts,
       exportButtons,
+      exportStatus,
       h('div', { class: 'two-col' }, h('div', {}, h('h3', {}, 'Time per iteration'), timeChart.el), h('div', {}, h('h3', {}, 'Memory per GPU'), memChart.el)),
     );
 
-    const exportName = (r: RankedConfig, suffix: string) => `paratune-${res.job_id || jobId}-rank${num(r.rank)}-${suffix}`;
+    // The coordinator renders exports (the same text as `paratune export`); the page downloads them.
+    const exportButton = (id: string, format: ExportFormat, label: string, position: number) =>
+      h(
+        'button',
+        {
+          type: 'button',
+          id,
+          onclick: async () => {
+            clear(exportStatus);
+            try {
+              const file = await api.exportLayout(res.job_id || jobId, position, format);
+              download(file.filename, file.blob);
+            } catch (e) {
+              exportStatus.append(errorBanner(e));
+            }
+          },
+        },
+        label,
+      );
 
     const renderBreakdown = () => {
       const r = ranked[selected];
@@ -300,6 +319,7 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
       clear(breakdownTitle);
       clear(breakdownFacts);
       clear(exportButtons);
+      clear(exportStatus);
       if (!r) return;
       breakdownTitle.append(`Layout #${num(r.rank)}: ${layoutLabel(r.config)}`);
       const t = r.time ?? {};
@@ -322,11 +342,12 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
             : null,
         r.notes?.length ? h('ul', { class: 'notes', 'aria-label': 'Why this layout' }, ...r.notes.map((n) => h('li', {}, n))) : null,
       ]);
-      const ctx = { job: job ?? { id: jobId }, ranked: r };
+      // Exports address a layout by its position in the ranking (1 = first), as `paratune export --rank` does.
+      const position = selected + 1;
       exportButtons.append(
-        h('button', { type: 'button', id: 'export-megatron', onclick: () => download(exportName(r, 'megatron.txt'), megatronArgs(ctx), 'text/plain') }, 'Megatron arguments'),
-        h('button', { type: 'button', id: 'export-nemo', onclick: () => download(exportName(r, 'nemo.yaml'), nemoConfig(ctx), 'application/yaml') }, 'NeMo config'),
-        h('button', { type: 'button', id: 'export-json', onclick: () => download(exportName(r, 'layout.json'), jsonExport(ctx), 'application/json') }, 'JSON'),
+        exportButton('export-megatron', 'megatron', 'Megatron arguments', position),
+        exportButton('export-nemo', 'nemo', 'NeMo config', position),
+        exportButton('export-json', 'json', 'JSON', position),
       );
       const compare = selected === 0 || !ranked[0] ? [r] : [r, ranked[0]];
       timeChart.chart().setOption(timeOption(compare), true);

@@ -2,8 +2,7 @@
 import { api } from '../api';
 import { clear, h } from '../dom';
 import { isTerminal, num } from '../format';
-import { GPU_KINDS, PRECISIONS, PRESET_NAMES } from '../presets';
-import type { Job, JobSpec } from '../types';
+import type { Catalog, Job, JobSpec } from '../types';
 import { errorBanner, jobProgress, jobTitle, poll, stateBadge } from './common';
 
 function field(label: string, id: string, control: HTMLElement, hint?: string): HTMLElement {
@@ -21,9 +20,27 @@ function numberInput(id: string, value: number, min: number): HTMLInputElement {
 }
 
 function select(id: string, options: string[], value: string): HTMLSelectElement {
-  const el = h('select', { id, name: id }, ...options.map((o) => h('option', { value: o }, o)));
-  el.value = value;
+  const el = h('select', { id, name: id });
+  setOptions(el, options.map((o) => [o, o]), value);
   return el;
+}
+
+/** Replaces the options ([value, label]) of a select, keeping `value` selected when offered. */
+function setOptions(el: HTMLSelectElement, options: [string, string][], value: string): void {
+  clear(el);
+  for (const [v, label] of options) el.append(h('option', { value: v }, label));
+  el.value = options.some(([v]) => v === value) ? value : (options[0]?.[0] ?? '');
+}
+
+const GIB = 1024 ** 3;
+
+/** The preset's resolved architecture in words, from the coordinator's catalog. */
+function presetSummary(catalog: Catalog | null, name: string): string {
+  if (!catalog) return 'e.g. gpt3-175b, llama3-8b';
+  const preset = catalog.presets?.find((p) => p.name === name.trim().toLowerCase());
+  if (!preset) return `${catalog.presets?.length ?? 0} presets; type to pick one`;
+  const m = preset.model ?? {};
+  return `${num(m.num_layers)} layers, hidden ${num(m.hidden_size)}, ${num(m.num_attention_heads)} heads (${num(m.num_query_groups)} groups), FFN ${num(m.ffn_hidden_size)}, vocabulary ${num(m.vocab_size)}, ${m.activation ?? '?'}`;
 }
 
 function buildForm(onSubmitted: (job: Job) => void): HTMLElement {
@@ -40,12 +57,13 @@ function buildForm(onSubmitted: (job: Job) => void): HTMLElement {
     autocomplete: 'off',
     spellcheck: 'false',
   });
-  const presetList = h('datalist', { id: 'preset-list' }, ...PRESET_NAMES.map((p) => h('option', { value: p })));
+  const presetList = h('datalist', { id: 'preset-list' });
   const hfFile = h('input', { id: 'hf-config', name: 'hf-config', type: 'file', accept: '.json,application/json', disabled: true });
   const seq = numberInput('seq-length', 2048, 1);
   const batch = numberInput('global-batch', 1536, 1);
-  const precision = select('precision', PRECISIONS, 'bf16');
-  const gpu = select('gpu', GPU_KINDS, 'a100-80gb');
+  // Presets, devices and precisions come from the coordinator's catalog (GET /v1/catalog).
+  const precision = select('precision', ['bf16'], 'bf16');
+  const gpu = select('gpu', ['a100-80gb'], 'a100-80gb');
   const numGpus = numberInput('num-gpus', 1024, 1);
   const perNode = numberInput('gpus-per-node', 8, 1);
   const mode = select('mode', ['model', 'profile'], 'model');
@@ -72,7 +90,7 @@ function buildForm(onSubmitted: (job: Job) => void): HTMLElement {
       h('legend', {}, 'Model'),
       h('div', { class: 'radio' }, sourcePreset, h('label', { for: 'source-preset' }, 'Preset')),
       h('div', { class: 'radio' }, sourceHf, h('label', { for: 'source-hf' }, 'Hugging Face config.json')),
-      field('Preset name', 'preset', preset, 'e.g. gpt3-175b, llama3-8b'),
+      field('Preset name', 'preset', preset, presetSummary(null, '')),
       presetList,
       field('config.json file', 'hf-config', hfFile),
     ),
@@ -91,6 +109,26 @@ function buildForm(onSubmitted: (job: Job) => void): HTMLElement {
     h('div', { class: 'row' }, submit),
     status,
   );
+
+  let catalog: Catalog | null = null;
+  const showPreset = () => {
+    const hint = form.querySelector('#preset-hint');
+    if (hint) hint.textContent = presetSummary(catalog, preset.value);
+  };
+  preset.addEventListener('input', showPreset);
+  void api
+    .getCatalog()
+    .then((c) => {
+      catalog = c;
+      clear(presetList);
+      for (const p of c.presets ?? []) presetList.append(h('option', { value: p.name }));
+      const devices = c.devices ?? [];
+      setOptions(gpu, devices.map((d): [string, string] => [d.name, d.host_memory ? `${d.name} (host memory)` : `${d.name} (${Math.round(num(d.memory_bytes) / GIB)} GiB)`]), gpu.value);
+      setOptions(precision, (c.precisions ?? []).map((p): [string, string] => [p, p]), precision.value);
+      form.dataset.catalog = 'loaded';
+      showPreset();
+    })
+    .catch((e) => status.append(errorBanner(e)));
 
   form.addEventListener('submit', async (event) => {
     event.preventDefault();

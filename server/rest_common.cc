@@ -1,0 +1,68 @@
+#include "server/rest_common.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <utility>
+
+#include "server/http_status.h"
+
+namespace paratune::server {
+
+std::string Cat(std::initializer_list<std::string_view> parts) {
+  std::string out;
+  for (std::string_view p : parts) out.append(p);
+  return out;
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  // Print zeros, empty strings and default enums too, so clients see every field.
+  options.always_print_primitive_fields = true;
+  std::string out;
+  if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok()) {
+    return "{}";  // unreachable for our messages (no Any fields)
+  }
+  return out;
+}
+
+void WriteError(httplib::Response& res, const absl::Status& status) {
+  res.status = HttpStatusFromCode(status.code());
+  if (status.code() == absl::StatusCode::kUnauthenticated) {
+    res.set_header("WWW-Authenticate", "Bearer");
+  }
+  res.set_content(ErrorJson(status), kJsonType);
+}
+
+RouteHandler ApiRoute(const ApiContext& context, std::string method, ApiFunction fn,
+                      bool needs_handler) {
+  return [context, needs_handler, method = std::move(method), fn = std::move(fn)](
+             const httplib::Request& req, httplib::Response& res) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status status;
+    if (context.authenticator != nullptr) {
+      status = context.authenticator->Check(req.get_header_value("Authorization"), Role::kClient);
+    }
+    if (status.ok() && needs_handler && !context.has_handler) {
+      status = absl::UnavailableError("this server has no job manager behind its REST API");
+    }
+    if (status.ok()) {
+      absl::StatusOr<RestBody> body = fn(req);
+      status = body.status();
+      if (body.ok()) {
+        res.status = 200;
+        if (!body->disposition.empty()) res.set_header("Content-Disposition", body->disposition);
+        res.set_content(std::move(body->content), body->content_type);
+      }
+    }
+    if (!status.ok()) WriteError(res, status);
+    if (context.metrics != nullptr) {
+      const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+      context.metrics->ObserveRequest(method, Transport::kRest, status.code(), elapsed.count());
+    }
+  };
+}
+
+}  // namespace paratune::server

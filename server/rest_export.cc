@@ -1,0 +1,56 @@
+#include "server/rest_export.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "search/exporters.h"
+#include "server/convert.h"
+
+namespace paratune::server {
+namespace {
+
+// Job ids are the coordinator's own; anything else is left out of the file name.
+std::string FileNameSafe(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '-' || c == '_' || c == '.';
+    if (keep) out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<RestBody> RenderExport(const ExportRequest& request, const v1::Job& job,
+                                      const v1::JobResults& results) {
+  const auto& ranked = results.plan().ranked();
+  if (request.rank > ranked.size()) {
+    return absl::NotFoundError(
+        Cat({"job '", request.job_id, "' has ", std::to_string(ranked.size()),
+             " ranked layout(s); there is no rank ", std::to_string(request.rank)}));
+  }
+  const v1::RankedConfig& chosen = ranked[request.rank - 1];
+  const std::string file =
+      Cat({"paratune-", FileNameSafe(request.job_id), "-rank", std::to_string(request.rank)});
+  if (request.format == "json") {
+    return RestBody{ToJson(chosen), kJsonType,
+                    Cat({"attachment; filename=\"", file, "-layout.json\""})};
+  }
+  absl::StatusOr<JobSpec> spec = SpecFromProto(job.spec());
+  if (!spec.ok()) return spec.status();
+  v1::PlanResult one;
+  *one.add_ranked() = chosen;
+  absl::StatusOr<PlanResult> layout = PlanResultFromProto(one);
+  if (!layout.ok()) return layout.status();
+  const ParallelConfig& config = layout->ranked.front().config;
+  const bool megatron = request.format == "megatron";
+  absl::StatusOr<std::string> text =
+      megatron ? FormatMegatronArgs(*spec, config) : NemoConfigOverride(*spec, config);
+  if (!text.ok()) return text.status();
+  return RestBody{
+      *std::move(text), megatron ? kTextType : "application/yaml; charset=utf-8",
+      Cat({"attachment; filename=\"", file, megatron ? "-megatron.txt\"" : "-nemo.yaml\""})};
+}
+
+}  // namespace paratune::server
