@@ -281,7 +281,7 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
   const TrainingSpec& training = spec.training;
   const int64_t n = spec.cluster.gpus_per_node;
   const int64_t p = config.pp, v = config.vp;
-  const int64_t m = config.NumMicroBatches(training);
+  const int64_t m = NumMicroBatches(config, training);
   const double t = static_cast<double>(config.tp);
   const double e = ElementBytes(training.precision);
   const int64_t L = model.num_layers;
