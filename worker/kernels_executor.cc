@@ -68,7 +68,7 @@ class Worker {
   int64_t ranks() const { return static_cast<int64_t>(inventory_.devices.size()); }
 
   // `dtype` ("" = fp32) if this worker's backend runs it; Unimplemented otherwise.
-  absl::StatusOr<kernels::DType> DType(const std::string& name) const {
+  absl::StatusOr<kernels::DType> TaskDType(const std::string& name) const {
     const std::string dtype = name.empty() ? "fp32" : name;
     if (dtype == "fp8")
       return absl::UnimplementedError("dtype fp8 is not implemented by the kernels");
@@ -175,7 +175,7 @@ absl::StatusOr<kernels::StepConfig> ValidateLayer(const v1::ProfileTask& task,
       !s.ok()) {
     return s;
   }
-  absl::StatusOr<kernels::DType> dtype = worker.DType(t.dtype());
+  absl::StatusOr<kernels::DType> dtype = worker.TaskDType(t.dtype());
   if (!dtype.ok()) return dtype.status();
   if (absl::Status s = ReadShape(t.shape(), &layer.shape); !s.ok()) return s;
   // Megatron-LM pads the vocabulary to a multiple of 128·tp.
@@ -254,7 +254,7 @@ absl::StatusOr<kernels::CollectiveSweepConfig> ValidateCollective(const v1::Prof
       return absl::InvalidArgumentError("collective op is unspecified");
   }
   if (absl::Status s = worker.NeedRanks(t.group_size(), " (group_size)"); !s.ok()) return s;
-  absl::StatusOr<kernels::DType> dtype = worker.DType(t.dtype());
+  absl::StatusOr<kernels::DType> dtype = worker.TaskDType(t.dtype());
   if (!dtype.ok()) return dtype.status();
   if (t.sizes_bytes().empty()) return absl::InvalidArgumentError("sizes_bytes is empty");
   config.group_size = t.group_size();
@@ -308,7 +308,7 @@ struct VerifyRun {
 
 absl::StatusOr<VerifyRun> ValidateVerify(const v1::ProfileTask& task, const Worker& worker) {
   const v1::VerifyTask& t = task.verify();
-  absl::StatusOr<kernels::DType> dtype = worker.DType(t.dtype());
+  absl::StatusOr<kernels::DType> dtype = worker.TaskDType(t.dtype());
   if (!dtype.ok()) return dtype.status();
   if (absl::Status s = worker.NeedRanks(t.rank_count(), ""); !s.ok()) return s;
   VerifyRun run;
