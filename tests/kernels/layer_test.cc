@@ -93,7 +93,7 @@ TEST(LayerTest, FlashAttentionEqualsNaive) {
   ExpectSameRun(MustRun(c), naive, "flash tp=2 sp");
 }
 
-TEST(LayerTest, RecomputesGiveSameGradientsAndStoreLess) {
+TEST(LayerTest, RecomputeModesGiveSameGradientsAndStoreLess) {
   LayerConfig c = TinyConfig();
   const LayerRun none = MustRun(c);
   c.parallel.recompute = Recompute::kSelective;
@@ -198,6 +198,20 @@ TEST(LayerTest, RejectsIndivisibleTensorParallel) {
   LayerConfig c = TinyConfig();
   c.parallel.tp = 3;
   EXPECT_EQ(c.Validate().message(), "tp (3) must divide num_attention_heads (4)");
+}
+
+TEST(LayerTest, RefusesContextParallelismAsUnimplemented) {
+  LayerConfig c = TinyConfig();
+  ASSERT_TRUE(c.Validate().ok()) << c.Validate();
+  c.parallel.cp = 2;
+  EXPECT_EQ(c.Validate().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(c.Validate().message(), "context parallelism (cp 2) is not implemented by the kernels");
+  // The pipeline and data-parallel fields of the layout are not the layer's.
+  c.parallel.cp = 1;
+  c.parallel.pp = 4;
+  c.parallel.dp = 3;
+  c.parallel.vp = 2;
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
 }
 
 }  // namespace

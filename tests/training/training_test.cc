@@ -281,6 +281,29 @@ TEST(TrainingTest, RejectsLayersNotDivisibleByStages) {
   EXPECT_NE(s.message().find("num_layers"), std::string::npos) << s;
 }
 
+TEST(TrainingTest, LayoutFieldsTheTrainerDoesNotRunAreUnimplemented) {
+  TrainConfig c = Tiny();
+  ASSERT_TRUE(c.Validate().ok()) << c.Validate();
+  c.parallel.cp = 2;
+  EXPECT_EQ(c.Validate().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(c.Validate().message(),
+            "context parallelism (cp 2) is not implemented by kernels/training");
+  c = Tiny();
+  c.parallel.recompute = Recompute::kFull;
+  c.parallel.recompute_num_layers = 1;
+  EXPECT_EQ(c.Validate().message(),
+            "recompute_num_layers (1) must be 0: kernels/training recomputes every layer or none");
+  c = Tiny();
+  c.parallel.pp = 2;
+  c.parallel.split_counts_embedding_and_loss = true;
+  EXPECT_EQ(c.Validate().code(), absl::StatusCode::kUnimplemented);
+  // The overlap flags change no arithmetic, so any setting trains.
+  c = Tiny();
+  c.parallel.overlap_grad_reduce = false;
+  c.parallel.overlap_p2p_comm = false;
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+}
+
 TEST(TrainingTest, SixteenBitTrainingNeedsTheCudaBackend) {
   TrainConfig c = Tiny();
   c.dtype = DType::kBF16;
