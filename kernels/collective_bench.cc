@@ -99,25 +99,6 @@ absl::Status RunRank(const CollectiveSweepConfig& config, Communicator& comm, Ba
 
 }  // namespace
 
-absl::string_view CollectiveOpName(CollectiveOp op) {
-  switch (op) {
-    case CollectiveOp::kAllReduce: return "all_reduce";
-    case CollectiveOp::kAllGather: return "all_gather";
-    case CollectiveOp::kReduceScatter: return "reduce_scatter";
-    case CollectiveOp::kSendRecv: return "send_recv";
-  }
-  return "?";
-}
-
-absl::StatusOr<CollectiveOp> ParseCollectiveOp(absl::string_view name) {
-  for (CollectiveOp op : {CollectiveOp::kAllReduce, CollectiveOp::kAllGather,
-                          CollectiveOp::kReduceScatter, CollectiveOp::kSendRecv}) {
-    if (name == CollectiveOpName(op)) return op;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "op (", name, ") must be one of all_reduce, all_gather, reduce_scatter, send_recv"));
-}
-
 double BusBandwidthFactor(CollectiveOp op, int64_t group_size) {
   const double k = static_cast<double>(group_size);
   switch (op) {

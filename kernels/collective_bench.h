@@ -10,19 +10,14 @@
 #define PARATUNE_KERNELS_COLLECTIVE_BENCH_H_
 
 #include <cstdint>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/enums.h"
 #include "kernels/dtype.h"
 #include "kernels/step_runner.h"
 
 namespace paratune::kernels {
-
-enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kSendRecv };
-/// "all_reduce" | "all_gather" | "reduce_scatter" | "send_recv".
-absl::string_view CollectiveOpName(CollectiveOp op);
-absl::StatusOr<CollectiveOp> ParseCollectiveOp(absl::string_view name);
 
 /// nccl-tests bus-bandwidth factor for a group of k ranks.
 double BusBandwidthFactor(CollectiveOp op, int64_t group_size);

@@ -1,41 +1,12 @@
 #include "kernels/layer_config.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace paratune::kernels {
 
-absl::StatusOr<Activation> ParseActivation(absl::string_view name) {
-  if (name == "gelu") return Activation::kGelu;
-  if (name == "swiglu") return Activation::kSwiglu;
-  return absl::InvalidArgumentError(
-      absl::StrCat("activation (", name, ") must be gelu or swiglu"));
-}
-
-absl::StatusOr<Normalization> ParseNormalization(absl::string_view name) {
-  if (name == "layernorm") return Normalization::kLayerNorm;
-  if (name == "rmsnorm") return Normalization::kRmsNorm;
-  return absl::InvalidArgumentError(
-      absl::StrCat("normalization (", name, ") must be layernorm or rmsnorm"));
-}
-
-absl::StatusOr<RecomputeMode> ParseRecompute(absl::string_view name) {
-  if (name == "none" || name.empty()) return RecomputeMode::kNone;
-  if (name == "selective") return RecomputeMode::kSelective;
-  if (name == "full") return RecomputeMode::kFull;
-  return absl::InvalidArgumentError(
-      absl::StrCat("recompute (", name, ") must be none, selective or full"));
-}
-
-absl::string_view RecomputeName(RecomputeMode mode) {
-  switch (mode) {
-    case RecomputeMode::kNone: return "none";
-    case RecomputeMode::kSelective: return "selective";
-    case RecomputeMode::kFull: return "full";
-  }
-  return "?";
-}
-
 absl::Status LayerConfig::Validate() const {
+  const int64_t tp = parallel.tp;
   auto positive = [](absl::string_view field, int64_t v) -> absl::Status {
     if (v <= 0) return absl::InvalidArgumentError(absl::StrCat(field, " (", v, ") must be positive"));
     return absl::OkStatus();
@@ -43,7 +14,7 @@ absl::Status LayerConfig::Validate() const {
   for (auto [field, v] : {std::pair<absl::string_view, int64_t>{"hidden_size", shape.hidden_size},
                           {"num_attention_heads", shape.num_attention_heads},
                           {"tp", tp},
-                          {"micro_batch_size", micro_batch_size},
+                          {"micro_batch_size", parallel.micro_batch_size},
                           {"seq_length", seq_length}}) {
     if (absl::Status s = positive(field, v); !s.ok()) return s;
   }
@@ -73,7 +44,11 @@ absl::Status LayerConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "vocab_size (", shape.vocab_size, ") must be >= 0 and divisible by tp (", tp, ")"));
   }
-  if (sequence_parallel && seq_length % tp != 0) {
+  if (parallel.cp != 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "context parallelism (cp ", parallel.cp, ") is not implemented by the kernels"));
+  }
+  if (parallel.sequence_parallel && seq_length % tp != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tp (", tp, ") must divide seq_length (", seq_length, ") with sequence_parallel"));
   }

@@ -3,25 +3,13 @@
 #define PARATUNE_KERNELS_LAYER_CONFIG_H_
 
 #include <cstdint>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
+#include "core/enums.h"
+#include "core/parallel_config.h"
 #include "kernels/dtype.h"
 
 namespace paratune::kernels {
-
-enum class Activation { kGelu, kSwiglu };
-enum class Normalization { kLayerNorm, kRmsNorm };
-/// none: store everything; selective: the attention core (scores, softmax, dropout, P·V)
-/// is recomputed in backward; full: only the layer input is kept, the whole forward is
-/// rerun in backward.
-enum class RecomputeMode { kNone, kSelective, kFull };
-
-absl::StatusOr<Activation> ParseActivation(absl::string_view name);        ///< gelu|swiglu
-absl::StatusOr<Normalization> ParseNormalization(absl::string_view name);  ///< layernorm|rmsnorm
-absl::StatusOr<RecomputeMode> ParseRecompute(absl::string_view name);  ///< none|selective|full
-absl::string_view RecomputeName(RecomputeMode mode);
 
 /// Shape of one transformer layer (the LayerShape of task.proto).
 struct LayerShape {
@@ -37,11 +25,11 @@ struct LayerShape {
 /// Everything that fixes one layer's forward/backward on one rank.
 struct LayerConfig {
   LayerShape shape;
-  int64_t tp = 1;                     ///< Tensor-parallel size t.
-  bool sequence_parallel = false;     ///< SP: norms/dropouts on s/t rows.
-  int64_t micro_batch_size = 1;       ///< b.
+  /// The layout. A layer reads tp (t), sequence_parallel (norms and dropouts on s/t rows),
+  /// micro_batch_size (b) and recompute (kFull: the whole layer is recomputed); cp must be
+  /// 1. The pipeline and data-parallel fields are the trainer's (kernels/training).
+  ParallelConfig parallel;
   int64_t seq_length = 0;             ///< s.
-  RecomputeMode recompute = RecomputeMode::kNone;
   DType dtype = DType::kF32;          ///< Storage type of weights and activations.
   bool flash_attention = false;       ///< Tiled online softmax; never stores s×s scores.
   /// Dropout after the attention / MLP output projections (a task's `dropout: true` is
@@ -59,7 +47,8 @@ struct LayerConfig {
   }
   int64_t head_dim() const { return shape.hidden_size / shape.num_attention_heads; }
 
-  /// First violated rule, e.g. `tp (3) must divide num_attention_heads (32)`.
+  /// First violated rule, e.g. `tp (3) must divide num_attention_heads (32)`;
+  /// Unimplemented for context parallelism (cp > 1).
   absl::Status Validate() const;
 };
 

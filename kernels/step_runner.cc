@@ -69,7 +69,7 @@ absl::Status RunRank(const StepConfig& config, Communicator& comm, Backend& be,
     PT_ASSIGN_OR_RETURN(output, VocabParallelOutput::Create(lc, ctx));
   }
   const int64_t rows = layer->local_rows(), h = lc.shape.hidden_size;
-  const int64_t tokens = lc.seq_length * lc.micro_batch_size;
+  const int64_t tokens = lc.seq_length * lc.parallel.micro_batch_size;
   std::vector<int32_t> ids(tokens);
   for (int64_t i = 0; i < tokens; ++i) {
     ids[i] = static_cast<int32_t>(Mix64(lc.seed + i) % std::max<int64_t>(1, lc.shape.vocab_size));
@@ -148,13 +148,13 @@ absl::Status RunRank(const StepConfig& config, Communicator& comm, Backend& be,
 }
 
 double LayerFlops(const LayerConfig& c) {
-  const double t = static_cast<double>(c.tp), h = static_cast<double>(c.shape.hidden_size);
+  const double t = static_cast<double>(c.parallel.tp), h = static_cast<double>(c.shape.hidden_size);
   const double a = static_cast<double>(c.shape.num_attention_heads);
   const double g = static_cast<double>(c.num_query_groups()), d = h / a;
   const double f = static_cast<double>(c.ffn_hidden_size());
-  const double n = static_cast<double>(c.seq_length * c.micro_batch_size);
+  const double n = static_cast<double>(c.seq_length * c.parallel.micro_batch_size);
   const double s = static_cast<double>(c.seq_length);
-  const double b = static_cast<double>(c.micro_batch_size);
+  const double b = static_cast<double>(c.parallel.micro_batch_size);
   const double fc1 = c.shape.activation == Activation::kSwiglu ? 2 * f : f;
   const double matmul_params = h * (a + 2 * g) * d + a * d * h + h * fc1 + f * h;
   // Forward: 2·tokens·params + 4·b·s²·h for scores and context (Megatron's count, no
@@ -200,7 +200,7 @@ absl::Status StepConfig::Validate() const {
 
 absl::StatusOr<StepResult> RunLayerStep(const StepConfig& config) {
   PT_RETURN_IF_ERROR(config.Validate());
-  const int t = static_cast<int>(config.layer.tp);
+  const int t = static_cast<int>(config.layer.parallel.tp);
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   const int threads = config.blas_threads_per_rank > 0
                           ? static_cast<int>(config.blas_threads_per_rank)

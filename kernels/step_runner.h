@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/layer_config.h"
 #include "kernels/tensor.h"
 
@@ -34,15 +35,9 @@ enum class BackendKind { kCpu, kCuda };
 /// "cpu" | "cuda".
 absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name);
 
-/// Extra work of a first or last pipeline stage, besides the layer.
-enum class StageExtras {
-  kNone,
-  kFirst,  ///< VocabParallelEmbedding lookup before the layer.
-  kLast,   ///< Final norm, vocab-parallel logits and cross entropy after the layer.
-};
-
 struct StepConfig {
   LayerConfig layer;                     ///< Shape, tp, sp, b, s, recompute, dtype, flash.
+  /// Extra work of a first or last pipeline stage, besides the layer (core/enums.h).
   StageExtras extras = StageExtras::kNone;
   BackendKind backend = BackendKind::kCpu;
   int64_t warmup = 1;                    ///< Untimed steps first.

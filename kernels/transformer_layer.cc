@@ -50,9 +50,9 @@ TransformerLayer::TransformerLayer(const LayerConfig& config, const ParallelCont
 absl::StatusOr<std::unique_ptr<TransformerLayer>> TransformerLayer::Create(
     const LayerConfig& config, const ParallelContext& ctx) {
   PT_RETURN_IF_ERROR(config.Validate());
-  if (ctx.tp_size() != config.tp) {
+  if (ctx.tp_size() != config.parallel.tp) {
     return absl::InvalidArgumentError(absl::StrCat("communicator size (", ctx.tp_size(),
-                                                   ") must equal tp (", config.tp, ")"));
+                                                   ") must equal tp (", config.parallel.tp, ")"));
   }
   std::unique_ptr<TransformerLayer> layer(new TransformerLayer(config, ctx));
   PT_RETURN_IF_ERROR(layer->Init());
@@ -60,17 +60,18 @@ absl::StatusOr<std::unique_ptr<TransformerLayer>> TransformerLayer::Create(
 }
 
 int64_t TransformerLayer::local_rows() const {
-  const int64_t s = config_.sequence_parallel ? config_.seq_length / config_.tp
-                                              : config_.seq_length;
-  return s * config_.micro_batch_size;
+  const int64_t s = config_.parallel.sequence_parallel
+                        ? config_.seq_length / config_.parallel.tp
+                        : config_.seq_length;
+  return s * config_.parallel.micro_batch_size;
 }
 
 absl::Status TransformerLayer::Init() {
   const int64_t h = config_.shape.hidden_size, a = config_.shape.num_attention_heads;
   const int64_t g = config_.num_query_groups(), d = config_.head_dim();
-  const int64_t f = config_.ffn_hidden_size(), t = config_.tp, r = ctx_.tp_rank();
+  const int64_t f = config_.ffn_hidden_size(), t = config_.parallel.tp, r = ctx_.tp_rank();
   const DType dt = config_.dtype;
-  const bool sp = config_.sequence_parallel;
+  const bool sp = config_.parallel.sequence_parallel;
   heads_local_ = a / t;
   groups_local_ = g / t;
   ffn_local_ = f / t;
@@ -148,7 +149,7 @@ absl::Status TransformerLayer::ZeroGradients() {
 }
 
 absl::Status TransformerLayer::FinishGradients() {
-  if (!config_.sequence_parallel || config_.tp == 1) return absl::OkStatus();
+  if (!config_.parallel.sequence_parallel || config_.parallel.tp == 1) return absl::OkStatus();
   for (Parameter* p : Parameters()) {
     if (!p->replicated) continue;
     PT_RETURN_IF_ERROR(ctx_.Comm(
@@ -201,14 +202,14 @@ absl::StatusOr<Tensor> TransformerLayer::NormBackward(int which, const Tensor& d
 absl::StatusOr<Tensor> TransformerLayer::Dropout(const Tensor& x, float p, uint64_t seed,
                                                  Tensor* mask) {
   // Global index of the first row: SP shards hold rows rank·N_sp onwards.
-  const int64_t row0 = config_.sequence_parallel ? ctx_.tp_rank() * local_rows() : 0;
+  const int64_t row0 = config_.parallel.sequence_parallel ? ctx_.tp_rank() * local_rows() : 0;
   return ApplyDropout(*ctx_.backend, x, p, seed, row0, mask);
 }
 
 AttentionArgs TransformerLayer::MakeAttentionArgs(const Tensor& qkv, const Tensor& ctx) const {
   const int64_t d = config_.head_dim();
   AttentionArgs args;
-  args.batch = config_.micro_batch_size;
+  args.batch = config_.parallel.micro_batch_size;
   args.seq = config_.seq_length;
   args.heads = heads_local_;
   args.groups = groups_local_;
@@ -231,7 +232,8 @@ absl::StatusOr<Tensor> TransformerLayer::AttentionForward(const Tensor& qkv, boo
                                                           SavedActivations* s) {
   Backend& be = *ctx_.backend;
   const DType dt = qkv.dtype();
-  const int64_t b = config_.micro_batch_size, sq = config_.seq_length, d = config_.head_dim();
+  const int64_t b = config_.parallel.micro_batch_size, sq = config_.seq_length,
+                d = config_.head_dim();
   const int64_t hl = heads_local_, gl = groups_local_, pg = hl / gl, W = qkv_width_;
   PT_ASSIGN_OR_RETURN(Tensor ctx, be.Empty({sq * b, hl * d}, dt, MemoryTag::kActivations));
   AttentionArgs args = MakeAttentionArgs(qkv, ctx);
@@ -288,7 +290,8 @@ absl::StatusOr<Tensor> TransformerLayer::AttentionBackward(const Tensor& dctx,
   Backend& be = *ctx_.backend;
   const Tensor& qkv = s->qkv;
   const DType dt = qkv.dtype();
-  const int64_t b = config_.micro_batch_size, sq = config_.seq_length, d = config_.head_dim();
+  const int64_t b = config_.parallel.micro_batch_size, sq = config_.seq_length,
+                d = config_.head_dim();
   const int64_t hl = heads_local_, gl = groups_local_, pg = hl / gl, W = qkv_width_;
   const bool have_core = config_.flash_attention ? s->lse.defined() : s->probs.defined();
   SavedActivations core;  // selective recompute: the attention core, rebuilt from Q, K, V
@@ -369,12 +372,12 @@ absl::StatusOr<Tensor> TransformerLayer::AttentionBackward(const Tensor& dctx,
   return dqkv;
 }
 
-absl::StatusOr<Tensor> TransformerLayer::ForwardImpl(const Tensor& x, RecomputeMode mode,
+absl::StatusOr<Tensor> TransformerLayer::ForwardImpl(const Tensor& x, Recompute mode,
                                                      SavedActivations* s) {
   Backend& be = *ctx_.backend;
   const DType dt = x.dtype();
-  const bool keep = mode != RecomputeMode::kFull;
-  const bool keep_core = mode == RecomputeMode::kNone;
+  const bool keep = mode != Recompute::kFull;
+  const bool keep_core = mode == Recompute::kNone;
   const int64_t n_sp = x.dim(0), h = x.dim(1);
   s->x = x;
   Tensor mean1, rstd1;
@@ -429,7 +432,7 @@ absl::StatusOr<Tensor> TransformerLayer::Forward(const Tensor& x) {
         DTypeName(config_.dtype)));
   }
   saved_ = SavedActivations();
-  return ForwardImpl(x, config_.recompute, &saved_);
+  return ForwardImpl(x, config_.parallel.recompute, &saved_);
 }
 
 absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy) {
@@ -441,11 +444,11 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy) {
   times_ = LayerTimes();
   SavedActivations full;  // full recompute: the whole forward again, keeping everything
   SavedActivations* s = &saved_;
-  if (config_.recompute == RecomputeMode::kFull) {
+  if (config_.parallel.recompute == Recompute::kFull) {
     PT_RETURN_IF_ERROR(be.Synchronize());
     const auto t0 = std::chrono::steady_clock::now();
     // The recomputed output is dropped at once: only the kept tensors matter.
-    PT_RETURN_IF_ERROR(ForwardImpl(saved_.x, RecomputeMode::kNone, &full).status());
+    PT_RETURN_IF_ERROR(ForwardImpl(saved_.x, Recompute::kNone, &full).status());
     PT_RETURN_IF_ERROR(be.Synchronize());
     times_.recompute_s += Seconds(t0);
     s = &full;

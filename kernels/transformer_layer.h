@@ -63,7 +63,7 @@ class TransformerLayer {
   static absl::StatusOr<std::unique_ptr<TransformerLayer>> Create(const LayerConfig& config,
                                                                   const ParallelContext& ctx);
 
-  /// x: [N_sp, h]. Keeps what backward needs according to config.recompute.
+  /// x: [N_sp, h]. Keeps what backward needs according to config.parallel.recompute.
   absl::StatusOr<Tensor> Forward(const Tensor& x);
   /// dy: [N_sp, h] → dx; parameter gradients accumulate (+=). Frees the saved tensors.
   absl::StatusOr<Tensor> Backward(const Tensor& dy);
@@ -83,7 +83,7 @@ class TransformerLayer {
   TransformerLayer(const LayerConfig& config, const ParallelContext& ctx);
   absl::Status Init();
   /// The forward; stores into *s according to `mode`.
-  absl::StatusOr<Tensor> ForwardImpl(const Tensor& x, RecomputeMode mode, SavedActivations* s);
+  absl::StatusOr<Tensor> ForwardImpl(const Tensor& x, Recompute mode, SavedActivations* s);
   absl::StatusOr<Tensor> Norm(int which, const Tensor& x, Tensor* mean, Tensor* rstd);
   absl::StatusOr<Tensor> NormBackward(int which, const Tensor& dy, const Tensor& x,
                                       const Tensor& mean, const Tensor& rstd);

@@ -23,14 +23,15 @@ absl::StatusOr<Tensor> IdsTensor(Backend& be, const std::vector<int32_t>& ids) {
 uint64_t EmbeddingDropoutSeed(uint64_t seed) { return Mix64(seed + 0x2000); }
 
 int64_t SpRows(const LayerConfig& c) {
-  return (c.sequence_parallel ? c.seq_length / c.tp : c.seq_length) * c.micro_batch_size;
+  return (c.parallel.sequence_parallel ? c.seq_length / c.parallel.tp : c.seq_length) *
+         c.parallel.micro_batch_size;
 }
 
 }  // namespace
 
 absl::StatusOr<Parameter> VocabParallelEmbedding::MakeTable(const LayerConfig& config,
                                                             const ParallelContext& ctx) {
-  const int64_t v = config.shape.vocab_size / config.tp, h = config.shape.hidden_size;
+  const int64_t v = config.shape.vocab_size / config.parallel.tp, h = config.shape.hidden_size;
   const int64_t start = ctx.tp_rank() * v;
   std::vector<int64_t> index(v * h);
   for (int64_t i = 0; i < v * h; ++i) index[i] = start * h + i;
@@ -55,9 +56,10 @@ absl::StatusOr<std::unique_ptr<VocabParallelEmbedding>> VocabParallelEmbedding::
                         MakeParameter(*ctx.backend, "position.weight", {position_rows, h},
                                       config.dtype, position_rows * h, identity, true,
                                       UniformInit(config.seed, "position.weight")));
-    const int64_t n = config.seq_length * config.micro_batch_size;
+    const int64_t n = config.seq_length * config.parallel.micro_batch_size;
     std::vector<int32_t> at(n);
-    for (int64_t t = 0; t < n; ++t) at[t] = static_cast<int32_t>(t / config.micro_batch_size);
+    for (int64_t t = 0; t < n; ++t)
+      at[t] = static_cast<int32_t>(t / config.parallel.micro_batch_size);
     PT_ASSIGN_OR_RETURN(e->position_ids_, IdsTensor(*ctx.backend, at));
   }
   return e;
@@ -87,7 +89,7 @@ absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(const std::vector<int32_t
                                          saved_.ids.data_as<int32_t>(), table_.value.data(), n,
                                          h, start, start + v));
   Tensor out;
-  if (config_.sequence_parallel) {
+  if (config_.parallel.sequence_parallel) {
     PT_ASSIGN_OR_RETURN(out, ReduceScatterToSpRegion::Forward(ctx_, partial,
                                                               MemoryTag::kActivations));
   } else {
@@ -95,7 +97,7 @@ absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(const std::vector<int32_t
     out = std::move(partial);
   }
   // Every TP rank holds the same rows without SP (the same mask), its own shard with SP.
-  const int64_t row0 = config_.sequence_parallel ? ctx_.tp_rank() * out.dim(0) : 0;
+  const int64_t row0 = config_.parallel.sequence_parallel ? ctx_.tp_rank() * out.dim(0) : 0;
   if (positions_.value.defined()) {
     // This rank's rows (its SP shard) of the learned positions, added in place.
     const int64_t rows = out.dim(0), table_rows = positions_.value.dim(0);
@@ -114,7 +116,7 @@ absl::Status VocabParallelEmbedding::Backward(const Tensor& dout) {
   PT_ASSIGN_OR_RETURN(Tensor d, DropoutGradient(be, dout, saved_.dropout_mask,
                                                  config_.hidden_dropout,
                                                  MemoryTag::kActivations));
-  if (config_.sequence_parallel) {
+  if (config_.parallel.sequence_parallel) {
     PT_ASSIGN_OR_RETURN(d, ReduceScatterToSpRegion::Backward(ctx_, d));
   }
   // Every row of the micro-batch, the same on every TP rank: the replicated position
@@ -133,7 +135,7 @@ absl::StatusOr<std::unique_ptr<VocabParallelOutput>> VocabParallelOutput::Create
     const LayerConfig& config, const ParallelContext& ctx, OutputWeight weight) {
   PT_RETURN_IF_ERROR(config.Validate());
   const int64_t h = config.shape.hidden_size, V = config.shape.vocab_size;
-  const int64_t v = V / config.tp, start = ctx.tp_rank() * v;
+  const int64_t v = V / config.parallel.tp, start = ctx.tp_rank() * v;
   std::unique_ptr<VocabParallelOutput> o(new VocabParallelOutput());
   o->config_ = config;
   o->ctx_ = ctx;
@@ -157,17 +159,17 @@ absl::StatusOr<std::unique_ptr<VocabParallelOutput>> VocabParallelOutput::Create
           "]; the output layer needs [", v, ", ", h, "]"));
     }
     o->logits_ = std::make_unique<ColumnParallelLinear>(
-        ColumnParallelLinear::Sharing(weight.table, config.sequence_parallel));
+        ColumnParallelLinear::Sharing(weight.table, config.parallel.sequence_parallel));
   } else if (weight.tied) {
     PT_ASSIGN_OR_RETURN(Parameter copy, VocabParallelEmbedding::MakeTable(config, ctx));
     o->logits_ = std::make_unique<ColumnParallelLinear>(
-        ColumnParallelLinear::Owning(std::move(copy), config.sequence_parallel));
+        ColumnParallelLinear::Owning(std::move(copy), config.parallel.sequence_parallel));
   } else {
     PT_ASSIGN_OR_RETURN(ColumnParallelLinear logits,
                         ColumnParallelLinear::Create(
                             ctx, "output.weight", h, V, v,
                             [start](int64_t r) { return start + r; }, config.dtype,
-                            config.sequence_parallel, config.seed));
+                            config.parallel.sequence_parallel, config.seed));
     o->logits_ = std::make_unique<ColumnParallelLinear>(std::move(logits));
   }
   return o;

@@ -141,7 +141,7 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   const ModelSpec& m = spec.model;
   const TrainingSpec& tr = spec.training;
   const LayerActivationParams act = ActivationParamsFor(m, tr, c);
-  const double micro_batches = static_cast<double>(c.NumMicroBatches(tr));
+  const double micro_batches = static_cast<double>(NumMicroBatches(c, tr));
   const double t = static_cast<double>(c.tp);
   const double s_local = static_cast<double>(tr.seq_length) / static_cast<double>(c.cp);
   const double b = static_cast<double>(c.micro_batch_size);

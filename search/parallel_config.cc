@@ -1,25 +1,10 @@
 #include "search/parallel_config.h"
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace paratune {
 namespace {
-
-// Spelled like specs' ToString(Recompute); kept local so that this file does not depend
-// on the spec-parsing translation unit.
-const char* RecomputeName(Recompute r) {
-  switch (r) {
-    case Recompute::kNone:
-      return "none";
-    case Recompute::kSelective:
-      return "selective";
-    case Recompute::kFull:
-      return "full";
-  }
-  return "?";
-}
 
 absl::Status Positive(const char* field, int64_t value) {
   if (value < 1) {
@@ -30,37 +15,10 @@ absl::Status Positive(const char* field, int64_t value) {
 
 }  // namespace
 
-int64_t ParallelConfig::NumMicroBatches(const TrainingSpec& training) const {
-  const int64_t per_step = micro_batch_size * dp;
+int64_t NumMicroBatches(const ParallelConfig& config, const TrainingSpec& training) {
+  const int64_t per_step = config.micro_batch_size * config.dp;
   if (per_step <= 0) return 0;
   return training.global_batch_size / per_step;
-}
-
-int64_t ParallelConfig::LayersInChunk(int64_t num_layers, int64_t stage, int64_t chunk) const {
-  if (!split_counts_embedding_and_loss) return num_layers / (pp * vp);
-  int64_t layers = (num_layers + 2) / (pp * vp);
-  if (stage == 0 && chunk == 0) --layers;                  // The embedding's slot.
-  if (stage == pp - 1 && chunk == vp - 1) --layers;        // The loss's slot.
-  return layers;
-}
-
-int64_t ParallelConfig::LayersOnStage(int64_t num_layers, int64_t stage) const {
-  int64_t layers = 0;
-  for (int64_t j = 0; j < vp; ++j) layers += LayersInChunk(num_layers, stage, j);
-  return layers;
-}
-
-std::string ParallelConfig::ToString() const {
-  std::string out = absl::StrFormat("tp%d pp%d dp%d cp%d vp%d mb%d", tp, pp, dp, cp, vp,
-                                    micro_batch_size);
-  if (sequence_parallel) absl::StrAppend(&out, tp_comm_overlap ? " sp+overlap" : " sp");
-  absl::StrAppend(&out, " ", RecomputeName(recompute));
-  if (recompute == Recompute::kFull && recompute_num_layers > 0) {
-    absl::StrAppend(&out, "(", recompute_num_layers, ")");
-  }
-  if (distributed_optimizer) absl::StrAppend(&out, " dopt");
-  if (split_counts_embedding_and_loss) absl::StrAppend(&out, " split+2");
-  return out;
 }
 
 absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec) {
@@ -137,7 +95,7 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
         "micro_batch_size*dp (%d*%d = %d) must divide training.global_batch_size (%d)",
         c.micro_batch_size, c.dp, c.micro_batch_size * c.dp, tr.global_batch_size));
   }
-  const int64_t micro_batches = c.NumMicroBatches(tr);
+  const int64_t micro_batches = NumMicroBatches(c, tr);
   // Megatron-LM's interleaved schedule runs micro-batches in groups of p.
   if (c.vp > 1 && micro_batches % c.pp != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -1,61 +1,24 @@
-// One parallel layout: Megatron-LM's knobs, and the validity rules of DESIGN.md.
+// The validity rules of DESIGN.md for one parallel layout (core/parallel_config.h) within a
+// job, and the figures of a layout that need the job.
 #ifndef PARATUNE_SEARCH_PARALLEL_CONFIG_H_
 #define PARATUNE_SEARCH_PARALLEL_CONFIG_H_
 
 #include <cstdint>
-#include <string>
 
 #include "absl/status/status.h"
+#include "core/parallel_config.h"
 #include "search/specs.h"
 
 namespace paratune {
 
-struct ParallelConfig {
-  int64_t tp = 1;                       ///< Tensor parallel size t.
-  int64_t pp = 1;                       ///< Pipeline stages p.
-  int64_t dp = 1;                       ///< Data parallel size d.
-  int64_t cp = 1;                       ///< Context parallel size c.
-  int64_t vp = 1;                       ///< Virtual stages per pipeline rank v (1 = 1F1B).
-  int64_t micro_batch_size = 1;         ///< b.
-  bool sequence_parallel = false;       ///< SP (requires tp > 1).
-  Recompute recompute = Recompute::kNone;
-  int64_t recompute_num_layers = 0;     ///< Layers per stage fully recomputed (kFull).
-  bool distributed_optimizer = false;   ///< ZeRO-1 optimizer-state sharding over DP.
-  /// Megatron-Core's --account-for-embedding-in-pipeline-split and
-  /// --account-for-loss-in-pipeline-split: the embedding and the loss count as one layer
-  /// each, so (L + 2) is split evenly over p*v model chunks and the first and last chunks
-  /// hold one transformer layer fewer (uneven first/last stages; Llama 3.1 405B: 126 + 2
-  /// layers over PP 8 x VP 8).
-  bool split_counts_embedding_and_loss = false;
-  /// Megatron's --overlap-grad-reduce: data-parallel gradient buckets are reduced while the
-  /// backward runs (all but the last bucket hidden). Off, the whole reduce follows the
-  /// backward (Megatron-LM 2021's "local" DDP). The planner always turns it on.
-  bool overlap_grad_reduce = true;
-  /// Megatron-Core's --tp-comm-overlap (Transformer Engine userbuffers): the SP
-  /// all-gathers and reduce-scatters are chunked and pipelined with the GEMMs that use
-  /// them. Requires sequence_parallel.
-  bool tp_comm_overlap = false;
-  /// Megatron-Core's --overlap-p2p-communication (its default with interleaving): the
-  /// interleaved schedule's sends and receives run asynchronously behind compute. Off (or
-  /// with plain 1F1B), every transfer blocks the sending stage (Megatron-LM 2021-22).
-  bool overlap_p2p_comm = true;
-
-  /// Transformer layers in model chunk `chunk` (0..vp-1) of pipeline stage `stage`.
-  int64_t LayersInChunk(int64_t num_layers, int64_t stage, int64_t chunk) const;
-  /// Transformer layers on pipeline stage `stage` (all its chunks).
-  int64_t LayersOnStage(int64_t num_layers, int64_t stage) const;
-
-  /// Micro-batches per iteration m = B / (b * d).
-  int64_t NumMicroBatches(const TrainingSpec& training) const;
-  /// "tp8 pp12 dp16 cp1 vp1 mb1 sp selective dopt" style one-liner.
-  std::string ToString() const;
-  bool operator==(const ParallelConfig&) const = default;
-};
+/// Micro-batches per iteration m = B / (b * d) (0 when b * d is not positive).
+int64_t NumMicroBatches(const ParallelConfig& config, const TrainingSpec& training);
 
 /// Every rule of DESIGN.md "The search space": N = t*p*c*d, divisibility of heads,
-/// groups, FFN, layers (with VP; L + 2 with split_counts_embedding_and_loss), batch; interleaving (vp > 1) needs m % p == 0 (Megatron-LM's
-/// interleaved schedule runs micro-batches in groups of p); SP only with t > 1; CP needs s % 2c == 0; TP
-/// inside a node unless allowed. The first violated rule, naming the fields and values:
+/// groups, FFN, layers (with VP; L + 2 with split_counts_embedding_and_loss), batch;
+/// interleaving (vp > 1) needs m % p == 0 (Megatron-LM's interleaved schedule runs
+/// micro-batches in groups of p); SP only with t > 1; CP needs s % 2c == 0; TP inside a
+/// node unless allowed. The first violated rule, naming the fields and values:
 /// `tp (3) must divide model.num_attention_heads (32)`.
 absl::Status ValidateParallelConfig(const ParallelConfig& config, const JobSpec& spec);
 

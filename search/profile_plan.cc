@@ -23,34 +23,8 @@ std::string LayerProfileSpec::Key() const {
                       extras == StageExtras::kNone ? "" : absl::StrCat(" ex=", ToString(extras)));
 }
 
-const char* ToString(StageExtras extras) {
-  switch (extras) {
-    case StageExtras::kNone:
-      return "none";
-    case StageExtras::kFirst:
-      return "first";
-    case StageExtras::kLast:
-      return "last";
-  }
-  return "unknown";
-}
-
 std::string OptimizerProfileSpec::Key() const {
   return absl::StrCat("optimizer params=", params, " dt=fp32 w=", warmup, " i=", iters);
-}
-
-const char* ToString(CollectiveOp op) {
-  switch (op) {
-    case CollectiveOp::kAllReduce:
-      return "all_reduce";
-    case CollectiveOp::kAllGather:
-      return "all_gather";
-    case CollectiveOp::kReduceScatter:
-      return "reduce_scatter";
-    case CollectiveOp::kSendRecv:
-      return "send_recv";
-  }
-  return "unknown";
 }
 
 std::string CollectiveSweepSpec::Key() const {

@@ -16,15 +16,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/enums.h"
 #include "search/plan_result.h"
 #include "search/specs.h"
 
 namespace paratune {
-
-/// Work run around the layer of a layer task: the first pipeline stage's embedding lookup
-/// before it, or the last stage's final norm, vocab-parallel logits and cross entropy after.
-enum class StageExtras { kNone, kFirst, kLast };
-const char* ToString(StageExtras extras);
 
 /// One transformer layer at one parallel shape, timed over `iters` steps after `warmup`.
 struct LayerProfileSpec {
@@ -46,15 +42,14 @@ struct LayerProfileSpec {
   bool dropout = false;
   int64_t warmup = 2;
   int64_t iters = 5;
+  /// Work run around the layer: the first stage's embedding lookup before it, or the last
+  /// stage's final norm, vocab-parallel logits and cross entropy after (core/enums.h).
   StageExtras extras = StageExtras::kNone;
 
   /// Canonical text of the work: equal specs have equal keys, different ones differ. A task
   /// with stage extras ends in " ex=first" or " ex=last"; a plain one has no such suffix.
   std::string Key() const;
 };
-
-enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kSendRecv };
-const char* ToString(CollectiveOp op);
 
 /// An nccl-tests-style sweep of one collective over `group_size` ranks.
 struct CollectiveSweepSpec {

@@ -768,7 +768,7 @@ std::string FormatEstimate(const RankedConfig& r, const JobSpec& spec) {
       spec.training.global_batch_size, spec.training.seq_length,
       ToString(spec.training.precision));
   absl::StrAppend(&out, "layout          ", r.config.ToString(), " (",
-                  r.config.NumMicroBatches(spec.training), " micro-batches)\n");
+                  NumMicroBatches(r.config, spec.training), " micro-batches)\n");
   absl::StrAppend(&out, absl::StrFormat("iteration       %.4f s, %.0f tokens/s/GPU, MFU %.1f%%, "
                                         "%.1f model / %.1f hardware TFLOP/s per GPU\n",
                                         r.iteration_time_s, r.tokens_per_sec_per_gpu,

@@ -332,49 +332,6 @@ absl::Status JobSpec::Validate() const {
   return absl::OkStatus();
 }
 
-const char* ToString(Activation v) {
-  switch (v) {
-    case Activation::kGelu: return "gelu";
-    case Activation::kSwiglu: return "swiglu";
-  }
-  return "?";
-}
-
-const char* ToString(Normalization v) {
-  switch (v) {
-    case Normalization::kLayerNorm: return "layernorm";
-    case Normalization::kRmsNorm: return "rmsnorm";
-  }
-  return "?";
-}
-
-const char* ToString(PositionEmbedding v) {
-  switch (v) {
-    case PositionEmbedding::kLearned: return "learned";
-    case PositionEmbedding::kRope: return "rope";
-  }
-  return "?";
-}
-
-const char* ToString(Precision v) {
-  switch (v) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
-    case Precision::kFp8: return "fp8";
-  }
-  return "?";
-}
-
-const char* ToString(Recompute v) {
-  switch (v) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
-  }
-  return "?";
-}
-
 const char* ToString(Objective v) {
   switch (v) {
     case Objective::kThroughput: return "throughput";
@@ -406,34 +363,6 @@ absl::StatusOr<E> ParseEnum(const char* what, const std::string& s, const E (&al
 }
 
 }  // namespace
-
-absl::StatusOr<Activation> ParseActivation(const std::string& s) {
-  static constexpr Activation kAll[] = {Activation::kGelu, Activation::kSwiglu};
-  return ParseEnum("activation", s, kAll);
-}
-
-absl::StatusOr<Normalization> ParseNormalization(const std::string& s) {
-  static constexpr Normalization kAll[] = {Normalization::kLayerNorm, Normalization::kRmsNorm};
-  return ParseEnum("normalization", s, kAll);
-}
-
-absl::StatusOr<PositionEmbedding> ParsePositionEmbedding(const std::string& s) {
-  static constexpr PositionEmbedding kAll[] = {PositionEmbedding::kLearned,
-                                               PositionEmbedding::kRope};
-  return ParseEnum("position embedding", s, kAll);
-}
-
-absl::StatusOr<Precision> ParsePrecision(const std::string& s) {
-  static constexpr Precision kAll[] = {Precision::kFp32, Precision::kBf16, Precision::kFp16,
-                                       Precision::kFp8};
-  return ParseEnum("precision", s, kAll);
-}
-
-absl::StatusOr<Recompute> ParseRecompute(const std::string& s) {
-  static constexpr Recompute kAll[] = {Recompute::kNone, Recompute::kSelective,
-                                       Recompute::kFull};
-  return ParseEnum("recompute", s, kAll);
-}
 
 absl::StatusOr<Objective> ParseObjective(const std::string& s) {
   static constexpr Objective kAll[] = {Objective::kThroughput, Objective::kMinMemory};

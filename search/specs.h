@@ -12,14 +12,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/enums.h"
 
 namespace paratune {
 
-enum class Activation { kGelu, kSwiglu };
-enum class Normalization { kLayerNorm, kRmsNorm };
-enum class PositionEmbedding { kLearned, kRope };
-enum class Precision { kFp32, kBf16, kFp16, kFp8 };
-enum class Recompute { kNone, kSelective, kFull };
+// Activation, Normalization, PositionEmbedding, Precision and Recompute, with their
+// ToString and Parse* functions, are core/enums.h's; the search's own enums follow.
 enum class Objective { kThroughput, kMinMemory };
 enum class SearchMode { kModel, kProfile };
 
@@ -93,19 +91,9 @@ struct JobSpec {
   absl::Status Validate() const;
 };
 
-// Names used in spec files, JSON and tables ("gelu", "selective", "bf16", ...).
-const char* ToString(Activation v);
-const char* ToString(Normalization v);
-const char* ToString(PositionEmbedding v);
-const char* ToString(Precision v);
-const char* ToString(Recompute v);
+// Names used in spec files, JSON and tables ("throughput", "profile", ...).
 const char* ToString(Objective v);
 const char* ToString(SearchMode v);
-absl::StatusOr<Activation> ParseActivation(const std::string& s);
-absl::StatusOr<Normalization> ParseNormalization(const std::string& s);
-absl::StatusOr<PositionEmbedding> ParsePositionEmbedding(const std::string& s);
-absl::StatusOr<Precision> ParsePrecision(const std::string& s);
-absl::StatusOr<Recompute> ParseRecompute(const std::string& s);
 absl::StatusOr<Objective> ParseObjective(const std::string& s);
 absl::StatusOr<SearchMode> ParseSearchMode(const std::string& s);
 

@@ -286,7 +286,7 @@ Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
   PipelineInput& pipe = out.input;
   pipe.stages = p;
   pipe.chunks = v;
-  pipe.micro_batches = config.NumMicroBatches(training);
+  pipe.micro_batches = NumMicroBatches(config, training);
   pipe.forward.resize(static_cast<size_t>(p * v));
   pipe.backward.resize(static_cast<size_t>(p * v));
   for (int64_t r = 0; r < p; ++r) {

@@ -1,5 +1,7 @@
 // The real executor: runs ProfileTasks on kernels/ (the step runner for layer profiles,
-// the collective bench for sweeps) and maps their results and errors onto TaskResult.
+// the collective bench for sweeps, the trainer for verify and optimizer tasks) and maps
+// their results and errors onto TaskResult. Each task kind is one entry of a table in
+// kernels_executor.cc (validate, run, result), so a new kind is a new entry.
 #ifndef PARATUNE_WORKER_KERNELS_EXECUTOR_H_
 #define PARATUNE_WORKER_KERNELS_EXECUTOR_H_
 

@@ -95,37 +95,32 @@ bool ReadToken(const std::string& path, std::string* token, std::string* error) 
   return true;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  paratune::worker::WorkerOptions options;
+// The flags that are not fields of WorkerOptions, as given.
+struct RawFlags {
   std::string token_file;
   std::string devices;
   std::string tls_ca;
+};
 
-  CLI::App app{
-      "paratune-worker: runs ParaTune profiling tasks (transformer-layer profiles and\n"
-      "collective sweeps on the real kernels) leased from a paratune-coordinator.\n"
-      "SIGTERM/SIGINT finish or release the running task, deregister and exit 0.\n"
-      "Exit codes: 0 stopped cleanly, 1 runtime failure, 2 bad flags."};
+void AddFlags(CLI::App& app, paratune::worker::WorkerOptions& options, RawFlags& raw) {
   app.option_defaults()->always_capture_default();
   app.add_option("--coordinator", options.coordinator,
                  "Coordinator WorkerHub address HOST:PORT")
       ->required();
-  app.add_option("--token-file", token_file,
+  app.add_option("--token-file", raw.token_file,
                  "File holding the bearer token (sent as 'authorization: Bearer <token>'); "
                  "empty: no token");
   app.add_flag("--tls", options.tls,
                "Connect to the coordinator with TLS, trusting the system's root certificates "
                "(default: off, plaintext)");
-  app.add_option("--tls-ca", tls_ca,
+  app.add_option("--tls-ca", raw.tls_ca,
                  "PEM file of the root certificate(s) that sign the coordinator's "
                  "certificate (implies --tls); empty: system roots")
       ->check(CLI::ExistingFile);
   app.add_option("--backend", options.backend,
                  "auto (CUDA when built with CUDA and a device exists, else CPU) | cuda | cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
-  app.add_option("--devices", devices,
+  app.add_option("--devices", raw.devices,
                  "Device indices to use, e.g. 0,1 or 0-3 (CPU: rank slots, a rank is a "
                  "thread); empty: all (CPU: one per online core)");
   app.add_option("--device-kind", options.device_kind,
@@ -151,32 +146,24 @@ int main(int argc, char** argv) {
   app.add_option("--stop-grace-s", options.stop_grace_s,
                  "On SIGTERM, let the running task finish this long before releasing it")
       ->check(CLI::Range(0.0, kMaxS));
+}
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::string what = e.what();
-    std::replace(what.begin(), what.end(), '\n', ' ');
-    return UsageError(what);
-  }
-
+// Fills `options` from the raw flags (device list, token file, TLS root certificates),
+// validates them and selects the CUDA devices. Returns an exit code, or -1 to go on.
+int ResolveFlags(const RawFlags& raw, paratune::worker::WorkerOptions& options) {
   std::string error;
-  if (!devices.empty() && !ParseDeviceList(devices, &options.devices, &error)) {
+  if (!raw.devices.empty() && !ParseDeviceList(raw.devices, &options.devices, &error)) {
     return UsageError(error);
   }
-  if (!token_file.empty() && !ReadToken(token_file, &options.token, &error)) {
+  if (!raw.token_file.empty() && !ReadToken(raw.token_file, &options.token, &error)) {
     return UsageError(error);
   }
-  if (!tls_ca.empty()) {
-    std::ifstream file(tls_ca);
+  if (!raw.tls_ca.empty()) {
+    std::ifstream file(raw.tls_ca);
     std::stringstream pem;
     pem << file.rdbuf();
     if (!file || pem.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
-      return UsageError("--tls-ca: " + tls_ca + " holds no PEM certificate");
+      return UsageError("--tls-ca: " + raw.tls_ca + " holds no PEM certificate");
     }
     options.tls = true;
     options.tls_root_certs_pem = pem.str();
@@ -191,7 +178,11 @@ int main(int argc, char** argv) {
     }
     if (*selected) options.devices.clear();
   }
+  return -1;
+}
 
+// Runs the daemon until it stops by itself or on SIGTERM/SIGINT; returns the exit code.
+int RunUntilStopped(const paratune::worker::WorkerOptions& options) {
   // SIGTERM/SIGINT: the handler only writes the signal number to a pipe (async-signal-
   // safe, whichever thread the signal lands on: libraries such as OpenBLAS start threads
   // before main, so blocking the signals here could not cover them); a watcher thread
@@ -233,4 +224,30 @@ int main(int argc, char** argv) {
   std::replace(message.begin(), message.end(), '\n', ' ');
   std::cerr << "paratune-worker: error: " << message << '\n';
   return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  paratune::worker::WorkerOptions options;
+  RawFlags raw;
+  CLI::App app{
+      "paratune-worker: runs ParaTune profiling tasks (transformer-layer profiles and\n"
+      "collective sweeps on the real kernels) leased from a paratune-coordinator.\n"
+      "SIGTERM/SIGINT finish or release the running task, deregister and exit 0.\n"
+      "Exit codes: 0 stopped cleanly, 1 runtime failure, 2 bad flags."};
+  AddFlags(app, options, raw);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    return UsageError(what);
+  }
+  if (int code = ResolveFlags(raw, options); code >= 0) return code;
+  return RunUntilStopped(options);
 }

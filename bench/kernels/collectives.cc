@@ -76,7 +76,7 @@ int Main(int argc, char** argv) {
       }
       if (!json_out) {
         std::printf("# %s, %s, ranks %lld (threads), dtype %s, warmup %lld, iters %lld\n",
-                    std::string(CollectiveOpName(op)).c_str(),
+                    ToString(op),
                     *backend == BackendKind::kCpu ? "Gloo TCP 127.0.0.1" : "NCCL",
                     static_cast<long long>(k), dtype_name.c_str(),
                     static_cast<long long>(warmup), static_cast<long long>(iters));
@@ -90,7 +90,7 @@ int Main(int argc, char** argv) {
         ++bus_n;
         wrong_total += smp.wrong;
         if (json_out) {
-          out.push_back({{"op", CollectiveOpName(op)}, {"ranks", k}, {"size_bytes", smp.size_bytes},
+          out.push_back({{"op", ToString(op)}, {"ranks", k}, {"size_bytes", smp.size_bytes},
                          {"count", smp.count}, {"type", dtype_name}, {"time_us", 1e6 * smp.time_s},
                          {"algbw_gbps", smp.algbw_gbps}, {"busbw_gbps", smp.busbw_gbps},
                          {"wrong", smp.wrong}});

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,6 +54,39 @@ absl::StatusOr<double> GemmGflops(Backend& be, DType dt, int64_t m, int64_t n, i
   return rates[rates.size() / 2];
 }
 
+// The reference rate of one rank on the layer's largest GEMM: per_rank BLAS threads on
+// CPU, one device on GPU.
+absl::StatusOr<double> ReferenceGflops(bool gpu, int per_rank, DType dtype, int64_t m, int64_t n,
+                                       int64_t k) {
+  std::unique_ptr<Backend> ref_backend;
+  if (gpu) {
+    absl::StatusOr<std::unique_ptr<Backend>> made = MakeCudaBackend(0, 0);
+    if (!made.ok()) return made.status();
+    ref_backend = std::move(*made);
+  } else {
+    SetBlasThreads(per_rank);
+    ref_backend = MakeCpuBackend(0, per_rank);
+  }
+  return GemmGflops(*ref_backend, dtype, m, n, k, 3);
+}
+
+void PrintHeader(const std::string& attention, const std::string& recompute,
+                 const std::string& dtype_name, bool gpu, int cores, int64_t warmup,
+                 int64_t iters) {
+  std::printf("# layer_step: one GPT layer (GeLU, LayerNorm, dropout 0.1, %s attention, "
+              "recompute %s), %s on %s (%d cores)\n",
+              attention.c_str(), recompute.c_str(), dtype_name.c_str(),
+              gpu ? "cuda" : "cpu", cores);
+  std::printf("# warmup %lld, iters %lld; gemm = %s [s*b,h]x[h,4h/t] in the same run\n",
+              static_cast<long long>(warmup), static_cast<long long>(iters),
+              gpu ? "cuBLAS (one device)" : "cblas_sgemm with the rank's threads, x ranks");
+  std::printf("# %6s %6s %3s %3s %10s %10s %10s %10s %10s %9s %9s %7s %10s %10s\n", "h", "s",
+              "b", "tp", "fwd", "bwd", "recomp", "comm", "total", "layer", "gemm", "ratio",
+              "peak/rank", "act/rank");
+  std::printf("# %6s %6s %3s %3s %10s %10s %10s %10s %10s %9s %9s %7s %10s %10s\n", "", "", "",
+              "", "ms", "ms", "ms", "ms", "ms", "GFLOP/s", "GFLOP/s", "%", "MiB", "MiB");
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"layer_step: real transformer-layer step vs sgemm"};
   std::vector<int64_t> hidden = {1024, 2048, 4096}, seq = {512, 2048}, batch = {1, 2},
@@ -90,20 +124,7 @@ int Main(int argc, char** argv) {
   const bool gpu = *backend == BackendKind::kCuda;
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   nlohmann::json out = nlohmann::json::array();
-  if (!json_out) {
-    std::printf("# layer_step: one GPT layer (GeLU, LayerNorm, dropout 0.1, %s attention, "
-                "recompute %s), %s on %s (%d cores)\n",
-                attention.c_str(), recompute.c_str(), dtype_name.c_str(),
-                gpu ? "cuda" : "cpu", cores);
-    std::printf("# warmup %lld, iters %lld; gemm = %s [s*b,h]x[h,4h/t] in the same run\n",
-                static_cast<long long>(warmup), static_cast<long long>(iters),
-                gpu ? "cuBLAS (one device)" : "cblas_sgemm with the rank's threads, x ranks");
-    std::printf("# %6s %6s %3s %3s %10s %10s %10s %10s %10s %9s %9s %7s %10s %10s\n", "h", "s",
-                "b", "tp", "fwd", "bwd", "recomp", "comm", "total", "layer", "gemm", "ratio",
-                "peak/rank", "act/rank");
-    std::printf("# %6s %6s %3s %3s %10s %10s %10s %10s %10s %9s %9s %7s %10s %10s\n", "", "", "",
-                "", "ms", "ms", "ms", "ms", "ms", "GFLOP/s", "GFLOP/s", "%", "MiB", "MiB");
-  }
+  if (!json_out) PrintHeader(attention, recompute, dtype_name, gpu, cores, warmup, iters);
   double worst_ratio_big = 1e9;
   int failures = 0;
   for (int64_t h : hidden) {
@@ -114,9 +135,9 @@ int Main(int argc, char** argv) {
           c.layer.shape.hidden_size = h;
           c.layer.shape.num_attention_heads = std::max<int64_t>(1, h / head_dim);
           c.layer.seq_length = s;
-          c.layer.micro_batch_size = b;
-          c.layer.tp = t;
-          c.layer.recompute = *rc;
+          c.layer.parallel.micro_batch_size = b;
+          c.layer.parallel.tp = t;
+          c.layer.parallel.recompute = *rc;
           c.layer.flash_attention = attention == "flash";
           c.layer.hidden_dropout = 0.1f;
           c.layer.attention_dropout = 0.1f;
@@ -139,19 +160,7 @@ int Main(int argc, char** argv) {
           // device on GPU) on rank 0's largest GEMM; the t ranks run side by side (threads
           // share the cores; on GPU each rank has its own device), so the machine's
           // reference rate is t times the per-rank rate (capped at the cores on CPU).
-          std::unique_ptr<Backend> ref_backend;
-          if (gpu) {
-            auto made = MakeCudaBackend(0, 0);
-            if (!made.ok()) {
-              std::fprintf(stderr, "%s\n", std::string(made.status().message()).c_str());
-              return 1;
-            }
-            ref_backend = std::move(*made);
-          } else {
-            SetBlasThreads(per_rank);
-            ref_backend = MakeCpuBackend(0, per_rank);
-          }
-          absl::StatusOr<double> gemm = GemmGflops(*ref_backend, *dtype, s * b, 4 * h / t, h, 3);
+          absl::StatusOr<double> gemm = ReferenceGflops(gpu, per_rank, *dtype, s * b, 4 * h / t, h);
           if (!gemm.ok()) {
             std::fprintf(stderr, "%s\n", std::string(gemm.status().message()).c_str());
             return 1;

@@ -202,17 +202,8 @@ kt::TrainConfig ToTrain(const JobSpec& spec, const Layout& l, int64_t steps) {
   t.shape.vocab_size = spec.model.vocab_size;
   t.num_layers = spec.model.num_layers;
   t.seq_length = spec.training.seq_length;
-  t.micro_batch_size = l.mb;
+  t.parallel = ToParallel(l);
   t.num_micro_batches = spec.training.global_batch_size / (l.mb * l.dp);
-  t.tp = l.tp;
-  t.pp = l.pp;
-  t.dp = l.dp;
-  t.vp = l.vp;
-  t.sequence_parallel = l.sp;
-  t.distributed_optimizer = l.dopt;
-  t.recompute = l.recompute == Recompute::kFull        ? k::RecomputeMode::kFull
-                : l.recompute == Recompute::kSelective ? k::RecomputeMode::kSelective
-                                                       : k::RecomputeMode::kNone;
   t.steps = steps;
   t.threads_per_rank = 1;
   return t;
@@ -232,7 +223,7 @@ std::vector<T> Concurrently(int64_t copies, Fn fn) {
 // add `extras` (the rest run the plain layer beside them); the slowest copy with the task's
 // own work is kept.
 absl::StatusOr<paratune::LayerMeasurement> MeasureLayer(const paratune::LayerProfileSpec& s,
-                                                        k::StageExtras extras, int64_t copies,
+                                                        paratune::StageExtras extras, int64_t copies,
                                                         int64_t with_extras) {
   k::StepConfig c;
   c.layer.shape.hidden_size = s.hidden_size;
@@ -240,13 +231,11 @@ absl::StatusOr<paratune::LayerMeasurement> MeasureLayer(const paratune::LayerPro
   c.layer.shape.num_query_groups = s.num_query_groups;
   c.layer.shape.ffn_hidden_size = s.ffn_hidden_size;
   c.layer.shape.vocab_size = s.vocab_size;
-  c.layer.tp = s.tp;
-  c.layer.sequence_parallel = s.sequence_parallel;
-  c.layer.micro_batch_size = s.micro_batch_size;
+  c.layer.parallel.tp = s.tp;
+  c.layer.parallel.sequence_parallel = s.sequence_parallel;
+  c.layer.parallel.micro_batch_size = s.micro_batch_size;
   c.layer.seq_length = s.seq_length;
-  absl::StatusOr<k::RecomputeMode> rm = k::ParseRecompute(paratune::ToString(s.recompute));
-  if (!rm.ok()) return rm.status();
-  c.layer.recompute = *rm;
+  c.layer.parallel.recompute = s.recompute;
   c.layer.dtype = k::DType::kF32;
   c.layer.flash_attention = s.flash_attention;
   c.warmup = s.warmup;
@@ -281,9 +270,9 @@ absl::StatusOr<paratune::LayerMeasurement> MeasureLayer(const paratune::LayerPro
 // ranks of the first (last) pipeline stage, i.e. dp copies, run the extras and the other
 // ranks' copies the plain layer.
 absl::StatusOr<paratune::LayerMeasurement> MeasureLayerInLayout(
-    const paratune::LayerProfileSpec& s, k::StageExtras extras, int64_t ranks, int64_t dp) {
+    const paratune::LayerProfileSpec& s, paratune::StageExtras extras, int64_t ranks, int64_t dp) {
   const int64_t copies = std::max<int64_t>(1, ranks / s.tp);
-  const int64_t with_extras = extras == k::StageExtras::kNone ? copies : std::min(copies, dp);
+  const int64_t with_extras = extras == paratune::StageExtras::kNone ? copies : std::min(copies, dp);
   return MeasureLayer(s, extras, copies, with_extras);
 }
 
@@ -292,9 +281,7 @@ absl::StatusOr<paratune::LayerMeasurement> MeasureLayerInLayout(
 absl::StatusOr<paratune::CommMeasurement> MeasureSweep(const paratune::CollectiveSweepSpec& s,
                                                        int64_t ranks) {
   k::CollectiveSweepConfig c;
-  c.op = s.op == paratune::CollectiveOp::kReduceScatter ? k::CollectiveOp::kReduceScatter
-         : s.op == paratune::CollectiveOp::kAllGather   ? k::CollectiveOp::kAllGather
-                                                        : k::CollectiveOp::kAllReduce;
+  c.op = s.op;
   c.group_size = s.group_size;
   c.sizes_bytes = s.sizes_bytes;
   c.dtype = k::DType::kF32;
@@ -672,13 +659,13 @@ absl::StatusOr<paratune::Measurements> MeasureTasks(const JobSpec& spec, const P
   const std::vector<paratune::LayerProfileSpec> tasks = paratune::LayerTasksFor(spec, pc, options);
   for (const auto& t : tasks) {
     PT_ASSIGN_OR_RETURN(m.layers[t.Key()], Cached(rt.layers, t.Key(), [&] {
-                          return MeasureLayerInLayout(t, k::StageExtras::kNone, ranks, 1);
+                          return MeasureLayerInLayout(t, paratune::StageExtras::kNone, ranks, 1);
                         }));
   }
   // The stage extras, by the plain layer task's key (where ComposeCandidate looks).
   const paratune::LayerProfileSpec& plain = tasks.back();
-  for (k::StageExtras e : {k::StageExtras::kFirst, k::StageExtras::kLast}) {
-    const bool first = e == k::StageExtras::kFirst;
+  for (paratune::StageExtras e : {paratune::StageExtras::kFirst, paratune::StageExtras::kLast}) {
+    const bool first = e == paratune::StageExtras::kFirst;
     PT_ASSIGN_OR_RETURN((first ? m.first_stage : m.last_stage)[plain.Key()],
                         Cached(first ? rt.first : rt.last, std::make_pair(plain.Key(), pc.dp),
                                [&] { return MeasureLayerInLayout(plain, e, ranks, pc.dp); }));

@@ -32,15 +32,15 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", c.shape.vocab_size, "vocabulary size V");
   app.add_option("--layers", c.num_layers, "transformer layers L");
   app.add_option("--seq", c.seq_length, "sequence length s");
-  app.add_option("--micro-batch", c.micro_batch_size, "micro-batch size b");
+  app.add_option("--micro-batch", c.parallel.micro_batch_size, "micro-batch size b");
   app.add_option("--micro-batches", c.num_micro_batches, "micro-batches per DP rank and step");
-  app.add_option("--tp", c.tp, "tensor parallel size");
-  app.add_option("--pp", c.pp, "pipeline stages");
-  app.add_option("--dp", c.dp, "data parallel size");
-  app.add_option("--vp", c.vp, "model chunks per pipeline rank (interleaved when > 1)");
-  app.add_flag("--sp", c.sequence_parallel, "sequence parallelism");
+  app.add_option("--tp", c.parallel.tp, "tensor parallel size");
+  app.add_option("--pp", c.parallel.pp, "pipeline stages");
+  app.add_option("--dp", c.parallel.dp, "data parallel size");
+  app.add_option("--vp", c.parallel.vp, "model chunks per pipeline rank (interleaved when > 1)");
+  app.add_flag("--sp", c.parallel.sequence_parallel, "sequence parallelism");
   app.add_option("--recompute", recompute, "none | selective | full");
-  app.add_flag("--distributed-optimizer", c.distributed_optimizer, "ZeRO-1 over DP");
+  app.add_flag("--distributed-optimizer", c.parallel.distributed_optimizer, "ZeRO-1 over DP");
   app.add_option("--steps", c.steps, "optimizer steps");
   app.add_option("--lr", c.lr, "AdamW learning rate");
   app.add_option("--seed", c.seed, "weights and data seed");
@@ -56,12 +56,12 @@ int main(int argc, char** argv) {
   app.add_option("--store", store, "FileStore directory shared by the job's processes");
   CLI11_PARSE(app, argc, argv);
 
-  absl::StatusOr<k::RecomputeMode> rm = k::ParseRecompute(recompute);
+  absl::StatusOr<paratune::Recompute> rm = paratune::ParseRecompute(recompute);
   if (!rm.ok()) {
     std::cerr << "--recompute: " << rm.status().message() << "\n";
     return 2;
   }
-  c.recompute = *rm;
+  c.parallel.recompute = *rm;
   absl::StatusOr<k::BackendKind> bk = k::ParseBackendKind(backend);
   if (!bk.ok()) {
     std::cerr << "--backend: " << bk.status().message() << "\n";

@@ -130,85 +130,98 @@ SavedActivations& MutableSaved(TransformerLayer& l) {
 }
 
 uint64_t Slot(const TrainConfig& c, int64_t step, bool backward, int64_t chunk, int64_t mb) {
-  return 1 + static_cast<uint64_t>(((step * 2 + (backward ? 1 : 0)) * c.vp + chunk) *
+  return 1 + static_cast<uint64_t>(((step * 2 + (backward ? 1 : 0)) * c.parallel.vp + chunk) *
                                        c.num_micro_batches + mb);
 }
 
-absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
-                     std::shared_ptr<GlooRendezvous> r, RankResult* result,
-                     std::vector<double>* losses_out, std::vector<double>* times_out) {
-  const RankCoords me = CoordsOf(c, rank);
-  std::unique_ptr<Backend> be;
-  if (c.backend == BackendKind::kCuda) {
-    PT_ASSIGN_OR_RETURN(be, MakeCudaBackend(device, 0));
-  } else {
-    be = MakeCpuBackend(0, std::max(1, c.threads_per_rank));
-  }
-  CommClock clock;
-  PT_ASSIGN_OR_RETURN(auto tp, Group(*be, r, absl::StrCat("tp_", me.dp, "_", me.pp), me.tp, c.tp));
-  PT_ASSIGN_OR_RETURN(auto dp, Group(*be, r, absl::StrCat("dp_", me.tp, "_", me.pp), me.dp, c.dp));
-  // Tied embeddings over several stages: the embedding group of the first and the last
-  // stage of this (tp, dp).
-  std::unique_ptr<Communicator> embedding_group;
-  if (c.tie_embeddings && c.pp > 1 && (me.pp == 0 || me.pp == c.pp - 1)) {
-    PT_ASSIGN_OR_RETURN(embedding_group, Group(*be, r, absl::StrCat("emb_", me.tp, "_", me.dp),
-                                               me.pp == 0 ? 0 : 1, 2));
-  }
-  // The world group exchanges host figures (barriers, losses, times): Gloo on any backend.
-  std::unique_ptr<Communicator> world;
-  if (c.world_size() == 1) {
-    world = MakeSelfCommunicator();
-  } else {
-    PT_ASSIGN_OR_RETURN(world, MakeGlooCommunicator(r, "world", static_cast<int>(rank),
-                                                    static_cast<int>(c.world_size())));
-  }
-  std::unique_ptr<PipeP2P> p2p;
-  if (c.pp > 1) {
-    PT_ASSIGN_OR_RETURN(p2p, PipeP2P::Connect(r, absl::StrCat("pp_", me.tp, "_", me.dp),
-                                              static_cast<int>(me.pp), static_cast<int>(c.pp)));
-  }
-  ParallelContext ctx{be.get(), tp.get(), &clock};
+// One rank's part of the run, in phases: Connect (the backend and the rank's groups),
+// BuildModel (its model chunks), MakeFlatBuffers (Megatron's contiguous weight and gradient
+// buffers and the optimizer state), then per step PostReceives, RunSchedule and
+// ReduceAndUpdate, and at the end ExchangeJobFigures. Not thread-safe: one thread per rank.
+class RankRun {
+ public:
+  RankRun(const TrainConfig& c, int64_t rank, RankResult* result)
+      : c_(c), p_(c.parallel), rank_(rank), me_(CoordsOf(c, rank)), result_(result) {}
 
-  // The model: chunk k of pipeline rank p is virtual stage k·pp + p.
-  const int64_t stages = c.pp * c.vp, per_chunk = c.num_layers / stages;
-  LayerConfig base;
-  base.shape = c.shape;
-  base.tp = c.tp;
-  base.sequence_parallel = c.sequence_parallel;
-  base.micro_batch_size = c.micro_batch_size;
-  base.seq_length = c.seq_length;
-  base.recompute = c.recompute;
-  base.dtype = c.dtype;
-  base.flash_attention = c.flash_attention;
-  base.hidden_dropout = base.attention_dropout = c.dropout ? 0.1f : 0.0f;
-  base.seed = c.seed;
-  std::vector<Chunk> chunks(c.vp);
-  std::vector<Parameter*> params;
-  for (int64_t k = 0; k < c.vp; ++k) {
-    Chunk& ch = chunks[k];
-    ch.vstage = k * c.pp + me.pp;
-    if (ch.vstage == 0) {
-      PT_ASSIGN_OR_RETURN(ch.embedding, VocabParallelEmbedding::Create(base, ctx, c.position_rows));
-      for (Parameter* p : ch.embedding->Parameters()) params.push_back(p);
+  // The backend (device `device` on CUDA) and the TP, DP, embedding, world and pipeline
+  // groups of this rank.
+  absl::Status Connect(int device, std::shared_ptr<GlooRendezvous> r) {
+    if (c_.backend == BackendKind::kCuda) {
+      PT_ASSIGN_OR_RETURN(be_, MakeCudaBackend(device, 0));
+    } else {
+      be_ = MakeCpuBackend(0, std::max(1, c_.threads_per_rank));
     }
-    for (int64_t l = 0; l < per_chunk; ++l) {
-      LayerConfig lc = base;
-      lc.seed = Mix64(c.seed + 1000003ull * static_cast<uint64_t>(ch.vstage * per_chunk + l + 1));
-      PT_ASSIGN_OR_RETURN(auto layer, TransformerLayer::Create(lc, ctx));
-      for (Parameter* p : layer->Parameters()) params.push_back(p);
-      ch.layers.push_back(std::move(layer));
+    PT_ASSIGN_OR_RETURN(tp_, Group(*be_, r, absl::StrCat("tp_", me_.dp, "_", me_.pp), me_.tp,
+                                   p_.tp));
+    PT_ASSIGN_OR_RETURN(dp_, Group(*be_, r, absl::StrCat("dp_", me_.tp, "_", me_.pp), me_.dp,
+                                   p_.dp));
+    // Tied embeddings over several stages: the embedding group of the first and the last
+    // stage of this (tp, dp).
+    if (c_.tie_embeddings && p_.pp > 1 && (me_.pp == 0 || me_.pp == p_.pp - 1)) {
+      PT_ASSIGN_OR_RETURN(embedding_group_,
+                          Group(*be_, r, absl::StrCat("emb_", me_.tp, "_", me_.dp),
+                                me_.pp == 0 ? 0 : 1, 2));
     }
-    if (ch.vstage == stages - 1) {
-      OutputWeight weight;
-      weight.tied = c.tie_embeddings;
-      if (c.tie_embeddings && ch.embedding) weight.table = &ch.embedding->weight();  // pp 1
-      PT_ASSIGN_OR_RETURN(ch.output, VocabParallelOutput::Create(base, ctx, weight));
-      for (Parameter* p : ch.output->Parameters()) params.push_back(p);
+    // The world group exchanges host figures (barriers, losses, times): Gloo on any backend.
+    if (c_.world_size() == 1) {
+      world_ = MakeSelfCommunicator();
+    } else {
+      PT_ASSIGN_OR_RETURN(world_, MakeGlooCommunicator(r, "world", static_cast<int>(rank_),
+                                                       static_cast<int>(c_.world_size())));
     }
+    if (p_.pp > 1) {
+      PT_ASSIGN_OR_RETURN(p2p_, PipeP2P::Connect(r, absl::StrCat("pp_", me_.tp, "_", me_.dp),
+                                                 static_cast<int>(me_.pp),
+                                                 static_cast<int>(p_.pp)));
+    }
+    ctx_ = ParallelContext{be_.get(), tp_.get(), &clock_};
+    next_ = static_cast<int>((me_.pp + 1) % p_.pp);
+    prev_ = static_cast<int>((me_.pp + p_.pp - 1) % p_.pp);
+    return absl::OkStatus();
   }
-  int64_t numel = 0;
-  for (Parameter* p : params) numel += p->value.numel();
-  result->parameter_count = numel;
+
+  // The rank's model chunks: chunk k of pipeline rank p is virtual stage k·pp + p.
+  absl::Status BuildModel() {
+    stages_ = p_.pp * p_.vp;
+    const int64_t per_chunk = c_.num_layers / stages_;
+    LayerConfig base;
+    base.shape = c_.shape;
+    base.parallel = p_;
+    base.seq_length = c_.seq_length;
+    base.dtype = c_.dtype;
+    base.flash_attention = c_.flash_attention;
+    base.hidden_dropout = base.attention_dropout = c_.dropout ? 0.1f : 0.0f;
+    base.seed = c_.seed;
+    chunks_.resize(p_.vp);
+    for (int64_t k = 0; k < p_.vp; ++k) {
+      Chunk& ch = chunks_[k];
+      ch.vstage = k * p_.pp + me_.pp;
+      if (ch.vstage == 0) {
+        PT_ASSIGN_OR_RETURN(ch.embedding,
+                            VocabParallelEmbedding::Create(base, ctx_, c_.position_rows));
+        for (Parameter* p : ch.embedding->Parameters()) params_.push_back(p);
+      }
+      for (int64_t l = 0; l < per_chunk; ++l) {
+        LayerConfig lc = base;
+        lc.seed = Mix64(c_.seed +
+                        1000003ull * static_cast<uint64_t>(ch.vstage * per_chunk + l + 1));
+        PT_ASSIGN_OR_RETURN(auto layer, TransformerLayer::Create(lc, ctx_));
+        for (Parameter* p : layer->Parameters()) params_.push_back(p);
+        ch.layers.push_back(std::move(layer));
+      }
+      if (ch.vstage == stages_ - 1) {
+        OutputWeight weight;
+        weight.tied = c_.tie_embeddings;
+        if (c_.tie_embeddings && ch.embedding) weight.table = &ch.embedding->weight();  // pp 1
+        PT_ASSIGN_OR_RETURN(ch.output, VocabParallelOutput::Create(base, ctx_, weight));
+        for (Parameter* p : ch.output->Parameters()) params_.push_back(p);
+      }
+    }
+    numel_ = 0;
+    for (Parameter* p : params_) numel_ += p->value.numel();
+    result_->parameter_count = numel_;
+    return absl::OkStatus();
+  }
 
   // Megatron's contiguous buffers: every parameter and gradient becomes a view into one
   // flat weight and one flat gradient buffer (padded to a multiple of dp), so the DP reduce
@@ -218,128 +231,203 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
   // the flat gradient buffer, updates this rank's chunk of the flat weights, and
   // all-gathers them in place, as Megatron-LM's contiguous buffers do.
   // Mixed precision (16-bit dtype) adds an fp32 master copy of the weights the rank updates.
-  const int64_t shard = (numel + c.dp - 1) / c.dp, padded = shard * c.dp;
-  const DType dt = c.dtype;
-  const bool mixed = dt != DType::kF32;
-  Tensor flat_grad, flat_param, opt_m, opt_v, master;
-  PT_ASSIGN_OR_RETURN(flat_param, be->Zeros({padded}, dt, MemoryTag::kWeights));
-  PT_ASSIGN_OR_RETURN(flat_grad, be->Zeros({padded}, dt, MemoryTag::kGradients));
-  {
+  absl::Status MakeFlatBuffers() {
+    shard_ = (numel_ + p_.dp - 1) / p_.dp;
+    const int64_t padded = shard_ * p_.dp;
+    const DType dt = c_.dtype;
+    PT_ASSIGN_OR_RETURN(flat_param_, be_->Zeros({padded}, dt, MemoryTag::kWeights));
+    PT_ASSIGN_OR_RETURN(flat_grad_, be_->Zeros({padded}, dt, MemoryTag::kGradients));
     int64_t off = 0;
-    for (Parameter* p : params) {
+    for (Parameter* p : params_) {
       const int64_t n = p->value.numel();
-      PT_RETURN_IF_ERROR(be->CopyBytes(flat_param.at(off), p->value.data(), p->value.bytes(),
-                                       Backend::CopyKind::kOnBackend));
-      PT_ASSIGN_OR_RETURN(p->value, flat_param.Rows(off, off + n).Reshape(p->value.shape()));
-      PT_ASSIGN_OR_RETURN(p->grad, flat_grad.Rows(off, off + n).Reshape(p->grad.shape()));
+      PT_RETURN_IF_ERROR(be_->CopyBytes(flat_param_.at(off), p->value.data(), p->value.bytes(),
+                                        Backend::CopyKind::kOnBackend));
+      PT_ASSIGN_OR_RETURN(p->value, flat_param_.Rows(off, off + n).Reshape(p->value.shape()));
+      PT_ASSIGN_OR_RETURN(p->grad, flat_grad_.Rows(off, off + n).Reshape(p->grad.shape()));
       off += n;
     }
+    opt_n_ = p_.distributed_optimizer ? shard_ : numel_;
+    opt_first_ = p_.distributed_optimizer ? me_.dp * shard_ : 0;  // element offset
+    PT_ASSIGN_OR_RETURN(opt_m_, be_->Zeros({opt_n_}, DType::kF32, MemoryTag::kWeights));
+    PT_ASSIGN_OR_RETURN(opt_v_, be_->Zeros({opt_n_}, DType::kF32, MemoryTag::kWeights));
+    if (mixed()) {
+      PT_ASSIGN_OR_RETURN(master_, be_->Empty({opt_n_}, DType::kF32, MemoryTag::kWeights));
+      PT_RETURN_IF_ERROR(
+          be_->Cast(DType::kF32, master_.data(), dt, flat_param_.at(opt_first_), opt_n_));
+    }
+    // The fp32 values AdamW updates: the master copy, or the weights themselves.
+    updated_ = mixed() ? master_.data_as<float>()
+                       : static_cast<float*>(flat_param_.at(opt_first_));
+    rows_ = (p_.sequence_parallel ? c_.seq_length / p_.tp : c_.seq_length) *
+            p_.micro_batch_size;
+    schedule_ = PipelineSchedule(c_, me_.pp);
+    return absl::OkStatus();
   }
-  const int64_t opt_n = c.distributed_optimizer ? shard : numel;
-  const int64_t opt_first = c.distributed_optimizer ? me.dp * shard : 0;  // element offset
-  PT_ASSIGN_OR_RETURN(opt_m, be->Zeros({opt_n}, DType::kF32, MemoryTag::kWeights));
-  PT_ASSIGN_OR_RETURN(opt_v, be->Zeros({opt_n}, DType::kF32, MemoryTag::kWeights));
-  if (mixed) {
-    PT_ASSIGN_OR_RETURN(master, be->Empty({opt_n}, DType::kF32, MemoryTag::kWeights));
-    PT_RETURN_IF_ERROR(be->Cast(DType::kF32, master.data(), dt, flat_param.at(opt_first), opt_n));
-  }
-  // The fp32 values AdamW updates: the master copy, or the weights themselves.
-  float* const updated = mixed ? master.data_as<float>()
-                               : static_cast<float*>(flat_param.at(opt_first));
 
-  const int64_t M = c.num_micro_batches, h = c.shape.hidden_size;
-  const int64_t rows = (c.sequence_parallel ? c.seq_length / c.tp : c.seq_length) * c.micro_batch_size;
-  const std::vector<ScheduleOp> schedule = PipelineSchedule(c, me.pp);
-  const int next = static_cast<int>((me.pp + 1) % c.pp), prev = static_cast<int>((me.pp + c.pp - 1) % c.pp);
-  std::vector<double> losses(c.steps, 0.0), times(c.steps, 0.0);
-
-  for (int64_t step = 0; step < c.steps; ++step) {
-    PT_RETURN_IF_ERROR(world->Barrier());
+  // One training step; `loss` is this rank's mean loss over its micro-batches (0 off the
+  // last stage) and `seconds` its wall time.
+  absl::Status Step(int64_t step, double* loss, double* seconds) {
+    PT_RETURN_IF_ERROR(world_->Barrier());
     const auto t0 = std::chrono::steady_clock::now();
-    PT_RETURN_IF_ERROR(be->Fill(flat_grad, 0.0));
-    if (p2p) {
-      for (int64_t k = 0; k < c.vp; ++k) {
-        const int64_t vs = chunks[k].vstage;
-        for (int64_t mb = 0; mb < M; ++mb) {
-          const int64_t bytes = rows * h * SizeOf(dt);
-          if (vs > 0) PT_RETURN_IF_ERROR(p2p->PostRecv(Slot(c, step, false, k, mb), prev, bytes));
-          if (vs < stages - 1) PT_RETURN_IF_ERROR(p2p->PostRecv(Slot(c, step, true, k, mb), next, bytes));
-        }
-      }
-    }
-    std::vector<std::vector<InFlight>> flight(c.vp, std::vector<InFlight>(M));
+    PT_RETURN_IF_ERROR(be_->Fill(flat_grad_, 0.0));
+    PT_RETURN_IF_ERROR(PostReceives(step));
     double loss_sum = 0, wait_s = 0;
-    // Takes a stage's message, adding the time spent waiting for it to wait_s.
-    auto take = [&](uint64_t slot) -> absl::StatusOr<Tensor> {
-      const auto w0 = std::chrono::steady_clock::now();
-      absl::StatusOr<Tensor> t = p2p->Take(slot, *be, {rows, h}, dt);
-      wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
-      return t;
-    };
-    for (const ScheduleOp& op : schedule) {
-      Chunk& ch = chunks[op.chunk];
+    PT_RETURN_IF_ERROR(RunSchedule(step, &loss_sum, &wait_s));
+    std::chrono::steady_clock::time_point end;
+    PT_RETURN_IF_ERROR(ReduceAndUpdate(step, &end));
+    result_->p2p_wait_seconds.push_back(wait_s);
+    *seconds = std::chrono::duration<double>(end - t0).count();
+    *loss = loss_sum / static_cast<double>(c_.num_micro_batches);
+    return absl::OkStatus();
+  }
+
+  // Job-wide figures: every rank's (loss, time) per step; the loss is the mean over DP of
+  // the last stage's, the time the slowest rank's.
+  absl::Status ExchangeJobFigures(const std::vector<double>& losses,
+                                  const std::vector<double>& times,
+                                  std::vector<double>* losses_out,
+                                  std::vector<double>* times_out) {
+    result_->step_seconds = times;
+    result_->peak_bytes = be_->allocator().Stats().peak_bytes;
+    const bool reports_loss = me_.pp == p_.pp - 1 && me_.tp == 0;
+    std::vector<double> mine(2 * c_.steps);
+    for (int64_t s = 0; s < c_.steps; ++s) {
+      mine[2 * s] = reports_loss ? losses[s] : 0.0;
+      mine[2 * s + 1] = times[s];
+    }
+    std::vector<double> all(mine.size() * c_.world_size());
+    PT_RETURN_IF_ERROR(world_->AllGather(mine.data(), all.data(), mine.size(), DType::kF64));
+    losses_out->assign(c_.steps, 0.0);
+    times_out->assign(c_.steps, 0.0);
+    for (int64_t q = 0; q < c_.world_size(); ++q) {
+      for (int64_t s = 0; s < c_.steps; ++s) {
+        (*losses_out)[s] += all[q * mine.size() + 2 * s] / static_cast<double>(p_.dp);
+        (*times_out)[s] = std::max((*times_out)[s], all[q * mine.size() + 2 * s + 1]);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  bool mixed() const { return c_.dtype != DType::kF32; }
+
+  // Every receive of the step, posted ahead so that no schedule order can deadlock.
+  absl::Status PostReceives(int64_t step) {
+    if (!p2p_) return absl::OkStatus();
+    const int64_t bytes = rows_ * c_.shape.hidden_size * SizeOf(c_.dtype);
+    for (int64_t k = 0; k < p_.vp; ++k) {
+      const int64_t vs = chunks_[k].vstage;
+      for (int64_t mb = 0; mb < c_.num_micro_batches; ++mb) {
+        if (vs > 0) PT_RETURN_IF_ERROR(p2p_->PostRecv(Slot(c_, step, false, k, mb), prev_, bytes));
+        if (vs < stages_ - 1) {
+          PT_RETURN_IF_ERROR(p2p_->PostRecv(Slot(c_, step, true, k, mb), next_, bytes));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Takes a stage's message, adding the time spent waiting for it to `wait_s`.
+  absl::StatusOr<Tensor> Take(uint64_t slot, double* wait_s) {
+    const auto w0 = std::chrono::steady_clock::now();
+    absl::StatusOr<Tensor> t = p2p_->Take(slot, *be_, {rows_, c_.shape.hidden_size}, c_.dtype);
+    *wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    return t;
+  }
+
+  // The pipeline schedule's forward and backward ops, then the gradients finished (the SP
+  // norms' all-reduce over TP).
+  absl::Status RunSchedule(int64_t step, double* loss_sum, double* wait_s) {
+    std::vector<std::vector<InFlight>> flight(p_.vp,
+                                              std::vector<InFlight>(c_.num_micro_batches));
+    for (const ScheduleOp& op : schedule_) {
       InFlight& f = flight[op.chunk][op.micro_batch];
-      const int64_t g = me.dp * M + op.micro_batch;  // global micro-batch
       if (op.forward) {
-        Tensor x;
-        if (ch.vstage == 0) {
-          const std::vector<int32_t> ids = SyntheticTokens(c, step, g, false);
-          PT_ASSIGN_OR_RETURN(x, ch.embedding->Forward(ids));
-          f.embedding = ch.embedding->TakeSaved();
-        } else {
-          PT_ASSIGN_OR_RETURN(x, take(Slot(c, step, false, op.chunk, op.micro_batch)));
-        }
-        f.saved.resize(ch.layers.size());
-        for (size_t l = 0; l < ch.layers.size(); ++l) {
-          PT_ASSIGN_OR_RETURN(x, ch.layers[l]->Forward(x));
-          f.saved[l] = std::move(MutableSaved(*ch.layers[l]));
-          MutableSaved(*ch.layers[l]) = SavedActivations();
-        }
-        if (ch.output) {
-          // The loss and its gradient at once: the output block holds one micro-batch.
-          PT_ASSIGN_OR_RETURN(double loss, ch.output->Forward(x, SyntheticTokens(c, step, g, true)));
-          loss_sum += loss;
-          PT_ASSIGN_OR_RETURN(f.dy, ch.output->Backward());
-        } else {
-          PT_RETURN_IF_ERROR(p2p->Send(*be, x, next, Slot(c, step, false, op.chunk + (next == 0 ? 1 : 0),
-                                                     op.micro_batch)));
-        }
+        PT_RETURN_IF_ERROR(Forward(step, op, f, loss_sum, wait_s));
       } else {
-        Tensor dy;
-        if (ch.output) {
-          dy = std::move(f.dy);
-        } else {
-          PT_ASSIGN_OR_RETURN(dy, take(Slot(c, step, true, op.chunk, op.micro_batch)));
-        }
-        for (size_t l = ch.layers.size(); l-- > 0;) {
-          MutableSaved(*ch.layers[l]) = std::move(f.saved[l]);
-          PT_ASSIGN_OR_RETURN(dy, ch.layers[l]->Backward(dy));
-        }
-        if (ch.embedding) {
-          ch.embedding->RestoreSaved(std::move(f.embedding));
-          PT_RETURN_IF_ERROR(ch.embedding->Backward(dy));
-        } else {
-          PT_RETURN_IF_ERROR(p2p->Send(*be, dy, prev, Slot(c, step, true, op.chunk - (prev == c.pp - 1 ? 1 : 0),
-                                                      op.micro_batch)));
-        }
-        f = InFlight();
+        PT_RETURN_IF_ERROR(Backward(step, op, f, wait_s));
       }
     }
-    // Gradients: SP norm all-reduce over TP, then the mean over the global batch.
-    for (Chunk& ch : chunks) {
+    for (Chunk& ch : chunks_) {
       for (auto& l : ch.layers) PT_RETURN_IF_ERROR(l->FinishGradients());
-      if (ch.output && c.sequence_parallel && c.tp > 1) {
+      if (ch.output && p_.sequence_parallel && p_.tp > 1) {
         for (Parameter* p : ch.output->Parameters()) {
-          if (p->replicated) PT_RETURN_IF_ERROR(tp->AllReduce(p->grad.data(), p->grad.numel(), dt));
+          if (p->replicated) {
+            PT_RETURN_IF_ERROR(tp_->AllReduce(p->grad.data(), p->grad.numel(), c_.dtype));
+          }
         }
       }
     }
-    const float scale = 1.0f / static_cast<float>(M * c.dp);
-    // Phase times: each lap waits for the backend's queued work, then reads the clock.
-    PT_RETURN_IF_ERROR(be->Synchronize());
+    return absl::OkStatus();
+  }
+
+  // Forward of (chunk, micro-batch): the embedding or the previous stage's activation in,
+  // the loss and its gradient (last stage) or the next stage's activation out.
+  absl::Status Forward(int64_t step, const ScheduleOp& op, InFlight& f, double* loss_sum,
+                       double* wait_s) {
+    Chunk& ch = chunks_[op.chunk];
+    const int64_t g = me_.dp * c_.num_micro_batches + op.micro_batch;  // global micro-batch
+    Tensor x;
+    if (ch.vstage == 0) {
+      const std::vector<int32_t> ids = SyntheticTokens(c_, step, g, false);
+      PT_ASSIGN_OR_RETURN(x, ch.embedding->Forward(ids));
+      f.embedding = ch.embedding->TakeSaved();
+    } else {
+      PT_ASSIGN_OR_RETURN(x, Take(Slot(c_, step, false, op.chunk, op.micro_batch), wait_s));
+    }
+    f.saved.resize(ch.layers.size());
+    for (size_t l = 0; l < ch.layers.size(); ++l) {
+      PT_ASSIGN_OR_RETURN(x, ch.layers[l]->Forward(x));
+      f.saved[l] = std::move(MutableSaved(*ch.layers[l]));
+      MutableSaved(*ch.layers[l]) = SavedActivations();
+    }
+    if (ch.output) {
+      // The loss and its gradient at once: the output block holds one micro-batch.
+      PT_ASSIGN_OR_RETURN(double loss, ch.output->Forward(x, SyntheticTokens(c_, step, g, true)));
+      *loss_sum += loss;
+      PT_ASSIGN_OR_RETURN(f.dy, ch.output->Backward());
+      return absl::OkStatus();
+    }
+    return p2p_->Send(*be_, x, next_,
+                      Slot(c_, step, false, op.chunk + (next_ == 0 ? 1 : 0), op.micro_batch));
+  }
+
+  // Backward of (chunk, micro-batch): the loss gradient or the next stage's in, the
+  // embedding's backward or the previous stage's gradient out.
+  absl::Status Backward(int64_t step, const ScheduleOp& op, InFlight& f, double* wait_s) {
+    Chunk& ch = chunks_[op.chunk];
+    Tensor dy;
+    if (ch.output) {
+      dy = std::move(f.dy);
+    } else {
+      PT_ASSIGN_OR_RETURN(dy, Take(Slot(c_, step, true, op.chunk, op.micro_batch), wait_s));
+    }
+    for (size_t l = ch.layers.size(); l-- > 0;) {
+      MutableSaved(*ch.layers[l]) = std::move(f.saved[l]);
+      PT_ASSIGN_OR_RETURN(dy, ch.layers[l]->Backward(dy));
+    }
+    if (ch.embedding) {
+      ch.embedding->RestoreSaved(std::move(f.embedding));
+      PT_RETURN_IF_ERROR(ch.embedding->Backward(dy));
+    } else {
+      PT_RETURN_IF_ERROR(p2p_->Send(
+          *be_, dy, prev_,
+          Slot(c_, step, true, op.chunk - (prev_ == p_.pp - 1 ? 1 : 0), op.micro_batch)));
+    }
+    f = InFlight();
+    return absl::OkStatus();
+  }
+
+  // The tied-embedding and DP gradient collectives, the mean over the global batch and
+  // AdamW (then the all-gather of the distributed optimizer), timed in laps that each wait
+  // for the backend's queued work; `end` is the clock after the last lap.
+  absl::Status ReduceAndUpdate(int64_t step, std::chrono::steady_clock::time_point* end) {
+    const DType dt = c_.dtype;
+    const float scale = 1.0f / static_cast<float>(c_.num_micro_batches * p_.dp);
+    PT_RETURN_IF_ERROR(be_->Synchronize());
     auto mark = std::chrono::steady_clock::now();
     auto lap = [&]() -> absl::StatusOr<double> {
-      PT_RETURN_IF_ERROR(be->Synchronize());
+      PT_RETURN_IF_ERROR(be_->Synchronize());
       const auto now = std::chrono::steady_clock::now();
       const double s = std::chrono::duration<double>(now - mark).count();
       mark = now;
@@ -347,57 +435,75 @@ absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
     };
     // The gradients this rank's optimizer updates: its chunk of the reduce-scattered buffer
     // (distributed optimizer) or the whole all-reduced buffer.
-    void* const grads = flat_grad.at(opt_first);
-    if (embedding_group) {
+    void* const grads = flat_grad_.at(opt_first_);
+    if (embedding_group_) {
       // The table's gradient plus its copy's, on both stages, before the DP reduce (which
       // then sums both over DP: the same total as Megatron's order, and correct for the
       // distributed optimizer's shards too).
-      Parameter& w = me.pp == 0 ? chunks.front().embedding->weight() : chunks.back().output->weight();
-      PT_RETURN_IF_ERROR(embedding_group->AllReduce(w.grad.data(), w.grad.numel(), dt));
+      Parameter& w = me_.pp == 0 ? chunks_.front().embedding->weight()
+                                 : chunks_.back().output->weight();
+      PT_RETURN_IF_ERROR(embedding_group_->AllReduce(w.grad.data(), w.grad.numel(), dt));
     }
-    if (c.distributed_optimizer) {
-      PT_RETURN_IF_ERROR(dp->ReduceScatter(flat_grad.data(), grads, shard, dt));
+    if (p_.distributed_optimizer) {
+      PT_RETURN_IF_ERROR(dp_->ReduceScatter(flat_grad_.data(), grads, shard_, dt));
     } else {
-      PT_RETURN_IF_ERROR(dp->AllReduce(flat_grad.data(), numel, dt));
+      PT_RETURN_IF_ERROR(dp_->AllReduce(flat_grad_.data(), numel_, dt));
     }
     PT_ASSIGN_OR_RETURN(double dp_s, lap());
-    PT_RETURN_IF_ERROR(be->Scale(dt, grads, scale, opt_n));
-    PT_RETURN_IF_ERROR(be->AdamW(dt, updated, grads, opt_m.data_as<float>(), opt_v.data_as<float>(),
-                                 opt_n, c.lr, c.beta1, c.beta2, c.adam_eps, c.weight_decay, step + 1));
-    if (mixed) PT_RETURN_IF_ERROR(be->Cast(dt, flat_param.at(opt_first), DType::kF32, updated, opt_n));
+    PT_RETURN_IF_ERROR(be_->Scale(dt, grads, scale, opt_n_));
+    PT_RETURN_IF_ERROR(be_->AdamW(dt, updated_, grads, opt_m_.data_as<float>(),
+                                  opt_v_.data_as<float>(), opt_n_, c_.lr, c_.beta1, c_.beta2,
+                                  c_.adam_eps, c_.weight_decay, step + 1));
+    if (mixed()) {
+      PT_RETURN_IF_ERROR(be_->Cast(dt, flat_param_.at(opt_first_), DType::kF32, updated_, opt_n_));
+    }
     PT_ASSIGN_OR_RETURN(const double opt_s, lap());
-    if (c.distributed_optimizer) {
-      PT_RETURN_IF_ERROR(dp->AllGather(flat_param.at(opt_first), flat_param.data(), shard, dt));
+    if (p_.distributed_optimizer) {
+      PT_RETURN_IF_ERROR(
+          dp_->AllGather(flat_param_.at(opt_first_), flat_param_.data(), shard_, dt));
       PT_ASSIGN_OR_RETURN(const double gather_s, lap());
       dp_s += gather_s;
     }
-    result->dp_seconds.push_back(dp_s);
-    result->optimizer_seconds.push_back(opt_s);
-    result->p2p_wait_seconds.push_back(wait_s);
-    times[step] = std::chrono::duration<double>(mark - t0).count();  // mark: after the last lap
-    losses[step] = loss_sum / static_cast<double>(M);
+    result_->dp_seconds.push_back(dp_s);
+    result_->optimizer_seconds.push_back(opt_s);
+    *end = mark;
+    return absl::OkStatus();
   }
-  result->step_seconds = times;
-  result->peak_bytes = be->allocator().Stats().peak_bytes;
 
-  // Job-wide figures: every rank's (loss, time) per step.
-  const bool reports_loss = me.pp == c.pp - 1 && me.tp == 0;
-  std::vector<double> mine(2 * c.steps);
-  for (int64_t s = 0; s < c.steps; ++s) {
-    mine[2 * s] = reports_loss ? losses[s] : 0.0;
-    mine[2 * s + 1] = times[s];
+  const TrainConfig& c_;
+  const ParallelConfig& p_;
+  const int64_t rank_;
+  const RankCoords me_;
+  RankResult* const result_;
+  // Declared in dependency order: tensors and layers go before the groups and the backend
+  // they use.
+  std::unique_ptr<Backend> be_;
+  CommClock clock_;
+  std::unique_ptr<Communicator> tp_, dp_, embedding_group_, world_;
+  std::unique_ptr<PipeP2P> p2p_;
+  ParallelContext ctx_;
+  int next_ = 0, prev_ = 0;  // Pipeline neighbours.
+  int64_t stages_ = 1;       // pp·vp virtual stages.
+  std::vector<Chunk> chunks_;
+  std::vector<Parameter*> params_;
+  int64_t numel_ = 0, shard_ = 0, opt_n_ = 0, opt_first_ = 0, rows_ = 0;
+  Tensor flat_param_, flat_grad_, opt_m_, opt_v_, master_;
+  float* updated_ = nullptr;
+  std::vector<ScheduleOp> schedule_;
+};
+
+absl::Status RunRank(const TrainConfig& c, int64_t rank, int device,
+                     std::shared_ptr<GlooRendezvous> r, RankResult* result,
+                     std::vector<double>* losses_out, std::vector<double>* times_out) {
+  RankRun run(c, rank, result);
+  PT_RETURN_IF_ERROR(run.Connect(device, std::move(r)));
+  PT_RETURN_IF_ERROR(run.BuildModel());
+  PT_RETURN_IF_ERROR(run.MakeFlatBuffers());
+  std::vector<double> losses(c.steps, 0.0), times(c.steps, 0.0);
+  for (int64_t step = 0; step < c.steps; ++step) {
+    PT_RETURN_IF_ERROR(run.Step(step, &losses[step], &times[step]));
   }
-  std::vector<double> all(mine.size() * c.world_size());
-  PT_RETURN_IF_ERROR(world->AllGather(mine.data(), all.data(), mine.size(), DType::kF64));
-  losses_out->assign(c.steps, 0.0);
-  times_out->assign(c.steps, 0.0);
-  for (int64_t q = 0; q < c.world_size(); ++q) {
-    for (int64_t s = 0; s < c.steps; ++s) {
-      (*losses_out)[s] += all[q * mine.size() + 2 * s] / static_cast<double>(c.dp);
-      (*times_out)[s] = std::max((*times_out)[s], all[q * mine.size() + 2 * s + 1]);
-    }
-  }
-  return absl::OkStatus();
+  return run.ExchangeJobFigures(losses, times, losses_out, times_out);
 }
 
 }  // namespace
@@ -407,17 +513,32 @@ absl::Status TrainConfig::Validate() const {
     if (v < 1) return absl::InvalidArgumentError(absl::StrCat(name, " (", v, ") must be >= 1"));
     return absl::OkStatus();
   };
+  const ParallelConfig& p = parallel;
   PT_RETURN_IF_ERROR(positive("num_layers", num_layers));
   PT_RETURN_IF_ERROR(positive("seq_length", seq_length));
-  PT_RETURN_IF_ERROR(positive("micro_batch_size", micro_batch_size));
+  PT_RETURN_IF_ERROR(positive("micro_batch_size", p.micro_batch_size));
   PT_RETURN_IF_ERROR(positive("num_micro_batches", num_micro_batches));
-  PT_RETURN_IF_ERROR(positive("tp", tp));
-  PT_RETURN_IF_ERROR(positive("pp", pp));
-  PT_RETURN_IF_ERROR(positive("dp", dp));
-  PT_RETURN_IF_ERROR(positive("vp", vp));
+  PT_RETURN_IF_ERROR(positive("tp", p.tp));
+  PT_RETURN_IF_ERROR(positive("pp", p.pp));
+  PT_RETURN_IF_ERROR(positive("dp", p.dp));
+  PT_RETURN_IF_ERROR(positive("vp", p.vp));
   PT_RETURN_IF_ERROR(positive("steps", steps));
   PT_RETURN_IF_ERROR(positive("vocab_size", shape.vocab_size));
   PT_RETURN_IF_ERROR(VocabParallelEmbedding::CheckPositionRows(position_rows, seq_length));
+  if (p.cp != 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "context parallelism (cp ", p.cp, ") is not implemented by kernels/training"));
+  }
+  if (p.recompute_num_layers != 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "recompute_num_layers (", p.recompute_num_layers,
+        ") must be 0: kernels/training recomputes every layer or none"));
+  }
+  if (p.split_counts_embedding_and_loss) {
+    return absl::UnimplementedError(
+        "split_counts_embedding_and_loss is not implemented by kernels/training (layers are "
+        "split evenly over pp·vp chunks)");
+  }
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("dtype (", DTypeName(dtype), ") must be fp32, bf16 or fp16"));
@@ -426,28 +547,27 @@ absl::Status TrainConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "dtype (", DTypeName(dtype), ") needs the cuda backend; the cpu backend trains in fp32"));
   }
-  if (num_layers % (pp * vp) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("pp·vp (", pp * vp, ") must divide num_layers (",
-                                                   num_layers, ")"));
+  if (num_layers % (p.pp * p.vp) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pp·vp (", p.pp * p.vp, ") must divide num_layers (", num_layers, ")"));
   }
-  if (vp > 1 && pp < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("vp (", vp, ") > 1 needs pp >= 2 (pp is ", pp, ")"));
+  if (p.vp > 1 && p.pp < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vp (", p.vp, ") > 1 needs pp >= 2 (pp is ", p.pp, ")"));
   }
-  if (vp > 1 && num_micro_batches % pp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("pp (", pp, ") must divide num_micro_batches (",
-                                                   num_micro_batches, ") with the interleaved schedule"));
+  if (p.vp > 1 && num_micro_batches % p.pp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pp (", p.pp, ") must divide num_micro_batches (", num_micro_batches,
+                     ") with the interleaved schedule"));
   }
-  if (shape.vocab_size % tp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("tp (", tp, ") must divide vocab_size (",
+  if (shape.vocab_size % p.tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tp (", p.tp, ") must divide vocab_size (",
                                                    shape.vocab_size, ")"));
   }
   LayerConfig lc;
   lc.shape = shape;
-  lc.tp = tp;
-  lc.sequence_parallel = sequence_parallel;
-  lc.micro_batch_size = micro_batch_size;
+  lc.parallel = p;
   lc.seq_length = seq_length;
-  lc.recompute = recompute;
   lc.flash_attention = flash_attention;
   lc.dtype = dtype;
   return lc.Validate();
@@ -455,18 +575,18 @@ absl::Status TrainConfig::Validate() const {
 
 RankCoords CoordsOf(const TrainConfig& c, int64_t rank) {
   RankCoords x;
-  x.tp = rank % c.tp;
-  x.dp = (rank / c.tp) % c.dp;
-  x.pp = rank / (c.tp * c.dp);
+  x.tp = rank % c.parallel.tp;
+  x.dp = (rank / c.parallel.tp) % c.parallel.dp;
+  x.pp = rank / (c.parallel.tp * c.parallel.dp);
   return x;
 }
 
 int64_t RankOf(const TrainConfig& c, const RankCoords& x) {
-  return x.tp + c.tp * (x.dp + c.dp * x.pp);
+  return x.tp + c.parallel.tp * (x.dp + c.parallel.dp * x.pp);
 }
 
 std::vector<ScheduleOp> PipelineSchedule(const TrainConfig& c, int64_t p) {
-  const int64_t M = c.num_micro_batches, pp = c.pp, vp = c.vp, total = M * vp;
+  const int64_t M = c.num_micro_batches, pp = c.parallel.pp, vp = c.parallel.vp, total = M * vp;
   auto fwd = [&](int64_t k) {
     if (vp == 1) return ScheduleOp{true, 0, k};
     return ScheduleOp{true, (k / pp) % vp, (k / (pp * vp)) * pp + k % pp};
@@ -489,7 +609,7 @@ std::vector<ScheduleOp> PipelineSchedule(const TrainConfig& c, int64_t p) {
 std::vector<int32_t> SyntheticTokens(const TrainConfig& c, int64_t step, int64_t g, bool targets) {
   // A learnable stream: each token follows its predecessor as next = (5·prev + 3) mod V with
   // probability 3/4, else it is uniform. The best loss is about 0.25·ln V + 0.56.
-  const int64_t s = c.seq_length, b = c.micro_batch_size, V = c.shape.vocab_size;
+  const int64_t s = c.seq_length, b = c.parallel.micro_batch_size, V = c.shape.vocab_size;
   std::vector<int32_t> out(s * b);
   for (int64_t bi = 0; bi < b; ++bi) {
     const uint64_t sample = Mix64(Mix64(c.seed + 0x5eed) + static_cast<uint64_t>(step)) +

@@ -33,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/parallel_config.h"
 #include "kernels/communicator.h"
 #include "kernels/dtype.h"
 #include "kernels/layer_config.h"
@@ -44,13 +45,14 @@ struct TrainConfig {
   LayerShape shape;                   ///< Every layer's shape; vocab_size is required.
   int64_t num_layers = 0;             ///< L.
   int64_t seq_length = 0;             ///< s.
-  int64_t micro_batch_size = 1;       ///< b.
+  /// The layout: tp, pp, dp, vp (model chunks per pipeline rank, interleaved if > 1),
+  /// micro_batch_size, sequence_parallel, recompute (kFull recomputes every layer, so
+  /// recompute_num_layers must be 0) and distributed_optimizer (DP reduce-scatter, sharded
+  /// AdamW, all-gather). cp must be 1 and split_counts_embedding_and_loss false (layers are
+  /// split evenly over pp·vp chunks). The overlap flags change no arithmetic: the trainer
+  /// runs every collective and transfer blocking.
+  ParallelConfig parallel;
   int64_t num_micro_batches = 1;      ///< M per DP rank and step (global batch = b·M·dp).
-  int64_t tp = 1, pp = 1, dp = 1;
-  int64_t vp = 1;                     ///< Model chunks per pipeline rank (interleaved if > 1).
-  bool sequence_parallel = false;
-  RecomputeMode recompute = RecomputeMode::kNone;
-  bool distributed_optimizer = false; ///< DP reduce-scatter + sharded AdamW + all-gather.
   bool flash_attention = false;       ///< Tiled online softmax (no s×s scores stored).
   /// Megatron-LM's default dropout: 0.1 on the embedding output, on the attention
   /// probabilities and after both output projections of every layer. The masks are
@@ -77,8 +79,10 @@ struct TrainConfig {
   /// master weights in the optimizer, as Megatron's mixed precision).
   DType dtype = DType::kF32;
 
-  int64_t world_size() const { return tp * pp * dp; }
-  /// First violated rule, e.g. `pp·vp (6) must divide num_layers (4)`.
+  int64_t world_size() const { return parallel.world_size(); }
+  /// First violated rule, e.g. `pp·vp (6) must divide num_layers (4)`; Unimplemented for
+  /// a layout field the trainer does not run (cp > 1, recompute_num_layers,
+  /// split_counts_embedding_and_loss).
   absl::Status Validate() const;
 };
 

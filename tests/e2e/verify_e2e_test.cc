@@ -125,18 +125,18 @@ class VerifyE2eTest : public ::testing::Test {
     // The spec's positions are learned (the default) with max_position_embeddings 0, which
     // is seq_length rows.
     c.position_rows = 64;
-    c.tp = std::max<int64_t>(1, Int(config, "tp"));
-    c.pp = std::max<int64_t>(1, Int(config, "pp"));
-    c.dp = std::max<int64_t>(1, Int(config, "dp"));
-    c.vp = std::max<int64_t>(1, Int(config, "vp"));
-    c.micro_batch_size = std::max<int64_t>(1, Int(config, "micro_batch_size"));
-    c.num_micro_batches = 8 / (c.micro_batch_size * c.dp);  // global batch 8
-    c.sequence_parallel = config.value("sequence_parallel", false);
-    c.distributed_optimizer = config.value("distributed_optimizer", false);
+    c.parallel.tp = std::max<int64_t>(1, Int(config, "tp"));
+    c.parallel.pp = std::max<int64_t>(1, Int(config, "pp"));
+    c.parallel.dp = std::max<int64_t>(1, Int(config, "dp"));
+    c.parallel.vp = std::max<int64_t>(1, Int(config, "vp"));
+    c.parallel.micro_batch_size = std::max<int64_t>(1, Int(config, "micro_batch_size"));
+    c.num_micro_batches = 8 / (c.parallel.micro_batch_size * c.parallel.dp);  // global batch 8
+    c.parallel.sequence_parallel = config.value("sequence_parallel", false);
+    c.parallel.distributed_optimizer = config.value("distributed_optimizer", false);
     const std::string rc = config.value("recompute", std::string("none"));
-    c.recompute = rc == "full"        ? paratune::kernels::RecomputeMode::kFull
-                  : rc == "selective" ? paratune::kernels::RecomputeMode::kSelective
-                                      : paratune::kernels::RecomputeMode::kNone;
+    c.parallel.recompute = rc == "full"        ? paratune::Recompute::kFull
+                           : rc == "selective" ? paratune::Recompute::kSelective
+                                               : paratune::Recompute::kNone;
     c.steps = kVerifySteps;
     c.seed = 1234;
     return c;

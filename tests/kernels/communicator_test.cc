@@ -141,7 +141,7 @@ TEST(CollectiveSweepTest, EveryOpChecksOutWithZeroWrong) {
     ASSERT_TRUE(samples.ok()) << samples.status();
     ASSERT_EQ(samples->size(), 2u);
     EXPECT_EQ((*samples)[1].count, 1024);
-    EXPECT_EQ((*samples)[0].wrong + (*samples)[1].wrong, 0) << CollectiveOpName(op);
+    EXPECT_EQ((*samples)[0].wrong + (*samples)[1].wrong, 0) << ToString(op);
     EXPECT_NEAR((*samples)[1].busbw_gbps,
                 (*samples)[1].algbw_gbps * BusBandwidthFactor(op, 2), 1e-9);
   }

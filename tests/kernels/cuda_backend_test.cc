@@ -152,11 +152,11 @@ TEST(CudaBackendTest, LayerOnGpuEqualsCpuFp32) {
     c.shape.num_attention_heads = 4;
     c.shape.num_query_groups = 2;
     c.seq_length = 32;
-    c.micro_batch_size = 2;
+    c.parallel.micro_batch_size = 2;
     c.hidden_dropout = 0.1f;
     c.attention_dropout = 0.1f;
     c.flash_attention = flash;
-    const int64_t n = c.seq_length * c.micro_batch_size * c.shape.hidden_size;
+    const int64_t n = c.seq_length * c.parallel.micro_batch_size * c.shape.hidden_size;
     const auto x = RandomVector(n, 3), dy = RandomVector(n, 4);
     auto ref = testing::RunLayer(c, x, dy);
     ASSERT_TRUE(ref.ok()) << ref.status();
@@ -184,7 +184,7 @@ TEST(CudaBackendTest, StepRunnerBf16FlashReportsBf16ActivationBytes) {
   c.layer.shape.hidden_size = 256;
   c.layer.shape.num_attention_heads = 4;
   c.layer.seq_length = 128;
-  c.layer.micro_batch_size = 2;
+  c.layer.parallel.micro_batch_size = 2;
   c.layer.dtype = DType::kBF16;
   c.layer.flash_attention = true;
   c.iters = 2;
@@ -207,7 +207,7 @@ TEST(CudaBackendTest, StepRunnerLastStageExtrasAtTp1MatchCpuActivationBytes) {
     c.layer.shape.num_attention_heads = 4;
     c.layer.shape.vocab_size = 512;
     c.layer.seq_length = 64;
-    c.layer.micro_batch_size = 2;
+    c.layer.parallel.micro_batch_size = 2;
     c.layer.flash_attention = true;
     c.extras = extras;
     c.iters = 2;

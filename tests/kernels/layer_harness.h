@@ -39,10 +39,10 @@ inline std::vector<double> RandomVector(int64_t n, uint64_t seed) {
 
 inline absl::StatusOr<LayerRun> RunLayer(const LayerConfig& config, const std::vector<double>& x,
                                          const std::vector<double>& dy) {
-  const int t = static_cast<int>(config.tp);
+  const int t = static_cast<int>(config.parallel.tp);
   const int64_t h = config.shape.hidden_size;
-  const int64_t n = config.seq_length * config.micro_batch_size;
-  const int64_t n_sp = config.sequence_parallel ? n / t : n;
+  const int64_t n = config.seq_length * config.parallel.micro_batch_size;
+  const int64_t n_sp = config.parallel.sequence_parallel ? n / t : n;
   auto rendezvous = MakeInProcessRendezvous();
   static std::atomic<int> group{0};
   const std::string prefix = absl::StrCat("layer", group.fetch_add(1));
@@ -72,7 +72,7 @@ inline absl::StatusOr<LayerRun> RunLayer(const LayerConfig& config, const std::v
         ParallelContext ctx{backend.get(), comm.get(), nullptr};
         auto layer = TransformerLayer::Create(config, ctx);
         if (!layer.ok()) return layer.status();
-        const int64_t row0 = config.sequence_parallel ? r * n_sp : 0;
+        const int64_t row0 = config.parallel.sequence_parallel ? r * n_sp : 0;
         auto xt = backend->Empty({n_sp, h}, config.dtype, MemoryTag::kActivations);
         auto dyt = backend->Empty({n_sp, h}, config.dtype, MemoryTag::kWorkspace);
         if (!xt.ok()) return xt.status();
@@ -97,7 +97,7 @@ inline absl::StatusOr<LayerRun> RunLayer(const LayerConfig& config, const std::v
         auto dxh = backend->CopyToHost(*dx);
         if (!yh.ok()) return yh.status();
         if (!dxh.ok()) return dxh.status();
-        if (r == 0 || config.sequence_parallel) {
+        if (r == 0 || config.parallel.sequence_parallel) {
           std::copy(yh->begin(), yh->end(), run.y.begin() + row0 * h);
           std::copy(dxh->begin(), dxh->end(), run.dx.begin() + row0 * h);
         }

@@ -22,7 +22,7 @@ LayerConfig TinyConfig() {
   c.shape.num_query_groups = 4;
   c.shape.ffn_hidden_size = 64;
   c.seq_length = 16;
-  c.micro_batch_size = 2;
+  c.parallel.micro_batch_size = 2;
   c.hidden_dropout = 0.1f;
   c.attention_dropout = 0.1f;
   return c;
@@ -41,7 +41,7 @@ void ExpectSameRun(const LayerRun& a, const LayerRun& b, const std::string& what
 }
 
 LayerRun MustRun(const LayerConfig& c) {
-  const int64_t n = c.seq_length * c.micro_batch_size * c.shape.hidden_size;
+  const int64_t n = c.seq_length * c.parallel.micro_batch_size * c.shape.hidden_size;
   auto run = RunLayer(c, RandomVector(n, 101), RandomVector(n, 202));
   EXPECT_TRUE(run.ok()) << run.status();
   return run.ok() ? *run : LayerRun{};
@@ -55,7 +55,7 @@ TEST(LayerTest, TensorParallelTwoAndFourEqualOne) {
         act == Activation::kGelu ? Normalization::kLayerNorm : Normalization::kRmsNorm;
     const LayerRun base = MustRun(c);
     for (int64_t t : {2, 4}) {
-      c.tp = t;
+      c.parallel.tp = t;
       ExpectSameRun(MustRun(c), base, absl::StrCat("tp=", t));
     }
   }
@@ -65,15 +65,15 @@ TEST(LayerTest, GroupedQueryAttentionTensorParallel) {
   LayerConfig c = TinyConfig();
   c.shape.num_query_groups = 2;
   const LayerRun base = MustRun(c);
-  c.tp = 2;
+  c.parallel.tp = 2;
   ExpectSameRun(MustRun(c), base, "gqa tp=2");
 }
 
 TEST(LayerTest, SequenceParallelEqualsNonSequenceParallel) {
   LayerConfig c = TinyConfig();
-  c.tp = 2;
+  c.parallel.tp = 2;
   const LayerRun tp = MustRun(c);
-  c.sequence_parallel = true;
+  c.parallel.sequence_parallel = true;
   const LayerRun sp = MustRun(c);
   ExpectSameRun(sp, tp, "sp");
   // SP shards the norm/dropout region: rank storage is smaller.
@@ -88,21 +88,21 @@ TEST(LayerTest, FlashAttentionEqualsNaive) {
   c.flash_attention = true;
   const LayerRun flash = MustRun(c);
   ExpectSameRun(flash, naive, "flash");
-  c.tp = 2;
-  c.sequence_parallel = true;
+  c.parallel.tp = 2;
+  c.parallel.sequence_parallel = true;
   ExpectSameRun(MustRun(c), naive, "flash tp=2 sp");
 }
 
 TEST(LayerTest, RecomputeModesGiveSameGradientsAndStoreLess) {
   LayerConfig c = TinyConfig();
   const LayerRun none = MustRun(c);
-  c.recompute = RecomputeMode::kSelective;
+  c.parallel.recompute = Recompute::kSelective;
   const LayerRun selective = MustRun(c);
-  c.recompute = RecomputeMode::kFull;
+  c.parallel.recompute = Recompute::kFull;
   const LayerRun full = MustRun(c);
   ExpectSameRun(selective, none, "selective");
   ExpectSameRun(full, none, "full");
-  const int64_t s = c.seq_length, b = c.micro_batch_size, h = c.shape.hidden_size;
+  const int64_t s = c.seq_length, b = c.parallel.micro_batch_size, h = c.shape.hidden_size;
   const int64_t a = c.shape.num_attention_heads;
   // Attention core with dropout: probs (4 B) + mask (1 B) + dropped probs (4 B) per a·s²·b.
   EXPECT_EQ(none.saved_bytes[0] - selective.saved_bytes[0], 9 * a * s * s * b);
@@ -119,9 +119,9 @@ TEST(LayerTest, RecomputeModesGiveSameGradientsAndStoreLess) {
 TEST(LayerTest, StoredBytesFollowKorthikantiPerTensor) {
   // fp32 tensors are 4 bytes, masks 1 byte, norm statistics 2 (LayerNorm) fp32 per row.
   LayerConfig c = TinyConfig();
-  c.tp = 2;
+  c.parallel.tp = 2;
   const LayerRun run = MustRun(c);
-  const int64_t s = c.seq_length, b = c.micro_batch_size, h = c.shape.hidden_size;
+  const int64_t s = c.seq_length, b = c.parallel.micro_batch_size, h = c.shape.hidden_size;
   const int64_t a = c.shape.num_attention_heads, t = 2, f = c.ffn_hidden_size();
   const int64_t sbh = s * b * h;
   const int64_t expected = 4 * sbh * 4            // x, ln1_out, h1, ln2_out
@@ -146,7 +146,7 @@ TEST(LayerTest, WholeLayerGradientMatchesFiniteDifferences) {
     c.flash_attention = flash;
     c.shape.activation = flash ? Activation::kSwiglu : Activation::kGelu;
     c.shape.normalization = flash ? Normalization::kRmsNorm : Normalization::kLayerNorm;
-    const int64_t n = c.seq_length * c.micro_batch_size * c.shape.hidden_size;
+    const int64_t n = c.seq_length * c.parallel.micro_batch_size * c.shape.hidden_size;
     auto backend = MakeCpuBackend(0, 1);
     auto comm = MakeSelfCommunicator();
     ParallelContext ctx{backend.get(), comm.get(), nullptr};
@@ -196,8 +196,22 @@ TEST(LayerTest, WholeLayerGradientMatchesFiniteDifferences) {
 
 TEST(LayerTest, RejectsIndivisibleTensorParallel) {
   LayerConfig c = TinyConfig();
-  c.tp = 3;
+  c.parallel.tp = 3;
   EXPECT_EQ(c.Validate().message(), "tp (3) must divide num_attention_heads (4)");
+}
+
+TEST(LayerTest, RefusesContextParallelismAsUnimplemented) {
+  LayerConfig c = TinyConfig();
+  ASSERT_TRUE(c.Validate().ok()) << c.Validate();
+  c.parallel.cp = 2;
+  EXPECT_EQ(c.Validate().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(c.Validate().message(), "context parallelism (cp 2) is not implemented by the kernels");
+  // The pipeline and data-parallel fields of the layout are not the layer's.
+  c.parallel.cp = 1;
+  c.parallel.pp = 4;
+  c.parallel.dp = 3;
+  c.parallel.vp = 2;
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ namespace {
 struct Case {
   int64_t tp;
   bool sp;
-  RecomputeMode recompute;
+  Recompute recompute;
   bool flash;
   bool dropout;
   Activation act;
@@ -37,8 +37,8 @@ TEST(MemoryCrosscheckTest, StoredActivationBytesEqualTheModel) {
   for (int64_t tp : {1, 2}) {
     for (bool sp : {false, true}) {
       if (tp == 1 && sp) continue;
-      for (RecomputeMode rc :
-           {RecomputeMode::kNone, RecomputeMode::kSelective, RecomputeMode::kFull}) {
+      for (Recompute rc :
+           {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
         for (bool flash : {false, true}) {
           for (bool dropout : {true, false}) {
             cases.push_back({tp, sp, rc, flash, dropout,
@@ -48,8 +48,8 @@ TEST(MemoryCrosscheckTest, StoredActivationBytesEqualTheModel) {
       }
     }
   }
-  cases.push_back({4, true, RecomputeMode::kNone, false, true, Activation::kGelu});
-  cases.push_back({4, false, RecomputeMode::kNone, true, true, Activation::kSwiglu});
+  cases.push_back({4, true, Recompute::kNone, false, true, Activation::kGelu});
+  cases.push_back({4, false, Recompute::kNone, true, true, Activation::kSwiglu});
   for (const Case& k : cases) {
     LayerConfig c;
     c.shape.hidden_size = 32;
@@ -60,14 +60,14 @@ TEST(MemoryCrosscheckTest, StoredActivationBytesEqualTheModel) {
     c.shape.normalization =
         k.act == Activation::kGelu ? Normalization::kLayerNorm : Normalization::kRmsNorm;
     c.seq_length = 16;
-    c.micro_batch_size = 2;
-    c.tp = k.tp;
-    c.sequence_parallel = k.sp;
-    c.recompute = k.recompute;
+    c.parallel.micro_batch_size = 2;
+    c.parallel.tp = k.tp;
+    c.parallel.sequence_parallel = k.sp;
+    c.parallel.recompute = k.recompute;
     c.flash_attention = k.flash;
     c.hidden_dropout = k.dropout ? 0.1f : 0.0f;
     c.attention_dropout = k.dropout ? 0.1f : 0.0f;
-    const int64_t n = c.seq_length * c.micro_batch_size * c.shape.hidden_size;
+    const int64_t n = c.seq_length * c.parallel.micro_batch_size * c.shape.hidden_size;
     auto run = testing::RunLayer(c, testing::RandomVector(n, 1), testing::RandomVector(n, 2));
     ASSERT_TRUE(run.ok()) << run.status();
 
@@ -76,23 +76,20 @@ TEST(MemoryCrosscheckTest, StoredActivationBytesEqualTheModel) {
     model.num_attention_heads = c.shape.num_attention_heads;
     model.num_query_groups = c.shape.num_query_groups;
     model.ffn_hidden_size = c.shape.ffn_hidden_size;
-    model.activation = k.act == Activation::kGelu ? paratune::Activation::kGelu
-                                                  : paratune::Activation::kSwiglu;
+    model.activation = k.act;
     LayerActivationParams p;
     p.seq_length = c.seq_length;
-    p.micro_batch_size = c.micro_batch_size;
+    p.micro_batch_size = c.parallel.micro_batch_size;
     p.tp = k.tp;
     p.sequence_parallel = k.sp;
-    p.recompute = k.recompute == RecomputeMode::kNone        ? Recompute::kNone
-                  : k.recompute == RecomputeMode::kSelective ? Recompute::kSelective
-                                                             : Recompute::kFull;
+    p.recompute = k.recompute;
     p.flash_attention = k.flash;
     p.dropout = k.dropout;
     p.bytes_per_element = 4;
     const double predicted = LayerActivationBytes(model, p);
 
     const std::string what =
-        absl::StrCat("tp=", k.tp, " sp=", k.sp, " recompute=", RecomputeName(k.recompute),
+        absl::StrCat("tp=", k.tp, " sp=", k.sp, " recompute=", ToString(k.recompute),
                      " flash=", k.flash, " dropout=", k.dropout);
     for (int r = 0; r < k.tp; ++r) {
       int64_t counted = 0, stats = 0;
@@ -104,9 +101,9 @@ TEST(MemoryCrosscheckTest, StoredActivationBytesEqualTheModel) {
         }
       }
       EXPECT_EQ(static_cast<double>(counted), predicted) << what << " rank " << r;
-      const int64_t rows_sp = c.seq_length * c.micro_batch_size / (k.sp ? k.tp : 1);
+      const int64_t rows_sp = c.seq_length * c.parallel.micro_batch_size / (k.sp ? k.tp : 1);
       const int64_t per_norm = c.shape.normalization == Normalization::kLayerNorm ? 8 : 4;
-      const int64_t expect_stats = k.recompute == RecomputeMode::kFull ? 0 : 2 * per_norm * rows_sp;
+      const int64_t expect_stats = k.recompute == Recompute::kFull ? 0 : 2 * per_norm * rows_sp;
       EXPECT_EQ(stats, expect_stats) << what;
     }
   }

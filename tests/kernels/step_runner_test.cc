@@ -14,7 +14,7 @@ StepConfig Tiny() {
   c.layer.shape.ffn_hidden_size = 64;
   c.layer.shape.vocab_size = 64;
   c.layer.seq_length = 16;
-  c.layer.micro_batch_size = 2;
+  c.layer.parallel.micro_batch_size = 2;
   c.layer.hidden_dropout = 0.1f;
   c.layer.attention_dropout = 0.1f;
   c.warmup = 1;
@@ -25,8 +25,8 @@ StepConfig Tiny() {
 
 TEST(StepRunnerTest, ReportsPhasesMemoryAndFlops) {
   StepConfig c = Tiny();
-  c.layer.tp = 2;
-  c.layer.recompute = RecomputeMode::kSelective;
+  c.layer.parallel.tp = 2;
+  c.layer.parallel.recompute = Recompute::kSelective;
   auto r = RunLayerStep(c);
   ASSERT_TRUE(r.ok()) << r.status();
   for (const char* phase : {"forward", "backward", "recompute", "tp_comm", "total"}) {
@@ -58,11 +58,11 @@ TEST(StepRunnerTest, ReportsPhasesMemoryAndFlops) {
 // collective is issued, so nothing but a clock read is timed).
 TEST(StepRunnerTest, GradSyncIsTimedApartAndOnlyWithSequenceParallelism) {
   StepConfig c = Tiny();
-  c.layer.tp = 2;
+  c.layer.parallel.tp = 2;
   c.layer.hidden_dropout = c.layer.attention_dropout = 0;
   double sync[2];
   for (int sp = 0; sp < 2; ++sp) {
-    c.layer.sequence_parallel = sp == 1;
+    c.layer.parallel.sequence_parallel = sp == 1;
     auto r = RunLayerStep(c);
     ASSERT_TRUE(r.ok()) << r.status();
     const PhaseTiming* p = r->Find("grad_sync");
@@ -84,8 +84,8 @@ TEST(StepRunnerTest, OutOfMemoryIsAResultWithTheBytesRequested) {
 
 TEST(StepRunnerTest, OutOfMemoryMidStepOnTwoRanksDoesNotHang) {
   StepConfig c = Tiny();
-  c.layer.tp = 2;
-  c.layer.sequence_parallel = true;
+  c.layer.parallel.tp = 2;
+  c.layer.parallel.sequence_parallel = true;
   auto ok = RunLayerStep(c);
   ASSERT_TRUE(ok.ok()) << ok.status();
   c.capacity_bytes_per_rank = ok->peak_bytes_per_rank[0] - 1;
@@ -97,8 +97,8 @@ TEST(StepRunnerTest, OutOfMemoryMidStepOnTwoRanksDoesNotHang) {
 TEST(StepRunnerTest, FirstAndLastStageExtrasRun) {
   for (StageExtras e : {StageExtras::kFirst, StageExtras::kLast}) {
     StepConfig c = Tiny();
-    c.layer.tp = 2;
-    c.layer.sequence_parallel = true;
+    c.layer.parallel.tp = 2;
+    c.layer.parallel.sequence_parallel = true;
     c.extras = e;
     auto r = RunLayerStep(c);
     ASSERT_TRUE(r.ok()) << r.status();

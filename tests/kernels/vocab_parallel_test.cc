@@ -22,9 +22,9 @@ struct VocabRun {
 };
 
 VocabRun RunVocab(const LayerConfig& c) {
-  const int t = static_cast<int>(c.tp);
-  const int64_t n = c.seq_length * c.micro_batch_size, h = c.shape.hidden_size;
-  const int64_t n_sp = c.sequence_parallel ? n / t : n;
+  const int t = static_cast<int>(c.parallel.tp);
+  const int64_t n = c.seq_length * c.parallel.micro_batch_size, h = c.shape.hidden_size;
+  const int64_t n_sp = c.parallel.sequence_parallel ? n / t : n;
   std::vector<int32_t> ids(n);
   for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((7 * i + 3) % c.shape.vocab_size);
   const std::vector<double> y = testing::RandomVector(n * h, 5);
@@ -49,7 +49,7 @@ VocabRun RunVocab(const LayerConfig& c) {
       ASSERT_TRUE(emb.ok() && head.ok());
       auto e = (*emb)->Forward(ids);
       ASSERT_TRUE(e.ok()) << e.status();
-      const int64_t row0 = c.sequence_parallel ? r * n_sp : 0;
+      const int64_t row0 = c.parallel.sequence_parallel ? r * n_sp : 0;
       auto eh = be->CopyToHost(*e);
       std::copy(eh->begin(), eh->end(), out.embedded.begin() + row0 * h);
       auto yt = be->Empty({n_sp, h}, c.dtype, MemoryTag::kActivations);
@@ -61,7 +61,8 @@ VocabRun RunVocab(const LayerConfig& c) {
       auto dy = (*head)->Backward();
       ASSERT_TRUE(dy.ok()) << dy.status();
       auto dyh = be->CopyToHost(*dy);
-      if (r == 0 || c.sequence_parallel) std::copy(dyh->begin(), dyh->end(), out.dy.begin() + row0 * h);
+      if (r == 0 || c.parallel.sequence_parallel)
+        std::copy(dyh->begin(), dyh->end(), out.dy.begin() + row0 * h);
       // The embedding's backward for dout = y; rank r holds vocabulary rows [r·V/t, …).
       ASSERT_TRUE((*emb)->Backward(*yt).ok());
       auto gh = be->CopyToHost((*emb)->weight().grad);
@@ -79,7 +80,7 @@ LayerConfig SmallConfig() {
   c.shape.num_attention_heads = 2;
   c.shape.vocab_size = 40;
   c.seq_length = 8;
-  c.micro_batch_size = 2;
+  c.parallel.micro_batch_size = 2;
   return c;
 }
 
@@ -89,8 +90,8 @@ TEST(VocabParallelTest, TensorAndSequenceParallelMatchSingleRank) {
   // A random-init model is close to uniform: loss near log(V).
   EXPECT_NEAR(base.loss, std::log(40.0), 1.0);
   for (bool sp : {false, true}) {
-    c.tp = 2;
-    c.sequence_parallel = sp;
+    c.parallel.tp = 2;
+    c.parallel.sequence_parallel = sp;
     const VocabRun r = RunVocab(c);
     EXPECT_NEAR(r.loss, base.loss, 1e-5) << "sp=" << sp;
     EXPECT_LE(testing::ToleranceRatio(r.embedded, base.embedded, 1e-6, 1e-5), 1.0) << sp;
@@ -126,8 +127,8 @@ TEST(VocabParallelTest, EmbeddingDropoutIsLayoutInvariantAndMasksTheGradient) {
   EXPECT_LE(testing::ToleranceRatio(drop.table_grad, expected, 1e-6, 1e-5), 1.0);
   EXPECT_GT(testing::ToleranceRatio(plain.table_grad, expected, 1e-6, 1e-5), 1.0);
   for (bool sp : {false, true}) {
-    c.tp = 2;
-    c.sequence_parallel = sp;
+    c.parallel.tp = 2;
+    c.parallel.sequence_parallel = sp;
     const VocabRun r = RunVocab(c);
     EXPECT_LE(testing::ToleranceRatio(r.embedded, drop.embedded, 1e-6, 1e-5), 1.0) << sp;
     EXPECT_LE(testing::ToleranceRatio(r.table_grad, drop.table_grad, 1e-6, 1e-5), 1.0) << sp;
@@ -139,7 +140,7 @@ TEST(VocabParallelTest, EmbeddingDropoutIsLayoutInvariantAndMasksTheGradient) {
 // of the sequence; its backward accumulates each row's tokens into that row.
 TEST(VocabParallelTest, LearnedPositionsAddRowTOverBToTokenT) {
   const LayerConfig c = SmallConfig();  // s 8, b 2, h 16
-  const int64_t n = c.seq_length * c.micro_batch_size, h = c.shape.hidden_size;
+  const int64_t n = c.seq_length * c.parallel.micro_batch_size, h = c.shape.hidden_size;
   auto be = MakeCpuBackend(0, 1);
   auto comm = MakeSelfCommunicator();
   ParallelContext ctx{be.get(), comm.get(), nullptr};
@@ -198,7 +199,7 @@ TEST(VocabParallelTest, TiedOutputComputesWithTheEmbeddingTable) {
   ASSERT_TRUE(copy_values.ok() && table_values.ok());
   EXPECT_EQ(*copy_values, *table_values);
 
-  const int64_t n = c.seq_length * c.micro_batch_size, h = c.shape.hidden_size;
+  const int64_t n = c.seq_length * c.parallel.micro_batch_size, h = c.shape.hidden_size;
   std::vector<int32_t> ids(n);
   for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((7 * i + 3) % c.shape.vocab_size);
   auto y = be->Empty({n, h}, c.dtype, MemoryTag::kActivations);

@@ -28,7 +28,7 @@ ParallelConfig Megatron() {
 
 TEST(ParallelConfigTest, PublishedLayoutIsValid) {
   EXPECT_TRUE(ValidateParallelConfig(Megatron(), Spec()).ok());
-  EXPECT_EQ(Megatron().NumMicroBatches(Spec().training), 96);
+  EXPECT_EQ(NumMicroBatches(Megatron(), Spec().training), 96);
 }
 
 TEST(ParallelConfigTest, RulesNameFieldsAndValues) {

@@ -23,7 +23,7 @@ TrainConfig Small() {
   c.shape.vocab_size = 256;
   c.num_layers = 4;
   c.seq_length = 64;
-  c.micro_batch_size = 2;
+  c.parallel.micro_batch_size = 2;
   c.num_micro_batches = 4;
   c.steps = 5;
   c.lr = 1e-2f;
@@ -84,16 +84,16 @@ TEST(CudaTrainingTest, Bf16WithFp32MasterWeightsTrainsTheSameModel) {
 TEST(CudaTrainingTest, DistributedOptimizerOnOneGpuEqualsThePlainOne) {
   SKIP_WITHOUT_GPUS(1);
   TrainConfig dist = OnGpu(Small());
-  dist.distributed_optimizer = true;
+  dist.parallel.distributed_optimizer = true;
   ExpectSameLosses(OnGpu(Small()), dist, 1e-4);
 }
 
 TEST(CudaTrainingTest, Tp2Pp2OnFourGpusEqualsOneGpu) {
   SKIP_WITHOUT_GPUS(4);
   TrainConfig four = OnGpu(Small());
-  four.tp = 2;
-  four.pp = 2;
-  four.sequence_parallel = true;
+  four.parallel.tp = 2;
+  four.parallel.pp = 2;
+  four.parallel.sequence_parallel = true;
   ExpectSameLosses(OnGpu(Small()), four, 1e-3);
 }
 
@@ -102,8 +102,8 @@ TEST(CudaTrainingTest, Dp2OnTwoGpusEqualsOneGpu) {
   TrainConfig one = OnGpu(Small());
   one.num_micro_batches = 8;
   TrainConfig two = OnGpu(Small());
-  two.dp = 2;
-  two.distributed_optimizer = true;
+  two.parallel.dp = 2;
+  two.parallel.distributed_optimizer = true;
   ExpectSameLosses(one, two, 1e-3);
 }
 

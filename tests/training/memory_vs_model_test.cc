@@ -82,15 +82,8 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelAsTracked) {
     t.shape.vocab_size = k.vocab;
     t.num_layers = 4;
     t.seq_length = 64;
-    t.micro_batch_size = k.mb;
+    t.parallel = c;  // The layout the model predicted for is the one trained.
     t.num_micro_batches = 8 / (k.mb * k.dp);
-    t.tp = k.tp;
-    t.pp = k.pp;
-    t.dp = k.dp;
-    t.recompute = k.recompute == Recompute::kFull        ? kernels::RecomputeMode::kFull
-                  : k.recompute == Recompute::kSelective ? kernels::RecomputeMode::kSelective
-                                                         : kernels::RecomputeMode::kNone;
-    t.distributed_optimizer = k.dopt;
     t.tie_embeddings = k.tied;
     t.position_rows = k.position_rows;
     t.steps = 1;

@@ -48,7 +48,7 @@ TEST(MultiProcessTrainingTest, TwoProcessesEqualSingleRank) {
   c.shape.vocab_size = 64;
   c.num_layers = 4;
   c.seq_length = 16;
-  c.micro_batch_size = 2;
+  c.parallel.micro_batch_size = 2;
   c.num_micro_batches = 4;
   c.steps = 3;
   c.lr = 0.01f;

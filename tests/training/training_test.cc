@@ -20,7 +20,7 @@ TrainConfig Tiny() {
   c.shape.vocab_size = 64;
   c.num_layers = 4;
   c.seq_length = 16;
-  c.micro_batch_size = 2;
+  c.parallel.micro_batch_size = 2;
   c.num_micro_batches = 4;
   c.steps = 5;
   c.lr = 1e-2f;
@@ -37,16 +37,16 @@ std::vector<double> Losses(const TrainConfig& c) {
 
 // The reference: one rank, the same global batch as M·dp micro-batches.
 std::vector<double> Reference(TrainConfig c) {
-  c.num_micro_batches *= c.dp;
-  c.tp = c.pp = c.dp = c.vp = 1;
-  c.sequence_parallel = false;
-  c.distributed_optimizer = false;
+  c.num_micro_batches *= c.parallel.dp;
+  c.parallel.tp = c.parallel.pp = c.parallel.dp = c.parallel.vp = 1;
+  c.parallel.sequence_parallel = false;
+  c.parallel.distributed_optimizer = false;
   return Losses(c);
 }
 
 /// `c` at TP 2 × PP 2 × DP 2.
 TrainConfig Tp2Pp2Dp2(TrainConfig c) {
-  c.tp = c.pp = c.dp = 2;
+  c.parallel.tp = c.parallel.pp = c.parallel.dp = 2;
   return c;
 }
 
@@ -85,20 +85,20 @@ TEST(TrainingTest, Tp2Pp2Dp2EqualsSingleRank) {
 
 TEST(TrainingTest, InterleavedPp2Vp2EqualsSingleRank) {
   TrainConfig c = Tiny();
-  c.pp = 2;
-  c.vp = 2;
+  c.parallel.pp = 2;
+  c.parallel.vp = 2;
   ExpectSame(Losses(c), Reference(c));
 }
 
 TEST(TrainingTest, SequenceParallelRecomputeDistributedOptimizerEqualsSingleRank) {
   TrainConfig c = Tiny();
-  c.tp = 2;
-  c.pp = 2;
-  c.vp = 2;
-  c.sequence_parallel = true;
-  c.recompute = RecomputeMode::kFull;
-  c.distributed_optimizer = true;
-  c.dp = 2;
+  c.parallel.tp = 2;
+  c.parallel.pp = 2;
+  c.parallel.vp = 2;
+  c.parallel.sequence_parallel = true;
+  c.parallel.recompute = Recompute::kFull;
+  c.parallel.distributed_optimizer = true;
+  c.parallel.dp = 2;
   ExpectSame(Losses(c), Reference(c));
 }
 
@@ -112,14 +112,14 @@ TEST(TrainingTest, DropoutRunsInEveryLayoutAndStillEqualsSingleRank) {
   c.dropout = true;
   const std::vector<double> ref = Reference(c);
   ExpectSame(Losses(c), ref);
-  c.tp = c.dp = 1;
-  c.vp = 2;
+  c.parallel.tp = c.parallel.dp = 1;
+  c.parallel.vp = 2;
   c.num_micro_batches *= 2;  // the same global batch on one DP rank
   ExpectSame(Losses(c), ref);
   TrainConfig off = Tiny();
   ExpectDifferentFirstLoss(Reference(off), ref, 1e-4);
   off.steps = c.steps = 1;
-  c.tp = c.pp = c.dp = c.vp = 1;
+  c.parallel.tp = c.parallel.pp = c.parallel.dp = c.parallel.vp = 1;
   auto with = RunTrainingInProcess(c), without = RunTrainingInProcess(off);
   ASSERT_TRUE(with.ok() && without.ok());
   EXPECT_GT(with->ranks[0].peak_bytes, without->ranks[0].peak_bytes);
@@ -135,9 +135,9 @@ TEST(TrainingTest, TiedEmbeddingsEqualSingleRankInEveryLayout) {
   c.tie_embeddings = true;
   const std::vector<double> ref = Reference(c);
   ExpectSame(Losses(c), ref);
-  c.vp = 2;
-  c.sequence_parallel = true;
-  c.distributed_optimizer = true;
+  c.parallel.vp = 2;
+  c.parallel.sequence_parallel = true;
+  c.parallel.distributed_optimizer = true;
   ExpectSame(Losses(c), ref);
   // A different model from the untied one: the same first batch gives another loss.
   ExpectDifferentFirstLoss(Reference(Tiny()), ref, 1e-3);
@@ -152,8 +152,8 @@ TEST(TrainingTest, LearnedPositionsEqualSingleRankInEveryLayout) {
   c.position_rows = 24;  // more than seq_length 16: the rows past it get no gradient
   const std::vector<double> ref = Reference(c);
   ExpectSame(Losses(c), ref);
-  c.vp = 2;
-  c.sequence_parallel = true;
+  c.parallel.vp = 2;
+  c.parallel.sequence_parallel = true;
   c.tie_embeddings = true;
   ExpectSame(Losses(c), Reference(c));
   ExpectDifferentFirstLoss(Reference(Tiny()), ref, 1e-3);
@@ -192,7 +192,7 @@ TEST(TrainingTest, TiedEmbeddingsHoldOneTableOnOneStageAndACopyOnTwo) {
   const int64_t table = c.shape.vocab_size * c.shape.hidden_size;
   EXPECT_EQ(one[0].ranks[0].parameter_count - one[1].ranks[0].parameter_count, table);
   EXPECT_EQ(one[0].ranks[0].peak_bytes - one[1].ranks[0].peak_bytes, 16 * table);
-  c.pp = 2;
+  c.parallel.pp = 2;
   const std::vector<TrainResult> two = untied_and_tied(c);
   ASSERT_EQ(two.size(), 2u);
   ASSERT_EQ(two[1].ranks.size(), 2u);
@@ -207,10 +207,10 @@ TEST(TrainingTest, TiedEmbeddingsHoldOneTableOnOneStageAndACopyOnTwo) {
 // 2 · 4 bytes · (numel − ceil(numel / dp)).
 TEST(TrainingTest, DistributedOptimizerSavesExactlyTheOtherShardsOfMAndV) {
   TrainConfig c = Tiny();
-  c.dp = 2;
+  c.parallel.dp = 2;
   auto plain = RunTrainingInProcess(c);
   ASSERT_TRUE(plain.ok()) << plain.status();
-  c.distributed_optimizer = true;
+  c.parallel.distributed_optimizer = true;
   auto sharded = RunTrainingInProcess(c);
   ASSERT_TRUE(sharded.ok()) << sharded.status();
   ASSERT_EQ(plain->ranks.size(), 2u);
@@ -226,13 +226,13 @@ TEST(TrainingTest, DistributedOptimizerSavesExactlyTheOtherShardsOfMAndV) {
 
 TEST(TrainingTest, ScheduleRunsEveryForwardBeforeItsBackward) {
   TrainConfig c = Tiny();
-  c.pp = 4;
-  c.vp = 2;
+  c.parallel.pp = 4;
+  c.parallel.vp = 2;
   c.num_layers = 8;
-  for (int64_t p = 0; p < c.pp; ++p) {
+  for (int64_t p = 0; p < c.parallel.pp; ++p) {
     const auto ops = PipelineSchedule(c, p);
-    ASSERT_EQ(ops.size(), static_cast<size_t>(2 * c.num_micro_batches * c.vp));
-    std::vector<int> seen(c.vp * c.num_micro_batches, 0);
+    ASSERT_EQ(ops.size(), static_cast<size_t>(2 * c.num_micro_batches * c.parallel.vp));
+    std::vector<int> seen(c.parallel.vp * c.num_micro_batches, 0);
     for (const auto& op : ops) {
       int& s = seen[op.chunk * c.num_micro_batches + op.micro_batch];
       EXPECT_EQ(s, op.forward ? 0 : 1);
@@ -240,7 +240,7 @@ TEST(TrainingTest, ScheduleRunsEveryForwardBeforeItsBackward) {
     }
   }
   // 1F1B warm-up on the first of 4 stages: 3 forwards, then alternating.
-  c.vp = 1;
+  c.parallel.vp = 1;
   const auto ops = PipelineSchedule(c, 0);
   EXPECT_TRUE(ops[0].forward && ops[1].forward && ops[2].forward && ops[3].forward);
   EXPECT_FALSE(ops[4].forward);
@@ -256,7 +256,7 @@ TEST(TrainingTest, PipelineWaitIsTimedOnlyWithStagesAndIsPartOfTheStep) {
   auto plain = RunTrainingInProcess(c);
   ASSERT_TRUE(plain.ok()) << plain.status();
   for (double w : plain->ranks[0].p2p_wait_seconds) EXPECT_EQ(w, 0.0);
-  c.pp = 2;
+  c.parallel.pp = 2;
   auto piped = RunTrainingInProcess(c);
   ASSERT_TRUE(piped.ok()) << piped.status();
   ASSERT_EQ(piped->ranks.size(), 2u);
@@ -275,10 +275,33 @@ TEST(TrainingTest, PipelineWaitIsTimedOnlyWithStagesAndIsPartOfTheStep) {
 
 TEST(TrainingTest, RejectsLayersNotDivisibleByStages) {
   TrainConfig c = Tiny();
-  c.pp = 3;
+  c.parallel.pp = 3;
   const absl::Status s = c.Validate();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("num_layers"), std::string::npos) << s;
+}
+
+TEST(TrainingTest, LayoutFieldsTheTrainerDoesNotRunAreUnimplemented) {
+  TrainConfig c = Tiny();
+  ASSERT_TRUE(c.Validate().ok()) << c.Validate();
+  c.parallel.cp = 2;
+  EXPECT_EQ(c.Validate().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(c.Validate().message(),
+            "context parallelism (cp 2) is not implemented by kernels/training");
+  c = Tiny();
+  c.parallel.recompute = Recompute::kFull;
+  c.parallel.recompute_num_layers = 1;
+  EXPECT_EQ(c.Validate().message(),
+            "recompute_num_layers (1) must be 0: kernels/training recomputes every layer or none");
+  c = Tiny();
+  c.parallel.pp = 2;
+  c.parallel.split_counts_embedding_and_loss = true;
+  EXPECT_EQ(c.Validate().code(), absl::StatusCode::kUnimplemented);
+  // The overlap flags change no arithmetic, so any setting trains.
+  c = Tiny();
+  c.parallel.overlap_grad_reduce = false;
+  c.parallel.overlap_p2p_comm = false;
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
 }
 
 TEST(TrainingTest, SixteenBitTrainingNeedsTheCudaBackend) {
@@ -296,9 +319,9 @@ TEST(TrainingTest, SixteenBitTrainingNeedsTheCudaBackend) {
 
 TEST(TrainingTest, RankOrderIsTpThenDpThenPp) {
   TrainConfig c = Tiny();
-  c.tp = 2;
-  c.dp = 2;
-  c.pp = 2;
+  c.parallel.tp = 2;
+  c.parallel.dp = 2;
+  c.parallel.pp = 2;
   const RankCoords x = CoordsOf(c, 5);  // 5 = tp 1 + 2·(dp 0 + 2·pp 1)
   EXPECT_EQ(x.tp, 1);
   EXPECT_EQ(x.dp, 0);

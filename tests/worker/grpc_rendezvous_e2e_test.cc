@@ -48,12 +48,12 @@ TrainConfig Tiny(int64_t tp, int64_t pp) {
   c.shape.vocab_size = 64;
   c.num_layers = 2;
   c.seq_length = 16;
-  c.micro_batch_size = 2;
+  c.parallel.micro_batch_size = 2;
   c.num_micro_batches = 2;
   c.steps = 3;
   c.lr = 0.01f;
-  c.tp = tp;
-  c.pp = pp;
+  c.parallel.tp = tp;
+  c.parallel.pp = pp;
   return c;
 }
 

@@ -58,11 +58,11 @@ kernels::StepConfig ExpectedStepConfig(int64_t tp, int64_t capacity) {
   c.layer.shape.num_query_groups = 4;
   c.layer.shape.ffn_hidden_size = 256;
   c.layer.shape.vocab_size = 0;
-  c.layer.tp = tp;
-  c.layer.sequence_parallel = tp > 1;
-  c.layer.micro_batch_size = 2;
+  c.layer.parallel.tp = tp;
+  c.layer.parallel.sequence_parallel = tp > 1;
+  c.layer.parallel.micro_batch_size = 2;
   c.layer.seq_length = 32;
-  c.layer.recompute = kernels::RecomputeMode::kSelective;
+  c.layer.parallel.recompute = Recompute::kSelective;
   c.warmup = 1;
   c.iters = 3;
   c.capacity_bytes_per_rank = capacity;
@@ -178,7 +178,8 @@ TEST(KernelsExecutorTest, UnsupportedAndInvalidTasksSayWhy) {
 
   v1::ProfileTask bad_act = LayerTask(1);
   bad_act.mutable_layer()->mutable_shape()->set_activation("relu");
-  EXPECT_EQ(run(bad_act).message(), "invalid task: activation (relu) must be gelu or swiglu");
+  EXPECT_EQ(run(bad_act).message(),
+            "invalid task: unknown activation 'relu' (expected gelu, swiglu)");
 
   v1::ProfileTask wide_comm;
   wide_comm.mutable_collective()->set_op(v1::CollectiveSweepTask::OP_ALL_REDUCE);
@@ -340,9 +341,9 @@ TEST(KernelsExecutorVerify, AWholeLayoutTrainsLikeRunTrainingInProcess) {
   c.shape.vocab_size = 256;
   c.num_layers = 4;
   c.seq_length = 32;
-  c.micro_batch_size = 1;
+  c.parallel.micro_batch_size = 1;
   c.num_micro_batches = 4;
-  c.pp = 2;
+  c.parallel.pp = 2;
   c.steps = 3;
   c.seed = 77;
   absl::StatusOr<kernels::training::TrainResult> local =

@@ -1,0 +1,129 @@
+#include "core/enums.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace paratune {
+namespace {
+
+/// Looks `s` up among the names of the values in `all`; the error lists the allowed names.
+template <typename E, size_t N>
+absl::StatusOr<E> ParseEnum(const char* what, absl::string_view s, const E (&all)[N]) {
+  std::vector<std::string> names;
+  for (E v : all) {
+    if (s == ToString(v)) return v;
+    names.push_back(ToString(v));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown ", what, " '", s, "' (expected ",
+                                                 absl::StrJoin(names, ", "), ")"));
+}
+
+}  // namespace
+
+const char* ToString(Activation v) {
+  switch (v) {
+    case Activation::kGelu: return "gelu";
+    case Activation::kSwiglu: return "swiglu";
+  }
+  return "?";
+}
+
+const char* ToString(Normalization v) {
+  switch (v) {
+    case Normalization::kLayerNorm: return "layernorm";
+    case Normalization::kRmsNorm: return "rmsnorm";
+  }
+  return "?";
+}
+
+const char* ToString(PositionEmbedding v) {
+  switch (v) {
+    case PositionEmbedding::kLearned: return "learned";
+    case PositionEmbedding::kRope: return "rope";
+  }
+  return "?";
+}
+
+const char* ToString(Precision v) {
+  switch (v) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+    case Precision::kFp8: return "fp8";
+  }
+  return "?";
+}
+
+const char* ToString(Recompute v) {
+  switch (v) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+const char* ToString(CollectiveOp v) {
+  switch (v) {
+    case CollectiveOp::kAllReduce: return "all_reduce";
+    case CollectiveOp::kAllGather: return "all_gather";
+    case CollectiveOp::kReduceScatter: return "reduce_scatter";
+    case CollectiveOp::kSendRecv: return "send_recv";
+  }
+  return "?";
+}
+
+const char* ToString(StageExtras v) {
+  switch (v) {
+    case StageExtras::kNone: return "none";
+    case StageExtras::kFirst: return "first";
+    case StageExtras::kLast: return "last";
+  }
+  return "?";
+}
+
+absl::StatusOr<Activation> ParseActivation(absl::string_view s) {
+  static constexpr Activation kAll[] = {Activation::kGelu, Activation::kSwiglu};
+  return ParseEnum("activation", s, kAll);
+}
+
+absl::StatusOr<Normalization> ParseNormalization(absl::string_view s) {
+  static constexpr Normalization kAll[] = {Normalization::kLayerNorm, Normalization::kRmsNorm};
+  return ParseEnum("normalization", s, kAll);
+}
+
+absl::StatusOr<PositionEmbedding> ParsePositionEmbedding(absl::string_view s) {
+  static constexpr PositionEmbedding kAll[] = {PositionEmbedding::kLearned,
+                                               PositionEmbedding::kRope};
+  return ParseEnum("position embedding", s, kAll);
+}
+
+absl::StatusOr<Precision> ParsePrecision(absl::string_view s) {
+  static constexpr Precision kAll[] = {Precision::kFp32, Precision::kBf16, Precision::kFp16,
+                                       Precision::kFp8};
+  return ParseEnum("precision", s, kAll);
+}
+
+absl::StatusOr<Recompute> ParseRecompute(absl::string_view s) {
+  static constexpr Recompute kAll[] = {Recompute::kNone, Recompute::kSelective,
+                                       Recompute::kFull};
+  return ParseEnum("recompute", s, kAll);
+}
+
+absl::StatusOr<CollectiveOp> ParseCollectiveOp(absl::string_view s) {
+  static constexpr CollectiveOp kAll[] = {CollectiveOp::kAllReduce, CollectiveOp::kAllGather,
+                                          CollectiveOp::kReduceScatter, CollectiveOp::kSendRecv};
+  return ParseEnum("collective op", s, kAll);
+}
+
+absl::StatusOr<StageExtras> ParseStageExtras(absl::string_view s) {
+  static constexpr StageExtras kAll[] = {StageExtras::kNone, StageExtras::kFirst,
+                                         StageExtras::kLast};
+  return ParseEnum("stage extras", s, kAll);
+}
+
+}  // namespace paratune

@@ -1,0 +1,57 @@
+// The enums every layer of ParaTune shares (Megatron's transformer/enums.py): spec files,
+// the planner, the wire conversions, the worker and the kernels all use these, so a value
+// has one spelling everywhere ("swiglu", "selective", "all_reduce", ...).
+#ifndef PARATUNE_CORE_ENUMS_H_
+#define PARATUNE_CORE_ENUMS_H_
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace paratune {
+
+/// The MLP's activation: GELU (GPT) or SwiGLU (Llama; three matrices instead of two).
+enum class Activation { kGelu, kSwiglu };
+/// The pre-attention / pre-MLP / final norm: LayerNorm (GPT) or RMSNorm (Llama).
+enum class Normalization { kLayerNorm, kRmsNorm };
+/// Learned absolute position table (GPT) or rotary embeddings (Llama; no parameters).
+enum class PositionEmbedding { kLearned, kRope };
+/// Storage type of weights, activations and gradients.
+enum class Precision { kFp32, kBf16, kFp16, kFp8 };
+/// Activation recomputation: none stores everything; selective recomputes the attention
+/// core (scores, softmax, dropout, P·V) in backward; full keeps only a layer's input and
+/// reruns its whole forward in backward.
+enum class Recompute { kNone, kSelective, kFull };
+/// A collective of an nccl-tests-style sweep.
+enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kSendRecv };
+/// Work run around a layer on the first or last pipeline stage, besides the layer.
+enum class StageExtras {
+  kNone,
+  kFirst,  ///< VocabParallelEmbedding lookup before the layer.
+  kLast,   ///< Final norm, vocab-parallel logits and cross entropy after the layer.
+};
+
+// Names used in spec files, tasks, JSON and tables: "gelu" | "swiglu", "layernorm" |
+// "rmsnorm", "learned" | "rope", "fp32" | "bf16" | "fp16" | "fp8", "none" | "selective" |
+// "full", "all_reduce" | "all_gather" | "reduce_scatter" | "send_recv", "none" | "first" |
+// "last".
+const char* ToString(Activation v);
+const char* ToString(Normalization v);
+const char* ToString(PositionEmbedding v);
+const char* ToString(Precision v);
+const char* ToString(Recompute v);
+const char* ToString(CollectiveOp v);
+const char* ToString(StageExtras v);
+
+/// The value named `s` (exactly as ToString spells it); InvalidArgument otherwise,
+/// listing the accepted names: `unknown activation 'relu' (expected gelu, swiglu)`.
+absl::StatusOr<Activation> ParseActivation(absl::string_view s);
+absl::StatusOr<Normalization> ParseNormalization(absl::string_view s);
+absl::StatusOr<PositionEmbedding> ParsePositionEmbedding(absl::string_view s);
+absl::StatusOr<Precision> ParsePrecision(absl::string_view s);
+absl::StatusOr<Recompute> ParseRecompute(absl::string_view s);
+absl::StatusOr<CollectiveOp> ParseCollectiveOp(absl::string_view s);
+absl::StatusOr<StageExtras> ParseStageExtras(absl::string_view s);
+
+}  // namespace paratune
+
+#endif  // PARATUNE_CORE_ENUMS_H_

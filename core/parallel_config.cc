@@ -1,0 +1,35 @@
+#include "core/parallel_config.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace paratune {
+
+int64_t ParallelConfig::LayersInChunk(int64_t num_layers, int64_t stage, int64_t chunk) const {
+  if (!split_counts_embedding_and_loss) return num_layers / (pp * vp);
+  int64_t layers = (num_layers + 2) / (pp * vp);
+  if (stage == 0 && chunk == 0) --layers;                  // The embedding's slot.
+  if (stage == pp - 1 && chunk == vp - 1) --layers;        // The loss's slot.
+  return layers;
+}
+
+int64_t ParallelConfig::LayersOnStage(int64_t num_layers, int64_t stage) const {
+  int64_t layers = 0;
+  for (int64_t j = 0; j < vp; ++j) layers += LayersInChunk(num_layers, stage, j);
+  return layers;
+}
+
+std::string ParallelConfig::ToString() const {
+  std::string out = absl::StrFormat("tp%d pp%d dp%d cp%d vp%d mb%d", tp, pp, dp, cp, vp,
+                                    micro_batch_size);
+  if (sequence_parallel) absl::StrAppend(&out, tp_comm_overlap ? " sp+overlap" : " sp");
+  absl::StrAppend(&out, " ", paratune::ToString(recompute));
+  if (recompute == Recompute::kFull && recompute_num_layers > 0) {
+    absl::StrAppend(&out, "(", recompute_num_layers, ")");
+  }
+  if (distributed_optimizer) absl::StrAppend(&out, " dopt");
+  if (split_counts_embedding_and_loss) absl::StrAppend(&out, " split+2");
+  return out;
+}
+
+}  // namespace paratune

@@ -1,0 +1,69 @@
+#include "core/parallel_config.h"
+
+#include <gtest/gtest.h>
+
+namespace paratune {
+namespace {
+
+TEST(ParallelConfigTest, DefaultsAreOneRankWithMegatronsOverlaps) {
+  const ParallelConfig c;
+  EXPECT_EQ(c.world_size(), 1);
+  EXPECT_EQ(c.recompute, Recompute::kNone);
+  EXPECT_TRUE(c.overlap_grad_reduce);
+  EXPECT_TRUE(c.overlap_p2p_comm);
+  EXPECT_FALSE(c.tp_comm_overlap);
+  EXPECT_EQ(c.ToString(), "tp1 pp1 dp1 cp1 vp1 mb1 none");
+}
+
+TEST(ParallelConfigTest, WorldSizeCountsEveryDimension) {
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 4;
+  c.cp = 2;
+  c.dp = 3;
+  c.vp = 5;  // Virtual stages share their pipeline rank's devices.
+  EXPECT_EQ(c.world_size(), 8 * 4 * 2 * 3);
+}
+
+TEST(ParallelConfigTest, EvenSplitAndEmbeddingAndLossAwareSplit) {
+  ParallelConfig c;
+  c.pp = 4;
+  c.vp = 2;
+  for (int64_t stage = 0; stage < 4; ++stage) {
+    for (int64_t chunk = 0; chunk < 2; ++chunk) EXPECT_EQ(c.LayersInChunk(32, stage, chunk), 4);
+    EXPECT_EQ(c.LayersOnStage(32, stage), 8);
+  }
+  // 30 + 2 over 8 chunks: 4 slots each; the embedding and the loss take one slot each.
+  c.split_counts_embedding_and_loss = true;
+  EXPECT_EQ(c.LayersInChunk(30, 0, 0), 3);
+  EXPECT_EQ(c.LayersInChunk(30, 0, 1), 4);
+  EXPECT_EQ(c.LayersInChunk(30, 3, 1), 3);
+  EXPECT_EQ(c.LayersOnStage(30, 0), 7);
+  EXPECT_EQ(c.LayersOnStage(30, 1), 8);
+  EXPECT_EQ(c.LayersOnStage(30, 3), 7);
+  int64_t total = 0;
+  for (int64_t stage = 0; stage < 4; ++stage) total += c.LayersOnStage(30, stage);
+  EXPECT_EQ(total, 30);
+}
+
+TEST(ParallelConfigTest, ToStringNamesFlagsAndEqualityComparesThem) {
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 8;
+  c.vp = 8;
+  c.dp = 2;
+  c.sequence_parallel = true;
+  c.tp_comm_overlap = true;
+  c.recompute = Recompute::kFull;
+  c.recompute_num_layers = 2;
+  c.distributed_optimizer = true;
+  c.split_counts_embedding_and_loss = true;
+  EXPECT_EQ(c.ToString(), "tp8 pp8 dp2 cp1 vp8 mb1 sp+overlap full(2) dopt split+2");
+  ParallelConfig d = c;
+  EXPECT_EQ(c, d);
+  d.overlap_p2p_comm = false;
+  EXPECT_NE(c, d);
+}
+
+}  // namespace
+}  // namespace paratune
