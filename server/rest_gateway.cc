@@ -144,8 +144,8 @@ absl::StatusOr<int> RestGateway::Start(const std::string& host, int port) {
   server_->set_payload_max_length(options_.max_body_bytes);
   // Each keep-alive connection holds a pool thread while it is open: with as many busy
   // keep-alive clients as threads, a new connection (a /healthz probe, a /metrics scrape)
-  // used to wait until one of them went away (14.9 s with 64 polling clients). A
-  // connection now ends after kKeepAliveMaxRequests requests or kKeepAliveTimeoutS idle
+  // would wait until one of them went away (14.9 s with 64 polling clients and no limit).
+  // A connection ends after kKeepAliveMaxRequests requests or kKeepAliveTimeoutS idle
   // seconds, so a queued connection gets a thread within a fraction of that turnover.
   server_->set_keep_alive_max_count(kKeepAliveMaxRequests);
   server_->set_keep_alive_timeout(kKeepAliveTimeoutS);

@@ -312,7 +312,7 @@ TEST_F(JobManagerTest, ProfileJobWhoseTasksAreAllUnsupportedKeepsTheModelledRank
 }
 
 // In a cluster of unequal workers, a task needing more ranks than a worker has goes to one
-// that has them (it used to be leased to whoever asked first, answered UNSUPPORTED and lost);
+// that has them (not to whoever asks first, which would answer UNSUPPORTED and lose it);
 // when no registered worker has them, any worker takes it and says why.
 TEST_F(JobManagerTest, TasksNeedingMoreRanksWaitForAWorkerThatHasThem) {
   Open();

@@ -497,8 +497,8 @@ TEST_F(RestGatewayTest, BusyKeepAliveConnectionsDoNotStarveANewOne) {
   StartGateway();  // 4 threads.
   // As many keep-alive clients as threads, each polling every 50 ms (the load bench's REST
   // followers poll every 100 ms). A connection ends after 32 requests (1.6 s here) or 2 idle
-  // seconds, so a new connection gets a thread within about that; with the old limit of
-  // 1000 requests per connection it waited ~50 s.
+  // seconds, so a new connection gets a thread within about that; with a limit of 1000
+  // requests per connection it would wait ~50 s.
   constexpr int kClients = 4;
   std::atomic<bool> stop{false};
   std::atomic<int> polls{0};

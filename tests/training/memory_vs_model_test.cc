@@ -4,9 +4,8 @@
 // layouts that move each term: TP, PP (the first or the last stage holding the peak), DP
 // with and without the distributed optimizer, micro-batch, recompute, tied embeddings, a
 // learned position table, and a vocabulary small enough for one layer's backward working
-// set to be the larger transient and large enough for the loss buffers to be. Measured
-// (session 9): −1.0 … +3.4 %; before that session's changes the full-recompute case was
-// −16.7 % and the tied single-stage cases −20 % and −27 % (the trainer's own output matrix).
+// set to be the larger transient and large enough for the loss buffers to be. The measured
+// spread is in docs/validation.md.
 #include <cmath>
 #include <cstdio>
 
