@@ -779,6 +779,8 @@ absl::StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& reques
   if (!request.has_spec()) return absl::InvalidArgumentError("spec is required");
   absl::StatusOr<JobSpec> spec = SpecFromProto(request.spec());
   if (!spec.ok()) return spec.status();
+  absl::StatusOr<v1::JobSpec> resolved = SpecToProto(*spec);
+  if (!resolved.ok()) return resolved.status();
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
   std::string id = NewIdLocked("job");
@@ -790,6 +792,7 @@ absl::StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& reques
   job.set_name(!entry.spec.name.empty() ? entry.spec.name : entry.spec.model.name);
   job.set_state(v1::JOB_STATE_PENDING);
   *job.mutable_spec() = request.spec();
+  *job.mutable_resolved_spec() = *std::move(resolved);
   SetTime(job.mutable_create_time(), clock_->NowMs());
   SetTime(job.mutable_update_time(), clock_->NowMs());
   if (absl::Status s = store_->PutJob(entry.record); !s.ok()) return s;
