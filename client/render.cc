@@ -47,10 +47,10 @@ std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec) {
       spec.training.global_batch_size, spec.training.seq_length,
       ToString(spec.training.precision));
   // 79 columns.
-  absl::StrAppend(&out, absl::StrFormat("%4s %2s %2s %5s %2s %2s %3s %2s %-9s %4s %8s %9s %6s %8s\n",
-                                        "rank", "TP", "PP", "DP", "CP", "VP", "mb", "SP",
-                                        "recompute", "dopt", "iter s", "tok/s/GPU", "MFU",
-                                        "mem GiB"));
+  absl::StrAppend(&out,
+                  absl::StrFormat("%4s %2s %2s %5s %2s %2s %3s %2s %-9s %4s %8s %9s %6s %8s\n",
+                                  "rank", "TP", "PP", "DP", "CP", "VP", "mb", "SP", "recompute",
+                                  "dopt", "iter s", "tok/s/GPU", "MFU", "mem GiB"));
   bool any_oom = false;
   for (const RankedConfig& r : result.ranked) {
     const ParallelConfig& c = r.config;

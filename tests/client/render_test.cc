@@ -78,7 +78,8 @@ TEST(RenderTest, TableFitsEightyColumns) {
     EXPECT_LE(line.size(), 80u) << line;
   }
   EXPECT_THAT(table, HasSubstr("rank TP PP    DP CP VP  mb SP recompute dopt"));
-  EXPECT_THAT(table, HasSubstr("   1  8 12    10  1  2   1  y selective    y   12.500       262  48.1%    50.5 "));
+  EXPECT_THAT(table, HasSubstr("   1  8 12    10  1  2   1  y selective    y   12.500       "
+                               "262  48.1%    50.5 "));
   EXPECT_THAT(table, HasSubstr("full/2"));
   EXPECT_THAT(table, HasSubstr("50.5!"));
   EXPECT_THAT(table, HasSubstr("# 4321 candidates, 17 feasible, 1 rejected with a reason"));
