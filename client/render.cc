@@ -21,6 +21,17 @@ const std::string& DisplayName(const JobSpec& spec) {
   return spec.name.empty() ? spec.model.name : spec.name;
 }
 
+// "# name: L=.. h=.. a=.. | N x gpu (n/node) | B=.. s=.. precision", the first line of the
+// table and of an estimate.
+std::string JobHeader(const JobSpec& spec) {
+  return absl::StrFormat("# %s: L=%d h=%d a=%d | %d x %s (%d/node) | B=%d s=%d %s\n",
+                         DisplayName(spec), spec.model.num_layers, spec.model.hidden_size,
+                         spec.model.num_attention_heads, spec.cluster.num_gpus,
+                         spec.cluster.gpu, spec.cluster.gpus_per_node,
+                         spec.training.global_batch_size, spec.training.seq_length,
+                         ToString(spec.training.precision));
+}
+
 std::string CsvField(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string quoted = "\"";
@@ -40,12 +51,7 @@ std::string ErrorPercent(double predicted, double measured) {
 }  // namespace
 
 std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec) {
-  std::string out = absl::StrFormat(
-      "# %s: L=%d h=%d a=%d | %d x %s (%d/node) | B=%d s=%d %s\n", DisplayName(spec),
-      spec.model.num_layers, spec.model.hidden_size, spec.model.num_attention_heads,
-      spec.cluster.num_gpus, spec.cluster.gpu, spec.cluster.gpus_per_node,
-      spec.training.global_batch_size, spec.training.seq_length,
-      ToString(spec.training.precision));
+  std::string out = JobHeader(spec);
   // 79 columns.
   absl::StrAppend(&out,
                   absl::StrFormat("%4s %2s %2s %5s %2s %2s %3s %2s %-9s %4s %8s %9s %6s %8s\n",
@@ -104,12 +110,7 @@ std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec) {
 std::string FormatEstimate(const RankedConfig& r, const JobSpec& spec) {
   const MemoryBreakdown& m = r.memory;
   const TimeBreakdown& t = r.time;
-  std::string out = absl::StrFormat(
-      "# %s: L=%d h=%d a=%d | %d x %s (%d/node) | B=%d s=%d %s\n", DisplayName(spec),
-      spec.model.num_layers, spec.model.hidden_size, spec.model.num_attention_heads,
-      spec.cluster.num_gpus, spec.cluster.gpu, spec.cluster.gpus_per_node,
-      spec.training.global_batch_size, spec.training.seq_length,
-      ToString(spec.training.precision));
+  std::string out = JobHeader(spec);
   absl::StrAppend(&out, "layout          ", r.config.ToString(), " (",
                   r.config.NumMicroBatches(spec.training), " micro-batches)\n");
   absl::StrAppend(&out, absl::StrFormat("iteration       %.4f s, %.0f tokens/s/GPU, MFU %.1f%%, "

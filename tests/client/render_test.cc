@@ -21,13 +21,14 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using nlohmann::json;
 
-json MinimalSpec() {
-  return json::parse(R"({
-    "model": {"num_layers": 24, "hidden_size": 2048, "num_attention_heads": 16,
-              "vocab_size": 51200},
-    "training": {"seq_length": 2048, "global_batch_size": 512},
-    "cluster": {"gpu": "a100-80gb", "num_gpus": 64}
-  })");
+/// A spec for the table's header: GPT-3 175B on 1024 A100s.
+JobSpec HeaderSpec() {
+  absl::StatusOr<JobSpec> spec = JobSpecFromJson(json::parse(R"({
+    "model": {"preset": "gpt3-175b"},
+    "training": {"seq_length": 2048, "global_batch_size": 1536},
+    "cluster": {"gpu": "a100-80gb", "num_gpus": 1024}})"));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
 }
 
 PlanResult SamplePlan() {
@@ -71,9 +72,11 @@ PlanResult SamplePlan() {
 }
 
 TEST(RenderTest, TableFitsEightyColumns) {
-  auto spec = JobSpecFromJson(MinimalSpec());
-  ASSERT_TRUE(spec.ok());
-  const std::string table = FormatPlanTable(SamplePlan(), *spec);
+  const JobSpec spec = HeaderSpec();
+  const std::string table = FormatPlanTable(SamplePlan(), spec);
+  EXPECT_TRUE(table.starts_with(
+      "# gpt3-175b: L=96 h=12288 a=96 | 1024 x a100-80gb (8/node) | B=1536 s=2048 bf16\n"))
+      << table;
   for (absl::string_view line : absl::StrSplit(table, '\n')) {
     EXPECT_LE(line.size(), 80u) << line;
   }
@@ -88,14 +91,14 @@ TEST(RenderTest, TableFitsEightyColumns) {
   // A coordinator's results list only the first rejected layouts; the count is of all.
   PlanResult capped = SamplePlan();
   capped.rejected_total = 18000;
-  EXPECT_THAT(FormatPlanTable(capped, *spec),
+  EXPECT_THAT(FormatPlanTable(capped, spec),
               HasSubstr("# 4321 candidates, 17 feasible, 18000 rejected with a reason"));
 
   // When nothing is feasible, the table says why.
   PlanResult none = SamplePlan();
   none.ranked.clear();
   none.feasible = 0;
-  const std::string empty = FormatPlanTable(none, *spec);
+  const std::string empty = FormatPlanTable(none, spec);
   EXPECT_THAT(empty, HasSubstr("(no layout to rank)"));
   EXPECT_THAT(empty, HasSubstr("# rejected tp3 "));
   EXPECT_THAT(empty, HasSubstr(": tp (3) must divide model.num_attention_heads (96)"));
