@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/commands.h"
+#include "client/render.h"
 #include "client/spec_file.h"
 #include "search/device_catalog.h"
 #include "search/exporters.h"
@@ -28,10 +29,6 @@ int Fail(const absl::Status& status) {
                  status.code() == absl::StatusCode::kNotFound
              ? kExitInvalid
              : kExitFailure;
-}
-
-std::string Dump(const nlohmann::json& j) {
-  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 absl::StatusOr<JobSpec> LoadSpec(const std::string& path) {
@@ -70,7 +67,7 @@ int RunPlan(const PlanOptions& o) {
   auto result = Plan(*spec);
   if (!result.ok()) return Fail(result.status());
   if (o.json) {
-    std::cout << Dump(PlanResultToJson(*result)) << "\n";
+    std::cout << PlanJson(*result) << "\n";
   } else if (o.csv) {
     std::cout << FormatPlanCsv(*result);
   } else {
@@ -93,7 +90,7 @@ int RunEstimate(const EstimateOptions& o) {
   if (!estimate.ok()) return Fail(estimate.status());
   if (estimate->rank == 0) estimate->rank = 1;
   if (o.json) {
-    std::cout << Dump(RankedConfigToJson(*estimate)) << "\n";
+    std::cout << EstimateJson(*estimate) << "\n";
   } else {
     std::cout << FormatEstimate(*estimate, *spec);
   }
@@ -158,7 +155,9 @@ void RegisterPlanCommands(CLI::App& app, int* exit_code) {
       ->required();
   plan->add_option("--top", plan_options->top, "Number of ranked layouts (overrides search.top_k)")
       ->check(CLI::PositiveNumber);
-  CLI::Option* json = plan->add_flag("--json", plan_options->json, "Print the PlanResult as JSON");
+  CLI::Option* json = plan->add_flag(
+      "--json", plan_options->json,
+      "Print the PlanResult as JSON (the proto JSON mapping, as `results --json` and REST)");
   plan->add_flag("--csv", plan_options->csv, "Print one CSV row per candidate")->excludes(json);
   plan->footer(CatalogFooter());
   plan->callback([plan_options, exit_code] { *exit_code = RunPlan(*plan_options); });

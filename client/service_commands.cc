@@ -14,22 +14,20 @@
 #include <string>
 #include <thread>
 
-#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
+#include "client/render.h"
 #include "client/spec_file.h"
 #include "paratune/v1/service.grpc.pb.h"
 #include "search/planner.h"
-#include "search/spec_io.h"
 #include "server/clock.h"
 #include "server/convert.h"
 #include "server/grpc_services.h"
 #include "server/job_manager.h"
 #include "server/store.h"
-#include "server/verify_plan.h"
 #include "worker/daemon.h"
 
 namespace paratune::client {
@@ -50,15 +48,6 @@ int Fail(const absl::Status& status) {
   std::cerr << "paratune: " << absl::StatusCodeToString(status.code()) << ": "
             << status.message() << "\n";
   return ExitCodeFor(status);
-}
-
-std::string ToJson(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.add_whitespace = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, options);
-  return out;
 }
 
 absl::StatusOr<std::string> ReadText(const std::string& path, const char* what) {
@@ -174,34 +163,13 @@ struct SpecArgs {
 
 // --- Output -------------------------------------------------------------------------------
 
-/// One progress line: state, a bar of tasks done/total, cached, failed, ETA.
-std::string ProgressLine(const v1::Job& job) {
-  const v1::JobProgress& p = job.progress();
-  std::string line = absl::StrFormat("%s %-10s", job.id(), JobStateName(job.state()));
-  if (p.tasks_total() > 0) {
-    constexpr int kWidth = 24;
-    const int filled = static_cast<int>(kWidth * (p.tasks_done() + p.tasks_failed()) /
-                                        p.tasks_total());
-    absl::StrAppend(&line, " [", std::string(filled, '#'), std::string(kWidth - filled, '.'),
-                    "] ", p.tasks_done(), "/", p.tasks_total(), " tasks");
-    if (p.tasks_cached() > 0) absl::StrAppend(&line, ", ", p.tasks_cached(), " cached");
-    if (p.tasks_failed() > 0) absl::StrAppend(&line, ", ", p.tasks_failed(), " failed");
-    if (p.eta_s() > 0) absl::StrAppend(&line, absl::StrFormat(", ETA %.0f s", p.eta_s()));
-  }
-  if (!job.error().empty()) absl::StrAppend(&line, ": ", job.error());
-  return line;
-}
-
 /// Prints progress lines; on a terminal, one line rewritten in place.
 class ProgressPrinter {
  public:
   explicit ProgressPrinter(bool json) : json_(json), tty_(isatty(STDOUT_FILENO) != 0) {}
   void Update(const v1::Job& job) {
     if (json_) {
-      std::string line;
-      google::protobuf::util::JsonPrintOptions o;
-      o.preserve_proto_field_names = true;
-      (void)google::protobuf::util::MessageToJsonString(job, &line, o);
+      const std::string line = server::WireJson(job, /*pretty=*/false);
       if (line == last_) return;  // keepalives repeat an unchanged job
       std::cout << line << std::endl;
       last_ = line;
@@ -223,85 +191,6 @@ class ProgressPrinter {
   const bool tty_;
   std::string last_;
 };
-
-/// (predicted − measured) / measured in percent, signed; "n/a" without a measurement.
-std::string ErrorPercent(double predicted, double measured) {
-  if (measured <= 0) return "n/a";
-  return absl::StrFormat("%+.1f %%", (predicted - measured) / measured * 100.0);
-}
-
-/// One line per ranked layout that has a verification status: measured next to predicted
-/// iteration time and peak memory with the prediction error, or why it was not verified.
-std::string VerificationLines(const v1::PlanResult& plan) {
-  std::string out;
-  for (const v1::RankedConfig& r : plan.ranked()) {
-    const v1::Verification& v = r.verification();
-    if (v.status().empty()) continue;
-    if (out.empty()) {
-      out = "# verification: whole model trained end to end on the workers (measured vs "
-            "predicted; error = (predicted - measured) / measured)\n";
-    }
-    const v1::ParallelConfig& c = r.config();
-    std::string layout = absl::StrFormat(
-        "tp%d pp%d dp%d%s mb%d%s%s%s", c.tp(), c.pp(), c.dp(),
-        c.vp() > 1 ? absl::StrFormat(" vp%d", c.vp()) : std::string(), c.micro_batch_size(),
-        c.sequence_parallel() ? " sp" : "",
-        !c.recompute().empty() && c.recompute() != "none" ? " rc-" + c.recompute() : "",
-        c.distributed_optimizer() ? " dopt" : "");
-    absl::StrAppendFormat(&out, "#  %2d %-26s ", r.rank(), layout);
-    if (v.status() != "verified") {
-      absl::StrAppend(&out, v.status(), "\n");
-      continue;
-    }
-    // Results stored before predicted_tracked_peak_gib existed compare with the whole peak.
-    const double tracked = v.predicted_tracked_peak_gib() > 0 ? v.predicted_tracked_peak_gib()
-                                                               : v.predicted_peak_gib();
-    // The timed steps' range (after the first, which allocates and warms up): what a
-    // difference between two layouts has to exceed to be more than the run's own spread.
-    std::string spread;
-    if (v.measured_step_seconds_size() >= 3) {
-      const std::vector<double> steps = server::TimedSteps(v);
-      const auto [lo, hi] = std::minmax_element(steps.begin(), steps.end());
-      spread = absl::StrFormat(" (steps %.4g-%.4g s)", *lo, *hi);
-    }
-    absl::StrAppendFormat(
-        &out,
-        "time %.4g s measured%s, %.4g s predicted (%s); peak %.3f GiB measured, %.3f GiB "
-        "predicted as the trainer allocates (%s; %.3f GiB with the framework); %d ranks\n",
-        v.measured_iteration_time_s(), spread, v.predicted_iteration_time_s(),
-        ErrorPercent(v.predicted_iteration_time_s(), v.measured_iteration_time_s()),
-        v.measured_peak_gib(), tracked, ErrorPercent(tracked, v.measured_peak_gib()),
-        v.predicted_peak_gib(), v.measured_peak_gib_per_rank_size());
-  }
-  if (plan.has_verification_summary()) {
-    absl::StrAppend(&out, "# verification ranking: ", plan.verification_summary().verdict(), "\n");
-  }
-  return out;
-}
-
-/// The ranked table (search/spec_io's format) plus where each figure comes from, and the
-/// verification of the layouts that were trained end to end.
-std::string ResultsTable(const v1::JobResults& results, const v1::JobSpec& spec_proto) {
-  absl::StatusOr<PlanResult> plan = server::PlanResultFromProto(results.plan());
-  absl::StatusOr<JobSpec> spec = server::SpecFromProto(spec_proto);
-  if (!plan.ok() || !spec.ok()) return ToJson(results);
-  std::string out = FormatPlanTable(*plan, *spec);
-  int measured = 0;
-  for (const v1::RankedConfig& r : results.plan().ranked()) measured += r.source() == "measured";
-  absl::StrAppend(&out, "# source: ", measured, " measured, ",
-                  results.plan().ranked_size() - measured, " modelled\n");
-  // The coordinator lists only the first rejected layouts; it counts all of them per rule.
-  const v1::PlanResult& p = results.plan();
-  if (p.rejected_total() > p.rejected_size()) {
-    absl::StrAppend(&out, "# rejected: ", p.rejected_total(), " in all (", p.rejected_size(),
-                    " listed in --json); by rule:\n");
-    for (const v1::RejectedReason& r : p.rejected_reasons()) {
-      absl::StrAppend(&out, "#   ", r.count(), "  ", r.reason(), "\n");
-    }
-  }
-  absl::StrAppend(&out, VerificationLines(results.plan()));
-  return out;
-}
 
 // --- Remote commands ----------------------------------------------------------------------
 
@@ -378,7 +267,7 @@ int Submit(RemoteArgs& a) {
   grpc::Status status = (*stub)->SubmitJob(a.conn.Context().get(), req, &job);
   if (!status.ok()) return Fail(a.conn.Explain(status));
   if (a.json) {
-    std::cout << ToJson(job) << "\n";
+    std::cout << server::WireJson(job) << "\n";
   } else {
     std::cout << job.id() << "\n";
   }
@@ -401,7 +290,7 @@ int Results(RemoteArgs& a) {
   grpc::Status status = (*stub)->GetResults(a.conn.Context().get(), req, &results);
   if (!status.ok()) return Fail(a.conn.Explain(status));
   if (a.json) {
-    std::cout << ToJson(results) << "\n";
+    std::cout << server::WireJson(results) << "\n";
     return 0;
   }
   v1::GetJobRequest get;
@@ -409,7 +298,7 @@ int Results(RemoteArgs& a) {
   v1::Job job;
   status = (*stub)->GetJob(a.conn.Context().get(), get, &job);
   if (!status.ok()) return Fail(a.conn.Explain(status));
-  std::cout << ResultsTable(results, job.spec());
+  std::cout << ResultsTable(results, RenderedSpec(job));
   return 0;
 }
 
@@ -421,7 +310,7 @@ int Cancel(RemoteArgs& a) {
   v1::Job job;
   grpc::Status status = (*stub)->CancelJob(a.conn.Context().get(), req, &job);
   if (!status.ok()) return Fail(a.conn.Explain(status));
-  std::cout << (a.json ? ToJson(job) + "\n" : ProgressLine(job) + "\n");
+  std::cout << (a.json ? server::WireJson(job) + "\n" : ProgressLine(job) + "\n");
   return 0;
 }
 
@@ -433,7 +322,7 @@ int Jobs(RemoteArgs& a) {
   grpc::Status status = (*stub)->ListJobs(a.conn.Context().get(), req, &resp);
   if (!status.ok()) return Fail(a.conn.Explain(status));
   if (a.json) {
-    std::cout << ToJson(resp) << "\n";
+    std::cout << server::WireJson(resp) << "\n";
     return 0;
   }
   std::cout << absl::StrFormat("%-17s %-20s %s\n", "id", "name", "state / progress");
@@ -452,7 +341,7 @@ int Workers(RemoteArgs& a) {
   grpc::Status status = (*stub)->ListWorkers(a.conn.Context().get(), req, &resp);
   if (!status.ok()) return Fail(a.conn.Explain(status));
   if (a.json) {
-    std::cout << ToJson(resp) << "\n";
+    std::cout << server::WireJson(resp) << "\n";
     return 0;
   }
   const int64_t now_ms = server::SystemClock().NowMs();
@@ -506,14 +395,16 @@ int Tune(const TuneArgs& a) {
     if (grpc) grpc->Shutdown(1000);
   };
   if (profile) {
+    // The worker reaches the job manager's WorkerHub through an in-process channel: no
+    // port is opened.
     server::GrpcServerOptions grpc_options;
-    grpc_options.address = "127.0.0.1:0";
+    grpc_options.address = "";
     absl::StatusOr<std::unique_ptr<server::GrpcServer>> started =
         server::GrpcServer::Start(manager->get(), manager->get(), grpc_options);
     if (!started.ok()) return Fail(started.status());
     grpc = *std::move(started);
     worker::WorkerOptions wopts;
-    wopts.coordinator = absl::StrCat("127.0.0.1:", grpc->port());
+    wopts.channel = grpc->InProcessChannel();
     wopts.backend = a.backend;
     wopts.name = "tune-local";
     wopts.lease_wait_ms = 500;
@@ -587,7 +478,7 @@ int Tune(const TuneArgs& a) {
         final_job.ok() && !final_job->error().empty() ? ": " + final_job->error() : "")));
   }
   if (!results.ok()) return Fail(results.status());
-  std::cout << (a.json ? ToJson(*results) + "\n" : ResultsTable(*results, *spec));
+  std::cout << (a.json ? server::WireJson(*results) + "\n" : ResultsTable(*results, *spec));
   return 0;
 }
 

@@ -1,4 +1,4 @@
-// JSON forms of the job spec and the plan result, table and CSV (see spec_io.h).
+// The job spec's JSON form: the strict reader and the canonical writer (see spec_io.h).
 #include "search/spec_io.h"
 
 #include <algorithm>
@@ -9,7 +9,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "search/hf_import.h"
 #include "search/presets.h"
@@ -18,8 +17,6 @@ namespace paratune {
 namespace {
 
 using nlohmann::json;
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // ---- Reading ----------------------------------------------------------------------------
 
@@ -454,22 +451,6 @@ json BoolsToJson(const std::vector<bool>& v) {
   return a;
 }
 
-std::string OnOff(bool b) { return b ? "y" : "-"; }
-
-const std::string& DisplayName(const JobSpec& spec) {
-  return spec.name.empty() ? spec.model.name : spec.name;
-}
-
-std::string CsvField(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string quoted = "\"";
-  for (char c : s) {
-    if (c == '"') quoted += '"';
-    quoted += c;
-  }
-  return quoted + "\"";
-}
-
 // Learned positions: model.max_position_embeddings is the table's rows. Megatron-LM's
 // default is seq_length (0 here), and a preset's or Hugging Face config's table smaller than
 // training.seq_length grows to it, as the exported arguments do (search/exporters.cc); a
@@ -634,199 +615,6 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
     return unpinned("distributed_optimizer", o.distributed_optimizer.size());
   }
   return c;
-}
-
-json ParallelConfigToJson(const ParallelConfig& c) {
-  return json{{"tp", c.tp},
-              {"pp", c.pp},
-              {"dp", c.dp},
-              {"cp", c.cp},
-              {"vp", c.vp},
-              {"micro_batch_size", c.micro_batch_size},
-              {"sequence_parallel", c.sequence_parallel},
-              {"recompute", ToString(c.recompute)},
-              {"recompute_num_layers", c.recompute_num_layers},
-              {"distributed_optimizer", c.distributed_optimizer}};
-}
-
-json RankedConfigToJson(const RankedConfig& r) {
-  const MemoryBreakdown& m = r.memory;
-  const TimeBreakdown& t = r.time;
-  json j{{"rank", r.rank},
-         {"config", ParallelConfigToJson(r.config)},
-         {"iteration_time_s", r.iteration_time_s},
-         {"tokens_per_sec_per_gpu", r.tokens_per_sec_per_gpu},
-         {"model_tflops_per_gpu", r.model_tflops_per_gpu},
-         {"hardware_tflops_per_gpu", r.hardware_tflops_per_gpu},
-         {"mfu", r.mfu},
-         {"memory",
-          {{"peak_gib", m.Peak() / kGiB},
-           {"weights", m.weights / kGiB},
-           {"gradients", m.gradients / kGiB},
-           {"optimizer", m.optimizer / kGiB},
-           {"activations", m.activations / kGiB},
-           {"other", m.other / kGiB},
-           {"capacity_gib", m.capacity / kGiB}}},
-         {"fits", r.fits},
-         {"source", r.source == ResultSource::kMeasured ? "measured" : "modelled"},
-         {"time",
-          {{"compute", t.compute},
-           {"tp_comm", t.tp_comm},
-           {"cp_comm", t.cp_comm},
-           {"pp_bubble", t.pp_bubble},
-           {"pp_p2p", t.pp_p2p},
-           {"dp_comm", t.dp_comm},
-           {"optimizer", t.optimizer}}},
-         {"notes", r.notes}};
-  if (r.time_to_train_days > 0) j["time_to_train_days"] = r.time_to_train_days;
-  return j;
-}
-
-json PlanResultToJson(const PlanResult& result) {
-  json ranked = json::array();
-  for (const RankedConfig& r : result.ranked) ranked.push_back(RankedConfigToJson(r));
-  json rejected = json::array();
-  for (const RejectedConfig& r : result.rejected) {
-    rejected.push_back({{"config", ParallelConfigToJson(r.config)}, {"reason", r.reason}});
-  }
-  return json{{"ranked", ranked},
-              {"candidates_considered", result.candidates_considered},
-              {"feasible", result.feasible},
-              {"elapsed_ms", result.elapsed_ms},
-              {"rejected", rejected}};
-}
-
-std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec) {
-  std::string out = absl::StrFormat(
-      "# %s: L=%d h=%d a=%d | %d x %s (%d/node) | B=%d s=%d %s\n", DisplayName(spec),
-      spec.model.num_layers, spec.model.hidden_size, spec.model.num_attention_heads,
-      spec.cluster.num_gpus, spec.cluster.gpu, spec.cluster.gpus_per_node,
-      spec.training.global_batch_size, spec.training.seq_length,
-      ToString(spec.training.precision));
-  // 79 columns.
-  absl::StrAppend(&out, absl::StrFormat("%4s %2s %2s %5s %2s %2s %3s %2s %-9s %4s %8s %9s %6s %8s\n",
-                                        "rank", "TP", "PP", "DP", "CP", "VP", "mb", "SP",
-                                        "recompute", "dopt", "iter s", "tok/s/GPU", "MFU",
-                                        "mem GiB"));
-  bool any_oom = false;
-  for (const RankedConfig& r : result.ranked) {
-    const ParallelConfig& c = r.config;
-    std::string recompute = ToString(c.recompute);
-    if (c.recompute == Recompute::kFull && c.recompute_num_layers > 0) {
-      absl::StrAppend(&recompute, "/", c.recompute_num_layers);  // layers per stage
-    }
-    const double iter = r.iteration_time_s;
-    const std::string iter_s =
-        iter < 100 ? absl::StrFormat("%.3f", iter) : absl::StrFormat("%.1f", iter);
-    const std::string mfu = absl::StrFormat("%.1f%%", 100.0 * r.mfu);
-    const std::string mem = absl::StrFormat("%.1f%s", r.memory.Peak() / kGiB, r.fits ? " " : "!");
-    any_oom = any_oom || !r.fits;
-    absl::StrAppend(&out, absl::StrFormat(
-                              "%4d %2d %2d %5d %2d %2d %3d %2s %-9s %4s %8s %9.0f %6s %8s\n",
-                              r.rank, c.tp, c.pp, c.dp, c.cp, c.vp, c.micro_batch_size,
-                              OnOff(c.sequence_parallel), recompute,
-                              OnOff(c.distributed_optimizer), iter_s, r.tokens_per_sec_per_gpu,
-                              mfu, mem));
-  }
-  if (result.ranked.empty()) absl::StrAppend(&out, "(no layout to rank)\n");
-  if (result.feasible == 0 && !result.rejected.empty()) {
-    // Nothing fits or satisfies the rules: show a few distinct reasons.
-    std::vector<std::string> reasons;
-    for (const RejectedConfig& r : result.rejected) {
-      if (std::find(reasons.begin(), reasons.end(), r.reason) != reasons.end()) continue;
-      reasons.push_back(r.reason);
-      absl::StrAppend(&out, "# rejected ", r.config.ToString(), ": ", r.reason, "\n");
-      if (reasons.size() == 3) break;
-    }
-  }
-  if (any_oom) absl::StrAppend(&out, "! does not fit in device memory\n");
-  absl::StrAppend(&out, absl::StrFormat(
-                            "# %d candidates, %d feasible, %d rejected with a reason, %.1f ms\n",
-                            result.candidates_considered, result.feasible,
-                            std::max<int64_t>(result.rejected_total,
-                                              static_cast<int64_t>(result.rejected.size())),
-                            result.elapsed_ms));
-  if (!result.ranked.empty()) {
-    const RankedConfig& best = result.ranked.front();
-    if (best.time_to_train_days > 0) {
-      absl::StrAppend(&out, absl::StrFormat("# rank 1 trains %g tokens in %.1f days\n",
-                                            static_cast<double>(spec.training.total_tokens),
-                                            best.time_to_train_days));
-    }
-    for (const std::string& note : best.notes) absl::StrAppend(&out, "# rank 1: ", note, "\n");
-  }
-  return out;
-}
-
-std::string FormatEstimate(const RankedConfig& r, const JobSpec& spec) {
-  const MemoryBreakdown& m = r.memory;
-  const TimeBreakdown& t = r.time;
-  std::string out = absl::StrFormat(
-      "# %s: L=%d h=%d a=%d | %d x %s (%d/node) | B=%d s=%d %s\n", DisplayName(spec),
-      spec.model.num_layers, spec.model.hidden_size, spec.model.num_attention_heads,
-      spec.cluster.num_gpus, spec.cluster.gpu, spec.cluster.gpus_per_node,
-      spec.training.global_batch_size, spec.training.seq_length,
-      ToString(spec.training.precision));
-  absl::StrAppend(&out, "layout          ", r.config.ToString(), " (",
-                  NumMicroBatches(r.config, spec.training), " micro-batches)\n");
-  absl::StrAppend(&out, absl::StrFormat("iteration       %.4f s, %.0f tokens/s/GPU, MFU %.1f%%, "
-                                        "%.1f model / %.1f hardware TFLOP/s per GPU\n",
-                                        r.iteration_time_s, r.tokens_per_sec_per_gpu,
-                                        100.0 * r.mfu, r.model_tflops_per_gpu,
-                                        r.hardware_tflops_per_gpu));
-  absl::StrAppend(&out, absl::StrFormat("time (s)        compute %.4f  tp_comm %.4f  cp_comm %.4f"
-                                        "\n                pp_bubble %.4f  pp_p2p %.4f  dp_comm "
-                                        "%.4f  optimizer %.4f\n",
-                                        t.compute, t.tp_comm, t.cp_comm, t.pp_bubble, t.pp_p2p,
-                                        t.dp_comm, t.optimizer));
-  absl::StrAppend(&out, absl::StrFormat("memory (GiB)    peak %.2f of %.2f (%s): weights %.2f  "
-                                        "gradients %.2f\n                optimizer %.2f  "
-                                        "activations %.2f  other %.2f\n",
-                                        m.Peak() / kGiB, m.capacity / kGiB,
-                                        r.fits ? "fits" : "DOES NOT FIT", m.weights / kGiB,
-                                        m.gradients / kGiB, m.optimizer / kGiB,
-                                        m.activations / kGiB, m.other / kGiB));
-  if (r.time_to_train_days > 0) {
-    absl::StrAppend(&out, absl::StrFormat("time to train   %.1f days for %g tokens\n",
-                                          r.time_to_train_days,
-                                          static_cast<double>(spec.training.total_tokens)));
-  }
-  for (const std::string& note : r.notes) absl::StrAppend(&out, "note            ", note, "\n");
-  return out;
-}
-
-std::string FormatPlanCsv(const PlanResult& result) {
-  std::string out =
-      "rank,tp,pp,dp,cp,vp,micro_batch_size,sequence_parallel,recompute,recompute_num_layers,"
-      "distributed_optimizer,iteration_time_s,tokens_per_sec_per_gpu,model_tflops_per_gpu,"
-      "hardware_tflops_per_gpu,mfu,peak_gib,weights_gib,gradients_gib,optimizer_gib,"
-      "activations_gib,other_gib,capacity_gib,fits,source,time_to_train_days,status,reason\n";
-  auto config_fields = [](const ParallelConfig& c) {
-    return absl::StrCat(c.tp, ",", c.pp, ",", c.dp, ",", c.cp, ",", c.vp, ",",
-                        c.micro_batch_size, ",", c.sequence_parallel ? "true" : "false", ",",
-                        ToString(c.recompute), ",", c.recompute_num_layers, ",",
-                        c.distributed_optimizer ? "true" : "false");
-  };
-  for (const RankedConfig& r : result.ranked) {
-    const MemoryBreakdown& m = r.memory;
-    absl::StrAppend(
-        &out, r.rank, ",", config_fields(r.config), ",",
-        absl::StrFormat("%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g",
-                        r.iteration_time_s, r.tokens_per_sec_per_gpu, r.model_tflops_per_gpu,
-                        r.hardware_tflops_per_gpu, r.mfu, m.Peak() / kGiB, m.weights / kGiB,
-                        m.gradients / kGiB, m.optimizer / kGiB, m.activations / kGiB,
-                        m.other / kGiB, m.capacity / kGiB),
-        ",", r.fits ? "true" : "false", ",",
-        r.source == ResultSource::kMeasured ? "measured" : "modelled", ",",
-        r.time_to_train_days > 0 ? absl::StrFormat("%.6g", r.time_to_train_days) : "", ",",
-        "ranked,", CsvField(absl::StrJoin(r.notes, "; ")), "\n");
-  }
-  for (const RejectedConfig& r : result.rejected) {
-    // Fifteen empty fields: the figures, fits, source and time_to_train_days.
-    absl::StrAppend(&out, ",", config_fields(r.config), ",", std::string(15, ','), "rejected,",
-                    CsvField(r.reason), "\n");
-  }
-  return out;
 }
 
 }  // namespace paratune

@@ -1,7 +1,8 @@
-// JSON forms of the domain: JobSpec in (strict), PlanResult out, plus the terminal table and
-// CSV. Field names are those of proto/paratune/v1/spec.proto and results.proto in the
-// snake_case JSON mapping, so that the CLI's spec files, the REST body and `--json` output
-// are one format.
+// The job spec's JSON form: the strict reader (JobSpecFromJson) and the canonical writer
+// (JobSpecToJson), plus the one layout a fully pinned spec names. Field names are those of
+// proto/paratune/v1/spec.proto in the snake_case JSON mapping, so that the CLI's spec files
+// and the REST body are one format. Results are printed by the client (client/render.h)
+// from their wire form (server/convert.h).
 #ifndef PARATUNE_SEARCH_SPEC_IO_H_
 #define PARATUNE_SEARCH_SPEC_IO_H_
 
@@ -11,7 +12,6 @@
 
 #include "absl/status/statusor.h"
 #include "search/parallel_config.h"
-#include "search/plan_result.h"
 #include "search/specs.h"
 
 namespace paratune {
@@ -43,23 +43,6 @@ nlohmann::json JobSpecToJson(const JobSpec& spec);
 /// distributed_optimizer when dp is 1, recompute_num_layers unless recompute is full.
 /// InvalidArgument naming the first unpinned dimension.
 absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec);
-
-nlohmann::json ParallelConfigToJson(const ParallelConfig& config);
-/// paratune.v1.RankedConfig; memory in GiB; time_to_train_days only when positive.
-nlohmann::json RankedConfigToJson(const RankedConfig& ranked);
-/// paratune.v1.PlanResult (`ranked`, `candidates_considered`, `feasible`, `elapsed_ms`,
-/// `rejected`). int64 fields are JSON numbers (proto JSON would quote them).
-nlohmann::json PlanResultToJson(const PlanResult& result);
-
-/// The ranked layouts as a table that fits 80 columns, with a header naming the job and a
-/// summary line; notes of the best layout follow.
-std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec);
-
-/// One estimated layout in words: the figures, the time and memory breakdowns, the notes.
-std::string FormatEstimate(const RankedConfig& estimate, const JobSpec& spec);
-
-/// One CSV row per candidate: the ranked ones, then the rejected ones with their reason.
-std::string FormatPlanCsv(const PlanResult& result);
 
 }  // namespace paratune
 

@@ -93,19 +93,23 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& spec) {
   return JobSpecFromJson(json);
 }
 
-absl::StatusOr<v1::JobSpec> SpecProtoFromJson(const nlohmann::json& json) {
-  absl::StatusOr<JobSpec> spec = JobSpecFromJson(json);
-  if (!spec.ok()) return spec.status();
+absl::StatusOr<v1::JobSpec> SpecToProto(const JobSpec& spec) {
   v1::JobSpec out;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   const auto status = google::protobuf::util::JsonStringToMessage(
-      JobSpecToJson(*spec).dump(), &out, options);
+      JobSpecToJson(spec).dump(), &out, options);
   if (!status.ok()) {
     return absl::InternalError(
         absl::StrCat("canonical spec does not fit the wire form: ", status.ToString()));
   }
   return out;
+}
+
+absl::StatusOr<v1::JobSpec> SpecProtoFromJson(const nlohmann::json& json) {
+  absl::StatusOr<JobSpec> spec = JobSpecFromJson(json);
+  if (!spec.ok()) return spec.status();
+  return SpecToProto(*spec);
 }
 
 v1::ParallelConfig ToProto(const ParallelConfig& c) {
@@ -120,12 +124,14 @@ v1::ParallelConfig ToProto(const ParallelConfig& c) {
   out.set_recompute(ToString(c.recompute));
   out.set_recompute_num_layers(c.recompute_num_layers);
   out.set_distributed_optimizer(c.distributed_optimizer);
+  out.set_split_counts_embedding_and_loss(c.split_counts_embedding_and_loss);
+  out.set_overlap_grad_reduce(c.overlap_grad_reduce);
+  out.set_tp_comm_overlap(c.tp_comm_overlap);
+  out.set_overlap_p2p_comm(c.overlap_p2p_comm);
   return out;
 }
 
-namespace {
-
-absl::StatusOr<ParallelConfig> FromProto(const v1::ParallelConfig& c) {
+absl::StatusOr<ParallelConfig> ParallelConfigFromProto(const v1::ParallelConfig& c) {
   ParallelConfig out;
   out.tp = c.tp();
   out.pp = c.pp();
@@ -135,14 +141,18 @@ absl::StatusOr<ParallelConfig> FromProto(const v1::ParallelConfig& c) {
   out.micro_batch_size = c.micro_batch_size();
   out.sequence_parallel = c.sequence_parallel();
   absl::StatusOr<Recompute> rc = ParseRecompute(c.recompute());
-  if (!rc.ok()) return rc.status();
+  if (!rc.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("recompute: ", rc.status().message()));
+  }
   out.recompute = *rc;
   out.recompute_num_layers = c.recompute_num_layers();
   out.distributed_optimizer = c.distributed_optimizer();
+  out.split_counts_embedding_and_loss = c.split_counts_embedding_and_loss();
+  if (c.has_overlap_grad_reduce()) out.overlap_grad_reduce = c.overlap_grad_reduce();
+  out.tp_comm_overlap = c.tp_comm_overlap();
+  if (c.has_overlap_p2p_comm()) out.overlap_p2p_comm = c.overlap_p2p_comm();
   return out;
 }
-
-}  // namespace
 
 v1::RankedConfig ToProto(const RankedConfig& r) {
   v1::RankedConfig out;
@@ -231,34 +241,40 @@ MemoryBreakdown MemoryFromProto(const v1::MemoryBreakdown& memory) {
   return m;
 }
 
+absl::StatusOr<RankedConfig> RankedConfigFromProto(const v1::RankedConfig& r) {
+  RankedConfig d;
+  d.rank = r.rank();
+  absl::StatusOr<ParallelConfig> c = ParallelConfigFromProto(r.config());
+  if (!c.ok()) return c.status();
+  d.config = *c;
+  d.iteration_time_s = r.iteration_time_s();
+  d.tokens_per_sec_per_gpu = r.tokens_per_sec_per_gpu();
+  d.model_tflops_per_gpu = r.model_tflops_per_gpu();
+  d.hardware_tflops_per_gpu = r.hardware_tflops_per_gpu();
+  d.mfu = r.mfu();
+  d.memory = MemoryFromProto(r.memory());
+  d.fits = r.fits();
+  d.source = r.source() == "measured" ? ResultSource::kMeasured : ResultSource::kModelled;
+  d.time = {r.time().compute(),   r.time().tp_comm(), r.time().cp_comm(),
+            r.time().pp_bubble(), r.time().pp_p2p(),  r.time().dp_comm(),
+            r.time().optimizer()};
+  d.time_to_train_days = r.time_to_train_days();
+  d.notes.assign(r.notes().begin(), r.notes().end());
+  return d;
+}
+
 absl::StatusOr<PlanResult> PlanResultFromProto(const v1::PlanResult& result) {
   PlanResult out;
   for (const v1::RankedConfig& r : result.ranked()) {
-    RankedConfig d;
-    d.rank = r.rank();
-    absl::StatusOr<ParallelConfig> c = FromProto(r.config());
-    if (!c.ok()) return c.status();
-    d.config = *c;
-    d.iteration_time_s = r.iteration_time_s();
-    d.tokens_per_sec_per_gpu = r.tokens_per_sec_per_gpu();
-    d.model_tflops_per_gpu = r.model_tflops_per_gpu();
-    d.hardware_tflops_per_gpu = r.hardware_tflops_per_gpu();
-    d.mfu = r.mfu();
-    d.memory = MemoryFromProto(r.memory());
-    d.fits = r.fits();
-    d.source = r.source() == "measured" ? ResultSource::kMeasured : ResultSource::kModelled;
-    d.time = {r.time().compute(),   r.time().tp_comm(), r.time().cp_comm(),
-              r.time().pp_bubble(), r.time().pp_p2p(),  r.time().dp_comm(),
-              r.time().optimizer()};
-    d.time_to_train_days = r.time_to_train_days();
-    d.notes.assign(r.notes().begin(), r.notes().end());
-    out.ranked.push_back(std::move(d));
+    absl::StatusOr<RankedConfig> d = RankedConfigFromProto(r);
+    if (!d.ok()) return d.status();
+    out.ranked.push_back(*std::move(d));
   }
   out.candidates_considered = result.candidates_considered();
   out.feasible = result.feasible();
   out.elapsed_ms = result.elapsed_ms();
   for (const v1::RejectedConfig& r : result.rejected()) {
-    absl::StatusOr<ParallelConfig> c = FromProto(r.config());
+    absl::StatusOr<ParallelConfig> c = ParallelConfigFromProto(r.config());
     if (!c.ok()) return c.status();
     out.rejected.push_back({*c, r.reason()});
   }
@@ -383,6 +399,20 @@ CommMeasurement CommMeasurementFromResult(const v1::TaskResult& result) {
     m.message = "the result has no samples";
   }
   return m;
+}
+
+std::string WireJson(const google::protobuf::Message& message, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  options.add_whitespace = pretty;
+  std::string out;
+  // Fails only for messages with Any fields naming unknown types; paratune.v1 has none.
+  if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok()) return "{}";
+  // protobuf ends the indented form with a newline and the compact one without; neither
+  // does here, so that callers end a line the same way for both.
+  if (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
 }
 
 std::string JobStateName(v1::JobState state) {

@@ -1,10 +1,18 @@
-// The one place where wire messages (paratune.v1) and domain structs (search/) meet.
+// The one place where wire messages (paratune.v1) and domain structs (search/) meet: specs,
+// layouts, results and profile tasks, and the one JSON dialect of the wire (WireJson).
 //
 // Specs go proto -> JSON (the proto JSON mapping) -> search/spec_io's strict parser, so that
-// gRPC, REST and the CLI's spec files share one validation path and one set of messages.
+// gRPC, REST and the CLI's spec files share one validation path and one set of messages;
+// the way back is spec_io's canonical writer, so the spec's fields are listed once.
+//
+// Every field of the domain layout (ParallelConfig) has a wire field, and
+// ParallelConfigFromProto(ToProto(c)) == c for every layout (tests/server/convert_test.cc).
 #ifndef PARATUNE_SERVER_CONVERT_H_
 #define PARATUNE_SERVER_CONVERT_H_
 
+#include <string>
+
+#include <google/protobuf/message.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
@@ -23,9 +31,21 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& spec);
 /// InvalidArgument naming the field. The message carries the canonical form (explicit
 /// model fields, defaults written out).
 absl::StatusOr<v1::JobSpec> SpecProtoFromJson(const nlohmann::json& json);
+/// The canonical wire form of a validated spec (search/spec_io.h JobSpecToJson: explicit
+/// model fields, every default written out), what Job.resolved_spec holds; SpecFromProto
+/// reads it back to the same spec. Internal when the canonical form does not fit the wire
+/// message (a field added to one and not the other).
+absl::StatusOr<v1::JobSpec> SpecToProto(const JobSpec& spec);
 
+/// Every field of the layout. overlap_grad_reduce and overlap_p2p_comm (on by default) are
+/// always set, so the wire says off explicitly.
 v1::ParallelConfig ToProto(const ParallelConfig& config);
+/// The layout back; a wire layout without overlap_grad_reduce / overlap_p2p_comm gets the
+/// domain default (on). InvalidArgument naming `recompute` for an unknown mode.
+absl::StatusOr<ParallelConfig> ParallelConfigFromProto(const v1::ParallelConfig& config);
 v1::RankedConfig ToProto(const RankedConfig& ranked);
+/// A ranked layout back (memory from GiB to bytes; the verification has no domain form).
+absl::StatusOr<RankedConfig> RankedConfigFromProto(const v1::RankedConfig& ranked);
 /// Rejected layouts listed in a PlanResult that the coordinator stores and serves; the
 /// others are only counted (rejected_total, rejected_reasons). A GPT-3 175B search on 1024
 /// GPUs rejects ~15,800 layouts, megabytes per job.
@@ -55,6 +75,13 @@ v1::ProfileTask ToProto(const ProfileTaskSpec& task);
 LayerMeasurement MeasurementFromResult(const v1::TaskResult& result);
 /// What a worker reported for a collective sweep.
 CommMeasurement CommMeasurementFromResult(const v1::TaskResult& result);
+
+/// The JSON of a wire message in the proto JSON mapping, the one dialect of the CLI's
+/// --json and of REST: proto field names, every field printed (zeros and empty lists too;
+/// unset sub-messages left out), int64 as strings, doubles to 17 significant digits (they
+/// read back exactly). `pretty` adds protobuf's whitespace (one space of indent per level).
+/// No trailing newline.
+std::string WireJson(const google::protobuf::Message& message, bool pretty = true);
 
 /// "SUCCEEDED", "PROFILING", ... (the enum name without the JOB_STATE_ prefix).
 std::string JobStateName(v1::JobState state);

@@ -172,16 +172,20 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   out->autotuner_ = std::make_unique<Autotuner>(autotuner, options.auth, options.metrics);
   out->hub_ = std::make_unique<Hub>(hub, options.auth, options.metrics);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.address, creds, &out->port_);
+  if (!options.address.empty()) builder.AddListeningPort(options.address, creds, &out->port_);
   builder.RegisterService(out->autotuner_.get());
   builder.RegisterService(out->hub_.get());
   for (grpc::Service* service : options.extra_services) builder.RegisterService(service);
   out->server_ = builder.BuildAndStart();
-  if (out->server_ == nullptr || out->port_ == 0) {
+  if (out->server_ == nullptr || (!options.address.empty() && out->port_ == 0)) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.address, " (address in use?)"));
   }
   return out;
+}
+
+std::shared_ptr<grpc::Channel> GrpcServer::InProcessChannel() {
+  return server_->InProcessChannel(grpc::ChannelArguments());
 }
 
 void GrpcServer::Shutdown(int64_t grace_ms) {

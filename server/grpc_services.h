@@ -32,7 +32,8 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
 struct GrpcServerOptions {
-  /// Listening address, e.g. "0.0.0.0:50051"; port 0 picks a free one (see port()).
+  /// Listening address, e.g. "0.0.0.0:50051"; port 0 picks a free one (see port()). Empty:
+  /// no port at all, the services are reached only through InProcessChannel().
   std::string address = "0.0.0.0:50051";
   /// PEM files; both empty = plaintext.
   std::string tls_cert_file;
@@ -56,8 +57,11 @@ class GrpcServer {
                                                            const GrpcServerOptions& options);
   ~GrpcServer();
 
-  /// The bound port.
+  /// The bound port (0 without an address).
   int port() const { return port_; }
+  /// A channel to the services inside this process, with no network in between (an
+  /// embedded worker's WorkerOptions::channel).
+  std::shared_ptr<grpc::Channel> InProcessChannel();
   /// Stops accepting calls and waits up to `grace_ms` for running ones. Idempotent.
   void Shutdown(int64_t grace_ms);
 

@@ -45,12 +45,15 @@ absl::StatusOr<JobEntry> NewJobEntry(const v1::SubmitJobRequest& request, int64_
   if (!request.has_spec()) return absl::InvalidArgumentError("spec is required");
   absl::StatusOr<JobSpec> spec = SpecFromProto(request.spec());
   if (!spec.ok()) return spec.status();
+  absl::StatusOr<v1::JobSpec> resolved = SpecToProto(*spec);
+  if (!resolved.ok()) return resolved.status();
   JobEntry entry;
   entry.spec = *std::move(spec);
   v1::Job& job = entry.record.job;
   job.set_name(!entry.spec.name.empty() ? entry.spec.name : entry.spec.model.name);
   job.set_state(v1::JOB_STATE_PENDING);
   *job.mutable_spec() = request.spec();
+  *job.mutable_resolved_spec() = *std::move(resolved);
   SetTime(job.mutable_create_time(), now_ms);
   SetTime(job.mutable_update_time(), now_ms);
   return entry;

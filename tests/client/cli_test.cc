@@ -2,6 +2,7 @@
 // invalid specs exit 2 naming the field.
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -70,6 +71,12 @@ TEST(CliTest, HelpListsTheSubcommands) {
   EXPECT_THAT(r.out, HasSubstr("h100-sxm-80gb"));  // device kinds
 }
 
+/// An int64 field of the --json output: the proto JSON mapping writes it as a decimal string.
+int64_t Int(const json& v) {
+  EXPECT_TRUE(v.is_string()) << v.dump();
+  return v.is_string() ? std::stoll(v.get<std::string>()) : -1;
+}
+
 json PlanJson(const std::string& spec, const std::string& extra = "") {
   Result r = Paratune(absl::StrCat("plan --spec ", spec, " --json ", extra));
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -89,9 +96,9 @@ TEST(CliTest, PlanJsonIsRankedBestFirst) {
   double previous = 0;
   for (size_t i = 0; i < ranked.size(); ++i) {
     const json& r = ranked[i];
-    EXPECT_EQ(r["rank"], i + 1);
+    EXPECT_EQ(Int(r["rank"]), static_cast<int64_t>(i + 1));
     const json& c = r["config"];
-    EXPECT_EQ(c["tp"].get<int>() * c["pp"].get<int>() * c["cp"].get<int>() * c["dp"].get<int>(),
+    EXPECT_EQ(Int(c["tp"]) * Int(c["pp"]) * Int(c["cp"]) * Int(c["dp"]),
               8);
     const bool fits = r["fits"].get<bool>();
     EXPECT_FALSE(fits && seen_misfit) << "a fitting layout ranked after one that does not fit";
@@ -111,7 +118,7 @@ TEST(CliTest, PlanJsonIsRankedBestFirst) {
                 128.0 * 8192 / (r["iteration_time_s"].get<double>() * 8),
                 1e-6 * r["tokens_per_sec_per_gpu"].get<double>());
   }
-  EXPECT_GE(j["candidates_considered"].get<int64_t>(), static_cast<int64_t>(ranked.size()));
+  EXPECT_GE(Int(j["candidates_considered"]), static_cast<int64_t>(ranked.size()));
   EXPECT_TRUE(j.contains("feasible"));
   EXPECT_TRUE(j.contains("elapsed_ms"));
   EXPECT_TRUE(j["rejected"].is_array());
@@ -119,6 +126,31 @@ TEST(CliTest, PlanJsonIsRankedBestFirst) {
   const json top3 = PlanJson(Source("deploy/examples/llama3-8b-h100.yaml"), "--top 3");
   ASSERT_EQ(top3["ranked"].size(), 3u);
   EXPECT_EQ(top3["ranked"][0]["config"], ranked[0]["config"]);
+}
+
+TEST(CliTest, PlanJsonAndTheCoordinatorsResultsPrintTheSameRankedConfigs) {
+  // `tune --json` prints the JobResults a coordinator serves to `results --json` (the plan
+  // converted to the wire form, stored and read back); `plan --json` prints the planner's
+  // result. One dialect: each ranked layout is the same JSON, key for key and type for type.
+  const std::string spec = Source("deploy/examples/llama3-8b-h100.yaml");
+  const json plan = PlanJson(spec);
+  const std::string db = absl::StrCat(::testing::TempDir(), "/paratune_cli_tune_", ::getpid(),
+                                      ".db");
+  Result r = Paratune(absl::StrCat("tune --json --db ", db, " --spec ", spec));
+  std::remove(db.c_str());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json results = json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(results.is_discarded()) << r.out;
+  const json& ranked = results["plan"]["ranked"];
+  ASSERT_EQ(ranked.size(), plan["ranked"].size());
+  ASSERT_FALSE(ranked.empty());
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    EXPECT_EQ(ranked[i].dump(), plan["ranked"][i].dump()) << "rank " << i + 1;
+  }
+  for (const char* key : {"candidates_considered", "feasible", "rejected", "rejected_total",
+                          "rejected_reasons"}) {
+    EXPECT_EQ(results["plan"][key].dump(), plan[key].dump()) << key;
+  }
 }
 
 TEST(CliTest, PlanTableAndCsv) {
@@ -142,8 +174,8 @@ TEST(CliTest, PlanTableAndCsv) {
 TEST(CliTest, Gpt3ExampleUsedByTheDemoPlans) {
   const json j = PlanJson(Source("deploy/examples/gpt3-175b.yaml"));
   ASSERT_FALSE(j["ranked"].empty());
-  EXPECT_EQ(j["ranked"][0]["config"]["tp"].get<int>() * j["ranked"][0]["config"]["pp"].get<int>() *
-                j["ranked"][0]["config"]["cp"].get<int>() * j["ranked"][0]["config"]["dp"].get<int>(),
+  EXPECT_EQ(Int(j["ranked"][0]["config"]["tp"]) * Int(j["ranked"][0]["config"]["pp"]) *
+                Int(j["ranked"][0]["config"]["cp"]) * Int(j["ranked"][0]["config"]["dp"]),
             1024);
 }
 
@@ -190,8 +222,8 @@ TEST(CliTest, EstimateNeedsAPinnedLayout) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json j = json::parse(r.out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.out;
-  EXPECT_EQ(j["config"]["tp"], 2);
-  EXPECT_EQ(j["config"]["dp"], 4);
+  EXPECT_EQ(Int(j["config"]["tp"]), 2);
+  EXPECT_EQ(Int(j["config"]["dp"]), 4);
   EXPECT_EQ(j["config"]["recompute"], "selective");
   EXPECT_GT(j["iteration_time_s"].get<double>(), 0);
   EXPECT_GT(j["memory"]["peak_gib"].get<double>(), 0);
@@ -209,25 +241,25 @@ TEST(CliTest, ExportMatchesTheRankedLayout) {
     const json& c = plan["ranked"][rank - 1]["config"];
     Result r = Paratune(absl::StrCat("export --format megatron --rank ", rank, " --spec ", spec));
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_THAT(r.out, HasSubstr(absl::StrCat("--tensor-model-parallel-size ", c["tp"].get<int>(),
+    EXPECT_THAT(r.out, HasSubstr(absl::StrCat("--tensor-model-parallel-size ", Int(c["tp"]),
                                               " \\\n")));
     EXPECT_THAT(r.out, HasSubstr(absl::StrCat("--pipeline-model-parallel-size ",
-                                              c["pp"].get<int>(), " \\\n")));
+                                              Int(c["pp"]), " \\\n")));
     EXPECT_THAT(r.out, HasSubstr(absl::StrCat("--micro-batch-size ",
-                                              c["micro_batch_size"].get<int>(), " \\\n")));
+                                              Int(c["micro_batch_size"]), " \\\n")));
     EXPECT_THAT(r.out, HasSubstr("--num-layers 32 \\\n"));
     EXPECT_THAT(r.out, HasSubstr("--swiglu"));
 
     r = Paratune(absl::StrCat("export --format nemo --rank ", rank, " --spec ", spec));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_THAT(r.out, HasSubstr(absl::StrCat("  tensor_model_parallel_size: ",
-                                              c["tp"].get<int>(), "\n")));
+                                              Int(c["tp"]), "\n")));
   }
   // Default rank 1 = the plan's best.
   Result r = Paratune("export --format megatron --spec " + spec);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr(absl::StrCat("--tensor-model-parallel-size ",
-                                            plan["ranked"][0]["config"]["tp"].get<int>())));
+                                            Int(plan["ranked"][0]["config"]["tp"]))));
   // A fully pinned spec exports its own layout.
   r = Paratune("export --format megatron --spec " +
                Source("deploy/examples/llama3-8b-pinned.json"));

@@ -1,10 +1,9 @@
-// The CLI's JSON is the wire contract's JSON: PlanResultToJson parses as
-// paratune.v1.PlanResult and JobSpecToJson as paratune.v1.JobSpec (unknown fields
-// rejected), and the proto JSON mapping of a JobSpec (int64 as strings) reads back.
+// The canonical spec JSON is the wire contract's JSON: JobSpecToJson parses as
+// paratune.v1.JobSpec (unknown fields rejected), and the proto JSON mapping of a JobSpec
+// (int64 as strings) reads back. (Results are printed from their wire form: render_test.)
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 
-#include "paratune/v1/results.pb.h"
 #include "paratune/v1/spec.pb.h"
 #include "search/spec_io.h"
 
@@ -15,60 +14,6 @@ using google::protobuf::util::JsonParseOptions;
 using google::protobuf::util::JsonPrintOptions;
 using google::protobuf::util::JsonStringToMessage;
 using google::protobuf::util::MessageToJsonString;
-
-PlanResult SamplePlan() {
-  PlanResult plan;
-  RankedConfig r;
-  r.rank = 1;
-  r.config.tp = 8;
-  r.config.pp = 4;
-  r.config.dp = 2;
-  r.config.vp = 3;
-  r.config.micro_batch_size = 2;
-  r.config.sequence_parallel = true;
-  r.config.recompute = Recompute::kFull;
-  r.config.recompute_num_layers = 2;
-  r.config.distributed_optimizer = true;
-  r.iteration_time_s = 3.25;
-  r.tokens_per_sec_per_gpu = 1234.5;
-  r.mfu = 0.5;
-  const double gib = 1024.0 * 1024.0 * 1024.0;
-  r.memory = {1 * gib, 2 * gib, 3 * gib, 4 * gib, 0.5 * gib, 80 * gib};
-  r.time = {2, 0.25, 0, 0.5, 0.125, 0.25, 0.125};
-  r.time_to_train_days = 3.5;
-  r.notes = {"bubble 15%"};
-  plan.ranked = {r};
-  plan.candidates_considered = 100;
-  plan.feasible = 40;
-  plan.elapsed_ms = 2.5;
-  plan.rejected = {{ParallelConfig{}, "out of memory by 3.2 GiB"}};
-  return plan;
-}
-
-TEST(WireJsonTest, PlanResultJsonIsAPlanResultMessage) {
-  const std::string text = PlanResultToJson(SamplePlan()).dump();
-  v1::PlanResult proto;
-  JsonParseOptions strict;
-  strict.ignore_unknown_fields = false;
-  auto status = JsonStringToMessage(text, &proto, strict);
-  ASSERT_TRUE(status.ok()) << status.ToString() << "\n" << text;
-  ASSERT_EQ(proto.ranked_size(), 1);
-  const v1::RankedConfig& r = proto.ranked(0);
-  EXPECT_EQ(r.rank(), 1);
-  EXPECT_EQ(r.config().tp(), 8);
-  EXPECT_EQ(r.config().vp(), 3);
-  EXPECT_EQ(r.config().recompute(), "full");
-  EXPECT_EQ(r.config().recompute_num_layers(), 2);
-  EXPECT_TRUE(r.config().distributed_optimizer());
-  EXPECT_DOUBLE_EQ(r.memory().peak_gib(), 10.5);
-  EXPECT_DOUBLE_EQ(r.memory().capacity_gib(), 80);
-  EXPECT_DOUBLE_EQ(r.time().pp_p2p(), 0.125);
-  EXPECT_DOUBLE_EQ(r.time_to_train_days(), 3.5);
-  EXPECT_EQ(r.source(), "modelled");
-  EXPECT_EQ(r.notes(0), "bubble 15%");
-  EXPECT_EQ(proto.candidates_considered(), 100);
-  EXPECT_EQ(proto.rejected(0).reason(), "out of memory by 3.2 GiB");
-}
 
 TEST(WireJsonTest, CanonicalSpecJsonIsAJobSpecMessage) {
   auto spec = JobSpecFromJson(nlohmann::json::parse(R"({

@@ -1,21 +1,18 @@
-// JSON spec reading (strict), defaults, presets and HF overrides, pinned layouts, and the
-// JSON / table / CSV forms of a plan result.
+// JSON spec reading (strict), defaults, presets and HF overrides, the canonical writer, and
+// pinned layouts.
 #include "search/spec_io.h"
 
 #include <cmath>
-#include <set>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "absl/strings/str_split.h"
 #include "search/model_math.h"
 
 namespace paratune {
 namespace {
 
 using ::testing::HasSubstr;
-using ::testing::Not;
 using nlohmann::json;
 
 json MinimalSpec() {
@@ -387,150 +384,6 @@ TEST(SpecIoTest, PinnedLayout) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_THAT(PinnedLayout(*spec).status().message(),
               HasSubstr("search.recompute_num_layers is not pinned"));
-}
-
-PlanResult SamplePlan() {
-  PlanResult plan;
-  RankedConfig best;
-  best.rank = 1;
-  best.config.tp = 8;
-  best.config.pp = 12;
-  best.config.dp = 10;
-  best.config.vp = 2;
-  best.config.micro_batch_size = 1;
-  best.config.sequence_parallel = true;
-  best.config.recompute = Recompute::kSelective;
-  best.config.distributed_optimizer = true;
-  best.iteration_time_s = 12.5;
-  best.tokens_per_sec_per_gpu = 262.1;
-  best.model_tflops_per_gpu = 150;
-  best.hardware_tflops_per_gpu = 155;
-  best.mfu = 0.4808;
-  const double gib = 1024.0 * 1024.0 * 1024.0;
-  best.memory = {2 * gib, 4 * gib, 1.5 * gib, 40 * gib, 3 * gib, 80 * gib};
-  best.time = {10, 0.5, 0, 1.5, 0.1, 0.3, 0.1};
-  best.time_to_train_days = 12.25;
-  best.notes = {"pipeline bubble 12%", "fits with 29.5 GiB to spare"};
-  RankedConfig oom = best;
-  oom.rank = 2;
-  oom.config.recompute = Recompute::kFull;
-  oom.config.recompute_num_layers = 2;
-  oom.fits = false;
-  oom.time_to_train_days = 0;
-  oom.notes = {};
-  plan.ranked = {best, oom};
-  plan.candidates_considered = 4321;
-  plan.feasible = 17;
-  plan.elapsed_ms = 12.5;
-  RejectedConfig rejected;
-  rejected.config.tp = 3;
-  rejected.reason = "tp (3) must divide model.num_attention_heads (96), and more, \"quoted\"";
-  plan.rejected = {rejected};
-  return plan;
-}
-
-TEST(SpecIoTest, PlanResultJsonUsesTheProtoFieldNames) {
-  const json j = PlanResultToJson(SamplePlan());
-  std::set<std::string> keys;
-  for (const auto& [k, v] : j.items()) keys.insert(k);
-  EXPECT_EQ(keys, (std::set<std::string>{"ranked", "candidates_considered", "feasible",
-                                         "elapsed_ms", "rejected"}));
-  const json& r = j["ranked"][0];
-  keys.clear();
-  for (const auto& [k, v] : r.items()) keys.insert(k);
-  EXPECT_EQ(keys, (std::set<std::string>{"rank", "config", "iteration_time_s",
-                                         "tokens_per_sec_per_gpu", "model_tflops_per_gpu",
-                                         "hardware_tflops_per_gpu", "mfu", "memory", "fits",
-                                         "source", "time", "time_to_train_days", "notes"}));
-  EXPECT_EQ(r["config"]["recompute"], "selective");
-  EXPECT_EQ(r["config"]["vp"], 2);
-  EXPECT_EQ(r["source"], "modelled");
-  // Bytes become GiB; the peak is the sum of the parts.
-  EXPECT_DOUBLE_EQ(r["memory"]["peak_gib"].get<double>(), 50.5);
-  EXPECT_DOUBLE_EQ(r["memory"]["activations"].get<double>(), 40);
-  EXPECT_DOUBLE_EQ(r["memory"]["capacity_gib"].get<double>(), 80);
-  EXPECT_DOUBLE_EQ(r["time"]["pp_bubble"].get<double>(), 1.5);
-  EXPECT_DOUBLE_EQ(r["time_to_train_days"].get<double>(), 12.25);
-  EXPECT_FALSE(j["ranked"][1].contains("time_to_train_days"));
-  EXPECT_FALSE(j["ranked"][1]["fits"].get<bool>());
-  EXPECT_EQ(j["candidates_considered"], 4321);
-  EXPECT_EQ(j["rejected"][0]["config"]["tp"], 3);
-  EXPECT_THAT(j["rejected"][0]["reason"].get<std::string>(), HasSubstr("must divide"));
-}
-
-TEST(SpecIoTest, TableFitsEightyColumns) {
-  auto spec = JobSpecFromJson(MinimalSpec());
-  ASSERT_TRUE(spec.ok());
-  const std::string table = FormatPlanTable(SamplePlan(), *spec);
-  for (absl::string_view line : absl::StrSplit(table, '\n')) {
-    EXPECT_LE(line.size(), 80u) << line;
-  }
-  EXPECT_THAT(table, HasSubstr("rank TP PP    DP CP VP  mb SP recompute dopt"));
-  EXPECT_THAT(table, HasSubstr("   1  8 12    10  1  2   1  y selective    y   12.500       262  48.1%    50.5 "));
-  EXPECT_THAT(table, HasSubstr("full/2"));
-  EXPECT_THAT(table, HasSubstr("50.5!"));
-  EXPECT_THAT(table, HasSubstr("# 4321 candidates, 17 feasible, 1 rejected with a reason"));
-  EXPECT_THAT(table, HasSubstr("# rank 1: pipeline bubble 12%"));
-  EXPECT_THAT(table, Not(HasSubstr("# rejected")));
-  // A coordinator's results list only the first rejected layouts; the count is of all.
-  PlanResult capped = SamplePlan();
-  capped.rejected_total = 18000;
-  EXPECT_THAT(FormatPlanTable(capped, *spec),
-              HasSubstr("# 4321 candidates, 17 feasible, 18000 rejected with a reason"));
-
-  // When nothing is feasible, the table says why.
-  PlanResult none = SamplePlan();
-  none.ranked.clear();
-  none.feasible = 0;
-  const std::string empty = FormatPlanTable(none, *spec);
-  EXPECT_THAT(empty, HasSubstr("(no layout to rank)"));
-  EXPECT_THAT(empty, HasSubstr("# rejected tp3 "));
-  EXPECT_THAT(empty, HasSubstr(": tp (3) must divide model.num_attention_heads (96)"));
-}
-
-/// Splits one CSV line into fields, honouring quotes.
-std::vector<std::string> CsvFields(const std::string& line) {
-  std::vector<std::string> fields(1);
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        fields.back() += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        fields.back() += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      fields.emplace_back();
-    } else {
-      fields.back() += c;
-    }
-  }
-  return fields;
-}
-
-TEST(SpecIoTest, CsvHasOneRowPerCandidate) {
-  const std::string csv = FormatPlanCsv(SamplePlan());
-  std::vector<std::string> lines = absl::StrSplit(csv, '\n', absl::SkipEmpty());
-  ASSERT_EQ(lines.size(), 4u);  // header, 2 ranked, 1 rejected
-  const auto header = CsvFields(lines[0]);
-  EXPECT_EQ(header.size(), 28u);
-  for (const std::string& line : lines) EXPECT_EQ(CsvFields(line).size(), header.size()) << line;
-  const auto best = CsvFields(lines[1]);
-  EXPECT_EQ(best[0], "1");
-  EXPECT_EQ(best[1], "8");
-  EXPECT_EQ(best[8], "selective");
-  EXPECT_EQ(best[16], "50.5");  // peak_gib
-  EXPECT_EQ(best[26], "ranked");
-  const auto rejected = CsvFields(lines[3]);
-  EXPECT_EQ(rejected[26], "rejected");
-  EXPECT_EQ(rejected[27],
-            "tp (3) must divide model.num_attention_heads (96), and more, \"quoted\"");
 }
 
 }  // namespace

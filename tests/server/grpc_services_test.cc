@@ -29,7 +29,8 @@ v1::JobSpec TinySpec() {
 
 class GrpcServicesTest : public ::testing::Test {
  protected:
-  void Start(const Authenticator* auth) {
+  // `in_process`: no port; the stubs use the server's in-process channel.
+  void Start(const Authenticator* auth, bool in_process = false) {
     JobManagerOptions o;
     o.plan = [](const JobSpec&) -> absl::StatusOr<PlanResult> {
       PlanResult p;
@@ -41,11 +42,12 @@ class GrpcServicesTest : public ::testing::Test {
     };
     manager_ = *JobManager::Create(*OpenSqliteStore(":memory:"), &clock_, o);
     GrpcServerOptions g;
-    g.address = "127.0.0.1:0";
+    g.address = in_process ? "" : "127.0.0.1:0";
     g.auth = auth;
     server_ = *GrpcServer::Start(manager_.get(), manager_.get(), g);
-    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                   grpc::InsecureChannelCredentials());
+    channel_ = in_process ? server_->InProcessChannel()
+                          : grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                                grpc::InsecureChannelCredentials());
     stub_ = v1::Autotuner::NewStub(channel_);
     hub_ = v1::WorkerHub::NewStub(channel_);
   }
@@ -88,6 +90,32 @@ TEST_F(GrpcServicesTest, SubmitWatchAndResultsOverTheWire) {
   ASSERT_TRUE(stub_->GetResults(&rctx, rreq, &results).ok());
   ASSERT_EQ(results.plan().ranked_size(), 1);
   EXPECT_EQ(results.plan().ranked(0).iteration_time_s(), 0.25);
+}
+
+TEST_F(GrpcServicesTest, WithoutAnAddressTheServicesAnswerOnTheInProcessChannelOnly) {
+  Start(nullptr, /*in_process=*/true);
+  EXPECT_EQ(server_->port(), 0);
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->mutable_model()->set_preset("llama3-8b");
+  req.mutable_spec()->mutable_training()->set_seq_length(8192);
+  req.mutable_spec()->mutable_training()->set_global_batch_size(128);
+  req.mutable_spec()->mutable_cluster()->set_gpu("h100-sxm-80gb");
+  req.mutable_spec()->mutable_cluster()->set_num_gpus(8);
+  v1::Job job;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_->SubmitJob(&ctx, req, &job).ok());
+  // The job keeps the spec as submitted and, beside it, the preset expanded.
+  EXPECT_EQ(job.spec().model().preset(), "llama3-8b");
+  EXPECT_EQ(job.spec().model().num_layers(), 0);
+  EXPECT_EQ(job.resolved_spec().model().preset(), "");
+  EXPECT_EQ(job.resolved_spec().model().num_layers(), 32);
+  EXPECT_EQ(job.resolved_spec().model().num_query_groups(), 8);
+  EXPECT_EQ(job.resolved_spec().cluster().gpus_per_node(), 8);
+  grpc::ClientContext hub_ctx;
+  v1::LeaseTaskRequest lease;
+  lease.set_worker_id("w-unknown");
+  v1::LeaseTaskResponse leased;
+  EXPECT_EQ(hub_->LeaseTask(&hub_ctx, lease, &leased).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(GrpcServicesTest, StatusCodesCrossTheWireUnchanged) {
