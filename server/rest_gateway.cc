@@ -22,6 +22,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "server/http_status.h"
+#include "server/limits.h"
 
 namespace paratune::server {
 namespace {
@@ -315,7 +316,9 @@ absl::StatusOr<int> RestGateway::Start(const std::string& host, int port) {
   // socket so the backlog can be raised after bind.
   int listen_fd = -1;
   server_->set_socket_options([&listen_fd](socket_t sock) {
-    httplib::default_socket_options(sock);
+    // SO_REUSEADDR only: httplib's default SO_REUSEPORT lets a second server share the port.
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     listen_fd = sock;
   });
   RegisterRoutes();
@@ -381,6 +384,7 @@ void RestGateway::RegisterRoutes() {
   server_->Post("/v1/jobs", api("SubmitJob", [this, json_or](const httplib::Request& req) {
                   absl::StatusOr<v1::SubmitJobRequest> request = ParseSubmitBody(req.body);
                   if (!request.ok()) return Body(request.status());
+                  if (absl::Status s = ValidateSubmitJobRequest(*request); !s.ok()) return Body(s);
                   return json_or(handler_->SubmitJob(*request));
                 }));
   server_->Get("/v1/jobs", api("ListJobs", [this, json_or](const httplib::Request& req) {
