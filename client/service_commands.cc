@@ -62,11 +62,9 @@ std::string ToJson(const google::protobuf::Message& m) {
 }
 
 absl::StatusOr<std::string> ReadText(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(what, " '", path, "' cannot be read"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  absl::StatusOr<std::string> text = ReadInputFile(path, kMaxSpecFileBytes, what);
+  if (!text.ok()) return absl::InvalidArgumentError(text.status().message());
+  return text;
 }
 
 // --- Connection ---------------------------------------------------------------------------

@@ -294,11 +294,23 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const json& config) {
 }
 
 absl::StatusOr<ModelSpec> ModelSpecFromHfConfigText(const std::string& text) {
+  if (text.size() > kMaxHfConfigJsonBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("hf_config is ", text.size(),
+                                                   " bytes; the limit is ",
+                                                   kMaxHfConfigJsonBytes, " bytes"));
+  }
+  // The messages give the byte offset only: nlohmann's own ("last read: '...'") quote the
+  // text, which may be a file that is not a config at all (hf_config: /etc/shadow).
   json config;
   try {
     config = json::parse(text);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e999
-    return absl::InvalidArgumentError(absl::StrCat("hf_config is not valid JSON: ", e.what()));
+  } catch (const json::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hf_config is not valid JSON (syntax error at byte ", e.byte, " of ",
+                     text.size(), ")"));
+  } catch (const json::exception&) {  // out_of_range for 1e999
+    return absl::InvalidArgumentError(
+        "hf_config is not valid JSON (a number out of range of a double)");
   }
   return ModelSpecFromHfConfig(config);
 }
