@@ -93,20 +93,38 @@ absl::Status CheckSizeList(const std::string& field, const std::vector<int64_t>&
   return CheckNoDuplicates(field, values);
 }
 
-/// A display name: at most kMaxSpecNameBytes bytes, no control characters (they would
-/// rewrite terminals and logs that print it).
+/// A display name: at most kMaxSpecNameBytes bytes of UTF-8, no control characters (they
+/// would rewrite terminals and logs that print it).
 absl::Status CheckName(const char* field, const std::string& name) {
   if (name.size() > kMaxSpecNameBytes) {
     return absl::InvalidArgumentError(absl::StrCat(field, " is ", name.size(),
                                                    " bytes; the limit is ", kMaxSpecNameBytes));
   }
-  for (size_t i = 0; i < name.size(); ++i) {
+  for (size_t i = 0; i < name.size();) {
     const unsigned char c = static_cast<unsigned char>(name[i]);
     if (c < 0x20 || c == 0x7f) {
       return absl::InvalidArgumentError(absl::StrCat(
           field, " has a control character (byte ", static_cast<int>(c), " at offset ", i,
           "); names must be printable"));
     }
+    // UTF-8: the sequence length from the lead byte, then continuation bytes; overlong
+    // forms, surrogates and code points past U+10FFFF are refused (RFC 3629).
+    const size_t length = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                                     : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    bool valid = length > 0 && i + length <= name.size();
+    for (size_t k = 1; valid && k < length; ++k) {
+      valid = (static_cast<unsigned char>(name[i + k]) & 0xc0) == 0x80;
+    }
+    if (valid && length >= 3) {
+      const unsigned char c1 = static_cast<unsigned char>(name[i + 1]);
+      valid = !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0) &&
+              !(c == 0xf0 && c1 < 0x90) && !(c == 0xf4 && c1 >= 0x90);
+    }
+    if (!valid) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " is not valid UTF-8 (byte ",
+                                                     static_cast<int>(c), " at offset ", i, ")"));
+    }
+    i += length;
   }
   return absl::OkStatus();
 }

@@ -27,7 +27,7 @@ enum class SearchMode { kModel, kProfile };
 // server/limits.h enforces them on the wire before anything is parsed or stored). They keep
 // one job small: a ListJobs page of server/limits.h kMaxListJobsPageSize jobs stays under
 // gRPC's 4 MiB message limit.
-/// `name` and `model.name`: bytes, printable (no control characters).
+/// `name` and `model.name`: bytes of UTF-8, printable (no control characters).
 inline constexpr size_t kMaxSpecNameBytes = 256;
 /// A keyword field (`model.preset`, `cluster.gpu`, `training.precision`, ...): bytes.
 inline constexpr size_t kMaxSpecKeywordBytes = 64;
