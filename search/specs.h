@@ -33,7 +33,7 @@ inline constexpr size_t kMaxSpecNameBytes = 256;
 inline constexpr size_t kMaxSpecKeywordBytes = 64;
 /// `model.hf_config_json` (and the file `model.hf_config` names): bytes. The largest
 /// config.json of the supported families is under 4 KiB.
-inline constexpr size_t kMaxHfConfigJsonBytes = 32 * 1024;
+inline constexpr size_t kMaxHfConfigJsonBytes = 24 * 1024;
 /// Entries of each `search.*` list (tp, pp, ..., recompute).
 inline constexpr size_t kMaxSearchListEntries = 64;
 /// A spec file (JSON or YAML) read by the CLI: bytes (the REST gateway's body limit).

@@ -6,7 +6,7 @@
 //   field                                    bound
 //   JobSpec.name, model.name                 kMaxSpecNameBytes (256) bytes, printable
 //   model.preset and every keyword field     kMaxSpecKeywordBytes (64) bytes
-//   model.hf_config_json                     kMaxHfConfigJsonBytes (32 KiB)
+//   model.hf_config_json                     kMaxHfConfigJsonBytes (24 KiB)
 //   each search.* list                       kMaxSearchListEntries (64) entries
 //   job, worker and task ids                 kMaxIdBytes (128) bytes, not empty
 //   ListJobs page_size                       0..kMaxListJobsPageSize (0 = 100)
@@ -34,7 +34,8 @@ namespace paratune::server {
 
 /// A job, worker or task id: bytes.
 inline constexpr size_t kMaxIdBytes = 128;
-/// Jobs per ListJobs page: kMaxListJobsPageSize jobs at the spec bounds are under 4 MiB.
+/// Jobs per ListJobs page. A job with every spec field at its bound serializes to about
+/// 36 KB, so a full page stays under gRPC's 4 MiB (LimitsTest in grpc_services_test.cc).
 inline constexpr int kMaxListJobsPageSize = 100;
 /// Devices one worker registers (paratune-worker --devices has the same bound).
 inline constexpr size_t kMaxDevicesPerWorker = 1024;

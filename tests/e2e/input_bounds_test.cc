@@ -90,7 +90,7 @@ TEST_F(InputBoundsTest, HfConfigMustBeASmallRegularFile) {
         << r.err;
     EXPECT_LT(r.seconds, 20) << c.path;
   }
-  // Over the size bound (32 KiB): refused before parsing.
+  // Over the size bound (24 KiB): refused before parsing.
   Write("big.json", "{\"model_type\": \"llama\", \"pad\": \"" + std::string(40000, 'x') + "\"}");
   const fs::path spec = Write("big.yaml", "model: {hf_config: big.json}\n" +
                                               Spec().substr(Spec().find("training")));
@@ -98,7 +98,7 @@ TEST_F(InputBoundsTest, HfConfigMustBeASmallRegularFile) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("model.hf_config: '" + (dir_ / "big.json").string() + "' is " +
                        std::to_string(fs::file_size(dir_ / "big.json")) +
-                       " bytes; the limit is 32768 bytes"),
+                       " bytes; the limit is 24576 bytes"),
             std::string::npos)
       << r.err;
 }

@@ -277,8 +277,8 @@ for path, word in KEYWORDS.items():
     mutd(f"{short}_zero_width_space", "rgp", word,
          "a valid keyword with a zero-width space (U+200B) after it",
          {path: VALID[path] + "\u200b"})
-# Hugging Face config text: at most 32 KiB (checked before it is parsed).
-mutd("hf_config_json_over_32k", "rgp", "hf_config", "hf_config_json over 32 KiB",
+# Hugging Face config text: at most 24 KiB (checked before it is parsed).
+mutd("hf_config_json_over_bound", "rgp", "hf_config", "hf_config_json over 24 KiB",
     {"model": {"hf_config_json": json.dumps({"model_type": "llama",
                                                "pad": "x" * 40000})}})
 mutd("hf_config_json_number", "rp", "hf_config", "wrong type (number)",
