@@ -44,7 +44,15 @@ int Fail(const absl::Status& status) {
 absl::Status LockDatabase(const std::string& db) {
   if (db == ":memory:" || db.rfind("file:", 0) == 0) return absl::OkStatus();
   const std::string path = db + ".lock";
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // A read-only lock file still takes a flock. Where none can be opened because the folder
+  // or the file is read-only, SQLite cannot open the database in WAL mode either (it
+  // creates -wal and -shm beside it): its message, naming the read-only database, is the
+  // one to show.
+  if (fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS)) {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return absl::OkStatus();
+  }
   if (fd < 0) {
     return absl::FailedPreconditionError(absl::StrCat("cannot open the lock file ", path,
                                                       " of database ", db, ": ",
