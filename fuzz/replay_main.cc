@@ -48,8 +48,7 @@ void OnAbort(int sig) {
   std::raise(sig);
 }
 
-std::string Mutate(const std::vector<std::string>& seeds, std::mt19937_64& rng,
-                   size_t max_len) {
+std::string Mutate(const std::vector<std::string>& seeds, std::mt19937_64& rng, size_t max_len) {
   auto pick = [&](size_t n) { return n == 0 ? size_t{0} : static_cast<size_t>(rng() % n); };
   std::string s = seeds[pick(seeds.size())];
   const int rounds = 1 + static_cast<int>(pick(8));
@@ -154,8 +153,7 @@ int main(int argc, char** argv) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const double seconds = std::max(elapsed(), 1e-9);
-  std::printf("Done %llu runs in %.0f second(s)\n", static_cast<unsigned long long>(runs),
-              seconds);
+  std::printf("Done %llu runs in %.0f second(s)\n", static_cast<unsigned long long>(runs), seconds);
   std::printf("stat::number_of_executed_units: %llu\n", static_cast<unsigned long long>(runs));
   std::printf("stat::average_exec_per_sec:     %.0f\n", static_cast<double>(runs) / seconds);
   std::printf("stat::peak_rss_mb:              %ld\n", usage.ru_maxrss / 1024);

@@ -109,8 +109,16 @@ absl::Status CheckName(const char* field, const std::string& name) {
     }
     // UTF-8: the sequence length from the lead byte, then continuation bytes; overlong
     // forms, surrogates and code points past U+10FFFF are refused (RFC 3629).
-    const size_t length = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
-                                     : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    size_t length = 0;  // 0: not a lead byte
+    if (c < 0x80) {
+      length = 1;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      length = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      length = 3;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      length = 4;
+    }
     bool valid = length > 0 && i + length <= name.size();
     for (size_t k = 1; valid && k < length; ++k) {
       valid = (static_cast<unsigned char>(name[i + k]) & 0xc0) == 0x80;

@@ -32,8 +32,8 @@ absl::Status ValidateJobSpecBounds(const v1::JobSpec& spec) {
   for (const auto& [field, value] : names) {
     if (auto s = CheckBytes(field, *value, kMaxSpecNameBytes); !s.ok()) return s;
   }
-  if (auto s = CheckBytes("model.hf_config_json", spec.model().hf_config_json(),
-                          kMaxHfConfigJsonBytes);
+  if (auto s =
+          CheckBytes("model.hf_config_json", spec.model().hf_config_json(), kMaxHfConfigJsonBytes);
       !s.ok()) {
     return s;
   }
@@ -64,9 +64,8 @@ absl::Status ValidateJobSpecBounds(const v1::JobSpec& spec) {
       {"search.distributed_optimizer", search.distributed_optimizer_size()}};
   for (const auto& [field, entries] : lists) {
     if (static_cast<size_t>(entries) > kMaxSearchListEntries) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " has ", entries,
-                                                     " entries; the limit is ",
-                                                     kMaxSearchListEntries));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " has ", entries, " entries; the limit is ", kMaxSearchListEntries));
     }
   }
   for (int i = 0; i < search.recompute_size(); ++i) {
@@ -94,14 +93,14 @@ absl::Status ValidateId(absl::string_view field, absl::string_view id) {
 absl::Status ValidateListJobsRequest(const v1::ListJobsRequest& request) {
   if (request.page_size() < 0 || request.page_size() > kMaxListJobsPageSize) {
     return absl::InvalidArgumentError(absl::StrCat("page_size (", request.page_size(),
-                                                   ") must be between 0 and ",
-                                                   kMaxListJobsPageSize, " (0 = 100)"));
+                                                   ") must be between 0 and ", kMaxListJobsPageSize,
+                                                   " (0 = 100)"));
   }
   if (auto s = CheckBytes("page_token", request.page_token(), kMaxIdBytes); !s.ok()) return s;
   if (!v1::JobState_IsValid(request.state())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "state (", static_cast<int>(request.state()),
-        ") is not a JobState (0 = all, 1 = PENDING ... 8 = CANCELLED)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("state (", static_cast<int>(request.state()),
+                     ") is not a JobState (0 = all, 1 = PENDING ... 8 = CANCELLED)"));
   }
   return absl::OkStatus();
 }
@@ -113,13 +112,11 @@ absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
   if (auto s = CheckBytes("worker.backend", w.backend(), kMaxSpecKeywordBytes); !s.ok()) {
     return s;
   }
-  if (auto s = CheckBytes("worker.device_kind", w.device_kind(), kMaxSpecKeywordBytes);
-      !s.ok()) {
+  if (auto s = CheckBytes("worker.device_kind", w.device_kind(), kMaxSpecKeywordBytes); !s.ok()) {
     return s;
   }
   if (auto s = CheckBytes("worker.state", w.state(), kMaxSpecKeywordBytes); !s.ok()) return s;
-  if (auto s = CheckBytes("worker.current_task_id", w.current_task_id(), kMaxIdBytes);
-      !s.ok()) {
+  if (auto s = CheckBytes("worker.current_task_id", w.current_task_id(), kMaxIdBytes); !s.ok()) {
     return s;
   }
   if (auto s = CheckEntries("worker.devices", w.devices(), kMaxDevicesPerWorker); !s.ok()) {
@@ -127,8 +124,8 @@ absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
   }
   for (int i = 0; i < w.devices_size(); ++i) {
     const v1::Device& d = w.devices(i);
-    if (auto s = CheckBytes(absl::StrCat("worker.devices[", i, "].name"), d.name(),
-                            kMaxSpecNameBytes);
+    if (auto s =
+            CheckBytes(absl::StrCat("worker.devices[", i, "].name"), d.name(), kMaxSpecNameBytes);
         !s.ok()) {
       return s;
     }
@@ -172,9 +169,8 @@ absl::Status ValidateReportResultRequest(const v1::ReportResultRequest& request)
       {"result.verify.losses", r.verify().losses_size()}};
   for (const auto& [field, entries] : lists) {
     if (static_cast<size_t>(entries) > kMaxTaskResultEntries) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " has ", entries,
-                                                     " entries; the limit is ",
-                                                     kMaxTaskResultEntries));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " has ", entries, " entries; the limit is ", kMaxTaskResultEntries));
     }
   }
   for (int i = 0; i < r.layer().phases_size(); ++i) {

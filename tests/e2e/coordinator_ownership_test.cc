@@ -4,14 +4,13 @@
 // between them at random). Without a client token it listens on loopback only, unless
 // --bind is given, and then it warns. And one oversized request is refused at the edge
 // instead of being stored for every later ListJobs to carry.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "paratune/v1/service.grpc.pb.h"
 #include "tests/e2e/fault_harness.h"
@@ -24,8 +23,8 @@ class CoordinatorOwnershipTest : public ::testing::Test {
   void SetUp() override {
     bin_ = BinDir();
     ASSERT_FALSE(bin_.empty()) << "PARATUNE_BIN_DIR is not set (run through ctest)";
-    dir_ = TestDir("paratune_own_",
-                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ =
+        TestDir("paratune_own_", ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
@@ -57,24 +56,24 @@ TEST_F(CoordinatorOwnershipTest, ASecondCoordinatorOnTheSamePortsRefusesToStart)
   ASSERT_TRUE(first.Start(&error)) << error;
 
   // Same gRPC port, another database: refused naming the gRPC address.
-  auto [code, log] = RunToExit({"--bind", "127.0.0.1", "--grpc-port",
-                                std::to_string(first.grpc_port()), "--http-port", "0", "--db",
-                                (dir_ / "second.db").string()},
-                               "second_grpc");
+  auto [code, log] =
+      RunToExit({"--bind", "127.0.0.1", "--grpc-port", std::to_string(first.grpc_port()),
+                 "--http-port", "0", "--db", (dir_ / "second.db").string()},
+                "second_grpc");
   EXPECT_EQ(code, 1) << log;
   EXPECT_NE(log.find("cannot listen for gRPC on 127.0.0.1:" + std::to_string(first.grpc_port())),
             std::string::npos)
       << log;
 
   // A free gRPC port, the first one's HTTP port: refused naming the HTTP address.
-  std::tie(code, log) = RunToExit({"--bind", "127.0.0.1", "--grpc-port", "0", "--http-port",
-                                   std::to_string(first.http_port()), "--db",
-                                   (dir_ / "third.db").string()},
-                                  "second_http");
+  std::tie(code, log) =
+      RunToExit({"--bind", "127.0.0.1", "--grpc-port", "0", "--http-port",
+                 std::to_string(first.http_port()), "--db", (dir_ / "third.db").string()},
+                "second_http");
   EXPECT_EQ(code, 1) << log;
-  EXPECT_NE(log.find("cannot bind the REST gateway to 127.0.0.1:" +
-                     std::to_string(first.http_port())),
-            std::string::npos)
+  EXPECT_NE(
+      log.find("cannot bind the REST gateway to 127.0.0.1:" + std::to_string(first.http_port())),
+      std::string::npos)
       << log;
 
   // The first still answers every request (none went to a second listener).
@@ -125,9 +124,8 @@ TEST_F(CoordinatorOwnershipTest, WithoutAClientTokenItListensOnLoopbackUnlessBin
   // --bind 0.0.0.0 without a token: it listens there, and says what that means.
   fs::remove(ports);
   {
-    Process p({(bin_ / "paratune-coordinator").string(), "--bind", "0.0.0.0", "--grpc-port",
-               "0", "--http-port", "0", "--db", (dir_ / "b.db").string(), "--port-file",
-               ports.string()},
+    Process p({(bin_ / "paratune-coordinator").string(), "--bind", "0.0.0.0", "--grpc-port", "0",
+               "--http-port", "0", "--db", (dir_ / "b.db").string(), "--port-file", ports.string()},
               dir_ / "b.log");
     ASSERT_TRUE(PollUntil([&] { return !ReadFile(ports).empty() || !p.Alive(); }, 30000));
     const std::string log = ReadFile(dir_ / "b.log");
@@ -156,8 +154,8 @@ TEST_F(CoordinatorOwnershipTest, AThreeMegabyteNameIsRefusedAndListJobsStaysSmal
   Coordinator c(bin_, dir_, dir_ / "db.sqlite", {});
   std::string error;
   ASSERT_TRUE(c.Start(&error)) << error;
-  auto stub = v1::Autotuner::NewStub(
-      grpc::CreateChannel(c.address(), grpc::InsecureChannelCredentials()));
+  auto stub =
+      v1::Autotuner::NewStub(grpc::CreateChannel(c.address(), grpc::InsecureChannelCredentials()));
   v1::SubmitJobRequest request;
   v1::JobSpec* spec = request.mutable_spec();
   spec->set_name(std::string(3 << 20, 'n'));
@@ -203,8 +201,7 @@ TEST_F(CoordinatorOwnershipTest, AThreeMegabyteNameIsRefusedAndListJobsStaysSmal
   EXPECT_EQ(list.jobs(0).name().size(), 256u);
 
   // The ListJobs request bounds: page_size, an unknown state; an empty id.
-  for (const auto& [page_size, state, expect] :
-       std::vector<std::tuple<int, int, std::string>>{
+  for (const auto& [page_size, state, expect] : std::vector<std::tuple<int, int, std::string>>{
            {101, 0, "page_size (101) must be between 0 and 100 (0 = 100)"},
            {0, 99, "state (99) is not a JobState"}}) {
     grpc::ClientContext lctx;

@@ -1,12 +1,11 @@
 // What the CLI and the worker read from a user is bounded: spec and Hugging Face config
 // files (size, regular files only, YAML aliases, no echo of a file's bytes), the --top and
 // --devices flags, and a precision the device lacks. Each runs the real binaries.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <chrono>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "tests/e2e/fault_harness.h"
 
@@ -14,8 +13,8 @@ namespace paratune::e2e {
 namespace {
 
 // The valid base of tests/data/bad_specs/base.json, as YAML; `model_extra` goes under model.
-std::string Spec(const std::string& model_extra = "",
-                 const std::string& precision = "fp32", const std::string& gpu = "a100-80gb") {
+std::string Spec(const std::string& model_extra = "", const std::string& precision = "fp32",
+                 const std::string& gpu = "a100-80gb") {
   return "name: bounds\n"
          "model:\n"
          "  name: tiny\n"
@@ -23,10 +22,11 @@ std::string Spec(const std::string& model_extra = "",
          "  hidden_size: 64\n"
          "  num_attention_heads: 4\n"
          "  vocab_size: 256\n" +
-         model_extra +
-         "training: {seq_length: 64, global_batch_size: 8, precision: " + precision +
+         model_extra + "training: {seq_length: 64, global_batch_size: 8, precision: " + precision +
          "}\n"
-         "cluster: {gpu: " + gpu + ", num_gpus: 8, gpus_per_node: 8}\n"
+         "cluster: {gpu: " +
+         gpu +
+         ", num_gpus: 8, gpus_per_node: 8}\n"
          "search: {mode: model, top_k: 4}\n";
 }
 
@@ -80,8 +80,8 @@ TEST_F(InputBoundsTest, HfConfigMustBeASmallRegularFile) {
                {"/dev/urandom", "a character device"},
                {(dir_ / "fifo").string(), "a fifo"}};
   for (const auto& c : cases) {
-    const fs::path spec = Write("hf.yaml", "model: {hf_config: " + c.path + "}\n" +
-                                               Spec().substr(Spec().find("training")));
+    const fs::path spec = Write(
+        "hf.yaml", "model: {hf_config: " + c.path + "}\n" + Spec().substr(Spec().find("training")));
     const Run r = Paratune("plan --spec " + spec.string());
     EXPECT_EQ(r.exit_code, 2) << c.path << ": " << r.err;
     EXPECT_NE(r.err.find("model.hf_config: '" + c.path + "' is " + c.kind +
@@ -92,8 +92,8 @@ TEST_F(InputBoundsTest, HfConfigMustBeASmallRegularFile) {
   }
   // Over the size bound (24 KiB): refused before parsing.
   Write("big.json", "{\"model_type\": \"llama\", \"pad\": \"" + std::string(40000, 'x') + "\"}");
-  const fs::path spec = Write("big.yaml", "model: {hf_config: big.json}\n" +
-                                              Spec().substr(Spec().find("training")));
+  const fs::path spec =
+      Write("big.yaml", "model: {hf_config: big.json}\n" + Spec().substr(Spec().find("training")));
   const Run r = Paratune("plan --spec " + spec.string());
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("model.hf_config: '" + (dir_ / "big.json").string() + "' is " +
@@ -107,8 +107,8 @@ TEST_F(InputBoundsTest, ErrorsDoNotQuoteAFileThatIsNotASpec) {
   // Shaped like /etc/shadow; the messages must not carry one byte of it.
   const std::string secret = "Sroot:$6$Zq1secret$hash:19000:0:99999:7:::\n";
   Write("shadow", secret);
-  const fs::path spec = Write("hf.yaml", "model: {hf_config: shadow}\n" +
-                                             Spec().substr(Spec().find("training")));
+  const fs::path spec =
+      Write("hf.yaml", "model: {hf_config: shadow}\n" + Spec().substr(Spec().find("training")));
   Run r = Paratune("plan --spec " + spec.string());
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("hf_config is not valid JSON (syntax error at byte 1 of 43)"),
@@ -129,8 +129,7 @@ TEST_F(InputBoundsTest, ErrorsDoNotQuoteAFileThatIsNotASpec) {
 TEST_F(InputBoundsTest, SpecFilesMustBeSmallRegularFiles) {
   Run r = Paratune("plan --spec /dev/zero");
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("spec file: '/dev/zero' is a character device"), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("spec file: '/dev/zero' is a character device"), std::string::npos) << r.err;
   const fs::path big = Write("big.yaml", Spec() + "# " + std::string(2 << 20, 'x') + "\n");
   r = Paratune("plan --spec " + big.string());
   EXPECT_EQ(r.exit_code, 2) << r.err;
@@ -170,8 +169,7 @@ TEST_F(InputBoundsTest, TopMustBeAPositiveCount) {
   for (const std::string top : {"0", "-1", "100001"}) {
     const Run r = Paratune("plan --spec " + spec.string() + " --top " + top);
     EXPECT_EQ(r.exit_code, 2) << top << ": " << r.err;
-    EXPECT_NE(r.err.find("--top: Value " + top + " not in range 1 to 100000\n"),
-              std::string::npos)
+    EXPECT_NE(r.err.find("--top: Value " + top + " not in range 1 to 100000\n"), std::string::npos)
         << r.err;
   }
   const Run r = Paratune("plan --spec " + spec.string() + " --top 2 --json");
