@@ -164,7 +164,7 @@ TEST_F(InputBoundsTest, Fp8OnADeviceWithoutFp8UnitsExits2NamingDeviceAndFeature)
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
-TEST_F(InputBoundsTest, TopMustBeAPositiveCount) {
+TEST_F(InputBoundsTest, TopAndRankArePositiveCountsWithinTheTopKBound) {
   const fs::path spec = Write("base.yaml", Spec());
   for (const std::string top : {"0", "-1", "100001"}) {
     const Run r = Paratune("plan --spec " + spec.string() + " --top " + top);
@@ -172,7 +172,16 @@ TEST_F(InputBoundsTest, TopMustBeAPositiveCount) {
     EXPECT_NE(r.err.find("--top: Value " + top + " not in range 1 to 100000\n"), std::string::npos)
         << r.err;
   }
-  const Run r = Paratune("plan --spec " + spec.string() + " --top 2 --json");
+  Run r = Paratune("plan --spec " + spec.string() + " --top 2 --json");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const std::string rank : {"0", "1000000000000"}) {
+    r = Paratune("export --spec " + spec.string() + " --format megatron --rank " + rank);
+    EXPECT_EQ(r.exit_code, 2) << rank << ": " << r.err;
+    EXPECT_NE(r.err.find("--rank: Value " + rank + " not in range 1 to 100000\n"),
+              std::string::npos)
+        << r.err;
+  }
+  r = Paratune("export --spec " + spec.string() + " --format megatron --rank 1");
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
