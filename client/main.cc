@@ -12,6 +12,16 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   paratune::client::RegisterPlanCommands(app, &exit_code);
   paratune::client::RegisterServiceCommands(app, &exit_code);
+  // --top N and --rank N count ranked layouts: 1 to search.top_k's bound. A transform runs
+  // before the command's own checks (CLI::PositiveNumber's message prints DBL_MAX, 309
+  // digits).
+  for (CLI::App* command : app.get_subcommands({})) {
+    for (const char* name : {"--top", "--rank"}) {
+      if (CLI::Option* count = command->get_option_no_throw(name)) {
+        count->transform(CLI::Range(int64_t{1}, int64_t{100000}));
+      }
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -51,11 +51,9 @@ int Fail(const absl::Status& status) {
 }
 
 absl::StatusOr<std::string> ReadText(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(what, " '", path, "' cannot be read"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  absl::StatusOr<std::string> text = ReadInputFile(path, kMaxSpecFileBytes, what);
+  if (!text.ok()) return absl::InvalidArgumentError(text.status().message());
+  return text;
 }
 
 // --- Connection ---------------------------------------------------------------------------

@@ -1,22 +1,25 @@
 // Spec file reading (see spec_file.h).
 #include "client/spec_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "search/specs.h"
 
 namespace paratune::client {
 namespace {
@@ -70,7 +73,15 @@ std::string Where(const YAML::Node& node) {
   return absl::StrCat(" (line ", mark.line + 1, ", column ", mark.column + 1, ")");
 }
 
-absl::StatusOr<json> Convert(const YAML::Node& node, const std::string& path) {
+absl::StatusOr<json> Convert(const YAML::Node& node, const std::string& path,
+                             size_t* budget) {
+  if (*budget == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the document expands to more than ", kMaxSpecValues, " values at '",
+        path.empty() ? "(top level)" : path, "'", Where(node),
+        " (YAML aliases that repeat anchors within anchors?)"));
+  }
+  --*budget;
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null:
@@ -85,7 +96,7 @@ absl::StatusOr<json> Convert(const YAML::Node& node, const std::string& path) {
       json array = json::array();
       size_t i = 0;
       for (const YAML::Node& item : node) {
-        auto v = Convert(item, absl::StrCat(path, "[", i++, "]"));
+        auto v = Convert(item, absl::StrCat(path, "[", i++, "]"), budget);
         if (!v.ok()) return v.status();
         array.push_back(std::move(*v));
       }
@@ -105,7 +116,7 @@ absl::StatusOr<json> Convert(const YAML::Node& node, const std::string& path) {
           return absl::InvalidArgumentError(
               absl::StrCat("duplicate key '", child, "'", Where(entry.first)));
         }
-        auto v = Convert(entry.second, child);
+        auto v = Convert(entry.second, child, budget);
         if (!v.ok()) return v.status();
         object[key] = std::move(*v);
       }
@@ -115,22 +126,64 @@ absl::StatusOr<json> Convert(const YAML::Node& node, const std::string& path) {
   return json(nullptr);
 }
 
-absl::StatusOr<std::string> ReadText(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "' is a directory"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read '", path.string(), "': ", std::strerror(errno)));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a fifo";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ReadInputFile(const std::string& path, size_t max_bytes,
+                                          const std::string& what) {
+  // O_NONBLOCK: opening a fifo for reading would otherwise wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    const std::string message =
+        absl::StrCat(what, ": cannot read '", path, "': ", std::strerror(err));
+    return err == ENOENT ? absl::NotFoundError(message) : absl::InvalidArgumentError(message);
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const mode_t mode = st.st_mode;
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(what, ": '", path, "' is ", FileKind(mode),
+                                                   "; only regular files are read"));
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(what, ": '", path, "' is ", st.st_size,
+                                                   " bytes; the limit is ", max_bytes,
+                                                   " bytes"));
+  }
+  // Read at most one byte past the limit: a file that grows after fstat stays bounded.
+  std::string text;
+  text.resize(max_bytes + 1);
+  size_t n = 0;
+  while (n < text.size()) {
+    const ssize_t got = ::read(fd, text.data() + n, text.size() - n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int err = errno;
+      ::close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": cannot read '", path, "': ", std::strerror(err)));
+    }
+    if (got == 0) break;
+    n += static_cast<size_t>(got);
+  }
+  ::close(fd);
+  if (n > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": '", path, "' is over the limit of ",
+                                                   max_bytes, " bytes"));
+  }
+  text.resize(n);
+  return text;
+}
 
 absl::StatusOr<json> YamlToJson(const std::string& text) {
   YAML::Node root;
@@ -141,7 +194,8 @@ absl::StatusOr<json> YamlToJson(const std::string& text) {
                                                    e.mark.column + 1, ": ", e.msg));
   }
   try {
-    return Convert(root, "");
+    size_t budget = kMaxSpecValues;
+    return Convert(root, "", &budget);
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("line ", e.mark.line + 1, ", column ",
                                                    e.mark.column + 1, ": ", e.msg));
@@ -149,7 +203,7 @@ absl::StatusOr<json> YamlToJson(const std::string& text) {
 }
 
 absl::StatusOr<json> ReadSpecFile(const std::string& path) {
-  auto text = ReadText(path);
+  auto text = ReadInputFile(path, kMaxSpecFileBytes, "spec file");
   if (!text.ok()) return text.status();
   absl::StatusOr<json> spec;
   if (absl::EndsWithIgnoreCase(path, ".json")) {
@@ -170,9 +224,21 @@ absl::StatusOr<json> ReadSpecFile(const std::string& path) {
     };
     try {
       spec = json::parse(*text, callback);
-    } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e999
-      return absl::InvalidArgumentError(
-          absl::StrCat("spec file '", path, "' is not valid JSON: ", e.what()));
+    } catch (const json::parse_error& e) {
+      // The position only: nlohmann's message quotes the text ("last read: '...'"), and
+      // the file named may be anything (--spec /etc/shadow).
+      const size_t end = std::min<size_t>(e.byte, text->size());
+      size_t line = 1, column = 1;
+      for (size_t i = 0; i + 1 < end; ++i) {
+        column = (*text)[i] == '\n' ? 1 : column + 1;
+        line += (*text)[i] == '\n' ? 1 : 0;
+      }
+      return absl::InvalidArgumentError(absl::StrCat("spec file '", path,
+                                                     "' is not valid JSON: syntax error at line ",
+                                                     line, ", column ", column));
+    } catch (const json::exception&) {  // out_of_range for 1e999
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec file '", path, "' is not valid JSON: a number out of range of a double"));
     }
     if (!duplicate.empty()) {
       return absl::InvalidArgumentError(
@@ -195,11 +261,8 @@ absl::StatusOr<json> ReadSpecFile(const std::string& path) {
       if (hf.is_relative()) hf = std::filesystem::path(path).parent_path() / hf;
       std::error_code ec;
       if (std::filesystem::is_directory(hf, ec)) hf /= "config.json";
-      auto contents = ReadText(hf);
-      if (!contents.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model.hf_config: ", contents.status().message()));
-      }
+      auto contents = ReadInputFile(hf.string(), kMaxHfConfigJsonBytes, "model.hf_config");
+      if (!contents.ok()) return absl::InvalidArgumentError(contents.status().message());
       if (model.contains("hf_config_json")) {
         return absl::InvalidArgumentError(
             "model.hf_config and model.hf_config_json are mutually exclusive");

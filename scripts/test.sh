@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs every test (CTest: unit, e2e, web, gpu).
+# Installs what is missing, builds, and runs every test (CTest: unit, e2e, web, gpu), then
+# the fuzz targets for a fixed budget.
 # gpu tests skip with a reason where no CUDA device exists.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,4 +9,7 @@ scripts/install-deps.sh
 scripts/build.sh "$@"
 scripts/build-web.sh
 ctest --test-dir build --output-on-failure --parallel "$(nproc)" --timeout 900
+# The fuzz targets under ASan/UBSan, 40 s each, in their own build folder (libFuzzer with
+# clang, else g++ and fuzz/replay_main.cc); a crash, leak or sanitizer report fails the run.
+bench/fuzz.sh --time 40 --build-dir build-fuzz
 echo "scripts/test.sh: finished in $(( $(date +%s) - start )) s"

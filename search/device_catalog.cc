@@ -39,6 +39,7 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
@@ -173,6 +174,19 @@ double DeviceProfile::PeakFlops(Precision precision) const {
       return (peak_fp8_tflops > 0 ? peak_fp8_tflops : peak_bf16_tflops) * kTera;
   }
   return peak_bf16_tflops * kTera;
+}
+
+absl::Status CheckDeviceSupports(const DeviceProfile& device, Precision precision) {
+  if (precision != Precision::kFp8 || device.peak_fp8_tflops > 0) return absl::OkStatus();
+  std::vector<std::string> with_fp8;
+  for (const DeviceProfile& d : CatalogRef()) {
+    if (d.peak_fp8_tflops > 0) with_fp8.push_back(d.name);
+  }
+  std::sort(with_fp8.begin(), with_fp8.end());
+  return absl::InvalidArgumentError(absl::StrCat(
+      "training.precision fp8 is not supported by cluster.gpu ", device.name,
+      ": the device has no FP8 tensor cores (devices with FP8: ", absl::StrJoin(with_fp8, ", "),
+      "); use bf16 or fp16"));
 }
 
 absl::StatusOr<DeviceProfile> FindDevice(const std::string& name) {

@@ -47,6 +47,10 @@ struct DeviceProfile {
   double PeakFlops(Precision precision) const;
 };
 
+/// InvalidArgument naming the device and the feature when `device` cannot train in
+/// `precision` (FP8 needs FP8 tensor cores: Hopper and later; peak_fp8_tflops > 0).
+absl::Status CheckDeviceSupports(const DeviceProfile& device, Precision precision);
+
 /// NotFound listing the known kinds for an unknown one.
 absl::StatusOr<DeviceProfile> FindDevice(const std::string& name);
 std::vector<std::string> DeviceNames();

@@ -228,8 +228,10 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const json& config) {
 
   if (auto head_dim = OptionalInt(config, {"head_dim"}); !head_dim.ok()) {
     return head_dim.status();
-  } else if (head_dim->has_value() && m.num_attention_heads > 0 &&
-             **head_dim * m.num_attention_heads != m.hidden_size) {
+  } else if (int64_t product = 0;
+             head_dim->has_value() && m.num_attention_heads > 0 &&
+             (__builtin_mul_overflow(**head_dim, m.num_attention_heads, &product) ||
+              product != m.hidden_size)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "hf_config.head_dim (", **head_dim, ") x num_attention_heads (", m.num_attention_heads,
         ") differs from hidden_size (", m.hidden_size,
@@ -238,7 +240,14 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const json& config) {
 
   auto ffn = OptionalInt(config, {"intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim"});
   if (!ffn.ok()) return ffn.status();
-  m.ffn_hidden_size = ffn->value_or(4 * m.hidden_size);
+  // 4 x hidden; a hidden_size past int64 / 4 (refused by validation, which checks
+  // hidden_size first) saturates instead of overflowing.
+  int64_t four_h = 0;
+  if (__builtin_mul_overflow(m.hidden_size, 4, &four_h)) {
+    four_h = m.hidden_size > 0 ? std::numeric_limits<int64_t>::max()
+                               : std::numeric_limits<int64_t>::min();
+  }
+  m.ffn_hidden_size = ffn->value_or(four_h);
 
   auto positions = OptionalInt(config, {"max_position_embeddings", "n_positions", "n_ctx"});
   if (!positions.ok()) return positions.status();
@@ -294,11 +303,23 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const json& config) {
 }
 
 absl::StatusOr<ModelSpec> ModelSpecFromHfConfigText(const std::string& text) {
+  if (text.size() > kMaxHfConfigJsonBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("hf_config is ", text.size(),
+                                                   " bytes; the limit is ",
+                                                   kMaxHfConfigJsonBytes, " bytes"));
+  }
+  // The messages give the byte offset only: nlohmann's own ("last read: '...'") quote the
+  // text, which may be a file that is not a config at all (hf_config: /etc/shadow).
   json config;
   try {
     config = json::parse(text);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e999
-    return absl::InvalidArgumentError(absl::StrCat("hf_config is not valid JSON: ", e.what()));
+  } catch (const json::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hf_config is not valid JSON (syntax error at byte ", e.byte, " of ",
+                     text.size(), ")"));
+  } catch (const json::exception&) {  // out_of_range for 1e999
+    return absl::InvalidArgumentError(
+        "hf_config is not valid JSON (a number out of range of a double)");
   }
   return ModelSpecFromHfConfig(config);
 }

@@ -26,39 +26,41 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
   const TrainingSpec& tr = spec.training;
   const ClusterSpec& cl = spec.cluster;
   for (auto [field, value] :
-       {std::pair<const char*, int64_t>{"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp},
-        {"cp", c.cp}, {"vp", c.vp}, {"micro_batch_size", c.micro_batch_size}}) {
+       {std::pair<const char*, int64_t>{"search.tp", c.tp}, {"search.pp", c.pp},
+        {"search.dp", c.dp}, {"search.cp", c.cp}, {"search.vp", c.vp},
+        {"search.micro_batch_size", c.micro_batch_size}}) {
     if (absl::Status s = Positive(field, value); !s.ok()) return s;
   }
   if (c.tp * c.pp * c.cp * c.dp != cl.num_gpus) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "tp*pp*cp*dp (%d*%d*%d*%d = %d) must equal cluster.num_gpus (%d)", c.tp, c.pp, c.cp,
+        "search.tp*search.pp*search.cp*search.dp (%d*%d*%d*%d = %d) must equal "
+        "cluster.num_gpus (%d)", c.tp, c.pp, c.cp,
         c.dp, c.tp * c.pp * c.cp * c.dp, cl.num_gpus));
   }
   if (m.num_attention_heads % c.tp != 0) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("tp (%d) must divide model.num_attention_heads (%d)", c.tp,
+        absl::StrFormat("search.tp (%d) must divide model.num_attention_heads (%d)", c.tp,
                         m.num_attention_heads));
   }
   const int64_t groups = m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads;
   if (groups % c.tp != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "tp (%d) must divide model.num_query_groups (%d)", c.tp, groups));
+        "search.tp (%d) must divide model.num_query_groups (%d)", c.tp, groups));
   }
   if (m.ffn_hidden_size % c.tp != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "tp (%d) must divide model.ffn_hidden_size (%d)", c.tp, m.ffn_hidden_size));
+        "search.tp (%d) must divide model.ffn_hidden_size (%d)", c.tp, m.ffn_hidden_size));
   }
   if (!spec.search.allow_tp_across_nodes && cl.gpus_per_node > 0) {
     if (c.tp > cl.gpus_per_node) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "tp (%d) must be <= cluster.gpus_per_node (%d) unless "
+          "search.tp (%d) must be <= cluster.gpus_per_node (%d) unless "
           "search.allow_tp_across_nodes is set",
           c.tp, cl.gpus_per_node));
     }
     if (cl.gpus_per_node % c.tp != 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "tp (%d) must divide cluster.gpus_per_node (%d) so that TP groups stay inside a "
+          "search.tp (%d) must divide cluster.gpus_per_node (%d) so that TP groups stay inside a "
           "node, unless search.allow_tp_across_nodes is set",
           c.tp, cl.gpus_per_node));
     }
@@ -67,67 +69,72 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
     const int64_t chunks = c.pp * c.vp;
     if (c.pp == 1) {
       return absl::InvalidArgumentError(
-          "split_counts_embedding_and_loss requires pp > 1 (pp is 1)");
+          "split_counts_embedding_and_loss requires search.pp > 1 (search.pp is 1)");
     }
     if ((m.num_layers + 2) % chunks != 0 || (m.num_layers + 2) / chunks < 2) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "with split_counts_embedding_and_loss, pp*vp (%d*%d = %d) must divide "
-          "model.num_layers + 2 (%d) with at least 2 per chunk",
+          "search.pp*search.vp (%d*%d = %d) must divide model.num_layers + 2 (%d: the "
+          "embedding and the loss are counted as one layer each when the stages are split "
+          "as Megatron-Core does) with at least 2 per chunk",
           c.pp, c.vp, chunks, m.num_layers + 2));
     }
   } else {
     if (m.num_layers % c.pp != 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "pp (%d) must divide model.num_layers (%d)", c.pp, m.num_layers));
+          "search.pp (%d) must divide model.num_layers (%d)", c.pp, m.num_layers));
     }
     if (c.vp > 1 && m.num_layers % (c.pp * c.vp) != 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "pp*vp (%d*%d = %d) must divide model.num_layers (%d)", c.pp, c.vp, c.pp * c.vp,
-          m.num_layers));
+          "search.pp*search.vp (%d*%d = %d) must divide model.num_layers (%d)", c.pp, c.vp,
+          c.pp * c.vp, m.num_layers));
     }
   }
   if (c.vp > 1 && c.pp == 1) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("vp (%d) > 1 requires pp > 1 (pp is 1)", c.vp));
+        absl::StrFormat("search.vp (%d) > 1 requires search.pp > 1 (search.pp is 1)", c.vp));
   }
   if (tr.global_batch_size % (c.micro_batch_size * c.dp) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "micro_batch_size*dp (%d*%d = %d) must divide training.global_batch_size (%d)",
+        "search.micro_batch_size*search.dp (%d*%d = %d) must divide "
+        "training.global_batch_size (%d)",
         c.micro_batch_size, c.dp, c.micro_batch_size * c.dp, tr.global_batch_size));
   }
   const int64_t micro_batches = NumMicroBatches(c, tr);
   // Megatron-LM's interleaved schedule runs micro-batches in groups of p.
   if (c.vp > 1 && micro_batches % c.pp != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "the interleaved schedule (vp %d) needs micro-batches per iteration (%d) to be a "
-        "multiple of pp (%d)",
+        "the interleaved schedule (search.vp %d) needs micro-batches per iteration "
+        "(training.global_batch_size / (search.micro_batch_size*search.dp) = %d) to be a "
+        "multiple of search.pp (%d)",
         c.vp, micro_batches, c.pp));
   }
   if (c.sequence_parallel && c.tp == 1) {
-    return absl::InvalidArgumentError("sequence_parallel requires tp > 1 (tp is 1)");
+    return absl::InvalidArgumentError(
+        "search.sequence_parallel requires search.tp > 1 (search.tp is 1)");
   }
   if (c.tp_comm_overlap && !c.sequence_parallel) {
     return absl::InvalidArgumentError("tp_comm_overlap requires sequence_parallel");
   }
   if (c.cp > 1 && tr.seq_length % (2 * c.cp) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "training.seq_length (%d) must be divisible by 2*cp (%d)", tr.seq_length, 2 * c.cp));
+        "training.seq_length (%d) must be divisible by 2*search.cp (%d)", tr.seq_length, 2 * c.cp));
   }
   if (c.recompute == Recompute::kFull) {
     const int64_t per_stage = c.LayersOnStage(m.num_layers, c.pp - 1);
     if (c.recompute_num_layers < 0 || c.recompute_num_layers > per_stage) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "recompute_num_layers (%d) must be in [0, layers per stage = %d] (0 = all)",
+          "search.recompute_num_layers (%d) must be in [0, layers per stage = %d] (0 = all)",
           c.recompute_num_layers, per_stage));
     }
   } else if (c.recompute_num_layers != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "recompute_num_layers (%d) is only meaningful with recompute full",
+        "search.recompute_num_layers (%d) is only meaningful with search.recompute full",
         c.recompute_num_layers));
   }
   if (c.distributed_optimizer && c.dp * c.cp == 1) {
     return absl::InvalidArgumentError(
-        "distributed_optimizer requires dp*cp > 1 (there is nothing to shard over)");
+        "search.distributed_optimizer requires search.dp*search.cp > 1 (there is nothing to "
+        "shard over)");
   }
   return absl::OkStatus();
 }

@@ -93,6 +93,59 @@ absl::Status CheckSizeList(const std::string& field, const std::vector<int64_t>&
   return CheckNoDuplicates(field, values);
 }
 
+/// A display name: at most kMaxSpecNameBytes bytes of UTF-8, no control characters (they
+/// would rewrite terminals and logs that print it).
+absl::Status CheckName(const char* field, const std::string& name) {
+  if (name.size() > kMaxSpecNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is ", name.size(),
+                                                   " bytes; the limit is ", kMaxSpecNameBytes));
+  }
+  for (size_t i = 0; i < name.size();) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " has a control character (byte ", static_cast<int>(c), " at offset ", i,
+          "); names must be printable"));
+    }
+    // UTF-8: the sequence length from the lead byte, then continuation bytes; overlong
+    // forms, surrogates and code points past U+10FFFF are refused (RFC 3629).
+    size_t length = 0;  // 0: not a lead byte
+    if (c < 0x80) {
+      length = 1;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      length = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      length = 3;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      length = 4;
+    }
+    bool valid = length > 0 && i + length <= name.size();
+    for (size_t k = 1; valid && k < length; ++k) {
+      valid = (static_cast<unsigned char>(name[i + k]) & 0xc0) == 0x80;
+    }
+    if (valid && length >= 3) {
+      const unsigned char c1 = static_cast<unsigned char>(name[i + 1]);
+      valid = !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0) &&
+              !(c == 0xf0 && c1 < 0x90) && !(c == 0xf4 && c1 >= 0x90);
+    }
+    if (!valid) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " is not valid UTF-8 (byte ",
+                                                     static_cast<int>(c), " at offset ", i, ")"));
+    }
+    i += length;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckListLength(const char* field, size_t entries) {
+  if (entries > kMaxSearchListEntries) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " has ", entries,
+                                                   " entries; the limit is ",
+                                                   kMaxSearchListEntries));
+  }
+  return absl::OkStatus();
+}
+
 /// Approximate parameter count (embeddings + layers), in double so it cannot overflow.
 double ApproxParameters(const ModelSpec& m) {
   const double h = static_cast<double>(m.hidden_size);
@@ -108,6 +161,7 @@ double ApproxParameters(const ModelSpec& m) {
 }  // namespace
 
 absl::Status ModelSpec::Validate() const {
+  if (auto s = CheckName("model.name", name); !s.ok()) return s;
   if (auto s = CheckRange("model.num_layers", num_layers, kMaxNumLayers); !s.ok()) return s;
   if (auto s = CheckRange("model.hidden_size", hidden_size, kMaxHiddenSize); !s.ok()) return s;
   if (num_attention_heads <= 0) {
@@ -201,6 +255,21 @@ absl::Status ClusterSpec::Validate() const {
 }
 
 absl::Status SearchOptions::Validate() const {
+  // First the lengths: the cross-section rule of JobSpec::Validate walks tp x pp x cp x dp.
+  const std::pair<const char*, size_t> lengths[] = {
+      {"search.tp", tp.size()},
+      {"search.pp", pp.size()},
+      {"search.dp", dp.size()},
+      {"search.cp", cp.size()},
+      {"search.vp", vp.size()},
+      {"search.micro_batch_size", micro_batch_size.size()},
+      {"search.sequence_parallel", sequence_parallel.size()},
+      {"search.recompute", recompute.size()},
+      {"search.recompute_num_layers", recompute_num_layers.size()},
+      {"search.distributed_optimizer", distributed_optimizer.size()}};
+  for (const auto& [field, entries] : lengths) {
+    if (auto s = CheckListLength(field, entries); !s.ok()) return s;
+  }
   const std::pair<const char*, const std::vector<int64_t>*> lists[] = {
       {"search.tp", &tp},
       {"search.pp", &pp},
@@ -246,16 +315,19 @@ absl::Status SearchOptions::Validate() const {
 }
 
 absl::Status JobSpec::Validate() const {
+  if (auto s = CheckName("name", name); !s.ok()) return s;
   if (auto s = model.Validate(); !s.ok()) return s;
   if (auto s = training.Validate(); !s.ok()) return s;
   if (auto s = cluster.Validate(); !s.ok()) return s;
   if (auto s = search.Validate(); !s.ok()) return s;
 
-  if (auto device = FindDevice(cluster.gpu); !device.ok()) {
+  absl::StatusOr<DeviceProfile> device = FindDevice(cluster.gpu);
+  if (!device.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("cluster.gpu ('", cluster.gpu, "') is not a known device kind; known: ",
                      absl::StrJoin(DeviceNames(), ", ")));
   }
+  if (auto s = CheckDeviceSupports(*device, training.precision); !s.ok()) return s;
 
   const double tokens_x_hidden = static_cast<double>(training.seq_length) *
                                  static_cast<double>(training.global_batch_size) *

@@ -21,6 +21,22 @@ namespace paratune {
 enum class Objective { kThroughput, kMinMemory };
 enum class SearchMode { kModel, kProfile };
 
+// Bounds on the text and lists of a spec, the same for every transport (CLI, REST, gRPC;
+// server/limits.h enforces them on the wire before anything is parsed or stored). They keep
+// one job small: a ListJobs page of server/limits.h kMaxListJobsPageSize jobs stays under
+// gRPC's 4 MiB message limit.
+/// `name` and `model.name`: bytes of UTF-8, printable (no control characters).
+inline constexpr size_t kMaxSpecNameBytes = 256;
+/// A keyword field (`model.preset`, `cluster.gpu`, `training.precision`, ...): bytes.
+inline constexpr size_t kMaxSpecKeywordBytes = 64;
+/// `model.hf_config_json` (and the file `model.hf_config` names): bytes. The largest
+/// config.json of the supported families is under 4 KiB.
+inline constexpr size_t kMaxHfConfigJsonBytes = 24 * 1024;
+/// Entries of each `search.*` list (tp, pp, ..., recompute).
+inline constexpr size_t kMaxSearchListEntries = 64;
+/// A spec file (JSON or YAML) read by the CLI: bytes (the REST gateway's body limit).
+inline constexpr size_t kMaxSpecFileBytes = 1024 * 1024;
+
 /// Transformer architecture (dense decoder-only).
 struct ModelSpec {
   std::string name;                  ///< Display name ("gpt3-175b").

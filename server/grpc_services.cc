@@ -8,6 +8,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/limits.h"
 
 namespace paratune::server {
 namespace {
@@ -72,21 +73,31 @@ class GrpcServer::Autotuner final : public v1::Autotuner::Service {
   grpc::Status SubmitJob(grpc::ServerContext* c, const v1::SubmitJobRequest* req,
                          v1::Job* resp) override {
     return Serve("SubmitJob", Role::kClient, c, auth_, metrics_,
-                 [&] { return Fill(h_->SubmitJob(*req), resp); });
+                 [&] {
+      if (absl::Status s = ValidateSubmitJobRequest(*req); !s.ok()) return s;
+      return Fill(h_->SubmitJob(*req), resp);
+    });
   }
   grpc::Status GetJob(grpc::ServerContext* c, const v1::GetJobRequest* req,
                       v1::Job* resp) override {
     return Serve("GetJob", Role::kClient, c, auth_, metrics_,
-                 [&] { return Fill(h_->GetJob(*req), resp); });
+                 [&] {
+      if (absl::Status s = ValidateId("id", req->id()); !s.ok()) return s;
+      return Fill(h_->GetJob(*req), resp);
+    });
   }
   grpc::Status ListJobs(grpc::ServerContext* c, const v1::ListJobsRequest* req,
                         v1::ListJobsResponse* resp) override {
     return Serve("ListJobs", Role::kClient, c, auth_, metrics_,
-                 [&] { return Fill(h_->ListJobs(*req), resp); });
+                 [&] {
+      if (absl::Status s = ValidateListJobsRequest(*req); !s.ok()) return s;
+      return Fill(h_->ListJobs(*req), resp);
+    });
   }
   grpc::Status WatchJob(grpc::ServerContext* c, const v1::WatchJobRequest* req,
                         grpc::ServerWriter<v1::Job>* writer) override {
     return Serve("WatchJob", Role::kClient, c, auth_, metrics_, [&] {
+      if (absl::Status s = ValidateId("id", req->id()); !s.ok()) return s;
       return h_->WatchJob(*req, [&](const v1::Job& job) {
         return !c->IsCancelled() && writer->Write(job);
       });
@@ -95,12 +106,18 @@ class GrpcServer::Autotuner final : public v1::Autotuner::Service {
   grpc::Status CancelJob(grpc::ServerContext* c, const v1::CancelJobRequest* req,
                          v1::Job* resp) override {
     return Serve("CancelJob", Role::kClient, c, auth_, metrics_,
-                 [&] { return Fill(h_->CancelJob(*req), resp); });
+                 [&] {
+      if (absl::Status s = ValidateId("id", req->id()); !s.ok()) return s;
+      return Fill(h_->CancelJob(*req), resp);
+    });
   }
   grpc::Status GetResults(grpc::ServerContext* c, const v1::GetResultsRequest* req,
                           v1::JobResults* resp) override {
     return Serve("GetResults", Role::kClient, c, auth_, metrics_,
-                 [&] { return Fill(h_->GetResults(*req), resp); });
+                 [&] {
+      if (absl::Status s = ValidateId("id", req->id()); !s.ok()) return s;
+      return Fill(h_->GetResults(*req), resp);
+    });
   }
   grpc::Status ListWorkers(grpc::ServerContext* c, const v1::ListWorkersRequest* req,
                            v1::ListWorkersResponse* resp) override {
@@ -122,12 +139,18 @@ class GrpcServer::Hub final : public v1::WorkerHub::Service {
   grpc::Status Register(grpc::ServerContext* c, const v1::RegisterRequest* req,
                         v1::RegisterResponse* resp) override {
     return Serve("Register", Role::kWorker, c, auth_, metrics_,
-                 [&] { return Fill(h_->Register(*req), resp); });
+                 [&] {
+      if (absl::Status s = ValidateRegisterRequest(*req); !s.ok()) return s;
+      return Fill(h_->Register(*req), resp);
+    });
   }
   grpc::Status Heartbeat(grpc::ServerContext* c, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override {
     return Serve("Heartbeat", Role::kWorker, c, auth_, metrics_,
-                 [&] { return Fill(h_->Heartbeat(*req), resp); });
+                 [&] {
+      if (absl::Status s = ValidateHeartbeatRequest(*req); !s.ok()) return s;
+      return Fill(h_->Heartbeat(*req), resp);
+    });
   }
   grpc::Status LeaseTask(grpc::ServerContext* c, const v1::LeaseTaskRequest* req,
                          v1::LeaseTaskResponse* resp) override {
@@ -137,7 +160,10 @@ class GrpcServer::Hub final : public v1::WorkerHub::Service {
   grpc::Status ReportResult(grpc::ServerContext* c, const v1::ReportResultRequest* req,
                             v1::ReportResultResponse* resp) override {
     return Serve("ReportResult", Role::kWorker, c, auth_, metrics_,
-                 [&] { return Fill(h_->ReportResult(*req), resp); });
+                 [&] {
+      if (absl::Status s = ValidateReportResultRequest(*req); !s.ok()) return s;
+      return Fill(h_->ReportResult(*req), resp);
+    });
   }
   grpc::Status Deregister(grpc::ServerContext* c, const v1::DeregisterRequest* req,
                           v1::DeregisterResponse* resp) override {
@@ -172,14 +198,19 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   out->autotuner_ = std::make_unique<Autotuner>(autotuner, options.auth, options.metrics);
   out->hub_ = std::make_unique<Hub>(hub, options.auth, options.metrics);
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default, which lets a second server bind the same port and
+  // take half of the connections: a coordinator owns its port or refuses to start.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(kMaxGrpcReceiveBytes);
   if (!options.address.empty()) builder.AddListeningPort(options.address, creds, &out->port_);
   builder.RegisterService(out->autotuner_.get());
   builder.RegisterService(out->hub_.get());
   for (grpc::Service* service : options.extra_services) builder.RegisterService(service);
   out->server_ = builder.BuildAndStart();
   if (out->server_ == nullptr || (!options.address.empty() && out->port_ == 0)) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.address, " (address in use?)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen for gRPC on ", options.address,
+        " (is the port in use, e.g. by another coordinator? choose another --grpc-port)"));
   }
   return out;
 }

@@ -1,7 +1,13 @@
 // paratune-coordinator: the ParaTune service. Hosts the Autotuner and WorkerHub gRPC
 // services and the REST gateway over one JobManager backed by SQLite.
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <fstream>
 #include <iostream>
@@ -30,18 +36,75 @@ int Fail(const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
+// Takes an exclusive flock on "<db>.lock", held (the descriptor left open) until the
+// process exits, so that two coordinators never serve one database. The lock file holds
+// the owner's pid, for the message the next one prints. A sidecar file rather than the
+// database itself: SQLite's own POSIX locks on the database are dropped when any
+// descriptor of the file closes.
+absl::Status LockDatabase(const std::string& db) {
+  if (db == ":memory:" || db.rfind("file:", 0) == 0) return absl::OkStatus();
+  const std::string path = db + ".lock";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // A read-only lock file still takes a flock. Where none can be opened because the folder
+  // or the file is read-only, SQLite cannot open the database in WAL mode either (it
+  // creates -wal and -shm beside it): its message, naming the read-only database, is the
+  // one to show.
+  if (fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS)) {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return absl::OkStatus();
+  }
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot open the lock file ", path,
+                                                      " of database ", db, ": ",
+                                                      std::strerror(errno)));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd, pid, sizeof(pid) - 1, 0);
+    std::string owner = n > 0 ? std::string(pid, static_cast<size_t>(n)) : std::string();
+    while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' ')) owner.pop_back();
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "database ", db, " is in use by another coordinator",
+          owner.empty() ? std::string() : absl::StrCat(" (pid ", owner, ")"), "; lock file ",
+          path, ". Two coordinators must not serve one database: stop the other one or "
+          "give this one its own --db"));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot lock ", path, " of database ", db, ": ", std::strerror(err)));
+  }
+  const std::string pid = absl::StrCat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    // The lock is held all the same; only the pid in the next one's message is missing.
+    std::cerr << absl::StrCat("paratune-coordinator: cannot write the pid to ", path, ": ",
+                              std::strerror(errno), "\n");
+  }
+  return absl::OkStatus();  // fd stays open: the lock lives as long as the process.
+}
+
+bool IsLoopback(const std::string& address) {
+  return address == "127.0.0.1" || address == "localhost" || address == "::1" ||
+         address.rfind("127.", 0) == 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"paratune-coordinator: plans, profiles and ranks parallel layouts"};
-  std::string bind = "0.0.0.0";
+  std::string bind = "127.0.0.1";
   int grpc_port = 50051;
   int http_port = 8080;
   std::string db = "./paratune.db";
   paratune::server::JobManagerOptions options;
   std::string client_token_file, worker_token_file, tls_cert, tls_key, dashboard_dir;
   std::string port_file;
-  app.add_option("--bind", bind, "Address to listen on")->capture_default_str();
+  CLI::Option* bind_option =
+      app.add_option("--bind", bind,
+                     "Address to listen on (default: 0.0.0.0 with --client-token-file, "
+                     "127.0.0.1 without; a non-loopback address without it warns)");
   app.add_option("--grpc-port", grpc_port, "gRPC port (0 = pick a free one)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
@@ -108,6 +171,17 @@ int main(int argc, char** argv) {
   absl::StatusOr<paratune::server::Authenticator> auth =
       paratune::server::Authenticator::FromFiles(client_token_file, worker_token_file);
   if (!auth.ok()) return Fail(auth.status());
+  // Open by default only to this host: without a client token anyone who can reach the
+  // port could submit and cancel jobs.
+  if (bind_option->count() == 0) {
+    bind = auth->Enabled(paratune::server::Role::kClient) ? "0.0.0.0" : "127.0.0.1";
+  } else if (!auth->Enabled(paratune::server::Role::kClient) && !IsLoopback(bind)) {
+    std::cerr << absl::StrCat(
+        "paratune-coordinator: WARNING: listening on ", bind,
+        " without --client-token-file: anyone who can reach this address can submit and "
+        "cancel jobs\n");
+  }
+  if (absl::Status s = LockDatabase(db); !s.ok()) return Fail(s);
   paratune::server::Metrics metrics;
   absl::StatusOr<std::unique_ptr<paratune::server::Store>> store =
       paratune::server::OpenSqliteStore(db);

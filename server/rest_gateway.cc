@@ -17,6 +17,13 @@
 namespace paratune::server {
 namespace {
 
+// SO_REUSEADDR only: httplib's default options add SO_REUSEPORT, which lets a second server
+// bind the same port and take part of the connections. A coordinator owns its port.
+void OwnPortSocketOptions(socket_t sock) {
+  int yes = 1;
+  ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+}
+
 namespace fs = std::filesystem;
 
 // A keep-alive connection is closed after this many requests, or this many idle seconds,
@@ -157,7 +164,7 @@ absl::StatusOr<int> RestGateway::Start(const std::string& host, int port) {
   // socket so the backlog can be raised after bind.
   int listen_fd = -1;
   server_->set_socket_options([&listen_fd](socket_t sock) {
-    httplib::default_socket_options(sock);
+    OwnPortSocketOptions(sock);
     listen_fd = sock;
   });
   RegisterRoutes();
@@ -175,7 +182,7 @@ absl::StatusOr<int> RestGateway::Start(const std::string& host, int port) {
   }
   // Linux allows listen() again on a listening socket to change its backlog.
   if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
-  server_->set_socket_options(httplib::default_socket_options);  // drop the &listen_fd capture
+  server_->set_socket_options(OwnPortSocketOptions);  // drop the &listen_fd capture
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   return bound;
 }

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "server/limits.h"
 #include "server/rest_catalog.h"
 #include "server/rest_export.h"
 #include "server/rest_requests.h"
@@ -16,11 +17,13 @@ void RegisterJobRoutes(httplib::Server& server, const ApiContext& context,
   server.Post("/v1/jobs", ApiRoute(context, "SubmitJob", [handler](const httplib::Request& req) {
                 absl::StatusOr<v1::SubmitJobRequest> request = ParseSubmitBody(req.body);
                 if (!request.ok()) return Result(request.status());
+                if (absl::Status s = ValidateSubmitJobRequest(*request); !s.ok()) return Result(s);
                 return JsonAnswer(handler->SubmitJob(*request));
               }));
   server.Get("/v1/jobs", ApiRoute(context, "ListJobs", [handler](const httplib::Request& req) {
                absl::StatusOr<v1::ListJobsRequest> request = ParseListJobsQuery(req);
                if (!request.ok()) return Result(request.status());
+               if (absl::Status s = ValidateListJobsRequest(*request); !s.ok()) return Result(s);
                return JsonAnswer(handler->ListJobs(*request));
              }));
   server.Get(R"(/v1/jobs/([^/:]+))",

@@ -25,6 +25,7 @@
 #include <CLI/CLI.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "server/limits.h"
 #include "worker/daemon.h"
 #include "worker/device_discovery.h"
 
@@ -68,6 +69,13 @@ bool ParseDeviceList(const std::string& text, std::vector<int>* out, std::string
     } else if (!parse(item.substr(0, dash), &lo) || !parse(item.substr(dash + 1), &hi) ||
                hi < lo) {
       *error = "--devices: '" + item + "' is not a range LO-HI with LO <= HI";
+      return false;
+    }
+    // The coordinator's bound (server/limits.h), checked before anything is allocated.
+    if (static_cast<size_t>(hi - lo) + 1 + out->size() > paratune::server::kMaxDevicesPerWorker) {
+      *error = "--devices: '" + text + "' lists more than " +
+               std::to_string(paratune::server::kMaxDevicesPerWorker) +
+               " devices, the most one worker registers";
       return false;
     }
     for (int d = lo; d <= hi; ++d) out->push_back(d);

@@ -2,7 +2,10 @@
 // spec under deploy/examples parses and validates.
 #include "client/spec_file.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <chrono>
 
 #include <cmath>
 #include <cstdlib>
@@ -158,6 +161,72 @@ TEST(SpecFileTest, YamlAndJsonFormsAgree) {
   auto a = JobSpecFromJson(*yaml);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(JobSpecToJson(*a), JobSpecToJson(*JobSpecFromJson(*json_form)));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SpecFileTest, ReadInputFileReadsOnlySmallRegularFiles) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    ("input_file_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "ten") << "0123456789";
+  absl::StatusOr<std::string> text = ReadInputFile((dir / "ten").string(), 10, "x");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "0123456789");
+  text = ReadInputFile((dir / "ten").string(), 9, "model.hf_config");
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(text.status().message(), "model.hf_config: '" + (dir / "ten").string() +
+                                         "' is 10 bytes; the limit is 9 bytes");
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& [path, kind] : std::vector<std::pair<std::string, std::string>>{
+           {"/dev/zero", "a character device"},
+           {"/dev/urandom", "a character device"},
+           {(dir / "fifo").string(), "a fifo"},
+           {dir.string(), "a directory"}}) {
+    text = ReadInputFile(path, 1 << 20, "spec file");
+    EXPECT_EQ(text.status().message(),
+              "spec file: '" + path + "' is " + kind + "; only regular files are read");
+  }
+  // No wait for a writer on the fifo.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  text = ReadInputFile((dir / "missing").string(), 10, "spec file");
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SpecFileTest, NestedAliasesAreRefusedWithinTheValueBudget) {
+  // 10 x 10 x ... : 10^9 values when expanded, 10 lines of text.
+  std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char c = 'b'; c <= 'i'; ++c) {
+    const std::string prev(1, static_cast<char>(c - 1));
+    bomb += std::string(1, c) + ": &" + c + " [";
+    for (int k = 0; k < 10; ++k) bomb += (k > 0 ? ", *" : "*") + prev;
+    bomb += "]\n";
+  }
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<json> j = YamlToJson(bomb);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  ASSERT_FALSE(j.ok());
+  // Values before e: the root, then a..d with 11, 111, 1,111 and 11,111 = 12,345. In e
+  // (1 + 10 x 11,111) the remaining 87,655 end at e[7][8][8][8][9]: 1 + 7 x 11,111, then
+  // 1 + 8 x 1,111, 1 + 8 x 111, 1 + 8 x 11 and 1 + 9 x 1.
+  EXPECT_THAT(j.status().message(),
+              HasSubstr("the document expands to more than 100000 values at 'e[7][8][8][8][9]'"));
+  // Aliases that stay within the budget are expanded as before.
+  j = YamlToJson("a: &a [1, 2]\nb: [*a, *a]\n");
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ((*j)["b"], json({{1, 2}, {1, 2}}));
+}
+
+TEST(SpecFileTest, JsonErrorsGiveAPositionNotTheText) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    ("json_error_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "s.json") << "{\n  \"model\": secret-value\n}";
+  absl::StatusOr<json> j = ReadSpecFile((dir / "s.json").string());
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.status().message(), "spec file '" + (dir / "s.json").string() +
+                                      "' is not valid JSON: syntax error at line 2, column 12");
   std::filesystem::remove_all(dir);
 }
 

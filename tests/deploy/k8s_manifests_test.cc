@@ -8,6 +8,8 @@
 //   - deploy/container/Dockerfile.*: EXPOSE equals the container ports, ENTRYPOINT the
 //     manifests' command, USER their runAsUser, the dashboard lands where --dashboard-dir
 //     points;
+//   - a coordinator that listens beyond loopback (--bind 0.0.0.0) also requires a client
+//     token, and the container image's default command binds nothing (loopback) without one;
 //   - deploy/systemd/*.service and deploy/slurm/paratune.sbatch: every flag they pass exists
 //     in the binary's --help (the binaries in $PARATUNE_BIN_DIR), --db is in the
 //     StateDirectory, tokens come from LoadCredential.
@@ -443,6 +445,34 @@ std::vector<std::string> Words(const std::string& s) {
   std::vector<std::string> out;
   for (std::string w; in >> w;) out.push_back(w);
   return out;
+}
+
+/// The value after `flag` in `args`, or "" when it is absent.
+std::string FlagValue(const std::vector<std::string>& args, const std::string& flag) {
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == flag) return args[i + 1];
+  }
+  return "";
+}
+
+TEST_F(K8sManifestsTest, ACoordinatorOpenBeyondLoopbackRequiresAClientToken) {
+  const std::vector<std::string> args = Args(Container(One("Deployment")));
+  EXPECT_EQ(FlagValue(args, "--bind"), "0.0.0.0");
+  EXPECT_NE(FlagValue(args, "--client-token-file"), "");
+  // The image's default command: no --bind and no token, so the coordinator listens on the
+  // container's loopback only (the README's docker run passes the tokens).
+  const Dockerfile image =
+      ParseDockerfile(SourceDir() / "deploy" / "container" / "Dockerfile.coordinator");
+  std::string cmd;
+  std::istringstream lines(image.text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("CMD ", 0) == 0) cmd = line;
+  }
+  ASSERT_FALSE(cmd.empty());
+  EXPECT_EQ(cmd.find("--bind"), std::string::npos) << cmd;
+  EXPECT_EQ(cmd.find("--client-token-file"), std::string::npos) << cmd;
+  const std::string readme = ReadFile(SourceDir() / "deploy" / "README.md");
+  EXPECT_NE(readme.find("--client-token-file /etc/paratune/client.token"), std::string::npos);
 }
 
 TEST(SystemdUnitsTest, FlagsStateDirectoryCredentialsAndDefaults) {

@@ -35,7 +35,8 @@ TEST(ParallelConfigTest, RulesNameFieldsAndValues) {
   ParallelConfig c = Megatron();
   c.dp = 15;
   EXPECT_EQ(ValidateParallelConfig(c, Spec()).message(),
-            "tp*pp*cp*dp (8*12*1*15 = 1440) must equal cluster.num_gpus (1536)");
+            "search.tp*search.pp*search.cp*search.dp (8*12*1*15 = 1440) must equal "
+            "cluster.num_gpus (1536)");
   JobSpec spec = Spec();
   spec.cluster.num_gpus = 96 * 5;
   c = Megatron();
@@ -43,21 +44,21 @@ TEST(ParallelConfigTest, RulesNameFieldsAndValues) {
   c.pp = 12;
   c.dp = 8;
   EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
-            "tp (5) must divide model.num_attention_heads (96)");
+            "search.tp (5) must divide model.num_attention_heads (96)");
   c = Megatron();
   c.pp = 64;
   c.dp = 3;
   EXPECT_EQ(ValidateParallelConfig(c, Spec()).message(),
-            "pp (64) must divide model.num_layers (96)");
+            "search.pp (64) must divide model.num_layers (96)");
   c = Megatron();
   c.vp = 5;
   EXPECT_EQ(ValidateParallelConfig(c, Spec()).message(),
-            "pp*vp (12*5 = 60) must divide model.num_layers (96)");
+            "search.pp*search.vp (12*5 = 60) must divide model.num_layers (96)");
   c = Megatron();
   c.tp = 16;
   c.dp = 8;
   EXPECT_EQ(ValidateParallelConfig(c, Spec()).message(),
-            "tp (16) must be <= cluster.gpus_per_node (8) unless "
+            "search.tp (16) must be <= cluster.gpus_per_node (8) unless "
             "search.allow_tp_across_nodes is set");
   c = Megatron();
   c.micro_batch_size = 5;
@@ -67,13 +68,13 @@ TEST(ParallelConfigTest, RulesNameFieldsAndValues) {
   c.dp = 128;
   c.sequence_parallel = true;
   EXPECT_EQ(ValidateParallelConfig(c, Spec()).message(),
-            "sequence_parallel requires tp > 1 (tp is 1)");
+            "search.sequence_parallel requires search.tp > 1 (search.tp is 1)");
   c = Megatron();
   c.cp = 3;
   c.pp = 4;
   c.dp = 16;
   EXPECT_EQ(ValidateParallelConfig(c, Spec()).message(),
-            "training.seq_length (2048) must be divisible by 2*cp (6)");
+            "training.seq_length (2048) must be divisible by 2*search.cp (6)");
 }
 
 TEST(ParallelConfigTest, InterleavingNeedsEnoughMicroBatches) {
@@ -82,8 +83,9 @@ TEST(ParallelConfigTest, InterleavingNeedsEnoughMicroBatches) {
   ParallelConfig c = Megatron();
   c.vp = 2;  // m = 128 / 16 = 8 < pp = 12.
   EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
-            "the interleaved schedule (vp 2) needs micro-batches per iteration (8) to be a "
-            "multiple of pp (12)");
+            "the interleaved schedule (search.vp 2) needs micro-batches per iteration "
+            "(training.global_batch_size / (search.micro_batch_size*search.dp) = 8) to be a "
+            "multiple of search.pp (12)");
 }
 
 TEST(ParallelConfigTest, ToString) {
@@ -115,9 +117,16 @@ TEST(ParallelConfigTest, EmbeddingAndLossAwareSplit) {
   c.cp = 2;
   c.dp = 8;
   EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
-            "pp (8) must divide model.num_layers (126)");
+            "search.pp (8) must divide model.num_layers (126)");
   c.split_counts_embedding_and_loss = true;
   EXPECT_TRUE(ValidateParallelConfig(c, spec).ok()) << ValidateParallelConfig(c, spec);
+  // The +2 is explained where it is asked for: 126 + 2 = 128 is not a multiple of 8 * 5.
+  c.vp = 5;
+  EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
+            "search.pp*search.vp (8*5 = 40) must divide model.num_layers + 2 (128: the "
+            "embedding and the loss are counted as one layer each when the stages are split "
+            "as Megatron-Core does) with at least 2 per chunk");
+  c.vp = 8;
   EXPECT_EQ(c.LayersInChunk(126, 0, 0), 1);
   EXPECT_EQ(c.LayersInChunk(126, 0, 1), 2);
   EXPECT_EQ(c.LayersInChunk(126, 7, 7), 1);

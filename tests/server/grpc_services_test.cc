@@ -13,6 +13,7 @@
 #include "server/clock.h"
 #include "server/convert.h"
 #include "server/job_manager.h"
+#include "server/limits.h"
 
 namespace paratune::server {
 namespace {
@@ -137,6 +138,135 @@ TEST_F(GrpcServicesTest, StatusCodesCrossTheWireUnchanged) {
   lease.set_worker_id("w-unknown");
   v1::LeaseTaskResponse lr;
   EXPECT_EQ(hub_->LeaseTask(&c3, lease, &lr).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(GrpcServicesTest, TheApiBoundsAreEnforcedBeforeTheHandler) {
+  Start(nullptr);
+  v1::Job job;
+  // A 3 MB name (under the 4 MiB receive limit): refused, naming the field and the bound,
+  // and not stored.
+  v1::SubmitJobRequest big;
+  *big.mutable_spec() = TinySpec();
+  big.mutable_spec()->set_name(std::string(3 << 20, 'x'));
+  {
+    grpc::ClientContext ctx;
+    const grpc::Status s = stub_->SubmitJob(&ctx, big, &job);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(s.error_message(), "name is 3145728 bytes; the limit is 256 bytes");
+  }
+  // Over the receive limit: gRPC refuses it before the service.
+  big.mutable_spec()->set_name(std::string(kMaxGrpcReceiveBytes, 'x'));
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub_->SubmitJob(&ctx, big, &job).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ListJobsResponse list;
+    ASSERT_TRUE(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &list).ok());
+    EXPECT_EQ(list.jobs_size(), 0);
+  }
+  // An empty job id, in each call that takes one.
+  {
+    grpc::ClientContext ctx;
+    const grpc::Status s = stub_->GetJob(&ctx, v1::GetJobRequest(), &job);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(s.error_message(), "id is empty; a job id is required");
+  }
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub_->CancelJob(&ctx, v1::CancelJobRequest(), &job).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::JobResults results;
+    EXPECT_EQ(stub_->GetResults(&ctx, v1::GetResultsRequest(), &results).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // A worker with 100,000 devices.
+  v1::RegisterRequest reg;
+  reg.mutable_worker()->set_name("w");
+  for (int i = 0; i < 100000; ++i) reg.mutable_worker()->add_devices()->set_index(i);
+  {
+    grpc::ClientContext ctx;
+    v1::RegisterResponse resp;
+    const grpc::Status s = hub_->Register(&ctx, reg, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(s.error_message(), "worker.devices has 100000 entries; the limit is 1024");
+  }
+}
+
+TEST(LimitsTest, AJobAtEveryBoundFitsAPageOfListJobsUnderFourMebibytes) {
+  // Every text and list field of the spec at its bound.
+  v1::Job job;
+  job.set_id(std::string(kMaxIdBytes, 'i'));
+  job.set_name(std::string(kMaxSpecNameBytes, 'n'));
+  job.set_error(std::string(1024, 'e'));
+  v1::JobSpec* spec = job.mutable_spec();
+  spec->set_name(std::string(kMaxSpecNameBytes, 'n'));
+  v1::ModelSpec* m = spec->mutable_model();
+  m->set_name(std::string(kMaxSpecNameBytes, 'n'));
+  m->set_hf_config_json(std::string(kMaxHfConfigJsonBytes, 'h'));
+  for (std::string* s : {m->mutable_preset(), m->mutable_activation(),
+                         m->mutable_normalization(), m->mutable_position_embedding(),
+                         spec->mutable_training()->mutable_precision(),
+                         spec->mutable_training()->mutable_optimizer(),
+                         spec->mutable_cluster()->mutable_gpu(),
+                         spec->mutable_search()->mutable_objective(),
+                         spec->mutable_search()->mutable_mode()}) {
+    *s = std::string(kMaxSpecKeywordBytes, 'k');
+  }
+  v1::SearchSpec* search = spec->mutable_search();
+  for (size_t i = 0; i < kMaxSearchListEntries; ++i) {
+    const int64_t big = int64_t{1} << 62;  // the longest varint a valid entry needs, and more
+    for (auto* list : {search->mutable_tp(), search->mutable_pp(), search->mutable_dp(),
+                       search->mutable_cp(), search->mutable_vp(),
+                       search->mutable_micro_batch_size(),
+                       search->mutable_recompute_num_layers()}) {
+      list->Add(big);
+    }
+    search->add_sequence_parallel(true);
+    search->add_distributed_optimizer(true);
+    search->add_recompute(std::string(kMaxSpecKeywordBytes, 'r'));
+  }
+  ASSERT_TRUE(ValidateJobSpecBounds(*spec).ok());
+  v1::ListJobsResponse page;
+  for (int i = 0; i < kMaxListJobsPageSize; ++i) *page.add_jobs() = job;
+  page.set_next_page_token(std::string(kMaxIdBytes, 't'));
+  EXPECT_LT(page.ByteSizeLong(), static_cast<size_t>(kMaxGrpcReceiveBytes));
+  // One byte more in any bounded field is refused, naming it.
+  spec->mutable_model()->mutable_hf_config_json()->push_back('h');
+  EXPECT_EQ(ValidateJobSpecBounds(*spec).message(),
+            "model.hf_config_json is 24577 bytes; the limit is 24576 bytes");
+  spec->mutable_model()->mutable_hf_config_json()->pop_back();
+  spec->mutable_search()->add_tp(1);
+  EXPECT_EQ(ValidateJobSpecBounds(*spec).message(), "search.tp has 65 entries; the limit is 64");
+  spec->mutable_search()->mutable_tp()->RemoveLast();
+  spec->mutable_cluster()->mutable_gpu()->push_back('k');
+  EXPECT_EQ(ValidateJobSpecBounds(*spec).message(),
+            "cluster.gpu is 65 bytes; the limit is 64 bytes");
+}
+
+TEST(LimitsTest, ListJobsRequestBounds) {
+  v1::ListJobsRequest r;
+  EXPECT_TRUE(ValidateListJobsRequest(r).ok());
+  r.set_page_size(kMaxListJobsPageSize);
+  EXPECT_TRUE(ValidateListJobsRequest(r).ok());
+  r.set_page_size(-1);
+  EXPECT_EQ(ValidateListJobsRequest(r).message(),
+            "page_size (-1) must be between 0 and 100 (0 = 100)");
+  r.set_page_size(0);
+  r.set_state(v1::JOB_STATE_CANCELLED);
+  EXPECT_TRUE(ValidateListJobsRequest(r).ok());
+  r.set_state(static_cast<v1::JobState>(99));
+  EXPECT_EQ(ValidateListJobsRequest(r).message(),
+            "state (99) is not a JobState (0 = all, 1 = PENDING ... 8 = CANCELLED)");
+  r.set_state(v1::JOB_STATE_UNSPECIFIED);
+  r.set_page_token(std::string(kMaxIdBytes + 1, '7'));
+  EXPECT_EQ(ValidateListJobsRequest(r).message(),
+            "page_token is 129 bytes; the limit is 128 bytes");
 }
 
 TEST_F(GrpcServicesTest, TokensAreCheckedPerRoleAndHealthAnswers) {

@@ -225,6 +225,199 @@ raw("yaml_list_at_top", "p", "object", "a YAML list, not a mapping", "- a\n- b\n
 raw("yaml_unknown_gpu", "p", "cluster.gpu", "unknown device in YAML",
     "model: {preset: gpt3-175b}\ncluster: {gpu: h900, num_gpus: 8}\n" + TRAIN, "yaml")
 
+
+
+
+def mutd(name, transports, expect, rule, paths):
+    """mut() with the paths as a dict (a path may be "name")."""
+    cases.append((name, transports, expect, rule, paths, "json"))
+
+
+# --- Text and list bounds (search/specs.h, server/limits.h) ---------------------------------
+# Names: at most 256 bytes, printable.
+for path in ["name", "model.name"]:
+    short = path.replace(".", "_")
+    mutd(f"{short}_257_bytes", "rgp", path, "name over 256 bytes", {path: "n" * 257})
+    for label, ch in [("newline", "\n"), ("nul", "\u0000"), ("escape", "\u001b"),
+                      ("delete", "\u007f"), ("tab", "\t"), ("carriage_return", "\r")]:
+        mutd(f"{short}_{label}", "rgp", path, f"control character ({label}) in a name",
+            {path: f"bad{ch}name"})
+    mutd(f"{short}_number", "rp", path, "wrong type (number)", {path: 5})
+    # Alternatives: the field path, or protobuf JSON's "(model) name" / "for type name".
+    expect = path if "." not in path else "{}|({}) {}|type {}".format(
+        path, *path.split("."), path.split(".")[1])
+    mutd(f"{short}_list", "rp", expect, "wrong type (list)", {path: ["a"]})
+    mutd(f"{short}_object", "rp", expect, "wrong type (object)", {path: {"a": 1}})
+    mutd(f"{short}_bool", "rp", path, "wrong type (bool)", {path: True})
+# Keywords: at most 64 bytes; over REST and gRPC the bound names the field before the value
+# is looked up; the CLI's reader refuses the unknown value, naming the field.
+# path -> the word every transport's message names; VALID: a value each accepts.
+VALID = {"model.preset": "gpt3-175b", "model.activation": "gelu",
+         "model.normalization": "layernorm", "model.position_embedding": "rope",
+         "training.precision": "bf16", "training.optimizer": "adam", "cluster.gpu": "a100-80gb",
+         "search.objective": "throughput", "search.mode": "model"}
+KEYWORDS = {"model.preset": "preset", "model.activation": "activation",
+            "model.normalization": "normalization",
+            "model.position_embedding": "position_embedding",
+            "training.precision": "precision", "training.optimizer": "optimizer",
+            "cluster.gpu": "cluster.gpu", "search.objective": "objective",
+            "search.mode": "mode"}
+for path, word in KEYWORDS.items():
+    short = path.replace(".", "_")
+    mutd(f"{short}_65_bytes", "rgp", word, "keyword over 64 bytes", {path: "k" * 65})
+    mutd(f"{short}_4k_bytes", "rg", path, "keyword of 4,096 bytes", {path: "k" * 4096})
+    mutd(f"{short}_uppercase", "rgp", word, "keywords are lower case",
+         {path: VALID[path].upper()})
+    mutd(f"{short}_number", "rp", word, "wrong type (number)", {path: 7})
+    mutd(f"{short}_list", "rp", "{}|({}) {}".format(word, *path.split(".")),
+         "wrong type (list)", {path: ["a"]})
+    mutd(f"{short}_zero_width_space", "rgp", word,
+         "a valid keyword with a zero-width space (U+200B) after it",
+         {path: VALID[path] + "\u200b"})
+# Hugging Face config text: at most 24 KiB (checked before it is parsed).
+mutd("hf_config_json_over_bound", "rgp", "hf_config", "hf_config_json over 24 KiB",
+    {"model": {"hf_config_json": json.dumps({"model_type": "llama",
+                                               "pad": "x" * 40000})}})
+mutd("hf_config_json_number", "rp", "hf_config", "wrong type (number)",
+    {"model": {"hf_config_json": 5}})
+mutd("hf_config_json_list_text", "rgp", "hf_config", "a JSON list, not a config",
+    {"model": {"hf_config_json": "[1, 2]"}})
+mutd("hf_config_json_empty_object", "rgp", "hf_config", "a config without any field",
+    {"model": {"hf_config_json": "{}"}})
+mutd("hf_config_json_string_layers", "rgp", "hf_config.num_hidden_layers",
+    "num_hidden_layers as a string", {"model": {"hf_config_json": json.dumps({
+        "model_type": "llama", "num_hidden_layers": "four", "hidden_size": 64,
+        "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256})}})
+mutd("hf_config_json_moe", "rgp", "hf_config", "a mixture-of-experts config",
+    {"model": {"hf_config_json": json.dumps({
+        "model_type": "mixtral", "num_hidden_layers": 4, "hidden_size": 64,
+        "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256,
+        "num_local_experts": 8})}})
+mutd("hf_config_json_not_utf8_escape", "rgp", "hf_config", "a lone surrogate in the text",
+    {"model": {"hf_config_json": '{"model_type": "\\ud800"'}})
+# Lists: at most 64 entries each, checked before any entry.
+LISTS = {"tp": list(range(1, 66)), "pp": list(range(1, 66)), "dp": list(range(1, 66)),
+         "cp": list(range(1, 66)), "vp": list(range(1, 66)),
+         "micro_batch_size": list(range(1, 66)),
+         "recompute_num_layers": list(range(1, 66)),
+         "sequence_parallel": [True, False] * 33, "distributed_optimizer": [False, True] * 33,
+         "recompute": ["full"] * 65}
+for name, values in LISTS.items():
+    mutd(f"search_{name}_65_entries", "rgp", f"search.{name}", "list over 64 entries",
+        {f"search.{name}": values})
+mutd("search_tp_1000_entries", "rgp", "search.tp", "1,000 entries (with as many pp, cp and "
+    "dp values the tp x pp x cp x dp walk would be 10^12 steps)",
+     {"search.tp": list(range(1, 1001))})
+mutd("search_recompute_65_bytes", "rgp", "recompute", "a recompute entry over 64 bytes",
+    {"search.recompute": ["f" * 65]})
+mutd("search_recompute_number", "rp", "search.recompute|recompute", "wrong element type",
+    {"search.recompute": [1]})
+for lst in ["tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute_num_layers"]:
+    mutd(f"search_{lst}_negative", "rgp", f"search.{lst}[0]", "negative list entry",
+        {f"search.{lst}": [-2]})
+    mutd(f"search_{lst}_int64_max", "rgp", f"search.{lst}[0]", "INT64_MAX list entry",
+        {f"search.{lst}": [I64_MAX]})
+    mutd(f"search_{lst}_fraction", "rp", f"search.{lst}", "a fraction in the list",
+        {f"search.{lst}": [1.5]})
+# A device asked for a feature it lacks: FP8 needs FP8 tensor cores (Hopper and later).
+for gpu in ["a100-40gb", "a100-80gb", "cpu"]:
+    short = gpu.replace("-", "_")
+    mutd(f"fp8_on_{short}", "rgp", f"cluster.gpu {gpu}", "fp8 on a device without FP8 units",
+        {"cluster.gpu": gpu, "training.precision": "fp8"})
+# More numbers: the other int64 and double fields.
+for path in ["model.max_position_embeddings", "training.total_tokens", "search.verify_top_k",
+             "model.num_query_groups", "model.num_experts"]:
+    short = path.replace(".", "_")
+    mutd(f"{short}_string", "rp", path, "wrong type (string)", {path: "many"})
+    mutd(f"{short}_past_int64", "rp", path, "past int64", {path: 9223372036854775808})
+    mutd(f"{short}_fraction", "rp", path, "non-integral number", {path: 0.5})
+mutd("max_position_embeddings_negative", "rgp", "model.max_position_embeddings",
+    "must not be negative", {"model.max_position_embeddings": -1})
+mutd("max_position_embeddings_over_bound", "rgp", "model.max_position_embeddings",
+    "at most 2^24", {"model.max_position_embeddings": 16777217})
+mutd("max_position_embeddings_int64_max", "rgp", "model.max_position_embeddings",
+    "INT64_MAX", {"model.max_position_embeddings": I64_MAX})
+mutd("num_query_groups_over_heads", "rgp", "model.num_query_groups",
+    "more groups than heads", {"model.num_query_groups": 8})
+mutd("num_query_groups_int64_min", "rgp", "model.num_query_groups", "INT64_MIN",
+    {"model.num_query_groups": -9223372036854775808})
+mutd("num_experts_int64_max", "rgp", "model.num_experts", "INT64_MAX experts",
+    {"model.num_experts": I64_MAX})
+mutd("verify_top_k_int64_max", "rgp", "search.verify_top_k", "INT64_MAX",
+    {"search.verify_top_k": I64_MAX})
+mutd("total_tokens_int64_min", "rgp", "training.total_tokens", "INT64_MIN",
+    {"training.total_tokens": -9223372036854775808})
+for path in ["cluster.nvlink_bandwidth_gbps", "cluster.network_bandwidth_gbps",
+             "cluster.memory_gib"]:
+    short = path.replace(".", "_")
+    mutd(f"{short}_just_over", "rgp", path, "just over the bound (1e6)", {path: 1000001.0})
+    mutd(f"{short}_tiny_negative", "rgp", path, "a tiny negative", {path: -1e-300})
+    mutd(f"{short}_list", "rp", "{}|({}) {}".format(path, *path.split(".")),
+         "wrong type (list)", {path: [1.0]})
+# Booleans given as other types (the CLI's reader is strict; protobuf's JSON reader takes
+# "true"/"false" strings, so these are CLI only, as flash_attention_string above).
+for path in ["training.flash_attention", "training.dropout", "model.tie_embeddings",
+             "search.allow_tp_across_nodes"]:
+    short = path.replace(".", "_")
+    mutd(f"{short}_number_2", "p", path.split(".")[-1], "wrong type (number 2)", {path: 2})
+    mutd(f"{short}_list", "rp", path.split(".")[-1], "wrong type (list)", {path: [True]})
+    mutd(f"{short}_object", "rp", path.split(".")[-1], "wrong type (object)", {path: {}})
+# Sections of the wrong type.
+for section in ["training", "search"]:
+    mutd(f"{section}_is_a_number", "rp", section, "section must be an object",
+        {section: 3})
+    mutd(f"{section}_is_a_list", "rp", section, "section must be an object",
+        {section: [{}]})
+# Deep nesting inside a field (small enough for the body limit).
+mutd("name_nested_lists", "rp", "name", "100 levels of lists in a string field",
+    {"name": json.loads("[" * 100 + "]" * 100)})
+raw("search_tp_deep", "p", "search.tp|tp", "200 levels of lists in a list field",
+    base_text.replace('"top_k": 4', '"top_k": 4, "tp": ' + "[" * 200 + "]" * 200))
+# Text that is not UTF-8: in a spec file (JSON and YAML) and in a REST body.
+raw("json_latin1_name", "rp", "JSON|UTF-8", "a Latin-1 byte in a JSON string",
+    base_text.replace("bad-input-base", "caf\udce9"))
+raw("json_overlong_utf8", "rp", "JSON|UTF-8", "an overlong UTF-8 sequence",
+    base_text.replace("bad-input-base", "\udcc0\udcaf"))
+raw("json_bom_then_garbage", "rp", "JSON", "a byte-order mark and no JSON", "\ufeff\u0000")
+raw("yaml_latin1_name", "p", "name is not valid UTF-8", "a Latin-1 byte in YAML",
+    "name: caf\udce9\nmodel: {preset: gpt3-175b}\n" + TRAIN +
+    "cluster: {gpu: a100-80gb, num_gpus: 8}\n", "yaml")
+raw("yaml_latin1_model_name", "p", "name is not valid UTF-8", "a Latin-1 byte in YAML",
+    "model: {preset: gpt3-175b, name: caf\udce9}\n" + TRAIN +
+    "cluster: {gpu: a100-80gb, num_gpus: 8}\n", "yaml")
+# YAML: alias expansion, wrong shapes, hf_config files that are not regular files.
+bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+for i in range(1, 9):
+    prev, cur = chr(ord("a") + i - 1), chr(ord("a") + i)
+    bomb += f"{cur}: &{cur} [" + ", ".join([f"*{prev}"] * 10) + "]\n"
+raw("yaml_alias_bomb", "p", "expands to more than 100000 values", "nested aliases, 10^9 "
+    "values expanded", bomb + "model: {name: *i}\n", "yaml")
+raw("yaml_alias_bomb_in_search", "p", "expands to more than 100000 values",
+    "nested aliases under search.tp", bomb + "search: {tp: *i}\n", "yaml")
+raw("yaml_hf_config_dev_zero", "p", "model.hf_config: '/dev/zero' is a character device",
+    "hf_config names a device", "model: {hf_config: /dev/zero}\n" + TRAIN +
+    "cluster: {gpu: a100-80gb, num_gpus: 8}\n", "yaml")
+raw("yaml_hf_config_dev_urandom", "p", "model.hf_config: '/dev/urandom' is a character device",
+    "hf_config names an endless device", "model: {hf_config: /dev/urandom}\n" + TRAIN +
+    "cluster: {gpu: a100-80gb, num_gpus: 8}\n", "yaml")
+raw("yaml_hf_config_missing", "p", "model.hf_config", "hf_config names no file",
+    "model: {hf_config: /nonexistent/config.json}\n" + TRAIN +
+    "cluster: {gpu: a100-80gb, num_gpus: 8}\n", "yaml")
+raw("yaml_hf_config_number", "p", "hf_config", "hf_config is a number",
+    "model: {hf_config: 5}\n" + TRAIN + "cluster: {gpu: a100-80gb, num_gpus: 8}\n", "yaml")
+raw("yaml_model_scalar", "p", "model", "model is a scalar",
+    "model: tiny\n" + TRAIN + "cluster: {gpu: a100-80gb, num_gpus: 8}\n", "yaml")
+raw("yaml_top_level_scalar", "p", "object", "a YAML scalar, not a mapping", "hello\n", "yaml")
+raw("yaml_name_257", "p", "name", "a 257-byte name in YAML",
+    "name: " + "n" * 257 + "\nmodel: {preset: gpt3-175b}\n" + TRAIN +
+    "cluster: {gpu: a100-80gb, num_gpus: 8}\n", "yaml")
+raw("yaml_fp8_a100", "p", "cluster.gpu a100-80gb", "fp8 on A100 in YAML",
+    "model: {preset: gpt3-175b}\ntraining: {seq_length: 2048, global_batch_size: 64, "
+    "precision: fp8}\ncluster: {gpu: a100-80gb, num_gpus: 8}\n", "yaml")
+raw("yaml_tp_65_entries", "p", "search.tp", "65 entries in YAML",
+    "model: {preset: gpt3-175b}\n" + TRAIN + "cluster: {gpu: a100-80gb, num_gpus: 8}\n"
+    "search: {tp: [" + ", ".join(str(i) for i in range(1, 66)) + "]}\n", "yaml")
+
 os.makedirs(os.path.join(HERE, "cases"), exist_ok=True)
 for f in os.listdir(os.path.join(HERE, "cases")):
     os.remove(os.path.join(HERE, "cases", f))
@@ -238,7 +431,8 @@ for name, transports, expect, rule, content, ext in cases:
         text = json.dumps(spec, indent=1) + "\n"
     else:
         text = content
-    with open(os.path.join(HERE, path), "w", encoding="utf-8") as out:
+    # surrogateescape: "\udcXX" in a raw case is the single byte XX (text that is not UTF-8).
+    with open(os.path.join(HERE, path), "w", encoding="utf-8", errors="surrogateescape") as out:
         out.write(text)
     rows.append(f"{path}\t{transports}\t{expect}\t{rule}")
 with open(os.path.join(HERE, "manifest.tsv"), "w") as out:
