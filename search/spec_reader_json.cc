@@ -35,17 +35,32 @@ std::string PathOf(const std::vector<Level>& levels, const std::string& last_key
   return path;
 }
 
+absl::Status TooDeep(const std::string& path) {
+  return absl::InvalidArgumentError(absl::StrCat(path.empty() ? "" : path + ": ",
+                                                 "JSON nested deeper than ", kMaxJsonNesting,
+                                                 " levels"));
+}
+
 }  // namespace
 
 absl::StatusOr<json> ParseJsonStrict(std::string_view text) {
   std::vector<Level> levels;
   std::string duplicate;  // path of the first key given twice
   bool too_deep = false;
+  std::string deep_path;  // where the nesting bound was passed
   auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
     switch (event) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
-        if (depth >= kMaxJsonNesting) too_deep = true;
+        if (depth >= kMaxJsonNesting && !too_deep) {
+          too_deep = true;
+          // The outermost key is enough to name the field (the full path is 64 levels long).
+          if (levels.size() > 1 && levels[0].is_object) deep_path = levels[0].current_key;
+          if (levels.size() > 2 && levels[0].is_object && levels[1].is_object &&
+              !levels[1].current_key.empty()) {
+            deep_path = absl::StrCat(deep_path, ".", levels[1].current_key);
+          }
+        }
         levels.push_back(Level{event == json::parse_event_t::object_start, {}, {}});
         break;
       case json::parse_event_t::object_end:
@@ -72,10 +87,7 @@ absl::StatusOr<json> ParseJsonStrict(std::string_view text) {
   try {
     parsed = json::parse(text.begin(), text.end(), callback);
   } catch (const json::exception& e) {  // parse_error; out_of_range for 1e999
-    if (too_deep) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("JSON nested deeper than ", kMaxJsonNesting, " levels"));
-    }
+    if (too_deep) return TooDeep(deep_path);
     // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 5: ...".
     std::string what = e.what();
     if (const size_t end = what.find("] ");
@@ -84,10 +96,7 @@ absl::StatusOr<json> ParseJsonStrict(std::string_view text) {
     }
     return absl::InvalidArgumentError(absl::StrCat("not valid JSON: ", what));
   }
-  if (too_deep) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("JSON nested deeper than ", kMaxJsonNesting, " levels"));
-  }
+  if (too_deep) return TooDeep(deep_path);
   if (!duplicate.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the key '", duplicate, "' appears twice (each key may appear once)"));

@@ -98,7 +98,8 @@ absl::Status CheckSizeList(const std::string& field, const std::vector<int64_t>&
 absl::Status CheckName(const char* field, const std::string& name) {
   if (name.size() > kMaxSpecNameBytes) {
     return absl::InvalidArgumentError(absl::StrCat(field, " is ", name.size(),
-                                                   " bytes; the limit is ", kMaxSpecNameBytes));
+                                                   " bytes; the limit is ", kMaxSpecNameBytes,
+                                                   " bytes"));
   }
   for (size_t i = 0; i < name.size();) {
     const unsigned char c = static_cast<unsigned char>(name[i]);

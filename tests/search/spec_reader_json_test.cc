@@ -40,6 +40,10 @@ TEST(ParseJsonStrictTest, NestingIsBounded) {
   EXPECT_EQ(ErrorOf(nested(kMaxJsonNesting + 1)), "JSON nested deeper than 64 levels");
   // Deep and unterminated: still the nesting message, without building the document.
   EXPECT_EQ(ErrorOf(std::string(100000, '[')), "JSON nested deeper than 64 levels");
+  // Inside a spec the message names the field the nesting is under.
+  EXPECT_EQ(ErrorOf("{\"name\": " + nested(kMaxJsonNesting)), "name: JSON nested deeper than 64 levels");
+  EXPECT_EQ(ErrorOf("{\"model\": {\"hidden_size\": " + nested(kMaxJsonNesting) + "}}"),
+            "model.hidden_size: JSON nested deeper than 64 levels");
 }
 
 TEST(ParseJsonStrictTest, TextThatIsNotJsonSaysWhere) {
