@@ -10,6 +10,7 @@
 #include "client/render.h"
 #include "client/spec_file.h"
 #include "search/device_catalog.h"
+#include "search/empty_result.h"
 #include "search/exporters.h"
 #include "search/planner.h"
 #include "search/presets.h"
@@ -56,6 +57,12 @@ struct PlanOptions {
   bool csv = false;
 };
 
+// "no layout satisfies the spec: REASON; REASON" from the spec-level reasons.
+std::string NoLayoutMessage(const JobSpec& spec, const PlanResult& result) {
+  return absl::StrCat("no layout satisfies the spec: ",
+                      absl::StrJoin(EmptyPlanReasons(spec, result), "; "));
+}
+
 int RunPlan(const PlanOptions& o) {
   auto spec = LoadSpec(o.spec_path);
   if (!spec.ok()) return Fail(spec.status());
@@ -72,6 +79,12 @@ int RunPlan(const PlanOptions& o) {
     std::cout << FormatPlanCsv(*result);
   } else {
     std::cout << FormatPlanTable(*result, *spec);
+  }
+  if (result->ranked.empty()) {
+    // The answer is printed as asked (an empty ranking, the rejected layouts); the reasons
+    // go to stderr and the exit code says that nothing satisfies the spec.
+    std::cerr << "paratune: " << NoLayoutMessage(*spec, *result) << "\n";
+    return 1;
   }
   return 0;
 }
@@ -118,12 +131,8 @@ int RunExport(const ExportOptions& o) {
     auto result = Plan(*spec);
     if (!result.ok()) return Fail(result.status());
     if (result->ranked.empty()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "no layout to export: none of the ", result->candidates_considered,
-          " candidates satisfies the rules",
-          result->rejected.empty() ? ""
-                                   : absl::StrCat(" (e.g. ", result->rejected[0].config.ToString(),
-                                                  ": ", result->rejected[0].reason, ")"))));
+      std::cerr << "paratune: no layout to export: " << NoLayoutMessage(*spec, *result) << "\n";
+      return 1;
     }
     if (static_cast<int64_t>(result->ranked.size()) < rank) {
       return Fail(absl::InvalidArgumentError(

@@ -213,6 +213,16 @@ TEST(CliTest, InvalidSpecsExitTwoNamingTheField) {
   EXPECT_EQ(r.exit_code, 2);  // --spec is required
 }
 
+TEST(CliTest, ASpecNoLayoutSatisfiesExitsOneSayingWhy) {
+  const std::string spec = Source("tests/data/specs/no_layout_tp3.yaml");
+  for (const char* command : {"plan", "plan --json", "export --format megatron"}) {
+    Result r = Paratune(absl::StrCat(command, " --spec ", spec));
+    EXPECT_EQ(r.exit_code, 1) << command << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("no layout satisfies the spec: search.tp [3]")) << command;
+    EXPECT_THAT(r.err, HasSubstr("cluster.num_gpus (8)")) << command;
+  }
+}
+
 TEST(CliTest, EstimateNeedsAPinnedLayout) {
   Result r = Paratune("estimate --spec " + Source("tests/data/specs/unpinned.yaml"));
   EXPECT_EQ(r.exit_code, 2);
