@@ -985,6 +985,40 @@ TEST_F(RestExportTest, MegatronAndNemoAreTheExportersText) {
   EXPECT_EQ(Body(res), json::parse(ToJsonForTest(ToProto(plan_.ranked[0]))));
 }
 
+// Llama 3.1 405B at pp 8, vp 8: 126 layers split over 64 chunks only with the embedding and
+// the loss counted as layers, a flag the stored ranking must carry for the export to say it.
+TEST_F(RestGatewayTest, AnUnevenPipelineSplitExportsAsTheCliDoes) {
+  StartGateway();
+  constexpr char kSpec[] =
+      R"({"model": {"preset": "llama3.1-405b"},
+          "training": {"seq_length": 8192, "global_batch_size": 2048},
+          "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 16384, "gpus_per_node": 8},
+          "search": {"tp": [8], "pp": [8], "vp": [8], "cp": [1], "micro_batch_size": [1],
+                     "sequence_parallel": [true], "recompute": ["none"],
+                     "distributed_optimizer": [true]}})";
+  auto submitted = client_->Post("/v1/jobs", kSpec, "application/json");
+  ASSERT_TRUE(submitted);
+  ASSERT_EQ(submitted->status, 200) << submitted->body;
+  absl::StatusOr<JobSpec> spec = JobSpecFromJson(json::parse(kSpec));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<PlanResult> plan = Plan(*spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->ranked.empty());
+  const ParallelConfig& best = plan->ranked[0].config;
+  ASSERT_TRUE(best.split_counts_embedding_and_loss);
+  fake_.SetPlan("job-1", ToProto(*plan));
+  fake_.SetState("job-1", v1::JOB_STATE_SUCCEEDED);
+  auto res = client_->Get("/v1/jobs/job-1/results/1:export?format=megatron");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->body, *FormatMegatronArgs(*spec, best));
+  EXPECT_NE(res->body.find("--account-for-embedding-in-pipeline-split"), std::string::npos);
+  res = client_->Get("/v1/jobs/job-1/results/1:export?format=nemo");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->body, *NemoConfigOverride(*spec, best));
+}
+
 TEST_F(RestExportTest, BadFormatRankOrJobSayWhich) {
   struct Case {
     std::string rank, query;
