@@ -154,7 +154,7 @@ mut("unknown_objective", "rgp", "objective", "unknown objective",
 mut("unknown_mode", "rgp", "mode", "unknown search mode", **{"search.mode": "guess"})
 mut("unknown_preset", "rgp", "preset", "unknown model preset",
     **{"model.preset": "gpt-9-quadrillion"})
-mut("flash_attention_string", "p", "flash_attention", "wrong type (string for bool)",
+mut("flash_attention_string", "rp", "flash_attention", "wrong type (string for bool)",
     **{"training.flash_attention": "yes"})
 # Bandwidth / memory overrides.
 for path in ["cluster.nvlink_bandwidth_gbps", "cluster.network_bandwidth_gbps",
@@ -371,7 +371,7 @@ for section in ["training", "search"]:
 # Deep nesting inside a field (small enough for the body limit).
 mutd("name_nested_lists", "rp", "name", "100 levels of lists in a string field",
     {"name": json.loads("[" * 100 + "]" * 100)})
-raw("search_tp_deep", "p", "search.tp|tp", "200 levels of lists in a list field",
+raw("search_tp_deep", "rp", "search.tp|tp", "200 levels of lists in a list field",
     base_text.replace('"top_k": 4', '"top_k": 4, "tp": ' + "[" * 200 + "]" * 200))
 # Text that is not UTF-8: in a spec file (JSON and YAML) and in a REST body.
 raw("json_latin1_name", "rp", "JSON|UTF-8", "a Latin-1 byte in a JSON string",
