@@ -1,11 +1,11 @@
 #include "server/rest_common.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <httplib.h>
 
 #include <chrono>
 #include <utility>
 
+#include "server/convert.h"
 #include "server/http_status.h"
 
 namespace paratune::server {
@@ -16,17 +16,8 @@ std::string Cat(std::initializer_list<std::string_view> parts) {
   return out;
 }
 
-std::string ToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  // Print zeros, empty strings and default enums too, so clients see every field.
-  options.always_print_primitive_fields = true;
-  std::string out;
-  if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok()) {
-    return "{}";  // unreachable for our messages (no Any fields)
-  }
-  return out;
-}
+// The one JSON dialect (server/convert.h): every field, proto names, as the CLI prints.
+std::string ToJson(const google::protobuf::Message& message) { return WireJson(message, false); }
 
 void WriteError(httplib::Response& res, const absl::Status& status) {
   res.status = HttpStatusFromCode(status.code());
