@@ -49,9 +49,12 @@ Transition VerifyStage::Start(JobEntry& job) {
       v->set_status(absl::StrCat("not verified: ", why));
       continue;
     }
-    const v1::ParallelConfig& c = r.config();
-    const int64_t world =
-        std::max<int64_t>(1, c.tp()) * std::max<int64_t>(1, c.pp()) * std::max<int64_t>(1, c.dp());
+    absl::StatusOr<ParallelConfig> layout = ParallelConfigFromProto(r.config());
+    if (!layout.ok()) {
+      v->set_status(absl::StrCat("not verified: ", layout.status().message()));
+      continue;
+    }
+    const int64_t world = layout->world_size();
     if (hosts.empty()) {
       v->set_status(absl::StrCat("not verified: needs ", world, " ranks, no worker of device kind ",
                                  job.spec.cluster.gpu, " is registered"));
