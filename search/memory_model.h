@@ -17,7 +17,7 @@ namespace paratune {
 
 /// The shape and sharding of one transformer layer's activations on one rank.
 struct LayerActivationParams {
-  int64_t seq_length = 0;          ///< s, the full sequence (before CP splits it).
+  int64_t seq_length = 0;  ///< s, the full sequence (before CP splits it).
   /// The layout; its micro_batch_size (b), tp (t), sequence_parallel (the non-TP regions
   /// split over t too), cp (every activation split over c along s) and recompute (kFull:
   /// only the layer input is kept) shape one layer's activations, its other fields do not.

@@ -327,9 +327,8 @@ absl::StatusOr<VerifyRun> ValidateVerify(const v1::ProfileTask& task, const Work
         absl::StrCat("kernels/training cannot run this layout: ", s.message()));
   }
   if (c.world_size() != t.world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("world_size (", t.world_size(),
-                                                   ") must equal tp·pp·cp·dp (",
-                                                   c.world_size(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "world_size (", t.world_size(), ") must equal tp·pp·cp·dp (", c.world_size(), ")"));
   }
   run.first_rank = t.first_rank();
   run.rank_count = t.rank_count();

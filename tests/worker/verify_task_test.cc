@@ -42,8 +42,8 @@ v1::RankedConfig Ranked(const ParallelConfig& layout) {
 v1::ProfileTask TaskFor(const JobSpec& spec, const ParallelConfig& layout) {
   server::VerifyRunOptions options;
   options.steps = 2;
-  absl::StatusOr<v1::VerifyTask> verify = server::MakeVerifyTask(
-      spec, Ranked(layout), {0, layout.world_size()}, options, "unused");
+  absl::StatusOr<v1::VerifyTask> verify =
+      server::MakeVerifyTask(spec, Ranked(layout), {0, layout.world_size()}, options, "unused");
   EXPECT_TRUE(verify.ok()) << verify.status();
   v1::ProfileTask task;
   task.set_id("verify");
@@ -115,8 +115,8 @@ TEST(VerifyTaskLayout, EveryFieldReachesTheTrainer) {
     const v1::ProfileTask task = TaskFor(spec, layout);
     absl::StatusOr<kt::TrainConfig> c = TrainConfigFromVerifyTask(task.verify());
     ASSERT_TRUE(c.ok()) << c.status();
-    EXPECT_EQ(c->parallel, layout) << "case " << i << ": sent " << layout.ToString()
-                                   << ", trained " << c->parallel.ToString();
+    EXPECT_EQ(c->parallel, layout)
+        << "case " << i << ": sent " << layout.ToString() << ", trained " << c->parallel.ToString();
     EXPECT_EQ(task.verify().world_size(), layout.world_size());
     // The rest of the task: the model, the batch and the run.
     EXPECT_EQ(c->num_layers, 8);
@@ -180,14 +180,14 @@ TEST(VerifyTaskLayout, AnUnevenSplitIsRefusedNamingTheField) {
   partial.pp = 2;
   partial.recompute = Recompute::kFull;
   partial.recompute_num_layers = 1;
-  EXPECT_EQ(CreateKernelsExecutor(CpuSlots(2))->Execute(TaskFor(TinySpec(), partial), cancel)
-                .message(),
-            "kernels/training cannot run this layout: recompute_num_layers (1) must be 0: "
-            "kernels/training recomputes every layer or none");
+  EXPECT_EQ(
+      CreateKernelsExecutor(CpuSlots(2))->Execute(TaskFor(TinySpec(), partial), cancel).message(),
+      "kernels/training cannot run this layout: recompute_num_layers (1) must be 0: "
+      "kernels/training recomputes every layer or none");
   ParallelConfig context;
   context.cp = 2;
-  const v1::TaskResult cp = CreateKernelsExecutor(CpuSlots(2))->Execute(
-      TaskFor(TinySpec(), context), cancel);
+  const v1::TaskResult cp =
+      CreateKernelsExecutor(CpuSlots(2))->Execute(TaskFor(TinySpec(), context), cancel);
   EXPECT_EQ(cp.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
   EXPECT_EQ(cp.message(),
             "kernels/training cannot run this layout: context parallelism (cp 2) is not "
