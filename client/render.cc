@@ -207,14 +207,9 @@ std::string VerificationLines(const v1::PlanResult& plan) {
       out = "# verification: whole model trained end to end on the workers (measured vs "
             "predicted; error = (predicted - measured) / measured)\n";
     }
-    const v1::ParallelConfig& c = r.config();
-    std::string layout = absl::StrFormat(
-        "tp%d pp%d dp%d%s mb%d%s%s%s", c.tp(), c.pp(), c.dp(),
-        c.vp() > 1 ? absl::StrFormat(" vp%d", c.vp()) : std::string(), c.micro_batch_size(),
-        c.sequence_parallel() ? " sp" : "",
-        !c.recompute().empty() && c.recompute() != "none" ? " rc-" + c.recompute() : "",
-        c.distributed_optimizer() ? " dopt" : "");
-    absl::StrAppendFormat(&out, "#  %2d %-26s ", r.rank(), layout);
+    absl::StatusOr<ParallelConfig> c = server::ParallelConfigFromProto(r.config());
+    const std::string layout = c.ok() ? c->ToString() : std::string(c.status().message());
+    absl::StrAppendFormat(&out, "#  %2d %-34s ", r.rank(), layout);
     if (v.status() != "verified") {
       absl::StrAppend(&out, v.status(), "\n");
       continue;

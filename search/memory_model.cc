@@ -7,10 +7,10 @@
 namespace paratune {
 
 double LayerActivationBytes(const ModelSpec& model, const LayerActivationParams& p) {
-  const double t = static_cast<double>(std::max<int64_t>(p.tp, 1));
-  const double c = static_cast<double>(std::max<int64_t>(p.cp, 1));
+  const double t = static_cast<double>(std::max<int64_t>(p.parallel.tp, 1));
+  const double c = static_cast<double>(std::max<int64_t>(p.parallel.cp, 1));
   const double s = static_cast<double>(p.seq_length);
-  const double b = static_cast<double>(p.micro_batch_size);
+  const double b = static_cast<double>(p.parallel.micro_batch_size);
   const double h = static_cast<double>(model.hidden_size);
   const double a = static_cast<double>(model.num_attention_heads);
   const double g = static_cast<double>(QueryGroups(model));
@@ -19,9 +19,9 @@ double LayerActivationBytes(const ModelSpec& model, const LayerActivationParams&
   const double lin = p.fp8_linear_inputs ? 1.0 : e;  // Linear-layer inputs.
   const double mask = p.dropout ? 1.0 : 0.0;         // One byte per element.
   const double x = s * b * h / c;                    // Elements of one [s, b, h] tensor.
-  const double sp = p.sequence_parallel ? t : 1.0;   // Divisor of the non-TP regions.
+  const double sp = p.parallel.sequence_parallel ? t : 1.0;  // Divisor of the non-TP regions.
 
-  if (p.recompute == Recompute::kFull) {
+  if (p.parallel.recompute == Recompute::kFull) {
     return e * x / sp;  // Only the layer input (the checkpoint).
   }
   // Regions outside TP: norms' inputs, the norms' outputs feeding QKV and FC1, masks.
@@ -38,7 +38,7 @@ double LayerActivationBytes(const ModelSpec& model, const LayerActivationParams&
   const double fc1_width = model.activation == Activation::kSwiglu ? 2.0 * f : f;
   sharded += e * s * b * fc1_width / c  // activation-function input
              + lin * s * b * f / c;      // FC2 input
-  if (p.recompute != Recompute::kSelective) {
+  if (p.parallel.recompute != Recompute::kSelective) {
     if (p.flash_attention) {
       sharded += 4.0 * a * s * b / c;  // log-sum-exp statistics, fp32
     } else {
@@ -56,11 +56,7 @@ LayerActivationParams ActivationParamsFor(const ModelSpec& model, const Training
   (void)model;
   LayerActivationParams p;
   p.seq_length = training.seq_length;
-  p.micro_batch_size = config.micro_batch_size;
-  p.tp = config.tp;
-  p.sequence_parallel = config.sequence_parallel;
-  p.cp = config.cp;
-  p.recompute = config.recompute;
+  p.parallel = config;
   p.flash_attention = training.flash_attention;
   p.dropout = training.dropout;
   p.bytes_per_element = training.precision == Precision::kFp32 ? 4.0 : 2.0;
@@ -153,7 +149,7 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   {
     LayerActivationParams kept = act;
     per_layer_stored = LayerActivationBytes(m, kept);
-    kept.recompute = Recompute::kFull;
+    kept.parallel.recompute = Recompute::kFull;
     per_layer_full_recompute = LayerActivationBytes(m, kept);
   }
   // Activations of one micro-batch through all layers of stage r.
@@ -164,7 +160,7 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
                                   ? std::min(layers, static_cast<double>(c.recompute_num_layers))
                                   : layers;
     LayerActivationParams no_rc = act;
-    no_rc.recompute = Recompute::kNone;
+    no_rc.parallel.recompute = Recompute::kNone;
     return recomputed * per_layer_full_recompute +
            (layers - recomputed) * LayerActivationBytes(m, no_rc);
   };
@@ -189,7 +185,7 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   // are alive beside them, twice that (kernels/training holds both until the layer's
   // backward ends: tests/training/memory_vs_model_test.cc measured −16.7 % with once).
   LayerActivationParams working = act;
-  working.recompute = Recompute::kNone;
+  working.parallel.recompute = Recompute::kNone;
   const double backward_working_set =
       LayerActivationBytes(m, working) * (c.recompute == Recompute::kFull ? 2.0 : 1.0);
 

@@ -17,12 +17,11 @@ namespace paratune {
 
 /// The shape and sharding of one transformer layer's activations on one rank.
 struct LayerActivationParams {
-  int64_t seq_length = 0;          ///< s, the full sequence (before CP splits it).
-  int64_t micro_batch_size = 1;    ///< b.
-  int64_t tp = 1;                  ///< t.
-  bool sequence_parallel = false;  ///< SP: the non-TP regions are split over t too.
-  int64_t cp = 1;                  ///< c: every activation is split over c along s.
-  Recompute recompute = Recompute::kNone;  ///< kFull: only the layer input is kept.
+  int64_t seq_length = 0;  ///< s, the full sequence (before CP splits it).
+  /// The layout; its micro_batch_size (b), tp (t), sequence_parallel (the non-TP regions
+  /// split over t too), cp (every activation split over c along s) and recompute (kFull:
+  /// only the layer input is kept) shape one layer's activations, its other fields do not.
+  ParallelConfig parallel;
   bool flash_attention = false;    ///< No s x s scores stored.
   bool dropout = true;             ///< Dropout masks (1 byte per element) stored.
   double bytes_per_element = 2;    ///< Stored activations (2 = 16-bit).

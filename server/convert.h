@@ -5,8 +5,8 @@
 // gRPC, REST and the CLI's spec files share one validation path and one set of messages;
 // the way back is spec_io's canonical writer, so the spec's fields are listed once.
 //
-// Every field of the domain layout (ParallelConfig) has a wire field, and
-// ParallelConfigFromProto(ToProto(c)) == c for every layout (tests/server/convert_test.cc).
+// The layout's pair (ToProto(ParallelConfig), ParallelConfigFromProto) is in
+// server/convert_layout.h, which the worker links as well.
 #ifndef PARATUNE_SERVER_CONVERT_H_
 #define PARATUNE_SERVER_CONVERT_H_
 
@@ -22,6 +22,7 @@
 #include "search/plan_result.h"
 #include "search/profile_plan.h"
 #include "search/specs.h"
+#include "server/convert_layout.h"
 
 namespace paratune::server {
 
@@ -37,12 +38,6 @@ absl::StatusOr<v1::JobSpec> SpecProtoFromJson(const nlohmann::json& json);
 /// message (a field added to one and not the other).
 absl::StatusOr<v1::JobSpec> SpecToProto(const JobSpec& spec);
 
-/// Every field of the layout. overlap_grad_reduce and overlap_p2p_comm (on by default) are
-/// always set, so the wire says off explicitly.
-v1::ParallelConfig ToProto(const ParallelConfig& config);
-/// The layout back; a wire layout without overlap_grad_reduce / overlap_p2p_comm gets the
-/// domain default (on). InvalidArgument naming `recompute` for an unknown mode.
-absl::StatusOr<ParallelConfig> ParallelConfigFromProto(const v1::ParallelConfig& config);
 v1::RankedConfig ToProto(const RankedConfig& ranked);
 /// A ranked layout back (memory from GiB to bytes; the verification has no domain form).
 absl::StatusOr<RankedConfig> RankedConfigFromProto(const v1::RankedConfig& ranked);

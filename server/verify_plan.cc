@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -101,23 +102,27 @@ std::string VerifyUnsupportedReason(const JobSpec& spec, const v1::ParallelConfi
   return "";
 }
 
-v1::VerifyTask MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranked,
-                              const VerifyPart& part, const VerifyRunOptions& options,
-                              const std::string& rendezvous_ns) {
-  const v1::ParallelConfig& c = ranked.config();
+absl::StatusOr<v1::VerifyTask> MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranked,
+                                              const VerifyPart& part,
+                                              const VerifyRunOptions& options,
+                                              const std::string& rendezvous_ns) {
+  absl::StatusOr<ParallelConfig> layout = ParallelConfigFromProto(ranked.config());
+  if (!layout.ok()) return layout.status();
+  const ParallelConfig& c = *layout;
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"tp", c.tp},
+                                    {"pp", c.pp},
+                                    {"dp", c.dp},
+                                    {"cp", c.cp},
+                                    {"vp", c.vp},
+                                    {"micro_batch_size", c.micro_batch_size}}) {
+    if (value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " (", value, ") must be >= 1"));
+    }
+  }
   const ModelSpec& m = spec.model;
   v1::VerifyTask t;
-  const int64_t tp = std::max<int64_t>(1, c.tp()), pp = std::max<int64_t>(1, c.pp()),
-                dp = std::max<int64_t>(1, c.dp()), mb = std::max<int64_t>(1, c.micro_batch_size());
-  t.set_tp(tp);
-  t.set_pp(pp);
-  t.set_dp(dp);
-  t.set_vp(std::max<int64_t>(1, c.vp()));
-  t.set_sequence_parallel(c.sequence_parallel());
-  t.set_recompute(c.recompute().empty() ? "none" : c.recompute());
-  t.set_distributed_optimizer(c.distributed_optimizer());
-  t.set_micro_batch_size(mb);
-  t.set_num_micro_batches(spec.training.global_batch_size / (mb * dp));
+  *t.mutable_parallel() = ToProto(c);
+  t.set_num_micro_batches(spec.training.global_batch_size / (c.micro_batch_size * c.dp));
   t.set_seq_length(spec.training.seq_length);
   v1::LayerShape* shape = t.mutable_shape();
   shape->set_hidden_size(m.hidden_size);
@@ -126,7 +131,7 @@ v1::VerifyTask MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranke
                                                      : m.num_attention_heads);
   shape->set_ffn_hidden_size(m.ffn_hidden_size > 0 ? m.ffn_hidden_size : 4 * m.hidden_size);
   // Megatron-LM pads the vocabulary to a multiple of 128·tp (as the profile tasks do).
-  const int64_t pad = 128 * tp;
+  const int64_t pad = 128 * c.tp;
   shape->set_vocab_size((m.vocab_size + pad - 1) / pad * pad);
   shape->set_activation(ToString(m.activation));
   shape->set_normalization(ToString(m.normalization));
@@ -135,8 +140,8 @@ v1::VerifyTask MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranke
   t.set_seed(options.seed);
   t.set_first_rank(part.first_rank);
   t.set_rank_count(part.rank_count);
-  t.set_world_size(tp * pp * dp);
-  if (part.rank_count < tp * pp * dp) t.set_rendezvous_namespace(rendezvous_ns);
+  t.set_world_size(c.world_size());
+  if (part.rank_count < c.world_size()) t.set_rendezvous_namespace(rendezvous_ns);
   t.set_rendezvous_timeout_ms(options.rendezvous_timeout_ms);
   t.set_layout_rank(ranked.rank());
   t.set_flash_attention(spec.training.flash_attention);

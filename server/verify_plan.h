@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "paratune/v1/results.pb.h"
 #include "paratune/v1/task.pb.h"
 #include "search/specs.h"
@@ -65,12 +66,16 @@ struct VerifyRunOptions {
   uint64_t seed = 1234;
 };
 
-/// The VerifyTask of part `part` of `ranked` (vocabulary padded to 128·tp as the layout's
-/// profile tasks; micro-batches = global batch / (micro_batch_size · dp)). `rendezvous_ns`
-/// is ignored (left empty) when the part holds every rank.
-v1::VerifyTask MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranked,
-                              const VerifyPart& part, const VerifyRunOptions& options,
-                              const std::string& rendezvous_ns);
+/// The VerifyTask of part `part` of `ranked`: its layout, every field, through
+/// server/convert_layout.h (the worker reads it back with the same conversion); the
+/// vocabulary padded to 128·tp as the layout's profile tasks; micro-batches = global batch
+/// / (micro_batch_size · dp). `rendezvous_ns` is ignored (left empty) when the part holds
+/// every rank. InvalidArgument naming the field for a layout that is not one (an unknown
+/// recompute mode, a size below 1).
+absl::StatusOr<v1::VerifyTask> MakeVerifyTask(const JobSpec& spec, const v1::RankedConfig& ranked,
+                                              const VerifyPart& part,
+                                              const VerifyRunOptions& options,
+                                              const std::string& rendezvous_ns);
 
 /// The Verification of `ranked` from the results of every part of its run (any order).
 /// Measured time: the median step after the first; peak: the largest per-rank peak.

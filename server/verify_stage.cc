@@ -49,9 +49,12 @@ Transition VerifyStage::Start(JobEntry& job) {
       v->set_status(absl::StrCat("not verified: ", why));
       continue;
     }
-    const v1::ParallelConfig& c = r.config();
-    const int64_t world =
-        std::max<int64_t>(1, c.tp()) * std::max<int64_t>(1, c.pp()) * std::max<int64_t>(1, c.dp());
+    absl::StatusOr<ParallelConfig> layout = ParallelConfigFromProto(r.config());
+    if (!layout.ok()) {
+      v->set_status(absl::StrCat("not verified: ", layout.status().message()));
+      continue;
+    }
+    const int64_t world = layout->world_size();
     if (hosts.empty()) {
       v->set_status(absl::StrCat("not verified: needs ", world, " ranks, no worker of device kind ",
                                  job.spec.cluster.gpu, " is registered"));
@@ -64,18 +67,31 @@ Transition VerifyStage::Start(JobEntry& job) {
       v->set_status(absl::StrCat("not verified: ", placement.reason));
       continue;
     }
-    v->set_status("verifying");
     const std::string ns = absl::StrCat(job_id, "/v", r.rank(), "/", NewRandomId("g"));
+    std::vector<TaskRecord> run;
+    absl::Status made;
     for (const VerifyPart& part : placement.parts) {
+      absl::StatusOr<v1::VerifyTask> verify = MakeVerifyTask(job.spec, r, part, options_, ns);
+      if (!verify.ok()) {
+        made = verify.status();
+        break;
+      }
       TaskRecord t;
-      t.task.set_id(absl::StrCat(job_id, "-t", next_index++));
+      t.task.set_id(absl::StrCat(job_id, "-t", next_index + static_cast<int64_t>(run.size())));
       t.task.set_job_id(job_id);
       t.task.set_device_kind(job.spec.cluster.gpu);
       t.task.set_key(absl::StrCat("verify/", r.rank(), "/", part.first_rank, "+", part.rank_count));
-      *t.task.mutable_verify() = MakeVerifyTask(job.spec, r, part, options_, ns);
+      *t.task.mutable_verify() = *std::move(verify);
       t.task.mutable_verify()->set_backend(placement.backend);
-      tasks.push_back(std::move(t));
+      run.push_back(std::move(t));
     }
+    if (!made.ok()) {
+      v->set_status(absl::StrCat("not verified: ", made.message()));
+      continue;
+    }
+    v->set_status("verifying");
+    next_index += static_cast<int64_t>(run.size());
+    for (TaskRecord& t : run) tasks.push_back(std::move(t));
   }
   if (tasks.empty()) return {v1::JOB_STATE_SUCCEEDED, ""};
   if (absl::Status s = store_->PutTasks(tasks); !s.ok()) {

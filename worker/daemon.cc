@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "paratune/v1/service.grpc.pb.h"
+#include "server/convert_layout.h"
 #include "worker/backoff.h"
 #include "worker/device_discovery.h"
 #include "worker/grpc_rendezvous.h"
@@ -107,8 +108,9 @@ std::string Describe(const v1::ProfileTask& task) {
   }
   if (task.has_verify()) {
     const v1::VerifyTask& v = task.verify();
-    return absl::StrCat("verify tp=", v.tp(), " pp=", v.pp(), " dp=", v.dp(), " vp=", v.vp(),
-                        " b=", v.micro_batch_size(), " ranks ", v.first_rank(), "..",
+    absl::StatusOr<ParallelConfig> layout = server::ParallelConfigFromProto(v.parallel());
+    return absl::StrCat("verify ", layout.ok() ? layout->ToString() : layout.status().message(),
+                        ", ranks ", v.first_rank(), "..",
                         v.first_rank() + v.rank_count() - 1, " of ", v.world_size(), ", ",
                         v.steps(), " steps");
   }

@@ -18,6 +18,7 @@
 #include "kernels/collective_bench.h"
 #include "kernels/step_runner.h"
 #include "kernels/training/training.h"
+#include "server/convert_layout.h"
 
 namespace paratune::worker {
 namespace {
@@ -311,38 +312,23 @@ absl::StatusOr<VerifyRun> ValidateVerify(const v1::ProfileTask& task, const Work
   absl::StatusOr<kernels::DType> dtype = worker.TaskDType(t.dtype());
   if (!dtype.ok()) return dtype.status();
   if (absl::Status s = worker.NeedRanks(t.rank_count(), ""); !s.ok()) return s;
+  absl::StatusOr<kt::TrainConfig> config = TrainConfigFromVerifyTask(t);
+  if (!config.ok()) return config.status();
   VerifyRun run;
+  run.config = *std::move(config);
   kt::TrainConfig& c = run.config;
   c.dtype = *dtype;
   c.backend = worker.backend();
-  if (absl::Status s = ReadShape(t.shape(), &c.shape); !s.ok()) return s;
-  absl::StatusOr<Recompute> recompute = ReadRecompute(t.recompute());
-  if (!recompute.ok()) return recompute.status();
-  c.parallel.recompute = *recompute;
-  c.parallel.tp = t.tp();
-  c.parallel.pp = t.pp();
-  c.parallel.dp = t.dp();
-  c.parallel.vp = std::max<int64_t>(1, t.vp());
-  c.parallel.micro_batch_size = t.micro_batch_size();
-  c.parallel.sequence_parallel = t.sequence_parallel();
-  c.parallel.distributed_optimizer = t.distributed_optimizer();
-  c.num_layers = t.num_layers();
-  c.seq_length = t.seq_length();
-  c.num_micro_batches = t.num_micro_batches();
-  c.flash_attention = t.flash_attention();
-  c.dropout = t.dropout();
-  c.tie_embeddings = t.tie_embeddings();
-  c.position_rows = t.position_rows();
-  c.steps = t.steps();
-  c.seed = t.seed();
-  if (c.world_size() != t.world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "world_size (", t.world_size(), ") must equal tp·pp·dp (", c.world_size(), ")"));
-  }
-  // A layout the planner accepts but the trainer cannot run is not worth retrying.
+  // A layout the planner accepts but the trainer cannot run (a field it does not run, such
+  // as split_counts_embedding_and_loss, or a rule of its own) is not worth retrying; the
+  // message names the field.
   if (absl::Status s = c.Validate(); !s.ok()) {
     return absl::UnimplementedError(
         absl::StrCat("kernels/training cannot run this layout: ", s.message()));
+  }
+  if (c.world_size() != t.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "world_size (", t.world_size(), ") must equal tp·pp·cp·dp (", c.world_size(), ")"));
   }
   run.first_rank = t.first_rank();
   run.rank_count = t.rank_count();
@@ -475,6 +461,24 @@ class KernelsExecutor final : public TaskExecutor {
 };
 
 }  // namespace
+
+absl::StatusOr<kt::TrainConfig> TrainConfigFromVerifyTask(const v1::VerifyTask& t) {
+  kt::TrainConfig c;
+  absl::StatusOr<ParallelConfig> layout = server::ParallelConfigFromProto(t.parallel());
+  if (!layout.ok()) return layout.status();
+  c.parallel = *std::move(layout);
+  if (absl::Status s = ReadShape(t.shape(), &c.shape); !s.ok()) return s;
+  c.num_layers = t.num_layers();
+  c.seq_length = t.seq_length();
+  c.num_micro_batches = t.num_micro_batches();
+  c.flash_attention = t.flash_attention();
+  c.dropout = t.dropout();
+  c.tie_embeddings = t.tie_embeddings();
+  c.position_rows = t.position_rows();
+  c.steps = t.steps();
+  c.seed = t.seed();
+  return c;
+}
 
 std::shared_ptr<TaskExecutor> CreateKernelsExecutor(const DeviceInventory& inventory,
                                                     KernelsExecutorOptions options) {

@@ -10,7 +10,10 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "kernels/communicator.h"
+#include "kernels/training/training.h"
+#include "paratune/v1/task.pb.h"
 #include "worker/device_discovery.h"
 #include "worker/task_executor.h"
 
@@ -46,6 +49,14 @@ struct KernelsExecutorOptions {
 ///   CANCELLED    `cancel` set: checked before the run and after it (RunLayerStep has no
 ///                cancellation hook), and between the sizes of a collective sweep.
 /// Layer vocabularies are padded to a multiple of 128·tp, as Megatron-LM does.
+/// The trainer's config of a verify task: the layout through server/convert_layout.h's
+/// ParallelConfigFromProto (every field, the conversion the coordinator wrote it with), the
+/// model's shape, the batch and the run's knobs. dtype and backend are the worker's to set;
+/// the result is not validated (TrainConfig::Validate). InvalidArgument naming the field for
+/// an unknown recompute mode, activation or normalization.
+absl::StatusOr<kernels::training::TrainConfig> TrainConfigFromVerifyTask(
+    const v1::VerifyTask& task);
+
 std::shared_ptr<TaskExecutor> CreateKernelsExecutor(const DeviceInventory& inventory,
                                                     KernelsExecutorOptions options = {});
 

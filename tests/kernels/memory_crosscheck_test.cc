@@ -79,10 +79,7 @@ TEST(MemoryCrosscheckTest, StoredActivationBytesEqualTheModel) {
     model.activation = k.act;
     LayerActivationParams p;
     p.seq_length = c.seq_length;
-    p.micro_batch_size = c.parallel.micro_batch_size;
-    p.tp = k.tp;
-    p.sequence_parallel = k.sp;
-    p.recompute = k.recompute;
+    p.parallel = c.parallel;
     p.flash_attention = k.flash;
     p.dropout = k.dropout;
     p.bytes_per_element = 4;

@@ -15,10 +15,10 @@ class KorthikantiTest : public ::testing::TestWithParam<const char*> {
   LayerActivationParams Params(int64_t tp, bool sp, Recompute rc) const {
     LayerActivationParams p;
     p.seq_length = 2048;
-    p.micro_batch_size = 4;
-    p.tp = tp;
-    p.sequence_parallel = sp;
-    p.recompute = rc;
+    p.parallel.micro_batch_size = 4;
+    p.parallel.tp = tp;
+    p.parallel.sequence_parallel = sp;
+    p.parallel.recompute = rc;
     p.flash_attention = false;
     p.dropout = true;
     p.bytes_per_element = 2;
@@ -60,7 +60,7 @@ TEST(LayerActivationTest, FlashAttentionRemovesTheQuadraticTerm) {
   const ModelSpec m = *FindPreset("gpt3-175b");
   LayerActivationParams p;
   p.seq_length = 2048;
-  p.micro_batch_size = 1;
+  p.parallel.micro_batch_size = 1;
   p.flash_attention = true;
   p.dropout = true;
   const double sbh = 2048.0 * m.hidden_size;
@@ -78,10 +78,10 @@ TEST(LayerActivationTest, ContextParallelSplitsTheSequence) {
   p.seq_length = 8192;
   p.flash_attention = true;
   p.dropout = false;
-  p.tp = 2;
-  p.sequence_parallel = true;
+  p.parallel.tp = 2;
+  p.parallel.sequence_parallel = true;
   LayerActivationParams p2 = p;
-  p2.cp = 2;
+  p2.parallel.cp = 2;
   EXPECT_NEAR(LayerActivationBytes(m, p2), LayerActivationBytes(m, p) / 2, 1.0);
 }
 
@@ -255,7 +255,7 @@ TEST(EstimateMemoryTest, LossBuffersAndTheLastLayersWorkingSetDoNotAddUp) {
   c.micro_batch_size = 2;
   LayerActivationParams act = ActivationParamsFor(spec.model, spec.training, c);
   ASSERT_EQ(act.bytes_per_element, 4.0);
-  act.recompute = Recompute::kNone;
+  act.parallel.recompute = Recompute::kNone;
   const double working_set = LayerActivationBytes(spec.model, act);
   const double small_loss_phase = 6.0 * 128 * 2 * 2048 + 4.0 * 128 * 2 * 256;
   ASSERT_GT(working_set, small_loss_phase);

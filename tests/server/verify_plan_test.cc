@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "server/convert_layout.h"
+
 namespace paratune::server {
 namespace {
 
@@ -100,12 +102,13 @@ JobSpec TinySpec() {
 v1::RankedConfig Ranked(int64_t tp, int64_t pp, int64_t dp, int64_t mb) {
   v1::RankedConfig r;
   r.set_rank(3);
-  r.mutable_config()->set_tp(tp);
-  r.mutable_config()->set_pp(pp);
-  r.mutable_config()->set_dp(dp);
-  r.mutable_config()->set_vp(1);
-  r.mutable_config()->set_micro_batch_size(mb);
-  r.mutable_config()->set_recompute("selective");
+  ParallelConfig layout;
+  layout.tp = tp;
+  layout.pp = pp;
+  layout.dp = dp;
+  layout.micro_batch_size = mb;
+  layout.recompute = Recompute::kSelective;
+  *r.mutable_config() = ToProto(layout);
   r.set_iteration_time_s(0.25);
   r.mutable_memory()->set_peak_gib(0.5);
   return r;
@@ -115,7 +118,10 @@ TEST(MakeVerifyTask, CarriesTheLayoutTheModelAndThePart) {
   VerifyRunOptions o;
   o.steps = 3;
   o.rendezvous_timeout_ms = 5000;
-  const v1::VerifyTask t = MakeVerifyTask(TinySpec(), Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1");
+  const absl::StatusOr<v1::VerifyTask> made =
+      MakeVerifyTask(TinySpec(), Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1");
+  ASSERT_TRUE(made.ok()) << made.status();
+  const v1::VerifyTask& t = *made;
   EXPECT_EQ(t.world_size(), 4);
   EXPECT_EQ(t.first_rank(), 2);
   EXPECT_EQ(t.rank_count(), 2);
@@ -128,18 +134,18 @@ TEST(MakeVerifyTask, CarriesTheLayoutTheModelAndThePart) {
   // Defaults of the model: g = a, f = 4h.
   EXPECT_EQ(t.shape().num_query_groups(), 4);
   EXPECT_EQ(t.shape().ffn_hidden_size(), 256);
-  EXPECT_EQ(t.recompute(), "selective");
+  EXPECT_EQ(t.parallel().recompute(), "selective");
   EXPECT_EQ(t.steps(), 3);
   EXPECT_EQ(t.layout_rank(), 3);
   EXPECT_EQ(t.dtype(), "fp32");
   EXPECT_FALSE(t.dropout());
   JobSpec with_dropout = TinySpec();
   with_dropout.training.dropout = true;
-  EXPECT_TRUE(MakeVerifyTask(with_dropout, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1").dropout());
+  EXPECT_TRUE(MakeVerifyTask(with_dropout, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1")->dropout());
   EXPECT_FALSE(t.tie_embeddings());
   JobSpec tied = TinySpec();
   tied.model.tie_embeddings = true;
-  EXPECT_TRUE(MakeVerifyTask(tied, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1").tie_embeddings());
+  EXPECT_TRUE(MakeVerifyTask(tied, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1")->tie_embeddings());
   // A learned position table where the model counts one (GPT presets: 2048 rows), none
   // for RoPE or for a spec built in code without max_position_embeddings (the model counts
   // no rows then; a spec read from JSON has seq_length rows there).
@@ -147,13 +153,39 @@ TEST(MakeVerifyTask, CarriesTheLayoutTheModelAndThePart) {
   JobSpec learned = TinySpec();
   learned.model.position_embedding = PositionEmbedding::kLearned;
   learned.model.max_position_embeddings = 2048;
-  EXPECT_EQ(MakeVerifyTask(learned, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1").position_rows(), 2048);
+  EXPECT_EQ(MakeVerifyTask(learned, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1")->position_rows(), 2048);
   learned.model.position_embedding = PositionEmbedding::kRope;
-  EXPECT_EQ(MakeVerifyTask(learned, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1").position_rows(), 0);
+  EXPECT_EQ(MakeVerifyTask(learned, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1")->position_rows(), 0);
   // A part that holds every rank meets in process: no namespace.
   EXPECT_EQ(MakeVerifyTask(TinySpec(), Ranked(1, 1, 2, 1), {0, 2}, o, "ns-1")
-                .rendezvous_namespace(),
+                ->rendezvous_namespace(),
             "");
+}
+
+TEST(MakeVerifyTask, CarriesEveryLayoutFieldAndRefusesALayoutThatIsNotOne) {
+  ParallelConfig layout;
+  layout.tp = 2;
+  layout.dp = 2;
+  layout.micro_batch_size = 2;
+  layout.split_counts_embedding_and_loss = true;
+  layout.overlap_grad_reduce = false;
+  layout.tp_comm_overlap = true;
+  layout.sequence_parallel = true;
+  layout.overlap_p2p_comm = false;
+  v1::RankedConfig r = Ranked(2, 1, 2, 2);
+  *r.mutable_config() = ToProto(layout);
+  absl::StatusOr<v1::VerifyTask> t = MakeVerifyTask(TinySpec(), r, {0, 4}, {}, "ns-1");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(ParallelConfigFromProto(t->parallel()).value(), layout);
+  EXPECT_EQ(t->world_size(), 4);
+
+  r.mutable_config()->set_recompute("sometimes");
+  EXPECT_EQ(MakeVerifyTask(TinySpec(), r, {0, 4}, {}, "ns-1").status().message(),
+            "recompute: unknown recompute 'sometimes' (expected none, selective, full)");
+  *r.mutable_config() = ToProto(layout);
+  r.mutable_config()->set_dp(0);
+  EXPECT_EQ(MakeVerifyTask(TinySpec(), r, {0, 4}, {}, "ns-1").status().message(),
+            "dp (0) must be >= 1");
 }
 
 TEST(VerifyUnsupportedReason, NamesWhatTheTrainerCannotDo) {

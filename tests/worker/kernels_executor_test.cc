@@ -14,6 +14,7 @@
 #include "kernels/step_runner.h"
 #include "kernels/tensor.h"
 #include "kernels/training/training.h"
+#include "server/convert_layout.h"
 
 namespace paratune::worker {
 namespace {
@@ -292,12 +293,9 @@ v1::ProfileTask VerifyTask(int64_t first_rank, int64_t rank_count) {
   t->mutable_shape()->set_vocab_size(256);
   t->mutable_shape()->set_activation("gelu");
   t->mutable_shape()->set_normalization("layernorm");
-  t->set_tp(1);
-  t->set_pp(2);
-  t->set_dp(1);
-  t->set_vp(1);
-  t->set_recompute("none");
-  t->set_micro_batch_size(1);
+  ParallelConfig layout;
+  layout.pp = 2;
+  *t->mutable_parallel() = server::ToProto(layout);
   t->set_num_micro_batches(4);
   t->set_seq_length(32);
   t->set_num_layers(4);
@@ -414,7 +412,7 @@ TEST(KernelsExecutorVerify, GangPartsNeedARendezvousAndFailWhenPeersNeverCome) {
   EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
   EXPECT_EQ(r.message(), "task needs 2 ranks; this worker has 1");
   v1::ProfileTask bad = VerifyTask(0, 3);
-  bad.mutable_verify()->set_pp(3);
+  bad.mutable_verify()->mutable_parallel()->set_pp(3);
   bad.mutable_verify()->set_world_size(3);
   r = CreateKernelsExecutor(CpuSlots(3))->Execute(bad, cancel);
   EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);

@@ -1,0 +1,51 @@
+#include "server/convert_layout.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/enums.h"
+
+namespace paratune::server {
+
+v1::ParallelConfig ToProto(const ParallelConfig& c) {
+  v1::ParallelConfig out;
+  out.set_tp(c.tp);
+  out.set_pp(c.pp);
+  out.set_dp(c.dp);
+  out.set_cp(c.cp);
+  out.set_vp(c.vp);
+  out.set_micro_batch_size(c.micro_batch_size);
+  out.set_sequence_parallel(c.sequence_parallel);
+  out.set_recompute(ToString(c.recompute));
+  out.set_recompute_num_layers(c.recompute_num_layers);
+  out.set_distributed_optimizer(c.distributed_optimizer);
+  out.set_split_counts_embedding_and_loss(c.split_counts_embedding_and_loss);
+  out.set_overlap_grad_reduce(c.overlap_grad_reduce);
+  out.set_tp_comm_overlap(c.tp_comm_overlap);
+  out.set_overlap_p2p_comm(c.overlap_p2p_comm);
+  return out;
+}
+
+absl::StatusOr<ParallelConfig> ParallelConfigFromProto(const v1::ParallelConfig& c) {
+  ParallelConfig out;
+  out.tp = c.tp();
+  out.pp = c.pp();
+  out.dp = c.dp();
+  out.cp = c.cp();
+  out.vp = c.vp();
+  out.micro_batch_size = c.micro_batch_size();
+  out.sequence_parallel = c.sequence_parallel();
+  absl::StatusOr<Recompute> rc = ParseRecompute(c.recompute());
+  if (!rc.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("recompute: ", rc.status().message()));
+  }
+  out.recompute = *rc;
+  out.recompute_num_layers = c.recompute_num_layers();
+  out.distributed_optimizer = c.distributed_optimizer();
+  out.split_counts_embedding_and_loss = c.split_counts_embedding_and_loss();
+  if (c.has_overlap_grad_reduce()) out.overlap_grad_reduce = c.overlap_grad_reduce();
+  out.tp_comm_overlap = c.tp_comm_overlap();
+  if (c.has_overlap_p2p_comm()) out.overlap_p2p_comm = c.overlap_p2p_comm();
+  return out;
+}
+
+}  // namespace paratune::server
