@@ -379,7 +379,12 @@ class Recorder {
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& target) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per client
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  // Connected before the clock starts; a channel that cannot connect in 10 s shows up as
+  // errors of its first calls.
+  channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return channel;
 }
 
 void PrepareContext(grpc::ClientContext* context, const std::string& token, double seconds) {
