@@ -62,10 +62,12 @@ absl::Status JobLifecycle::Recover() {
   if (!records.ok()) return records.status();
   for (JobRecord& record : *records) {
     const std::string id = record.job.id();
+    const bool finished = IsTerminal(record.job.state());
     JobEntry& job = jobs_[id];
     job.record = std::move(record);
     job_order_.push_back(id);
     if (absl::Status s = RecoverJob(job); !s.ok()) return s;
+    if (finished) RetireLocked(id);
   }
   return absl::OkStatus();
 }
@@ -239,6 +241,7 @@ absl::Status JobLifecycle::ApplyLocked(JobEntry& job, const Transition& transiti
 
 absl::Status JobLifecycle::SetStateLocked(JobEntry& job, v1::JobState state,
                                           const std::string& error) {
+  const bool was_finished = IsTerminal(job.record.job.state());
   job.record.job.set_state(state);
   job.record.job.set_error(error);
   // The ranking blobs are rewritten only when planning, composing or verifying changed
@@ -256,8 +259,37 @@ absl::Status JobLifecycle::SetStateLocked(JobEntry& job, v1::JobState state,
       job.record.results.reset();
     }
     job.record.modelled.reset();
+    // The store has the job as it ended: it may leave memory once newer ones finished.
+    if (!was_finished) RetireLocked(job.record.job.id());
   }
   return s;
+}
+
+void JobLifecycle::RetireLocked(const std::string& id) {
+  whole_finished_.push_back(id);
+  while (static_cast<int64_t>(whole_finished_.size()) > options_.max_finished_jobs_in_memory) {
+    auto it = jobs_.find(whole_finished_.front());
+    whole_finished_.pop_front();
+    if (it == jobs_.end()) continue;
+    const JobEntry& job = it->second;
+    const v1::JobState state = job.record.job.state();
+    ++compact_counts_.jobs[state];
+    for (const TaskRecord& t : job.tasks) {
+      if (t.state == TaskState::kDone) ++compact_counts_.tasks_done;
+      if (t.state == TaskState::kFailed) ++compact_counts_.tasks_failed;
+    }
+    compact_[it->first] = CompactJob{state, job.has_results};
+    jobs_.erase(it);
+  }
+}
+
+absl::StatusOr<v1::Job> JobLifecycle::JobMessageLocked(const std::string& id) {
+  if (auto it = jobs_.find(id); it != jobs_.end()) {
+    it->second.UpdateProgress(clock_->NowMs());
+    return it->second.record.job;
+  }
+  if (compact_.count(id) == 0) return NotFoundJob(id);
+  return store_->GetJobMessage(id);
 }
 
 absl::Status JobLifecycle::PersistLocked(JobEntry& job, bool rankings) {
@@ -369,7 +401,7 @@ absl::StatusOr<v1::Job> JobLifecycle::Submit(const v1::SubmitJobRequest& request
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
   std::string id = NewRandomId("job");
-  while (jobs_.count(id) > 0) id = NewRandomId("job");
+  while (jobs_.count(id) > 0 || compact_.count(id) > 0) id = NewRandomId("job");
   entry->record.job.set_id(id);
   if (absl::Status s = store_->PutJob(entry->record); !s.ok()) return s;
   JobEntry& stored = jobs_[id] = *std::move(entry);
@@ -382,10 +414,7 @@ absl::StatusOr<v1::Job> JobLifecycle::Submit(const v1::SubmitJobRequest& request
 absl::StatusOr<v1::Job> JobLifecycle::Get(const v1::GetJobRequest& request) {
   if (absl::Status s = CheckJobId(request.id()); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(request.id());
-  if (it == jobs_.end()) return NotFoundJob(request.id());
-  it->second.UpdateProgress(clock_->NowMs());
-  return it->second.record.job;
+  return JobMessageLocked(request.id());
 }
 
 absl::StatusOr<v1::ListJobsResponse> JobLifecycle::List(const v1::ListJobsRequest& request) {
@@ -396,14 +425,22 @@ absl::StatusOr<v1::ListJobsResponse> JobLifecycle::List(const v1::ListJobsReques
   int64_t index = 0;
   // Newest first.
   for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
-    const v1::Job& job = jobs_.at(*it).record.job;
-    if (query->state != v1::JOB_STATE_UNSPECIFIED && job.state() != query->state) continue;
+    auto whole = jobs_.find(*it);
+    const v1::JobState state =
+        whole != jobs_.end() ? whole->second.record.job.state() : compact_.at(*it).state;
+    if (query->state != v1::JOB_STATE_UNSPECIFIED && state != query->state) continue;
     if (index++ < query->offset) continue;
     if (out.jobs_size() == query->page_size) {
       out.set_next_page_token(absl::StrCat(query->offset + query->page_size));
       break;
     }
-    *out.add_jobs() = job;
+    if (whole != jobs_.end()) {
+      *out.add_jobs() = whole->second.record.job;
+      continue;
+    }
+    absl::StatusOr<v1::Job> stored = store_->GetJobMessage(*it);
+    if (!stored.ok()) return stored.status();
+    *out.add_jobs() = *std::move(stored);
   }
   return out;
 }
@@ -414,17 +451,19 @@ absl::StatusOr<v1::Job> JobLifecycle::Snapshot(const std::string& id,
   std::unique_lock<std::mutex> lock(mu_);
   if (wait.count() > 0) changed_cv_.wait_for(lock, wait);
   if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return NotFoundJob(id);
-  it->second.UpdateProgress(clock_->NowMs());
-  return it->second.record.job;
+  return JobMessageLocked(id);
 }
 
 absl::StatusOr<v1::Job> JobLifecycle::Cancel(const v1::CancelJobRequest& request) {
   if (absl::Status s = CheckJobId(request.id()); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(request.id());
-  if (it == jobs_.end()) return NotFoundJob(request.id());
+  if (it == jobs_.end()) {
+    auto compact = compact_.find(request.id());
+    if (compact == compact_.end()) return NotFoundJob(request.id());
+    return absl::FailedPreconditionError(absl::StrCat("job '", request.id(), "' already ended (",
+                                                      JobStateName(compact->second.state), ")"));
+  }
   JobEntry& job = it->second;
   if (IsTerminal(job.record.job.state())) {
     return absl::FailedPreconditionError(absl::StrCat("job '", request.id(), "' already ended (",
@@ -447,20 +486,24 @@ absl::StatusOr<v1::JobResults> JobLifecycle::GetResults(const v1::GetResultsRequ
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(request.id());
-    if (it == jobs_.end()) return NotFoundJob(request.id());
-    const JobEntry& job = it->second;
-    out.set_state(job.record.job.state());
-    if (job.record.results) {
+    auto compact = compact_.find(request.id());
+    if (it == jobs_.end() && compact == compact_.end()) return NotFoundJob(request.id());
+    const bool has_results =
+        it != jobs_.end() ? it->second.has_results : compact->second.has_results;
+    if (it != jobs_.end() && it->second.record.results) {
       // A running job (VERIFYING), or a finished one whose ranking could not be stored: the
       // ranking is in memory (its rejected list capped, so the copy is small).
-      *out.mutable_plan() = *job.record.results;
+      out.set_state(it->second.record.job.state());
+      *out.mutable_plan() = *it->second.record.results;
       return out;
     }
-    if (!job.has_results) {
-      const v1::Job& j = job.record.job;
+    out.set_state(it != jobs_.end() ? it->second.record.job.state() : compact->second.state);
+    if (!has_results) {
+      absl::StatusOr<v1::Job> j = JobMessageLocked(request.id());
+      if (!j.ok()) return j.status();
       return absl::FailedPreconditionError(
-          absl::StrCat("job '", request.id(), "' has no results: it is ", JobStateName(j.state()),
-                       j.error().empty() ? "" : absl::StrCat(" (", j.error(), ")")));
+          absl::StrCat("job '", request.id(), "' has no results: it is ", JobStateName(j->state()),
+                       j->error().empty() ? "" : absl::StrCat(" (", j->error(), ")")));
     }
     plan = results_cache_.Get(request.id());
     if (plan == nullptr) {
@@ -488,7 +531,7 @@ absl::StatusOr<v1::JobResults> JobLifecycle::GetResults(const v1::GetResultsRequ
 
 JobCounts JobLifecycle::Counts() const {
   std::lock_guard<std::mutex> lock(mu_);
-  JobCounts out;
+  JobCounts out = compact_counts_;
   for (const auto& [id, job] : jobs_) {
     ++out.jobs[job.record.job.state()];
     for (const TaskRecord& t : job.tasks) {
@@ -505,6 +548,13 @@ int64_t JobLifecycle::resident_results() const {
   for (const auto& [id, job] : jobs_) {
     n += job.record.results.has_value() + job.record.modelled.has_value();
   }
+  return n;
+}
+
+int64_t JobLifecycle::whole_finished_jobs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (const auto& [id, job] : jobs_) n += IsTerminal(job.record.job.state());
   return n;
 }
 

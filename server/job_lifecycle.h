@@ -15,8 +15,12 @@
 // latest recorded lease (a worker that finished while the coordinator was down). Late,
 // duplicate or foreign reports get accepted=false with the reason.
 //
-// Memory: a finished job keeps only its Job message (and task records) in memory; its
-// final ranking lives in the store and is read back through the ResultsCache.
+// Memory: a finished job keeps no ranking in memory; its final ranking lives in the store
+// and is read back through the ResultsCache. The newest max_finished_jobs_in_memory
+// finished jobs stay whole (Job message, domain spec, task records); an older one keeps
+// only a compact entry (its id, state and whether a ranking is stored, for ListJobs'
+// order and filter) and its Job message is read from the store when asked for, so memory
+// grows by that entry, not by the job's size, per finished job.
 //
 // Thread-safe (one mutex over the jobs and the store). Lock order: this lock, then the
 // LeaseBroker's, then the leaf locks (WorkerRegistry, ResultsCache, JobExecutor).
@@ -26,6 +30,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -61,6 +66,9 @@ struct JobLifecycleOptions {
   VerifyRunOptions verify;
   /// Finished jobs' decoded rankings kept in memory (LRU). At least 1.
   int64_t results_cache_size = 16;
+  /// Finished jobs kept whole in memory (the newest to finish); older ones keep a compact
+  /// entry and are read from the store on demand. At least 1.
+  int64_t max_finished_jobs_in_memory = 256;
 };
 
 /// Counts for the metrics gauges.
@@ -110,8 +118,17 @@ class JobLifecycle {
   JobCounts Counts() const;
   /// Decoded rankings in memory: running jobs' plus the cached ones.
   int64_t resident_results() const;
+  /// Finished jobs held whole in memory (at most max_finished_jobs_in_memory).
+  int64_t whole_finished_jobs() const;
 
  private:
+  // A finished job no longer held whole: what List, Cancel and GetResults need without
+  // reading the store.
+  struct CompactJob {
+    v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+    bool has_results = false;  // The store holds a final ranking.
+  };
+
   absl::Status RecoverJob(JobEntry& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies `transition`; COMPOSING schedules the compose step.
   absl::Status ApplyLocked(JobEntry& job, const Transition& transition)
@@ -133,6 +150,12 @@ class JobLifecycle {
   bool AcceptsUnleasedLocked(const TaskRecord* record, const v1::TaskResult& result) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NotifyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records that job `id` finished (and is stored so); compacts the oldest whole finished
+  // jobs beyond the bound.
+  void RetireLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The Job message of `id`, whole or compact (read from the store); NotFound otherwise.
+  absl::StatusOr<v1::Job> JobMessageLocked(const std::string& id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock* const clock_;
   LeaseBroker* const broker_;
@@ -146,8 +169,11 @@ class JobLifecycle {
   std::unique_ptr<Store> store_ ABSL_GUARDED_BY(mu_);
   ProfileStage profile_ ABSL_GUARDED_BY(mu_);
   VerifyStage verify_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, JobEntry> jobs_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);  // Oldest first.
+  std::map<std::string, JobEntry> jobs_ ABSL_GUARDED_BY(mu_);  // Running and whole finished.
+  std::map<std::string, CompactJob> compact_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);      // Oldest first, all jobs.
+  std::deque<std::string> whole_finished_ ABSL_GUARDED_BY(mu_);  // Oldest to finish first.
+  JobCounts compact_counts_ ABSL_GUARDED_BY(mu_);                // Of the compact jobs.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -54,6 +54,11 @@ absl::Status ValidateOptions(const JobManagerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("results_cache_size (", options.results_cache_size, ") must be at least 1"));
   }
+  if (options.max_finished_jobs_in_memory < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_finished_jobs_in_memory (",
+                                                   options.max_finished_jobs_in_memory,
+                                                   ") must be at least 1"));
+  }
   return absl::OkStatus();
 }
 
@@ -63,6 +68,7 @@ JobLifecycleOptions LifecycleOptions(const JobManagerOptions& options) {
   out.profile = options.profile;
   out.verify = options.verify;
   out.results_cache_size = options.results_cache_size;
+  out.max_finished_jobs_in_memory = options.max_finished_jobs_in_memory;
   return out;
 }
 
@@ -146,6 +152,8 @@ void JobManager::WaitIdle() { executor_.WaitIdle(); }
 int64_t JobManager::leases_granted() const { return broker_.leases_granted(); }
 
 int64_t JobManager::resident_results() const { return jobs_.resident_results(); }
+
+int64_t JobManager::whole_finished_jobs() const { return jobs_.whole_finished_jobs(); }
 
 // --- Autotuner ----------------------------------------------------------------------------
 

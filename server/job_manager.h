@@ -62,6 +62,9 @@ struct JobManagerOptions {
   /// Finished jobs' decoded rankings kept in memory (LRU); the rest are read from the store
   /// when asked for. At least 1.
   int64_t results_cache_size = 16;
+  /// Finished jobs kept whole in memory (the newest to finish); older ones keep a compact
+  /// entry and are read from the store when asked for. At least 1.
+  int64_t max_finished_jobs_in_memory = 256;
   /// Optional metrics sink (gauges of jobs, tasks, workers; refreshed by the reaper, at
   /// most a second old).
   Metrics* metrics = nullptr;
@@ -111,6 +114,8 @@ class JobManager final : public AutotunerHandler, public WorkerHubHandler {
   /// Decoded rankings held in memory now: those of running jobs plus the cached ones of
   /// finished jobs (tests: bounded by results_cache_size once jobs finish).
   int64_t resident_results() const;
+  /// Finished jobs held whole in memory (tests: at most max_finished_jobs_in_memory).
+  int64_t whole_finished_jobs() const;
 
  private:
   JobManager(std::unique_ptr<Store> store, const Clock* clock, JobManagerOptions options);

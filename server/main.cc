@@ -1,12 +1,14 @@
 // paratune-coordinator: the ParaTune service. Hosts the Autotuner and WorkerHub gRPC
 // services and the REST gateway over one JobManager backed by SQLite.
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <fstream>
@@ -85,6 +87,17 @@ absl::Status LockDatabase(const std::string& db) {
   return absl::OkStatus();  // fd stays open: the lock lives as long as the process.
 }
 
+// Caps glibc's malloc arenas (default: 8 per core) unless MALLOC_ARENA_MAX says otherwise.
+// Every gRPC and HTTP pool thread that allocates gets an arena of its own, and memory freed
+// there stays in that arena: under a steady load the RSS crept up by ~15 MiB/min with the
+// default and stayed flat with two (bench/server/coordinator_load). The coordinator works
+// under one lock, so more arenas buy it no parallelism.
+void CapMallocArenas() {
+#ifdef __GLIBC__
+  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
+#endif
+}
+
 bool IsLoopback(const std::string& address) {
   return address == "127.0.0.1" || address == "localhost" || address == "::1" ||
          address.rfind("127.", 0) == 0;
@@ -93,6 +106,7 @@ bool IsLoopback(const std::string& address) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CapMallocArenas();
   CLI::App app{"paratune-coordinator: plans, profiles and ranks parallel layouts"};
   std::string bind = "127.0.0.1";
   int grpc_port = 50051;

@@ -162,6 +162,18 @@ class SqliteStore final : public Store {
     return ReadJob(st);
   }
 
+  absl::StatusOr<v1::Job> GetJobMessage(const std::string& id) override {
+    Statement st(db_, "SELECT job FROM jobs WHERE id = ?1;");
+    if (!st.ok()) return Error("prepare GetJobMessage");
+    st.BindText(1, id);
+    const int rc = st.Step();
+    if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+    if (rc != SQLITE_ROW) return Error("GetJobMessage");
+    v1::Job job;
+    if (!job.ParseFromString(st.Blob(0))) return Corrupt("jobs.job");
+    return job;
+  }
+
   absl::StatusOr<std::vector<JobRecord>> ListJobs() override {
     Statement st(db_, "SELECT job, modelled, results FROM jobs ORDER BY rowid;");
     if (!st.ok()) return Error("prepare ListJobs");

@@ -56,6 +56,8 @@ class Store {
   /// not rewritten. NotFound for an unknown id.
   virtual absl::Status UpdateJob(const v1::Job& job) = 0;
   virtual absl::StatusOr<JobRecord> GetJob(const std::string& id) = 0;
+  /// The job message of `id` alone, without the ranking blobs. NotFound for an unknown id.
+  virtual absl::StatusOr<v1::Job> GetJobMessage(const std::string& id) = 0;
   /// All jobs, oldest first.
   virtual absl::StatusOr<std::vector<JobRecord>> ListJobs() = 0;
   /// All jobs, oldest first, as a restarting coordinator needs them: unfinished jobs

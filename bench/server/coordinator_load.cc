@@ -26,6 +26,13 @@
 // with its code and message; the program exits 1 when there is one, a wrong answer (empty
 // or repeated job id, results of another job, no ranked layout, a profile job with no
 // measured layout) or a job that ended FAILED/CANCELLED.
+//
+// Flat memory: the coordinator's VmRSS is sampled every 0.5 s; its growth over the second
+// half of the run is the least-squares slope of those samples times half the duration (a
+// slope, so that one allocator step or a single high sample does not decide it). PASS also
+// requires that growth to stay under kMaxSecondHalfGrowthMiB (see there), which a
+// coordinator whose memory does not depend on how many jobs finished meets and one that
+// keeps ~12 KB per finished job at ~1,800 jobs/min (~10 MiB per 30 s) does not.
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
@@ -372,7 +379,12 @@ class Recorder {
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& target) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per client
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  // Connected before the clock starts; a channel that cannot connect in 10 s shows up as
+  // errors of its first calls.
+  channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return channel;
 }
 
 void PrepareContext(grpc::ClientContext* context, const std::string& token, double seconds) {
@@ -936,6 +948,32 @@ std::map<std::string, double> ScrapeGauges(const std::string& host, int port, in
   return out;
 }
 
+// The bound on the coordinator's RSS growth over the second half of the run. The first
+// half warms up (connections, the SQLite page cache, the results LRU, the newest finished
+// jobs kept whole fill up); afterwards a bounded process grows only by its compact entries
+// of finished jobs (about 0.2 KB each, ~2 MiB in the second half of a 10-minute run).
+// A leak of 12 KB per finished job at ~30 jobs/s grows ~21 MiB/min: 10 MiB over the second
+// half of a 60 s run, 105 MiB over that of a 10-minute run.
+constexpr double kMaxSecondHalfGrowthMiB = 5.0;
+
+// Least-squares slope (bytes per second) of the samples at or after `from_s`; 0 with fewer
+// than two.
+double RssSlope(const std::vector<std::pair<double, int64_t>>& samples, double from_s) {
+  double n = 0, st = 0, sr = 0, stt = 0, str = 0;
+  for (const auto& [t, rss] : samples) {
+    if (t < from_s) continue;
+    const double r = static_cast<double>(rss);
+    n += 1;
+    st += t;
+    sr += r;
+    stt += t * t;
+    str += t * r;
+  }
+  const double denom = n * stt - st * st;
+  if (n < 2 || denom <= 0) return 0;
+  return (n * str - st * sr) / denom;
+}
+
 struct Tick {
   double t_s = 0;
   int64_t rss = 0;
@@ -1132,14 +1170,17 @@ int main(int argc, char** argv) {
   // Memory every 0.5 s, gauges every tick_s.
   std::vector<Tick> ticks;
   int64_t rss_peak_sampled = rss_before;
+  std::vector<std::pair<double, int64_t>> rss_samples;  // (t_s, bytes), every 0.5 s.
   const double tick_s = std::max(1.0, duration / 12);
   double next_tick = tick_s;
   double load_max = load_before;
   while (Clock::now() < env.end) {
     std::this_thread::sleep_until(std::min(env.end, Clock::now() + std::chrono::milliseconds(500)));
-    rss_peak_sampled = std::max(rss_peak_sampled, ReadRss(pid).first);
-    load_max = std::max(load_max, LoadAverage());
+    const int64_t rss_now = ReadRss(pid).first;
     const double t = env.Now();
+    rss_peak_sampled = std::max(rss_peak_sampled, rss_now);
+    if (rss_now > 0) rss_samples.push_back({t, rss_now});
+    load_max = std::max(load_max, LoadAverage());
     if (t + 0.25 >= next_tick) {
       ticks.push_back({t, ReadRss(pid).first, ScrapeGauges(env.http_host, env.http_port, 2)});
       next_tick += tick_s;
@@ -1160,8 +1201,19 @@ int main(int argc, char** argv) {
   for (const Stats& s : worker_stats) total.Merge(s);
   int64_t errors = 0;
   for (int op = 0; op < kNumOps; ++op) errors += total.errors[op];
+  // Growth over the second half: the fitted slope there times its length.
+  const double mib = 1 << 20;
+  const double rss_slope_mib_per_s = RssSlope(rss_samples, duration / 2) / mib;
+  const double growth_2nd_half_mib = rss_slope_mib_per_s * duration / 2;
+  const double growth_mib_per_min = rss_slope_mib_per_s * 60;
+  // Memory unknown (external coordinator without --coordinator-pid) is not judged.
+  const auto second_half_samples =
+      std::count_if(rss_samples.begin(), rss_samples.end(),
+                    [&](const auto& s) { return s.first >= duration / 2; });
+  const bool memory_known = second_half_samples >= 2;
+  const bool memory_flat = !memory_known || growth_2nd_half_mib < kMaxSecondHalfGrowthMiB;
   const bool pass = coordinator_alive && errors == 0 && total.wrong == 0 &&
-                    total.jobs_failed == 0 && total.jobs_submitted > 0;
+                    total.jobs_failed == 0 && total.jobs_submitted > 0 && memory_flat;
 
   nlohmann::json rows = nlohmann::json::array();
   for (int op = 0; op < kNumOps; ++op) {
@@ -1205,7 +1257,6 @@ int main(int argc, char** argv) {
                         {"read_p99_ms", Percentile(read_ms, 99)}});
     prev_t = tick.t_s;
   }
-  const double mib = 1 << 20;
   nlohmann::json summary = {{"benchmark", "coordinator_load"},
                             {"scenario", scenario},
                             {"clients", clients},
@@ -1222,7 +1273,11 @@ int main(int argc, char** argv) {
                              {{"before", static_cast<double>(rss_before) / mib},
                               {"after", static_cast<double>(rss_after) / mib},
                               {"peak_sampled", static_cast<double>(rss_peak_sampled) / mib},
-                              {"peak_vmhwm", static_cast<double>(rss_hwm) / mib}}},
+                              {"peak_vmhwm", static_cast<double>(rss_hwm) / mib},
+                              {"growth_second_half", growth_2nd_half_mib},
+                              {"growth_per_min", growth_mib_per_min},
+                              {"growth_bound", kMaxSecondHalfGrowthMiB},
+                              {"flat", memory_flat}}},
                             {"coordinator_db_mib", static_cast<double>(db_bytes) / mib},
                             {"coordinator_cpu_s", cpu_s},
                             {"jobs",
@@ -1292,6 +1347,15 @@ int main(int argc, char** argv) {
       static_cast<double>(rss_before) / mib, static_cast<double>(rss_after) / mib,
       static_cast<double>(rss_peak_sampled) / mib, static_cast<double>(rss_hwm) / mib,
       static_cast<double>(db_bytes) / mib, cpu_s);
+  if (memory_known) {
+    std::printf(
+        "# coordinator RSS over the second half: %+.1f MiB (%+.2f MiB/min, least-squares over "
+        "%zu samples at 0.5 s); bound %.1f MiB: %s\n",
+        growth_2nd_half_mib, growth_mib_per_min, static_cast<size_t>(second_half_samples),
+        kMaxSecondHalfGrowthMiB, memory_flat ? "flat" : "GROWING");
+  } else {
+    std::printf("# coordinator RSS unknown (no pid): memory not judged\n");
+  }
   std::printf(
       "# jobs: %lld submitted, %lld seen SUCCEEDED, %lld seen FAILED/CANCELLED, %lld "
       "still running when the run ended (%lld watches capped at %.0f s)\n",
@@ -1339,12 +1403,17 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "# summary: %lld ops in %.0f s (%.0f ops/s), %lld errors, %lld wrong, %lld jobs "
-      "finished of %lld submitted, RSS %.0f -> %.0f MiB (peak %.0f): %s\n",
+      "finished of %lld submitted, RSS %.0f -> %.0f MiB (peak %.0f), second half %+.1f MiB "
+      "(%+.2f MiB/min, %s): %s\n",
       static_cast<long long>(ops), duration, static_cast<double>(ops) / duration,
       static_cast<long long>(errors), static_cast<long long>(total.wrong),
       static_cast<long long>(total.jobs_succeeded + total.jobs_failed),
       static_cast<long long>(total.jobs_submitted), static_cast<double>(rss_before) / mib,
       static_cast<double>(rss_after) / mib, static_cast<double>(rss_peak_sampled) / mib,
+      growth_2nd_half_mib, growth_mib_per_min,
+      !memory_known ? "not judged"
+      : memory_flat ? "flat"
+                    : "growing",
       pass ? "PASS" : "FAIL");
   return pass ? 0 : 1;
 }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <utility>
 
 #include <gtest/gtest.h>
@@ -142,6 +143,7 @@ class JobManagerTest : public ::testing::Test {
     options.verify.rendezvous_timeout_ms = 7000;
     options.metrics = &metrics_;
     options.results_cache_size = results_cache_size_;
+    options.max_finished_jobs_in_memory = max_finished_jobs_;
     auto m = JobManager::Create(*std::move(store), &clock_, options);
     ASSERT_TRUE(m.ok()) << m.status();
     manager_ = *std::move(m);
@@ -220,6 +222,7 @@ class JobManagerTest : public ::testing::Test {
   FakeClock clock_;
   Metrics metrics_;
   int64_t results_cache_size_ = 16;
+  int64_t max_finished_jobs_ = 256;
   std::unique_ptr<JobManager> manager_;
 };
 
@@ -1203,6 +1206,165 @@ TEST_F(JobManagerTest, RequestsWithoutAJobIdOrWithAnUnknownStateAreInvalid) {
   absl::StatusOr<v1::ListJobsResponse> jobs = manager_->ListJobs(list);
   EXPECT_EQ(jobs.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(jobs.status().message(), "state (99) is not a JobState value");
+}
+
+// --- Finished jobs beyond the in-memory bound ---------------------------------------------
+
+// What a client can read of a job: GetJob, GetResults and CancelJob, serialized so that
+// two readings compare exactly.
+struct JobReading {
+  std::string job;
+  std::string results;  // The plan, or the status code and message.
+  std::string cancel;   // The status code and message.
+};
+
+class FinishedJobBoundTest : public JobManagerTest {
+ protected:
+  JobReading Read(const std::string& id) {
+    JobReading out;
+    out.job = Get(id).SerializeAsString();
+    v1::GetResultsRequest results;
+    results.set_id(id);
+    absl::StatusOr<v1::JobResults> r = manager_->GetResults(results);
+    out.results = r.ok() ? r->SerializeAsString() : r.status().ToString();
+    v1::CancelJobRequest cancel;
+    cancel.set_id(id);
+    out.cancel = manager_->CancelJob(cancel).status().ToString();
+    return out;
+  }
+  void ExpectSameReading(const std::string& id, const JobReading& before) {
+    const JobReading now = Read(id);
+    EXPECT_EQ(now.job, before.job) << id;
+    EXPECT_EQ(now.results, before.results) << id;
+    EXPECT_EQ(now.cancel, before.cancel) << id;
+  }
+  // Every page of ListJobs with `state` (UNSPECIFIED: all) and `page_size`, the job
+  // messages serialized.
+  std::vector<std::string> ListAll(v1::JobState state, int page_size) {
+    std::vector<std::string> out;
+    v1::ListJobsRequest req;
+    req.set_state(state);
+    req.set_page_size(page_size);
+    for (;;) {
+      absl::StatusOr<v1::ListJobsResponse> page = manager_->ListJobs(req);
+      EXPECT_TRUE(page.ok()) << page.status();
+      if (!page.ok()) return out;
+      for (const v1::Job& j : page->jobs()) out.push_back(j.SerializeAsString());
+      if (page->next_page_token().empty()) return out;
+      req.set_page_token(page->next_page_token());
+    }
+  }
+  v1::JobSpec ProfileSpec(int64_t vocab_size) {
+    v1::JobSpec spec = TinySpec("profile");
+    spec.mutable_model()->set_vocab_size(vocab_size);
+    return spec;
+  }
+};
+
+TEST_F(FinishedJobBoundTest, OnlyTheNewestFinishedStayWholeAndOlderOnesReadBackIdentically) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("paratune_jm_bound_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string db = (dir / "bound.db").string();
+  std::filesystem::remove(db);
+  max_finished_jobs_ = 3;
+  Open(db);
+  const std::string worker = RegisterWorker();
+
+  // Oldest first: FAILED (every task broke), SUCCEEDED profile job with tasks, CANCELLED
+  // profile job, four model jobs; then one left PROFILING.
+  std::vector<std::string> ids;
+  std::map<std::string, JobReading> readings;  // Taken while the job is held whole.
+  ids.push_back(SubmitSpec(ProfileSpec(128)));
+  while (std::optional<v1::ProfileTask> t = Lease(worker)) {
+    ASSERT_TRUE(Report(worker, Outcome(*t, v1::TaskResult::OUTCOME_FAILED, "segfault")).accepted());
+  }
+  manager_->WaitIdle();
+  ASSERT_EQ(Get(ids.back()).state(), v1::JOB_STATE_FAILED);
+  readings[ids.back()] = Read(ids.back());
+
+  ids.push_back(SubmitSpec(ProfileSpec(128)));
+  EXPECT_GT(RunAllTasks(worker), 0);
+  ASSERT_EQ(Get(ids.back()).state(), v1::JOB_STATE_SUCCEEDED);
+  ASSERT_GT(Get(ids.back()).progress().tasks_done(), 0);
+  readings[ids.back()] = Read(ids.back());
+
+  ids.push_back(SubmitSpec(ProfileSpec(256)));
+  ASSERT_EQ(Get(ids.back()).state(), v1::JOB_STATE_PROFILING);
+  v1::CancelJobRequest cancel;
+  cancel.set_id(ids.back());
+  ASSERT_TRUE(manager_->CancelJob(cancel).ok());
+  readings[ids.back()] = Read(ids.back());
+
+  for (int i = 0; i < 4; ++i) {
+    ids.push_back(Submit("model"));
+    ASSERT_EQ(Get(ids.back()).state(), v1::JOB_STATE_SUCCEEDED);
+    readings[ids.back()] = Read(ids.back());
+    EXPECT_EQ(manager_->whole_finished_jobs(), std::min<int64_t>(3, ids.size())) << i;
+  }
+  const std::string running = SubmitSpec(ProfileSpec(512));
+  ASSERT_EQ(Get(running).state(), v1::JOB_STATE_PROFILING);
+
+  // Seven finished, three held whole; the four oldest read back from the store.
+  EXPECT_EQ(manager_->whole_finished_jobs(), 3);
+  for (const std::string& id : ids) ExpectSameReading(id, readings[id]);
+
+  // A compacted job's watch sends its final state once and ends.
+  std::vector<std::string> seen;
+  v1::WatchJobRequest watch;
+  watch.set_id(ids[1]);
+  const auto watch_start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(manager_->WatchJob(watch, [&](const v1::Job& j) {
+    seen.push_back(j.SerializeAsString());
+    return true;
+  }).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - watch_start, std::chrono::milliseconds(900));
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], readings[ids[1]].job);
+
+  // ListJobs pages newest first over held and compacted jobs alike, and filters by state.
+  std::vector<std::string> newest_first = {Get(running).SerializeAsString()};
+  std::vector<std::string> succeeded;
+  for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
+    newest_first.push_back(readings[*it].job);
+    v1::Job j;
+    ASSERT_TRUE(j.ParseFromString(readings[*it].job));
+    if (j.state() == v1::JOB_STATE_SUCCEEDED) succeeded.push_back(readings[*it].job);
+  }
+  ASSERT_EQ(succeeded.size(), 5u);
+  for (int page_size : {1, 3, 100}) {
+    EXPECT_EQ(ListAll(v1::JOB_STATE_UNSPECIFIED, page_size), newest_first) << page_size;
+    EXPECT_EQ(ListAll(v1::JOB_STATE_SUCCEEDED, page_size), succeeded) << page_size;
+  }
+  v1::ListJobsRequest cancelled;
+  cancelled.set_state(v1::JOB_STATE_CANCELLED);
+  ASSERT_EQ(manager_->ListJobs(cancelled)->jobs_size(), 1);
+  EXPECT_EQ(manager_->ListJobs(cancelled)->jobs(0).SerializeAsString(), readings[ids[2]].job);
+
+  // The gauges count compacted jobs too.
+  manager_->ReapNow();
+  const std::string text = metrics_.Serialize();
+  EXPECT_NE(text.find("paratune_jobs{state=\"succeeded\"} 5"), std::string::npos) << text;
+  EXPECT_NE(text.find("paratune_jobs{state=\"failed\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("paratune_jobs{state=\"cancelled\"} 1"), std::string::npos) << text;
+
+  // A restart holds the same bound and answers the same.
+  manager_.reset();
+  Open(db);
+  EXPECT_EQ(manager_->whole_finished_jobs(), 3);
+  for (const std::string& id : ids) ExpectSameReading(id, readings[id]);
+  EXPECT_EQ(ListAll(v1::JOB_STATE_SUCCEEDED, 2), succeeded);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(JobManagerTest, TheFinishedJobBoundMustBePositive) {
+  auto store = OpenSqliteStore(":memory:");
+  ASSERT_TRUE(store.ok()) << store.status();
+  JobManagerOptions options = Options();
+  options.max_finished_jobs_in_memory = 0;
+  auto m = JobManager::Create(*std::move(store), &clock_, options);
+  EXPECT_EQ(m.status(),
+            absl::InvalidArgumentError("max_finished_jobs_in_memory (0) must be at least 1"));
 }
 
 }  // namespace

@@ -63,6 +63,11 @@ TEST(SqliteStoreTest, JobsTasksAndCacheRoundTripInMemory) {
   v1::Job unknown;
   unknown.set_id("job-unknown");
   EXPECT_EQ(s.UpdateJob(unknown).code(), absl::StatusCode::kNotFound);
+  // GetJobMessage reads the job message alone, as UpdateJob last wrote it.
+  absl::StatusOr<v1::Job> message = s.GetJobMessage("job-a");
+  ASSERT_TRUE(message.ok()) << message.status();
+  EXPECT_EQ(message->SerializeAsString(), progressed.SerializeAsString());
+  EXPECT_EQ(s.GetJobMessage("nope").status(), absl::NotFoundError("job nope not found"));
 
   TaskRecord t;
   t.task.set_id("job-a-t0");
