@@ -7,6 +7,10 @@
 
 namespace paratune::server {
 
+absl::Status JobNotFound(const std::string& id) {
+  return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+}
+
 absl::Status CheckJobId(const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError("id is required (the job's id)");
   return absl::OkStatus();

@@ -12,6 +12,9 @@
 
 namespace paratune::server {
 
+/// NOT_FOUND: "job 'ID' not found".
+absl::Status JobNotFound(const std::string& id);
+
 /// OK when `id` names a job (non-empty); else "id is required".
 absl::Status CheckJobId(const std::string& id);
 
