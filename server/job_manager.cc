@@ -62,16 +62,6 @@ absl::Status ValidateOptions(const JobManagerOptions& options) {
   return absl::OkStatus();
 }
 
-JobLifecycleOptions LifecycleOptions(const JobManagerOptions& options) {
-  JobLifecycleOptions out;
-  out.plan = options.plan;
-  out.profile = options.profile;
-  out.verify = options.verify;
-  out.results_cache_size = options.results_cache_size;
-  out.max_finished_jobs_in_memory = options.max_finished_jobs_in_memory;
-  return out;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(std::unique_ptr<Store> store,
@@ -99,7 +89,7 @@ JobManager::JobManager(std::unique_ptr<Store> store, const Clock* clock, JobMana
       options_(std::move(options)),
       workers_(clock, options_.lease_timeout_ms),
       broker_(clock, options_.lease_timeout_ms, options_.max_attempts),
-      jobs_(std::move(store), clock, &broker_, &workers_, &executor_, LifecycleOptions(options_)) {}
+      jobs_(std::move(store), clock, &broker_, &workers_, &executor_, static_cast<const JobLifecycleOptions&>(options_)) {}
 
 JobManager::~JobManager() { Shutdown(); }
 

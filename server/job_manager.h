@@ -46,25 +46,15 @@ namespace paratune::server {
 
 class Metrics;
 
-struct JobManagerOptions {
+/// The job lifecycle's options (planner, profile and verify options, results cache and
+/// finished jobs in memory: server/job_lifecycle.h) and the leasing and metrics ones.
+struct JobManagerOptions : JobLifecycleOptions {
   /// A lease not renewed for this long expires (the task is re-queued).
   int64_t lease_timeout_ms = 30'000;
   /// Heartbeat period asked of workers.
   int64_t heartbeat_interval_ms = 5'000;
   /// Leases per task before it fails.
   int64_t max_attempts = 3;
-  /// Timed and untimed steps per profile task, and how many candidates to profile.
-  ProfilePlanOptions profile;
-  /// Steps, seed and rendezvous timeout of verify runs.
-  VerifyRunOptions verify;
-  /// The analytical planner: paratune::Plan (search/planner.h); tests substitute a fake.
-  std::function<absl::StatusOr<PlanResult>(const JobSpec&)> plan;
-  /// Finished jobs' decoded rankings kept in memory (LRU); the rest are read from the store
-  /// when asked for. At least 1.
-  int64_t results_cache_size = 16;
-  /// Finished jobs kept whole in memory (the newest to finish); older ones keep a compact
-  /// entry and are read from the store when asked for. At least 1.
-  int64_t max_finished_jobs_in_memory = 256;
   /// Optional metrics sink (gauges of jobs, tasks, workers; refreshed by the reaper, at
   /// most a second old).
   Metrics* metrics = nullptr;
