@@ -86,6 +86,22 @@ const char* ToString(StageExtras v) {
   return "?";
 }
 
+const char* ToString(Objective v) {
+  switch (v) {
+    case Objective::kThroughput: return "throughput";
+    case Objective::kMinMemory: return "min_memory";
+  }
+  return "?";
+}
+
+const char* ToString(SearchMode v) {
+  switch (v) {
+    case SearchMode::kModel: return "model";
+    case SearchMode::kProfile: return "profile";
+  }
+  return "?";
+}
+
 absl::StatusOr<Activation> ParseActivation(absl::string_view s) {
   static constexpr Activation kAll[] = {Activation::kGelu, Activation::kSwiglu};
   return ParseEnum("activation", s, kAll);
@@ -124,6 +140,16 @@ absl::StatusOr<StageExtras> ParseStageExtras(absl::string_view s) {
   static constexpr StageExtras kAll[] = {StageExtras::kNone, StageExtras::kFirst,
                                          StageExtras::kLast};
   return ParseEnum("stage extras", s, kAll);
+}
+
+absl::StatusOr<Objective> ParseObjective(absl::string_view s) {
+  static constexpr Objective kAll[] = {Objective::kThroughput, Objective::kMinMemory};
+  return ParseEnum("objective", s, kAll);
+}
+
+absl::StatusOr<SearchMode> ParseSearchMode(absl::string_view s) {
+  static constexpr SearchMode kAll[] = {SearchMode::kModel, SearchMode::kProfile};
+  return ParseEnum("search mode", s, kAll);
 }
 
 }  // namespace paratune

@@ -29,11 +29,15 @@ enum class StageExtras {
   kFirst,  ///< VocabParallelEmbedding lookup before the layer.
   kLast,   ///< Final norm, vocab-parallel logits and cross entropy after the layer.
 };
+/// What a search ranks by: iteration time, or peak memory.
+enum class Objective { kThroughput, kMinMemory };
+/// How a search scores its candidates: the analytical model, or measured layer tasks.
+enum class SearchMode { kModel, kProfile };
 
 // Names used in spec files, tasks, JSON and tables: "gelu" | "swiglu", "layernorm" |
 // "rmsnorm", "learned" | "rope", "fp32" | "bf16" | "fp16" | "fp8", "none" | "selective" |
 // "full", "all_reduce" | "all_gather" | "reduce_scatter" | "send_recv", "none" | "first" |
-// "last".
+// "last", "throughput" | "min_memory", "model" | "profile".
 const char* ToString(Activation v);
 const char* ToString(Normalization v);
 const char* ToString(PositionEmbedding v);
@@ -41,6 +45,8 @@ const char* ToString(Precision v);
 const char* ToString(Recompute v);
 const char* ToString(CollectiveOp v);
 const char* ToString(StageExtras v);
+const char* ToString(Objective v);
+const char* ToString(SearchMode v);
 
 /// The value named `s` (exactly as ToString spells it); InvalidArgument otherwise,
 /// listing the accepted names: `unknown activation 'relu' (expected gelu, swiglu)`.
@@ -51,6 +57,8 @@ absl::StatusOr<Precision> ParsePrecision(absl::string_view s);
 absl::StatusOr<Recompute> ParseRecompute(absl::string_view s);
 absl::StatusOr<CollectiveOp> ParseCollectiveOp(absl::string_view s);
 absl::StatusOr<StageExtras> ParseStageExtras(absl::string_view s);
+absl::StatusOr<Objective> ParseObjective(absl::string_view s);
+absl::StatusOr<SearchMode> ParseSearchMode(absl::string_view s);
 
 }  // namespace paratune
 

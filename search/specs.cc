@@ -405,46 +405,4 @@ absl::Status JobSpec::Validate() const {
   return absl::OkStatus();
 }
 
-const char* ToString(Objective v) {
-  switch (v) {
-    case Objective::kThroughput: return "throughput";
-    case Objective::kMinMemory: return "min_memory";
-  }
-  return "?";
-}
-
-const char* ToString(SearchMode v) {
-  switch (v) {
-    case SearchMode::kModel: return "model";
-    case SearchMode::kProfile: return "profile";
-  }
-  return "?";
-}
-
-namespace {
-
-/// Looks `s` up among the names of the values in `all`; the error lists the allowed names.
-template <typename E, size_t N>
-absl::StatusOr<E> ParseEnum(const char* what, const std::string& s, const E (&all)[N]) {
-  std::vector<std::string> names;
-  for (E v : all) {
-    if (s == ToString(v)) return v;
-    names.push_back(ToString(v));
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown ", what, " '", s, "' (expected ",
-                                                 absl::StrJoin(names, ", "), ")"));
-}
-
-}  // namespace
-
-absl::StatusOr<Objective> ParseObjective(const std::string& s) {
-  static constexpr Objective kAll[] = {Objective::kThroughput, Objective::kMinMemory};
-  return ParseEnum("objective", s, kAll);
-}
-
-absl::StatusOr<SearchMode> ParseSearchMode(const std::string& s) {
-  static constexpr SearchMode kAll[] = {SearchMode::kModel, SearchMode::kProfile};
-  return ParseEnum("search mode", s, kAll);
-}
-
 }  // namespace paratune

@@ -16,10 +16,8 @@
 
 namespace paratune {
 
-// Activation, Normalization, PositionEmbedding, Precision and Recompute, with their
-// ToString and Parse* functions, are core/enums.h's; the search's own enums follow.
-enum class Objective { kThroughput, kMinMemory };
-enum class SearchMode { kModel, kProfile };
+// The enums of a spec (Activation, Normalization, PositionEmbedding, Precision, Recompute,
+// Objective, SearchMode), with their ToString and Parse* functions, are core/enums.h's.
 
 // Bounds on the text and lists of a spec, the same for every transport (CLI, REST, gRPC;
 // server/limits.h enforces them on the wire before anything is parsed or stored). They keep
@@ -108,10 +106,6 @@ struct JobSpec {
 };
 
 // Names used in spec files, JSON and tables ("throughput", "profile", ...).
-const char* ToString(Objective v);
-const char* ToString(SearchMode v);
-absl::StatusOr<Objective> ParseObjective(const std::string& s);
-absl::StatusOr<SearchMode> ParseSearchMode(const std::string& s);
 
 }  // namespace paratune
 
