@@ -240,10 +240,6 @@ std::string VerificationLines(const v1::PlanResult& plan) {
   return out;
 }
 
-const v1::JobSpec& RenderedSpec(const v1::Job& job) {
-  return job.has_resolved_spec() ? job.resolved_spec() : job.spec();
-}
-
 std::string ResultsTable(const v1::JobResults& results, const v1::JobSpec& spec_proto) {
   absl::StatusOr<PlanResult> plan = server::PlanResultFromProto(results.plan());
   absl::StatusOr<JobSpec> spec = server::SpecFromProto(spec_proto);

@@ -38,10 +38,6 @@ std::string ProgressLine(const v1::Job& job);
 /// then the verification summary's verdict. Empty when nothing was verified.
 std::string VerificationLines(const v1::PlanResult& plan);
 
-/// The spec a job's output is rendered with: Job.resolved_spec, or the submitted spec for a
-/// job stored before the resolved one was kept.
-const v1::JobSpec& RenderedSpec(const v1::Job& job);
-
 /// `results`: the ranked table of a job (FormatPlanTable), where the figures come from, the
 /// rejected layouts per rule when only some are listed, and the verification lines. The
 /// results' JSON when the plan or the spec does not convert.

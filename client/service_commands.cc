@@ -296,7 +296,7 @@ int Results(RemoteArgs& a) {
   v1::Job job;
   status = (*stub)->GetJob(a.conn.Context().get(), get, &job);
   if (!status.ok()) return Fail(a.conn.Explain(status));
-  std::cout << ResultsTable(results, RenderedSpec(job));
+  std::cout << ResultsTable(results, server::RenderedSpec(job));
   return 0;
 }
 

@@ -385,8 +385,9 @@ double ExposedDataParallelSeconds(const ParallelConfig& config, const DeviceProf
   if (!config.overlap_grad_reduce) {
     return total + (config.distributed_optimizer ? gather(params) : 0.0);
   }
-  double exposed = std::max(reduce(bucket), total - window) +
-                   device.comm_overlap_slowdown * Hidden(total - reduce(bucket), window);
+  const double last_bucket = reduce(bucket);
+  double exposed = std::max(last_bucket, total - window) +
+                   device.comm_overlap_slowdown * Hidden(total - last_bucket, window);
   if (config.distributed_optimizer) {
     // Parameter all-gather overlapped with the next forward except its first bucket.
     exposed += gather(bucket);

@@ -373,6 +373,10 @@ std::string WireJson(const google::protobuf::Message& message, bool pretty) {
   return out;
 }
 
+const v1::JobSpec& RenderedSpec(const v1::Job& job) {
+  return job.has_resolved_spec() ? job.resolved_spec() : job.spec();
+}
+
 std::string JobStateName(v1::JobState state) {
   std::string name = v1::JobState_Name(state);
   constexpr std::string_view kPrefix = "JOB_STATE_";

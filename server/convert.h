@@ -80,6 +80,10 @@ std::string WireJson(const google::protobuf::Message& message, bool pretty = tru
 
 /// "SUCCEEDED", "PROFILING", ... (the enum name without the JOB_STATE_ prefix).
 std::string JobStateName(v1::JobState state);
+
+/// The spec a job is planned and rendered from: its resolved spec (presets expanded) when
+/// stored, else the submitted one.
+const v1::JobSpec& RenderedSpec(const v1::Job& job);
 bool IsTerminal(v1::JobState state);
 
 }  // namespace paratune::server

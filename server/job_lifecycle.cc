@@ -80,9 +80,7 @@ absl::Status JobLifecycle::RecoverJob(JobEntry& job) {
   // Rankings stored before the rejected list was capped.
   if (job.record.results) CapRejected(*job.record.results);
   if (job.record.modelled) CapRejected(*job.record.modelled);
-  const v1::Job& stored = job.record.job;
-  absl::StatusOr<JobSpec> spec =
-      SpecFromProto(stored.has_resolved_spec() ? stored.resolved_spec() : stored.spec());
+  absl::StatusOr<JobSpec> spec = SpecFromProto(RenderedSpec(job.record.job));
   if (!spec.ok()) {
     return SetStateLocked(job, v1::JOB_STATE_FAILED,
                           absl::StrCat("spec no longer valid: ", spec.status().message()));

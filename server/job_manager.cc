@@ -232,7 +232,7 @@ absl::StatusOr<v1::LeaseTaskResponse> JobManager::LeaseTask(const v1::LeaseTaskR
   const auto deadline =
       std::chrono::steady_clock::now() +
       std::chrono::milliseconds(std::clamp<int64_t>(request.wait_ms(), 0, 60'000));
-  std::optional<v1::WorkerInfo> w = workers_.Touch(request.worker_id());
+  std::optional<v1::WorkerInfo> w = workers_.TouchAndGet(request.worker_id());
   if (!w) return UnknownWorker(request.worker_id());
   // A verify part needs its ranks' devices on one worker of the backend it was placed for
   // (CPU, or CUDA for 16-bit specs). A profile task needing more ranks than this worker has

@@ -37,13 +37,11 @@ absl::StatusOr<RestBody> RenderExport(const ExportRequest& request, const v1::Jo
     return RestBody{ToJson(chosen), kJsonType,
                     Cat({"attachment; filename=\"", file, "-layout.json\""})};
   }
-  absl::StatusOr<JobSpec> spec = SpecFromProto(job.spec());
+  absl::StatusOr<JobSpec> spec = SpecFromProto(RenderedSpec(job));
   if (!spec.ok()) return spec.status();
-  v1::PlanResult one;
-  *one.add_ranked() = chosen;
-  absl::StatusOr<PlanResult> layout = PlanResultFromProto(one);
+  absl::StatusOr<ParallelConfig> layout = ParallelConfigFromProto(chosen.config());
   if (!layout.ok()) return layout.status();
-  const ParallelConfig& config = layout->ranked.front().config;
+  const ParallelConfig& config = *layout;
   const bool megatron = request.format == "megatron";
   absl::StatusOr<std::string> text =
       megatron ? FormatMegatronArgs(*spec, config) : NemoConfigOverride(*spec, config);

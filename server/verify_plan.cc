@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "search/memory_model.h"
+#include "search/parallel_config.h"
 #include "server/convert.h"
 
 namespace paratune::server {
@@ -122,7 +123,7 @@ absl::StatusOr<v1::VerifyTask> MakeVerifyTask(const JobSpec& spec, const v1::Ran
   const ModelSpec& m = spec.model;
   v1::VerifyTask t;
   *t.mutable_parallel() = ToProto(c);
-  t.set_num_micro_batches(spec.training.global_batch_size / (c.micro_batch_size * c.dp));
+  t.set_num_micro_batches(NumMicroBatches(c, spec.training));
   t.set_seq_length(spec.training.seq_length);
   v1::LayerShape* shape = t.mutable_shape();
   shape->set_hidden_size(m.hidden_size);

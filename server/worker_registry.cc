@@ -26,14 +26,25 @@ std::string WorkerRegistry::Register(const v1::WorkerInfo& info) {
   return id;
 }
 
-std::optional<v1::WorkerInfo> WorkerRegistry::Touch(const std::string& worker_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+v1::WorkerInfo* WorkerRegistry::TouchLocked(const std::string& worker_id) {
   auto it = workers_.find(worker_id);
-  if (it == workers_.end()) return std::nullopt;
+  if (it == workers_.end()) return nullptr;
   v1::WorkerInfo& w = it->second;
   if (IsLost(w)) w.set_state(w.current_task_id().empty() ? "idle" : "busy");
   w.set_last_heartbeat_unix_ms(clock_->NowMs());
-  return w;
+  return &w;
+}
+
+bool WorkerRegistry::Touch(const std::string& worker_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return TouchLocked(worker_id) != nullptr;
+}
+
+std::optional<v1::WorkerInfo> WorkerRegistry::TouchAndGet(const std::string& worker_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const v1::WorkerInfo* w = TouchLocked(worker_id);
+  if (w == nullptr) return std::nullopt;
+  return *w;
 }
 
 void WorkerRegistry::SetRunning(const std::string& worker_id, const std::string& task_id) {

@@ -30,8 +30,10 @@ class WorkerRegistry {
   /// Registers `info` (idle, heard from now) and returns its id: info.id when set (a worker
   /// that comes back keeps its identity), else a new one.
   std::string Register(const v1::WorkerInfo& info);
-  /// Records contact from `worker_id` now; the worker's info, or nullopt for an unknown id.
-  std::optional<v1::WorkerInfo> Touch(const std::string& worker_id);
+  /// Records contact from `worker_id` now; false for an unknown id.
+  bool Touch(const std::string& worker_id);
+  /// Touch, and a copy of the worker's info (nullopt for an unknown id).
+  std::optional<v1::WorkerInfo> TouchAndGet(const std::string& worker_id);
   /// Marks the worker busy with `task_id` ("" = idle). No-op for an unknown id.
   void SetRunning(const std::string& worker_id, const std::string& task_id);
   /// Marks the worker idle if it runs `task_id`.
@@ -52,6 +54,9 @@ class WorkerRegistry {
   std::map<std::string, int64_t> CountByState() const;
 
  private:
+  /// Touch's work, under mu_: the worker's entry, or null for an unknown id.
+  v1::WorkerInfo* TouchLocked(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const Clock* const clock_;
   const int64_t lost_after_ms_;
   mutable std::mutex mu_;

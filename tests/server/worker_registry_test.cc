@@ -23,7 +23,7 @@ TEST(WorkerRegistryTest, AWorkerSilentLongerThanTheTimeoutIsLostOnceAndContactRe
   EXPECT_EQ(registry.Register(Worker("w-kept", "cpu", 4)), "w-kept");
   clock.AdvanceMs(1000);
   EXPECT_TRUE(registry.MarkLost().empty());  // exactly the timeout: not yet
-  ASSERT_TRUE(registry.Touch("w-kept").has_value());
+  ASSERT_TRUE(registry.Touch("w-kept"));
   clock.AdvanceMs(1);
   EXPECT_EQ(registry.MarkLost(), std::vector<std::string>{a});
   EXPECT_TRUE(registry.MarkLost().empty());  // reported once
@@ -35,12 +35,13 @@ TEST(WorkerRegistryTest, AWorkerSilentLongerThanTheTimeoutIsLostOnceAndContactRe
   registry.Remove("w-kept");
   EXPECT_EQ(registry.LargestDeviceCount("cpu"), 0);
   EXPECT_TRUE(registry.VerifyHosts("cpu").empty());
-  std::optional<v1::WorkerInfo> back = registry.Touch(a);
+  std::optional<v1::WorkerInfo> back = registry.TouchAndGet(a);
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->state(), "idle");
   EXPECT_EQ(back->last_heartbeat_unix_ms(), 11'001);
   EXPECT_EQ(registry.VerifyHosts("cpu").size(), 1u);
-  EXPECT_FALSE(registry.Touch("w-nobody").has_value());
+  EXPECT_FALSE(registry.Touch("w-nobody"));
+  EXPECT_FALSE(registry.TouchAndGet("w-nobody").has_value());
 }
 
 TEST(WorkerRegistryTest, RunningStateFollowsTheTaskItRuns) {
