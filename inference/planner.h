@@ -1,0 +1,23 @@
+// The inference planner: enumerate serving layouts, size memory, model the engine steps,
+// simulate the scheduler over the request stream, rank under the limits.
+#ifndef PARATUNE_INFERENCE_PLANNER_H_
+#define PARATUNE_INFERENCE_PLANNER_H_
+
+#include "absl/status/statusor.h"
+#include "inference/serving_result.h"
+#include "inference/serving_spec.h"
+
+namespace paratune::inference {
+
+/// Validates `spec`, scores every layout its search options allow and ranks them by the
+/// objective (layouts that meet the limits first). InvalidArgument for a bad spec, naming
+/// the field; a model that fits no layout says by how much.
+absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec);
+
+/// Scores one pinned layout in the same form, whether or not it meets the limits.
+absl::StatusOr<InferenceRankedConfig> EstimateInference(const InferenceJobSpec& spec,
+                                                        const ServingConfig& config);
+
+}  // namespace paratune::inference
+
+#endif  // PARATUNE_INFERENCE_PLANNER_H_
