@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/moe_permute.h"
 #include "kernels/cpu/moe_router.h"
 #include "kernels/hash_random.h"
 #include "kernels/status_macros.h"
@@ -392,17 +393,11 @@ absl::Status MoeLayer<T>::Forward(const T* x, int64_t tokens, T* y) {
                         static_cast<T>(config_.topk_scaling));
 
   // Permutation: assignments sorted by expert, tokens in order within an expert.
-  const int32_t* sel = selected_.data_as<int32_t>();
   tokens_per_expert_.assign(e, 0);
-  for (int64_t i = 0; i < tokens * k; ++i) ++tokens_per_expert_[sel[i]];
   PT_ASSIGN_OR_RETURN(perm_, Tensor::Empty(allocator_, {tokens * k}, DType::kI32,
                                            MemoryTag::kActivations));
-  {
-    std::vector<int64_t> next(e + 1, 0);
-    std::partial_sum(tokens_per_expert_.begin(), tokens_per_expert_.end(), next.begin() + 1);
-    int32_t* perm = perm_.data_as<int32_t>();
-    for (int64_t i = 0; i < tokens * k; ++i) perm[next[sel[i]]++] = static_cast<int32_t>(i);
-  }
+  cpu::moe_permutation(perm_.data_as<int32_t>(), tokens_per_expert_.data(),
+                       selected_.data_as<int32_t>(), tokens * k, e);
 
   // Auxiliary loss over every token of the EP group.
   aux_loss_ = 0;
@@ -422,12 +417,7 @@ absl::Status MoeLayer<T>::Forward(const T* x, int64_t tokens, T* y) {
 
   // Permute, dispatch, experts, combine.
   PT_ASSIGN_OR_RETURN(Tensor permuted, Alloc({tokens * k, h}, MemoryTag::kWorkspace));
-  {
-    const int32_t* perm = perm_.data_as<int32_t>();
-    for (int64_t i = 0; i < tokens * k; ++i) {
-      std::copy(x + (perm[i] / k) * h, x + (perm[i] / k + 1) * h, permuted.data_as<T>() + i * h);
-    }
-  }
+  cpu::moe_permute(permuted.data_as<T>(), x, perm_.data_as<int32_t>(), tokens * k, k, h);
   PT_RETURN_IF_ERROR(dispatcher_.Plan(tokens_per_expert_));
   const int64_t rows = dispatcher_.received_rows();
   PT_ASSIGN_OR_RETURN(expert_in_, Alloc({rows, h}, MemoryTag::kActivations));
@@ -441,17 +431,8 @@ absl::Status MoeLayer<T>::Forward(const T* x, int64_t tokens, T* y) {
   PT_RETURN_IF_ERROR(dispatcher_.Combine(expert_out.data(), combined_.data(), workspace.data()));
 
   // Unpermute: y[t] = Σ_j prob[t, j] · expert output of (t, j).
-  std::fill(y, y + tokens * h, T(0));
-  {
-    const int32_t* perm = perm_.data_as<int32_t>();
-    const T* probs = probs_.data_as<T>();
-    for (int64_t i = 0; i < tokens * k; ++i) {
-      const T p = probs[perm[i]];
-      const T* o = combined_.data_as<T>() + i * h;
-      T* yt = y + (perm[i] / k) * h;
-      for (int64_t c = 0; c < h; ++c) yt[c] += p * o[c];
-    }
-  }
+  cpu::moe_unpermute(y, combined_.data_as<T>(), probs_.data_as<T>(), perm_.data_as<int32_t>(),
+                     tokens, k, h);
   if (config_.num_shared_experts > 0) {
     PT_ASSIGN_OR_RETURN(Tensor shared_out, Alloc({tokens, h}, MemoryTag::kWorkspace));
     std::fill(shared_out.data_as<T>(), shared_out.data_as<T>() + tokens * h, T(0));
@@ -505,12 +486,8 @@ absl::Status MoeLayer<T>::Backward(const T* dy, T* dx) {
   PT_RETURN_IF_ERROR(dispatcher_.Combine(dexpert_in.data(), dcombined.data(), workspace.data()));
 
   // Permute backward: dx[t] = Σ_j d(permuted row of (t, j)).
-  std::fill(dx, dx + tokens * h, T(0));
-  for (int64_t i = 0; i < tokens * k; ++i) {
-    const T* d = dcombined.data_as<T>() + i * h;
-    T* dxt = dx + (perm[i] / k) * h;
-    for (int64_t c = 0; c < h; ++c) dxt[c] += d[c];
-  }
+  cpu::moe_unpermute(dx, dcombined.data_as<T>(), static_cast<const T*>(nullptr), perm, tokens,
+                     k, h);
   if (config_.num_shared_experts > 0) PT_RETURN_IF_ERROR(SharedBackward(dy, dx));
   // copy_to_tp_region's backward for the experts' and shared experts' inputs: each ETP
   // rank holds its shard's part of dx. The router's part is whole on every rank, so it is
