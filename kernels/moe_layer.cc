@@ -1,6 +1,7 @@
 #include "kernels/moe_layer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <type_traits>
@@ -16,6 +17,11 @@
 
 namespace paratune::kernels {
 namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 template <typename T>
 constexpr DType DTypeOf() {
@@ -89,13 +95,17 @@ absl::Status MoeLayerConfig::Validate() const {
   return absl::OkStatus();
 }
 
+// Element i of weight tensor `tensor` (1 router, 2 fc1, 3 fc2, 4 shared_fc1, 5 shared_fc2)
+// of MoeWeights::Random.
+double RandomWeight(uint64_t seed, uint64_t tensor, int64_t i, double scale) {
+  return scale * (2.0 * HashUniform(seed + tensor * 0x1000193ull, i) - 1.0);
+}
+
 template <typename T>
 MoeWeights<T> MoeWeights<T>::Random(const MoeLayerConfig& c, uint64_t seed, double scale) {
   auto fill = [&](std::vector<T>& v, int64_t n, uint64_t tensor) {
     v.resize(n);
-    for (int64_t i = 0; i < n; ++i) {
-      v[i] = static_cast<T>(scale * (2.0 * HashUniform(seed + tensor * 0x1000193ull, i) - 1.0));
-    }
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<T>(RandomWeight(seed, tensor, i, scale));
   };
   const int64_t h = c.hidden, e = c.num_experts, f = c.ffn_hidden, fs = c.shared_ffn_total();
   MoeWeights w;
@@ -217,6 +227,45 @@ absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::Create(
     const MoeLayerConfig& config, const MoeWeights<T>& full, Communicator* ep,
     Communicator* etp, TrackingAllocator* allocator, int threads) {
   PT_RETURN_IF_ERROR(config.Validate());
+  const int64_t h = config.hidden, e = config.num_experts, f = config.ffn_hidden;
+  const int64_t fs = config.shared_ffn_total();
+  if (static_cast<int64_t>(full.router.size()) != e * h ||
+      static_cast<int64_t>(full.fc1.size()) != e * 2 * f * h ||
+      static_cast<int64_t>(full.fc2.size()) != e * h * f ||
+      static_cast<int64_t>(full.shared_fc1.size()) != 2 * fs * h ||
+      static_cast<int64_t>(full.shared_fc2.size()) != h * fs) {
+    return absl::InvalidArgumentError("weights must have the shapes of MoeWeights for config");
+  }
+  const std::vector<T>* tensors[] = {&full.router, &full.fc1, &full.fc2, &full.shared_fc1,
+                                     &full.shared_fc2};
+  return CreateFrom(
+      config,
+      [&tensors](int tensor, int64_t offset, int64_t n, T* out) {
+        const T* src = tensors[tensor - 1]->data() + offset;
+        std::copy(src, src + n, out);
+      },
+      ep, etp, allocator, threads);
+}
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::CreateRandom(
+    const MoeLayerConfig& config, uint64_t seed, double scale, Communicator* ep,
+    Communicator* etp, TrackingAllocator* allocator, int threads) {
+  PT_RETURN_IF_ERROR(config.Validate());
+  return CreateFrom(
+      config,
+      [seed, scale](int tensor, int64_t offset, int64_t n, T* out) {
+        for (int64_t i = 0; i < n; ++i) {
+          out[i] = static_cast<T>(RandomWeight(seed, tensor, offset + i, scale));
+        }
+      },
+      ep, etp, allocator, threads);
+}
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::CreateFrom(
+    const MoeLayerConfig& config, const WeightSource& source, Communicator* ep,
+    Communicator* etp, TrackingAllocator* allocator, int threads) {
   if (ep == nullptr || etp == nullptr || allocator == nullptr) {
     return absl::InvalidArgumentError("ep, etp and allocator must not be null");
   }
@@ -232,13 +281,6 @@ absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::Create(
   const int64_t h = config.hidden, e = config.num_experts, f = config.ffn_hidden;
   const int64_t fs = config.shared_ffn_total(), le = config.local_experts();
   const int64_t fl = f / config.etp, fsl = fs / config.etp;
-  if (static_cast<int64_t>(full.router.size()) != e * h ||
-      static_cast<int64_t>(full.fc1.size()) != e * 2 * f * h ||
-      static_cast<int64_t>(full.fc2.size()) != e * h * f ||
-      static_cast<int64_t>(full.shared_fc1.size()) != 2 * fs * h ||
-      static_cast<int64_t>(full.shared_fc2.size()) != h * fs) {
-    return absl::InvalidArgumentError("weights must have the shapes of MoeWeights for config");
-  }
   std::unique_ptr<MoeLayer> layer(new MoeLayer(config, ep, etp, allocator, threads));
   Params& w = layer->w_;
   Params& g = layer->g_;
@@ -255,30 +297,26 @@ absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::Create(
     PT_ASSIGN_OR_RETURN(*grad, layer->Alloc(wg.first->shape(), MemoryTag::kGradients));
     std::fill(grad->data_as<T>(), grad->data_as<T>() + grad->numel(), T(0));
   }
-  std::copy(full.router.begin(), full.router.end(), w.router.data_as<T>());
+  source(1, 0, e * h, w.router.data_as<T>());
   // Column-parallel fc1: this ETP rank's slice of the gate rows and of the up rows;
   // row-parallel fc2: its slice of the columns.
   const int64_t j = etp->rank(), first = ep->rank() * le;
-  auto shard = [&](const std::vector<T>& fc1, const std::vector<T>& fc2, int64_t ffn,
-                   int64_t ffn_local, int64_t expert, T* fc1_out, T* fc2_out) {
-    const T* f1 = fc1.data() + expert * 2 * ffn * h;
+  auto shard = [&](int fc1, int fc2, int64_t ffn, int64_t ffn_local, int64_t expert,
+                   T* fc1_out, T* fc2_out) {
     for (int64_t half = 0; half < 2; ++half) {
-      std::copy(f1 + (half * ffn + j * ffn_local) * h,
-                f1 + (half * ffn + (j + 1) * ffn_local) * h, fc1_out + half * ffn_local * h);
+      source(fc1, (expert * 2 * ffn + half * ffn + j * ffn_local) * h, ffn_local * h,
+             fc1_out + half * ffn_local * h);
     }
-    const T* f2 = fc2.data() + expert * h * ffn;
     for (int64_t r = 0; r < h; ++r) {
-      std::copy(f2 + r * ffn + j * ffn_local, f2 + r * ffn + (j + 1) * ffn_local,
-                fc2_out + r * ffn_local);
+      source(fc2, (expert * h + r) * ffn + j * ffn_local, ffn_local, fc2_out + r * ffn_local);
     }
   };
   for (int64_t x = 0; x < le; ++x) {
-    shard(full.fc1, full.fc2, f, fl, first + x, w.fc1.data_as<T>() + x * 2 * fl * h,
+    shard(2, 3, f, fl, first + x, w.fc1.data_as<T>() + x * 2 * fl * h,
           w.fc2.data_as<T>() + x * h * fl);
   }
   if (fs > 0) {
-    shard(full.shared_fc1, full.shared_fc2, fs, fsl, 0, w.shared_fc1.data_as<T>(),
-          w.shared_fc2.data_as<T>());
+    shard(4, 5, fs, fsl, 0, w.shared_fc1.data_as<T>(), w.shared_fc2.data_as<T>());
   }
   return layer;
 }
@@ -319,8 +357,6 @@ template <typename T>
 absl::Status MoeLayer<T>::ExpertsForward(const T* in, T* out) {
   const int64_t h = config_.hidden, fl = config_.ffn_hidden / config_.etp;
   const int64_t rows = dispatcher_.received_rows();
-  PT_ASSIGN_OR_RETURN(expert_fc1_, Alloc({rows, 2 * fl}, MemoryTag::kActivations));
-  PT_ASSIGN_OR_RETURN(expert_act_, Alloc({rows, fl}, MemoryTag::kActivations));
   int64_t at = 0;
   for (int64_t le = 0; le < config_.local_experts(); ++le) {
     const int64_t n = dispatcher_.local_tokens_per_expert()[le];
@@ -340,21 +376,18 @@ absl::Status MoeLayer<T>::ExpertsForward(const T* in, T* out) {
 }
 
 template <typename T>
-absl::Status MoeLayer<T>::ExpertsBackward(const T* dout, T* din) {
+absl::Status MoeLayer<T>::ExpertsBackward(const T* dout, T* din, T* dact_buf, T* dfc1_buf) {
   const int64_t h = config_.hidden, fl = config_.ffn_hidden / config_.etp;
-  const int64_t rows = dispatcher_.received_rows();
-  PT_ASSIGN_OR_RETURN(Tensor dact, Alloc({rows, fl}, MemoryTag::kWorkspace));
-  PT_ASSIGN_OR_RETURN(Tensor dfc1, Alloc({rows, 2 * fl}, MemoryTag::kWorkspace));
   int64_t at = 0;
   for (int64_t le = 0; le < config_.local_experts(); ++le) {
     const int64_t n = dispatcher_.local_tokens_per_expert()[le];
-    LinearBackward(dact.data_as<T>() + at * fl, g_.fc2.data_as<T>() + le * h * fl,
+    LinearBackward(dact_buf + at * fl, g_.fc2.data_as<T>() + le * h * fl,
                    dout + at * h, expert_act_.data_as<T>() + at * fl,
                    w_.fc2.data_as<T>() + le * h * fl, n, fl, h, false);
-    cpu::swiglu_backward(dfc1.data_as<T>() + at * 2 * fl, dact.data_as<T>() + at * fl,
+    cpu::swiglu_backward(dfc1_buf + at * 2 * fl, dact_buf + at * fl,
                          expert_fc1_.data_as<T>() + at * 2 * fl, n, fl, threads_);
     LinearBackward(din + at * h, g_.fc1.data_as<T>() + le * 2 * fl * h,
-                   dfc1.data_as<T>() + at * 2 * fl, expert_in_.data_as<T>() + at * h,
+                   dfc1_buf + at * 2 * fl, expert_in_.data_as<T>() + at * h,
                    w_.fc1.data_as<T>() + le * 2 * fl * h, n, h, 2 * fl, false);
     at += n;
   }
@@ -362,6 +395,19 @@ absl::Status MoeLayer<T>::ExpertsBackward(const T* dout, T* din) {
   // over ETP once, after the combine and unpermute, which are linear.
   expert_fc1_ = Tensor();
   expert_act_ = Tensor();
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status MoeLayer<T>::AgreeOnAllocation(const absl::Status& mine) {
+  double failed = mine.ok() ? 0.0 : 1.0;
+  // Summed over the EP group, then over the ETP group: over the whole grid.
+  PT_RETURN_IF_ERROR(ep_->AllReduce(&failed, 1, DType::kF64));
+  PT_RETURN_IF_ERROR(etp_->AllReduce(&failed, 1, DType::kF64));
+  if (!mine.ok()) return mine;
+  if (failed > 0) {
+    return absl::AbortedError("another rank of the MoE layer could not allocate its buffers");
+  }
   return absl::OkStatus();
 }
 
@@ -418,17 +464,31 @@ absl::Status MoeLayer<T>::Forward(const T* x, int64_t tokens, T* y) {
   // Permute, dispatch, experts, combine.
   PT_ASSIGN_OR_RETURN(Tensor permuted, Alloc({tokens * k, h}, MemoryTag::kWorkspace));
   cpu::moe_permute(permuted.data_as<T>(), x, perm_.data_as<int32_t>(), tokens * k, k, h);
+  double t0 = Now();
   PT_RETURN_IF_ERROR(dispatcher_.Plan(tokens_per_expert_));
+  // Every allocation before this point has the same size on every rank (same token
+  // count); those sized by the routing are made here, together, and agreed on.
   const int64_t rows = dispatcher_.received_rows();
-  PT_ASSIGN_OR_RETURN(expert_in_, Alloc({rows, h}, MemoryTag::kActivations));
-  PT_ASSIGN_OR_RETURN(Tensor workspace,
-                      Alloc({std::max(rows, tokens * k), h}, MemoryTag::kWorkspace));
+  const int64_t fl = config_.ffn_hidden / config_.etp;
+  Tensor workspace, expert_out;
+  PT_RETURN_IF_ERROR(AgreeOnAllocation([&]() -> absl::Status {
+    PT_ASSIGN_OR_RETURN(expert_in_, Alloc({rows, h}, MemoryTag::kActivations));
+    PT_ASSIGN_OR_RETURN(workspace, Alloc({std::max(rows, tokens * k), h}, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(expert_out, Alloc({rows, h}, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(expert_fc1_, Alloc({rows, 2 * fl}, MemoryTag::kActivations));
+    PT_ASSIGN_OR_RETURN(expert_act_, Alloc({rows, fl}, MemoryTag::kActivations));
+    return absl::OkStatus();
+  }()));
   PT_RETURN_IF_ERROR(
       dispatcher_.Dispatch(permuted.data(), expert_in_.data(), workspace.data()));
-  PT_ASSIGN_OR_RETURN(Tensor expert_out, Alloc({rows, h}, MemoryTag::kWorkspace));
+  double t1 = Now();
+  forward_times_.dispatch_combine_s = t1 - t0;
   PT_RETURN_IF_ERROR(ExpertsForward(expert_in_.data_as<T>(), expert_out.data_as<T>()));
+  t0 = Now();
+  forward_times_.experts_s = t0 - t1;
   PT_ASSIGN_OR_RETURN(combined_, Alloc({tokens * k, h}, MemoryTag::kActivations));
   PT_RETURN_IF_ERROR(dispatcher_.Combine(expert_out.data(), combined_.data(), workspace.data()));
+  forward_times_.dispatch_combine_s += Now() - t0;
 
   // Unpermute: y[t] = Σ_j prob[t, j] · expert output of (t, j).
   cpu::moe_unpermute(y, combined_.data_as<T>(), probs_.data_as<T>(), perm_.data_as<int32_t>(),
@@ -474,16 +534,29 @@ absl::Status MoeLayer<T>::Backward(const T* dy, T* dx) {
   // The route backwards: the output gradients travel as the tokens did (dispatch), the
   // input gradients return as the outputs did (combine).
   const int64_t rows = dispatcher_.received_rows();
-  PT_ASSIGN_OR_RETURN(Tensor workspace,
-                      Alloc({std::max(rows, tokens * k), h}, MemoryTag::kWorkspace));
-  PT_ASSIGN_OR_RETURN(Tensor dexpert_out, Alloc({rows, h}, MemoryTag::kWorkspace));
+  const int64_t fl = config_.ffn_hidden / config_.etp;
+  Tensor workspace, dexpert_out, dexpert_in, dact, dfc1;
+  PT_RETURN_IF_ERROR(AgreeOnAllocation([&]() -> absl::Status {
+    PT_ASSIGN_OR_RETURN(workspace, Alloc({std::max(rows, tokens * k), h}, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(dexpert_out, Alloc({rows, h}, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(dexpert_in, Alloc({rows, h}, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(dact, Alloc({rows, fl}, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(dfc1, Alloc({rows, 2 * fl}, MemoryTag::kWorkspace));
+    return absl::OkStatus();
+  }()));
+  double t0 = Now();
   PT_RETURN_IF_ERROR(
       dispatcher_.Dispatch(dcombined.data(), dexpert_out.data(), workspace.data()));
-  PT_ASSIGN_OR_RETURN(Tensor dexpert_in, Alloc({rows, h}, MemoryTag::kWorkspace));
-  PT_RETURN_IF_ERROR(ExpertsBackward(dexpert_out.data_as<T>(), dexpert_in.data_as<T>()));
-  dexpert_out = Tensor();
+  double t1 = Now();
+  backward_times_.dispatch_combine_s = t1 - t0;
+  PT_RETURN_IF_ERROR(ExpertsBackward(dexpert_out.data_as<T>(), dexpert_in.data_as<T>(),
+                                     dact.data_as<T>(), dfc1.data_as<T>()));
+  dexpert_out = dact = dfc1 = Tensor();
   expert_in_ = Tensor();
+  t0 = Now();
+  backward_times_.experts_s = t0 - t1;
   PT_RETURN_IF_ERROR(dispatcher_.Combine(dexpert_in.data(), dcombined.data(), workspace.data()));
+  backward_times_.dispatch_combine_s += Now() - t0;
 
   // Permute backward: dx[t] = Σ_j d(permuted row of (t, j)).
   cpu::moe_unpermute(dx, dcombined.data_as<T>(), static_cast<const T*>(nullptr), perm, tokens,

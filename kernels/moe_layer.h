@@ -20,6 +20,7 @@
 #define PARATUNE_KERNELS_MOE_LAYER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -107,6 +108,14 @@ struct MoeParams {
   Tensor router, fc1, fc2, shared_fc1, shared_fc2;
 };
 
+/// Where one Forward or Backward spent its time (seconds, steady clock): the dispatch and
+/// combine all-to-alls with their count exchange, and the expert MLPs (GEMMs, SwiGLU and
+/// the ETP all-reduce of their output).
+struct MoePhaseTimes {
+  double dispatch_combine_s = 0;
+  double experts_s = 0;
+};
+
 template <typename T>
 class MoeLayer {
  public:
@@ -117,6 +126,12 @@ class MoeLayer {
                                                           Communicator* ep, Communicator* etp,
                                                           TrackingAllocator* allocator,
                                                           int threads);
+
+  /// The same layer with the weights MoeWeights<T>::Random(config, seed, scale) holds,
+  /// without making the full weights: each rank generates only its shards.
+  static absl::StatusOr<std::unique_ptr<MoeLayer>> CreateRandom(
+      const MoeLayerConfig& config, uint64_t seed, double scale, Communicator* ep,
+      Communicator* etp, TrackingAllocator* allocator, int threads);
 
   /// y[tokens, h] from x[tokens, h]. Balanced routing numbers the tokens of EP rank r from
   /// r·tokens (every EP rank passes the same count).
@@ -129,6 +144,9 @@ class MoeLayer {
   double aux_loss() const { return aux_loss_; }
   /// Assignments of this rank's tokens per global expert in the last forward.
   const std::vector<int64_t>& tokens_per_expert() const { return tokens_per_expert_; }
+  /// Time breakdown of the last Forward and the last Backward.
+  const MoePhaseTimes& forward_times() const { return forward_times_; }
+  const MoePhaseTimes& backward_times() const { return backward_times_; }
   /// Rows each local expert computed in the last forward.
   const std::vector<int64_t>& local_tokens_per_expert() const {
     return dispatcher_.local_tokens_per_expert();
@@ -140,13 +158,28 @@ class MoeLayer {
   const MoeLayerConfig& config() const { return config_; }
 
  private:
+  // Writes n elements of full weight tensor `tensor` (1 router, 2 fc1, 3 fc2, 4 shared_fc1,
+  // 5 shared_fc2) from flat offset `offset` into out.
+  using WeightSource = std::function<void(int tensor, int64_t offset, int64_t n, T* out)>;
+  static absl::StatusOr<std::unique_ptr<MoeLayer>> CreateFrom(const MoeLayerConfig& config,
+                                                              const WeightSource& source,
+                                                              Communicator* ep,
+                                                              Communicator* etp,
+                                                              TrackingAllocator* allocator,
+                                                              int threads);
   MoeLayer(const MoeLayerConfig& config, Communicator* ep, Communicator* etp,
            TrackingAllocator* allocator, int threads);
   absl::StatusOr<Tensor> Alloc(std::vector<int64_t> shape, MemoryTag tag) const;
   absl::Status SharedForward(const T* x, int64_t tokens, T* y);
   absl::Status SharedBackward(const T* dy, T* dx);
+  // expert_fc1_ and expert_act_ are allocated by the caller.
   absl::Status ExpertsForward(const T* in, T* out);
-  absl::Status ExpertsBackward(const T* dout, T* din);
+  absl::Status ExpertsBackward(const T* dout, T* din, T* dact, T* dfc1);
+  // Every rank of the layer's EP × ETP grid learns whether any rank failed to allocate
+  // the buffers whose sizes its routing decides, so that an out-of-memory rank does not
+  // leave its peers waiting in the next all-to-all: the failed rank returns its status,
+  // the others Aborted.
+  absl::Status AgreeOnAllocation(const absl::Status& mine);
 
   MoeLayerConfig config_;
   Communicator* ep_;
@@ -161,6 +194,7 @@ class MoeLayer {
   double aux_loss_ = 0;
   std::vector<int64_t> tokens_per_expert_;
   std::vector<double> global_counts_;
+  MoePhaseTimes forward_times_, backward_times_;
   Tensor x_, scores_, selected_, probs_, perm_;   // perm_[i] = t·k + j of permuted row i
   Tensor expert_in_, expert_fc1_, expert_act_;    // expert-major rows of local experts
   Tensor combined_;                                // expert outputs back in permuted order

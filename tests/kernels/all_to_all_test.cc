@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/collective_bench.h"
 #include "kernels/communicator.h"
 
 namespace paratune::kernels {
@@ -117,6 +118,26 @@ TEST(AllToAllTest, CountsAreChecked) {
   EXPECT_EQ(CheckAllToAllCounts({1, -1}, {1, 2}, 2).message(),
             "send_counts[1] (-1) and recv_counts[1] (2) must be >= 0");
   EXPECT_TRUE(CheckAllToAllCounts({0, 4}, {4, 0}, 2).ok());
+}
+
+// The sweep checks every received element (#wrong) and scales algbw by nccl-tests'
+// all-to-all factor (k−1)/k.
+TEST(AllToAllTest, SweepChecksOutWithNcclTestsBusBandwidth) {
+  EXPECT_DOUBLE_EQ(BusBandwidthFactor(CollectiveOp::kAllToAll, 4), 0.75);
+  CollectiveSweepConfig config;
+  config.op = CollectiveOp::kAllToAll;
+  config.group_size = 4;
+  config.sizes_bytes = {64, 8192};
+  config.warmup = 1;
+  config.iters = 2;
+  auto samples = RunCollectiveSweep(config);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  ASSERT_EQ(samples->size(), 2u);
+  for (const CollectiveSample& s : *samples) {
+    EXPECT_EQ(s.wrong, 0) << s.size_bytes;
+    EXPECT_DOUBLE_EQ(s.algbw_gbps, static_cast<double>(s.size_bytes) / s.time_s / 1e9);
+    EXPECT_DOUBLE_EQ(s.busbw_gbps, s.algbw_gbps * 0.75);
+  }
 }
 
 }  // namespace

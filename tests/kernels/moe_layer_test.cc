@@ -300,6 +300,57 @@ TEST(MoeLayerTest, AuxLossEqualsHandDerivedValue) {
   EXPECT_NEAR(r.aux, 0.0125, 1e-15);
 }
 
+TEST(MoeLayerTest, CreateRandomHoldsTheWeightsOfMoeWeightsRandom) {
+  const MoeLayerConfig c = SmallConfig();
+  auto self_ep = MakeSelfCommunicator(), self_etp = MakeSelfCommunicator();
+  HostMemory raw;
+  TrackingAllocator allocator(&raw, 0);
+  auto a = MoeLayer<float>::Create(c, MoeWeights<float>::Random(c, 9, 0.3), self_ep.get(),
+                                   self_etp.get(), &allocator, 1);
+  auto b = MoeLayer<float>::CreateRandom(c, 9, 0.3, self_ep.get(), self_etp.get(), &allocator, 1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(ToVector<float>((*a)->weights().router), ToVector<float>((*b)->weights().router));
+  EXPECT_EQ(ToVector<float>((*a)->weights().fc1), ToVector<float>((*b)->weights().fc1));
+  EXPECT_EQ(ToVector<float>((*a)->weights().fc2), ToVector<float>((*b)->weights().fc2));
+  EXPECT_EQ(ToVector<float>((*a)->weights().shared_fc2),
+            ToVector<float>((*b)->weights().shared_fc2));
+}
+
+// Rank 1's capacity holds its weights, gradients and the buffers every rank allocates
+// alike before the dispatch, but not the routed rows: it reports ResourceExhausted and its
+// peer Aborted, instead of waiting for it in the all-to-all. Bytes by hand (fp64, T = 4
+// tokens, h = 12, E = 8, k = 2, f = 8, ep = 2, no shared experts, no aux loss):
+// weights = gradients = (E·h + 4 experts·(2f·h + h·f))·8 = (96 + 4·288)·8 = 9984;
+// live at the dispatch: x T·h·8 = 384, scores T·E·8 = 256, selected T·k·4 = 32,
+// probs T·k·8 = 64, permutation T·k·4 = 32, permuted rows T·k·h·8 = 768.
+TEST(MoeLayerTest, OutOfMemoryOnOneRankFailsEveryRankWithoutWaiting) {
+  MoeLayerConfig c = SmallConfig();
+  c.ep = 2;
+  c.num_shared_experts = 0;
+  c.aux_loss_coeff = 0;
+  c.routing = ExpertRouting::kBalanced;
+  const int64_t capacity = 2 * 9984 + 384 + 256 + 32 + 64 + 32 + 768;
+  auto rendezvous = MakeInProcessRendezvous();
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r]() {
+      auto ep = MakeGlooCommunicator(rendezvous, "oom", r, 2);
+      ASSERT_TRUE(ep.ok());
+      auto etp = MakeSelfCommunicator();
+      HostMemory raw;
+      TrackingAllocator allocator(&raw, r == 1 ? capacity : 0);
+      auto layer = MoeLayer<double>::CreateRandom(c, 1, 0.1, ep->get(), etp.get(), &allocator, 1);
+      ASSERT_TRUE(layer.ok()) << layer.status();
+      std::vector<double> x(4 * c.hidden, 0.5), y(4 * c.hidden);
+      status[r] = (*layer)->Forward(x.data(), 4, y.data());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(status[0].code(), absl::StatusCode::kAborted) << status[0];
+  EXPECT_EQ(status[1].code(), absl::StatusCode::kResourceExhausted) << status[1];
+}
+
 TEST(MoeLayerTest, ConfigRulesNameTheField) {
   MoeLayerConfig c = SmallConfig();
   c.ep = 3;
