@@ -124,26 +124,5 @@ TEST(MoeCudaTest, PermuteAndUnpermuteMatchCpuTwins) { GTEST_SKIP() << "built wit
 
 #endif
 
-// The CPU twins the GPU is checked against, on a case derived by hand: scores (0.1, 0.4,
-// 0.2, 0.3) pick experts 1 and 3; normalised, 0.4/0.7 and 0.3/0.7. With token 0 on experts
-// (1, 3) and token 1 on (3, 0), the rows sorted by expert are assignment 3 (expert 0), 0
-// (expert 1), then 1 and 2 (expert 3, in token order).
-TEST(MoeCpuTwinTest, TopKAndPermutationByHand) {
-  const std::vector<double> scores = {0.1, 0.4, 0.2, 0.3};
-  std::vector<int32_t> selected(2);
-  cpu::moe_router_select(selected.data(), scores.data(), 1, 4, 2, false, 0);
-  EXPECT_EQ(selected, (std::vector<int32_t>{1, 3}));
-  std::vector<double> probs(2);
-  cpu::moe_router_probs(probs.data(), scores.data(), selected.data(), 1, 4, 2, true, 1.0);
-  EXPECT_NEAR(probs[0], 0.4 / 0.7, 1e-15);
-  EXPECT_NEAR(probs[1], 0.3 / 0.7, 1e-15);
-  const std::vector<int32_t> two_tokens = {1, 3, 3, 0};
-  std::vector<int32_t> perm(4);
-  std::vector<int64_t> counts(4);
-  cpu::moe_permutation(perm.data(), counts.data(), two_tokens.data(), 4, 4);
-  EXPECT_EQ(counts, (std::vector<int64_t>{1, 1, 0, 2}));
-  EXPECT_EQ(perm, (std::vector<int32_t>{3, 0, 1, 2}));
-}
-
 }  // namespace
 }  // namespace paratune::kernels
