@@ -19,8 +19,7 @@ namespace paratune::kernels {
 namespace {
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 template <typename T>
@@ -41,8 +40,7 @@ template <typename T>
 void LinearBackward(T* dx, T* dw, const T* dy, const T* x, const T* w, int64_t n, int64_t in,
                     int64_t out, bool accumulate_dx) {
   if (n == 0) return;
-  cpu::gemm(false, false, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx,
-            in);
+  cpu::gemm(false, false, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in);
   cpu::gemm(true, false, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in);
 }
 
@@ -69,9 +67,8 @@ absl::Status MoeLayerConfig::Validate() const {
   PT_RETURN_IF_ERROR(Positive(ep, "ep"));
   PT_RETURN_IF_ERROR(Positive(etp, "etp"));
   if (topk > num_experts) {
-    return absl::InvalidArgumentError(absl::StrCat("topk (", topk,
-                                                   ") must be <= num_experts (", num_experts,
-                                                   ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("topk (", topk, ") must be <= num_experts (", num_experts, ")"));
   }
   if (num_shared_experts < 0 || (num_shared_experts > 0 && shared_ffn_hidden < 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -89,8 +86,8 @@ absl::Status MoeLayerConfig::Validate() const {
   PT_RETURN_IF_ERROR(Divides(ep, "ep", num_experts, "num_experts"));
   PT_RETURN_IF_ERROR(Divides(etp, "etp", ffn_hidden, "ffn_hidden"));
   if (num_shared_experts > 0) {
-    PT_RETURN_IF_ERROR(Divides(etp, "etp", shared_ffn_total(),
-                               "num_shared_experts * shared_ffn_hidden"));
+    PT_RETURN_IF_ERROR(
+        Divides(etp, "etp", shared_ffn_total(), "num_shared_experts * shared_ffn_hidden"));
   }
   return absl::OkStatus();
 }
@@ -128,10 +125,9 @@ absl::Status AllToAllTokenDispatcher::Plan(const std::vector<int64_t>& tokens_pe
   const int ep = ep_->size();
   const int64_t local = num_experts_ / ep;
   if (static_cast<int64_t>(tokens_per_expert.size()) != num_experts_) {
-    return absl::InvalidArgumentError(absl::StrCat("tokens_per_expert has ",
-                                                   tokens_per_expert.size(),
-                                                   " entries; must have num_experts (",
-                                                   num_experts_, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokens_per_expert has ", tokens_per_expert.size(),
+                     " entries; must have num_experts (", num_experts_, ")"));
   }
   // Counts travel as doubles (every communicator reduces fp64; counts stay exact < 2^53).
   std::vector<double> send(num_experts_), recv(num_experts_);
@@ -224,8 +220,8 @@ absl::StatusOr<Tensor> MoeLayer<T>::Alloc(std::vector<int64_t> shape, MemoryTag 
 
 template <typename T>
 absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::Create(
-    const MoeLayerConfig& config, const MoeWeights<T>& full, Communicator* ep,
-    Communicator* etp, TrackingAllocator* allocator, int threads) {
+    const MoeLayerConfig& config, const MoeWeights<T>& full, Communicator* ep, Communicator* etp,
+    TrackingAllocator* allocator, int threads) {
   PT_RETURN_IF_ERROR(config.Validate());
   const int64_t h = config.hidden, e = config.num_experts, f = config.ffn_hidden;
   const int64_t fs = config.shared_ffn_total();
@@ -249,8 +245,8 @@ absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::Create(
 
 template <typename T>
 absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::CreateRandom(
-    const MoeLayerConfig& config, uint64_t seed, double scale, Communicator* ep,
-    Communicator* etp, TrackingAllocator* allocator, int threads) {
+    const MoeLayerConfig& config, uint64_t seed, double scale, Communicator* ep, Communicator* etp,
+    TrackingAllocator* allocator, int threads) {
   PT_RETURN_IF_ERROR(config.Validate());
   return CreateFrom(
       config,
@@ -264,16 +260,15 @@ absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::CreateRandom(
 
 template <typename T>
 absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::CreateFrom(
-    const MoeLayerConfig& config, const WeightSource& source, Communicator* ep,
-    Communicator* etp, TrackingAllocator* allocator, int threads) {
+    const MoeLayerConfig& config, const WeightSource& source, Communicator* ep, Communicator* etp,
+    TrackingAllocator* allocator, int threads) {
   if (ep == nullptr || etp == nullptr || allocator == nullptr) {
     return absl::InvalidArgumentError("ep, etp and allocator must not be null");
   }
   if (ep->size() != config.ep || etp->size() != config.etp) {
-    return absl::InvalidArgumentError(absl::StrCat("the EP group (", ep->size(),
-                                                   " ranks) and ETP group (", etp->size(),
-                                                   " ranks) must have ep (", config.ep,
-                                                   ") and etp (", config.etp, ") ranks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the EP group (", ep->size(), " ranks) and ETP group (", etp->size(),
+                     " ranks) must have ep (", config.ep, ") and etp (", config.etp, ") ranks"));
   }
   if (!allocator->raw()->host_accessible()) {
     return absl::InvalidArgumentError("the MoE layer runs on host memory (a CPU backend)");
@@ -289,9 +284,11 @@ absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::CreateFrom(
   PT_ASSIGN_OR_RETURN(w.fc2, layer->Alloc({le, h, fl}, MemoryTag::kWeights));
   PT_ASSIGN_OR_RETURN(w.shared_fc1, layer->Alloc({2 * fsl, h}, MemoryTag::kWeights));
   PT_ASSIGN_OR_RETURN(w.shared_fc2, layer->Alloc({h, fsl}, MemoryTag::kWeights));
-  const std::pair<const Tensor*, Tensor*> weight_and_grad[] = {
-      {&w.router, &g.router}, {&w.fc1, &g.fc1}, {&w.fc2, &g.fc2},
-      {&w.shared_fc1, &g.shared_fc1}, {&w.shared_fc2, &g.shared_fc2}};
+  const std::pair<const Tensor*, Tensor*> weight_and_grad[] = {{&w.router, &g.router},
+                                                               {&w.fc1, &g.fc1},
+                                                               {&w.fc2, &g.fc2},
+                                                               {&w.shared_fc1, &g.shared_fc1},
+                                                               {&w.shared_fc2, &g.shared_fc2}};
   for (const std::pair<const Tensor*, Tensor*>& wg : weight_and_grad) {
     Tensor* grad = wg.second;
     PT_ASSIGN_OR_RETURN(*grad, layer->Alloc(wg.first->shape(), MemoryTag::kGradients));
@@ -301,8 +298,8 @@ absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::CreateFrom(
   // Column-parallel fc1: this ETP rank's slice of the gate rows and of the up rows;
   // row-parallel fc2: its slice of the columns.
   const int64_t j = etp->rank(), first = ep->rank() * le;
-  auto shard = [&](int fc1, int fc2, int64_t ffn, int64_t ffn_local, int64_t expert,
-                   T* fc1_out, T* fc2_out) {
+  auto shard = [&](int fc1, int fc2, int64_t ffn, int64_t ffn_local, int64_t expert, T* fc1_out,
+                   T* fc2_out) {
     for (int64_t half = 0; half < 2; ++half) {
       source(fc1, (expert * 2 * ffn + half * ffn + j * ffn_local) * h, ffn_local * h,
              fc1_out + half * ffn_local * h);
@@ -327,8 +324,7 @@ absl::Status MoeLayer<T>::SharedForward(const T* x, int64_t tokens, T* y) {
   PT_ASSIGN_OR_RETURN(shared_fc1_, Alloc({tokens, 2 * fsl}, MemoryTag::kActivations));
   PT_ASSIGN_OR_RETURN(shared_act_, Alloc({tokens, fsl}, MemoryTag::kActivations));
   LinearForward(shared_fc1_.data_as<T>(), x, w_.shared_fc1.data_as<T>(), tokens, h, 2 * fsl);
-  cpu::swiglu_forward(shared_act_.data_as<T>(), shared_fc1_.data_as<T>(), tokens, fsl,
-                      threads_);
+  cpu::swiglu_forward(shared_act_.data_as<T>(), shared_fc1_.data_as<T>(), tokens, fsl, threads_);
   // += onto the routed output: reduce_from_tp_region of the sum (fwd: all-reduce).
   LinearForward(y, shared_act_.data_as<T>(), w_.shared_fc2.data_as<T>(), tokens, fsl, h,
                 /*accumulate=*/true);
@@ -342,8 +338,8 @@ absl::Status MoeLayer<T>::SharedBackward(const T* dy, T* dx) {
   PT_ASSIGN_OR_RETURN(Tensor dfc1, Alloc({tokens_, 2 * fsl}, MemoryTag::kWorkspace));
   LinearBackward(dact.data_as<T>(), g_.shared_fc2.data_as<T>(), dy, shared_act_.data_as<T>(),
                  w_.shared_fc2.data_as<T>(), tokens_, fsl, h, false);
-  cpu::swiglu_backward(dfc1.data_as<T>(), dact.data_as<T>(), shared_fc1_.data_as<T>(),
-                       tokens_, fsl, threads_);
+  cpu::swiglu_backward(dfc1.data_as<T>(), dact.data_as<T>(), shared_fc1_.data_as<T>(), tokens_, fsl,
+                       threads_);
   // dx += here; the ETP all-reduce of dx (copy_to_tp_region's backward) is done once by
   // Backward for the routed and shared parts together.
   LinearBackward(dx, g_.shared_fc1.data_as<T>(), dfc1.data_as<T>(), x_.data_as<T>(),
@@ -362,8 +358,8 @@ absl::Status MoeLayer<T>::ExpertsForward(const T* in, T* out) {
     const int64_t n = dispatcher_.local_tokens_per_expert()[le];
     LinearForward(expert_fc1_.data_as<T>() + at * 2 * fl, in + at * h,
                   w_.fc1.data_as<T>() + le * 2 * fl * h, n, h, 2 * fl);
-    cpu::swiglu_forward(expert_act_.data_as<T>() + at * fl,
-                        expert_fc1_.data_as<T>() + at * 2 * fl, n, fl, threads_);
+    cpu::swiglu_forward(expert_act_.data_as<T>() + at * fl, expert_fc1_.data_as<T>() + at * 2 * fl,
+                        n, fl, threads_);
     LinearForward(out + at * h, expert_act_.data_as<T>() + at * fl,
                   w_.fc2.data_as<T>() + le * h * fl, n, fl, h);
     at += n;
@@ -381,14 +377,14 @@ absl::Status MoeLayer<T>::ExpertsBackward(const T* dout, T* din, T* dact_buf, T*
   int64_t at = 0;
   for (int64_t le = 0; le < config_.local_experts(); ++le) {
     const int64_t n = dispatcher_.local_tokens_per_expert()[le];
-    LinearBackward(dact_buf + at * fl, g_.fc2.data_as<T>() + le * h * fl,
-                   dout + at * h, expert_act_.data_as<T>() + at * fl,
-                   w_.fc2.data_as<T>() + le * h * fl, n, fl, h, false);
+    LinearBackward(dact_buf + at * fl, g_.fc2.data_as<T>() + le * h * fl, dout + at * h,
+                   expert_act_.data_as<T>() + at * fl, w_.fc2.data_as<T>() + le * h * fl, n, fl, h,
+                   false);
     cpu::swiglu_backward(dfc1_buf + at * 2 * fl, dact_buf + at * fl,
                          expert_fc1_.data_as<T>() + at * 2 * fl, n, fl, threads_);
-    LinearBackward(din + at * h, g_.fc1.data_as<T>() + le * 2 * fl * h,
-                   dfc1_buf + at * 2 * fl, expert_in_.data_as<T>() + at * h,
-                   w_.fc1.data_as<T>() + le * 2 * fl * h, n, h, 2 * fl, false);
+    LinearBackward(din + at * h, g_.fc1.data_as<T>() + le * 2 * fl * h, dfc1_buf + at * 2 * fl,
+                   expert_in_.data_as<T>() + at * h, w_.fc1.data_as<T>() + le * 2 * fl * h, n, h,
+                   2 * fl, false);
     at += n;
   }
   // din is this ETP rank's part (its shard of fc1); Backward all-reduces the layer's dx
@@ -429,19 +425,17 @@ absl::Status MoeLayer<T>::Forward(const T* x, int64_t tokens, T* y) {
   cpu::moe_router_scores(scores_.data_as<T>(), logits.data_as<T>(), tokens, e, sigmoid);
   logits = Tensor();
   PT_ASSIGN_OR_RETURN(selected_,
-                      Tensor::Empty(allocator_, {tokens, k}, DType::kI32,
-                                    MemoryTag::kActivations));
+                      Tensor::Empty(allocator_, {tokens, k}, DType::kI32, MemoryTag::kActivations));
   cpu::moe_router_select(selected_.data_as<int32_t>(), scores_.data_as<T>(), tokens, e, k,
                          config_.routing == ExpertRouting::kBalanced, ep_->rank() * tokens);
   PT_ASSIGN_OR_RETURN(probs_, Alloc({tokens, k}, MemoryTag::kActivations));
-  cpu::moe_router_probs(probs_.data_as<T>(), scores_.data_as<T>(),
-                        selected_.data_as<int32_t>(), tokens, e, k, config_.normalize_topk,
-                        static_cast<T>(config_.topk_scaling));
+  cpu::moe_router_probs(probs_.data_as<T>(), scores_.data_as<T>(), selected_.data_as<int32_t>(),
+                        tokens, e, k, config_.normalize_topk, static_cast<T>(config_.topk_scaling));
 
   // Permutation: assignments sorted by expert, tokens in order within an expert.
   tokens_per_expert_.assign(e, 0);
-  PT_ASSIGN_OR_RETURN(perm_, Tensor::Empty(allocator_, {tokens * k}, DType::kI32,
-                                           MemoryTag::kActivations));
+  PT_ASSIGN_OR_RETURN(
+      perm_, Tensor::Empty(allocator_, {tokens * k}, DType::kI32, MemoryTag::kActivations));
   cpu::moe_permutation(perm_.data_as<int32_t>(), tokens_per_expert_.data(),
                        selected_.data_as<int32_t>(), tokens * k, e);
 
@@ -479,8 +473,7 @@ absl::Status MoeLayer<T>::Forward(const T* x, int64_t tokens, T* y) {
     PT_ASSIGN_OR_RETURN(expert_act_, Alloc({rows, fl}, MemoryTag::kActivations));
     return absl::OkStatus();
   }()));
-  PT_RETURN_IF_ERROR(
-      dispatcher_.Dispatch(permuted.data(), expert_in_.data(), workspace.data()));
+  PT_RETURN_IF_ERROR(dispatcher_.Dispatch(permuted.data(), expert_in_.data(), workspace.data()));
   double t1 = Now();
   forward_times_.dispatch_combine_s = t1 - t0;
   PT_RETURN_IF_ERROR(ExpertsForward(expert_in_.data_as<T>(), expert_out.data_as<T>()));
@@ -545,8 +538,7 @@ absl::Status MoeLayer<T>::Backward(const T* dy, T* dx) {
     return absl::OkStatus();
   }()));
   double t0 = Now();
-  PT_RETURN_IF_ERROR(
-      dispatcher_.Dispatch(dcombined.data(), dexpert_out.data(), workspace.data()));
+  PT_RETURN_IF_ERROR(dispatcher_.Dispatch(dcombined.data(), dexpert_out.data(), workspace.data()));
   double t1 = Now();
   backward_times_.dispatch_combine_s = t1 - t0;
   PT_RETURN_IF_ERROR(ExpertsBackward(dexpert_out.data_as<T>(), dexpert_in.data_as<T>(),
@@ -559,8 +551,8 @@ absl::Status MoeLayer<T>::Backward(const T* dy, T* dx) {
   backward_times_.dispatch_combine_s += Now() - t0;
 
   // Permute backward: dx[t] = Σ_j d(permuted row of (t, j)).
-  cpu::moe_unpermute(dx, dcombined.data_as<T>(), static_cast<const T*>(nullptr), perm, tokens,
-                     k, h);
+  cpu::moe_unpermute(dx, dcombined.data_as<T>(), static_cast<const T*>(nullptr), perm, tokens, k,
+                     h);
   if (config_.num_shared_experts > 0) PT_RETURN_IF_ERROR(SharedBackward(dy, dx));
   // copy_to_tp_region's backward for the experts' and shared experts' inputs: each ETP
   // rank holds its shard's part of dx. The router's part is whole on every rank, so it is
@@ -570,13 +562,13 @@ absl::Status MoeLayer<T>::Backward(const T* dy, T* dx) {
   // Router backward: probabilities, auxiliary loss, scores, logits.
   PT_ASSIGN_OR_RETURN(Tensor dscores, Alloc({tokens, e}, MemoryTag::kWorkspace));
   cpu::moe_router_probs_backward(dscores.data_as<T>(), dprobs.data_as<T>(), scores_.data_as<T>(),
-                                 selected_.data_as<int32_t>(), tokens, e, k,
-                                 config_.normalize_topk, static_cast<T>(config_.topk_scaling));
+                                 selected_.data_as<int32_t>(), tokens, e, k, config_.normalize_topk,
+                                 static_cast<T>(config_.topk_scaling));
   if (config_.aux_loss_coeff > 0) {
     // ∂L/∂p_aux[t, e] = coeff · E · count_e / (k · T²), T the EP group's tokens.
     const double total = static_cast<double>(tokens * ep_->size());
-    const double c = config_.aux_loss_coeff * static_cast<double>(e) /
-                     (static_cast<double>(k) * total * total);
+    const double c =
+        config_.aux_loss_coeff * static_cast<double>(e) / (static_cast<double>(k) * total * total);
     PT_ASSIGN_OR_RETURN(Tensor dp_aux, Alloc({tokens, e}, MemoryTag::kWorkspace));
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t i = 0; i < e; ++i) {
@@ -587,8 +579,8 @@ absl::Status MoeLayer<T>::Backward(const T* dy, T* dx) {
                                 tokens, e, sigmoid);
   }
   PT_ASSIGN_OR_RETURN(Tensor dlogits, Alloc({tokens, e}, MemoryTag::kWorkspace));
-  cpu::moe_router_scores_backward(dlogits.data_as<T>(), dscores.data_as<T>(),
-                                  scores_.data_as<T>(), tokens, e, sigmoid);
+  cpu::moe_router_scores_backward(dlogits.data_as<T>(), dscores.data_as<T>(), scores_.data_as<T>(),
+                                  tokens, e, sigmoid);
   LinearBackward(dx, g_.router.data_as<T>(), dlogits.data_as<T>(), x_.data_as<T>(),
                  w_.router.data_as<T>(), tokens, h, e, true);
   x_ = scores_ = selected_ = probs_ = perm_ = Tensor();

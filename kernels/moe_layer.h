@@ -39,19 +39,19 @@ enum class MoeScoreFunction { kSoftmax, kSigmoid };
 enum class ExpertRouting { kDropless, kBalanced };
 
 struct MoeLayerConfig {
-  int64_t hidden = 0;                 ///< Hidden size h.
-  int64_t num_experts = 0;            ///< Routed experts E.
-  int64_t topk = 1;                   ///< Experts per token k.
-  int64_t ffn_hidden = 0;             ///< FFN size of one routed expert.
-  int64_t num_shared_experts = 0;     ///< Shared experts every token goes through.
-  int64_t shared_ffn_hidden = 0;      ///< FFN size of one shared expert.
+  int64_t hidden = 0;              ///< Hidden size h.
+  int64_t num_experts = 0;         ///< Routed experts E.
+  int64_t topk = 1;                ///< Experts per token k.
+  int64_t ffn_hidden = 0;          ///< FFN size of one routed expert.
+  int64_t num_shared_experts = 0;  ///< Shared experts every token goes through.
+  int64_t shared_ffn_hidden = 0;   ///< FFN size of one shared expert.
   MoeScoreFunction score = MoeScoreFunction::kSoftmax;  ///< Router score function.
-  bool normalize_topk = false;        ///< Divide the top-k probabilities by their sum.
-  double topk_scaling = 1.0;          ///< Factor on the top-k probabilities (DeepSeek-V3: 2.5).
+  bool normalize_topk = false;  ///< Divide the top-k probabilities by their sum.
+  double topk_scaling = 1.0;    ///< Factor on the top-k probabilities (DeepSeek-V3: 2.5).
   ExpertRouting routing = ExpertRouting::kDropless;  ///< Top-k or forced uniform.
-  double aux_loss_coeff = 0.0;        ///< Switch load-balancing loss coefficient (0: none).
-  int64_t ep = 1;                     ///< Expert parallel size (divides num_experts).
-  int64_t etp = 1;                    ///< Expert tensor parallel size (divides the FFN sizes).
+  double aux_loss_coeff = 0.0;  ///< Switch load-balancing loss coefficient (0: none).
+  int64_t ep = 1;               ///< Expert parallel size (divides num_experts).
+  int64_t etp = 1;              ///< Expert tensor parallel size (divides the FFN sizes).
 
   /// The first violated rule, naming the field.
   absl::Status Validate() const;
@@ -129,9 +129,11 @@ class MoeLayer {
 
   /// The same layer with the weights MoeWeights<T>::Random(config, seed, scale) holds,
   /// without making the full weights: each rank generates only its shards.
-  static absl::StatusOr<std::unique_ptr<MoeLayer>> CreateRandom(
-      const MoeLayerConfig& config, uint64_t seed, double scale, Communicator* ep,
-      Communicator* etp, TrackingAllocator* allocator, int threads);
+  static absl::StatusOr<std::unique_ptr<MoeLayer>> CreateRandom(const MoeLayerConfig& config,
+                                                                uint64_t seed, double scale,
+                                                                Communicator* ep, Communicator* etp,
+                                                                TrackingAllocator* allocator,
+                                                                int threads);
 
   /// y[tokens, h] from x[tokens, h]. Balanced routing numbers the tokens of EP rank r from
   /// r·tokens (every EP rank passes the same count).
@@ -163,8 +165,7 @@ class MoeLayer {
   using WeightSource = std::function<void(int tensor, int64_t offset, int64_t n, T* out)>;
   static absl::StatusOr<std::unique_ptr<MoeLayer>> CreateFrom(const MoeLayerConfig& config,
                                                               const WeightSource& source,
-                                                              Communicator* ep,
-                                                              Communicator* etp,
+                                                              Communicator* ep, Communicator* etp,
                                                               TrackingAllocator* allocator,
                                                               int threads);
   MoeLayer(const MoeLayerConfig& config, Communicator* ep, Communicator* etp,
@@ -195,9 +196,9 @@ class MoeLayer {
   std::vector<int64_t> tokens_per_expert_;
   std::vector<double> global_counts_;
   MoePhaseTimes forward_times_, backward_times_;
-  Tensor x_, scores_, selected_, probs_, perm_;   // perm_[i] = t·k + j of permuted row i
-  Tensor expert_in_, expert_fc1_, expert_act_;    // expert-major rows of local experts
-  Tensor combined_;                                // expert outputs back in permuted order
+  Tensor x_, scores_, selected_, probs_, perm_;  // perm_[i] = t·k + j of permuted row i
+  Tensor expert_in_, expert_fc1_, expert_act_;   // expert-major rows of local experts
+  Tensor combined_;                              // expert outputs back in permuted order
   Tensor shared_fc1_, shared_act_;
 };
 

@@ -17,8 +17,7 @@ namespace paratune::kernels {
 namespace {
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 PhaseTiming Summarise(const std::string& name, std::vector<double> v) {
@@ -34,7 +33,7 @@ PhaseTiming Summarise(const std::string& name, std::vector<double> v) {
 
 constexpr int kPhases = 6;  // forward, backward, dispatch/combine fwd, bwd, experts fwd, bwd
 constexpr const char* kPhaseNames[kPhases] = {
-    "forward", "backward", "dispatch_combine_forward", "dispatch_combine_backward",
+    "forward",         "backward",        "dispatch_combine_forward", "dispatch_combine_backward",
     "experts_forward", "experts_backward"};
 
 struct RankOutput {
@@ -69,8 +68,8 @@ absl::Status RunRank(const MoeStepConfig& config, Communicator& world, Communica
     const int64_t stored_before = allocator.Stats().current_by_tag[activations];
     PT_RETURN_IF_ERROR(layer->Forward(x.data_as<T>(), config.tokens, y.data_as<T>()));
     const double t1 = Now();
-    out.activation_bytes = std::max(
-        out.activation_bytes, allocator.Stats().current_by_tag[activations] - stored_before);
+    out.activation_bytes = std::max(out.activation_bytes,
+                                    allocator.Stats().current_by_tag[activations] - stored_before);
     // The output as its own gradient: any dy exercises the same work.
     PT_RETURN_IF_ERROR(layer->Backward(y.data_as<T>(), d.data_as<T>()));
     const double t2 = Now();
@@ -90,13 +89,16 @@ absl::Status RunRank(const MoeStepConfig& config, Communicator& world, Communica
 
 absl::Status MoeStepConfig::Validate() const {
   PT_RETURN_IF_ERROR(layer.Validate());
-  if (tokens < 1) return absl::InvalidArgumentError(absl::StrCat("tokens (", tokens, ") must be >= 1"));
+  if (tokens < 1)
+    return absl::InvalidArgumentError(absl::StrCat("tokens (", tokens, ") must be >= 1"));
   if (dtype != DType::kF32 && dtype != DType::kF64) {
     return absl::InvalidArgumentError(
         absl::StrCat("dtype (", DTypeName(dtype), ") must be fp32 or fp64 for the MoE layer"));
   }
-  if (warmup < 0) return absl::InvalidArgumentError(absl::StrCat("warmup (", warmup, ") must be >= 0"));
-  if (iters < 1) return absl::InvalidArgumentError(absl::StrCat("iters (", iters, ") must be >= 1"));
+  if (warmup < 0)
+    return absl::InvalidArgumentError(absl::StrCat("warmup (", warmup, ") must be >= 0"));
+  if (iters < 1)
+    return absl::InvalidArgumentError(absl::StrCat("iters (", iters, ") must be >= 1"));
   if (threads_per_rank < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("threads_per_rank (", threads_per_rank, ") must be >= 1"));
@@ -119,8 +121,8 @@ absl::StatusOr<MoeStepResult> RunMoeLayerStep(const MoeStepConfig& config) {
       threads.emplace_back([&, er, tr]() {
         const int rank = er * etp + tr;
         status[rank] = [&]() -> absl::Status {
-          auto group = [&](const std::string& name, int r, int size)
-              -> absl::StatusOr<std::unique_ptr<Communicator>> {
+          auto group = [&](const std::string& name, int r,
+                           int size) -> absl::StatusOr<std::unique_ptr<Communicator>> {
             if (size == 1) return MakeSelfCommunicator();
             return MakeGlooCommunicator(rendezvous, prefix + name, r, size);
           };
@@ -161,7 +163,8 @@ absl::StatusOr<MoeStepResult> RunMoeLayerStep(const MoeStepConfig& config) {
   result.phases.push_back(Summarise(kPhaseNames[0], per_phase[0]));
   result.phases.push_back(Summarise(kPhaseNames[1], per_phase[1]));
   result.phases.push_back(Summarise("total", total));
-  for (int p = 2; p < kPhases; ++p) result.phases.push_back(Summarise(kPhaseNames[p], per_phase[p]));
+  for (int p = 2; p < kPhases; ++p)
+    result.phases.push_back(Summarise(kPhaseNames[p], per_phase[p]));
   result.tokens_per_expert.assign(config.layer.num_experts, 0);
   for (int er = 0; er < ep; ++er) {
     const RankOutput& o = outputs[er * etp];

@@ -17,14 +17,14 @@
 namespace paratune::kernels {
 
 struct MoeStepConfig {
-  MoeLayerConfig layer;                   ///< Shape, routing and ep / etp.
-  int64_t tokens = 0;                     ///< Tokens per EP rank (micro-batch · sequence).
-  DType dtype = DType::kF32;              ///< fp32 or fp64 (the layer runs on CPU).
-  int64_t warmup = 1;                     ///< Untimed iterations.
-  int64_t iters = 3;                      ///< Timed iterations.
-  int64_t capacity_bytes_per_rank = 0;    ///< Tracking-allocator capacity; 0 = unlimited.
-  uint64_t seed = 1;                      ///< Weights and inputs.
-  int threads_per_rank = 1;               ///< Elementwise threads of each rank.
+  MoeLayerConfig layer;                 ///< Shape, routing and ep / etp.
+  int64_t tokens = 0;                   ///< Tokens per EP rank (micro-batch · sequence).
+  DType dtype = DType::kF32;            ///< fp32 or fp64 (the layer runs on CPU).
+  int64_t warmup = 1;                   ///< Untimed iterations.
+  int64_t iters = 3;                    ///< Timed iterations.
+  int64_t capacity_bytes_per_rank = 0;  ///< Tracking-allocator capacity; 0 = unlimited.
+  uint64_t seed = 1;                    ///< Weights and inputs.
+  int threads_per_rank = 1;             ///< Elementwise threads of each rank.
 
   /// The layer's rules, then this struct's, naming the field.
   absl::Status Validate() const;

@@ -7,15 +7,14 @@
 //   moe_layer [--hidden 512] [--experts 8] [--topk 2] [--ffn 1024] [--shared 0]
 //             [--tokens 512] [--ep 1,2,4] [--etp 1] [--routing balanced|dropless]
 //             [--warmup 1] [--iters 3] [--json]
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/gemm.h"
@@ -73,15 +72,16 @@ int Main(int argc, char** argv) {
   SetBlasThreads(1);
   const double ref = SgemmGflops(tokens * topk, hidden, 2 * ffn, 3);
   if (!json_out) {
-    std::printf("# moe_layer: h %lld, %lld experts of f %lld, top-%lld, %lld shared, %lld tokens"
-                " per EP rank, %s routing, etp %lld, fp32 on cpu (1 BLAS thread per rank)\n",
-                static_cast<long long>(hidden), static_cast<long long>(experts),
-                static_cast<long long>(ffn), static_cast<long long>(topk),
-                static_cast<long long>(shared), static_cast<long long>(tokens), routing.c_str(),
-                static_cast<long long>(etp));
-    std::printf("# warmup %lld, iters %lld; sgemm = cblas_sgemm [T*k, h]x[h, 2f], 1 thread, "
-                "same run: %.2f GFLOP/s\n",
-                static_cast<long long>(warmup), static_cast<long long>(iters), ref);
+    std::printf(
+        "# moe_layer: h %lld, %lld experts of f %lld, top-%lld, %lld shared, %lld tokens"
+        " per EP rank, %s routing, etp %lld, fp32 on cpu (1 BLAS thread per rank)\n",
+        static_cast<long long>(hidden), static_cast<long long>(experts),
+        static_cast<long long>(ffn), static_cast<long long>(topk), static_cast<long long>(shared),
+        static_cast<long long>(tokens), routing.c_str(), static_cast<long long>(etp));
+    std::printf(
+        "# warmup %lld, iters %lld; sgemm = cblas_sgemm [T*k, h]x[h, 2f], 1 thread, "
+        "same run: %.2f GFLOP/s\n",
+        static_cast<long long>(warmup), static_cast<long long>(iters), ref);
     std::printf("# %4s %10s %10s %10s %10s %10s %10s %9s %7s %10s %7s\n", "ep", "fwd", "bwd",
                 "a2a fwd", "a2a bwd", "exp fwd", "exp bwd", "experts", "ratio", "peak/rank",
                 "#wrong");
@@ -110,16 +110,16 @@ int Main(int argc, char** argv) {
       ++wrong_total;
       continue;
     }
-    const int64_t rows = std::accumulate(r->tokens_per_expert.begin(), r->tokens_per_expert.end(),
-                                         int64_t{0});
+    const int64_t rows =
+        std::accumulate(r->tokens_per_expert.begin(), r->tokens_per_expert.end(), int64_t{0});
     const int64_t wrong = std::abs(rows - tokens * ep * topk);
     wrong_total += wrong;
     // Per rank: T·k rows (balanced) through three h×f/etp GEMMs; backward twice that.
     const double flops = 2.0 * 3.0 * tokens * topk * hidden * ffn / static_cast<double>(etp);
     const double exp_s = Median(*r, "experts_forward") + Median(*r, "experts_backward");
     const double gflops = 3.0 * flops / exp_s / 1e9;
-    const int64_t peak = *std::max_element(r->peak_bytes_per_rank.begin(),
-                                           r->peak_bytes_per_rank.end());
+    const int64_t peak =
+        *std::max_element(r->peak_bytes_per_rank.begin(), r->peak_bytes_per_rank.end());
     nlohmann::json row = {{"ep", ep},
                           {"forward_ms", 1e3 * Median(*r, "forward")},
                           {"backward_ms", 1e3 * Median(*r, "backward")},

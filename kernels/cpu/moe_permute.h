@@ -25,8 +25,7 @@ inline void moe_permutation(int32_t* perm, int64_t* tokens_per_expert, const int
 
 /// out[i, :] = x[perm[i] / k, :] for the T·k permuted rows.
 template <typename T>
-void moe_permute(T* out, const T* x, const int32_t* perm, int64_t rows, int64_t k,
-                 int64_t hidden) {
+void moe_permute(T* out, const T* x, const int32_t* perm, int64_t rows, int64_t k, int64_t hidden) {
   for (int64_t i = 0; i < rows; ++i) {
     const T* src = x + (perm[i] / k) * hidden;
     std::copy(src, src + hidden, out + i * hidden);

@@ -20,8 +20,7 @@ namespace paratune::kernels::cpu {
 
 /// scores[t, :] = softmax(logits[t, :]) or sigmoid(logits[t, :]).
 template <typename T>
-void moe_router_scores(T* scores, const T* logits, int64_t tokens, int64_t experts,
-                       bool sigmoid) {
+void moe_router_scores(T* scores, const T* logits, int64_t tokens, int64_t experts, bool sigmoid) {
   for (int64_t t = 0; t < tokens; ++t) {
     const T* l = logits + t * experts;
     T* s = scores + t * experts;
@@ -46,7 +45,8 @@ void moe_router_select(int32_t* experts_out, const T* scores, int64_t tokens, in
   for (int64_t t = 0; t < tokens; ++t) {
     int32_t* out = experts_out + t * k;
     if (balanced) {
-      for (int64_t j = 0; j < k; ++j) out[j] = static_cast<int32_t>(((first_token + t) * k + j) % experts);
+      for (int64_t j = 0; j < k; ++j)
+        out[j] = static_cast<int32_t>(((first_token + t) * k + j) % experts);
       continue;
     }
     const T* s = scores + t * experts;
@@ -86,8 +86,8 @@ void moe_aux_probs(T* p_aux, const T* scores, int64_t tokens, int64_t experts, b
 /// dscores (overwritten, [T, E]) from dprobs ([T, k]) through moe_router_probs.
 template <typename T>
 void moe_router_probs_backward(T* dscores, const T* dprobs, const T* scores,
-                               const int32_t* selected, int64_t tokens, int64_t experts,
-                               int64_t k, bool normalize, T scale) {
+                               const int32_t* selected, int64_t tokens, int64_t experts, int64_t k,
+                               bool normalize, T scale) {
   std::fill(dscores, dscores + tokens * experts, T(0));
   for (int64_t t = 0; t < tokens; ++t) {
     const int32_t* sel = selected + t * k;

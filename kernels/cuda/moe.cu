@@ -88,18 +88,18 @@ __global__ void UnpermuteKernel(T* y, const T* in, const T* probs, const int32_t
 
 // ---- launchers -------------------------------------------------------------------------
 
-cudaError_t moe_router_scores(float* scores, const float* logits, int64_t tokens,
-                              int64_t experts, bool sigmoid, cudaStream_t stream) {
+cudaError_t moe_router_scores(float* scores, const float* logits, int64_t tokens, int64_t experts,
+                              bool sigmoid, cudaStream_t stream) {
   if (tokens > 0) {
-    RouterScoresKernel<<<static_cast<unsigned>(tokens), 128, 0, stream>>>(scores, logits,
-                                                                          experts, sigmoid);
+    RouterScoresKernel<<<static_cast<unsigned>(tokens), 128, 0, stream>>>(scores, logits, experts,
+                                                                          sigmoid);
   }
   return cudaGetLastError();
 }
 
-cudaError_t moe_router_topk(int32_t* selected, float* probs, const float* scores,
-                            int64_t tokens, int64_t experts, int64_t k, bool normalize,
-                            float scale, cudaStream_t stream) {
+cudaError_t moe_router_topk(int32_t* selected, float* probs, const float* scores, int64_t tokens,
+                            int64_t experts, int64_t k, bool normalize, float scale,
+                            cudaStream_t stream) {
   if (tokens > 0) {
     RouterTopKKernel<<<Blocks(tokens, 128), 128, 0, stream>>>(selected, probs, scores, tokens,
                                                               experts, k, normalize, scale);
@@ -107,8 +107,8 @@ cudaError_t moe_router_topk(int32_t* selected, float* probs, const float* scores
   return cudaGetLastError();
 }
 
-cudaError_t moe_permute(ElemType t, void* out, const void* x, const int32_t* perm,
-                        int64_t rows, int64_t k, int64_t hidden, cudaStream_t stream) {
+cudaError_t moe_permute(ElemType t, void* out, const void* x, const int32_t* perm, int64_t rows,
+                        int64_t k, int64_t hidden, cudaStream_t stream) {
   if (rows == 0) return cudaGetLastError();
   return DispatchFloat(t, [&](auto z) {
     using T = decltype(z);
@@ -118,8 +118,8 @@ cudaError_t moe_permute(ElemType t, void* out, const void* x, const int32_t* per
 }
 
 cudaError_t moe_unpermute(ElemType t, void* y, const void* in, const void* probs,
-                          const int32_t* perm, int32_t* position_scratch, int64_t tokens,
-                          int64_t k, int64_t hidden, cudaStream_t stream) {
+                          const int32_t* perm, int32_t* position_scratch, int64_t tokens, int64_t k,
+                          int64_t hidden, cudaStream_t stream) {
   if (tokens == 0) return cudaGetLastError();
   InvertPermutationKernel<<<Blocks(tokens * k, 256), 256, 0, stream>>>(position_scratch, perm,
                                                                        tokens * k);

@@ -37,14 +37,15 @@ std::string NoDeviceReason() {
   return n == 0 ? "no CUDA device" : "";
 }
 
-#define SKIP_WITHOUT_DEVICE()                          \
+#define SKIP_WITHOUT_DEVICE() \
   if (std::string r = NoDeviceReason(); !r.empty()) GTEST_SKIP() << r
 
 // Device copy of a host vector, freed at scope exit.
 template <typename T>
 struct DeviceVector {
   explicit DeviceVector(const std::vector<T>& host) : n(host.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<size_t>(1, n) * sizeof(T)),
+              cudaSuccess);
     EXPECT_EQ(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
   }
   ~DeviceVector() { cudaFree(ptr); }
@@ -77,9 +78,9 @@ TEST(MoeCudaTest, RouterMatchesCpuTwin) {
                           true, 2.5f);
     DeviceVector<float> d_logits(logits), d_scores(scores), d_probs(probs);
     DeviceVector<int32_t> d_selected(selected);
-    ASSERT_EQ(cuda::moe_router_scores(d_scores.ptr, d_logits.ptr, kTokens, kExperts, sigmoid,
-                                      nullptr),
-              cudaSuccess);
+    ASSERT_EQ(
+        cuda::moe_router_scores(d_scores.ptr, d_logits.ptr, kTokens, kExperts, sigmoid, nullptr),
+        cudaSuccess);
     ASSERT_EQ(cuda::moe_router_topk(d_selected.ptr, d_probs.ptr, d_scores.ptr, kTokens, kExperts,
                                     kTopK, true, 2.5f, nullptr),
               cudaSuccess);
@@ -103,8 +104,7 @@ TEST(MoeCudaTest, PermuteAndUnpermuteMatchCpuTwins) {
   const std::vector<float> probs = RandomFloats(kTokens * kTopK, 6, 1.0f);
   std::vector<float> permuted(kTokens * kTopK * kHidden), y(kTokens * kHidden);
   cpu::moe_permute(permuted.data(), x.data(), perm.data(), kTokens * kTopK, kTopK, kHidden);
-  cpu::moe_unpermute(y.data(), permuted.data(), probs.data(), perm.data(), kTokens, kTopK,
-                     kHidden);
+  cpu::moe_unpermute(y.data(), permuted.data(), probs.data(), perm.data(), kTokens, kTopK, kHidden);
   DeviceVector<float> d_x(x), d_probs(probs), d_permuted(permuted), d_y(y);
   DeviceVector<int32_t> d_perm(perm), d_scratch(perm);
   ASSERT_EQ(cuda::moe_permute(cuda::ElemType::kF32, d_permuted.ptr, d_x.ptr, d_perm.ptr,

@@ -62,8 +62,8 @@ std::vector<RankResult> RunLayout(const MoeLayerConfig& config, const MoeWeights
   for (int er = 0; er < ep; ++er) {
     for (int tr = 0; tr < etp; ++tr) {
       threads.emplace_back([&, er, tr]() {
-        auto group = [&](const std::string& name, int rank, int size)
-            -> std::unique_ptr<Communicator> {
+        auto group = [&](const std::string& name, int rank,
+                         int size) -> std::unique_ptr<Communicator> {
           if (size == 1) return MakeSelfCommunicator();
           auto c = MakeGlooCommunicator(rendezvous, name, rank, size);
           EXPECT_TRUE(c.ok()) << c.status();
@@ -74,8 +74,8 @@ std::vector<RankResult> RunLayout(const MoeLayerConfig& config, const MoeWeights
         if (ep_comm == nullptr || etp_comm == nullptr) return;
         HostMemory raw;
         TrackingAllocator allocator(&raw, 0);
-        auto layer = MoeLayer<double>::Create(config, w, ep_comm.get(), etp_comm.get(),
-                                              &allocator, 1);
+        auto layer =
+            MoeLayer<double>::Create(config, w, ep_comm.get(), etp_comm.get(), &allocator, 1);
         ASSERT_TRUE(layer.ok()) << layer.status();
         RankResult& r = results[er * etp + tr];
         r.y.resize(tokens * h);
@@ -91,8 +91,7 @@ std::vector<RankResult> RunLayout(const MoeLayerConfig& config, const MoeWeights
         r.d_fc2 = ToVector<double>(g.fc2);
         r.d_shared_fc1 = ToVector<double>(g.shared_fc1);
         r.d_shared_fc2 = ToVector<double>(g.shared_fc2);
-        EXPECT_EQ(allocator.Stats().current_by_tag[static_cast<int>(MemoryTag::kActivations)],
-                  0)
+        EXPECT_EQ(allocator.Stats().current_by_tag[static_cast<int>(MemoryTag::kActivations)], 0)
             << "Backward frees every stored activation";
       });
     }
@@ -110,8 +109,8 @@ void ExpectNear(const std::vector<double>& a, const std::vector<double>& b, doub
 }
 
 // Loss = Σ y·dy + aux_loss, whose gradient Backward(dy) computes.
-double Loss(const MoeLayerConfig& config, const MoeWeights<double>& w,
-            const std::vector<double>& x, const std::vector<double>& dy) {
+double Loss(const MoeLayerConfig& config, const MoeWeights<double>& w, const std::vector<double>& x,
+            const std::vector<double>& dy) {
   std::vector<RankResult> r = RunLayout(config, w, x, dy);
   double loss = r[0].aux;
   for (size_t i = 0; i < dy.size(); ++i) loss += r[0].y[i] * dy[i];
@@ -125,8 +124,8 @@ void CheckFiniteDifferences(const MoeLayerConfig& config) {
   const std::vector<double> dy = RandomVector(tokens * h, 12);
   const RankResult r = RunLayout(config, w, x, dy)[0];
   constexpr double kEps = 1e-6;
-  auto check = [&](std::vector<double> MoeWeights<double>::*field,
-                   const std::vector<double>& grad, const char* name) {
+  auto check = [&](std::vector<double> MoeWeights<double>::*field, const std::vector<double>& grad,
+                   const char* name) {
     const std::vector<double>& v = w.*field;
     for (size_t i = 0; i < v.size(); i += 1 + v.size() / 37) {
       MoeWeights<double> plus = w, minus = w;
@@ -193,10 +192,12 @@ void ExpectLayoutMatchesSingleRank(MoeLayerConfig config) {
       const RankResult& r = b[er * etp + tr];
       const std::string at = "ep rank " + std::to_string(er) + " etp rank " + std::to_string(tr);
       EXPECT_NEAR(r.aux, a.aux, 1e-14) << at;
-      ExpectNear(r.y, std::vector<double>(a.y.begin() + er * per * h,
-                                          a.y.begin() + (er + 1) * per * h), 1e-12, "y " + at);
-      ExpectNear(r.dx, std::vector<double>(a.dx.begin() + er * per * h,
-                                           a.dx.begin() + (er + 1) * per * h), 1e-12, "dx " + at);
+      ExpectNear(r.y,
+                 std::vector<double>(a.y.begin() + er * per * h, a.y.begin() + (er + 1) * per * h),
+                 1e-12, "y " + at);
+      ExpectNear(
+          r.dx, std::vector<double>(a.dx.begin() + er * per * h, a.dx.begin() + (er + 1) * per * h),
+          1e-12, "dx " + at);
       for (int64_t x_ = 0; x_ < le; ++x_) {
         const int64_t e = er * le + x_;
         for (int64_t half = 0; half < 2; ++half) {
@@ -271,8 +272,8 @@ TEST(MoeLayerTest, BalancedRoutingSendsEqualCountsToEveryExpert) {
   c.ep = 4;
   const int64_t tokens = 16;
   const MoeWeights<double> w = MoeWeights<double>::Random(c, 5, 0.5);
-  const std::vector<RankResult> r = RunLayout(c, w, RandomVector(tokens * c.hidden, 1),
-                                              RandomVector(tokens * c.hidden, 2));
+  const std::vector<RankResult> r =
+      RunLayout(c, w, RandomVector(tokens * c.hidden, 1), RandomVector(tokens * c.hidden, 2));
   // 4 tokens per rank · k = 2 over 8 experts: 1 assignment per expert from each rank, so
   // each local expert computes 4 rows; the aux loss is its uniform value, coeff.
   for (const RankResult& rank : r) {
@@ -392,8 +393,8 @@ TEST(AllToAllTokenDispatcherTest, DispatchThenCombineRoundTripsEveryRow) {
       }
       ASSERT_TRUE(dispatcher.Plan(per_expert).ok());
       const int64_t n = dispatcher.received_rows();
-      std::vector<float> expert_rows(n * kHidden), ws(std::max<int64_t>(n, rows.size() / 2) *
-                                                      kHidden);
+      std::vector<float> expert_rows(n * kHidden),
+          ws(std::max<int64_t>(n, rows.size() / 2) * kHidden);
       ASSERT_TRUE(dispatcher.Dispatch(rows.data(), expert_rows.data(), ws.data()).ok());
       int64_t at = 0;
       for (int64_t le = 0; le < kLocal; ++le) {

@@ -1,12 +1,13 @@
 // The router and permutation CPU ops (kernels/cpu/moe_router.h, moe_permute.h), the
 // twins the CUDA kernels are checked against, on cases derived by hand.
+#include "kernels/cpu/moe_router.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/moe_permute.h"
-#include "kernels/cpu/moe_router.h"
 
 namespace paratune::kernels {
 namespace {

@@ -3,8 +3,8 @@
 // OOM result) and the all-to-all sweep (nccl-tests bandwidths, every element checked).
 #include <gtest/gtest.h>
 
-#include <memory>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "worker/kernels_executor.h"
@@ -95,8 +95,7 @@ TEST(KernelsExecutorMoeTest, MoeLayerRefusals) {
   bad.mutable_moe_layer()->set_routing("random");
   r = two->Execute(bad, cancel);
   EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_FAILED);
-  EXPECT_EQ(r.message(),
-            "invalid task: routing (random) must be balanced, dropless or capacity");
+  EXPECT_EQ(r.message(), "invalid task: routing (random) must be balanced, dropless or capacity");
   bad = MoeTask(2, 1);
   bad.mutable_moe_layer()->set_num_experts(3);
   r = two->Execute(bad, cancel);
