@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <type_traits>
@@ -82,6 +83,10 @@ absl::Status MoeLayerConfig::Validate() const {
   if (topk_scaling <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("topk_scaling (", topk_scaling, ") must be > 0"));
+  }
+  if (routing == ExpertRouting::kCapacity && capacity_factor <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("capacity_factor (", capacity_factor, ") must be > 0 with capacity routing"));
   }
   PT_RETURN_IF_ERROR(Divides(ep, "ep", num_experts, "num_experts"));
   PT_RETURN_IF_ERROR(Divides(etp, "etp", ffn_hidden, "ffn_hidden"));
@@ -436,8 +441,19 @@ absl::Status MoeLayer<T>::Forward(const T* x, int64_t tokens, T* y) {
   tokens_per_expert_.assign(e, 0);
   PT_ASSIGN_OR_RETURN(
       perm_, Tensor::Empty(allocator_, {tokens * k}, DType::kI32, MemoryTag::kActivations));
-  cpu::moe_permutation(perm_.data_as<int32_t>(), tokens_per_expert_.data(),
-                       selected_.data_as<int32_t>(), tokens * k, e);
+  if (config_.routing == ExpertRouting::kCapacity) {
+    const auto capacity = static_cast<int64_t>(std::ceil(
+        static_cast<double>(tokens * k) / static_cast<double>(e) * config_.capacity_factor));
+    std::vector<int32_t> routed(tokens * k);
+    cpu::moe_capacity_routes(routed.data(), probs_.data_as<T>(), selected_.data_as<int32_t>(),
+                             tokens, e, k, capacity);
+    routed_rows_ = cpu::moe_permutation(perm_.data_as<int32_t>(), tokens_per_expert_.data(),
+                                        routed.data(), tokens * k, e);
+  } else {
+    routed_rows_ = cpu::moe_permutation(perm_.data_as<int32_t>(), tokens_per_expert_.data(),
+                                        selected_.data_as<int32_t>(), tokens * k, e);
+  }
+  const int64_t routed_rows = routed_rows_;
 
   // Auxiliary loss over every token of the EP group.
   aux_loss_ = 0;
@@ -456,8 +472,8 @@ absl::Status MoeLayer<T>::Forward(const T* x, int64_t tokens, T* y) {
   }
 
   // Permute, dispatch, experts, combine.
-  PT_ASSIGN_OR_RETURN(Tensor permuted, Alloc({tokens * k, h}, MemoryTag::kWorkspace));
-  cpu::moe_permute(permuted.data_as<T>(), x, perm_.data_as<int32_t>(), tokens * k, k, h);
+  PT_ASSIGN_OR_RETURN(Tensor permuted, Alloc({routed_rows, h}, MemoryTag::kWorkspace));
+  cpu::moe_permute(permuted.data_as<T>(), x, perm_.data_as<int32_t>(), routed_rows, k, h);
   double t0 = Now();
   PT_RETURN_IF_ERROR(dispatcher_.Plan(tokens_per_expert_));
   // Every allocation before this point has the same size on every rank (same token
@@ -467,7 +483,7 @@ absl::Status MoeLayer<T>::Forward(const T* x, int64_t tokens, T* y) {
   Tensor workspace, expert_out;
   PT_RETURN_IF_ERROR(AgreeOnAllocation([&]() -> absl::Status {
     PT_ASSIGN_OR_RETURN(expert_in_, Alloc({rows, h}, MemoryTag::kActivations));
-    PT_ASSIGN_OR_RETURN(workspace, Alloc({std::max(rows, tokens * k), h}, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(workspace, Alloc({std::max(rows, routed_rows), h}, MemoryTag::kWorkspace));
     PT_ASSIGN_OR_RETURN(expert_out, Alloc({rows, h}, MemoryTag::kWorkspace));
     PT_ASSIGN_OR_RETURN(expert_fc1_, Alloc({rows, 2 * fl}, MemoryTag::kActivations));
     PT_ASSIGN_OR_RETURN(expert_act_, Alloc({rows, fl}, MemoryTag::kActivations));
@@ -479,13 +495,13 @@ absl::Status MoeLayer<T>::Forward(const T* x, int64_t tokens, T* y) {
   PT_RETURN_IF_ERROR(ExpertsForward(expert_in_.data_as<T>(), expert_out.data_as<T>()));
   t0 = Now();
   forward_times_.experts_s = t0 - t1;
-  PT_ASSIGN_OR_RETURN(combined_, Alloc({tokens * k, h}, MemoryTag::kActivations));
+  PT_ASSIGN_OR_RETURN(combined_, Alloc({routed_rows, h}, MemoryTag::kActivations));
   PT_RETURN_IF_ERROR(dispatcher_.Combine(expert_out.data(), combined_.data(), workspace.data()));
   forward_times_.dispatch_combine_s += Now() - t0;
 
   // Unpermute: y[t] = Σ_j prob[t, j] · expert output of (t, j).
   cpu::moe_unpermute(y, combined_.data_as<T>(), probs_.data_as<T>(), perm_.data_as<int32_t>(),
-                     tokens, k, h);
+                     tokens, k, h, routed_rows);
   if (config_.num_shared_experts > 0) {
     PT_ASSIGN_OR_RETURN(Tensor shared_out, Alloc({tokens, h}, MemoryTag::kWorkspace));
     std::fill(shared_out.data_as<T>(), shared_out.data_as<T>() + tokens * h, T(0));
@@ -508,9 +524,12 @@ absl::Status MoeLayer<T>::Backward(const T* dy, T* dx) {
   const int32_t* perm = perm_.data_as<int32_t>();
 
   // Unpermute backward: d(expert output of row i) = prob · dy[t]; dprob = dy[t] · output.
-  PT_ASSIGN_OR_RETURN(Tensor dcombined, Alloc({tokens * k, h}, MemoryTag::kWorkspace));
+  const int64_t routed_rows = routed_rows_;
+  PT_ASSIGN_OR_RETURN(Tensor dcombined, Alloc({routed_rows, h}, MemoryTag::kWorkspace));
   PT_ASSIGN_OR_RETURN(Tensor dprobs, Alloc({tokens, k}, MemoryTag::kWorkspace));
-  for (int64_t i = 0; i < tokens * k; ++i) {
+  // A dropped assignment's probability has no gradient: its expert output is not in y.
+  std::fill(dprobs.data_as<T>(), dprobs.data_as<T>() + tokens * k, T(0));
+  for (int64_t i = 0; i < routed_rows; ++i) {
     const T* dyt = dy + (perm[i] / k) * h;
     const T* o = combined_.data_as<T>() + i * h;
     T* d = dcombined.data_as<T>() + i * h;
@@ -530,7 +549,7 @@ absl::Status MoeLayer<T>::Backward(const T* dy, T* dx) {
   const int64_t fl = config_.ffn_hidden / config_.etp;
   Tensor workspace, dexpert_out, dexpert_in, dact, dfc1;
   PT_RETURN_IF_ERROR(AgreeOnAllocation([&]() -> absl::Status {
-    PT_ASSIGN_OR_RETURN(workspace, Alloc({std::max(rows, tokens * k), h}, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(workspace, Alloc({std::max(rows, routed_rows), h}, MemoryTag::kWorkspace));
     PT_ASSIGN_OR_RETURN(dexpert_out, Alloc({rows, h}, MemoryTag::kWorkspace));
     PT_ASSIGN_OR_RETURN(dexpert_in, Alloc({rows, h}, MemoryTag::kWorkspace));
     PT_ASSIGN_OR_RETURN(dact, Alloc({rows, fl}, MemoryTag::kWorkspace));
@@ -551,8 +570,8 @@ absl::Status MoeLayer<T>::Backward(const T* dy, T* dx) {
   backward_times_.dispatch_combine_s += Now() - t0;
 
   // Permute backward: dx[t] = Σ_j d(permuted row of (t, j)).
-  cpu::moe_unpermute(dx, dcombined.data_as<T>(), static_cast<const T*>(nullptr), perm, tokens, k,
-                     h);
+  cpu::moe_unpermute(dx, dcombined.data_as<T>(), static_cast<const T*>(nullptr), perm, tokens, k, h,
+                     routed_rows);
   if (config_.num_shared_experts > 0) PT_RETURN_IF_ERROR(SharedBackward(dy, dx));
   // copy_to_tp_region's backward for the experts' and shared experts' inputs: each ETP
   // rank holds its shard's part of dx. The router's part is whole on every rank, so it is

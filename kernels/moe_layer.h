@@ -34,9 +34,11 @@ namespace paratune::kernels {
 /// How router logits become scores: softmax over the experts (Mixtral, Qwen3) or an
 /// elementwise sigmoid (DeepSeek-V3).
 enum class MoeScoreFunction { kSoftmax, kSigmoid };
-/// Which experts a token goes to: its top-k (dropless: however unevenly), or the forced
-/// uniform assignment benchmarks use (every expert the same count).
-enum class ExpertRouting { kDropless, kBalanced };
+/// Which experts a token goes to: its top-k (dropless: however unevenly), the forced
+/// uniform assignment benchmarks use (every expert the same count), or its top-k with each
+/// expert taking at most ⌈T·k/E · capacity_factor⌉ of a rank's T tokens' assignments (the
+/// highest-probability ones; the others are dropped and contribute nothing).
+enum class ExpertRouting { kDropless, kBalanced, kCapacity };
 
 struct MoeLayerConfig {
   int64_t hidden = 0;              ///< Hidden size h.
@@ -48,7 +50,8 @@ struct MoeLayerConfig {
   MoeScoreFunction score = MoeScoreFunction::kSoftmax;  ///< Router score function.
   bool normalize_topk = false;  ///< Divide the top-k probabilities by their sum.
   double topk_scaling = 1.0;    ///< Factor on the top-k probabilities (DeepSeek-V3: 2.5).
-  ExpertRouting routing = ExpertRouting::kDropless;  ///< Top-k or forced uniform.
+  ExpertRouting routing = ExpertRouting::kDropless;  ///< Top-k, forced uniform or capped.
+  double capacity_factor = 0;   ///< kCapacity: the cap's factor (> 0); unused otherwise.
   double aux_loss_coeff = 0.0;  ///< Switch load-balancing loss coefficient (0: none).
   int64_t ep = 1;               ///< Expert parallel size (divides num_experts).
   int64_t etp = 1;              ///< Expert tensor parallel size (divides the FFN sizes).
@@ -144,7 +147,7 @@ class MoeLayer {
 
   /// The auxiliary loss of the last forward (the same on every rank; 0 without a coeff).
   double aux_loss() const { return aux_loss_; }
-  /// Assignments of this rank's tokens per global expert in the last forward.
+  /// Assignments of this rank's tokens per global expert in the last forward (after drops).
   const std::vector<int64_t>& tokens_per_expert() const { return tokens_per_expert_; }
   /// Time breakdown of the last Forward and the last Backward.
   const MoePhaseTimes& forward_times() const { return forward_times_; }
@@ -192,6 +195,7 @@ class MoeLayer {
 
   // Stored by Forward for Backward.
   int64_t tokens_ = 0;
+  int64_t routed_rows_ = 0;  // permuted rows: T·k less the dropped assignments
   double aux_loss_ = 0;
   std::vector<int64_t> tokens_per_expert_;
   std::vector<double> global_counts_;

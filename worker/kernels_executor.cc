@@ -461,7 +461,8 @@ absl::StatusOr<kernels::MoeStepConfig> ValidateMoeLayer(const v1::ProfileTask& t
   } else if (t.routing().empty() || t.routing() == "balanced") {
     layer.routing = kernels::ExpertRouting::kBalanced;
   } else if (t.routing() == "capacity") {
-    return absl::UnimplementedError("routing capacity (token dropping) is not in kernels/");
+    layer.routing = kernels::ExpertRouting::kCapacity;
+    layer.capacity_factor = t.capacity_factor();
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("routing (", t.routing(), ") must be balanced, dropless or capacity"));

@@ -44,7 +44,7 @@ struct KernelsExecutorOptions {
 ///                fp8, a GPU-only dtype (bf16/fp16) on CPU, a backend not built, a
 ///                verify layout kernels/training rejects, a gang part without a
 ///                rendezvous, or a verify, optimizer or MoE layer task on a CUDA worker
-///                (training and the MoE layer are CPU-only), or capacity routing;
+///                (training and the MoE layer are CPU-only);
 ///   FAILED       an invalid task (the rule it breaks) or any other error, e.g. a gang
 ///                part whose peers did not join within rendezvous_timeout_ms;
 ///   CANCELLED    `cancel` set: checked before the run and after it (RunLayerStep has no

@@ -10,17 +10,22 @@
 
 namespace paratune::kernels::cpu {
 
-/// perm ([T·k]) from the selected experts ([T, k]): a stable counting sort by expert, so
-/// tokens keep their order within an expert. tokens_per_expert ([E]) is filled too.
-inline void moe_permutation(int32_t* perm, int64_t* tokens_per_expert, const int32_t* selected,
-                            int64_t assignments, int64_t experts) {
+/// perm (up to [T·k]) from the selected experts ([T, k]): a stable counting sort by
+/// expert, so tokens keep their order within an expert; an assignment whose expert is −1
+/// (dropped) gets no row. tokens_per_expert ([E]) is filled too. Returns the rows.
+inline int64_t moe_permutation(int32_t* perm, int64_t* tokens_per_expert, const int32_t* selected,
+                               int64_t assignments, int64_t experts) {
   std::fill(tokens_per_expert, tokens_per_expert + experts, int64_t{0});
-  for (int64_t i = 0; i < assignments; ++i) ++tokens_per_expert[selected[i]];
+  int64_t rows = 0;
+  for (int64_t i = 0; i < assignments; ++i) {
+    if (selected[i] >= 0) ++tokens_per_expert[selected[i]], ++rows;
+  }
   std::vector<int64_t> next(experts + 1, 0);
   std::partial_sum(tokens_per_expert, tokens_per_expert + experts, next.begin() + 1);
   for (int64_t i = 0; i < assignments; ++i) {
-    perm[next[selected[i]]++] = static_cast<int32_t>(i);
+    if (selected[i] >= 0) perm[next[selected[i]]++] = static_cast<int32_t>(i);
   }
+  return rows;
 }
 
 /// out[i, :] = x[perm[i] / k, :] for the T·k permuted rows.
@@ -32,13 +37,14 @@ void moe_permute(T* out, const T* x, const int32_t* perm, int64_t rows, int64_t 
   }
 }
 
-/// y[t, :] = Σ_j w(t, j) · in[row of (t, j), :], w = probs[t·k + j] (probs [T, k]), or 1
-/// when probs is null (the permutation's backward). Overwrites y ([T, h]).
+/// y[t, :] = Σ_j w(t, j) · in[row of (t, j), :] over the `rows` permuted rows (a dropped
+/// assignment adds nothing), w = probs[t·k + j] (probs [T, k]), or 1 when probs is null
+/// (the permutation's backward). Overwrites y ([T, h]).
 template <typename T>
 void moe_unpermute(T* y, const T* in, const T* probs, const int32_t* perm, int64_t tokens,
-                   int64_t k, int64_t hidden) {
+                   int64_t k, int64_t hidden, int64_t rows) {
   std::fill(y, y + tokens * hidden, T(0));
-  for (int64_t i = 0; i < tokens * k; ++i) {
+  for (int64_t i = 0; i < rows; ++i) {
     const T w = probs != nullptr ? probs[perm[i]] : T(1);
     const T* row = in + i * hidden;
     T* yt = y + (perm[i] / k) * hidden;

@@ -83,6 +83,25 @@ void moe_aux_probs(T* p_aux, const T* scores, int64_t tokens, int64_t experts, b
   }
 }
 
+/// Capacity routing (Megatron's drop policy "probs"): each expert keeps at most `capacity`
+/// of the assignments in `selected` ([T, k]), those of highest probability (ties to the
+/// lower assignment index); routed is `selected` with the dropped assignments set to −1.
+template <typename T>
+void moe_capacity_routes(int32_t* routed, const T* probs, const int32_t* selected, int64_t tokens,
+                         int64_t experts, int64_t k, int64_t capacity) {
+  std::vector<std::vector<int64_t>> by_expert(experts);
+  for (int64_t i = 0; i < tokens * k; ++i) {
+    routed[i] = selected[i];
+    by_expert[selected[i]].push_back(i);
+  }
+  for (std::vector<int64_t>& a : by_expert) {
+    if (static_cast<int64_t>(a.size()) <= capacity) continue;
+    std::stable_sort(a.begin(), a.end(),
+                     [probs](int64_t x, int64_t y) { return probs[x] > probs[y]; });
+    for (size_t r = static_cast<size_t>(capacity); r < a.size(); ++r) routed[a[r]] = -1;
+  }
+}
+
 /// dscores (overwritten, [T, E]) from dprobs ([T, k]) through moe_router_probs.
 template <typename T>
 void moe_router_probs_backward(T* dscores, const T* dprobs, const T* scores,

@@ -108,7 +108,8 @@ cudaError_t moe_router_topk(int32_t* selected, float* probs, const float* scores
                             float scale, cudaStream_t stream);
 cudaError_t moe_permute(ElemType t, void* out, const void* x, const int32_t* perm,
                         int64_t rows, int64_t k, int64_t hidden, cudaStream_t stream);
-/// probs may be null (weights 1); position_scratch holds tokens·k int32.
+/// probs may be null (weights 1); position_scratch holds tokens·k int32. Every assignment
+/// has a row (dropless or balanced routing; capacity drops are CPU-only).
 cudaError_t moe_unpermute(ElemType t, void* y, const void* in, const void* probs,
                           const int32_t* perm, int32_t* position_scratch, int64_t tokens,
                           int64_t k, int64_t hidden, cudaStream_t stream);

@@ -104,7 +104,8 @@ TEST(MoeCudaTest, PermuteAndUnpermuteMatchCpuTwins) {
   const std::vector<float> probs = RandomFloats(kTokens * kTopK, 6, 1.0f);
   std::vector<float> permuted(kTokens * kTopK * kHidden), y(kTokens * kHidden);
   cpu::moe_permute(permuted.data(), x.data(), perm.data(), kTokens * kTopK, kTopK, kHidden);
-  cpu::moe_unpermute(y.data(), permuted.data(), probs.data(), perm.data(), kTokens, kTopK, kHidden);
+  cpu::moe_unpermute(y.data(), permuted.data(), probs.data(), perm.data(), kTokens, kTopK, kHidden,
+                     kTokens * kTopK);
   DeviceVector<float> d_x(x), d_probs(probs), d_permuted(permuted), d_y(y);
   DeviceVector<int32_t> d_perm(perm), d_scratch(perm);
   ASSERT_EQ(cuda::moe_permute(cuda::ElemType::kF32, d_permuted.ptr, d_x.ptr, d_perm.ptr,

@@ -169,6 +169,23 @@ TEST(MoeLayerTest, UnnormalizedBalancedGradientsMatchFiniteDifferences) {
   CheckFiniteDifferences(c);
 }
 
+TEST(MoeLayerTest, CapacityRoutingGradientsMatchFiniteDifferences) {
+  MoeLayerConfig c = SmallConfig();
+  c.routing = ExpertRouting::kCapacity;
+  // 6 tokens · top-2 over 8 experts: each expert keeps ⌈12/8 · 0.75⌉ = 2 assignments.
+  c.capacity_factor = 0.75;
+  const MoeWeights<double> w = MoeWeights<double>::Random(c, 7, 0.5);
+  const RankResult r =
+      RunLayout(c, w, RandomVector(6 * c.hidden, 11), RandomVector(6 * c.hidden, 12))[0];
+  int64_t kept = 0;
+  for (int64_t n : r.tokens_per_expert) {
+    EXPECT_LE(n, 2);
+    kept += n;
+  }
+  EXPECT_LT(kept, 12) << "the case must drop assignments";
+  CheckFiniteDifferences(c);
+}
+
 // Layout B (ep, etp) against layout A (ep = etp = 1) on the same 16 tokens: outputs and
 // input gradients row for row; each rank's expert shards' gradients equal the matching
 // slices of A's; router and shared-expert gradients summed over EP ranks equal A's.

@@ -46,6 +46,21 @@ TEST(MoeCpuTwinTest, SigmoidScoresAndAuxProbabilitiesByHand) {
   EXPECT_NEAR(p_aux[1], 0.6, 1e-15);
 }
 
+// Three tokens, top-1, all on expert 0 with probabilities 0.9, 0.5, 0.7 and one on
+// expert 1: a capacity of 2 keeps tokens 0 and 2 on expert 0 and drops token 1.
+TEST(MoeCpuTwinTest, CapacityKeepsTheHighestProbabilities) {
+  const std::vector<int32_t> selected = {0, 0, 0, 1};
+  const std::vector<double> probs = {0.9, 0.5, 0.7, 0.1};
+  std::vector<int32_t> routed(4);
+  cpu::moe_capacity_routes(routed.data(), probs.data(), selected.data(), 4, 2, 1, 2);
+  EXPECT_EQ(routed, (std::vector<int32_t>{0, -1, 0, 1}));
+  std::vector<int32_t> perm(4);
+  std::vector<int64_t> counts(2);
+  EXPECT_EQ(cpu::moe_permutation(perm.data(), counts.data(), routed.data(), 4, 2), 3);
+  EXPECT_EQ(counts, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(std::vector<int32_t>(perm.begin(), perm.begin() + 3), (std::vector<int32_t>{0, 2, 3}));
+}
+
 // Balanced routing: slot j of global token g goes to expert (g·k + j) mod E.
 TEST(MoeCpuTwinTest, BalancedAssignmentIsRoundRobinOverGlobalSlots) {
   std::vector<int32_t> selected(6);

@@ -85,6 +85,22 @@ TEST(KernelsExecutorMoeTest, MoeLayerOutOfMemoryIsAnOomResult) {
   EXPECT_GT(r.oom_bytes_requested(), 0);
 }
 
+// Capacity routing at factor 0.5: each expert takes at most ⌈8·2/4 · 0.5⌉ = 2 of a rank's
+// 16 assignments, so at most 2 ranks · 2 = 4 rows per expert.
+TEST(KernelsExecutorMoeTest, MoeLayerCapacityRoutingCapsEveryExpert) {
+  auto executor = CreateKernelsExecutor(CpuSlots(2));
+  CancelFlag cancel;
+  v1::ProfileTask task = MoeTask(2, 1);
+  task.mutable_moe_layer()->set_routing("capacity");
+  task.mutable_moe_layer()->set_capacity_factor(0.5);
+  const v1::TaskResult r = executor->Execute(task, cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  for (int64_t rows : r.moe_layer().tokens_per_expert()) EXPECT_LE(rows, 4);
+  task.mutable_moe_layer()->set_capacity_factor(0);
+  EXPECT_EQ(executor->Execute(task, cancel).message(),
+            "invalid task: capacity_factor (0) must be > 0 with capacity routing");
+}
+
 TEST(KernelsExecutorMoeTest, MoeLayerRefusals) {
   CancelFlag cancel;
   auto two = CreateKernelsExecutor(CpuSlots(2));
