@@ -326,8 +326,6 @@ absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::CreateFrom(
 template <typename T>
 absl::Status MoeLayer<T>::SharedForward(const T* x, int64_t tokens, T* y) {
   const int64_t h = config_.hidden, fsl = config_.shared_ffn_total() / config_.etp;
-  PT_ASSIGN_OR_RETURN(shared_fc1_, Alloc({tokens, 2 * fsl}, MemoryTag::kActivations));
-  PT_ASSIGN_OR_RETURN(shared_act_, Alloc({tokens, fsl}, MemoryTag::kActivations));
   LinearForward(shared_fc1_.data_as<T>(), x, w_.shared_fc1.data_as<T>(), tokens, h, 2 * fsl);
   cpu::swiglu_forward(shared_act_.data_as<T>(), shared_fc1_.data_as<T>(), tokens, fsl, threads_);
   // += onto the routed output: reduce_from_tp_region of the sum (fwd: all-reduce).
@@ -471,39 +469,49 @@ absl::Status MoeLayer<T>::Forward(const T* x, int64_t tokens, T* y) {
                                   tokens * ep_->size(), k, config_.aux_loss_coeff);
   }
 
-  // Permute, dispatch, experts, combine.
-  PT_ASSIGN_OR_RETURN(Tensor permuted, Alloc({routed_rows, h}, MemoryTag::kWorkspace));
-  cpu::moe_permute(permuted.data_as<T>(), x, perm_.data_as<int32_t>(), routed_rows, k, h);
+  // Plan, permute, dispatch, experts, combine.
   double t0 = Now();
   PT_RETURN_IF_ERROR(dispatcher_.Plan(tokens_per_expert_));
-  // Every allocation before this point has the same size on every rank (same token
-  // count); those sized by the routing are made here, together, and agreed on.
+  forward_times_.dispatch_combine_s = Now() - t0;
+  // Until here every rank has allocated tensors of the same sizes (the same token count),
+  // so an allocation fails on all ranks or on none. From here the routing sizes them:
+  // the rest of the forward's are made together and agreed on.
   const int64_t rows = dispatcher_.received_rows();
   const int64_t fl = config_.ffn_hidden / config_.etp;
-  Tensor workspace, expert_out;
+  const int64_t fsl = config_.shared_ffn_total() / config_.etp;
+  Tensor permuted, workspace, expert_out, shared_out;
   PT_RETURN_IF_ERROR(AgreeOnAllocation([&]() -> absl::Status {
+    PT_ASSIGN_OR_RETURN(permuted, Alloc({routed_rows, h}, MemoryTag::kWorkspace));
     PT_ASSIGN_OR_RETURN(expert_in_, Alloc({rows, h}, MemoryTag::kActivations));
     PT_ASSIGN_OR_RETURN(workspace, Alloc({std::max(rows, routed_rows), h}, MemoryTag::kWorkspace));
     PT_ASSIGN_OR_RETURN(expert_out, Alloc({rows, h}, MemoryTag::kWorkspace));
     PT_ASSIGN_OR_RETURN(expert_fc1_, Alloc({rows, 2 * fl}, MemoryTag::kActivations));
     PT_ASSIGN_OR_RETURN(expert_act_, Alloc({rows, fl}, MemoryTag::kActivations));
+    PT_ASSIGN_OR_RETURN(combined_, Alloc({routed_rows, h}, MemoryTag::kActivations));
+    if (config_.num_shared_experts > 0) {
+      PT_ASSIGN_OR_RETURN(shared_out, Alloc({tokens, h}, MemoryTag::kWorkspace));
+      PT_ASSIGN_OR_RETURN(shared_fc1_, Alloc({tokens, 2 * fsl}, MemoryTag::kActivations));
+      PT_ASSIGN_OR_RETURN(shared_act_, Alloc({tokens, fsl}, MemoryTag::kActivations));
+    }
     return absl::OkStatus();
   }()));
+  cpu::moe_permute(permuted.data_as<T>(), x, perm_.data_as<int32_t>(), routed_rows, k, h);
+  t0 = Now();
   PT_RETURN_IF_ERROR(dispatcher_.Dispatch(permuted.data(), expert_in_.data(), workspace.data()));
   double t1 = Now();
-  forward_times_.dispatch_combine_s = t1 - t0;
+  forward_times_.dispatch_combine_s += t1 - t0;
+  permuted = Tensor();
   PT_RETURN_IF_ERROR(ExpertsForward(expert_in_.data_as<T>(), expert_out.data_as<T>()));
   t0 = Now();
   forward_times_.experts_s = t0 - t1;
-  PT_ASSIGN_OR_RETURN(combined_, Alloc({routed_rows, h}, MemoryTag::kActivations));
   PT_RETURN_IF_ERROR(dispatcher_.Combine(expert_out.data(), combined_.data(), workspace.data()));
   forward_times_.dispatch_combine_s += Now() - t0;
+  workspace = expert_out = Tensor();
 
   // Unpermute: y[t] = Σ_j prob[t, j] · expert output of (t, j).
   cpu::moe_unpermute(y, combined_.data_as<T>(), probs_.data_as<T>(), perm_.data_as<int32_t>(),
                      tokens, k, h, routed_rows);
   if (config_.num_shared_experts > 0) {
-    PT_ASSIGN_OR_RETURN(Tensor shared_out, Alloc({tokens, h}, MemoryTag::kWorkspace));
     std::fill(shared_out.data_as<T>(), shared_out.data_as<T>() + tokens * h, T(0));
     PT_RETURN_IF_ERROR(SharedForward(x, tokens, shared_out.data_as<T>()));
     // reduce_from_tp_region (fwd: all-reduce over ETP) on the shared experts' output.
@@ -523,10 +531,24 @@ absl::Status MoeLayer<T>::Backward(const T* dy, T* dx) {
   const bool sigmoid = config_.score == MoeScoreFunction::kSigmoid;
   const int32_t* perm = perm_.data_as<int32_t>();
 
-  // Unpermute backward: d(expert output of row i) = prob · dy[t]; dprob = dy[t] · output.
+  // The stored activations are sized by the routing, so the buffers of the routed part
+  // are made together and agreed on; once they and those activations are freed (after the
+  // combine), every rank holds tensors of the same sizes again.
   const int64_t routed_rows = routed_rows_;
-  PT_ASSIGN_OR_RETURN(Tensor dcombined, Alloc({routed_rows, h}, MemoryTag::kWorkspace));
-  PT_ASSIGN_OR_RETURN(Tensor dprobs, Alloc({tokens, k}, MemoryTag::kWorkspace));
+  const int64_t rows = dispatcher_.received_rows();
+  const int64_t fl = config_.ffn_hidden / config_.etp;
+  Tensor dcombined, dprobs, workspace, dexpert_out, dexpert_in, dact, dfc1;
+  PT_RETURN_IF_ERROR(AgreeOnAllocation([&]() -> absl::Status {
+    PT_ASSIGN_OR_RETURN(dcombined, Alloc({routed_rows, h}, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(dprobs, Alloc({tokens, k}, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(workspace, Alloc({std::max(rows, routed_rows), h}, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(dexpert_out, Alloc({rows, h}, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(dexpert_in, Alloc({rows, h}, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(dact, Alloc({rows, fl}, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(dfc1, Alloc({rows, 2 * fl}, MemoryTag::kWorkspace));
+    return absl::OkStatus();
+  }()));
+  // Unpermute backward: d(expert output of row i) = prob · dy[t]; dprob = dy[t] · output.
   // A dropped assignment's probability has no gradient: its expert output is not in y.
   std::fill(dprobs.data_as<T>(), dprobs.data_as<T>() + tokens * k, T(0));
   for (int64_t i = 0; i < routed_rows; ++i) {
@@ -545,17 +567,6 @@ absl::Status MoeLayer<T>::Backward(const T* dy, T* dx) {
 
   // The route backwards: the output gradients travel as the tokens did (dispatch), the
   // input gradients return as the outputs did (combine).
-  const int64_t rows = dispatcher_.received_rows();
-  const int64_t fl = config_.ffn_hidden / config_.etp;
-  Tensor workspace, dexpert_out, dexpert_in, dact, dfc1;
-  PT_RETURN_IF_ERROR(AgreeOnAllocation([&]() -> absl::Status {
-    PT_ASSIGN_OR_RETURN(workspace, Alloc({std::max(rows, routed_rows), h}, MemoryTag::kWorkspace));
-    PT_ASSIGN_OR_RETURN(dexpert_out, Alloc({rows, h}, MemoryTag::kWorkspace));
-    PT_ASSIGN_OR_RETURN(dexpert_in, Alloc({rows, h}, MemoryTag::kWorkspace));
-    PT_ASSIGN_OR_RETURN(dact, Alloc({rows, fl}, MemoryTag::kWorkspace));
-    PT_ASSIGN_OR_RETURN(dfc1, Alloc({rows, 2 * fl}, MemoryTag::kWorkspace));
-    return absl::OkStatus();
-  }()));
   double t0 = Now();
   PT_RETURN_IF_ERROR(dispatcher_.Dispatch(dcombined.data(), dexpert_out.data(), workspace.data()));
   double t1 = Now();
@@ -572,6 +583,7 @@ absl::Status MoeLayer<T>::Backward(const T* dy, T* dx) {
   // Permute backward: dx[t] = Σ_j d(permuted row of (t, j)).
   cpu::moe_unpermute(dx, dcombined.data_as<T>(), static_cast<const T*>(nullptr), perm, tokens, k, h,
                      routed_rows);
+  dcombined = workspace = dexpert_in = Tensor();
   if (config_.num_shared_experts > 0) PT_RETURN_IF_ERROR(SharedBackward(dy, dx));
   // copy_to_tp_region's backward for the experts' and shared experts' inputs: each ETP
   // rank holds its shard's part of dx. The router's part is whole on every rank, so it is

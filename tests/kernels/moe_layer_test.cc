@@ -334,13 +334,14 @@ TEST(MoeLayerTest, CreateRandomHoldsTheWeightsOfMoeWeightsRandom) {
             ToVector<float>((*b)->weights().shared_fc2));
 }
 
-// Rank 1's capacity holds its weights, gradients and the buffers every rank allocates
-// alike before the dispatch, but not the routed rows: it reports ResourceExhausted and its
-// peer Aborted, instead of waiting for it in the all-to-all. Bytes by hand (fp64, T = 4
-// tokens, h = 12, E = 8, k = 2, f = 8, ep = 2, no shared experts, no aux loss):
-// weights = gradients = (E·h + 4 experts·(2f·h + h·f))·8 = (96 + 4·288)·8 = 9984;
-// live at the dispatch: x T·h·8 = 384, scores T·E·8 = 256, selected T·k·4 = 32,
-// probs T·k·8 = 64, permutation T·k·4 = 32, permuted rows T·k·h·8 = 768.
+// Rank 1's capacity holds its weights, gradients, the buffers every rank allocates alike
+// before the dispatch plan and the permuted rows, the first buffer the routing sizes, but
+// not the expert rows after them: it reports ResourceExhausted and its peer Aborted,
+// instead of waiting for it in the all-to-all. Bytes by hand (fp64, T = 4 tokens, h = 12,
+// E = 8, k = 2, f = 8, ep = 2, no shared experts, no aux loss): weights = gradients =
+// (E·h + 4 experts·(2f·h + h·f))·8 = (96 + 4·288)·8 = 9984; live at the plan: x T·h·8 =
+// 384, scores T·E·8 = 256, selected T·k·4 = 32, probs T·k·8 = 64, permutation T·k·4 = 32;
+// permuted rows T·k·h·8 = 768.
 TEST(MoeLayerTest, OutOfMemoryOnOneRankFailsEveryRankWithoutWaiting) {
   MoeLayerConfig c = SmallConfig();
   c.ep = 2;
