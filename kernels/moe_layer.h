@@ -139,7 +139,8 @@ class MoeLayer {
                                                                 int threads);
 
   /// y[tokens, h] from x[tokens, h]. Balanced routing numbers the tokens of EP rank r from
-  /// r·tokens (every EP rank passes the same count).
+  /// r·tokens (every EP rank passes the same count). Forwards and backwards come in pairs
+  /// (one forward's activations are stored at a time).
   absl::Status Forward(const T* x, int64_t tokens, T* y);
   /// dx (overwritten) from dy, for the loss Σ y·(its gradient) + aux_loss(); weight
   /// gradients accumulate (+=), as over micro-batches. Frees the stored activations.
