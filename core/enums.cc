@@ -73,6 +73,7 @@ const char* ToString(CollectiveOp v) {
     case CollectiveOp::kAllGather: return "all_gather";
     case CollectiveOp::kReduceScatter: return "reduce_scatter";
     case CollectiveOp::kSendRecv: return "send_recv";
+    case CollectiveOp::kAllToAll: return "all_to_all";
   }
   return "?";
 }
@@ -132,7 +133,8 @@ absl::StatusOr<Recompute> ParseRecompute(absl::string_view s) {
 
 absl::StatusOr<CollectiveOp> ParseCollectiveOp(absl::string_view s) {
   static constexpr CollectiveOp kAll[] = {CollectiveOp::kAllReduce, CollectiveOp::kAllGather,
-                                          CollectiveOp::kReduceScatter, CollectiveOp::kSendRecv};
+                                          CollectiveOp::kReduceScatter, CollectiveOp::kSendRecv,
+                                          CollectiveOp::kAllToAll};
   return ParseEnum("collective op", s, kAll);
 }
 

@@ -22,7 +22,7 @@ enum class Precision { kFp32, kBf16, kFp16, kFp8 };
 /// reruns its whole forward in backward.
 enum class Recompute { kNone, kSelective, kFull };
 /// A collective of an nccl-tests-style sweep.
-enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kSendRecv };
+enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kSendRecv, kAllToAll };
 /// Work run around a layer on the first or last pipeline stage, besides the layer.
 enum class StageExtras {
   kNone,

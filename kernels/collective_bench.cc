@@ -53,6 +53,8 @@ absl::Status RunRank(const CollectiveSweepConfig& config, Communicator& comm, Ba
           if (r == 0) return comm.Send(in.data(), count, config.dtype, 1);
           if (r == 1) return comm.Recv(out.data(), count, config.dtype, 0);
           return absl::OkStatus();
+        case CollectiveOp::kAllToAll:
+          return comm.AllToAll(in.data(), out.data(), count / k, config.dtype);
       }
       return absl::OkStatus();
     };
@@ -85,6 +87,12 @@ absl::Status RunRank(const CollectiveSweepConfig& config, Communicator& comm, Ba
         case CollectiveOp::kSendRecv:
           expect = r == 1 ? InputValue(0, i) : -1;
           break;
+        case CollectiveOp::kAllToAll: {
+          // Chunk q came from rank q: its input chunk r.
+          const int64_t chunk = count / k;
+          expect = InputValue(static_cast<int>(i / chunk), r * chunk + i % chunk);
+          break;
+        }
       }
       if (got[i] != expect) ++wrong;
     }
@@ -104,7 +112,8 @@ double BusBandwidthFactor(CollectiveOp op, int64_t group_size) {
   switch (op) {
     case CollectiveOp::kAllReduce: return 2.0 * (k - 1) / k;
     case CollectiveOp::kAllGather:
-    case CollectiveOp::kReduceScatter: return (k - 1) / k;
+    case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kAllToAll: return (k - 1) / k;
     case CollectiveOp::kSendRecv: return 1.0;
   }
   return 1.0;

@@ -3,9 +3,10 @@
 // and checks the result of a final call against the exact expected values (#wrong).
 //
 // Sizes are the full buffer in bytes, as nccl-tests prints them: all-reduce the buffer,
-// all-gather the gathered output, reduce-scatter the input, send/recv the message.
-// algbw = size / time; busbw = algbw × factor: all-reduce 2(k−1)/k, all-gather and
-// reduce-scatter (k−1)/k, send/recv 1.
+// all-gather the gathered output, reduce-scatter the input, send/recv the message,
+// all-to-all one rank's send buffer (size/k bytes to each rank, itself included).
+// algbw = size / time; busbw = algbw × factor: all-reduce 2(k−1)/k, all-gather,
+// reduce-scatter and all-to-all (k−1)/k, send/recv 1.
 #ifndef PARATUNE_KERNELS_COLLECTIVE_BENCH_H_
 #define PARATUNE_KERNELS_COLLECTIVE_BENCH_H_
 

@@ -36,10 +36,26 @@ class Communicator {
   /// in has size()*count elements; out (count elements) = sum over ranks of chunk rank().
   /// In place (as NCCL): `out` may be this rank's chunk of `in`, in + rank()*count elements.
   virtual absl::Status ReduceScatter(const void* in, void* out, int64_t count, DType dtype) = 0;
+  /// All-to-all with equal chunks: `in` and `out` hold size() chunks of `count` elements;
+  /// chunk q of `in` goes to rank q, chunk q of `out` comes from rank q (Gloo `alltoall`,
+  /// NCCL grouped send/recv). Not in place.
+  virtual absl::Status AllToAll(const void* in, void* out, int64_t count, DType dtype) = 0;
+  /// All-to-all with variable chunks (Gloo `alltoallv`): `in` holds send_counts[q] elements
+  /// for rank q, back to back in rank order; `out` receives recv_counts[q] elements from
+  /// rank q, in rank order. recv_counts[q] must equal rank q's send_counts[rank()] (the
+  /// caller exchanges the counts first, e.g. with AllToAll). Not in place.
+  virtual absl::Status AllToAllV(const void* in, const std::vector<int64_t>& send_counts,
+                                 void* out, const std::vector<int64_t>& recv_counts,
+                                 DType dtype) = 0;
   virtual absl::Status Send(const void* buf, int64_t count, DType dtype, int peer) = 0;
   virtual absl::Status Recv(void* buf, int64_t count, DType dtype, int peer) = 0;
   virtual absl::Status Barrier() = 0;
 };
+
+/// InvalidArgument unless `send_counts` and `recv_counts` have one entry per rank of a
+/// group of `size`, none negative. Every AllToAllV checks its counts with it.
+absl::Status CheckAllToAllCounts(const std::vector<int64_t>& send_counts,
+                                 const std::vector<int64_t>& recv_counts, int size);
 
 /// Copies `bytes` from src to dst wherever the buffers live (host or device).
 using CopyFn = std::function<absl::Status(void* dst, const void* src, int64_t bytes)>;

@@ -3,17 +3,20 @@
 // any other GlooRendezvous (the coordinator's, over gRPC). All-reduce, all-gather and
 // barrier are Gloo's own algorithms; reduce-scatter is a ring over Gloo's unbound buffers
 // (k−1 steps, each moving 1/k of the buffer, which is the traffic nccl-tests' (k−1)/k
-// factor assumes).
+// factor assumes). All-to-all is Gloo's `alltoall` / `alltoallv` over bytes (any dtype).
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <numeric>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
+#include "gloo/alltoall.h"
+#include "gloo/alltoallv.h"
 #include "gloo/barrier.h"
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
@@ -121,6 +124,44 @@ class GlooCommunicator final : public Communicator {
     return Unsupported(dtype);
   }
 
+  absl::Status AllToAll(const void* in, void* out, int64_t count, DType dtype) override {
+    if (count < 0) return absl::InvalidArgumentError("count must be >= 0");
+    if (count == 0) return absl::OkStatus();
+    return Guard([&]() -> absl::Status {
+      gloo::AlltoallOptions opts(ctx_);
+      const int64_t bytes = count * SizeOf(dtype) * size();
+      opts.setInput(static_cast<char*>(const_cast<void*>(in)), bytes);
+      opts.setOutput(static_cast<char*>(out), bytes);
+      gloo::alltoall(opts);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status AllToAllV(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                         const std::vector<int64_t>& recv_counts, DType dtype) override {
+    if (absl::Status s = CheckAllToAllCounts(send_counts, recv_counts, size()); !s.ok()) {
+      return s;
+    }
+    const int64_t elem = SizeOf(dtype);
+    std::vector<int64_t> send_bytes(send_counts.size()), recv_bytes(recv_counts.size());
+    for (size_t q = 0; q < send_counts.size(); ++q) {
+      send_bytes[q] = send_counts[q] * elem;
+      recv_bytes[q] = recv_counts[q] * elem;
+    }
+    // Gloo binds every buffer it is given, even an empty one: a rank that sends or receives
+    // nothing passes a one-byte dummy instead of a possibly null pointer.
+    char dummy_in = 0, dummy_out = 0;
+    const bool no_in = std::accumulate(send_bytes.begin(), send_bytes.end(), int64_t{0}) == 0;
+    const bool no_out = std::accumulate(recv_bytes.begin(), recv_bytes.end(), int64_t{0}) == 0;
+    return Guard([&]() -> absl::Status {
+      gloo::AlltoallvOptions opts(ctx_);
+      opts.setInput(no_in ? &dummy_in : static_cast<char*>(const_cast<void*>(in)), send_bytes);
+      opts.setOutput(no_out ? &dummy_out : static_cast<char*>(out), recv_bytes);
+      gloo::alltoallv(opts);
+      return absl::OkStatus();
+    });
+  }
+
   absl::Status Send(const void* buf, int64_t count, DType dtype, int peer) override {
     return Guard([&]() -> absl::Status {
       auto ub = ctx_->createUnboundBuffer(const_cast<void*>(buf), count * SizeOf(dtype));
@@ -209,6 +250,19 @@ class SelfCommunicator final : public Communicator {
   absl::Status ReduceScatter(const void* in, void* out, int64_t count, DType dtype) override {
     return CopyUnlessSame(out, in, count * SizeOf(dtype));
   }
+  absl::Status AllToAll(const void* in, void* out, int64_t count, DType dtype) override {
+    return CopyUnlessSame(out, in, count * SizeOf(dtype));
+  }
+  absl::Status AllToAllV(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                         const std::vector<int64_t>& recv_counts, DType dtype) override {
+    if (absl::Status s = CheckAllToAllCounts(send_counts, recv_counts, 1); !s.ok()) return s;
+    if (send_counts[0] != recv_counts[0]) {
+      return absl::InvalidArgumentError(absl::StrCat("recv_counts[0] (", recv_counts[0],
+                                                     ") must equal send_counts[0] (",
+                                                     send_counts[0], ") in a one-rank group"));
+    }
+    return CopyUnlessSame(out, in, send_counts[0] * SizeOf(dtype));
+  }
   absl::Status Send(const void*, int64_t, DType, int peer) override {
     return absl::InvalidArgumentError(absl::StrCat("peer (", peer, ") must be another rank"));
   }
@@ -228,6 +282,28 @@ class SelfCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+absl::Status CheckAllToAllCounts(const std::vector<int64_t>& send_counts,
+                                 const std::vector<int64_t>& recv_counts, int size) {
+  if (static_cast<int64_t>(send_counts.size()) != size) {
+    return absl::InvalidArgumentError(absl::StrCat("send_counts has ", send_counts.size(),
+                                                   " entries; must have one per rank (", size,
+                                                   ")"));
+  }
+  if (static_cast<int64_t>(recv_counts.size()) != size) {
+    return absl::InvalidArgumentError(absl::StrCat("recv_counts has ", recv_counts.size(),
+                                                   " entries; must have one per rank (", size,
+                                                   ")"));
+  }
+  for (int q = 0; q < size; ++q) {
+    if (send_counts[q] < 0 || recv_counts[q] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("send_counts[", q, "] (", send_counts[q], ") and recv_counts[", q, "] (",
+                       recv_counts[q], ") must be >= 0"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 std::unique_ptr<Communicator> MakeSelfCommunicator(CopyFn copy) {
   return std::make_unique<SelfCommunicator>(std::move(copy));

@@ -263,6 +263,9 @@ v1::ProfileTask ToProto(const ProfileTaskSpec& task) {
       case CollectiveOp::kSendRecv:
         sweep->set_op(v1::CollectiveSweepTask::OP_SEND_RECV);
         break;
+      case CollectiveOp::kAllToAll:
+        sweep->set_op(v1::CollectiveSweepTask::OP_ALL_TO_ALL);
+        break;
     }
     sweep->set_group_size(c.group_size);
     for (int64_t size : c.sizes_bytes) sweep->add_sizes_bytes(size);

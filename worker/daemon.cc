@@ -117,6 +117,12 @@ std::string Describe(const v1::ProfileTask& task) {
   if (task.has_optimizer()) {
     return absl::StrCat("optimizer step, ", task.optimizer().params(), " parameters per rank");
   }
+  if (task.has_moe_layer()) {
+    const v1::MoeLayerTask& m = task.moe_layer();
+    return absl::StrCat("moe layer h=", m.hidden_size(), " experts=", m.num_experts(), " top",
+                        m.moe_router_topk(), " ep=", m.ep(), " etp=", m.etp(), " tokens=",
+                        m.tokens());
+  }
   return "no workload";
 }
 

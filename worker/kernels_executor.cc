@@ -16,6 +16,7 @@
 #include "core/enums.h"
 #include "kernels/backend.h"
 #include "kernels/collective_bench.h"
+#include "kernels/moe_step.h"
 #include "kernels/step_runner.h"
 #include "kernels/training/training.h"
 #include "server/convert_layout.h"
@@ -251,6 +252,9 @@ absl::StatusOr<kernels::CollectiveSweepConfig> ValidateCollective(const v1::Prof
     case v1::CollectiveSweepTask::OP_SEND_RECV:
       config.op = CollectiveOp::kSendRecv;
       break;
+    case v1::CollectiveSweepTask::OP_ALL_TO_ALL:
+      config.op = CollectiveOp::kAllToAll;
+      break;
     default:
       return absl::InvalidArgumentError("collective op is unspecified");
   }
@@ -426,6 +430,85 @@ void OptimizerResult(const OptimizerRun& run, const double& step_s, TaskResult* 
   out->set_copies(run.copies);
 }
 
+// --- moe_layer: one mixture-of-experts layer, timed (kernels/moe_step.h) -----------------
+
+absl::StatusOr<kernels::MoeStepConfig> ValidateMoeLayer(const v1::ProfileTask& task,
+                                                        const Worker& worker) {
+  const v1::MoeLayerTask& t = task.moe_layer();
+  if (worker.backend_name() != "cpu") {
+    return absl::UnimplementedError(absl::StrCat(
+        "the MoE layer task runs on the CPU backend only; this worker is ",
+        worker.backend_name()));
+  }
+  kernels::MoeStepConfig config;
+  kernels::MoeLayerConfig& layer = config.layer;
+  layer.hidden = t.hidden_size();
+  layer.num_experts = t.num_experts();
+  layer.topk = t.moe_router_topk();
+  layer.ffn_hidden = t.moe_ffn_hidden_size();
+  layer.num_shared_experts = t.num_shared_experts();
+  layer.shared_ffn_hidden = t.shared_expert_ffn_hidden_size();
+  if (t.score_function() == "sigmoid") {
+    layer.score = kernels::MoeScoreFunction::kSigmoid;
+  } else if (!t.score_function().empty() && t.score_function() != "softmax") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "score_function (", t.score_function(), ") must be softmax or sigmoid"));
+  }
+  layer.normalize_topk = t.normalize_topk();
+  layer.topk_scaling = t.topk_scaling() > 0 ? t.topk_scaling() : 1.0;
+  if (t.routing() == "dropless") {
+    layer.routing = kernels::ExpertRouting::kDropless;
+  } else if (t.routing().empty() || t.routing() == "balanced") {
+    layer.routing = kernels::ExpertRouting::kBalanced;
+  } else if (t.routing() == "capacity") {
+    layer.routing = kernels::ExpertRouting::kCapacity;
+    layer.capacity_factor = t.capacity_factor();
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("routing (", t.routing(), ") must be balanced, dropless or capacity"));
+  }
+  layer.aux_loss_coeff = t.aux_loss_coeff();
+  layer.ep = std::max<int64_t>(1, t.ep());
+  layer.etp = std::max<int64_t>(1, t.etp());
+  const int64_t ranks = layer.ep * layer.etp;
+  if (absl::Status s = worker.NeedRanks(
+          ranks, absl::StrCat(" (ep ", layer.ep, " x etp ", layer.etp, ")"));
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<kernels::DType> dtype = worker.TaskDType(t.dtype());
+  if (!dtype.ok()) return dtype.status();
+  config.dtype = *dtype;
+  config.tokens = t.tokens();
+  config.warmup = t.warmup();
+  config.iters = t.iters() > 0 ? t.iters() : worker.options().default_layer_iters;
+  config.seed = t.seed();
+  config.capacity_bytes_per_rank = worker.Capacity(ranks);
+  if (absl::Status s = config.Validate(); !s.ok()) return s;
+  return config;
+}
+
+absl::StatusOr<kernels::MoeStepResult> RunMoeLayer(const kernels::MoeStepConfig& config,
+                                                   const Worker&, const CancelFlag&) {
+  return kernels::RunMoeLayerStep(config);
+}
+
+void MoeLayerResult(const kernels::MoeStepConfig&, const kernels::MoeStepResult& step,
+                    TaskResult* r) {
+  v1::MoeLayerProfile* profile = r->mutable_moe_layer();
+  for (const kernels::PhaseTiming& p : step.phases) {
+    v1::PhaseTiming* out = profile->add_phases();
+    out->set_phase(p.phase);
+    out->set_median_s(p.median_s);
+    out->set_min_s(p.min_s);
+    out->set_max_s(p.max_s);
+  }
+  for (int64_t bytes : step.peak_bytes_per_rank) profile->add_peak_bytes_per_rank(bytes);
+  profile->set_activation_bytes(step.activation_bytes);
+  for (int64_t rows : step.tokens_per_expert) profile->add_tokens_per_expert(rows);
+  profile->set_aux_loss(step.aux_loss);
+}
+
 // --- The table ---------------------------------------------------------------------------
 
 const std::vector<TaskEntry>& TaskKinds() {
@@ -438,6 +521,8 @@ const std::vector<TaskEntry>& TaskKinds() {
           {v1::ProfileTask::kVerify, ValidateVerify, RunVerify, VerifyResult}),
       Register<OptimizerRun, double>(
           {v1::ProfileTask::kOptimizer, ValidateOptimizer, RunOptimizer, OptimizerResult}),
+      Register<kernels::MoeStepConfig, kernels::MoeStepResult>(
+          {v1::ProfileTask::kMoeLayer, ValidateMoeLayer, RunMoeLayer, MoeLayerResult}),
   };
   return kKinds;
 }
@@ -453,7 +538,8 @@ class KernelsExecutor final : public TaskExecutor {
       if (entry.kind == task.kind_case()) return entry.execute(task, worker_, cancel);
     }
     return Outcome(TaskResult::OUTCOME_UNSUPPORTED,
-                   "task names no workload (neither layer, collective, verify nor optimizer)");
+                   "task names no workload (neither layer, collective, verify, optimizer nor "
+                   "moe_layer)");
   }
 
  private:

@@ -1,5 +1,6 @@
 // The real executor: runs ProfileTasks on kernels/ (the step runner for layer profiles,
-// the collective bench for sweeps, the trainer for verify and optimizer tasks) and maps
+// the collective bench for sweeps, the trainer for verify and optimizer tasks, the MoE
+// step runner for MoE layer tasks) and maps
 // their results and errors onto TaskResult. Each task kind is one entry of a table in
 // kernels_executor.cc (validate, run, result), so a new kind is a new entry.
 #ifndef PARATUNE_WORKER_KERNELS_EXECUTOR_H_
@@ -42,8 +43,8 @@ struct KernelsExecutorOptions {
 ///   UNSUPPORTED  more ranks than devices, context parallelism (cp > 1: not in kernels/),
 ///                fp8, a GPU-only dtype (bf16/fp16) on CPU, a backend not built, a
 ///                verify layout kernels/training rejects, a gang part without a
-///                rendezvous, or a verify or optimizer task on a CUDA worker (training
-///                is CPU-only);
+///                rendezvous, or a verify, optimizer or MoE layer task on a CUDA worker
+///                (training and the MoE layer are CPU-only);
 ///   FAILED       an invalid task (the rule it breaks) or any other error, e.g. a gang
 ///                part whose peers did not join within rendezvous_timeout_ms;
 ///   CANCELLED    `cancel` set: checked before the run and after it (RunLayerStep has no

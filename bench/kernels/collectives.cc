@@ -3,7 +3,7 @@
 // and the CUDA backend exist). Sizes double from --min-bytes to --max-bytes (nccl-tests
 // -b/-e/-f); every size's result is checked (#wrong).
 //
-//   collectives [--op all_reduce|all_gather|reduce_scatter|send_recv|all] [--ranks 2]
+//   collectives [--op all_reduce|all_gather|reduce_scatter|send_recv|all_to_all|all] [--ranks 2]
 //               [--min-bytes 1024] [--max-bytes 16777216] [--factor 2] [--warmup 2]
 //               [--iters 10] [--dtype fp32] [--backend cpu] [--json]
 #include <cstdio>
@@ -24,7 +24,7 @@ int Main(int argc, char** argv) {
   std::vector<int64_t> ranks = {2};
   int64_t min_bytes = 1024, max_bytes = 16 << 20, factor = 2, warmup = 2, iters = 10;
   bool json_out = false;
-  app.add_option("--op", op_name, "all_reduce|all_gather|reduce_scatter|send_recv|all");
+  app.add_option("--op", op_name, "all_reduce|all_gather|reduce_scatter|send_recv|all_to_all|all");
   app.add_option("--ranks", ranks, "group sizes")->delimiter(',');
   app.add_option("--min-bytes", min_bytes, "smallest size");
   app.add_option("--max-bytes", max_bytes, "largest size");
@@ -38,7 +38,7 @@ int Main(int argc, char** argv) {
   std::vector<CollectiveOp> ops;
   if (op_name == "all") {
     ops = {CollectiveOp::kAllReduce, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter,
-           CollectiveOp::kSendRecv};
+           CollectiveOp::kSendRecv, CollectiveOp::kAllToAll};
   } else {
     auto op = ParseCollectiveOp(op_name);
     if (!op.ok()) {

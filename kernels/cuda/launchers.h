@@ -98,6 +98,22 @@ cudaError_t cross_entropy_backward(ElemType t, void* dlogits, const void* logits
                                    const int32_t* targets, int64_t rows, int64_t v,
                                    int64_t vocab_start, float scale, cudaStream_t stream);
 
+// moe.cu (router in fp32; rows in any float storage type)
+cudaError_t moe_router_scores(float* scores, const float* logits, int64_t tokens,
+                              int64_t experts, bool sigmoid, cudaStream_t stream);
+/// Top-k experts per token (ties to the lower index) and their probabilities, optionally
+/// divided by their sum, times `scale`.
+cudaError_t moe_router_topk(int32_t* selected, float* probs, const float* scores,
+                            int64_t tokens, int64_t experts, int64_t k, bool normalize,
+                            float scale, cudaStream_t stream);
+cudaError_t moe_permute(ElemType t, void* out, const void* x, const int32_t* perm,
+                        int64_t rows, int64_t k, int64_t hidden, cudaStream_t stream);
+/// probs may be null (weights 1); position_scratch holds tokens·k int32. Every assignment
+/// has a row (dropless or balanced routing; capacity drops are CPU-only).
+cudaError_t moe_unpermute(ElemType t, void* y, const void* in, const void* probs,
+                          const int32_t* perm, int32_t* position_scratch, int64_t tokens,
+                          int64_t k, int64_t hidden, cudaStream_t stream);
+
 }  // namespace paratune::kernels::cuda
 
 #endif  // PARATUNE_KERNELS_CUDA_LAUNCHERS_H_

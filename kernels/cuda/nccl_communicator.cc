@@ -52,6 +52,33 @@ class NcclCommunicator final : public Communicator {
     NCCL_CHECK(ncclReduceScatter(in, out, count, t, ncclSum, comm_, stream_));
     return absl::OkStatus();
   }
+  // All-to-all as NCCL documents it: one grouped send and receive per peer.
+  absl::Status AllToAll(const void* in, void* out, int64_t count, DType dtype) override {
+    return AllToAllV(in, std::vector<int64_t>(size_, count), out,
+                     std::vector<int64_t>(size_, count), dtype);
+  }
+  absl::Status AllToAllV(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                         const std::vector<int64_t>& recv_counts, DType dtype) override {
+    PT_RETURN_IF_ERROR(CheckAllToAllCounts(send_counts, recv_counts, size_));
+    PT_ASSIGN_OR_RETURN(ncclDataType_t t, NcclType(dtype));
+    const int64_t elem = SizeOf(dtype);
+    const char* src = static_cast<const char*>(in);
+    char* dst = static_cast<char*>(out);
+    int64_t send_offset = 0, recv_offset = 0;
+    NCCL_CHECK(ncclGroupStart());
+    for (int q = 0; q < size_; ++q) {
+      if (send_counts[q] > 0) {
+        NCCL_CHECK(ncclSend(src + send_offset * elem, send_counts[q], t, q, comm_, stream_));
+      }
+      if (recv_counts[q] > 0) {
+        NCCL_CHECK(ncclRecv(dst + recv_offset * elem, recv_counts[q], t, q, comm_, stream_));
+      }
+      send_offset += send_counts[q];
+      recv_offset += recv_counts[q];
+    }
+    NCCL_CHECK(ncclGroupEnd());
+    return absl::OkStatus();
+  }
   absl::Status Send(const void* buf, int64_t count, DType dtype, int peer) override {
     PT_ASSIGN_OR_RETURN(ncclDataType_t t, NcclType(dtype));
     NCCL_CHECK(ncclSend(buf, count, t, peer, comm_, stream_));

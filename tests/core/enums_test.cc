@@ -32,8 +32,9 @@ TEST(EnumsTest, NamesRoundTrip) {
   ExpectRoundTrip({Recompute::kNone, Recompute::kSelective, Recompute::kFull}, ParseRecompute,
                   {"none", "selective", "full"});
   ExpectRoundTrip({CollectiveOp::kAllReduce, CollectiveOp::kAllGather,
-                   CollectiveOp::kReduceScatter, CollectiveOp::kSendRecv},
-                  ParseCollectiveOp, {"all_reduce", "all_gather", "reduce_scatter", "send_recv"});
+                   CollectiveOp::kReduceScatter, CollectiveOp::kSendRecv, CollectiveOp::kAllToAll},
+                  ParseCollectiveOp,
+                  {"all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all"});
   ExpectRoundTrip({StageExtras::kNone, StageExtras::kFirst, StageExtras::kLast},
                   ParseStageExtras, {"none", "first", "last"});
 }
@@ -43,7 +44,7 @@ TEST(EnumsTest, UnknownNamesListTheAcceptedOnes) {
             "unknown activation 'relu' (expected gelu, swiglu)");
   EXPECT_EQ(ParseCollectiveOp("broadcast").status().message(),
             "unknown collective op 'broadcast' (expected all_reduce, all_gather, "
-            "reduce_scatter, send_recv)");
+            "reduce_scatter, send_recv, all_to_all)");
   EXPECT_EQ(ParseStageExtras("middle").status().message(),
             "unknown stage extras 'middle' (expected none, first, last)");
   // Names are exact: no case folding, no empty default.

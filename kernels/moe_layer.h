@@ -1,0 +1,215 @@
+// A mixture-of-experts layer on CPU (fp32 / fp64), forward and backward, laid out as
+// Megatron-Core's MoELayer with the all-to-all token dispatcher:
+//   router (TopKRouter: softmax or sigmoid scores, top-k or balanced assignment, optional
+//   normalisation of the top-k probabilities, Switch auxiliary loss) → permute (rows sorted
+//   by expert) → dispatch all-to-all over the EP group → grouped SwiGLU expert MLPs, each
+//   split over the ETP group (fc1 column-parallel, fc2 row-parallel, all-reduce of the fc2
+//   output) → combine all-to-all → unpermute (Σ_j prob_j · expert output_j per token)
+//   + shared experts (one SwiGLU MLP of num_shared · shared_ffn columns, split over ETP).
+// Tokens: each EP rank routes its own tokens; the ranks of one ETP group hold the same
+// tokens (as TP ranks without sequence parallelism), so the ETP all-reduces are
+// reduce_from_tp_region (fwd: all-reduce, bwd: identity) on the outputs and
+// copy_to_tp_region (fwd: identity, bwd: all-reduce) on the inputs. The auxiliary loss is
+// over every token of the EP group (counts and probability sums all-reduced), so it is the
+// same number on every layout; each rank's gradient covers its own tokens, and the router
+// gradient is the sum over the EP ranks (the data-parallel reduction sums it).
+// Memory goes through a TrackingAllocator (weights, gradients, stored activations and
+// dispatch workspace), so a shape too large is ResourceExhausted, not a crash.
+// Thread-safety: one MoeLayer belongs to one rank (one thread).
+#ifndef PARATUNE_KERNELS_MOE_LAYER_H_
+#define PARATUNE_KERNELS_MOE_LAYER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/communicator.h"
+#include "kernels/tensor.h"
+
+namespace paratune::kernels {
+
+/// How router logits become scores: softmax over the experts (Mixtral, Qwen3) or an
+/// elementwise sigmoid (DeepSeek-V3).
+enum class MoeScoreFunction { kSoftmax, kSigmoid };
+/// Which experts a token goes to: its top-k (dropless: however unevenly), the forced
+/// uniform assignment benchmarks use (every expert the same count), or its top-k with each
+/// expert taking at most ⌈T·k/E · capacity_factor⌉ of a rank's T tokens' assignments (the
+/// highest-probability ones; the others are dropped and contribute nothing).
+enum class ExpertRouting { kDropless, kBalanced, kCapacity };
+
+struct MoeLayerConfig {
+  int64_t hidden = 0;              ///< Hidden size h.
+  int64_t num_experts = 0;         ///< Routed experts E.
+  int64_t topk = 1;                ///< Experts per token k.
+  int64_t ffn_hidden = 0;          ///< FFN size of one routed expert.
+  int64_t num_shared_experts = 0;  ///< Shared experts every token goes through.
+  int64_t shared_ffn_hidden = 0;   ///< FFN size of one shared expert.
+  MoeScoreFunction score = MoeScoreFunction::kSoftmax;  ///< Router score function.
+  bool normalize_topk = false;  ///< Divide the top-k probabilities by their sum.
+  double topk_scaling = 1.0;    ///< Factor on the top-k probabilities (DeepSeek-V3: 2.5).
+  ExpertRouting routing = ExpertRouting::kDropless;  ///< Top-k, forced uniform or capped.
+  double capacity_factor = 0;   ///< kCapacity: the cap's factor (> 0); unused otherwise.
+  double aux_loss_coeff = 0.0;  ///< Switch load-balancing loss coefficient (0: none).
+  int64_t ep = 1;               ///< Expert parallel size (divides num_experts).
+  int64_t etp = 1;              ///< Expert tensor parallel size (divides the FFN sizes).
+
+  /// The first violated rule, naming the field.
+  absl::Status Validate() const;
+  int64_t local_experts() const { return num_experts / ep; }
+  int64_t shared_ffn_total() const { return num_shared_experts * shared_ffn_hidden; }
+};
+
+/// Unsharded weights, row-major, y = x·Wᵀ: router [E, h]; fc1 [E, 2f, h] (gate rows, then
+/// up rows); fc2 [E, h, f]; shared_fc1 [2·fs, h]; shared_fc2 [h, fs] with fs = num_shared ·
+/// shared_ffn. Every layout is initialised from the same weights so layouts compare.
+template <typename T>
+struct MoeWeights {
+  std::vector<T> router, fc1, fc2, shared_fc1, shared_fc2;
+  /// Uniform in [−scale, scale) from a hash of (seed, tensor, index).
+  static MoeWeights Random(const MoeLayerConfig& config, uint64_t seed, double scale);
+};
+
+/// The all-to-all dispatcher's route over the EP group for one batch of permuted rows
+/// (sorted by global expert): rows to and from each EP rank, and how many rows each rank
+/// sends for each local expert. Dispatch regroups the received rows expert-major; Combine
+/// is its inverse.
+class AllToAllTokenDispatcher {
+ public:
+  /// `ep` outlives the dispatcher.
+  AllToAllTokenDispatcher(Communicator* ep, int64_t num_experts, int64_t hidden, DType dtype);
+
+  /// Exchanges the per-expert counts (an all-to-all of E/ep counts per rank).
+  absl::Status Plan(const std::vector<int64_t>& tokens_per_expert);
+  /// Rows this rank's local experts receive in total, and per local expert.
+  int64_t received_rows() const { return received_rows_; }
+  const std::vector<int64_t>& local_tokens_per_expert() const { return local_counts_; }
+  /// in: this rank's permuted rows [Σ tokens_per_expert, h]; out: the local experts' rows,
+  /// expert-major [received_rows(), h]. `workspace` holds received_rows()·h elements.
+  absl::Status Dispatch(const void* in, void* out, void* workspace);
+  /// The inverse: in expert-major [received_rows(), h] → out [Σ tokens_per_expert, h].
+  absl::Status Combine(const void* in, void* out, void* workspace);
+
+ private:
+  void Regroup(const char* src, char* dst, bool to_expert_major) const;
+
+  Communicator* ep_;
+  int64_t num_experts_, hidden_;
+  DType dtype_;
+  std::vector<int64_t> send_rows_, recv_rows_;  // per EP rank
+  std::vector<int64_t> recv_counts_;            // [ep, local experts]
+  std::vector<int64_t> local_counts_;
+  int64_t received_rows_ = 0;
+};
+
+/// One rank's shards (see MoeWeights for the full shapes): router [E, h]; fc1
+/// [E/ep, 2f/etp, h] (gate shard, then up shard); fc2 [E/ep, h, f/etp]; shared_fc1
+/// [2fs/etp, h]; shared_fc2 [h, fs/etp].
+struct MoeParams {
+  Tensor router, fc1, fc2, shared_fc1, shared_fc2;
+};
+
+/// Where one Forward or Backward spent its time (seconds, steady clock): the dispatch and
+/// combine all-to-alls with their count exchange, and the expert MLPs (GEMMs, SwiGLU and
+/// the ETP all-reduce of their output).
+struct MoePhaseTimes {
+  double dispatch_combine_s = 0;
+  double experts_s = 0;
+};
+
+template <typename T>
+class MoeLayer {
+ public:
+  /// This rank's shards of `full`; `ep` and `etp` are the rank's EP and ETP groups (sizes
+  /// config.ep and config.etp), `allocator` counts every byte; all outlive the layer.
+  static absl::StatusOr<std::unique_ptr<MoeLayer>> Create(const MoeLayerConfig& config,
+                                                          const MoeWeights<T>& full,
+                                                          Communicator* ep, Communicator* etp,
+                                                          TrackingAllocator* allocator,
+                                                          int threads);
+
+  /// The same layer with the weights MoeWeights<T>::Random(config, seed, scale) holds,
+  /// without making the full weights: each rank generates only its shards.
+  static absl::StatusOr<std::unique_ptr<MoeLayer>> CreateRandom(const MoeLayerConfig& config,
+                                                                uint64_t seed, double scale,
+                                                                Communicator* ep, Communicator* etp,
+                                                                TrackingAllocator* allocator,
+                                                                int threads);
+
+  /// y[tokens, h] from x[tokens, h]. Balanced routing numbers the tokens of EP rank r from
+  /// r·tokens (every EP rank passes the same count). Forwards and backwards come in pairs
+  /// (one forward's activations are stored at a time).
+  absl::Status Forward(const T* x, int64_t tokens, T* y);
+  /// dx (overwritten) from dy, for the loss Σ y·(its gradient) + aux_loss(); weight
+  /// gradients accumulate (+=), as over micro-batches. Frees the stored activations.
+  absl::Status Backward(const T* dy, T* dx);
+
+  /// The auxiliary loss of the last forward (the same on every rank; 0 without a coeff).
+  double aux_loss() const { return aux_loss_; }
+  /// Assignments of this rank's tokens per global expert in the last forward (after drops).
+  const std::vector<int64_t>& tokens_per_expert() const { return tokens_per_expert_; }
+  /// Time breakdown of the last Forward and the last Backward.
+  const MoePhaseTimes& forward_times() const { return forward_times_; }
+  const MoePhaseTimes& backward_times() const { return backward_times_; }
+  /// Rows each local expert computed in the last forward.
+  const std::vector<int64_t>& local_tokens_per_expert() const {
+    return dispatcher_.local_tokens_per_expert();
+  }
+
+  using Params = MoeParams;
+  const Params& weights() const { return w_; }
+  const Params& grads() const { return g_; }
+  const MoeLayerConfig& config() const { return config_; }
+
+ private:
+  // Writes n elements of full weight tensor `tensor` (1 router, 2 fc1, 3 fc2, 4 shared_fc1,
+  // 5 shared_fc2) from flat offset `offset` into out.
+  using WeightSource = std::function<void(int tensor, int64_t offset, int64_t n, T* out)>;
+  static absl::StatusOr<std::unique_ptr<MoeLayer>> CreateFrom(const MoeLayerConfig& config,
+                                                              const WeightSource& source,
+                                                              Communicator* ep, Communicator* etp,
+                                                              TrackingAllocator* allocator,
+                                                              int threads);
+  MoeLayer(const MoeLayerConfig& config, Communicator* ep, Communicator* etp,
+           TrackingAllocator* allocator, int threads);
+  absl::StatusOr<Tensor> Alloc(std::vector<int64_t> shape, MemoryTag tag) const;
+  absl::Status SharedForward(const T* x, int64_t tokens, T* y);
+  absl::Status SharedBackward(const T* dy, T* dx);
+  // expert_fc1_ and expert_act_ are allocated by the caller.
+  absl::Status ExpertsForward(const T* in, T* out);
+  absl::Status ExpertsBackward(const T* dout, T* din, T* dact, T* dfc1);
+  // Every rank of the layer's EP × ETP grid learns whether any rank failed to allocate
+  // the buffers whose sizes its routing decides, so that an out-of-memory rank does not
+  // leave its peers waiting in the next all-to-all: the failed rank returns its status,
+  // the others Aborted.
+  absl::Status AgreeOnAllocation(const absl::Status& mine);
+
+  MoeLayerConfig config_;
+  Communicator* ep_;
+  Communicator* etp_;
+  TrackingAllocator* allocator_;
+  int threads_;
+  Params w_, g_;
+  AllToAllTokenDispatcher dispatcher_;
+
+  // Stored by Forward for Backward.
+  int64_t tokens_ = 0;
+  int64_t routed_rows_ = 0;  // permuted rows: T·k less the dropped assignments
+  double aux_loss_ = 0;
+  std::vector<int64_t> tokens_per_expert_;
+  std::vector<double> global_counts_;
+  MoePhaseTimes forward_times_, backward_times_;
+  Tensor x_, scores_, selected_, probs_, perm_;  // perm_[i] = t·k + j of permuted row i
+  Tensor expert_in_, expert_fc1_, expert_act_;   // expert-major rows of local experts
+  Tensor combined_;                              // expert outputs back in permuted order
+  Tensor shared_fc1_, shared_act_;
+};
+
+extern template class MoeLayer<float>;
+extern template class MoeLayer<double>;
+
+}  // namespace paratune::kernels
+
+#endif  // PARATUNE_KERNELS_MOE_LAYER_H_

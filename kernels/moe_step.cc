@@ -1,0 +1,183 @@
+#include "kernels/moe_step.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/communicator.h"
+#include "kernels/hash_random.h"
+#include "kernels/status_macros.h"
+#include "kernels/tensor.h"
+
+namespace paratune::kernels {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+PhaseTiming Summarise(const std::string& name, std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  PhaseTiming p;
+  p.phase = name;
+  p.min_s = v.front();
+  p.max_s = v.back();
+  const size_t n = v.size();
+  p.median_s = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return p;
+}
+
+constexpr int kPhases = 6;  // forward, backward, dispatch/combine fwd, bwd, experts fwd, bwd
+constexpr const char* kPhaseNames[kPhases] = {
+    "forward",         "backward",        "dispatch_combine_forward", "dispatch_combine_backward",
+    "experts_forward", "experts_backward"};
+
+struct RankOutput {
+  std::vector<std::array<double, kPhases>> iters;
+  int64_t peak_bytes = 0;
+  int64_t activation_bytes = 0;
+  std::vector<int64_t> tokens_per_expert;
+  double aux_loss = 0;
+};
+
+template <typename T>
+absl::Status RunRank(const MoeStepConfig& config, Communicator& world, Communicator& ep,
+                     Communicator& etp, RankOutput& out) {
+  HostMemory raw;
+  TrackingAllocator allocator(&raw, config.capacity_bytes_per_rank);
+  PT_ASSIGN_OR_RETURN(std::unique_ptr<MoeLayer<T>> layer,
+                      MoeLayer<T>::CreateRandom(config.layer, config.seed, 0.02, &ep, &etp,
+                                                &allocator, config.threads_per_rank));
+  const int64_t n = config.tokens * config.layer.hidden;
+  const DType dtype = std::is_same_v<T, float> ? DType::kF32 : DType::kF64;
+  PT_ASSIGN_OR_RETURN(Tensor x, Tensor::Empty(&allocator, {n}, dtype, MemoryTag::kWorkspace));
+  PT_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(&allocator, {n}, dtype, MemoryTag::kWorkspace));
+  PT_ASSIGN_OR_RETURN(Tensor d, Tensor::Empty(&allocator, {n}, dtype, MemoryTag::kWorkspace));
+  // Tokens differ across EP ranks and agree across an ETP group.
+  for (int64_t i = 0; i < n; ++i) {
+    x.data_as<T>()[i] = static_cast<T>(2.0 * HashUniform(config.seed + 7 + ep.rank(), i) - 1.0);
+  }
+  const int activations = static_cast<int>(MemoryTag::kActivations);
+  for (int64_t it = 0; it < config.warmup + config.iters; ++it) {
+    PT_RETURN_IF_ERROR(world.Barrier());
+    const double t0 = Now();
+    const int64_t stored_before = allocator.Stats().current_by_tag[activations];
+    PT_RETURN_IF_ERROR(layer->Forward(x.data_as<T>(), config.tokens, y.data_as<T>()));
+    const double t1 = Now();
+    out.activation_bytes = std::max(out.activation_bytes,
+                                    allocator.Stats().current_by_tag[activations] - stored_before);
+    // The output as its own gradient: any dy exercises the same work.
+    PT_RETURN_IF_ERROR(layer->Backward(y.data_as<T>(), d.data_as<T>()));
+    const double t2 = Now();
+    if (it >= config.warmup) {
+      out.iters.push_back({t1 - t0, t2 - t1, layer->forward_times().dispatch_combine_s,
+                           layer->backward_times().dispatch_combine_s,
+                           layer->forward_times().experts_s, layer->backward_times().experts_s});
+    }
+  }
+  out.peak_bytes = allocator.Stats().peak_bytes;
+  out.tokens_per_expert = layer->tokens_per_expert();
+  out.aux_loss = layer->aux_loss();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status MoeStepConfig::Validate() const {
+  PT_RETURN_IF_ERROR(layer.Validate());
+  if (tokens < 1)
+    return absl::InvalidArgumentError(absl::StrCat("tokens (", tokens, ") must be >= 1"));
+  if (dtype != DType::kF32 && dtype != DType::kF64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype (", DTypeName(dtype), ") must be fp32 or fp64 for the MoE layer"));
+  }
+  if (warmup < 0)
+    return absl::InvalidArgumentError(absl::StrCat("warmup (", warmup, ") must be >= 0"));
+  if (iters < 1)
+    return absl::InvalidArgumentError(absl::StrCat("iters (", iters, ") must be >= 1"));
+  if (threads_per_rank < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("threads_per_rank (", threads_per_rank, ") must be >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MoeStepResult> RunMoeLayerStep(const MoeStepConfig& config) {
+  PT_RETURN_IF_ERROR(config.Validate());
+  const int ep = static_cast<int>(config.layer.ep), etp = static_cast<int>(config.layer.etp);
+  const int world = ep * etp;
+  std::shared_ptr<GlooRendezvous> rendezvous = MakeInProcessRendezvous();
+  static std::atomic<int> run_id{0};
+  const std::string prefix = absl::StrCat("moe", run_id.fetch_add(1), "/");
+  std::vector<RankOutput> outputs(world);
+  std::vector<absl::Status> status(world);
+  std::vector<std::thread> threads;
+  for (int er = 0; er < ep; ++er) {
+    for (int tr = 0; tr < etp; ++tr) {
+      threads.emplace_back([&, er, tr]() {
+        const int rank = er * etp + tr;
+        status[rank] = [&]() -> absl::Status {
+          auto group = [&](const std::string& name, int r,
+                           int size) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+            if (size == 1) return MakeSelfCommunicator();
+            return MakeGlooCommunicator(rendezvous, prefix + name, r, size);
+          };
+          PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> all, group("world", rank, world));
+          PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> ep_group,
+                              group(absl::StrCat("ep", tr), er, ep));
+          PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> etp_group,
+                              group(absl::StrCat("etp", er), tr, etp));
+          return config.dtype == DType::kF32
+                     ? RunRank<float>(config, *all, *ep_group, *etp_group, outputs[rank])
+                     : RunRank<double>(config, *all, *ep_group, *etp_group, outputs[rank]);
+        }();
+      });
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  // An out-of-memory rank leaves its peers waiting in a collective until Gloo's timeout;
+  // its own status (ResourceExhausted) is the one to report.
+  for (const absl::Status& s : status) {
+    if (s.code() == absl::StatusCode::kResourceExhausted) return s;
+  }
+  for (const absl::Status& s : status) PT_RETURN_IF_ERROR(s);
+  MoeStepResult result;
+  std::array<std::vector<double>, kPhases> per_phase;
+  std::vector<double> total;
+  for (int64_t it = 0; it < config.iters; ++it) {
+    std::array<double, kPhases> slowest{};
+    for (const RankOutput& o : outputs) {
+      for (int p = 0; p < kPhases; ++p) slowest[p] = std::max(slowest[p], o.iters[it][p]);
+    }
+    for (int p = 0; p < kPhases; ++p) per_phase[p].push_back(slowest[p]);
+    double slowest_total = 0;
+    for (const RankOutput& o : outputs) {
+      slowest_total = std::max(slowest_total, o.iters[it][0] + o.iters[it][1]);
+    }
+    total.push_back(slowest_total);
+  }
+  result.phases.push_back(Summarise(kPhaseNames[0], per_phase[0]));
+  result.phases.push_back(Summarise(kPhaseNames[1], per_phase[1]));
+  result.phases.push_back(Summarise("total", total));
+  for (int p = 2; p < kPhases; ++p)
+    result.phases.push_back(Summarise(kPhaseNames[p], per_phase[p]));
+  result.tokens_per_expert.assign(config.layer.num_experts, 0);
+  for (int er = 0; er < ep; ++er) {
+    const RankOutput& o = outputs[er * etp];
+    for (size_t e = 0; e < o.tokens_per_expert.size(); ++e) {
+      result.tokens_per_expert[e] += o.tokens_per_expert[e];
+    }
+  }
+  for (const RankOutput& o : outputs) {
+    result.peak_bytes_per_rank.push_back(o.peak_bytes);
+    result.activation_bytes = std::max(result.activation_bytes, o.activation_bytes);
+  }
+  result.aux_loss = outputs[0].aux_loss;
+  return result;
+}
+
+}  // namespace paratune::kernels
