@@ -63,6 +63,8 @@ class PagedKvCache {
                  float* k, float* v) const;
 
   const KvCacheShape& shape() const { return shape_; }
+  /// Layer `layer`'s pool [num_blocks, 2, block_size, groups, head_dim] (device twins copy it).
+  const Tensor& pool(int64_t layer) const { return pools_[layer]; }
   /// Bytes of all pools.
   int64_t bytes() const;
   /// Bytes one token occupies in one layer (K and V).
