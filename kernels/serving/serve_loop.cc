@@ -82,7 +82,12 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
   PT_RETURN_IF_ERROR(comm.Barrier());
   const Clock::time_point t0 = Clock::now();
   while (finished < n) {
-    PT_ASSIGN_OR_RETURN(const double now, Broadcast(comm, Elapsed(t0)));
+    // Only Poisson admission reads the clock; offline and closed-loop plans depend on
+    // completions alone, so they skip the broadcast (one collective less per step).
+    double now = 0;
+    if (o.trace.request_rate > 0) {
+      PT_ASSIGN_OR_RETURN(now, Broadcast(comm, Elapsed(t0)));
+    }
     if (!closed_loop) {
       while (next_arrival < n && trace[next_arrival].arrival_s <= now) {
         PT_RETURN_IF_ERROR(add(next_arrival, now));
@@ -139,8 +144,6 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
     }
   }
   if (comm.rank() != 0) return absl::OkStatus();
-  // Closed-loop arrivals used rank 0's clock (t) directly; all ranks agree on the plan
-  // because admission there depends only on completions.
   result->requests = std::move(records);
   double first = 1e300, last = 0;
   for (const RequestRecord& r : result->requests) {

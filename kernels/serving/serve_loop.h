@@ -1,8 +1,9 @@
 // The serving loop: a ServingModel on `tp` thread ranks (Gloo), a ContinuousBatcher and a
-// synthetic request trace, run on the real kernels. Rank 0 owns the clock: each step it
-// broadcasts the time, so every rank admits the same Poisson arrivals and runs the same
-// plan; sampled tokens are identical on every rank (vocab-parallel argmax). Rank 0 records
-// each request's arrival, first-token and finish times.
+// synthetic request trace, run on the real kernels. Rank 0 owns the clock: with Poisson
+// arrivals it broadcasts the time each step, so every rank admits the same requests and
+// runs the same plan (offline and closed-loop plans depend on completions only); sampled
+// tokens are identical on every rank (vocab-parallel argmax). Rank 0 records each
+// request's arrival, first-token and finish times.
 #ifndef PARATUNE_KERNELS_SERVING_SERVE_LOOP_H_
 #define PARATUNE_KERNELS_SERVING_SERVE_LOOP_H_
 
