@@ -515,6 +515,8 @@ void ServingStepResult(const kernels::serving::ServingStepConfig&,
   for (int64_t bytes : step.peak_bytes_per_rank) profile->add_peak_bytes_per_rank(bytes);
   profile->set_weight_bytes(step.weight_bytes);
   profile->set_kv_cache_bytes(step.kv_cache_bytes);
+  profile->set_tp_allreduce_bytes(step.tp_allreduce_bytes);
+  profile->set_tp_allreduces_per_step(step.tp_allreduces_per_step);
 }
 
 // --- The table ---------------------------------------------------------------------------

@@ -104,6 +104,8 @@ absl::Status RunRank(const ServingStepConfig& c, Communicator& comm, ServingStep
                       Timing("tp_comm", tp_comm),   Timing("logits", logits)};
     result->weight_bytes = model->weight_bytes();
     result->kv_cache_bytes = cache.bytes();
+    result->tp_allreduce_bytes = StepTokens(chunks) * mc.shape.hidden_size * 4;
+    result->tp_allreduces_per_step = 1 + 2 * mc.num_layers;
   }
   return absl::OkStatus();
 }

@@ -44,6 +44,9 @@ struct ServingStepResult {
   std::vector<int64_t> peak_bytes_per_rank;
   int64_t weight_bytes = 0;    ///< Per rank.
   int64_t kv_cache_bytes = 0;  ///< Per rank.
+  /// Bytes of each TP all-reduce of the step (tokens·h·4) and their number (1 + 2·layers).
+  int64_t tp_allreduce_bytes = 0;
+  int64_t tp_allreduces_per_step = 0;
 };
 
 absl::StatusOr<ServingStepResult> RunServingStep(const ServingStepConfig& config);

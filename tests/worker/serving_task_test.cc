@@ -77,6 +77,9 @@ TEST(ServingStepTask, DecodeOnTwoRanksReportsItsCacheAndWeightsExactly) {
   // Layers, plus the minimal vocabulary (128·tp = 256 rows, 128 per rank) twice and the
   // final norm.
   EXPECT_EQ(p.weight_bytes(), 2 * LayerWeightBytes(2) + 2 * 128 * kH * 4 + kH * 4);
+  // Decode: 3 tokens of h 64 fp32 per all-reduce; embedding + 2 per layer.
+  EXPECT_EQ(p.tp_allreduce_bytes(), 3 * kH * 4);
+  EXPECT_EQ(p.tp_allreduces_per_step(), 5);
   ASSERT_EQ(p.peak_bytes_per_rank_size(), 2);
   EXPECT_EQ(p.peak_bytes_per_rank(0), p.peak_bytes_per_rank(1));
   EXPECT_GT(p.peak_bytes_per_rank(0), p.weight_bytes() + p.kv_cache_bytes());
@@ -99,6 +102,7 @@ TEST(ServingStepTask, Int8PrefillWithBf16CacheStoresOneByteWeightsAndTwoByteKv) 
   const int64_t layer = 4 * 2 * kH + (qkv_rows * kH + 4 * qkv_rows) + (kH * kH + 4 * kH) +
                         (fc1_rows * kH + 4 * fc1_rows) + (kH * kFfn + 4 * kH);
   EXPECT_EQ(p.weight_bytes(), 2 * layer + 2 * 128 * kH * 4 + kH * 4);
+  EXPECT_EQ(p.tp_allreduce_bytes(), 3 * 24 * kH * 4);  // prefill: 3 prompts of 24 tokens
 }
 
 TEST(ServingStepTask, OutOfMemoryIsAResult) {
