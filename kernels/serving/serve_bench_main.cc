@@ -1,7 +1,9 @@
 // paratune-serve-bench: continuous batching of a synthetic trace on the real serving
 // kernels, a small Llama-style model under tensor parallelism over thread ranks (Gloo).
 // Prints one row per round (nccl-tests style) and the spread over rounds; --json prints
-// every round's summary and per-request records.
+// every round's summary and per-request records. The reference measured in the same run is
+// an isolated decode step (serving_step_runner) of the batch the loop can reach
+// (max_batch_size, capped by the clients and the requests) at context isl + osl/2: TPOT over it shows what batching, prefill chunks and the loop add.
 //
 //   paratune-serve-bench [--tp 2] [--layers 4] [--hidden 512] [--heads 8] [--groups 4]
 //       [--ffn 1408] [--vocab 4096] [--isl 128] [--osl 32] [--num_requests 32]
@@ -18,6 +20,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/serving/serve_loop.h"
+#include "kernels/serving/serving_step_runner.h"
 
 namespace paratune::kernels::serving {
 namespace {
@@ -177,6 +180,24 @@ int Main(int argc, char** argv) {
     }
     results.push_back(std::move(*r));
   }
+  // The reference runs after the rounds, in the warmed-up process.
+  ServingStepConfig ref;
+  ref.model = m;
+  ref.phase = ServingPhase::kDecode;
+  // The batch the loop can reach: limited by clients in closed loop and by the trace.
+  ref.batch = std::min(o.max_batch_size, o.trace.num_requests);
+  if (o.trace.concurrency > 0) ref.batch = std::min(ref.batch, o.trace.concurrency);
+  ref.context_length = o.trace.isl + o.trace.osl / 2;
+  ref.logits = true;
+  ref.warmup = 2;
+  ref.iters = 20;
+  absl::StatusOr<ServingStepResult> ref_step = RunServingStep(ref);
+  if (!ref_step.ok()) {
+    std::fprintf(stderr, "reference decode step: %s\n",
+                 std::string(ref_step.status().message()).c_str());
+    return 1;
+  }
+  const double ref_ms = ref_step->phases[0].median_s * 1e3;
   std::vector<double> tpot, ttft, tput;
   for (const ServeResult& r : results) {
     tpot.push_back(r.tpot_s().p50 * 1e3);
@@ -204,12 +225,19 @@ int Main(int argc, char** argv) {
           {"ttft_p50_ms", DistJson(ttft_d, 1.0)},
           {"output_tokens_per_s", DistJson(tput_d, 1.0)},
           {"rounds", rounds},
-          {"wrong", wrong_total}}}};
+          {"wrong", wrong_total}}},
+        {"reference",
+         {{"decode_step_ms", ref_ms}, {"batch", ref.batch}, {"context", ref.context_length},
+          {"tpot_p50_over_reference", ref_ms > 0 ? tpot_d.p50 / ref_ms : 0.0}}}};
     nlohmann::json list = nlohmann::json::array();
     for (const ServeResult& r : results) list.push_back(RoundJson(r, per_request));
     out["rounds"] = list;
     std::printf("%s\n", out.dump(2).c_str());
   } else {
+    std::printf("# reference: isolated decode step, batch %lld at context %lld: %.3f ms; "
+                "tpot_p50 / reference = %.2f\n",
+                (long long)ref.batch, (long long)ref.context_length, ref_ms,
+                ref_ms > 0 ? tpot_d.p50 / ref_ms : 0.0);
     std::printf("# median over %d rounds: tpot_p50 %.3f ms (spread %.1f %%), ttft_p50 %.2f ms "
                 "(spread %.1f %%), %.1f output tok/s (spread %.1f %%); #wrong %lld\n",
                 rounds, tpot_d.p50, 100 * spread(tpot_d), ttft_d.p50, 100 * spread(ttft_d),

@@ -132,6 +132,12 @@ absl::StatusOr<StepOutput> ServingModel::Step(const std::vector<int32_t>& tokens
   for (auto& layer : layers_) {
     PT_ASSIGN_OR_RETURN(x, layer->Forward(x, chunks, positions, &cache_));
   }
+  times_.layers = LayerPhaseTimes();
+  for (auto& layer : layers_) {
+    times_.layers.gemm_s += layer->times().gemm_s;
+    times_.layers.attention_s += layer->times().attention_s;
+    times_.layers.other_s += layer->times().other_s;
+  }
   for (const SeqChunk& c : chunks) PT_RETURN_IF_ERROR(cache_.SetLength(c.seq, c.start + c.num_tokens));
 
   // Final norm and logits of the last token of each sampled chunk only.
