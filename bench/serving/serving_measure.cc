@@ -2,7 +2,8 @@
 // small model (kernels/serving/serving_layouts.h: tp 1 and 2, max_batch_size 4 and 16,
 // offline and closed-loop concurrency 8) through the real serving loop for --rounds rounds,
 // interleaved, and prints per layout the median over rounds of TPOT p50, TTFT p50 and
-// output tokens/s with their spread ((max − min)/median). --json emits every round, the
+// output tokens/s with their spread ((max − min)/median), and the median of an isolated
+// decode step at the batch the layout reaches (dec_step). --json emits every round, the
 // form a planner's predictions are compared against.
 //
 //   serving_measure [--rounds 3] [--layouts tp1-mbs4-offline,...] [--json]
@@ -80,7 +81,8 @@ int Main(int argc, char** argv) {
             {{"tpot_p50_ms", Median(m.tpot_p50_ms)},
              {"ttft_p50_ms", Median(m.ttft_p50_ms)},
              {"output_tokens_per_s", Median(m.output_tokens_per_s)},
-             {"e2e_p50_ms", Median(m.e2e_p50_ms)}}},
+             {"e2e_p50_ms", Median(m.e2e_p50_ms)},
+             {"decode_step_ms", Median(m.decode_step_ms)}}},
            {"spread",
             {{"tpot_p50", RelativeSpread(m.tpot_p50_ms)},
              {"ttft_p50", RelativeSpread(m.ttft_p50_ms)},
@@ -89,7 +91,8 @@ int Main(int argc, char** argv) {
             {{"tpot_p50_ms", m.tpot_p50_ms},
              {"ttft_p50_ms", m.ttft_p50_ms},
              {"output_tokens_per_s", m.output_tokens_per_s},
-             {"e2e_p50_ms", m.e2e_p50_ms}}},
+             {"e2e_p50_ms", m.e2e_p50_ms},
+             {"decode_step_ms", m.decode_step_ms}}},
            {"wrong", m.wrong}});
     }
     std::printf("%s\n", nlohmann::json({{"rounds", rounds}, {"layouts", list}}).dump(2).c_str());
@@ -97,16 +100,16 @@ int Main(int argc, char** argv) {
   }
   std::printf("# serving_measure: %d interleaved rounds per layout; medians over rounds, "
               "spread = (max - min)/median\n", rounds);
-  std::printf("# %-18s %9s %7s %9s %7s %10s %7s %6s\n", "layout", "tpot_p50", "spread",
-              "ttft_p50", "spread", "out_tok/s", "spread", "#wrong");
-  std::printf("# %-18s %9s %7s %9s %7s %10s %7s %6s\n", "", "(ms)", "(%)", "(ms)", "(%)",
-              "(tok/s)", "(%)", "");
+  std::printf("# %-18s %9s %7s %9s %7s %10s %7s %9s %6s\n", "layout", "tpot_p50", "spread",
+              "ttft_p50", "spread", "out_tok/s", "spread", "dec_step", "#wrong");
+  std::printf("# %-18s %9s %7s %9s %7s %10s %7s %9s %6s\n", "", "(ms)", "(%)", "(ms)", "(%)",
+              "(tok/s)", "(%)", "(ms)", "");
   for (const LayoutMeasurement& m : *measured) {
-    std::printf("  %-18s %9.3f %7.1f %9.2f %7.1f %10.1f %7.1f %6lld\n", m.layout.name.c_str(),
-                Median(m.tpot_p50_ms), 100 * RelativeSpread(m.tpot_p50_ms),
+    std::printf("  %-18s %9.3f %7.1f %9.2f %7.1f %10.1f %7.1f %9.3f %6lld\n",
+                m.layout.name.c_str(), Median(m.tpot_p50_ms), 100 * RelativeSpread(m.tpot_p50_ms),
                 Median(m.ttft_p50_ms), 100 * RelativeSpread(m.ttft_p50_ms),
                 Median(m.output_tokens_per_s), 100 * RelativeSpread(m.output_tokens_per_s),
-                (long long)m.wrong);
+                Median(m.decode_step_ms), (long long)m.wrong);
   }
   std::printf("# median spread over layouts: tpot_p50 %.1f %%, ttft_p50 %.1f %%, output tok/s "
               "%.1f %%; #wrong %lld\n",

@@ -20,6 +20,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/serving/serve_loop.h"
+#include "kernels/serving/serving_layouts.h"
 #include "kernels/serving/serving_step_runner.h"
 
 namespace paratune::kernels::serving {
@@ -181,16 +182,7 @@ int Main(int argc, char** argv) {
     results.push_back(std::move(*r));
   }
   // The reference runs after the rounds, in the warmed-up process.
-  ServingStepConfig ref;
-  ref.model = m;
-  ref.phase = ServingPhase::kDecode;
-  // The batch the loop can reach: limited by clients in closed loop and by the trace.
-  ref.batch = std::min(o.max_batch_size, o.trace.num_requests);
-  if (o.trace.concurrency > 0) ref.batch = std::min(ref.batch, o.trace.concurrency);
-  ref.context_length = o.trace.isl + o.trace.osl / 2;
-  ref.logits = true;
-  ref.warmup = 2;
-  ref.iters = 20;
+  const ServingStepConfig ref = ReferenceDecodeStep(o);
   absl::StatusOr<ServingStepResult> ref_step = RunServingStep(ref);
   if (!ref_step.ok()) {
     std::fprintf(stderr, "reference decode step: %s\n",

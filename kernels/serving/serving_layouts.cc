@@ -1,5 +1,7 @@
 #include "kernels/serving/serving_layouts.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
 
@@ -50,12 +52,29 @@ absl::StatusOr<std::vector<LayoutMeasurement>> MeasureLayouts(
       m.ttft_p50_ms.push_back(res.ttft_s().p50 * 1e3);
       m.e2e_p50_ms.push_back(res.e2e_s().p50 * 1e3);
       m.output_tokens_per_s.push_back(res.output_tokens_per_s());
+      PT_ASSIGN_OR_RETURN(ServingStepResult step,
+                          RunServingStep(ReferenceDecodeStep(layouts[i].options)));
+      m.decode_step_ms.push_back(step.phases[0].median_s * 1e3);
       for (const RequestRecord& q : res.requests) {
         if (q.output_tokens != q.osl || q.ttft_s() > q.e2e_s()) ++m.wrong;
       }
     }
   }
   return out;
+}
+
+ServingStepConfig ReferenceDecodeStep(const ServeOptions& o) {
+  ServingStepConfig ref;
+  ref.model = o.model;
+  ref.phase = ServingPhase::kDecode;
+  // The batch the loop can reach: limited by clients in closed loop and by the trace.
+  ref.batch = std::min(o.max_batch_size, o.trace.num_requests);
+  if (o.trace.concurrency > 0) ref.batch = std::min(ref.batch, o.trace.concurrency);
+  ref.context_length = o.trace.isl + o.trace.osl / 2;
+  ref.logits = true;
+  ref.warmup = 2;
+  ref.iters = 20;
+  return ref;
 }
 
 double RelativeSpread(const std::vector<double>& rounds) {

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/serving/serve_loop.h"
+#include "kernels/serving/serving_step_runner.h"
 
 namespace paratune::kernels::serving {
 
@@ -29,6 +30,10 @@ struct LayoutMeasurement {
   std::vector<double> ttft_p50_ms;       ///< Median over requests of their TTFT.
   std::vector<double> output_tokens_per_s;
   std::vector<double> e2e_p50_ms;
+  /// Median of an isolated decode step (serving_step_runner) of the batch the layout
+  /// reaches (max_batch_size capped by clients and requests) at context isl + osl/2, right
+  /// after the round: what step profiles predict TPOT from, measured beside it.
+  std::vector<double> decode_step_ms;
   int64_t wrong = 0;  ///< Requests (all rounds) without osl tokens or with TTFT > e2e.
 };
 
@@ -36,6 +41,9 @@ struct LayoutMeasurement {
 /// r + 1 of any), so drift in the host's load spreads over all layouts alike.
 absl::StatusOr<std::vector<LayoutMeasurement>> MeasureLayouts(
     const std::vector<ServingLayout>& layouts, int rounds);
+
+/// The isolated decode step a layout's TPOT is compared with (see decode_step_ms).
+ServingStepConfig ReferenceDecodeStep(const ServeOptions& options);
 
 /// (max − min)/median of the rounds, the spread reported next to each median.
 double RelativeSpread(const std::vector<double>& rounds);
