@@ -7,13 +7,12 @@
 // form a planner's predictions are compared against.
 //
 //   serving_measure [--rounds 3] [--layouts tp1-mbs4-offline,...] [--json]
+#include <CLI/CLI.hpp>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "kernels/backend.h"
 #include "kernels/serving/serving_layouts.h"
@@ -63,58 +62,65 @@ int Main(int argc, char** argv) {
     nlohmann::json list = nlohmann::json::array();
     for (const LayoutMeasurement& m : *measured) {
       const ServeOptions& o = m.layout.options;
-      list.push_back(
-          {{"name", m.layout.name},
-           {"config",
-            {{"tp", o.model.parallel.tp}, {"max_batch_size", o.max_batch_size},
-             {"max_num_tokens", o.max_num_tokens}, {"chunked_prefill", o.chunked_prefill},
-             {"layers", o.model.num_layers}, {"hidden_size", o.model.shape.hidden_size},
-             {"num_attention_heads", o.model.shape.num_attention_heads},
-             {"num_query_groups", o.model.num_query_groups()},
-             {"ffn_hidden_size", o.model.ffn_hidden_size()},
-             {"vocab_size", o.model.shape.vocab_size}}},
-           {"trace",
-            {{"mode", o.trace.mode()}, {"concurrency", o.trace.concurrency},
-             {"num_requests", o.trace.num_requests}, {"isl", o.trace.isl},
-             {"osl", o.trace.osl}}},
-           {"measured",
-            {{"tpot_p50_ms", Median(m.tpot_p50_ms)},
-             {"ttft_p50_ms", Median(m.ttft_p50_ms)},
-             {"output_tokens_per_s", Median(m.output_tokens_per_s)},
-             {"e2e_p50_ms", Median(m.e2e_p50_ms)},
-             {"decode_step_ms", Median(m.decode_step_ms)}}},
-           {"spread",
-            {{"tpot_p50", RelativeSpread(m.tpot_p50_ms)},
-             {"ttft_p50", RelativeSpread(m.ttft_p50_ms)},
-             {"output_tokens_per_s", RelativeSpread(m.output_tokens_per_s)}}},
-           {"rounds",
-            {{"tpot_p50_ms", m.tpot_p50_ms},
-             {"ttft_p50_ms", m.ttft_p50_ms},
-             {"output_tokens_per_s", m.output_tokens_per_s},
-             {"e2e_p50_ms", m.e2e_p50_ms},
-             {"decode_step_ms", m.decode_step_ms}}},
-           {"wrong", m.wrong}});
+      list.push_back({{"name", m.layout.name},
+                      {"config",
+                       {{"tp", o.model.parallel.tp},
+                        {"max_batch_size", o.max_batch_size},
+                        {"max_num_tokens", o.max_num_tokens},
+                        {"chunked_prefill", o.chunked_prefill},
+                        {"layers", o.model.num_layers},
+                        {"hidden_size", o.model.shape.hidden_size},
+                        {"num_attention_heads", o.model.shape.num_attention_heads},
+                        {"num_query_groups", o.model.num_query_groups()},
+                        {"ffn_hidden_size", o.model.ffn_hidden_size()},
+                        {"vocab_size", o.model.shape.vocab_size}}},
+                      {"trace",
+                       {{"mode", o.trace.mode()},
+                        {"concurrency", o.trace.concurrency},
+                        {"num_requests", o.trace.num_requests},
+                        {"isl", o.trace.isl},
+                        {"osl", o.trace.osl}}},
+                      {"measured",
+                       {{"tpot_p50_ms", Median(m.tpot_p50_ms)},
+                        {"ttft_p50_ms", Median(m.ttft_p50_ms)},
+                        {"output_tokens_per_s", Median(m.output_tokens_per_s)},
+                        {"e2e_p50_ms", Median(m.e2e_p50_ms)},
+                        {"decode_step_ms", Median(m.decode_step_ms)}}},
+                      {"spread",
+                       {{"tpot_p50", RelativeSpread(m.tpot_p50_ms)},
+                        {"ttft_p50", RelativeSpread(m.ttft_p50_ms)},
+                        {"output_tokens_per_s", RelativeSpread(m.output_tokens_per_s)}}},
+                      {"rounds",
+                       {{"tpot_p50_ms", m.tpot_p50_ms},
+                        {"ttft_p50_ms", m.ttft_p50_ms},
+                        {"output_tokens_per_s", m.output_tokens_per_s},
+                        {"e2e_p50_ms", m.e2e_p50_ms},
+                        {"decode_step_ms", m.decode_step_ms}}},
+                      {"wrong", m.wrong}});
     }
     std::printf("%s\n", nlohmann::json({{"rounds", rounds}, {"layouts", list}}).dump(2).c_str());
     return wrong == 0 ? 0 : 1;
   }
-  std::printf("# serving_measure: %d interleaved rounds per layout; medians over rounds, "
-              "spread = (max - min)/median\n", rounds);
+  std::printf(
+      "# serving_measure: %d interleaved rounds per layout; medians over rounds, "
+      "spread = (max - min)/median\n",
+      rounds);
   std::printf("# %-18s %9s %7s %9s %7s %10s %7s %9s %6s\n", "layout", "tpot_p50", "spread",
               "ttft_p50", "spread", "out_tok/s", "spread", "dec_step", "#wrong");
   std::printf("# %-18s %9s %7s %9s %7s %10s %7s %9s %6s\n", "", "(ms)", "(%)", "(ms)", "(%)",
               "(tok/s)", "(%)", "(ms)", "");
   for (const LayoutMeasurement& m : *measured) {
-    std::printf("  %-18s %9.3f %7.1f %9.2f %7.1f %10.1f %7.1f %9.3f %6lld\n",
-                m.layout.name.c_str(), Median(m.tpot_p50_ms), 100 * RelativeSpread(m.tpot_p50_ms),
-                Median(m.ttft_p50_ms), 100 * RelativeSpread(m.ttft_p50_ms),
-                Median(m.output_tokens_per_s), 100 * RelativeSpread(m.output_tokens_per_s),
-                Median(m.decode_step_ms), (long long)m.wrong);
+    std::printf("  %-18s %9.3f %7.1f %9.2f %7.1f %10.1f %7.1f %9.3f %6lld\n", m.layout.name.c_str(),
+                Median(m.tpot_p50_ms), 100 * RelativeSpread(m.tpot_p50_ms), Median(m.ttft_p50_ms),
+                100 * RelativeSpread(m.ttft_p50_ms), Median(m.output_tokens_per_s),
+                100 * RelativeSpread(m.output_tokens_per_s), Median(m.decode_step_ms),
+                (long long)m.wrong);
   }
-  std::printf("# median spread over layouts: tpot_p50 %.1f %%, ttft_p50 %.1f %%, output tok/s "
-              "%.1f %%; #wrong %lld\n",
-              100 * Median(spreads_tpot), 100 * Median(spreads_ttft), 100 * Median(spreads_tput),
-              (long long)wrong);
+  std::printf(
+      "# median spread over layouts: tpot_p50 %.1f %%, ttft_p50 %.1f %%, output tok/s "
+      "%.1f %%; #wrong %lld\n",
+      100 * Median(spreads_tpot), 100 * Median(spreads_ttft), 100 * Median(spreads_tput),
+      (long long)wrong);
   return wrong == 0 ? 0 : 1;
 }
 

@@ -12,9 +12,8 @@ absl::Status BatcherLimits::Validate() const {
         absl::StrCat("max_batch_size (", max_batch_size, ") must be positive"));
   }
   if (max_num_tokens < max_batch_size) {
-    return absl::InvalidArgumentError(absl::StrCat("max_num_tokens (", max_num_tokens,
-                                                   ") must be >= max_batch_size (",
-                                                   max_batch_size, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_num_tokens (", max_num_tokens, ") must be >= max_batch_size (", max_batch_size, ")"));
   }
   if (kv_block_size <= 0 || num_kv_blocks <= 0) {
     return absl::InvalidArgumentError("kv_block_size and num_kv_blocks must be positive");
@@ -34,15 +33,14 @@ absl::Status ContinuousBatcher::Add(int64_t seq, int64_t isl, int64_t osl) {
   s.osl = osl;
   s.blocks = BlocksFor(s);
   if (s.blocks > limits_.num_kv_blocks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "request ", seq, ": isl + osl (", isl + osl, ") needs ", s.blocks,
-        " KV blocks, more than the cache holds (", limits_.num_kv_blocks, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("request ", seq, ": isl + osl (", isl + osl, ") needs ", s.blocks,
+                     " KV blocks, more than the cache holds (", limits_.num_kv_blocks, ")"));
   }
   if (!limits_.chunked_prefill && isl > limits_.max_num_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("request ", seq, ": isl (", isl,
-                                                   ") exceeds max_num_tokens (",
-                                                   limits_.max_num_tokens,
-                                                   ") without chunked prefill"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("request ", seq, ": isl (", isl, ") exceeds max_num_tokens (",
+                     limits_.max_num_tokens, ") without chunked prefill"));
   }
   seqs_[seq] = s;
   waiting_.push_back(seq);

@@ -21,11 +21,11 @@
 namespace paratune::kernels::serving {
 
 struct BatcherLimits {
-  int64_t max_batch_size = 8;     ///< Sequences running at once.
-  int64_t max_num_tokens = 256;   ///< Tokens per step (prompt chunks + decodes).
-  bool chunked_prefill = true;    ///< Split prompts over steps to fill the token budget.
-  int64_t kv_block_size = 16;     ///< Of the model's KV cache.
-  int64_t num_kv_blocks = 64;     ///< Of the model's KV cache.
+  int64_t max_batch_size = 8;    ///< Sequences running at once.
+  int64_t max_num_tokens = 256;  ///< Tokens per step (prompt chunks + decodes).
+  bool chunked_prefill = true;   ///< Split prompts over steps to fill the token budget.
+  int64_t kv_block_size = 16;    ///< Of the model's KV cache.
+  int64_t num_kv_blocks = 64;    ///< Of the model's KV cache.
 
   /// First violated rule, e.g. `max_num_tokens (4) must be >= max_batch_size (8)`.
   absl::Status Validate() const;
@@ -57,9 +57,9 @@ class ContinuousBatcher {
  private:
   struct Seq {
     int64_t isl = 0, osl = 0;
-    int64_t prefilled = 0;   ///< Prompt tokens in the cache.
-    int64_t generated = 0;   ///< Output tokens produced.
-    int64_t blocks = 0;      ///< KV blocks held for isl + osl.
+    int64_t prefilled = 0;  ///< Prompt tokens in the cache.
+    int64_t generated = 0;  ///< Output tokens produced.
+    int64_t blocks = 0;     ///< KV blocks held for isl + osl.
   };
   int64_t BlocksFor(const Seq& s) const;
 

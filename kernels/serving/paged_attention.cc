@@ -16,8 +16,8 @@ constexpr int64_t kTileTokens = 16;
 
 }  // namespace
 
-void PagedAttentionForward(const PagedAttentionArgs& a, const PagedKvCache& cache,
-                           int64_t layer, const std::vector<SeqChunk>& chunks, int threads) {
+void PagedAttentionForward(const PagedAttentionArgs& a, const PagedKvCache& cache, int64_t layer,
+                           const std::vector<SeqChunk>& chunks, int threads) {
   const int64_t d = a.head_dim, pg = a.heads / a.groups, bs = cache.shape().block_size;
   std::vector<int64_t> row0(chunks.size());
   for (size_t c = 1; c < chunks.size(); ++c) row0[c] = row0[c - 1] + chunks[c - 1].num_tokens;

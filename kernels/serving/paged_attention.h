@@ -19,18 +19,18 @@ namespace paratune::kernels::serving {
 struct PagedAttentionArgs {
   const float* q = nullptr;  ///< [tokens, ld_q]; head hh of a token at hh·head_dim.
   int64_t ld_q = 0;
-  float* o = nullptr;        ///< [tokens, ld_o]; same head layout as q.
+  float* o = nullptr;  ///< [tokens, ld_o]; same head layout as q.
   int64_t ld_o = 0;
-  int64_t heads = 0;         ///< Query heads on this rank.
-  int64_t groups = 0;        ///< KV heads on this rank (heads/groups query heads share one).
+  int64_t heads = 0;   ///< Query heads on this rank.
+  int64_t groups = 0;  ///< KV heads on this rank (heads/groups query heads share one).
   int64_t head_dim = 0;
-  float scale = 1.0f;        ///< Softmax scale, 1/sqrt(head_dim).
+  float scale = 1.0f;  ///< Softmax scale, 1/sqrt(head_dim).
 };
 
 /// o = softmax(scale·q·Kᵀ, causal)·V for every chunk's tokens, keys and values read from
 /// `cache` layer `layer` positions [0, start + i] for the chunk's token i.
-void PagedAttentionForward(const PagedAttentionArgs& args, const PagedKvCache& cache,
-                           int64_t layer, const std::vector<SeqChunk>& chunks, int threads);
+void PagedAttentionForward(const PagedAttentionArgs& args, const PagedKvCache& cache, int64_t layer,
+                           const std::vector<SeqChunk>& chunks, int threads);
 
 }  // namespace paratune::kernels::serving
 

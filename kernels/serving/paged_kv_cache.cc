@@ -33,14 +33,14 @@ absl::StatusOr<PagedKvCache> PagedKvCache::Create(Backend& backend, const KvCach
   PagedKvCache cache;
   cache.shape_ = shape;
   for (int64_t l = 0; l < shape.num_layers; ++l) {
-    PT_ASSIGN_OR_RETURN(Tensor pool,
-                        backend.Empty({shape.num_blocks, 2, shape.block_size, shape.groups,
-                                       shape.head_dim},
-                                      shape.dtype, MemoryTag::kActivations));
+    PT_ASSIGN_OR_RETURN(Tensor pool, backend.Empty({shape.num_blocks, 2, shape.block_size,
+                                                    shape.groups, shape.head_dim},
+                                                   shape.dtype, MemoryTag::kActivations));
     cache.pools_.push_back(std::move(pool));
   }
   // Popped from the back: block 0 first unless shuffled.
-  for (int64_t b = shape.num_blocks - 1; b >= 0; --b) cache.free_.push_back(static_cast<int32_t>(b));
+  for (int64_t b = shape.num_blocks - 1; b >= 0; --b)
+    cache.free_.push_back(static_cast<int32_t>(b));
   if (shuffle_seed != 0) {
     for (int64_t i = static_cast<int64_t>(cache.free_.size()) - 1; i > 0; --i) {
       const int64_t j = static_cast<int64_t>(Mix64(shuffle_seed + i) % (i + 1));
@@ -86,13 +86,12 @@ int64_t PagedKvCache::length(int64_t seq) const {
 
 absl::Status PagedKvCache::SetLength(int64_t seq, int64_t length) {
   auto it = seqs_.find(seq);
-  const int64_t cap = it == seqs_.end()
-                          ? 0
-                          : static_cast<int64_t>(it->second.blocks.size()) * shape_.block_size;
+  const int64_t cap =
+      it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.blocks.size()) * shape_.block_size;
   if (length > cap) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "kv cache: length (", length, ") of sequence ", seq, " exceeds its blocks (", cap,
-        " tokens)"));
+    return absl::FailedPreconditionError(absl::StrCat("kv cache: length (", length,
+                                                      ") of sequence ", seq,
+                                                      " exceeds its blocks (", cap, " tokens)"));
   }
   it->second.length = length;
   return absl::OkStatus();
@@ -109,8 +108,7 @@ int64_t PagedKvCache::Offset(int32_t block, int kv, int64_t token) const {
   return ((static_cast<int64_t>(block) * 2 + kv) * shape_.block_size + token) * row;
 }
 
-void PagedKvCache::Write(int64_t layer, int64_t seq, int64_t pos, const float* k,
-                         const float* v) {
+void PagedKvCache::Write(int64_t layer, int64_t seq, int64_t pos, const float* k, const float* v) {
   const SeqState& s = seqs_.at(seq);
   const int32_t block = s.blocks[pos / shape_.block_size];
   const int64_t token = pos % shape_.block_size, row = shape_.groups * shape_.head_dim;

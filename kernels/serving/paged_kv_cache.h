@@ -26,8 +26,8 @@ float Bf16ToFloat(uint16_t b);
 struct KvCacheShape {
   int64_t num_layers = 1;
   int64_t num_blocks = 1;
-  int64_t block_size = 16;   ///< Tokens per block.
-  int64_t groups = 1;        ///< KV heads on this rank.
+  int64_t block_size = 16;  ///< Tokens per block.
+  int64_t groups = 1;       ///< KV heads on this rank.
   int64_t head_dim = 1;
   DType dtype = DType::kF32;  ///< fp32 | bf16.
 };
@@ -79,8 +79,8 @@ class PagedKvCache {
   int64_t Offset(int32_t block, int kv, int64_t token) const;
 
   KvCacheShape shape_;
-  std::vector<Tensor> pools_;    ///< One per layer.
-  std::vector<int32_t> free_;    ///< Popped from the back.
+  std::vector<Tensor> pools_;  ///< One per layer.
+  std::vector<int32_t> free_;  ///< Popped from the back.
   std::map<int64_t, SeqState> seqs_;
 };
 

@@ -10,7 +10,8 @@ namespace paratune::kernels::serving {
 
 absl::Status TraceOptions::Validate() const {
   if (num_requests <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("num_requests (", num_requests, ") must be positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_requests (", num_requests, ") must be positive"));
   }
   if (isl <= 0) return absl::InvalidArgumentError(absl::StrCat("isl (", isl, ") must be positive"));
   if (osl <= 0) return absl::InvalidArgumentError(absl::StrCat("osl (", osl, ") must be positive"));
@@ -60,7 +61,8 @@ std::vector<int32_t> PromptTokens(uint64_t seed, int64_t id, int64_t isl, int64_
   const uint64_t key = Mix64(seed + 0x70726f6dull + static_cast<uint64_t>(id));
   std::vector<int32_t> p(isl);
   for (int64_t i = 0; i < isl; ++i) {
-    p[i] = static_cast<int32_t>(Mix64(key + static_cast<uint64_t>(i)) % static_cast<uint64_t>(vocab));
+    p[i] =
+        static_cast<int32_t>(Mix64(key + static_cast<uint64_t>(i)) % static_cast<uint64_t>(vocab));
   }
   return p;
 }

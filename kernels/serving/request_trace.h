@@ -14,14 +14,14 @@
 namespace paratune::kernels::serving {
 
 struct TraceOptions {
-  int64_t num_requests = 16;   ///< Requests in the trace.
-  int64_t isl = 32;            ///< Mean input (prompt) tokens.
-  int64_t osl = 16;            ///< Mean output tokens (generated exactly; no early stop).
-  double isl_jitter = 0.0;     ///< Lengths uniform in mean·[1 − j, 1 + j]; 0: fixed.
+  int64_t num_requests = 16;  ///< Requests in the trace.
+  int64_t isl = 32;           ///< Mean input (prompt) tokens.
+  int64_t osl = 16;           ///< Mean output tokens (generated exactly; no early stop).
+  double isl_jitter = 0.0;    ///< Lengths uniform in mean·[1 − j, 1 + j]; 0: fixed.
   double osl_jitter = 0.0;
-  int64_t concurrency = 0;     ///< Closed-loop clients (> 0), or
-  double request_rate = 0.0;   ///< Poisson arrivals per second (> 0); neither: offline.
-  uint64_t seed = 1;           ///< Lengths, arrivals and prompt tokens.
+  int64_t concurrency = 0;    ///< Closed-loop clients (> 0), or
+  double request_rate = 0.0;  ///< Poisson arrivals per second (> 0); neither: offline.
+  uint64_t seed = 1;          ///< Lengths, arrivals and prompt tokens.
 
   /// First violated rule, e.g. `osl (0) must be positive`.
   absl::Status Validate() const;

@@ -11,8 +11,8 @@ namespace paratune::kernels::serving {
 
 /// In place on `rows` rows (stride ld) of `heads` heads of dim d starting at x; row r
 /// sits at position positions[r].
-inline void ApplyRope(float* x, int64_t ld, int64_t rows, const int64_t* positions,
-                      int64_t heads, int64_t d, double theta) {
+inline void ApplyRope(float* x, int64_t ld, int64_t rows, const int64_t* positions, int64_t heads,
+                      int64_t d, double theta) {
   const int64_t half = d / 2;
   std::vector<float> cs(half), sn(half);
   for (int64_t r = 0; r < rows; ++r) {

@@ -3,20 +3,20 @@
 // Prints one row per round (nccl-tests style) and the spread over rounds; --json prints
 // every round's summary and per-request records. The reference measured in the same run is
 // an isolated decode step (serving_step_runner) of the batch the loop can reach
-// (max_batch_size, capped by the clients and the requests) at context isl + osl/2: TPOT over it shows what batching, prefill chunks and the loop add.
+// (max_batch_size, capped by the clients and the requests) at context isl + osl/2: TPOT over it
+// shows what batching, prefill chunks and the loop add.
 //
 //   paratune-serve-bench [--tp 2] [--layers 4] [--hidden 512] [--heads 8] [--groups 4]
 //       [--ffn 1408] [--vocab 4096] [--isl 128] [--osl 32] [--num_requests 32]
 //       [--concurrency 8 | --rate 4.0] [--max_batch_size 8] [--max_num_tokens 256]
 //       [--no_chunked_prefill] [--kv_block_size 16] [--kv_blocks 256] [--kv_dtype fp32]
 //       [--weights none|int8|int4] [--rounds 3] [--json]
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "kernels/backend.h"
 #include "kernels/serving/serve_loop.h"
@@ -28,7 +28,7 @@ namespace {
 
 nlohmann::json DistJson(const Distribution& d, double unit) {
   return {{"mean", d.mean * unit}, {"p50", d.p50 * unit}, {"p90", d.p90 * unit},
-          {"p99", d.p99 * unit}, {"min", d.min * unit}, {"max", d.max * unit}};
+          {"p99", d.p99 * unit},   {"min", d.min * unit}, {"max", d.max * unit}};
 }
 
 nlohmann::json RoundJson(const ServeResult& r, bool requests) {
@@ -58,9 +58,13 @@ nlohmann::json RoundJson(const ServeResult& r, bool requests) {
   if (requests) {
     nlohmann::json list = nlohmann::json::array();
     for (const RequestRecord& q : r.requests) {
-      list.push_back({{"id", q.id}, {"isl", q.isl}, {"osl", q.osl},
-                      {"output_tokens", q.output_tokens}, {"ttft_ms", q.ttft_s() * 1e3},
-                      {"tpot_ms", q.tpot_s() * 1e3}, {"e2e_ms", q.e2e_s() * 1e3}});
+      list.push_back({{"id", q.id},
+                      {"isl", q.isl},
+                      {"osl", q.osl},
+                      {"output_tokens", q.output_tokens},
+                      {"ttft_ms", q.ttft_s() * 1e3},
+                      {"tpot_ms", q.tpot_s() * 1e3},
+                      {"e2e_ms", q.e2e_s() * 1e3}});
     }
     j["requests"] = list;
   }
@@ -129,7 +133,8 @@ int Main(int argc, char** argv) {
   auto dt = ParseDType(kv_dtype);
   auto wq = ParseWeightQuant(weights);
   if (!dt.ok() || !wq.ok()) {
-    std::fprintf(stderr, "%s\n", std::string((!dt.ok() ? dt.status() : wq.status()).message()).c_str());
+    std::fprintf(stderr, "%s\n",
+                 std::string((!dt.ok() ? dt.status() : wq.status()).message()).c_str());
     return 2;
   }
   m.kv_dtype = *dt;
@@ -142,13 +147,13 @@ int Main(int argc, char** argv) {
 
   const std::string mode = o.trace.mode();
   if (!json) {
-    std::printf("# paratune-serve-bench: %lld layers h %lld a %lld g %lld f %lld V %lld, tp %lld, "
-                "weights %s, kv %s (block %lld x %lld)\n",
-                (long long)m.num_layers, (long long)m.shape.hidden_size,
-                (long long)m.shape.num_attention_heads, (long long)m.num_query_groups(),
-                (long long)m.ffn_hidden_size(), (long long)m.shape.vocab_size, (long long)tp,
-                weights.c_str(), kv_dtype.c_str(), (long long)m.num_kv_blocks,
-                (long long)m.kv_block_size);
+    std::printf(
+        "# paratune-serve-bench: %lld layers h %lld a %lld g %lld f %lld V %lld, tp %lld, "
+        "weights %s, kv %s (block %lld x %lld)\n",
+        (long long)m.num_layers, (long long)m.shape.hidden_size,
+        (long long)m.shape.num_attention_heads, (long long)m.num_query_groups(),
+        (long long)m.ffn_hidden_size(), (long long)m.shape.vocab_size, (long long)tp,
+        weights.c_str(), kv_dtype.c_str(), (long long)m.num_kv_blocks, (long long)m.kv_block_size);
     std::printf("# trace: %lld requests, isl %lld, osl %lld, %s", (long long)o.trace.num_requests,
                 (long long)o.trace.isl, (long long)o.trace.osl, mode.c_str());
     if (o.trace.concurrency > 0) std::printf(" %lld", (long long)o.trace.concurrency);
@@ -156,9 +161,8 @@ int Main(int argc, char** argv) {
     std::printf("; max_batch_size %lld, max_num_tokens %lld, chunked prefill %s\n",
                 (long long)o.max_batch_size, (long long)o.max_num_tokens,
                 o.chunked_prefill ? "on" : "off");
-    std::printf("# %5s %9s %9s %9s %9s %9s %9s %9s %7s %6s %6s\n", "round", "ttft_p50",
-                "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p50", "e2e_p99", "out_tok/s", "steps",
-                "L", "#wrong");
+    std::printf("# %5s %9s %9s %9s %9s %9s %9s %9s %7s %6s %6s\n", "round", "ttft_p50", "ttft_p99",
+                "tpot_p50", "tpot_p99", "e2e_p50", "e2e_p99", "out_tok/s", "steps", "L", "#wrong");
     std::printf("# %5s %9s %9s %9s %9s %9s %9s %9s %7s %6s %6s\n", "", "(ms)", "(ms)", "(ms)",
                 "(ms)", "(ms)", "(ms)", "(tok/s)", "", "(req)", "");
   }
@@ -199,41 +203,55 @@ int Main(int argc, char** argv) {
   const Distribution tpot_d = Summarize(tpot), ttft_d = Summarize(ttft), tput_d = Summarize(tput);
   auto spread = [](const Distribution& d) { return d.p50 > 0 ? (d.max - d.min) / d.p50 : 0.0; };
   if (json) {
-    nlohmann::json out = {
-        {"config",
-         {{"tp", tp}, {"layers", m.num_layers}, {"hidden_size", m.shape.hidden_size},
-          {"num_attention_heads", m.shape.num_attention_heads},
-          {"num_query_groups", m.num_query_groups()}, {"ffn_hidden_size", m.ffn_hidden_size()},
-          {"vocab_size", m.shape.vocab_size}, {"weights", weights}, {"kv_dtype", kv_dtype},
-          {"kv_block_size", m.kv_block_size}, {"kv_blocks", m.num_kv_blocks},
-          {"max_batch_size", o.max_batch_size}, {"max_num_tokens", o.max_num_tokens},
-          {"chunked_prefill", o.chunked_prefill}}},
-        {"trace",
-         {{"mode", mode}, {"num_requests", o.trace.num_requests}, {"isl", o.trace.isl},
-          {"osl", o.trace.osl}, {"concurrency", o.trace.concurrency},
-          {"request_rate", o.trace.request_rate}, {"seed", o.trace.seed}}},
-        {"summary",
-         {{"tpot_p50_ms", DistJson(tpot_d, 1.0)},
-          {"ttft_p50_ms", DistJson(ttft_d, 1.0)},
-          {"output_tokens_per_s", DistJson(tput_d, 1.0)},
-          {"rounds", rounds},
-          {"wrong", wrong_total}}},
-        {"reference",
-         {{"decode_step_ms", ref_ms}, {"batch", ref.batch}, {"context", ref.context_length},
-          {"tpot_p50_over_reference", ref_ms > 0 ? tpot_d.p50 / ref_ms : 0.0}}}};
+    nlohmann::json out = {{"config",
+                           {{"tp", tp},
+                            {"layers", m.num_layers},
+                            {"hidden_size", m.shape.hidden_size},
+                            {"num_attention_heads", m.shape.num_attention_heads},
+                            {"num_query_groups", m.num_query_groups()},
+                            {"ffn_hidden_size", m.ffn_hidden_size()},
+                            {"vocab_size", m.shape.vocab_size},
+                            {"weights", weights},
+                            {"kv_dtype", kv_dtype},
+                            {"kv_block_size", m.kv_block_size},
+                            {"kv_blocks", m.num_kv_blocks},
+                            {"max_batch_size", o.max_batch_size},
+                            {"max_num_tokens", o.max_num_tokens},
+                            {"chunked_prefill", o.chunked_prefill}}},
+                          {"trace",
+                           {{"mode", mode},
+                            {"num_requests", o.trace.num_requests},
+                            {"isl", o.trace.isl},
+                            {"osl", o.trace.osl},
+                            {"concurrency", o.trace.concurrency},
+                            {"request_rate", o.trace.request_rate},
+                            {"seed", o.trace.seed}}},
+                          {"summary",
+                           {{"tpot_p50_ms", DistJson(tpot_d, 1.0)},
+                            {"ttft_p50_ms", DistJson(ttft_d, 1.0)},
+                            {"output_tokens_per_s", DistJson(tput_d, 1.0)},
+                            {"rounds", rounds},
+                            {"wrong", wrong_total}}},
+                          {"reference",
+                           {{"decode_step_ms", ref_ms},
+                            {"batch", ref.batch},
+                            {"context", ref.context_length},
+                            {"tpot_p50_over_reference", ref_ms > 0 ? tpot_d.p50 / ref_ms : 0.0}}}};
     nlohmann::json list = nlohmann::json::array();
     for (const ServeResult& r : results) list.push_back(RoundJson(r, per_request));
     out["rounds"] = list;
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("# reference: isolated decode step, batch %lld at context %lld: %.3f ms; "
-                "tpot_p50 / reference = %.2f\n",
-                (long long)ref.batch, (long long)ref.context_length, ref_ms,
-                ref_ms > 0 ? tpot_d.p50 / ref_ms : 0.0);
-    std::printf("# median over %d rounds: tpot_p50 %.3f ms (spread %.1f %%), ttft_p50 %.2f ms "
-                "(spread %.1f %%), %.1f output tok/s (spread %.1f %%); #wrong %lld\n",
-                rounds, tpot_d.p50, 100 * spread(tpot_d), ttft_d.p50, 100 * spread(ttft_d),
-                tput_d.p50, 100 * spread(tput_d), (long long)wrong_total);
+    std::printf(
+        "# reference: isolated decode step, batch %lld at context %lld: %.3f ms; "
+        "tpot_p50 / reference = %.2f\n",
+        (long long)ref.batch, (long long)ref.context_length, ref_ms,
+        ref_ms > 0 ? tpot_d.p50 / ref_ms : 0.0);
+    std::printf(
+        "# median over %d rounds: tpot_p50 %.3f ms (spread %.1f %%), ttft_p50 %.2f ms "
+        "(spread %.1f %%), %.1f output tok/s (spread %.1f %%); #wrong %lld\n",
+        rounds, tpot_d.p50, 100 * spread(tpot_d), ttft_d.p50, 100 * spread(ttft_d), tput_d.p50,
+        100 * spread(tput_d), (long long)wrong_total);
   }
   return wrong_total == 0 ? 0 : 1;
 }

@@ -43,7 +43,8 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
     std::vector<int32_t> prompt = PromptTokens(o.trace.seed, id, isl, V);
     PT_ASSIGN_OR_RETURN(StepOutput out, model->Step(prompt, {{id, 0, isl, true}}, false));
     for (int64_t i = 1; i < o.warmup_steps && isl + i < o.model.kv_capacity_tokens(); ++i) {
-      PT_ASSIGN_OR_RETURN(out, model->Step({out.next_tokens[0]}, {{id, isl + i - 1, 1, true}}, false));
+      PT_ASSIGN_OR_RETURN(out,
+                          model->Step({out.next_tokens[0]}, {{id, isl + i - 1, 1, true}}, false));
     }
     model->Release(id);
   }
@@ -118,7 +119,8 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
         ++stats.decode_tokens;
       }
     }
-    stats.max_step_tokens = std::max<int64_t>(stats.max_step_tokens, static_cast<int64_t>(tokens.size()));
+    stats.max_step_tokens =
+        std::max<int64_t>(stats.max_step_tokens, static_cast<int64_t>(tokens.size()));
     stats.max_step_sequences = std::max(stats.max_step_sequences, sequences);
     PT_ASSIGN_OR_RETURN(StepOutput out, model->Step(tokens, plan, false));
     ++stats.steps;
@@ -171,7 +173,8 @@ absl::Status ServeOptions::Validate() const {
   limits.num_kv_blocks = model.num_kv_blocks;
   PT_RETURN_IF_ERROR(limits.Validate());
   if (warmup_steps < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("warmup_steps (", warmup_steps, ") must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("warmup_steps (", warmup_steps, ") must be >= 0"));
   }
   return absl::OkStatus();
 }

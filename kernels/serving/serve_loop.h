@@ -20,7 +20,7 @@
 namespace paratune::kernels::serving {
 
 struct ServeOptions {
-  ServingConfig model;      ///< The model and its tp; kv_block_size/num_kv_blocks size the cache.
+  ServingConfig model;  ///< The model and its tp; kv_block_size/num_kv_blocks size the cache.
   TraceOptions trace;
   int64_t max_batch_size = 8;
   int64_t max_num_tokens = 256;
@@ -57,16 +57,16 @@ struct StepStats {
   int64_t decode_tokens = 0;   ///< Decode tokens computed.
   int64_t max_step_tokens = 0;
   int64_t max_step_sequences = 0;
-  ModelPhaseTimes phases;      ///< Rank 0.
+  ModelPhaseTimes phases;  ///< Rank 0.
 };
 
 struct ServeResult {
   std::vector<RequestRecord> requests;  ///< In id order.
   double duration_s = 0;                ///< First arrival to last finish.
   StepStats steps;
-  int64_t weight_bytes = 0;             ///< Per rank.
-  int64_t kv_cache_bytes = 0;           ///< Per rank.
-  int64_t peak_bytes = 0;               ///< Per rank (rank 0's tracking allocator).
+  int64_t weight_bytes = 0;    ///< Per rank.
+  int64_t kv_cache_bytes = 0;  ///< Per rank.
+  int64_t peak_bytes = 0;      ///< Per rank (rank 0's tracking allocator).
 
   int64_t output_tokens() const;
   double output_tokens_per_s() const;

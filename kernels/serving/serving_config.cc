@@ -8,9 +8,12 @@ namespace paratune::kernels::serving {
 
 const char* ToString(WeightQuant q) {
   switch (q) {
-    case WeightQuant::kNone: return "none";
-    case WeightQuant::kInt8: return "int8";
-    case WeightQuant::kInt4: return "int4";
+    case WeightQuant::kNone:
+      return "none";
+    case WeightQuant::kInt8:
+      return "int8";
+    case WeightQuant::kInt4:
+      return "int4";
   }
   return "none";
 }
@@ -38,8 +41,9 @@ LayerConfig ServingConfig::AsLayerConfig(int64_t seq_length) const {
 absl::Status ServingConfig::Validate() const {
   if (absl::Status s = AsLayerConfig(1).Validate(); !s.ok()) return s;
   if (shape.normalization != Normalization::kRmsNorm) {
-    return absl::UnimplementedError("normalization (layernorm) is not implemented by the "
-                                    "serving kernels (expected rmsnorm)");
+    return absl::UnimplementedError(
+        "normalization (layernorm) is not implemented by the "
+        "serving kernels (expected rmsnorm)");
   }
   if (shape.vocab_size <= 0) {
     return absl::InvalidArgumentError(
@@ -68,8 +72,7 @@ absl::Status ServingConfig::Validate() const {
   }
   if (weight_quant == WeightQuant::kInt4) {
     const int64_t tp = parallel.tp;
-    const int64_t ks[] = {shape.hidden_size, shape.hidden_size / tp,
-                          ffn_hidden_size() / tp};
+    const int64_t ks[] = {shape.hidden_size, shape.hidden_size / tp, ffn_hidden_size() / tp};
     for (int64_t k : ks) {
       if (int4_group_size <= 0 || int4_group_size % 2 != 0 || k % int4_group_size != 0) {
         return absl::InvalidArgumentError(

@@ -31,21 +31,21 @@ absl::StatusOr<WeightQuant> ParseWeightQuant(absl::string_view s);
 struct ServingConfig {
   /// h, a, g, f, V, activation (gelu | swiglu); normalization must be rmsnorm.
   LayerShape shape;
-  int64_t num_layers = 1;             ///< Transformer layers of the model.
+  int64_t num_layers = 1;  ///< Transformer layers of the model.
   /// The layout; the serving kernels read tp (the other fields must stay at 1 / false).
   ParallelConfig parallel;
   /// kRope rotates Q and K by their positions; kLearned applies no rotation inside the
   /// layers (the layer then equals kernels/transformer_layer's forward).
   PositionEmbedding position_embedding = PositionEmbedding::kRope;
-  double rope_theta = 10000.0;        ///< RoPE base.
+  double rope_theta = 10000.0;                    ///< RoPE base.
   WeightQuant weight_quant = WeightQuant::kNone;  ///< Linear-layer weight storage.
-  int64_t int4_group_size = 32;       ///< Inputs per int4 scale; must divide every K.
-  DType kv_dtype = DType::kF32;       ///< KV-cache storage: fp32 or bf16.
-  int64_t kv_block_size = 16;         ///< Tokens per KV-cache block.
-  int64_t num_kv_blocks = 64;         ///< Blocks in each layer's pool.
-  float norm_epsilon = 1e-5f;         ///< RMSNorm epsilon.
-  uint64_t seed = 1234;               ///< Weights are functions of this (as the training layer's).
-  int threads = 1;                    ///< Threads of the attention and elementwise loops.
+  int64_t int4_group_size = 32;                   ///< Inputs per int4 scale; must divide every K.
+  DType kv_dtype = DType::kF32;                   ///< KV-cache storage: fp32 or bf16.
+  int64_t kv_block_size = 16;                     ///< Tokens per KV-cache block.
+  int64_t num_kv_blocks = 64;                     ///< Blocks in each layer's pool.
+  float norm_epsilon = 1e-5f;                     ///< RMSNorm epsilon.
+  uint64_t seed = 1234;  ///< Weights are functions of this (as the training layer's).
+  int threads = 1;       ///< Threads of the attention and elementwise loops.
 
   int64_t num_query_groups() const {
     return shape.num_query_groups > 0 ? shape.num_query_groups : shape.num_attention_heads;

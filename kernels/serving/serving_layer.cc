@@ -26,8 +26,7 @@ double Since(Clock::time_point t0) {
 std::function<float(int64_t, int64_t)> ShardValues(
     uint64_t seed, const char* name, double scale,
     std::function<int64_t(int64_t, int64_t)> global_index) {
-  return [u = UniformInit(seed, name), scale, gi = std::move(global_index)](int64_t r,
-                                                                           int64_t c) {
+  return [u = UniformInit(seed, name), scale, gi = std::move(global_index)](int64_t r, int64_t c) {
     return static_cast<float>(scale * u(gi(r, c)));
   };
 }
@@ -77,12 +76,12 @@ absl::Status ServingLayer::Init() {
     return (a + g) * d + r * gl * d + (lr - (hl + gl) * d);
   };
   const double h_scale = 1.0 / std::sqrt(static_cast<double>(h));
-  PT_ASSIGN_OR_RETURN(
-      qkv_, WeightOnlyLinear::Create(
-                be, qkv_width_, h,
-                ShardValues(seed, "qkv.weight", h_scale,
-                            [=](int64_t lr, int64_t c) { return qkv_row(lr) * h + c; }),
-                quant, group));
+  PT_ASSIGN_OR_RETURN(qkv_, WeightOnlyLinear::Create(be, qkv_width_, h,
+                                                     ShardValues(seed, "qkv.weight", h_scale,
+                                                                 [=](int64_t lr, int64_t c) {
+                                                                   return qkv_row(lr) * h + c;
+                                                                 }),
+                                                     quant, group));
   PT_ASSIGN_OR_RETURN(
       proj_, WeightOnlyLinear::Create(
                  be, h, hl * d,
@@ -91,19 +90,21 @@ absl::Status ServingLayer::Init() {
                  quant, group));
   const bool swiglu = config_.shape.activation == Activation::kSwiglu;
   // SwiGLU's FC1 holds [gate | up]; rank r takes its slice of each.
-  auto fc1_row = [=](int64_t lr) -> int64_t { return lr < fl ? r * fl + lr : f + r * fl + (lr - fl); };
-  PT_ASSIGN_OR_RETURN(
-      fc1_, WeightOnlyLinear::Create(
-                be, swiglu ? 2 * fl : fl, h,
-                ShardValues(seed, "fc1.weight", h_scale,
-                            [=](int64_t lr, int64_t c) { return fc1_row(lr) * h + c; }),
-                quant, group));
-  PT_ASSIGN_OR_RETURN(
-      fc2_, WeightOnlyLinear::Create(
-                be, h, fl,
-                ShardValues(seed, "fc2.weight", 1.0 / std::sqrt(static_cast<double>(f)),
-                            [=](int64_t row, int64_t c) { return row * f + r * fl + c; }),
-                quant, group));
+  auto fc1_row = [=](int64_t lr) -> int64_t {
+    return lr < fl ? r * fl + lr : f + r * fl + (lr - fl);
+  };
+  PT_ASSIGN_OR_RETURN(fc1_, WeightOnlyLinear::Create(be, swiglu ? 2 * fl : fl, h,
+                                                     ShardValues(seed, "fc1.weight", h_scale,
+                                                                 [=](int64_t lr, int64_t c) {
+                                                                   return fc1_row(lr) * h + c;
+                                                                 }),
+                                                     quant, group));
+  PT_ASSIGN_OR_RETURN(fc2_,
+                      WeightOnlyLinear::Create(
+                          be, h, fl,
+                          ShardValues(seed, "fc2.weight", 1.0 / std::sqrt(static_cast<double>(f)),
+                                      [=](int64_t row, int64_t c) { return row * f + r * fl + c; }),
+                          quant, group));
   return absl::OkStatus();
 }
 
@@ -130,10 +131,9 @@ absl::StatusOr<Tensor> ServingLayer::Forward(const Tensor& x, const std::vector<
   const int64_t hl = heads_local_, gl = groups_local_, fl = ffn_local_, W = qkv_width_;
   const int threads = config_.threads;
   if (n != StepTokens(chunks) || static_cast<int64_t>(positions.size()) != n) {
-    return absl::InvalidArgumentError(absl::StrCat("x rows (", n, ") and positions (",
-                                                   positions.size(),
-                                                   ") must equal the chunks' tokens (",
-                                                   StepTokens(chunks), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("x rows (", n, ") and positions (", positions.size(),
+                     ") must equal the chunks' tokens (", StepTokens(chunks), ")"));
   }
   auto t0 = Clock::now();
   PT_ASSIGN_OR_RETURN(Tensor ln1, RmsNorm(x, norm1_w_));

@@ -66,8 +66,7 @@ class ServingLayer {
 };
 
 /// The values of an RMSNorm weight of the training layer: 1 + 0.1·u(i).
-absl::StatusOr<Tensor> MakeNormWeight(Backend& backend, uint64_t seed, const char* name,
-                                      int64_t h);
+absl::StatusOr<Tensor> MakeNormWeight(Backend& backend, uint64_t seed, const char* name, int64_t h);
 
 }  // namespace paratune::kernels::serving
 

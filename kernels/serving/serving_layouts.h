@@ -26,8 +26,8 @@ std::vector<ServingLayout> AccuracyLayouts();
 /// What the rounds of one layout measured; each vector has one entry per round.
 struct LayoutMeasurement {
   ServingLayout layout;
-  std::vector<double> tpot_p50_ms;       ///< Median over requests of their TPOT.
-  std::vector<double> ttft_p50_ms;       ///< Median over requests of their TTFT.
+  std::vector<double> tpot_p50_ms;  ///< Median over requests of their TPOT.
+  std::vector<double> ttft_p50_ms;  ///< Median over requests of their TTFT.
   std::vector<double> output_tokens_per_s;
   std::vector<double> e2e_p50_ms;
   /// Median of an isolated decode step (serving_step_runner) of the batch the layout

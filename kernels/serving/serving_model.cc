@@ -43,13 +43,12 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Create(const Serving
   PT_ASSIGN_OR_RETURN(model->final_norm_, MakeNormWeight(be, config.seed, "final_norm.weight", h));
   const UniformInit out(config.seed, "output.weight");
   const double scale = 1.0 / std::sqrt(static_cast<double>(h));
-  PT_ASSIGN_OR_RETURN(model->output_,
-                      WeightOnlyLinear::Create(
-                          be, vl, h,
-                          [&](int64_t r, int64_t c) {
-                            return static_cast<float>(scale * out((v0 + r) * h + c));
-                          },
-                          WeightQuant::kNone, 0));
+  PT_ASSIGN_OR_RETURN(
+      model->output_,
+      WeightOnlyLinear::Create(
+          be, vl, h,
+          [&](int64_t r, int64_t c) { return static_cast<float>(scale * out((v0 + r) * h + c)); },
+          WeightQuant::kNone, 0));
   KvCacheShape kv;
   kv.num_layers = config.num_layers;
   kv.num_blocks = config.num_kv_blocks;
@@ -81,21 +80,20 @@ absl::StatusOr<StepOutput> ServingModel::Step(const std::vector<int32_t>& tokens
   const int64_t V = config_.shape.vocab_size, t = config_.parallel.tp, vl = V / t;
   const int64_t v0 = ctx_.tp_rank() * vl;
   if (static_cast<int64_t>(tokens.size()) != n) {
-    return absl::InvalidArgumentError(absl::StrCat("tokens (", tokens.size(),
-                                                   ") must equal the chunks' tokens (", n, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokens (", tokens.size(), ") must equal the chunks' tokens (", n, ")"));
   }
   std::vector<int64_t> positions;
   positions.reserve(n);
   for (const SeqChunk& c : chunks) {
     if (c.num_tokens <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunk of sequence ", c.seq, ": num_tokens (", c.num_tokens,
-                       ") must be positive"));
+      return absl::InvalidArgumentError(absl::StrCat("chunk of sequence ", c.seq, ": num_tokens (",
+                                                     c.num_tokens, ") must be positive"));
     }
     if (c.start != cache_.length(c.seq)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunk of sequence ", c.seq, ": start (", c.start,
-                       ") must equal the cached length (", cache_.length(c.seq), ")"));
+      return absl::InvalidArgumentError(absl::StrCat("chunk of sequence ", c.seq, ": start (",
+                                                     c.start, ") must equal the cached length (",
+                                                     cache_.length(c.seq), ")"));
     }
     for (int64_t i = 0; i < c.num_tokens; ++i) positions.push_back(c.start + i);
   }
@@ -108,11 +106,11 @@ absl::StatusOr<StepOutput> ServingModel::Step(const std::vector<int32_t>& tokens
   int64_t need = 0;
   for (const SeqChunk& c : chunks) need += cache_.BlocksNeeded(c.seq, c.start + c.num_tokens);
   if (need > cache_.free_blocks()) {
-    return absl::ResourceExhaustedError(absl::StrCat("kv cache: the step needs ", need,
-                                                     " more blocks, ", cache_.free_blocks(),
-                                                     " free"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "kv cache: the step needs ", need, " more blocks, ", cache_.free_blocks(), " free"));
   }
-  for (const SeqChunk& c : chunks) PT_RETURN_IF_ERROR(cache_.Reserve(c.seq, c.start + c.num_tokens));
+  for (const SeqChunk& c : chunks)
+    PT_RETURN_IF_ERROR(cache_.Reserve(c.seq, c.start + c.num_tokens));
 
   // VocabParallelEmbedding: local rows, zeros elsewhere, then reduce_from_tp_region.
   auto t0 = Clock::now();
@@ -138,7 +136,8 @@ absl::StatusOr<StepOutput> ServingModel::Step(const std::vector<int32_t>& tokens
     times_.layers.attention_s += layer->times().attention_s;
     times_.layers.other_s += layer->times().other_s;
   }
-  for (const SeqChunk& c : chunks) PT_RETURN_IF_ERROR(cache_.SetLength(c.seq, c.start + c.num_tokens));
+  for (const SeqChunk& c : chunks)
+    PT_RETURN_IF_ERROR(cache_.SetLength(c.seq, c.start + c.num_tokens));
 
   // Final norm and logits of the last token of each sampled chunk only.
   t0 = Clock::now();
@@ -161,9 +160,8 @@ absl::StatusOr<StepOutput> ServingModel::Step(const std::vector<int32_t>& tokens
     std::copy(x.data_as<float>() + rows[s] * h, x.data_as<float>() + (rows[s] + 1) * h,
               last.begin() + s * h);
   }
-  cpu::rmsnorm_forward<float>(normed.data(), rstd.data(), last.data(),
-                              final_norm_.data_as<float>(), S, h, config_.norm_epsilon,
-                              config_.threads);
+  cpu::rmsnorm_forward<float>(normed.data(), rstd.data(), last.data(), final_norm_.data_as<float>(),
+                              S, h, config_.norm_epsilon, config_.threads);
   output_.Forward(normed.data(), S, logits.data(), config_.threads);
   // Local argmax (first maximum), then all-gather (value, global index) pairs in fp64.
   std::vector<double> local(2 * S), all(2 * S * t);
@@ -177,8 +175,8 @@ absl::StatusOr<StepOutput> ServingModel::Step(const std::vector<int32_t>& tokens
     local[2 * s + 1] = static_cast<double>(v0 + best);
   }
   times_.logits_s += Since(t0);
-  PT_RETURN_IF_ERROR(ctx_.Comm(
-      [&] { return ctx_.tp->AllGather(local.data(), all.data(), 2 * S, DType::kF64); }));
+  PT_RETURN_IF_ERROR(
+      ctx_.Comm([&] { return ctx_.tp->AllGather(local.data(), all.data(), 2 * S, DType::kF64); }));
   out.next_tokens.resize(S);
   for (int64_t s = 0; s < S; ++s) {
     double best_v = all[2 * s], best_i = all[2 * s + 1];
@@ -195,7 +193,8 @@ absl::StatusOr<StepOutput> ServingModel::Step(const std::vector<int32_t>& tokens
     out.logits.resize(S * V);
     for (int64_t r = 0; r < t; ++r) {
       for (int64_t s = 0; s < S; ++s) {
-        std::copy(gathered.begin() + r * S * vl + s * vl, gathered.begin() + r * S * vl + (s + 1) * vl,
+        std::copy(gathered.begin() + r * S * vl + s * vl,
+                  gathered.begin() + r * S * vl + (s + 1) * vl,
                   out.logits.begin() + s * V + r * vl);
       }
     }

@@ -68,8 +68,8 @@ class ServingModel {
   CommClock comm_clock_;
   std::vector<std::unique_ptr<ServingLayer>> layers_;
   PagedKvCache cache_;
-  Tensor embedding_;   ///< [V/t, h], rows [rank·V/t, (rank+1)·V/t) of the table.
-  Tensor final_norm_;  ///< [h]
+  Tensor embedding_;         ///< [V/t, h], rows [rank·V/t, (rank+1)·V/t) of the table.
+  Tensor final_norm_;        ///< [h]
   WeightOnlyLinear output_;  ///< [V/t, h], fp32.
   ModelPhaseTimes times_;
 };

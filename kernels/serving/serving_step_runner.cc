@@ -32,8 +32,7 @@ PhaseTiming Timing(const std::string& name, std::vector<double> v) {
 ServingConfig ModelFor(const ServingStepConfig& c) {
   ServingConfig m = c.model;
   if (m.shape.vocab_size == 0) m.shape.vocab_size = 128 * m.parallel.tp;
-  const int64_t tokens =
-      c.phase == ServingPhase::kDecode ? c.context_length + 1 : c.seq_length;
+  const int64_t tokens = c.phase == ServingPhase::kDecode ? c.context_length + 1 : c.seq_length;
   m.num_kv_blocks = c.batch * ((tokens + m.kv_block_size - 1) / m.kv_block_size);
   return m;
 }
@@ -99,9 +98,9 @@ absl::Status RunRank(const ServingStepConfig& c, Communicator& comm, ServingStep
   const MemoryStats stats = backend->allocator().Stats();
   result->peak_bytes_per_rank[comm.rank()] = stats.peak_bytes;
   if (comm.rank() == 0) {
-    result->phases = {Timing("total", total),       Timing("gemm", gemm),
+    result->phases = {Timing("total", total),         Timing("gemm", gemm),
                       Timing("attention", attention), Timing("other", other),
-                      Timing("tp_comm", tp_comm),   Timing("logits", logits)};
+                      Timing("tp_comm", tp_comm),     Timing("logits", logits)};
     result->weight_bytes = model->weight_bytes();
     result->kv_cache_bytes = cache.bytes();
     result->tp_allreduce_bytes = StepTokens(chunks) * mc.shape.hidden_size * 4;
@@ -116,7 +115,8 @@ absl::Status ServingStepConfig::Validate() const {
   ServingConfig m = model;
   if (m.shape.vocab_size == 0) m.shape.vocab_size = 128 * m.parallel.tp;
   PT_RETURN_IF_ERROR(m.Validate());
-  if (batch <= 0) return absl::InvalidArgumentError(absl::StrCat("batch (", batch, ") must be positive"));
+  if (batch <= 0)
+    return absl::InvalidArgumentError(absl::StrCat("batch (", batch, ") must be positive"));
   if (phase == ServingPhase::kPrefill && seq_length <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("seq_length (", seq_length, ") must be positive for a prefill step"));

@@ -26,10 +26,10 @@ struct ServingStepConfig {
   /// derived from the batch). A vocab_size of 0 is replaced by 128·tp (a minimal table).
   ServingConfig model;
   ServingPhase phase = ServingPhase::kDecode;
-  int64_t batch = 1;            ///< Sequences in the step.
-  int64_t seq_length = 0;       ///< Prefill: prompt tokens per sequence.
-  int64_t context_length = 0;   ///< Decode: tokens already cached per sequence.
-  bool logits = false;          ///< Include final norm, output GEMM and greedy sampling.
+  int64_t batch = 1;           ///< Sequences in the step.
+  int64_t seq_length = 0;      ///< Prefill: prompt tokens per sequence.
+  int64_t context_length = 0;  ///< Decode: tokens already cached per sequence.
+  bool logits = false;         ///< Include final norm, output GEMM and greedy sampling.
   int64_t warmup = 1;
   int64_t iters = 5;
   int64_t capacity_bytes_per_rank = 0;  ///< 0: unlimited.

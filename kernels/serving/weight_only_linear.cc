@@ -19,8 +19,8 @@ float ScaleFor(float absmax, float qmax) { return absmax > 0 ? absmax / qmax : 1
 }  // namespace
 
 absl::StatusOr<WeightOnlyLinear> WeightOnlyLinear::Create(
-    Backend& backend, int64_t out, int64_t in,
-    const std::function<float(int64_t, int64_t)>& value, WeightQuant quant, int64_t group) {
+    Backend& backend, int64_t out, int64_t in, const std::function<float(int64_t, int64_t)>& value,
+    WeightQuant quant, int64_t group) {
   WeightOnlyLinear lin;
   lin.out_ = out;
   lin.in_ = in;
@@ -49,14 +49,16 @@ absl::StatusOr<WeightOnlyLinear> WeightOnlyLinear::Create(
         const float s = ScaleFor(absmax, 127.0f);
         lin.scales_.data_as<float>()[r] = s;
         for (int64_t c = 0; c < in; ++c) {
-          q[r * in + c] = static_cast<int8_t>(std::clamp(std::nearbyint(row[c] / s), -127.f, 127.f));
+          q[r * in + c] =
+              static_cast<int8_t>(std::clamp(std::nearbyint(row[c] / s), -127.f, 127.f));
         }
       }
       break;
     }
     case WeightQuant::kInt4: {
       if (group <= 0 || group % 2 != 0 || in % group != 0) {
-        return absl::InvalidArgumentError("int4_group_size must be even and divide the input width");
+        return absl::InvalidArgumentError(
+            "int4_group_size must be even and divide the input width");
       }
       const int64_t groups = in / group;
       PT_ASSIGN_OR_RETURN(lin.values_,
@@ -89,9 +91,12 @@ absl::StatusOr<WeightOnlyLinear> WeightOnlyLinear::Create(
 
 float WeightOnlyLinear::ScaleOf(int64_t r, int64_t c) const {
   switch (quant_) {
-    case WeightQuant::kNone: return 0.0f;
-    case WeightQuant::kInt8: return scales_.data_as<float>()[r];
-    case WeightQuant::kInt4: return scales_.data_as<float>()[r * (in_ / group_) + c / group_];
+    case WeightQuant::kNone:
+      return 0.0f;
+    case WeightQuant::kInt8:
+      return scales_.data_as<float>()[r];
+    case WeightQuant::kInt4:
+      return scales_.data_as<float>()[r * (in_ / group_) + c / group_];
   }
   return 0.0f;
 }
@@ -141,8 +146,7 @@ void WeightOnlyLinear::Forward(const float* x, int64_t rows, float* y, int threa
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t r0 = t * kTileRows, r1 = std::min(out_, r0 + kTileRows);
       DequantizeRows(r0, r1, buf.data());
-      cpu::gemm(false, true, rows, r1 - r0, in_, 1.0f, x, in_, buf.data(), in_, 0.0f, y + r0,
-                out_);
+      cpu::gemm(false, true, rows, r1 - r0, in_, 1.0f, x, in_, buf.data(), in_, 0.0f, y + r0, out_);
     }
   });
 }

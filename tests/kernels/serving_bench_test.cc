@@ -1,11 +1,11 @@
 // paratune-serve-bench run tiny (2 ranks, Poisson arrivals): its JSON accounts for every
 // request and token.
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <cstdlib>
-#include <string>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace {
 

@@ -65,7 +65,7 @@ TEST(ContinuousBatcher, WithoutChunkingAPromptWaitsForRoomAndKvBlocksGateAdmissi
   ASSERT_TRUE(b.Add(0, 6, 3).ok());  // 8 tokens cached: 2 blocks
   ASSERT_TRUE(b.Add(1, 6, 3).ok());  // 2 blocks
   ASSERT_TRUE(b.Add(2, 2, 2).ok());  // 1 block
-  auto plan = b.Plan();  // 6 + 6 > 10: request 1 waits, and request 2 may not overtake
+  auto plan = b.Plan();              // 6 + 6 > 10: request 1 waits, and request 2 may not overtake
   ExpectPlan(plan, {{0, 0, 6, true}});
   b.Commit(plan);
   plan = b.Plan();

@@ -2,10 +2,10 @@
 // context lengths, a prefill and a chunked-prefill piece) for every KV storage type. The
 // CPU twin reads the values the device stores (RoundTripKv), so only the summation order
 // differs: tolerance 1e-5 + 1e-4·|ref|.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kernels/backend.h"
 #include "kernels/hash_random.h"
@@ -45,8 +45,8 @@ TEST(ServingCudaPagedAttention, MatchesTheCpuTwinForEveryKvStorage) {
   // chunk of 6 prompt tokens after 20 cached ones.
   const std::vector<SeqChunk> chunks = {
       {0, 37, 1, true}, {1, 5, 1, true}, {2, 300, 1, true}, {3, 0, 9, true}, {4, 20, 6, false}};
-  for (KvStorage storage : {KvStorage::kF32, KvStorage::kBF16, KvStorage::kF16,
-                            KvStorage::kFp8E4M3}) {
+  for (KvStorage storage :
+       {KvStorage::kF32, KvStorage::kBF16, KvStorage::kF16, KvStorage::kFp8E4M3}) {
     SCOPED_TRACE(static_cast<int>(storage));
     auto backend = MakeCpuBackend(0, 1);
     KvCacheShape shape;
@@ -98,7 +98,8 @@ TEST(ServingCudaPagedAttention, MatchesTheCpuTwinForEveryKvStorage) {
     g.o = ToDevice(got), g.ld_o = ld;
     g.kv_pool = ToDevice(encoded), g.storage = storage;
     g.block_tables = ToDevice(tables), g.max_blocks = max_blocks;
-    g.chunk_start = ToDevice(start), g.chunk_row0 = ToDevice(row0), g.chunk_tokens = ToDevice(count);
+    g.chunk_start = ToDevice(start), g.chunk_row0 = ToDevice(row0),
+    g.chunk_tokens = ToDevice(count);
     g.num_chunks = static_cast<int64_t>(chunks.size()), g.max_chunk_tokens = max_tokens;
     g.heads = kHeads, g.groups = kGroups, g.head_dim = kD, g.block_size = kBlock;
     g.scale = a.scale;
@@ -108,11 +109,10 @@ TEST(ServingCudaPagedAttention, MatchesTheCpuTwinForEveryKvStorage) {
     for (int64_t i = 0; i < tokens * ld; ++i) {
       ASSERT_NEAR(got[i], ref[i], 1e-5 + 1e-4 * std::abs(ref[i])) << "element " << i;
     }
-    for (const void* p : {static_cast<const void*>(g.q), static_cast<const void*>(g.o), g.kv_pool,
-                          static_cast<const void*>(g.block_tables),
-                          static_cast<const void*>(g.chunk_start),
-                          static_cast<const void*>(g.chunk_row0),
-                          static_cast<const void*>(g.chunk_tokens)}) {
+    for (const void* p :
+         {static_cast<const void*>(g.q), static_cast<const void*>(g.o), g.kv_pool,
+          static_cast<const void*>(g.block_tables), static_cast<const void*>(g.chunk_start),
+          static_cast<const void*>(g.chunk_row0), static_cast<const void*>(g.chunk_tokens)}) {
       cudaFree(const_cast<void*>(p));
     }
   }

@@ -85,8 +85,8 @@ inline std::vector<int32_t> Prompt(int64_t seq, int64_t len, int64_t vocab) {
 }
 
 /// max |a − b| / (atol + rtol·|b|); ≤ 1 means within tolerance.
-inline double ToleranceRatio(const std::vector<float>& a, const std::vector<float>& b,
-                             double atol, double rtol) {
+inline double ToleranceRatio(const std::vector<float>& a, const std::vector<float>& b, double atol,
+                             double rtol) {
   if (a.size() != b.size() || a.empty()) return 1e30;
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) {

@@ -1,10 +1,10 @@
 // The serving kernels against their references: the training layer's forward, full
 // recomputation, TP = 1, a contiguous cache, one-shot prefill and fp32 weights.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <map>
 #include <utility>
-
-#include <gtest/gtest.h>
 
 #include "kernels/hash_random.h"
 #include "kernels/serving/serving_layer.h"
@@ -86,7 +86,8 @@ Plan ChunkedPlan() {
 
 absl::StatusOr<std::vector<float>> RunPlan(const ServingConfig& c, const Plan& plan,
                                            uint64_t shuffle = 0) {
-  return RunOnRanks(c, [&](ServingModel& m) { return Drive(m, plan); }, shuffle);
+  return RunOnRanks(
+      c, [&](ServingModel& m) { return Drive(m, plan); }, shuffle);
 }
 
 TEST(ServingModel, DecodeWithKvCacheEqualsRecomputingTheSequence) {
@@ -118,7 +119,8 @@ TEST(ServingModel, DecodeWithKvCacheEqualsRecomputingTheSequence) {
   ASSERT_TRUE(run.ok()) << run.status();
   const size_t half = run->size() / 2;
   ASSERT_EQ(half, static_cast<size_t>(kDecodes * c.shape.vocab_size));
-  std::vector<float> cached(run->begin(), run->begin() + half), full(run->begin() + half, run->end());
+  std::vector<float> cached(run->begin(), run->begin() + half),
+      full(run->begin() + half, run->end());
   EXPECT_LE(ToleranceRatio(cached, full, 1e-5, 1e-4), 1.0);
 }
 
@@ -177,7 +179,8 @@ TEST(ServingModel, WeightOnlyInt8AndInt4KeepLogitsCloseToFp32) {
   const size_t n = 16 * 96;
   std::vector<float> b(ref->begin(), ref->begin() + n);
   // int4 rounds to 1/14 of a group's range instead of 1/254 of a row's: a looser bound.
-  for (auto [quant, tol] : {std::pair{WeightQuant::kInt8, 5e-2}, std::pair{WeightQuant::kInt4, 3e-1}}) {
+  for (auto [quant, tol] :
+       {std::pair{WeightQuant::kInt8, 5e-2}, std::pair{WeightQuant::kInt4, 3e-1}}) {
     ServingConfig c = SmallModel(2);
     c.weight_quant = quant;
     c.int4_group_size = 16;

@@ -1,9 +1,9 @@
 // Weight-only int8/int4 GEMM against fp32 with the bound that rounding to nearest gives:
 // |w − ŵ| ≤ scale/2 per element, hence |y − ŷ| ≤ Σ_c |x_c|·scale(r, c)/2 per output.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kernels/hash_random.h"
 #include "kernels/serving/weight_only_linear.h"
@@ -13,11 +13,14 @@ namespace {
 
 constexpr int64_t kRows = 5, kIn = 128, kOut = 72;
 
-float W(int64_t r, int64_t c) { return static_cast<float>(2.0 * HashUniform(9, r * kIn + c) - 1.0); }
+float W(int64_t r, int64_t c) {
+  return static_cast<float>(2.0 * HashUniform(9, r * kIn + c) - 1.0);
+}
 
 std::vector<float> X() {
   std::vector<float> x(kRows * kIn);
-  for (int64_t i = 0; i < kRows * kIn; ++i) x[i] = static_cast<float>(2.0 * HashUniform(3, i) - 1.0);
+  for (int64_t i = 0; i < kRows * kIn; ++i)
+    x[i] = static_cast<float>(2.0 * HashUniform(3, i) - 1.0);
   return x;
 }
 

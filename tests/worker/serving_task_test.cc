@@ -1,8 +1,8 @@
 // Serving step tasks through the kernels executor on 2 CPU (Gloo) ranks: the reported
 // bytes against hand-derived formulas, OOM as a result, and the refusals.
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "worker/kernels_executor.h"
 
@@ -67,7 +67,8 @@ void ExpectPhases(const v1::ServingStepProfile& p) {
 TEST(ServingStepTask, DecodeOnTwoRanksReportsItsCacheAndWeightsExactly) {
   auto executor = CreateKernelsExecutor(CpuSlots(2));
   CancelFlag cancel;
-  const v1::TaskResult r = executor->Execute(StepTask(v1::ServingStepTask::PHASE_DECODE, 2), cancel);
+  const v1::TaskResult r =
+      executor->Execute(StepTask(v1::ServingStepTask::PHASE_DECODE, 2), cancel);
   ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
   const v1::ServingStepProfile& p = r.serving_step();
   ExpectPhases(p);
@@ -110,7 +111,8 @@ TEST(ServingStepTask, OutOfMemoryIsAResult) {
   options.capacity_bytes_per_rank = 32 << 10;
   auto executor = CreateKernelsExecutor(CpuSlots(2), options);
   CancelFlag cancel;
-  const v1::TaskResult r = executor->Execute(StepTask(v1::ServingStepTask::PHASE_DECODE, 2), cancel);
+  const v1::TaskResult r =
+      executor->Execute(StepTask(v1::ServingStepTask::PHASE_DECODE, 2), cancel);
   ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OOM) << r.message();
   EXPECT_GT(r.oom_bytes_requested(), 0);
 }

@@ -61,7 +61,8 @@ __global__ void PagedAttentionKernel(PagedAttentionCudaArgs a) {
   const int32_t* table = a.block_tables + chunk * a.max_blocks;
   const T* pool = static_cast<const T*>(a.kv_pool);
   const int64_t token_stride = a.groups * d;
-  for (int64_t c = threadIdx.x; c < d; c += kThreads) q[c] = a.q[row * a.ld_q + head * d + c] * a.scale;
+  for (int64_t c = threadIdx.x; c < d; c += kThreads)
+    q[c] = a.q[row * a.ld_q + head * d + c] * a.scale;
   __syncthreads();
   float m = -INFINITY, l = 0.0f, acc[kDimsPerThread] = {};
   for (int64_t j0 = 0; j0 < kv_len; j0 += kThreads) {
@@ -76,7 +77,7 @@ __global__ void PagedAttentionKernel(PagedAttentionCudaArgs a) {
     const float m_new = fmaxf(m, BlockReduce(s, true, scratch));
     const float pj = j < kv_len ? __expf(s - m_new) : 0.0f;
     p[threadIdx.x] = pj;
-    const float alpha = __expf(m - m_new);  // 0 on the first tile (m = −inf)
+    const float alpha = __expf(m - m_new);            // 0 on the first tile (m = −inf)
     l = l * alpha + BlockReduce(pj, false, scratch);  // its barriers also publish p[]
     const int64_t count = min(static_cast<int64_t>(kThreads), kv_len - j0);
     for (int i = 0; i < kDimsPerThread; ++i) {
@@ -106,20 +107,28 @@ __global__ void PagedAttentionKernel(PagedAttentionCudaArgs a) {
 
 int KvStorageBytes(KvStorage s) {
   switch (s) {
-    case KvStorage::kF32: return 4;
-    case KvStorage::kBF16: return 2;
-    case KvStorage::kF16: return 2;
-    case KvStorage::kFp8E4M3: return 1;
+    case KvStorage::kF32:
+      return 4;
+    case KvStorage::kBF16:
+      return 2;
+    case KvStorage::kF16:
+      return 2;
+    case KvStorage::kFp8E4M3:
+      return 1;
   }
   return 0;
 }
 
 float RoundTripKv(KvStorage s, float v) {
   switch (s) {
-    case KvStorage::kF32: return v;
-    case KvStorage::kBF16: return __bfloat162float(__float2bfloat16(v));
-    case KvStorage::kF16: return __half2float(__float2half(v));
-    case KvStorage::kFp8E4M3: return static_cast<float>(__nv_fp8_e4m3(v));
+    case KvStorage::kF32:
+      return v;
+    case KvStorage::kBF16:
+      return __bfloat162float(__float2bfloat16(v));
+    case KvStorage::kF16:
+      return __half2float(__float2half(v));
+    case KvStorage::kFp8E4M3:
+      return static_cast<float>(__nv_fp8_e4m3(v));
   }
   return v;
 }
@@ -127,10 +136,18 @@ float RoundTripKv(KvStorage s, float v) {
 void EncodeKv(KvStorage s, const float* src, void* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     switch (s) {
-      case KvStorage::kF32: static_cast<float*>(dst)[i] = src[i]; break;
-      case KvStorage::kBF16: static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16(src[i]); break;
-      case KvStorage::kF16: static_cast<__half*>(dst)[i] = __float2half(src[i]); break;
-      case KvStorage::kFp8E4M3: static_cast<__nv_fp8_e4m3*>(dst)[i] = __nv_fp8_e4m3(src[i]); break;
+      case KvStorage::kF32:
+        static_cast<float*>(dst)[i] = src[i];
+        break;
+      case KvStorage::kBF16:
+        static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16(src[i]);
+        break;
+      case KvStorage::kF16:
+        static_cast<__half*>(dst)[i] = __float2half(src[i]);
+        break;
+      case KvStorage::kFp8E4M3:
+        static_cast<__nv_fp8_e4m3*>(dst)[i] = __nv_fp8_e4m3(src[i]);
+        break;
     }
   }
 }
@@ -143,11 +160,15 @@ cudaError_t paged_attention_forward(const PagedAttentionCudaArgs& a, cudaStream_
   const dim3 grid(static_cast<unsigned>(a.num_chunks * a.max_chunk_tokens),
                   static_cast<unsigned>(a.heads));
   switch (a.storage) {
-    case KvStorage::kF32: PagedAttentionKernel<float><<<grid, kThreads, 0, stream>>>(a); break;
+    case KvStorage::kF32:
+      PagedAttentionKernel<float><<<grid, kThreads, 0, stream>>>(a);
+      break;
     case KvStorage::kBF16:
       PagedAttentionKernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(a);
       break;
-    case KvStorage::kF16: PagedAttentionKernel<__half><<<grid, kThreads, 0, stream>>>(a); break;
+    case KvStorage::kF16:
+      PagedAttentionKernel<__half><<<grid, kThreads, 0, stream>>>(a);
+      break;
     case KvStorage::kFp8E4M3:
       PagedAttentionKernel<__nv_fp8_e4m3><<<grid, kThreads, 0, stream>>>(a);
       break;

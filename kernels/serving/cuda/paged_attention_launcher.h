@@ -27,7 +27,7 @@ void EncodeKv(KvStorage s, const float* src, void* dst, int64_t n);
 struct PagedAttentionCudaArgs {
   const float* q = nullptr;  ///< [tokens, ld_q]; head hh at hh·head_dim.
   int64_t ld_q = 0;
-  float* o = nullptr;        ///< [tokens, ld_o].
+  float* o = nullptr;  ///< [tokens, ld_o].
   int64_t ld_o = 0;
   const void* kv_pool = nullptr;  ///< One layer's pool.
   KvStorage storage = KvStorage::kF32;
@@ -37,7 +37,7 @@ struct PagedAttentionCudaArgs {
   const int64_t* chunk_row0 = nullptr;    ///< [num_chunks] its row in q and o.
   const int64_t* chunk_tokens = nullptr;  ///< [num_chunks] new tokens.
   int64_t num_chunks = 0;
-  int64_t max_chunk_tokens = 0;           ///< max over chunk_tokens (grid size).
+  int64_t max_chunk_tokens = 0;  ///< max over chunk_tokens (grid size).
   int64_t heads = 0, groups = 0, head_dim = 0, block_size = 0;  ///< head_dim ≤ 256.
   float scale = 1.0f;
 };
