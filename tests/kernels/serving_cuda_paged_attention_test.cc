@@ -1,7 +1,9 @@
-// The CUDA paged attention against its CPU twin on a mixed step (decodes at several
-// context lengths, a prefill and a chunked-prefill piece) for every KV storage type. The
-// CPU twin reads the values the device stores (RoundTripKv), so only the summation order
-// differs: tolerance 1e-5 + 1e-4·|ref|.
+// The CUDA paged attention and KV-cache write against their CPU twins on a mixed step
+// (decodes at several context lengths, a prefill and a chunked-prefill piece) for every KV
+// storage type: the context is copied to the device, the step's new tokens are written by
+// kv_cache_write over zeroed slots, then attention runs. The CPU twin reads the values the
+// device stores (RoundTripKv), so only the summation order differs: tolerance
+// 1e-5 + 1e-4·|ref|.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,7 +33,7 @@ T* ToDevice(const std::vector<T>& host) {
 }
 #endif
 
-TEST(ServingCudaPagedAttention, MatchesTheCpuTwinForEveryKvStorage) {
+TEST(ServingCudaPagedAttention, CacheWriteAndAttentionMatchTheCpuTwinForEveryKvStorage) {
 #if !PARATUNE_HAVE_CUDA
   GTEST_SKIP() << "built without the CUDA backend";
 #else
@@ -75,8 +77,26 @@ TEST(ServingCudaPagedAttention, MatchesTheCpuTwinForEveryKvStorage) {
     PagedAttentionForward(a, *cache, 0, chunks, 1);
 
     const Tensor& pool = cache->pool(0);
-    std::vector<uint8_t> encoded(pool.numel() * cuda::KvStorageBytes(storage));
+    const int64_t bytes = cuda::KvStorageBytes(storage), kv_row = kGroups * kD;
+    std::vector<uint8_t> encoded(pool.numel() * bytes);
     cuda::EncodeKv(storage, pool.data_as<float>(), encoded.data(), pool.numel());
+    // The step's new tokens: zeroed in the copied pool, written on the device.
+    std::vector<float> k_new, v_new;
+    std::vector<int64_t> slots;
+    for (const SeqChunk& c : chunks) {
+      const auto& table = cache->block_table(c.seq);
+      for (int64_t pos = c.start; pos < c.start + c.num_tokens; ++pos) {
+        const int64_t block = table[pos / kBlock], offset = pos % kBlock;
+        slots.push_back(block * kBlock + offset);
+        for (int kv = 0; kv < 2; ++kv) {
+          const int64_t first = ((block * 2 + kv) * kBlock + offset) * kv_row;
+          std::vector<float>& dst = kv == 0 ? k_new : v_new;
+          dst.insert(dst.end(), pool.data_as<float>() + first,
+                     pool.data_as<float>() + first + kv_row);
+          std::fill(encoded.begin() + first * bytes, encoded.begin() + (first + kv_row) * bytes, 0);
+        }
+      }
+    }
     int64_t max_blocks = 0, max_tokens = 0;
     for (const SeqChunk& c : chunks) {
       max_blocks = std::max<int64_t>(max_blocks, cache->block_table(c.seq).size());
@@ -97,6 +117,13 @@ TEST(ServingCudaPagedAttention, MatchesTheCpuTwinForEveryKvStorage) {
     g.q = ToDevice(q), g.ld_q = ld;
     g.o = ToDevice(got), g.ld_o = ld;
     g.kv_pool = ToDevice(encoded), g.storage = storage;
+    float* k_dev = ToDevice(k_new);
+    float* v_dev = ToDevice(v_new);
+    int64_t* slots_dev = ToDevice(slots);
+    ASSERT_EQ(
+        cuda::kv_cache_write(const_cast<void*>(g.kv_pool), storage, k_dev, v_dev, kv_row, slots_dev,
+                             static_cast<int64_t>(slots.size()), kv_row, kBlock, nullptr),
+        cudaSuccess);
     g.block_tables = ToDevice(tables), g.max_blocks = max_blocks;
     g.chunk_start = ToDevice(start), g.chunk_row0 = ToDevice(row0),
     g.chunk_tokens = ToDevice(count);
@@ -109,6 +136,9 @@ TEST(ServingCudaPagedAttention, MatchesTheCpuTwinForEveryKvStorage) {
     for (int64_t i = 0; i < tokens * ld; ++i) {
       ASSERT_NEAR(got[i], ref[i], 1e-5 + 1e-4 * std::abs(ref[i])) << "element " << i;
     }
+    cudaFree(k_dev);
+    cudaFree(v_dev);
+    cudaFree(slots_dev);
     for (const void* p :
          {static_cast<const void*>(g.q), static_cast<const void*>(g.o), g.kv_pool,
           static_cast<const void*>(g.block_tables), static_cast<const void*>(g.chunk_start),

@@ -42,6 +42,14 @@ struct PagedAttentionCudaArgs {
   float scale = 1.0f;
 };
 
+/// Writes K and V of `tokens` new tokens (fp32 rows of `row` = groups·head_dim values at
+/// k + t·ld, v + t·ld) into a layer's pool in its storage type, token t at slot
+/// slots[t] = block·block_size + offset (vLLM's slot mapping); the twin of
+/// PagedKvCache::Write. kv_cache_write.cu.
+cudaError_t kv_cache_write(void* kv_pool, KvStorage storage, const float* k, const float* v,
+                           int64_t ld, const int64_t* slots, int64_t tokens, int64_t row,
+                           int64_t block_size, cudaStream_t stream);
+
 /// o = softmax(scale·q·Kᵀ, causal)·V per chunk token, reading the paged cache.
 /// cudaErrorInvalidValue for head_dim > 256 or heads not a multiple of groups.
 cudaError_t paged_attention_forward(const PagedAttentionCudaArgs& args, cudaStream_t stream);
