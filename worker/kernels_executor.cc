@@ -17,6 +17,7 @@
 #include "kernels/backend.h"
 #include "kernels/collective_bench.h"
 #include "kernels/moe_step.h"
+#include "kernels/serving/serving_step_runner.h"
 #include "kernels/step_runner.h"
 #include "kernels/training/training.h"
 #include "server/convert_layout.h"
@@ -219,8 +220,9 @@ absl::StatusOr<kernels::StepResult> RunLayer(const kernels::StepConfig& config, 
   return kernels::RunLayerStep(config);
 }
 
-void LayerResult(const kernels::StepConfig&, const kernels::StepResult& step, TaskResult* r) {
-  v1::LayerProfile* profile = r->mutable_layer();
+// The phases and the per-rank peaks every timed task kind reports.
+template <typename Step, typename Profile>
+void AddPhasesAndPeaks(const Step& step, Profile* profile) {
   for (const kernels::PhaseTiming& p : step.phases) {
     v1::PhaseTiming* out = profile->add_phases();
     out->set_phase(p.phase);
@@ -229,6 +231,11 @@ void LayerResult(const kernels::StepConfig&, const kernels::StepResult& step, Ta
     out->set_max_s(p.max_s);
   }
   for (int64_t bytes : step.peak_bytes_per_rank) profile->add_peak_bytes_per_rank(bytes);
+}
+
+void LayerResult(const kernels::StepConfig&, const kernels::StepResult& step, TaskResult* r) {
+  v1::LayerProfile* profile = r->mutable_layer();
+  AddPhasesAndPeaks(step, profile);
   profile->set_device_peak_bytes(step.device_peak_bytes);
   profile->set_activation_bytes(step.activation_bytes);
 }
@@ -496,17 +503,95 @@ absl::StatusOr<kernels::MoeStepResult> RunMoeLayer(const kernels::MoeStepConfig&
 void MoeLayerResult(const kernels::MoeStepConfig&, const kernels::MoeStepResult& step,
                     TaskResult* r) {
   v1::MoeLayerProfile* profile = r->mutable_moe_layer();
-  for (const kernels::PhaseTiming& p : step.phases) {
-    v1::PhaseTiming* out = profile->add_phases();
-    out->set_phase(p.phase);
-    out->set_median_s(p.median_s);
-    out->set_min_s(p.min_s);
-    out->set_max_s(p.max_s);
-  }
-  for (int64_t bytes : step.peak_bytes_per_rank) profile->add_peak_bytes_per_rank(bytes);
+  AddPhasesAndPeaks(step, profile);
   profile->set_activation_bytes(step.activation_bytes);
   for (int64_t rows : step.tokens_per_expert) profile->add_tokens_per_expert(rows);
   profile->set_aux_loss(step.aux_loss);
+}
+
+// --- serving_step: a prefill or decode step on the serving kernels (kernels/serving) ------
+
+absl::StatusOr<kernels::serving::ServingStepConfig> ValidateServingStep(
+    const v1::ProfileTask& task, const Worker& worker) {
+  namespace ks = kernels::serving;
+  const v1::ServingStepTask& t = task.serving_step();
+  if (worker.backend_name() != "cpu") {
+    return absl::UnimplementedError(absl::StrCat(
+        "the serving step task runs on the CPU backend only; this worker is ",
+        worker.backend_name()));
+  }
+  ks::ServingStepConfig c;
+  ks::ServingConfig& m = c.model;
+  m.parallel.tp = std::max<int64_t>(1, t.tp());
+  if (absl::Status s = worker.NeedRanks(m.parallel.tp, absl::StrCat(" (tp ", m.parallel.tp, ")"));
+      !s.ok()) {
+    return s;
+  }
+  m.shape.normalization = Normalization::kRmsNorm;
+  if (absl::Status s = ReadShape(t.shape(), &m.shape); !s.ok()) return s;
+  if (t.shape().vocab_size() > 0) {
+    const int64_t pad = 128 * m.parallel.tp;  // Megatron-LM's padding, as layer tasks
+    m.shape.vocab_size = (t.shape().vocab_size() + pad - 1) / pad * pad;
+  }
+  const std::string weights = t.weight_precision().empty() ? "fp32" : t.weight_precision();
+  if (weights == "fp32") {
+    m.weight_quant = ks::WeightQuant::kNone;
+  } else if (weights == "int8" || weights == "int4") {
+    m.weight_quant = *ks::ParseWeightQuant(weights);
+  } else if (weights == "bf16" || weights == "fp16" || weights == "fp8") {
+    return absl::UnimplementedError(
+        absl::StrCat("weight_precision ", weights, " is not run by the CPU serving kernels"));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight_precision '", weights, "' must be fp32, int8, int4, bf16, fp16 or fp8"));
+  }
+  const std::string kv = t.kv_precision().empty() ? "fp32" : t.kv_precision();
+  if (kv == "fp32" || kv == "bf16") {
+    m.kv_dtype = kv == "fp32" ? kernels::DType::kF32 : kernels::DType::kBF16;
+  } else if (kv == "fp16" || kv == "fp8") {
+    return absl::UnimplementedError(
+        absl::StrCat("kv_precision ", kv, " is not run by the CPU serving kernels"));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_precision '", kv, "' must be fp32, bf16, fp16 or fp8"));
+  }
+  m.kv_block_size = t.kv_block_size() > 0 ? t.kv_block_size() : 16;
+  m.num_layers = t.num_layers() > 0 ? t.num_layers() : 1;
+  m.position_embedding = t.rope() ? PositionEmbedding::kRope : PositionEmbedding::kLearned;
+  switch (t.phase()) {
+    case v1::ServingStepTask::PHASE_PREFILL:
+      c.phase = ks::ServingPhase::kPrefill;
+      break;
+    case v1::ServingStepTask::PHASE_DECODE:
+      c.phase = ks::ServingPhase::kDecode;
+      break;
+    default:
+      return absl::InvalidArgumentError("serving step phase is unspecified");
+  }
+  c.batch = t.batch();
+  c.seq_length = t.seq_length();
+  c.context_length = t.context_length();
+  c.logits = t.logits();
+  c.warmup = t.warmup();
+  c.iters = t.iters() > 0 ? t.iters() : worker.options().default_layer_iters;
+  c.capacity_bytes_per_rank = worker.Capacity(m.parallel.tp);
+  if (absl::Status s = c.Validate(); !s.ok()) return s;
+  return c;
+}
+
+absl::StatusOr<kernels::serving::ServingStepResult> RunServingStepTask(
+    const kernels::serving::ServingStepConfig& config, const Worker&, const CancelFlag&) {
+  return kernels::serving::RunServingStep(config);
+}
+
+void ServingStepResult(const kernels::serving::ServingStepConfig&,
+                       const kernels::serving::ServingStepResult& step, TaskResult* r) {
+  v1::ServingStepProfile* profile = r->mutable_serving_step();
+  AddPhasesAndPeaks(step, profile);
+  profile->set_weight_bytes(step.weight_bytes);
+  profile->set_kv_cache_bytes(step.kv_cache_bytes);
+  profile->set_tp_allreduce_bytes(step.tp_allreduce_bytes);
+  profile->set_tp_allreduces_per_step(step.tp_allreduces_per_step);
 }
 
 // --- The table ---------------------------------------------------------------------------
@@ -523,6 +608,9 @@ const std::vector<TaskEntry>& TaskKinds() {
           {v1::ProfileTask::kOptimizer, ValidateOptimizer, RunOptimizer, OptimizerResult}),
       Register<kernels::MoeStepConfig, kernels::MoeStepResult>(
           {v1::ProfileTask::kMoeLayer, ValidateMoeLayer, RunMoeLayer, MoeLayerResult}),
+      Register<kernels::serving::ServingStepConfig, kernels::serving::ServingStepResult>(
+          {v1::ProfileTask::kServingStep, ValidateServingStep, RunServingStepTask,
+           ServingStepResult}),
   };
   return kKinds;
 }

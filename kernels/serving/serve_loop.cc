@@ -1,0 +1,264 @@
+#include "kernels/serving/serve_loop.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "kernels/communicator.h"
+#include "kernels/status_macros.h"
+
+namespace paratune::kernels::serving {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Every rank gets rank 0's value (an all-reduce where the other ranks add zero).
+absl::StatusOr<double> Broadcast(Communicator& comm, double value) {
+  double v = comm.rank() == 0 ? value : 0.0;
+  PT_RETURN_IF_ERROR(comm.AllReduce(&v, 1, DType::kF64));
+  return v;
+}
+
+// Seconds since t0 on this rank.
+double Elapsed(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// One rank's loop; rank 0 fills *result.
+absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& trace,
+                     Communicator& comm, ServeResult* result) {
+  auto backend = MakeCpuBackend(o.capacity_bytes, o.model.threads);
+  ParallelContext ctx{backend.get(), &comm, nullptr};
+  PT_ASSIGN_OR_RETURN(std::unique_ptr<ServingModel> model, ServingModel::Create(o.model, ctx));
+  const int64_t V = o.model.shape.vocab_size;
+
+  // Warm-up: a throw-away request through prefill and decode, untimed.
+  if (o.warmup_steps > 0) {
+    const int64_t id = -1, isl = std::min<int64_t>(o.trace.isl, o.model.kv_capacity_tokens() / 2);
+    std::vector<int32_t> prompt = PromptTokens(o.trace.seed, id, isl, V);
+    PT_ASSIGN_OR_RETURN(StepOutput out, model->Step(prompt, {{id, 0, isl, true}}, false));
+    for (int64_t i = 1; i < o.warmup_steps && isl + i < o.model.kv_capacity_tokens(); ++i) {
+      PT_ASSIGN_OR_RETURN(out,
+                          model->Step({out.next_tokens[0]}, {{id, isl + i - 1, 1, true}}, false));
+    }
+    model->Release(id);
+  }
+  model->ResetTimes();
+  backend->allocator().ResetPeaks();
+
+  BatcherLimits limits;
+  limits.max_batch_size = o.max_batch_size;
+  limits.max_num_tokens = o.max_num_tokens;
+  limits.chunked_prefill = o.chunked_prefill;
+  limits.kv_block_size = o.model.kv_block_size;
+  limits.num_kv_blocks = o.model.num_kv_blocks;
+  ContinuousBatcher batcher(limits);
+
+  const int64_t n = static_cast<int64_t>(trace.size());
+  std::vector<RequestRecord> records(n);
+  std::map<int64_t, std::vector<int32_t>> prompts;
+  std::map<int64_t, int32_t> last_token;
+  int64_t next_arrival = 0;  // trace index of the next request to admit
+  int64_t finished = 0;
+  const bool closed_loop = o.trace.concurrency > 0;
+  auto add = [&](int64_t i, double now) -> absl::Status {
+    const TraceRequest& r = trace[i];
+    PT_RETURN_IF_ERROR(batcher.Add(r.id, r.isl, r.osl));
+    prompts[r.id] = PromptTokens(o.trace.seed, r.id, r.isl, V);
+    records[i].id = r.id, records[i].isl = r.isl, records[i].osl = r.osl;
+    records[i].arrival_s = closed_loop ? now : r.arrival_s;
+    return absl::OkStatus();
+  };
+  if (closed_loop) {
+    for (; next_arrival < std::min(n, o.trace.concurrency); ++next_arrival) {
+      PT_RETURN_IF_ERROR(add(next_arrival, 0.0));
+    }
+  }
+  StepStats stats;
+  PT_RETURN_IF_ERROR(comm.Barrier());
+  const Clock::time_point t0 = Clock::now();
+  while (finished < n) {
+    // Only Poisson admission reads the clock; offline and closed-loop plans depend on
+    // completions alone, so they skip the broadcast (one collective less per step).
+    double now = 0;
+    if (o.trace.request_rate > 0) {
+      PT_ASSIGN_OR_RETURN(now, Broadcast(comm, Elapsed(t0)));
+    }
+    if (!closed_loop) {
+      while (next_arrival < n && trace[next_arrival].arrival_s <= now) {
+        PT_RETURN_IF_ERROR(add(next_arrival, now));
+        ++next_arrival;
+      }
+    }
+    std::vector<SeqChunk> plan = batcher.Plan();
+    if (plan.empty()) {
+      if (closed_loop || next_arrival >= n) {
+        return absl::InternalError("serve loop: nothing can run but requests are unfinished");
+      }
+      // Idle until the next Poisson arrival (the same target on every rank).
+      std::this_thread::sleep_until(
+          t0 + std::chrono::duration_cast<Clock::duration>(
+                   std::chrono::duration<double>(trace[next_arrival].arrival_s)));
+      continue;
+    }
+    std::vector<int32_t> tokens;
+    int64_t sequences = 0;
+    for (const SeqChunk& c : plan) {
+      ++sequences;
+      const std::vector<int32_t>& p = prompts.at(c.seq);
+      if (c.start < static_cast<int64_t>(p.size())) {
+        tokens.insert(tokens.end(), p.begin() + c.start, p.begin() + c.start + c.num_tokens);
+        stats.prefill_tokens += c.num_tokens;
+      } else {
+        tokens.push_back(last_token.at(c.seq));
+        ++stats.decode_tokens;
+      }
+    }
+    stats.max_step_tokens =
+        std::max<int64_t>(stats.max_step_tokens, static_cast<int64_t>(tokens.size()));
+    stats.max_step_sequences = std::max(stats.max_step_sequences, sequences);
+    PT_ASSIGN_OR_RETURN(StepOutput out, model->Step(tokens, plan, false));
+    ++stats.steps;
+    const double t = Elapsed(t0);  // rank 0's token times
+    const std::vector<TokenEvent> events = batcher.Commit(plan);
+    for (size_t e = 0; e < events.size(); ++e) {
+      const TokenEvent& ev = events[e];
+      RequestRecord& rec = records[ev.seq];
+      last_token[ev.seq] = out.next_tokens[e];
+      ++rec.output_tokens;
+      if (ev.first) rec.first_token_s = t;
+      if (ev.finished) {
+        rec.finish_s = t;
+        ++finished;
+        model->Release(ev.seq);
+        prompts.erase(ev.seq);
+        last_token.erase(ev.seq);
+        if (closed_loop && next_arrival < n) {
+          PT_RETURN_IF_ERROR(add(next_arrival, t));
+          ++next_arrival;
+        }
+      }
+    }
+  }
+  if (comm.rank() != 0) return absl::OkStatus();
+  result->requests = std::move(records);
+  double first = 1e300, last = 0;
+  for (const RequestRecord& r : result->requests) {
+    first = std::min(first, r.arrival_s);
+    last = std::max(last, r.finish_s);
+  }
+  result->duration_s = last - first;
+  stats.phases = model->times();
+  result->steps = stats;
+  result->weight_bytes = model->weight_bytes();
+  result->kv_cache_bytes = model->cache().bytes();
+  result->peak_bytes = backend->allocator().Stats().peak_bytes;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ServeOptions::Validate() const {
+  PT_RETURN_IF_ERROR(model.Validate());
+  PT_RETURN_IF_ERROR(trace.Validate());
+  BatcherLimits limits;
+  limits.max_batch_size = max_batch_size;
+  limits.max_num_tokens = max_num_tokens;
+  limits.kv_block_size = model.kv_block_size;
+  limits.num_kv_blocks = model.num_kv_blocks;
+  PT_RETURN_IF_ERROR(limits.Validate());
+  if (warmup_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("warmup_steps (", warmup_steps, ") must be >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+Distribution Summarize(std::vector<double> v) {
+  Distribution d;
+  if (v.empty()) return d;
+  std::sort(v.begin(), v.end());
+  auto q = [&](double p) {
+    const double pos = p * static_cast<double>(v.size() - 1);
+    const size_t lo = static_cast<size_t>(pos);
+    const size_t hi = std::min(lo + 1, v.size() - 1);
+    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+  };
+  double sum = 0;
+  for (double x : v) sum += x;
+  d.mean = sum / static_cast<double>(v.size());
+  d.p50 = q(0.5), d.p90 = q(0.9), d.p99 = q(0.99);
+  d.min = v.front(), d.max = v.back();
+  return d;
+}
+
+int64_t ServeResult::output_tokens() const {
+  int64_t n = 0;
+  for (const RequestRecord& r : requests) n += r.output_tokens;
+  return n;
+}
+
+double ServeResult::output_tokens_per_s() const {
+  return duration_s > 0 ? static_cast<double>(output_tokens()) / duration_s : 0.0;
+}
+
+Distribution ServeResult::ttft_s() const {
+  std::vector<double> v;
+  for (const RequestRecord& r : requests) v.push_back(r.ttft_s());
+  return Summarize(v);
+}
+
+Distribution ServeResult::tpot_s() const {
+  std::vector<double> v;
+  for (const RequestRecord& r : requests) {
+    if (r.output_tokens > 1) v.push_back(r.tpot_s());
+  }
+  return Summarize(v);
+}
+
+Distribution ServeResult::e2e_s() const {
+  std::vector<double> v;
+  for (const RequestRecord& r : requests) v.push_back(r.e2e_s());
+  return Summarize(v);
+}
+
+double ServeResult::mean_in_flight() const {
+  double sum = 0;
+  for (const RequestRecord& r : requests) sum += r.e2e_s();
+  return duration_s > 0 ? sum / duration_s : 0.0;
+}
+
+absl::StatusOr<ServeResult> RunServeLoop(const ServeOptions& options) {
+  PT_RETURN_IF_ERROR(options.Validate());
+  PT_ASSIGN_OR_RETURN(const std::vector<TraceRequest> trace, MakeTrace(options.trace));
+  const int t = static_cast<int>(options.model.parallel.tp);
+  auto rendezvous = MakeInProcessRendezvous();
+  static std::atomic<int> group{0};
+  const std::string prefix = absl::StrCat("serve", group.fetch_add(1));
+  ServeResult result;
+  std::vector<absl::Status> status(t);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < t; ++r) {
+    threads.emplace_back([&, r]() {
+      status[r] = [&]() -> absl::Status {
+        std::unique_ptr<Communicator> comm;
+        if (t == 1) {
+          comm = MakeSelfCommunicator();
+        } else {
+          PT_ASSIGN_OR_RETURN(comm, MakeGlooCommunicator(rendezvous, prefix, r, t));
+        }
+        return RunRank(options, trace, *comm, &result);
+      }();
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const absl::Status& s : status) PT_RETURN_IF_ERROR(s);
+  return result;
+}
+
+}  // namespace paratune::kernels::serving

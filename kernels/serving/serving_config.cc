@@ -1,0 +1,87 @@
+#include "kernels/serving/serving_config.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace paratune::kernels::serving {
+
+const char* ToString(WeightQuant q) {
+  switch (q) {
+    case WeightQuant::kNone:
+      return "none";
+    case WeightQuant::kInt8:
+      return "int8";
+    case WeightQuant::kInt4:
+      return "int4";
+  }
+  return "none";
+}
+
+absl::StatusOr<WeightQuant> ParseWeightQuant(absl::string_view s) {
+  for (WeightQuant q : {WeightQuant::kNone, WeightQuant::kInt8, WeightQuant::kInt4}) {
+    if (s == ToString(q)) return q;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown weight quantization '", s, "' (expected none, int8, int4)"));
+}
+
+LayerConfig ServingConfig::AsLayerConfig(int64_t seq_length) const {
+  LayerConfig layer;
+  layer.shape = shape;
+  layer.parallel = parallel;
+  layer.seq_length = seq_length;
+  layer.dtype = DType::kF32;
+  layer.flash_attention = true;
+  layer.seed = seed;
+  layer.norm_epsilon = norm_epsilon;
+  return layer;
+}
+
+absl::Status ServingConfig::Validate() const {
+  if (absl::Status s = AsLayerConfig(1).Validate(); !s.ok()) return s;
+  if (shape.normalization != Normalization::kRmsNorm) {
+    return absl::UnimplementedError(
+        "normalization (layernorm) is not implemented by the "
+        "serving kernels (expected rmsnorm)");
+  }
+  if (shape.vocab_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab_size (", shape.vocab_size, ") must be positive"));
+  }
+  if (parallel.pp != 1 || parallel.dp != 1 || parallel.sequence_parallel) {
+    return absl::UnimplementedError(
+        "the serving kernels run tensor parallelism only (pp, dp must be 1, no sequence "
+        "parallelism)");
+  }
+  for (auto [field, v] : {std::pair<absl::string_view, int64_t>{"num_layers", num_layers},
+                          {"kv_block_size", kv_block_size},
+                          {"num_kv_blocks", num_kv_blocks},
+                          {"threads", threads}}) {
+    if (v <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " (", v, ") must be positive"));
+    }
+  }
+  if (position_embedding == PositionEmbedding::kRope && head_dim() % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("head_dim (", head_dim(), ") must be even with rope"));
+  }
+  if (kv_dtype != DType::kF32 && kv_dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_dtype (", DTypeName(kv_dtype), ") must be fp32 or bf16 on the CPU"));
+  }
+  if (weight_quant == WeightQuant::kInt4) {
+    const int64_t tp = parallel.tp;
+    const int64_t ks[] = {shape.hidden_size, shape.hidden_size / tp, ffn_hidden_size() / tp};
+    for (int64_t k : ks) {
+      if (int4_group_size <= 0 || int4_group_size % 2 != 0 || k % int4_group_size != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("int4_group_size (", int4_group_size,
+                         ") must be even and divide every linear input width (", k, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace paratune::kernels::serving

@@ -1,0 +1,68 @@
+// The configuration of a model served on the CPU serving kernels: a stack of pre-norm
+// Llama-style layers (RMSNorm, GQA, RoPE, SwiGLU or GeLU) under tensor parallelism, with a
+// vocab-parallel embedding and output layer, weight-only quantization of the linear layers
+// and a paged KV cache.
+#ifndef PARATUNE_KERNELS_SERVING_SERVING_CONFIG_H_
+#define PARATUNE_KERNELS_SERVING_SERVING_CONFIG_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/enums.h"
+#include "core/parallel_config.h"
+#include "kernels/dtype.h"
+#include "kernels/layer_config.h"
+
+namespace paratune::kernels::serving {
+
+/// Storage of the linear layers' weights; activations and math stay fp32.
+enum class WeightQuant {
+  kNone,  ///< fp32 weights.
+  kInt8,  ///< Symmetric int8, one fp32 scale per output row.
+  kInt4,  ///< Symmetric int4 (two per byte), one fp32 scale per `int4_group_size` inputs.
+};
+/// "none" | "int8" | "int4".
+const char* ToString(WeightQuant q);
+absl::StatusOr<WeightQuant> ParseWeightQuant(absl::string_view s);
+
+/// Everything that fixes a served model on one rank.
+struct ServingConfig {
+  /// h, a, g, f, V, activation (gelu | swiglu); normalization must be rmsnorm.
+  LayerShape shape;
+  int64_t num_layers = 1;  ///< Transformer layers of the model.
+  /// The layout; the serving kernels read tp (the other fields must stay at 1 / false).
+  ParallelConfig parallel;
+  /// kRope rotates Q and K by their positions; kLearned applies no rotation inside the
+  /// layers (the layer then equals kernels/transformer_layer's forward).
+  PositionEmbedding position_embedding = PositionEmbedding::kRope;
+  double rope_theta = 10000.0;                    ///< RoPE base.
+  WeightQuant weight_quant = WeightQuant::kNone;  ///< Linear-layer weight storage.
+  int64_t int4_group_size = 32;                   ///< Inputs per int4 scale; must divide every K.
+  DType kv_dtype = DType::kF32;                   ///< KV-cache storage: fp32 or bf16.
+  int64_t kv_block_size = 16;                     ///< Tokens per KV-cache block.
+  int64_t num_kv_blocks = 64;                     ///< Blocks in each layer's pool.
+  float norm_epsilon = 1e-5f;                     ///< RMSNorm epsilon.
+  uint64_t seed = 1234;  ///< Weights are functions of this (as the training layer's).
+  int threads = 1;       ///< Threads of the attention and elementwise loops.
+
+  int64_t num_query_groups() const {
+    return shape.num_query_groups > 0 ? shape.num_query_groups : shape.num_attention_heads;
+  }
+  int64_t ffn_hidden_size() const {
+    return shape.ffn_hidden_size > 0 ? shape.ffn_hidden_size : 4 * shape.hidden_size;
+  }
+  int64_t head_dim() const { return shape.hidden_size / shape.num_attention_heads; }
+  /// Tokens the KV cache of one rank holds.
+  int64_t kv_capacity_tokens() const { return kv_block_size * num_kv_blocks; }
+  /// The training-layer configuration with the same shape, tp and weights.
+  LayerConfig AsLayerConfig(int64_t seq_length) const;
+
+  /// First violated rule, e.g. `tp (3) must divide num_query_groups (4)`.
+  absl::Status Validate() const;
+};
+
+}  // namespace paratune::kernels::serving
+
+#endif  // PARATUNE_KERNELS_SERVING_SERVING_CONFIG_H_

@@ -1,0 +1,211 @@
+#include "kernels/serving/serving_layer.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/activations.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/mappings.h"
+#include "kernels/parallel_linear.h"
+#include "kernels/serving/paged_attention.h"
+#include "kernels/serving/rope.h"
+#include "kernels/status_macros.h"
+
+namespace paratune::kernels::serving {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Weight element (r, c) of a [rows, in] shard: scale·u(global_index(r, c)), the
+// training linears' initialisation.
+std::function<float(int64_t, int64_t)> ShardValues(
+    uint64_t seed, const char* name, double scale,
+    std::function<int64_t(int64_t, int64_t)> global_index) {
+  return [u = UniformInit(seed, name), scale, gi = std::move(global_index)](int64_t r, int64_t c) {
+    return static_cast<float>(scale * u(gi(r, c)));
+  };
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> MakeNormWeight(Backend& backend, uint64_t seed, const char* name,
+                                      int64_t h) {
+  PT_ASSIGN_OR_RETURN(Tensor w, backend.Empty({h}, DType::kF32, MemoryTag::kWeights));
+  const UniformInit u(seed, name);
+  for (int64_t i = 0; i < h; ++i) w.data_as<float>()[i] = static_cast<float>(1.0 + 0.1 * u(i));
+  return w;
+}
+
+absl::StatusOr<std::unique_ptr<ServingLayer>> ServingLayer::Create(const ServingConfig& config,
+                                                                   const ParallelContext& ctx,
+                                                                   int64_t index) {
+  PT_RETURN_IF_ERROR(config.Validate());
+  if (ctx.tp_size() != config.parallel.tp) {
+    return absl::InvalidArgumentError(absl::StrCat("communicator size (", ctx.tp_size(),
+                                                   ") must equal tp (", config.parallel.tp, ")"));
+  }
+  std::unique_ptr<ServingLayer> layer(new ServingLayer(config, ctx, index));
+  PT_RETURN_IF_ERROR(layer->Init());
+  return layer;
+}
+
+absl::Status ServingLayer::Init() {
+  const int64_t h = config_.shape.hidden_size, a = config_.shape.num_attention_heads;
+  const int64_t g = config_.num_query_groups(), d = config_.head_dim();
+  const int64_t f = config_.ffn_hidden_size(), t = config_.parallel.tp, r = ctx_.tp_rank();
+  const uint64_t seed = config_.seed + static_cast<uint64_t>(index_);
+  const WeightQuant quant = config_.weight_quant;
+  const int64_t group = config_.int4_group_size;
+  Backend& be = *ctx_.backend;
+  heads_local_ = a / t;
+  groups_local_ = g / t;
+  ffn_local_ = f / t;
+  qkv_width_ = (heads_local_ + 2 * groups_local_) * d;
+  const int64_t hl = heads_local_, gl = groups_local_, fl = ffn_local_;
+  PT_ASSIGN_OR_RETURN(norm1_w_, MakeNormWeight(be, seed, "norm1.weight", h));
+  PT_ASSIGN_OR_RETURN(norm2_w_, MakeNormWeight(be, seed, "norm2.weight", h));
+  // QKV rows on rank r: its query heads, then its key groups, then its value groups.
+  auto qkv_row = [=](int64_t lr) -> int64_t {
+    if (lr < hl * d) return r * hl * d + lr;
+    if (lr < (hl + gl) * d) return a * d + r * gl * d + (lr - hl * d);
+    return (a + g) * d + r * gl * d + (lr - (hl + gl) * d);
+  };
+  const double h_scale = 1.0 / std::sqrt(static_cast<double>(h));
+  PT_ASSIGN_OR_RETURN(qkv_, WeightOnlyLinear::Create(be, qkv_width_, h,
+                                                     ShardValues(seed, "qkv.weight", h_scale,
+                                                                 [=](int64_t lr, int64_t c) {
+                                                                   return qkv_row(lr) * h + c;
+                                                                 }),
+                                                     quant, group));
+  PT_ASSIGN_OR_RETURN(
+      proj_, WeightOnlyLinear::Create(
+                 be, h, hl * d,
+                 ShardValues(seed, "proj.weight", 1.0 / std::sqrt(static_cast<double>(a * d)),
+                             [=](int64_t row, int64_t c) { return row * a * d + r * hl * d + c; }),
+                 quant, group));
+  const bool swiglu = config_.shape.activation == Activation::kSwiglu;
+  // SwiGLU's FC1 holds [gate | up]; rank r takes its slice of each.
+  auto fc1_row = [=](int64_t lr) -> int64_t {
+    return lr < fl ? r * fl + lr : f + r * fl + (lr - fl);
+  };
+  PT_ASSIGN_OR_RETURN(fc1_, WeightOnlyLinear::Create(be, swiglu ? 2 * fl : fl, h,
+                                                     ShardValues(seed, "fc1.weight", h_scale,
+                                                                 [=](int64_t lr, int64_t c) {
+                                                                   return fc1_row(lr) * h + c;
+                                                                 }),
+                                                     quant, group));
+  PT_ASSIGN_OR_RETURN(fc2_,
+                      WeightOnlyLinear::Create(
+                          be, h, fl,
+                          ShardValues(seed, "fc2.weight", 1.0 / std::sqrt(static_cast<double>(f)),
+                                      [=](int64_t row, int64_t c) { return row * f + r * fl + c; }),
+                          quant, group));
+  return absl::OkStatus();
+}
+
+int64_t ServingLayer::weight_bytes() const {
+  return norm1_w_.bytes() + norm2_w_.bytes() + qkv_.bytes() + proj_.bytes() + fc1_.bytes() +
+         fc2_.bytes();
+}
+
+absl::StatusOr<Tensor> ServingLayer::RmsNorm(const Tensor& x, const Tensor& gamma) {
+  const int64_t rows = x.dim(0), h = x.dim(1);
+  PT_ASSIGN_OR_RETURN(Tensor y, ctx_.backend->Empty({rows, h}, DType::kF32, MemoryTag::kWorkspace));
+  std::vector<float> rstd(rows);
+  cpu::rmsnorm_forward<float>(y.data_as<float>(), rstd.data(), x.data_as<float>(),
+                              gamma.data_as<float>(), rows, h, config_.norm_epsilon,
+                              config_.threads);
+  return y;
+}
+
+absl::StatusOr<Tensor> ServingLayer::Forward(const Tensor& x, const std::vector<SeqChunk>& chunks,
+                                             const std::vector<int64_t>& positions,
+                                             PagedKvCache* cache) {
+  Backend& be = *ctx_.backend;
+  const int64_t n = x.dim(0), h = config_.shape.hidden_size, d = config_.head_dim();
+  const int64_t hl = heads_local_, gl = groups_local_, fl = ffn_local_, W = qkv_width_;
+  const int threads = config_.threads;
+  if (n != StepTokens(chunks) || static_cast<int64_t>(positions.size()) != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("x rows (", n, ") and positions (", positions.size(),
+                     ") must equal the chunks' tokens (", StepTokens(chunks), ")"));
+  }
+  auto t0 = Clock::now();
+  PT_ASSIGN_OR_RETURN(Tensor ln1, RmsNorm(x, norm1_w_));
+  times_.other_s += Since(t0);
+
+  t0 = Clock::now();
+  PT_ASSIGN_OR_RETURN(Tensor qkv, be.Empty({n, W}, DType::kF32, MemoryTag::kWorkspace));
+  qkv_.Forward(ln1.data_as<float>(), n, qkv.data_as<float>(), threads);
+  times_.gemm_s += Since(t0);
+
+  t0 = Clock::now();
+  float* q = qkv.data_as<float>();
+  if (config_.position_embedding == PositionEmbedding::kRope) {
+    ApplyRope(q, W, n, positions.data(), hl, d, config_.rope_theta);
+    ApplyRope(q + hl * d, W, n, positions.data(), gl, d, config_.rope_theta);
+  }
+  int64_t row = 0;
+  for (const SeqChunk& c : chunks) {
+    for (int64_t i = 0; i < c.num_tokens; ++i, ++row) {
+      cache->Write(index_, c.seq, c.start + i, q + row * W + hl * d, q + row * W + (hl + gl) * d);
+    }
+  }
+  PT_ASSIGN_OR_RETURN(Tensor ctx, be.Empty({n, hl * d}, DType::kF32, MemoryTag::kWorkspace));
+  PagedAttentionArgs args;
+  args.q = q, args.ld_q = W;
+  args.o = ctx.data_as<float>(), args.ld_o = hl * d;
+  args.heads = hl, args.groups = gl, args.head_dim = d;
+  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  PagedAttentionForward(args, *cache, index_, chunks, threads);
+  times_.attention_s += Since(t0);
+
+  t0 = Clock::now();
+  PT_ASSIGN_OR_RETURN(Tensor attn_out, be.Empty({n, h}, DType::kF32, MemoryTag::kWorkspace));
+  proj_.Forward(ctx.data_as<float>(), n, attn_out.data_as<float>(), threads);
+  times_.gemm_s += Since(t0);
+  // reduce_from_tp_region (fwd: all-reduce) of the row-parallel partial sums.
+  PT_RETURN_IF_ERROR(ReduceFromTpRegion::Forward(ctx_, attn_out));
+
+  t0 = Clock::now();
+  float* h1 = attn_out.data_as<float>();  // h1 = x + attention output, in place
+  const float* xs = x.data_as<float>();
+  for (int64_t i = 0; i < n * h; ++i) h1[i] += xs[i];
+  PT_ASSIGN_OR_RETURN(Tensor ln2, RmsNorm(attn_out, norm2_w_));
+  times_.other_s += Since(t0);
+
+  const bool swiglu = config_.shape.activation == Activation::kSwiglu;
+  t0 = Clock::now();
+  PT_ASSIGN_OR_RETURN(Tensor fc1_out,
+                      be.Empty({n, swiglu ? 2 * fl : fl}, DType::kF32, MemoryTag::kWorkspace));
+  fc1_.Forward(ln2.data_as<float>(), n, fc1_out.data_as<float>(), threads);
+  times_.gemm_s += Since(t0);
+
+  t0 = Clock::now();
+  PT_ASSIGN_OR_RETURN(Tensor act, be.Empty({n, fl}, DType::kF32, MemoryTag::kWorkspace));
+  if (swiglu) {
+    cpu::swiglu_forward<float>(act.data_as<float>(), fc1_out.data_as<float>(), n, fl, threads);
+  } else {
+    cpu::gelu_forward<float>(act.data_as<float>(), fc1_out.data_as<float>(), n * fl, threads);
+  }
+  times_.other_s += Since(t0);
+
+  t0 = Clock::now();
+  PT_ASSIGN_OR_RETURN(Tensor y, be.Empty({n, h}, DType::kF32, MemoryTag::kWorkspace));
+  fc2_.Forward(act.data_as<float>(), n, y.data_as<float>(), threads);
+  times_.gemm_s += Since(t0);
+  PT_RETURN_IF_ERROR(ReduceFromTpRegion::Forward(ctx_, y));
+
+  t0 = Clock::now();
+  float* ys = y.data_as<float>();
+  for (int64_t i = 0; i < n * h; ++i) ys[i] += h1[i];
+  times_.other_s += Since(t0);
+  return y;
+}
+
+}  // namespace paratune::kernels::serving

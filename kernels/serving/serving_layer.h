@@ -1,0 +1,73 @@
+// One forward-only transformer layer for serving on one tensor-parallel rank (pre-norm,
+// Megatron column/row parallel linears, GQA, RoPE, RMSNorm, SwiGLU or GeLU):
+//
+//   h1 = x  + RowParallel_proj(PagedAttention(RoPE(ColumnParallel_qkv(rmsnorm1(x)))))
+//   y  = h1 + RowParallel_fc2(act(ColumnParallel_fc1(rmsnorm2(h1))))
+//
+// over the concatenated tokens of a step's chunks; K and V of the new tokens are written
+// to the paged cache before attention reads it. The two row-parallel outputs are
+// all-reduced (reduce_from_tp_region); nothing else communicates. Weights are the
+// training layer's (kernels/transformer_layer.h): same names, seeds and unsharded
+// indices, so every TP layout holds the same logical model.
+// Thread-safety: one layer belongs to one rank (thread).
+#ifndef PARATUNE_KERNELS_SERVING_SERVING_LAYER_H_
+#define PARATUNE_KERNELS_SERVING_SERVING_LAYER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/parallel_context.h"
+#include "kernels/serving/paged_kv_cache.h"
+#include "kernels/serving/serving_config.h"
+#include "kernels/serving/step_batch.h"
+#include "kernels/serving/weight_only_linear.h"
+
+namespace paratune::kernels::serving {
+
+/// Seconds spent in the parts of the last Forward calls (accumulating until Reset).
+struct LayerPhaseTimes {
+  double gemm_s = 0;       ///< QKV, projection, FC1, FC2.
+  double attention_s = 0;  ///< RoPE, KV-cache writes, paged attention.
+  double other_s = 0;      ///< Norms, activation, residuals.
+  void Reset() { *this = LayerPhaseTimes(); }
+};
+
+class ServingLayer {
+ public:
+  /// Layer `index` of the model: its weights use seed config.seed + index.
+  static absl::StatusOr<std::unique_ptr<ServingLayer>> Create(const ServingConfig& config,
+                                                              const ParallelContext& ctx,
+                                                              int64_t index);
+
+  /// x: [tokens, h] fp32 (tokens = StepTokens(chunks)); positions[t] = position of token
+  /// t. The cache must hold blocks for every chunk's positions. Returns y [tokens, h].
+  absl::StatusOr<Tensor> Forward(const Tensor& x, const std::vector<SeqChunk>& chunks,
+                                 const std::vector<int64_t>& positions, PagedKvCache* cache);
+
+  /// Bytes of this rank's weights (after quantization).
+  int64_t weight_bytes() const;
+  LayerPhaseTimes& times() { return times_; }
+
+ private:
+  ServingLayer(const ServingConfig& config, const ParallelContext& ctx, int64_t index)
+      : config_(config), ctx_(ctx), index_(index) {}
+  absl::Status Init();
+  absl::StatusOr<Tensor> RmsNorm(const Tensor& x, const Tensor& gamma);
+
+  ServingConfig config_;
+  ParallelContext ctx_;
+  int64_t index_ = 0;
+  int64_t heads_local_ = 0, groups_local_ = 0, ffn_local_ = 0, qkv_width_ = 0;
+  Tensor norm1_w_, norm2_w_;
+  WeightOnlyLinear qkv_, proj_, fc1_, fc2_;
+  LayerPhaseTimes times_;
+};
+
+/// The values of an RMSNorm weight of the training layer: 1 + 0.1·u(i).
+absl::StatusOr<Tensor> MakeNormWeight(Backend& backend, uint64_t seed, const char* name, int64_t h);
+
+}  // namespace paratune::kernels::serving
+
+#endif  // PARATUNE_KERNELS_SERVING_SERVING_LAYER_H_

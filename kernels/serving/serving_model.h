@@ -1,0 +1,79 @@
+// A served model on one tensor-parallel rank: VocabParallelEmbedding, `num_layers`
+// ServingLayers sharing one paged KV cache, the final RMSNorm, a vocab-parallel output
+// layer and greedy sampling. Sampling never gathers the logits: each rank takes the
+// argmax of its vocabulary slice and the ranks all-gather (value, index) pairs, two
+// numbers per sampled sequence (ties go to the lowest index, on every layout).
+// Thread-safety: one model belongs to one rank (thread).
+#ifndef PARATUNE_KERNELS_SERVING_SERVING_MODEL_H_
+#define PARATUNE_KERNELS_SERVING_SERVING_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/parallel_context.h"
+#include "kernels/serving/paged_kv_cache.h"
+#include "kernels/serving/serving_config.h"
+#include "kernels/serving/serving_layer.h"
+#include "kernels/serving/step_batch.h"
+#include "kernels/serving/weight_only_linear.h"
+
+namespace paratune::kernels::serving {
+
+/// What one step returns, one entry per chunk with sample = true, in chunk order.
+struct StepOutput {
+  std::vector<int32_t> next_tokens;
+  /// [samples, vocab] full logits (gathered over TP), only when requested.
+  std::vector<float> logits;
+};
+
+/// Seconds of the parts of the steps since the last Reset.
+struct ModelPhaseTimes {
+  LayerPhaseTimes layers;  ///< Summed over layers.
+  double tp_comm_s = 0;    ///< All-reduces and all-gathers (ParallelContext's clock).
+  double logits_s = 0;     ///< Final norm, output GEMM, argmax.
+  double embedding_s = 0;
+  int64_t steps = 0;
+};
+
+class ServingModel {
+ public:
+  /// `shuffle_seed` != 0 hands KV blocks out in random order (tests).
+  static absl::StatusOr<std::unique_ptr<ServingModel>> Create(const ServingConfig& config,
+                                                              const ParallelContext& ctx,
+                                                              uint64_t shuffle_seed = 0);
+
+  /// Runs one step: tokens are the chunks' new tokens, concatenated; every chunk's start
+  /// must equal its sequence's cached length. Reserves the KV blocks the chunks need
+  /// (ResourceExhausted if they are not free) and advances each sequence's length.
+  absl::StatusOr<StepOutput> Step(const std::vector<int32_t>& tokens,
+                                  const std::vector<SeqChunk>& chunks, bool return_logits);
+  /// Frees the KV blocks of a finished sequence.
+  void Release(int64_t seq) { cache_.Release(seq); }
+
+  PagedKvCache& cache() { return cache_; }
+  const ServingConfig& config() const { return config_; }
+  /// Bytes of this rank's weights (embedding, layers, final norm, output layer).
+  int64_t weight_bytes() const;
+  ModelPhaseTimes& times() { return times_; }
+  void ResetTimes();
+
+ private:
+  ServingModel(const ServingConfig& config, const ParallelContext& ctx)
+      : config_(config), ctx_(ctx) {}
+
+  ServingConfig config_;
+  ParallelContext ctx_;
+  CommClock comm_clock_;
+  std::vector<std::unique_ptr<ServingLayer>> layers_;
+  PagedKvCache cache_;
+  Tensor embedding_;         ///< [V/t, h], rows [rank·V/t, (rank+1)·V/t) of the table.
+  Tensor final_norm_;        ///< [h]
+  WeightOnlyLinear output_;  ///< [V/t, h], fp32.
+  ModelPhaseTimes times_;
+};
+
+}  // namespace paratune::kernels::serving
+
+#endif  // PARATUNE_KERNELS_SERVING_SERVING_MODEL_H_

@@ -1,0 +1,163 @@
+#include "kernels/serving/serving_step_runner.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "kernels/communicator.h"
+#include "kernels/hash_random.h"
+#include "kernels/serving/serving_model.h"
+#include "kernels/status_macros.h"
+
+namespace paratune::kernels::serving {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+PhaseTiming Timing(const std::string& name, std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  PhaseTiming p;
+  p.phase = name;
+  p.median_s = v[v.size() / 2];
+  p.min_s = v.front();
+  p.max_s = v.back();
+  return p;
+}
+
+// The model with the task's cache; vocab 0 becomes a minimal 128·tp table.
+ServingConfig ModelFor(const ServingStepConfig& c) {
+  ServingConfig m = c.model;
+  if (m.shape.vocab_size == 0) m.shape.vocab_size = 128 * m.parallel.tp;
+  const int64_t tokens = c.phase == ServingPhase::kDecode ? c.context_length + 1 : c.seq_length;
+  m.num_kv_blocks = c.batch * ((tokens + m.kv_block_size - 1) / m.kv_block_size);
+  return m;
+}
+
+absl::Status RunRank(const ServingStepConfig& c, Communicator& comm, ServingStepResult* result) {
+  const ServingConfig mc = ModelFor(c);
+  auto backend = MakeCpuBackend(c.capacity_bytes_per_rank, mc.threads);
+  ParallelContext ctx{backend.get(), &comm, nullptr};
+  PT_ASSIGN_OR_RETURN(std::unique_ptr<ServingModel> model, ServingModel::Create(mc, ctx));
+  PagedKvCache& cache = model->cache();
+  const int64_t row = cache.shape().groups * cache.shape().head_dim;
+  if (c.phase == ServingPhase::kDecode) {
+    // Synthetic cached context: the step's cost does not depend on the values.
+    std::vector<float> kv(2 * row);
+    for (int64_t s = 0; s < c.batch; ++s) {
+      PT_RETURN_IF_ERROR(cache.Reserve(s, c.context_length + 1));
+      for (int64_t l = 0; l < mc.num_layers; ++l) {
+        for (int64_t p = 0; p < c.context_length; ++p) {
+          for (int64_t i = 0; i < 2 * row; ++i) {
+            kv[i] = 2.0f * HashUniform(static_cast<uint64_t>(l * 7919 + s), p * 2 * row + i) - 1.0f;
+          }
+          cache.Write(l, s, p, kv.data(), kv.data() + row);
+        }
+      }
+      PT_RETURN_IF_ERROR(cache.SetLength(s, c.context_length));
+    }
+  }
+  std::vector<SeqChunk> chunks;
+  std::vector<int32_t> tokens;
+  const int64_t V = mc.shape.vocab_size;
+  for (int64_t s = 0; s < c.batch; ++s) {
+    const bool decode = c.phase == ServingPhase::kDecode;
+    const int64_t n = decode ? 1 : c.seq_length;
+    chunks.push_back({s, decode ? c.context_length : 0, n, c.logits});
+    for (int64_t i = 0; i < n; ++i) tokens.push_back(static_cast<int32_t>((s * 31 + i * 7) % V));
+  }
+  std::vector<double> total, gemm, attention, other, tp_comm, logits;
+  for (int64_t it = 0; it < c.warmup + c.iters; ++it) {
+    const ModelPhaseTimes before = model->times();
+    PT_RETURN_IF_ERROR(comm.Barrier());
+    const auto t0 = Clock::now();
+    PT_RETURN_IF_ERROR(model->Step(tokens, chunks, false).status());
+    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    const ModelPhaseTimes& after = model->times();
+    // Back to the task's state: decode contexts shrink by the token just added, prefill
+    // prompts are dropped.
+    for (const SeqChunk& ch : chunks) {
+      if (c.phase == ServingPhase::kDecode) {
+        PT_RETURN_IF_ERROR(cache.SetLength(ch.seq, c.context_length));
+      } else {
+        cache.Release(ch.seq);
+      }
+    }
+    if (it < c.warmup) continue;
+    total.push_back(wall);
+    gemm.push_back(after.layers.gemm_s - before.layers.gemm_s);
+    attention.push_back(after.layers.attention_s - before.layers.attention_s);
+    other.push_back(after.layers.other_s - before.layers.other_s + after.embedding_s -
+                    before.embedding_s);
+    tp_comm.push_back(after.tp_comm_s - before.tp_comm_s);
+    logits.push_back(after.logits_s - before.logits_s);
+  }
+  const MemoryStats stats = backend->allocator().Stats();
+  result->peak_bytes_per_rank[comm.rank()] = stats.peak_bytes;
+  if (comm.rank() == 0) {
+    result->phases = {Timing("total", total),         Timing("gemm", gemm),
+                      Timing("attention", attention), Timing("other", other),
+                      Timing("tp_comm", tp_comm),     Timing("logits", logits)};
+    result->weight_bytes = model->weight_bytes();
+    result->kv_cache_bytes = cache.bytes();
+    result->tp_allreduce_bytes = StepTokens(chunks) * mc.shape.hidden_size * 4;
+    result->tp_allreduces_per_step = 1 + 2 * mc.num_layers;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ServingStepConfig::Validate() const {
+  ServingConfig m = model;
+  if (m.shape.vocab_size == 0) m.shape.vocab_size = 128 * m.parallel.tp;
+  PT_RETURN_IF_ERROR(m.Validate());
+  if (batch <= 0)
+    return absl::InvalidArgumentError(absl::StrCat("batch (", batch, ") must be positive"));
+  if (phase == ServingPhase::kPrefill && seq_length <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("seq_length (", seq_length, ") must be positive for a prefill step"));
+  }
+  if (phase == ServingPhase::kDecode && context_length <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("context_length (", context_length, ") must be positive for a decode step"));
+  }
+  if (warmup < 0 || iters <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("warmup (", warmup, ") must be >= 0 and iters (", iters, ") positive"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ServingStepResult> RunServingStep(const ServingStepConfig& config) {
+  PT_RETURN_IF_ERROR(config.Validate());
+  const int t = static_cast<int>(config.model.parallel.tp);
+  auto rendezvous = MakeInProcessRendezvous();
+  static std::atomic<int> group{0};
+  const std::string prefix = absl::StrCat("serving-step", group.fetch_add(1));
+  ServingStepResult result;
+  result.peak_bytes_per_rank.assign(t, 0);
+  std::vector<absl::Status> status(t);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < t; ++r) {
+    threads.emplace_back([&, r]() {
+      status[r] = [&]() -> absl::Status {
+        std::unique_ptr<Communicator> comm;
+        if (t == 1) {
+          comm = MakeSelfCommunicator();
+        } else {
+          PT_ASSIGN_OR_RETURN(comm, MakeGlooCommunicator(rendezvous, prefix, r, t));
+        }
+        return RunRank(config, *comm, &result);
+      }();
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const absl::Status& s : status) PT_RETURN_IF_ERROR(s);
+  return result;
+}
+
+}  // namespace paratune::kernels::serving

@@ -1,0 +1,151 @@
+// The continuous batcher's plans, worked out by hand, and the serving loop's invariants
+// on a tiny model.
+#include <gtest/gtest.h>
+
+#include "kernels/serving/continuous_batcher.h"
+#include "kernels/serving/serve_loop.h"
+#include "tests/kernels/serving_harness.h"
+
+namespace paratune::kernels::serving {
+namespace {
+
+struct Expected {
+  int64_t seq, start, num_tokens;
+  bool sample;
+};
+
+void ExpectPlan(const std::vector<SeqChunk>& plan, const std::vector<Expected>& want) {
+  ASSERT_EQ(plan.size(), want.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    EXPECT_EQ(plan[i].seq, want[i].seq) << i;
+    EXPECT_EQ(plan[i].start, want[i].start) << i;
+    EXPECT_EQ(plan[i].num_tokens, want[i].num_tokens) << i;
+    EXPECT_EQ(plan[i].sample, want[i].sample) << i;
+  }
+}
+
+TEST(ContinuousBatcher, DecodesFirstThenChunkedPrefillWithinTheLimits) {
+  BatcherLimits limits;
+  limits.max_batch_size = 2;
+  limits.max_num_tokens = 8;
+  limits.kv_block_size = 4;
+  limits.num_kv_blocks = 16;
+  ContinuousBatcher b(limits);
+  for (int64_t id = 0; id < 3; ++id) ASSERT_TRUE(b.Add(id, 6, 2).ok());
+  // Step 1: request 0 whole (6), request 1's first 2 tokens; the budget is spent.
+  auto plan = b.Plan();
+  ExpectPlan(plan, {{0, 0, 6, true}, {1, 0, 2, false}});
+  auto events = b.Commit(plan);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_TRUE(events[0].first);
+  // Step 2: request 0 decodes at position 6, request 1 finishes its prompt; request 2
+  // waits (two sequences run).
+  plan = b.Plan();
+  ExpectPlan(plan, {{0, 6, 1, true}, {1, 2, 4, true}});
+  events = b.Commit(plan);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_TRUE(events[0].finished);
+  EXPECT_TRUE(events[1].first);
+  // Step 3: request 0 left; request 1 decodes and request 2 is admitted whole.
+  plan = b.Plan();
+  ExpectPlan(plan, {{1, 6, 1, true}, {2, 0, 6, true}});
+  b.Commit(plan);
+  EXPECT_EQ(b.running(), 1);
+  EXPECT_EQ(b.waiting(), 0);
+}
+
+TEST(ContinuousBatcher, WithoutChunkingAPromptWaitsForRoomAndKvBlocksGateAdmission) {
+  BatcherLimits limits;
+  limits.max_batch_size = 4;
+  limits.max_num_tokens = 10;
+  limits.chunked_prefill = false;
+  limits.kv_block_size = 4;
+  limits.num_kv_blocks = 4;  // 16 tokens
+  ContinuousBatcher b(limits);
+  ASSERT_TRUE(b.Add(0, 6, 3).ok());  // 8 tokens cached: 2 blocks
+  ASSERT_TRUE(b.Add(1, 6, 3).ok());  // 2 blocks
+  ASSERT_TRUE(b.Add(2, 2, 2).ok());  // 1 block
+  auto plan = b.Plan();              // 6 + 6 > 10: request 1 waits, and request 2 may not overtake
+  ExpectPlan(plan, {{0, 0, 6, true}});
+  b.Commit(plan);
+  plan = b.Plan();
+  ExpectPlan(plan, {{0, 6, 1, true}, {1, 0, 6, true}});
+  b.Commit(plan);
+  EXPECT_EQ(b.free_blocks(), 0);
+  plan = b.Plan();  // no block free for request 2
+  ExpectPlan(plan, {{0, 7, 1, true}, {1, 6, 1, true}});
+  b.Commit(plan);  // request 0 finishes, its 2 blocks return
+  EXPECT_EQ(b.free_blocks(), 2);
+  EXPECT_EQ(b.Add(3, 20, 1).message(),
+            "request 3: isl + osl (21) needs 5 KV blocks, more than the cache holds (4)");
+}
+
+ServeOptions TinyServe(int64_t tp) {
+  ServeOptions o;
+  o.model = testing::SmallModel(tp);
+  o.model.kv_block_size = 8;
+  o.model.num_kv_blocks = 32;
+  o.trace.num_requests = 7;
+  o.trace.isl = 12;
+  o.trace.osl = 5;
+  o.trace.isl_jitter = 0.5;
+  o.trace.osl_jitter = 0.5;
+  o.max_batch_size = 3;
+  o.max_num_tokens = 16;
+  return o;
+}
+
+void CheckInvariants(const ServeOptions& o, const ServeResult& r) {
+  ASSERT_EQ(static_cast<int64_t>(r.requests.size()), o.trace.num_requests);
+  int64_t isl = 0, osl = 0;
+  for (const RequestRecord& q : r.requests) {
+    EXPECT_EQ(q.output_tokens, q.osl) << q.id;
+    EXPECT_GT(q.ttft_s(), 0.0) << q.id;
+    EXPECT_LE(q.ttft_s(), q.e2e_s()) << q.id;
+    if (q.osl > 1) {
+      EXPECT_LT(q.first_token_s, q.finish_s) << q.id;
+    }
+    isl += q.isl;
+    osl += q.osl;
+  }
+  EXPECT_EQ(r.output_tokens(), osl);
+  EXPECT_EQ(r.steps.prefill_tokens, isl);
+  EXPECT_EQ(r.steps.decode_tokens, osl - o.trace.num_requests);
+  EXPECT_LE(r.steps.max_step_sequences, o.max_batch_size);
+  EXPECT_LE(r.steps.max_step_tokens, o.max_num_tokens);
+  EXPECT_GT(r.output_tokens_per_s(), 0.0);
+  EXPECT_GT(r.peak_bytes, r.weight_bytes + r.kv_cache_bytes);
+}
+
+TEST(ServeLoop, OfflineTraceCompletesEveryRequestWithItsOutputTokens) {
+  const ServeOptions o = TinyServe(1);
+  auto r1 = RunServeLoop(o);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  CheckInvariants(o, *r1);
+  // The schedule depends on lengths and limits only: TP 2 runs the same steps.
+  const ServeOptions o2 = TinyServe(2);
+  auto r2 = RunServeLoop(o2);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  CheckInvariants(o2, *r2);
+  EXPECT_EQ(r2->steps.steps, r1->steps.steps);
+  EXPECT_EQ(r2->steps.max_step_tokens, r1->steps.max_step_tokens);
+}
+
+TEST(ServeLoop, ClosedLoopNeverExceedsItsConcurrency) {
+  ServeOptions o = TinyServe(2);
+  o.trace.concurrency = 2;
+  auto r = RunServeLoop(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  CheckInvariants(o, *r);
+  EXPECT_LE(r->steps.max_step_sequences, 2);
+}
+
+TEST(ServeLoop, TooSmallMemoryIsResourceExhausted) {
+  ServeOptions o = TinyServe(1);
+  o.capacity_bytes = 64 << 10;  // the weights alone take more
+  auto r = RunServeLoop(o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace paratune::kernels::serving

@@ -1,0 +1,100 @@
+// Test harness for the serving kernels: runs one scenario on a ServingModel replicated over
+// `tp` thread ranks (Gloo) and returns rank 0's result, so layouts can be compared.
+#ifndef PARATUNE_TESTS_KERNELS_SERVING_HARNESS_H_
+#define PARATUNE_TESTS_KERNELS_SERVING_HARNESS_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "kernels/communicator.h"
+#include "kernels/serving/serving_model.h"
+
+namespace paratune::kernels::serving::testing {
+
+/// A scenario: steps driven on every rank identically; returns values to compare.
+using Scenario = std::function<absl::StatusOr<std::vector<float>>(ServingModel&)>;
+
+inline absl::StatusOr<std::vector<float>> RunOnRanks(const ServingConfig& config,
+                                                     const Scenario& scenario,
+                                                     uint64_t shuffle_seed = 0) {
+  const int t = static_cast<int>(config.parallel.tp);
+  auto rendezvous = MakeInProcessRendezvous();
+  static std::atomic<int> group{0};
+  const std::string prefix = absl::StrCat("serving", group.fetch_add(1));
+  std::vector<absl::Status> status(t);
+  std::vector<float> result;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < t; ++r) {
+    threads.emplace_back([&, r]() {
+      status[r] = [&]() -> absl::Status {
+        std::unique_ptr<Communicator> comm;
+        if (t == 1) {
+          comm = MakeSelfCommunicator();
+        } else {
+          auto c = MakeGlooCommunicator(rendezvous, prefix, r, t);
+          if (!c.ok()) return c.status();
+          comm = std::move(*c);
+        }
+        auto backend = MakeCpuBackend(0, 1);
+        ParallelContext ctx{backend.get(), comm.get(), nullptr};
+        auto model = ServingModel::Create(config, ctx, shuffle_seed);
+        if (!model.ok()) return model.status();
+        auto out = scenario(**model);
+        if (!out.ok()) return out.status();
+        if (r == 0) result = std::move(*out);
+        return absl::OkStatus();
+      }();
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (auto& s : status) {
+    if (!s.ok()) return s;
+  }
+  return result;
+}
+
+/// A small Llama-style model: h 64, 8 heads in 4 KV groups, SwiGLU, RMSNorm, RoPE.
+inline ServingConfig SmallModel(int64_t tp, int64_t layers = 2) {
+  ServingConfig c;
+  c.shape.hidden_size = 64;
+  c.shape.num_attention_heads = 8;
+  c.shape.num_query_groups = 4;
+  c.shape.ffn_hidden_size = 128;
+  c.shape.vocab_size = 96;
+  c.shape.activation = Activation::kSwiglu;
+  c.shape.normalization = Normalization::kRmsNorm;
+  c.num_layers = layers;
+  c.parallel.tp = tp;
+  c.kv_block_size = 4;
+  c.num_kv_blocks = 64;
+  return c;
+}
+
+/// Deterministic prompt tokens of sequence `seq`.
+inline std::vector<int32_t> Prompt(int64_t seq, int64_t len, int64_t vocab) {
+  std::vector<int32_t> p(len);
+  for (int64_t i = 0; i < len; ++i) p[i] = static_cast<int32_t>((seq * 131 + i * 37 + 11) % vocab);
+  return p;
+}
+
+/// max |a − b| / (atol + rtol·|b|); ≤ 1 means within tolerance.
+inline double ToleranceRatio(const std::vector<float>& a, const std::vector<float>& b, double atol,
+                             double rtol) {
+  if (a.size() != b.size() || a.empty()) return 1e30;
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (atol + rtol * std::abs(double(b[i]))));
+  }
+  return worst;
+}
+
+}  // namespace paratune::kernels::serving::testing
+
+#endif  // PARATUNE_TESTS_KERNELS_SERVING_HARNESS_H_

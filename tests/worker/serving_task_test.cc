@@ -1,0 +1,168 @@
+// Serving step tasks through the kernels executor on 2 CPU (Gloo) ranks: the reported
+// bytes against hand-derived formulas, OOM as a result, and the refusals.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "worker/kernels_executor.h"
+
+namespace paratune::worker {
+namespace {
+
+DeviceInventory CpuSlots(int n) {
+  std::vector<int> slots;
+  for (int i = 0; i < n; ++i) slots.push_back(i);
+  absl::StatusOr<DeviceInventory> inv = DiscoverDevices("cpu", slots, "");
+  EXPECT_TRUE(inv.ok()) << inv.status();
+  return *inv;
+}
+
+constexpr int64_t kH = 64, kHeads = 8, kGroups = 4, kFfn = 128, kD = kH / kHeads;
+
+// h 64, 8 heads in 4 KV groups, SwiGLU FFN 128.
+v1::ProfileTask StepTask(v1::ServingStepTask::Phase phase, int64_t tp) {
+  v1::ProfileTask task;
+  task.set_id("serving");
+  task.set_device_kind("cpu");
+  v1::ServingStepTask* t = task.mutable_serving_step();
+  t->set_phase(phase);
+  t->mutable_shape()->set_hidden_size(kH);
+  t->mutable_shape()->set_num_attention_heads(kHeads);
+  t->mutable_shape()->set_num_query_groups(kGroups);
+  t->mutable_shape()->set_ffn_hidden_size(kFfn);
+  t->mutable_shape()->set_activation("swiglu");
+  t->mutable_shape()->set_normalization("rmsnorm");
+  t->set_tp(tp);
+  t->set_batch(3);
+  t->set_seq_length(24);
+  t->set_context_length(40);
+  t->set_kv_block_size(16);
+  t->set_num_layers(2);
+  t->set_rope(true);
+  t->set_warmup(1);
+  t->set_iters(3);
+  return task;
+}
+
+// fp32 bytes of one rank's layer weights: two norms, QKV, projection, SwiGLU FC1, FC2.
+int64_t LayerWeightBytes(int64_t tp) {
+  const int64_t qkv = (kHeads + 2 * kGroups) / tp * kD * kH, proj = kH * kHeads / tp * kD;
+  const int64_t fc1 = 2 * kFfn / tp * kH, fc2 = kH * kFfn / tp;
+  return 4 * (2 * kH + qkv + proj + fc1 + fc2);
+}
+
+void ExpectPhases(const v1::ServingStepProfile& p) {
+  ASSERT_EQ(p.phases_size(), 6);
+  const char* names[] = {"total", "gemm", "attention", "other", "tp_comm", "logits"};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(p.phases(i).phase(), names[i]);
+    EXPECT_LE(p.phases(i).min_s(), p.phases(i).median_s());
+    EXPECT_LE(p.phases(i).median_s(), p.phases(i).max_s());
+  }
+  for (int i : {0, 1, 2, 3}) EXPECT_GT(p.phases(i).median_s(), 0.0) << names[i];
+  // Each part is inside the step's wall time.
+  for (int i = 1; i < 6; ++i) EXPECT_LE(p.phases(i).min_s(), p.phases(0).max_s());
+}
+
+TEST(ServingStepTask, DecodeOnTwoRanksReportsItsCacheAndWeightsExactly) {
+  auto executor = CreateKernelsExecutor(CpuSlots(2));
+  CancelFlag cancel;
+  const v1::TaskResult r =
+      executor->Execute(StepTask(v1::ServingStepTask::PHASE_DECODE, 2), cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  const v1::ServingStepProfile& p = r.serving_step();
+  ExpectPhases(p);
+  EXPECT_GT(p.phases(4).median_s(), 0.0);  // two ranks all-reduce
+  // 3 sequences × ceil(41/16) = 9 blocks of 16 tokens, K and V, 2 KV heads of 8, fp32, 2 layers.
+  EXPECT_EQ(p.kv_cache_bytes(), 2 * 9 * 2 * 16 * (kGroups / 2) * kD * 4);
+  // Layers, plus the minimal vocabulary (128·tp = 256 rows, 128 per rank) twice and the
+  // final norm.
+  EXPECT_EQ(p.weight_bytes(), 2 * LayerWeightBytes(2) + 2 * 128 * kH * 4 + kH * 4);
+  // Decode: 3 tokens of h 64 fp32 per all-reduce; embedding + 2 per layer.
+  EXPECT_EQ(p.tp_allreduce_bytes(), 3 * kH * 4);
+  EXPECT_EQ(p.tp_allreduces_per_step(), 5);
+  ASSERT_EQ(p.peak_bytes_per_rank_size(), 2);
+  EXPECT_EQ(p.peak_bytes_per_rank(0), p.peak_bytes_per_rank(1));
+  EXPECT_GT(p.peak_bytes_per_rank(0), p.weight_bytes() + p.kv_cache_bytes());
+}
+
+TEST(ServingStepTask, Int8PrefillWithBf16CacheStoresOneByteWeightsAndTwoByteKv) {
+  auto executor = CreateKernelsExecutor(CpuSlots(2));
+  CancelFlag cancel;
+  v1::ProfileTask task = StepTask(v1::ServingStepTask::PHASE_PREFILL, 1);
+  task.mutable_serving_step()->set_weight_precision("int8");
+  task.mutable_serving_step()->set_kv_precision("bf16");
+  const v1::TaskResult r = executor->Execute(task, cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  const v1::ServingStepProfile& p = r.serving_step();
+  ExpectPhases(p);
+  // 3 prompts × ceil(24/16) = 6 blocks, bf16.
+  EXPECT_EQ(p.kv_cache_bytes(), 2 * 6 * 2 * 16 * kGroups * kD * 2);
+  // Linear weights one byte each plus an fp32 scale per output row; norms fp32.
+  const int64_t qkv_rows = (kHeads + 2 * kGroups) * kD, fc1_rows = 2 * kFfn;
+  const int64_t layer = 4 * 2 * kH + (qkv_rows * kH + 4 * qkv_rows) + (kH * kH + 4 * kH) +
+                        (fc1_rows * kH + 4 * fc1_rows) + (kH * kFfn + 4 * kH);
+  EXPECT_EQ(p.weight_bytes(), 2 * layer + 2 * 128 * kH * 4 + kH * 4);
+  EXPECT_EQ(p.tp_allreduce_bytes(), 3 * 24 * kH * 4);  // prefill: 3 prompts of 24 tokens
+}
+
+TEST(ServingStepTask, OutOfMemoryIsAResult) {
+  KernelsExecutorOptions options;
+  options.capacity_bytes_per_rank = 32 << 10;
+  auto executor = CreateKernelsExecutor(CpuSlots(2), options);
+  CancelFlag cancel;
+  const v1::TaskResult r =
+      executor->Execute(StepTask(v1::ServingStepTask::PHASE_DECODE, 2), cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OOM) << r.message();
+  EXPECT_GT(r.oom_bytes_requested(), 0);
+}
+
+TEST(ServingStepTask, RefusalsSayWhy) {
+  auto executor = CreateKernelsExecutor(CpuSlots(2));
+  CancelFlag cancel;
+  v1::ProfileTask task = StepTask(v1::ServingStepTask::PHASE_DECODE, 4);
+  v1::TaskResult r = executor->Execute(task, cancel);
+  EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
+  EXPECT_EQ(r.message(), "task needs 4 ranks (tp 4); this worker has 2");
+  task = StepTask(v1::ServingStepTask::PHASE_DECODE, 1);
+  task.mutable_serving_step()->set_weight_precision("fp8");
+  r = executor->Execute(task, cancel);
+  EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
+  EXPECT_EQ(r.message(), "weight_precision fp8 is not run by the CPU serving kernels");
+  task = StepTask(v1::ServingStepTask::PHASE_UNSPECIFIED, 1);
+  r = executor->Execute(task, cancel);
+  EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_FAILED);
+  EXPECT_EQ(r.message(), "invalid task: serving step phase is unspecified");
+  task = StepTask(v1::ServingStepTask::PHASE_DECODE, 1);
+  task.mutable_serving_step()->set_context_length(0);
+  r = executor->Execute(task, cancel);
+  EXPECT_EQ(r.message(), "invalid task: context_length (0) must be positive for a decode step");
+}
+
+// The TP all-reduces of a decode step are latency-bound: batch·h·4 bytes (3·64·4 = 768 B
+// here, 8 KiB for 32 sequences of h 64). A CollectiveSweepTask measures them with
+// nccl-tests' conventions: algbw = bytes/time, busbw = algbw·2(n−1)/n (= algbw for 2 ranks).
+TEST(ServingStepTask, SmallMessageAllReduceSweepFollowsNcclTestsConventions) {
+  auto executor = CreateKernelsExecutor(CpuSlots(2));
+  CancelFlag cancel;
+  v1::ProfileTask task;
+  task.set_id("allreduce");
+  v1::CollectiveSweepTask* t = task.mutable_collective();
+  t->set_op(v1::CollectiveSweepTask::OP_ALL_REDUCE);
+  t->set_group_size(2);
+  for (int64_t bytes : {768, 2048, 8192}) t->add_sizes_bytes(bytes);
+  t->set_dtype("fp32");
+  t->set_warmup(2);
+  t->set_iters(5);
+  const v1::TaskResult r = executor->Execute(task, cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  ASSERT_EQ(r.comm().samples_size(), 3);
+  for (const v1::CommSample& s : r.comm().samples()) {
+    EXPECT_EQ(s.wrong(), 0);
+    EXPECT_NEAR(s.algbw_gbps(), s.size_bytes() / s.time_s() / 1e9, 1e-9 * s.algbw_gbps());
+    EXPECT_NEAR(s.busbw_gbps(), s.algbw_gbps(), 1e-9 * s.busbw_gbps());
+  }
+}
+
+}  // namespace
+}  // namespace paratune::worker
