@@ -25,8 +25,8 @@ namespace paratune::inference {
 namespace {
 
 // Layouts simulated after screening (beside the screening's Pareto front).
-constexpr size_t kSimulatedTop = 16;
-constexpr size_t kSimulatedFront = 12;
+constexpr size_t kSimulatedTop = 48;
+constexpr size_t kSimulatedFront = 24;
 // Rejected layouts listed in a result (all are counted by rule).
 constexpr size_t kRejectedListed = 50;
 
