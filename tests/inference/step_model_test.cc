@@ -149,6 +149,26 @@ TEST(StepModelTest, PipelineStagesHandOffActivations) {
   EXPECT_NEAR(b.total - b.pp_comm, a.total, 0.02 * a.total);
 }
 
+TEST(StepModelTest, BreakdownSeparatesWeightWaitsFromCompute) {
+  const StepModel m =
+      Make("llama3-70b", "h100-sxm-80gb", Layout(4, 1, QuantFormat::kFp8, QuantFormat::kFp8));
+  StepWork decode;
+  decode.decode_sequences = 1;
+  decode.decode_context_tokens = 100;
+  decode.sampled_sequences = 1;
+  StepWork prefill;
+  prefill.prefill_tokens = 4096;
+  prefill.prefill_attention_pairs = 4096.0 * 2048;
+  prefill.sampled_sequences = 1;
+  for (const StepWork& w : {decode, prefill}) {
+    const StepBreakdown b = m.Breakdown(w);
+    EXPECT_NEAR(b.total, b.compute + b.memory + b.tp_comm + b.pp_comm + b.overhead, 1e-9);
+  }
+  // Batch 1 waits for the weights; 4096 prompt tokens hide the weight reads behind compute.
+  EXPECT_GT(m.Breakdown(decode).memory, m.Breakdown(decode).compute);
+  EXPECT_DOUBLE_EQ(m.Breakdown(prefill).memory, 0);
+}
+
 TEST(StepModelTest, RejectsTpThatDoesNotDivideTheHeads) {
   auto model = *FindPreset("llama3-70b");
   auto device = *FindDevice("h100-sxm-80gb");
