@@ -99,7 +99,11 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) 
           ? std::vector<int64_t>{*spec.serving.batch_size}
           : Or(o.max_batch_size, {16, 32, 64, 128, 256, 512, 1024, 2048});
   std::sort(batches.begin(), batches.end());
-  const std::vector<int64_t> token_limits = Or(o.max_num_tokens, {2048, 8192, 16384});
+  // A static batch prefills in one step whatever the token limit: one value is enough.
+  const std::vector<int64_t> token_limits =
+      spec.serving.batching == Batching::kStatic
+          ? Or(o.max_num_tokens, {ctx.engine().default_max_num_tokens})
+          : Or(o.max_num_tokens, {2048, 8192, 16384});
   std::vector<QuantFormat> weights = o.weight_precision, kvs = o.kv_cache_precision;
   const bool fp8 = ctx.device().peak_fp8_tflops > 0;
   if (weights.empty()) {
