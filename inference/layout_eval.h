@@ -54,8 +54,7 @@ class LayoutContext {
   /// GiB per GPU missing for one request's KV cache (<= 0: it fits).
   double MemoryDeficitGib(const ServingConfig& c, const StepModel& model) const;
   /// The simulated figures.
-  absl::StatusOr<InferenceRankedConfig> Evaluate(const ServingConfig& c,
-                                                 const StepModel& model,
+  absl::StatusOr<InferenceRankedConfig> Evaluate(const ServingConfig& c, const StepModel& model,
                                                  RequestCount count) const;
 
  private:
@@ -71,8 +70,7 @@ class LayoutContext {
   InferenceJobSpec spec_;
   DeviceProfile device_;
   const EngineProfile* engine_ = nullptr;
-  std::map<std::tuple<int64_t, int64_t, QuantFormat, QuantFormat>,
-           std::shared_ptr<const StepModel>>
+  std::map<std::tuple<int64_t, int64_t, QuantFormat, QuantFormat>, std::shared_ptr<const StepModel>>
       models_;
 };
 

@@ -93,8 +93,7 @@ TEST(PlannerTest, ModelThatFitsNowhereSaysByHowMuch) {
 
 TEST(PlannerTest, EstimateMatchesThePinnedLayout) {
   json j = Spec();
-  j["search"] = {{"tp", 8}, {"pp", 1}, {"weight_precision", "fp8"},
-                 {"kv_cache_precision", "fp8"}};
+  j["search"] = {{"tp", 8}, {"pp", 1}, {"weight_precision", "fp8"}, {"kv_cache_precision", "fp8"}};
   auto spec = InferenceJobSpecFromJson(j);
   ASSERT_TRUE(spec.ok());
   auto config = PinnedServingConfig(*spec);

@@ -90,8 +90,7 @@ TEST(SpecIoTest, ResultUsesTheContractFieldNames) {
   for (const char* key :
        {"config", "output_tokens_per_sec_per_gpu", "output_tokens_per_sec",
         "tokens_per_sec_per_user", "requests_per_sec", "ttft_ms", "tpot_ms", "e2e_latency_ms",
-        "memory", "max_concurrency", "cost_per_million_output_tokens", "meets_limits",
-        "notes"}) {
+        "memory", "max_concurrency", "cost_per_million_output_tokens", "meets_limits", "notes"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["ttft_ms"]["p90"], 3);
