@@ -291,6 +291,10 @@ absl::StatusOr<InferenceRankedConfig> LayoutContext::Evaluate(const ServingConfi
     w.num_requests =
         std::min(s.num_requests, std::max<int64_t>(kSearchRequestCap, 8 * max_concurrency));
   }
+  const int64_t budget_requests = std::max<int64_t>(
+      1, static_cast<int64_t>(kMaxSimulatedOutputTokens / static_cast<double>(s.osl)));
+  const bool capped = w.num_requests > budget_requests;
+  w.num_requests = std::min(w.num_requests, budget_requests);
   const auto transfer = [&](int64_t isl) { return KvTransferSeconds(c, model, isl); };
   const SimulationResult sim = Simulate(engines, w, transfer);
   if (sim.completed == 0) {
@@ -329,6 +333,11 @@ absl::StatusOr<InferenceRankedConfig> LayoutContext::Evaluate(const ServingConfi
   r.notes.push_back(absl::StrFormat(
       "simulated %d requests; KV pool %.0f tokens per instance; mean decode batch %.1f",
       sim.completed, capacity, sim.mean_decode_batch));
+  if (capped) {
+    r.notes.push_back(absl::StrFormat(
+        "simulated %d of the %d requests (at most %.0f output tokens per simulation)",
+        w.num_requests, s.num_requests, kMaxSimulatedOutputTokens));
+  }
   if (sim.preemptions > 0) {
     r.notes.push_back(
         absl::StrFormat("%d preemptions (KV cache full; recomputed)", sim.preemptions));

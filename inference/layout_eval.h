@@ -34,6 +34,9 @@ class LayoutContext {
     kSearchRequests,  ///< At most kSearchRequestCap, at least 8x the layout's concurrency.
   };
   static constexpr int64_t kSearchRequestCap = 2000;
+  /// Output tokens one simulation generates at most (num_requests x osl): beyond it the
+  /// simulation runs fewer requests, and says so in the notes.
+  static constexpr double kMaxSimulatedOutputTokens = 2e7;
 
   static absl::StatusOr<LayoutContext> Create(const InferenceJobSpec& spec);
 

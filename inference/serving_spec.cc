@@ -12,7 +12,9 @@
 namespace paratune::inference {
 namespace {
 
-constexpr int64_t kMaxTokens = int64_t{1} << 24;    // isl, osl, max_num_tokens
+constexpr int64_t kMaxTokens = int64_t{1} << 24;  // max_num_tokens
+// isl and osl: 1M tokens each, beyond any served model's context; it bounds a simulation.
+constexpr int64_t kMaxSequenceTokens = int64_t{1} << 20;
 constexpr int64_t kMaxRequests = int64_t{1} << 22;  // num_requests, concurrency
 constexpr int64_t kMaxBatch = int64_t{1} << 20;     // batch sizes
 constexpr int64_t kMaxParallel = int64_t{1} << 16;  // tp, pp, ep, replicas
@@ -131,8 +133,8 @@ double BytesPerElement(QuantFormat f) {
 }
 
 absl::Status ServingSpec::Validate() const {
-  if (auto s = Positive("serving.isl", isl, kMaxTokens); !s.ok()) return s;
-  if (auto s = Positive("serving.osl", osl, kMaxTokens); !s.ok()) return s;
+  if (auto s = Positive("serving.isl", isl, kMaxSequenceTokens); !s.ok()) return s;
+  if (auto s = Positive("serving.osl", osl, kMaxSequenceTokens); !s.ok()) return s;
   if (auto s = NonNegativeFinite("serving.isl_stddev", isl_stddev); !s.ok()) return s;
   if (auto s = NonNegativeFinite("serving.osl_stddev", osl_stddev); !s.ok()) return s;
   if (concurrency && request_rate) {
