@@ -230,6 +230,11 @@ absl::Status ServingSearchOptions::Validate() const {
 }
 
 absl::Status InferenceJobSpec::Validate() const {
+  if (model.num_experts > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.num_experts (", model.num_experts,
+        "): mixture-of-experts models are not modelled by the inference planner yet"));
+  }
   if (auto s = model.Validate(); !s.ok()) return s;
   if (auto s = cluster.Validate(); !s.ok()) return s;
   if (auto s = serving.Validate(); !s.ok()) return s;

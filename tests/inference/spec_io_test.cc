@@ -71,6 +71,10 @@ TEST(SpecIoTest, ErrorsNameTheField) {
                            0),
             0u);
   j = Spec();
+  j["model"]["num_experts"] = 8;
+  EXPECT_EQ(Error(j), "model.num_experts (8): mixture-of-experts models are not modelled by "
+                      "the inference planner yet");
+  j = Spec();
   j["kind"] = "serving";
   EXPECT_EQ(Error(j), "kind ('serving') must be training or inference");
 }
