@@ -217,8 +217,9 @@ absl::StatusOr<ScreenedLayout> LayoutContext::Screen(const ServingConfig& c,
     const double decode_requests_per_sec = decode_engines * b / td / osl;
     const double rps = std::min(prompts_per_sec, decode_requests_per_sec);
     out_per_sec = rps * osl;
-    tpot = td;
-    ttft = tp * std::ceil(isl / mnt) + KvTransferSeconds(c, m, s.isl);
+    // The prefill instance returns the first token; the KV move delays the second.
+    ttft = tp * std::ceil(isl / mnt);
+    tpot = td + KvTransferSeconds(c, m, s.isl) / std::max(osl - 1, 1.0);
   }
   if (s.request_rate) out_per_sec = std::min(out_per_sec, *s.request_rate * osl);
 
