@@ -10,7 +10,7 @@ import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-files = ['spec','results','job','service']
+files = ['spec','results','job','service','inference']
 msgs = {}; enums = {}; order = []
 for f in files:
     lines = open(os.path.join(ROOT, 'proto', 'paratune', 'v1', f + '.proto')).read().split('\n')
@@ -37,6 +37,12 @@ for f in files:
         if cur and s == '}':
             cur = None; comment=[]; continue
         if cur:
+            m = re.match(r'map<\w+, ?([\w.]+)> (\w+) = \d+;(?:\s*//\s*(.*))?', s)
+            if m:
+                desc = ' '.join(comment + ([m.group(3)] if m.group(3) else []))
+                msgs[cur]['fields'].append(('map', m.group(1), m.group(2), desc))
+                comment = []
+                continue
             m = re.match(r'(repeated |optional )?([\w.]+) (\w+) = \d+;(?:\s*//\s*(.*))?', s)
             if m:
                 desc = ' '.join(comment + ([m.group(4)] if m.group(4) else []))
@@ -61,6 +67,7 @@ for name in order:
     for lab, t, n, d in m['fields']:
         p = typ(t)
         if lab.strip() == 'repeated': p = {'type':'array','items':p}
+        if lab == 'map': p = {'type':'object','additionalProperties':p}
         if d:
             if '$ref' in p: p = {'allOf':[p], 'description': d}
             elif 'description' in p: p['description'] = d + ' (' + p['description'] + ')'
@@ -121,7 +128,7 @@ idp = {'name':'id','in':'path','required':True,'schema':{'type':'string'},'descr
 sec = [{'bearer': []}]
 paths = {
  '/v1/jobs': {
-  'post': {'operationId':'SubmitJob','summary':'Submit a tuning job.','tags':['jobs'],'security':sec,
+  'post': {'operationId':'SubmitJob','summary':'Submit a tuning job (training, or inference with `kind: inference`).','tags':['jobs'],'security':sec,
     'description':'The body is a SubmitJobRequest ({"spec": {...}}) or, for convenience, a bare JobSpec. The spec is read as `paratune submit` reads a spec file, with the same messages: unknown fields (with a suggestion), wrong types (a string for a bool), keys given twice, and invalid values are refused (400, naming the field). The job carries the spec resolved (a preset\'s architecture written out, defaults filled in). Bodies over 1 MiB get 413.',
     'requestBody':{'required':True,'content':{'application/json':{'schema':{'oneOf':[{'$ref':'#/components/schemas/SubmitJobRequest'},{'$ref':'#/components/schemas/JobSpec'}]}}}},
     'responses': dict({'200': ok('Job','The job, as created.'), '400': err('Invalid JSON, unknown field, or an invalid spec (the message names the field and the rule).'), '413': err('Body larger than 1 MiB.'), '429': err('Too many jobs queued.')}, **common)},
@@ -151,7 +158,7 @@ paths = {
  '/healthz': {'get': {'operationId':'Health','summary':'Liveness.','tags':['ops'],'security':[],
     'responses': {'200': {'description':'Serving.','content':{'application/json':{'schema':{'type':'object','properties':{'status':{'type':'string','enum':['ok']}}}}}}}}},
  '/metrics': {'get': {'operationId':'Metrics','summary':'Prometheus metrics (text exposition format 0.0.4).','tags':['ops'],'security':[],
-    'responses': {'200': {'description':'paratune_jobs, paratune_tasks, paratune_workers, paratune_rpc_latency_seconds, paratune_requests_total.','content':{'text/plain':{'schema':{'type':'string'}}}}}}},
+    'responses': {'200': {'description':'paratune_jobs, paratune_tasks, paratune_workers, paratune_rpc_latency_seconds, paratune_requests_total, paratune_jobs_by_kind, paratune_candidates_scored_total.','content':{'text/plain':{'schema':{'type':'string'}}}}}}},
  '/openapi.json': {'get': {'operationId':'OpenApi','summary':'This document.','tags':['ops'],'security':[],
     'responses': {'200': {'description':'OpenAPI 3 document.','content':{'application/json':{'schema':{'type':'object'}}}}}}},
 }

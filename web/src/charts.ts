@@ -272,12 +272,12 @@ export function servingParetoOption(ranked: InferenceRankedConfig[], front: Infe
 }
 
 export const STEP_PARTS: [string, string, string][] = [
-  ['compute', 'compute', '#0969da'],
-  ['memory', 'memory reads', '#1a7f37'],
-  ['tp_comm', 'TP comm', '#8250df'],
-  ['pp_comm', 'PP comm', '#cf222e'],
-  ['overhead', 'overhead', '#57606a'],
-  ['kv_transfer', 'KV transfer', '#bc4c00'],
+  ['compute_ms', 'compute', '#0969da'],
+  ['memory_ms', 'memory reads', '#1a7f37'],
+  ['tp_comm_ms', 'TP comm', '#8250df'],
+  ['pp_comm_ms', 'PP comm', '#cf222e'],
+  ['overhead_ms', 'overhead', '#57606a'],
+  ['kv_transfer_ms', 'KV transfer', '#bc4c00'],
 ];
 
 export const SERVING_MEMORY_PARTS: [string, string, string][] = [

@@ -71,6 +71,8 @@ export interface SearchSpec {
   verify_top_k?: Int64;
   /** Inference jobs: model instances, engine limits, precisions, disaggregation. */
   replicas?: Int64[];
+  prefill_replicas?: Int64[];
+  decode_replicas?: Int64[];
   max_batch_size?: Int64[];
   max_num_tokens?: Int64[];
   weight_precision?: string[];
@@ -245,6 +247,8 @@ export interface ServingConfig {
   disaggregated?: boolean;
   prefill_replicas?: number;
   decode_replicas?: number;
+  /** GPUs the layout uses. */
+  num_gpus?: number;
 }
 
 /** Mean and percentiles of a latency, milliseconds. */
@@ -267,13 +271,13 @@ export interface ServingMemory {
 
 /** One engine step of a phase, milliseconds. */
 export interface StepBreakdown {
-  compute?: number;
-  memory?: number;
-  tp_comm?: number;
-  pp_comm?: number;
-  overhead?: number;
-  kv_transfer?: number;
-  total?: number;
+  compute_ms?: number;
+  memory_ms?: number;
+  tp_comm_ms?: number;
+  pp_comm_ms?: number;
+  overhead_ms?: number;
+  kv_transfer_ms?: number;
+  total_ms?: number;
   source?: string;
 }
 
@@ -311,7 +315,8 @@ export interface InferencePlanResult {
   candidates_considered?: number;
   feasible?: number;
   rejected_total?: number;
-  rejected_reasons?: { rule?: string; count?: number }[];
+  /** Rejected layouts per rule ("memory", "ttft", "tpot", "tokens_per_user", "layout"). */
+  rejected_reasons?: Record<string, number>;
   recommendation?: string;
   elapsed_ms?: number;
 }

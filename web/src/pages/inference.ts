@@ -264,6 +264,9 @@ export function renderInferenceResults(box: HTMLElement, res: JobResults, jobId:
   }
 
   const total = Math.max(num(plan.rejected_total), rejected.length);
+  const reasons = Object.entries(plan.rejected_reasons ?? {})
+    .map(([rule, count]): [string, number] => [rule, num(count)])
+    .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));
   box.append(
     h(
       'section',
@@ -274,7 +277,7 @@ export function renderInferenceResults(box: HTMLElement, res: JobResults, jobId:
             'div',
             {},
             h('h3', {}, 'By rule'),
-            h('div', { class: 'table-scroll' }, h('table', { class: 'data compact', id: 'rejected-rules' }, h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Count'), h('th', { scope: 'col' }, 'Rule'))), h('tbody', {}, ...(plan.rejected_reasons ?? []).map((r) => h('tr', {}, h('td', { class: 'num' }, String(num(r.count))), h('td', {}, r.rule ?? '')))))),
+            h('div', { class: 'table-scroll' }, h('table', { class: 'data compact', id: 'rejected-rules' }, h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Count'), h('th', { scope: 'col' }, 'Rule'))), h('tbody', {}, ...reasons.map(([rule, count]) => h('tr', {}, h('td', { class: 'num' }, String(count)), h('td', {}, rule)))))),
             h('h3', {}, total > rejected.length ? `Layouts (${thousands(rejected.length)} of them)` : 'Layouts'),
             h('div', { class: 'table-scroll' }, h('table', { class: 'data compact', id: 'rejected-table' }, h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Layout'), h('th', { scope: 'col' }, 'Rule'), h('th', { scope: 'col' }, 'Reason'))), h('tbody', {}, ...rejected.map((r) => h('tr', {}, h('td', { class: 'mono' }, servingLabel(r.config)), h('td', {}, r.rule ?? ''), h('td', {}, r.reason ?? '')))))),
           )
