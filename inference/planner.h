@@ -3,6 +3,8 @@
 #ifndef PARATUNE_INFERENCE_PLANNER_H_
 #define PARATUNE_INFERENCE_PLANNER_H_
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "inference/serving_result.h"
 #include "inference/serving_spec.h"
@@ -17,6 +19,10 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec);
 /// Scores one pinned layout in the same form, whether or not it meets the limits.
 absl::StatusOr<InferenceRankedConfig> EstimateInference(const InferenceJobSpec& spec,
                                                         const ServingConfig& config);
+
+/// The layouts not dominated in (output tokens/s per GPU, tokens/s per user), by decreasing
+/// tokens/s per GPU, each marked pareto_optimal.
+std::vector<InferenceRankedConfig> ParetoFront(std::vector<InferenceRankedConfig> scored);
 
 }  // namespace paratune::inference
 

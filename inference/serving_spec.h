@@ -63,6 +63,10 @@ struct ServingSpec {
   LatencyLimits tpot_ms;               ///< Time per output token after the first.
   std::optional<double> min_tokens_per_sec_per_user;
   std::optional<double> price_per_gpu_hour;  ///< Adds cost per million output tokens.
+  /// The engine's KV-cache memory fraction (engine_profile.h: TensorRT-LLM
+  /// free_gpu_memory_fraction, vLLM gpu_memory_utilization, SGLang mem_fraction_static);
+  /// unset = the engine's default.
+  std::optional<double> kv_cache_fraction;
 
   absl::Status Validate() const;
 };
@@ -75,6 +79,9 @@ struct ServingSearchOptions {
   std::vector<int64_t> max_num_tokens;  ///< Engine limit on tokens per step (chunked prefill).
   std::vector<QuantFormat> weight_precision, kv_cache_precision;
   std::vector<bool> disaggregated;      ///< true: separate prefill and decode pools.
+  /// Disaggregated pools: instances running prefill / decode; empty: every split of the
+  /// budget.
+  std::vector<int64_t> prefill_replicas, decode_replicas;
   ServingObjective objective = ServingObjective::kThroughput;
   int64_t top_k = 10;
   SearchMode mode = SearchMode::kModel;  ///< profile: workers measure the kernels.

@@ -28,6 +28,13 @@ nlohmann::json ToJson(const InferencePlanResult& r);
 nlohmann::json ToJson(const ServingConfig& c);
 absl::StatusOr<ServingConfig> ServingConfigFromJson(const nlohmann::json& j);
 
+/// The one layout a spec pins for `estimate` and `export`: tp, pp, weight_precision and
+/// kv_cache_precision need exactly one value each; max_batch_size and max_num_tokens default
+/// to the engine's, replicas to as many as fit, disaggregated to false (true needs one
+/// prefill_replicas and one decode_replicas). InvalidArgument naming the first unpinned
+/// dimension.
+absl::StatusOr<ServingConfig> PinnedServingConfig(const InferenceJobSpec& spec);
+
 }  // namespace paratune::inference
 
 #endif  // PARATUNE_INFERENCE_SPEC_IO_H_

@@ -128,6 +128,40 @@ std::vector<DeviceProfile> Catalog() {
     out.push_back(d);
   }
   {
+    // GH200 Grace Hopper superchip, 96 GB HBM3 version: the H100 SXM tensor cores with
+    // 4.0 TB/s (NVIDIA GH200 Grace Hopper Superchip datasheet, 2023); one GPU per module,
+    // modules joined by the NVLink Switch System or by InfiniBand (NDR 400 Gb/s).
+    DeviceProfile d = Hopper("gh200-96gb", 96e9 / kGiB, 4.0);
+    d.source =
+        "NVIDIA GH200 Grace Hopper Superchip datasheet (H100 tensor cores, 96 GB HBM3 at "
+        "4 TB/s); efficiencies as H100 SXM; NDR 400 Gb/s per GPU";
+    out.push_back(d);
+  }
+  {
+    // L40S (Ada, PCIe): NVIDIA L40S datasheet: FP32 91.6, TF32 183, BF16/FP16 362, FP8 733
+    // TFLOP/s dense (the datasheet's 733/1466 are with sparsity for BF16/FP8), 48 GB GDDR6
+    // at 864 GB/s, 142 SMs, PCIe Gen4 x16 (64 GB/s bidirectional), no NVLink: GPUs in one
+    // server all-reduce over PCIe at ~20 GB/s bus bandwidth (nccl-tests on PCIe Gen4
+    // servers), ~10 us per step.
+    DeviceProfile d = Hopper("l40s-48gb", 48e9 / kGiB, 0.864);
+    d.peak_fp32_tflops = 91.6;
+    d.peak_tf32_tflops = 183;
+    d.peak_bf16_tflops = 362;
+    d.peak_fp8_tflops = 733;
+    d.num_sms = 142;
+    d.nvlink_bandwidth = 20 * kGiga;
+    d.nvlink_latency_s = 10e-6;
+    d.network_bandwidth = 12.5 * kGiga;
+    d.kernel_launch_s = 4e-6;
+    d.gemm_efficiency = 0.70;
+    d.fp8_gemm_efficiency = 0.70;
+    d.source =
+        "NVIDIA L40S datasheet (dense peaks, 48 GB GDDR6 at 864 GB/s, PCIe Gen4, no "
+        "NVLink); nccl-tests bus bandwidth over PCIe Gen4; 100 Gb/s Ethernet per GPU; GEMM "
+        "efficiency assumed 70 % (clocks hold under the 350 W limit)";
+    out.push_back(d);
+  }
+  {
     DeviceProfile d;
     d.name = "cpu";
     d.host_memory = true;

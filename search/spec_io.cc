@@ -617,4 +617,43 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
   return c;
 }
 
+absl::StatusOr<ModelSpec> ModelSpecFromJson(const json& j) {
+  ModelSpec m;
+  bool positions_given = false;
+  if (auto s = ReadModel(j, &m, &positions_given); !s.ok()) return s;
+  return m;
+}
+
+absl::StatusOr<ClusterSpec> ClusterSpecFromJson(const json& j) {
+  ClusterSpec c;
+  if (auto s = ReadCluster(j, &c); !s.ok()) return s;
+  return c;
+}
+
+json ModelSpecToJson(const ModelSpec& m) {
+  JobSpec spec;
+  spec.model = m;
+  return JobSpecToJson(spec).at("model");
+}
+
+json ClusterSpecToJson(const ClusterSpec& c) {
+  JobSpec spec;
+  spec.cluster = c;
+  return JobSpecToJson(spec).at("cluster");
+}
+
+absl::Status CheckSpecKeys(const json& obj, const std::string& section,
+                           const std::vector<std::string>& allowed) {
+  return CheckKeys(obj, section, allowed);
+}
+
+absl::StatusOr<int64_t> SpecInt(const json& v, const std::string& path) { return AsInt(v, path); }
+absl::StatusOr<double> SpecDouble(const json& v, const std::string& path) {
+  return AsDouble(v, path);
+}
+absl::StatusOr<bool> SpecBool(const json& v, const std::string& path) { return AsBool(v, path); }
+absl::StatusOr<std::string> SpecString(const json& v, const std::string& path) {
+  return AsString(v, path);
+}
+
 }  // namespace paratune

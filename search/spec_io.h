@@ -7,6 +7,7 @@
 #define PARATUNE_SEARCH_SPEC_IO_H_
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +44,27 @@ nlohmann::json JobSpecToJson(const JobSpec& spec);
 /// distributed_optimizer when dp is 1, recompute_num_layers unless recompute is full.
 /// InvalidArgument naming the first unpinned dimension.
 absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec);
+
+// The sections and field readers on their own, for the other job kinds' specs
+// (inference/spec_io.h), so that every kind reads models and clusters the same way.
+
+/// The `model` section (preset, hf_config, explicit fields) as JobSpecFromJson reads it,
+/// not validated.
+absl::StatusOr<ModelSpec> ModelSpecFromJson(const nlohmann::json& j);
+/// The `cluster` section, not validated.
+absl::StatusOr<ClusterSpec> ClusterSpecFromJson(const nlohmann::json& j);
+/// The canonical `model` and `cluster` sections (as JobSpecToJson writes them).
+nlohmann::json ModelSpecToJson(const ModelSpec& m);
+nlohmann::json ClusterSpecToJson(const ClusterSpec& c);
+/// InvalidArgument `unknown field 'section.key' (did you mean ...)` for a key of `obj`
+/// not in `allowed`.
+absl::Status CheckSpecKeys(const nlohmann::json& obj, const std::string& section,
+                           const std::vector<std::string>& allowed);
+/// A field's value read as JobSpecFromJson reads it; `path` names it in errors.
+absl::StatusOr<int64_t> SpecInt(const nlohmann::json& v, const std::string& path);
+absl::StatusOr<double> SpecDouble(const nlohmann::json& v, const std::string& path);
+absl::StatusOr<bool> SpecBool(const nlohmann::json& v, const std::string& path);
+absl::StatusOr<std::string> SpecString(const nlohmann::json& v, const std::string& path);
 
 }  // namespace paratune
 

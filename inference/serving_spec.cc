@@ -1,0 +1,292 @@
+// Names and validation rules of an inference job specification (see serving_spec.h).
+#include "inference/serving_spec.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "search/device_catalog.h"
+#include "search/model_math.h"
+
+namespace paratune::inference {
+namespace {
+
+constexpr int64_t kMaxTokens = int64_t{1} << 24;        // isl, osl, max_num_tokens
+constexpr int64_t kMaxRequests = int64_t{1} << 22;      // num_requests, concurrency
+constexpr int64_t kMaxBatch = int64_t{1} << 20;         // batch sizes
+constexpr int64_t kMaxParallel = int64_t{1} << 16;      // tp, pp, ep, replicas
+constexpr int64_t kMaxTopK = 100000;
+constexpr size_t kMaxListEntries = 64;
+
+template <typename E>
+struct Named {
+  E value;
+  std::string_view name;
+};
+
+constexpr Named<ServingEngine> kEngines[] = {
+    {ServingEngine::kTrtllm, "trtllm"}, {ServingEngine::kVllm, "vllm"},
+    {ServingEngine::kSglang, "sglang"}};
+constexpr Named<Batching> kBatchings[] = {{Batching::kInflight, "inflight"},
+                                          {Batching::kStatic, "static"}};
+constexpr Named<QuantFormat> kFormats[] = {
+    {QuantFormat::kBf16, "bf16"}, {QuantFormat::kFp16, "fp16"}, {QuantFormat::kFp8, "fp8"},
+    {QuantFormat::kInt8, "int8"}, {QuantFormat::kInt4, "int4"}, {QuantFormat::kFp4, "fp4"}};
+constexpr Named<ServingObjective> kObjectives[] = {
+    {ServingObjective::kThroughput, "throughput"},
+    {ServingObjective::kLatency, "latency"},
+    {ServingObjective::kCost, "cost"}};
+
+template <typename E, size_t N>
+std::string_view NameOf(const Named<E> (&table)[N], E v) {
+  for (const auto& e : table) {
+    if (e.value == v) return e.name;
+  }
+  return "unknown";
+}
+
+template <typename E, size_t N>
+absl::StatusOr<E> Parse(const Named<E> (&table)[N], std::string_view s, const char* what) {
+  std::vector<std::string> names;
+  for (const auto& e : table) {
+    if (e.name == s) return e.value;
+    names.emplace_back(e.name);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown ", what, " '", std::string(s),
+                                                 "'; expected one of ", absl::StrJoin(names, ", ")));
+}
+
+absl::Status Positive(const std::string& field, int64_t v, int64_t max) {
+  if (v <= 0) return absl::InvalidArgumentError(absl::StrCat(field, " (", v, ") must be > 0"));
+  if (v > max) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " (", v, ") must be at most ", max));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NonNegativeFinite(const std::string& field, double v) {
+  if (!std::isfinite(v) || v < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " (", v, ") must be a finite number >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLimits(const std::string& field, const LatencyLimits& l) {
+  const std::pair<const char*, const std::optional<double>*> parts[] = {
+      {"p50", &l.p50}, {"p90", &l.p90}, {"p99", &l.p99}};
+  for (const auto& [name, v] : parts) {
+    if (!v->has_value()) continue;
+    if (!std::isfinite(**v) || **v <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".", name, " (", **v, ") must be > 0 milliseconds"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckList(const std::string& field, const std::vector<int64_t>& v, int64_t max) {
+  if (v.size() > kMaxListEntries) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " has ", v.size(), " entries; at most ", kMaxListEntries));
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (auto s = Positive(absl::StrCat(field, "[", i, "]"), v[i], max); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string_view ToString(ServingEngine v) { return NameOf(kEngines, v); }
+std::string_view ToString(Batching v) { return NameOf(kBatchings, v); }
+std::string_view ToString(QuantFormat v) { return NameOf(kFormats, v); }
+std::string_view ToString(ServingObjective v) { return NameOf(kObjectives, v); }
+absl::StatusOr<ServingEngine> ParseServingEngine(std::string_view s) {
+  return Parse(kEngines, s, "engine");
+}
+absl::StatusOr<Batching> ParseBatching(std::string_view s) {
+  return Parse(kBatchings, s, "batching");
+}
+absl::StatusOr<QuantFormat> ParseQuantFormat(std::string_view s) {
+  return Parse(kFormats, s, "precision");
+}
+absl::StatusOr<ServingObjective> ParseServingObjective(std::string_view s) {
+  return Parse(kObjectives, s, "objective");
+}
+
+double BytesPerElement(QuantFormat f) {
+  switch (f) {
+    case QuantFormat::kBf16:
+    case QuantFormat::kFp16:
+      return 2;
+    case QuantFormat::kFp8:
+    case QuantFormat::kInt8:
+      return 1;
+    case QuantFormat::kInt4:
+    case QuantFormat::kFp4:
+      return 0.5;
+  }
+  return 2;
+}
+
+absl::Status ServingSpec::Validate() const {
+  if (auto s = Positive("serving.isl", isl, kMaxTokens); !s.ok()) return s;
+  if (auto s = Positive("serving.osl", osl, kMaxTokens); !s.ok()) return s;
+  if (auto s = NonNegativeFinite("serving.isl_stddev", isl_stddev); !s.ok()) return s;
+  if (auto s = NonNegativeFinite("serving.osl_stddev", osl_stddev); !s.ok()) return s;
+  if (concurrency && request_rate) {
+    return absl::InvalidArgumentError(
+        "serving.concurrency and serving.request_rate are mutually exclusive: closed-loop "
+        "clients or Poisson arrivals, not both");
+  }
+  if (concurrency) {
+    if (auto s = Positive("serving.concurrency", *concurrency, kMaxRequests); !s.ok()) return s;
+  }
+  if (request_rate && (!std::isfinite(*request_rate) || *request_rate <= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("serving.request_rate (", *request_rate, ") must be > 0 requests/s"));
+  }
+  if (auto s = Positive("serving.num_requests", num_requests, kMaxRequests); !s.ok()) return s;
+  if (batch_size) {
+    if (batching != Batching::kStatic) {
+      return absl::InvalidArgumentError(
+          "serving.batch_size applies to batching: static only (inflight batching is limited "
+          "by search.max_batch_size)");
+    }
+    if (auto s = Positive("serving.batch_size", *batch_size, kMaxBatch); !s.ok()) return s;
+  }
+  if (auto s = CheckLimits("serving.ttft_ms", ttft_ms); !s.ok()) return s;
+  if (auto s = CheckLimits("serving.tpot_ms", tpot_ms); !s.ok()) return s;
+  if (min_tokens_per_sec_per_user &&
+      (!std::isfinite(*min_tokens_per_sec_per_user) || *min_tokens_per_sec_per_user <= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("serving.min_tokens_per_sec_per_user (",
+                                                   *min_tokens_per_sec_per_user,
+                                                   ") must be > 0"));
+  }
+  if (price_per_gpu_hour) {
+    if (!std::isfinite(*price_per_gpu_hour) || *price_per_gpu_hour <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "serving.price_per_gpu_hour (", *price_per_gpu_hour, ") must be > 0"));
+    }
+  }
+  if (kv_cache_fraction &&
+      (!std::isfinite(*kv_cache_fraction) || *kv_cache_fraction <= 0 || *kv_cache_fraction > 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("serving.kv_cache_fraction (",
+                                                   *kv_cache_fraction, ") must be in (0, 1]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServingSearchOptions::Validate() const {
+  const std::pair<const char*, const std::vector<int64_t>*> lists[] = {
+      {"search.tp", &tp},
+      {"search.pp", &pp},
+      {"search.ep", &ep},
+      {"search.replicas", &replicas},
+      {"search.prefill_replicas", &prefill_replicas},
+      {"search.decode_replicas", &decode_replicas}};
+  for (const auto& [name, v] : lists) {
+    if (auto s = CheckList(name, *v, kMaxParallel); !s.ok()) return s;
+  }
+  if (auto s = CheckList("search.max_batch_size", max_batch_size, kMaxBatch); !s.ok()) return s;
+  if (auto s = CheckList("search.max_num_tokens", max_num_tokens, kMaxTokens); !s.ok()) return s;
+  for (size_t i = 0; i < ep.size(); ++i) {
+    if (ep[i] != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "search.ep[", i, "] (", ep[i],
+          ") must be 1: expert parallelism needs a mixture-of-experts model, which the "
+          "inference planner does not model yet"));
+    }
+  }
+  if (weight_precision.size() > kMaxListEntries || kv_cache_precision.size() > kMaxListEntries) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("search precision lists have at most ", kMaxListEntries, " entries"));
+  }
+  for (size_t i = 0; i < kv_cache_precision.size(); ++i) {
+    const QuantFormat f = kv_cache_precision[i];
+    if (f == QuantFormat::kInt4 || f == QuantFormat::kFp4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "search.kv_cache_precision[", i, "] (", std::string(ToString(f)),
+          ") is not a KV-cache format the engines offer: bf16, fp16, fp8 or int8"));
+    }
+  }
+  if (top_k <= 0 || top_k > kMaxTopK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("search.top_k (", top_k, ") must be in [1, ", kMaxTopK, "]"));
+  }
+  if (mode != SearchMode::kModel) {
+    return absl::InvalidArgumentError(
+        "search.mode: only 'model' is available for inference jobs (profiled serving "
+        "kernels are not wired to the planner)");
+  }
+  if (verify_top_k != 0) {
+    return absl::InvalidArgumentError(
+        "search.verify_top_k must be 0 for inference jobs: running the serving loop on "
+        "workers is not available");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InferenceJobSpec::Validate() const {
+  if (auto s = model.Validate(); !s.ok()) return s;
+  if (auto s = cluster.Validate(); !s.ok()) return s;
+  if (auto s = serving.Validate(); !s.ok()) return s;
+  if (auto s = search.Validate(); !s.ok()) return s;
+  auto device = DeviceForCluster(cluster);
+  if (!device.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("cluster.gpu: ", device.status().message()));
+  }
+  const int64_t heads = model.num_attention_heads;
+  for (int64_t t : search.tp) {
+    if (heads % t != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tp (", t, ") must divide model.num_attention_heads (", heads, ")"));
+    }
+    if (t > cluster.num_gpus) {
+      return absl::InvalidArgumentError(absl::StrCat("tp (", t, ") must be at most cluster.num_gpus (",
+                                                     cluster.num_gpus, ")"));
+    }
+  }
+  for (int64_t p : search.pp) {
+    if (p > model.num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pp (", p, ") must be at most model.num_layers (", model.num_layers, ")"));
+    }
+    if (p > cluster.num_gpus) {
+      return absl::InvalidArgumentError(absl::StrCat("pp (", p, ") must be at most cluster.num_gpus (",
+                                                     cluster.num_gpus, ")"));
+    }
+  }
+  const auto needs_fp8 = [&](QuantFormat f) {
+    return f == QuantFormat::kFp8 && device->peak_fp8_tflops <= 0;
+  };
+  for (size_t i = 0; i < search.weight_precision.size(); ++i) {
+    if (needs_fp8(search.weight_precision[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "search.weight_precision[", i, "] fp8 is not supported by cluster.gpu ",
+          device->name, ": the device has no FP8 tensor cores"));
+    }
+  }
+  for (size_t i = 0; i < search.kv_cache_precision.size(); ++i) {
+    if (needs_fp8(search.kv_cache_precision[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "search.kv_cache_precision[", i, "] fp8 is not supported by cluster.gpu ",
+          device->name, ": the device has no FP8 tensor cores"));
+    }
+  }
+  if (serving.batching == Batching::kStatic && !serving.batch_size) {
+    return absl::InvalidArgumentError(
+        "serving.batch_size is required with serving.batching: static");
+  }
+  for (bool d : search.disaggregated) {
+    if (d && serving.batching == Batching::kStatic) {
+      return absl::InvalidArgumentError(
+          "search.disaggregated: true needs serving.batching: inflight (static batching runs "
+          "prefill and decode of one batch together)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace paratune::inference

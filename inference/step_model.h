@@ -1,0 +1,116 @@
+// Memory and step time of one serving instance (tp x pp GPUs running one model copy).
+//
+// Memory per rank (the most loaded pipeline stage): the quantised matmul weights with their
+// scales, the embedding and the output layer (kept in 16 bits, as the quantisation
+// toolkits do), the activation and logits workspace the engine reserves for max_num_tokens,
+// the engine's runtime reserve, and the KV-cache pool the engine's rule leaves
+// (engine_profile.h).
+//
+// Step time of one engine step with P prefill tokens and D decoding sequences: per layer,
+// the four matmuls (QKV, output projection, MLP up/gate and down) as GEMMs of N = P + D
+// rows on the device's tensor cores, bounded below by reading the weights once; attention
+// over the prompt chunks (FLOPs) and over the decoding sequences' KV cache (bytes); two
+// all-reduces of N x h activations across the TP group (the cheaper of a one-shot
+// all-reduce and a ring); then the output layer for the sequences that sample, the stage
+// hand-offs of a pipeline, and the engine's host overheads. The layer's FFN is one term
+// (`FfnSeconds`), so a mixture-of-experts layer replaces it with its routed experts.
+#ifndef PARATUNE_INFERENCE_STEP_MODEL_H_
+#define PARATUNE_INFERENCE_STEP_MODEL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "inference/engine_profile.h"
+#include "inference/serving_result.h"
+#include "inference/serving_spec.h"
+#include "search/device_catalog.h"
+#include "search/specs.h"
+
+namespace paratune::inference {
+
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+/// The work of one engine step of one instance.
+struct StepWork {
+  double prefill_tokens = 0;   ///< Prompt tokens processed this step (chunks).
+  /// Sum over the prompt chunks of chunk_tokens x (tokens before the chunk + chunk/2):
+  /// the causal attention pairs the chunks compute.
+  double prefill_attention_pairs = 0;
+  double decode_sequences = 0;  ///< Sequences generating one token.
+  double decode_context_tokens = 0;  ///< Sum of the decoding sequences' KV lengths.
+  double sampled_sequences = 0;  ///< Sequences that produce a token (logits computed).
+};
+
+/// Bytes per rank, before the KV pool is sized.
+struct RankMemory {
+  double weights = 0;
+  double activations = 0;
+  double reserve = 0;
+  double capacity = 0;
+  double kv_pool = 0;  ///< The pool the engine allocates (may be <= 0: does not fit).
+};
+
+/// Step times of one instance layout. Immutable after Create: thread-compatible.
+class StepModel {
+ public:
+  /// InvalidArgument when the layout cannot hold the model (tp does not divide the heads,
+  /// pp exceeds the layers).
+  static absl::StatusOr<StepModel> Create(const ModelSpec& model, const DeviceProfile& device,
+                                          const EngineProfile& engine, const ServingConfig& c,
+                                          int64_t gpus_per_node);
+
+  /// KV-cache bytes one token occupies on one rank: 2 (K and V) x layers of the stage x
+  /// max(1, kv_heads / tp) x head_dim x bytes per element.
+  double kv_bytes_per_token_per_rank() const { return kv_bytes_per_token_; }
+  /// Memory of the most loaded rank with the engine's KV rule and `kv_fraction`.
+  RankMemory Memory(int64_t max_batch_size, int64_t max_num_tokens, double kv_fraction) const;
+  /// Tokens the pool of `memory` holds (on every rank of the instance).
+  double KvTokenCapacity(const RankMemory& memory) const;
+
+  /// Seconds of one engine step for `w` over all pipeline stages (a micro-batch's trip).
+  double StepSeconds(const StepWork& w) const;
+  /// The same, by component (milliseconds).
+  StepBreakdown Breakdown(const StepWork& w) const;
+
+  /// Matmul FLOPs of one prompt of `tokens` through the whole model (2 per weight and
+  /// token, plus the causal attention 2 x tokens^2 x h per layer, plus the logits of the
+  /// last token), for the whole instance (all ranks).
+  double PrefillFlops(double tokens) const;
+  /// Bytes of weights one rank reads per step.
+  double weight_bytes_per_rank() const { return weight_bytes_read_; }
+  int64_t pp() const { return pp_; }
+  int64_t tp() const { return tp_; }
+
+ private:
+  StepModel() = default;
+  double GemmSecondsOnRank(double rows, double n, double k) const;
+  double LinearSeconds(double rows) const;     // One layer's matmuls on one rank.
+  double FfnSeconds(double rows) const;        // The FFN part of LinearSeconds.
+  double AllReduceSeconds(double bytes) const;
+
+  ModelSpec model_;
+  DeviceProfile device_;
+  EngineProfile engine_;
+  int64_t tp_ = 1, pp_ = 1;
+  double layers_per_stage_ = 0;
+  QuantFormat weight_format_ = QuantFormat::kBf16;
+  double head_dim_ = 0, q_heads_rank_ = 0, kv_heads_rank_ = 0;
+  double kv_bytes_per_token_ = 0;     // Whole stage, one rank.
+  double kv_bytes_per_token_layer_ = 0;
+  double weight_bytes_read_ = 0;      // Per step, per rank, one stage's layers + head.
+  double gemm_peak_ = 0, attention_peak_ = 0, stream_bw_ = 0;
+  double tp_link_bandwidth_ = 0, tp_link_latency_ = 0;
+  bool tp_oneshot_ = false;
+  double pp_link_bandwidth_ = 0, pp_link_latency_ = 0;
+  // Per-layer matmul shapes on one rank: {n, k} of QKV, proj, fc1, fc2.
+  double qkv_n_ = 0, proj_k_ = 0, fc1_n_ = 0, fc2_k_ = 0, hidden_ = 0;
+  double gemm_efficiency_large_ = 0;
+  Precision gemm_precision_ = Precision::kBf16;
+  double weight_bytes_per_element_ = 2;
+  mutable std::vector<float> linear_cache_;  // LinearSeconds by rows, filled lazily.
+};
+
+}  // namespace paratune::inference
+
+#endif  // PARATUNE_INFERENCE_STEP_MODEL_H_

@@ -1,0 +1,112 @@
+#include "inference/planner.h"
+
+#include <gtest/gtest.h>
+
+#include "inference/spec_io.h"
+
+namespace paratune::inference {
+namespace {
+
+using nlohmann::json;
+
+json Spec() {
+  return json::parse(R"({
+    "kind": "inference",
+    "model": {"preset": "llama3-70b"},
+    "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8, "gpus_per_node": 8},
+    "serving": {"engine": "trtllm", "isl": 2048, "osl": 128, "concurrency": 64,
+                "num_requests": 400, "ttft_ms": {"p99": 6000}, "tpot_ms": {"p99": 50}},
+    "search": {"tp": [2, 4, 8], "pp": [1], "weight_precision": ["fp8"],
+               "kv_cache_precision": ["fp8"], "max_batch_size": [64, 256],
+               "max_num_tokens": [8192], "disaggregated": [false, true]}
+  })");
+}
+
+TEST(PlannerTest, RanksLayoutsMeetingTheLimitsFirst) {
+  auto spec = InferenceJobSpecFromJson(Spec());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto result = PlanInference(*spec);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_FALSE(result->ranked.empty());
+  EXPECT_TRUE(result->ranked[0].meets_limits);
+  for (size_t i = 1; i < result->ranked.size(); ++i) {
+    const auto& a = result->ranked[i - 1];
+    const auto& b = result->ranked[i];
+    if (a.meets_limits == b.meets_limits) {
+      EXPECT_GE(a.output_tokens_per_sec_per_gpu, b.output_tokens_per_sec_per_gpu);
+    } else {
+      EXPECT_TRUE(a.meets_limits);
+    }
+  }
+  EXPECT_FALSE(result->pareto_front.empty());
+  EXPECT_FALSE(result->recommendation.empty());
+}
+
+TEST(PlannerTest, ParetoFrontKeepsOnlyUndominatedLayouts) {
+  std::vector<InferenceRankedConfig> v(4);
+  const double gpu[] = {100, 80, 60, 90}, user[] = {10, 20, 30, 5};
+  for (int i = 0; i < 4; ++i) {
+    v[i].config.tp = i + 1;
+    v[i].output_tokens_per_sec_per_gpu = gpu[i];
+    v[i].tokens_per_sec_per_user = user[i];
+  }
+  const auto front = ParetoFront(v);
+  ASSERT_EQ(front.size(), 3u);  // (90, 5) is dominated by (100, 10).
+  EXPECT_EQ(front[0].config.tp, 1);
+  EXPECT_EQ(front[1].config.tp, 2);
+  EXPECT_EQ(front[2].config.tp, 3);
+  EXPECT_TRUE(front[0].pareto_optimal);
+}
+
+TEST(PlannerTest, TightTtftLimitRejectsWithTheMiss) {
+  json j = Spec();
+  j["serving"]["ttft_ms"] = {{"p99", 1.0}};
+  auto spec = InferenceJobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok());
+  auto result = PlanInference(*spec);
+  ASSERT_TRUE(result.ok());
+  ASSERT_FALSE(result->ranked.empty());
+  EXPECT_FALSE(result->ranked[0].meets_limits);
+  bool found = false;
+  for (const auto& r : result->rejected) {
+    if (r.rule == "ttft") {
+      found = true;
+      EXPECT_EQ(r.reason.rfind("misses TTFT p99 by ", 0), 0u) << r.reason;
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(PlannerTest, ModelThatFitsNowhereSaysByHowMuch) {
+  json j = Spec();
+  j["model"] = {{"preset", "llama3.1-405b"}};
+  j["cluster"]["num_gpus"] = 2;
+  j["search"] = {{"tp", {1, 2}}, {"pp", {1}}, {"weight_precision", {"bf16"}}};
+  auto spec = InferenceJobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto result = PlanInference(*spec);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(result.status().message().find("misses by"), std::string::npos)
+      << result.status().message();
+}
+
+TEST(PlannerTest, EstimateMatchesThePinnedLayout) {
+  json j = Spec();
+  j["search"] = {{"tp", 8}, {"pp", 1}, {"weight_precision", "fp8"},
+                 {"kv_cache_precision", "fp8"}};
+  auto spec = InferenceJobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok());
+  auto config = PinnedServingConfig(*spec);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->replicas, 1);
+  EXPECT_EQ(config->max_batch_size, 2048);
+  auto r = EstimateInference(*spec, *config);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->output_tokens_per_sec_per_gpu, 0);
+  EXPECT_DOUBLE_EQ(r->output_tokens_per_sec, r->output_tokens_per_sec_per_gpu * 8);
+  EXPECT_LE(r->ttft_ms.p50, r->ttft_ms.p99);
+}
+
+}  // namespace
+}  // namespace paratune::inference

@@ -1,0 +1,123 @@
+#include "inference/step_model.h"
+
+#include <gtest/gtest.h>
+
+#include "search/device_catalog.h"
+#include "search/model_math.h"
+#include "search/presets.h"
+
+namespace paratune::inference {
+namespace {
+
+ServingConfig Layout(int64_t tp, int64_t pp, QuantFormat w, QuantFormat kv) {
+  ServingConfig c;
+  c.tp = tp;
+  c.pp = pp;
+  c.weight_precision = w;
+  c.kv_cache_precision = kv;
+  c.max_batch_size = 256;
+  c.max_num_tokens = 8192;
+  return c;
+}
+
+StepModel Make(const char* preset, const char* gpu, const ServingConfig& c,
+               ServingEngine engine = ServingEngine::kTrtllm) {
+  auto model = FindPreset(preset);
+  auto device = FindDevice(gpu);
+  EXPECT_TRUE(model.ok() && device.ok());
+  auto s = StepModel::Create(*model, *device, EngineProfileFor(engine), c, 8);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *s;
+}
+
+TEST(StepModelTest, KvBytesPerTokenOfGqaModels) {
+  // Llama 3 70B: 80 layers, 8 KV heads of 128 dims. BF16: 2 * 80 * 8 * 128 * 2 = 327,680
+  // bytes per token on one GPU; TP4 holds 2 heads per rank; TP16 would replicate.
+  EXPECT_DOUBLE_EQ(Make("llama3-70b", "h100-sxm-80gb",
+                        Layout(1, 1, QuantFormat::kBf16, QuantFormat::kBf16))
+                       .kv_bytes_per_token_per_rank(),
+                   327680.0);
+  EXPECT_DOUBLE_EQ(Make("llama3-70b", "h100-sxm-80gb",
+                        Layout(4, 1, QuantFormat::kBf16, QuantFormat::kFp8))
+                       .kv_bytes_per_token_per_rank(),
+                   2.0 * 80 * 2 * 128 * 1);
+  // PP2 keeps 40 layers per stage.
+  EXPECT_DOUBLE_EQ(Make("llama3-70b", "h100-sxm-80gb",
+                        Layout(8, 2, QuantFormat::kBf16, QuantFormat::kBf16))
+                       .kv_bytes_per_token_per_rank(),
+                   2.0 * 40 * 1 * 128 * 2);
+  // Llama 3 8B: 32 layers, 8 KV heads: 131,072 bytes per token in BF16.
+  EXPECT_DOUBLE_EQ(Make("llama3-8b", "h100-sxm-80gb",
+                        Layout(1, 1, QuantFormat::kBf16, QuantFormat::kBf16))
+                       .kv_bytes_per_token_per_rank(),
+                   131072.0);
+}
+
+TEST(StepModelTest, WeightsPerRankCountQuantisationAndScales) {
+  auto model = *FindPreset("llama3-8b");
+  const StepModel bf16 =
+      Make("llama3-8b", "h100-sxm-80gb", Layout(1, 1, QuantFormat::kBf16, QuantFormat::kBf16));
+  const StepModel int4 =
+      Make("llama3-8b", "h100-sxm-80gb", Layout(1, 1, QuantFormat::kInt4, QuantFormat::kBf16));
+  const double matmul = 32 * LayerMatmulParams(model);
+  const double rest = TotalParams(model) - matmul;
+  // BF16: every parameter 2 bytes.
+  EXPECT_NEAR(bf16.Memory(1, 1, 0.9).weights, 2 * TotalParams(model), 1e6);
+  // INT4 matmuls: half a byte per weight plus a 16-bit scale per 128 weights; the rest
+  // stays 16-bit.
+  EXPECT_NEAR(int4.Memory(1, 1, 0.9).weights, matmul * (0.5 + 2.0 / 128) + 2 * rest, 1e6);
+}
+
+TEST(StepModelTest, DecodeAtBatchOneIsTheWeightReadWithinTheOverheads) {
+  const StepModel m =
+      Make("llama3-70b", "h100-sxm-80gb", Layout(1, 1, QuantFormat::kFp8, QuantFormat::kFp8));
+  auto device = *FindDevice("h100-sxm-80gb");
+  StepWork w;
+  w.decode_sequences = 1;
+  w.decode_context_tokens = 128;
+  w.sampled_sequences = 1;
+  const double read = m.weight_bytes_per_rank() / (device.memory_bandwidth * device.memory_efficiency);
+  const double t = m.StepSeconds(w);
+  // ~70 GB of FP8 weights (and the 16-bit output layer) at 2.68 TB/s: ~26 ms. On top: 12
+  // kernel launches per layer (4 GEMMs, 8 others) at 3 us, and the engine's 0.1 ms step
+  // overhead; attention over 128 tokens and the elementwise kernels add microseconds.
+  EXPECT_NEAR(read, 26.7e-3, 1.5e-3);
+  EXPECT_NEAR(t, read + 80 * 12 * 3e-6 + 0.1e-3, 0.1e-3);
+}
+
+TEST(StepModelTest, PrefillFlopsByHand) {
+  const StepModel m =
+      Make("llama3-8b", "h100-sxm-80gb", Layout(1, 1, QuantFormat::kBf16, QuantFormat::kBf16));
+  // Per layer: QKV 4096 x (4096 + 2*1024), output 4096 x 4096, MLP 3 x 4096 x 14336
+  // = 218,103,808 weights; 2 FLOPs per weight and token, plus causal attention
+  // 2 * s^2 * h; plus the last token's logits 2 * h * V.
+  const double s = 1000;
+  const double per_layer = 2 * s * 218103808.0 + 2 * s * s * 4096;
+  EXPECT_DOUBLE_EQ(m.PrefillFlops(s), 32 * per_layer + 2 * 4096.0 * 128256);
+}
+
+TEST(StepModelTest, TensorParallelAllReduceIsLatencyBoundForDecode) {
+  const StepModel tp8 =
+      Make("llama3-70b", "h100-sxm-80gb", Layout(8, 1, QuantFormat::kFp8, QuantFormat::kFp8));
+  StepWork w;
+  w.decode_sequences = 8;
+  w.decode_context_tokens = 8 * 1000;
+  w.sampled_sequences = 8;
+  const StepBreakdown b = tp8.Breakdown(w);
+  // 160 all-reduces of 8 x 8192 x 2 bytes (128 KiB): the one-shot kernel's ~6 us fixed
+  // cost dominates; the whole step spends ~1-2 ms in them.
+  EXPECT_GT(b.tp_comm, 160 * 6e-3);
+  EXPECT_LT(b.tp_comm, 160 * 12e-3);
+}
+
+TEST(StepModelTest, RejectsTpThatDoesNotDivideTheHeads) {
+  auto model = *FindPreset("llama3-70b");
+  auto device = *FindDevice("h100-sxm-80gb");
+  auto s = StepModel::Create(model, device, EngineProfileFor(ServingEngine::kTrtllm),
+                             Layout(3, 1, QuantFormat::kBf16, QuantFormat::kBf16), 8);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(), "tp (3) must divide model.num_attention_heads (64)");
+}
+
+}  // namespace
+}  // namespace paratune::inference
