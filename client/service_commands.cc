@@ -22,6 +22,7 @@
 #include "client/render.h"
 #include "client/spec_file.h"
 #include "paratune/v1/service.grpc.pb.h"
+#include "inference/planner.h"
 #include "search/planner.h"
 #include "server/clock.h"
 #include "server/convert.h"
@@ -374,6 +375,9 @@ int Tune(const TuneArgs& a) {
   server::SystemClock clock;
   server::JobManagerOptions options;
   options.plan = [](const JobSpec& s) { return Plan(s); };
+  options.plan_inference = [](const inference::InferenceJobSpec& s) {
+    return inference::PlanInference(s);
+  };
   // One local worker: leases are renewed by its heartbeats; keep them short so that a task
   // lost to a crash of the worker thread would be retried quickly.
   options.lease_timeout_ms = 10'000;
