@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "inference/exporters.h"
 #include "inference/planner.h"
 #include "inference/spec_io.h"
 #include "search/planner.h"
@@ -201,6 +202,35 @@ TEST_F(InferenceJobsTest, GrpcAndRestRankServingLayoutsAndARestartServesThemFrom
   v1::JobResults rest_results;
   ASSERT_TRUE(Results(rest_job["id"].get<std::string>(), &rest_results).ok());
   EXPECT_TRUE(SameMessage(WithoutTiming(rest_results.plan().inference()), WithoutTiming(inf)));
+
+  // Exports of the best layout: the engine command inference/exporters.h renders for the
+  // job's spec, and the layout's JSON; training formats are refused naming the kind.
+  const std::string export_path = "/v1/jobs/" + job.id() + "/results/1:export?format=";
+  for (const char* format : {"trtllm", "vllm", "sglang"}) {
+    res = http_->Get(export_path + format);
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << format << ": " << res->body;
+    absl::StatusOr<std::string> expected = inference::FormatServingCommand(
+        *InferenceSpecFromProto(job.resolved_spec()), *ServingConfigFromProto(inf.ranked(0).config()),
+        format);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    EXPECT_EQ(res->body, *expected) << format;
+    EXPECT_NE(res->get_header_value("Content-Disposition").find("-rank1-" + std::string(format)),
+              std::string::npos);
+  }
+  res = http_->Get(export_path + "vllm");
+  EXPECT_NE(res->body.find("--tensor-parallel-size " + std::to_string(inf.ranked(0).config().tp())),
+            std::string::npos)
+      << res->body;
+  res = http_->Get(export_path + "json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(json::parse(res->body), json::parse(WireJson(inf.ranked(0))));
+  res = http_->Get(export_path + "megatron");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(res->body.find("is an inference job: use trtllm, vllm, sglang or json"),
+            std::string::npos)
+      << res->body;
 
   // Metrics count the jobs and the scored layouts by kind.
   manager_->ReapNow();
