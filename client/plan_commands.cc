@@ -2,11 +2,13 @@
 // Exit codes: 0 ok, 1 runtime failure, 2 usage error or invalid spec.
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/commands.h"
+#include "client/inference_commands.h"
 #include "client/render.h"
 #include "client/spec_file.h"
 #include "search/device_catalog.h"
@@ -15,6 +17,7 @@
 #include "search/planner.h"
 #include "search/presets.h"
 #include "search/spec_io.h"
+#include "inference/spec_io.h"
 
 namespace paratune::client {
 namespace {
@@ -44,6 +47,15 @@ absl::StatusOr<JobSpec> LoadSpec(const std::string& path) {
   return spec;
 }
 
+/// The spec file's JSON when its `kind` is inference (the inference commands take over).
+std::optional<nlohmann::json> InferenceSpec(const std::string& path) {
+  auto json = ReadSpecFile(path);
+  if (!json.ok()) return std::nullopt;
+  auto kind = inference::JobKindOf(*json);
+  if (!kind.ok() || *kind != inference::JobKind::kInference) return std::nullopt;
+  return *json;
+}
+
 std::string CatalogFooter() {
   return absl::StrCat("\nModel presets: ", absl::StrJoin(PresetNames(), ", "),
                       "\nDevice kinds: ", absl::StrJoin(DeviceNames(), ", "),
@@ -64,6 +76,9 @@ std::string NoLayoutMessage(const JobSpec& spec, const PlanResult& result) {
 }
 
 int RunPlan(const PlanOptions& o) {
+  if (auto j = InferenceSpec(o.spec_path)) {
+    return RunInferencePlan(*j, o.spec_path, o.top, o.json, o.csv);
+  }
   auto spec = LoadSpec(o.spec_path);
   if (!spec.ok()) return Fail(spec.status());
   if (o.top > 0) {
@@ -95,6 +110,7 @@ struct EstimateOptions {
 };
 
 int RunEstimate(const EstimateOptions& o) {
+  if (auto j = InferenceSpec(o.spec_path)) return RunInferenceEstimate(*j, o.spec_path, o.json);
   auto spec = LoadSpec(o.spec_path);
   if (!spec.ok()) return Fail(spec.status());
   auto layout = PinnedLayout(*spec);
@@ -117,6 +133,14 @@ struct ExportOptions {
 };
 
 int RunExport(const ExportOptions& o) {
+  if (auto j = InferenceSpec(o.spec_path)) {
+    return RunInferenceExport(*j, o.spec_path, o.format, o.rank);
+  }
+  if (o.format != "megatron" && o.format != "nemo") {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--format ", o.format, " exports inference specs (kind: inference); a training spec "
+        "exports as megatron or nemo")));
+  }
   auto spec = LoadSpec(o.spec_path);
   if (!spec.ok()) return Fail(spec.status());
   ParallelConfig layout;
@@ -190,9 +214,9 @@ void RegisterPlanCommands(CLI::App& app, int* exit_code) {
   exporter
       ->add_option("--format", export_options->format,
                    "megatron (pretrain_gpt.py arguments) or nemo (megatron_gpt_config.yaml "
-                   "overrides)")
+                   "overrides); for kind: inference specs trtllm, vllm or sglang")
       ->required()
-      ->check(CLI::IsMember({"megatron", "nemo"}));
+      ->check(CLI::IsMember({"megatron", "nemo", "trtllm", "vllm", "sglang"}));
   exporter
       ->add_option("--rank", export_options->rank,
                    "Export the Nth ranked layout of the plan (default: the pinned layout of a "

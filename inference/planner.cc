@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -24,8 +25,8 @@ namespace paratune::inference {
 namespace {
 
 // Layouts simulated after screening (beside the screening's Pareto front).
-constexpr size_t kSimulatedTop = 16;
-constexpr size_t kSimulatedFront = 12;
+constexpr size_t kSimulatedTop = 48;
+constexpr size_t kSimulatedFront = 24;
 // Rejected layouts listed in a result (all are counted by rule).
 constexpr size_t kRejectedListed = 50;
 
@@ -93,11 +94,16 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) 
       if (p <= spec.model.num_layers) pps.push_back(p);
     }
   }
-  const std::vector<int64_t> batches =
+  std::vector<int64_t> batches =
       spec.serving.batching == Batching::kStatic
           ? std::vector<int64_t>{*spec.serving.batch_size}
           : Or(o.max_batch_size, {16, 32, 64, 128, 256, 512, 1024, 2048});
-  const std::vector<int64_t> token_limits = Or(o.max_num_tokens, {2048, 8192, 16384});
+  std::sort(batches.begin(), batches.end());
+  // A static batch prefills in one step whatever the token limit: one value is enough.
+  const std::vector<int64_t> token_limits =
+      spec.serving.batching == Batching::kStatic
+          ? Or(o.max_num_tokens, {ctx.engine().default_max_num_tokens})
+          : Or(o.max_num_tokens, {2048, 8192, 16384});
   std::vector<QuantFormat> weights = o.weight_precision, kvs = o.kv_cache_precision;
   const bool fp8 = ctx.device().peak_fp8_tflops > 0;
   if (weights.empty()) {
@@ -175,7 +181,22 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) 
               });
             }
             for (const auto& [first, second] : pools) {
+              // Batch limits above the clients one decode engine can see are the same
+              // layout: keep the smallest of them.
+              const int64_t decode_engines = pp * (disagg ? second : first);
+              std::optional<int64_t> clients;
+              if (spec.serving.concurrency) clients = *spec.serving.concurrency;
+              if (!spec.serving.concurrency && !spec.serving.request_rate) {
+                clients = spec.serving.num_requests;
+              }
+              const int64_t per_engine =
+                  clients ? (*clients + decode_engines - 1) / decode_engines : 0;
+              bool saturated = false;
               for (int64_t mbs : batches) {
+                if (clients && mbs >= per_engine) {
+                  if (saturated) continue;
+                  saturated = true;
+                }
                 for (int64_t mnt : token_limits) {
                   ServingConfig c = base;
                   c.max_batch_size = mbs;

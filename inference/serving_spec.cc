@@ -1,6 +1,7 @@
 // Names and validation rules of an inference job specification (see serving_spec.h).
 #include "inference/serving_spec.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -256,6 +257,15 @@ absl::Status InferenceJobSpec::Validate() const {
     if (p > cluster.num_gpus) {
       return absl::InvalidArgumentError(absl::StrCat("pp (", p, ") must be at most cluster.num_gpus (",
                                                      cluster.num_gpus, ")"));
+    }
+  }
+  if (!search.tp.empty() && !search.pp.empty()) {
+    const int64_t tp = *std::min_element(search.tp.begin(), search.tp.end());
+    const int64_t pp = *std::min_element(search.pp.begin(), search.pp.end());
+    if (tp * pp > cluster.num_gpus) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tp (", tp, ") x pp (", pp, ") = ", tp * pp,
+          " GPUs per instance exceeds cluster.num_gpus (", cluster.num_gpus, ")"));
     }
   }
   const auto needs_fp8 = [&](QuantFormat f) {

@@ -227,11 +227,20 @@ StepBreakdown StepModel::Breakdown(const StepWork& w) const {
   const double head = std::max(head_flops / (device_.PeakFlops(Precision::kBf16) *
                                              device_.gemm_efficiency),
                                head_bytes / stream_bw_);
-  // Linear time splits into compute and weight-read time for the breakdown.
-  const double weight_read = layers * (weight_bytes_read_ / std::max(layers, 1.0)) / stream_bw_;
+  // The breakdown's memory term is the time the layers wait for weights beyond what their
+  // GEMMs' compute hides, plus the KV-cache reads; compute is the rest of the layers' time
+  // and the output layer.
+  const double layer_weight_read =
+      (weight_bytes_read_ - head_bytes) / std::max(layers, 1.0) / stream_bw_;
   const double body = stages * layers * (linear + prefill_attention + decode_attention +
                                          elementwise + launches);
-  b.memory = std::min(body, stages * weight_read);
+  const double large_efficiency = gemm_precision_ == Precision::kFp8
+                                      ? device_.fp8_gemm_efficiency
+                                      : device_.gemm_efficiency;
+  const double linear_compute = 2 * rows * LayerMatmulParams(model_) /
+                                static_cast<double>(tp_) / (gemm_peak_ * large_efficiency);
+  const double linear_waiting = std::max(0.0, layer_weight_read - linear_compute);
+  b.memory = std::min(body, stages * layers * (linear_waiting + decode_attention));
   b.compute = body - b.memory + head;
   b.tp_comm = stages * layers * allreduce;
   if (pp_ > 1) {

@@ -162,6 +162,29 @@ std::vector<DeviceProfile> Catalog() {
     out.push_back(d);
   }
   {
+    // RTX PRO 6000 Blackwell Server Edition (GB202, PCIe): NVIDIA's GTC 2025 announcement
+    // and product page: 188 SMs, 125 TFLOP/s FP32, 4,000 FP4 TOPS with sparsity (so 2,000
+    // FP4, 1,000 FP8 and 500 BF16 TFLOP/s dense), 96 GB GDDR7 on a 512-bit bus at 28 Gbps
+    // (1,792 GB/s), PCIe Gen5 x16 without NVLink: all-reduce over PCIe at ~40 GB/s bus
+    // bandwidth.
+    DeviceProfile d = Hopper("rtx-pro-6000-96gb", 96e9 / kGiB, 1.792);
+    d.peak_fp32_tflops = 125;
+    d.peak_tf32_tflops = 250;
+    d.peak_bf16_tflops = 500;
+    d.peak_fp8_tflops = 1000;
+    d.num_sms = 188;
+    d.nvlink_bandwidth = 40 * kGiga;
+    d.nvlink_latency_s = 8e-6;
+    d.network_bandwidth = 50 * kGiga;
+    d.kernel_launch_s = 3e-6;
+    d.gemm_efficiency = 0.70;
+    d.fp8_gemm_efficiency = 0.70;
+    d.source =
+        "NVIDIA RTX PRO 6000 Blackwell announcement (GTC 2025): 188 SMs, FP4 4 POPS sparse, "
+        "96 GB GDDR7 at 1.79 TB/s, PCIe Gen5, no NVLink; GEMM efficiency assumed 70 %";
+    out.push_back(d);
+  }
+  {
     DeviceProfile d;
     d.name = "cpu";
     d.host_memory = true;

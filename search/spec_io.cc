@@ -478,8 +478,20 @@ absl::StatusOr<JobSpec> JobSpecFromJson(const json& j) {
         "a job spec must be an object with model, training, cluster and search, got ",
         Shown(j)));
   }
-  if (auto s = CheckKeys(j, "", {"name", "model", "training", "cluster", "search"}); !s.ok()) {
+  if (auto s = CheckKeys(j, "", {"kind", "name", "model", "training", "cluster", "search"});
+      !s.ok()) {
     return s;
+  }
+  // `kind` (absent = training) says which reader a spec needs; inference specs are read by
+  // inference/spec_io.h.
+  if (const json* v = Find(j, "kind")) {
+    auto kind = AsString(*v, "kind");
+    if (!kind.ok()) return kind.status();
+    if (*kind != "training") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kind ('", *kind, "') must be training for a training spec (inference specs have "
+          "a serving section instead of training)"));
+    }
   }
   JobSpec spec;
   if (const json* v = Find(j, "name")) {

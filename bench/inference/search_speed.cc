@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("# inference search speed: llama3-70b on 8 x h100-sxm-80gb, everything open\n");
-  std::printf("# %6s %12s %10s %10s %10s\n", "run", "candidates", "simulated", "feasible",
+  std::printf("# %6s %12s %10s %10s %10s\n", "run", "candidates", "ranked", "feasible",
               "time_ms");
   double best = 1e300;
   for (int i = 0; i < repeat; ++i) {

@@ -102,6 +102,49 @@ TEST(SimulatorTest, StaticBatchRunsToCompletion) {
   EXPECT_EQ(r.steps, 32);
 }
 
+TEST(SimulatorTest, DisaggregatedFirstTokenIncludesTheKvTransfer) {
+  const StepModel m = Llama8bOnH100();
+  SimEngine prefill = Engine(&m), decode = Engine(&m);
+  prefill.role = EngineRole::kPrefill;
+  decode.role = EngineRole::kDecode;
+  SimWorkload w;
+  w.isl = 1024;
+  w.osl = 33;
+  w.num_requests = 1;
+  const SimulationResult r =
+      Simulate({prefill, decode}, w, [](int64_t isl) { return isl * 1e-6; });
+  ASSERT_EQ(r.completed, 1);
+  StepWork p;
+  p.prefill_tokens = 1024;
+  p.prefill_attention_pairs = 1024.0 * 512;
+  p.sampled_sequences = 1;
+  // The prefill engine produces the first token; 32 decode steps follow on the decode
+  // engine after the 1.024 ms transfer.
+  EXPECT_NEAR(r.ttft_ms.p50, m.StepSeconds(p) * 1e3, 1e-5);
+  StepWork d;
+  d.decode_sequences = 1;
+  d.sampled_sequences = 1;
+  double decode_s = 0;
+  for (int i = 1; i <= 32; ++i) {
+    d.decode_context_tokens = 1024 + i;
+    decode_s += m.StepSeconds(d);
+  }
+  EXPECT_NEAR(r.e2e_latency_ms.p50, (m.StepSeconds(p) + 1.024e-3 + decode_s) * 1e3, 1e-3);
+}
+
+TEST(SimulatorTest, PoissonArrivalsBelowCapacityAreServedAtTheirRate) {
+  const StepModel m = Llama8bOnH100();
+  SimWorkload w;
+  w.isl = 256;
+  w.osl = 64;
+  w.request_rate = 5;
+  w.num_requests = 2000;
+  const SimulationResult r = Simulate({Engine(&m)}, w);
+  ASSERT_EQ(r.completed, 2000);
+  EXPECT_NEAR(r.requests_per_sec, 5.0, 0.3);
+  EXPECT_NEAR(r.output_tokens_per_sec, 5.0 * 64, 20);
+}
+
 TEST(SimulatorTest, PercentilesAreNearestRank) {
   std::vector<double> v;
   for (int i = 100; i >= 1; --i) v.push_back(i);

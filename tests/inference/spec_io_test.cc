@@ -52,6 +52,25 @@ TEST(SpecIoTest, ErrorsNameTheField) {
   j["serving"]["ttft_ms"] = {{"p95", 100}};
   EXPECT_EQ(Error(j).rfind("unknown field 'serving.ttft_ms.p95'", 0), 0u) << Error(j);
   j = Spec();
+  j["search"]["tp"] = {8};
+  j["search"]["pp"] = {2};
+  EXPECT_EQ(Error(j), "tp (8) x pp (2) = 16 GPUs per instance exceeds cluster.num_gpus (8)");
+  j = Spec();
+  j["cluster"]["gpu"] = "a100-80gb";
+  j["search"]["weight_precision"] = {"fp8"};
+  EXPECT_EQ(Error(j).rfind("search.weight_precision[0] fp8 is not supported by cluster.gpu "
+                           "a100-80gb",
+                           0),
+            0u)
+      << Error(j);
+  j = Spec();
+  j["serving"]["concurrency"] = 8;
+  j["serving"]["request_rate"] = 2.0;
+  EXPECT_EQ(Error(j).rfind("serving.concurrency and serving.request_rate are mutually "
+                           "exclusive",
+                           0),
+            0u);
+  j = Spec();
   j["kind"] = "serving";
   EXPECT_EQ(Error(j), "kind ('serving') must be training or inference");
 }

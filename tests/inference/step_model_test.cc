@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "search/device_catalog.h"
 #include "search/model_math.h"
 #include "search/presets.h"
@@ -108,6 +110,63 @@ TEST(StepModelTest, TensorParallelAllReduceIsLatencyBoundForDecode) {
   // cost dominates; the whole step spends ~1-2 ms in them.
   EXPECT_GT(b.tp_comm, 160 * 6e-3);
   EXPECT_LT(b.tp_comm, 160 * 12e-3);
+}
+
+TEST(StepModelTest, EachEnginesKvPoolRule) {
+  const ServingConfig c = Layout(1, 1, QuantFormat::kFp8, QuantFormat::kFp8);
+  const StepModel trt = Make("llama3-8b", "h100-sxm-80gb", c, ServingEngine::kTrtllm);
+  const StepModel vllm = Make("llama3-8b", "h100-sxm-80gb", c, ServingEngine::kVllm);
+  const StepModel sgl = Make("llama3-8b", "h100-sxm-80gb", c, ServingEngine::kSglang);
+  const RankMemory t = trt.Memory(256, 8192, 0.9);
+  // TensorRT-LLM: 90 % of what weights, activations and the reserve leave free.
+  EXPECT_DOUBLE_EQ(t.kv_pool, 0.9 * (t.capacity - t.weights - t.activations - t.reserve));
+  // vLLM: 90 % of the whole memory, minus everything else.
+  const RankMemory v = vllm.Memory(256, 8192, 0.9);
+  EXPECT_DOUBLE_EQ(v.kv_pool, 0.9 * v.capacity - v.weights - v.activations - v.reserve);
+  // SGLang: 88 % of the memory for weights and pool; activations and the reserve fit in the
+  // other 12 % (9.6 GiB of an 80 GB H100).
+  const RankMemory g = sgl.Memory(256, 8192, 0.88);
+  EXPECT_DOUBLE_EQ(g.kv_pool, 0.88 * g.capacity - g.weights);
+  // The pool holds kv_pool / (2 * 32 * 8 * 128 * 1) tokens.
+  EXPECT_DOUBLE_EQ(trt.KvTokenCapacity(t), std::floor(t.kv_pool / 65536.0));
+}
+
+TEST(StepModelTest, PipelineStagesHandOffActivations) {
+  const StepModel pp1 =
+      Make("llama3-70b", "h100-sxm-80gb", Layout(4, 1, QuantFormat::kFp8, QuantFormat::kFp8));
+  const StepModel pp2 =
+      Make("llama3-70b", "h100-sxm-80gb", Layout(4, 2, QuantFormat::kFp8, QuantFormat::kFp8));
+  StepWork w;
+  w.decode_sequences = 64;
+  w.decode_context_tokens = 64 * 2000;
+  w.sampled_sequences = 64;
+  const StepBreakdown a = pp1.Breakdown(w), b = pp2.Breakdown(w);
+  // One hand-off of 64 x 8192 x 2 bytes over NVLink (360 GB/s) plus a 1 us hop.
+  EXPECT_NEAR(b.pp_comm, (64 * 8192 * 2 / 360e9 + 1e-6) * 1e3, 1e-9);
+  EXPECT_DOUBLE_EQ(a.pp_comm, 0);
+  // A micro-batch's trip through both stages costs what one stage-1 instance costs, plus
+  // the hand-off: the layers are the same.
+  EXPECT_NEAR(b.total - b.pp_comm, a.total, 0.02 * a.total);
+}
+
+TEST(StepModelTest, BreakdownSeparatesWeightWaitsFromCompute) {
+  const StepModel m =
+      Make("llama3-70b", "h100-sxm-80gb", Layout(4, 1, QuantFormat::kFp8, QuantFormat::kFp8));
+  StepWork decode;
+  decode.decode_sequences = 1;
+  decode.decode_context_tokens = 100;
+  decode.sampled_sequences = 1;
+  StepWork prefill;
+  prefill.prefill_tokens = 4096;
+  prefill.prefill_attention_pairs = 4096.0 * 2048;
+  prefill.sampled_sequences = 1;
+  for (const StepWork& w : {decode, prefill}) {
+    const StepBreakdown b = m.Breakdown(w);
+    EXPECT_NEAR(b.total, b.compute + b.memory + b.tp_comm + b.pp_comm + b.overhead, 1e-9);
+  }
+  // Batch 1 waits for the weights; 4096 prompt tokens hide the weight reads behind compute.
+  EXPECT_GT(m.Breakdown(decode).memory, m.Breakdown(decode).compute);
+  EXPECT_DOUBLE_EQ(m.Breakdown(prefill).memory, 0);
 }
 
 TEST(StepModelTest, RejectsTpThatDoesNotDivideTheHeads) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "search/model_math.h"
+
 namespace paratune {
 namespace {
 
@@ -32,6 +34,15 @@ TEST(PresetsTest, UnknownNameListsKnownOnes) {
   absl::StatusOr<ModelSpec> m = FindPreset("gpt5");
   EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(m.status().message().find("llama3-8b"), std::string::npos);
+}
+
+TEST(PresetsTest, ServingPresetsMatchTheirPublishedSizes) {
+  // Model cards: Llama 3.1 8B 8.03 B parameters, Llama 3.1/3.3 70B 70.6 B, Mistral 7B 7.24 B.
+  EXPECT_NEAR(TotalParams(*FindPreset("llama3.1-8b")) / 1e9, 8.03, 0.01);
+  EXPECT_NEAR(TotalParams(*FindPreset("llama3.1-70b")) / 1e9, 70.55, 0.05);
+  EXPECT_NEAR(TotalParams(*FindPreset("llama3.3-70b")) / 1e9, 70.55, 0.05);
+  EXPECT_NEAR(TotalParams(*FindPreset("mistral-7b")) / 1e9, 7.24, 0.01);
+  EXPECT_EQ(FindPreset("qwen3-32b")->vocab_size, 151936);
 }
 
 }  // namespace

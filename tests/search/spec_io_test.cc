@@ -386,5 +386,13 @@ TEST(SpecIoTest, PinnedLayout) {
               HasSubstr("search.recompute_num_layers is not pinned"));
 }
 
+TEST(SpecIoTest, KindTrainingIsAcceptedAndOtherKindsNamed) {
+  json j = MinimalSpec();
+  j["kind"] = "training";
+  EXPECT_TRUE(JobSpecFromJson(j).ok());
+  j["kind"] = "inference";
+  EXPECT_THAT(ErrorOf(j), HasSubstr("kind ('inference') must be training for a training spec"));
+}
+
 }  // namespace
 }  // namespace paratune

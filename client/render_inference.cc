@@ -1,0 +1,137 @@
+#include "client/render_inference.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace paratune::client {
+namespace {
+
+using inference::InferenceJobSpec;
+using inference::InferencePlanResult;
+using inference::InferenceRankedConfig;
+using inference::LatencyStats;
+using inference::StepBreakdown;
+
+std::string Workload(const InferenceJobSpec& spec) {
+  const inference::ServingSpec& s = spec.serving;
+  std::string load = "offline (all requests at once)";
+  if (s.concurrency) load = absl::StrCat("concurrency ", *s.concurrency);
+  if (s.request_rate) load = absl::StrFormat("%.2f req/s (Poisson)", *s.request_rate);
+  return absl::StrFormat("%s on %d x %s, %s, isl %d / osl %d, %s, %d requests",
+                         spec.model.name, spec.cluster.num_gpus, spec.cluster.gpu,
+                         std::string(inference::ToString(s.engine)), s.isl, s.osl, load,
+                         s.num_requests);
+}
+
+std::string Stats(const char* name, const LatencyStats& s) {
+  return absl::StrFormat("  %-6s ms   mean %9.1f   p50 %9.1f   p90 %9.1f   p99 %9.1f\n", name,
+                         s.mean, s.p50, s.p90, s.p99);
+}
+
+std::string Step(const char* name, const StepBreakdown& b) {
+  return absl::StrFormat(
+      "  %-8s step %8.2f ms = compute %.2f + memory %.2f + tp %.2f + pp %.2f + overhead "
+      "%.2f%s\n",
+      name, b.total, b.compute, b.memory, b.tp_comm, b.pp_comm, b.overhead,
+      b.kv_transfer > 0 ? absl::StrFormat(" (KV transfer %.2f ms per request)", b.kv_transfer)
+                        : "");
+}
+
+}  // namespace
+
+std::string FormatInferencePlanTable(const InferencePlanResult& result,
+                                     const InferenceJobSpec& spec) {
+  std::string out = absl::StrCat("# ", spec.name, ": ", Workload(spec), "\n");
+  absl::StrAppend(&out, absl::StrFormat("%-4s %-40s %9s %8s %9s %8s %6s %s\n", "rank", "layout",
+                                        "tok/s/gpu", "tok/s/u", "TTFTp99", "TPOTp99", "GiB",
+                                        "limits"));
+  for (const InferenceRankedConfig& r : result.ranked) {
+    absl::StrAppend(&out, absl::StrFormat("%-4d %-40s %9.0f %8.1f %9.0f %8.1f %6.1f %s%s\n",
+                                          r.rank, r.config.ToString(),
+                                          r.output_tokens_per_sec_per_gpu,
+                                          r.tokens_per_sec_per_user, r.ttft_ms.p99,
+                                          r.tpot_ms.p99, r.memory.peak,
+                                          r.meets_limits ? "ok" : "missed",
+                                          r.pareto_optimal ? " *" : ""));
+  }
+  absl::StrAppend(&out, absl::StrFormat(
+                            "# %d candidates, %d simulated within the limits, %d rejected; "
+                            "%.0f ms (* = on the Pareto front)\n",
+                            result.candidates_considered, result.feasible,
+                            result.rejected_total, result.elapsed_ms));
+  for (const auto& [rule, n] : result.rejected_reasons) {
+    std::string example;
+    for (const auto& r : result.rejected) {
+      if (r.rule == rule) {
+        example = absl::StrCat(": e.g. ", r.config.ToString(), " ", r.reason);
+        break;
+      }
+    }
+    absl::StrAppend(&out, absl::StrFormat("#   rejected (%s): %d%s\n", rule, n, example));
+  }
+  absl::StrAppend(&out, "Recommendation: ", result.recommendation, "\n");
+  if (!result.ranked.empty()) {
+    for (const std::string& note : result.ranked.front().notes) {
+      absl::StrAppend(&out, "  - ", note, "\n");
+    }
+  }
+  return out;
+}
+
+std::string FormatInferencePlanCsv(const InferencePlanResult& result) {
+  std::string out =
+      "rank,tp,pp,ep,replicas,prefill_replicas,decode_replicas,max_batch_size,max_num_tokens,"
+      "weight_precision,kv_cache_precision,disaggregated,num_gpus,output_tokens_per_sec_per_gpu,"
+      "tokens_per_sec_per_user,ttft_p99_ms,tpot_p99_ms,peak_gib,meets_limits,rejected_rule,"
+      "reason\n";
+  const auto config = [](const inference::ServingConfig& c) {
+    return absl::StrCat(c.tp, ",", c.pp, ",", c.ep, ",", c.replicas, ",", c.prefill_replicas,
+                        ",", c.decode_replicas, ",", c.max_batch_size, ",", c.max_num_tokens,
+                        ",", std::string(inference::ToString(c.weight_precision)), ",",
+                        std::string(inference::ToString(c.kv_cache_precision)), ",",
+                        c.disaggregated ? "true" : "false", ",", c.num_gpus());
+  };
+  for (const auto& r : result.ranked) {
+    absl::StrAppend(&out, absl::StrFormat("%d,%s,%.1f,%.2f,%.1f,%.2f,%.2f,%s,,\n", r.rank,
+                                          config(r.config), r.output_tokens_per_sec_per_gpu,
+                                          r.tokens_per_sec_per_user, r.ttft_ms.p99,
+                                          r.tpot_ms.p99, r.memory.peak,
+                                          r.meets_limits ? "true" : "false"));
+  }
+  for (const auto& r : result.rejected) {
+    std::string reason = r.reason;
+    for (char& ch : reason) {
+      if (ch == '"') ch = '\'';
+    }
+    absl::StrAppend(&out, ",", config(r.config), ",,,,,,false,", r.rule, ",\"", reason, "\"\n");
+  }
+  return out;
+}
+
+std::string FormatInferenceEstimate(const InferenceRankedConfig& r,
+                                    const InferenceJobSpec& spec) {
+  std::string out = absl::StrCat("# ", spec.name, ": ", Workload(spec), "\n");
+  absl::StrAppend(&out, "Layout: ", r.config.ToString(), " (", r.config.num_gpus(), " GPUs)\n");
+  absl::StrAppend(
+      &out, absl::StrFormat("  output %.0f tok/s (%.0f per GPU), %.1f tok/s per user, %.2f "
+                            "req/s, up to %d sequences at once\n",
+                            r.output_tokens_per_sec, r.output_tokens_per_sec_per_gpu,
+                            r.tokens_per_sec_per_user, r.requests_per_sec, r.max_concurrency));
+  if (r.cost_per_million_output_tokens) {
+    absl::StrAppend(&out, absl::StrFormat("  cost %.3f per million output tokens\n",
+                                          *r.cost_per_million_output_tokens));
+  }
+  absl::StrAppend(&out, Stats("TTFT", r.ttft_ms), Stats("TPOT", r.tpot_ms),
+                  Stats("E2E", r.e2e_latency_ms));
+  absl::StrAppend(&out, absl::StrFormat(
+                            "  memory per GPU: weights %.1f + KV cache %.1f + activations %.1f "
+                            "+ reserve %.1f = %.1f of %.1f GiB\n",
+                            r.memory.weights, r.memory.kv_cache, r.memory.activations,
+                            r.memory.reserve, r.memory.peak, r.memory.capacity));
+  absl::StrAppend(&out, Step("prefill", r.prefill_step), Step("decode", r.decode_step));
+  absl::StrAppend(&out, "  limits: ", r.meets_limits ? "met" : "missed", "\n");
+  for (const std::string& note : r.notes) absl::StrAppend(&out, "  - ", note, "\n");
+  return out;
+}
+
+}  // namespace paratune::client
