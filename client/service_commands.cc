@@ -20,12 +20,14 @@
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
 #include "client/render.h"
+#include "client/render_inference.h"
 #include "client/spec_file.h"
 #include "paratune/v1/service.grpc.pb.h"
 #include "inference/planner.h"
 #include "search/planner.h"
 #include "server/clock.h"
 #include "server/convert.h"
+#include "server/convert_inference.h"
 #include "server/grpc_services.h"
 #include "server/job_manager.h"
 #include "server/store.h"
@@ -55,6 +57,19 @@ absl::StatusOr<std::string> ReadText(const std::string& path, const char* what) 
   absl::StatusOr<std::string> text = ReadInputFile(path, kMaxSpecFileBytes, what);
   if (!text.ok()) return absl::InvalidArgumentError(text.status().message());
   return text;
+}
+
+/// The results of a job as a table: training rankings by ResultsTable, inference ones by
+/// FormatInferencePlanTable (client/render_inference.h); the results' JSON when the plan or
+/// the spec does not convert.
+std::string JobResultsText(const v1::JobResults& results, const v1::JobSpec& spec) {
+  if (!results.plan().has_inference()) return ResultsTable(results, spec);
+  absl::StatusOr<inference::InferencePlanResult> plan =
+      server::InferencePlanResultFromProto(results.plan().inference());
+  absl::StatusOr<inference::InferenceJobSpec> inference_spec =
+      server::InferenceSpecFromProto(spec);
+  if (!plan.ok() || !inference_spec.ok()) return server::WireJson(results) + "\n";
+  return FormatInferencePlanTable(*plan, *inference_spec);
 }
 
 // --- Connection ---------------------------------------------------------------------------
@@ -297,7 +312,7 @@ int Results(RemoteArgs& a) {
   v1::Job job;
   status = (*stub)->GetJob(a.conn.Context().get(), get, &job);
   if (!status.ok()) return Fail(a.conn.Explain(status));
-  std::cout << ResultsTable(results, server::RenderedSpec(job));
+  std::cout << JobResultsText(results, server::RenderedSpec(job));
   return 0;
 }
 
@@ -480,7 +495,7 @@ int Tune(const TuneArgs& a) {
         final_job.ok() && !final_job->error().empty() ? ": " + final_job->error() : "")));
   }
   if (!results.ok()) return Fail(results.status());
-  std::cout << (a.json ? server::WireJson(*results) + "\n" : ResultsTable(*results, *spec));
+  std::cout << (a.json ? server::WireJson(*results) + "\n" : JobResultsText(*results, *spec));
   return 0;
 }
 

@@ -39,7 +39,7 @@ using nlohmann::json;
 constexpr char kLlama8bOn8H100[] = R"({
   "kind": "inference",
   "name": "llama3.1-8b serving",
-  "model": {"preset": "llama3-8b"},
+  "model": {"preset": "llama3.1-8b"},
   "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8, "gpus_per_node": 8},
   "serving": {"engine": "trtllm", "isl": 2048, "osl": 128, "concurrency": 64,
               "num_requests": 200, "ttft_ms": {"p99": 2000}, "tpot_ms": {"p99": 50}},
