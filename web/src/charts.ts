@@ -232,7 +232,7 @@ export function servingParetoOption(ranked: InferenceRankedConfig[], front: Infe
       axisLabel: { color: MUTED },
       nameTextStyle: { color: TEXT },
     },
-    yAxis: { type: 'value', name: 'output tokens/s per GPU', min: 0, axisLabel: { color: MUTED }, nameTextStyle: { color: TEXT } },
+    yAxis: { type: 'value', name: 'output tokens/s per GPU', min: 0, axisLabel: { color: MUTED }, nameTextStyle: { color: TEXT, align: 'left' } },
     series: [
       {
         name: 'Layouts',
