@@ -76,6 +76,45 @@ absl::Status DropEmptyKeysTheWireLacks(json& object, const Descriptor& descripto
   return absl::OkStatus();
 }
 
+// Whether `v` is what the proto JSON mapping prints for a field left at its default.
+bool IsWireDefault(const json& v) {
+  return v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_number() && v == 0) ||
+         (v.is_string() && (v.get<std::string>().empty() || v.get<std::string>() == "0")) ||
+         ((v.is_array() || v.is_object()) && v.empty());
+}
+
+// The proto JSON of a job's spec (GET /v1/jobs/{id}) prints every field of the wire
+// messages, those of training specs too (search.dp: [], ...). Such a key, outside the
+// inference contract (the keys InferenceJobSpecToJson writes) and at its default, says
+// nothing and is dropped, so that a job's spec can be submitted again; with a value it stays
+// and the strict reader refuses it, naming it.
+void DropWireDefaultsOutsideTheContract(json& spec) {
+  static const json* const kContract =
+      new json(inference::InferenceJobSpecToJson(inference::InferenceJobSpec{}));
+  if (!spec.is_object()) return;
+  const Descriptor& descriptor = *v1::JobSpec::descriptor();
+  for (auto section = spec.begin(); section != spec.end(); ++section) {
+    const FieldDescriptor* field = descriptor.FindFieldByName(section.key());
+    if (field == nullptr || field->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE ||
+        !section.value().is_object()) {
+      continue;
+    }
+    const json* known = kContract->contains(section.key()) ? &(*kContract)[section.key()] : nullptr;
+    for (auto it = section.value().begin(); it != section.value().end();) {
+      const bool outside = known == nullptr || !known->is_object() || !known->contains(it.key());
+      if (outside && field->message_type()->FindFieldByName(it.key()) != nullptr &&
+          IsWireDefault(it.value())) {
+        it = section.value().erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (auto it = spec.find("training"); it != spec.end() && it->is_object() && it->empty()) {
+    spec.erase(it);
+  }
+}
+
 v1::LatencyStats ToProto(const inference::LatencyStats& s) {
   v1::LatencyStats out;
   out.set_mean(s.mean);
@@ -162,7 +201,9 @@ absl::StatusOr<v1::JobSpec> InferenceSpecToProto(const inference::InferenceJobSp
 }
 
 absl::StatusOr<v1::JobSpec> InferenceSpecProtoFromJson(const json& j) {
-  absl::StatusOr<inference::InferenceJobSpec> spec = inference::InferenceJobSpecFromJson(j);
+  json cleaned = j;
+  DropWireDefaultsOutsideTheContract(cleaned);
+  absl::StatusOr<inference::InferenceJobSpec> spec = inference::InferenceJobSpecFromJson(cleaned);
   if (!spec.ok()) return spec.status();
   return InferenceSpecToProto(*spec);
 }

@@ -30,7 +30,9 @@ absl::StatusOr<inference::InferenceJobSpec> InferenceSpecFromProto(const v1::Job
 /// reads it back to the same spec. Keys the wire message has no field for are dropped when
 /// they hold nothing (null, [], {}); Internal when one holds a value.
 absl::StatusOr<v1::JobSpec> InferenceSpecToProto(const inference::InferenceJobSpec& spec);
-/// An inference spec's JSON form (`kind: inference`) to the wire message, validated.
+/// An inference spec's JSON form (`kind: inference`) to the wire message, validated. Keys of
+/// the wire messages outside the inference contract (what the proto JSON of a job's spec
+/// prints for training fields: `search.dp: []`) are accepted at their default value only.
 absl::StatusOr<v1::JobSpec> InferenceSpecProtoFromJson(const nlohmann::json& json);
 
 v1::ServingConfig ToProto(const inference::ServingConfig& config);

@@ -198,6 +198,21 @@ TEST_F(InferenceJobsTest, GrpcAndRestRankServingLayoutsAndARestartServesThemFrom
   const json rest_job = json::parse(res->body);
   EXPECT_EQ(rest_job["spec"]["kind"], "inference");
   EXPECT_EQ(rest_job["resolved_spec"]["serving"]["isl"], "2048");
+  // A job's spec as GET /v1/jobs/{id} prints it (every wire field, training ones at their
+  // defaults) submits again to the same resolved spec; a training field with a value does not.
+  res = http_->Get("/v1/jobs/" + job.id());
+  ASSERT_TRUE(res);
+  json printed = json::parse(res->body)["spec"];
+  EXPECT_EQ(printed["search"]["dp"], json::array());
+  res = http_->Post("/v1/jobs", json({{"spec", printed}}).dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["resolved_spec"], json::parse(WireJson(job.resolved_spec())));
+  printed["search"]["dp"] = json::array({2});
+  res = http_->Post("/v1/jobs", json({{"spec", printed}}).dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(res->body.find("search.dp"), std::string::npos) << res->body;
   manager_->WaitIdle();
   v1::JobResults rest_results;
   ASSERT_TRUE(Results(rest_job["id"].get<std::string>(), &rest_results).ok());
@@ -235,10 +250,10 @@ TEST_F(InferenceJobsTest, GrpcAndRestRankServingLayoutsAndARestartServesThemFrom
   // Metrics count the jobs and the scored layouts by kind.
   manager_->ReapNow();
   const std::string text = metrics_.Serialize();
-  EXPECT_NE(text.find("paratune_jobs_by_kind{kind=\"inference\"} 2\n"), std::string::npos)
+  EXPECT_NE(text.find("paratune_jobs_by_kind{kind=\"inference\"} 3\n"), std::string::npos)
       << text;
   EXPECT_NE(text.find("paratune_candidates_scored_total{kind=\"inference\"} " +
-                      std::to_string(2 * inf.candidates_considered()) + "\n"),
+                      std::to_string(3 * inf.candidates_considered()) + "\n"),
             std::string::npos)
       << text;
 
@@ -254,7 +269,7 @@ TEST_F(InferenceJobsTest, GrpcAndRestRankServingLayoutsAndARestartServesThemFrom
   grpc::ClientContext ctx;
   v1::ListJobsResponse list;
   ASSERT_TRUE(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &list).ok());
-  ASSERT_EQ(list.jobs_size(), 2);
+  ASSERT_EQ(list.jobs_size(), 3);
   for (const v1::Job& j : list.jobs()) EXPECT_TRUE(IsInferenceSpec(j.resolved_spec()));
 }
 

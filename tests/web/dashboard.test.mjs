@@ -901,6 +901,25 @@ try {
     assertEq(await page.getAttribute('#breakdown', 'data-rank'), String(r.rank), 'breakdown rank');
   });
 
+  await check('inference exports: the vllm and trtllm downloads are `paratune export --format vllm|trtllm` for the spec, byte for byte', async () => {
+    // The spec the form submitted, as a spec file.
+    const spec = {
+      kind: 'inference',
+      name: 'web-test llama3.1-8b serving',
+      model: { preset: 'llama3.1-8b' },
+      cluster: { gpu: 'h100-sxm-80gb', num_gpus: 8, gpus_per_node: 8 },
+      serving: { engine: 'trtllm', isl: 2048, osl: 128, concurrency: 64, ttft_ms: { p99: 2000 }, tpot_ms: { p99: 50 } },
+      search: { mode: 'model', top_k: 6 },
+    };
+    await page.click('#inference-table tbody tr[data-index="0"] button.row-select');
+    await page.waitForSelector('#breakdown[data-index="0"]');
+    for (const format of ['vllm', 'trtllm']) {
+      const got = await downloadOf(`#export-${format}`);
+      assert(got.name.endsWith(`-rank1-${format}.sh`), `${format} file name: ${got.name}`);
+      assertSameBytes(got.bytes, cliExport(spec, format, 1), `${format} export`);
+    }
+  });
+
   await check('inference rejected layouts: the counts by rule and the listed layouts are the API\'s', async () => {
     const inf = inferenceResults.plan.inference;
     assertEq(await page.getAttribute('#rejected', 'data-total'), String(Math.max(inf.rejected_total ?? 0, (inf.rejected ?? []).length)), 'rejected total');
