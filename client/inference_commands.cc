@@ -68,8 +68,8 @@ int RunInferenceEstimate(const nlohmann::json& j, const std::string& path, bool 
   return 0;
 }
 
-int RunInferenceExport(const nlohmann::json& j, const std::string& path,
-                       const std::string& format, int64_t rank) {
+int RunInferenceExport(const nlohmann::json& j, const std::string& path, const std::string& format,
+                       int64_t rank) {
   auto spec = Load(j, path);
   if (!spec.ok()) return Fail(spec.status());
   inference::ServingConfig config;
@@ -82,9 +82,9 @@ int RunInferenceExport(const nlohmann::json& j, const std::string& path,
     auto result = inference::PlanInference(*spec);
     if (!result.ok()) return Fail(result.status());
     if (static_cast<int64_t>(result->ranked.size()) < want) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--rank ", want, " asked for, but the plan ranked ", result->ranked.size(),
-          " layout(s)")));
+      return Fail(absl::InvalidArgumentError(absl::StrCat("--rank ", want,
+                                                          " asked for, but the plan ranked ",
+                                                          result->ranked.size(), " layout(s)")));
     }
     config = result->ranked[want - 1].config;
   }

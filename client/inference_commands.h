@@ -4,15 +4,14 @@
 #define PARATUNE_CLIENT_INFERENCE_COMMANDS_H_
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace paratune::client {
 
 /// `plan`: ranks the serving layouts. Exit code: 0 ok, 1 nothing fits the limits, 2 invalid.
-int RunInferencePlan(const nlohmann::json& spec, const std::string& path, int64_t top,
-                     bool json, bool csv);
+int RunInferencePlan(const nlohmann::json& spec, const std::string& path, int64_t top, bool json,
+                     bool csv);
 /// `estimate`: the pinned serving layout.
 int RunInferenceEstimate(const nlohmann::json& spec, const std::string& path, bool json);
 /// `export --format trtllm|vllm|sglang`: the pinned layout, else the plan's `rank`-th.

@@ -17,8 +17,8 @@ std::string Workload(const InferenceJobSpec& spec) {
   std::string load = "offline (all requests at once)";
   if (s.concurrency) load = absl::StrCat("concurrency ", *s.concurrency);
   if (s.request_rate) load = absl::StrFormat("%.2f req/s (Poisson)", *s.request_rate);
-  return absl::StrFormat("%s on %d x %s, %s, isl %d / osl %d, %s, %d requests",
-                         spec.model.name, spec.cluster.num_gpus, spec.cluster.gpu,
+  return absl::StrFormat("%s on %d x %s, %s, isl %d / osl %d, %s, %d requests", spec.model.name,
+                         spec.cluster.num_gpus, spec.cluster.gpu,
                          std::string(inference::ToString(s.engine)), s.isl, s.osl, load,
                          s.num_requests);
 }
@@ -42,23 +42,21 @@ std::string Step(const char* name, const StepBreakdown& b) {
 std::string FormatInferencePlanTable(const InferencePlanResult& result,
                                      const InferenceJobSpec& spec) {
   std::string out = absl::StrCat("# ", spec.name, ": ", Workload(spec), "\n");
-  absl::StrAppend(&out, absl::StrFormat("%-4s %-40s %9s %8s %9s %8s %6s %s\n", "rank", "layout",
-                                        "tok/s/gpu", "tok/s/u", "TTFTp99", "TPOTp99", "GiB",
-                                        "limits"));
+  absl::StrAppend(
+      &out, absl::StrFormat("%-4s %-40s %9s %8s %9s %8s %6s %s\n", "rank", "layout", "tok/s/gpu",
+                            "tok/s/u", "TTFTp99", "TPOTp99", "GiB", "limits"));
   for (const InferenceRankedConfig& r : result.ranked) {
-    absl::StrAppend(&out, absl::StrFormat("%-4d %-40s %9.0f %8.1f %9.0f %8.1f %6.1f %s%s\n",
-                                          r.rank, r.config.ToString(),
-                                          r.output_tokens_per_sec_per_gpu,
-                                          r.tokens_per_sec_per_user, r.ttft_ms.p99,
-                                          r.tpot_ms.p99, r.memory.peak,
-                                          r.meets_limits ? "ok" : "missed",
+    absl::StrAppend(&out, absl::StrFormat("%-4d %-40s %9.0f %8.1f %9.0f %8.1f %6.1f %s%s\n", r.rank,
+                                          r.config.ToString(), r.output_tokens_per_sec_per_gpu,
+                                          r.tokens_per_sec_per_user, r.ttft_ms.p99, r.tpot_ms.p99,
+                                          r.memory.peak, r.meets_limits ? "ok" : "missed",
                                           r.pareto_optimal ? " *" : ""));
   }
-  absl::StrAppend(&out, absl::StrFormat(
-                            "# %d candidates, %d simulated within the limits, %d rejected; "
+  absl::StrAppend(
+      &out, absl::StrFormat("# %d candidates, %d simulated within the limits, %d rejected; "
                             "%.0f ms (* = on the Pareto front)\n",
-                            result.candidates_considered, result.feasible,
-                            result.rejected_total, result.elapsed_ms));
+                            result.candidates_considered, result.feasible, result.rejected_total,
+                            result.elapsed_ms));
   for (const auto& [rule, n] : result.rejected_reasons) {
     std::string example;
     for (const auto& r : result.rejected) {
@@ -85,18 +83,17 @@ std::string FormatInferencePlanCsv(const InferencePlanResult& result) {
       "tokens_per_sec_per_user,ttft_p99_ms,tpot_p99_ms,peak_gib,meets_limits,rejected_rule,"
       "reason\n";
   const auto config = [](const inference::ServingConfig& c) {
-    return absl::StrCat(c.tp, ",", c.pp, ",", c.ep, ",", c.replicas, ",", c.prefill_replicas,
-                        ",", c.decode_replicas, ",", c.max_batch_size, ",", c.max_num_tokens,
-                        ",", std::string(inference::ToString(c.weight_precision)), ",",
+    return absl::StrCat(c.tp, ",", c.pp, ",", c.ep, ",", c.replicas, ",", c.prefill_replicas, ",",
+                        c.decode_replicas, ",", c.max_batch_size, ",", c.max_num_tokens, ",",
+                        std::string(inference::ToString(c.weight_precision)), ",",
                         std::string(inference::ToString(c.kv_cache_precision)), ",",
                         c.disaggregated ? "true" : "false", ",", c.num_gpus());
   };
   for (const auto& r : result.ranked) {
     absl::StrAppend(&out, absl::StrFormat("%d,%s,%.1f,%.2f,%.1f,%.2f,%.2f,%s,,\n", r.rank,
                                           config(r.config), r.output_tokens_per_sec_per_gpu,
-                                          r.tokens_per_sec_per_user, r.ttft_ms.p99,
-                                          r.tpot_ms.p99, r.memory.peak,
-                                          r.meets_limits ? "true" : "false"));
+                                          r.tokens_per_sec_per_user, r.ttft_ms.p99, r.tpot_ms.p99,
+                                          r.memory.peak, r.meets_limits ? "true" : "false"));
   }
   for (const auto& r : result.rejected) {
     std::string reason = r.reason;
@@ -108,8 +105,7 @@ std::string FormatInferencePlanCsv(const InferencePlanResult& result) {
   return out;
 }
 
-std::string FormatInferenceEstimate(const InferenceRankedConfig& r,
-                                    const InferenceJobSpec& spec) {
+std::string FormatInferenceEstimate(const InferenceRankedConfig& r, const InferenceJobSpec& spec) {
   std::string out = absl::StrCat("# ", spec.name, ": ", Workload(spec), "\n");
   absl::StrAppend(&out, "Layout: ", r.config.ToString(), " (", r.config.num_gpus(), " GPUs)\n");
   absl::StrAppend(
@@ -123,8 +119,8 @@ std::string FormatInferenceEstimate(const InferenceRankedConfig& r,
   }
   absl::StrAppend(&out, Stats("TTFT", r.ttft_ms), Stats("TPOT", r.tpot_ms),
                   Stats("E2E", r.e2e_latency_ms));
-  absl::StrAppend(&out, absl::StrFormat(
-                            "  memory per GPU: weights %.1f + KV cache %.1f + activations %.1f "
+  absl::StrAppend(
+      &out, absl::StrFormat("  memory per GPU: weights %.1f + KV cache %.1f + activations %.1f "
                             "+ reserve %.1f = %.1f of %.1f GiB\n",
                             r.memory.weights, r.memory.kv_cache, r.memory.activations,
                             r.memory.reserve, r.memory.peak, r.memory.capacity));

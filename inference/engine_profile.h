@@ -28,14 +28,14 @@ struct EngineProfile {
   ServingEngine engine = ServingEngine::kTrtllm;
   std::string_view name;
   KvBudgetRule kv_rule = KvBudgetRule::kFractionOfFree;
-  double kv_cache_fraction = 0.9;    ///< The engine's default.
-  double runtime_reserve_gib = 0;    ///< CUDA context, CUDA graphs, NCCL and allocator.
-  int64_t kv_block_tokens = 1;       ///< Paged KV-cache block (page) size, tokens.
+  double kv_cache_fraction = 0.9;  ///< The engine's default.
+  double runtime_reserve_gib = 0;  ///< CUDA context, CUDA graphs, NCCL and allocator.
+  int64_t kv_block_tokens = 1;     ///< Paged KV-cache block (page) size, tokens.
   /// Admission reserves blocks for the whole sequence (prompt + max output), so nothing is
   /// ever preempted (TensorRT-LLM GUARANTEED_NO_EVICT); false: blocks are allocated as
   /// the sequence grows and the newest sequence is preempted (recomputed) when full.
   bool reserves_whole_sequence = true;
-  double step_overhead_s = 0;        ///< Host scheduling, launch and sampling per step.
+  double step_overhead_s = 0;          ///< Host scheduling, launch and sampling per step.
   double per_sequence_overhead_s = 0;  ///< Per sequence in the step (sampling, bookkeeping).
   /// One-shot custom all-reduce (NVLink peers read each other's buffers): fixed cost.
   double oneshot_allreduce_latency_s = 0;

@@ -45,39 +45,39 @@ absl::StatusOr<std::string> Trtllm(const InferenceJobSpec& spec, const ServingCo
       kv = "auto";
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "kv_cache_precision ", std::string(ToString(c.kv_cache_precision)),
-          " has no trtllm export (fp8 or 16-bit)"));
+      return absl::InvalidArgumentError(absl::StrCat("kv_cache_precision ",
+                                                     std::string(ToString(c.kv_cache_precision)),
+                                                     " has no trtllm export (fp8 or 16-bit)"));
   }
   const double fraction = KvFraction(spec, ServingEngine::kTrtllm);
   std::string out = Header(spec, c);
-  absl::StrAppend(&out, "cat > extra_llm_api_options.yaml <<EOF\nkv_cache_config:\n  dtype: ",
-                  kv, "\n  free_gpu_memory_fraction: ", absl::StrFormat("%.2f", fraction),
+  absl::StrAppend(&out, "cat > extra_llm_api_options.yaml <<EOF\nkv_cache_config:\n  dtype: ", kv,
+                  "\n  free_gpu_memory_fraction: ", absl::StrFormat("%.2f", fraction),
                   "\nenable_chunked_prefill: true\nEOF\n");
   for (const Pool& p : Pools(c)) {
-    if (p.role[0] != '\0') absl::StrAppend(&out, "# ", p.role, " pool: ", p.instances, " instance(s)\n");
+    if (p.role[0] != '\0')
+      absl::StrAppend(&out, "# ", p.role, " pool: ", p.instances, " instance(s)\n");
     absl::StrAppend(&out, "# one per instance (", p.instances, ")\n");
-    absl::StrAppend(&out, "trtllm-serve $MODEL --backend pytorch --tp_size ", c.tp,
-                    " --pp_size ", c.pp, " --max_batch_size ", c.max_batch_size,
-                    " --max_num_tokens ", c.max_num_tokens,
-                    " --kv_cache_free_gpu_memory_fraction ", absl::StrFormat("%.2f", fraction),
+    absl::StrAppend(&out, "trtllm-serve $MODEL --backend pytorch --tp_size ", c.tp, " --pp_size ",
+                    c.pp, " --max_batch_size ", c.max_batch_size, " --max_num_tokens ",
+                    c.max_num_tokens, " --kv_cache_free_gpu_memory_fraction ",
+                    absl::StrFormat("%.2f", fraction),
                     " --extra_llm_api_options extra_llm_api_options.yaml\n");
   }
   absl::StrAppend(&out, "# benchmark one instance:\ntrtllm-bench --model $MODEL throughput ",
                   "--dataset dataset.jsonl --backend pytorch --tp ", c.tp, " --pp ", c.pp,
-                  " --max_batch_size ", c.max_batch_size, " --max_num_tokens ",
-                  c.max_num_tokens, " --kv_cache_free_gpu_mem_fraction ",
-                  absl::StrFormat("%.2f", fraction),
+                  " --max_batch_size ", c.max_batch_size, " --max_num_tokens ", c.max_num_tokens,
+                  " --kv_cache_free_gpu_mem_fraction ", absl::StrFormat("%.2f", fraction),
                   " --extra_llm_api_options extra_llm_api_options.yaml\n");
   return out;
 }
 
 absl::StatusOr<std::string> Vllm(const InferenceJobSpec& spec, const ServingConfig& c) {
-  std::string flags = absl::StrCat(
-      " --tensor-parallel-size ", c.tp, " --pipeline-parallel-size ", c.pp,
-      " --max-num-seqs ", c.max_batch_size, " --max-num-batched-tokens ", c.max_num_tokens,
-      " --enable-chunked-prefill --gpu-memory-utilization ",
-      absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kVllm)));
+  std::string flags =
+      absl::StrCat(" --tensor-parallel-size ", c.tp, " --pipeline-parallel-size ", c.pp,
+                   " --max-num-seqs ", c.max_batch_size, " --max-num-batched-tokens ",
+                   c.max_num_tokens, " --enable-chunked-prefill --gpu-memory-utilization ",
+                   absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kVllm)));
   switch (c.kv_cache_precision) {
     case QuantFormat::kFp8:
       absl::StrAppend(&flags, " --kv-cache-dtype fp8");
@@ -87,9 +87,9 @@ absl::StatusOr<std::string> Vllm(const InferenceJobSpec& spec, const ServingConf
       absl::StrAppend(&flags, " --kv-cache-dtype auto");
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "kv_cache_precision ", std::string(ToString(c.kv_cache_precision)),
-          " has no vllm export (fp8 or 16-bit)"));
+      return absl::InvalidArgumentError(absl::StrCat("kv_cache_precision ",
+                                                     std::string(ToString(c.kv_cache_precision)),
+                                                     " has no vllm export (fp8 or 16-bit)"));
   }
   switch (c.weight_precision) {
     case QuantFormat::kFp8:
@@ -138,9 +138,9 @@ absl::StatusOr<std::string> Sglang(const InferenceJobSpec& spec, const ServingCo
       absl::StrAppend(&flags, " --kv-cache-dtype auto");
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "kv_cache_precision ", std::string(ToString(c.kv_cache_precision)),
-          " has no sglang export (fp8 or 16-bit)"));
+      return absl::InvalidArgumentError(absl::StrCat("kv_cache_precision ",
+                                                     std::string(ToString(c.kv_cache_precision)),
+                                                     " has no sglang export (fp8 or 16-bit)"));
   }
   switch (c.weight_precision) {
     case QuantFormat::kFp8:

@@ -23,8 +23,7 @@ std::vector<std::string> ServingExportFormats();
 /// is left as $MODEL. InvalidArgument for an unknown format or a precision the engine does
 /// not offer.
 absl::StatusOr<std::string> FormatServingCommand(const InferenceJobSpec& spec,
-                                                 const ServingConfig& c,
-                                                 const std::string& format);
+                                                 const ServingConfig& c, const std::string& format);
 
 }  // namespace paratune::inference
 

@@ -52,9 +52,9 @@ absl::Status LayoutContext::CheckConfig(const ServingConfig& c) const {
         absl::StrCat("ep (", c.ep, ") must be 1: the model has no experts"));
   }
   if (spec_.model.num_attention_heads % c.tp != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tp (", c.tp, ") must divide model.num_attention_heads (",
-                     spec_.model.num_attention_heads, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("tp (", c.tp,
+                                                   ") must divide model.num_attention_heads (",
+                                                   spec_.model.num_attention_heads, ")"));
   }
   if (c.disaggregated) {
     if (auto s = positive("prefill_replicas", c.prefill_replicas); !s.ok()) return s;
@@ -63,9 +63,9 @@ absl::Status LayoutContext::CheckConfig(const ServingConfig& c) const {
     return s;
   }
   if (c.num_gpus() > spec_.cluster.num_gpus) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the layout uses ", c.num_gpus(), " GPUs (", c.ToString(),
-                     "), more than cluster.num_gpus (", spec_.cluster.num_gpus, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("the layout uses ", c.num_gpus(), " GPUs (",
+                                                   c.ToString(), "), more than cluster.num_gpus (",
+                                                   spec_.cluster.num_gpus, ")"));
   }
   return absl::OkStatus();
 }
@@ -83,9 +83,9 @@ absl::StatusOr<std::shared_ptr<const StepModel>> LayoutContext::Model(const Serv
 
 double LayoutContext::MemoryDeficitGib(const ServingConfig& c, const StepModel& model) const {
   const RankMemory m = model.Memory(c.max_batch_size, c.max_num_tokens, kv_fraction());
-  const double need = static_cast<double>(RoundUp(LongestSequence(spec_.serving),
-                                                  engine_->kv_block_tokens)) *
-                      model.kv_bytes_per_token_per_rank();
+  const double need =
+      static_cast<double>(RoundUp(LongestSequence(spec_.serving), engine_->kv_block_tokens)) *
+      model.kv_bytes_per_token_per_rank();
   return (need - m.kv_pool) / kGiB;
 }
 
@@ -148,15 +148,14 @@ void LayoutContext::ApplyLimits(InferenceRankedConfig* r) const {
   if (s.min_tokens_per_sec_per_user &&
       r->tokens_per_sec_per_user < *s.min_tokens_per_sec_per_user) {
     r->meets_limits = false;
-    r->notes.push_back(absl::StrFormat(
-        "below the minimum tokens/s per user by %.1f (%.1f < %.1f)",
-        *s.min_tokens_per_sec_per_user - r->tokens_per_sec_per_user, r->tokens_per_sec_per_user,
-        *s.min_tokens_per_sec_per_user));
+    r->notes.push_back(absl::StrFormat("below the minimum tokens/s per user by %.1f (%.1f < %.1f)",
+                                       *s.min_tokens_per_sec_per_user - r->tokens_per_sec_per_user,
+                                       r->tokens_per_sec_per_user, *s.min_tokens_per_sec_per_user));
   }
 }
 
-absl::StatusOr<ScreenedLayout> LayoutContext::Screen(
-    const ServingConfig& c, std::shared_ptr<const StepModel> model) const {
+absl::StatusOr<ScreenedLayout> LayoutContext::Screen(const ServingConfig& c,
+                                                     std::shared_ptr<const StepModel> model) const {
   auto mem = FitMemory(c, *model);
   if (!mem.ok()) return mem.status();
   const ServingSpec& s = spec_.serving;
@@ -218,8 +217,9 @@ absl::StatusOr<ScreenedLayout> LayoutContext::Screen(
     const double decode_requests_per_sec = decode_engines * b / td / osl;
     const double rps = std::min(prompts_per_sec, decode_requests_per_sec);
     out_per_sec = rps * osl;
-    tpot = td;
-    ttft = tp * std::ceil(isl / mnt) + KvTransferSeconds(c, m, s.isl);
+    // The prefill instance returns the first token; the KV move delays the second.
+    ttft = tp * std::ceil(isl / mnt);
+    tpot = td + KvTransferSeconds(c, m, s.isl) / std::max(osl - 1, 1.0);
   }
   if (s.request_rate) out_per_sec = std::min(out_per_sec, *s.request_rate * osl);
 
@@ -272,8 +272,7 @@ absl::StatusOr<InferenceRankedConfig> LayoutContext::Evaluate(const ServingConfi
   } else {
     add(EngineRole::kMixed, c.replicas);
   }
-  const double seq_tokens = static_cast<double>(
-      RoundUp(s.isl + s.osl, engine_->kv_block_tokens));
+  const double seq_tokens = static_cast<double>(RoundUp(s.isl + s.osl, engine_->kv_block_tokens));
   const int64_t per_engine = std::min<int64_t>(
       c.max_batch_size, static_cast<int64_t>(std::floor(capacity / pp / seq_tokens)));
   const int64_t decode_engines = (c.disaggregated ? c.decode_replicas : c.replicas) * pp;
@@ -290,9 +289,13 @@ absl::StatusOr<InferenceRankedConfig> LayoutContext::Evaluate(const ServingConfi
   w.static_batch_size = s.batch_size.value_or(c.max_batch_size);
   w.num_requests = s.num_requests;
   if (count == kSearchRequests) {
-    w.num_requests = std::min(
-        s.num_requests, std::max<int64_t>(kSearchRequestCap, 8 * max_concurrency));
+    w.num_requests =
+        std::min(s.num_requests, std::max<int64_t>(kSearchRequestCap, 8 * max_concurrency));
   }
+  const int64_t budget_requests = std::max<int64_t>(
+      1, static_cast<int64_t>(kMaxSimulatedOutputTokens / static_cast<double>(s.osl)));
+  const bool capped = w.num_requests > budget_requests;
+  w.num_requests = std::min(w.num_requests, budget_requests);
   const auto transfer = [&](int64_t isl) { return KvTransferSeconds(c, model, isl); };
   const SimulationResult sim = Simulate(engines, w, transfer);
   if (sim.completed == 0) {
@@ -322,8 +325,7 @@ absl::StatusOr<InferenceRankedConfig> LayoutContext::Evaluate(const ServingConfi
   r.prefill_step = model.Breakdown(prefill);
   StepWork decode;
   decode.decode_sequences = std::max(1.0, std::round(sim.mean_decode_batch));
-  decode.decode_context_tokens =
-      decode.decode_sequences * static_cast<double>(s.isl + s.osl / 2);
+  decode.decode_context_tokens = decode.decode_sequences * static_cast<double>(s.isl + s.osl / 2);
   decode.sampled_sequences = decode.decode_sequences;
   r.decode_step = model.Breakdown(decode);
   if (c.disaggregated) {
@@ -332,13 +334,18 @@ absl::StatusOr<InferenceRankedConfig> LayoutContext::Evaluate(const ServingConfi
   r.notes.push_back(absl::StrFormat(
       "simulated %d requests; KV pool %.0f tokens per instance; mean decode batch %.1f",
       sim.completed, capacity, sim.mean_decode_batch));
+  if (capped) {
+    r.notes.push_back(absl::StrFormat(
+        "simulated %d of the %d requests (at most %.0f output tokens per simulation)",
+        w.num_requests, s.num_requests, kMaxSimulatedOutputTokens));
+  }
   if (sim.preemptions > 0) {
-    r.notes.push_back(absl::StrFormat("%d preemptions (KV cache full; recomputed)",
-                                      sim.preemptions));
+    r.notes.push_back(
+        absl::StrFormat("%d preemptions (KV cache full; recomputed)", sim.preemptions));
   }
   if (sim.dropped > 0) {
-    r.notes.push_back(absl::StrFormat("%d requests longer than the KV pool were not served",
-                                      sim.dropped));
+    r.notes.push_back(
+        absl::StrFormat("%d requests longer than the KV pool were not served", sim.dropped));
   }
   ApplyLimits(&r);
   return r;

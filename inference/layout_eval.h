@@ -34,6 +34,9 @@ class LayoutContext {
     kSearchRequests,  ///< At most kSearchRequestCap, at least 8x the layout's concurrency.
   };
   static constexpr int64_t kSearchRequestCap = 2000;
+  /// Output tokens one simulation generates at most (num_requests x osl): beyond it the
+  /// simulation runs fewer requests, and says so in the notes.
+  static constexpr double kMaxSimulatedOutputTokens = 2e7;
 
   static absl::StatusOr<LayoutContext> Create(const InferenceJobSpec& spec);
 
@@ -54,8 +57,7 @@ class LayoutContext {
   /// GiB per GPU missing for one request's KV cache (<= 0: it fits).
   double MemoryDeficitGib(const ServingConfig& c, const StepModel& model) const;
   /// The simulated figures.
-  absl::StatusOr<InferenceRankedConfig> Evaluate(const ServingConfig& c,
-                                                 const StepModel& model,
+  absl::StatusOr<InferenceRankedConfig> Evaluate(const ServingConfig& c, const StepModel& model,
                                                  RequestCount count) const;
 
  private:
@@ -71,8 +73,7 @@ class LayoutContext {
   InferenceJobSpec spec_;
   DeviceProfile device_;
   const EngineProfile* engine_ = nullptr;
-  std::map<std::tuple<int64_t, int64_t, QuantFormat, QuantFormat>,
-           std::shared_ptr<const StepModel>>
+  std::map<std::tuple<int64_t, int64_t, QuantFormat, QuantFormat>, std::shared_ptr<const StepModel>>
       models_;
 };
 

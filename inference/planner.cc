@@ -107,10 +107,9 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) 
   std::vector<QuantFormat> weights = o.weight_precision, kvs = o.kv_cache_precision;
   const bool fp8 = ctx.device().peak_fp8_tflops > 0;
   if (weights.empty()) {
-    weights = fp8 ? std::vector<QuantFormat>{QuantFormat::kBf16, QuantFormat::kFp8,
-                                             QuantFormat::kInt4}
-                  : std::vector<QuantFormat>{QuantFormat::kBf16, QuantFormat::kInt8,
-                                             QuantFormat::kInt4};
+    weights =
+        fp8 ? std::vector<QuantFormat>{QuantFormat::kBf16, QuantFormat::kFp8, QuantFormat::kInt4}
+            : std::vector<QuantFormat>{QuantFormat::kBf16, QuantFormat::kInt8, QuantFormat::kInt4};
   }
   if (kvs.empty()) {
     kvs = fp8 ? std::vector<QuantFormat>{QuantFormat::kBf16, QuantFormat::kFp8}
@@ -159,27 +158,27 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) 
               for (int64_t r : Or(o.replicas, {instances})) {
                 if (r * per_instance <= budget) pools.push_back({r, 0});
               }
-            } else {
-              for (int64_t p : Or(o.prefill_replicas, {})) {
-                for (int64_t d : Or(o.decode_replicas, {})) pools.push_back({p, d});
+            } else if (!o.prefill_replicas.empty() && !o.decode_replicas.empty()) {
+              // Both pools pinned: every pair given.
+              for (int64_t p : o.prefill_replicas) {
+                for (int64_t d : o.decode_replicas) pools.push_back({p, d});
               }
-              if (o.prefill_replicas.empty() || o.decode_replicas.empty()) {
-                pools.clear();
-                for (int64_t p = 1; p < instances; ++p) {
-                  const int64_t d = instances - p;
-                  const bool p_ok = o.prefill_replicas.empty() ||
-                                    std::count(o.prefill_replicas.begin(),
-                                               o.prefill_replicas.end(), p) > 0;
-                  const bool d_ok = o.decode_replicas.empty() ||
-                                    std::count(o.decode_replicas.begin(),
-                                               o.decode_replicas.end(), d) > 0;
-                  if (p_ok && d_ok) pools.push_back({p, d});
+            } else {
+              // Every split of the budget's instances (the prefill:decode ratio), filtered
+              // by the one pool size given, if any.
+              const auto allowed = [](const std::vector<int64_t>& v, int64_t x) {
+                return v.empty() || std::count(v.begin(), v.end(), x) > 0;
+              };
+              for (int64_t p = 1; p < instances; ++p) {
+                const int64_t d = instances - p;
+                if (allowed(o.prefill_replicas, p) && allowed(o.decode_replicas, d)) {
+                  pools.push_back({p, d});
                 }
               }
-              std::erase_if(pools, [&](const auto& pd) {
-                return (pd.first + pd.second) * per_instance > budget;
-              });
             }
+            std::erase_if(pools, [&](const auto& pd) {
+              return (pd.first + pd.second) * per_instance > budget;
+            });
             for (const auto& [first, second] : pools) {
               // Batch limits above the clients one decode engine can see are the same
               // layout: keep the smallest of them.
@@ -212,10 +211,9 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) 
                   ++result.candidates_considered;
                   auto s = ctx.Screen(c, *model);
                   if (!s.ok()) {
-                    const std::string rule = s.status().code() ==
-                                                     absl::StatusCode::kResourceExhausted
-                                                 ? "memory"
-                                                 : "layout";
+                    const std::string rule =
+                        s.status().code() == absl::StatusCode::kResourceExhausted ? "memory"
+                                                                                  : "layout";
                     if (rule == "memory") {
                       const double d = ctx.MemoryDeficitGib(c, **model);
                       if (smallest_deficit_gib < 0 || d < smallest_deficit_gib) {
@@ -321,9 +319,8 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) 
   } else {
     result.recommendation = "no layout fits: see the rejected layouts";
   }
-  result.elapsed_ms = std::chrono::duration<double, std::milli>(
-                          std::chrono::steady_clock::now() - start)
-                          .count();
+  result.elapsed_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 

@@ -17,9 +17,9 @@ std::string ServingConfig::ToString() const {
   } else {
     absl::StrAppend(&s, " x", replicas);
   }
-  absl::StrAppend(&s, " mbs", max_batch_size, " mnt", max_num_tokens, " w:",
-                  std::string(inference::ToString(weight_precision)), " kv:",
-                  std::string(inference::ToString(kv_cache_precision)));
+  absl::StrAppend(&s, " mbs", max_batch_size, " mnt", max_num_tokens,
+                  " w:", std::string(inference::ToString(weight_precision)),
+                  " kv:", std::string(inference::ToString(kv_cache_precision)));
   return s;
 }
 

@@ -18,8 +18,8 @@ namespace paratune::inference {
 struct ServingConfig {
   int64_t tp = 1, pp = 1, ep = 1;
   int64_t replicas = 1;
-  int64_t max_batch_size = 0;   ///< Sequences per engine step.
-  int64_t max_num_tokens = 0;   ///< Tokens per engine step.
+  int64_t max_batch_size = 0;  ///< Sequences per engine step.
+  int64_t max_num_tokens = 0;  ///< Tokens per engine step.
   QuantFormat weight_precision = QuantFormat::kBf16;
   QuantFormat kv_cache_precision = QuantFormat::kBf16;
   bool disaggregated = false;
@@ -51,11 +51,11 @@ struct ServingMemory {
 
 /// Where a step's time goes, milliseconds (one engine step of the phase).
 struct StepBreakdown {
-  double compute = 0;    ///< GEMMs and attention.
-  double memory = 0;     ///< Weight and KV reads beyond what compute hides.
-  double tp_comm = 0;    ///< TP all-reduces.
-  double pp_comm = 0;    ///< PP hand-offs and bubbles.
-  double overhead = 0;   ///< Scheduler, sampling, launch.
+  double compute = 0;      ///< GEMMs and attention.
+  double memory = 0;       ///< Weight and KV reads beyond what compute hides.
+  double tp_comm = 0;      ///< TP all-reduces.
+  double pp_comm = 0;      ///< PP hand-offs and bubbles.
+  double overhead = 0;     ///< Scheduler, sampling, launch.
   double kv_transfer = 0;  ///< Disaggregated: prefill-to-decode KV move per request.
   double total = 0;
   std::string source = "modelled";  ///< "measured" when composed from worker profiles.

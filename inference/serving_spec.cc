@@ -12,10 +12,12 @@
 namespace paratune::inference {
 namespace {
 
-constexpr int64_t kMaxTokens = int64_t{1} << 24;        // isl, osl, max_num_tokens
-constexpr int64_t kMaxRequests = int64_t{1} << 22;      // num_requests, concurrency
-constexpr int64_t kMaxBatch = int64_t{1} << 20;         // batch sizes
-constexpr int64_t kMaxParallel = int64_t{1} << 16;      // tp, pp, ep, replicas
+constexpr int64_t kMaxTokens = int64_t{1} << 24;  // max_num_tokens
+// isl and osl: 1M tokens each, beyond any served model's context; it bounds a simulation.
+constexpr int64_t kMaxSequenceTokens = int64_t{1} << 20;
+constexpr int64_t kMaxRequests = int64_t{1} << 22;  // num_requests, concurrency
+constexpr int64_t kMaxBatch = int64_t{1} << 20;     // batch sizes
+constexpr int64_t kMaxParallel = int64_t{1} << 16;  // tp, pp, ep, replicas
 constexpr int64_t kMaxTopK = 100000;
 constexpr size_t kMaxListEntries = 64;
 
@@ -25,18 +27,17 @@ struct Named {
   std::string_view name;
 };
 
-constexpr Named<ServingEngine> kEngines[] = {
-    {ServingEngine::kTrtllm, "trtllm"}, {ServingEngine::kVllm, "vllm"},
-    {ServingEngine::kSglang, "sglang"}};
+constexpr Named<ServingEngine> kEngines[] = {{ServingEngine::kTrtllm, "trtllm"},
+                                             {ServingEngine::kVllm, "vllm"},
+                                             {ServingEngine::kSglang, "sglang"}};
 constexpr Named<Batching> kBatchings[] = {{Batching::kInflight, "inflight"},
                                           {Batching::kStatic, "static"}};
 constexpr Named<QuantFormat> kFormats[] = {
     {QuantFormat::kBf16, "bf16"}, {QuantFormat::kFp16, "fp16"}, {QuantFormat::kFp8, "fp8"},
     {QuantFormat::kInt8, "int8"}, {QuantFormat::kInt4, "int4"}, {QuantFormat::kFp4, "fp4"}};
-constexpr Named<ServingObjective> kObjectives[] = {
-    {ServingObjective::kThroughput, "throughput"},
-    {ServingObjective::kLatency, "latency"},
-    {ServingObjective::kCost, "cost"}};
+constexpr Named<ServingObjective> kObjectives[] = {{ServingObjective::kThroughput, "throughput"},
+                                                   {ServingObjective::kLatency, "latency"},
+                                                   {ServingObjective::kCost, "cost"}};
 
 template <typename E, size_t N>
 std::string_view NameOf(const Named<E> (&table)[N], E v) {
@@ -53,8 +54,8 @@ absl::StatusOr<E> Parse(const Named<E> (&table)[N], std::string_view s, const ch
     if (e.name == s) return e.value;
     names.emplace_back(e.name);
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown ", what, " '", std::string(s),
-                                                 "'; expected one of ", absl::StrJoin(names, ", ")));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown ", what, " '", std::string(s), "'; expected one of ", absl::StrJoin(names, ", ")));
 }
 
 absl::Status Positive(const std::string& field, int64_t v, int64_t max) {
@@ -132,8 +133,8 @@ double BytesPerElement(QuantFormat f) {
 }
 
 absl::Status ServingSpec::Validate() const {
-  if (auto s = Positive("serving.isl", isl, kMaxTokens); !s.ok()) return s;
-  if (auto s = Positive("serving.osl", osl, kMaxTokens); !s.ok()) return s;
+  if (auto s = Positive("serving.isl", isl, kMaxSequenceTokens); !s.ok()) return s;
+  if (auto s = Positive("serving.osl", osl, kMaxSequenceTokens); !s.ok()) return s;
   if (auto s = NonNegativeFinite("serving.isl_stddev", isl_stddev); !s.ok()) return s;
   if (auto s = NonNegativeFinite("serving.osl_stddev", osl_stddev); !s.ok()) return s;
   if (concurrency && request_rate) {
@@ -162,19 +163,18 @@ absl::Status ServingSpec::Validate() const {
   if (min_tokens_per_sec_per_user &&
       (!std::isfinite(*min_tokens_per_sec_per_user) || *min_tokens_per_sec_per_user <= 0)) {
     return absl::InvalidArgumentError(absl::StrCat("serving.min_tokens_per_sec_per_user (",
-                                                   *min_tokens_per_sec_per_user,
-                                                   ") must be > 0"));
+                                                   *min_tokens_per_sec_per_user, ") must be > 0"));
   }
   if (price_per_gpu_hour) {
     if (!std::isfinite(*price_per_gpu_hour) || *price_per_gpu_hour <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "serving.price_per_gpu_hour (", *price_per_gpu_hour, ") must be > 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("serving.price_per_gpu_hour (", *price_per_gpu_hour, ") must be > 0"));
     }
   }
   if (kv_cache_fraction &&
       (!std::isfinite(*kv_cache_fraction) || *kv_cache_fraction <= 0 || *kv_cache_fraction > 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("serving.kv_cache_fraction (",
-                                                   *kv_cache_fraction, ") must be in (0, 1]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("serving.kv_cache_fraction (", *kv_cache_fraction, ") must be in (0, 1]"));
   }
   return absl::OkStatus();
 }
@@ -207,9 +207,9 @@ absl::Status ServingSearchOptions::Validate() const {
   for (size_t i = 0; i < kv_cache_precision.size(); ++i) {
     const QuantFormat f = kv_cache_precision[i];
     if (f == QuantFormat::kInt4 || f == QuantFormat::kFp4) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "search.kv_cache_precision[", i, "] (", std::string(ToString(f)),
-          ") is not a KV-cache format the engines offer: bf16, fp16, fp8 or int8"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("search.kv_cache_precision[", i, "] (", std::string(ToString(f)),
+                       ") is not a KV-cache format the engines offer: bf16, fp16, fp8 or int8"));
     }
   }
   if (top_k <= 0 || top_k > kMaxTopK) {
@@ -230,6 +230,11 @@ absl::Status ServingSearchOptions::Validate() const {
 }
 
 absl::Status InferenceJobSpec::Validate() const {
+  if (model.num_experts > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.num_experts (", model.num_experts,
+        "): mixture-of-experts models are not modelled by the inference planner yet"));
+  }
   if (auto s = model.Validate(); !s.ok()) return s;
   if (auto s = cluster.Validate(); !s.ok()) return s;
   if (auto s = serving.Validate(); !s.ok()) return s;
@@ -241,31 +246,31 @@ absl::Status InferenceJobSpec::Validate() const {
   const int64_t heads = model.num_attention_heads;
   for (int64_t t : search.tp) {
     if (heads % t != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tp (", t, ") must divide model.num_attention_heads (", heads, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tp (", t, ") must divide model.num_attention_heads (", heads, ")"));
     }
     if (t > cluster.num_gpus) {
-      return absl::InvalidArgumentError(absl::StrCat("tp (", t, ") must be at most cluster.num_gpus (",
-                                                     cluster.num_gpus, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tp (", t, ") must be at most cluster.num_gpus (", cluster.num_gpus, ")"));
     }
   }
   for (int64_t p : search.pp) {
     if (p > model.num_layers) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "pp (", p, ") must be at most model.num_layers (", model.num_layers, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("pp (", p, ") must be at most model.num_layers (", model.num_layers, ")"));
     }
     if (p > cluster.num_gpus) {
-      return absl::InvalidArgumentError(absl::StrCat("pp (", p, ") must be at most cluster.num_gpus (",
-                                                     cluster.num_gpus, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("pp (", p, ") must be at most cluster.num_gpus (", cluster.num_gpus, ")"));
     }
   }
   if (!search.tp.empty() && !search.pp.empty()) {
     const int64_t tp = *std::min_element(search.tp.begin(), search.tp.end());
     const int64_t pp = *std::min_element(search.pp.begin(), search.pp.end());
     if (tp * pp > cluster.num_gpus) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tp (", tp, ") x pp (", pp, ") = ", tp * pp,
-          " GPUs per instance exceeds cluster.num_gpus (", cluster.num_gpus, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tp (", tp, ") x pp (", pp, ") = ", tp * pp,
+                       " GPUs per instance exceeds cluster.num_gpus (", cluster.num_gpus, ")"));
     }
   }
   const auto needs_fp8 = [&](QuantFormat f) {
@@ -273,16 +278,16 @@ absl::Status InferenceJobSpec::Validate() const {
   };
   for (size_t i = 0; i < search.weight_precision.size(); ++i) {
     if (needs_fp8(search.weight_precision[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "search.weight_precision[", i, "] fp8 is not supported by cluster.gpu ",
-          device->name, ": the device has no FP8 tensor cores"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("search.weight_precision[", i, "] fp8 is not supported by cluster.gpu ",
+                       device->name, ": the device has no FP8 tensor cores"));
     }
   }
   for (size_t i = 0; i < search.kv_cache_precision.size(); ++i) {
     if (needs_fp8(search.kv_cache_precision[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "search.kv_cache_precision[", i, "] fp8 is not supported by cluster.gpu ",
-          device->name, ": the device has no FP8 tensor cores"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("search.kv_cache_precision[", i, "] fp8 is not supported by cluster.gpu ",
+                       device->name, ": the device has no FP8 tensor cores"));
     }
   }
   if (serving.batching == Batching::kStatic && !serving.batch_size) {

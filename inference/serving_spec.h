@@ -48,9 +48,9 @@ struct LatencyLimits {
 /// The workload and the service-level limits (`serving:` in a spec file).
 struct ServingSpec {
   ServingEngine engine = ServingEngine::kTrtllm;
-  int64_t isl = 0;                  ///< Input tokens per request (mean).
-  double isl_stddev = 0;            ///< 0 = every request exactly isl.
-  int64_t osl = 0;                  ///< Output tokens per request (mean).
+  int64_t isl = 0;        ///< Input tokens per request (mean).
+  double isl_stddev = 0;  ///< 0 = every request exactly isl.
+  int64_t osl = 0;        ///< Output tokens per request (mean).
   double osl_stddev = 0;
   /// Closed-loop clients. With neither concurrency nor request_rate the run is offline:
   /// every request is issued at once (maximum throughput).
@@ -58,9 +58,9 @@ struct ServingSpec {
   std::optional<double> request_rate;  ///< Requests/s, Poisson arrivals.
   int64_t num_requests = 1000;
   Batching batching = Batching::kInflight;
-  std::optional<int64_t> batch_size;   ///< Static batching only.
-  LatencyLimits ttft_ms;               ///< Time to first token.
-  LatencyLimits tpot_ms;               ///< Time per output token after the first.
+  std::optional<int64_t> batch_size;  ///< Static batching only.
+  LatencyLimits ttft_ms;              ///< Time to first token.
+  LatencyLimits tpot_ms;              ///< Time per output token after the first.
   std::optional<double> min_tokens_per_sec_per_user;
   std::optional<double> price_per_gpu_hour;  ///< Adds cost per million output tokens.
   /// The engine's KV-cache memory fraction (engine_profile.h: TensorRT-LLM
@@ -78,14 +78,14 @@ struct ServingSearchOptions {
   std::vector<int64_t> max_batch_size;  ///< Engine limit on sequences per step.
   std::vector<int64_t> max_num_tokens;  ///< Engine limit on tokens per step (chunked prefill).
   std::vector<QuantFormat> weight_precision, kv_cache_precision;
-  std::vector<bool> disaggregated;      ///< true: separate prefill and decode pools.
+  std::vector<bool> disaggregated;  ///< true: separate prefill and decode pools.
   /// Disaggregated pools: instances running prefill / decode; empty: every split of the
   /// budget.
   std::vector<int64_t> prefill_replicas, decode_replicas;
   ServingObjective objective = ServingObjective::kThroughput;
   int64_t top_k = 10;
   SearchMode mode = SearchMode::kModel;  ///< profile: workers measure the kernels.
-  int64_t verify_top_k = 0;             ///< Run the top layouts with the serving loop.
+  int64_t verify_top_k = 0;              ///< Run the top layouts with the serving loop.
 
   absl::Status Validate() const;
 };

@@ -13,10 +13,10 @@ namespace {
 struct Request {
   double arrival = 0;
   int64_t isl = 0, osl = 0;
-  int64_t prompt = 0;       // Tokens to prefill (isl, or isl + generated after preemption).
-  int64_t prefilled = 0;    // Of `prompt`.
-  int64_t generated = 0;    // Output tokens so far.
-  int64_t kv_tokens = 0;    // KV blocks held, in tokens.
+  int64_t prompt = 0;     // Tokens to prefill (isl, or isl + generated after preemption).
+  int64_t prefilled = 0;  // Of `prompt`.
+  int64_t generated = 0;  // Output tokens so far.
+  int64_t kv_tokens = 0;  // KV blocks held, in tokens.
   double first_token = -1;
   double finish = -1;
   bool served = false;
@@ -40,9 +40,7 @@ struct Event {
   EventKind kind;
   int id;
   int64_t seq = 0;  // Ties keep their push order, so arrivals at one instant batch together.
-  bool operator>(const Event& o) const {
-    return time != o.time ? time > o.time : seq > o.seq;
-  }
+  bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
 };
 
 int64_t RoundUp(int64_t tokens, int64_t block) { return (tokens + block - 1) / block * block; }
@@ -75,8 +73,8 @@ class Simulation {
       }
       issued_ = w_.num_requests;
     } else {
-      const int64_t first = w_.concurrency ? std::min(*w_.concurrency, w_.num_requests)
-                                           : w_.num_requests;
+      const int64_t first =
+          w_.concurrency ? std::min(*w_.concurrency, w_.num_requests) : w_.num_requests;
       for (int i = 0; i < first; ++i) Push({0, EventKind::kArrival, i});
       issued_ = first;
     }
@@ -151,8 +149,7 @@ class Simulation {
   void Admit(int ei) {
     const SimEngine& e = engines_[ei];
     EngineState& s = state_[ei];
-    while (!s.waiting.empty() &&
-           static_cast<int64_t>(s.running.size()) < e.max_batch_size) {
+    while (!s.waiting.empty() && static_cast<int64_t>(s.running.size()) < e.max_batch_size) {
       Request& r = requests_[s.waiting.front()];
       const int64_t need = KvNeed(e, r);
       if (s.kv_used + static_cast<double>(need) > e.kv_token_capacity) break;
@@ -249,7 +246,7 @@ class Simulation {
       work.decode_context_tokens += static_cast<double>(r.isl + r.generated);
     }
     work.sampled_sequences += work.decode_sequences;
-    const double seconds = e.model->StepSeconds(work) / e.step_time_divisor;
+    const double seconds = e.model->StepSeconds(work);
     decode_batch_sum_ += work.decode_sequences;
     ++steps_;
     s.busy = true;

@@ -38,9 +38,6 @@ struct SimEngine {
   bool reserves_whole_sequence = true;
   int64_t max_batch_size = 256;
   int64_t max_num_tokens = 8192;
-  /// Step seconds are StepModel::StepSeconds divided by this (1, or pp: a pipelined
-  /// instance is simulated as pp engines each advancing every pp-th step).
-  double step_time_divisor = 1;
 };
 
 /// The request stream.
@@ -63,7 +60,7 @@ struct SimulationResult {
   double makespan_s = 0;
   int64_t completed = 0;
   int64_t preemptions = 0;
-  int64_t dropped = 0;  ///< Requests longer than a KV pool holds (never served).
+  int64_t dropped = 0;           ///< Requests longer than a KV pool holds (never served).
   double mean_decode_batch = 0;  ///< Decoding sequences per step, averaged over steps.
   int64_t steps = 0;
 };

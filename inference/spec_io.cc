@@ -47,8 +47,8 @@ absl::Status ReadOptional(const json& obj, const std::string& sec, const std::st
 }
 
 template <typename E, typename Parse>
-absl::Status ReadEnum(const json& obj, const std::string& sec, const std::string& key,
-                      Parse parse, E* out) {
+absl::Status ReadEnum(const json& obj, const std::string& sec, const std::string& key, Parse parse,
+                      E* out) {
   std::string name;
   bool given = false;
   if (auto s = Read(obj, sec, key, &SpecString, &name, &given); !s.ok()) return s;
@@ -106,11 +106,11 @@ absl::Status ReadLimits(const json& obj, const std::string& sec, const std::stri
 absl::Status ReadServing(const json& obj, ServingSpec* s) {
   const std::string sec = "serving";
   if (auto st = Object(obj, sec); !st.ok()) return st;
-  if (auto st = CheckSpecKeys(obj, sec,
-                              {"engine", "isl", "isl_stddev", "osl", "osl_stddev", "concurrency",
-                               "request_rate", "num_requests", "batching", "batch_size",
-                               "ttft_ms", "tpot_ms", "min_tokens_per_sec_per_user",
-                               "price_per_gpu_hour", "kv_cache_fraction"});
+  if (auto st = CheckSpecKeys(
+          obj, sec,
+          {"engine", "isl", "isl_stddev", "osl", "osl_stddev", "concurrency", "request_rate",
+           "num_requests", "batching", "batch_size", "ttft_ms", "tpot_ms",
+           "min_tokens_per_sec_per_user", "price_per_gpu_hour", "kv_cache_fraction"});
       !st.ok()) {
     return st;
   }
@@ -125,8 +125,7 @@ absl::Status ReadServing(const json& obj, ServingSpec* s) {
   if (auto st = ReadOptional(obj, sec, "concurrency", &SpecInt, &s->concurrency); !st.ok()) {
     return st;
   }
-  if (auto st = ReadOptional(obj, sec, "request_rate", &SpecDouble, &s->request_rate);
-      !st.ok()) {
+  if (auto st = ReadOptional(obj, sec, "request_rate", &SpecDouble, &s->request_rate); !st.ok()) {
     return st;
   }
   if (auto st = Read(obj, sec, "num_requests", &SpecInt, &s->num_requests); !st.ok()) return st;
@@ -143,8 +142,7 @@ absl::Status ReadServing(const json& obj, ServingSpec* s) {
       !st.ok()) {
     return st;
   }
-  if (auto st = ReadOptional(obj, sec, "price_per_gpu_hour", &SpecDouble,
-                             &s->price_per_gpu_hour);
+  if (auto st = ReadOptional(obj, sec, "price_per_gpu_hour", &SpecDouble, &s->price_per_gpu_hour);
       !st.ok()) {
     return st;
   }
@@ -162,11 +160,11 @@ absl::Status ReadServing(const json& obj, ServingSpec* s) {
 absl::Status ReadSearch(const json& obj, ServingSearchOptions* o) {
   const std::string sec = "search";
   if (auto st = Object(obj, sec); !st.ok()) return st;
-  if (auto st = CheckSpecKeys(obj, sec,
-                              {"tp", "pp", "ep", "replicas", "max_batch_size", "max_num_tokens",
-                               "weight_precision", "kv_cache_precision", "disaggregated",
-                               "prefill_replicas", "decode_replicas", "objective", "top_k",
-                               "mode", "verify_top_k"});
+  if (auto st = CheckSpecKeys(
+          obj, sec,
+          {"tp", "pp", "ep", "replicas", "max_batch_size", "max_num_tokens", "weight_precision",
+           "kv_cache_precision", "disaggregated", "prefill_replicas", "decode_replicas",
+           "objective", "top_k", "mode", "verify_top_k"});
       !st.ok()) {
     return st;
   }
@@ -182,8 +180,7 @@ absl::Status ReadSearch(const json& obj, ServingSearchOptions* o) {
   for (const auto& [key, out] : ints) {
     if (auto st = ReadList(obj, sec, key, &SpecInt, out); !st.ok()) return st;
   }
-  if (auto st = ReadList(obj, sec, "weight_precision", &AsFormat, &o->weight_precision);
-      !st.ok()) {
+  if (auto st = ReadList(obj, sec, "weight_precision", &AsFormat, &o->weight_precision); !st.ok()) {
     return st;
   }
   if (auto st = ReadList(obj, sec, "kv_cache_precision", &AsFormat, &o->kv_cache_precision);
@@ -193,8 +190,7 @@ absl::Status ReadSearch(const json& obj, ServingSearchOptions* o) {
   if (auto st = ReadList(obj, sec, "disaggregated", &SpecBool, &o->disaggregated); !st.ok()) {
     return st;
   }
-  if (auto st = ReadEnum(obj, sec, "objective", &ParseServingObjective, &o->objective);
-      !st.ok()) {
+  if (auto st = ReadEnum(obj, sec, "objective", &ParseServingObjective, &o->objective); !st.ok()) {
     return st;
   }
   if (auto st = Read(obj, sec, "top_k", &SpecInt, &o->top_k); !st.ok()) return st;
@@ -227,10 +223,9 @@ json Stats(const LatencyStats& s) {
 }
 
 json Step(const StepBreakdown& b) {
-  return {{"compute_ms", b.compute},   {"memory_ms", b.memory},
-          {"tp_comm_ms", b.tp_comm},   {"pp_comm_ms", b.pp_comm},
-          {"overhead_ms", b.overhead}, {"kv_transfer_ms", b.kv_transfer},
-          {"total_ms", b.total},       {"source", b.source}};
+  return {{"compute_ms", b.compute}, {"memory_ms", b.memory},     {"tp_comm_ms", b.tp_comm},
+          {"pp_comm_ms", b.pp_comm}, {"overhead_ms", b.overhead}, {"kv_transfer_ms", b.kv_transfer},
+          {"total_ms", b.total},     {"source", b.source}};
 }
 
 }  // namespace
@@ -320,8 +315,7 @@ json InferenceJobSpecToJson(const InferenceJobSpec& spec) {
         {"max_num_tokens", o.max_num_tokens},
         {"weight_precision", Formats(o.weight_precision)},
         {"kv_cache_precision", Formats(o.kv_cache_precision)},
-        {"disaggregated", json(std::vector<bool>(o.disaggregated.begin(),
-                                                 o.disaggregated.end()))},
+        {"disaggregated", json(std::vector<bool>(o.disaggregated.begin(), o.disaggregated.end()))},
         {"prefill_replicas", o.prefill_replicas},
         {"decode_replicas", o.decode_replicas},
         {"objective", std::string(ToString(o.objective))},
@@ -378,9 +372,8 @@ absl::StatusOr<ServingConfig> ServingConfigFromJson(const json& j) {
   bool gpus_given = false;
   if (auto s = Read(j, sec, "num_gpus", &SpecInt, &gpus, &gpus_given); !s.ok()) return s;
   if (gpus_given && gpus != c.num_gpus()) {
-    return absl::InvalidArgumentError(absl::StrCat("config.num_gpus (", gpus,
-                                                   ") must equal the layout's GPUs (",
-                                                   c.num_gpus(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.num_gpus (", gpus, ") must equal the layout's GPUs (", c.num_gpus(), ")"));
   }
   return c;
 }
@@ -454,8 +447,7 @@ absl::StatusOr<ServingConfig> PinnedServingConfig(const InferenceJobSpec& spec) 
   c.max_batch_size = !o.max_batch_size.empty() ? o.max_batch_size[0]
                      : spec.serving.batch_size ? *spec.serving.batch_size
                                                : engine.default_max_batch_size;
-  c.max_num_tokens = o.max_num_tokens.empty() ? engine.default_max_num_tokens
-                                              : o.max_num_tokens[0];
+  c.max_num_tokens = o.max_num_tokens.empty() ? engine.default_max_num_tokens : o.max_num_tokens[0];
   if (o.disaggregated.size() > 1) return one("disaggregated", o.disaggregated.size());
   c.disaggregated = !o.disaggregated.empty() && o.disaggregated[0];
   if (c.disaggregated) {

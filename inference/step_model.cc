@@ -41,20 +41,19 @@ double ScaleBytes(QuantFormat f, double weights, double output_channels) {
 }  // namespace
 
 absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const DeviceProfile& device,
-                                            const EngineProfile& engine,
-                                            const ServingConfig& c, int64_t gpus_per_node) {
+                                            const EngineProfile& engine, const ServingConfig& c,
+                                            int64_t gpus_per_node) {
   if (c.tp <= 0 || c.pp <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("tp (", c.tp, ") and pp (", c.pp,
-                                                   ") must be positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tp (", c.tp, ") and pp (", c.pp, ") must be positive"));
   }
   if (model.num_attention_heads % c.tp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("tp (", c.tp,
-                                                   ") must divide model.num_attention_heads (",
-                                                   model.num_attention_heads, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tp (", c.tp, ") must divide model.num_attention_heads (", model.num_attention_heads, ")"));
   }
   if (c.pp > model.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pp (", c.pp, ") must be at most model.num_layers (", model.num_layers, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pp (", c.pp, ") must be at most model.num_layers (", model.num_layers, ")"));
   }
   StepModel s;
   s.model_ = model;
@@ -87,9 +86,9 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
 
   // FP8 weights run FP8 GEMMs (activations quantised too); weight-only INT8/INT4 and
   // 16-bit formats run 16-bit GEMMs after dequantising; NVFP4 is modelled at the FP8 rate.
-  const bool fp8_math = (c.weight_precision == QuantFormat::kFp8 ||
-                         c.weight_precision == QuantFormat::kFp4) &&
-                        device.peak_fp8_tflops > 0;
+  const bool fp8_math =
+      (c.weight_precision == QuantFormat::kFp8 || c.weight_precision == QuantFormat::kFp4) &&
+      device.peak_fp8_tflops > 0;
   s.gemm_precision_ = fp8_math ? Precision::kFp8 : Precision::kBf16;
   s.gemm_peak_ = device.PeakFlops(s.gemm_precision_);
   s.attention_peak_ = device.PeakFlops(Precision::kBf16) * device.attention_efficiency;
@@ -120,9 +119,9 @@ RankMemory StepModel::Memory(int64_t max_batch_size, int64_t max_num_tokens,
   const double v = static_cast<double>(model_.vocab_size);
   const double layer_matmul = LayerMatmulParams(model_) / tp;
   const double layer_other = (LayerParams(model_) - LayerMatmulParams(model_)) / tp;
-  const double per_layer =
-      layer_matmul * weight_bytes_per_element_ +
-      ScaleBytes(weight_format_, layer_matmul, qkv_n_ + h + fc1_n_ + h) + layer_other * 2;
+  const double per_layer = layer_matmul * weight_bytes_per_element_ +
+                           ScaleBytes(weight_format_, layer_matmul, qkv_n_ + h + fc1_n_ + h) +
+                           layer_other * 2;
   // Embedding on the first stage, output layer on the last (both with pp == 1), 16-bit.
   const double embedding = v * h / tp * 2;
   const double head = model_.tie_embeddings ? 0 : v * h / tp * 2;
@@ -178,10 +177,10 @@ double StepModel::LinearSeconds(double rows) const {
   const int64_t r = static_cast<int64_t>(rows);
   if (r >= 0 && r < kMaxCachedRows) {
     if (linear_cache_.size() <= static_cast<size_t>(r)) {
-      linear_cache_.resize(std::max<size_t>(static_cast<size_t>(r) + 1,
-                                            std::min<size_t>(2 * linear_cache_.size(),
-                                                             kMaxCachedRows)),
-                           -1.0f);
+      linear_cache_.resize(
+          std::max<size_t>(static_cast<size_t>(r) + 1,
+                           std::min<size_t>(2 * linear_cache_.size(), kMaxCachedRows)),
+          -1.0f);
     }
     if (linear_cache_[r] >= 0) return linear_cache_[r];
   }
@@ -198,8 +197,7 @@ double StepModel::AllReduceSeconds(double bytes) const {
                       2 * (k - 1) * tp_link_latency_ + device_.kernel_launch_s;
   if (!tp_oneshot_) return ring;
   // One-shot: every rank reads the k-1 peer buffers and reduces locally.
-  const double oneshot =
-      engine_.oneshot_allreduce_latency_s + (k - 1) * bytes / tp_link_bandwidth_;
+  const double oneshot = engine_.oneshot_allreduce_latency_s + (k - 1) * bytes / tp_link_bandwidth_;
   return std::min(ring, oneshot);
 }
 
@@ -214,8 +212,7 @@ StepBreakdown StepModel::Breakdown(const StepWork& w) const {
   const double prefill_attention =
       4 * w.prefill_attention_pairs * q_heads_rank_ * head_dim_ / attention_peak_;
   // Decode attention reads every cached token's K and V once per layer.
-  const double decode_attention =
-      w.decode_context_tokens * kv_bytes_per_token_layer_ / stream_bw_;
+  const double decode_attention = w.decode_context_tokens * kv_bytes_per_token_layer_ / stream_bw_;
   const double elementwise = kElementwisePasses * rows * hidden_ * kActivationBytes / stream_bw_;
   const double launches = 8 * device_.kernel_launch_s;
   const double allreduce = 2 * AllReduceSeconds(rows * hidden_ * kActivationBytes);
@@ -224,31 +221,30 @@ StepBreakdown StepModel::Breakdown(const StepWork& w) const {
   const double sampled = std::max(w.sampled_sequences, 1.0);
   const double head_flops = 2 * sampled * hidden_ * v / static_cast<double>(tp_);
   const double head_bytes = hidden_ * v / static_cast<double>(tp_) * 2;
-  const double head = std::max(head_flops / (device_.PeakFlops(Precision::kBf16) *
-                                             device_.gemm_efficiency),
-                               head_bytes / stream_bw_);
+  const double head =
+      std::max(head_flops / (device_.PeakFlops(Precision::kBf16) * device_.gemm_efficiency),
+               head_bytes / stream_bw_);
   // The breakdown's memory term is the time the layers wait for weights beyond what their
   // GEMMs' compute hides, plus the KV-cache reads; compute is the rest of the layers' time
   // and the output layer.
   const double layer_weight_read =
       (weight_bytes_read_ - head_bytes) / std::max(layers, 1.0) / stream_bw_;
-  const double body = stages * layers * (linear + prefill_attention + decode_attention +
-                                         elementwise + launches);
-  const double large_efficiency = gemm_precision_ == Precision::kFp8
-                                      ? device_.fp8_gemm_efficiency
-                                      : device_.gemm_efficiency;
-  const double linear_compute = 2 * rows * LayerMatmulParams(model_) /
-                                static_cast<double>(tp_) / (gemm_peak_ * large_efficiency);
+  const double body =
+      stages * layers * (linear + prefill_attention + decode_attention + elementwise + launches);
+  const double large_efficiency =
+      gemm_precision_ == Precision::kFp8 ? device_.fp8_gemm_efficiency : device_.gemm_efficiency;
+  const double linear_compute = 2 * rows * LayerMatmulParams(model_) / static_cast<double>(tp_) /
+                                (gemm_peak_ * large_efficiency);
   const double linear_waiting = std::max(0.0, layer_weight_read - linear_compute);
   b.memory = std::min(body, stages * layers * (linear_waiting + decode_attention));
   b.compute = body - b.memory + head;
   b.tp_comm = stages * layers * allreduce;
   if (pp_ > 1) {
-    b.pp_comm = (stages - 1) * (rows * hidden_ * kActivationBytes / pp_link_bandwidth_ +
-                                pp_link_latency_);
+    b.pp_comm =
+        (stages - 1) * (rows * hidden_ * kActivationBytes / pp_link_bandwidth_ + pp_link_latency_);
   }
-  b.overhead = engine_.step_overhead_s + engine_.per_sequence_overhead_s *
-                                             (w.decode_sequences + w.sampled_sequences);
+  b.overhead = engine_.step_overhead_s +
+               engine_.per_sequence_overhead_s * (w.decode_sequences + w.sampled_sequences);
   b.total = b.compute + b.memory + b.tp_comm + b.pp_comm + b.overhead;
   for (double* x : {&b.compute, &b.memory, &b.tp_comm, &b.pp_comm, &b.overhead, &b.total}) {
     *x *= 1e3;

@@ -33,13 +33,13 @@ inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 /// The work of one engine step of one instance.
 struct StepWork {
-  double prefill_tokens = 0;   ///< Prompt tokens processed this step (chunks).
+  double prefill_tokens = 0;  ///< Prompt tokens processed this step (chunks).
   /// Sum over the prompt chunks of chunk_tokens x (tokens before the chunk + chunk/2):
   /// the causal attention pairs the chunks compute.
   double prefill_attention_pairs = 0;
-  double decode_sequences = 0;  ///< Sequences generating one token.
+  double decode_sequences = 0;       ///< Sequences generating one token.
   double decode_context_tokens = 0;  ///< Sum of the decoding sequences' KV lengths.
-  double sampled_sequences = 0;  ///< Sequences that produce a token (logits computed).
+  double sampled_sequences = 0;      ///< Sequences that produce a token (logits computed).
 };
 
 /// Bytes per rank, before the KV pool is sized.
@@ -51,7 +51,8 @@ struct RankMemory {
   double kv_pool = 0;  ///< The pool the engine allocates (may be <= 0: does not fit).
 };
 
-/// Step times of one instance layout. Immutable after Create: thread-compatible.
+/// Step times of one instance layout. Not thread-safe: StepSeconds fills a cache of the
+/// layer matmul times by row count (each plan builds its own models).
 class StepModel {
  public:
   /// InvalidArgument when the layout cannot hold the model (tp does not divide the heads,
@@ -85,8 +86,8 @@ class StepModel {
  private:
   StepModel() = default;
   double GemmSecondsOnRank(double rows, double n, double k) const;
-  double LinearSeconds(double rows) const;     // One layer's matmuls on one rank.
-  double FfnSeconds(double rows) const;        // The FFN part of LinearSeconds.
+  double LinearSeconds(double rows) const;  // One layer's matmuls on one rank.
+  double FfnSeconds(double rows) const;     // The FFN part of LinearSeconds.
   double AllReduceSeconds(double bytes) const;
 
   ModelSpec model_;
@@ -96,9 +97,9 @@ class StepModel {
   double layers_per_stage_ = 0;
   QuantFormat weight_format_ = QuantFormat::kBf16;
   double head_dim_ = 0, q_heads_rank_ = 0, kv_heads_rank_ = 0;
-  double kv_bytes_per_token_ = 0;     // Whole stage, one rank.
+  double kv_bytes_per_token_ = 0;  // Whole stage, one rank.
   double kv_bytes_per_token_layer_ = 0;
-  double weight_bytes_read_ = 0;      // Per step, per rank, one stage's layers + head.
+  double weight_bytes_read_ = 0;  // Per step, per rank, one stage's layers + head.
   double gemm_peak_ = 0, attention_peak_ = 0, stream_bw_ = 0;
   double tp_link_bandwidth_ = 0, tp_link_latency_ = 0;
   bool tp_oneshot_ = false;

@@ -10,10 +10,9 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "inference/planner.h"
 #include "inference/spec_io.h"
@@ -69,37 +68,38 @@ Row Predict(const json& r) {
   }
   const std::string type = r.value("record_type", "");
   const json& m = r["measured"];
-  const std::string wprec = r["precision_weights"].is_string() ? r["precision_weights"].get<std::string>() : "fp16";
-  std::string kvprec = r["precision_kv_cache"].is_string() ? r["precision_kv_cache"].get<std::string>() : "";
+  const std::string wprec =
+      r["precision_weights"].is_string() ? r["precision_weights"].get<std::string>() : "fp16";
+  std::string kvprec =
+      r["precision_kv_cache"].is_string() ? r["precision_kv_cache"].get<std::string>() : "";
   if (kvprec.empty()) kvprec = wprec == "fp8" ? "fp8" : wprec;
   const int64_t tp = r.value("tp", 1), pp = r["pp"].is_number() ? r["pp"].get<int64_t>() : 1;
-  json spec = {
-      {"kind", "inference"},
-      {"model",
-       {{"name", r.value("model_key", "")},
-        {"num_layers", r["num_layers"]},
-        {"hidden_size", r["hidden_size"]},
-        {"num_attention_heads", r["num_attention_heads"]},
-        {"num_query_groups", r["num_kv_heads"]},
-        {"ffn_hidden_size", r["ffn_hidden_size"]},
-        {"vocab_size", r["vocab_size"]},
-        {"activation", "swiglu"},
-        {"normalization", "rmsnorm"},
-        {"position_embedding", "rope"},
-        {"tie_embeddings", false}}},
-      {"cluster", {{"gpu", gpu}, {"num_gpus", tp * pp}, {"gpus_per_node", 8}}},
-      {"serving",
-       {{"engine", "trtllm"},
-        {"isl", r["isl"]},
-        {"osl", r["osl"]},
-        {"kv_cache_fraction", kTrtllm017KvFraction}}},
-      {"search",
-       {{"tp", tp},
-        {"pp", pp},
-        {"weight_precision", wprec},
-        {"kv_cache_precision", kvprec},
-        {"disaggregated", false},
-        {"top_k", 1}}}};
+  json spec = {{"kind", "inference"},
+               {"model",
+                {{"name", r.value("model_key", "")},
+                 {"num_layers", r["num_layers"]},
+                 {"hidden_size", r["hidden_size"]},
+                 {"num_attention_heads", r["num_attention_heads"]},
+                 {"num_query_groups", r["num_kv_heads"]},
+                 {"ffn_hidden_size", r["ffn_hidden_size"]},
+                 {"vocab_size", r["vocab_size"]},
+                 {"activation", "swiglu"},
+                 {"normalization", "rmsnorm"},
+                 {"position_embedding", "rope"},
+                 {"tie_embeddings", false}}},
+               {"cluster", {{"gpu", gpu}, {"num_gpus", tp * pp}, {"gpus_per_node", 8}}},
+               {"serving",
+                {{"engine", "trtllm"},
+                 {"isl", r["isl"]},
+                 {"osl", r["osl"]},
+                 {"kv_cache_fraction", kTrtllm017KvFraction}}},
+               {"search",
+                {{"tp", tp},
+                 {"pp", pp},
+                 {"weight_precision", wprec},
+                 {"kv_cache_precision", kvprec},
+                 {"disaggregated", false},
+                 {"top_k", 1}}}};
   if (type == "offline_max_throughput") {
     row.metric = "out tok/s/gpu";
     spec["serving"]["num_requests"] = r["num_requests"];
@@ -194,8 +194,7 @@ int Main(int argc, char** argv) {
   if (!as_json) {
     std::printf("# inference model accuracy: %zu records of %s/inference_calibration.json\n",
                 records.size(), dir.c_str());
-    std::printf("# %-52s %-14s %10s %10s %8s\n", "id", "metric", "published", "predicted",
-                "error");
+    std::printf("# %-52s %-14s %10s %10s %8s\n", "id", "metric", "published", "predicted", "error");
   }
   size_t skipped = 0;
   for (const Row& r : rows) {
@@ -229,8 +228,8 @@ int Main(int argc, char** argv) {
   }
   std::printf("# rows predicted: %zu throughput, %zu TTFT; skipped %zu; %.1f s\n", thr.size(),
               ttft.size(), skipped, seconds);
-  std::printf("# output tok/s per GPU error: median %.1f %%, p90 %.1f %%\n",
-              Percentile(thr, 0.5), Percentile(thr, 0.9));
+  std::printf("# output tok/s per GPU error: median %.1f %%, p90 %.1f %%\n", Percentile(thr, 0.5),
+              Percentile(thr, 0.9));
   std::printf("# TTFT error: median %.1f %%, p90 %.1f %%\n", Percentile(ttft, 0.5),
               Percentile(ttft, 0.9));
   return 0;

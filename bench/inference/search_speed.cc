@@ -29,8 +29,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("# inference search speed: llama3-70b on 8 x h100-sxm-80gb, everything open\n");
-  std::printf("# %6s %12s %10s %10s %10s\n", "run", "candidates", "ranked", "feasible",
-              "time_ms");
+  std::printf("# %6s %12s %10s %10s %10s\n", "run", "candidates", "ranked", "feasible", "time_ms");
   double best = 1e300;
   for (int i = 0; i < repeat; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -47,7 +46,6 @@ int main(int argc, char** argv) {
                 static_cast<long long>(r->feasible), ms);
     if (i == 0) std::printf("# recommendation: %s\n", r->recommendation.c_str());
   }
-  std::printf("# whole search: %.2f s (best of %d; target < 5 s on 2 cores)\n", best / 1e3,
-              repeat);
+  std::printf("# whole search: %.2f s (best of %d; target < 5 s on 2 cores)\n", best / 1e3, repeat);
   return 0;
 }

@@ -91,10 +91,33 @@ TEST(PlannerTest, ModelThatFitsNowhereSaysByHowMuch) {
       << result.status().message();
 }
 
+TEST(PlannerTest, DisaggregatedSearchSplitsTheBudgetBetweenThePools) {
+  json j = Spec();
+  j["search"]["tp"] = {2};
+  j["search"]["disaggregated"] = {true};
+  auto spec = InferenceJobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok());
+  auto all = PlanInference(*spec);
+  ASSERT_TRUE(all.ok());
+  // Four TP2 instances: P1:D3, P2:D2 and P3:D1, each with one batch limit (64 clients put
+  // at most 64 sequences on a decode engine, so the limit 256 is the same layout as 64).
+  EXPECT_EQ(all->candidates_considered, 3);
+  j["search"]["prefill_replicas"] = {1};
+  spec = InferenceJobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok());
+  auto pinned = PlanInference(*spec);
+  ASSERT_TRUE(pinned.ok());
+  ASSERT_FALSE(pinned->ranked.empty());
+  for (const auto& r : pinned->ranked) {
+    EXPECT_EQ(r.config.prefill_replicas, 1);
+    EXPECT_EQ(r.config.decode_replicas, 3);
+    EXPECT_EQ(r.config.num_gpus(), 8);
+  }
+}
+
 TEST(PlannerTest, EstimateMatchesThePinnedLayout) {
   json j = Spec();
-  j["search"] = {{"tp", 8}, {"pp", 1}, {"weight_precision", "fp8"},
-                 {"kv_cache_precision", "fp8"}};
+  j["search"] = {{"tp", 8}, {"pp", 1}, {"weight_precision", "fp8"}, {"kv_cache_precision", "fp8"}};
   auto spec = InferenceJobSpecFromJson(j);
   ASSERT_TRUE(spec.ok());
   auto config = PinnedServingConfig(*spec);

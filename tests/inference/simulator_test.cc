@@ -111,8 +111,7 @@ TEST(SimulatorTest, DisaggregatedFirstTokenIncludesTheKvTransfer) {
   w.isl = 1024;
   w.osl = 33;
   w.num_requests = 1;
-  const SimulationResult r =
-      Simulate({prefill, decode}, w, [](int64_t isl) { return isl * 1e-6; });
+  const SimulationResult r = Simulate({prefill, decode}, w, [](int64_t isl) { return isl * 1e-6; });
   ASSERT_EQ(r.completed, 1);
   StepWork p;
   p.prefill_tokens = 1024;

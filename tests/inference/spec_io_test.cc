@@ -71,6 +71,10 @@ TEST(SpecIoTest, ErrorsNameTheField) {
                            0),
             0u);
   j = Spec();
+  j["model"]["num_experts"] = 8;
+  EXPECT_EQ(Error(j), "model.num_experts (8): mixture-of-experts models are not modelled by "
+                      "the inference planner yet");
+  j = Spec();
   j["kind"] = "serving";
   EXPECT_EQ(Error(j), "kind ('serving') must be training or inference");
 }
@@ -90,8 +94,7 @@ TEST(SpecIoTest, ResultUsesTheContractFieldNames) {
   for (const char* key :
        {"config", "output_tokens_per_sec_per_gpu", "output_tokens_per_sec",
         "tokens_per_sec_per_user", "requests_per_sec", "ttft_ms", "tpot_ms", "e2e_latency_ms",
-        "memory", "max_concurrency", "cost_per_million_output_tokens", "meets_limits",
-        "notes"}) {
+        "memory", "max_concurrency", "cost_per_million_output_tokens", "meets_limits", "notes"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["ttft_ms"]["p90"], 3);

@@ -35,24 +35,24 @@ StepModel Make(const char* preset, const char* gpu, const ServingConfig& c,
 TEST(StepModelTest, KvBytesPerTokenOfGqaModels) {
   // Llama 3 70B: 80 layers, 8 KV heads of 128 dims. BF16: 2 * 80 * 8 * 128 * 2 = 327,680
   // bytes per token on one GPU; TP4 holds 2 heads per rank; TP16 would replicate.
-  EXPECT_DOUBLE_EQ(Make("llama3-70b", "h100-sxm-80gb",
-                        Layout(1, 1, QuantFormat::kBf16, QuantFormat::kBf16))
-                       .kv_bytes_per_token_per_rank(),
-                   327680.0);
-  EXPECT_DOUBLE_EQ(Make("llama3-70b", "h100-sxm-80gb",
-                        Layout(4, 1, QuantFormat::kBf16, QuantFormat::kFp8))
-                       .kv_bytes_per_token_per_rank(),
-                   2.0 * 80 * 2 * 128 * 1);
+  EXPECT_DOUBLE_EQ(
+      Make("llama3-70b", "h100-sxm-80gb", Layout(1, 1, QuantFormat::kBf16, QuantFormat::kBf16))
+          .kv_bytes_per_token_per_rank(),
+      327680.0);
+  EXPECT_DOUBLE_EQ(
+      Make("llama3-70b", "h100-sxm-80gb", Layout(4, 1, QuantFormat::kBf16, QuantFormat::kFp8))
+          .kv_bytes_per_token_per_rank(),
+      2.0 * 80 * 2 * 128 * 1);
   // PP2 keeps 40 layers per stage.
-  EXPECT_DOUBLE_EQ(Make("llama3-70b", "h100-sxm-80gb",
-                        Layout(8, 2, QuantFormat::kBf16, QuantFormat::kBf16))
-                       .kv_bytes_per_token_per_rank(),
-                   2.0 * 40 * 1 * 128 * 2);
+  EXPECT_DOUBLE_EQ(
+      Make("llama3-70b", "h100-sxm-80gb", Layout(8, 2, QuantFormat::kBf16, QuantFormat::kBf16))
+          .kv_bytes_per_token_per_rank(),
+      2.0 * 40 * 1 * 128 * 2);
   // Llama 3 8B: 32 layers, 8 KV heads: 131,072 bytes per token in BF16.
-  EXPECT_DOUBLE_EQ(Make("llama3-8b", "h100-sxm-80gb",
-                        Layout(1, 1, QuantFormat::kBf16, QuantFormat::kBf16))
-                       .kv_bytes_per_token_per_rank(),
-                   131072.0);
+  EXPECT_DOUBLE_EQ(
+      Make("llama3-8b", "h100-sxm-80gb", Layout(1, 1, QuantFormat::kBf16, QuantFormat::kBf16))
+          .kv_bytes_per_token_per_rank(),
+      131072.0);
 }
 
 TEST(StepModelTest, WeightsPerRankCountQuantisationAndScales) {
@@ -78,7 +78,8 @@ TEST(StepModelTest, DecodeAtBatchOneIsTheWeightReadWithinTheOverheads) {
   w.decode_sequences = 1;
   w.decode_context_tokens = 128;
   w.sampled_sequences = 1;
-  const double read = m.weight_bytes_per_rank() / (device.memory_bandwidth * device.memory_efficiency);
+  const double read =
+      m.weight_bytes_per_rank() / (device.memory_bandwidth * device.memory_efficiency);
   const double t = m.StepSeconds(w);
   // ~70 GB of FP8 weights (and the 16-bit output layer) at 2.68 TB/s: ~26 ms. On top: 12
   // kernel launches per layer (4 GEMMs, 8 others) at 3 us, and the engine's 0.1 ms step
