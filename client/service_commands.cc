@@ -66,8 +66,7 @@ std::string JobResultsText(const v1::JobResults& results, const v1::JobSpec& spe
   if (!results.plan().has_inference()) return ResultsTable(results, spec);
   absl::StatusOr<inference::InferencePlanResult> plan =
       server::InferencePlanResultFromProto(results.plan().inference());
-  absl::StatusOr<inference::InferenceJobSpec> inference_spec =
-      server::InferenceSpecFromProto(spec);
+  absl::StatusOr<inference::InferenceJobSpec> inference_spec = server::InferenceSpecFromProto(spec);
   if (!plan.ok() || !inference_spec.ok()) return server::WireJson(results) + "\n";
   return FormatInferencePlanTable(*plan, *inference_spec);
 }

@@ -1,11 +1,11 @@
 #include "server/convert_inference.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/util/json_util.h>
+
 #include <algorithm>
 #include <string>
 #include <utility>
-
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/util/json_util.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -154,8 +154,7 @@ inference::StepBreakdown FromProto(const v1::StepBreakdown& s) {
   return out;
 }
 
-absl::StatusOr<inference::QuantFormat> FormatFromProto(const std::string& text,
-                                                      const char* field) {
+absl::StatusOr<inference::QuantFormat> FormatFromProto(const std::string& text, const char* field) {
   absl::StatusOr<inference::QuantFormat> f = inference::ParseQuantFormat(text);
   if (!f.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("config.", field, ": ", f.status().message()));
@@ -191,8 +190,7 @@ absl::StatusOr<v1::JobSpec> InferenceSpecToProto(const inference::InferenceJobSp
   }
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
-  const auto status =
-      google::protobuf::util::JsonStringToMessage(canonical.dump(), &out, options);
+  const auto status = google::protobuf::util::JsonStringToMessage(canonical.dump(), &out, options);
   if (!status.ok()) {
     return absl::InternalError(
         absl::StrCat("canonical inference spec does not fit the wire form: ", status.ToString()));

@@ -9,7 +9,6 @@
 #define PARATUNE_SERVER_CONVERT_INFERENCE_H_
 
 #include <cstdint>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"

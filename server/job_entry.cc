@@ -43,8 +43,7 @@ void JobEntry::UpdateProgress(int64_t now_ms) {
   p->set_eta_s(eta);
 }
 
-absl::StatusOr<JobEntry> NewInferenceJobEntry(const v1::SubmitJobRequest& request,
-                                              int64_t now_ms) {
+absl::StatusOr<JobEntry> NewInferenceJobEntry(const v1::SubmitJobRequest& request, int64_t now_ms) {
   absl::StatusOr<inference::InferenceJobSpec> spec = InferenceSpecFromProto(request.spec());
   if (!spec.ok()) return spec.status();
   if (absl::Status s = CheckCoordinatorRuns(*spec); !s.ok()) return s;

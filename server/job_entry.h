@@ -21,7 +21,7 @@ namespace paratune::server {
 
 struct JobEntry {
   JobRecord record;
-  JobSpec spec;                   ///< Domain form, parsed at submit/reload.
+  JobSpec spec;  ///< Domain form, parsed at submit/reload.
   /// An inference job's domain spec (`kind: inference`), parsed at submit/reload; `spec`
   /// then keeps its defaults (model mode, nothing to verify).
   std::optional<inference::InferenceJobSpec> inference;
@@ -52,8 +52,7 @@ struct Transition {
 absl::StatusOr<JobEntry> NewJobEntry(const v1::SubmitJobRequest& request, int64_t now_ms);
 
 /// The same for a `kind: inference` spec (NewJobEntry calls it for one).
-absl::StatusOr<JobEntry> NewInferenceJobEntry(const v1::SubmitJobRequest& request,
-                                              int64_t now_ms);
+absl::StatusOr<JobEntry> NewInferenceJobEntry(const v1::SubmitJobRequest& request, int64_t now_ms);
 /// What the coordinator runs of an inference job: the model (search.mode model) without
 /// end-to-end runs (search.verify_top_k 0); InvalidArgument naming the field otherwise.
 absl::Status CheckCoordinatorRuns(const inference::InferenceJobSpec& spec);

@@ -214,10 +214,10 @@ void JobLifecycle::RunInferencePlan(const std::string& job_id,
     for (const auto& [rule, count] : plan->rejected_reasons) {
       reasons.push_back(absl::StrCat(rule, ": ", count));
     }
-    SetStateLocked(job, v1::JOB_STATE_FAILED,
-                   absl::StrCat("no serving layout satisfies the spec: all ",
-                                plan->candidates_considered, " candidates rejected (",
-                                absl::StrJoin(reasons, ", "), ")"))
+    SetStateLocked(
+        job, v1::JOB_STATE_FAILED,
+        absl::StrCat("no serving layout satisfies the spec: all ", plan->candidates_considered,
+                     " candidates rejected (", absl::StrJoin(reasons, ", "), ")"))
         .IgnoreError();
     return;
   }

@@ -64,8 +64,7 @@ struct JobLifecycleOptions {
   std::function<absl::StatusOr<PlanResult>(const JobSpec&)> plan;
   /// The inference planner (inference::PlanInference) for `kind: inference` jobs; when
   /// unset, such jobs fail at planning saying so.
-  std::function<absl::StatusOr<inference::InferencePlanResult>(
-      const inference::InferenceJobSpec&)>
+  std::function<absl::StatusOr<inference::InferencePlanResult>(const inference::InferenceJobSpec&)>
       plan_inference;
   /// Timed and untimed steps per profile task, and how many candidates to profile.
   ProfilePlanOptions profile;

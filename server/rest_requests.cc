@@ -169,9 +169,8 @@ absl::StatusOr<ExportRequest> ParseExportRequest(const std::string& job_id, cons
     }
     const std::vector<std::string> formats = ExportFormats();
     if (std::find(formats.begin(), formats.end(), value) == formats.end()) {
-      return absl::InvalidArgumentError(
-          Cat({"query parameter format must be one of ", ExportFormatList(), ", got '", value,
-               "'"}));
+      return absl::InvalidArgumentError(Cat(
+          {"query parameter format must be one of ", ExportFormatList(), ", got '", value, "'"}));
     }
     if (!out.format.empty()) {
       return absl::InvalidArgumentError("query parameter format is given more than once");

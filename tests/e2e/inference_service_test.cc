@@ -3,13 +3,12 @@
 // `results --json` ranks the layouts `paratune plan --json` ranks for the spec (one JSON
 // dialect); the coordinator killed with SIGKILL and restarted on its database serves the
 // same results; a bad field exits 2 from the CLI and gets HTTP 400 naming it.
+#include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <fstream>
-#include <string>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "tests/e2e/fault_harness.h"
 
@@ -53,9 +52,8 @@ class InferenceServiceTest : public ::testing::Test {
                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
     spec_ = dir_ / "spec.json";
     std::ofstream(spec_) << Llama8bServingSpec().dump(2);
-    coordinator_ =
-        std::make_unique<Coordinator>(BinDir(), dir_, dir_ / "paratune.db",
-                                      std::vector<std::string>{});
+    coordinator_ = std::make_unique<Coordinator>(BinDir(), dir_, dir_ / "paratune.db",
+                                                 std::vector<std::string>{});
     std::string error;
     ASSERT_TRUE(coordinator_->Start(&error)) << error;
   }
@@ -65,9 +63,9 @@ class InferenceServiceTest : public ::testing::Test {
   }
 
   Output Cli(const std::string& args) {
-    return RunCommand((BinDir() / "paratune").string() + " " + args + " --coordinator " +
-                          coordinator_->address(),
-                      dir_ / "cli.err");
+    return RunCommand(
+        (BinDir() / "paratune").string() + " " + args + " --coordinator " + coordinator_->address(),
+        dir_ / "cli.err");
   }
 
   fs::path dir_, spec_;
@@ -90,8 +88,7 @@ TEST_F(InferenceServiceTest, SubmitWatchResultsAndARestartedCoordinatorServeTheR
 
   // The planner run by `paratune plan` ranks the same layouts, in the same JSON.
   Output planned = RunCommand(
-      (BinDir() / "paratune").string() + " plan --json --spec " + spec_.string(),
-      dir_ / "cli.err");
+      (BinDir() / "paratune").string() + " plan --json --spec " + spec_.string(), dir_ / "cli.err");
   ASSERT_EQ(planned.exit_code, 0) << ReadFile(dir_ / "cli.err");
   const json plan = WithoutNulls(json::parse(planned.out));
   ASSERT_EQ(ranked.size(), plan["ranked"].size());

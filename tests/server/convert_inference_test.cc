@@ -3,13 +3,13 @@
 // specs take the training specs' path (resolved presets, errors naming the field).
 #include "server/convert_inference.h"
 
-#include <random>
-#include <set>
-#include <string>
-
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <string>
 
 #include "inference/spec_io.h"
 #include "server/convert.h"
@@ -178,16 +178,16 @@ TEST(ConvertInferenceTest, TheRankedConfigJsonHasTheContractsNames) {
   }
   std::set<std::string> config_keys;
   for (const auto& [key, value] : j["config"].items()) config_keys.insert(key);
-  EXPECT_EQ(config_keys, (std::set<std::string>{"tp", "pp", "ep", "replicas", "max_batch_size",
-                                                "max_num_tokens", "weight_precision",
-                                                "kv_cache_precision", "disaggregated",
-                                                "prefill_replicas", "decode_replicas",
-                                                "num_gpus"}));
+  EXPECT_EQ(config_keys,
+            (std::set<std::string>{"tp", "pp", "ep", "replicas", "max_batch_size", "max_num_tokens",
+                                   "weight_precision", "kv_cache_precision", "disaggregated",
+                                   "prefill_replicas", "decode_replicas", "num_gpus"}));
   for (const char* stat : {"ttft_ms", "tpot_ms", "e2e_latency_ms"}) {
     EXPECT_EQ(j[stat].size(), 4u) << stat;
     EXPECT_EQ(j[stat]["p99"].get<double>(), stat == std::string("ttft_ms") ? r.ttft_ms.p99
-                                             : stat == std::string("tpot_ms") ? r.tpot_ms.p99
-                                                                              : r.e2e_latency_ms.p99);
+                                            : stat == std::string("tpot_ms")
+                                                ? r.tpot_ms.p99
+                                                : r.e2e_latency_ms.p99);
   }
   for (const char* part : {"weights", "kv_cache", "activations", "reserve", "peak", "capacity"}) {
     EXPECT_TRUE(j["memory"].contains(part)) << part;
@@ -195,8 +195,8 @@ TEST(ConvertInferenceTest, TheRankedConfigJsonHasTheContractsNames) {
   // Counts are JSON numbers, as the contract writes them (int64 would be strings).
   EXPECT_TRUE(j["config"]["tp"].is_number_integer());
   EXPECT_TRUE(j["max_concurrency"].is_number_integer());
-  EXPECT_EQ(j["config"]["weight_precision"], std::string(inference::ToString(
-                                                  r.config.weight_precision)));
+  EXPECT_EQ(j["config"]["weight_precision"],
+            std::string(inference::ToString(r.config.weight_precision)));
   EXPECT_EQ(j["config"]["num_gpus"].get<int64_t>(), r.config.num_gpus());
   for (const char* part : {"compute_ms", "memory_ms", "tp_comm_ms", "pp_comm_ms", "overhead_ms",
                            "kv_transfer_ms", "total_ms", "source"}) {

@@ -3,19 +3,17 @@
 // inference::PlanInference gives for the spec); a restarted coordinator serves it from the
 // SQLite store and plans an unfinished one again; cancel, bad fields (400 /
 // INVALID_ARGUMENT naming the field), the API limits and the metrics by kind.
+#include <google/protobuf/util/message_differencer.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <httplib.h>
-
 #include <unistd.h>
 
 #include <filesystem>
 #include <future>
 #include <memory>
-#include <string>
-
-#include <google/protobuf/util/message_differencer.h>
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "inference/exporters.h"
 #include "inference/planner.h"
@@ -77,8 +75,8 @@ class InferenceJobsTest : public ::testing::Test {
   }
 
   // The coordinator on `db_`: gRPC on the in-process channel, REST on a free port.
-  void Start(std::function<absl::StatusOr<inference::InferencePlanResult>(
-                 const inference::InferenceJobSpec&)>
+  void Start(std::function<
+                 absl::StatusOr<inference::InferencePlanResult>(const inference::InferenceJobSpec&)>
                  plan_inference = inference::PlanInference) {
     JobManagerOptions o;
     o.plan = [](const JobSpec& spec) { return Plan(spec); };
@@ -225,9 +223,9 @@ TEST_F(InferenceJobsTest, GrpcAndRestRankServingLayoutsAndARestartServesThemFrom
     res = http_->Get(export_path + format);
     ASSERT_TRUE(res);
     ASSERT_EQ(res->status, 200) << format << ": " << res->body;
-    absl::StatusOr<std::string> expected = inference::FormatServingCommand(
-        *InferenceSpecFromProto(job.resolved_spec()), *ServingConfigFromProto(inf.ranked(0).config()),
-        format);
+    absl::StatusOr<std::string> expected =
+        inference::FormatServingCommand(*InferenceSpecFromProto(job.resolved_spec()),
+                                        *ServingConfigFromProto(inf.ranked(0).config()), format);
     ASSERT_TRUE(expected.ok()) << expected.status();
     EXPECT_EQ(res->body, *expected) << format;
     EXPECT_NE(res->get_header_value("Content-Disposition").find("-rank1-" + std::string(format)),
@@ -250,8 +248,7 @@ TEST_F(InferenceJobsTest, GrpcAndRestRankServingLayoutsAndARestartServesThemFrom
   // Metrics count the jobs and the scored layouts by kind.
   manager_->ReapNow();
   const std::string text = metrics_.Serialize();
-  EXPECT_NE(text.find("paratune_jobs_by_kind{kind=\"inference\"} 3\n"), std::string::npos)
-      << text;
+  EXPECT_NE(text.find("paratune_jobs_by_kind{kind=\"inference\"} 3\n"), std::string::npos) << text;
   EXPECT_NE(text.find("paratune_candidates_scored_total{kind=\"inference\"} " +
                       std::to_string(3 * inf.candidates_considered()) + "\n"),
             std::string::npos)
@@ -293,8 +290,7 @@ TEST_F(InferenceJobsTest, BadFieldsGet400AndInvalidArgumentNamingTheField) {
     httplib::Result res = http_->Post("/v1/jobs", body.dump(), "application/json");
     ASSERT_TRUE(res);
     EXPECT_EQ(res->status, 400) << c.what << ": " << res->body;
-    EXPECT_NE(json::parse(res->body)["message"].get<std::string>().find(c.field),
-              std::string::npos)
+    EXPECT_NE(json::parse(res->body)["message"].get<std::string>().find(c.field), std::string::npos)
         << c.what << ": " << res->body;
   }
   // Over gRPC: a wire message with a bad serving field.
