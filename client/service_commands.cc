@@ -20,11 +20,14 @@
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
 #include "client/render.h"
+#include "client/render_inference.h"
 #include "client/spec_file.h"
 #include "paratune/v1/service.grpc.pb.h"
+#include "inference/planner.h"
 #include "search/planner.h"
 #include "server/clock.h"
 #include "server/convert.h"
+#include "server/convert_inference.h"
 #include "server/grpc_services.h"
 #include "server/job_manager.h"
 #include "server/store.h"
@@ -54,6 +57,18 @@ absl::StatusOr<std::string> ReadText(const std::string& path, const char* what) 
   absl::StatusOr<std::string> text = ReadInputFile(path, kMaxSpecFileBytes, what);
   if (!text.ok()) return absl::InvalidArgumentError(text.status().message());
   return text;
+}
+
+/// The results of a job as a table: training rankings by ResultsTable, inference ones by
+/// FormatInferencePlanTable (client/render_inference.h); the results' JSON when the plan or
+/// the spec does not convert.
+std::string JobResultsText(const v1::JobResults& results, const v1::JobSpec& spec) {
+  if (!results.plan().has_inference()) return ResultsTable(results, spec);
+  absl::StatusOr<inference::InferencePlanResult> plan =
+      server::InferencePlanResultFromProto(results.plan().inference());
+  absl::StatusOr<inference::InferenceJobSpec> inference_spec = server::InferenceSpecFromProto(spec);
+  if (!plan.ok() || !inference_spec.ok()) return server::WireJson(results) + "\n";
+  return FormatInferencePlanTable(*plan, *inference_spec);
 }
 
 // --- Connection ---------------------------------------------------------------------------
@@ -296,7 +311,7 @@ int Results(RemoteArgs& a) {
   v1::Job job;
   status = (*stub)->GetJob(a.conn.Context().get(), get, &job);
   if (!status.ok()) return Fail(a.conn.Explain(status));
-  std::cout << ResultsTable(results, server::RenderedSpec(job));
+  std::cout << JobResultsText(results, server::RenderedSpec(job));
   return 0;
 }
 
@@ -374,6 +389,9 @@ int Tune(const TuneArgs& a) {
   server::SystemClock clock;
   server::JobManagerOptions options;
   options.plan = [](const JobSpec& s) { return Plan(s); };
+  options.plan_inference = [](const inference::InferenceJobSpec& s) {
+    return inference::PlanInference(s);
+  };
   // One local worker: leases are renewed by its heartbeats; keep them short so that a task
   // lost to a crash of the worker thread would be retried quickly.
   options.lease_timeout_ms = 10'000;
@@ -476,7 +494,7 @@ int Tune(const TuneArgs& a) {
         final_job.ok() && !final_job->error().empty() ? ": " + final_job->error() : "")));
   }
   if (!results.ok()) return Fail(results.status());
-  std::cout << (a.json ? server::WireJson(*results) + "\n" : ResultsTable(*results, *spec));
+  std::cout << (a.json ? server::WireJson(*results) + "\n" : JobResultsText(*results, *spec));
   return 0;
 }
 

@@ -10,7 +10,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "inference/spec_io.h"
 #include "search/spec_io.h"
+#include "server/convert_inference.h"
 
 namespace paratune::server {
 namespace {
@@ -107,6 +109,9 @@ absl::StatusOr<v1::JobSpec> SpecToProto(const JobSpec& spec) {
 }
 
 absl::StatusOr<v1::JobSpec> SpecProtoFromJson(const nlohmann::json& json) {
+  absl::StatusOr<inference::JobKind> kind = inference::JobKindOf(json);
+  if (!kind.ok()) return kind.status();
+  if (*kind == inference::JobKind::kInference) return InferenceSpecProtoFromJson(json);
   absl::StatusOr<JobSpec> spec = JobSpecFromJson(json);
   if (!spec.ok()) return spec.status();
   return SpecToProto(*spec);

@@ -28,7 +28,8 @@ namespace paratune::server {
 
 /// The validated domain spec (InvalidArgument naming the field for a bad one).
 absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& spec);
-/// A spec's JSON form (spec file, REST body) to the wire message, validated on the way:
+/// A spec's JSON form (spec file, REST body) to the wire message, validated on the way
+/// (`kind: inference` specs by server/convert_inference.h):
 /// InvalidArgument naming the field. The message carries the canonical form (explicit
 /// model fields, defaults written out).
 absl::StatusOr<v1::JobSpec> SpecProtoFromJson(const nlohmann::json& json);

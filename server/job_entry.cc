@@ -2,7 +2,9 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "server/convert.h"
+#include "server/convert_inference.h"
 
 namespace paratune::server {
 
@@ -41,8 +43,44 @@ void JobEntry::UpdateProgress(int64_t now_ms) {
   p->set_eta_s(eta);
 }
 
+absl::StatusOr<JobEntry> NewInferenceJobEntry(const v1::SubmitJobRequest& request, int64_t now_ms) {
+  absl::StatusOr<inference::InferenceJobSpec> spec = InferenceSpecFromProto(request.spec());
+  if (!spec.ok()) return spec.status();
+  if (absl::Status s = CheckCoordinatorRuns(*spec); !s.ok()) return s;
+  absl::StatusOr<v1::JobSpec> resolved = InferenceSpecToProto(*spec);
+  if (!resolved.ok()) return resolved.status();
+  JobEntry entry;
+  entry.inference = *std::move(spec);
+  v1::Job& job = entry.record.job;
+  job.set_name(!entry.inference->name.empty() ? entry.inference->name
+                                              : entry.inference->model.name);
+  job.set_state(v1::JOB_STATE_PENDING);
+  *job.mutable_spec() = request.spec();
+  *job.mutable_resolved_spec() = *std::move(resolved);
+  SetTime(job.mutable_create_time(), now_ms);
+  SetTime(job.mutable_update_time(), now_ms);
+  return entry;
+}
+
+absl::Status CheckCoordinatorRuns(const inference::InferenceJobSpec& spec) {
+  if (spec.search.mode != SearchMode::kModel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("search.mode (", ToString(spec.search.mode),
+                     ") must be model for kind: inference (the coordinator scores serving "
+                     "layouts with the model only)"));
+  }
+  if (spec.search.verify_top_k != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("search.verify_top_k (", spec.search.verify_top_k,
+                     ") must be 0 for kind: inference (serving runs are not verified end to "
+                     "end)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JobEntry> NewJobEntry(const v1::SubmitJobRequest& request, int64_t now_ms) {
   if (!request.has_spec()) return absl::InvalidArgumentError("spec is required");
+  if (IsInferenceSpec(request.spec())) return NewInferenceJobEntry(request, now_ms);
   absl::StatusOr<JobSpec> spec = SpecFromProto(request.spec());
   if (!spec.ok()) return spec.status();
   absl::StatusOr<v1::JobSpec> resolved = SpecToProto(*spec);

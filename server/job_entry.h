@@ -6,10 +6,12 @@
 #define PARATUNE_SERVER_JOB_ENTRY_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "inference/serving_spec.h"
 #include "paratune/v1/job.pb.h"
 #include "paratune/v1/service.pb.h"
 #include "search/specs.h"
@@ -19,7 +21,10 @@ namespace paratune::server {
 
 struct JobEntry {
   JobRecord record;
-  JobSpec spec;                   ///< Domain form, parsed at submit/reload.
+  JobSpec spec;  ///< Domain form, parsed at submit/reload.
+  /// An inference job's domain spec (`kind: inference`), parsed at submit/reload; `spec`
+  /// then keeps its defaults (model mode, nothing to verify).
+  std::optional<inference::InferenceJobSpec> inference;
   std::vector<TaskRecord> tasks;  ///< Profile tasks, then verify parts.
   /// When the first task was queued (the ETA's origin); 0 before.
   int64_t profiling_start_ms = 0;
@@ -45,6 +50,12 @@ struct Transition {
 /// A new PENDING job for `request` (its spec validated), created at `now_ms`; the caller
 /// sets its id.
 absl::StatusOr<JobEntry> NewJobEntry(const v1::SubmitJobRequest& request, int64_t now_ms);
+
+/// The same for a `kind: inference` spec (NewJobEntry calls it for one).
+absl::StatusOr<JobEntry> NewInferenceJobEntry(const v1::SubmitJobRequest& request, int64_t now_ms);
+/// What the coordinator runs of an inference job: the model (search.mode model) without
+/// end-to-end runs (search.verify_top_k 0); InvalidArgument naming the field otherwise.
+absl::Status CheckCoordinatorRuns(const inference::InferenceJobSpec& spec);
 
 /// Sets `ts` to `ms` milliseconds since the Unix epoch.
 void SetTime(google::protobuf::Timestamp* ts, int64_t ms);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "search/empty_result.h"
 #include "server/convert.h"
+#include "server/convert_inference.h"
 #include "server/ids.h"
 #include "server/job_requests.h"
 
@@ -80,6 +81,17 @@ absl::Status JobLifecycle::RecoverJob(JobEntry& job) {
   // Rankings stored before the rejected list was capped.
   if (job.record.results) CapRejected(*job.record.results);
   if (job.record.modelled) CapRejected(*job.record.modelled);
+  if (IsInferenceSpec(RenderedSpec(job.record.job))) {
+    absl::StatusOr<inference::InferenceJobSpec> spec =
+        InferenceSpecFromProto(RenderedSpec(job.record.job));
+    if (!spec.ok()) {
+      return SetStateLocked(job, v1::JOB_STATE_FAILED,
+                            absl::StrCat("spec no longer valid: ", spec.status().message()));
+    }
+    job.inference = *std::move(spec);
+    executor_->Schedule(JobWork::kPlan, id);  // PENDING, PLANNING: nothing else to resume.
+    return absl::OkStatus();
+  }
   absl::StatusOr<JobSpec> spec = SpecFromProto(RenderedSpec(job.record.job));
   if (!spec.ok()) {
     return SetStateLocked(job, v1::JOB_STATE_FAILED,
@@ -114,6 +126,7 @@ absl::Status JobLifecycle::RecoverJob(JobEntry& job) {
 
 void JobLifecycle::RunPlan(const std::string& job_id) {
   JobSpec spec;
+  std::optional<inference::InferenceJobSpec> inference_spec;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(job_id);
@@ -128,7 +141,9 @@ void JobLifecycle::RunPlan(const std::string& job_id) {
       return;
     }
     spec = job.spec;
+    inference_spec = job.inference;
   }
+  if (inference_spec) return RunInferencePlan(job_id, *inference_spec);
   absl::StatusOr<PlanResult> plan = options_.plan(spec);
   // The wire form (rejected list capped) and the reasons of an empty answer are built
   // before taking the lock.
@@ -150,6 +165,7 @@ void JobLifecycle::RunPlan(const std::string& job_id) {
         .IgnoreError();
     return;
   }
+  candidates_scored_["training"] += plan->candidates_considered;
   if (plan->ranked.empty()) {
     // The ranking (its rejected layouts) is kept so that GetResults shows them.
     job.record.results = *std::move(plan_proto);
@@ -161,6 +177,51 @@ void JobLifecycle::RunPlan(const std::string& job_id) {
     return;
   }
   AcceptPlanLocked(job, *plan, *std::move(plan_proto));
+}
+
+void JobLifecycle::RunInferencePlan(const std::string& job_id,
+                                    const inference::InferenceJobSpec& spec) {
+  absl::StatusOr<inference::InferencePlanResult> plan =
+      options_.plan_inference
+          ? options_.plan_inference(spec)
+          : absl::UnimplementedError("this coordinator has no inference planner");
+  std::optional<v1::PlanResult> plan_proto;
+  if (plan.ok()) {
+    plan_proto.emplace();
+    *plan_proto->mutable_inference() = ToProto(*plan);
+    plan_proto->set_candidates_considered(plan->candidates_considered);
+    plan_proto->set_feasible(plan->feasible);
+    plan_proto->set_elapsed_ms(plan->elapsed_ms);
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  JobEntry& job = it->second;
+  if (job.record.job.state() != v1::JOB_STATE_PLANNING) return;  // Cancelled meanwhile.
+  if (!plan.ok()) {
+    SetStateLocked(job, v1::JOB_STATE_FAILED,
+                   absl::StrCat("planning failed: ", plan.status().message()))
+        .IgnoreError();
+    return;
+  }
+  candidates_scored_["inference"] += plan->candidates_considered;
+  job.record.results = *std::move(plan_proto);
+  job.rankings_dirty = true;
+  if (plan->ranked.empty()) {
+    // The rejected layouts stay readable through GetResults.
+    std::vector<std::string> reasons;
+    for (const auto& [rule, count] : plan->rejected_reasons) {
+      reasons.push_back(absl::StrCat(rule, ": ", count));
+    }
+    SetStateLocked(
+        job, v1::JOB_STATE_FAILED,
+        absl::StrCat("no serving layout satisfies the spec: all ", plan->candidates_considered,
+                     " candidates rejected (", absl::StrJoin(reasons, ", "), ")"))
+        .IgnoreError();
+    return;
+  }
+  FinishRankingLocked(job);
 }
 
 void JobLifecycle::AcceptPlanLocked(JobEntry& job, const PlanResult& plan,
@@ -272,7 +333,8 @@ void JobLifecycle::RetireLocked(const std::string& id) {
       if (t.state == TaskState::kDone) ++compact_counts_.tasks_done;
       if (t.state == TaskState::kFailed) ++compact_counts_.tasks_failed;
     }
-    compact_[it->first] = CompactJob{state, job.has_results};
+    ++compact_counts_.jobs_by_kind[job.inference ? "inference" : "training"];
+    compact_[it->first] = CompactJob{state, job.has_results, job.inference.has_value()};
     jobs_.erase(it);
   }
 }

@@ -40,6 +40,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "inference/serving_result.h"
+#include "inference/serving_spec.h"
 #include "paratune/v1/service.pb.h"
 #include "search/plan_result.h"
 #include "search/profile_plan.h"
@@ -60,6 +62,10 @@ namespace paratune::server {
 struct JobLifecycleOptions {
   /// The analytical planner (paratune::Plan); must be set.
   std::function<absl::StatusOr<PlanResult>(const JobSpec&)> plan;
+  /// The inference planner (inference::PlanInference) for `kind: inference` jobs; when
+  /// unset, such jobs fail at planning saying so.
+  std::function<absl::StatusOr<inference::InferencePlanResult>(const inference::InferenceJobSpec&)>
+      plan_inference;
   /// Timed and untimed steps per profile task, and how many candidates to profile.
   ProfilePlanOptions profile;
   /// Steps, seed and rendezvous timeout of verify runs.
@@ -76,6 +82,10 @@ struct JobCounts {
   std::map<v1::JobState, int64_t> jobs;
   int64_t tasks_done = 0;
   int64_t tasks_failed = 0;
+  /// Jobs of every state by kind ("training", "inference").
+  std::map<std::string, int64_t> jobs_by_kind;
+  /// Layouts the planner scored (candidates_considered) since start, by kind.
+  std::map<std::string, int64_t> candidates_by_kind;
 };
 
 class JobLifecycle {
@@ -102,6 +112,9 @@ class JobLifecycle {
 
   /// The executor's steps.
   void RunPlan(const std::string& job_id);
+  /// RunPlan of a `kind: inference` job: the serving search, then SUCCEEDED with the
+  /// ranking, or FAILED with the reasons when no layout is feasible.
+  void RunInferencePlan(const std::string& job_id, const inference::InferenceJobSpec& spec);
   void RunCompose(const std::string& job_id);
 
   /// Makes the attempt count of a lease durable before the worker sees the task; on
@@ -127,6 +140,7 @@ class JobLifecycle {
   struct CompactJob {
     v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
     bool has_results = false;  // The store holds a final ranking.
+    bool inference = false;    // kind: inference.
   };
 
   absl::Status RecoverJob(JobEntry& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -174,6 +188,8 @@ class JobLifecycle {
   std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);      // Oldest first, all jobs.
   std::deque<std::string> whole_finished_ ABSL_GUARDED_BY(mu_);  // Oldest to finish first.
   JobCounts compact_counts_ ABSL_GUARDED_BY(mu_);                // Of the compact jobs.
+  // Layouts scored by planning since start, by kind.
+  std::map<std::string, int64_t> candidates_scored_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 

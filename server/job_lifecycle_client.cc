@@ -148,8 +148,10 @@ absl::StatusOr<v1::JobResults> JobLifecycle::GetResults(const v1::GetResultsRequ
 JobCounts JobLifecycle::Counts() const {
   std::lock_guard<std::mutex> lock(mu_);
   JobCounts out = compact_counts_;
+  out.candidates_by_kind = candidates_scored_;
   for (const auto& [id, job] : jobs_) {
     ++out.jobs[job.record.job.state()];
+    ++out.jobs_by_kind[job.inference ? "inference" : "training"];
     for (const TaskRecord& t : job.tasks) {
       if (t.state == TaskState::kDone) ++out.tasks_done;
       if (t.state == TaskState::kFailed) ++out.tasks_failed;

@@ -135,6 +135,10 @@ void JobManager::UpdateMetrics() {
   options_.metrics->SetTasks(TaskGaugeState::kDone, counts.tasks_done);
   options_.metrics->SetTasks(TaskGaugeState::kFailed, counts.tasks_failed);
   for (const auto& [state, n] : workers_.CountByState()) options_.metrics->SetWorkers(state, n);
+  for (const char* kind : {"training", "inference"}) {
+    options_.metrics->SetJobsOfKind(kind, counts.jobs_by_kind[kind]);
+    options_.metrics->SetCandidatesScored(kind, counts.candidates_by_kind[kind]);
+  }
 }
 
 void JobManager::WaitIdle() { executor_.WaitIdle(); }

@@ -46,7 +46,10 @@ absl::Status ValidateJobSpecBounds(const v1::JobSpec& spec) {
       {"training.optimizer", &spec.training().optimizer()},
       {"cluster.gpu", &spec.cluster().gpu()},
       {"search.objective", &spec.search().objective()},
-      {"search.mode", &spec.search().mode()}};
+      {"search.mode", &spec.search().mode()},
+      {"kind", &spec.kind()},
+      {"serving.engine", &spec.serving().engine()},
+      {"serving.batching", &spec.serving().batching()}};
   for (const auto& [field, value] : keywords) {
     if (auto s = CheckBytes(field, *value, kMaxSpecKeywordBytes); !s.ok()) return s;
   }
@@ -61,7 +64,15 @@ absl::Status ValidateJobSpecBounds(const v1::JobSpec& spec) {
       {"search.sequence_parallel", search.sequence_parallel_size()},
       {"search.recompute", search.recompute_size()},
       {"search.recompute_num_layers", search.recompute_num_layers_size()},
-      {"search.distributed_optimizer", search.distributed_optimizer_size()}};
+      {"search.distributed_optimizer", search.distributed_optimizer_size()},
+      {"search.replicas", search.replicas_size()},
+      {"search.max_batch_size", search.max_batch_size_size()},
+      {"search.max_num_tokens", search.max_num_tokens_size()},
+      {"search.weight_precision", search.weight_precision_size()},
+      {"search.kv_cache_precision", search.kv_cache_precision_size()},
+      {"search.disaggregated", search.disaggregated_size()},
+      {"search.prefill_replicas", search.prefill_replicas_size()},
+      {"search.decode_replicas", search.decode_replicas_size()}};
   for (const auto& [field, entries] : lists) {
     if (static_cast<size_t>(entries) > kMaxSearchListEntries) {
       return absl::InvalidArgumentError(
@@ -73,6 +84,17 @@ absl::Status ValidateJobSpecBounds(const v1::JobSpec& spec) {
                             kMaxSpecKeywordBytes);
         !s.ok()) {
       return s;
+    }
+  }
+  const std::pair<absl::string_view, const google::protobuf::RepeatedPtrField<std::string>*>
+      keyword_lists[] = {{"search.weight_precision", &search.weight_precision()},
+                         {"search.kv_cache_precision", &search.kv_cache_precision()}};
+  for (const auto& [field, list] : keyword_lists) {
+    for (int i = 0; i < list->size(); ++i) {
+      if (auto s = CheckBytes(absl::StrCat(field, "[", i, "]"), list->Get(i), kMaxSpecKeywordBytes);
+          !s.ok()) {
+        return s;
+      }
     }
   }
   return absl::OkStatus();

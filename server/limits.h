@@ -6,6 +6,7 @@
 //   field                                    bound
 //   JobSpec.name, model.name                 kMaxSpecNameBytes (256) bytes, printable
 //   model.preset and every keyword field     kMaxSpecKeywordBytes (64) bytes
+//     (kind, serving.engine, serving.batching, search.*_precision[i] included)
 //   model.hf_config_json                     kMaxHfConfigJsonBytes (24 KiB)
 //   each search.* list                       kMaxSearchListEntries (64) entries
 //   job, worker and task ids                 kMaxIdBytes (128) bytes, not empty

@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "inference/planner.h"
 #include "search/planner.h"
 #include "server/auth.h"
 #include "server/clock.h"
@@ -202,6 +203,9 @@ int main(int argc, char** argv) {
   if (!store.ok()) return Fail(store.status());
   paratune::server::SystemClock clock;
   options.plan = [](const paratune::JobSpec& spec) { return paratune::Plan(spec); };
+  options.plan_inference = [](const paratune::inference::InferenceJobSpec& spec) {
+    return paratune::inference::PlanInference(spec);
+  };
   options.metrics = &metrics;
   absl::StatusOr<std::unique_ptr<paratune::server::JobManager>> manager =
       paratune::server::JobManager::Create(*std::move(store), &clock, options);

@@ -19,6 +19,8 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Gauge>* workers;
   prometheus::Family<prometheus::Histogram>* latency;
   prometheus::Family<prometheus::Counter>* requests;
+  prometheus::Family<prometheus::Gauge>* jobs_by_kind;
+  prometheus::Family<prometheus::Counter>* candidates;
 };
 
 namespace {
@@ -82,6 +84,18 @@ Metrics::Metrics()
                              .Name("paratune_requests_total")
                              .Help("API requests by method, transport and status code.")
                              .Register(*registry_);
+  families_->jobs_by_kind = &prometheus::BuildGauge()
+                                 .Name("paratune_jobs_by_kind")
+                                 .Help("Jobs of every state, by kind (training, inference).")
+                                 .Register(*registry_);
+  families_->candidates = &prometheus::BuildCounter()
+                               .Name("paratune_candidates_scored_total")
+                               .Help("Layouts the planner scored, by job kind.")
+                               .Register(*registry_);
+  for (std::string_view kind : {"training", "inference"}) {
+    SetJobsOfKind(kind, 0);
+    SetCandidatesScored(kind, 0);
+  }
   // Every known state is present from the start (as 0), so dashboards and alerts see a
   // series instead of "no data".
   for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
@@ -109,6 +123,16 @@ void Metrics::SetTasks(TaskGaugeState state, int64_t count) {
 
 void Metrics::SetWorkers(std::string_view state, int64_t count) {
   families_->workers->Add({{"state", std::string(state)}}).Set(static_cast<double>(count));
+}
+
+void Metrics::SetJobsOfKind(std::string_view kind, int64_t count) {
+  families_->jobs_by_kind->Add({{"kind", std::string(kind)}}).Set(static_cast<double>(count));
+}
+
+void Metrics::SetCandidatesScored(std::string_view kind, int64_t total) {
+  prometheus::Counter& counter = families_->candidates->Add({{"kind", std::string(kind)}});
+  const double delta = static_cast<double>(total) - counter.Value();
+  if (delta > 0) counter.Increment(delta);
 }
 
 void Metrics::ObserveRequest(std::string_view method, Transport transport,

@@ -31,6 +31,8 @@ enum class TaskGaugeState { kQueued, kLeased, kDone, kFailed };
 ///   paratune_workers{state="idle"|"busy"|"lost"}                    gauge
 ///   paratune_rpc_latency_seconds{method,transport}                  histogram
 ///   paratune_requests_total{method,transport,code}                  counter
+///   paratune_jobs_by_kind{kind="training"|"inference"}              gauge
+///   paratune_candidates_scored_total{kind="training"|"inference"}   counter
 /// `method` is the RPC name ("SubmitJob", "GetJob", ...; REST /v1/ requests use the name
 /// of the RPC they map to; /healthz, /metrics and dashboard files are not counted); `code`
 /// is the canonical status code name ("OK", "INVALID_ARGUMENT", ...).
@@ -48,6 +50,11 @@ class Metrics {
   /// Sets the number of workers in `state` ("idle", "busy" or "lost"; other values are
   /// recorded as given, so a new state shows up rather than vanishing).
   void SetWorkers(std::string_view state, int64_t count);
+  /// Sets the number of jobs (every state) of `kind`, "training" or "inference".
+  void SetJobsOfKind(std::string_view kind, int64_t count);
+  /// Sets the layouts the planner scored for jobs of `kind` since the coordinator started
+  /// (a counter: a total below the current one is ignored).
+  void SetCandidatesScored(std::string_view kind, int64_t total);
   /// Records one finished request: its latency and its outcome.
   void ObserveRequest(std::string_view method, Transport transport, absl::StatusCode code,
                       double seconds);

@@ -10,7 +10,7 @@ import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-files = ['spec','results','job','service']
+files = ['spec','results','job','service','inference']
 msgs = {}; enums = {}; order = []
 for f in files:
     lines = open(os.path.join(ROOT, 'proto', 'paratune', 'v1', f + '.proto')).read().split('\n')
@@ -37,6 +37,12 @@ for f in files:
         if cur and s == '}':
             cur = None; comment=[]; continue
         if cur:
+            m = re.match(r'map<\w+, ?([\w.]+)> (\w+) = \d+;(?:\s*//\s*(.*))?', s)
+            if m:
+                desc = ' '.join(comment + ([m.group(3)] if m.group(3) else []))
+                msgs[cur]['fields'].append(('map', m.group(1), m.group(2), desc))
+                comment = []
+                continue
             m = re.match(r'(repeated |optional )?([\w.]+) (\w+) = \d+;(?:\s*//\s*(.*))?', s)
             if m:
                 desc = ' '.join(comment + ([m.group(4)] if m.group(4) else []))
@@ -61,6 +67,7 @@ for name in order:
     for lab, t, n, d in m['fields']:
         p = typ(t)
         if lab.strip() == 'repeated': p = {'type':'array','items':p}
+        if lab == 'map': p = {'type':'object','additionalProperties':p}
         if d:
             if '$ref' in p: p = {'allOf':[p], 'description': d}
             elif 'description' in p: p['description'] = d + ' (' + p['description'] + ')'
@@ -121,7 +128,7 @@ idp = {'name':'id','in':'path','required':True,'schema':{'type':'string'},'descr
 sec = [{'bearer': []}]
 paths = {
  '/v1/jobs': {
-  'post': {'operationId':'SubmitJob','summary':'Submit a tuning job.','tags':['jobs'],'security':sec,
+  'post': {'operationId':'SubmitJob','summary':'Submit a tuning job (training, or inference with `kind: inference`).','tags':['jobs'],'security':sec,
     'description':'The body is a SubmitJobRequest ({"spec": {...}}) or, for convenience, a bare JobSpec. The spec is read as `paratune submit` reads a spec file, with the same messages: unknown fields (with a suggestion), wrong types (a string for a bool), keys given twice, and invalid values are refused (400, naming the field). The job carries the spec resolved (a preset\'s architecture written out, defaults filled in). Bodies over 1 MiB get 413.',
     'requestBody':{'required':True,'content':{'application/json':{'schema':{'oneOf':[{'$ref':'#/components/schemas/SubmitJobRequest'},{'$ref':'#/components/schemas/JobSpec'}]}}}},
     'responses': dict({'200': ok('Job','The job, as created.'), '400': err('Invalid JSON, unknown field, or an invalid spec (the message names the field and the rule).'), '413': err('Body larger than 1 MiB.'), '429': err('Too many jobs queued.')}, **common)},
@@ -138,12 +145,12 @@ paths = {
     'description':'The body is optional: none, {} or {"id": "<the same id>"}. Anything else is refused (400, saying what was expected).',
     'requestBody':{'required':False,'content':{'application/json':{'schema':{'type':'object','properties':{'id':{'type':'string'}},'additionalProperties':False}}}},
     'responses': dict({'200': ok('Job','The job, cancelled.'), '404': err('No such job.'), '409': err('The job already finished.')}, **common)}},
- '/v1/jobs/{id}/results/{rank}:export': {'get': {'operationId':'ExportLayout','summary':'A ranked layout as Megatron-LM arguments, a NeMo override or JSON.','tags':['jobs'],'security':sec,
-    'description':'The text `paratune export --format megatron|nemo --rank RANK` prints for the same spec, byte for byte (search/exporters.cc renders both); json is the layout\'s RankedConfig. Content-Disposition names a file.',
+ '/v1/jobs/{id}/results/{rank}:export': {'get': {'operationId':'ExportLayout','summary':'A ranked layout as Megatron-LM arguments, a NeMo override, an inference engine command or JSON.','tags':['jobs'],'security':sec,
+    'description':'Training jobs: the text `paratune export --format megatron|nemo --rank RANK` prints for the same spec, byte for byte (search/exporters.cc renders both); json is the layout\'s RankedConfig. Inference jobs (`kind: inference`): the trtllm-serve, vllm serve or SGLang launch_server command of the serving layout (inference/exporters.cc); json is its InferenceRankedConfig. A format of the other kind is refused (400). Content-Disposition names a file.',
     'parameters':[idp,{'name':'rank','in':'path','required':True,'schema':{'type':'integer','minimum':1},'description':'1 = the best layout.'},
-                  {'name':'format','in':'query','required':True,'schema':{'type':'string','enum':['megatron','nemo','json']},'description':'megatron: pretrain_gpt.py arguments (text/plain); nemo: megatron_gpt_config.yaml overrides (application/yaml); json: the RankedConfig.'}],
-    'responses': dict({'200': {'description':'The export.','content':{'text/plain':{'schema':{'type':'string'}},'application/yaml':{'schema':{'type':'string'}},'application/json':{'schema':{'$ref':'#/components/schemas/RankedConfig'}}}},
-                       '400': err('Rank not a positive integer, format missing or not megatron, nemo or json, an unknown query parameter.'), '404': err('No such job, or no layout at this rank.'), '409': err('The job has no results yet.')}, **common)}},
+                  {'name':'format','in':'query','required':True,'schema':{'type':'string','enum':['megatron','nemo','json','trtllm','vllm','sglang']},'description':'megatron: pretrain_gpt.py arguments (text/plain); nemo: megatron_gpt_config.yaml overrides (application/yaml); trtllm, vllm, sglang: the engine command (text/plain); json: the RankedConfig or InferenceRankedConfig.'}],
+    'responses': dict({'200': {'description':'The export.','content':{'text/plain':{'schema':{'type':'string'}},'application/yaml':{'schema':{'type':'string'}},'application/json':{'schema':{'oneOf':[{'$ref':'#/components/schemas/RankedConfig'},{'$ref':'#/components/schemas/InferenceRankedConfig'}]}}}},
+                       '400': err('Rank not a positive integer, format missing or unknown, a format of the other job kind, an unknown query parameter.'), '404': err('No such job, or no layout at this rank.'), '409': err('The job has no results yet.')}, **common)}},
  '/v1/catalog': {'get': {'operationId':'GetCatalog','summary':'Model presets, device profiles and precisions a spec can name, resolved.','tags':['catalog'],'security':sec,
     'responses': dict({'200': ok('Catalog'), '400': err('A query parameter was given (there are none).')}, **common)}},
  '/v1/workers': {'get': {'operationId':'ListWorkers','summary':'Registered workers.','tags':['workers'],'security':sec,
@@ -151,7 +158,7 @@ paths = {
  '/healthz': {'get': {'operationId':'Health','summary':'Liveness.','tags':['ops'],'security':[],
     'responses': {'200': {'description':'Serving.','content':{'application/json':{'schema':{'type':'object','properties':{'status':{'type':'string','enum':['ok']}}}}}}}}},
  '/metrics': {'get': {'operationId':'Metrics','summary':'Prometheus metrics (text exposition format 0.0.4).','tags':['ops'],'security':[],
-    'responses': {'200': {'description':'paratune_jobs, paratune_tasks, paratune_workers, paratune_rpc_latency_seconds, paratune_requests_total.','content':{'text/plain':{'schema':{'type':'string'}}}}}}},
+    'responses': {'200': {'description':'paratune_jobs, paratune_tasks, paratune_workers, paratune_rpc_latency_seconds, paratune_requests_total, paratune_jobs_by_kind, paratune_candidates_scored_total.','content':{'text/plain':{'schema':{'type':'string'}}}}}}},
  '/openapi.json': {'get': {'operationId':'OpenApi','summary':'This document.','tags':['ops'],'security':[],
     'responses': {'200': {'description':'OpenAPI 3 document.','content':{'application/json':{'schema':{'type':'object'}}}}}}},
 }

@@ -2,11 +2,14 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_join.h"
+#include "inference/exporters.h"
 #include "search/spec_reader_json.h"
 #include "server/convert.h"
 #include "server/rest_common.h"
@@ -16,7 +19,15 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kExportFormats[] = "megatron, nemo or json";
+// Training layouts export as megatron and nemo, serving layouts in the engine formats
+// (inference/exporters.h); json either.
+std::vector<std::string> ExportFormats() {
+  std::vector<std::string> formats = {"megatron", "nemo", "json"};
+  for (std::string& f : inference::ServingExportFormats()) formats.push_back(std::move(f));
+  return formats;
+}
+
+std::string ExportFormatList() { return absl::StrJoin(ExportFormats(), ", "); }
 
 bool IsBlank(std::string_view text) {
   for (char c : text) {
@@ -156,9 +167,10 @@ absl::StatusOr<ExportRequest> ParseExportRequest(const std::string& job_id, cons
       return absl::InvalidArgumentError(
           Cat({"unknown query parameter '", key, "' (an export accepts only format)"}));
     }
-    if (value != "megatron" && value != "nemo" && value != "json") {
-      return absl::InvalidArgumentError(
-          Cat({"query parameter format must be ", kExportFormats, ", got '", value, "'"}));
+    const std::vector<std::string> formats = ExportFormats();
+    if (std::find(formats.begin(), formats.end(), value) == formats.end()) {
+      return absl::InvalidArgumentError(Cat(
+          {"query parameter format must be one of ", ExportFormatList(), ", got '", value, "'"}));
     }
     if (!out.format.empty()) {
       return absl::InvalidArgumentError("query parameter format is given more than once");
@@ -167,7 +179,7 @@ absl::StatusOr<ExportRequest> ParseExportRequest(const std::string& job_id, cons
   }
   if (out.format.empty()) {
     return absl::InvalidArgumentError(
-        Cat({"query parameter format is required: ", kExportFormats}));
+        Cat({"query parameter format is required: one of ", ExportFormatList()}));
   }
   return out;
 }

@@ -38,9 +38,10 @@ absl::StatusOr<v1::ListJobsRequest> ParseListJobsQuery(const httplib::Request& r
 struct ExportRequest {
   std::string job_id;
   int32_t rank = 0;
-  std::string format;  ///< "megatron", "nemo" or "json"
+  std::string format;  ///< "megatron", "nemo", "json", "trtllm", "vllm" or "sglang"
 };
-/// GET /v1/jobs/{id}/results/{rank}:export?format=megatron|nemo|json. InvalidArgument for
+/// GET /v1/jobs/{id}/results/{rank}:export?format=megatron|nemo|json|trtllm|vllm|sglang
+/// (training jobs: megatron, nemo; inference jobs: the engines). InvalidArgument for
 /// a rank that is not a positive integer, a missing or unknown format (naming the allowed
 /// values), an unknown query parameter.
 absl::StatusOr<ExportRequest> ParseExportRequest(const std::string& job_id, const std::string& rank,

@@ -249,6 +249,56 @@ TEST(LimitsTest, AJobAtEveryBoundFitsAPageOfListJobsUnderFourMebibytes) {
             "cluster.gpu is 65 bytes; the limit is 64 bytes");
 }
 
+TEST(LimitsTest, AnInferenceJobAtEveryBoundFitsAPageOfListJobsUnderFourMebibytes) {
+  // The fields an inference spec may carry (its reader refuses the training-only lists),
+  // each at its bound.
+  v1::Job job;
+  job.set_id(std::string(kMaxIdBytes, 'i'));
+  job.set_name(std::string(kMaxSpecNameBytes, 'n'));
+  job.set_error(std::string(1024, 'e'));
+  v1::JobSpec* spec = job.mutable_spec();
+  spec->set_name(std::string(kMaxSpecNameBytes, 'n'));
+  v1::ModelSpec* m = spec->mutable_model();
+  m->set_name(std::string(kMaxSpecNameBytes, 'n'));
+  m->set_hf_config_json(std::string(kMaxHfConfigJsonBytes, 'h'));
+  for (std::string* s :
+       {m->mutable_preset(), m->mutable_activation(), m->mutable_normalization(),
+        m->mutable_position_embedding(), spec->mutable_cluster()->mutable_gpu(),
+        spec->mutable_search()->mutable_objective(), spec->mutable_search()->mutable_mode(),
+        spec->mutable_kind(), spec->mutable_serving()->mutable_engine(),
+        spec->mutable_serving()->mutable_batching()}) {
+    *s = std::string(kMaxSpecKeywordBytes, 'k');
+  }
+  v1::SearchSpec* search = spec->mutable_search();
+  for (size_t i = 0; i < kMaxSearchListEntries; ++i) {
+    const int64_t big = int64_t{1} << 62;
+    for (auto* list : {search->mutable_tp(), search->mutable_pp(), search->mutable_replicas(),
+                       search->mutable_max_batch_size(), search->mutable_max_num_tokens(),
+                       search->mutable_prefill_replicas(), search->mutable_decode_replicas()}) {
+      list->Add(big);
+    }
+    search->add_disaggregated(true);
+    search->add_weight_precision(std::string(kMaxSpecKeywordBytes, 'w'));
+    search->add_kv_cache_precision(std::string(kMaxSpecKeywordBytes, 'c'));
+  }
+  ASSERT_TRUE(ValidateJobSpecBounds(*spec).ok());
+  v1::ListJobsResponse page;
+  for (int i = 0; i < kMaxListJobsPageSize; ++i) *page.add_jobs() = job;
+  page.set_next_page_token(std::string(kMaxIdBytes, 't'));
+  EXPECT_LT(page.ByteSizeLong(), static_cast<size_t>(kMaxGrpcReceiveBytes));
+  spec->mutable_search()->add_kv_cache_precision("fp8");
+  EXPECT_EQ(ValidateJobSpecBounds(*spec).message(),
+            "search.kv_cache_precision has 65 entries; the limit is 64");
+  spec->mutable_search()->mutable_kv_cache_precision()->RemoveLast();
+  spec->mutable_search()->mutable_weight_precision(3)->push_back('w');
+  EXPECT_EQ(ValidateJobSpecBounds(*spec).message(),
+            "search.weight_precision[3] is 65 bytes; the limit is 64 bytes");
+  spec->mutable_search()->mutable_weight_precision(3)->pop_back();
+  spec->mutable_serving()->mutable_engine()->push_back('k');
+  EXPECT_EQ(ValidateJobSpecBounds(*spec).message(),
+            "serving.engine is 65 bytes; the limit is 64 bytes");
+}
+
 TEST(LimitsTest, ListJobsRequestBounds) {
   v1::ListJobsRequest r;
   EXPECT_TRUE(ValidateListJobsRequest(r).ok());

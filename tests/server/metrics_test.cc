@@ -42,6 +42,22 @@ TEST(MetricsTest, GaugesHoldTheLastValue) {
   EXPECT_EQ(text.find(" 9\n"), std::string::npos);
 }
 
+TEST(MetricsTest, JobsAndScoredCandidatesByKind) {
+  Metrics metrics;
+  const std::string start = metrics.Serialize();
+  EXPECT_TRUE(Contains(start, R"(paratune_jobs_by_kind{kind="inference"} 0)")) << start;
+  EXPECT_TRUE(Contains(start, R"(paratune_candidates_scored_total{kind="training"} 0)"));
+  metrics.SetJobsOfKind("inference", 2);
+  metrics.SetCandidatesScored("inference", 140);
+  metrics.SetCandidatesScored("inference", 212);
+  metrics.SetCandidatesScored("inference", 100);  // a counter never goes down
+  metrics.SetCandidatesScored("training", 9);
+  const std::string text = metrics.Serialize();
+  EXPECT_TRUE(Contains(text, R"(paratune_jobs_by_kind{kind="inference"} 2)")) << text;
+  EXPECT_TRUE(Contains(text, R"(paratune_candidates_scored_total{kind="inference"} 212)"));
+  EXPECT_TRUE(Contains(text, R"(paratune_candidates_scored_total{kind="training"} 9)"));
+}
+
 TEST(MetricsTest, LatencyHistogramBucketsAreCumulative) {
   Metrics metrics;
   metrics.ObserveRequest("GetJob", Transport::kGrpc, absl::StatusCode::kOk, 0.0007);

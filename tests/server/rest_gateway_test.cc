@@ -1029,8 +1029,13 @@ TEST_F(RestExportTest, BadFormatRankOrJobSayWhich) {
   const std::string past = std::to_string(plan_.ranked.size() + 1);
   const Case cases[] = {
       {"1", "?format=yaml", 400,
-       "query parameter format must be megatron, nemo or json, got 'yaml'"},
-      {"1", "", 400, "query parameter format is required: megatron, nemo or json"},
+       "query parameter format must be one of megatron, nemo, json, trtllm, vllm, sglang, got "
+       "'yaml'"},
+      {"1", "", 400,
+       "query parameter format is required: one of megatron, nemo, json, trtllm, vllm, sglang"},
+      {"1", "?format=vllm", 400,
+       "format vllm exports serving layouts; job 'job-1' is a training job: use megatron, nemo "
+       "or json"},
       {"1", "?format=nemo&format=json", 400, "query parameter format is given more than once"},
       {"1", "?format=nemo&top=2", 400,
        "unknown query parameter 'top' (an export accepts only format)"},
@@ -1131,13 +1136,14 @@ TEST(OpenApiTest, SchemasMatchProtoMessages) {
     for (int i = 0; i < descriptor->field_count(); ++i) fields.insert(descriptor->field(i)->name());
     for (const auto& [property, unused] : schema["properties"].items()) properties.insert(property);
     EXPECT_EQ(properties, fields) << name;
-    // A repeated field is a JSON array in the proto JSON mapping, a singular one is not.
+    // A repeated field is a JSON array in the proto JSON mapping, a singular one (or a map,
+    // an object) is not.
     for (int i = 0; i < descriptor->field_count(); ++i) {
       const auto* field = descriptor->field(i);
       if (!schema["properties"].contains(field->name())) continue;
       const json& property = schema["properties"][field->name()];
       const bool array = property.contains("type") && property["type"] == "array";
-      EXPECT_EQ(array, field->is_repeated()) << name << "." << field->name();
+      EXPECT_EQ(array, field->is_repeated() && !field->is_map()) << name << "." << field->name();
     }
   }
   EXPECT_GE(messages, 19);

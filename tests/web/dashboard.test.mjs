@@ -7,7 +7,9 @@
 // the scatter (one point per ranked layout, the Pareto frontier recomputed here), a
 // layout's breakdown, the Megatron and NeMo exports (served by the coordinator; the
 // downloads must equal `paratune export` for the same spec and rank, byte for byte), the
-// catalog behind the form's choices, the workers page, keyboard reach,
+// catalog behind the form's choices, an inference job submitted through the form's serving
+// preset (its ranked table, Pareto chart with the limit line, breakdowns and rejected layouts
+// against GET .../results), the workers page, keyboard reach,
 // text contrast, and no horizontal overflow at 1280 and 400 pixels wide. Screenshots go
 // to $PARATUNE_SCREENSHOT_DIR (default build/web-screenshots).
 //
@@ -791,6 +793,144 @@ try {
     await page.locator('#chart-scatter').scrollIntoViewIfNeeded();
     await page.screenshot({ path: join(SHOTS, 'job-400-charts.png') });
     await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  // --- an inference job (`kind: inference`): submitted through the form's serving preset
+  let inferenceJobId = '';
+  let inferenceResults = null;
+
+  await check('the form preset for an inference job submits llama3.1-8b serving on 8 x h100-sxm-80gb', async () => {
+    await page.goto(`${BASE}/#/jobs`);
+    await page.waitForSelector('#submit-form[data-catalog="loaded"]');
+    await page.selectOption('#job-kind', 'inference');
+    assert(await page.isHidden('#training-fields'), 'training fields hidden for an inference job');
+    assert(await page.isVisible('#serving-fields'), 'serving fields shown for an inference job');
+    assertEq(await page.inputValue('#preset'), 'llama3.1-8b', 'preset of the inference form');
+    assertEq(await page.inputValue('#gpu'), 'h100-sxm-80gb', 'GPU of the inference form');
+    assertEq(await page.inputValue('#num-gpus'), '8', 'GPU count of the inference form');
+    await page.fill('#job-name', 'web-test llama3.1-8b serving');
+    await page.fill('#isl', '2048');
+    await page.fill('#osl', '128');
+    await page.fill('#concurrency', '64');
+    await page.fill('#ttft-p99', '2000');
+    await page.fill('#tpot-p99', '50');
+    await page.fill('#top-k', '6');
+    await page.click('#submit-job');
+    await page.waitForFunction(() => /^#\/jobs\/.+/.test(location.hash), null, { timeout: 60_000 });
+    inferenceJobId = decodeURIComponent((await page.evaluate(() => location.hash)).replace('#/jobs/', ''));
+    const job = await api(`/v1/jobs/${encodeURIComponent(inferenceJobId)}`);
+    assertEq(job.spec.kind, 'inference', 'submitted spec.kind');
+    assertEq(n(job.spec.serving.isl), 2048, 'submitted serving.isl');
+    assertEq(n(job.spec.serving.concurrency), 64, 'submitted serving.concurrency');
+    assertEq(n(job.spec.serving.tpot_ms.p99), 50, 'submitted serving.tpot_ms.p99');
+    assertEq(job.spec.training, undefined, 'an inference spec has no training section');
+  });
+
+  await check('inference job page: the ranked serving table is the API ranking', async () => {
+    assert(inferenceJobId, 'no inference job was submitted');
+    await page.waitForSelector('.job-header .badge[data-state="JOB_STATE_SUCCEEDED"]', { timeout: 180_000 });
+    await page.waitForSelector('#inference-table tbody tr', { timeout: 60_000 });
+    inferenceResults = await api(`/v1/jobs/${encodeURIComponent(inferenceJobId)}/results`);
+    const inf = inferenceResults.plan?.inference ?? {};
+    const ranked = inf.ranked ?? [];
+    assert(ranked.length > 0, 'the planner ranked no serving layout for llama3.1-8b on 8 H100');
+    assert((await page.textContent('#serving-facts')).includes('2048 in / 128 out tokens, 64 concurrent clients'), 'serving facts in the header');
+    const rows = await page.$$eval('#inference-table tbody tr', (trs) =>
+      trs.map((tr) => {
+        const v = (col) => tr.querySelector(`td[data-col="${col}"]`).getAttribute('data-value');
+        return { rank: Number(tr.getAttribute('data-rank')), gpu: Number(v('tps_gpu')), user: Number(v('tps_user')), ttft99: Number(v('ttft_p99')), tpot99: Number(v('tpot_p99')), memory: Number(v('memory')), meets: Number(v('meets')), config: tr.querySelector('td[data-col="config"]').textContent };
+      }),
+    );
+    assertEq(rows.length, ranked.length, 'table rows vs plan.inference.ranked');
+    ranked.forEach((r, i) => {
+      assertEq(rows[i].rank, r.rank, `row ${i} rank`);
+      assertEq(rows[i].gpu, r.output_tokens_per_sec_per_gpu, `row ${i} tokens/s/GPU`);
+      assertEq(rows[i].user, r.tokens_per_sec_per_user, `row ${i} tokens/s/user`);
+      assertEq(rows[i].ttft99, r.ttft_ms.p99, `row ${i} TTFT p99`);
+      assertEq(rows[i].tpot99, r.tpot_ms.p99, `row ${i} TPOT p99`);
+      assertEq(rows[i].memory, r.memory.peak, `row ${i} peak memory`);
+      assertEq(rows[i].meets, r.meets_limits ? 1 : 0, `row ${i} meets_limits`);
+      assert(rows[i].config.startsWith(`TP${r.config.tp} PP${r.config.pp}`), `row ${i} config: ${rows[i].config}`);
+    });
+    const headers = await page.$$eval('#inference-table thead th', (ths) => ths.map((th) => th.textContent.replace(/[▲▼]/g, '').trim()));
+    assertEq(JSON.stringify(headers), JSON.stringify(['Rank', 'Config', 'Tok/s/GPU', 'Tok/s/user', 'TTFT p50', 'TTFT p99', 'TPOT p50', 'TPOT p99', 'Memory / GPU', 'Meets limits']), 'inference table columns');
+    if (inf.recommendation) assertEq(await page.textContent('#recommendation'), inf.recommendation, 'recommendation');
+    await page.screenshot({ path: join(SHOTS, 'inference-job-1280.png'), fullPage: true });
+  });
+
+  await check('inference Pareto chart: the ranked points, the API Pareto front and the TPOT limit line', async () => {
+    const inf = inferenceResults.plan.inference;
+    const option = await page.evaluate(() => {
+      const o = window.paratune.charts.pareto.getOption();
+      return { points: o.series[0].data.map((d) => d.value), front: o.series[1].data, lines: (o.series[0].markLine?.data ?? []).map((d) => d.xAxis), x: o.xAxis[0].name, y: o.yAxis[0].name };
+    });
+    assertEq(option.x, 'output tokens/s per user', 'x axis');
+    assertEq(option.y, 'output tokens/s per GPU', 'y axis');
+    assertEq(option.points.length, inf.ranked.length, 'one point per ranked layout');
+    inf.ranked.forEach((r, i) => {
+      assertEq(option.points[i][0], r.tokens_per_sec_per_user, `point ${i} x`);
+      assertEq(option.points[i][1], r.output_tokens_per_sec_per_gpu, `point ${i} y`);
+    });
+    const front = [...inf.pareto_front].map((r) => [r.tokens_per_sec_per_user, r.output_tokens_per_sec_per_gpu]).sort((a, b) => a[0] - b[0]);
+    assertEq(JSON.stringify(option.front), JSON.stringify(front), 'the Pareto front line is the API pareto_front');
+    // tpot_ms.p99 = 50 ms: a user reads at most 1000 / 50 = 20 tokens/s.
+    assertEq(JSON.stringify(option.lines), JSON.stringify([20]), 'limit lines (tokens/s per user)');
+    assertEq(await page.getAttribute('#chart-pareto', 'data-front-count'), String(inf.pareto_front.length), 'front count');
+  });
+
+  await check('inference breakdowns: step time and memory bars of a selected layout match the API', async () => {
+    const ranked = inferenceResults.plan.inference.ranked;
+    const i = ranked.length > 1 ? 1 : 0;
+    await page.click(`#inference-table tbody tr[data-index="${i}"] button.row-select`);
+    await page.waitForSelector(`#breakdown[data-index="${i}"]`);
+    const r = ranked[i];
+    const bars = await page.evaluate(() => {
+      const step = window.paratune.charts.step.getOption();
+      const mem = window.paratune.charts['serving-memory'].getOption();
+      return { step: step.series.map((s) => [s.name, s.data]), memory: mem.series.map((s) => [s.name, s.data[0]]), capacity: (mem.series[0].markLine?.data ?? [])[0]?.xAxis };
+    });
+    const byName = Object.fromEntries(bars.step);
+    assertEq(JSON.stringify(byName.compute), JSON.stringify([r.prefill_step.compute_ms, r.decode_step.compute_ms]), 'compute bars (prefill, decode)');
+    assertEq(JSON.stringify(byName['memory reads']), JSON.stringify([r.prefill_step.memory_ms, r.decode_step.memory_ms]), 'memory-read bars');
+    assertEq(JSON.stringify(byName['TP comm']), JSON.stringify([r.prefill_step.tp_comm_ms, r.decode_step.tp_comm_ms]), 'TP bars');
+    const mem = Object.fromEntries(bars.memory);
+    assertEq(mem.weights, r.memory.weights, 'weights bar');
+    assertEq(mem['KV cache'], r.memory.kv_cache, 'KV cache bar');
+    assertEq(mem['runtime reserve'], r.memory.reserve, 'reserve bar');
+    assertEq(bars.capacity, r.memory.capacity, 'capacity line');
+    assertEq(await page.getAttribute('#breakdown', 'data-rank'), String(r.rank), 'breakdown rank');
+  });
+
+  await check('inference exports: the vllm and trtllm downloads are `paratune export --format vllm|trtllm` for the spec, byte for byte', async () => {
+    // The spec the form submitted, as a spec file.
+    const spec = {
+      kind: 'inference',
+      name: 'web-test llama3.1-8b serving',
+      model: { preset: 'llama3.1-8b' },
+      cluster: { gpu: 'h100-sxm-80gb', num_gpus: 8, gpus_per_node: 8 },
+      serving: { engine: 'trtllm', isl: 2048, osl: 128, concurrency: 64, ttft_ms: { p99: 2000 }, tpot_ms: { p99: 50 } },
+      search: { mode: 'model', top_k: 6 },
+    };
+    await page.click('#inference-table tbody tr[data-index="0"] button.row-select');
+    await page.waitForSelector('#breakdown[data-index="0"]');
+    for (const format of ['vllm', 'trtllm']) {
+      const got = await downloadOf(`#export-${format}`);
+      assert(got.name.endsWith(`-rank1-${format}.sh`), `${format} file name: ${got.name}`);
+      assertSameBytes(got.bytes, cliExport(spec, format, 1), `${format} export`);
+    }
+  });
+
+  await check('inference rejected layouts: the counts by rule and the listed layouts are the API\'s', async () => {
+    const inf = inferenceResults.plan.inference;
+    assertEq(await page.getAttribute('#rejected', 'data-total'), String(Math.max(inf.rejected_total ?? 0, (inf.rejected ?? []).length)), 'rejected total');
+    const reasons = inf.rejected_reasons ?? {};
+    if (Object.keys(reasons).length) {
+      const rules = await page.$$eval('#rejected-rules tbody tr', (trs) => trs.map((tr) => [tr.children[1].textContent, Number(tr.children[0].textContent)]));
+      const byRule = (a, b) => a[0].localeCompare(b[0]);
+      assertEq(JSON.stringify(rules.sort(byRule)), JSON.stringify(Object.entries(reasons).sort(byRule)), 'rules and counts');
+      const listed = await page.$$eval('#rejected-table tbody tr', (trs) => trs.map((tr) => tr.children[2].textContent));
+      assertEq(JSON.stringify(listed), JSON.stringify((inf.rejected ?? []).map((r) => r.reason)), 'rejected reasons listed');
+    }
   });
 
   await check('workers page lists what GET /v1/workers returns', async () => {

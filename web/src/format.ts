@@ -1,5 +1,5 @@
 // Number and label formatting shared by the pages.
-import type { Int64, JobStateName, ParallelConfig } from './types';
+import type { Int64, JobStateName, ParallelConfig, ServingConfig } from './types';
 
 /** A proto JSON number (int64 strings included); `fallback` when absent or not a number. */
 export function num(v: Int64 | number | undefined | null, fallback = 0): number {
@@ -96,4 +96,13 @@ export function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (ch) =>
     ch === '&' ? '&amp;' : ch === '<' ? '&lt;' : ch === '>' ? '&gt;' : ch === '"' ? '&quot;' : '&#39;',
   );
+}
+
+/** A serving layout in one line, e.g. "TP2 PP1 ×4 · batch 256 · 8192 tok · w fp8 / kv fp8". */
+export function servingLabel(c: ServingConfig | undefined): string {
+  const cfg = c ?? {};
+  const parts = [`TP${num(cfg.tp, 1)}`, `PP${num(cfg.pp, 1)}`];
+  if (num(cfg.ep, 1) > 1) parts.push(`EP${num(cfg.ep, 1)}`);
+  parts.push(cfg.disaggregated ? `${num(cfg.prefill_replicas)}P:${num(cfg.decode_replicas)}D` : `×${num(cfg.replicas, 1)}`);
+  return `${parts.join(' ')} · batch ${num(cfg.max_batch_size)} · ${num(cfg.max_num_tokens)} tok · w ${cfg.weight_precision || 'bf16'} / kv ${cfg.kv_cache_precision || 'bf16'}`;
 }

@@ -69,6 +69,41 @@ export interface SearchSpec {
   mode?: string;
   allow_tp_across_nodes?: boolean;
   verify_top_k?: Int64;
+  /** Inference jobs: model instances, engine limits, precisions, disaggregation. */
+  replicas?: Int64[];
+  prefill_replicas?: Int64[];
+  decode_replicas?: Int64[];
+  max_batch_size?: Int64[];
+  max_num_tokens?: Int64[];
+  weight_precision?: string[];
+  kv_cache_precision?: string[];
+  disaggregated?: boolean[];
+}
+
+/** Percentile limits in milliseconds; absent = no limit. */
+export interface LatencyLimits {
+  p50?: number;
+  p90?: number;
+  p99?: number;
+}
+
+/** The workload and limits of an inference job (`serving:`). */
+export interface ServingSpec {
+  engine?: string;
+  isl?: Int64;
+  isl_stddev?: number;
+  osl?: Int64;
+  osl_stddev?: number;
+  concurrency?: Int64;
+  request_rate?: number;
+  num_requests?: Int64;
+  batching?: string;
+  batch_size?: Int64;
+  ttft_ms?: LatencyLimits;
+  tpot_ms?: LatencyLimits;
+  min_tokens_per_sec_per_user?: number;
+  price_per_gpu_hour?: number;
+  kv_cache_fraction?: number;
 }
 
 export interface JobSpec {
@@ -77,6 +112,9 @@ export interface JobSpec {
   training?: TrainingSpec;
   cluster?: ClusterSpec;
   search?: SearchSpec;
+  /** "training" (default) | "inference". */
+  kind?: string;
+  serving?: ServingSpec;
 }
 
 export interface JobProgress {
@@ -192,6 +230,95 @@ export interface PlanResult {
   rejected_reasons?: RejectedReason[];
   /** Whether the end-to-end runs confirm the ranking (set once a layout was verified). */
   verification_summary?: VerificationSummary;
+  /** The result of an inference job (then `ranked` and `rejected` are empty). */
+  inference?: InferencePlanResult;
+}
+
+/** One serving layout (inference.proto ServingConfig; counts are JSON numbers). */
+export interface ServingConfig {
+  tp?: number;
+  pp?: number;
+  ep?: number;
+  replicas?: number;
+  max_batch_size?: number;
+  max_num_tokens?: number;
+  weight_precision?: string;
+  kv_cache_precision?: string;
+  disaggregated?: boolean;
+  prefill_replicas?: number;
+  decode_replicas?: number;
+  /** GPUs the layout uses. */
+  num_gpus?: number;
+}
+
+/** Mean and percentiles of a latency, milliseconds. */
+export interface LatencyStats {
+  mean?: number;
+  p50?: number;
+  p90?: number;
+  p99?: number;
+}
+
+/** Memory per GPU of the most loaded rank, GiB. */
+export interface ServingMemory {
+  weights?: number;
+  kv_cache?: number;
+  activations?: number;
+  reserve?: number;
+  peak?: number;
+  capacity?: number;
+}
+
+/** One engine step of a phase, milliseconds. */
+export interface StepBreakdown {
+  compute_ms?: number;
+  memory_ms?: number;
+  tp_comm_ms?: number;
+  pp_comm_ms?: number;
+  overhead_ms?: number;
+  kv_transfer_ms?: number;
+  total_ms?: number;
+  source?: string;
+}
+
+export interface InferenceRankedConfig {
+  rank?: number;
+  config?: ServingConfig;
+  output_tokens_per_sec_per_gpu?: number;
+  output_tokens_per_sec?: number;
+  tokens_per_sec_per_user?: number;
+  requests_per_sec?: number;
+  ttft_ms?: LatencyStats;
+  tpot_ms?: LatencyStats;
+  e2e_latency_ms?: LatencyStats;
+  memory?: ServingMemory;
+  max_concurrency?: number;
+  cost_per_million_output_tokens?: number;
+  meets_limits?: boolean;
+  pareto_optimal?: boolean;
+  prefill_step?: StepBreakdown;
+  decode_step?: StepBreakdown;
+  notes?: string[];
+}
+
+export interface InferenceRejectedConfig {
+  config?: ServingConfig;
+  rule?: string;
+  reason?: string;
+}
+
+export interface InferencePlanResult {
+  ranked?: InferenceRankedConfig[];
+  /** tokens/s/GPU against tokens/s/user, by decreasing tokens/s/GPU. */
+  pareto_front?: InferenceRankedConfig[];
+  rejected?: InferenceRejectedConfig[];
+  candidates_considered?: number;
+  feasible?: number;
+  rejected_total?: number;
+  /** Rejected layouts per rule ("memory", "ttft", "tpot", "tokens_per_user", "layout"). */
+  rejected_reasons?: Record<string, number>;
+  recommendation?: string;
+  elapsed_ms?: number;
 }
 
 /** The verified layouts compared with each other (results.proto VerificationSummary). */
@@ -266,4 +393,4 @@ export interface Catalog {
 }
 
 /** GET /v1/jobs/{id}/results/{rank}:export?format=... */
-export type ExportFormat = 'megatron' | 'nemo' | 'json';
+export type ExportFormat = 'megatron' | 'nemo' | 'json' | 'trtllm' | 'vllm' | 'sglang';

@@ -13,8 +13,9 @@ import {
 import { paretoFrontier, pointsOf } from '../analysis';
 import { append, clear, download, h } from '../dom';
 import { adaptive, fixed, isTerminal, layoutLabel, num, seconds, thousands } from '../format';
-import type { ExportFormat, Job, JobResults, RankedConfig, Verification } from '../types';
+import type { ExportFormat, Job, JobResults, JobSpec, LatencyLimits, RankedConfig, Verification } from '../types';
 import { errorBanner, jobProgress, jobTitle, poll, stateBadge } from './common';
+import { renderInferenceResults } from './inference';
 
 type SortDir = 'ascending' | 'descending';
 
@@ -99,6 +100,16 @@ function reasonGroups(rejected: { reason?: string }[]): [string, number][] {
   return [...counts.entries()].sort((a, b) => b[1] - a[1]);
 }
 
+/** An inference job's workload and limits in words. */
+function servingFacts(spec: JobSpec): string {
+  const s = spec.serving ?? {};
+  const load = s.concurrency !== undefined ? `${num(s.concurrency)} concurrent clients` : s.request_rate !== undefined ? `${num(s.request_rate)} requests/s` : 'offline (all requests at once)';
+  const limit = (name: string, l: LatencyLimits | undefined) =>
+    (['p50', 'p90', 'p99'] as const).filter((p) => l?.[p] !== undefined).map((p) => `${name} ${p} ≤ ${num(l?.[p])} ms`);
+  const limits = [...limit('TTFT', s.ttft_ms), ...limit('TPOT', s.tpot_ms)];
+  return `${s.engine || 'trtllm'}, ${num(s.isl)} in / ${num(s.osl)} out tokens, ${load}${limits.length ? `; ${limits.join(', ')}` : ''}`;
+}
+
 export function renderJobPage(root: HTMLElement, jobId: string): () => void {
   const headerBox = h('section', { class: 'card job-header', 'aria-live': 'polite' });
   const resultsBox = h('div', { class: 'results' });
@@ -127,7 +138,9 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
         h('dt', {}, 'Job'), h('dd', { class: 'mono' }, job.id ?? ''),
         h('dt', {}, 'Model'), h('dd', {}, modelName),
         h('dt', {}, 'Cluster'), h('dd', {}, `${num(spec.cluster?.num_gpus)} × ${spec.cluster?.gpu ?? '?'} (${num(spec.cluster?.gpus_per_node, 8) || 8} per node)`),
-        h('dt', {}, 'Training'), h('dd', {}, `sequence ${num(spec.training?.seq_length)}, global batch ${num(spec.training?.global_batch_size)}, ${spec.training?.precision || 'bf16'}`),
+        ...(spec.kind === 'inference'
+          ? [h('dt', {}, 'Serving'), h('dd', { id: 'serving-facts' }, servingFacts(spec))]
+          : [h('dt', {}, 'Training'), h('dd', {}, `sequence ${num(spec.training?.seq_length)}, global batch ${num(spec.training?.global_batch_size)}, ${spec.training?.precision || 'bf16'}`)]),
         h('dt', {}, 'Mode'), h('dd', {}, spec.search?.mode || 'model'),
       ),
       jobProgress(job),
@@ -164,6 +177,10 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
   const renderResults = (res: JobResults) => {
     disposeCharts();
     clear(resultsBox);
+    if (res.plan?.inference) {
+      renderInferenceResults(resultsBox, res, jobId, job?.spec, chartBox);
+      return;
+    }
     const plan = res.plan ?? {};
     const ranked = plan.ranked ?? [];
     const rejected = plan.rejected ?? [];

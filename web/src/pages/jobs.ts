@@ -69,6 +69,47 @@ function buildForm(onSubmitted: (job: Job) => void): HTMLElement {
   const mode = select('mode', ['model', 'profile'], 'model');
   const topK = numberInput('top-k', 10, 1);
   const submit = h('button', { type: 'submit', class: 'primary', id: 'submit-job' }, 'Submit job');
+  // Inference jobs (`kind: inference`): the serving workload and its limits.
+  const kind = select('job-kind', ['training', 'inference'], 'training');
+  const engine = select('engine', ['trtllm', 'vllm', 'sglang'], 'trtllm');
+  const isl = numberInput('isl', 2048, 1);
+  const osl = numberInput('osl', 128, 1);
+  const concurrency = numberInput('concurrency', 64, 1);
+  const ttftP99 = numberInput('ttft-p99', 2000, 0);
+  const tpotP99 = numberInput('tpot-p99', 50, 0);
+  const trainingFields = h(
+    'div',
+    { class: 'grid-fields', id: 'training-fields' },
+    field('Sequence length', 'seq-length', seq),
+    field('Global batch (sequences)', 'global-batch', batch),
+    field('Precision', 'precision', precision),
+  );
+  const servingFields = h(
+    'div',
+    { class: 'grid-fields', id: 'serving-fields', hidden: true },
+    field('Engine', 'engine', engine),
+    field('Input tokens (ISL)', 'isl', isl),
+    field('Output tokens (OSL)', 'osl', osl),
+    field('Concurrent clients', 'concurrency', concurrency),
+    field('TTFT p99 limit (ms)', 'ttft-p99', ttftP99, '0 = no limit'),
+    field('TPOT p99 limit (ms)', 'tpot-p99', tpotP99, '0 = no limit'),
+  );
+  // Switching to inference presets a serving spec: Llama 3.1 8B on one node of H100s.
+  const syncKind = () => {
+    const inference = kind.value === 'inference';
+    trainingFields.hidden = inference;
+    servingFields.hidden = !inference;
+    mode.disabled = inference;
+    if (inference) {
+      mode.value = 'model';
+      if (preset.value === 'gpt3-175b') preset.value = 'llama3.1-8b';
+      if ([...gpu.options].some((o) => o.value === 'h100-sxm-80gb')) gpu.value = 'h100-sxm-80gb';
+      numGpus.value = '8';
+      perNode.value = '8';
+    }
+    preset.dispatchEvent(new Event('input'));
+  };
+  kind.addEventListener('change', syncKind);
 
   const syncSource = () => {
     const hf = sourceHf.checked;
@@ -84,6 +125,7 @@ function buildForm(onSubmitted: (job: Job) => void): HTMLElement {
     { class: 'card submit-form', id: 'submit-form', 'aria-labelledby': 'submit-title', novalidate: true },
     h('h2', { id: 'submit-title' }, 'New tuning job'),
     field('Job name', 'job-name', name),
+    field('Job kind', 'job-kind', kind, 'training: parallel layouts; inference: serving layouts under latency limits'),
     h(
       'fieldset',
       { class: 'model-source' },
@@ -94,12 +136,11 @@ function buildForm(onSubmitted: (job: Job) => void): HTMLElement {
       presetList,
       field('config.json file', 'hf-config', hfFile),
     ),
+    trainingFields,
+    servingFields,
     h(
       'div',
       { class: 'grid-fields' },
-      field('Sequence length', 'seq-length', seq),
-      field('Global batch (sequences)', 'global-batch', batch),
-      field('Precision', 'precision', precision),
       field('GPU type', 'gpu', gpu),
       field('GPU count', 'num-gpus', numGpus),
       field('GPUs per node', 'gpus-per-node', perNode),
@@ -147,6 +188,18 @@ function buildForm(onSubmitted: (job: Job) => void): HTMLElement {
       },
       search: { mode: mode.value, top_k: String(Math.trunc(num(topK.value))) },
     };
+    if (kind.value === 'inference') {
+      delete spec.training;
+      spec.kind = 'inference';
+      spec.serving = {
+        engine: engine.value,
+        isl: String(Math.trunc(num(isl.value))),
+        osl: String(Math.trunc(num(osl.value))),
+        concurrency: String(Math.trunc(num(concurrency.value))),
+      };
+      if (num(ttftP99.value) > 0) spec.serving.ttft_ms = { p99: num(ttftP99.value) };
+      if (num(tpotP99.value) > 0) spec.serving.tpot_ms = { p99: num(tpotP99.value) };
+    }
     if (name.value.trim()) spec.name = name.value.trim();
     try {
       if (sourceHf.checked) {
@@ -208,7 +261,18 @@ function jobRow(job: Job): HTMLTableRowElement {
     h('td', {}, h('a', { href: `#/jobs/${encodeURIComponent(id)}` }, jobTitle(job)), h('div', { class: 'sub mono' }, id)),
     h('td', {}, stateBadge(job.state), job.error ? h('div', { class: 'sub error-text' }, job.error) : null),
     h('td', { class: 'progress-cell' }, jobProgress(job)),
-    h('td', {}, gpus, h('div', { class: 'sub' }, `seq ${num(spec.training?.seq_length)}, batch ${num(spec.training?.global_batch_size)}, ${spec.search?.mode || 'model'}`)),
+    h(
+      'td',
+      {},
+      gpus,
+      h(
+        'div',
+        { class: 'sub' },
+        spec.kind === 'inference'
+          ? `inference: ${spec.serving?.engine || 'trtllm'}, ${num(spec.serving?.isl)} in / ${num(spec.serving?.osl)} out`
+          : `seq ${num(spec.training?.seq_length)}, batch ${num(spec.training?.global_batch_size)}, ${spec.search?.mode || 'model'}`,
+      ),
+    ),
     h('td', {}, job.create_time ? new Date(job.create_time).toLocaleString() : '–'),
     h('td', {}, cancel),
   );
