@@ -103,6 +103,33 @@ const char* ToString(SearchMode v) {
   return "?";
 }
 
+const char* ToString(AttentionType v) {
+  switch (v) {
+    case AttentionType::kMha: return "mha";
+    case AttentionType::kGqa: return "gqa";
+    case AttentionType::kMla: return "mla";
+  }
+  return "?";
+}
+
+const char* ToString(MoeTokenDispatcher v) {
+  switch (v) {
+    case MoeTokenDispatcher::kAllToAll: return "alltoall";
+    case MoeTokenDispatcher::kAllGather: return "allgather";
+    case MoeTokenDispatcher::kFlex: return "flex";
+  }
+  return "?";
+}
+
+const char* ToString(MoeRouting v) {
+  switch (v) {
+    case MoeRouting::kBalanced: return "balanced";
+    case MoeRouting::kDropless: return "dropless";
+    case MoeRouting::kCapacity: return "capacity";
+  }
+  return "?";
+}
+
 absl::StatusOr<Activation> ParseActivation(absl::string_view s) {
   static constexpr Activation kAll[] = {Activation::kGelu, Activation::kSwiglu};
   return ParseEnum("activation", s, kAll);
@@ -152,6 +179,24 @@ absl::StatusOr<Objective> ParseObjective(absl::string_view s) {
 absl::StatusOr<SearchMode> ParseSearchMode(absl::string_view s) {
   static constexpr SearchMode kAll[] = {SearchMode::kModel, SearchMode::kProfile};
   return ParseEnum("search mode", s, kAll);
+}
+
+absl::StatusOr<AttentionType> ParseAttentionType(absl::string_view s) {
+  static constexpr AttentionType kAll[] = {AttentionType::kMha, AttentionType::kGqa,
+                                           AttentionType::kMla};
+  return ParseEnum("attention", s, kAll);
+}
+
+absl::StatusOr<MoeTokenDispatcher> ParseMoeTokenDispatcher(absl::string_view s) {
+  static constexpr MoeTokenDispatcher kAll[] = {
+      MoeTokenDispatcher::kAllToAll, MoeTokenDispatcher::kAllGather, MoeTokenDispatcher::kFlex};
+  return ParseEnum("moe token dispatcher", s, kAll);
+}
+
+absl::StatusOr<MoeRouting> ParseMoeRouting(absl::string_view s) {
+  static constexpr MoeRouting kAll[] = {MoeRouting::kBalanced, MoeRouting::kDropless,
+                                        MoeRouting::kCapacity};
+  return ParseEnum("moe routing", s, kAll);
 }
 
 }  // namespace paratune

@@ -34,10 +34,23 @@ enum class Objective { kThroughput, kMinMemory };
 /// How a search scores its candidates: the analytical model, or measured layer tasks.
 enum class SearchMode { kModel, kProfile };
 
+// ---- Mixture of experts and attention variants ----
+/// Self-attention: multi-head (g = a), grouped-query (g < a), or DeepSeek's multi-head
+/// latent attention (low-rank compressed queries and keys/values, decoupled RoPE).
+enum class AttentionType { kMha, kGqa, kMla };
+/// Megatron-Core's --moe-token-dispatcher-type: all-to-all over the EP group, all-gather of
+/// every token then local selection, or the fused DeepEP/HybridEP dispatch ("flex").
+enum class MoeTokenDispatcher { kAllToAll, kAllGather, kFlex };
+/// How tokens reach experts: forced uniform (as benchmarks run), dropless (the most loaded
+/// expert sets the pace), or a capacity per expert (capacity_factor x the mean; the rest
+/// dropped).
+enum class MoeRouting { kBalanced, kDropless, kCapacity };
+
 // Names used in spec files, tasks, JSON and tables: "gelu" | "swiglu", "layernorm" |
 // "rmsnorm", "learned" | "rope", "fp32" | "bf16" | "fp16" | "fp8", "none" | "selective" |
 // "full", "all_reduce" | "all_gather" | "reduce_scatter" | "send_recv", "none" | "first" |
-// "last", "throughput" | "min_memory", "model" | "profile".
+// "last", "throughput" | "min_memory", "model" | "profile", "mha" | "gqa" | "mla",
+// "alltoall" | "allgather" | "flex", "balanced" | "dropless" | "capacity".
 const char* ToString(Activation v);
 const char* ToString(Normalization v);
 const char* ToString(PositionEmbedding v);
@@ -47,6 +60,9 @@ const char* ToString(CollectiveOp v);
 const char* ToString(StageExtras v);
 const char* ToString(Objective v);
 const char* ToString(SearchMode v);
+const char* ToString(AttentionType v);
+const char* ToString(MoeTokenDispatcher v);
+const char* ToString(MoeRouting v);
 
 /// The value named `s` (exactly as ToString spells it); InvalidArgument otherwise,
 /// listing the accepted names: `unknown activation 'relu' (expected gelu, swiglu)`.
@@ -59,6 +75,9 @@ absl::StatusOr<CollectiveOp> ParseCollectiveOp(absl::string_view s);
 absl::StatusOr<StageExtras> ParseStageExtras(absl::string_view s);
 absl::StatusOr<Objective> ParseObjective(absl::string_view s);
 absl::StatusOr<SearchMode> ParseSearchMode(absl::string_view s);
+absl::StatusOr<AttentionType> ParseAttentionType(absl::string_view s);
+absl::StatusOr<MoeTokenDispatcher> ParseMoeTokenDispatcher(absl::string_view s);
+absl::StatusOr<MoeRouting> ParseMoeRouting(absl::string_view s);
 
 }  // namespace paratune
 

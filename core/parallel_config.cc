@@ -29,6 +29,9 @@ std::string ParallelConfig::ToString() const {
   }
   if (distributed_optimizer) absl::StrAppend(&out, " dopt");
   if (split_counts_embedding_and_loss) absl::StrAppend(&out, " split+2");
+  if (ep > 1 || etp > 1) {
+    absl::StrAppend(&out, " ep", ep, " etp", etp, " ", paratune::ToString(moe_token_dispatcher));
+  }
   return out;
 }
 

@@ -43,12 +43,24 @@ struct ParallelConfig {
   /// with plain 1F1B), every transfer blocks the sending stage (Megatron-LM 2021-22).
   bool overlap_p2p_comm = true;
 
+  // ---- Expert parallelism (mixture-of-experts layers; Megatron-Core's parallel folding:
+  // the expert layers regroup the same tp*cp*dp ranks of a stage as etp*ep*edp) ----
+  int64_t ep = 1;   ///< Expert parallel size: the routed experts split over ep ranks.
+  int64_t etp = 1;  ///< Expert tensor parallel size: each expert's FFN split over etp.
+  /// How tokens reach the ranks that hold their experts.
+  MoeTokenDispatcher moe_token_dispatcher = MoeTokenDispatcher::kAllToAll;
+
   /// Transformer layers in model chunk `chunk` (0..vp-1) of pipeline stage `stage`.
   int64_t LayersInChunk(int64_t num_layers, int64_t stage, int64_t chunk) const;
   /// Transformer layers on pipeline stage `stage` (all its chunks).
   int64_t LayersOnStage(int64_t num_layers, int64_t stage) const;
   /// Ranks of the layout, t*p*c*d.
   int64_t world_size() const { return tp * pp * cp * dp; }
+  /// Expert data parallel size edp = tp*cp*dp / (etp*ep) (0 when ep*etp does not divide).
+  int64_t edp() const {
+    const int64_t expert = ep * etp;
+    return expert > 0 && (tp * cp * dp) % expert == 0 ? tp * cp * dp / expert : 0;
+  }
 
   /// "tp8 pp12 dp16 cp1 vp1 mb1 sp selective dopt" style one-liner.
   std::string ToString() const;

@@ -122,8 +122,21 @@ std::string StringOr(const json& config, const char* key, const std::string& fal
   return fallback;
 }
 
-/// Counts of experts above 1, any enabled moe_* setting, or an MoE model_type.
-absl::Status RejectMixtureOfExperts(const json& config, const std::string& model_type) {
+/// The mixture-of-experts families ParaTune imports (model_type).
+bool SupportedMoeFamily(const std::string& model_type) {
+  for (const char* t : {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3",
+                        "gpt_oss", "llama4", "llama4_text"}) {
+    if (model_type == t) return true;
+  }
+  return false;
+}
+
+/// Other configs with experts above 1, an enabled moe_* setting, or an MoE model_type.
+absl::Status RejectOtherMixtureOfExperts(const json& config, const std::string& model_type) {
+  if (SupportedMoeFamily(model_type)) return absl::OkStatus();
+  const char* supported =
+      "; mixture-of-experts configs are imported for model_type mixtral, qwen2_moe, "
+      "qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss and llama4";
   for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts",
                           "moe_num_experts", "num_experts_per_tok", "n_shared_experts"}) {
     auto it = config.find(key);
@@ -131,8 +144,8 @@ absl::Status RejectMixtureOfExperts(const json& config, const std::string& model
     if (it->is_number() && it->get<double>() <= 1) continue;
     if (it->is_boolean() && !it->get<bool>()) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        "hf_config.", key, " (", JsonPreview(*it),
-        ") describes a mixture-of-experts model; ParaTune plans dense models only"));
+        "hf_config.", key, " (", JsonPreview(*it), ") describes a mixture-of-experts model of "
+        "model_type '", model_type, "'", supported));
   }
   for (const auto& [key, value] : config.items()) {
     if (!absl::StartsWith(key, "moe")) continue;
@@ -141,16 +154,126 @@ absl::Status RejectMixtureOfExperts(const json& config, const std::string& model
       continue;
     }
     return absl::InvalidArgumentError(absl::StrCat(
-        "hf_config.", key, " (", JsonPreview(value),
-        ") describes a mixture-of-experts model; ParaTune plans dense models only"));
+        "hf_config.", key, " (", JsonPreview(value), ") describes a mixture-of-experts model "
+        "of model_type '", model_type, "'", supported));
   }
-  for (const char* moe_type : {"moe", "mixtral", "dbrx", "deepseek_v2", "deepseek_v3",
-                               "jamba", "arctic"}) {
+  for (const char* moe_type : {"moe", "dbrx", "jamba", "arctic"}) {
     if (absl::StrContains(model_type, moe_type)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "hf_config.model_type ('", model_type,
-          "') is a mixture-of-experts architecture; ParaTune plans dense models only"));
+          "hf_config.model_type ('", model_type, "') is a mixture-of-experts architecture",
+          supported));
     }
+  }
+  return absl::OkStatus();
+}
+
+/// Reads an integer field into `*out` when present.
+absl::Status ReadOptional(const json& config, std::initializer_list<const char*> keys,
+                          int64_t* out) {
+  auto v = OptionalInt(config, keys);
+  if (!v.ok()) return v.status();
+  if (v->has_value()) *out = **v;
+  return absl::OkStatus();
+}
+
+/// The experts, shared experts, layer pattern, MLA ranks and MTP modules of the supported
+/// MoE families (their transformers configuration classes):
+///   mixtral, gpt_oss: num_local_experts, num_experts_per_tok (gpt_oss: experts_per_token),
+///     intermediate_size per expert;
+///   qwen2_moe, qwen3_moe: num_experts, num_experts_per_tok, moe_intermediate_size,
+///     decoder_sparse_step, shared_expert_intermediate_size (Qwen2-MoE: one shared expert);
+///   deepseek_v2/v3: n_routed_experts, n_shared_experts (moe_intermediate_size each),
+///     first_k_dense_replace, moe_layer_freq, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+///     qk_rope_head_dim, v_head_dim, num_nextn_predict_layers;
+///   llama4: num_local_experts, intermediate_size per expert and one shared expert of the
+///     same width, intermediate_size_mlp for the dense layers, interleave_moe_layer_step
+///     (every step-th layer, counting from 1, is an expert layer).
+absl::Status ReadMixtureOfExperts(const json& config, const std::string& type, ModelSpec& m) {
+  if (!SupportedMoeFamily(type)) return absl::OkStatus();
+  if (auto s = ReadOptional(config, {"num_local_experts", "num_experts", "n_routed_experts"},
+                            &m.num_experts);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = ReadOptional(config, {"num_experts_per_tok", "experts_per_token"},
+                            &m.moe_router_topk);
+      !s.ok()) {
+    return s;
+  }
+  if (type == "mixtral" || type == "gpt_oss" || absl::StartsWith(type, "llama4")) {
+    m.moe_ffn_hidden_size = m.ffn_hidden_size;
+  } else if (auto s = ReadOptional(config, {"moe_intermediate_size"}, &m.moe_ffn_hidden_size);
+             !s.ok()) {
+    return s;
+  }
+  if (absl::StartsWith(type, "qwen")) {
+    if (auto s = ReadOptional(config, {"decoder_sparse_step"}, &m.moe_layer_freq); !s.ok()) {
+      return s;
+    }
+    if (auto it = config.find("mlp_only_layers");
+        it != config.end() && it->is_array() && !it->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hf_config.mlp_only_layers (", JsonPreview(*it),
+          ") is not supported: dense layers are modelled only before the first expert layer "
+          "(first_k_dense_layers) or every moe_layer_freq-th"));
+    }
+    int64_t shared = 0;
+    if (auto s = ReadOptional(config, {"shared_expert_intermediate_size"}, &shared); !s.ok()) {
+      return s;
+    }
+    if (shared > 0) {
+      m.num_shared_experts = 1;
+      m.shared_expert_ffn_hidden_size = shared;
+    }
+  }
+  if (absl::StartsWith(type, "deepseek")) {
+    if (auto s = ReadOptional(config, {"n_shared_experts"}, &m.num_shared_experts); !s.ok()) {
+      return s;
+    }
+    if (m.num_shared_experts > 0) m.shared_expert_ffn_hidden_size = m.moe_ffn_hidden_size;
+    if (auto s = ReadOptional(config, {"first_k_dense_replace"}, &m.first_k_dense_layers);
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = ReadOptional(config, {"moe_layer_freq"}, &m.moe_layer_freq); !s.ok()) return s;
+    if (FirstKey(config, {"kv_lora_rank"}) != nullptr) {
+      m.attention = AttentionType::kMla;
+      m.num_query_groups = m.num_attention_heads;
+      const std::pair<const char*, int64_t*> ranks[] = {
+          {"q_lora_rank", &m.q_lora_rank},  // null: queries not compressed (V2-Lite)
+          {"kv_lora_rank", &m.kv_lora_rank},
+          {"qk_nope_head_dim", &m.qk_head_dim},
+          {"qk_rope_head_dim", &m.qk_rope_head_dim},
+          {"v_head_dim", &m.v_head_dim}};
+      for (const auto& [key, out] : ranks) {
+        if (auto s = ReadOptional(config, {key}, out); !s.ok()) return s;
+      }
+    }
+    if (auto s = ReadOptional(config, {"num_nextn_predict_layers"}, &m.mtp_layers); !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::StartsWith(type, "llama4")) {
+    m.num_shared_experts = 1;
+    m.shared_expert_ffn_hidden_size = m.moe_ffn_hidden_size;
+    int64_t step = 1;
+    if (auto s = ReadOptional(config, {"interleave_moe_layer_step"}, &step); !s.ok()) return s;
+    if (step < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hf_config.interleave_moe_layer_step (", step, ") must be positive"));
+    }
+    // Layers step-1, 2*step-1, ... are expert layers: step-1 dense ones first, then every
+    // step-th.
+    m.first_k_dense_layers = step - 1;
+    m.moe_layer_freq = step;
+    if (auto s = ReadOptional(config, {"intermediate_size_mlp"}, &m.ffn_hidden_size); !s.ok()) {
+      return s;
+    }
+  }
+  if (m.num_experts <= 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hf_config of model_type '", type,
+        "' needs num_local_experts / num_experts / n_routed_experts above 1"));
   }
   return absl::OkStatus();
 }
@@ -173,8 +296,19 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const json& config) {
   if (!config.is_object()) {
     return absl::InvalidArgumentError("hf_config must be a JSON object (a config.json)");
   }
+  // Llama 4's config.json nests the language model's fields in text_config.
+  if (auto it = config.find("text_config");
+      it != config.end() && it->is_object() &&
+      absl::StartsWith(StringOr(config, "model_type", ""), "llama4")) {
+    json text = *it;
+    text["model_type"] = "llama4_text";
+    if (!text.contains("_name_or_path") && config.contains("_name_or_path")) {
+      text["_name_or_path"] = config["_name_or_path"];
+    }
+    return ModelSpecFromHfConfig(text);
+  }
   const std::string model_type = StringOr(config, "model_type", "");
-  if (auto s = RejectMixtureOfExperts(config, model_type); !s.ok()) return s;
+  if (auto s = RejectOtherMixtureOfExperts(config, model_type); !s.ok()) return s;
   if (auto it = config.find("is_encoder_decoder");
       it != config.end() && it->is_boolean() && it->get<bool>()) {
     return absl::InvalidArgumentError(
@@ -226,17 +360,23 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const json& config) {
     if (!kv->has_value() && multi_query->value_or(false)) m.num_query_groups = 1;
   }
 
+  // A head dimension other than hidden / heads (Qwen3, GPT-OSS, Llama 4) is kv_channels.
   if (auto head_dim = OptionalInt(config, {"head_dim"}); !head_dim.ok()) {
     return head_dim.status();
-  } else if (int64_t product = 0;
-             head_dim->has_value() && m.num_attention_heads > 0 &&
-             (__builtin_mul_overflow(**head_dim, m.num_attention_heads, &product) ||
-              product != m.hidden_size)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hf_config.head_dim (", **head_dim, ") x num_attention_heads (", m.num_attention_heads,
-        ") differs from hidden_size (", m.hidden_size,
-        "); ParaTune models head_dim = hidden_size / num_attention_heads"));
+  } else if (head_dim->has_value()) {
+    if (**head_dim <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hf_config.head_dim (", **head_dim, ") must be positive"));
+    }
+    int64_t product = 0;
+    if (m.num_attention_heads <= 0 ||
+        __builtin_mul_overflow(**head_dim, m.num_attention_heads, &product) ||
+        product != m.hidden_size) {
+      m.kv_channels = **head_dim;
+    }
   }
+  m.attention = m.num_query_groups == m.num_attention_heads ? AttentionType::kMha
+                                                            : AttentionType::kGqa;
 
   auto ffn = OptionalInt(config, {"intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim"});
   if (!ffn.ok()) return ffn.status();
@@ -286,6 +426,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const json& config) {
                                            "rotary_emb_base", "rotary_dim",
                                            "partial_rotary_factor", "alibi"}) != nullptr;
   const bool rope_family = falcon || model_type == "llama" || model_type == "mistral" ||
+                           SupportedMoeFamily(model_type) ||
                            absl::StartsWith(model_type, "qwen") || model_type == "gpt_neox" ||
                            gemma;
   m.position_embedding =
@@ -295,10 +436,12 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const json& config) {
   auto tie = OptionalBool(config, "tie_word_embeddings");
   if (!tie.ok()) return tie.status();
   const bool untied_family = model_type == "llama" || model_type == "mistral" ||
-                             absl::StartsWith(model_type, "qwen") || model_type == "gpt_neox";
+                             absl::StartsWith(model_type, "qwen") || model_type == "gpt_neox" ||
+                             SupportedMoeFamily(model_type);
   m.tie_embeddings = tie->value_or(!untied_family);
 
   m.num_experts = 1;
+  if (auto s = ReadMixtureOfExperts(config, model_type, m); !s.ok()) return s;
   return m;
 }
 

@@ -1,6 +1,8 @@
-// Hugging Face `config.json` → ModelSpec, for the dense decoder-only families ParaTune
-// models: Llama, Mistral, Qwen2, GPT-2, GPT-NeoX, Falcon (and others that use the same
-// field names). Mixture-of-experts and encoder-decoder configs are rejected.
+// Hugging Face `config.json` → ModelSpec, for the decoder-only families ParaTune models:
+// Llama, Mistral, Qwen2, GPT-2, GPT-NeoX, Falcon (and others that use the same field
+// names), and the mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3
+// (multi-head latent attention), GPT-OSS and Llama 4. Other MoE families and
+// encoder-decoder configs are rejected.
 #ifndef PARATUNE_SEARCH_HF_IMPORT_H_
 #define PARATUNE_SEARCH_HF_IMPORT_H_
 
@@ -24,8 +26,10 @@ std::string JsonPreview(const nlohmann::json& v, size_t max_chars = 60);
 /// num_key_value_heads | num_kv_heads | n_head_kv (Falcon: multi_query,
 /// new_decoder_architecture); FFN intermediate_size | n_inner | ffn_hidden_size (default
 /// 4 * hidden); positions max_position_embeddings | n_positions | n_ctx.
-/// InvalidArgument naming the `hf_config.<key>` for missing or malformed fields and for
-/// mixture-of-experts configs (num_local_experts, num_experts, n_routed_experts, moe_*).
+/// head_dim other than hidden / heads becomes kv_channels. Mixture-of-experts fields per
+/// family: see ReadMixtureOfExperts in hf_import.cc. InvalidArgument naming the
+/// `hf_config.<key>` for missing or malformed fields and for mixture-of-experts configs of
+/// other families (num_local_experts, num_experts, n_routed_experts, moe_*).
 absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const nlohmann::json& config);
 
 /// Same, from the text of a config.json.

@@ -17,7 +17,15 @@ bool HasLinearBiases(const ModelSpec& model);
 /// Vocabulary padded to a multiple of 128 * tp (Megatron's make-vocab-size-divisible-by).
 int64_t PaddedVocab(const ModelSpec& model, int64_t tp);
 
-/// Weights of the matrix multiplications of one layer (QKV, output projection, MLP).
+/// Head dimension d: kv_channels, or h / a.
+int64_t HeadDim(const ModelSpec& model);
+/// MLA as given; otherwise MHA when g == a, GQA when g < a.
+AttentionType EffectiveAttention(const ModelSpec& model);
+/// Matmul weights of one layer's attention: QKV (a*d + 2*g*d wide) and the output
+/// projection; with MLA the query and KV down-/up-projections and the output projection.
+double AttentionMatmulParams(const ModelSpec& model);
+
+/// Weights of the matrix multiplications of one dense layer (attention, MLP).
 double LayerMatmulParams(const ModelSpec& model);
 /// All parameters of one layer: matmul weights, biases, norm weights.
 double LayerParams(const ModelSpec& model);
@@ -25,18 +33,50 @@ double LayerParams(const ModelSpec& model);
 double EmbeddingParams(const ModelSpec& model);
 /// Output layer parameters (0 with tied embeddings) plus the final norm.
 double OutputParams(const ModelSpec& model);
-/// Total parameters with the unpadded vocabulary (published sizes).
+/// Total parameters with the unpadded vocabulary (published sizes; MTP modules excluded,
+/// as DeepSeek-V3's 671B excludes them).
 double TotalParams(const ModelSpec& model);
+
+// ---- Mixture of experts ----
+/// num_experts > 1.
+bool IsMoe(const ModelSpec& model);
+/// Whether layer `layer` (0-based) is an expert layer: after first_k_dense_layers, every
+/// moe_layer_freq-th.
+bool IsExpertLayer(const ModelSpec& model, int64_t layer);
+/// Expert layers among the num_layers (MTP modules not counted).
+int64_t NumExpertLayers(const ModelSpec& model);
+/// FFN width of one shared expert (shared_expert_ffn_hidden_size or moe_ffn_hidden_size).
+int64_t SharedExpertFfn(const ModelSpec& model);
+/// Matmul weights of one routed expert (3*h*f_moe with SwiGLU, else 2*h*f_moe).
+double ExpertParams(const ModelSpec& model);
+/// Matmul weights of the shared experts of one layer.
+double SharedExpertParams(const ModelSpec& model);
+/// The router's h x num_experts matrix.
+double RouterParams(const ModelSpec& model);
+/// All parameters of one expert layer: attention, norms, router, routed and shared experts.
+double ExpertLayerParams(const ModelSpec& model);
+/// Matmul weights one token passes through in an expert layer: attention, router, its
+/// top-k routed experts and the shared experts.
+double ExpertLayerActiveMatmulParams(const ModelSpec& model);
+/// Parameters of the multi-token-prediction modules (0 without).
+double MtpParams(const ModelSpec& model);
+/// Parameters one token uses (TotalParams less the routed experts it does not visit).
+double ActiveParams(const ModelSpec& model);
+/// Forward FLOPs of one expert layer (active experts only, the router included).
+double ExpertLayerForwardFlops(const ModelSpec& model, double batch, double seq);
+/// Forward FLOPs of every transformer layer, dense and expert, and the MTP modules.
+double AllLayersForwardFlops(const ModelSpec& model, double batch, double seq);
 
 /// Forward FLOPs of one layer for `tokens` = b*s tokens of sequence length s: 2 FLOPs per
 /// matmul weight and token, plus 4*b*s^2*h for the attention scores and context.
 double LayerForwardFlops(const ModelSpec& model, double batch, double seq);
-/// Forward FLOPs of the attention core alone (4*b*s^2*h).
+/// Forward FLOPs of the attention core alone (4*b*s^2*a*d; MLA: 2*b*s^2*a*(qk + rope + v)).
 double AttentionCoreForwardFlops(const ModelSpec& model, double batch, double seq);
 /// Forward FLOPs of the logits (2*b*s*h*V).
 double LogitsForwardFlops(const ModelSpec& model, double batch, double seq);
 
-/// Model FLOPs per iteration: 3x forward (backward = 2x forward), no recompute. For GPT
+/// Model FLOPs per iteration: 3x forward (backward = 2x forward), no recompute, active
+/// experts only, MTP modules included (Megatron-LM's convention). For GPT
 /// this is Narayanan's 72*B*s*L*h^2*(1 + s/6h + V/12hL).
 double ModelFlopsPerIteration(const ModelSpec& model, double global_batch, double seq);
 /// Hardware FLOPs: model FLOPs plus the recomputed forward work (full: one more layer

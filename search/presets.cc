@@ -10,6 +10,14 @@
 //    -70B and Llama-3.1-405B.
 //  - nemotron-340b: NVIDIA Nemotron-4 340B technical report (2024), Table 1 (squared-ReLU
 //    MLP with two matrices: modelled as the two-matrix "gelu" MLP; same counts).
+//  - mixtral-8x7b, mixtral-8x22b: HF config.json of mistralai/Mixtral-8x7B-v0.1 and
+//    Mixtral-8x22B-v0.1 (8 experts, top-2; 46.7B / 12.9B and 141B / 39B published).
+//  - qwen3-30b-a3b, qwen3-235b-a22b: HF config.json of Qwen/Qwen3-30B-A3B and
+//    Qwen3-235B-A22B (128 experts, top-8, head_dim 128).
+//  - deepseek-v3: HF config.json of deepseek-ai/DeepSeek-V3 (MLA, 256 routed + 1 shared
+//    expert, top-8, first 3 layers dense, one MTP module; 671B / 37B published).
+//  - gpt-oss-120b: HF config.json of openai/gpt-oss-120b (128 experts, top-4, head_dim 64;
+//    116.8B / 5.1B published; its attention sinks and biases are not modelled).
 //  - bloom-176b: BigScience BLOOM paper (2022) and bigscience/bloom config.json (ALiBi: no
 //    position table, modelled as kRope i.e. no learned positions).
 #include "search/presets.h"
@@ -48,6 +56,7 @@ ModelSpec Llama(const char* name, int64_t layers, int64_t hidden, int64_t heads,
   m.hidden_size = hidden;
   m.num_attention_heads = heads;
   m.num_query_groups = groups;
+  m.attention = groups == heads ? AttentionType::kMha : AttentionType::kGqa;
   m.ffn_hidden_size = ffn;
   m.vocab_size = vocab;
   m.activation = Activation::kSwiglu;
@@ -57,6 +66,8 @@ ModelSpec Llama(const char* name, int64_t layers, int64_t hidden, int64_t heads,
   m.max_position_embeddings = 0;
   return m;
 }
+
+std::vector<ModelSpec> MoePresets();
 
 std::vector<ModelSpec> All() {
   std::vector<ModelSpec> v = {
@@ -95,6 +106,43 @@ std::vector<ModelSpec> All() {
   v.push_back(Llama("llama3.3-70b", 80, 8192, 64, 8, 28672, 128256));
   v.push_back(Llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000));
   v.push_back(Llama("qwen3-32b", 64, 5120, 64, 8, 25600, 151936));
+  for (ModelSpec& m : MoePresets()) v.push_back(std::move(m));
+  return v;
+}
+
+// A mixture-of-experts model: Llama-style layers whose FFN is `experts` routed experts of
+// width `moe_ffn`, `topk` per token.
+ModelSpec Moe(const char* name, int64_t layers, int64_t hidden, int64_t heads, int64_t groups,
+              int64_t head_dim, int64_t vocab, int64_t experts, int64_t topk, int64_t moe_ffn) {
+  ModelSpec m = Llama(name, layers, hidden, heads, groups, moe_ffn, vocab);
+  m.kv_channels = head_dim;
+  m.num_experts = experts;
+  m.moe_router_topk = topk;
+  m.moe_ffn_hidden_size = moe_ffn;
+  return m;
+}
+
+std::vector<ModelSpec> MoePresets() {
+  std::vector<ModelSpec> v = {
+      Moe("mixtral-8x7b", 32, 4096, 32, 8, 0, 32000, 8, 2, 14336),
+      Moe("mixtral-8x22b", 56, 6144, 48, 8, 0, 32768, 8, 2, 16384),
+      Moe("qwen3-30b-a3b", 48, 2048, 32, 4, 128, 151936, 128, 8, 768),
+      Moe("qwen3-235b-a22b", 94, 4096, 64, 4, 128, 151936, 128, 8, 1536),
+      Moe("gpt-oss-120b", 36, 2880, 64, 8, 64, 201088, 128, 4, 2880),
+  };
+  ModelSpec dsv3 = Moe("deepseek-v3", 61, 7168, 128, 128, 0, 129280, 256, 8, 2048);
+  dsv3.ffn_hidden_size = 18432;  // The first three (dense) layers.
+  dsv3.attention = AttentionType::kMla;
+  dsv3.q_lora_rank = 1536;
+  dsv3.kv_lora_rank = 512;
+  dsv3.qk_head_dim = 128;
+  dsv3.qk_rope_head_dim = 64;
+  dsv3.v_head_dim = 128;
+  dsv3.num_shared_experts = 1;
+  dsv3.shared_expert_ffn_hidden_size = 2048;
+  dsv3.first_k_dense_layers = 3;
+  dsv3.mtp_layers = 1;
+  v.push_back(dsv3);
   return v;
 }
 

@@ -1,4 +1,5 @@
-// Named model presets (Megatron-LM papers, GPT-3, Llama, Nemotron, BLOOM).
+// Named model presets (Megatron-LM papers, GPT-3, Llama, Nemotron, BLOOM; the mixtures of
+// experts Mixtral, Qwen3-MoE, DeepSeek-V3 and GPT-OSS).
 #ifndef PARATUNE_SEARCH_PRESETS_H_
 #define PARATUNE_SEARCH_PRESETS_H_
 

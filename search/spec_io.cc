@@ -195,9 +195,46 @@ absl::StatusOr<Recompute> AsRecompute(const json& v, const std::string& path) {
   return *r;
 }
 
+absl::StatusOr<MoeTokenDispatcher> AsDispatcher(const json& v, const std::string& path) {
+  auto s = AsString(v, path);
+  if (!s.ok()) return s.status();
+  auto r = ParseMoeTokenDispatcher(*s);
+  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
+  return *r;
+}
+
 absl::Status Required(bool given, const std::string& path, const char* what) {
   if (given) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(path, " is required (", what, ")"));
+}
+
+// The mixture-of-experts and attention fields of `model` (0 = the proto's default: dense,
+// moe_layer_freq 1; attention "" = from num_query_groups).
+absl::Status ReadMoeAndAttention(const json& obj, ModelSpec* m, bool* attention_given) {
+  const std::string sec = "model";
+  const std::pair<const char*, int64_t*> ints[] = {
+      {"kv_channels", &m->kv_channels},
+      {"num_experts", &m->num_experts},
+      {"moe_router_topk", &m->moe_router_topk},
+      {"moe_ffn_hidden_size", &m->moe_ffn_hidden_size},
+      {"num_shared_experts", &m->num_shared_experts},
+      {"shared_expert_ffn_hidden_size", &m->shared_expert_ffn_hidden_size},
+      {"first_k_dense_layers", &m->first_k_dense_layers},
+      {"moe_layer_freq", &m->moe_layer_freq},
+      {"q_lora_rank", &m->q_lora_rank},
+      {"kv_lora_rank", &m->kv_lora_rank},
+      {"qk_head_dim", &m->qk_head_dim},
+      {"qk_rope_head_dim", &m->qk_rope_head_dim},
+      {"v_head_dim", &m->v_head_dim},
+      {"mtp_layers", &m->mtp_layers}};
+  for (const auto& [key, out] : ints) {
+    if (auto s = ReadInt(obj, sec, key, out); !s.ok()) return s;
+  }
+  if (m->num_experts == 0) m->num_experts = 1;        // proto: 0 or 1 = dense
+  if (m->moe_layer_freq == 0) m->moe_layer_freq = 1;  // proto: default 1
+  const json* v = Find(obj, "attention");
+  *attention_given = v != nullptr && v->is_string() && !v->get<std::string>().empty();
+  return ReadEnum(obj, sec, "attention", ParseAttentionType, &m->attention);
 }
 
 // `positions_given`: whether the spec itself names model.max_position_embeddings (not only
@@ -213,7 +250,11 @@ absl::Status ReadModel(const json& obj, ModelSpec* m, bool* positions_given) {
                           "hidden_size", "num_attention_heads", "num_query_groups",
                           "ffn_hidden_size", "vocab_size", "activation", "normalization",
                           "tie_embeddings", "position_embedding", "max_position_embeddings",
-                          "num_experts"});
+                          "kv_channels", "attention", "num_experts", "moe_router_topk",
+                          "moe_ffn_hidden_size", "num_shared_experts",
+                          "shared_expert_ffn_hidden_size", "first_k_dense_layers",
+                          "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
+                          "qk_rope_head_dim", "v_head_dim", "mtp_layers"});
       !s.ok()) {
     return s;
   }
@@ -302,8 +343,8 @@ absl::Status ReadModel(const json& obj, ModelSpec* m, bool* positions_given) {
       !s.ok()) {
     return s;
   }
-  if (auto s = ReadInt(obj, sec, "num_experts", &m->num_experts); !s.ok()) return s;
-  if (m->num_experts == 0) m->num_experts = 1;  // proto: 0 or 1 = dense
+  bool attention_given = false;
+  if (auto s = ReadMoeAndAttention(obj, m, &attention_given); !s.ok()) return s;
 
   if (!has_base) {
     const char* why = "or give model.preset or model.hf_config";
@@ -314,12 +355,29 @@ absl::Status ReadModel(const json& obj, ModelSpec* m, bool* positions_given) {
     if (m->name.empty()) m->name = "custom";
   }
   // Zero means the documented default (spec.proto).
-  if ((!has_base && !groups) || (groups && m->num_query_groups == 0)) {
+  if ((!has_base && !groups) || (groups && m->num_query_groups == 0) ||
+      (attention_given && !groups && m->attention == AttentionType::kMla)) {
     m->num_query_groups = m->num_attention_heads;
   }
+  if (groups && m->num_query_groups != m->num_attention_heads && attention_given &&
+      m->attention == AttentionType::kMha) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.attention mha needs model.num_query_groups (", m->num_query_groups,
+        ") equal to model.num_attention_heads (", m->num_attention_heads,
+        "); use gqa for grouped-query attention"));
+  }
+  if (m->attention != AttentionType::kMla) {
+    // Not given, or mha/gqa: what num_query_groups says.
+    m->attention = m->num_query_groups == m->num_attention_heads ? AttentionType::kMha
+                                                                : AttentionType::kGqa;
+  }
+
   if ((!has_base && !ffn) || (ffn && m->ffn_hidden_size == 0)) {
     // Checked against the hidden_size limit first so that 4h cannot overflow.
-    if (m->hidden_size > 0 && m->hidden_size <= (int64_t{1} << 40)) {
+    if (m->num_experts > 1 && m->moe_ffn_hidden_size > 0) {
+      // An MoE model's dense layers (if any) default to the expert width.
+      m->ffn_hidden_size = m->moe_ffn_hidden_size;
+    } else if (m->hidden_size > 0 && m->hidden_size <= (int64_t{1} << 40)) {
       m->ffn_hidden_size = 4 * m->hidden_size;
     }
   }
@@ -334,7 +392,8 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
   }
   if (auto s = CheckKeys(obj, sec,
                          {"seq_length", "global_batch_size", "precision", "flash_attention",
-                          "dropout", "optimizer", "total_tokens"});
+                          "dropout", "optimizer", "total_tokens", "moe_routing",
+                          "moe_capacity_factor"});
       !s.ok()) {
     return s;
   }
@@ -355,6 +414,12 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
     }
   }
   if (auto s = ReadInt(obj, sec, "total_tokens", &t->total_tokens); !s.ok()) return s;
+  if (auto s = ReadEnum(obj, sec, "moe_routing", ParseMoeRouting, &t->moe_routing); !s.ok()) {
+    return s;
+  }
+  if (auto s = ReadDouble(obj, sec, "moe_capacity_factor", &t->moe_capacity_factor); !s.ok()) {
+    return s;
+  }
   if (auto s = Required(seq, "training.seq_length", "tokens per sequence"); !s.ok()) return s;
   return Required(batch, "training.global_batch_size", "sequences per optimizer step");
 }
@@ -367,7 +432,7 @@ absl::Status ReadCluster(const json& obj, ClusterSpec* c) {
   }
   if (auto s = CheckKeys(obj, sec,
                          {"gpu", "num_gpus", "gpus_per_node", "nvlink_bandwidth_gbps",
-                          "network_bandwidth_gbps", "memory_gib"});
+                          "network_bandwidth_gbps", "memory_gib", "nvlink_domain"});
       !s.ok()) {
     return s;
   }
@@ -391,6 +456,7 @@ absl::Status ReadCluster(const json& obj, ClusterSpec* c) {
     return s;
   }
   if (auto s = ReadDouble(obj, sec, "memory_gib", &c->memory_gib); !s.ok()) return s;
+  if (auto s = ReadInt(obj, sec, "nvlink_domain", &c->nvlink_domain); !s.ok()) return s;
   if (c->gpu.empty()) {
     return absl::InvalidArgumentError(
         "cluster.gpu is required (a device kind such as a100-80gb or h100-sxm-80gb)");
@@ -407,7 +473,8 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
   if (auto s = CheckKeys(obj, sec,
                          {"tp", "pp", "dp", "cp", "vp", "micro_batch_size", "sequence_parallel",
                           "recompute", "recompute_num_layers", "distributed_optimizer", "top_k",
-                          "objective", "mode", "allow_tp_across_nodes", "verify_top_k"});
+                          "objective", "mode", "allow_tp_across_nodes", "verify_top_k", "ep",
+                          "etp", "moe_token_dispatcher"});
       !s.ok()) {
     return s;
   }
@@ -418,7 +485,9 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
       {"cp", &o->cp},
       {"vp", &o->vp},
       {"micro_batch_size", &o->micro_batch_size},
-      {"recompute_num_layers", &o->recompute_num_layers}};
+      {"recompute_num_layers", &o->recompute_num_layers},
+      {"ep", &o->ep},
+      {"etp", &o->etp}};
   for (const auto& [key, list] : int_lists) {
     if (auto s = ReadList(obj, sec, key, AsInt, list); !s.ok()) return s;
   }
@@ -430,6 +499,10 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
     return s;
   }
   if (auto s = ReadList(obj, sec, "recompute", AsRecompute, &o->recompute); !s.ok()) return s;
+  if (auto s = ReadList(obj, sec, "moe_token_dispatcher", AsDispatcher, &o->moe_token_dispatcher);
+      !s.ok()) {
+    return s;
+  }
   bool top_k = false;
   if (auto s = ReadInt(obj, sec, "top_k", &o->top_k, &top_k); !s.ok()) return s;
   if (top_k && o->top_k == 0) o->top_k = 10;  // proto: default 10
@@ -524,7 +597,9 @@ json JobSpecToJson(const JobSpec& spec) {
   const SearchOptions& o = spec.search;
   json recompute = json::array();
   for (Recompute r : o.recompute) recompute.push_back(ToString(r));
-  return json{
+  json dispatchers = json::array();
+  for (MoeTokenDispatcher d : o.moe_token_dispatcher) dispatchers.push_back(ToString(d));
+  json out = json{
       {"name", spec.name},
       {"model",
        {{"name", m.name},
@@ -571,6 +646,32 @@ json JobSpecToJson(const JobSpec& spec) {
         {"mode", ToString(o.mode)},
         {"allow_tp_across_nodes", o.allow_tp_across_nodes},
         {"verify_top_k", o.verify_top_k}}}};
+  // Mixture of experts and attention variants.
+  json& model = out["model"];
+  model["kv_channels"] = m.kv_channels;
+  model["attention"] = ToString(m.attention == AttentionType::kMla ? AttentionType::kMla
+                                : m.num_query_groups == m.num_attention_heads
+                                    ? AttentionType::kMha
+                                    : AttentionType::kGqa);
+  model["moe_router_topk"] = m.moe_router_topk;
+  model["moe_ffn_hidden_size"] = m.moe_ffn_hidden_size;
+  model["num_shared_experts"] = m.num_shared_experts;
+  model["shared_expert_ffn_hidden_size"] = m.shared_expert_ffn_hidden_size;
+  model["first_k_dense_layers"] = m.first_k_dense_layers;
+  model["moe_layer_freq"] = m.moe_layer_freq;
+  model["q_lora_rank"] = m.q_lora_rank;
+  model["kv_lora_rank"] = m.kv_lora_rank;
+  model["qk_head_dim"] = m.qk_head_dim;
+  model["qk_rope_head_dim"] = m.qk_rope_head_dim;
+  model["v_head_dim"] = m.v_head_dim;
+  model["mtp_layers"] = m.mtp_layers;
+  out["training"]["moe_routing"] = ToString(t.moe_routing);
+  out["training"]["moe_capacity_factor"] = t.moe_capacity_factor;
+  out["cluster"]["nvlink_domain"] = c.nvlink_domain;
+  out["search"]["ep"] = IntsToJson(o.ep);
+  out["search"]["etp"] = IntsToJson(o.etp);
+  out["search"]["moe_token_dispatcher"] = dispatchers;
+  return out;
 }
 
 absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
@@ -625,6 +726,22 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
     c.distributed_optimizer = o.distributed_optimizer[0];
   } else if (!(o.distributed_optimizer.empty() && c.dp == 1)) {
     return unpinned("distributed_optimizer", o.distributed_optimizer.size());
+  }
+  // Expert layout: ep and etp default to 1, the dispatcher to alltoall.
+  if (o.ep.size() == 1) {
+    c.ep = o.ep[0];
+  } else if (!o.ep.empty()) {
+    return unpinned("ep", o.ep.size());
+  }
+  if (o.etp.size() == 1) {
+    c.etp = o.etp[0];
+  } else if (!o.etp.empty()) {
+    return unpinned("etp", o.etp.size());
+  }
+  if (o.moe_token_dispatcher.size() == 1) {
+    c.moe_token_dispatcher = o.moe_token_dispatcher[0];
+  } else if (!o.moe_token_dispatcher.empty()) {
+    return unpinned("moe_token_dispatcher", o.moe_token_dispatcher.size());
   }
   return c;
 }

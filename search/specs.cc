@@ -6,6 +6,7 @@
 // than producing a negative memory figure later.
 #include "search/specs.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -72,7 +73,8 @@ absl::Status CheckNoDuplicates(const std::string& field, const std::vector<T>& v
       if constexpr (std::is_same_v<T, bool>) {
         return absl::InvalidArgumentError(
             absl::StrCat(field, " lists ", v ? "true" : "false", " twice"));
-      } else if constexpr (std::is_same_v<T, Recompute>) {
+      } else if constexpr (std::is_same_v<T, Recompute> ||
+                           std::is_same_v<T, MoeTokenDispatcher>) {
         return absl::InvalidArgumentError(
             absl::StrCat(field, " lists '", ToString(v), "' twice"));
       } else {
@@ -153,10 +155,147 @@ double ApproxParameters(const ModelSpec& m) {
   const double kv = h * static_cast<double>(m.num_query_groups) /
                     static_cast<double>(m.num_attention_heads);
   const double mlp_matrices = m.activation == Activation::kSwiglu ? 3.0 : 2.0;
-  const double per_layer =
-      2.0 * h * h + 2.0 * h * kv + mlp_matrices * h * static_cast<double>(m.ffn_hidden_size);
+  // Every layer counted as an expert layer too (an upper bound), in doubles.
+  const double experts = static_cast<double>(m.num_experts) *
+                             static_cast<double>(m.moe_ffn_hidden_size) +
+                         static_cast<double>(m.num_shared_experts) *
+                             static_cast<double>(m.shared_expert_ffn_hidden_size);
+  const double head_dim = static_cast<double>(
+      std::max({m.kv_channels, m.qk_head_dim + m.qk_rope_head_dim, m.v_head_dim,
+                m.hidden_size / std::max<int64_t>(m.num_attention_heads, 1)}));
+  const double attention = 4.0 * h * static_cast<double>(m.num_attention_heads) * head_dim +
+                           h * static_cast<double>(m.q_lora_rank + m.kv_lora_rank);
+  const double per_layer = attention + 2.0 * h * kv +
+                           mlp_matrices * h *
+                               (static_cast<double>(m.ffn_hidden_size) + experts);
   const double embeddings = (m.tie_embeddings ? 1.0 : 2.0) * static_cast<double>(m.vocab_size) * h;
   return static_cast<double>(m.num_layers) * per_layer + embeddings;
+}
+
+/// A size that may be 0 (not used) but not negative or beyond `max`.
+absl::Status CheckOptionalSize(const std::string& field, int64_t v, int64_t max) {
+  if (v == 0) return absl::OkStatus();
+  if (v < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " (", v, ") must not be negative"));
+  }
+  return CheckRange(field, v, max);
+}
+
+constexpr int64_t kMaxExperts = 1 << 16;
+
+/// The mixture-of-experts fields (num_experts > 1 or any of them given), the head
+/// dimension and the attention type with its MLA ranks.
+absl::Status ValidateMoeAndAttention(const ModelSpec& m) {
+  if (auto s = CheckOptionalSize("model.kv_channels", m.kv_channels, kMaxHiddenSize); !s.ok()) {
+    return s;
+  }
+  if (m.num_experts < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.num_experts (", m.num_experts, ") must not be negative"));
+  }
+  if (m.num_experts > kMaxExperts) {
+    return absl::InvalidArgumentError(absl::StrCat("model.num_experts (", m.num_experts,
+                                                   ") must be at most ", kMaxExperts));
+  }
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size},
+      {"model.shared_expert_ffn_hidden_size", m.shared_expert_ffn_hidden_size},
+      {"model.q_lora_rank", m.q_lora_rank},
+      {"model.kv_lora_rank", m.kv_lora_rank},
+      {"model.qk_head_dim", m.qk_head_dim},
+      {"model.qk_rope_head_dim", m.qk_rope_head_dim},
+      {"model.v_head_dim", m.v_head_dim}};
+  for (const auto& [field, v] : sizes) {
+    if (auto s = CheckOptionalSize(field, v, kMaxFfnHiddenSize); !s.ok()) return s;
+  }
+  const std::pair<const char*, int64_t> counts[] = {
+      {"model.moe_router_topk", m.moe_router_topk},
+      {"model.num_shared_experts", m.num_shared_experts},
+      {"model.first_k_dense_layers", m.first_k_dense_layers},
+      {"model.mtp_layers", m.mtp_layers}};
+  for (const auto& [field, v] : counts) {
+    if (auto s = CheckOptionalSize(field, v, kMaxExperts); !s.ok()) return s;
+  }
+  if (auto s = CheckRange("model.moe_layer_freq", m.moe_layer_freq, kMaxNumLayers); !s.ok()) {
+    return s;
+  }
+  if (m.num_experts > 1) {
+    if (m.moe_router_topk < 1 || m.moe_router_topk > m.num_experts) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.moe_router_topk (", m.moe_router_topk, ") must be in [1, model.num_experts (",
+          m.num_experts, ")] for a mixture-of-experts model"));
+    }
+    if (m.moe_ffn_hidden_size == 0) {
+      return absl::InvalidArgumentError(
+          "model.moe_ffn_hidden_size is required for a mixture-of-experts model "
+          "(model.num_experts > 1): the FFN width of one routed expert");
+    }
+    if (m.first_k_dense_layers >= m.num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.first_k_dense_layers (", m.first_k_dense_layers,
+          ") must be less than model.num_layers (", m.num_layers, ") for a mixture-of-experts "
+          "model"));
+    }
+  } else {
+    const std::pair<const char*, int64_t> moe_only[] = {
+        {"model.moe_router_topk", m.moe_router_topk},
+        {"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size},
+        {"model.num_shared_experts", m.num_shared_experts},
+        {"model.shared_expert_ffn_hidden_size", m.shared_expert_ffn_hidden_size},
+        {"model.first_k_dense_layers", m.first_k_dense_layers}};
+    for (const auto& [field, v] : moe_only) {
+      if (v != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, " (", v, ") applies only to mixture-of-experts models (model.num_experts (",
+            m.num_experts, ") must be > 1)"));
+      }
+    }
+    if (m.moe_layer_freq != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.moe_layer_freq (", m.moe_layer_freq,
+          ") applies only to mixture-of-experts models (model.num_experts must be > 1)"));
+    }
+  }
+  if (m.num_shared_experts == 0 && m.shared_expert_ffn_hidden_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.shared_expert_ffn_hidden_size (", m.shared_expert_ffn_hidden_size,
+        ") needs model.num_shared_experts > 0"));
+  }
+  switch (m.attention) {
+    case AttentionType::kMha:  // g == a or not is num_query_groups' business.
+    case AttentionType::kGqa:
+      break;
+    case AttentionType::kMla: {
+      const std::pair<const char*, int64_t> ranks[] = {
+          {"model.kv_lora_rank", m.kv_lora_rank},
+          {"model.qk_head_dim", m.qk_head_dim},
+          {"model.qk_rope_head_dim", m.qk_rope_head_dim},
+          {"model.v_head_dim", m.v_head_dim}};
+      for (const auto& [field, v] : ranks) {
+        if (v <= 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(field, " (", v, ") must be positive with model.attention mla"));
+        }
+      }
+      break;
+    }
+  }
+  if (m.attention != AttentionType::kMla) {
+    const std::pair<const char*, int64_t> mla_only[] = {
+        {"model.q_lora_rank", m.q_lora_rank},
+        {"model.kv_lora_rank", m.kv_lora_rank},
+        {"model.qk_head_dim", m.qk_head_dim},
+        {"model.qk_rope_head_dim", m.qk_rope_head_dim},
+        {"model.v_head_dim", m.v_head_dim}};
+    for (const auto& [field, v] : mla_only) {
+      if (v != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, " (", v, ") applies only with model.attention mla (model.attention is ",
+            ToString(m.attention), ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -196,15 +335,7 @@ absl::Status ModelSpec::Validate() const {
                                                    max_position_embeddings,
                                                    ") must be at most ", kMaxSeqLength));
   }
-  if (num_experts < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.num_experts (", num_experts, ") must not be negative"));
-  }
-  if (num_experts > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.num_experts (", num_experts,
-        ") must be 0 or 1: mixture-of-experts models are not supported (dense models only)"));
-  }
+  if (auto s = ValidateMoeAndAttention(*this); !s.ok()) return s;
   const double params = ApproxParameters(*this);
   if (params > kMaxParameters) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -225,6 +356,23 @@ absl::Status TrainingSpec::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "training.total_tokens (", total_tokens, ") must not be negative (0 = not given)"));
   }
+  if (!std::isfinite(moe_capacity_factor) || moe_capacity_factor < 0 ||
+      moe_capacity_factor > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat("training.moe_capacity_factor (",
+                                                   moe_capacity_factor,
+                                                   ") must be in [0, 1000] (0 = not given)"));
+  }
+  if (moe_routing == MoeRouting::kCapacity && moe_capacity_factor < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.moe_capacity_factor (", moe_capacity_factor,
+        ") must be at least 1 with training.moe_routing capacity"));
+  }
+  if (moe_routing != MoeRouting::kCapacity && moe_capacity_factor != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.moe_capacity_factor (", moe_capacity_factor,
+        ") applies only with training.moe_routing capacity (training.moe_routing is ",
+        ToString(moe_routing), ")"));
+  }
   return absl::OkStatus();
 }
 
@@ -241,6 +389,17 @@ absl::Status ClusterSpec::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "cluster.num_gpus (", num_gpus, ") must be a multiple of cluster.gpus_per_node (",
         gpus_per_node, ") when it spans more than one node"));
+  }
+  if (nvlink_domain < 0 || nvlink_domain > kMaxNumGpus) {
+    return absl::InvalidArgumentError(absl::StrCat("cluster.nvlink_domain (", nvlink_domain,
+                                                   ") must be in [0, ", kMaxNumGpus,
+                                                   "] (0 = cluster.gpus_per_node)"));
+  }
+  if (nvlink_domain > 0 && nvlink_domain % gpus_per_node != 0 &&
+      gpus_per_node % nvlink_domain != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cluster.nvlink_domain (", nvlink_domain, ") must be a multiple or a divisor of "
+        "cluster.gpus_per_node (", gpus_per_node, ")"));
   }
   if (auto s = CheckOverride("cluster.nvlink_bandwidth_gbps", nvlink_bandwidth_gbps,
                              kMaxBandwidthGbps);
@@ -267,7 +426,10 @@ absl::Status SearchOptions::Validate() const {
       {"search.sequence_parallel", sequence_parallel.size()},
       {"search.recompute", recompute.size()},
       {"search.recompute_num_layers", recompute_num_layers.size()},
-      {"search.distributed_optimizer", distributed_optimizer.size()}};
+      {"search.distributed_optimizer", distributed_optimizer.size()},
+      {"search.ep", ep.size()},
+      {"search.etp", etp.size()},
+      {"search.moe_token_dispatcher", moe_token_dispatcher.size()}};
   for (const auto& [field, entries] : lengths) {
     if (auto s = CheckListLength(field, entries); !s.ok()) return s;
   }
@@ -277,7 +439,9 @@ absl::Status SearchOptions::Validate() const {
       {"search.dp", &dp},
       {"search.cp", &cp},
       {"search.vp", &vp},
-      {"search.micro_batch_size", &micro_batch_size}};
+      {"search.micro_batch_size", &micro_batch_size},
+      {"search.ep", &ep},
+      {"search.etp", &etp}};
   for (const auto& [field, values] : lists) {
     if (auto s = CheckSizeList(field, *values, kMaxParallelSize); !s.ok()) return s;
   }
@@ -293,6 +457,9 @@ absl::Status SearchOptions::Validate() const {
     return s;
   }
   if (auto s = CheckNoDuplicates("search.recompute", recompute); !s.ok()) return s;
+  if (auto s = CheckNoDuplicates("search.moe_token_dispatcher", moe_token_dispatcher); !s.ok()) {
+    return s;
+  }
   if (!recompute_num_layers.empty() && !recompute.empty()) {
     bool full = false;
     for (Recompute r : recompute) full = full || r == Recompute::kFull;
@@ -393,6 +560,27 @@ absl::Status JobSpec::Validate() const {
       return absl::InvalidArgumentError(absl::StrCat("search.pp value ", p,
                                                      " must be at most model.num_layers (",
                                                      model.num_layers, ")"));
+    }
+  }
+  if (model.num_experts <= 1) {
+    for (const auto& [field, values] :
+         {std::pair<const char*, const std::vector<int64_t>*>{"search.ep", &search.ep},
+          {"search.etp", &search.etp}}) {
+      for (int64_t v : *values) {
+        if (v != 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              field, " value ", v, " must be 1: the model has no experts (model.num_experts ",
+              model.num_experts, ")"));
+        }
+      }
+    }
+  } else {
+    for (int64_t ep : search.ep) {
+      if (model.num_experts % ep != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("search.ep value ", ep,
+                                                       " must divide model.num_experts (",
+                                                       model.num_experts, ")"));
+      }
     }
   }
   for (int64_t b : search.micro_batch_size) {

@@ -51,9 +51,33 @@ struct ModelSpec {
   /// Rows of the learned position table (counted only for kLearned). A spec read by
   /// JobSpecFromJson holds the resolved rows (0 there means seq_length); 0 here: none.
   int64_t max_position_embeddings = 0;
-  int64_t num_experts = 1;           ///< > 1 is mixture-of-experts (rejected for now).
+  /// Head dimension d (Megatron's kv_channels); 0 = hidden_size / num_attention_heads.
+  int64_t kv_channels = 0;
+  /// mha (g = a), gqa, or mla (the MLA ranks below; num_query_groups is then a).
+  AttentionType attention = AttentionType::kMha;
 
-  /// First violated rule: positive sizes, a % g == 0, dense only, overflow-safe sizes.
+  // ---- Mixture of experts (num_experts > 1) and multi-head latent attention ----
+  int64_t num_experts = 1;             ///< Routed experts per MoE layer; 1 = dense.
+  int64_t moe_router_topk = 0;         ///< Routed experts per token k (MoE: 1..num_experts).
+  int64_t moe_ffn_hidden_size = 0;     ///< FFN width of one routed expert (MoE: required).
+  int64_t num_shared_experts = 0;      ///< Always-on experts per MoE layer.
+  /// FFN width of one shared expert (0 = moe_ffn_hidden_size).
+  int64_t shared_expert_ffn_hidden_size = 0;
+  /// Dense layers (FFN ffn_hidden_size) before the first expert layer.
+  int64_t first_k_dense_layers = 0;
+  /// Every n-th layer after the dense ones is an expert layer (1 = all of them).
+  int64_t moe_layer_freq = 1;
+  int64_t q_lora_rank = 0;       ///< MLA: query compression rank (0 = no compression).
+  int64_t kv_lora_rank = 0;      ///< MLA: key/value compression rank.
+  int64_t qk_head_dim = 0;       ///< MLA: per-head query/key width without RoPE.
+  int64_t qk_rope_head_dim = 0;  ///< MLA: per-head decoupled RoPE width.
+  int64_t v_head_dim = 0;        ///< MLA: per-head value width.
+  /// Multi-token-prediction modules (DeepSeek-V3: 1), each one more transformer layer (an
+  /// expert layer in an MoE model) with its projection, on the last pipeline stage.
+  int64_t mtp_layers = 0;
+
+  /// First violated rule: positive sizes, a % g == 0, the MoE and MLA fields consistent,
+  /// overflow-safe sizes.
   absl::Status Validate() const;
 };
 
@@ -64,6 +88,10 @@ struct TrainingSpec {
   bool flash_attention = true;       ///< No s x s scores stored.
   bool dropout = false;              ///< Dropout masks stored for backward.
   int64_t total_tokens = 0;          ///< > 0: report time_to_train_days.
+  /// How tokens are routed to experts (MoE models only).
+  MoeRouting moe_routing = MoeRouting::kBalanced;
+  /// Tokens an expert takes, as a multiple of the mean (moe_routing capacity; 0 = unset).
+  double moe_capacity_factor = 0;
 
   absl::Status Validate() const;
 };
@@ -75,6 +103,11 @@ struct ClusterSpec {
   double nvlink_bandwidth_gbps = 0;  ///< Override, GB/s bus bandwidth per GPU (0 = catalog).
   double network_bandwidth_gbps = 0; ///< Override, GB/s per GPU across nodes (0 = catalog).
   double memory_gib = 0;             ///< Override of device memory (0 = catalog).
+  /// GPUs that share one NVLink domain (8 on a DGX, 72 on an NVL72 rack); 0 =
+  /// gpus_per_node. Expert all-to-alls inside it run over NVLink, beyond it over the NIC.
+  int64_t nvlink_domain = 0;
+  /// The NVLink domain in GPUs (nvlink_domain, or gpus_per_node when 0).
+  int64_t NvlinkDomain() const { return nvlink_domain > 0 ? nvlink_domain : gpus_per_node; }
 
   absl::Status Validate() const;
 };
@@ -84,6 +117,9 @@ struct SearchOptions {
   std::vector<int64_t> tp, pp, dp, cp, vp, micro_batch_size, recompute_num_layers;
   std::vector<bool> sequence_parallel, distributed_optimizer;
   std::vector<Recompute> recompute;
+  /// Expert parallel and expert tensor parallel sizes, and the token dispatcher (MoE).
+  std::vector<int64_t> ep, etp;
+  std::vector<MoeTokenDispatcher> moe_token_dispatcher;
   int64_t top_k = 10;
   Objective objective = Objective::kThroughput;
   SearchMode mode = SearchMode::kModel;

@@ -136,23 +136,116 @@ TEST(HfImportTest, FalconMultiQueryAndNewDecoderArchitecture) {
   EXPECT_EQ(legacy->num_query_groups, 8);
 }
 
-TEST(HfImportTest, MixtureOfExpertsIsRejected) {
-  auto mixtral = ModelSpecFromHfConfigText(ReadHfConfig("mixtral-8x7b"));
-  ASSERT_FALSE(mixtral.ok());
-  EXPECT_EQ(mixtral.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(mixtral.status().message(), HasSubstr("hf_config.num_local_experts (8)"));
-  EXPECT_THAT(mixtral.status().message(), HasSubstr("dense models only"));
+TEST(HfImportTest, Mixtral8x7BMatchesItsPublishedSizes) {
+  ModelSpec m = Import("mixtral-8x7b");
+  EXPECT_EQ(m.num_experts, 8);
+  EXPECT_EQ(m.moe_router_topk, 2);
+  EXPECT_EQ(m.moe_ffn_hidden_size, 14336);
+  EXPECT_EQ(m.num_query_groups, 8);
+  EXPECT_EQ(m.attention, AttentionType::kGqa);
+  EXPECT_TRUE(m.Validate().ok()) << m.Validate();
+  // Mistral AI: 46.7B parameters, 12.9B used per token.
+  EXPECT_NEAR(TotalParams(m) / 46.7e9, 1.0, 0.005);
+  EXPECT_NEAR(ActiveParams(m) / 12.9e9, 1.0, 0.005);
+}
 
-  auto qwen_moe = ModelSpecFromHfConfig(
-      nlohmann::json{{"model_type", "qwen2_moe"}, {"num_experts", 60}, {"num_hidden_layers", 24}});
-  ASSERT_FALSE(qwen_moe.ok());
-  EXPECT_THAT(qwen_moe.status().message(), HasSubstr("hf_config.num_experts (60)"));
+TEST(HfImportTest, Qwen3MoeReadsTheHeadDimensionAndTheExperts) {
+  ModelSpec m = Import("qwen3-235b-a22b");
+  EXPECT_EQ(m.kv_channels, 128);  // 4096 / 64 = 64 would be wrong.
+  EXPECT_EQ(m.num_experts, 128);
+  EXPECT_EQ(m.moe_router_topk, 8);
+  EXPECT_EQ(m.moe_ffn_hidden_size, 1536);
+  EXPECT_EQ(m.moe_layer_freq, 1);
+  EXPECT_EQ(m.num_shared_experts, 0);
+  EXPECT_TRUE(m.Validate().ok()) << m.Validate();
+  EXPECT_NEAR(TotalParams(m) / 235e9, 1.0, 0.005);
+}
 
-  auto deepseek = ModelSpecFromHfConfig(nlohmann::json{{"n_routed_experts", 64}});
-  EXPECT_THAT(deepseek.status().message(), HasSubstr("hf_config.n_routed_experts (64)"));
+TEST(HfImportTest, Qwen2MoeHasOneSharedExpert) {
+  ModelSpec m = Import("qwen1.5-moe-a2.7b");
+  EXPECT_EQ(m.num_experts, 60);
+  EXPECT_EQ(m.moe_router_topk, 4);
+  EXPECT_EQ(m.moe_ffn_hidden_size, 1408);
+  EXPECT_EQ(m.num_shared_experts, 1);
+  EXPECT_EQ(m.shared_expert_ffn_hidden_size, 5632);
+  EXPECT_TRUE(m.Validate().ok()) << m.Validate();
+  // Qwen: 14.3B parameters, 2.7B activated (the QKV biases and the shared-expert gate,
+  // 0.01 %, are not modelled).
+  EXPECT_NEAR(TotalParams(m) / 14.3e9, 1.0, 0.005);
+}
+
+TEST(HfImportTest, DeepSeekV3HasLatentAttentionDenseLayersAndMtp) {
+  ModelSpec m = Import("deepseek-v3");
+  EXPECT_EQ(m.attention, AttentionType::kMla);
+  EXPECT_EQ(m.q_lora_rank, 1536);
+  EXPECT_EQ(m.kv_lora_rank, 512);
+  EXPECT_EQ(m.qk_head_dim, 128);
+  EXPECT_EQ(m.qk_rope_head_dim, 64);
+  EXPECT_EQ(m.v_head_dim, 128);
+  EXPECT_EQ(m.num_experts, 256);
+  EXPECT_EQ(m.num_shared_experts, 1);
+  EXPECT_EQ(m.shared_expert_ffn_hidden_size, 2048);
+  EXPECT_EQ(m.first_k_dense_layers, 3);
+  EXPECT_EQ(m.ffn_hidden_size, 18432);
+  EXPECT_EQ(m.mtp_layers, 1);
+  EXPECT_TRUE(m.Validate().ok()) << m.Validate();
+  EXPECT_NEAR(TotalParams(m) / 671e9, 1.0, 0.005);
+}
+
+TEST(HfImportTest, GptOssReadsExpertsPerToken) {
+  ModelSpec m = Import("gpt-oss-120b");
+  EXPECT_EQ(m.num_experts, 128);
+  EXPECT_EQ(m.moe_router_topk, 4);
+  EXPECT_EQ(m.moe_ffn_hidden_size, 2880);
+  EXPECT_EQ(m.kv_channels, 64);
+  EXPECT_TRUE(m.Validate().ok()) << m.Validate();
+  // OpenAI: 116.83B parameters (biases and attention sinks, 0.03 %, not modelled).
+  EXPECT_NEAR(TotalParams(m) / 116.83e9, 1.0, 0.005);
+}
+
+TEST(HfImportTest, Llama4ReadsItsTextConfig) {
+  ModelSpec m = Import("llama4-scout");
+  EXPECT_EQ(m.num_layers, 48);
+  EXPECT_EQ(m.hidden_size, 5120);
+  EXPECT_EQ(m.num_experts, 16);
+  EXPECT_EQ(m.moe_router_topk, 1);
+  EXPECT_EQ(m.moe_ffn_hidden_size, 8192);
+  EXPECT_EQ(m.num_shared_experts, 1);
+  EXPECT_EQ(m.ffn_hidden_size, 16384);
+  EXPECT_EQ(m.first_k_dense_layers, 0);
+  EXPECT_EQ(m.moe_layer_freq, 1);
+  EXPECT_EQ(m.kv_channels, 128);
+  EXPECT_TRUE(m.Validate().ok()) << m.Validate();
+  // Maverick's pattern: every second layer, counting from 1, is an expert layer.
+  nlohmann::json maverick = nlohmann::json::parse(ReadHfConfig("llama4-scout"));
+  maverick["text_config"]["interleave_moe_layer_step"] = 2;
+  maverick["text_config"]["num_local_experts"] = 128;
+  auto mv = ModelSpecFromHfConfig(maverick);
+  ASSERT_TRUE(mv.ok()) << mv.status();
+  EXPECT_FALSE(IsExpertLayer(*mv, 0));
+  EXPECT_TRUE(IsExpertLayer(*mv, 1));
+  EXPECT_FALSE(IsExpertLayer(*mv, 2));
+  EXPECT_EQ(NumExpertLayers(*mv), 24);
+}
+
+TEST(HfImportTest, OtherMixtureOfExpertsFamiliesAreRejected) {
+  auto dbrx = ModelSpecFromHfConfig(
+      nlohmann::json{{"model_type", "dbrx"}, {"num_experts", 16}, {"num_hidden_layers", 40}});
+  ASSERT_FALSE(dbrx.ok());
+  EXPECT_EQ(dbrx.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(dbrx.status().message(), HasSubstr("hf_config.num_experts (16)"));
+  EXPECT_THAT(dbrx.status().message(), HasSubstr("qwen3_moe"));
+
+  auto no_type = ModelSpecFromHfConfig(nlohmann::json{{"n_routed_experts", 64}});
+  EXPECT_THAT(no_type.status().message(), HasSubstr("hf_config.n_routed_experts (64)"));
 
   auto moe_key = ModelSpecFromHfConfig(nlohmann::json{{"moe_intermediate_size", 1408}});
   EXPECT_THAT(moe_key.status().message(), HasSubstr("hf_config.moe_intermediate_size"));
+
+  nlohmann::json qwen = nlohmann::json::parse(ReadHfConfig("qwen3-235b-a22b"));
+  qwen["mlp_only_layers"] = {0, 5};
+  EXPECT_THAT(ModelSpecFromHfConfig(qwen).status().message(),
+              HasSubstr("hf_config.mlp_only_layers"));
 
   // A dense config that spells out "no experts" is fine.
   nlohmann::json dense = nlohmann::json::parse(ReadHfConfig("llama3-8b"));
@@ -173,9 +266,11 @@ TEST(HfImportTest, MalformedConfigsNameTheKey) {
   EXPECT_THAT(ModelSpecFromHfConfig(bad).status().message(),
               HasSubstr("hf_config.hidden_act ('sigmoid') is not supported"));
   bad = nlohmann::json::parse(ReadHfConfig("llama3-8b"));
-  bad["head_dim"] = 256;
+  bad["head_dim"] = -2;
   EXPECT_THAT(ModelSpecFromHfConfig(bad).status().message(),
-              HasSubstr("hf_config.head_dim (256) x num_attention_heads (32) differs"));
+              HasSubstr("hf_config.head_dim (-2) must be positive"));
+  bad["head_dim"] = 256;  // Not hidden / heads: the head dimension of its own.
+  EXPECT_EQ(ModelSpecFromHfConfig(bad)->kv_channels, 256);
   EXPECT_THAT(ModelSpecFromHfConfigText("{\"num_hidden_layers\": 2,").status().message(),
               HasSubstr("hf_config is not valid JSON"));
   EXPECT_THAT(ModelSpecFromHfConfig(nlohmann::json::array()).status().message(),

@@ -69,5 +69,65 @@ TEST(ModelMathTest, PaddedVocab) {
   EXPECT_EQ(PaddedVocab(llama, 1), 32000);
 }
 
+// Mixture-of-experts sizes against the published totals and active counts.
+TEST(ModelMathTest, MixtureOfExpertsParameterCountsMatchPublishedSizes) {
+  // Mistral AI: Mixtral 8x7B 46.7B total, 12.9B per token.
+  EXPECT_NEAR(TotalParams(Preset("mixtral-8x7b")) / 46.7e9, 1.0, 0.005);
+  EXPECT_NEAR(ActiveParams(Preset("mixtral-8x7b")) / 12.9e9, 1.0, 0.005);
+  // Qwen: 235B total, 22B activated (A22B, rounded to the billion).
+  EXPECT_NEAR(TotalParams(Preset("qwen3-235b-a22b")) / 235e9, 1.0, 0.005);
+  EXPECT_NEAR(ActiveParams(Preset("qwen3-235b-a22b")) / 1e9, 22.0, 0.5);
+  EXPECT_NEAR(TotalParams(Preset("qwen3-30b-a3b")) / 30.5e9, 1.0, 0.005);
+  // OpenAI: gpt-oss-120b 116.83B total.
+  EXPECT_NEAR(TotalParams(Preset("gpt-oss-120b")) / 116.83e9, 1.0, 0.005);
+  // DeepSeek-V3: 671B total without the 14B MTP module (685B with it).
+  const ModelSpec dsv3 = Preset("deepseek-v3");
+  EXPECT_NEAR(TotalParams(dsv3) / 671e9, 1.0, 0.005);
+  EXPECT_NEAR((TotalParams(dsv3) + MtpParams(dsv3)) / 685e9, 1.0, 0.005);
+  // "37B activated": by hand 37.55B with both embedding tables (36.63B without the input
+  // lookup table), which the report rounds to 37B.
+  EXPECT_NEAR(ActiveParams(dsv3) / 37e9, 1.0, 0.015);
+}
+
+TEST(ModelMathTest, DeepSeekV3LayerByHand) {
+  const ModelSpec m = Preset("deepseek-v3");
+  const double h = 7168, a = 128;
+  // MLA: q down 7168x1536, q up 1536 x 128*(128+64), kv down 7168 x (512+64), kv up
+  // 512 x 128*(128+128), output 128*128 x 7168.
+  const double attention = h * 1536 + 1536 * a * 192 + h * 576 + 512 * a * 256 + a * 128 * h;
+  EXPECT_DOUBLE_EQ(AttentionMatmulParams(m), attention);
+  EXPECT_DOUBLE_EQ(ExpertParams(m), 3 * h * 2048);
+  EXPECT_DOUBLE_EQ(RouterParams(m), h * 256);
+  EXPECT_EQ(NumExpertLayers(m), 58);
+  EXPECT_FALSE(IsExpertLayer(m, 2));
+  EXPECT_TRUE(IsExpertLayer(m, 3));
+  // Two RMSNorms of h plus the q and kv latent norms.
+  EXPECT_DOUBLE_EQ(ExpertLayerParams(m),
+                   attention + 2 * h + 1536 + 512 + h * 256 + 257 * 3 * h * 2048);
+  // One token: attention, router, 8 routed experts and the shared one.
+  EXPECT_DOUBLE_EQ(ExpertLayerActiveMatmulParams(m), attention + h * 256 + 9 * 3 * h * 2048);
+}
+
+TEST(ModelMathTest, ActiveFlopsPerTokenCountOnlyTheRoutedExperts) {
+  ModelSpec m = Preset("mixtral-8x7b");
+  const double s = 4096, h = 4096;
+  // Per token forward: 2 x (attention 2h^2 + 2*h*1024, router 8h, two experts of 3*h*14336)
+  // plus the attention core 4*s*h, over 32 layers; then the logits 2*h*V.
+  const double layer = 2 * (2 * h * h + 2 * h * 1024 + 8 * h + 2 * 3 * h * 14336) + 4 * s * h;
+  const double per_token = 32 * layer + 2 * h * 32000;
+  EXPECT_DOUBLE_EQ(ModelFlopsPerIteration(m, 1, s) / s, 3 * per_token);
+  // Doubling the experts at the same top-k leaves the FLOPs alone.
+  m.num_experts = 16;
+  EXPECT_DOUBLE_EQ(ModelFlopsPerIteration(m, 1, s) / s, 3 * per_token);
+  // DeepSeek-V3: the MTP module adds its layer, its 2h -> h projection and its logits.
+  const ModelSpec dsv3 = Preset("deepseek-v3");
+  ModelSpec no_mtp = dsv3;
+  no_mtp.mtp_layers = 0;
+  const double mtp = ExpertLayerForwardFlops(dsv3, 1, s) + 2 * s * 2 * 7168.0 * 7168 +
+                     LogitsForwardFlops(dsv3, 1, s);
+  EXPECT_NEAR(ModelFlopsPerIteration(dsv3, 1, s) - ModelFlopsPerIteration(no_mtp, 1, s),
+              3 * mtp, 1e-6 * mtp);
+}
+
 }  // namespace
 }  // namespace paratune

@@ -101,9 +101,42 @@ TEST(SpecsTest, HugeSizesAreRejectedBeforeTheyOverflow) {
               HasSubstr("parameters; at most 1e15 are supported"));
 }
 
-TEST(SpecsTest, MixtureOfExpertsIsRejected) {
+TEST(SpecsTest, MixtureOfExpertsRulesNameTheField) {
+  auto moe = [](JobSpec& s) {
+    s.model.num_experts = 8;
+    s.model.moe_router_topk = 2;
+    s.model.moe_ffn_hidden_size = 1024;
+  };
+  EXPECT_EQ(Violation(moe), "");
   EXPECT_THAT(Violation([](JobSpec& s) { s.model.num_experts = 8; }),
-              HasSubstr("model.num_experts (8) must be 0 or 1: mixture-of-experts"));
+              HasSubstr("model.moe_router_topk (0) must be in [1, model.num_experts (8)]"));
+  EXPECT_THAT(Violation([&](JobSpec& s) {
+                moe(s);
+                s.model.moe_ffn_hidden_size = 0;
+              }),
+              HasSubstr("model.moe_ffn_hidden_size is required"));
+  EXPECT_THAT(Violation([&](JobSpec& s) {
+                moe(s);
+                s.model.first_k_dense_layers = s.model.num_layers;
+              }),
+              HasSubstr("model.first_k_dense_layers"));
+  EXPECT_THAT(Violation([](JobSpec& s) { s.model.moe_router_topk = 2; }),
+              HasSubstr("model.moe_router_topk (2) applies only to mixture-of-experts models"));
+  EXPECT_THAT(Violation([](JobSpec& s) { s.model.q_lora_rank = 64; }),
+              HasSubstr("model.q_lora_rank (64) applies only with model.attention mla"));
+  EXPECT_THAT(Violation([](JobSpec& s) { s.model.attention = AttentionType::kMla; }),
+              HasSubstr("model.kv_lora_rank (0) must be positive with model.attention mla"));
+  EXPECT_THAT(Violation([&](JobSpec& s) {
+                moe(s);
+                s.search.ep = {3};
+              }),
+              HasSubstr("search.ep value 3 must divide model.num_experts (8)"));
+  EXPECT_THAT(Violation([](JobSpec& s) { s.search.ep = {2}; }),
+              HasSubstr("search.ep value 2 must be 1: the model has no experts"));
+  EXPECT_THAT(Violation([](JobSpec& s) { s.training.moe_routing = MoeRouting::kCapacity; }),
+              HasSubstr("training.moe_capacity_factor (0) must be at least 1"));
+  EXPECT_THAT(Violation([](JobSpec& s) { s.cluster.nvlink_domain = 12; }),
+              HasSubstr("cluster.nvlink_domain (12) must be a multiple or a divisor"));
 }
 
 TEST(SpecsTest, TrainingRules) {

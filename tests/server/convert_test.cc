@@ -59,6 +59,8 @@ ParallelConfig RandomLayout(std::mt19937_64& rng) {
   };
   auto flag = [&rng] { return rng() % 2 == 1; };
   constexpr Recompute kModes[] = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  constexpr MoeTokenDispatcher kDispatchers[] = {
+      MoeTokenDispatcher::kAllToAll, MoeTokenDispatcher::kAllGather, MoeTokenDispatcher::kFlex};
   ParallelConfig c;
   c.tp = size();
   c.pp = size();
@@ -74,13 +76,16 @@ ParallelConfig RandomLayout(std::mt19937_64& rng) {
   c.overlap_grad_reduce = flag();
   c.tp_comm_overlap = flag();
   c.overlap_p2p_comm = flag();
+  c.ep = size();
+  c.etp = size();
+  c.moe_token_dispatcher = kDispatchers[rng() % 3];
   return c;
 }
 
 TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
   std::mt19937_64 rng(20240521);
   const ParallelConfig defaults;
-  int differs_from_default[14] = {};
+  int differs_from_default[17] = {};
   for (int i = 0; i < 5000; ++i) {
     const ParallelConfig c = RandomLayout(rng);
     const v1::ParallelConfig wire = ToProto(c);
@@ -97,7 +102,7 @@ TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
     ASSERT_EQ(*ParallelConfigFromProto(from_json), c) << WireJson(wire);
 
     // The sample exercises every field away from its default, so a dropped one fails above.
-    const bool changed[14] = {c.tp != defaults.tp,
+    const bool changed[17] = {c.tp != defaults.tp,
                               c.pp != defaults.pp,
                               c.dp != defaults.dp,
                               c.cp != defaults.cp,
@@ -111,10 +116,13 @@ TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
                                   defaults.split_counts_embedding_and_loss,
                               c.overlap_grad_reduce != defaults.overlap_grad_reduce,
                               c.tp_comm_overlap != defaults.tp_comm_overlap,
-                              c.overlap_p2p_comm != defaults.overlap_p2p_comm};
-    for (int f = 0; f < 14; ++f) differs_from_default[f] += changed[f];
+                              c.overlap_p2p_comm != defaults.overlap_p2p_comm,
+                              c.ep != defaults.ep,
+                              c.etp != defaults.etp,
+                              c.moe_token_dispatcher != defaults.moe_token_dispatcher};
+    for (int f = 0; f < 17; ++f) differs_from_default[f] += changed[f];
   }
-  for (int f = 0; f < 14; ++f) EXPECT_GT(differs_from_default[f], 1000) << "field " << f;
+  for (int f = 0; f < 17; ++f) EXPECT_GT(differs_from_default[f], 1000) << "field " << f;
 }
 
 TEST(ConvertTest, FlagsOnByDefaultAreExplicitOnTheWireAndOnWhenAbsent) {
@@ -137,6 +145,10 @@ TEST(ConvertTest, FlagsOnByDefaultAreExplicitOnTheWireAndOnWhenAbsent) {
   EXPECT_TRUE(c->overlap_p2p_comm);
   EXPECT_FALSE(c->split_counts_embedding_and_loss);
   EXPECT_FALSE(c->tp_comm_overlap);
+  // Nor the expert layout: no expert parallelism, the all-to-all dispatcher.
+  EXPECT_EQ(c->ep, 1);
+  EXPECT_EQ(c->etp, 1);
+  EXPECT_EQ(c->moe_token_dispatcher, MoeTokenDispatcher::kAllToAll);
 
   old.set_recompute("sometimes");
   EXPECT_EQ(ParallelConfigFromProto(old).status().code(), absl::StatusCode::kInvalidArgument);
@@ -176,6 +188,30 @@ TEST(ConvertTest, RankedConfigRoundTrips) {
     EXPECT_EQ(back->source, r.source);
     EXPECT_EQ(back->notes, r.notes);
   }
+}
+
+TEST(ConvertTest, MixtureOfExpertsSpecRoundTripsThroughTheWire) {
+  absl::StatusOr<JobSpec> spec = JobSpecFromJson(json::parse(R"({
+    "model": {"preset": "deepseek-v3"},
+    "training": {"seq_length": 4096, "global_batch_size": 8192, "moe_routing": "capacity",
+                 "moe_capacity_factor": 1.25},
+    "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 1024, "nvlink_domain": 8},
+    "search": {"ep": [8, 64], "etp": [1], "moe_token_dispatcher": ["alltoall", "flex"]}})"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<v1::JobSpec> wire = SpecToProto(*spec);
+  ASSERT_TRUE(wire.ok()) << wire.status();
+  EXPECT_EQ(wire->model().num_experts(), 256);
+  EXPECT_EQ(wire->model().attention(), "mla");
+  EXPECT_EQ(wire->model().kv_lora_rank(), 512);
+  EXPECT_EQ(wire->model().first_k_dense_layers(), 3);
+  EXPECT_EQ(wire->model().mtp_layers(), 1);
+  EXPECT_EQ(wire->training().moe_routing(), "capacity");
+  EXPECT_EQ(wire->cluster().nvlink_domain(), 8);
+  ASSERT_EQ(wire->search().ep_size(), 2);
+  EXPECT_EQ(wire->search().moe_token_dispatcher(1), "flex");
+  absl::StatusOr<JobSpec> back = SpecFromProto(*wire);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(JobSpecToJson(*back), JobSpecToJson(*spec));
 }
 
 TEST(ConvertTest, ResolvedSpecExpandsThePresetAndReadsBackToTheSameSpec) {
