@@ -1,5 +1,7 @@
 #include "search/collectives.h"
 
+#include <algorithm>
+
 namespace paratune {
 
 Link GroupLink(const DeviceProfile& device, int64_t size, int64_t stride,
@@ -31,6 +33,22 @@ double ReduceScatterSeconds(double bytes, int64_t ranks, const Link& link) {
 double SendRecvSeconds(double bytes, const Link& link) {
   if (bytes <= 0) return 0;
   return bytes / link.bandwidth + link.latency_s;
+}
+
+int64_t RanksPerNvlinkDomain(int64_t ranks, int64_t stride, int64_t nvlink_domain) {
+  if (ranks * stride <= nvlink_domain) return ranks;
+  return std::max<int64_t>(1, nvlink_domain / std::max<int64_t>(stride, 1));
+}
+
+double AllToAllSeconds(double bytes, int64_t ranks, int64_t stride, const DeviceProfile& device,
+                       int64_t nvlink_domain, double remote_scale) {
+  if (ranks <= 1 || bytes <= 0) return 0;
+  const double k = static_cast<double>(ranks);
+  const double local = static_cast<double>(RanksPerNvlinkDomain(ranks, stride, nvlink_domain));
+  const double nvlink = bytes * (local - 1.0) / k / device.nvlink_bandwidth;
+  const double nic = bytes * (k - local) / k * remote_scale / device.network_bandwidth;
+  const double latency = local < k ? device.network_latency_s : device.nvlink_latency_s;
+  return std::max(nvlink, nic) + latency;
 }
 
 }  // namespace paratune

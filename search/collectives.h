@@ -28,6 +28,17 @@ double AllGatherSeconds(double bytes, int64_t ranks, const Link& link);
 double ReduceScatterSeconds(double bytes, int64_t ranks, const Link& link);
 double SendRecvSeconds(double bytes, const Link& link);
 
+/// An all-to-all in which each of `ranks` ranks (`stride` ranks apart, Megatron order) sends
+/// `bytes` in all, an equal share to every rank of the group. The share for ranks inside
+/// the same NVLink domain of `nvlink_domain` GPUs crosses NVLink, the rest the NIC; both
+/// run at once, so the slower sets the time: max(local share / NVLink, remote share / NIC)
+/// plus the latency of the slowest link used. `remote_scale` scales the remote share (< 1
+/// where a dispatcher sends a token once per remote domain instead of once per expert).
+double AllToAllSeconds(double bytes, int64_t ranks, int64_t stride, const DeviceProfile& device,
+                       int64_t nvlink_domain, double remote_scale = 1.0);
+/// Ranks of such a group inside one NVLink domain.
+int64_t RanksPerNvlinkDomain(int64_t ranks, int64_t stride, int64_t nvlink_domain);
+
 }  // namespace paratune
 
 #endif  // PARATUNE_SEARCH_COLLECTIVES_H_

@@ -3,8 +3,11 @@
 #include "search/exporters.h"
 
 #include <algorithm>
+#include <functional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "search/model_math.h"
 
 namespace paratune {
 namespace {
@@ -20,7 +23,88 @@ struct FullRecompute {
 /// and --account-for-loss-in-pipeline-split the embedding and the loss count as one layer
 /// each, so L + 2 is divided over pp x vp model chunks.
 int64_t PipelineSplitLayers(const JobSpec& spec, const ParallelConfig& c) {
-  return spec.model.num_layers + (c.split_counts_embedding_and_loss ? 2 : 0);
+  return PipelineSlots(spec.model, c);
+}
+
+/// Megatron-Core's --pipeline-model-parallel-layout for a split that counts the embedding
+/// ("E"), the loss ("L") and the MTP modules ("m") as layers ("t"): virtual stages in order,
+/// separated by "|".
+std::string PipelineLayout(const JobSpec& spec, const ParallelConfig& c) {
+  std::string out;
+  for (int64_t k = 0; k < c.pp * c.vp; ++k) {
+    const int64_t stage = k % c.pp, chunk = k / c.pp;
+    if (k > 0) out += "|";
+    if (k == 0) out += "E";
+    out += std::string(static_cast<size_t>(DecoderLayersInChunk(spec.model, c, stage, chunk)),
+                       't');
+    if (k == c.pp * c.vp - 1) {
+      out += std::string(static_cast<size_t>(spec.model.mtp_layers), 'm') + "L";
+    }
+  }
+  return out;
+}
+
+/// Megatron-Core's --moe-layer-freq: an int (every n-th layer from 0) or the per-layer
+/// pattern ("([0]*3+[1]*58)") when dense layers come first.
+std::string MoeLayerFreq(const ModelSpec& m) {
+  if (m.first_k_dense_layers == 0) return absl::StrCat(m.moe_layer_freq);
+  if (m.moe_layer_freq == 1) {
+    return absl::StrCat("([0]*", m.first_k_dense_layers, "+[1]*",
+                        m.num_layers - m.first_k_dense_layers, ")");
+  }
+  std::string out = "[";
+  for (int64_t i = 0; i < m.num_layers; ++i) {
+    absl::StrAppend(&out, i > 0 ? "," : "", IsExpertLayer(m, i) ? 1 : 0);
+  }
+  return out + "]";
+}
+
+const char* DispatcherName(MoeTokenDispatcher d) { return ToString(d); }
+
+/// The mixture-of-experts, MLA and MTP arguments (Megatron-Core's transformer_config.py
+/// names), added after the dense ones.
+void AddMoeArgs(const JobSpec& spec, const ParallelConfig& c,
+                const std::function<void(std::string, std::string)>& add) {
+  const ModelSpec& m = spec.model;
+  if (m.kv_channels > 0) add("--kv-channels", absl::StrCat(m.kv_channels));
+  if (m.attention == AttentionType::kMla) {
+    add("--multi-latent-attention", "");
+    if (m.q_lora_rank > 0) add("--q-lora-rank", absl::StrCat(m.q_lora_rank));
+    add("--kv-lora-rank", absl::StrCat(m.kv_lora_rank));
+    add("--qk-head-dim", absl::StrCat(m.qk_head_dim));
+    add("--qk-pos-emb-head-dim", absl::StrCat(m.qk_rope_head_dim));
+    add("--v-head-dim", absl::StrCat(m.v_head_dim));
+  }
+  if (m.mtp_layers > 0) add("--mtp-num-layers", absl::StrCat(m.mtp_layers));
+  if (!IsMoe(m)) return;
+  add("--num-experts", absl::StrCat(m.num_experts));
+  add("--moe-router-topk", absl::StrCat(m.moe_router_topk));
+  add("--moe-ffn-hidden-size", absl::StrCat(m.moe_ffn_hidden_size));
+  if (m.num_shared_experts > 0) {
+    add("--moe-shared-expert-intermediate-size",
+        absl::StrCat(m.num_shared_experts * SharedExpertFfn(m)));
+  }
+  if (m.first_k_dense_layers > 0 || m.moe_layer_freq != 1) {
+    add("--moe-layer-freq", MoeLayerFreq(m));
+  }
+  add("--expert-model-parallel-size", absl::StrCat(c.ep));
+  add("--expert-tensor-parallel-size", absl::StrCat(c.etp));
+  add("--moe-token-dispatcher-type", DispatcherName(c.moe_token_dispatcher));
+  if (c.moe_token_dispatcher == MoeTokenDispatcher::kFlex) {
+    add("--moe-flex-dispatcher-backend", "deepep");
+  }
+  add("--moe-grouped-gemm", "");
+  switch (spec.training.moe_routing) {
+    case MoeRouting::kBalanced:
+      add("--moe-router-force-load-balancing", "");
+      break;
+    case MoeRouting::kDropless:
+      break;
+    case MoeRouting::kCapacity:
+      add("--moe-expert-capacity-factor", absl::StrCat(spec.training.moe_capacity_factor));
+      add("--moe-pad-expert-input-to-capacity", "");
+      break;
+  }
 }
 
 absl::StatusOr<int64_t> LayersPerChunk(const JobSpec& spec, const ParallelConfig& c) {
@@ -66,6 +150,56 @@ const std::string& DisplayName(const JobSpec& spec) {
   return spec.name.empty() ? spec.model.name : spec.name;
 }
 
+/// The NeMo 2 / Megatron-Core TransformerConfig keys of the MoE, MLA and MTP settings.
+std::string NemoMoeKeys(const JobSpec& spec, const ParallelConfig& c) {
+  const ModelSpec& m = spec.model;
+  std::string out;
+  if (m.kv_channels > 0) absl::StrAppend(&out, "  kv_channels: ", m.kv_channels, "\n");
+  if (m.attention == AttentionType::kMla) {
+    absl::StrAppend(&out, "  multi_latent_attention: true\n",
+                    "  q_lora_rank: ", m.q_lora_rank > 0 ? absl::StrCat(m.q_lora_rank) : "null",
+                    "\n", "  kv_lora_rank: ", m.kv_lora_rank, "\n",
+                    "  qk_head_dim: ", m.qk_head_dim, "\n",
+                    "  qk_pos_emb_head_dim: ", m.qk_rope_head_dim, "\n",
+                    "  v_head_dim: ", m.v_head_dim, "\n");
+  }
+  if (m.mtp_layers > 0) absl::StrAppend(&out, "  mtp_num_layers: ", m.mtp_layers, "\n");
+  if (c.split_counts_embedding_and_loss && m.mtp_layers > 0) {
+    absl::StrAppend(&out, "  pipeline_model_parallel_layout: \"", PipelineLayout(spec, c),
+                    "\"\n");
+  }
+  if (!IsMoe(m)) return out;
+  absl::StrAppend(&out, "  num_moe_experts: ", m.num_experts, "\n",
+                  "  moe_router_topk: ", m.moe_router_topk, "\n",
+                  "  moe_ffn_hidden_size: ", m.moe_ffn_hidden_size, "\n");
+  if (m.num_shared_experts > 0) {
+    absl::StrAppend(&out, "  moe_shared_expert_intermediate_size: ",
+                    m.num_shared_experts * SharedExpertFfn(m), "\n");
+  }
+  if (m.first_k_dense_layers > 0 || m.moe_layer_freq != 1) {
+    absl::StrAppend(&out, "  moe_layer_freq: \"", MoeLayerFreq(m), "\"\n");
+  }
+  absl::StrAppend(&out, "  expert_model_parallel_size: ", c.ep, "\n",
+                  "  expert_tensor_parallel_size: ", c.etp, "\n",
+                  "  moe_token_dispatcher_type: ", DispatcherName(c.moe_token_dispatcher), "\n",
+                  "  moe_grouped_gemm: true\n");
+  if (c.moe_token_dispatcher == MoeTokenDispatcher::kFlex) {
+    absl::StrAppend(&out, "  moe_flex_dispatcher_backend: deepep\n");
+  }
+  switch (spec.training.moe_routing) {
+    case MoeRouting::kBalanced:
+      absl::StrAppend(&out, "  moe_router_force_load_balancing: true\n");
+      break;
+    case MoeRouting::kDropless:
+      break;
+    case MoeRouting::kCapacity:
+      absl::StrAppend(&out, "  moe_expert_capacity_factor: ", spec.training.moe_capacity_factor,
+                      "\n  moe_pad_expert_input_to_capacity: true\n");
+      break;
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
@@ -80,10 +214,15 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
   };
   add("--tensor-model-parallel-size", absl::StrCat(c.tp));
   add("--pipeline-model-parallel-size", absl::StrCat(c.pp));
-  if (c.vp > 1) add("--num-layers-per-virtual-pipeline-stage", absl::StrCat(*per_chunk));
-  if (c.split_counts_embedding_and_loss) {
-    add("--account-for-embedding-in-pipeline-split");
-    add("--account-for-loss-in-pipeline-split");
+  if (c.split_counts_embedding_and_loss && m.mtp_layers > 0) {
+    // The account-for flags do not count MTP modules; the layout names every slot.
+    add("--pipeline-model-parallel-layout", absl::StrCat("\"", PipelineLayout(spec, c), "\""));
+  } else {
+    if (c.vp > 1) add("--num-layers-per-virtual-pipeline-stage", absl::StrCat(*per_chunk));
+    if (c.split_counts_embedding_and_loss) {
+      add("--account-for-embedding-in-pipeline-split");
+      add("--account-for-loss-in-pipeline-split");
+    }
   }
   add("--context-parallel-size", absl::StrCat(c.cp));
   if (c.sequence_parallel) add("--sequence-parallel");
@@ -134,6 +273,7 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
     add("--attention-dropout", "0.0");
     add("--hidden-dropout", "0.0");
   }
+  AddMoeArgs(spec, c, add);
   return args;
 }
 
@@ -143,6 +283,9 @@ absl::StatusOr<std::string> FormatMegatronArgs(const JobSpec& spec, const Parall
   std::string out = absl::StrCat(
       "# Megatron-LM arguments for ", DisplayName(spec), ": ", c.ToString(), "\n# ",
       spec.cluster.num_gpus, " GPUs = tp ", c.tp, " x pp ", c.pp, " x cp ", c.cp, " x dp ", c.dp,
+      IsMoe(spec.model) ? absl::StrCat(" (experts: etp ", c.etp, " x ep ", c.ep, " x edp ",
+                                       c.edp(), ")")
+                        : "",
       "; launch on ", NumNodes(spec.cluster), " node(s) x ",
       std::min(spec.cluster.gpus_per_node, spec.cluster.num_gpus),
       " GPUs (torchrun --nnodes ", NumNodes(spec.cluster), " --nproc-per-node ",
@@ -221,6 +364,7 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
       "  use_flash_attention: ", YamlBool(t.flash_attention), "\n");
   if (!t.dropout) absl::StrAppend(&out, "  hidden_dropout: 0.0\n  attention_dropout: 0.0\n");
   if (t.precision == Precision::kFp8) absl::StrAppend(&out, "  fp8: true\n  fp8_hybrid: true\n");
+  absl::StrAppend(&out, NemoMoeKeys(spec, c));
   absl::StrAppend(&out, "  optim:\n    name: ",
                   c.distributed_optimizer ? "distributed_fused_adam" : "fused_adam", "\n");
   return out;

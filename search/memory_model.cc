@@ -1,10 +1,37 @@
 #include "search/memory_model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "search/model_math.h"
 
 namespace paratune {
+namespace {
+
+// Per-token widths of the attention's stored tensors (see LayerActivationBytes).
+struct AttentionWidths {
+  double q = 0, k = 0, v = 0, out = 0;
+  double latent = 0;  ///< MLA: the compressed query and KV (q_lora_rank + kv_lora_rank + rope).
+};
+
+AttentionWidths AttentionWidthsOf(const ModelSpec& m) {
+  const double a = static_cast<double>(m.num_attention_heads);
+  AttentionWidths w;
+  if (m.attention == AttentionType::kMla) {
+    const double qk = static_cast<double>(m.qk_head_dim + m.qk_rope_head_dim);
+    w.q = w.k = a * qk;
+    w.v = w.out = a * static_cast<double>(m.v_head_dim);
+    w.latent = static_cast<double>(m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim);
+    return w;
+  }
+  const double d = static_cast<double>(HeadDim(m));
+  w.q = w.out = a * d;
+  w.k = w.v = static_cast<double>(QueryGroups(m)) * d;
+  return w;
+}
+
+}  // namespace
 
 double LayerActivationBytes(const ModelSpec& model, const LayerActivationParams& p) {
   const double t = static_cast<double>(std::max<int64_t>(p.parallel.tp, 1));
@@ -13,7 +40,6 @@ double LayerActivationBytes(const ModelSpec& model, const LayerActivationParams&
   const double b = static_cast<double>(p.parallel.micro_batch_size);
   const double h = static_cast<double>(model.hidden_size);
   const double a = static_cast<double>(model.num_attention_heads);
-  const double g = static_cast<double>(QueryGroups(model));
   const double f = static_cast<double>(model.ffn_hidden_size);
   const double e = p.bytes_per_element;
   const double lin = p.fp8_linear_inputs ? 1.0 : e;  // Linear-layer inputs.
@@ -31,10 +57,14 @@ double LayerActivationBytes(const ModelSpec& model, const LayerActivationParams&
                       + e * x      // LN2 input
                       + lin * x    // FC1 input
                       + mask * x;  // MLP dropout mask
-  // Inside TP.
-  double sharded = e * x + e * x * g / a  // Q and K
-                   + e * x * g / a        // V
-                   + lin * x;             // output projection input
+  // Inside TP. Widths per token relative to h: Q and K a*d_qk, V g*d_v (MLA: a*d_v), the
+  // output projection's input a*d_v; d = h/a gives Korthikanti's x, x*g/a, x*g/a, x.
+  const AttentionWidths w = AttentionWidthsOf(model);
+  double sharded = e * x * (w.q + w.k) / h  // Q and K
+                   + e * x * w.v / h        // V
+                   + lin * x * w.out / h;   // output projection input
+  // MLA's compressed query and KV (and their norms' inputs), computed on every TP rank.
+  replicated += (lin + e) * x * w.latent / h;
   const double fc1_width = model.activation == Activation::kSwiglu ? 2.0 * f : f;
   sharded += e * s * b * fc1_width / c  // activation-function input
              + lin * s * b * f / c;      // FC2 input
@@ -74,9 +104,59 @@ double OptimizerBytesPerParam(Precision precision) {
 }
 
 double StageParamsPerGpu(const ModelSpec& m, const ParallelConfig& c, int64_t stage) {
+  return StageParamsSplit(m, c, stage).Total();
+}
+
+// ---- Mixture of experts ----
+
+std::vector<int64_t> ExpertLayersPerChunk(const ModelSpec& m, const ParallelConfig& c) {
+  std::vector<int64_t> out(static_cast<size_t>(c.pp * c.vp), 0);
+  if (!IsMoe(m)) return out;
+  // Megatron's interleaving: model chunk j of stage r is virtual stage j*p + r; virtual
+  // stages hold consecutive layers.
+  int64_t first = 0;
+  for (int64_t k = 0; k < c.pp * c.vp; ++k) {
+    const int64_t r = k % c.pp, j = k / c.pp;
+    const int64_t layers = DecoderLayersInChunk(m, c, r, j);
+    out[static_cast<size_t>(r * c.vp + j)] =
+        ExpertLayersBelow(m, first + layers) - ExpertLayersBelow(m, first);
+    first += layers;
+  }
+  return out;
+}
+
+int64_t ExpertLayersOnStage(const ModelSpec& m, const ParallelConfig& c, int64_t stage) {
+  if (!IsMoe(m)) return 0;
+  const std::vector<int64_t> chunks = ExpertLayersPerChunk(m, c);
+  int64_t count = 0;
+  for (int64_t j = 0; j < c.vp; ++j) count += chunks[static_cast<size_t>(stage * c.vp + j)];
+  return count;
+}
+
+StageParams StageParamsSplit(const ModelSpec& m, const ParallelConfig& c, int64_t stage) {
   const double t = static_cast<double>(c.tp);
-  double params =
-      static_cast<double>(c.LayersOnStage(m.num_layers, stage)) * LayerParams(m) / t;
+  const double expert_layers = static_cast<double>(ExpertLayersOnStage(m, c, stage));
+  const double dense_layers =
+      static_cast<double>(DecoderLayersOnStage(m, c, stage)) - expert_layers;
+  StageParams out;
+  // Routed experts over ep*etp; the rest of an expert layer over tp (the router replicated).
+  const double routed = static_cast<double>(m.num_experts) * ExpertParams(m);
+  const double expert_shard = static_cast<double>(c.ep * c.etp);
+  const double expert_layer_rest = (ExpertLayerParams(m) - routed - RouterParams(m)) / t +
+                                   (IsMoe(m) ? RouterParams(m) : 0.0);
+  out.expert = expert_layers * routed / expert_shard;
+  double params = dense_layers * LayerParams(m) / t + expert_layers * expert_layer_rest;
+  if (stage == c.pp - 1 && m.mtp_layers > 0) {
+    // The MTP modules run after the last layer (Megatron places them on the last stage).
+    const double mtp = static_cast<double>(m.mtp_layers);
+    const double module = MtpParams(m) / mtp;  // Its layer, projection and norms.
+    if (IsMoe(m)) {
+      params += mtp * ((module - routed - RouterParams(m)) / t + RouterParams(m));
+      out.expert += mtp * routed / expert_shard;
+    } else {
+      params += mtp * module / t;
+    }
+  }
   const double h = static_cast<double>(m.hidden_size);
   const double word = static_cast<double>(PaddedVocab(m, c.tp)) * h / t;
   if (stage == 0) params += EmbeddingParams(m) / t - static_cast<double>(m.vocab_size) * h / t + word;
@@ -89,7 +169,67 @@ double StageParamsPerGpu(const ModelSpec& m, const ParallelConfig& c, int64_t st
       params += word - static_cast<double>(m.vocab_size) * h / t;
     }
   }
-  return params;
+  out.dense = params;
+  return out;
+}
+
+double ExpertLoadFactor(const JobSpec& spec, const ParallelConfig& c) {
+  const ModelSpec& m = spec.model;
+  if (!IsMoe(m) || spec.training.moe_routing == MoeRouting::kBalanced || c.ep <= 1) return 1.0;
+  // Tokens one EP rank receives per micro-batch when balanced: its share of the top-k
+  // copies of the group's tokens (gathered over ETP).
+  const double sp = c.sequence_parallel ? static_cast<double>(c.tp) : 1.0;
+  const double tokens = static_cast<double>(c.micro_batch_size) *
+                        static_cast<double>(spec.training.seq_length) /
+                        (static_cast<double>(c.cp) * sp);
+  const double mean = tokens * static_cast<double>(m.moe_router_topk * c.etp);
+  // Balls into bins: the most loaded of ep ranks receives about mean + sqrt(2 mean ln ep)
+  // (Raab and Steger 1998, for a router that is uniform in expectation).
+  const double dropless =
+      1.0 + std::sqrt(2.0 * std::log(static_cast<double>(c.ep)) / std::max(mean, 1.0));
+  if (spec.training.moe_routing == MoeRouting::kCapacity) {
+    return std::min(dropless, spec.training.moe_capacity_factor);
+  }
+  return dropless;
+}
+
+double ExpertLayerActivationBytes(const ModelSpec& model, const LayerActivationParams& p,
+                                  double load) {
+  if (p.parallel.recompute == Recompute::kFull) return LayerActivationBytes(model, p);
+  // Attention, the norms and the router's input as in a dense layer whose MLP is the shared
+  // experts (tensor-parallel like a dense MLP).
+  ModelSpec shared = model;
+  shared.ffn_hidden_size = model.num_shared_experts * SharedExpertFfn(model);
+  double bytes = LayerActivationBytes(shared, p);
+  const double sp = p.parallel.sequence_parallel ? static_cast<double>(p.parallel.tp) : 1.0;
+  const double tokens = static_cast<double>(p.parallel.micro_batch_size) *
+                        static_cast<double>(p.seq_length) /
+                        (static_cast<double>(p.parallel.cp) * sp);
+  const double k = static_cast<double>(model.moe_router_topk);
+  const double h = static_cast<double>(model.hidden_size);
+  const double f = static_cast<double>(model.moe_ffn_hidden_size);
+  const double etp = static_cast<double>(p.parallel.etp);
+  const double fc1_width = model.activation == Activation::kSwiglu ? 2.0 * f : f;
+  const double e = p.bytes_per_element;
+  const double lin = p.fp8_linear_inputs ? 1.0 : e;
+  // Per routed token copy on this rank: the permuted FC1 input (gathered over ETP), FC1's
+  // output (the activation's input, fc1_width/etp of etp*... tokens), FC2's input, and the
+  // expert output kept for the probability-weighted combine.
+  bytes += load * tokens * k * (lin * h * etp + e * fc1_width + lin * f + e * h);
+  // Router: FP32 logits and probabilities, the 1-byte routing map.
+  bytes += tokens * static_cast<double>(model.num_experts) * 9.0;
+  return bytes;
+}
+
+double DispatchBufferBytes(const ModelSpec& model, const LayerActivationParams& p, double load) {
+  if (!IsMoe(model)) return 0;
+  const double sp = p.parallel.sequence_parallel ? static_cast<double>(p.parallel.tp) : 1.0;
+  const double tokens = static_cast<double>(p.parallel.micro_batch_size) *
+                        static_cast<double>(p.seq_length) /
+                        (static_cast<double>(p.parallel.cp) * sp);
+  // The all-to-all's send and receive buffers of top-k x tokens rows of h.
+  return 2.0 * load * tokens * static_cast<double>(model.moe_router_topk) *
+         static_cast<double>(model.hidden_size) * p.bytes_per_element;
 }
 
 double MaxParamsPerGpu(const ModelSpec& model, const ParallelConfig& config) {
@@ -152,17 +292,29 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     kept.parallel.recompute = Recompute::kFull;
     per_layer_full_recompute = LayerActivationBytes(m, kept);
   }
-  // Activations of one micro-batch through all layers of stage r.
+  LayerActivationParams no_rc = act;
+  no_rc.parallel.recompute = Recompute::kNone;
+  // Expert layers (MoE): the busiest EP rank's share of the routed tokens.
+  const double load = ExpertLoadFactor(spec, c);
+  const double expert_stored = IsMoe(m) ? ExpertLayerActivationBytes(m, act, load) : 0.0;
+  const double expert_no_rc = IsMoe(m) ? ExpertLayerActivationBytes(m, no_rc, load) : 0.0;
+  // Activations of one micro-batch through all layers of stage r (and the MTP modules on
+  // the last stage, stored as their layers are).
   auto stage_act = [&](int64_t r) {
-    const double layers = static_cast<double>(c.LayersOnStage(m.num_layers, r));
-    if (c.recompute != Recompute::kFull) return layers * per_layer_stored;
+    const double mtp = r == c.pp - 1 ? static_cast<double>(m.mtp_layers) : 0.0;
+    const double experts = static_cast<double>(ExpertLayersOnStage(m, c, r)) +
+                           (IsMoe(m) ? mtp : 0.0);
+    const double layers = static_cast<double>(DecoderLayersOnStage(m, c, r)) + mtp;
+    const double dense = layers - experts;
+    if (c.recompute != Recompute::kFull) return dense * per_layer_stored + experts * expert_stored;
     const double recomputed = c.recompute_num_layers > 0
                                   ? std::min(layers, static_cast<double>(c.recompute_num_layers))
                                   : layers;
-    LayerActivationParams no_rc = act;
-    no_rc.parallel.recompute = Recompute::kNone;
+    // Recomputed layers keep only their input; the rest store everything (expert layers
+    // first in that share, in proportion).
+    const double kept_fraction = layers > 0 ? (layers - recomputed) / layers : 0.0;
     return recomputed * per_layer_full_recompute +
-           (layers - recomputed) * LayerActivationBytes(m, no_rc);
+           kept_fraction * (dense * LayerActivationBytes(m, no_rc) + experts * expert_no_rc);
   };
   // Micro-batches whose activations a stage holds at its peak (in units of a whole stage's
   // layers): 1F1B keeps min(p - r, m) on stage r; the interleaved schedule runs
@@ -186,29 +338,48 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   // backward ends: tests/training/memory_vs_model_test.cc measured −16.7 % with once).
   LayerActivationParams working = act;
   working.parallel.recompute = Recompute::kNone;
+  // An expert layer's: its activations and the dispatch's send and receive buffers.
+  const double working_layer =
+      std::max(LayerActivationBytes(m, working),
+               IsMoe(m) ? expert_no_rc + DispatchBufferBytes(m, working, load) : 0.0);
   const double backward_working_set =
-      LayerActivationBytes(m, working) * (c.recompute == Recompute::kFull ? 2.0 : 1.0);
+      working_layer * (c.recompute == Recompute::kFull ? 2.0 : 1.0);
 
   // Last stage: the loss buffers (FP32 logits and the 16-bit output by default) for one
   // micro-batch, and the output layer's input.
   const double vocab_local = static_cast<double>(PaddedVocab(m, c.tp)) /
                              (framework.vocab_parallel_loss ? t : 1.0);
-  const double loss_buffers = framework.logits_bytes_per_element * s_local * b * vocab_local;
+  // Each MTP module computes its own logits and loss beside the main ones.
+  const double loss_buffers = framework.logits_bytes_per_element * s_local * b * vocab_local *
+                              (1.0 + static_cast<double>(m.mtp_layers));
   const double logits = loss_buffers + e * s_local * b * h / sp;
 
   const double weight_bytes = tr.precision == Precision::kFp32 ? 4.0 : 2.0;
   const double optimizer_bytes = OptimizerBytesPerParam(tr.precision);
   const double optimizer_shards =
       c.distributed_optimizer ? static_cast<double>(c.dp * c.cp) : 1.0;
+  // The distributed optimizer shards the routed experts over the expert data-parallel
+  // group (edp = tp*cp*dp / (etp*ep)), the rest over dp*cp.
+  const double expert_optimizer_shards =
+      c.distributed_optimizer ? static_cast<double>(std::max<int64_t>(c.edp(), 1)) : 1.0;
 
+  // Dense models peak on the first or the last stage; an MoE model's middle stages may
+  // hold more expert layers than either, so every stage is checked.
+  std::vector<int64_t> stages = {0, c.pp - 1};
+  if (IsMoe(m)) {
+    stages.clear();
+    for (int64_t r = 0; r < c.pp; ++r) stages.push_back(r);
+  }
   MemoryBreakdown best;
-  for (int64_t stage : {int64_t{0}, c.pp - 1}) {
-    const double params = StageParamsPerGpu(m, c, stage);
+  for (int64_t stage : stages) {
+    const StageParams split = StageParamsSplit(m, c, stage);
+    const double params = split.Total();
     MemoryBreakdown mem;
     mem.capacity = capacity_bytes;
     mem.weights = weight_bytes * params;
     mem.gradients = framework.gradient_bytes_per_param * params;
-    mem.optimizer = optimizer_bytes * params / optimizer_shards;
+    mem.optimizer = optimizer_bytes * (split.dense / optimizer_shards +
+                                       split.expert / expert_optimizer_shards);
     const double stage_in_flight = in_flight_on(stage);
     mem.activations =
         stage_in_flight * stage_act(stage) + (stage == 0 ? in_flight * embedding_act : 0);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "search/device_catalog.h"
 #include "search/parallel_config.h"
@@ -69,6 +70,43 @@ double MaxParamsPerGpu(const ModelSpec& model, const ParallelConfig& config);
 /// Parameters held by one TP rank of pipeline stage `stage` (padded vocabulary).
 double StageParamsPerGpu(const ModelSpec& model, const ParallelConfig& config, int64_t stage);
 
+// ---- Mixture of experts ----
+
+/// One GPU's parameters on a pipeline stage, by the group the distributed optimizer
+/// shards them over: `dense` (attention, norms, dense MLPs, shared experts, embeddings and
+/// output layer: split over tp, the router replicated; sharded over dp*cp) and `expert`
+/// (the routed experts: split over ep*etp; sharded over the expert data-parallel group).
+struct StageParams {
+  double dense = 0;
+  double expert = 0;
+  double Total() const { return dense + expert; }
+};
+/// StageParamsPerGpu split as above; the last stage holds the MTP modules.
+StageParams StageParamsSplit(const ModelSpec& model, const ParallelConfig& config,
+                             int64_t stage);
+/// Expert layers in each model chunk, indexed stage * vp + chunk (interleaved as Megatron
+/// does: chunk j of stage r holds the layers of virtual stage j*pp + r).
+std::vector<int64_t> ExpertLayersPerChunk(const ModelSpec& model, const ParallelConfig& config);
+/// Expert layers on pipeline stage `stage` (its model chunks).
+int64_t ExpertLayersOnStage(const ModelSpec& model, const ParallelConfig& config,
+                            int64_t stage);
+/// Routed tokens the busiest EP rank receives, relative to a balanced router: 1 for
+/// training.moe_routing balanced; dropless: the maximum of ep multinomial bins,
+/// 1 + sqrt(2 ln(ep) / mean); capacity: that, capped at moe_capacity_factor.
+double ExpertLoadFactor(const JobSpec& spec, const ParallelConfig& config);
+/// Bytes ONE expert layer stores for its backward on one rank, one micro-batch: the
+/// attention block and norms as LayerActivationBytes, the shared experts as a dense MLP of
+/// width num_shared_experts x their FFN, and per routed token copy (tokens/(c*t) x top-k x
+/// `load`): the permuted FC1 input (h x etp, gathered over ETP), FC1's output
+/// (fc1_width / etp x etp), FC2's input (f), the expert output kept for the combine (h);
+/// the router's FP32 logits and probabilities and its routing map (9 bytes x experts per
+/// token). Full recompute keeps only the layer input.
+double ExpertLayerActivationBytes(const ModelSpec& model, const LayerActivationParams& params,
+                                  double load);
+/// The all-to-all send and receive buffers of one expert layer (2 x top-k x tokens x h).
+double DispatchBufferBytes(const ModelSpec& model, const LayerActivationParams& params,
+                           double load);
+
 /// Optimizer-state bytes per parameter (before distributed-optimizer sharding): Adam's
 /// FP32 m and v (8), plus the FP32 master weights in 16-bit and FP8 training (12 in all).
 /// FP32 training keeps no master copy: 8.
@@ -123,12 +161,14 @@ double TrainerGradientBytesPerParam(Precision precision);
 /// Megatron-LM keeps an FP32 copy of 16-bit logits (FrameworkMemory's 6).
 double TrainerLogitsBytesPerElement(Precision precision);
 
-/// Memory on the most loaded GPU (the max over the first and the last pipeline stage), by
+/// Memory on the most loaded GPU (the max over the first and the last pipeline stage; over
+/// every stage for an MoE model), by
 /// cause. Documented terms:
 ///   weights 2 bytes/param (4 for FP32; FP8 keeps 2, its copies are transient),
 ///   gradients FrameworkMemory::gradient_bytes_per_param (Megatron: 4, FP32 main grads),
 ///   optimizer OptimizerBytesPerParam (12: FP32 master copy, Adam m and v; 8 in FP32
-///   training, which has no master copy), divided by d*c with the distributed optimizer; parameters per stage include the embedding on the first and the
+///   training, which has no master copy), divided by d*c with the distributed optimizer
+///   (the routed experts by edp); parameters per stage include the embedding on the first and the
 ///   output layer (or the tied copy) on the last;
 ///   activations: LayerActivationBytes times the stage's layers times its in-flight
 ///   micro-batches (1F1B: min(p - r, m) on stage r; interleaved: the warm-up chunks, i.e.

@@ -95,12 +95,14 @@ bool IsExpertLayer(const ModelSpec& m, int64_t layer) {
   return (layer - m.first_k_dense_layers) % std::max<int64_t>(m.moe_layer_freq, 1) == 0;
 }
 
-int64_t NumExpertLayers(const ModelSpec& m) {
+int64_t ExpertLayersBelow(const ModelSpec& m, int64_t layer) {
   if (!IsMoe(m)) return 0;
-  const int64_t after = m.num_layers - m.first_k_dense_layers;
+  const int64_t after = std::min(layer, m.num_layers) - m.first_k_dense_layers;
   const int64_t freq = std::max<int64_t>(m.moe_layer_freq, 1);
   return after <= 0 ? 0 : (after + freq - 1) / freq;
 }
+
+int64_t NumExpertLayers(const ModelSpec& m) { return ExpertLayersBelow(m, m.num_layers); }
 
 int64_t SharedExpertFfn(const ModelSpec& m) {
   return m.shared_expert_ffn_hidden_size > 0 ? m.shared_expert_ffn_hidden_size

@@ -43,6 +43,8 @@ bool IsMoe(const ModelSpec& model);
 /// Whether layer `layer` (0-based) is an expert layer: after first_k_dense_layers, every
 /// moe_layer_freq-th.
 bool IsExpertLayer(const ModelSpec& model, int64_t layer);
+/// Expert layers among layers 0 .. layer-1.
+int64_t ExpertLayersBelow(const ModelSpec& model, int64_t layer);
 /// Expert layers among the num_layers (MTP modules not counted).
 int64_t NumExpertLayers(const ModelSpec& model);
 /// FFN width of one shared expert (shared_expert_ffn_hidden_size or moe_ffn_hidden_size).

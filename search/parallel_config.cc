@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "search/model_math.h"
 
 namespace paratune {
 namespace {
@@ -13,7 +14,86 @@ absl::Status Positive(const char* field, int64_t value) {
   return absl::OkStatus();
 }
 
+// Megatron-Core's MoE parallel folding (arXiv 2504.14960): the expert layers regroup the
+// tp*cp*dp ranks of a pipeline stage as etp*ep*edp, independently of the attention's
+// tp*cp*dp. EP splits the routed experts, ETP each expert's FFN width; the shared experts
+// run with the attention's TP.
+absl::Status ValidateExpertLayout(const ParallelConfig& c, const JobSpec& spec) {
+  const ModelSpec& m = spec.model;
+  if (absl::Status s = Positive("search.ep", c.ep); !s.ok()) return s;
+  if (absl::Status s = Positive("search.etp", c.etp); !s.ok()) return s;
+  if (m.num_experts <= 1) {
+    if (c.ep != 1 || c.etp != 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "search.ep (%d) and search.etp (%d) must be 1: the model has no experts "
+          "(model.num_experts %d)",
+          c.ep, c.etp, m.num_experts));
+    }
+    if (c.moe_token_dispatcher != MoeTokenDispatcher::kAllToAll) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "search.moe_token_dispatcher (%s) applies only to mixture-of-experts models",
+          ToString(c.moe_token_dispatcher)));
+    }
+    return absl::OkStatus();
+  }
+  if (m.num_experts % c.ep != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "search.ep (%d) must divide model.num_experts (%d)", c.ep, m.num_experts));
+  }
+  if (m.moe_ffn_hidden_size % c.etp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("search.etp (%d) must divide model.moe_ffn_hidden_size (%d)", c.etp,
+                        m.moe_ffn_hidden_size));
+  }
+  const int64_t attention_ranks = c.tp * c.cp * c.dp;
+  if (attention_ranks % (c.etp * c.ep) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "search.etp*search.ep (%d*%d = %d) must divide search.tp*search.cp*search.dp "
+        "(%d*%d*%d = %d): the expert layers fold the same ranks as etp*ep*edp",
+        c.etp, c.ep, c.etp * c.ep, c.tp, c.cp, c.dp, attention_ranks));
+  }
+  if (c.tp > 1 && !c.sequence_parallel) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "search.sequence_parallel is required with search.tp (%d) > 1 in a mixture-of-experts "
+        "model (Megatron-Core dispatches the sequence-parallel tokens)",
+        c.tp));
+  }
+  if (m.num_shared_experts > 0 && SharedExpertFfn(m) % c.tp != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "search.tp (%d) must divide the shared experts' FFN width (%d)", c.tp,
+        SharedExpertFfn(m)));
+  }
+  if (c.ep * c.etp == 1 && c.moe_token_dispatcher != MoeTokenDispatcher::kAllToAll) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "search.moe_token_dispatcher (%s) needs search.ep*search.etp > 1 (every expert is "
+        "local; nothing is dispatched)",
+        ToString(c.moe_token_dispatcher)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+int64_t PipelineSlots(const ModelSpec& m, const ParallelConfig& c) {
+  return c.split_counts_embedding_and_loss ? m.num_layers + 2 + m.mtp_layers : m.num_layers;
+}
+
+int64_t DecoderLayersInChunk(const ModelSpec& m, const ParallelConfig& c, int64_t stage,
+                             int64_t chunk) {
+  if (!c.split_counts_embedding_and_loss || m.mtp_layers == 0) {
+    return c.LayersInChunk(m.num_layers, stage, chunk);
+  }
+  // LayersInChunk takes the embedding's and the loss's slots; the MTP modules' slots are
+  // the last chunk's too.
+  const int64_t layers = c.LayersInChunk(m.num_layers + m.mtp_layers, stage, chunk);
+  return stage == c.pp - 1 && chunk == c.vp - 1 ? layers - m.mtp_layers : layers;
+}
+
+int64_t DecoderLayersOnStage(const ModelSpec& m, const ParallelConfig& c, int64_t stage) {
+  int64_t layers = 0;
+  for (int64_t j = 0; j < c.vp; ++j) layers += DecoderLayersInChunk(m, c, stage, j);
+  return layers;
+}
 
 int64_t NumMicroBatches(const ParallelConfig& config, const TrainingSpec& training) {
   const int64_t per_step = config.micro_batch_size * config.dp;
@@ -71,12 +151,14 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
       return absl::InvalidArgumentError(
           "split_counts_embedding_and_loss requires search.pp > 1 (search.pp is 1)");
     }
-    if ((m.num_layers + 2) % chunks != 0 || (m.num_layers + 2) / chunks < 2) {
+    const int64_t slots = PipelineSlots(m, c);
+    if (slots % chunks != 0 || slots / chunks < 2 + m.mtp_layers) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "search.pp*search.vp (%d*%d = %d) must divide model.num_layers + 2 (%d: the "
-          "embedding and the loss are counted as one layer each when the stages are split "
-          "as Megatron-Core does) with at least 2 per chunk",
-          c.pp, c.vp, chunks, m.num_layers + 2));
+          "search.pp*search.vp (%d*%d = %d) must divide model.num_layers + 2%s (%d: the "
+          "embedding and the loss%s are counted as one layer each when the stages are split "
+          "as Megatron-Core does) with at least %d per chunk",
+          c.pp, c.vp, chunks, m.mtp_layers > 0 ? " + model.mtp_layers" : "", slots,
+          m.mtp_layers > 0 ? " and each MTP module" : "", 2 + m.mtp_layers));
     }
   } else {
     if (m.num_layers % c.pp != 0) {
@@ -120,7 +202,7 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
         "training.seq_length (%d) must be divisible by 2*search.cp (%d)", tr.seq_length, 2 * c.cp));
   }
   if (c.recompute == Recompute::kFull) {
-    const int64_t per_stage = c.LayersOnStage(m.num_layers, c.pp - 1);
+    const int64_t per_stage = DecoderLayersOnStage(m, c, c.pp - 1);
     if (c.recompute_num_layers < 0 || c.recompute_num_layers > per_stage) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "search.recompute_num_layers (%d) must be in [0, layers per stage = %d] (0 = all)",
@@ -136,7 +218,7 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
         "search.distributed_optimizer requires search.dp*search.cp > 1 (there is nothing to "
         "shard over)");
   }
-  return absl::OkStatus();
+  return ValidateExpertLayout(c, spec);
 }
 
 }  // namespace paratune

@@ -57,11 +57,26 @@ std::string OomReason(const MemoryBreakdown& mem) {
 
 // Layer and edge times depend only on these knobs.
 using LayerKey = std::tuple<int64_t, bool, bool, int64_t, int64_t, int>;
+// An expert layer's also on the expert layout.
+using ExpertKey = std::tuple<LayerKey, int64_t, int64_t, int>;
 
 struct Scorer {
   const JobSpec& spec;
   const DeviceProfile& device;
   absl::flat_hash_map<LayerKey, std::pair<LayerTime, EdgeTime>> cache;
+  absl::flat_hash_map<ExpertKey, LayerTime> expert_cache;
+
+  const LayerTime* ExpertTime(const ParallelConfig& c) {
+    if (!IsMoe(spec.model)) return nullptr;
+    const ExpertKey key{LayerKey{c.tp, c.sequence_parallel, c.tp_comm_overlap, c.cp,
+                                 c.micro_batch_size, static_cast<int>(c.recompute)},
+                        c.ep, c.etp, static_cast<int>(c.moe_token_dispatcher)};
+    auto it = expert_cache.find(key);
+    if (it == expert_cache.end()) {
+      it = expert_cache.emplace(key, EstimateExpertLayerTime(spec, c, device)).first;
+    }
+    return &it->second;
+  }
 
   const std::pair<LayerTime, EdgeTime>& Times(const ParallelConfig& c) {
     const LayerKey key{c.tp, c.sequence_parallel, c.tp_comm_overlap,
@@ -81,7 +96,9 @@ struct Scorer {
   absl::StatusOr<RankedConfig> Score(const ParallelConfig& c, const MemoryBreakdown& mem,
                                      PipelineMode mode) {
     const auto& [layer, edge] = Times(c);
-    absl::StatusOr<IterationEstimate> it = EstimateIteration(spec, c, device, layer, edge, mode);
+    const LayerTime* expert = ExpertTime(c);
+    absl::StatusOr<IterationEstimate> it =
+        EstimateIteration(spec, c, device, layer, edge, mode, nullptr, expert);
     if (!it.ok()) return it.status();
     RankedConfig r;
     r.config = c;
@@ -97,7 +114,8 @@ struct Scorer {
     r.tokens_per_sec_per_gpu = B * s / (T * n);
     const double recomputed =
         c.recompute == Recompute::kFull && c.recompute_num_layers > 0
-            ? static_cast<double>(c.recompute_num_layers * c.pp) / spec.model.num_layers
+            ? std::min(1.0, static_cast<double>(c.recompute_num_layers * c.pp) /
+                                static_cast<double>(spec.model.num_layers))
             : 1.0;
     r.model_tflops_per_gpu = ModelFlopsPerIteration(spec.model, B, s) / (T * n) / 1e12;
     r.hardware_tflops_per_gpu =
@@ -135,6 +153,7 @@ std::vector<MeshShape> MeshShapes(const JobSpec& spec) {
   const SearchOptions& opt = spec.search;
   const int64_t N = spec.cluster.num_gpus;
   const int64_t L = spec.model.num_layers;
+  const int64_t slots = L + 2 + spec.model.mtp_layers;  // With the embedding/loss-aware split.
   const int64_t s = spec.training.seq_length;
   std::vector<MeshShape> out;
   for (int64_t tp : Divisors(N)) {
@@ -150,8 +169,9 @@ std::vector<MeshShape> MeshShapes(const JobSpec& spec) {
       }
       for (int64_t pp : Divisors(N / (tp * cp))) {
         if (!Allowed(opt.pp, pp)) continue;
-        // Stages split L evenly, or L + 2 with the embedding and loss counted as layers.
-        if (opt.pp.empty() && L % pp != 0 && (pp == 1 || (L + 2) % pp != 0)) continue;
+        // Stages split L evenly, or L + 2 (+ MTP) with the embedding and loss counted as
+        // layers.
+        if (opt.pp.empty() && L % pp != 0 && (pp == 1 || slots % pp != 0)) continue;
         const int64_t dp = N / (tp * cp * pp);
         if (!Allowed(opt.dp, dp)) continue;
         out.push_back({tp, cp, pp, dp});
@@ -162,12 +182,59 @@ std::vector<MeshShape> MeshShapes(const JobSpec& spec) {
 }
 
 // Virtual stages per pipeline rank: those that split L (or L + 2) evenly over pp · vp.
-std::vector<int64_t> VirtualStageCounts(const SearchOptions& opt, int64_t L, int64_t pp) {
+std::vector<int64_t> VirtualStageCounts(const SearchOptions& opt, int64_t L, int64_t slots,
+                                        int64_t pp) {
   if (!opt.vp.empty()) return opt.vp;
   std::vector<int64_t> out;
   for (int64_t v = 1; v <= L; ++v) {
     if (v > 1 && pp == 1) break;
-    if (L % (pp * v) == 0 || (pp > 1 && (L + 2) % (pp * v) == 0)) out.push_back(v);
+    if (L % (pp * v) == 0 || (pp > 1 && slots % (pp * v) == 0)) out.push_back(v);
+  }
+  return out;
+}
+
+// Expert layouts (MoE models): (ep, etp, dispatcher). Open ep: the divisors of num_experts
+// that fold into tp·cp·dp with etp; open etp: 1, 2, 4, 8 dividing the expert FFN and
+// inside the NVLink domain; open dispatcher: all three where anything is dispatched.
+struct ExpertLayout {
+  int64_t ep = 1, etp = 1;
+  MoeTokenDispatcher dispatcher = MoeTokenDispatcher::kAllToAll;
+};
+
+std::vector<ExpertLayout> ExpertLayouts(const JobSpec& spec, const MeshShape& shape) {
+  const ModelSpec& m = spec.model;
+  const SearchOptions& opt = spec.search;
+  if (m.num_experts <= 1) return {ExpertLayout{}};
+  const int64_t ranks = shape.tp * shape.cp * shape.dp;
+  std::vector<int64_t> etps = opt.etp;
+  if (etps.empty()) {
+    for (int64_t etp : {1, 2, 4, 8}) {
+      if (m.moe_ffn_hidden_size % etp == 0 && etp <= spec.cluster.NvlinkDomain()) {
+        etps.push_back(etp);
+      }
+    }
+  }
+  constexpr MoeTokenDispatcher kAll[] = {MoeTokenDispatcher::kAllToAll,
+                                         MoeTokenDispatcher::kAllGather,
+                                         MoeTokenDispatcher::kFlex};
+  std::vector<ExpertLayout> out;
+  for (int64_t etp : etps) {
+    std::vector<int64_t> eps = opt.ep;
+    if (eps.empty()) {
+      for (int64_t ep : Divisors(m.num_experts)) {
+        if (ranks % (ep * etp) == 0) eps.push_back(ep);
+      }
+    }
+    for (int64_t ep : eps) {
+      for (MoeTokenDispatcher d : kAll) {
+        if (!Allowed(opt.moe_token_dispatcher, d)) continue;
+        if (opt.moe_token_dispatcher.empty() && ep * etp == 1 &&
+            d != MoeTokenDispatcher::kAllToAll) {
+          continue;
+        }
+        out.push_back({ep, etp, d});
+      }
+    }
   }
   return out;
 }
@@ -226,13 +293,15 @@ std::vector<bool> DistributedOptimizerChoices(const SearchOptions& opt, int64_t 
 }
 
 // Calls `visit` with every layout of one split: vp, micro-batch, SP, recompute (with its
-// layer count) and the distributed optimizer, varied in that order (the distributed
-// optimizer fastest).
+// layer count), the distributed optimizer and the expert layout, varied in that order (the
+// expert layout fastest).
 template <typename Visit>
 void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit visit) {
   const SearchOptions& opt = spec.search;
   const int64_t L = spec.model.num_layers;
-  const std::vector<int64_t> vps = VirtualStageCounts(opt, L, shape.pp);
+  const std::vector<int64_t> vps =
+      VirtualStageCounts(opt, L, L + 2 + spec.model.mtp_layers, shape.pp);
+  const std::vector<ExpertLayout> experts = ExpertLayouts(spec, shape);
   const std::vector<int64_t> mbs = MicroBatchSizes(opt, spec.training.global_batch_size, shape.dp);
   const std::vector<bool> sps = SequenceParallelChoices(opt, shape.tp);
   const std::vector<std::pair<Recompute, int64_t>> recomputes = RecomputeChoices(opt);
@@ -257,7 +326,12 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
           c.recompute_num_layers = rc == Recompute::kFull ? rl : 0;
           for (bool dopt : dopts) {
             c.distributed_optimizer = dopt;
-            visit(c);
+            for (const ExpertLayout& x : experts) {
+              c.ep = x.ep;
+              c.etp = x.etp;
+              c.moe_token_dispatcher = x.dispatcher;
+              visit(c);
+            }
           }
         }
       }
@@ -365,7 +439,7 @@ absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
   PlanResult result;
   Pruned pruned = Prune(spec, *device, result);
   result.feasible = static_cast<int64_t>(pruned.feasible.size());
-  Scorer scorer{spec, *device, {}};
+  Scorer scorer{spec, *device, {}, {}};
   absl::StatusOr<std::vector<RankedConfig>> scored = ScreenAndSimulate(spec.search, scorer, pruned);
   if (!scored.ok()) return scored.status();
   result.ranked = RankTop(*std::move(scored), spec.search);
@@ -379,7 +453,7 @@ absl::StatusOr<RankedConfig> Estimate(const JobSpec& spec, const ParallelConfig&
   if (absl::Status s = ValidateParallelConfig(config, spec); !s.ok()) return s;
   absl::StatusOr<DeviceProfile> device = DeviceForCluster(spec.cluster);
   if (!device.ok()) return device.status();
-  Scorer scorer{spec, *device, {}};
+  Scorer scorer{spec, *device, {}, {}};
   const MemoryBreakdown mem =
       EstimateMemory(spec, config, device->memory_bytes, FrameworkMemoryFor(*device));
   absl::StatusOr<RankedConfig> r = scorer.Score(config, mem, PipelineMode::kSimulated);

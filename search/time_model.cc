@@ -60,6 +60,12 @@ struct LayerDims {
   double mask;       ///< 1 with dropout (1-byte masks), else 0.
   double sp;         ///< t with sequence parallelism, else 1.
   double fc1_width;  ///< FC1's output width (2f for SwiGLU's gate and value).
+  /// QKV's output width on this rank (a*d + 2*g*d over t; MLA: the FLOP-equivalent width
+  /// of its replicated down-projections and its TP-split up-projections, over K = h).
+  double qkv_local;
+  double attn_out;   ///< The output projection's input width a*d (MLA: a*v_head_dim).
+  double kv_width;   ///< K plus V per token (a CP ring step moves them): 2*g*d.
+  double core_width; ///< Per token pair, FLOPs/2 of QK^T and PV: a*(d_qk + d_v).
 };
 
 LayerDims DimsOf(const ModelSpec& model, const TrainingSpec& training,
@@ -74,12 +80,33 @@ LayerDims DimsOf(const ModelSpec& model, const TrainingSpec& training,
   d.a = static_cast<double>(model.num_attention_heads);
   d.g = static_cast<double>(QueryGroups(model));
   d.f = static_cast<double>(model.ffn_hidden_size);
-  d.head_dim = d.h / d.a;
+  d.head_dim = static_cast<double>(HeadDim(model));
   d.tokens = d.b * d.s_local;
   d.e = ElementBytes(training.precision);
   d.mask = training.dropout ? 1.0 : 0.0;
   d.sp = config.sequence_parallel ? d.t : 1.0;
   d.fc1_width = model.activation == Activation::kSwiglu ? 2.0 * d.f : d.f;
+  if (model.attention == AttentionType::kMla) {
+    const double qk = static_cast<double>(model.qk_head_dim + model.qk_rope_head_dim);
+    const double v = static_cast<double>(model.v_head_dim);
+    const double q_rank = static_cast<double>(model.q_lora_rank);
+    const double kv_rank = static_cast<double>(model.kv_lora_rank);
+    const double down = model.q_lora_rank > 0
+                            ? d.h * (q_rank + kv_rank + static_cast<double>(model.qk_rope_head_dim))
+                            : d.h * (kv_rank + static_cast<double>(model.qk_rope_head_dim));
+    const double up = (model.q_lora_rank > 0 ? q_rank * d.a * qk : d.h * d.a * qk) +
+                      kv_rank * d.a * static_cast<double>(model.qk_head_dim + model.v_head_dim);
+    d.qkv_local = (down + up / d.t) / d.h;
+    d.attn_out = d.a * v;
+    d.kv_width = d.a * (qk + v);
+    d.core_width = d.a * (qk + v);
+  } else {
+    const double head = static_cast<double>(HeadDim(model));
+    d.qkv_local = (d.a + 2.0 * d.g) * head / d.t;
+    d.attn_out = d.a * head;
+    d.kv_width = 2.0 * d.g * head;
+    d.core_width = 2.0 * d.a * head;
+  }
   return d;
 }
 
@@ -94,14 +121,18 @@ struct LinearTimes {
 };
 
 LinearTimes LinearLayerTimes(const LayerDims& d, const DeviceProfile& device, Precision p) {
-  LinearTimes l{.qkv = {d.tokens, (d.h + 2.0 * d.h * d.g / d.a) / d.t, d.h},
-                .proj = {d.tokens, d.h, d.h / d.t},
+  LinearTimes l{.qkv = {d.tokens, d.qkv_local, d.h},
+                .proj = {d.tokens, d.h, d.attn_out / d.t},
                 .fc1 = {d.tokens, d.fc1_width / d.t, d.h},
                 .fc2 = {d.tokens, d.h, d.f / d.t}};
-  const auto fwd = [&](const Gemm& g) { return GemmSeconds(device, g.m, g.n, g.k, 1, p); };
+  // An expert layer without shared experts has no dense MLP (f = 0): no GEMM.
+  const auto run = [&](double m, double n, double k) {
+    return m > 0 && n > 0 && k > 0 ? GemmSeconds(device, m, n, k, 1, p) : 0.0;
+  };
+  const auto fwd = [&](const Gemm& g) { return run(g.m, g.n, g.k); };
   // Backward: data gradient [m x n] x [n x k], weight gradient [k x m] x [m x n].
-  const auto dgrad = [&](const Gemm& g) { return GemmSeconds(device, g.m, g.k, g.n, 1, p); };
-  const auto wgrad = [&](const Gemm& g) { return GemmSeconds(device, g.k, g.n, g.m, 1, p); };
+  const auto dgrad = [&](const Gemm& g) { return run(g.m, g.k, g.n); };
+  const auto wgrad = [&](const Gemm& g) { return run(g.k, g.n, g.m); };
   l.qkv_fwd = fwd(l.qkv);
   l.proj_fwd = fwd(l.proj);
   l.fc1_fwd = fwd(l.fc1);
@@ -149,7 +180,7 @@ PassSeconds AttentionCoreTimes(const LayerDims& d, const TrainingSpec& training,
   const double heads = d.a / d.t;
   PassSeconds out;
   if (training.flash_attention) {
-    const double flops = 4.0 * d.b * d.s_local * d.s * d.h / d.t * kCausalFraction;
+    const double flops = 2.0 * d.b * d.s_local * d.s * d.core_width / d.t * kCausalFraction;
     const double rate = device.PeakFlops(core_precision) * device.attention_efficiency;
     out.forward = flops / rate + launch;
     out.backward = kFlashBackwardRatio * flops / (kFlashBackwardEfficiency * rate) + launch;
@@ -183,7 +214,7 @@ PassSeconds ElementwiseTimes(const LayerDims& d, const ModelSpec& model, const P
                        d.e * d.tokens * d.fc1_width / d.t + d.e * d.tokens * d.f / d.t;
   int kernels = 6;
   if (model.position_embedding == PositionEmbedding::kRope) {
-    elementwise += 2.0 * d.e * d.tokens * (d.h + d.h * d.g / d.a) / d.t;
+    elementwise += 2.0 * d.e * d.tokens * (d.attn_out + d.kv_width / 2.0) / d.t;
     kernels += 1;
   }
   PassSeconds out;
@@ -250,7 +281,7 @@ void AddContextParallelComm(const LayerDims& d, const PassSeconds& core,
   if (config.cp <= 1) return;
   const double slowdown = device.comm_overlap_slowdown;
   const Link link = GroupLink(device, config.cp, config.tp, gpus_per_node);
-  const double kv_bytes = 2.0 * d.tokens * (d.h * d.g / d.a) / d.t * d.e;
+  const double kv_bytes = d.tokens * d.kv_width / d.t * d.e;
   const double steps = d.c - 1.0;
   const double fwd = steps * SendRecvSeconds(kv_bytes, link);
   out.forward_cp_comm = Exposed(fwd, core.forward * steps / d.c);
@@ -259,13 +290,152 @@ void AddContextParallelComm(const LayerDims& d, const PassSeconds& core,
   out.backward_compute += slowdown * Hidden(2.0 * fwd, core.backward * steps / d.c);
 }
 
+// ---- Expert layers (mixture of experts) ------------------------------------------------------
+
+// The routed experts of one expert layer on the busiest rank, one micro-batch: grouped
+// GEMMs, router, permutation, dispatch and combine, with the ETP collectives.
+struct ExpertPhases {
+  double forward = 0, backward = 0;          ///< Compute.
+  double forward_comm = 0, backward_comm = 0;  ///< Dispatch/combine and ETP, exposed.
+  double backward_hidden = 0;                ///< Communication hidden behind the backward.
+};
+
+ExpertPhases ExpertLayerPhases(const JobSpec& spec, const ParallelConfig& c,
+                               const DeviceProfile& device) {
+  const ModelSpec& m = spec.model;
+  const Precision p = spec.training.precision;
+  const double e = ElementBytes(p);
+  const double launch = device.kernel_launch_s;
+  const double sp = c.sequence_parallel ? static_cast<double>(c.tp) : 1.0;
+  // Tokens entering the layer on this rank (sequence-parallel: split over tp).
+  const double tokens = static_cast<double>(c.micro_batch_size) *
+                        static_cast<double>(spec.training.seq_length) /
+                        (static_cast<double>(c.cp) * sp);
+  const double k = static_cast<double>(m.moe_router_topk);
+  const double h = static_cast<double>(m.hidden_size);
+  const double f = static_cast<double>(m.moe_ffn_hidden_size);
+  const double fc1_width = m.activation == Activation::kSwiglu ? 2.0 * f : f;
+  const double ep = static_cast<double>(c.ep), etp = static_cast<double>(c.etp);
+  const double experts = static_cast<double>(m.num_experts);
+  const double load = ExpertLoadFactor(spec, c);
+  // Rows of the grouped GEMMs on the busiest rank: its share of the top-k copies, gathered
+  // over ETP; per local expert (fewer as EP grows, so the GEMMs get less efficient).
+  const double rows = tokens * k * etp * load;
+  const double local_experts = experts / ep;
+  const double per_expert = rows / local_experts;
+  const auto grouped = [&](double mm, double n, double kk) {
+    return GemmSeconds(device, mm, n, kk, local_experts, p);
+  };
+  ExpertPhases out;
+  // FC1 [per_expert x h] x [h x fc1_width/etp] and FC2 [per_expert x f/etp] x [f/etp x h].
+  out.forward = grouped(per_expert, fc1_width / etp, h) + grouped(per_expert, h, f / etp);
+  const double wgrad = grouped(h, fc1_width / etp, per_expert) + grouped(f / etp, h, per_expert);
+  out.backward = grouped(per_expert, h, fc1_width / etp) + grouped(per_expert, f / etp, h) + wgrad;
+  // The activation function (read fc1_width, write f per row), 1.5x in the backward.
+  const double act_bytes = e * rows * (fc1_width + f) / etp;
+  out.forward += StreamSeconds(device, act_bytes) + launch;
+  out.backward += StreamSeconds(device, 1.5 * act_bytes) + 2 * launch;
+  // Router: the [tokens x h] x [h x E] GEMM, softmax/sigmoid and top-k over FP32 scores
+  // (memory-bound: write and read the logits and probabilities).
+  out.forward += GemmSeconds(device, tokens, experts, h, 1, CorePrecision(p)) +
+                 StreamSeconds(device, 16.0 * tokens * experts) + 3 * launch;
+  out.backward += 2.0 * GemmSeconds(device, tokens, experts, h, 1, CorePrecision(p)) +
+                  StreamSeconds(device, 16.0 * tokens * experts) + 3 * launch;
+  // Permute before the dispatch and unpermute (weighted by the probabilities) after the
+  // combine: read and write top-k x tokens rows of h each; fused into the flex dispatcher.
+  const double permute_bytes = 2.0 * e * tokens * k * h * load;
+  if (c.moe_token_dispatcher != MoeTokenDispatcher::kFlex) {
+    out.forward += 2.0 * StreamSeconds(device, permute_bytes) + 2 * launch;
+    out.backward += 2.0 * StreamSeconds(device, permute_bytes) + 2 * launch;
+  }
+
+  const int64_t domain = spec.cluster.NvlinkDomain();
+  const DispatchBytes bytes = ExpertDispatchBytes(spec, c);
+  double dispatch = 0, combine = 0;
+  switch (c.moe_token_dispatcher) {
+    case MoeTokenDispatcher::kAllToAll:
+    case MoeTokenDispatcher::kFlex:
+      dispatch = combine =
+          AllToAllSeconds(bytes.total, c.ep, c.etp, device, domain, bytes.nic_scale);
+      break;
+    case MoeTokenDispatcher::kAllGather: {
+      // Every rank gathers all tokens of the EP x ETP group and selects its experts' rows;
+      // the combine reduce-scatters the outputs.
+      const double gathered = e * tokens * h * ep * etp;
+      const Link link = GroupLink(device, c.ep * c.etp, 1, domain);
+      dispatch = AllGatherSeconds(gathered, c.ep * c.etp, link);
+      combine = ReduceScatterSeconds(gathered, c.ep * c.etp, link);
+      break;
+    }
+  }
+  // ETP: the dispatched rows are gathered over the ETP group before the experts and the
+  // partial outputs reduce-scattered after (the all-gather dispatcher already gathers).
+  double etp_comm = 0;
+  if (c.etp > 1 && c.moe_token_dispatcher != MoeTokenDispatcher::kAllGather) {
+    const Link link = GroupLink(device, c.etp, 1, domain);
+    etp_comm = AllGatherSeconds(e * rows * h, c.etp, link) +
+               ReduceScatterSeconds(e * rows * h, c.etp, link);
+  }
+  out.forward_comm = dispatch + combine + etp_comm;
+  // Backward: the combine's gradient is dispatched and the dispatch's gradient combined.
+  const double backward_comm = dispatch + combine + etp_comm;
+  if (c.moe_token_dispatcher == MoeTokenDispatcher::kFlex) {
+    // DeepEP's hook-based overlap: the backward's transfers run behind the experts'
+    // weight-gradient GEMMs without occupying SMs.
+    out.backward_comm = Exposed(backward_comm, wgrad);
+    out.backward_hidden = Hidden(backward_comm, wgrad);
+  } else {
+    out.backward_comm = backward_comm;
+  }
+  return out;
+}
+
+}  // namespace
+
+DispatchBytes ExpertDispatchBytes(const JobSpec& spec, const ParallelConfig& c) {
+  DispatchBytes out;
+  const ModelSpec& m = spec.model;
+  if (!IsMoe(m)) return out;
+  const double sp = c.sequence_parallel ? static_cast<double>(c.tp) : 1.0;
+  const double tokens = static_cast<double>(c.micro_batch_size) *
+                        static_cast<double>(spec.training.seq_length) /
+                        (static_cast<double>(c.cp) * sp);
+  const double k = static_cast<double>(m.moe_router_topk);
+  out.total = ElementBytes(spec.training.precision) * tokens * k *
+              static_cast<double>(m.hidden_size) * ExpertLoadFactor(spec, c);
+  if (c.moe_token_dispatcher == MoeTokenDispatcher::kAllGather || c.ep <= 1) {
+    out.nic_scale = 1.0;
+  } else if (c.moe_token_dispatcher == MoeTokenDispatcher::kFlex) {
+    // DeepEP/HybridEP send a token once to each remote NVLink domain holding one of its
+    // experts and forward it inside the domain: of the k copies bound for the other N - 1
+    // domains (k(N - 1)/N on average), (N - 1)(1 - (1 - 1/N)^k) cross the NIC.
+    const double local = static_cast<double>(
+        RanksPerNvlinkDomain(c.ep, c.etp, spec.cluster.NvlinkDomain()));
+    const double domains = static_cast<double>(c.ep) / local;
+    if (domains > 1) {
+      out.nic_scale = std::min(1.0, (1.0 - std::pow(1.0 - 1.0 / domains, k)) * domains / k);
+    }
+  }
+  const double local = static_cast<double>(
+      RanksPerNvlinkDomain(c.ep, c.etp, spec.cluster.NvlinkDomain()));
+  const double ep = static_cast<double>(c.ep);
+  if (c.moe_token_dispatcher != MoeTokenDispatcher::kAllGather) {
+    out.over_nic = out.total * (ep - local) / ep * out.nic_scale;
+    out.over_nvlink = out.total * (local - 1.0) / ep;
+  }
+  return out;
+}
+
+namespace {
+
 // ---- EstimateIteration's phases -----------------------------------------------------------
 
 // Fraction of stage r's layers that are recomputed (full recompute of some layers).
-double RecomputeFraction(const ParallelConfig& config, int64_t L, int64_t r) {
+double RecomputeFraction(const ParallelConfig& config, const ModelSpec& model, int64_t r) {
   if (config.recompute != Recompute::kFull || config.recompute_num_layers == 0) return 1.0;
   return std::min(1.0, static_cast<double>(config.recompute_num_layers) /
-                           static_cast<double>(config.LayersOnStage(L, r)));
+                           static_cast<double>(std::max<int64_t>(
+                               1, DecoderLayersOnStage(model, config, r))));
 }
 
 // The pipeline's per-chunk forward and backward times, with the edges and the
@@ -277,11 +447,11 @@ struct Pipeline {
 };
 
 Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
-                       const DeviceProfile& device, const LayerTime& layer, const EdgeTime& edge) {
+                       const DeviceProfile& device, const LayerTime& layer, const EdgeTime& edge,
+                       const LayerTime* expert) {
   const ModelSpec& model = spec.model;
   const TrainingSpec& training = spec.training;
   const int64_t p = config.pp, v = config.vp;
-  const int64_t L = model.num_layers;
   Pipeline out;
   PipelineInput& pipe = out.input;
   pipe.stages = p;
@@ -289,20 +459,31 @@ Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
   pipe.micro_batches = NumMicroBatches(config, training);
   pipe.forward.resize(static_cast<size_t>(p * v));
   pipe.backward.resize(static_cast<size_t>(p * v));
+  const std::vector<int64_t> expert_chunks = ExpertLayersPerChunk(model, config);
   for (int64_t r = 0; r < p; ++r) {
-    const double layer_backward =
-        layer.Backward() -
-        (1.0 - RecomputeFraction(config, L, r)) * (layer.recompute + layer.recompute_tp_comm);
+    const double not_recomputed = 1.0 - RecomputeFraction(config, model, r);
+    const double layer_backward = layer.Backward() - not_recomputed * layer.Recompute();
+    const double expert_backward =
+        expert != nullptr ? expert->Backward() - not_recomputed * expert->Recompute() : 0.0;
     for (int64_t j = 0; j < v; ++j) {
-      const double layers = static_cast<double>(config.LayersInChunk(L, r, j));
-      pipe.forward[r * v + j] = layers * layer.Forward();
-      pipe.backward[r * v + j] = layers * layer_backward;
+      const double experts =
+          expert != nullptr ? static_cast<double>(expert_chunks[r * v + j]) : 0.0;
+      const double dense = static_cast<double>(DecoderLayersInChunk(model, config, r, j)) - experts;
+      pipe.forward[r * v + j] =
+          dense * layer.Forward() + (experts > 0 ? experts * expert->Forward() : 0.0);
+      pipe.backward[r * v + j] = dense * layer_backward + experts * expert_backward;
     }
   }
   pipe.forward[0] += edge.embedding_forward;
   pipe.backward[0] += edge.embedding_backward;
-  pipe.forward[p * v - 1] += edge.logits_forward;
-  pipe.backward[p * v - 1] += edge.logits_backward;
+  // Each MTP module: one more layer, its 2h -> h projection (small, not timed) and its own
+  // logits and loss, after the last layer.
+  const double mtp = static_cast<double>(model.mtp_layers);
+  const LayerTime& mtp_layer = expert != nullptr ? *expert : layer;
+  pipe.forward[p * v - 1] +=
+      edge.logits_forward + mtp * (mtp_layer.Forward() + edge.logits_forward);
+  pipe.backward[p * v - 1] +=
+      edge.logits_backward + mtp * (mtp_layer.Backward() + edge.logits_backward);
   const double tokens = static_cast<double>(config.micro_batch_size) *
                         static_cast<double>(training.seq_length) / static_cast<double>(config.cp);
   // Megatron sends 1/t of the activation per TP rank (scatter-gather optimisation, or SP).
@@ -359,10 +540,9 @@ struct CriticalStage {
 // reduced while the last micro-batch's backward runs; the last bucket is exposed.
 double ExposedDataParallelSeconds(const ParallelConfig& config, const DeviceProfile& device,
                                   const PipelineInput& pipe, int64_t r, double params, double e,
-                                  double grad_bytes, const Link& dp_link,
+                                  double grad_bytes, int64_t dp_group, const Link& dp_link,
                                   const MeasuredTerms* measured) {
-  const int64_t dp_group = config.dp * config.cp;
-  if (dp_group <= 1) return 0;
+  if (dp_group <= 1 || params <= 0) return 0;
   const int64_t v = config.vp;
   auto reduce = [&](double count) {
     if (measured != nullptr && measured->dp_reduce_seconds) {
@@ -403,24 +583,35 @@ CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& confi
                                 const MeasuredTerms* measured) {
   const ModelSpec& model = spec.model;
   const int64_t p = config.pp;
-  const int64_t L = model.num_layers;
   const int64_t dp_group = config.dp * config.cp;
   const Link dp_link = GroupLink(device, dp_group, config.tp, spec.cluster.gpus_per_node);
   const double grad_bytes = GradBytes(spec.training.precision);
   const double e = ElementBytes(spec.training.precision);
   CriticalStage out;
   for (int64_t r = 0; r < p; ++r) {
-    const double params = StageParamsPerGpu(model, config, r);
+    const StageParams split = StageParamsSplit(model, config, r);
+    const double params = split.dense;
     // The SP-replicated norm gradients, once per step; the last stage's final norm is one
     // more norm of the same shape (half a layer's two).
-    const double sync = layer.grad_sync_tp_comm * (static_cast<double>(config.LayersOnStage(L, r)) +
+    const double sync = layer.grad_sync_tp_comm * (static_cast<double>(DecoderLayersOnStage(model, config, r)) +
                                                    (r == p - 1 ? 0.5 : 0.0));
-    const double exposed = ExposedDataParallelSeconds(config, device, pipe, r, params, e,
-                                                      grad_bytes, dp_link, measured);
+    double exposed = ExposedDataParallelSeconds(config, device, pipe, r, params, e, grad_bytes,
+                                                dp_group, dp_link, measured);
     const double shards = config.distributed_optimizer ? static_cast<double>(dp_group) : 1.0;
+    // Routed experts: reduced and sharded over the expert data-parallel group (ranks
+    // ep*etp apart), after the dense gradients.
+    const int64_t edp = std::max<int64_t>(config.edp(), 1);
+    const double expert_shards = config.distributed_optimizer ? static_cast<double>(edp) : 1.0;
+    if (split.expert > 0) {
+      const Link edp_link = GroupLink(device, edp, config.ep * config.etp,
+                                      spec.cluster.gpus_per_node);
+      exposed += ExposedDataParallelSeconds(config, device, pipe, r, split.expert, e, grad_bytes,
+                                            edp, edp_link, measured);
+    }
+    const double updated = params / shards + split.expert / expert_shards;
     const double step = measured != nullptr && measured->optimizer_seconds_per_param > 0
-                            ? measured->optimizer_seconds_per_param * params / shards
-                            : StreamSeconds(device, kOptimizerBytesPerParam * params / shards) +
+                            ? measured->optimizer_seconds_per_param * updated
+                            : StreamSeconds(device, kOptimizerBytesPerParam * updated) +
                                   20 * device.kernel_launch_s;
     const double end = finish[r] + sync + exposed + step;
     if (end > out.end) out = {end, r, exposed, step, sync};
@@ -444,35 +635,78 @@ double TiedEmbeddingSyncSeconds(const JobSpec& spec, const ParallelConfig& confi
 
 // The iteration split by cause, per micro-batch on the critical stage times the
 // micro-batches, plus its once-per-step parts; the rest is pipeline transfer and bubble.
-TimeBreakdown SplitByCause(const ParallelConfig& config, int64_t L, const LayerTime& layer,
-                           const EdgeTime& edge, const Pipeline& pipeline,
-                           const CriticalStage& critical, double embedding_sync, double iteration) {
+TimeBreakdown SplitByCause(const JobSpec& spec, const ParallelConfig& config,
+                           const LayerTime& layer, const LayerTime* expert, const EdgeTime& edge,
+                           const Pipeline& pipeline, const CriticalStage& critical,
+                           double embedding_sync, double iteration) {
   const int64_t p = config.pp, v = config.vp;
   const double mb = static_cast<double>(pipeline.input.micro_batches);
   const double p2p = pipeline.p2p;
-  const double layers = static_cast<double>(config.LayersOnStage(L, critical.stage));
-  const double recompute_fraction = RecomputeFraction(config, L, critical.stage);
-  double compute = layers * (layer.forward_compute + layer.backward_compute +
-                             recompute_fraction * layer.recompute);
-  const double tp = layers * (layer.forward_tp_comm + layer.backward_tp_comm +
-                              recompute_fraction * layer.recompute_tp_comm);
-  const double cp = layers * (layer.forward_cp_comm + layer.backward_cp_comm);
+  const bool last = critical.stage == p - 1;
+  const double mtp = last ? static_cast<double>(spec.model.mtp_layers) : 0.0;
+  const double experts =
+      expert != nullptr
+          ? static_cast<double>(ExpertLayersOnStage(spec.model, config, critical.stage)) + mtp
+          : 0.0;
+  const double layers =
+      static_cast<double>(DecoderLayersOnStage(spec.model, config, critical.stage)) + mtp -
+      experts;
+  const double recompute_fraction = RecomputeFraction(config, spec.model, critical.stage);
+  const auto sum = [&](auto term) {
+    return layers * term(layer) + (experts > 0 ? experts * term(*expert) : 0.0);
+  };
+  double compute = sum([&](const LayerTime& t) {
+    return t.forward_compute + t.backward_compute + recompute_fraction * t.recompute;
+  });
+  const double tp = sum([&](const LayerTime& t) {
+    return t.forward_tp_comm + t.backward_tp_comm + recompute_fraction * t.recompute_tp_comm;
+  });
+  const double cp =
+      sum([](const LayerTime& t) { return t.forward_cp_comm + t.backward_cp_comm; });
+  const double ep = sum([&](const LayerTime& t) {
+    return t.forward_ep_comm + t.backward_ep_comm + recompute_fraction * t.recompute_ep_comm;
+  });
   if (critical.stage == 0) compute += edge.embedding_forward + edge.embedding_backward;
-  if (critical.stage == p - 1) compute += edge.logits_forward + edge.logits_backward;
+  if (last) compute += (1.0 + mtp) * (edge.logits_forward + edge.logits_backward);
   TimeBreakdown out;
   out.compute = mb * compute;
   out.tp_comm = mb * tp + critical.tp_sync;
   out.cp_comm = mb * cp;
+  out.ep_comm = mb * ep;
   out.dp_comm = critical.dp_exposed + embedding_sync;
   out.optimizer = critical.optimizer;
-  const double pipeline_rest = std::max(
-      0.0, iteration - out.compute - out.tp_comm - out.cp_comm - out.dp_comm - out.optimizer);
+  const double pipeline_rest =
+      std::max(0.0, iteration - out.compute - out.tp_comm - out.cp_comm - out.ep_comm -
+                        out.dp_comm - out.optimizer);
   const double sends =
       2.0 * static_cast<double>(v) - ((critical.stage == 0 || critical.stage == p - 1) ? 1.0 : 0.0);
   out.pp_p2p = std::min(
       pipeline_rest, p > 1 ? (pipeline.async_p2p ? 2.0 * (p - 1) * p2p : mb * sends * p2p) : 0.0);
   out.pp_bubble = pipeline_rest - out.pp_p2p;
   return out;
+}
+
+// Why the expert-parallel group does or does not leave the NVLink domain, and what its
+// dispatch costs.
+std::string ExpertPlacementNote(const JobSpec& spec, const ParallelConfig& c,
+                                const TimeBreakdown& time, double iteration) {
+  const int64_t domain = spec.cluster.NvlinkDomain();
+  const int64_t span = c.ep * c.etp;
+  const double share = 100.0 * time.ep_comm / iteration;
+  if (span <= domain) {
+    return absl::StrFormat(
+        "EP %d x ETP %d stays inside one NVLink domain of %d GPUs: dispatch and combine run "
+        "over NVLink (%.0f%% of the iteration exposed)",
+        c.ep, c.etp, domain, share);
+  }
+  const int64_t inside = std::max<int64_t>(1, domain / c.etp);
+  return absl::StrFormat(
+      "EP %d x ETP %d spans %d NVLink domains of %d GPUs: dispatch and combine cross the NIC "
+      "(%s dispatcher, %.0f%% of the iteration exposed); it holds %d experts per GPU where "
+      "an EP inside the domain (at most %d) would hold %d",
+      c.ep, c.etp, (span + domain - 1) / domain, domain, ToString(c.moe_token_dispatcher),
+      share, spec.model.num_experts / c.ep, inside,
+      spec.model.num_experts / std::max<int64_t>(1, std::min(inside, c.ep)));
 }
 
 // What limits the layout, in words: a large bubble, exposed TP communication or gradient
@@ -523,6 +757,30 @@ LayerTime EstimateLayerTime(const ModelSpec& model, const TrainingSpec& training
     case Recompute::kSelective:
       out.recompute = core.forward;
       break;
+    case Recompute::kNone:
+      break;
+  }
+  return out;
+}
+
+LayerTime EstimateExpertLayerTime(const JobSpec& spec, const ParallelConfig& config,
+                                  const DeviceProfile& device) {
+  // Attention, norms and the shared experts (a tensor-parallel MLP of their total width).
+  ModelSpec shared = spec.model;
+  shared.ffn_hidden_size = spec.model.num_shared_experts * SharedExpertFfn(spec.model);
+  LayerTime out =
+      EstimateLayerTime(shared, spec.training, config, device, spec.cluster.gpus_per_node);
+  const ExpertPhases experts = ExpertLayerPhases(spec, config, device);
+  out.forward_compute += experts.forward;
+  out.backward_compute += experts.backward + device.comm_overlap_slowdown * experts.backward_hidden;
+  out.forward_ep_comm = experts.forward_comm;
+  out.backward_ep_comm = experts.backward_comm;
+  switch (config.recompute) {
+    case Recompute::kFull:
+      out.recompute = out.forward_compute + out.forward_cp_comm;
+      out.recompute_ep_comm = out.forward_ep_comm;
+      break;
+    case Recompute::kSelective:
     case Recompute::kNone:
       break;
   }
@@ -587,8 +845,14 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
                                                     const DeviceProfile& device,
                                                     const LayerTime& layer, const EdgeTime& edge,
                                                     PipelineMode mode,
-                                                    const MeasuredTerms* measured) {
-  const Pipeline pipeline = BuildPipeline(spec, config, device, layer, edge);
+                                                    const MeasuredTerms* measured,
+                                                    const LayerTime* expert_layer) {
+  if (IsMoe(spec.model) && expert_layer == nullptr) {
+    return absl::InvalidArgumentError(
+        "EstimateIteration needs the expert layer's time for a mixture-of-experts model");
+  }
+  const LayerTime* expert = IsMoe(spec.model) ? expert_layer : nullptr;
+  const Pipeline pipeline = BuildPipeline(spec, config, device, layer, edge, expert);
   absl::StatusOr<std::vector<double>> finish = StageFinishTimes(pipeline.input, mode);
   if (!finish.ok()) return finish.status();
   const CriticalStage critical =
@@ -598,9 +862,12 @@ absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
 
   IterationEstimate out;
   out.iteration_time_s = iteration;
-  out.time = SplitByCause(config, spec.model.num_layers, layer, edge, pipeline, critical,
-                          embedding_sync, iteration);
+  out.time = SplitByCause(spec, config, layer, expert, edge, pipeline, critical, embedding_sync,
+                          iteration);
   out.notes = LimitNotes(out.time, iteration, pipeline.input.micro_batches, config.pp, config.vp);
+  if (expert != nullptr && config.ep * config.etp > 1) {
+    out.notes.push_back(ExpertPlacementNote(spec, config, out.time, iteration));
+  }
   return out;
 }
 

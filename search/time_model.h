@@ -33,12 +33,20 @@ struct LayerTime {
   /// parameters sequence parallelism replicates (the norms), after the last backward
   /// (Megatron's finalize_model_grads). 0 without SP.
   double grad_sync_tp_comm = 0;
-  double Forward() const { return forward_compute + forward_tp_comm + forward_cp_comm; }
+  /// Expert layers: dispatch, combine and ETP collectives not hidden (0 in dense layers).
+  double forward_ep_comm = 0;
+  double backward_ep_comm = 0;
+  double recompute_ep_comm = 0;  ///< Full recompute's dispatch and combine.
+  double Forward() const {
+    return forward_compute + forward_tp_comm + forward_cp_comm + forward_ep_comm;
+  }
   /// Backward including the recompute forward.
   double Backward() const {
-    return backward_compute + backward_tp_comm + backward_cp_comm + recompute +
-           recompute_tp_comm;
+    return backward_compute + backward_tp_comm + backward_cp_comm + backward_ep_comm +
+           recompute + recompute_tp_comm + recompute_ep_comm;
   }
+  /// The recompute forward and its communication.
+  double Recompute() const { return recompute + recompute_tp_comm + recompute_ep_comm; }
 };
 
 /// `recompute` is taken from `config` (kFull: the whole forward again, kSelective: the
@@ -46,6 +54,29 @@ struct LayerTime {
 LayerTime EstimateLayerTime(const ModelSpec& model, const TrainingSpec& training,
                             const ParallelConfig& config, const DeviceProfile& device,
                             int64_t gpus_per_node);
+
+/// One expert layer (MoE), one micro-batch, on the busiest rank: the attention, norms and
+/// shared experts as EstimateLayerTime, plus the routed experts' grouped GEMMs (efficiency
+/// at the per-expert row count, which shrinks as EP grows), the router, the permutation
+/// (memory-bound; fused in the flex dispatcher), the dispatch and combine (all-to-all over
+/// NVLink inside cluster.nvlink_domain and the NIC beyond, the slower of the two; all-gather
+/// and reduce-scatter with the allgather dispatcher; flex sends a token once per remote
+/// domain and hides the backward's transfers behind the expert weight-gradient GEMMs), the
+/// ETP gathers, and the load of the busiest rank under training.moe_routing.
+LayerTime EstimateExpertLayerTime(const JobSpec& spec, const ParallelConfig& config,
+                                  const DeviceProfile& device);
+
+/// What one rank sends in one expert layer's dispatch (the combine returns as much), one
+/// micro-batch: top-k copies of its tokens' hidden states (tokens = b*s / (cp * tp with
+/// SP)) at the busiest rank's routing load, bytes; the shares over NVLink and over the NIC
+/// (0 for the allgather dispatcher, which moves every token instead).
+struct DispatchBytes {
+  double total = 0;
+  double over_nvlink = 0;
+  double over_nic = 0;
+  double nic_scale = 1;  ///< Remote copies sent per remote copy needed (flex: < 1).
+};
+DispatchBytes ExpertDispatchBytes(const JobSpec& spec, const ParallelConfig& config);
 
 /// Embedding (first stage) and logits + cross entropy (last stage), one micro-batch.
 struct EdgeTime {
@@ -84,13 +115,16 @@ struct MeasuredTerms {
 
 /// The whole iteration for `config`, using a precomputed layer and edge time (they depend
 /// only on tp, sp, cp, micro-batch and recompute, so the planner shares them). `measured`
-/// (optional) replaces the optimizer and data-parallel collective terms.
+/// (optional) replaces the optimizer and data-parallel collective terms. For an MoE model
+/// `expert_layer` is EstimateExpertLayerTime's (required: InvalidArgument without it); the
+/// MTP modules run as expert layers with their own logits on the last stage.
 absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
                                                     const ParallelConfig& config,
                                                     const DeviceProfile& device,
                                                     const LayerTime& layer, const EdgeTime& edge,
                                                     PipelineMode mode,
-                                                    const MeasuredTerms* measured = nullptr);
+                                                    const MeasuredTerms* measured = nullptr,
+                                                    const LayerTime* expert_layer = nullptr);
 
 }  // namespace paratune
 

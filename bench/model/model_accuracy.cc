@@ -5,6 +5,10 @@
 // the per-layer forward and backward times. Also checks the published ordering: sequence
 // parallelism + selective recompute beats full recompute by 1.29-1.33x (Table 5).
 //
+// Then the mixture-of-experts records of moe_fsdp_calibration.json (records_moe.h), with
+// their own median and maximum error; records the model cannot express are listed with the
+// reason.
+//
 //   model_accuracy [--data DIR] [--json] [--verbose]   (--verbose: time breakdown per row)
 #include <algorithm>
 #include <cmath>
@@ -18,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "bench/model/records.h"
+#include "bench/model/records_moe.h"
 #include "search/device_catalog.h"
 #include "search/model_math.h"
 #include "search/planner.h"
@@ -200,6 +205,98 @@ void PrintTable(const std::string& dir, const std::vector<Row>& rows,
   std::printf("# model error: median %.1f %%, max %.1f %%\n", 100 * median, 100 * max);
 }
 
+double Median(std::vector<double> errors) {
+  std::sort(errors.begin(), errors.end());
+  if (errors.empty()) return 0;
+  return errors.size() % 2 ? errors[errors.size() / 2]
+                           : 0.5 * (errors[errors.size() / 2 - 1] + errors[errors.size() / 2]);
+}
+
+// The MoE records: the stated layout estimated (or, with unstated knobs, planned with the
+// stated ones pinned); skipped records with their reason. Returns the rows scored.
+struct MoeResult {
+  std::vector<Row> rows;
+  std::vector<std::pair<std::string, std::string>> skipped;  ///< id, reason
+};
+
+MoeResult MoeRows(const nlohmann::json& data, bool verbose) {
+  MoeResult out;
+  for (MoeRecord& rec : MoeRecordsFromCalibration(data)) {
+    if (!rec.skip_reason.empty()) {
+      out.skipped.emplace_back(rec.id, rec.skip_reason);
+      continue;
+    }
+    absl::StatusOr<RankedConfig> best = absl::InternalError("no layout");
+    if (rec.all_stated) {
+      best = Estimate(rec.spec, rec.config);
+    } else {
+      absl::StatusOr<PlanResult> plan = Plan(rec.spec);
+      if (!plan.ok()) {
+        best = plan.status();
+      } else if (!plan->ranked.empty()) {
+        best = plan->ranked.front();
+      } else if (!plan->rejected.empty()) {
+        best = absl::InvalidArgumentError(plan->rejected.front().reason);
+      }
+    }
+    if (!best.ok()) {
+      out.skipped.emplace_back(rec.id, std::string(best.status().message()));
+      continue;
+    }
+    Row row;
+    row.id = rec.id;
+    row.quantity = "tokens/s/GPU";
+    row.layout = best->config.ToString() + (best->fits ? "" : " (OOM)");
+    row.published = rec.published_tokens_per_gpu;
+    row.predicted = best->tokens_per_sec_per_gpu;
+    row.error = std::abs(row.predicted - row.published) / row.published;
+    if (verbose) {
+      const TimeBreakdown& t = best->time;
+      const double T = best->iteration_time_s;
+      row.layout += absl::StrFormat(
+          " | T %.2fs compute %.0f%% tp %.0f%% ep %.0f%% bubble %.0f%% p2p %.0f%% dp %.0f%% "
+          "mem %.1f GiB",
+          T, 100 * t.compute / T, 100 * t.tp_comm / T, 100 * t.ep_comm / T,
+          100 * t.pp_bubble / T, 100 * t.pp_p2p / T, 100 * t.dp_comm / T,
+          best->memory.Peak() / (1 << 30));
+    }
+    out.rows.push_back(row);
+  }
+  return out;
+}
+
+void PrintMoeTable(const std::string& dir, const MoeResult& moe) {
+  std::printf("#
+# model_accuracy (mixture of experts): %zu published runs scored, %zu skipped
+",
+              moe.rows.size(), moe.skipped.size());
+  std::printf("# data: %s/moe_fsdp_calibration.json
+", dir.c_str());
+  std::printf("# %-52s %-14s %12s %12s %8s  %s
+", "record", "quantity", "published",
+              "predicted", "error", "layout");
+  std::printf("# %-52s %-14s %12s %12s %8s
+", "", "", "", "", "%");
+  std::vector<double> errors;
+  for (const Row& r : moe.rows) {
+    std::printf("  %-52s %-14s %12.1f %12.1f %8.1f  %s
+", r.id.c_str(), r.quantity.c_str(),
+                r.published, r.predicted, 100 * r.error, r.layout.c_str());
+    errors.push_back(r.error);
+  }
+  for (const auto& [id, reason] : moe.skipped) {
+    std::printf("  %-52s skipped: %s
+", id.c_str(), reason.c_str());
+  }
+  int over = 0;
+  for (double e : errors) over += e > 0.20 ? 1 : 0;
+  std::printf("# #wrong (MoE rows over the 20 %% bound): %d of %zu
+", over, errors.size());
+  std::printf("# MoE model error: median %.1f %%, max %.1f %%
+", 100 * Median(errors),
+              100 * (errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end())));
+}
+
 int Main(int argc, char** argv) {
   const bool json_out = HasFlag(argc, argv, "--json");
   const bool verbose = HasFlag(argc, argv, "--verbose");
@@ -233,10 +330,31 @@ int Main(int argc, char** argv) {
                           : 0.5 * (errors[errors.size() / 2 - 1] + errors[errors.size() / 2]);
   const double max = errors.empty() ? 0 : errors.back();
   const std::vector<Ordering> orderings = Orderings(*data, korthikanti_time);
+  absl::StatusOr<nlohmann::json> moe_data = ReadJson(dir + "/moe_fsdp_calibration.json");
+  MoeResult moe;
+  if (moe_data.ok()) moe = MoeRows(*moe_data, verbose);
   if (json_out) {
     PrintJson(rows, orderings, median, max);
+    nlohmann::json m;
+    std::vector<double> errors;
+    for (const Row& r : moe.rows) {
+      m["records"].push_back({{"id", r.id}, {"layout", r.layout}, {"published", r.published},
+                              {"predicted", r.predicted}, {"error", r.error}});
+      errors.push_back(r.error);
+    }
+    for (const auto& [id, reason] : moe.skipped) {
+      m["skipped"].push_back({{"id", id}, {"reason", reason}});
+    }
+    m["median_error"] = Median(errors);
+    m["max_error"] = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
+    std::printf("%s\n", nlohmann::json{{"moe", m}}.dump(2).c_str());
   } else {
     PrintTable(dir, rows, orderings, median, max);
+    if (moe_data.ok()) {
+      PrintMoeTable(dir, moe);
+    } else {
+      std::printf("# MoE records: %s\n", std::string(moe_data.status().message()).c_str());
+    }
   }
   return 0;
 }

@@ -214,7 +214,7 @@ TEST(HfImportTest, Llama4ReadsItsTextConfig) {
   EXPECT_EQ(m.ffn_hidden_size, 16384);
   EXPECT_EQ(m.first_k_dense_layers, 0);
   EXPECT_EQ(m.moe_layer_freq, 1);
-  EXPECT_EQ(m.kv_channels, 128);
+  EXPECT_EQ(HeadDim(m), 128);  // head_dim 128 = 5120 / 40: no kv_channels of its own.
   EXPECT_TRUE(m.Validate().ok()) << m.Validate();
   // Maverick's pattern: every second layer, counting from 1, is an expert layer.
   nlohmann::json maverick = nlohmann::json::parse(ReadHfConfig("llama4-scout"));

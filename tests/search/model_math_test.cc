@@ -116,9 +116,9 @@ TEST(ModelMathTest, ActiveFlopsPerTokenCountOnlyTheRoutedExperts) {
   const double layer = 2 * (2 * h * h + 2 * h * 1024 + 8 * h + 2 * 3 * h * 14336) + 4 * s * h;
   const double per_token = 32 * layer + 2 * h * 32000;
   EXPECT_DOUBLE_EQ(ModelFlopsPerIteration(m, 1, s) / s, 3 * per_token);
-  // Doubling the experts at the same top-k leaves the FLOPs alone.
+  // Doubling the experts at the same top-k adds only the router's 8 more columns.
   m.num_experts = 16;
-  EXPECT_DOUBLE_EQ(ModelFlopsPerIteration(m, 1, s) / s, 3 * per_token);
+  EXPECT_DOUBLE_EQ(ModelFlopsPerIteration(m, 1, s) / s, 3 * (per_token + 32 * 2 * 8 * h));
   // DeepSeek-V3: the MTP module adds its layer, its 2h -> h projection and its logits.
   const ModelSpec dsv3 = Preset("deepseek-v3");
   ModelSpec no_mtp = dsv3;

@@ -137,5 +137,60 @@ TEST(ParallelConfigTest, EmbeddingAndLossAwareSplit) {
   EXPECT_EQ(total, 126);
 }
 
+// Mixtral 8x7B on 64 GPUs: attention tp2 pp4 dp8, experts folded as etp*ep*edp over the
+// same 16 ranks of a stage.
+JobSpec MixtralSpec() {
+  JobSpec spec;
+  spec.model = *FindPreset("mixtral-8x7b");
+  spec.training.seq_length = 4096;
+  spec.training.global_batch_size = 256;
+  spec.cluster.gpu = "h100-sxm-80gb";
+  spec.cluster.num_gpus = 64;
+  return spec;
+}
+
+TEST(ParallelConfigTest, ExpertLayoutFollowsParallelFolding) {
+  const JobSpec spec = MixtralSpec();
+  ParallelConfig c;
+  c.tp = 2;
+  c.pp = 4;
+  c.dp = 8;
+  c.ep = 8;
+  EXPECT_NE(ValidateParallelConfig(c, spec).message().find("search.sequence_parallel is required"),
+            std::string::npos);
+  c.sequence_parallel = true;
+  EXPECT_TRUE(ValidateParallelConfig(c, spec).ok()) << ValidateParallelConfig(c, spec);
+  EXPECT_EQ(c.edp(), 2);
+  // EP is not nested in DP: ep 8 x etp 2 = 16 = tp 2 x dp 8 is a valid fold.
+  c.etp = 2;
+  EXPECT_TRUE(ValidateParallelConfig(c, spec).ok()) << ValidateParallelConfig(c, spec);
+  EXPECT_EQ(c.edp(), 1);
+  c.etp = 4;
+  EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
+            "search.etp*search.ep (4*8 = 32) must divide search.tp*search.cp*search.dp "
+            "(2*1*8 = 16): the expert layers fold the same ranks as etp*ep*edp");
+  c.etp = 1;
+  c.ep = 16;
+  EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
+            "search.ep (16) must divide model.num_experts (8)");
+  c.ep = 8;
+  c.etp = 3;
+  EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
+            "search.etp (3) must divide model.moe_ffn_hidden_size (14336)");
+  c.ep = 1;
+  c.etp = 1;
+  c.moe_token_dispatcher = MoeTokenDispatcher::kFlex;
+  EXPECT_NE(ValidateParallelConfig(c, spec).message().find("needs search.ep*search.etp > 1"),
+            std::string::npos);
+}
+
+TEST(ParallelConfigTest, DenseModelsHaveNoExpertLayout) {
+  ParallelConfig c = Megatron();
+  c.ep = 2;
+  EXPECT_EQ(ValidateParallelConfig(c, Spec()).message(),
+            "search.ep (2) and search.etp (1) must be 1: the model has no experts "
+            "(model.num_experts 1)");
+}
+
 }  // namespace
 }  // namespace paratune

@@ -107,7 +107,9 @@ TEST(SpecsTest, MixtureOfExpertsRulesNameTheField) {
     s.model.moe_router_topk = 2;
     s.model.moe_ffn_hidden_size = 1024;
   };
-  EXPECT_EQ(Violation(moe), "");
+  JobSpec valid = Gpt3Spec();
+  moe(valid);
+  EXPECT_TRUE(valid.Validate().ok()) << valid.Validate();
   EXPECT_THAT(Violation([](JobSpec& s) { s.model.num_experts = 8; }),
               HasSubstr("model.moe_router_topk (0) must be in [1, model.num_experts (8)]"));
   EXPECT_THAT(Violation([&](JobSpec& s) {

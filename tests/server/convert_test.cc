@@ -174,7 +174,8 @@ TEST(ConvertTest, RankedConfigRoundTrips) {
                 real(rng)};
     r.fits = rng() % 2 == 1;
     r.source = rng() % 2 == 1 ? ResultSource::kMeasured : ResultSource::kModelled;
-    r.time = {real(rng), real(rng), real(rng), real(rng), real(rng), real(rng), real(rng)};
+    r.time = {real(rng), real(rng), real(rng), real(rng), real(rng), real(rng), real(rng),
+              real(rng)};
     r.time_to_train_days = real(rng);
     r.notes = {"bubble " + std::to_string(i)};
     absl::StatusOr<RankedConfig> back = RankedConfigFromProto(ToProto(r));
@@ -185,6 +186,7 @@ TEST(ConvertTest, RankedConfigRoundTrips) {
     EXPECT_EQ(back->memory.activations, r.memory.activations);
     EXPECT_EQ(back->memory.loss_buffers, r.memory.loss_buffers);
     EXPECT_EQ(back->time.pp_p2p, r.time.pp_p2p);
+    EXPECT_EQ(back->time.ep_comm, r.time.ep_comm);
     EXPECT_EQ(back->source, r.source);
     EXPECT_EQ(back->notes, r.notes);
   }

@@ -1,0 +1,160 @@
+#include "bench/model/records_moe.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "search/device_catalog.h"
+#include "search/model_math.h"
+#include "search/presets.h"
+
+namespace paratune::bench {
+namespace {
+
+std::string Str(const nlohmann::json& r, const char* key) {
+  return r.contains(key) && r[key].is_string() ? r[key].get<std::string>() : std::string();
+}
+bool Stated(const nlohmann::json& r, const char* key) {
+  return r.contains(key) && !r[key].is_null();
+}
+int64_t Int(const nlohmann::json& r, const char* key, int64_t fallback) {
+  return r.contains(key) && r[key].is_number() ? r[key].get<int64_t>() : fallback;
+}
+
+// The preset of a record's model_name ("Qwen3-235B-A22B" -> qwen3-235b-a22b).
+std::string PresetOf(const std::string& model_name) {
+  const std::string lower = absl::AsciiStrToLower(model_name);
+  for (const char* p : {"qwen3-235b-a22b", "qwen3-30b-a3b", "deepseek-v3", "mixtral-8x7b",
+                        "mixtral-8x22b", "gpt-oss-120b"}) {
+    if (absl::StrContains(lower, p)) return p;
+  }
+  if (absl::StrContains(lower, "qwen3-moe-30b")) return "qwen3-30b-a3b";
+  if (absl::StrContains(lower, "deepseek-v3")) return "deepseek-v3";
+  return "";
+}
+
+// Why a record cannot be expressed, or "".
+std::string SkipReason(const nlohmann::json& r, const std::string& preset) {
+  const std::string family = absl::AsciiStrToLower(Str(r, "model_family"));
+  if (absl::StrContains(family, "hybrid") || absl::StrContains(family, "mamba")) {
+    return "hybrid Mamba/attention layers are not modelled";
+  }
+  const std::string fsdp = Str(r, "zero_or_fsdp");
+  if (Int(r, "zero_stage", 0) >= 2 || absl::StrContains(fsdp, "FSDP")) {
+    return "FSDP / ZeRO-3 parameter sharding is not modelled with experts";
+  }
+  const std::string gpu = Str(r, "gpu_type");
+  if (!absl::StrContains(gpu, "H100")) {
+    const std::string key = absl::StrContains(gpu, "GB300")   ? "gb300"
+                            : absl::StrContains(gpu, "GB200") ? "gb200"
+                                                              : gpu;
+    if (!FindDevice(key).ok()) return absl::StrCat("device '", gpu, "' is not in the catalog");
+  }
+  const std::string precision = absl::AsciiStrToLower(Str(r, "precision"));
+  if (precision != "bf16" && precision != "fp8") {
+    return absl::StrCat("precision '", Str(r, "precision"), "' is not modelled");
+  }
+  if (preset.empty() && !Stated(r, "vocab_size")) {
+    return "model shape not stated (no preset for its model_name)";
+  }
+  if (!Stated(r, "global_batch_size") || !Stated(r, "tp") || !Stated(r, "ep")) {
+    return "global batch, tp or ep not stated";
+  }
+  return "";
+}
+
+MoeTokenDispatcher DispatcherOf(const std::string& text) {
+  if (absl::StrContains(text, "DeepEP") || absl::StrContains(text, "HybridEP") ||
+      absl::StrContains(text, "flex")) {
+    return MoeTokenDispatcher::kFlex;
+  }
+  if (absl::StrContains(text, "allgather")) return MoeTokenDispatcher::kAllGather;
+  return MoeTokenDispatcher::kAllToAll;
+}
+
+}  // namespace
+
+std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
+  std::vector<MoeRecord> out;
+  for (const nlohmann::json& r : data) {
+    const std::string family = absl::AsciiStrToLower(Str(r, "model_family"));
+    if (!absl::StrContains(family, "moe")) continue;
+    MoeRecord rec;
+    rec.id = Str(r, "id");
+    const std::string preset = PresetOf(Str(r, "model_name"));
+    rec.skip_reason = SkipReason(r, preset);
+    if (!rec.skip_reason.empty()) {
+      out.push_back(rec);
+      continue;
+    }
+    JobSpec& spec = rec.spec;
+    spec.name = rec.id;
+    spec.model = *FindPreset(preset);
+    spec.training.seq_length = Int(r, "seq_length", 4096);
+    spec.training.global_batch_size = Int(r, "global_batch_size", 0);
+    spec.training.precision =
+        absl::AsciiStrToLower(Str(r, "precision")) == "fp8" ? Precision::kFp8 : Precision::kBf16;
+    spec.training.flash_attention = true;
+    spec.training.dropout = false;
+    // Forced balance where the source says so, and for the model-zoo benchmarks; dropless
+    // where the source names it.
+    const std::string drop = Str(r, "moe_token_drop");
+    spec.training.moe_routing =
+        absl::StrContains(drop, "dropless") ? MoeRouting::kDropless : MoeRouting::kBalanced;
+    spec.cluster.gpu = "h100-sxm-80gb";
+    spec.cluster.num_gpus = Int(r, "num_gpus", 0);
+    spec.cluster.gpus_per_node = 8;
+
+    ParallelConfig& c = rec.config;
+    c.tp = Int(r, "tp", 1);
+    c.pp = Int(r, "pp", 1);
+    c.cp = Int(r, "cp", 1);
+    c.dp = spec.cluster.num_gpus / (c.tp * c.pp * c.cp);
+    c.vp = Int(r, "vp", 1);
+    c.micro_batch_size = Int(r, "micro_batch_size", 1);
+    c.sequence_parallel = c.tp > 1;  // Megatron-Core requires SP with TP in MoE models.
+    const std::string rc = Str(r, "recompute");
+    c.recompute = absl::StartsWith(rc, "full")        ? Recompute::kFull
+                  : absl::StartsWith(rc, "selective") ? Recompute::kSelective
+                                                      : Recompute::kNone;
+    c.distributed_optimizer = c.dp * c.cp > 1;
+    c.ep = Int(r, "ep", 1);
+    c.etp = Int(r, "etp", 1);
+    c.moe_token_dispatcher = DispatcherOf(Str(r, "token_dispatcher"));
+    c.split_counts_embedding_and_loss = spec.model.num_layers % (c.pp * c.vp) != 0;
+
+    SearchOptions& o = spec.search;
+    o.tp = {c.tp};
+    o.pp = {c.pp};
+    o.cp = {c.cp};
+    o.dp = {c.dp};
+    o.ep = {c.ep};
+    o.etp = {c.etp};
+    o.moe_token_dispatcher = {c.moe_token_dispatcher};
+    o.sequence_parallel = {c.sequence_parallel};
+    o.distributed_optimizer = {c.distributed_optimizer};
+    o.top_k = 1;
+    if (Stated(r, "vp")) o.vp = {c.vp};
+    if (Stated(r, "micro_batch_size")) o.micro_batch_size = {c.micro_batch_size};
+    if (!rc.empty()) o.recompute = {c.recompute};
+    rec.all_stated = Stated(r, "vp") && Stated(r, "micro_batch_size") && !rc.empty();
+
+    const double tokens = static_cast<double>(spec.training.global_batch_size) *
+                          static_cast<double>(spec.training.seq_length);
+    const double gpus = static_cast<double>(spec.cluster.num_gpus);
+    if (r["tokens_per_sec_per_gpu"].is_number()) {
+      rec.published_tokens_per_gpu = r["tokens_per_sec_per_gpu"].get<double>();
+    } else if (r["iteration_time_s"].is_number()) {
+      rec.published_tokens_per_gpu = tokens / (r["iteration_time_s"].get<double>() * gpus);
+    } else if (r["tflops_per_gpu"].is_number()) {
+      // Model TFLOP/s (active experts) converted with the same FLOP count per token.
+      rec.published_tokens_per_gpu =
+          r["tflops_per_gpu"].get<double>() * 1e12 /
+          (ModelFlopsPerIteration(spec.model, 1, static_cast<double>(spec.training.seq_length)) /
+           static_cast<double>(spec.training.seq_length));
+    }
+    out.push_back(rec);
+  }
+  return out;
+}
+
+}  // namespace paratune::bench

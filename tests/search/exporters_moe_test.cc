@@ -1,0 +1,115 @@
+// Megatron-LM arguments and NeMo keys of mixture-of-experts layouts.
+#include <map>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "search/exporters.h"
+#include "search/presets.h"
+
+namespace paratune {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+JobSpec DeepSeekV3Spec() {
+  JobSpec spec;
+  spec.model = *FindPreset("deepseek-v3");
+  spec.training.seq_length = 4096;
+  spec.training.global_batch_size = 8192;
+  spec.cluster.gpu = "h100-sxm-80gb";
+  spec.cluster.num_gpus = 1024;
+  return spec;
+}
+
+ParallelConfig DeepSeekLayout() {
+  ParallelConfig c;
+  c.pp = 16;
+  c.dp = 64;
+  c.ep = 64;
+  c.split_counts_embedding_and_loss = true;
+  c.distributed_optimizer = true;
+  c.moe_token_dispatcher = MoeTokenDispatcher::kFlex;
+  return c;
+}
+
+std::map<std::string, std::string> ArgMap(const JobSpec& spec, const ParallelConfig& c) {
+  absl::StatusOr<std::vector<CommandLineFlag>> args = MegatronArgs(spec, c);
+  EXPECT_TRUE(args.ok()) << args.status();
+  std::map<std::string, std::string> out;
+  if (args.ok()) {
+    for (const auto& [flag, value] : *args) out[flag] = value;
+  }
+  return out;
+}
+
+TEST(ExportersMoeTest, MegatronDeepSeekV3) {
+  const auto args = ArgMap(DeepSeekV3Spec(), DeepSeekLayout());
+  EXPECT_EQ(args.at("--num-experts"), "256");
+  EXPECT_EQ(args.at("--moe-router-topk"), "8");
+  EXPECT_EQ(args.at("--moe-ffn-hidden-size"), "2048");
+  EXPECT_EQ(args.at("--moe-shared-expert-intermediate-size"), "2048");
+  EXPECT_EQ(args.at("--moe-layer-freq"), "([0]*3+[1]*58)");
+  EXPECT_EQ(args.at("--expert-model-parallel-size"), "64");
+  EXPECT_EQ(args.at("--expert-tensor-parallel-size"), "1");
+  EXPECT_EQ(args.at("--moe-token-dispatcher-type"), "flex");
+  EXPECT_EQ(args.count("--moe-grouped-gemm"), 1u);
+  EXPECT_EQ(args.count("--moe-router-force-load-balancing"), 1u);
+  EXPECT_EQ(args.count("--multi-latent-attention"), 1u);
+  EXPECT_EQ(args.at("--q-lora-rank"), "1536");
+  EXPECT_EQ(args.at("--kv-lora-rank"), "512");
+  EXPECT_EQ(args.at("--qk-head-dim"), "128");
+  EXPECT_EQ(args.at("--qk-pos-emb-head-dim"), "64");
+  EXPECT_EQ(args.at("--v-head-dim"), "128");
+  EXPECT_EQ(args.at("--mtp-num-layers"), "1");
+  EXPECT_EQ(args.at("--ffn-hidden-size"), "18432");
+  // 64 slots over 16 stages: the embedding and 3 layers, 14 x 4 layers, 2 layers, the MTP
+  // module and the loss.
+  std::string layout = "\"Ettt";
+  for (int i = 0; i < 14; ++i) layout += "|tttt";
+  layout += "|ttmL\"";
+  EXPECT_EQ(args.at("--pipeline-model-parallel-layout"), layout);
+  EXPECT_EQ(args.count("--account-for-embedding-in-pipeline-split"), 0u);
+}
+
+TEST(ExportersMoeTest, RoutingModes) {
+  JobSpec spec = DeepSeekV3Spec();
+  spec.training.moe_routing = MoeRouting::kCapacity;
+  spec.training.moe_capacity_factor = 1.25;
+  auto args = ArgMap(spec, DeepSeekLayout());
+  EXPECT_EQ(args.at("--moe-expert-capacity-factor"), "1.25");
+  EXPECT_EQ(args.count("--moe-router-force-load-balancing"), 0u);
+  spec.training.moe_routing = MoeRouting::kDropless;
+  spec.training.moe_capacity_factor = 0;
+  args = ArgMap(spec, DeepSeekLayout());
+  EXPECT_EQ(args.count("--moe-expert-capacity-factor"), 0u);
+}
+
+TEST(ExportersMoeTest, DenseModelsGetNoExpertArguments) {
+  JobSpec spec = DeepSeekV3Spec();
+  spec.model = *FindPreset("llama3-8b");
+  spec.cluster.num_gpus = 8;
+  ParallelConfig c;
+  c.tp = 8;
+  const auto args = ArgMap(spec, c);
+  EXPECT_EQ(args.count("--num-experts"), 0u);
+  EXPECT_EQ(args.count("--expert-model-parallel-size"), 0u);
+}
+
+TEST(ExportersMoeTest, NemoKeys) {
+  absl::StatusOr<std::string> yaml = NemoConfigOverride(DeepSeekV3Spec(), DeepSeekLayout());
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_THAT(*yaml, HasSubstr("  num_moe_experts: 256\n"));
+  EXPECT_THAT(*yaml, HasSubstr("  expert_model_parallel_size: 64\n"));
+  EXPECT_THAT(*yaml, HasSubstr("  expert_tensor_parallel_size: 1\n"));
+  EXPECT_THAT(*yaml, HasSubstr("  moe_token_dispatcher_type: flex\n"));
+  EXPECT_THAT(*yaml, HasSubstr("  moe_grouped_gemm: true\n"));
+  EXPECT_THAT(*yaml, HasSubstr("  multi_latent_attention: true\n"));
+  EXPECT_THAT(*yaml, HasSubstr("  moe_layer_freq: \"([0]*3+[1]*58)\"\n"));
+  EXPECT_THAT(*yaml, HasSubstr("  mtp_num_layers: 1\n"));
+  EXPECT_THAT(*yaml, Not(HasSubstr("kv_channels")));
+}
+
+}  // namespace
+}  // namespace paratune

@@ -1,0 +1,111 @@
+// Mixture-of-experts time (search/time_model.h): the dispatch bytes per layer by hand, the
+// link an EP group uses, and the pieces an expert layer adds to a dense one.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "search/collectives.h"
+#include "search/device_catalog.h"
+#include "search/model_math.h"
+#include "search/presets.h"
+#include "search/time_model.h"
+
+namespace paratune {
+namespace {
+
+JobSpec DeepSeekV3Spec() {
+  JobSpec spec;
+  spec.model = *FindPreset("deepseek-v3");
+  spec.training.seq_length = 4096;
+  spec.training.global_batch_size = 8192;
+  spec.cluster.gpu = "h100-sxm-80gb";
+  spec.cluster.num_gpus = 1024;
+  return spec;
+}
+
+ParallelConfig Layout(int64_t ep, MoeTokenDispatcher d = MoeTokenDispatcher::kAllToAll) {
+  ParallelConfig c;
+  c.pp = 16;
+  c.dp = 64;
+  c.ep = ep;
+  c.split_counts_embedding_and_loss = true;
+  c.moe_token_dispatcher = d;
+  return c;
+}
+
+TEST(MoeTimeTest, DispatchBytesPerLayerByHand) {
+  const JobSpec spec = DeepSeekV3Spec();
+  // One rank's 4096 tokens, top-8 copies of h = 7168 BF16 values: 469,762,048 bytes.
+  const double total = 4096.0 * 8 * 7168 * 2;
+  const DispatchBytes ep8 = ExpertDispatchBytes(spec, Layout(8));
+  EXPECT_DOUBLE_EQ(ep8.total, total);
+  // EP 8 inside an 8-GPU NVLink domain: 7/8 to the other ranks over NVLink, none leaves.
+  EXPECT_DOUBLE_EQ(ep8.over_nvlink, total * 7 / 8);
+  EXPECT_DOUBLE_EQ(ep8.over_nic, 0);
+  // EP 64 over 8 domains: 56/64 of the copies go to other domains over the NIC.
+  const DispatchBytes ep64 = ExpertDispatchBytes(spec, Layout(64));
+  EXPECT_DOUBLE_EQ(ep64.over_nvlink, total * 7 / 64);
+  EXPECT_DOUBLE_EQ(ep64.over_nic, total * 56 / 64);
+  // The flex dispatcher sends a token once per remote domain: of 8 copies bound for 7
+  // other domains out of 8, 8 (1 - (7/8)^8) / 8 per copy are needed.
+  const DispatchBytes flex = ExpertDispatchBytes(spec, Layout(64, MoeTokenDispatcher::kFlex));
+  EXPECT_NEAR(flex.over_nic, total * 56 / 64 * (1 - std::pow(7.0 / 8, 8)), 1e-3);
+  // A 72-GPU NVLink domain (NVL72) keeps EP 64 off the NIC.
+  JobSpec rack = spec;
+  rack.cluster.nvlink_domain = 64;
+  EXPECT_DOUBLE_EQ(ExpertDispatchBytes(rack, Layout(64)).over_nic, 0);
+}
+
+TEST(MoeTimeTest, AllToAllUsesTheSlowestLinkTheGroupSpans) {
+  const DeviceProfile h100 = *FindDevice("h100-sxm-80gb");
+  const double bytes = 1 << 30;
+  const double inside = AllToAllSeconds(bytes, 8, 1, h100, 8);
+  EXPECT_NEAR(inside, bytes * 7 / 8 / h100.nvlink_bandwidth + h100.nvlink_latency_s, 1e-12);
+  const double across = AllToAllSeconds(bytes, 64, 1, h100, 8);
+  EXPECT_NEAR(across, bytes * 56 / 64 / h100.network_bandwidth + h100.network_latency_s, 1e-12);
+  EXPECT_EQ(AllToAllSeconds(bytes, 1, 1, h100, 8), 0);
+}
+
+TEST(MoeTimeTest, ExpertLayerAddsDispatchAndExpertCompute) {
+  const JobSpec spec = DeepSeekV3Spec();
+  const DeviceProfile h100 = *FindDevice("h100-sxm-80gb");
+  const LayerTime ep8 = EstimateExpertLayerTime(spec, Layout(8), h100);
+  const LayerTime ep64 = EstimateExpertLayerTime(spec, Layout(64), h100);
+  const LayerTime ep1 = EstimateExpertLayerTime(spec, Layout(1), h100);
+  EXPECT_EQ(ep1.forward_ep_comm, 0);
+  EXPECT_GT(ep8.forward_ep_comm, 0);
+  // Crossing the NIC costs more than NVLink for the same bytes.
+  EXPECT_GT(ep64.forward_ep_comm, 4 * ep8.forward_ep_comm);
+  // The same FLOPs in 4 local experts instead of 32: fewer, larger GEMMs are not slower.
+  EXPECT_LE(ep64.forward_compute, ep8.forward_compute * 1.001);
+  // Flex hides the backward's transfers behind the weight gradients.
+  const LayerTime flex = EstimateExpertLayerTime(spec, Layout(64, MoeTokenDispatcher::kFlex), h100);
+  EXPECT_LT(flex.backward_ep_comm, ep64.backward_ep_comm);
+}
+
+TEST(MoeTimeTest, IterationNeedsTheExpertLayerAndExplainsThePlacement) {
+  const JobSpec spec = DeepSeekV3Spec();
+  const DeviceProfile h100 = *FindDevice("h100-sxm-80gb");
+  // One stage, so that the critical stage holds expert layers.
+  ParallelConfig c = Layout(64);
+  c.pp = 1;
+  c.dp = 1024;
+  c.split_counts_embedding_and_loss = false;
+  const LayerTime layer = EstimateLayerTime(spec.model, spec.training, c, h100, 8);
+  const EdgeTime edge = EstimateEdgeTime(spec.model, spec.training, c, h100, 8);
+  EXPECT_EQ(EstimateIteration(spec, c, h100, layer, edge, PipelineMode::kClosedForm).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const LayerTime expert = EstimateExpertLayerTime(spec, c, h100);
+  absl::StatusOr<IterationEstimate> it =
+      EstimateIteration(spec, c, h100, layer, edge, PipelineMode::kSimulated, nullptr, &expert);
+  ASSERT_TRUE(it.ok()) << it.status();
+  EXPECT_GT(it->time.ep_comm, 0);
+  bool spans = false;
+  for (const std::string& note : it->notes) {
+    spans = spans || note.find("spans 8 NVLink domains") != std::string::npos;
+  }
+  EXPECT_TRUE(spans);
+}
+
+}  // namespace
+}  // namespace paratune
