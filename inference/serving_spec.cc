@@ -196,8 +196,9 @@ absl::Status ServingSearchOptions::Validate() const {
     if (ep[i] != 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "search.ep[", i, "] (", ep[i],
-          ") must be 1: expert parallelism needs a mixture-of-experts model, which the "
-          "inference planner does not model yet"));
+          ") must be 1: the inference planner shards every expert over the instance's tp "
+          "ranks (TensorRT-LLM's default moe_tp_size = tp); expert parallelism in serving "
+          "is not modelled yet"));
     }
   }
   if (weight_precision.size() > kMaxListEntries || kv_cache_precision.size() > kMaxListEntries) {
@@ -230,11 +231,6 @@ absl::Status ServingSearchOptions::Validate() const {
 }
 
 absl::Status InferenceJobSpec::Validate() const {
-  if (model.num_experts > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.num_experts (", model.num_experts,
-        "): mixture-of-experts models are not modelled by the inference planner yet"));
-  }
   if (auto s = model.Validate(); !s.ok()) return s;
   if (auto s = cluster.Validate(); !s.ok()) return s;
   if (auto s = serving.Validate(); !s.ok()) return s;

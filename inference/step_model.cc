@@ -55,6 +55,18 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
     return absl::InvalidArgumentError(
         absl::StrCat("pp (", c.pp, ") must be at most model.num_layers (", model.num_layers, ")"));
   }
+  if (IsMoe(model)) {
+    for (const auto& [name, width] :
+         {std::pair<const char*, int64_t>{"model.moe_ffn_hidden_size", model.moe_ffn_hidden_size},
+          {"model.shared_expert_ffn_hidden_size",
+           model.num_shared_experts > 0 ? SharedExpertFfn(model) : 0}}) {
+      if (width % c.tp != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("tp (", c.tp, ") must divide ", name, " (",
+                                                       width, "): each rank holds 1/tp of "
+                                                       "every expert"));
+      }
+    }
+  }
   StepModel s;
   s.model_ = model;
   s.device_ = device;
@@ -67,22 +79,54 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
   const double a = static_cast<double>(model.num_attention_heads);
   const double g = static_cast<double>(QueryGroups(model));
   const double f = static_cast<double>(model.ffn_hidden_size);
-  const double v = static_cast<double>(model.vocab_size);
+  const bool mla = EffectiveAttention(model) == AttentionType::kMla;
   s.hidden_ = h;
-  s.head_dim_ = h / a;
+  s.head_dim_ = static_cast<double>(HeadDim(model));
   s.q_heads_rank_ = a / tp;
   // With more ranks than KV heads each rank keeps a copy of one head.
   s.kv_heads_rank_ = std::max(1.0, std::ceil(g / tp));
-  // The most loaded stage: ceil(L / pp) layers.
-  s.layers_per_stage_ = std::ceil(static_cast<double>(model.num_layers) / c.pp);
+  // The most loaded stage: ceil(L / pp) layers, and of the stages the one with the most
+  // expert layers.
+  const int64_t per_stage = (model.num_layers + c.pp - 1) / c.pp;
+  s.layers_per_stage_ = static_cast<double>(per_stage);
+  int64_t most_experts = 0;
+  for (int64_t stage = 0; stage < c.pp; ++stage) {
+    const int64_t lo = std::min(stage * per_stage, model.num_layers);
+    const int64_t hi = std::min(lo + per_stage, model.num_layers);
+    most_experts = std::max(most_experts, ExpertLayersBelow(model, hi) - ExpertLayersBelow(model, lo));
+  }
+  s.expert_layers_stage_ = static_cast<double>(most_experts);
+  s.dense_layers_stage_ = s.layers_per_stage_ - s.expert_layers_stage_;
+  // MLA caches one latent of kv_lora_rank + the shared RoPE key per token and layer, on
+  // every rank; GQA/MHA K and V of the rank's heads.
   s.kv_bytes_per_token_layer_ =
-      2.0 * s.kv_heads_rank_ * s.head_dim_ * BytesPerElement(c.kv_cache_precision);
+      (mla ? static_cast<double>(model.kv_lora_rank + model.qk_rope_head_dim)
+           : 2.0 * s.kv_heads_rank_ * s.head_dim_) *
+      BytesPerElement(c.kv_cache_precision);
   s.kv_bytes_per_token_ = s.layers_per_stage_ * s.kv_bytes_per_token_layer_;
+  s.attention_flops_per_pair_ =
+      s.q_heads_rank_ *
+      (mla ? 2.0 * static_cast<double>(model.qk_head_dim + model.qk_rope_head_dim +
+                                       model.v_head_dim)
+           : 4.0 * s.head_dim_);
 
   s.qkv_n_ = (a + 2 * g) * s.head_dim_ / tp;
-  s.proj_k_ = h / tp;
+  s.proj_k_ = a * s.head_dim_ / tp;
+  if (mla) s.mla_attention_n_ = AttentionMatmulParams(model) / h / tp;
   s.fc1_n_ = (model.activation == Activation::kSwiglu ? 2 * f : f) / tp;
   s.fc2_k_ = f / tp;
+  if (IsMoe(model)) {
+    const double glu = model.activation == Activation::kSwiglu ? 2.0 : 1.0;
+    s.experts_ = static_cast<double>(model.num_experts);
+    s.topk_ = static_cast<double>(model.moe_router_topk);
+    s.expert_fc1_n_ = glu * static_cast<double>(model.moe_ffn_hidden_size) / tp;
+    s.expert_fc2_k_ = static_cast<double>(model.moe_ffn_hidden_size) / tp;
+    if (model.num_shared_experts > 0) {
+      const double shared = static_cast<double>(model.num_shared_experts * SharedExpertFfn(model));
+      s.shared_fc1_n_ = glu * shared / tp;
+      s.shared_fc2_k_ = shared / tp;
+    }
+  }
 
   // FP8 weights run FP8 GEMMs (activations quantised too); weight-only INT8/INT4 and
   // 16-bit formats run 16-bit GEMMs after dequantising; NVFP4 runs FP4 GEMMs where the
@@ -100,9 +144,17 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
   s.stream_bw_ = device.memory_bandwidth * device.memory_efficiency;
   s.weight_bytes_per_element_ = BytesPerElement(c.weight_precision);
 
-  const double layer_weights = LayerMatmulParams(model) / tp;
-  s.weight_bytes_read_ =
-      s.layers_per_stage_ * layer_weights * s.weight_bytes_per_element_ + v * h / tp * 2;
+  // Every weight of the stage (all experts of an expert layer) and the output layer.
+  const double expert_layer_weights =
+      IsMoe(model) ? (AttentionMatmulParams(model) + s.experts_ * ExpertParams(model) +
+                      SharedExpertParams(model)) /
+                         tp
+                   : 0;
+  s.weight_bytes_read_ = (s.dense_layers_stage_ * LayerMatmulParams(model) / tp +
+                          s.expert_layers_stage_ * expert_layer_weights) *
+                             s.weight_bytes_per_element_ +
+                         s.expert_layers_stage_ * RouterParams(model) * 2 +
+                         static_cast<double>(model.vocab_size) * h / tp * 2;
 
   const Link tp_link = GroupLink(device, c.tp, 1, gpus_per_node);
   s.tp_link_bandwidth_ = tp_link.bandwidth;
@@ -122,22 +174,46 @@ RankMemory StepModel::Memory(int64_t max_batch_size, int64_t max_num_tokens,
   const double tp = static_cast<double>(tp_);
   const double h = hidden_;
   const double v = static_cast<double>(model_.vocab_size);
+  const double attention_n = mla_attention_n_ > 0 ? mla_attention_n_ : qkv_n_;
   const double layer_matmul = LayerMatmulParams(model_) / tp;
   const double layer_other = (LayerParams(model_) - LayerMatmulParams(model_)) / tp;
-  const double per_layer = layer_matmul * weight_bytes_per_element_ +
-                           ScaleBytes(weight_format_, layer_matmul, qkv_n_ + h + fc1_n_ + h) +
-                           layer_other * 2;
+  const double dense_layer =
+      layer_matmul * weight_bytes_per_element_ +
+      ScaleBytes(weight_format_, layer_matmul, attention_n + h + fc1_n_ + h) + layer_other * 2;
+  double expert_layer = 0;
+  if (IsMoe(model_)) {
+    // Attention, every routed expert and the shared ones quantised; the router (replicated
+    // on every rank) and the norms in 16 bits.
+    const double matmul = (AttentionMatmulParams(model_) + experts_ * ExpertParams(model_) +
+                           SharedExpertParams(model_)) /
+                          tp;
+    const double channels = attention_n + h + experts_ * (expert_fc1_n_ + h) +
+                            (shared_fc1_n_ > 0 ? shared_fc1_n_ + h : 0);
+    const double other = ExpertLayerParams(model_) - AttentionMatmulParams(model_) -
+                         experts_ * ExpertParams(model_) - SharedExpertParams(model_) -
+                         RouterParams(model_);
+    expert_layer = matmul * weight_bytes_per_element_ +
+                   ScaleBytes(weight_format_, matmul, channels) + other / tp * 2 +
+                   RouterParams(model_) * 2;
+  }
   // Embedding on the first stage, output layer on the last (both with pp == 1), 16-bit.
   const double embedding = v * h / tp * 2;
   const double head = model_.tie_embeddings ? 0 : v * h / tp * 2;
   const double ends = pp_ == 1 ? embedding + head : std::max(embedding, head);
-  m.weights = layers_per_stage_ * per_layer + ends;
+  m.weights = dense_layers_stage_ * dense_layer + expert_layers_stage_ * expert_layer + ends;
   // Workspace for max_num_tokens rows: the layer's widest live tensors (input, QKV,
   // attention output, MLP up/gate and activation output), plus FP32 logits of the
   // sampled sequences.
   const double rows = static_cast<double>(max_num_tokens);
-  m.activations = rows * (3 * h / tp + qkv_n_ + 2 * fc1_n_ + h) * kActivationBytes +
-                  static_cast<double>(max_batch_size) * v / tp * 4;
+  // An expert layer's widest tensors are the N·k permuted rows and their up/gate outputs.
+  const double ffn_width = dense_layers_stage_ > 0 ? 2 * fc1_n_ + h : 0;
+  const double expert_width =
+      expert_layers_stage_ > 0
+          ? topk_ * (2 * expert_fc1_n_ + 2 * h) + 2 * shared_fc1_n_ + experts_ * 2
+          : 0;
+  m.activations =
+      rows * (3 * h / tp + attention_n + std::max(ffn_width, expert_width)) * kActivationBytes +
+      static_cast<double>(max_batch_size) * v / tp * 4;
   m.reserve = engine_.runtime_reserve_gib * kGiB;
   m.capacity = device_.memory_bytes;
   switch (engine_.kv_rule) {
@@ -174,25 +250,77 @@ double StepModel::GemmSecondsOnRank(double rows, double n, double k) const {
   return std::max(compute, bytes / stream_bw_) + device_.kernel_launch_s;
 }
 
+double StepModel::GroupedGemmSeconds(double groups, double rows, double n, double k) const {
+  if (groups <= 0 || rows <= 0) return 0;
+  const double flops = 2 * groups * rows * n * k;
+  const double eff = GemmEfficiency(device_, rows, n, k, groups, gemm_precision_);
+  const double compute = flops / (gemm_peak_ * eff);
+  const double bytes =
+      groups * (n * k * weight_bytes_per_element_ + rows * (n + k) * kActivationBytes);
+  return std::max(compute, bytes / stream_bw_) + device_.kernel_launch_s;
+}
+
 double StepModel::FfnSeconds(double rows) const {
   return GemmSecondsOnRank(rows, fc1_n_, hidden_) + GemmSecondsOnRank(rows, hidden_, fc2_k_);
 }
 
-double StepModel::LinearSeconds(double rows) const {
-  const int64_t r = static_cast<int64_t>(rows);
-  if (r >= 0 && r < kMaxCachedRows) {
-    if (linear_cache_.size() <= static_cast<size_t>(r)) {
-      linear_cache_.resize(
-          std::max<size_t>(static_cast<size_t>(r) + 1,
-                           std::min<size_t>(2 * linear_cache_.size(), kMaxCachedRows)),
-          -1.0f);
-    }
-    if (linear_cache_[r] >= 0) return linear_cache_[r];
+double StepModel::AttentionLinearSeconds(double rows) const {
+  if (mla_attention_n_ > 0) return GemmSecondsOnRank(rows, mla_attention_n_, hidden_);
+  return GemmSecondsOnRank(rows, qkv_n_, hidden_) + GemmSecondsOnRank(rows, hidden_, proj_k_);
+}
+
+double StepModel::ExpertsReached(double rows) const {
+  if (experts_ <= 0 || rows <= 0) return 0;
+  return experts_ * (1 - std::pow(1 - topk_ / experts_, rows));
+}
+
+double StepModel::ExpertFfnSeconds(double rows) const {
+  const double assignments = rows * topk_;
+  const double reached = ExpertsReached(rows);
+  // Router scores (h x E, every rank) and top-k; the routed rows permuted into expert
+  // order and back (each read and written once), then grouped GEMMs over the reached
+  // experts.
+  const double router = GemmSecondsOnRank(rows, experts_, hidden_);
+  const double permute = 2 * (2 * assignments * hidden_ * kActivationBytes) / stream_bw_ +
+                         2 * device_.kernel_launch_s;
+  const double per_expert = assignments / std::max(reached, 1.0);
+  double t = router + permute + GroupedGemmSeconds(reached, per_expert, expert_fc1_n_, hidden_) +
+             GroupedGemmSeconds(reached, per_expert, hidden_, expert_fc2_k_);
+  if (shared_fc1_n_ > 0) {
+    t += GemmSecondsOnRank(rows, shared_fc1_n_, hidden_) +
+         GemmSecondsOnRank(rows, hidden_, shared_fc2_k_);
   }
-  const double t = GemmSecondsOnRank(rows, qkv_n_, hidden_) +
-                   GemmSecondsOnRank(rows, hidden_, proj_k_) + FfnSeconds(rows);
-  if (r >= 0 && r < kMaxCachedRows) linear_cache_[r] = static_cast<float>(t);
   return t;
+}
+
+namespace {
+// A lazily filled table of a function of the row count (whole rows below kMaxCachedRows).
+template <typename F>
+double Cached(std::vector<float>& cache, double rows, F compute) {
+  const int64_t r = static_cast<int64_t>(rows);
+  const bool cacheable = r >= 0 && r < kMaxCachedRows;
+  if (cacheable) {
+    if (cache.size() <= static_cast<size_t>(r)) {
+      cache.resize(std::max<size_t>(static_cast<size_t>(r) + 1,
+                                    std::min<size_t>(2 * cache.size(), kMaxCachedRows)),
+                   -1.0f);
+    }
+    if (cache[r] >= 0) return cache[r];
+  }
+  const double t = compute(rows);
+  if (cacheable) cache[r] = static_cast<float>(t);
+  return t;
+}
+}  // namespace
+
+double StepModel::LinearSeconds(double rows) const {
+  return Cached(linear_cache_, rows,
+                [this](double n) { return AttentionLinearSeconds(n) + FfnSeconds(n); });
+}
+
+double StepModel::ExpertLayerLinearSeconds(double rows) const {
+  return Cached(expert_cache_, rows,
+                [this](double n) { return AttentionLinearSeconds(n) + ExpertFfnSeconds(n); });
 }
 
 double StepModel::AllReduceSeconds(double bytes) const {
@@ -212,10 +340,13 @@ StepBreakdown StepModel::Breakdown(const StepWork& w) const {
   if (rows <= 0) return b;
   const double layers = layers_per_stage_;
   const double stages = static_cast<double>(pp_);
-  const double linear = LinearSeconds(rows);
+  // Matmuls of the stage's layers, dense and expert.
+  const double linear =
+      (dense_layers_stage_ > 0 ? dense_layers_stage_ * LinearSeconds(rows) : 0) +
+      (expert_layers_stage_ > 0 ? expert_layers_stage_ * ExpertLayerLinearSeconds(rows) : 0);
   // Attention over prompt chunks: QK^T and PV, 2 FLOPs each per pair, head and dim.
   const double prefill_attention =
-      4 * w.prefill_attention_pairs * q_heads_rank_ * head_dim_ / attention_peak_;
+      w.prefill_attention_pairs * attention_flops_per_pair_ / attention_peak_;
   // Decode attention reads every cached token's K and V once per layer.
   const double decode_attention = w.decode_context_tokens * kv_bytes_per_token_layer_ / stream_bw_;
   const double elementwise = kElementwisePasses * rows * hidden_ * kActivationBytes / stream_bw_;
@@ -232,14 +363,23 @@ StepBreakdown StepModel::Breakdown(const StepWork& w) const {
   // The breakdown's memory term is the time the layers wait for weights beyond what their
   // GEMMs' compute hides, plus the KV-cache reads; compute is the rest of the layers' time
   // and the output layer.
+  // An expert layer reads the experts the step reaches, not all of them.
+  const double unreached = expert_layers_stage_ * (experts_ - ExpertsReached(rows)) *
+                           ExpertParams(model_) / static_cast<double>(tp_) *
+                           weight_bytes_per_element_;
   const double layer_weight_read =
-      (weight_bytes_read_ - head_bytes) / std::max(layers, 1.0) / stream_bw_;
+      (weight_bytes_read_ - head_bytes - unreached) / std::max(layers, 1.0) / stream_bw_;
   const double body =
-      stages * layers * (linear + prefill_attention + decode_attention + elementwise + launches);
+      stages * (linear + layers * (prefill_attention + decode_attention + elementwise + launches));
   const double large_efficiency =
       IsLowPrecisionGemm(gemm_precision_) ? device_.fp8_gemm_efficiency : device_.gemm_efficiency;
-  const double linear_compute = 2 * rows * LayerMatmulParams(model_) / static_cast<double>(tp_) /
-                                (gemm_peak_ * large_efficiency);
+  const double active_params =
+      (dense_layers_stage_ * LayerMatmulParams(model_) +
+       (expert_layers_stage_ > 0 ? expert_layers_stage_ * ExpertLayerActiveMatmulParams(model_)
+                                 : 0)) /
+      std::max(layers, 1.0);
+  const double linear_compute =
+      2 * rows * active_params / static_cast<double>(tp_) / (gemm_peak_ * large_efficiency);
   const double linear_waiting = std::max(0.0, layer_weight_read - linear_compute);
   b.memory = std::min(body, stages * layers * (linear_waiting + decode_attention));
   b.compute = body - b.memory + head;
@@ -261,8 +401,13 @@ double StepModel::StepSeconds(const StepWork& w) const { return Breakdown(w).tot
 
 double StepModel::PrefillFlops(double tokens) const {
   const double layers = static_cast<double>(model_.num_layers);
-  return layers * (2 * tokens * LayerMatmulParams(model_) +
-                   2 * tokens * tokens * static_cast<double>(model_.hidden_size)) +
+  const double experts = static_cast<double>(NumExpertLayers(model_));
+  const double matmul = (layers - experts) * LayerMatmulParams(model_) +
+                        (experts > 0 ? experts * ExpertLayerActiveMatmulParams(model_) : 0);
+  // Causal attention: tokens^2 / 2 pairs per layer, over the tp ranks' heads.
+  const double attention =
+      layers * tokens * tokens / 2 * attention_flops_per_pair_ * static_cast<double>(tp_);
+  return 2 * tokens * matmul + attention +
          2 * static_cast<double>(model_.hidden_size) * static_cast<double>(model_.vocab_size);
 }
 

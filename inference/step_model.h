@@ -12,8 +12,16 @@
 // over the prompt chunks (FLOPs) and over the decoding sequences' KV cache (bytes); two
 // all-reduces of N x h activations across the TP group (the cheaper of a one-shot
 // all-reduce and a ring); then the output layer for the sequences that sample, the stage
-// hand-offs of a pipeline, and the engine's host overheads. The layer's FFN is one term
-// (`FfnSeconds`), so a mixture-of-experts layer replaces it with its routed experts.
+// hand-offs of a pipeline, and the engine's host overheads.
+//
+// Mixture-of-experts layers (TensorRT-LLM's default moe_tp_size = tp, expert parallelism
+// 1: every rank holds a 1/tp slice of every expert): the router GEMM, the permutation of
+// the N·k routed rows, and a grouped GEMM over the experts the step's tokens reach. With
+// uniform routing N tokens reach E·(1 − (1 − k/E)^N) distinct experts in expectation, each
+// with N·k over that many rows, so a small decode batch reads only the experts it visits
+// while a large prefill reads them all; the shared experts run as a dense FFN. Layers
+// before first_k_dense_layers (and between moe_layer_freq) are dense. MLA caches the
+// compressed latent (kv_lora_rank + qk_rope_head_dim per token and layer) on every rank.
 #ifndef PARATUNE_INFERENCE_STEP_MODEL_H_
 #define PARATUNE_INFERENCE_STEP_MODEL_H_
 
@@ -87,7 +95,14 @@ class StepModel {
   StepModel() = default;
   double GemmSecondsOnRank(double rows, double n, double k) const;
   double LinearSeconds(double rows) const;  // One layer's matmuls on one rank.
-  double FfnSeconds(double rows) const;     // The FFN part of LinearSeconds.
+  double FfnSeconds(double rows) const;     // The dense FFN of LinearSeconds.
+  double AttentionLinearSeconds(double rows) const;  // QKV (or MLA's) and the projection.
+  double ExpertFfnSeconds(double rows) const;  // Router, permutation, routed and shared.
+  double ExpertLayerLinearSeconds(double rows) const;
+  /// Expected distinct routed experts that `rows` tokens reach in one layer.
+  double ExpertsReached(double rows) const;
+  /// Grouped GEMM: `groups` GEMMs of [rows x k] x [k x n] in one launch.
+  double GroupedGemmSeconds(double groups, double rows, double n, double k) const;
   double AllReduceSeconds(double bytes) const;
 
   ModelSpec model_;
@@ -95,6 +110,16 @@ class StepModel {
   EngineProfile engine_;
   int64_t tp_ = 1, pp_ = 1;
   double layers_per_stage_ = 0;
+  // Dense and expert layers of the most loaded stage (all dense for a dense model).
+  double dense_layers_stage_ = 0, expert_layers_stage_ = 0;
+  // Expert-layer shapes on one rank: routed experts E and top-k, one expert's fc1 width
+  // and fc2 depth (/tp), the shared experts' (/tp; 0 without).
+  double experts_ = 0, topk_ = 0, expert_fc1_n_ = 0, expert_fc2_k_ = 0;
+  double shared_fc1_n_ = 0, shared_fc2_k_ = 0;
+  // Attention matmuls on one rank when MLA (weights / h, as one GEMM of that width).
+  double mla_attention_n_ = 0;
+  // Attention FLOPs per causal pair and rank (4·d per query head; MLA 2·(qk + rope + v)).
+  double attention_flops_per_pair_ = 0;
   QuantFormat weight_format_ = QuantFormat::kBf16;
   double head_dim_ = 0, q_heads_rank_ = 0, kv_heads_rank_ = 0;
   double kv_bytes_per_token_ = 0;  // Whole stage, one rank.
@@ -110,6 +135,7 @@ class StepModel {
   Precision gemm_precision_ = Precision::kBf16;
   double weight_bytes_per_element_ = 2;
   mutable std::vector<float> linear_cache_;  // LinearSeconds by rows, filled lazily.
+  mutable std::vector<float> expert_cache_;  // ExpertLayerLinearSeconds by rows.
 };
 
 }  // namespace paratune::inference

@@ -52,10 +52,6 @@ double Percentile(std::vector<double> v, double q) {
 Row Predict(const json& r) {
   Row row;
   row.id = r.value("id", "");
-  if (r.value("is_moe", false)) {
-    row.skip = "mixture-of-experts (not modelled by the inference spec yet)";
-    return row;
-  }
   if (!r["vocab_size"].is_number() || !r["ffn_hidden_size"].is_number() ||
       !r["num_kv_heads"].is_number()) {
     row.skip = "architecture incomplete in the data";
@@ -100,6 +96,21 @@ Row Predict(const json& r) {
                  {"kv_cache_precision", kvprec},
                  {"disaggregated", false},
                  {"top_k", 1}}}};
+  if (r["head_dim"].is_number()) spec["model"]["kv_channels"] = r["head_dim"];
+  if (r.value("is_moe", false)) {
+    // Mixtral: every layer an expert layer, no shared experts; the record's
+    // ffn_hidden_size is the per-expert width.
+    if (!r["num_experts"].is_number() || !r["experts_per_token"].is_number() ||
+        !r["moe_ffn_hidden_size"].is_number() || Num(r["num_shared_experts"]) > 0 ||
+        Num(r["first_k_dense_layers"]) > 0 ||
+        (r["attention_type"].is_string() && r["attention_type"] == "MLA")) {
+      row.skip = "mixture-of-experts shape the record does not give whole";
+      return row;
+    }
+    spec["model"]["num_experts"] = r["num_experts"];
+    spec["model"]["moe_router_topk"] = r["experts_per_token"];
+    spec["model"]["moe_ffn_hidden_size"] = r["moe_ffn_hidden_size"];
+  }
   if (type == "offline_max_throughput") {
     row.metric = "out tok/s/gpu";
     spec["serving"]["num_requests"] = r["num_requests"];

@@ -131,5 +131,24 @@ TEST(PlannerTest, EstimateMatchesThePinnedLayout) {
   EXPECT_LE(r->ttft_ms.p50, r->ttft_ms.p99);
 }
 
+// Mixtral 8x7B on 8 H100: every layout holds all eight experts per rank (sliced by tp).
+TEST(PlannerTest, MixtureOfExpertsModelsRankWithExpertsShardedByTp) {
+  json j = Spec();
+  j["model"] = {{"preset", "mixtral-8x7b"}};
+  j["search"]["tp"] = {1, 2, 4, 8};
+  auto spec = InferenceJobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto result = PlanInference(*spec);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_FALSE(result->ranked.empty());
+  EXPECT_GT(result->ranked[0].output_tokens_per_sec_per_gpu, 0);
+  // Expert parallelism is refused by name.
+  j["search"]["ep"] = {2};
+  auto ep = InferenceJobSpecFromJson(j);
+  ASSERT_FALSE(ep.ok());
+  EXPECT_NE(ep.status().message().find("search.ep[0] (2) must be 1"), std::string::npos)
+      << ep.status();
+}
+
 }  // namespace
 }  // namespace paratune::inference

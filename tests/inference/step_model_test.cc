@@ -179,5 +179,96 @@ TEST(StepModelTest, RejectsTpThatDoesNotDivideTheHeads) {
   EXPECT_EQ(s.status().message(), "tp (3) must divide model.num_attention_heads (64)");
 }
 
+// Mixtral 8x7B: 32 expert layers of 8 experts (top-2) with the Mistral 7B attention. GQA
+// with 8 KV heads of 128: the same KV bytes per token as Llama 3 8B.
+TEST(StepModelTest, MixtralKvAndWeightsPerRank) {
+  auto model = *FindPreset("mixtral-8x7b");
+  const StepModel bf16 =
+      Make("mixtral-8x7b", "h100-sxm-80gb", Layout(1, 1, QuantFormat::kBf16, QuantFormat::kBf16));
+  EXPECT_DOUBLE_EQ(bf16.kv_bytes_per_token_per_rank(), 2.0 * 32 * 8 * 128 * 2);
+  // Every parameter, every expert, 2 bytes (46.7B parameters: 93.4 GB).
+  EXPECT_NEAR(bf16.Memory(1, 1, 0.9).weights, 2 * TotalParams(model), 1e6);
+  EXPECT_NEAR(TotalParams(model) / 1e9, 46.7, 0.25);
+  // TP2 halves every expert; the router (h x 8) stays whole on each rank.
+  const StepModel tp2 =
+      Make("mixtral-8x7b", "h100-sxm-80gb", Layout(2, 1, QuantFormat::kBf16, QuantFormat::kBf16));
+  EXPECT_NEAR(tp2.Memory(1, 1, 0.9).weights,
+              bf16.Memory(1, 1, 0.9).weights / 2 + 32 * 4096.0 * 8 * 2 / 2, 1e6);
+}
+
+// DeepSeek-V3's MLA caches one 512 + 64 latent per token and layer, on every TP rank.
+TEST(StepModelTest, MlaCachesTheCompressedLatent) {
+  EXPECT_DOUBLE_EQ(
+      Make("deepseek-v3", "h200-141gb", Layout(8, 1, QuantFormat::kFp8, QuantFormat::kBf16))
+          .kv_bytes_per_token_per_rank(),
+      61.0 * (512 + 64) * 2);
+  // PP2: 31 layers on the first stage.
+  EXPECT_DOUBLE_EQ(
+      Make("deepseek-v3", "h200-141gb", Layout(8, 2, QuantFormat::kFp8, QuantFormat::kFp8))
+          .kv_bytes_per_token_per_rank(),
+      31.0 * (512 + 64) * 1);
+}
+
+// One decoding sequence reaches exactly top-k experts per layer (E·(1 − (1 − k/E)^1) = k):
+// the step reads the attention and two of eight experts, not the whole model.
+TEST(StepModelTest, MoeDecodeAtBatchOneReadsTheActiveExperts) {
+  auto model = *FindPreset("mixtral-8x7b");
+  auto device = *FindDevice("h100-sxm-80gb");
+  const StepModel m =
+      Make("mixtral-8x7b", "h100-sxm-80gb", Layout(1, 1, QuantFormat::kFp8, QuantFormat::kFp8));
+  StepWork w;
+  w.decode_sequences = 1;
+  w.decode_context_tokens = 128;
+  w.sampled_sequences = 1;
+  const double bw = device.memory_bandwidth * device.memory_efficiency;
+  const double active =
+      (32 * (AttentionMatmulParams(model) + 2 * ExpertParams(model)) * 1 + 32000.0 * 4096 * 2) /
+      bw;
+  // Per layer: 2 attention GEMMs, the router, 2 permutations, 2 grouped GEMMs and the 8
+  // other kernels at 3 us; the engine's 0.1 ms per step.
+  EXPECT_NEAR(m.StepSeconds(w), active + 32 * 15 * 3e-6 + 0.1e-3, 0.15e-3);
+  EXPECT_LT(m.StepSeconds(w), 0.5 * m.weight_bytes_per_rank() / bw);
+}
+
+// A dense model's decode step barely grows from batch 1 to 64 (the weights are read once
+// either way); an MoE step grows as the batch reaches more of its experts.
+TEST(StepModelTest, MoeDecodeGrowsWithTheExpertsTheBatchReaches) {
+  auto step = [](const char* preset, double batch) {
+    const StepModel m =
+        Make(preset, "h100-sxm-80gb", Layout(2, 1, QuantFormat::kFp8, QuantFormat::kFp8));
+    StepWork w;
+    w.decode_sequences = batch;
+    w.decode_context_tokens = batch * 512;
+    w.sampled_sequences = batch;
+    return m.StepSeconds(w);
+  };
+  EXPECT_LT(step("llama3-8b", 64) / step("llama3-8b", 1), 1.3);
+  EXPECT_GT(step("mixtral-8x7b", 64) / step("mixtral-8x7b", 1), 2.5);
+}
+
+// Prefill FLOPs of Mixtral by hand: per layer the attention (4096 x 6144 QKV, 4096 x 4096
+// output), the 4096 x 8 router and two experts of 3 x 4096 x 14336; causal attention
+// 2 * s^2 * a * d; the last token's logits.
+TEST(StepModelTest, MoePrefillFlopsCountTheActiveExperts) {
+  const StepModel m =
+      Make("mixtral-8x7b", "h100-sxm-80gb", Layout(1, 1, QuantFormat::kBf16, QuantFormat::kBf16));
+  const double s = 1000;
+  const double active = 4096.0 * 6144 + 4096.0 * 4096 + 4096.0 * 8 + 2 * 3 * 4096.0 * 14336;
+  const double per_layer = 2 * s * active + 2 * s * s * 4096;
+  EXPECT_DOUBLE_EQ(m.PrefillFlops(s), 32 * per_layer + 2 * 4096.0 * 32000);
+}
+
+TEST(StepModelTest, ExpertWidthMustSplitOverTp) {
+  auto model = *FindPreset("mixtral-8x7b");
+  model.moe_ffn_hidden_size = 14335;
+  auto device = *FindDevice("h100-sxm-80gb");
+  auto s = StepModel::Create(model, device, EngineProfileFor(ServingEngine::kTrtllm),
+                             Layout(2, 1, QuantFormat::kBf16, QuantFormat::kBf16), 8);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("tp (2) must divide model.moe_ffn_hidden_size (14335)"),
+            std::string::npos)
+      << s.status();
+}
+
 }  // namespace
 }  // namespace paratune::inference
