@@ -283,8 +283,14 @@ double StepModel::ExpertFfnSeconds(double rows) const {
   const double router = GemmSecondsOnRank(rows, experts_, hidden_);
   const double permute = 2 * (2 * assignments * hidden_ * kActivationBytes) / stream_bw_ +
                          2 * device_.kernel_launch_s;
+  // The gated activation runs as a kernel of its own between the two grouped GEMMs, over
+  // the N·k routed rows: it reads their up/gate output and writes the product (16-bit).
+  const double activation =
+      assignments * (expert_fc1_n_ + expert_fc2_k_) * kActivationBytes / stream_bw_ +
+      device_.kernel_launch_s;
   const double per_expert = assignments / std::max(reached, 1.0);
-  double t = router + permute + GroupedGemmSeconds(reached, per_expert, expert_fc1_n_, hidden_) +
+  double t = router + permute + activation +
+             GroupedGemmSeconds(reached, per_expert, expert_fc1_n_, hidden_) +
              GroupedGemmSeconds(reached, per_expert, hidden_, expert_fc2_k_);
   if (shared_fc1_n_ > 0) {
     t += GemmSecondsOnRank(rows, shared_fc1_n_, hidden_) +

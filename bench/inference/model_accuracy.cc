@@ -40,6 +40,7 @@ double Num(const json& v) { return v.is_number() ? v.get<double>() : 0; }
 struct Row {
   std::string id, metric, skip;
   double measured = 0, predicted = 0;
+  bool moe = false;  // A mixture-of-experts model's row.
 };
 
 double Percentile(std::vector<double> v, double q) {
@@ -107,6 +108,7 @@ Row Predict(const json& r) {
       row.skip = "mixture-of-experts shape the record does not give whole";
       return row;
     }
+    row.moe = true;
     spec["model"]["num_experts"] = r["num_experts"];
     spec["model"]["moe_router_topk"] = r["experts_per_token"];
     spec["model"]["moe_ffn_hidden_size"] = r["moe_ffn_hidden_size"];
@@ -208,6 +210,7 @@ int Main(int argc, char** argv) {
     std::printf("# %-52s %-14s %10s %10s %8s\n", "id", "metric", "published", "predicted", "error");
   }
   size_t skipped = 0;
+  std::vector<double> thr_dense, thr_moe;
   for (const Row& r : rows) {
     if (!r.skip.empty()) {
       ++skipped;
@@ -217,6 +220,7 @@ int Main(int argc, char** argv) {
     }
     const double err = std::fabs(r.predicted - r.measured) / r.measured * 100;
     (r.metric == "TTFT ms" ? ttft : thr).push_back(err);
+    if (r.metric != "TTFT ms") (r.moe ? thr_moe : thr_dense).push_back(err);
     if (!as_json) {
       std::printf("  %-52s %-14s %10.1f %10.1f %7.1f%%\n", r.id.c_str(), r.metric.c_str(),
                   r.measured, r.predicted, err);
@@ -231,6 +235,8 @@ int Main(int argc, char** argv) {
     std::cout << json{{"rows", out},
                       {"throughput_error_median_pct", Percentile(thr, 0.5)},
                       {"throughput_error_p90_pct", Percentile(thr, 0.9)},
+                      {"dense_throughput_error_median_pct", Percentile(thr_dense, 0.5)},
+                      {"moe_throughput_error_median_pct", Percentile(thr_moe, 0.5)},
                       {"ttft_error_median_pct", Percentile(ttft, 0.5)},
                       {"ttft_error_p90_pct", Percentile(ttft, 0.9)}}
                      .dump(1)
@@ -241,6 +247,10 @@ int Main(int argc, char** argv) {
               ttft.size(), skipped, seconds);
   std::printf("# output tok/s per GPU error: median %.1f %%, p90 %.1f %%\n", Percentile(thr, 0.5),
               Percentile(thr, 0.9));
+  std::printf("#   dense models (%zu rows): median %.1f %%, p90 %.1f %%\n", thr_dense.size(),
+              Percentile(thr_dense, 0.5), Percentile(thr_dense, 0.9));
+  std::printf("#   mixture-of-experts models (%zu rows): median %.1f %%, p90 %.1f %%\n",
+              thr_moe.size(), Percentile(thr_moe, 0.5), Percentile(thr_moe, 0.9));
   std::printf("# TTFT error: median %.1f %%, p90 %.1f %%\n", Percentile(ttft, 0.5),
               Percentile(ttft, 0.9));
   return 0;
