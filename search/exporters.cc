@@ -266,6 +266,18 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
       add("--bf16");
       add("--fp8-format", "hybrid");
       break;
+    case Precision::kMxfp8:
+      // Block-scaled FP8 (E4M3 data, E8M0 scale per 32 elements) on Blackwell.
+      add("--bf16");
+      add("--fp8-format", "e4m3");
+      add("--fp8-recipe", "mxfp8");
+      break;
+    case Precision::kNvfp4:
+      // NVFP4 GEMMs (E2M1 data, FP8 scale per 16 elements) on Blackwell.
+      add("--bf16");
+      add("--fp4-format", "e2m1");
+      add("--fp4-recipe", "nvfp4");
+      break;
     case Precision::kFp32: break;
   }
   if (t.flash_attention) add("--use-flash-attn");
@@ -311,7 +323,9 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
   std::string precision;
   switch (t.precision) {
     case Precision::kBf16:
-    case Precision::kFp8: precision = "bf16-mixed"; break;
+    case Precision::kFp8:
+    case Precision::kMxfp8:
+    case Precision::kNvfp4: precision = "bf16-mixed"; break;
     case Precision::kFp16: precision = "16-mixed"; break;
     case Precision::kFp32: precision = "32"; break;
   }
@@ -364,6 +378,14 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
       "  use_flash_attention: ", YamlBool(t.flash_attention), "\n");
   if (!t.dropout) absl::StrAppend(&out, "  hidden_dropout: 0.0\n  attention_dropout: 0.0\n");
   if (t.precision == Precision::kFp8) absl::StrAppend(&out, "  fp8: true\n  fp8_hybrid: true\n");
+  // Block-scaled recipes under Megatron-Core's TransformerConfig names (fp8_recipe,
+  // fp4, fp4_recipe), which NeMo passes through from the model section.
+  if (t.precision == Precision::kMxfp8) {
+    absl::StrAppend(&out, "  fp8: true\n  fp8_e4m3: true\n  fp8_recipe: mxfp8\n");
+  }
+  if (t.precision == Precision::kNvfp4) {
+    absl::StrAppend(&out, "  fp4: e2m1\n  fp4_recipe: nvfp4\n");
+  }
   absl::StrAppend(&out, NemoMoeKeys(spec, c));
   absl::StrAppend(&out, "  optim:\n    name: ",
                   c.distributed_optimizer ? "distributed_fused_adam" : "fused_adam", "\n");
