@@ -378,7 +378,6 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
       "  use_flash_attention: ", YamlBool(t.flash_attention), "\n");
   if (!t.dropout) absl::StrAppend(&out, "  hidden_dropout: 0.0\n  attention_dropout: 0.0\n");
   if (t.precision == Precision::kFp8) absl::StrAppend(&out, "  fp8: true\n  fp8_hybrid: true\n");
-  absl::StrAppend(&out, NemoMoeKeys(spec, c));
   // Block-scaled recipes under Megatron-Core's TransformerConfig names (fp8_recipe,
   // fp4, fp4_recipe), which NeMo passes through from the model section.
   if (t.precision == Precision::kMxfp8) {
@@ -387,6 +386,10 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
   if (t.precision == Precision::kNvfp4) {
     absl::StrAppend(&out, "  fp4: e2m1\n  fp4_recipe: nvfp4\n");
   }
+<<<<<<< HEAD
+=======
+  absl::StrAppend(&out, NemoMoeKeys(spec, c));
+>>>>>>> moe-model
   absl::StrAppend(&out, "  optim:\n    name: ",
                   c.distributed_optimizer ? "distributed_fused_adam" : "fused_adam", "\n");
   return out;

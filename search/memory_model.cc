@@ -127,17 +127,31 @@ std::vector<int64_t> ExpertLayersPerChunk(const ModelSpec& m, const ParallelConf
   return out;
 }
 
+std::vector<int64_t> ExpertLayersPerStage(const ModelSpec& m, const ParallelConfig& c) {
+  std::vector<int64_t> out(static_cast<size_t>(c.pp), 0);
+  if (!IsMoe(m)) return out;
+  const std::vector<int64_t> chunks = ExpertLayersPerChunk(m, c);
+  for (int64_t r = 0; r < c.pp; ++r) {
+    for (int64_t j = 0; j < c.vp; ++j) {
+      out[static_cast<size_t>(r)] += chunks[static_cast<size_t>(r * c.vp + j)];
+    }
+  }
+  return out;
+}
+
 int64_t ExpertLayersOnStage(const ModelSpec& m, const ParallelConfig& c, int64_t stage) {
   if (!IsMoe(m)) return 0;
-  const std::vector<int64_t> chunks = ExpertLayersPerChunk(m, c);
-  int64_t count = 0;
-  for (int64_t j = 0; j < c.vp; ++j) count += chunks[static_cast<size_t>(stage * c.vp + j)];
-  return count;
+  return ExpertLayersPerStage(m, c)[static_cast<size_t>(stage)];
 }
 
 StageParams StageParamsSplit(const ModelSpec& m, const ParallelConfig& c, int64_t stage) {
+  return StageParamsSplit(m, c, stage, ExpertLayersOnStage(m, c, stage));
+}
+
+StageParams StageParamsSplit(const ModelSpec& m, const ParallelConfig& c, int64_t stage,
+                             int64_t expert_layers_on_stage) {
   const double t = static_cast<double>(c.tp);
-  const double expert_layers = static_cast<double>(ExpertLayersOnStage(m, c, stage));
+  const double expert_layers = static_cast<double>(expert_layers_on_stage);
   const double dense_layers =
       static_cast<double>(DecoderLayersOnStage(m, c, stage)) - expert_layers;
   StageParams out;
@@ -300,11 +314,12 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   const double load = ExpertLoadFactor(spec, c);
   const double expert_stored = IsMoe(m) ? ExpertLayerActivationBytes(m, act, load) : 0.0;
   const double expert_no_rc = IsMoe(m) ? ExpertLayerActivationBytes(m, no_rc, load) : 0.0;
+  const std::vector<int64_t> experts_per_stage = ExpertLayersPerStage(m, c);
   // Activations of one micro-batch through all layers of stage r (and the MTP modules on
   // the last stage, stored as their layers are).
   auto stage_act = [&](int64_t r) {
     const double mtp = r == c.pp - 1 ? static_cast<double>(m.mtp_layers) : 0.0;
-    const double experts = static_cast<double>(ExpertLayersOnStage(m, c, r)) +
+    const double experts = static_cast<double>(experts_per_stage[static_cast<size_t>(r)]) +
                            (IsMoe(m) ? mtp : 0.0);
     const double layers = static_cast<double>(DecoderLayersOnStage(m, c, r)) + mtp;
     const double dense = layers - experts;
@@ -366,15 +381,23 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
       c.distributed_optimizer ? static_cast<double>(std::max<int64_t>(c.edp(), 1)) : 1.0;
 
   // Dense models peak on the first or the last stage; an MoE model's middle stages may
-  // hold more expert layers than either, so every stage is checked.
+  // hold more expert layers than either. Of the stages with the same expert and decoder
+  // layers, the earliest holds the most in-flight micro-batches, so it is the one checked.
   std::vector<int64_t> stages = {0, c.pp - 1};
   if (IsMoe(m)) {
-    stages.clear();
-    for (int64_t r = 0; r < c.pp; ++r) stages.push_back(r);
+    std::vector<std::pair<int64_t, int64_t>> seen;
+    for (int64_t r = 1; r + 1 < c.pp; ++r) {
+      const std::pair<int64_t, int64_t> kind{experts_per_stage[static_cast<size_t>(r)],
+                                             DecoderLayersOnStage(m, c, r)};
+      if (std::find(seen.begin(), seen.end(), kind) != seen.end()) continue;
+      seen.push_back(kind);
+      stages.push_back(r);
+    }
   }
   MemoryBreakdown best;
   for (int64_t stage : stages) {
-    const StageParams split = StageParamsSplit(m, c, stage);
+    const StageParams split =
+        StageParamsSplit(m, c, stage, experts_per_stage[static_cast<size_t>(stage)]);
     const double params = split.Total();
     MemoryBreakdown mem;
     mem.capacity = capacity_bytes;

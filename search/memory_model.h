@@ -84,6 +84,11 @@ struct StageParams {
 /// StageParamsPerGpu split as above; the last stage holds the MTP modules.
 StageParams StageParamsSplit(const ModelSpec& model, const ParallelConfig& config,
                              int64_t stage);
+/// The same with the stage's expert layers given (ExpertLayersPerStage's entry).
+StageParams StageParamsSplit(const ModelSpec& model, const ParallelConfig& config,
+                             int64_t stage, int64_t expert_layers_on_stage);
+/// Expert layers on each pipeline stage.
+std::vector<int64_t> ExpertLayersPerStage(const ModelSpec& model, const ParallelConfig& config);
 /// Expert layers in each model chunk, indexed stage * vp + chunk (interleaved as Megatron
 /// does: chunk j of stage r holds the layers of virtual stage j*pp + r).
 std::vector<int64_t> ExpertLayersPerChunk(const ModelSpec& model, const ParallelConfig& config);

@@ -251,12 +251,14 @@ std::vector<int64_t> MicroBatchSizes(const SearchOptions& opt, int64_t B, int64_
   return out;
 }
 
-// SP both ways where open (with tp > 1 only), or as pinned.
-std::vector<bool> SequenceParallelChoices(const SearchOptions& opt, int64_t tp) {
+// SP both ways where open (with tp > 1 only; only on in an MoE model, which requires it), or
+// as pinned.
+std::vector<bool> SequenceParallelChoices(const SearchOptions& opt, int64_t tp, bool moe) {
   std::vector<bool> out;
   for (bool sp : {false, true}) {
     if (!Allowed(opt.sequence_parallel, sp)) continue;
     if (opt.sequence_parallel.empty() && sp && tp == 1) continue;
+    if (opt.sequence_parallel.empty() && moe && !sp && tp > 1) continue;
     out.push_back(sp);
   }
   return out;
@@ -303,7 +305,7 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
       VirtualStageCounts(opt, L, L + 2 + spec.model.mtp_layers, shape.pp);
   const std::vector<ExpertLayout> experts = ExpertLayouts(spec, shape);
   const std::vector<int64_t> mbs = MicroBatchSizes(opt, spec.training.global_batch_size, shape.dp);
-  const std::vector<bool> sps = SequenceParallelChoices(opt, shape.tp);
+  const std::vector<bool> sps = SequenceParallelChoices(opt, shape.tp, IsMoe(spec.model));
   const std::vector<std::pair<Recompute, int64_t>> recomputes = RecomputeChoices(opt);
   const std::vector<bool> dopts = DistributedOptimizerChoices(opt, shape.dp * shape.cp);
   ParallelConfig c;
@@ -357,6 +359,11 @@ struct Pruned {
 Pruned Prune(const JobSpec& spec, const DeviceProfile& device, PlanResult& result) {
   const FrameworkMemory framework = FrameworkMemoryFor(device);
   Pruned out;
+  // Memory does not depend on the token dispatcher, which varies fastest: the previous
+  // layout's estimate is reused when only the dispatcher differs.
+  ParallelConfig memo_config;
+  MemoryBreakdown memo;
+  bool memo_valid = false;
   for (const MeshShape& shape : MeshShapes(spec)) {
     ForEachLayoutOfShape(spec, shape, [&](const ParallelConfig& c) {
       ++result.candidates_considered;
@@ -364,7 +371,14 @@ Pruned Prune(const JobSpec& spec, const DeviceProfile& device, PlanResult& resul
         result.rejected.push_back({c, std::string(s.message())});
         return;
       }
-      const MemoryBreakdown mem = EstimateMemory(spec, c, device.memory_bytes, framework);
+      ParallelConfig key = c;
+      key.moe_token_dispatcher = MoeTokenDispatcher::kAllToAll;
+      if (!memo_valid || !(key == memo_config)) {
+        memo = EstimateMemory(spec, c, device.memory_bytes, framework);
+        memo_config = key;
+        memo_valid = true;
+      }
+      const MemoryBreakdown mem = memo;
       if (mem.Peak() > mem.capacity) {
         result.rejected.push_back({c, OomReason(mem)});
         out.oom.emplace_back(c, mem);

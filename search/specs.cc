@@ -376,6 +376,14 @@ absl::Status TrainingSpec::Validate() const {
   return absl::OkStatus();
 }
 
+int64_t ClusterSpec::NvlinkDomain() const {
+  if (nvlink_domain > 0) return nvlink_domain;
+  if (absl::StatusOr<DeviceProfile> d = FindDevice(gpu); d.ok() && d->nvlink_domain > 0) {
+    return d->nvlink_domain;
+  }
+  return gpus_per_node;
+}
+
 absl::Status ClusterSpec::Validate() const {
   if (gpu.empty()) {
     return absl::InvalidArgumentError(

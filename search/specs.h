@@ -103,11 +103,12 @@ struct ClusterSpec {
   double nvlink_bandwidth_gbps = 0;  ///< Override, GB/s bus bandwidth per GPU (0 = catalog).
   double network_bandwidth_gbps = 0; ///< Override, GB/s per GPU across nodes (0 = catalog).
   double memory_gib = 0;             ///< Override of device memory (0 = catalog).
-  /// GPUs that share one NVLink domain (8 on a DGX, 72 on an NVL72 rack); 0 =
-  /// gpus_per_node. Expert all-to-alls inside it run over NVLink, beyond it over the NIC.
+  /// GPUs that share one NVLink domain (8 on a DGX, 72 on an NVL72 rack); 0 = the
+  /// device's (DeviceProfile::nvlink_domain, e.g. 72 for gb200), else gpus_per_node.
+  /// Expert all-to-alls inside it run over NVLink, beyond it over the NIC.
   int64_t nvlink_domain = 0;
-  /// The NVLink domain in GPUs (nvlink_domain, or gpus_per_node when 0).
-  int64_t NvlinkDomain() const { return nvlink_domain > 0 ? nvlink_domain : gpus_per_node; }
+  /// The NVLink domain in GPUs: nvlink_domain, the device kind's, or gpus_per_node.
+  int64_t NvlinkDomain() const;
 
   absl::Status Validate() const;
 };

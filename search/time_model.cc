@@ -588,8 +588,10 @@ CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& confi
   const double grad_bytes = GradBytes(spec.training.precision);
   const double e = ElementBytes(spec.training.precision);
   CriticalStage out;
+  const std::vector<int64_t> experts_per_stage = ExpertLayersPerStage(model, config);
   for (int64_t r = 0; r < p; ++r) {
-    const StageParams split = StageParamsSplit(model, config, r);
+    const StageParams split =
+        StageParamsSplit(model, config, r, experts_per_stage[static_cast<size_t>(r)]);
     const double params = split.dense;
     // The SP-replicated norm gradients, once per step; the last stage's final norm is one
     // more norm of the same shape (half a layer's two).

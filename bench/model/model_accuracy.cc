@@ -266,34 +266,25 @@ MoeResult MoeRows(const nlohmann::json& data, bool verbose) {
 }
 
 void PrintMoeTable(const std::string& dir, const MoeResult& moe) {
-  std::printf("#
-# model_accuracy (mixture of experts): %zu published runs scored, %zu skipped
-",
+  std::printf("#\n# model_accuracy (mixture of experts): %zu published runs scored, %zu skipped\n",
               moe.rows.size(), moe.skipped.size());
-  std::printf("# data: %s/moe_fsdp_calibration.json
-", dir.c_str());
-  std::printf("# %-52s %-14s %12s %12s %8s  %s
-", "record", "quantity", "published",
+  std::printf("# data: %s/moe_fsdp_calibration.json\n", dir.c_str());
+  std::printf("# %-52s %-14s %12s %12s %8s  %s\n", "record", "quantity", "published",
               "predicted", "error", "layout");
-  std::printf("# %-52s %-14s %12s %12s %8s
-", "", "", "", "", "%");
+  std::printf("# %-52s %-14s %12s %12s %8s\n", "", "", "", "", "%");
   std::vector<double> errors;
   for (const Row& r : moe.rows) {
-    std::printf("  %-52s %-14s %12.1f %12.1f %8.1f  %s
-", r.id.c_str(), r.quantity.c_str(),
+    std::printf("  %-52s %-14s %12.1f %12.1f %8.1f  %s\n", r.id.c_str(), r.quantity.c_str(),
                 r.published, r.predicted, 100 * r.error, r.layout.c_str());
     errors.push_back(r.error);
   }
   for (const auto& [id, reason] : moe.skipped) {
-    std::printf("  %-52s skipped: %s
-", id.c_str(), reason.c_str());
+    std::printf("  %-52s skipped: %s\n", id.c_str(), reason.c_str());
   }
   int over = 0;
   for (double e : errors) over += e > 0.20 ? 1 : 0;
-  std::printf("# #wrong (MoE rows over the 20 %% bound): %d of %zu
-", over, errors.size());
-  std::printf("# MoE model error: median %.1f %%, max %.1f %%
-", 100 * Median(errors),
+  std::printf("# #wrong (MoE rows over the 20 %% bound): %d of %zu\n", over, errors.size());
+  std::printf("# MoE model error: median %.1f %%, max %.1f %%\n", 100 * Median(errors),
               100 * (errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end())));
 }
 

@@ -32,6 +32,15 @@ std::string PresetOf(const std::string& model_name) {
   return "";
 }
 
+// The catalog key of a record's gpu_type.
+std::string DeviceOf(const std::string& gpu) {
+  if (absl::StrContains(gpu, "GB300")) return "gb300";
+  if (absl::StrContains(gpu, "GB200")) return "gb200";
+  if (absl::StrContains(gpu, "H800")) return "h800-80gb";
+  if (absl::StrContains(gpu, "H100")) return "h100-sxm-80gb";
+  return gpu;
+}
+
 // Why a record cannot be expressed, or "".
 std::string SkipReason(const nlohmann::json& r, const std::string& preset) {
   const std::string family = absl::AsciiStrToLower(Str(r, "model_family"));
@@ -43,14 +52,10 @@ std::string SkipReason(const nlohmann::json& r, const std::string& preset) {
     return "FSDP / ZeRO-3 parameter sharding is not modelled with experts";
   }
   const std::string gpu = Str(r, "gpu_type");
-  if (!absl::StrContains(gpu, "H100")) {
-    const std::string key = absl::StrContains(gpu, "GB300")   ? "gb300"
-                            : absl::StrContains(gpu, "GB200") ? "gb200"
-                                                              : gpu;
-    if (!FindDevice(key).ok()) return absl::StrCat("device '", gpu, "' is not in the catalog");
+  if (!FindDevice(DeviceOf(gpu)).ok()) {
+    return absl::StrCat("device '", gpu, "' is not in the catalog");
   }
-  const std::string precision = absl::AsciiStrToLower(Str(r, "precision"));
-  if (precision != "bf16" && precision != "fp8") {
+  if (!ParsePrecision(absl::AsciiStrToLower(Str(r, "precision"))).ok()) {
     return absl::StrCat("precision '", Str(r, "precision"), "' is not modelled");
   }
   if (preset.empty() && !Stated(r, "vocab_size")) {
@@ -91,8 +96,7 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
     spec.model = *FindPreset(preset);
     spec.training.seq_length = Int(r, "seq_length", 4096);
     spec.training.global_batch_size = Int(r, "global_batch_size", 0);
-    spec.training.precision =
-        absl::AsciiStrToLower(Str(r, "precision")) == "fp8" ? Precision::kFp8 : Precision::kBf16;
+    spec.training.precision = *ParsePrecision(absl::AsciiStrToLower(Str(r, "precision")));
     spec.training.flash_attention = true;
     spec.training.dropout = false;
     // Forced balance where the source says so, and for the model-zoo benchmarks; dropless
@@ -100,9 +104,10 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
     const std::string drop = Str(r, "moe_token_drop");
     spec.training.moe_routing =
         absl::StrContains(drop, "dropless") ? MoeRouting::kDropless : MoeRouting::kBalanced;
-    spec.cluster.gpu = "h100-sxm-80gb";
+    spec.cluster.gpu = DeviceOf(Str(r, "gpu_type"));
     spec.cluster.num_gpus = Int(r, "num_gpus", 0);
-    spec.cluster.gpus_per_node = 8;
+    // GB200/GB300 NVL72 trays hold 4 GPUs; the rack's NVLink domain is the device's.
+    spec.cluster.gpus_per_node = absl::StartsWith(spec.cluster.gpu, "gb") ? 4 : 8;
 
     ParallelConfig& c = rec.config;
     c.tp = Int(r, "tp", 1);

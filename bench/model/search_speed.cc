@@ -1,5 +1,7 @@
 // search_speed: the planner's full grid for GPT-3 175B on 1024 A100-80GB (GBS 1536, seq
-// 2048) and GPT-3 1T on 3072: candidates enumerated and scored, wall time per plan.
+// 2048), GPT-3 1T on 3072, and DeepSeek-V3 on 1024 H100s (GBS 8192, seq 4096; TP, PP, VP,
+// EP, ETP, CP, micro-batch, recompute and the dispatcher all open): candidates enumerated
+// and scored, wall time per plan.
 //
 //   search_speed [--iters N] [--json]
 #include <algorithm>
@@ -28,6 +30,9 @@ int Main(int argc, char** argv) {
   struct Case {
     const char* model;
     int64_t gpus;
+    const char* gpu;
+    int64_t seq, batch;
+    bool mixture_of_experts;  ///< H100, flash attention, no dropout (Megatron-Core MoE).
   };
   nlohmann::json out;
   if (!json_out) {
@@ -37,14 +42,16 @@ int Main(int argc, char** argv) {
     std::printf("# %-12s %6s %11s %9s %9s %10s %10s\n", "", "", "", "", "", "ms", "ms");
   }
   double worst = 0;
-  for (const Case& c : {Case{"gpt3-175b", 1024}, Case{"gpt3-1t", 3072}}) {
+  for (const Case& c : {Case{"gpt3-175b", 1024, "a100-80gb", 2048, 1536, false},
+                        Case{"gpt3-1t", 3072, "a100-80gb", 2048, 1536, false},
+                        Case{"deepseek-v3", 1024, "h100-sxm-80gb", 4096, 8192, true}}) {
     JobSpec spec;
     spec.model = *FindPreset(c.model);
-    spec.training.seq_length = 2048;
-    spec.training.global_batch_size = 1536;
-    spec.training.flash_attention = false;
-    spec.training.dropout = true;
-    spec.cluster.gpu = "a100-80gb";
+    spec.training.seq_length = c.seq;
+    spec.training.global_batch_size = c.batch;
+    spec.training.flash_attention = c.mixture_of_experts;
+    spec.training.dropout = !c.mixture_of_experts;
+    spec.cluster.gpu = c.gpu;
     spec.cluster.num_gpus = c.gpus;
     std::vector<double> ms;
     PlanResult last;

@@ -24,8 +24,15 @@ JobSpec MixtralSpec() {
   return spec;
 }
 
+// Both ways, so that layouts with TP and no SP are enumerated (and rejected).
+JobSpec MixtralSpecWithSequenceParallelBothWays() {
+  JobSpec spec = MixtralSpec();
+  spec.search.sequence_parallel = {false, true};
+  return spec;
+}
+
 TEST(PlannerMoeTest, SearchesExpertLayoutsAndExplainsTheWinner) {
-  absl::StatusOr<PlanResult> plan = Plan(MixtralSpec());
+  absl::StatusOr<PlanResult> plan = Plan(MixtralSpecWithSequenceParallelBothWays());
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_FALSE(plan->ranked.empty());
   const RankedConfig& best = plan->ranked.front();
