@@ -74,7 +74,7 @@ std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec) {
                               "%4d %2d %2d %5d %2d %2d %3d %2s %-9s %4s %8s %9.0f %6s %8s\n",
                               r.rank, c.tp, c.pp, c.dp, c.cp, c.vp, c.micro_batch_size,
                               OnOff(c.sequence_parallel), recompute,
-                              OnOff(c.distributed_optimizer), iter_s, r.tokens_per_sec_per_gpu,
+                              OnOff(c.distributed_optimizer()), iter_s, r.tokens_per_sec_per_gpu,
                               mfu, mem));
   }
   if (result.ranked.empty()) absl::StrAppend(&out, "(no layout to rank)\n");
@@ -149,7 +149,7 @@ std::string FormatPlanCsv(const PlanResult& result) {
     return absl::StrCat(c.tp, ",", c.pp, ",", c.dp, ",", c.cp, ",", c.vp, ",",
                         c.micro_batch_size, ",", c.sequence_parallel ? "true" : "false", ",",
                         ToString(c.recompute), ",", c.recompute_num_layers, ",",
-                        c.distributed_optimizer ? "true" : "false");
+                        c.distributed_optimizer() ? "true" : "false");
   };
   for (const RankedConfig& r : result.ranked) {
     const MemoryBreakdown& m = r.memory;

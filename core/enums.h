@@ -29,6 +29,12 @@ enum class StageExtras {
   kFirst,  ///< VocabParallelEmbedding lookup before the layer.
   kLast,   ///< Final norm, vocab-parallel logits and cross entropy after the layer.
 };
+/// Sharded data parallelism (ZeRO stages; Rajbhandari et al. 2020): what each rank of the
+/// data-parallel (x context-parallel) group keeps only its shard of. kOptimizer is ZeRO-1
+/// (Megatron's distributed optimizer), kOptimizerGrads ZeRO-2, kFull ZeRO-3 / FSDP full
+/// shard (parameters too: each layer's weights are all-gathered before its forward and its
+/// backward, its gradients reduce-scattered after its backward).
+enum class DataParallelSharding { kNone, kOptimizer, kOptimizerGrads, kFull };
 /// What a search ranks by: iteration time, or peak memory.
 enum class Objective { kThroughput, kMinMemory };
 /// How a search scores its candidates: the analytical model, or measured layer tasks.
@@ -47,6 +53,8 @@ const char* ToString(CollectiveOp v);
 const char* ToString(StageExtras v);
 const char* ToString(Objective v);
 const char* ToString(SearchMode v);
+/// "none" | "optimizer" | "optimizer_grads" | "full".
+const char* ToString(DataParallelSharding v);
 
 /// The value named `s` (exactly as ToString spells it); InvalidArgument otherwise,
 /// listing the accepted names: `unknown activation 'relu' (expected gelu, swiglu)`.
@@ -59,6 +67,7 @@ absl::StatusOr<CollectiveOp> ParseCollectiveOp(absl::string_view s);
 absl::StatusOr<StageExtras> ParseStageExtras(absl::string_view s);
 absl::StatusOr<Objective> ParseObjective(absl::string_view s);
 absl::StatusOr<SearchMode> ParseSearchMode(absl::string_view s);
+absl::StatusOr<DataParallelSharding> ParseDataParallelSharding(absl::string_view s);
 
 }  // namespace paratune
 

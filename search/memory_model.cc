@@ -132,6 +132,33 @@ double TrackedPeakBytes(const MemoryBreakdown& m, const FrameworkMemory& framewo
   return m.weights + gradients + m.optimizer + m.activations + transient;
 }
 
+ShardedModelState ShardedModelStateBytes(const ParallelConfig& config, double params,
+                                         double layer_params, double weight_bytes,
+                                         double gradient_bytes, double optimizer_bytes) {
+  const double n = static_cast<double>(std::max<int64_t>(config.ShardRanks(), 1));
+  ShardedModelState out;
+  out.weights = weight_bytes * params;
+  out.gradients = gradient_bytes * params;
+  out.optimizer = optimizer_bytes * params / n;
+  switch (config.data_parallel_sharding) {
+    case DataParallelSharding::kNone:
+    case DataParallelSharding::kOptimizer:
+      break;
+    case DataParallelSharding::kOptimizerGrads:
+      out.gradients /= n;
+      out.reduce_buffers = 2.0 * std::min(params, kReduceBucketParams) * gradient_bytes;
+      break;
+    case DataParallelSharding::kFull:
+      out.weights /= n;
+      out.gradients /= n;
+      out.gathered_weights =
+          std::min(params, kFullShardUnshardedLayers * layer_params) * weight_bytes;
+      out.reduce_buffers = std::min(params, 2.0 * layer_params) * gradient_bytes;
+      break;
+  }
+  return out;
+}
+
 MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
                                double capacity_bytes, const FrameworkMemory& framework) {
   const ModelSpec& m = spec.model;
@@ -198,17 +225,18 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
 
   const double weight_bytes = tr.precision == Precision::kFp32 ? 4.0 : 2.0;
   const double optimizer_bytes = OptimizerBytesPerParam(tr.precision);
-  const double optimizer_shards =
-      c.distributed_optimizer ? static_cast<double>(c.dp * c.cp) : 1.0;
 
   MemoryBreakdown best;
   for (int64_t stage : {int64_t{0}, c.pp - 1}) {
     const double params = StageParamsPerGpu(m, c, stage);
     MemoryBreakdown mem;
     mem.capacity = capacity_bytes;
-    mem.weights = weight_bytes * params;
-    mem.gradients = framework.gradient_bytes_per_param * params;
-    mem.optimizer = optimizer_bytes * params / optimizer_shards;
+    const ShardedModelState state =
+        ShardedModelStateBytes(c, params, LayerParams(m) / t, weight_bytes,
+                               framework.gradient_bytes_per_param, optimizer_bytes);
+    mem.weights = state.weights + state.gathered_weights;
+    mem.gradients = state.gradients + state.reduce_buffers;
+    mem.optimizer = state.optimizer;
     const double stage_in_flight = in_flight_on(stage);
     mem.activations =
         stage_in_flight * stage_act(stage) + (stage == 0 ? in_flight * embedding_act : 0);

@@ -214,20 +214,22 @@ std::vector<std::pair<Recompute, int64_t>> RecomputeChoices(const SearchOptions&
   return out;
 }
 
-// The distributed optimizer both ways where open (with dp · cp > 1 only), or as pinned.
-std::vector<bool> DistributedOptimizerChoices(const SearchOptions& opt, int64_t dp_cp) {
-  std::vector<bool> out;
-  for (bool dopt : {false, true}) {
-    if (!Allowed(opt.distributed_optimizer, dopt)) continue;
-    if (opt.distributed_optimizer.empty() && dopt && dp_cp == 1) continue;
-    out.push_back(dopt);
+// Data-parallel sharding as listed, or (open) none and the distributed optimizer (the
+// latter with dp · cp > 1 only). With a shard group, only the layouts whose dp · cp it
+// divides shard.
+std::vector<DataParallelSharding> DataParallelShardingChoices(const SearchOptions& opt,
+                                                              int64_t dp_cp) {
+  if (!opt.data_parallel_sharding.empty()) return opt.data_parallel_sharding;
+  std::vector<DataParallelSharding> out = {DataParallelSharding::kNone};
+  if (dp_cp > 1 && (opt.shard_group_size == 0 || dp_cp % opt.shard_group_size == 0)) {
+    out.push_back(DataParallelSharding::kOptimizer);
   }
   return out;
 }
 
 // Calls `visit` with every layout of one split: vp, micro-batch, SP, recompute (with its
-// layer count) and the distributed optimizer, varied in that order (the distributed
-// optimizer fastest).
+// layer count) and the data-parallel sharding, varied in that order (the sharding
+// fastest).
 template <typename Visit>
 void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit visit) {
   const SearchOptions& opt = spec.search;
@@ -236,7 +238,8 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
   const std::vector<int64_t> mbs = MicroBatchSizes(opt, spec.training.global_batch_size, shape.dp);
   const std::vector<bool> sps = SequenceParallelChoices(opt, shape.tp);
   const std::vector<std::pair<Recompute, int64_t>> recomputes = RecomputeChoices(opt);
-  const std::vector<bool> dopts = DistributedOptimizerChoices(opt, shape.dp * shape.cp);
+  const std::vector<DataParallelSharding> shardings =
+      DataParallelShardingChoices(opt, shape.dp * shape.cp);
   ParallelConfig c;
   c.tp = shape.tp;
   c.pp = shape.pp;
@@ -255,8 +258,10 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
         for (const auto& [rc, rl] : recomputes) {
           c.recompute = rc;
           c.recompute_num_layers = rc == Recompute::kFull ? rl : 0;
-          for (bool dopt : dopts) {
-            c.distributed_optimizer = dopt;
+          for (DataParallelSharding sharding : shardings) {
+            c.data_parallel_sharding = sharding;
+            c.shard_group_size =
+                sharding == DataParallelSharding::kNone ? 0 : opt.shard_group_size;
             visit(c);
           }
         }

@@ -72,7 +72,8 @@ absl::Status CheckNoDuplicates(const std::string& field, const std::vector<T>& v
       if constexpr (std::is_same_v<T, bool>) {
         return absl::InvalidArgumentError(
             absl::StrCat(field, " lists ", v ? "true" : "false", " twice"));
-      } else if constexpr (std::is_same_v<T, Recompute>) {
+      } else if constexpr (std::is_same_v<T, Recompute> ||
+                           std::is_same_v<T, DataParallelSharding>) {
         return absl::InvalidArgumentError(
             absl::StrCat(field, " lists '", ToString(v), "' twice"));
       } else {
@@ -267,7 +268,7 @@ absl::Status SearchOptions::Validate() const {
       {"search.sequence_parallel", sequence_parallel.size()},
       {"search.recompute", recompute.size()},
       {"search.recompute_num_layers", recompute_num_layers.size()},
-      {"search.distributed_optimizer", distributed_optimizer.size()}};
+      {"search.data_parallel_sharding", data_parallel_sharding.size()}};
   for (const auto& [field, entries] : lengths) {
     if (auto s = CheckListLength(field, entries); !s.ok()) return s;
   }
@@ -288,9 +289,14 @@ absl::Status SearchOptions::Validate() const {
   if (auto s = CheckNoDuplicates("search.sequence_parallel", sequence_parallel); !s.ok()) {
     return s;
   }
-  if (auto s = CheckNoDuplicates("search.distributed_optimizer", distributed_optimizer);
+  if (auto s = CheckNoDuplicates("search.data_parallel_sharding", data_parallel_sharding);
       !s.ok()) {
     return s;
+  }
+  if (shard_group_size < 0 || shard_group_size > kMaxParallelSize) {
+    return absl::InvalidArgumentError(absl::StrCat("search.shard_group_size (", shard_group_size,
+                                                   ") must be in [0, ", kMaxParallelSize,
+                                                   "] (0 = the whole dp*cp group)"));
   }
   if (auto s = CheckNoDuplicates("search.recompute", recompute); !s.ok()) return s;
   if (!recompute_num_layers.empty() && !recompute.empty()) {

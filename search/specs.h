@@ -82,13 +82,22 @@ struct ClusterSpec {
 /// Allowed values per dimension; empty = the planner chooses; one value pins it.
 struct SearchOptions {
   std::vector<int64_t> tp, pp, dp, cp, vp, micro_batch_size, recompute_num_layers;
-  std::vector<bool> sequence_parallel, distributed_optimizer;
+  std::vector<bool> sequence_parallel;
   std::vector<Recompute> recompute;
   int64_t top_k = 10;
   Objective objective = Objective::kThroughput;
   SearchMode mode = SearchMode::kModel;
   bool allow_tp_across_nodes = false;
   int64_t verify_top_k = 0;
+
+  // ---- Sharded data parallelism ----
+  /// Sharding stages to try; empty = none and optimizer (the distributed optimizer both
+  /// ways, where dp*cp > 1). Spec files may give `distributed_optimizer` instead (true =
+  /// optimizer, false = none).
+  std::vector<DataParallelSharding> data_parallel_sharding;
+  /// HSDP shard group (ranks); 0 = the whole dp*cp group. Layouts whose dp*cp it does not
+  /// divide are skipped.
+  int64_t shard_group_size = 0;
 
   absl::Status Validate() const;
 };
