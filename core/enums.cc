@@ -54,8 +54,14 @@ const char* ToString(Precision v) {
     case Precision::kBf16: return "bf16";
     case Precision::kFp16: return "fp16";
     case Precision::kFp8: return "fp8";
+    case Precision::kMxfp8: return "mxfp8";
+    case Precision::kNvfp4: return "nvfp4";
   }
   return "?";
+}
+
+bool IsLowPrecisionGemm(Precision p) {
+  return p == Precision::kFp8 || p == Precision::kMxfp8 || p == Precision::kNvfp4;
 }
 
 const char* ToString(Recompute v) {
@@ -120,8 +126,9 @@ absl::StatusOr<PositionEmbedding> ParsePositionEmbedding(absl::string_view s) {
 }
 
 absl::StatusOr<Precision> ParsePrecision(absl::string_view s) {
-  static constexpr Precision kAll[] = {Precision::kFp32, Precision::kBf16, Precision::kFp16,
-                                       Precision::kFp8};
+  static constexpr Precision kAll[] = {Precision::kFp32,  Precision::kBf16,
+                                       Precision::kFp16,  Precision::kFp8,
+                                       Precision::kMxfp8, Precision::kNvfp4};
   return ParseEnum("precision", s, kAll);
 }
 

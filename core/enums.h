@@ -16,7 +16,13 @@ enum class Normalization { kLayerNorm, kRmsNorm };
 /// Learned absolute position table (GPT) or rotary embeddings (Llama; no parameters).
 enum class PositionEmbedding { kLearned, kRope };
 /// Storage type of weights, activations and gradients.
-enum class Precision { kFp32, kBf16, kFp16, kFp8 };
+enum class Precision { kFp32, kBf16, kFp16, kFp8, kMxfp8, kNvfp4 };
+/// True for the Transformer Engine recipes whose linear-layer GEMMs run in an 8- or 4-bit
+/// format on top of BF16 mixed precision: fp8 (per-tensor scales), mxfp8 (E4M3 with one
+/// E8M0 scale per 32 elements) and nvfp4 (E2M1 with one FP8 scale per 16 elements). Their
+/// linear inputs are cast, and stored for backward, in the low-precision format; attention
+/// and the other GEMMs run in BF16.
+bool IsLowPrecisionGemm(Precision p);
 /// Activation recomputation: none stores everything; selective recomputes the attention
 /// core (scores, softmax, dropout, P·V) in backward; full keeps only a layer's input and
 /// reruns its whole forward in backward.

@@ -85,11 +85,16 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
   s.fc2_k_ = f / tp;
 
   // FP8 weights run FP8 GEMMs (activations quantised too); weight-only INT8/INT4 and
-  // 16-bit formats run 16-bit GEMMs after dequantising; NVFP4 is modelled at the FP8 rate.
+  // 16-bit formats run 16-bit GEMMs after dequantising; NVFP4 runs FP4 GEMMs where the
+  // tensor cores have block-scaled FP4 (Blackwell), else FP8 ones.
   const bool fp8_math =
       (c.weight_precision == QuantFormat::kFp8 || c.weight_precision == QuantFormat::kFp4) &&
       device.peak_fp8_tflops > 0;
-  s.gemm_precision_ = fp8_math ? Precision::kFp8 : Precision::kBf16;
+  const bool fp4_math = c.weight_precision == QuantFormat::kFp4 &&
+                        device.peak_fp4_tflops > 0 && device.block_scaled_formats;
+  s.gemm_precision_ = fp4_math   ? Precision::kNvfp4
+                      : fp8_math ? Precision::kFp8
+                                 : Precision::kBf16;
   s.gemm_peak_ = device.PeakFlops(s.gemm_precision_);
   s.attention_peak_ = device.PeakFlops(Precision::kBf16) * device.attention_efficiency;
   s.stream_bw_ = device.memory_bandwidth * device.memory_efficiency;
@@ -232,7 +237,7 @@ StepBreakdown StepModel::Breakdown(const StepWork& w) const {
   const double body =
       stages * layers * (linear + prefill_attention + decode_attention + elementwise + launches);
   const double large_efficiency =
-      gemm_precision_ == Precision::kFp8 ? device_.fp8_gemm_efficiency : device_.gemm_efficiency;
+      IsLowPrecisionGemm(gemm_precision_) ? device_.fp8_gemm_efficiency : device_.gemm_efficiency;
   const double linear_compute = 2 * rows * LayerMatmulParams(model_) / static_cast<double>(tp_) /
                                 (gemm_peak_ * large_efficiency);
   const double linear_waiting = std::max(0.0, layer_weight_read - linear_compute);

@@ -108,6 +108,23 @@ DeviceProfile Hopper(const char* name, double memory_gib, double hbm_tbps) {
   return d;
 }
 
+// Blackwell (B200 and later): Hopper's efficiencies and latencies (no published
+// measurement says otherwise), B200's dense peaks, NVLink 5 (1.8 TB/s total per GPU; bus
+// bandwidth at the same 80 % of the unidirectional 900 GB/s that nccl-tests reach on
+// Hopper), 148 SMs, block-scaled MXFP8/NVFP4 tensor cores.
+DeviceProfile Blackwell(const char* name, double memory_gib, double hbm_tbps) {
+  DeviceProfile d = Hopper(name, memory_gib, hbm_tbps);
+  d.peak_fp32_tflops = 75;
+  d.peak_tf32_tflops = 1100;
+  d.peak_bf16_tflops = 2250;
+  d.peak_fp8_tflops = 4500;
+  d.peak_fp4_tflops = 9000;
+  d.block_scaled_formats = true;
+  d.nvlink_bandwidth = 720 * kGiga;
+  d.num_sms = 148;
+  return d;
+}
+
 std::vector<DeviceProfile> Catalog() {
   std::vector<DeviceProfile> out;
   out.push_back(A100("a100-40gb", 40, 1555));
@@ -115,16 +132,72 @@ std::vector<DeviceProfile> Catalog() {
   out.push_back(Hopper("h100-sxm-80gb", 81559.0 / 1024.0, 3.35));
   out.push_back(Hopper("h200-141gb", 143771.0 / 1024.0, 4.8));
   {
-    DeviceProfile d = Hopper("b200-192gb", 192e9 / kGiB, 8.0);
-    d.peak_fp32_tflops = 75;
-    d.peak_tf32_tflops = 1100;
-    d.peak_bf16_tflops = 2250;
-    d.peak_fp8_tflops = 4500;
-    d.nvlink_bandwidth = 720 * kGiga;
-    d.num_sms = 148;
+    DeviceProfile d = Blackwell("b200-192gb", 192e9 / kGiB, 8.0);
     d.source =
-        "NVIDIA DGX B200 / HGX B200 datasheets (peaks, 192 GB HBM3e at 8 TB/s, NVLink 5 "
-        "1.8 TB/s total); NDR 400 Gb/s per GPU; efficiencies assumed equal to Hopper";
+        "NVIDIA DGX B200 / HGX B200 datasheets (dense peaks FP32 75, TF32 1,100, BF16 2,250, "
+        "FP8 4,500, FP4 9,000 TFLOP/s; 192 GB HBM3e at 8 TB/s, NVLink 5 1.8 TB/s total); NDR "
+        "400 Gb/s per GPU; efficiencies assumed equal to Hopper";
+    out.push_back(d);
+  }
+  {
+    // GB200 NVL72 (NVIDIA GB200 NVL72 datasheet): per GPU a seventy-second of the rack's
+    // 360 PFLOP/s BF16, 720 FP8 and 1,440 FP4 with sparsity, so 2,500 / 5,000 / 10,000
+    // TFLOP/s dense; 13.4 TB HBM3e over 72 GPUs (186 GB) at 8 TB/s; NVLink 5 at 1.8 TB/s
+    // per GPU across the whole 72-GPU domain; ConnectX-7 400 Gb/s per GPU beyond the rack.
+    DeviceProfile d = Blackwell("gb200", 186e9 / kGiB, 8.0);
+    d.peak_fp32_tflops = 80;
+    d.peak_tf32_tflops = 1250;
+    d.peak_bf16_tflops = 2500;
+    d.peak_fp8_tflops = 5000;
+    d.peak_fp4_tflops = 10000;
+    d.nvlink_domain = 72;
+    d.source =
+        "NVIDIA GB200 NVL72 datasheet (rack peaks / 72, dense: BF16 2,500, FP8 5,000, FP4 "
+        "10,000 TFLOP/s; 186 GB HBM3e at 8 TB/s; NVLink 5 1.8 TB/s in a 72-GPU domain); "
+        "ConnectX-7 400 Gb/s per GPU; efficiencies assumed equal to Hopper";
+    out.push_back(d);
+  }
+  {
+    // HGX B300 (Blackwell Ultra; NVIDIA HGX B300 datasheet): per GPU BF16 2,250, FP8 4,500
+    // and FP4 13,500 TFLOP/s dense (108 PFLOP/s FP4 dense over 8 GPUs), 2.3 TB HBM3e over 8
+    // GPUs (288 GB) at 8 TB/s, NVLink 5 1.8 TB/s, ConnectX-8 800 Gb/s per GPU.
+    DeviceProfile d = Blackwell("b300", 288e9 / kGiB, 8.0);
+    d.peak_fp4_tflops = 13500;
+    d.network_bandwidth = 90 * kGiga;
+    d.source =
+        "NVIDIA HGX B300 datasheet (dense BF16 2,250, FP8 4,500, FP4 13,500 TFLOP/s per GPU; "
+        "288 GB HBM3e at 8 TB/s; NVLink 5 1.8 TB/s); ConnectX-8 800 Gb/s per GPU; "
+        "efficiencies assumed equal to Hopper";
+    out.push_back(d);
+  }
+  {
+    // GB300 NVL72 (NVIDIA GB300 NVL72 datasheet): the rack's 1,080 PFLOP/s dense FP4, 720
+    // FP8 and 360 BF16 with sparsity over 72 GPUs: 15,000 / 5,000 / 2,500 TFLOP/s dense per
+    // GPU; 20.7 TB HBM3e (288 GB per GPU) at 8 TB/s; a 72-GPU NVLink 5 domain; ConnectX-8
+    // SuperNIC 800 Gb/s per GPU.
+    DeviceProfile d = Blackwell("gb300", 288e9 / kGiB, 8.0);
+    d.peak_fp32_tflops = 80;
+    d.peak_tf32_tflops = 1250;
+    d.peak_bf16_tflops = 2500;
+    d.peak_fp8_tflops = 5000;
+    d.peak_fp4_tflops = 15000;
+    d.nvlink_domain = 72;
+    d.network_bandwidth = 90 * kGiga;
+    d.source =
+        "NVIDIA GB300 NVL72 datasheet (rack peaks / 72, dense: BF16 2,500, FP8 5,000, FP4 "
+        "15,000 TFLOP/s; 288 GB HBM3e at 8 TB/s; NVLink 5 in a 72-GPU domain); ConnectX-8 "
+        "800 Gb/s per GPU; efficiencies assumed equal to Hopper";
+    out.push_back(d);
+  }
+  {
+    // H800 SXM: the H100 SXM's compute and HBM with NVLink cut to 400 GB/s total per GPU
+    // (NVIDIA H800 product brief), 4/9 of the H100's 900 GB/s, so 4/9 of its measured bus
+    // bandwidth (360 GB/s).
+    DeviceProfile d = Hopper("h800-80gb", 81559.0 / 1024.0, 3.35);
+    d.nvlink_bandwidth = 160 * kGiga;
+    d.source =
+        "NVIDIA H800 SXM product brief (H100 SXM compute and HBM, NVLink 400 GB/s total per "
+        "GPU: bus bandwidth 4/9 of the DGX H100's); NDR 400 Gb/s per GPU";
     out.push_back(d);
   }
   {
@@ -172,6 +245,8 @@ std::vector<DeviceProfile> Catalog() {
     d.peak_tf32_tflops = 250;
     d.peak_bf16_tflops = 500;
     d.peak_fp8_tflops = 1000;
+    d.peak_fp4_tflops = 2000;
+    d.block_scaled_formats = true;
     d.num_sms = 188;
     d.nvlink_bandwidth = 40 * kGiga;
     d.nvlink_latency_s = 8e-6;
@@ -221,6 +296,7 @@ const std::vector<DeviceProfile>& CatalogRef() {
 }  // namespace
 
 double DeviceProfile::PeakFlops(Precision precision) const {
+  const double fp8 = peak_fp8_tflops > 0 ? peak_fp8_tflops : peak_bf16_tflops;
   switch (precision) {
     case Precision::kFp32:
       return peak_fp32_tflops * kTera;
@@ -228,22 +304,51 @@ double DeviceProfile::PeakFlops(Precision precision) const {
     case Precision::kFp16:
       return peak_bf16_tflops * kTera;
     case Precision::kFp8:
-      return (peak_fp8_tflops > 0 ? peak_fp8_tflops : peak_bf16_tflops) * kTera;
+      return fp8 * kTera;
+    case Precision::kMxfp8:
+      return (block_scaled_formats ? fp8 : peak_bf16_tflops) * kTera;
+    case Precision::kNvfp4:
+      return (peak_fp4_tflops > 0 && block_scaled_formats ? peak_fp4_tflops : fp8) * kTera;
   }
   return peak_bf16_tflops * kTera;
 }
 
 absl::Status CheckDeviceSupports(const DeviceProfile& device, Precision precision) {
-  if (precision != Precision::kFp8 || device.peak_fp8_tflops > 0) return absl::OkStatus();
-  std::vector<std::string> with_fp8;
-  for (const DeviceProfile& d : CatalogRef()) {
-    if (d.peak_fp8_tflops > 0) with_fp8.push_back(d.name);
+  struct Need {
+    bool (*has)(const DeviceProfile&);
+    const char* what;
+  };
+  Need need;
+  switch (precision) {
+    case Precision::kFp8:
+      need = {[](const DeviceProfile& d) { return d.peak_fp8_tflops > 0; },
+              "FP8 tensor cores"};
+      break;
+    case Precision::kMxfp8:
+      need = {[](const DeviceProfile& d) {
+                return d.peak_fp8_tflops > 0 && d.block_scaled_formats;
+              },
+              "block-scaled (MX) FP8 tensor cores"};
+      break;
+    case Precision::kNvfp4:
+      need = {[](const DeviceProfile& d) {
+                return d.peak_fp4_tflops > 0 && d.block_scaled_formats;
+              },
+              "block-scaled FP4 tensor cores"};
+      break;
+    default:
+      return absl::OkStatus();
   }
-  std::sort(with_fp8.begin(), with_fp8.end());
+  if (need.has(device)) return absl::OkStatus();
+  std::vector<std::string> with;
+  for (const DeviceProfile& d : CatalogRef()) {
+    if (need.has(d)) with.push_back(d.name);
+  }
+  std::sort(with.begin(), with.end());
   return absl::InvalidArgumentError(absl::StrCat(
-      "training.precision fp8 is not supported by cluster.gpu ", device.name,
-      ": the device has no FP8 tensor cores (devices with FP8: ", absl::StrJoin(with_fp8, ", "),
-      "); use bf16 or fp16"));
+      "training.precision ", ToString(precision), " is not supported by cluster.gpu ",
+      device.name, ": the device has no ", need.what, " (devices with them: ",
+      absl::StrJoin(with, ", "), "); use bf16 or fp16"));
 }
 
 absl::StatusOr<DeviceProfile> FindDevice(const std::string& name) {

@@ -17,10 +17,17 @@ struct DeviceProfile {
   double peak_tf32_tflops = 0;      ///< Dense.
   double peak_bf16_tflops = 0;      ///< Dense (FP16 equal).
   double peak_fp8_tflops = 0;       ///< Dense; 0 where FP8 tensor cores do not exist.
+  /// Dense FP4 (NVFP4); 0 where FP4 tensor cores do not exist (before Blackwell).
+  double peak_fp4_tflops = 0;
+  /// Tensor cores read block scales (MXFP8's E8M0 per 32 elements, NVFP4's FP8 per 16)
+  /// natively: Blackwell. Hopper has FP8 with per-tensor scales only.
+  bool block_scaled_formats = false;
   double memory_bytes = 0;          ///< HBM capacity.
   double memory_bandwidth = 0;      ///< HBM bytes/s.
   double nvlink_bandwidth = 0;      ///< Intra-node bus bandwidth per GPU, bytes/s.
   double network_bandwidth = 0;     ///< Inter-node bandwidth per GPU, bytes/s.
+  /// GPUs joined by NVLink (NVL72 racks: 72); 0 = one node (cluster.gpus_per_node).
+  int nvlink_domain = 0;
   double nvlink_latency_s = 0;      ///< Per collective step inside a node.
   double network_latency_s = 0;     ///< Per collective step across nodes.
   double kernel_launch_s = 0;       ///< Fixed cost per kernel.
@@ -43,12 +50,14 @@ struct DeviceProfile {
   bool host_memory = false;
   std::string source;               ///< Where the numbers come from.
 
-  /// Dense peak for a GEMM in `precision` (FP8 falls back to BF16 where unsupported).
+  /// Dense peak for a GEMM in `precision`: mxfp8 runs at the FP8 rate, nvfp4 at the FP4
+  /// rate; a format the device lacks falls back to the next wider one it has (down to BF16).
   double PeakFlops(Precision precision) const;
 };
 
 /// InvalidArgument naming the device and the feature when `device` cannot train in
-/// `precision` (FP8 needs FP8 tensor cores: Hopper and later; peak_fp8_tflops > 0).
+/// `precision`: fp8 needs FP8 tensor cores (Ada, Hopper and later; peak_fp8_tflops > 0),
+/// mxfp8 block-scaled FP8 (Blackwell), nvfp4 block-scaled FP4 (Blackwell).
 absl::Status CheckDeviceSupports(const DeviceProfile& device, Precision precision);
 
 /// NotFound listing the known kinds for an unknown one.

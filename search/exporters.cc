@@ -147,6 +147,18 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
       add("--bf16");
       add("--fp8-format", "hybrid");
       break;
+    case Precision::kMxfp8:
+      // Block-scaled FP8 (E4M3 data, E8M0 scale per 32 elements) on Blackwell.
+      add("--bf16");
+      add("--fp8-format", "e4m3");
+      add("--fp8-recipe", "mxfp8");
+      break;
+    case Precision::kNvfp4:
+      // NVFP4 GEMMs (E2M1 data, FP8 scale per 16 elements) on Blackwell.
+      add("--bf16");
+      add("--fp4-format", "e2m1");
+      add("--fp4-recipe", "nvfp4");
+      break;
     case Precision::kFp32: break;
   }
   if (t.flash_attention) add("--use-flash-attn");
@@ -188,7 +200,9 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
   std::string precision;
   switch (t.precision) {
     case Precision::kBf16:
-    case Precision::kFp8: precision = "bf16-mixed"; break;
+    case Precision::kFp8:
+    case Precision::kMxfp8:
+    case Precision::kNvfp4: precision = "bf16-mixed"; break;
     case Precision::kFp16: precision = "16-mixed"; break;
     case Precision::kFp32: precision = "32"; break;
   }
@@ -241,6 +255,14 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
       "  use_flash_attention: ", YamlBool(t.flash_attention), "\n");
   if (!t.dropout) absl::StrAppend(&out, "  hidden_dropout: 0.0\n  attention_dropout: 0.0\n");
   if (t.precision == Precision::kFp8) absl::StrAppend(&out, "  fp8: true\n  fp8_hybrid: true\n");
+  // Block-scaled recipes under Megatron-Core's TransformerConfig names (fp8_recipe,
+  // fp4, fp4_recipe), which NeMo passes through from the model section.
+  if (t.precision == Precision::kMxfp8) {
+    absl::StrAppend(&out, "  fp8: true\n  fp8_e4m3: true\n  fp8_recipe: mxfp8\n");
+  }
+  if (t.precision == Precision::kNvfp4) {
+    absl::StrAppend(&out, "  fp4: e2m1\n  fp4_recipe: nvfp4\n");
+  }
   switch (c.data_parallel_sharding) {
     case DataParallelSharding::kNone:
     case DataParallelSharding::kOptimizer: break;
@@ -285,7 +307,9 @@ absl::StatusOr<std::string> DeepSpeedConfig(const JobSpec& spec, const ParallelC
   ds["train_micro_batch_size_per_gpu"] = c.micro_batch_size;
   ds["gradient_accumulation_steps"] = NumMicroBatches(c, t);
   ds["gradient_clipping"] = 1.0;
-  ds["bf16"] = {{"enabled", t.precision == Precision::kBf16 || t.precision == Precision::kFp8}};
+  // FP8 and the block-scaled formats are GEMM precisions (Transformer Engine in the model
+  // code) on top of BF16 mixed precision, which is all the config says.
+  ds["bf16"] = {{"enabled", t.precision != Precision::kFp16 && t.precision != Precision::kFp32}};
   ds["fp16"] = {{"enabled", t.precision == Precision::kFp16}};
   nlohmann::ordered_json zero;
   zero["stage"] = stage;
@@ -321,6 +345,10 @@ absl::StatusOr<std::string> DeepSpeedConfig(const JobSpec& spec, const ParallelC
 }
 
 absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const ParallelConfig& c) {
+  if (spec.training.precision == Precision::kNvfp4) {
+    return absl::InvalidArgumentError(
+        "training.precision nvfp4 has no torchtitan form (export megatron or nemo)");
+  }
   std::string reshard;
   switch (c.data_parallel_sharding) {
     case DataParallelSharding::kNone: break;
@@ -362,7 +390,9 @@ absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const Parallel
       // Per DP rank and step; gradient accumulation makes up the rest without PP.
       "local_batch_size = ", c.pp > 1 ? t.global_batch_size / c.dp : c.micro_batch_size, "\n",
       "mixed_precision_param = \"",
-      t.precision == Precision::kFp32 ? "float32" : (t.precision == Precision::kFp16 ? "float16" : "bfloat16"),
+      t.precision == Precision::kFp32   ? "float32"
+      : t.precision == Precision::kFp16 ? "float16"
+                                        : "bfloat16",
       "\"\n", "mixed_precision_reduce = \"float32\"\n\n",
       "[parallelism]\n", "data_parallel_replicate_degree = ", replicate, "\n",
       "data_parallel_shard_degree = ", shard, "\n");
@@ -388,6 +418,10 @@ absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const Parallel
   }
   if (t.precision == Precision::kFp8) {
     absl::StrAppend(&out, "\n[model]\n", "converters = [\"float8\"]\n");
+  }
+  if (t.precision == Precision::kMxfp8) {
+    absl::StrAppend(&out, "\n[model]\n", "converters = [\"mx\"]\n\n[mx]\n",
+                    "recipe_name = \"mxfp8\"\n");
   }
   return out;
 }

@@ -17,7 +17,7 @@ constexpr Tile kTiles[] = {{256, 128, 1.0}, {128, 128, 0.95}, {128, 64, 0.85}, {
 
 double GemmEfficiency(const DeviceProfile& device, double m, double n, double k, double batch,
                       Precision precision) {
-  const double base = (precision == Precision::kFp8 && device.peak_fp8_tflops > 0)
+  const double base = (IsLowPrecisionGemm(precision) && device.peak_fp8_tflops > 0)
                           ? device.fp8_gemm_efficiency
                           : device.gemm_efficiency;
   const double sms = static_cast<double>(std::max(device.num_sms, 1));

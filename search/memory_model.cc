@@ -60,7 +60,9 @@ LayerActivationParams ActivationParamsFor(const ModelSpec& model, const Training
   p.flash_attention = training.flash_attention;
   p.dropout = training.dropout;
   p.bytes_per_element = training.precision == Precision::kFp32 ? 4.0 : 2.0;
-  p.fp8_linear_inputs = training.precision == Precision::kFp8;
+  // NVFP4 stores its linear inputs in 4 bits plus scales; counted at one byte, as FP8
+  // (an upper bound: Transformer Engine also keeps a transposed copy for the wgrad GEMM).
+  p.fp8_linear_inputs = IsLowPrecisionGemm(training.precision);
   return p;
 }
 

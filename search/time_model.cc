@@ -37,7 +37,7 @@ constexpr double kFlashBackwardEfficiency = 0.8;
 double ElementBytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
 
 // Precision of the attention core and of non-linear-layer GEMMs (FP8 only for linears).
-Precision CorePrecision(Precision p) { return p == Precision::kFp8 ? Precision::kBf16 : p; }
+Precision CorePrecision(Precision p) { return IsLowPrecisionGemm(p) ? Precision::kBf16 : p; }
 
 struct Gemm {
   double m, n, k;
@@ -128,7 +128,7 @@ struct PassBytes {
 PassBytes Fp8CastBytes(const LayerDims& d, const LinearTimes& l, const TrainingSpec& training,
                        const DeviceProfile& device) {
   PassBytes out;
-  if (training.precision == Precision::kFp8 && device.peak_fp8_tflops > 0) {
+  if (IsLowPrecisionGemm(training.precision) && device.peak_fp8_tflops > 0) {
     for (const Gemm& gm : {l.qkv, l.proj, l.fc1, l.fc2}) {
       out.forward += (d.e + 1.0) * gm.m * gm.k;
       out.backward += (d.e + 2.0) * gm.m * gm.n + 2.0 * gm.m * gm.k;

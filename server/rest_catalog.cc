@@ -37,6 +37,9 @@ json DeviceJson(const DeviceProfile& d) {
               {"peak_tf32_tflops", d.peak_tf32_tflops},
               {"peak_bf16_tflops", d.peak_bf16_tflops},
               {"peak_fp8_tflops", d.peak_fp8_tflops},
+              {"peak_fp4_tflops", d.peak_fp4_tflops},
+              {"block_scaled_formats", d.block_scaled_formats},
+              {"nvlink_domain", d.nvlink_domain},
               {"memory_bytes", d.memory_bytes},
               {"memory_bandwidth", d.memory_bandwidth},
               {"nvlink_bandwidth", d.nvlink_bandwidth},
@@ -69,7 +72,8 @@ std::string BuildCatalog() {
     if (device.ok()) devices.push_back(DeviceJson(*device));
   }
   json precisions = json::array();
-  for (Precision p : {Precision::kBf16, Precision::kFp16, Precision::kFp8, Precision::kFp32}) {
+  for (Precision p : {Precision::kBf16, Precision::kFp16, Precision::kFp8, Precision::kMxfp8,
+                      Precision::kNvfp4, Precision::kFp32}) {
     precisions.push_back(ToString(p));
   }
   return json{{"presets", presets}, {"devices", devices}, {"precisions", precisions}}.dump(

@@ -86,8 +86,9 @@ VerifyPlacement PlaceVerifyRun(int64_t world, double bytes_per_rank,
 }
 
 std::string VerifyUnsupportedReason(const JobSpec& spec, const v1::ParallelConfig& config) {
-  if (spec.training.precision == Precision::kFp8) {
-    return "kernels/training trains fp32, bf16 or fp16; the spec's precision is fp8";
+  if (IsLowPrecisionGemm(spec.training.precision)) {
+    return absl::StrCat("kernels/training trains fp32, bf16 or fp16; the spec's precision is ",
+                        ToString(spec.training.precision));
   }
   if (config.cp() > 1) {
     return absl::StrCat("context parallelism (cp ", config.cp(),

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 
 namespace paratune::bench {
@@ -75,10 +76,12 @@ JobSpec SpecFromRecord(const nlohmann::json& r) {
     m.tie_embeddings = true;
     m.max_position_embeddings = spec.training.seq_length;
   }
-  const std::string precision = Str(r, "precision");
-  spec.training.precision = absl::StrContains(precision, "fp8")    ? Precision::kFp8
-                            : absl::StartsWith(precision, "fp16") ? Precision::kFp16
-                                                                  : Precision::kBf16;
+  const std::string precision = absl::AsciiStrToLower(Str(r, "precision"));
+  spec.training.precision = absl::StrContains(precision, "mxfp8")  ? Precision::kMxfp8
+                            : absl::StrContains(precision, "nvfp4") ? Precision::kNvfp4
+                            : absl::StrContains(precision, "fp8")   ? Precision::kFp8
+                            : absl::StartsWith(precision, "fp16")   ? Precision::kFp16
+                                                                    : Precision::kBf16;
   // Narayanan 2021 and Korthikanti 2022 predate flash attention and train with dropout;
   // Megatron-Core on H100 and the Llama runs use flash attention without dropout.
   const std::string source = Str(r, "source") + Str(r, "id");

@@ -27,8 +27,9 @@ TEST(EnumsTest, NamesRoundTrip) {
                   {"layernorm", "rmsnorm"});
   ExpectRoundTrip({PositionEmbedding::kLearned, PositionEmbedding::kRope},
                   ParsePositionEmbedding, {"learned", "rope"});
-  ExpectRoundTrip({Precision::kFp32, Precision::kBf16, Precision::kFp16, Precision::kFp8},
-                  ParsePrecision, {"fp32", "bf16", "fp16", "fp8"});
+  ExpectRoundTrip({Precision::kFp32, Precision::kBf16, Precision::kFp16, Precision::kFp8,
+                   Precision::kMxfp8, Precision::kNvfp4},
+                  ParsePrecision, {"fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4"});
   ExpectRoundTrip({Recompute::kNone, Recompute::kSelective, Recompute::kFull}, ParseRecompute,
                   {"none", "selective", "full"});
   ExpectRoundTrip({CollectiveOp::kAllReduce, CollectiveOp::kAllGather,

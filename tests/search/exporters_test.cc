@@ -123,6 +123,28 @@ TEST(ExportersTest, MegatronLlamaGqaFp8) {
   EXPECT_EQ(m["--max-position-embeddings"], "8192");
 }
 
+TEST(ExportersTest, BlockScaledRecipes) {
+  JobSpec spec = Llama3_8B();
+  spec.cluster.gpu = "gb200";
+  ParallelConfig c;
+  c.tp = 2;
+  c.dp = 4;
+  spec.training.precision = Precision::kMxfp8;
+  std::map<std::string, std::string> m = ArgMap(spec, c);
+  EXPECT_EQ(m["--fp8-format"], "e4m3");
+  EXPECT_EQ(m["--fp8-recipe"], "mxfp8");
+  EXPECT_EQ(m.count("--bf16"), 1u);
+  spec.training.precision = Precision::kNvfp4;
+  m = ArgMap(spec, c);
+  EXPECT_EQ(m["--fp4-format"], "e2m1");
+  EXPECT_EQ(m["--fp4-recipe"], "nvfp4");
+  EXPECT_EQ(m.count("--fp8-format"), 0u);
+  absl::StatusOr<std::string> nemo = NemoConfigOverride(spec, c);
+  ASSERT_TRUE(nemo.ok());
+  EXPECT_NE(nemo->find("  fp4_recipe: nvfp4\n"), std::string::npos) << *nemo;
+  EXPECT_NE(nemo->find("precision: bf16-mixed"), std::string::npos) << *nemo;
+}
+
 TEST(ExportersTest, FullRecomputeMethods) {
   JobSpec spec = Gpt3();
   ParallelConfig c;

@@ -202,6 +202,36 @@ TEST(PlannerTest, Fp8IsFasterOnHopper) {
   EXPECT_LT(fp8->memory.activations, bf16->memory.activations);
 }
 
+// Block-scaled formats on Blackwell: MXFP8 runs the linear layers at the FP8 rate with the
+// same one-byte activations; NVFP4 at twice that rate, so faster still.
+TEST(PlannerTest, BlockScaledFormatsOnBlackwell) {
+  JobSpec spec;
+  spec.model = *FindPreset("llama3-70b");
+  spec.training.seq_length = 8192;
+  spec.training.global_batch_size = 128;
+  spec.cluster.gpu = "b200-192gb";
+  spec.cluster.num_gpus = 64;
+  ParallelConfig c;
+  c.tp = 4;
+  c.pp = 4;
+  c.dp = 4;
+  c.sequence_parallel = true;
+  c.distributed_optimizer = true;
+  spec.training.precision = Precision::kFp8;
+  absl::StatusOr<RankedConfig> fp8 = Estimate(spec, c);
+  spec.training.precision = Precision::kMxfp8;
+  absl::StatusOr<RankedConfig> mxfp8 = Estimate(spec, c);
+  spec.training.precision = Precision::kNvfp4;
+  absl::StatusOr<RankedConfig> nvfp4 = Estimate(spec, c);
+  ASSERT_TRUE(fp8.ok() && mxfp8.ok() && nvfp4.ok());
+  EXPECT_DOUBLE_EQ(mxfp8->iteration_time_s, fp8->iteration_time_s);
+  EXPECT_DOUBLE_EQ(mxfp8->memory.activations, fp8->memory.activations);
+  EXPECT_LT(nvfp4->iteration_time_s, 0.95 * fp8->iteration_time_s);
+  // Refused where the device has no block scales.
+  spec.cluster.gpu = "h100-sxm-80gb";
+  EXPECT_EQ(spec.Validate().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // The grid counted by hand. 4 GPUs on one node, L = 4, 4 heads, s = 512 (so cp stays 1),
 // B = 8, no recompute. tp 1: pp 1 (dp 4: mb 1, 2; two optimizers) 4; pp 2 (dp 2: vp 1, 2,
 // and 3 with the embedding/loss-aware split of L + 2 = 6; mb 1, 2, 4; two optimizers) 18;

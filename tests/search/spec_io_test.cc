@@ -136,7 +136,7 @@ TEST(SpecIoTest, WrongTypesNameTheField) {
   j = MinimalSpec();
   j["training"]["precision"] = "fp4";
   EXPECT_EQ(ErrorOf(j), "training.precision: unknown precision 'fp4' (expected fp32, bf16, "
-                        "fp16, fp8)");
+                        "fp16, fp8, mxfp8, nvfp4)");
   j = MinimalSpec();
   j["search"] = {{"tp", {1, "two"}}};
   EXPECT_EQ(ErrorOf(j), "search.tp[1] must be an integer, got \"two\"");

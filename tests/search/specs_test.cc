@@ -209,7 +209,7 @@ TEST(SpecsTest, EnumNamesRoundTrip) {
   EXPECT_STREQ(ToString(Recompute::kSelective), "selective");
   EXPECT_STREQ(ToString(Objective::kMinMemory), "min_memory");
   EXPECT_EQ(ParsePrecision("tf32").status().message(),
-            "unknown precision 'tf32' (expected fp32, bf16, fp16, fp8)");
+            "unknown precision 'tf32' (expected fp32, bf16, fp16, fp8, mxfp8, nvfp4)");
   EXPECT_EQ(ParseRecompute("Full").status().code(), absl::StatusCode::kInvalidArgument);
 }
 

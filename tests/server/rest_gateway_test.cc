@@ -1098,7 +1098,7 @@ TEST(RestCatalogTest, PresetsAndDevicesWithTheirResolvedFieldsWithoutAJobManager
   for (const json& precision : catalog["precisions"]) {
     EXPECT_TRUE(ParsePrecision(precision.get<std::string>()).ok()) << precision;
   }
-  EXPECT_EQ(catalog["precisions"].size(), 4u);
+  EXPECT_EQ(catalog["precisions"].size(), 6u);
 
   // The OpenAPI schemas name exactly the keys the catalog carries.
   const json doc = json::parse(OpenApiJson());
