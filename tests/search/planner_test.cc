@@ -216,7 +216,7 @@ TEST(PlannerTest, BlockScaledFormatsOnBlackwell) {
   c.pp = 4;
   c.dp = 4;
   c.sequence_parallel = true;
-  c.distributed_optimizer = true;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
   spec.training.precision = Precision::kFp8;
   absl::StatusOr<RankedConfig> fp8 = Estimate(spec, c);
   spec.training.precision = Precision::kMxfp8;
