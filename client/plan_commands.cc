@@ -138,9 +138,10 @@ int RunExport(const ExportOptions& o) {
   }
   const TrainingExporter* exporter = FindTrainingExporter(o.format);
   if (exporter == nullptr) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--format ", o.format, " exports inference specs (kind: inference); a training spec "
-        "exports as megatron, nemo, deepspeed or torchtitan")));
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--format ", o.format,
+                     " exports inference specs (kind: inference); a training spec "
+                     "exports as megatron, nemo, deepspeed or torchtitan")));
   }
   auto spec = LoadSpec(o.spec_path);
   if (!spec.ok()) return Fail(spec.status());

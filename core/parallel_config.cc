@@ -28,10 +28,17 @@ std::string ParallelConfig::ToString() const {
     absl::StrAppend(&out, "(", recompute_num_layers, ")");
   }
   switch (data_parallel_sharding) {
-    case DataParallelSharding::kNone: break;
-    case DataParallelSharding::kOptimizer: absl::StrAppend(&out, " dopt"); break;
-    case DataParallelSharding::kOptimizerGrads: absl::StrAppend(&out, " zero2"); break;
-    case DataParallelSharding::kFull: absl::StrAppend(&out, " fsdp"); break;
+    case DataParallelSharding::kNone:
+      break;
+    case DataParallelSharding::kOptimizer:
+      absl::StrAppend(&out, " dopt");
+      break;
+    case DataParallelSharding::kOptimizerGrads:
+      absl::StrAppend(&out, " zero2");
+      break;
+    case DataParallelSharding::kFull:
+      absl::StrAppend(&out, " fsdp");
+      break;
   }
   if (shard_group_size > 0 && distributed_optimizer()) {
     absl::StrAppend(&out, "/", shard_group_size);

@@ -111,9 +111,9 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
     // Megatron-FSDP (Megatron-Core 0.14+), which needs the distributed optimizer too and
     // no gradient-accumulation fusion.
     add("--use-megatron-fsdp");
-    add("--data-parallel-sharding-strategy",
-        c.data_parallel_sharding == DataParallelSharding::kFull ? "optim_grads_params"
-                                                                : "optim_grads");
+    add("--data-parallel-sharding-strategy", c.data_parallel_sharding == DataParallelSharding::kFull
+                                                 ? "optim_grads_params"
+                                                 : "optim_grads");
     add("--no-gradient-accumulation-fusion");
   }
   if (const int64_t replicas = ShardReplicas(c); replicas > 1) {
@@ -265,7 +265,8 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
   }
   switch (c.data_parallel_sharding) {
     case DataParallelSharding::kNone:
-    case DataParallelSharding::kOptimizer: break;
+    case DataParallelSharding::kOptimizer:
+      break;
     // NeMo 1.x's PyTorch FSDP: 'grad' shards gradients and optimizer state (ZeRO-2),
     // 'full' everything, 'hybrid' full sharding inside a node, replicated across nodes.
     case DataParallelSharding::kOptimizerGrads:
@@ -286,9 +287,10 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
 
 absl::StatusOr<std::string> DeepSpeedConfig(const JobSpec& spec, const ParallelConfig& c) {
   if (c.cp > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cp (", c.cp, ") has no DeepSpeed config form: DeepSpeed runs no ring context "
-        "parallelism (export megatron or torchtitan)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cp (", c.cp,
+                     ") has no DeepSpeed config form: DeepSpeed runs no ring context "
+                     "parallelism (export megatron or torchtitan)"));
   }
   if (c.sequence_parallel) {
     return absl::InvalidArgumentError(
@@ -297,9 +299,9 @@ absl::StatusOr<std::string> DeepSpeedConfig(const JobSpec& spec, const ParallelC
   }
   const int stage = static_cast<int>(c.data_parallel_sharding);
   if (c.pp > 1 && stage > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data_parallel_sharding ", ToString(c.data_parallel_sharding), " with pp (", c.pp,
-        ") > 1: DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 only"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data_parallel_sharding ", ToString(c.data_parallel_sharding), " with pp (",
+                     c.pp, ") > 1: DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 only"));
   }
   const TrainingSpec& t = spec.training;
   nlohmann::ordered_json ds;
@@ -333,12 +335,12 @@ absl::StatusOr<std::string> DeepSpeedConfig(const JobSpec& spec, const ParallelC
   if (c.tp > 1) ds["tensor_parallel"] = {{"autotp_size", c.tp}};
   if (c.pp > 1) ds["pipeline"] = {{"stages", c.pp}, {"partition", "parameters"}};
   if (c.recompute != Recompute::kNone) {
-    ds["activation_checkpointing"] = {{"partition_activations", c.tp > 1},
-                                      {"contiguous_memory_optimization", false},
-                                      {"cpu_checkpointing", false},
-                                      {"number_checkpoints", c.recompute_num_layers > 0
-                                                                 ? c.recompute_num_layers
-                                                                 : spec.model.num_layers / c.pp}};
+    ds["activation_checkpointing"] = {
+        {"partition_activations", c.tp > 1},
+        {"contiguous_memory_optimization", false},
+        {"cpu_checkpointing", false},
+        {"number_checkpoints",
+         c.recompute_num_layers > 0 ? c.recompute_num_layers : spec.model.num_layers / c.pp}};
   }
   ds["wall_clock_breakdown"] = false;
   return ds.dump(2) + "\n";
@@ -351,22 +353,27 @@ absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const Parallel
   }
   std::string reshard;
   switch (c.data_parallel_sharding) {
-    case DataParallelSharding::kNone: break;
+    case DataParallelSharding::kNone:
+      break;
     case DataParallelSharding::kOptimizer:
       return absl::InvalidArgumentError(
           "data_parallel_sharding optimizer (ZeRO-1 alone) has no torchtitan form: torchtitan "
           "shards with FSDP2 (use optimizer_grads or full, or export megatron)");
-    case DataParallelSharding::kOptimizerGrads: reshard = "never"; break;
-    case DataParallelSharding::kFull: reshard = "default"; break;
+    case DataParallelSharding::kOptimizerGrads:
+      reshard = "never";
+      break;
+    case DataParallelSharding::kFull:
+      reshard = "default";
+      break;
   }
   const int64_t group = c.dp * c.cp;
   int64_t shard = 1, replicate = c.dp;
   if (c.data_parallel_sharding != DataParallelSharding::kNone) {
     const int64_t ranks = c.ShardRanks();
     if (ranks % c.cp != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "shard_group_size (", ranks, ") must be a multiple of cp (", c.cp,
-          ") for torchtitan, whose FSDP mesh is data_parallel_shard_degree x cp"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard_group_size (", ranks, ") must be a multiple of cp (", c.cp,
+                       ") for torchtitan, whose FSDP mesh is data_parallel_shard_degree x cp"));
     }
     shard = ranks / c.cp;
     replicate = group / ranks;
@@ -380,12 +387,11 @@ absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const Parallel
       "# torchtitan job config for ", DisplayName(spec), ": ", c.ToString(), "\n",
       "# model: ", m.num_layers, " layers, hidden ", m.hidden_size, ", ", m.num_attention_heads,
       " heads (", m.num_query_groups, " KV), FFN ", m.ffn_hidden_size, ", vocab ", m.vocab_size,
-      ": pick or add the matching [model] flavor\n",
-      "# launch: torchrun --nnodes ", NumNodes(spec.cluster), " --nproc-per-node ",
+      ": pick or add the matching [model] flavor\n", "# launch: torchrun --nnodes ",
+      NumNodes(spec.cluster), " --nproc-per-node ",
       std::min(spec.cluster.gpus_per_node, spec.cluster.num_gpus),
-      " -m torchtitan.train --job.config_file this.toml\n\n",
-      "[job]\n", "description = \"", DisplayName(spec), "\"\n\n",
-      "[training]\n", "seq_len = ", t.seq_length, "\n",
+      " -m torchtitan.train --job.config_file this.toml\n\n", "[job]\n", "description = \"",
+      DisplayName(spec), "\"\n\n", "[training]\n", "seq_len = ", t.seq_length, "\n",
       "global_batch_size = ", t.global_batch_size, "\n",
       // Per DP rank and step; gradient accumulation makes up the rest without PP.
       "local_batch_size = ", c.pp > 1 ? t.global_batch_size / c.dp : c.micro_batch_size, "\n",
@@ -393,23 +399,22 @@ absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const Parallel
       t.precision == Precision::kFp32   ? "float32"
       : t.precision == Precision::kFp16 ? "float16"
                                         : "bfloat16",
-      "\"\n", "mixed_precision_reduce = \"float32\"\n\n",
-      "[parallelism]\n", "data_parallel_replicate_degree = ", replicate, "\n",
-      "data_parallel_shard_degree = ", shard, "\n");
+      "\"\n", "mixed_precision_reduce = \"float32\"\n\n", "[parallelism]\n",
+      "data_parallel_replicate_degree = ", replicate, "\n", "data_parallel_shard_degree = ", shard,
+      "\n");
   if (!reshard.empty()) {
     absl::StrAppend(&out, "fsdp_reshard_after_forward = \"", reshard, "\"\n");
   }
   absl::StrAppend(&out, "tensor_parallel_degree = ", c.tp, "\n",
                   "enable_async_tensor_parallel = ", YamlBool(c.tp_comm_overlap), "\n",
-                  "context_parallel_degree = ", c.cp, "\n",
-                  "pipeline_parallel_degree = ", c.pp, "\n");
+                  "context_parallel_degree = ", c.cp, "\n", "pipeline_parallel_degree = ", c.pp,
+                  "\n");
   if (c.pp > 1) {
-    absl::StrAppend(&out, "pipeline_parallel_schedule = \"",
-                    c.vp > 1 ? "Interleaved1F1B" : "1F1B", "\"\n",
-                    "pipeline_parallel_microbatch_size = ", c.micro_batch_size, "\n");
+    absl::StrAppend(&out, "pipeline_parallel_schedule = \"", c.vp > 1 ? "Interleaved1F1B" : "1F1B",
+                    "\"\n", "pipeline_parallel_microbatch_size = ", c.micro_batch_size, "\n");
     if (c.vp > 1) {
-      absl::StrAppend(&out, "pipeline_parallel_layers_per_stage = ",
-                      m.num_layers / (c.pp * c.vp), "\n");
+      absl::StrAppend(&out, "pipeline_parallel_layers_per_stage = ", m.num_layers / (c.pp * c.vp),
+                      "\n");
     }
   }
   absl::StrAppend(&out, "\n[activation_checkpoint]\n", "mode = \"", ac, "\"\n");

@@ -49,9 +49,9 @@ absl::StatusOr<std::string> DeepSpeedConfig(const JobSpec& spec, const ParallelC
 /// A torchtitan job config (TOML): [parallelism] degrees (data_parallel_shard_degree is
 /// the shard group over DP x CP divided by cp, data_parallel_replicate_degree the
 /// replicas), pipeline schedule, [activation_checkpoint], [training] batch and sequence,
-/// float8 for FP8, mx for MXFP8 (NVFP4: InvalidArgument). torchtitan shards with FSDP2 only: full is fsdp_reshard_after_forward
-/// "default", optimizer_grads "never" (parameters stay gathered between forward and
-/// backward); optimizer (ZeRO-1 alone) has no torchtitan form: InvalidArgument.
+/// float8 for FP8, mx for MXFP8 (NVFP4: InvalidArgument). torchtitan shards with FSDP2 only: full
+/// is fsdp_reshard_after_forward "default", optimizer_grads "never" (parameters stay gathered
+/// between forward and backward); optimizer (ZeRO-1 alone) has no torchtitan form: InvalidArgument.
 absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const ParallelConfig& config);
 
 /// One export format (a table of kinds): its name for `--format` and REST `?format=`, the

@@ -23,8 +23,8 @@ absl::Status ValidateDataParallelSharding(const ParallelConfig& c) {
         ToString(c.data_parallel_sharding)));
   }
   if (c.shard_group_size < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "search.shard_group_size (%d) must not be negative", c.shard_group_size));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("search.shard_group_size (%d) must not be negative", c.shard_group_size));
   }
   if (c.shard_group_size > 0) {
     if (c.data_parallel_sharding == DataParallelSharding::kNone) {

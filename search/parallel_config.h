@@ -19,8 +19,8 @@ int64_t NumMicroBatches(const ParallelConfig& config, const TrainingSpec& traini
 /// interleaving (vp > 1) needs m % p == 0 (Megatron-LM's interleaved schedule runs
 /// micro-batches in groups of p); SP only with t > 1; CP needs s % 2c == 0; TP inside a
 /// node unless allowed; data-parallel sharding needs dp*cp > 1, and a shard_group_size
-/// (only with sharding) of at least 2 that divides dp*cp. The first violated rule, naming the fields and values:
-/// `tp (3) must divide model.num_attention_heads (32)`.
+/// (only with sharding) of at least 2 that divides dp*cp. The first violated rule, naming the
+/// fields and values: `tp (3) must divide model.num_attention_heads (32)`.
 absl::Status ValidateParallelConfig(const ParallelConfig& config, const JobSpec& spec);
 
 }  // namespace paratune

@@ -260,8 +260,7 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
           c.recompute_num_layers = rc == Recompute::kFull ? rl : 0;
           for (DataParallelSharding sharding : shardings) {
             c.data_parallel_sharding = sharding;
-            c.shard_group_size =
-                sharding == DataParallelSharding::kNone ? 0 : opt.shard_group_size;
+            c.shard_group_size = sharding == DataParallelSharding::kNone ? 0 : opt.shard_group_size;
             visit(c);
           }
         }

@@ -4,9 +4,8 @@
 
 namespace paratune {
 
-ShardedTraffic ShardedTrafficPerStep(const ParallelConfig& c, double params,
-                                     int64_t micro_batches, double weight_bytes,
-                                     double gradient_bytes) {
+ShardedTraffic ShardedTrafficPerStep(const ParallelConfig& c, double params, int64_t micro_batches,
+                                     double weight_bytes, double gradient_bytes) {
   ShardedTraffic out;
   const int64_t group = c.dp * c.cp;
   if (group <= 1) return out;
@@ -40,8 +39,8 @@ ShardedLinks ShardedDataParallelLinks(const ParallelConfig& c, const DeviceProfi
                                       int64_t gpus_per_node) {
   ShardedLinks out;
   const int64_t group = std::max<int64_t>(c.dp * c.cp, 1);
-  out.shard_ranks = c.data_parallel_sharding == DataParallelSharding::kNone ? group
-                                                                            : c.ShardRanks();
+  out.shard_ranks =
+      c.data_parallel_sharding == DataParallelSharding::kNone ? group : c.ShardRanks();
   out.replica_ranks = group / std::max<int64_t>(out.shard_ranks, 1);
   out.shard = GroupLink(device, out.shard_ranks, c.tp, gpus_per_node);
   out.replica = GroupLink(device, out.replica_ranks, c.tp * out.shard_ranks, gpus_per_node);
@@ -73,8 +72,8 @@ ShardedLayerComm ShardedLayerCommSeconds(const ParallelConfig& c, double layer_p
 double OverlappedLayerCommSeconds(double layers, double comm, double compute, double first,
                                   double overlap_slowdown) {
   if (layers <= 0 || comm <= 0) return 0;
-  return first + layers * (std::max(0.0, comm - compute) +
-                           overlap_slowdown * std::min(comm, compute));
+  return first +
+         layers * (std::max(0.0, comm - compute) + overlap_slowdown * std::min(comm, compute));
 }
 
 }  // namespace paratune

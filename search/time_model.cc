@@ -296,9 +296,8 @@ Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
   // Sharded data parallelism's per-micro-batch collectives (ZeRO-2's gradient
   // reduce-scatters; full sharding's parameter all-gathers too), overlapped layer by layer.
   const ShardedLayerComm sharded = ShardedLayerCommSeconds(
-      config, LayerParams(model) / static_cast<double>(config.tp),
-      ElementBytes(training.precision), GradBytes(training.precision), device,
-      spec.cluster.gpus_per_node);
+      config, LayerParams(model) / static_cast<double>(config.tp), ElementBytes(training.precision),
+      GradBytes(training.precision), device, spec.cluster.gpus_per_node);
   out.sharded_dp.assign(static_cast<size_t>(p), 0.0);
   for (int64_t r = 0; r < p; ++r) {
     const double layer_backward =
@@ -309,10 +308,9 @@ Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
       const double forward_dp =
           OverlappedLayerCommSeconds(layers, sharded.forward_gather, layer.Forward(),
                                      sharded.forward_gather, device.comm_overlap_slowdown);
-      const double backward_dp =
-          OverlappedLayerCommSeconds(layers, sharded.backward_gather + sharded.backward_reduce,
-                                     layer_backward, sharded.backward_gather,
-                                     device.comm_overlap_slowdown);
+      const double backward_dp = OverlappedLayerCommSeconds(
+          layers, sharded.backward_gather + sharded.backward_reduce, layer_backward,
+          sharded.backward_gather, device.comm_overlap_slowdown);
       pipe.forward[r * v + j] = layers * layer.Forward() + forward_dp;
       pipe.backward[r * v + j] = layers * layer_backward + backward_dp;
       out.sharded_dp[r] += forward_dp + backward_dp;

@@ -48,8 +48,8 @@ absl::StatusOr<ParallelConfig> ParallelConfigFromProto(const v1::ParallelConfig&
   if (c.has_overlap_p2p_comm()) out.overlap_p2p_comm = c.overlap_p2p_comm();
   // A layout stored before data_parallel_sharding existed carries distributed_optimizer only.
   if (c.data_parallel_sharding().empty()) {
-    out.data_parallel_sharding = c.distributed_optimizer() ? DataParallelSharding::kOptimizer
-                                                           : DataParallelSharding::kNone;
+    out.data_parallel_sharding =
+        c.distributed_optimizer() ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
   } else {
     absl::StatusOr<DataParallelSharding> sharding =
         ParseDataParallelSharding(c.data_parallel_sharding());

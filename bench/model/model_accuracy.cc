@@ -12,10 +12,9 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -198,13 +197,15 @@ std::vector<Ordering> Orderings(const nlohmann::json& data,
   return orderings;
 }
 
-void PrintJson(const std::vector<Row>& rows, const std::vector<Ordering>& orderings,
-               double median, double max, const std::vector<Row>& fsdp) {
+void PrintJson(const std::vector<Row>& rows, const std::vector<Ordering>& orderings, double median,
+               double max, const std::vector<Row>& fsdp) {
   nlohmann::json out;
   std::vector<double> fsdp_errors;
   for (const Row& r : fsdp) {
-    out["fsdp_records"].push_back({{"id", r.id}, {"layout", r.layout},
-                                   {"published", r.published}, {"predicted", r.predicted},
+    out["fsdp_records"].push_back({{"id", r.id},
+                                   {"layout", r.layout},
+                                   {"published", r.published},
+                                   {"predicted", r.predicted},
                                    {"error", r.error}});
     fsdp_errors.push_back(r.error);
   }
@@ -256,8 +257,7 @@ void PrintFsdpTable(const std::string& dir, const std::vector<Row>& rows) {
   std::printf("#\n# sharded data parallelism: %zu published runs\n", rows.size());
   std::printf("# data: %s/moe_fsdp_calibration.json (dense records with a ZeRO stage)\n",
               dir.c_str());
-  std::printf("# %-52s %12s %12s %8s  %s\n", "record", "published", "predicted", "error",
-              "layout");
+  std::printf("# %-52s %12s %12s %8s  %s\n", "record", "published", "predicted", "error", "layout");
   std::vector<double> errors;
   for (const Row& r : rows) {
     std::printf("  %-52s %12.1f %12.1f %8.1f  %s\n", r.id.c_str(), r.published, r.predicted,

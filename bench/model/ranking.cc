@@ -24,10 +24,9 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -103,17 +102,17 @@ std::vector<Layout> BloomLayouts(const nlohmann::json& sweep) {
     c.recompute_num_layers = 0;
     const bool stage0 = r.contains("zero_stage") && r["zero_stage"].is_number() &&
                         r["zero_stage"].get<int64_t>() == 0;
-    c.data_parallel_sharding = c.dp > 1 && !stage0 ? DataParallelSharding::kOptimizer
-                                                   : DataParallelSharding::kNone;
+    c.data_parallel_sharding =
+        c.dp > 1 && !stage0 ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
     c.overlap_grad_reduce = false;
     c.overlap_p2p_comm = false;
-    l.group = absl::StrFormat("%s n%d B%d", Str(r, "model_name"),
-                              l.spec.cluster.num_gpus, l.spec.training.global_batch_size);
+    l.group = absl::StrFormat("%s n%d B%d", Str(r, "model_name"), l.spec.cluster.num_gpus,
+                              l.spec.training.global_batch_size);
     l.id = absl::StrCat("bloom#", row);
     const double B = static_cast<double>(l.spec.training.global_batch_size);
-    l.measured = B * static_cast<double>(l.spec.training.seq_length) /
-                 (r["iteration_time_s"].get<double>() *
-                  static_cast<double>(l.spec.cluster.num_gpus));
+    l.measured =
+        B * static_cast<double>(l.spec.training.seq_length) /
+        (r["iteration_time_s"].get<double>() * static_cast<double>(l.spec.cluster.num_gpus));
     out.push_back(std::move(l));
   }
   return out;
@@ -255,9 +254,10 @@ int Main(int argc, char** argv) {
     return 0;
   }
   std::printf("# ranking: predicted vs measured order of the layouts of one job (sweeps.json)\n");
-  std::printf("# pairs: measured more than %.0f %% apart; regret: 1 - measured(predicted best) "
-              "/ measured best\n",
-              100 * kPairThreshold);
+  std::printf(
+      "# pairs: measured more than %.0f %% apart; regret: 1 - measured(predicted best) "
+      "/ measured best\n",
+      100 * kPairThreshold);
   std::printf("# %-44s %7s %8s %11s %8s %5s\n", "group", "layouts", "spearman", "pairs", "regret",
               "best");
   std::printf("# %-44s %7s %8s %11s %8s %5s\n", "", "", "", "in order", "%", "");

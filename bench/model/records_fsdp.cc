@@ -28,9 +28,15 @@ std::vector<FsdpRecord> FsdpRecords(const nlohmann::json& records) {
     ParallelConfig& c = f.config;
     c.vp = 1;
     switch (r["zero_stage"].get<int64_t>()) {
-      case 1: c.data_parallel_sharding = DataParallelSharding::kOptimizer; break;
-      case 2: c.data_parallel_sharding = DataParallelSharding::kOptimizerGrads; break;
-      default: c.data_parallel_sharding = DataParallelSharding::kFull; break;
+      case 1:
+        c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+        break;
+      case 2:
+        c.data_parallel_sharding = DataParallelSharding::kOptimizerGrads;
+        break;
+      default:
+        c.data_parallel_sharding = DataParallelSharding::kFull;
+        break;
     }
     if (r.contains("fsdp_shard_size") && r["fsdp_shard_size"].is_number()) {
       const int64_t shard = r["fsdp_shard_size"].get<int64_t>();

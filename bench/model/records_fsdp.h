@@ -4,10 +4,9 @@
 #ifndef PARATUNE_BENCH_MODEL_RECORDS_FSDP_H_
 #define PARATUNE_BENCH_MODEL_RECORDS_FSDP_H_
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "search/parallel_config.h"
 #include "search/specs.h"

@@ -537,8 +537,8 @@ absl::Status TrainConfig::Validate() const {
   if (p.data_parallel_sharding == DataParallelSharding::kOptimizerGrads ||
       p.data_parallel_sharding == DataParallelSharding::kFull || p.shard_group_size != 0) {
     return absl::UnimplementedError(absl::StrCat(
-        "data_parallel_sharding ", paratune::ToString(p.data_parallel_sharding), " with shard_group_size ",
-        p.shard_group_size,
+        "data_parallel_sharding ", paratune::ToString(p.data_parallel_sharding),
+        " with shard_group_size ", p.shard_group_size,
         " is not implemented by kernels/training (none, or optimizer over the whole DP group)"));
   }
   if (p.split_counts_embedding_and_loss) {

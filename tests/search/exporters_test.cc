@@ -2,10 +2,10 @@
 // layouts.
 #include "search/exporters.h"
 
-#include <map>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <map>
 
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"

@@ -1,9 +1,9 @@
 #include "search/memory_model.h"
-#include "search/planner.h"
 
 #include <gtest/gtest.h>
 
 #include "search/model_math.h"
+#include "search/planner.h"
 #include "search/presets.h"
 
 namespace paratune {

@@ -75,8 +75,8 @@ TEST(ShardedLayerCommTest, GathersAndReduceScattersOfOneLayer) {
                                  device, 8);
   EXPECT_DOUBLE_EQ(comm.forward_gather + comm.backward_gather, 0);
   EXPECT_DOUBLE_EQ(comm.backward_reduce, ReduceScatterSeconds(layer * 4, 8, link));
-  comm = ShardedLayerCommSeconds(Sharded(DataParallelSharding::kOptimizer, 8), layer, 2, 4,
-                                 device, 8);
+  comm =
+      ShardedLayerCommSeconds(Sharded(DataParallelSharding::kOptimizer, 8), layer, 2, 4, device, 8);
   EXPECT_DOUBLE_EQ(comm.forward_gather + comm.backward_gather + comm.backward_reduce, 0);
 }
 

@@ -434,9 +434,14 @@ TEST(SpecIoTest, DataParallelShardingAndItsAlias) {
   EXPECT_THAT(ErrorOf(j), HasSubstr("search.shard_group_size (-2) must be in [0, "));
 
   // A pinned layout takes the one stage and the shard group.
-  j["search"] = {{"tp", 2},      {"pp", 1}, {"cp", 1},
-                 {"micro_batch_size", 1}, {"recompute", "none"}, {"sequence_parallel", true},
-                 {"data_parallel_sharding", "full"}, {"shard_group_size", 8}};
+  j["search"] = {{"tp", 2},
+                 {"pp", 1},
+                 {"cp", 1},
+                 {"micro_batch_size", 1},
+                 {"recompute", "none"},
+                 {"sequence_parallel", true},
+                 {"data_parallel_sharding", "full"},
+                 {"shard_group_size", 8}};
   spec = JobSpecFromJson(j);
   ASSERT_TRUE(spec.ok()) << spec.status();
   auto c = PinnedLayout(*spec);

@@ -226,7 +226,8 @@ TEST(IterationTest, BreakdownAddsUpToTheIteration) {
     c.cp = k.cp;
     c.micro_batch_size = k.mb;
     c.sequence_parallel = k.tp > 1;
-    c.data_parallel_sharding = k.dopt ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
+    c.data_parallel_sharding =
+        k.dopt ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
     c.overlap_p2p_comm = k.overlap_p2p;
     c.recompute = k.recompute;
     c.recompute_num_layers = k.recompute_layers;
@@ -281,15 +282,14 @@ TEST(IterationTest, ShardedDataParallelism) {
   c.shard_group_size = 0;
   c.data_parallel_sharding = DataParallelSharding::kFull;
   const IterationEstimate full = estimate(c);
-  const ShardedLayerComm layer_comm = ShardedLayerCommSeconds(
-      c, LayerParams(spec.model) / 2, 2, 4, h100, 8);
+  const ShardedLayerComm layer_comm =
+      ShardedLayerCommSeconds(c, LayerParams(spec.model) / 2, 2, 4, h100, 8);
   ASSERT_GT(layer_comm.forward_gather, 0);
   const double micro_batches = 64.0 / 16;
   EXPECT_GE(full.time.dp_comm,
             micro_batches * (layer_comm.forward_gather + layer_comm.backward_gather));
   const TimeBreakdown& t = full.time;
-  EXPECT_NEAR(t.compute + t.tp_comm + t.cp_comm + t.dp_comm + t.optimizer + t.pp_p2p +
-                  t.pp_bubble,
+  EXPECT_NEAR(t.compute + t.tp_comm + t.cp_comm + t.dp_comm + t.optimizer + t.pp_p2p + t.pp_bubble,
               full.iteration_time_s, 1e-9 * full.iteration_time_s);
 }
 

@@ -103,22 +103,22 @@ TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
     ASSERT_EQ(*ParallelConfigFromProto(from_json), c) << WireJson(wire);
 
     // The sample exercises every field away from its default, so a dropped one fails above.
-    const bool changed[15] = {c.tp != defaults.tp,
-                              c.pp != defaults.pp,
-                              c.dp != defaults.dp,
-                              c.cp != defaults.cp,
-                              c.vp != defaults.vp,
-                              c.micro_batch_size != defaults.micro_batch_size,
-                              c.sequence_parallel != defaults.sequence_parallel,
-                              c.recompute != defaults.recompute,
-                              c.recompute_num_layers != defaults.recompute_num_layers,
-                              c.split_counts_embedding_and_loss !=
-                                  defaults.split_counts_embedding_and_loss,
-                              c.overlap_grad_reduce != defaults.overlap_grad_reduce,
-                              c.tp_comm_overlap != defaults.tp_comm_overlap,
-                              c.overlap_p2p_comm != defaults.overlap_p2p_comm,
-                              c.data_parallel_sharding != defaults.data_parallel_sharding,
-                              c.shard_group_size != defaults.shard_group_size};
+    const bool changed[15] = {
+        c.tp != defaults.tp,
+        c.pp != defaults.pp,
+        c.dp != defaults.dp,
+        c.cp != defaults.cp,
+        c.vp != defaults.vp,
+        c.micro_batch_size != defaults.micro_batch_size,
+        c.sequence_parallel != defaults.sequence_parallel,
+        c.recompute != defaults.recompute,
+        c.recompute_num_layers != defaults.recompute_num_layers,
+        c.split_counts_embedding_and_loss != defaults.split_counts_embedding_and_loss,
+        c.overlap_grad_reduce != defaults.overlap_grad_reduce,
+        c.tp_comm_overlap != defaults.tp_comm_overlap,
+        c.overlap_p2p_comm != defaults.overlap_p2p_comm,
+        c.data_parallel_sharding != defaults.data_parallel_sharding,
+        c.shard_group_size != defaults.shard_group_size};
     for (int f = 0; f < 15; ++f) differs_from_default[f] += changed[f];
   }
   for (int f = 0; f < 15; ++f) EXPECT_GT(differs_from_default[f], 1000) << "field " << f;
