@@ -136,10 +136,12 @@ int RunExport(const ExportOptions& o) {
   if (auto j = InferenceSpec(o.spec_path)) {
     return RunInferenceExport(*j, o.spec_path, o.format, o.rank);
   }
-  if (o.format != "megatron" && o.format != "nemo") {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--format ", o.format, " exports inference specs (kind: inference); a training spec "
-        "exports as megatron or nemo")));
+  const TrainingExporter* exporter = FindTrainingExporter(o.format);
+  if (exporter == nullptr) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--format ", o.format,
+                     " exports inference specs (kind: inference); a training spec "
+                     "exports as megatron, nemo, deepspeed or torchtitan")));
   }
   auto spec = LoadSpec(o.spec_path);
   if (!spec.ok()) return Fail(spec.status());
@@ -170,9 +172,7 @@ int RunExport(const ExportOptions& o) {
     }
     layout = chosen.config;
   }
-  absl::StatusOr<std::string> text = o.format == "megatron"
-                                         ? FormatMegatronArgs(*spec, layout)
-                                         : NemoConfigOverride(*spec, layout);
+  absl::StatusOr<std::string> text = exporter->render(*spec, layout);
   if (!text.ok()) return Fail(text.status());
   std::cout << *text;
   return 0;
@@ -213,10 +213,12 @@ void RegisterPlanCommands(CLI::App& app, int* exit_code) {
       ->required();
   exporter
       ->add_option("--format", export_options->format,
-                   "megatron (pretrain_gpt.py arguments) or nemo (megatron_gpt_config.yaml "
-                   "overrides); for kind: inference specs trtllm, vllm or sglang")
+                   "megatron (pretrain_gpt.py arguments), nemo (megatron_gpt_config.yaml "
+                   "overrides), deepspeed (ds_config.json) or torchtitan (job TOML); for "
+                   "kind: inference specs trtllm, vllm or sglang")
       ->required()
-      ->check(CLI::IsMember({"megatron", "nemo", "trtllm", "vllm", "sglang"}));
+      ->check(CLI::IsMember(
+          {"megatron", "nemo", "deepspeed", "torchtitan", "trtllm", "vllm", "sglang"}));
   exporter
       ->add_option("--rank", export_options->rank,
                    "Export the Nth ranked layout of the plan (default: the pinned layout of a "

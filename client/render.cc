@@ -70,12 +70,11 @@ std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec) {
     const std::string mfu = absl::StrFormat("%.1f%%", 100.0 * r.mfu);
     const std::string mem = absl::StrFormat("%.1f%s", r.memory.Peak() / kGiB, r.fits ? " " : "!");
     any_oom = any_oom || !r.fits;
-    absl::StrAppend(&out, absl::StrFormat(
-                              "%4d %2d %2d %5d %2d %2d %3d %2s %-9s %4s %8s %9.0f %6s %8s\n",
-                              r.rank, c.tp, c.pp, c.dp, c.cp, c.vp, c.micro_batch_size,
-                              OnOff(c.sequence_parallel), recompute,
-                              OnOff(c.distributed_optimizer), iter_s, r.tokens_per_sec_per_gpu,
-                              mfu, mem));
+    absl::StrAppend(
+        &out, absl::StrFormat(
+                  "%4d %2d %2d %5d %2d %2d %3d %2s %-9s %4s %8s %9.0f %6s %8s\n", r.rank, c.tp,
+                  c.pp, c.dp, c.cp, c.vp, c.micro_batch_size, OnOff(c.sequence_parallel), recompute,
+                  OnOff(c.distributed_optimizer()), iter_s, r.tokens_per_sec_per_gpu, mfu, mem));
   }
   if (result.ranked.empty()) absl::StrAppend(&out, "(no layout to rank)\n");
   if (result.feasible == 0 && !result.rejected.empty()) {
@@ -146,10 +145,10 @@ std::string FormatPlanCsv(const PlanResult& result) {
       "hardware_tflops_per_gpu,mfu,peak_gib,weights_gib,gradients_gib,optimizer_gib,"
       "activations_gib,other_gib,capacity_gib,fits,source,time_to_train_days,status,reason\n";
   auto config_fields = [](const ParallelConfig& c) {
-    return absl::StrCat(c.tp, ",", c.pp, ",", c.dp, ",", c.cp, ",", c.vp, ",",
-                        c.micro_batch_size, ",", c.sequence_parallel ? "true" : "false", ",",
-                        ToString(c.recompute), ",", c.recompute_num_layers, ",",
-                        c.distributed_optimizer ? "true" : "false");
+    return absl::StrCat(c.tp, ",", c.pp, ",", c.dp, ",", c.cp, ",", c.vp, ",", c.micro_batch_size,
+                        ",", c.sequence_parallel ? "true" : "false", ",", ToString(c.recompute),
+                        ",", c.recompute_num_layers, ",",
+                        c.distributed_optimizer() ? "true" : "false");
   };
   for (const RankedConfig& r : result.ranked) {
     const MemoryBreakdown& m = r.memory;

@@ -206,4 +206,21 @@ absl::StatusOr<MoeRouting> ParseMoeRouting(absl::string_view s) {
   return ParseEnum("moe routing", s, kAll);
 }
 
+const char* ToString(DataParallelSharding v) {
+  switch (v) {
+    case DataParallelSharding::kNone: return "none";
+    case DataParallelSharding::kOptimizer: return "optimizer";
+    case DataParallelSharding::kOptimizerGrads: return "optimizer_grads";
+    case DataParallelSharding::kFull: return "full";
+  }
+  return "?";
+}
+
+absl::StatusOr<DataParallelSharding> ParseDataParallelSharding(absl::string_view s) {
+  static constexpr DataParallelSharding kAll[] = {
+      DataParallelSharding::kNone, DataParallelSharding::kOptimizer,
+      DataParallelSharding::kOptimizerGrads, DataParallelSharding::kFull};
+  return ParseEnum("data parallel sharding", s, kAll);
+}
+
 }  // namespace paratune

@@ -35,6 +35,12 @@ enum class StageExtras {
   kFirst,  ///< VocabParallelEmbedding lookup before the layer.
   kLast,   ///< Final norm, vocab-parallel logits and cross entropy after the layer.
 };
+/// Sharded data parallelism (ZeRO stages; Rajbhandari et al. 2020): what each rank of the
+/// data-parallel (x context-parallel) group keeps only its shard of. kOptimizer is ZeRO-1
+/// (Megatron's distributed optimizer), kOptimizerGrads ZeRO-2, kFull ZeRO-3 / FSDP full
+/// shard (parameters too: each layer's weights are all-gathered before its forward and its
+/// backward, its gradients reduce-scattered after its backward).
+enum class DataParallelSharding { kNone, kOptimizer, kOptimizerGrads, kFull };
 /// What a search ranks by: iteration time, or peak memory.
 enum class Objective { kThroughput, kMinMemory };
 /// How a search scores its candidates: the analytical model, or measured layer tasks.
@@ -69,6 +75,8 @@ const char* ToString(SearchMode v);
 const char* ToString(AttentionType v);
 const char* ToString(MoeTokenDispatcher v);
 const char* ToString(MoeRouting v);
+/// "none" | "optimizer" | "optimizer_grads" | "full".
+const char* ToString(DataParallelSharding v);
 
 /// The value named `s` (exactly as ToString spells it); InvalidArgument otherwise,
 /// listing the accepted names: `unknown activation 'relu' (expected gelu, swiglu)`.
@@ -84,6 +92,7 @@ absl::StatusOr<SearchMode> ParseSearchMode(absl::string_view s);
 absl::StatusOr<AttentionType> ParseAttentionType(absl::string_view s);
 absl::StatusOr<MoeTokenDispatcher> ParseMoeTokenDispatcher(absl::string_view s);
 absl::StatusOr<MoeRouting> ParseMoeRouting(absl::string_view s);
+absl::StatusOr<DataParallelSharding> ParseDataParallelSharding(absl::string_view s);
 
 }  // namespace paratune
 

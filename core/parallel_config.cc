@@ -27,7 +27,22 @@ std::string ParallelConfig::ToString() const {
   if (recompute == Recompute::kFull && recompute_num_layers > 0) {
     absl::StrAppend(&out, "(", recompute_num_layers, ")");
   }
-  if (distributed_optimizer) absl::StrAppend(&out, " dopt");
+  switch (data_parallel_sharding) {
+    case DataParallelSharding::kNone:
+      break;
+    case DataParallelSharding::kOptimizer:
+      absl::StrAppend(&out, " dopt");
+      break;
+    case DataParallelSharding::kOptimizerGrads:
+      absl::StrAppend(&out, " zero2");
+      break;
+    case DataParallelSharding::kFull:
+      absl::StrAppend(&out, " fsdp");
+      break;
+  }
+  if (shard_group_size > 0 && distributed_optimizer()) {
+    absl::StrAppend(&out, "/", shard_group_size);
+  }
   if (split_counts_embedding_and_loss) absl::StrAppend(&out, " split+2");
   if (ep > 1 || etp > 1) {
     absl::StrAppend(&out, " ep", ep, " etp", etp, " ", paratune::ToString(moe_token_dispatcher));

@@ -23,7 +23,6 @@ struct ParallelConfig {
   bool sequence_parallel = false;       ///< SP (requires tp > 1).
   Recompute recompute = Recompute::kNone;  ///< Activation recomputation granularity.
   int64_t recompute_num_layers = 0;     ///< Layers per stage fully recomputed (kFull).
-  bool distributed_optimizer = false;   ///< ZeRO-1 optimizer-state sharding over DP.
   /// Megatron-Core's --account-for-embedding-in-pipeline-split and
   /// --account-for-loss-in-pipeline-split: the embedding and the loss count as one layer
   /// each, so (L + 2) is split evenly over p*v model chunks and the first and last chunks
@@ -49,6 +48,23 @@ struct ParallelConfig {
   int64_t etp = 1;  ///< Expert tensor parallel size: each expert's FFN split over etp.
   /// How tokens reach the ranks that hold their experts.
   MoeTokenDispatcher moe_token_dispatcher = MoeTokenDispatcher::kAllToAll;
+  // ---- Sharded data parallelism (ZeRO / FSDP) ----
+  /// What the data-parallel x context-parallel group shards (kOptimizer: Megatron's
+  /// --use-distributed-optimizer, ZeRO-1; kOptimizerGrads: ZeRO-2; kFull: ZeRO-3 / FSDP).
+  DataParallelSharding data_parallel_sharding = DataParallelSharding::kNone;
+  /// Ranks of one shard group (HSDP: shard inside a group of this many consecutive DP
+  /// ranks, replicate across the dp*cp / shard_group_size groups). 0: the whole dp*cp group.
+  int64_t shard_group_size = 0;
+  /// Ranks the optimizer state (and, by stage, gradients and parameters) is sharded over:
+  /// shard_group_size, or dp*cp when it is 0; 1 without sharding.
+  int64_t ShardRanks() const {
+    if (data_parallel_sharding == DataParallelSharding::kNone) return 1;
+    return shard_group_size > 0 ? shard_group_size : dp * cp;
+  }
+  /// The optimizer state is sharded (every stage but kNone): Megatron's distributed optimizer.
+  bool distributed_optimizer() const {
+    return data_parallel_sharding != DataParallelSharding::kNone;
+  }
 
   /// Transformer layers in model chunk `chunk` (0..vp-1) of pipeline stage `stage`.
   int64_t LayersInChunk(int64_t num_layers, int64_t stage, int64_t chunk) const;

@@ -186,11 +186,11 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
     const CommMeasurement* ar = FindSweep(measurements, *sweep, CollectiveOp::kAllReduce);
     const CommMeasurement* rs = FindSweep(measurements, *sweep, CollectiveOp::kReduceScatter);
     const CommMeasurement* ag = FindSweep(measurements, *sweep, CollectiveOp::kAllGather);
-    if (!c.distributed_optimizer && ar != nullptr) {
+    if (!c.distributed_optimizer() && ar != nullptr) {
       terms.dp_reduce_seconds = [ar](double bytes) { return SweepSeconds(*ar, bytes); };
       dp_note = absl::StrFormat("; dp all-reduce measured (busbw %.2f GB/s at the largest size)",
                                 ar->LargestBusBandwidth() / 1e9);
-    } else if (c.distributed_optimizer && (rs != nullptr || ar != nullptr)) {
+    } else if (c.distributed_optimizer() && (rs != nullptr || ar != nullptr)) {
       // A ring all-reduce is a reduce-scatter then an all-gather of the same bytes, each
       // (k-1)/k of them per rank: without their own sweeps each is half the all-reduce.
       terms.dp_reduce_seconds = [rs, ar](double bytes) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "search/model_math.h"
 
 namespace paratune {
@@ -146,6 +147,12 @@ int64_t NumNodes(const ClusterSpec& cluster) {
 
 std::string YamlBool(bool b) { return b ? "true" : "false"; }
 
+/// HSDP: the replicas of each shard group (1 without a shard group or sharding).
+int64_t ShardReplicas(const ParallelConfig& c) {
+  if (!c.distributed_optimizer() || c.shard_group_size <= 0) return 1;
+  return c.dp * c.cp / c.shard_group_size;
+}
+
 const std::string& DisplayName(const JobSpec& spec) {
   return spec.name.empty() ? spec.model.name : spec.name;
 }
@@ -237,7 +244,20 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
     add("--recompute-method", full->method);
     add("--recompute-num-layers", absl::StrCat(full->num_layers));
   }
-  if (c.distributed_optimizer) add("--use-distributed-optimizer");
+  if (c.distributed_optimizer()) add("--use-distributed-optimizer");
+  if (c.data_parallel_sharding == DataParallelSharding::kOptimizerGrads ||
+      c.data_parallel_sharding == DataParallelSharding::kFull) {
+    // Megatron-FSDP (Megatron-Core 0.14+), which needs the distributed optimizer too and
+    // no gradient-accumulation fusion.
+    add("--use-megatron-fsdp");
+    add("--data-parallel-sharding-strategy", c.data_parallel_sharding == DataParallelSharding::kFull
+                                                 ? "optim_grads_params"
+                                                 : "optim_grads");
+    add("--no-gradient-accumulation-fusion");
+  }
+  if (const int64_t replicas = ShardReplicas(c); replicas > 1) {
+    add("--num-distributed-optimizer-instances", absl::StrCat(replicas));
+  }
   // The time model hides all but the last gradient bucket behind the backward pass only
   // when Megatron is told to overlap the reduce; the plan assumes what the export says.
   if (c.overlap_grad_reduce && c.dp * c.cp > 1) add("--overlap-grad-reduce");
@@ -386,13 +406,189 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
   if (t.precision == Precision::kNvfp4) {
     absl::StrAppend(&out, "  fp4: e2m1\n  fp4_recipe: nvfp4\n");
   }
-<<<<<<< HEAD
-=======
   absl::StrAppend(&out, NemoMoeKeys(spec, c));
->>>>>>> moe-model
+  switch (c.data_parallel_sharding) {
+    case DataParallelSharding::kNone:
+    case DataParallelSharding::kOptimizer:
+      break;
+    // NeMo 1.x's PyTorch FSDP: 'grad' shards gradients and optimizer state (ZeRO-2),
+    // 'full' everything, 'hybrid' full sharding inside a node, replicated across nodes.
+    case DataParallelSharding::kOptimizerGrads:
+      absl::StrAppend(&out, "  fsdp: true\n  fsdp_sharding_strategy: grad\n");
+      break;
+    case DataParallelSharding::kFull:
+      absl::StrAppend(&out, "  fsdp: true\n  fsdp_sharding_strategy: ",
+                      ShardReplicas(c) > 1 ? "hybrid" : "full", "\n");
+      break;
+  }
   absl::StrAppend(&out, "  optim:\n    name: ",
-                  c.distributed_optimizer ? "distributed_fused_adam" : "fused_adam", "\n");
+                  c.data_parallel_sharding == DataParallelSharding::kOptimizer
+                      ? "distributed_fused_adam"
+                      : "fused_adam",
+                  "\n");
   return out;
+}
+
+absl::StatusOr<std::string> DeepSpeedConfig(const JobSpec& spec, const ParallelConfig& c) {
+  if (c.cp > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cp (", c.cp,
+                     ") has no DeepSpeed config form: DeepSpeed runs no ring context "
+                     "parallelism (export megatron or torchtitan)"));
+  }
+  if (c.sequence_parallel) {
+    return absl::InvalidArgumentError(
+        "sequence_parallel has no DeepSpeed config form (AutoTP does not split the "
+        "norms' sequence): export megatron or torchtitan");
+  }
+  const int stage = static_cast<int>(c.data_parallel_sharding);
+  if (c.pp > 1 && stage > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data_parallel_sharding ", ToString(c.data_parallel_sharding), " with pp (",
+                     c.pp, ") > 1: DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 only"));
+  }
+  const TrainingSpec& t = spec.training;
+  nlohmann::ordered_json ds;
+  ds["train_batch_size"] = t.global_batch_size;
+  ds["train_micro_batch_size_per_gpu"] = c.micro_batch_size;
+  ds["gradient_accumulation_steps"] = NumMicroBatches(c, t);
+  ds["gradient_clipping"] = 1.0;
+  // FP8 and the block-scaled formats are GEMM precisions (Transformer Engine in the model
+  // code) on top of BF16 mixed precision, which is all the config says.
+  ds["bf16"] = {{"enabled", t.precision != Precision::kFp16 && t.precision != Precision::kFp32}};
+  ds["fp16"] = {{"enabled", t.precision == Precision::kFp16}};
+  nlohmann::ordered_json zero;
+  zero["stage"] = stage;
+  zero["overlap_comm"] = c.overlap_grad_reduce;
+  zero["contiguous_gradients"] = true;
+  zero["reduce_scatter"] = true;
+  zero["reduce_bucket_size"] = 40000000;
+  zero["allgather_bucket_size"] = 40000000;
+  if (c.data_parallel_sharding == DataParallelSharding::kFull) {
+    zero["stage3_prefetch_bucket_size"] = 40000000;
+    zero["stage3_param_persistence_threshold"] = 100000;
+  }
+  if (ShardReplicas(c) > 1) {
+    if (c.data_parallel_sharding == DataParallelSharding::kFull) {
+      zero["zero_hpz_partition_size"] = c.shard_group_size;
+    } else {
+      zero["mics_shard_size"] = c.shard_group_size;
+    }
+  }
+  ds["zero_optimization"] = zero;
+  if (c.tp > 1) ds["tensor_parallel"] = {{"autotp_size", c.tp}};
+  if (c.pp > 1) ds["pipeline"] = {{"stages", c.pp}, {"partition", "parameters"}};
+  if (c.recompute != Recompute::kNone) {
+    ds["activation_checkpointing"] = {
+        {"partition_activations", c.tp > 1},
+        {"contiguous_memory_optimization", false},
+        {"cpu_checkpointing", false},
+        {"number_checkpoints",
+         c.recompute_num_layers > 0 ? c.recompute_num_layers : spec.model.num_layers / c.pp}};
+  }
+  ds["wall_clock_breakdown"] = false;
+  return ds.dump(2) + "\n";
+}
+
+absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const ParallelConfig& c) {
+  if (spec.training.precision == Precision::kNvfp4) {
+    return absl::InvalidArgumentError(
+        "training.precision nvfp4 has no torchtitan form (export megatron or nemo)");
+  }
+  std::string reshard;
+  switch (c.data_parallel_sharding) {
+    case DataParallelSharding::kNone:
+      break;
+    case DataParallelSharding::kOptimizer:
+      return absl::InvalidArgumentError(
+          "data_parallel_sharding optimizer (ZeRO-1 alone) has no torchtitan form: torchtitan "
+          "shards with FSDP2 (use optimizer_grads or full, or export megatron)");
+    case DataParallelSharding::kOptimizerGrads:
+      reshard = "never";
+      break;
+    case DataParallelSharding::kFull:
+      reshard = "default";
+      break;
+  }
+  const int64_t group = c.dp * c.cp;
+  int64_t shard = 1, replicate = c.dp;
+  if (c.data_parallel_sharding != DataParallelSharding::kNone) {
+    const int64_t ranks = c.ShardRanks();
+    if (ranks % c.cp != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard_group_size (", ranks, ") must be a multiple of cp (", c.cp,
+                       ") for torchtitan, whose FSDP mesh is data_parallel_shard_degree x cp"));
+    }
+    shard = ranks / c.cp;
+    replicate = group / ranks;
+  }
+  const ModelSpec& m = spec.model;
+  const TrainingSpec& t = spec.training;
+  std::string ac = "none";
+  if (c.recompute == Recompute::kSelective) ac = "selective";
+  if (c.recompute == Recompute::kFull) ac = "full";
+  std::string out = absl::StrCat(
+      "# torchtitan job config for ", DisplayName(spec), ": ", c.ToString(), "\n",
+      "# model: ", m.num_layers, " layers, hidden ", m.hidden_size, ", ", m.num_attention_heads,
+      " heads (", m.num_query_groups, " KV), FFN ", m.ffn_hidden_size, ", vocab ", m.vocab_size,
+      ": pick or add the matching [model] flavor\n", "# launch: torchrun --nnodes ",
+      NumNodes(spec.cluster), " --nproc-per-node ",
+      std::min(spec.cluster.gpus_per_node, spec.cluster.num_gpus),
+      " -m torchtitan.train --job.config_file this.toml\n\n", "[job]\n", "description = \"",
+      DisplayName(spec), "\"\n\n", "[training]\n", "seq_len = ", t.seq_length, "\n",
+      "global_batch_size = ", t.global_batch_size, "\n",
+      // Per DP rank and step; gradient accumulation makes up the rest without PP.
+      "local_batch_size = ", c.pp > 1 ? t.global_batch_size / c.dp : c.micro_batch_size, "\n",
+      "mixed_precision_param = \"",
+      t.precision == Precision::kFp32   ? "float32"
+      : t.precision == Precision::kFp16 ? "float16"
+                                        : "bfloat16",
+      "\"\n", "mixed_precision_reduce = \"float32\"\n\n", "[parallelism]\n",
+      "data_parallel_replicate_degree = ", replicate, "\n", "data_parallel_shard_degree = ", shard,
+      "\n");
+  if (!reshard.empty()) {
+    absl::StrAppend(&out, "fsdp_reshard_after_forward = \"", reshard, "\"\n");
+  }
+  absl::StrAppend(&out, "tensor_parallel_degree = ", c.tp, "\n",
+                  "enable_async_tensor_parallel = ", YamlBool(c.tp_comm_overlap), "\n",
+                  "context_parallel_degree = ", c.cp, "\n", "pipeline_parallel_degree = ", c.pp,
+                  "\n");
+  if (c.pp > 1) {
+    absl::StrAppend(&out, "pipeline_parallel_schedule = \"", c.vp > 1 ? "Interleaved1F1B" : "1F1B",
+                    "\"\n", "pipeline_parallel_microbatch_size = ", c.micro_batch_size, "\n");
+    if (c.vp > 1) {
+      absl::StrAppend(&out, "pipeline_parallel_layers_per_stage = ", m.num_layers / (c.pp * c.vp),
+                      "\n");
+    }
+  }
+  absl::StrAppend(&out, "\n[activation_checkpoint]\n", "mode = \"", ac, "\"\n");
+  if (c.recompute == Recompute::kSelective) {
+    absl::StrAppend(&out, "selective_ac_option = \"op\"\n");
+  }
+  if (t.precision == Precision::kFp8) {
+    absl::StrAppend(&out, "\n[model]\n", "converters = [\"float8\"]\n");
+  }
+  if (t.precision == Precision::kMxfp8) {
+    absl::StrAppend(&out, "\n[model]\n", "converters = [\"mx\"]\n\n[mx]\n",
+                    "recipe_name = \"mxfp8\"\n");
+  }
+  return out;
+}
+
+const std::vector<TrainingExporter>& TrainingExporters() {
+  static const std::vector<TrainingExporter> kExporters = {
+      {"megatron", "-megatron.txt", "text/plain; charset=utf-8", &FormatMegatronArgs},
+      {"nemo", "-nemo.yaml", "application/yaml; charset=utf-8", &NemoConfigOverride},
+      {"deepspeed", "-deepspeed.json", "application/json; charset=utf-8", &DeepSpeedConfig},
+      {"torchtitan", "-torchtitan.toml", "application/toml; charset=utf-8", &TorchtitanConfig}};
+  return kExporters;
+}
+
+const TrainingExporter* FindTrainingExporter(absl::string_view format) {
+  for (const TrainingExporter& e : TrainingExporters()) {
+    if (format == e.format) return &e;
+  }
+  return nullptr;
 }
 
 }  // namespace paratune

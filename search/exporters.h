@@ -1,5 +1,6 @@
 // A chosen layout as the settings of the frameworks that run it: Megatron-LM's
-// pretrain_gpt.py command-line arguments and a NeMo (megatron_gpt_config.yaml) override.
+// pretrain_gpt.py command-line arguments, a NeMo (megatron_gpt_config.yaml) override, a
+// DeepSpeed JSON config and a torchtitan job TOML; TrainingExporters() lists them.
 #ifndef PARATUNE_SEARCH_EXPORTERS_H_
 #define PARATUNE_SEARCH_EXPORTERS_H_
 
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "search/parallel_config.h"
 #include "search/specs.h"
 
@@ -34,6 +36,36 @@ absl::StatusOr<std::string> FormatMegatronArgs(const JobSpec& spec, const Parall
 /// keys of megatron_gpt_config.yaml (parallel sizes, batch, architecture,
 /// activations_checkpoint_*, optim.name distributed_fused_adam when sharded).
 absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const ParallelConfig& config);
+
+/// A DeepSpeed config (ds_config.json): batch sizes, precision, zero_optimization.stage
+/// (0-3 from data_parallel_sharding; HSDP as ZeRO++'s hierarchical partition
+/// zero_hpz_partition_size for full sharding, MiCS's mics_shard_size otherwise) with
+/// overlapped communication and 40M-element buckets, activation checkpointing for
+/// recompute, AutoTP (tensor_parallel.autotp_size) for tp > 1. InvalidArgument for what
+/// DeepSpeed cannot run: cp > 1, sequence parallelism, and pp > 1 with ZeRO-2/3 (its
+/// pipeline engine takes stage 0 or 1 only).
+absl::StatusOr<std::string> DeepSpeedConfig(const JobSpec& spec, const ParallelConfig& config);
+
+/// A torchtitan job config (TOML): [parallelism] degrees (data_parallel_shard_degree is
+/// the shard group over DP x CP divided by cp, data_parallel_replicate_degree the
+/// replicas), pipeline schedule, [activation_checkpoint], [training] batch and sequence,
+/// float8 for FP8, mx for MXFP8 (NVFP4: InvalidArgument). torchtitan shards with FSDP2 only: full
+/// is fsdp_reshard_after_forward "default", optimizer_grads "never" (parameters stay gathered
+/// between forward and backward); optimizer (ZeRO-1 alone) has no torchtitan form: InvalidArgument.
+absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const ParallelConfig& config);
+
+/// One export format (a table of kinds): its name for `--format` and REST `?format=`, the
+/// downloaded file's suffix and content type, and the renderer.
+struct TrainingExporter {
+  const char* format;        ///< "megatron" | "nemo" | "deepspeed" | "torchtitan".
+  const char* file_suffix;   ///< "-megatron.txt", "-nemo.yaml", ...
+  const char* content_type;  ///< HTTP Content-Type of the download.
+  absl::StatusOr<std::string> (*render)(const JobSpec&, const ParallelConfig&);
+};
+/// Every training export format, in the order help texts list them.
+const std::vector<TrainingExporter>& TrainingExporters();
+/// The exporter named `format`, or nullptr.
+const TrainingExporter* FindTrainingExporter(absl::string_view format);
 
 }  // namespace paratune
 

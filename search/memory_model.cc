@@ -288,6 +288,33 @@ double TrackedPeakBytes(const MemoryBreakdown& m, const FrameworkMemory& framewo
   return m.weights + gradients + m.optimizer + m.activations + transient;
 }
 
+ShardedModelState ShardedModelStateBytes(const ParallelConfig& config, double params,
+                                         double layer_params, double weight_bytes,
+                                         double gradient_bytes, double optimizer_bytes) {
+  const double n = static_cast<double>(std::max<int64_t>(config.ShardRanks(), 1));
+  ShardedModelState out;
+  out.weights = weight_bytes * params;
+  out.gradients = gradient_bytes * params;
+  out.optimizer = optimizer_bytes * params / n;
+  switch (config.data_parallel_sharding) {
+    case DataParallelSharding::kNone:
+    case DataParallelSharding::kOptimizer:
+      break;
+    case DataParallelSharding::kOptimizerGrads:
+      out.gradients /= n;
+      out.reduce_buffers = 2.0 * std::min(params, kReduceBucketParams) * gradient_bytes;
+      break;
+    case DataParallelSharding::kFull:
+      out.weights /= n;
+      out.gradients /= n;
+      out.gathered_weights =
+          std::min(params, kFullShardUnshardedLayers * layer_params) * weight_bytes;
+      out.reduce_buffers = std::min(params, 2.0 * layer_params) * gradient_bytes;
+      break;
+  }
+  return out;
+}
+
 MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
                                double capacity_bytes, const FrameworkMemory& framework) {
   const ModelSpec& m = spec.model;
@@ -373,12 +400,6 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
 
   const double weight_bytes = tr.precision == Precision::kFp32 ? 4.0 : 2.0;
   const double optimizer_bytes = OptimizerBytesPerParam(tr.precision);
-  const double optimizer_shards =
-      c.distributed_optimizer ? static_cast<double>(c.dp * c.cp) : 1.0;
-  // The distributed optimizer shards the routed experts over the expert data-parallel
-  // group (edp = tp*cp*dp / (etp*ep)), the rest over dp*cp.
-  const double expert_optimizer_shards =
-      c.distributed_optimizer ? static_cast<double>(std::max<int64_t>(c.edp(), 1)) : 1.0;
 
   // Dense models peak on the first or the last stage; an MoE model's middle stages may
   // hold more expert layers than either. Of the stages with the same expert and decoder
@@ -401,10 +422,28 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     const double params = split.Total();
     MemoryBreakdown mem;
     mem.capacity = capacity_bytes;
-    mem.weights = weight_bytes * params;
-    mem.gradients = framework.gradient_bytes_per_param * params;
-    mem.optimizer = optimizer_bytes * (split.dense / optimizer_shards +
-                                       split.expert / expert_optimizer_shards);
+    // Dense parameters shard over the data-parallel shard group; the routed experts over
+    // the expert data-parallel group (edp = tp*cp*dp / (etp*ep)).
+    ParallelConfig expert_group = c;
+    if (c.data_parallel_sharding != DataParallelSharding::kNone) {
+      expert_group.shard_group_size = std::max<int64_t>(c.edp(), 1);
+    }
+    const double stage_experts =
+        static_cast<double>(std::max<int64_t>(experts_per_stage[static_cast<size_t>(stage)], 1));
+    const ShardedModelState dense =
+        ShardedModelStateBytes(c, split.dense, LayerParams(m) / t, weight_bytes,
+                               framework.gradient_bytes_per_param, optimizer_bytes);
+    const ShardedModelState expert =
+        split.expert > 0
+            ? ShardedModelStateBytes(expert_group, split.expert, split.expert / stage_experts,
+                                     weight_bytes, framework.gradient_bytes_per_param,
+                                     optimizer_bytes)
+            : ShardedModelState{};
+    mem.weights =
+        dense.weights + dense.gathered_weights + expert.weights + expert.gathered_weights;
+    mem.gradients =
+        dense.gradients + dense.reduce_buffers + expert.gradients + expert.reduce_buffers;
+    mem.optimizer = dense.optimizer + expert.optimizer;
     const double stage_in_flight = in_flight_on(stage);
     mem.activations =
         stage_in_flight * stage_act(stage) + (stage == 0 ? in_flight * embedding_act : 0);

@@ -166,14 +166,47 @@ double TrainerGradientBytesPerParam(Precision precision);
 /// Megatron-LM keeps an FP32 copy of 16-bit logits (FrameworkMemory's 6).
 double TrainerLogitsBytesPerElement(Precision precision);
 
+// ---- Sharded data parallelism (ZeRO / FSDP) ----
+
+/// Megatron's gradient bucket (at least 40M parameters; DeepSpeed's reduce_bucket_size and
+/// Megatron-FSDP's buckets are of the same order): the unit reduce-scattered at once.
+inline constexpr double kReduceBucketParams = 40e6;
+/// Unsharded layers FSDP holds at once with full sharding: the layer computing and the next
+/// one, prefetched (FSDP2's and Megatron-FSDP's default prefetch depth of 1; DeepSpeed
+/// ZeRO-3 prefetches by bytes, about one layer of a large model).
+inline constexpr double kFullShardUnshardedLayers = 2;
+
+/// Per-rank model-state bytes of one pipeline stage's `params` parameters (per TP rank)
+/// under `config`'s data-parallel sharding, with its shard group of N = config.ShardRanks()
+/// ranks. Per parameter Ψ, with W weight bytes, G gradient bytes and K optimizer bytes (the
+/// ZeRO paper's 2Ψ + 2Ψ + KΨ with W = G = 2, K = 12):
+///   none            W Ψ       + G Ψ       + K Ψ
+///   optimizer       W Ψ       + G Ψ       + K Ψ / N   (ZeRO-1, distributed optimizer)
+///   optimizer_grads W Ψ       + G Ψ / N   + K Ψ / N   (ZeRO-2)
+///   full            W Ψ / N   + G Ψ / N   + K Ψ / N   (ZeRO-3 / FSDP)
+/// plus the buffers the sharded stages need: full sharding holds kFullShardUnshardedLayers
+/// layers' gathered weights (W each) and two layers' unsharded gradients before their
+/// reduce-scatter (G each); ZeRO-2 two gradient buckets of kReduceBucketParams (G each),
+/// the one filling and the one being reduce-scattered.
+struct ShardedModelState {
+  double weights = 0, gradients = 0, optimizer = 0;
+  double gathered_weights = 0;  ///< Unsharded layers in flight (full).
+  double reduce_buffers = 0;    ///< Unsharded gradients awaiting reduce-scatter.
+};
+ShardedModelState ShardedModelStateBytes(const ParallelConfig& config, double params,
+                                         double layer_params, double weight_bytes,
+                                         double gradient_bytes, double optimizer_bytes);
+
 /// Memory on the most loaded GPU (the max over the first and the last pipeline stage; over
 /// every stage for an MoE model), by
 /// cause. Documented terms:
 ///   weights 2 bytes/param (4 for FP32; FP8 keeps 2, its copies are transient),
 ///   gradients FrameworkMemory::gradient_bytes_per_param (Megatron: 4, FP32 main grads),
 ///   optimizer OptimizerBytesPerParam (12: FP32 master copy, Adam m and v; 8 in FP32
-///   training, which has no master copy), divided by d*c with the distributed optimizer
-///   (the routed experts by edp); parameters per stage include the embedding on the first and the
+///   training, which has no master copy); weights, gradients and optimizer sharded over
+///   the shard group as ShardedModelStateBytes says (the routed experts over the expert
+///   data-parallel group edp; the gathered layers count as weights, the reduce-scatter
+///   buffers as gradients); parameters per stage include the embedding on the first and the
 ///   output layer (or the tied copy) on the last;
 ///   activations: LayerActivationBytes times the stage's layers times its in-flight
 ///   micro-batches (1F1B: min(p - r, m) on stage r; interleaved: the warm-up chunks, i.e.

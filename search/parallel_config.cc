@@ -72,6 +72,33 @@ absl::Status ValidateExpertLayout(const ParallelConfig& c, const JobSpec& spec) 
   return absl::OkStatus();
 }
 
+// Sharding needs a group to shard over; an HSDP shard group divides the dp*cp group.
+absl::Status ValidateDataParallelSharding(const ParallelConfig& c) {
+  const int64_t group = c.dp * c.cp;
+  if (c.data_parallel_sharding != DataParallelSharding::kNone && group == 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "search.data_parallel_sharding %s requires search.dp*search.cp > 1 (there is nothing "
+        "to shard over)",
+        ToString(c.data_parallel_sharding)));
+  }
+  if (c.shard_group_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("search.shard_group_size (%d) must not be negative", c.shard_group_size));
+  }
+  if (c.shard_group_size > 0) {
+    if (c.data_parallel_sharding == DataParallelSharding::kNone) {
+      return absl::InvalidArgumentError(
+          "search.shard_group_size needs search.data_parallel_sharding other than none");
+    }
+    if (c.shard_group_size < 2 || group % c.shard_group_size != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "search.shard_group_size (%d) must be at least 2 and divide search.dp*search.cp (%d)",
+          c.shard_group_size, group));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int64_t PipelineSlots(const ModelSpec& m, const ParallelConfig& c) {
@@ -213,11 +240,7 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
         "search.recompute_num_layers (%d) is only meaningful with search.recompute full",
         c.recompute_num_layers));
   }
-  if (c.distributed_optimizer && c.dp * c.cp == 1) {
-    return absl::InvalidArgumentError(
-        "search.distributed_optimizer requires search.dp*search.cp > 1 (there is nothing to "
-        "shard over)");
-  }
+  if (auto s = ValidateDataParallelSharding(c); !s.ok()) return s;
   return ValidateExpertLayout(c, spec);
 }
 

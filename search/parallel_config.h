@@ -29,11 +29,12 @@ int64_t DecoderLayersOnStage(const ModelSpec& model, const ParallelConfig& confi
 /// groups, FFN, layers (with VP; L + 2 with split_counts_embedding_and_loss), batch;
 /// interleaving (vp > 1) needs m % p == 0 (Megatron-LM's interleaved schedule runs
 /// micro-batches in groups of p); SP only with t > 1; CP needs s % 2c == 0; TP inside a
-/// node unless allowed; the expert layout (Megatron-Core's parallel folding): ep divides
-/// num_experts, etp divides moe_ffn_hidden_size, etp*ep divides tp*cp*dp, tp divides the
-/// shared experts' width, ep = etp = 1 and the default dispatcher for dense models, a
-/// dispatcher other than alltoall only with ep*etp > 1. The first violated rule, naming
-/// the fields and values:
+/// node unless allowed; data-parallel sharding needs dp*cp > 1, and a shard_group_size
+/// (only with sharding) of at least 2 that divides dp*cp; the expert layout (Megatron-Core's
+/// parallel folding): ep divides num_experts, etp divides moe_ffn_hidden_size, etp*ep
+/// divides tp*cp*dp, tp divides the shared experts' width, ep = etp = 1 and the default
+/// dispatcher for dense models, a dispatcher other than alltoall only with ep*etp > 1. The
+/// first violated rule, naming the fields and values:
 /// `tp (3) must divide model.num_attention_heads (32)`.
 absl::Status ValidateParallelConfig(const ParallelConfig& config, const JobSpec& spec);
 

@@ -283,19 +283,21 @@ std::vector<std::pair<Recompute, int64_t>> RecomputeChoices(const SearchOptions&
   return out;
 }
 
-// The distributed optimizer both ways where open (with dp · cp > 1 only), or as pinned.
-std::vector<bool> DistributedOptimizerChoices(const SearchOptions& opt, int64_t dp_cp) {
-  std::vector<bool> out;
-  for (bool dopt : {false, true}) {
-    if (!Allowed(opt.distributed_optimizer, dopt)) continue;
-    if (opt.distributed_optimizer.empty() && dopt && dp_cp == 1) continue;
-    out.push_back(dopt);
+// Data-parallel sharding as listed, or (open) none and the distributed optimizer (the
+// latter with dp · cp > 1 only). With a shard group, only the layouts whose dp · cp it
+// divides shard.
+std::vector<DataParallelSharding> DataParallelShardingChoices(const SearchOptions& opt,
+                                                              int64_t dp_cp) {
+  if (!opt.data_parallel_sharding.empty()) return opt.data_parallel_sharding;
+  std::vector<DataParallelSharding> out = {DataParallelSharding::kNone};
+  if (dp_cp > 1 && (opt.shard_group_size == 0 || dp_cp % opt.shard_group_size == 0)) {
+    out.push_back(DataParallelSharding::kOptimizer);
   }
   return out;
 }
 
 // Calls `visit` with every layout of one split: vp, micro-batch, SP, recompute (with its
-// layer count), the distributed optimizer and the expert layout, varied in that order (the
+// layer count), the data-parallel sharding and the expert layout, varied in that order (the
 // expert layout fastest).
 template <typename Visit>
 void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit visit) {
@@ -307,7 +309,8 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
   const std::vector<int64_t> mbs = MicroBatchSizes(opt, spec.training.global_batch_size, shape.dp);
   const std::vector<bool> sps = SequenceParallelChoices(opt, shape.tp, IsMoe(spec.model));
   const std::vector<std::pair<Recompute, int64_t>> recomputes = RecomputeChoices(opt);
-  const std::vector<bool> dopts = DistributedOptimizerChoices(opt, shape.dp * shape.cp);
+  const std::vector<DataParallelSharding> shardings =
+      DataParallelShardingChoices(opt, shape.dp * shape.cp);
   ParallelConfig c;
   c.tp = shape.tp;
   c.pp = shape.pp;
@@ -326,8 +329,9 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
         for (const auto& [rc, rl] : recomputes) {
           c.recompute = rc;
           c.recompute_num_layers = rc == Recompute::kFull ? rl : 0;
-          for (bool dopt : dopts) {
-            c.distributed_optimizer = dopt;
+          for (DataParallelSharding sharding : shardings) {
+            c.data_parallel_sharding = sharding;
+            c.shard_group_size = sharding == DataParallelSharding::kNone ? 0 : opt.shard_group_size;
             for (const ExpertLayout& x : experts) {
               c.ep = x.ep;
               c.etp = x.etp;

@@ -15,8 +15,9 @@ namespace paratune {
 /// Open dimensions: tp over the divisors of N that divide the heads and tile a node; cp
 /// while each rank keeps >= 1024 tokens; pp over the divisors of L (or of L + 2 with the
 /// embedding/loss-aware split); every vp allowed by the layer split; micro-batches over the
-/// divisors of B/d up to 16; SP, recompute (none/selective/full) and the distributed
-/// optimizer both ways. Layouts that break a rule or run out of memory are rejected with
+/// divisors of B/d up to 16; SP, recompute (none/selective/full), and data-parallel
+/// sharding as search.data_parallel_sharding lists it (open: none and the distributed
+/// optimizer). Layouts that break a rule or run out of memory are rejected with
 /// the reason. Every survivor is scored with a closed-form pipeline screen, the best
 /// max(4*top_k, 32) are re-scored with the simulated schedule, and those are ranked by the
 /// objective (throughput: iteration time; min_memory: peak memory).

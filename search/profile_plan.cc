@@ -100,7 +100,7 @@ std::vector<CollectiveSweepSpec> DpSweepsFor(const JobSpec& spec, const Parallel
                                              const ProfilePlanOptions& options) {
   std::optional<CollectiveSweepSpec> sweep = DpSweepFor(spec, config, options);
   if (!sweep) return {};
-  if (!config.distributed_optimizer) return {*sweep};
+  if (!config.distributed_optimizer()) return {*sweep};
   std::vector<CollectiveSweepSpec> out;
   for (CollectiveOp op : {CollectiveOp::kReduceScatter, CollectiveOp::kAllGather}) {
     sweep->op = op;

@@ -203,6 +203,15 @@ absl::StatusOr<MoeTokenDispatcher> AsDispatcher(const json& v, const std::string
   return *r;
 }
 
+absl::StatusOr<DataParallelSharding> AsDataParallelSharding(const json& v,
+                                                            const std::string& path) {
+  auto s = AsString(v, path);
+  if (!s.ok()) return s.status();
+  auto r = ParseDataParallelSharding(*s);
+  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
+  return *r;
+}
+
 absl::Status Required(bool given, const std::string& path, const char* what) {
   if (given) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(path, " is required (", what, ")"));
@@ -464,6 +473,33 @@ absl::Status ReadCluster(const json& obj, ClusterSpec* c) {
   return Required(gpus, "cluster.num_gpus", "GPUs in the cluster");
 }
 
+// search.data_parallel_sharding, or its alias search.distributed_optimizer (true =
+// optimizer, false = none); an empty list is the same as an absent one.
+absl::Status ReadDataParallelSharding(const json& obj, const std::string& sec, SearchOptions* o) {
+  std::vector<bool> alias;
+  if (auto s = ReadList(obj, sec, "distributed_optimizer", AsBool, &alias); !s.ok()) return s;
+  if (auto s = ReadList(obj, sec, "data_parallel_sharding", AsDataParallelSharding,
+                        &o->data_parallel_sharding);
+      !s.ok()) {
+    return s;
+  }
+  if (alias.size() > kMaxSearchListEntries) {
+    return absl::InvalidArgumentError(absl::StrCat("search.distributed_optimizer has ",
+                                                   alias.size(), " entries; the limit is ",
+                                                   kMaxSearchListEntries));
+  }
+  if (!alias.empty() && !o->data_parallel_sharding.empty()) {
+    return absl::InvalidArgumentError(
+        "search.distributed_optimizer is an alias of search.data_parallel_sharding (true = "
+        "optimizer, false = none): give one of the two");
+  }
+  for (bool on : alias) {
+    o->data_parallel_sharding.push_back(on ? DataParallelSharding::kOptimizer
+                                           : DataParallelSharding::kNone);
+  }
+  return ReadInt(obj, sec, "shard_group_size", &o->shard_group_size);
+}
+
 absl::Status ReadSearch(const json& obj, SearchOptions* o) {
   const std::string sec = "search";
   if (!obj.is_object()) {
@@ -474,7 +510,8 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
                          {"tp", "pp", "dp", "cp", "vp", "micro_batch_size", "sequence_parallel",
                           "recompute", "recompute_num_layers", "distributed_optimizer", "top_k",
                           "objective", "mode", "allow_tp_across_nodes", "verify_top_k", "ep",
-                          "etp", "moe_token_dispatcher"});
+                          "etp", "moe_token_dispatcher", "data_parallel_sharding",
+                          "shard_group_size"});
       !s.ok()) {
     return s;
   }
@@ -494,10 +531,7 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
   if (auto s = ReadList(obj, sec, "sequence_parallel", AsBool, &o->sequence_parallel); !s.ok()) {
     return s;
   }
-  if (auto s = ReadList(obj, sec, "distributed_optimizer", AsBool, &o->distributed_optimizer);
-      !s.ok()) {
-    return s;
-  }
+  if (auto s = ReadDataParallelSharding(obj, sec, o); !s.ok()) return s;
   if (auto s = ReadList(obj, sec, "recompute", AsRecompute, &o->recompute); !s.ok()) return s;
   if (auto s = ReadList(obj, sec, "moe_token_dispatcher", AsDispatcher, &o->moe_token_dispatcher);
       !s.ok()) {
@@ -598,6 +632,8 @@ json JobSpecToJson(const JobSpec& spec) {
   json recompute = json::array();
   for (Recompute r : o.recompute) recompute.push_back(ToString(r));
   json dispatchers = json::array();
+  json sharding = json::array();
+  for (DataParallelSharding d : o.data_parallel_sharding) sharding.push_back(ToString(d));
   for (MoeTokenDispatcher d : o.moe_token_dispatcher) dispatchers.push_back(ToString(d));
   json out = json{
       {"name", spec.name},
@@ -640,7 +676,8 @@ json JobSpecToJson(const JobSpec& spec) {
         {"sequence_parallel", BoolsToJson(o.sequence_parallel)},
         {"recompute", recompute},
         {"recompute_num_layers", IntsToJson(o.recompute_num_layers)},
-        {"distributed_optimizer", BoolsToJson(o.distributed_optimizer)},
+        {"data_parallel_sharding", sharding},
+        {"shard_group_size", o.shard_group_size},
         {"top_k", o.top_k},
         {"objective", ToString(o.objective)},
         {"mode", ToString(o.mode)},
@@ -722,10 +759,10 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
     }
     c.recompute_num_layers = o.recompute_num_layers[0];
   }
-  if (o.distributed_optimizer.size() == 1) {
-    c.distributed_optimizer = o.distributed_optimizer[0];
-  } else if (!(o.distributed_optimizer.empty() && c.dp == 1)) {
-    return unpinned("distributed_optimizer", o.distributed_optimizer.size());
+  if (o.data_parallel_sharding.size() == 1) {
+    c.data_parallel_sharding = o.data_parallel_sharding[0];
+  } else if (!(o.data_parallel_sharding.empty() && c.dp * c.cp == 1)) {
+    return unpinned("data_parallel_sharding", o.data_parallel_sharding.size());
   }
   // Expert layout: ep and etp default to 1, the dispatcher to alltoall.
   if (o.ep.size() == 1) {
@@ -743,6 +780,7 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
   } else if (!o.moe_token_dispatcher.empty()) {
     return unpinned("moe_token_dispatcher", o.moe_token_dispatcher.size());
   }
+  c.shard_group_size = o.shard_group_size;
   return c;
 }
 

@@ -41,7 +41,8 @@ nlohmann::json JobSpecToJson(const JobSpec& spec);
 /// The one layout a fully pinned spec names, for `paratune estimate` and `export`. Every
 /// search dimension needs exactly one value, except those with only one meaningful value:
 /// dp (= num_gpus / (tp*pp*cp)), vp when pp is 1, sequence_parallel when tp is 1,
-/// distributed_optimizer when dp is 1, recompute_num_layers unless recompute is full.
+/// data_parallel_sharding when dp*cp is 1, recompute_num_layers unless recompute is full;
+/// shard_group_size is copied as given.
 /// InvalidArgument naming the first unpinned dimension.
 absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec);
 

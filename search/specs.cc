@@ -74,7 +74,8 @@ absl::Status CheckNoDuplicates(const std::string& field, const std::vector<T>& v
         return absl::InvalidArgumentError(
             absl::StrCat(field, " lists ", v ? "true" : "false", " twice"));
       } else if constexpr (std::is_same_v<T, Recompute> ||
-                           std::is_same_v<T, MoeTokenDispatcher>) {
+                           std::is_same_v<T, MoeTokenDispatcher> ||
+                           std::is_same_v<T, DataParallelSharding>) {
         return absl::InvalidArgumentError(
             absl::StrCat(field, " lists '", ToString(v), "' twice"));
       } else {
@@ -434,10 +435,10 @@ absl::Status SearchOptions::Validate() const {
       {"search.sequence_parallel", sequence_parallel.size()},
       {"search.recompute", recompute.size()},
       {"search.recompute_num_layers", recompute_num_layers.size()},
-      {"search.distributed_optimizer", distributed_optimizer.size()},
       {"search.ep", ep.size()},
       {"search.etp", etp.size()},
-      {"search.moe_token_dispatcher", moe_token_dispatcher.size()}};
+      {"search.moe_token_dispatcher", moe_token_dispatcher.size()},
+      {"search.data_parallel_sharding", data_parallel_sharding.size()}};
   for (const auto& [field, entries] : lengths) {
     if (auto s = CheckListLength(field, entries); !s.ok()) return s;
   }
@@ -460,9 +461,14 @@ absl::Status SearchOptions::Validate() const {
   if (auto s = CheckNoDuplicates("search.sequence_parallel", sequence_parallel); !s.ok()) {
     return s;
   }
-  if (auto s = CheckNoDuplicates("search.distributed_optimizer", distributed_optimizer);
+  if (auto s = CheckNoDuplicates("search.data_parallel_sharding", data_parallel_sharding);
       !s.ok()) {
     return s;
+  }
+  if (shard_group_size < 0 || shard_group_size > kMaxParallelSize) {
+    return absl::InvalidArgumentError(absl::StrCat("search.shard_group_size (", shard_group_size,
+                                                   ") must be in [0, ", kMaxParallelSize,
+                                                   "] (0 = the whole dp*cp group)"));
   }
   if (auto s = CheckNoDuplicates("search.recompute", recompute); !s.ok()) return s;
   if (auto s = CheckNoDuplicates("search.moe_token_dispatcher", moe_token_dispatcher); !s.ok()) {

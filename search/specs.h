@@ -116,7 +116,7 @@ struct ClusterSpec {
 /// Allowed values per dimension; empty = the planner chooses; one value pins it.
 struct SearchOptions {
   std::vector<int64_t> tp, pp, dp, cp, vp, micro_batch_size, recompute_num_layers;
-  std::vector<bool> sequence_parallel, distributed_optimizer;
+  std::vector<bool> sequence_parallel;
   std::vector<Recompute> recompute;
   /// Expert parallel and expert tensor parallel sizes, and the token dispatcher (MoE).
   std::vector<int64_t> ep, etp;
@@ -126,6 +126,15 @@ struct SearchOptions {
   SearchMode mode = SearchMode::kModel;
   bool allow_tp_across_nodes = false;
   int64_t verify_top_k = 0;
+
+  // ---- Sharded data parallelism ----
+  /// Sharding stages to try; empty = none and optimizer (the distributed optimizer both
+  /// ways, where dp*cp > 1). Spec files may give `distributed_optimizer` instead (true =
+  /// optimizer, false = none).
+  std::vector<DataParallelSharding> data_parallel_sharding;
+  /// HSDP shard group (ranks); 0 = the whole dp*cp group. Layouts whose dp*cp it does not
+  /// divide are skipped.
+  int64_t shard_group_size = 0;
 
   absl::Status Validate() const;
 };

@@ -14,12 +14,13 @@
 #include "search/memory_model.h"
 #include "search/model_math.h"
 #include "search/pipeline_schedule.h"
+#include "search/sharded_data_parallel.h"
 
 namespace paratune {
 namespace {
 
 // Megatron's DDP bucket: gradients are reduced in buckets of at least 40M parameters.
-constexpr double kGradBucketParams = 40e6;
+constexpr double kGradBucketParams = kReduceBucketParams;
 // Optimizer step traffic per parameter (Megatron's mixed-precision Adam, one pass per
 // multi-tensor kernel): unscale and inf-check of the FP32 main grads (read 4, write 4),
 // gradient norm (read 4), Adam (read grad, master, m, v: 16; write master, m, v: 12), copy
@@ -444,6 +445,9 @@ struct Pipeline {
   PipelineInput input;
   double p2p = 0;          ///< One activation (or gradient) transfer between stages.
   bool async_p2p = false;  ///< Transfers posted asynchronously (interleaved, overlapped).
+  /// Per stage, one micro-batch's sharded data-parallel collectives (all chunks) that the
+  /// chunk times include: exposed all-gathers and reduce-scatters, and the slowdown.
+  std::vector<double> sharded_dp;
 };
 
 Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
@@ -460,6 +464,12 @@ Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
   pipe.forward.resize(static_cast<size_t>(p * v));
   pipe.backward.resize(static_cast<size_t>(p * v));
   const std::vector<int64_t> expert_chunks = ExpertLayersPerChunk(model, config);
+  // Sharded data parallelism's per-micro-batch collectives (ZeRO-2's gradient
+  // reduce-scatters; full sharding's parameter all-gathers too), overlapped layer by layer.
+  const ShardedLayerComm sharded = ShardedLayerCommSeconds(
+      config, LayerParams(model) / static_cast<double>(config.tp), ElementBytes(training.precision),
+      GradBytes(training.precision), device, spec.cluster.gpus_per_node);
+  out.sharded_dp.assign(static_cast<size_t>(p), 0.0);
   for (int64_t r = 0; r < p; ++r) {
     const double not_recomputed = 1.0 - RecomputeFraction(config, model, r);
     const double layer_backward = layer.Backward() - not_recomputed * layer.Recompute();
@@ -469,9 +479,21 @@ Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
       const double experts =
           expert != nullptr ? static_cast<double>(expert_chunks[r * v + j]) : 0.0;
       const double dense = static_cast<double>(DecoderLayersInChunk(model, config, r, j)) - experts;
-      pipe.forward[r * v + j] =
-          dense * layer.Forward() + (experts > 0 ? experts * expert->Forward() : 0.0);
-      pipe.backward[r * v + j] = dense * layer_backward + experts * expert_backward;
+      const double layers = dense + experts;
+      const double forward = dense * layer.Forward() + (experts > 0 ? experts * expert->Forward() : 0.0);
+      const double backward = dense * layer_backward + experts * expert_backward;
+      // The sharded collectives run beside each layer's compute (an expert layer's are
+      // modelled as a dense layer's).
+      const double per_layer = std::max(layers, 1.0);
+      const double forward_dp =
+          OverlappedLayerCommSeconds(layers, sharded.forward_gather, forward / per_layer,
+                                     sharded.forward_gather, device.comm_overlap_slowdown);
+      const double backward_dp = OverlappedLayerCommSeconds(
+          layers, sharded.backward_gather + sharded.backward_reduce, backward / per_layer,
+          sharded.backward_gather, device.comm_overlap_slowdown);
+      pipe.forward[r * v + j] = forward + forward_dp;
+      pipe.backward[r * v + j] = backward + backward_dp;
+      out.sharded_dp[r] += forward_dp + backward_dp;
     }
   }
   pipe.forward[0] += edge.embedding_forward;
@@ -535,40 +557,69 @@ struct CriticalStage {
   double tp_sync = 0;  ///< The SP-replicated norm gradients' TP all-reduce.
 };
 
+// The routed experts' data-parallel group as a layout of its own: edp ranks, ep*etp apart
+// (the stride GroupLink reads from tp), sharded over the whole group as the layout shards.
+ParallelConfig ExpertDataParallelGroup(const ParallelConfig& c) {
+  ParallelConfig g = c;
+  g.tp = c.ep * c.etp;
+  g.dp = std::max<int64_t>(c.edp(), 1);
+  g.cp = 1;
+  g.shard_group_size = 0;
+  return g;
+}
+
 // Data-parallel gradient reduce over the DP x CP group (TP/CP innermost): all-reduce, or
-// reduce-scatter plus parameter all-gather with the distributed optimizer. Buckets are
-// reduced while the last micro-batch's backward runs; the last bucket is exposed.
+// reduce-scatter plus parameter all-gather with the distributed optimizer (with HSDP, the
+// reduce-scatter inside the shard group and an all-reduce of the shard across replicas).
+// Buckets are reduced while the last micro-batch's backward runs; the last bucket is
+// exposed. ZeRO-2 and full sharding reduce every micro-batch in the pipeline's backward
+// (BuildPipeline): what remains is the last micro-batch's last bucket (ZeRO-2) or layer
+// (full), and ZeRO-2's first all-gather bucket after the step; they always overlap.
 double ExposedDataParallelSeconds(const ParallelConfig& config, const DeviceProfile& device,
-                                  const PipelineInput& pipe, int64_t r, double params, double e,
-                                  double grad_bytes, int64_t dp_group, const Link& dp_link,
-                                  const MeasuredTerms* measured) {
+                                  const PipelineInput& pipe, int64_t r, double params,
+                                  double layer_params, double e, double grad_bytes,
+                                  int64_t gpus_per_node, const MeasuredTerms* measured) {
+  const int64_t dp_group = config.dp * config.cp;
   if (dp_group <= 1 || params <= 0) return 0;
   const int64_t v = config.vp;
+  const ShardedLinks links = ShardedDataParallelLinks(config, device, gpus_per_node);
   auto reduce = [&](double count) {
     if (measured != nullptr && measured->dp_reduce_seconds) {
       return measured->dp_reduce_seconds(count * grad_bytes);
     }
-    return config.distributed_optimizer
-               ? ReduceScatterSeconds(count * grad_bytes, dp_group, dp_link)
-               : AllReduceSeconds(count * grad_bytes, dp_group, dp_link);
+    if (!config.distributed_optimizer()) {
+      return AllReduceSeconds(count * grad_bytes, dp_group, links.shard);
+    }
+    double seconds = ReduceScatterSeconds(count * grad_bytes, links.shard_ranks, links.shard);
+    if (links.replica_ranks > 1) {
+      seconds += AllReduceSeconds(count * grad_bytes / static_cast<double>(links.shard_ranks),
+                                  links.replica_ranks, links.replica);
+    }
+    return seconds;
   };
   auto gather = [&](double count) {
     if (measured != nullptr && measured->dp_gather_seconds) {
       return measured->dp_gather_seconds(count * e);
     }
-    return AllGatherSeconds(count * e, dp_group, dp_link);
+    return AllGatherSeconds(count * e, links.shard_ranks, links.shard);
   };
   const double bucket = std::min(params, kGradBucketParams);
+  if (config.data_parallel_sharding == DataParallelSharding::kOptimizerGrads) {
+    return reduce(bucket) + gather(bucket);
+  }
+  if (config.data_parallel_sharding == DataParallelSharding::kFull) {
+    return reduce(std::min(params, layer_params));
+  }
   double window = 0;
   for (int64_t j = 0; j < v; ++j) window += pipe.backward[r * v + j];
   const double total = reduce(params);
   if (!config.overlap_grad_reduce) {
-    return total + (config.distributed_optimizer ? gather(params) : 0.0);
+    return total + (config.distributed_optimizer() ? gather(params) : 0.0);
   }
   const double last_bucket = reduce(bucket);
   double exposed = std::max(last_bucket, total - window) +
                    device.comm_overlap_slowdown * Hidden(total - last_bucket, window);
-  if (config.distributed_optimizer) {
+  if (config.distributed_optimizer()) {
     // Parameter all-gather overlapped with the next forward except its first bucket.
     exposed += gather(bucket);
   }
@@ -583,8 +634,6 @@ CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& confi
                                 const MeasuredTerms* measured) {
   const ModelSpec& model = spec.model;
   const int64_t p = config.pp;
-  const int64_t dp_group = config.dp * config.cp;
-  const Link dp_link = GroupLink(device, dp_group, config.tp, spec.cluster.gpus_per_node);
   const double grad_bytes = GradBytes(spec.training.precision);
   const double e = ElementBytes(spec.training.precision);
   CriticalStage out;
@@ -597,18 +646,20 @@ CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& confi
     // more norm of the same shape (half a layer's two).
     const double sync = layer.grad_sync_tp_comm * (static_cast<double>(DecoderLayersOnStage(model, config, r)) +
                                                    (r == p - 1 ? 0.5 : 0.0));
-    double exposed = ExposedDataParallelSeconds(config, device, pipe, r, params, e, grad_bytes,
-                                                dp_group, dp_link, measured);
-    const double shards = config.distributed_optimizer ? static_cast<double>(dp_group) : 1.0;
-    // Routed experts: reduced and sharded over the expert data-parallel group (ranks
-    // ep*etp apart), after the dense gradients.
-    const int64_t edp = std::max<int64_t>(config.edp(), 1);
-    const double expert_shards = config.distributed_optimizer ? static_cast<double>(edp) : 1.0;
+    double exposed = ExposedDataParallelSeconds(
+        config, device, pipe, r, params, LayerParams(model) / static_cast<double>(config.tp), e,
+        grad_bytes, spec.cluster.gpus_per_node, measured);
+    const double shards = static_cast<double>(config.ShardRanks());
+    // Routed experts: reduced (and sharded) over the expert data-parallel group, after the
+    // dense gradients.
+    const ParallelConfig expert_group = ExpertDataParallelGroup(config);
+    const double expert_shards = static_cast<double>(expert_group.ShardRanks());
     if (split.expert > 0) {
-      const Link edp_link = GroupLink(device, edp, config.ep * config.etp,
-                                      spec.cluster.gpus_per_node);
-      exposed += ExposedDataParallelSeconds(config, device, pipe, r, split.expert, e, grad_bytes,
-                                            edp, edp_link, measured);
+      const double stage_experts = static_cast<double>(
+          std::max<int64_t>(experts_per_stage[static_cast<size_t>(r)], 1));
+      exposed += ExposedDataParallelSeconds(expert_group, device, pipe, r, split.expert,
+                                            split.expert / stage_experts, e, grad_bytes,
+                                            spec.cluster.gpus_per_node, measured);
     }
     const double updated = params / shards + split.expert / expert_shards;
     const double step = measured != nullptr && measured->optimizer_seconds_per_param > 0
@@ -675,7 +726,8 @@ TimeBreakdown SplitByCause(const JobSpec& spec, const ParallelConfig& config,
   out.tp_comm = mb * tp + critical.tp_sync;
   out.cp_comm = mb * cp;
   out.ep_comm = mb * ep;
-  out.dp_comm = critical.dp_exposed + embedding_sync;
+  out.dp_comm = critical.dp_exposed + embedding_sync +
+                mb * pipeline.sharded_dp[static_cast<size_t>(critical.stage)];
   out.optimizer = critical.optimizer;
   const double pipeline_rest =
       std::max(0.0, iteration - out.compute - out.tp_comm - out.cp_comm - out.ep_comm -

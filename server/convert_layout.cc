@@ -17,7 +17,7 @@ v1::ParallelConfig ToProto(const ParallelConfig& c) {
   out.set_sequence_parallel(c.sequence_parallel);
   out.set_recompute(ToString(c.recompute));
   out.set_recompute_num_layers(c.recompute_num_layers);
-  out.set_distributed_optimizer(c.distributed_optimizer);
+  out.set_distributed_optimizer(c.distributed_optimizer());
   out.set_split_counts_embedding_and_loss(c.split_counts_embedding_and_loss);
   out.set_overlap_grad_reduce(c.overlap_grad_reduce);
   out.set_tp_comm_overlap(c.tp_comm_overlap);
@@ -25,6 +25,8 @@ v1::ParallelConfig ToProto(const ParallelConfig& c) {
   out.set_ep(c.ep);
   out.set_etp(c.etp);
   out.set_moe_token_dispatcher(ToString(c.moe_token_dispatcher));
+  out.set_data_parallel_sharding(ToString(c.data_parallel_sharding));
+  out.set_shard_group_size(c.shard_group_size);
   return out;
 }
 
@@ -43,7 +45,6 @@ absl::StatusOr<ParallelConfig> ParallelConfigFromProto(const v1::ParallelConfig&
   }
   out.recompute = *rc;
   out.recompute_num_layers = c.recompute_num_layers();
-  out.distributed_optimizer = c.distributed_optimizer();
   out.split_counts_embedding_and_loss = c.split_counts_embedding_and_loss();
   if (c.has_overlap_grad_reduce()) out.overlap_grad_reduce = c.overlap_grad_reduce();
   out.tp_comm_overlap = c.tp_comm_overlap();
@@ -58,6 +59,20 @@ absl::StatusOr<ParallelConfig> ParallelConfigFromProto(const v1::ParallelConfig&
     }
     out.moe_token_dispatcher = *d;
   }
+  // A layout stored before data_parallel_sharding existed carries distributed_optimizer only.
+  if (c.data_parallel_sharding().empty()) {
+    out.data_parallel_sharding =
+        c.distributed_optimizer() ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
+  } else {
+    absl::StatusOr<DataParallelSharding> sharding =
+        ParseDataParallelSharding(c.data_parallel_sharding());
+    if (!sharding.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data_parallel_sharding: ", sharding.status().message()));
+    }
+    out.data_parallel_sharding = *sharding;
+  }
+  out.shard_group_size = c.shard_group_size();
   return out;
 }
 

@@ -65,6 +65,7 @@ absl::Status ValidateJobSpecBounds(const v1::JobSpec& spec) {
       {"search.recompute", search.recompute_size()},
       {"search.recompute_num_layers", search.recompute_num_layers_size()},
       {"search.distributed_optimizer", search.distributed_optimizer_size()},
+      {"search.data_parallel_sharding", search.data_parallel_sharding_size()},
       {"search.replicas", search.replicas_size()},
       {"search.max_batch_size", search.max_batch_size_size()},
       {"search.max_num_tokens", search.max_num_tokens_size()},

@@ -37,7 +37,7 @@ absl::StatusOr<RestBody> RenderInferenceExport(const ExportRequest& request, con
     return RestBody{ToJson(chosen), kJsonType,
                     Cat({"attachment; filename=\"", file, "-serving.json\""})};
   }
-  if (request.format == "megatron" || request.format == "nemo") {
+  if (FindTrainingExporter(request.format) != nullptr) {
     return absl::InvalidArgumentError(
         Cat({"format ", request.format, " exports training layouts; job '", request.job_id,
              "' is an inference job: use trtllm, vllm, sglang or json"}));
@@ -60,10 +60,11 @@ absl::StatusOr<RestBody> RenderExport(const ExportRequest& request, const v1::Jo
   if (results.plan().has_inference()) {
     return RenderInferenceExport(request, job, results.plan().inference());
   }
-  if (request.format != "megatron" && request.format != "nemo" && request.format != "json") {
+  const TrainingExporter* exporter = FindTrainingExporter(request.format);
+  if (exporter == nullptr && request.format != "json") {
     return absl::InvalidArgumentError(
         Cat({"format ", request.format, " exports serving layouts; job '", request.job_id,
-             "' is a training job: use megatron, nemo or json"}));
+             "' is a training job: use megatron, nemo, deepspeed, torchtitan or json"}));
   }
   const auto& ranked = results.plan().ranked();
   if (request.rank > ranked.size()) {
@@ -83,13 +84,10 @@ absl::StatusOr<RestBody> RenderExport(const ExportRequest& request, const v1::Jo
   absl::StatusOr<ParallelConfig> layout = ParallelConfigFromProto(chosen.config());
   if (!layout.ok()) return layout.status();
   const ParallelConfig& config = *layout;
-  const bool megatron = request.format == "megatron";
-  absl::StatusOr<std::string> text =
-      megatron ? FormatMegatronArgs(*spec, config) : NemoConfigOverride(*spec, config);
+  absl::StatusOr<std::string> text = exporter->render(*spec, config);
   if (!text.ok()) return text.status();
-  return RestBody{
-      *std::move(text), megatron ? kTextType : "application/yaml; charset=utf-8",
-      Cat({"attachment; filename=\"", file, megatron ? "-megatron.txt\"" : "-nemo.yaml\""})};
+  return RestBody{*std::move(text), exporter->content_type,
+                  Cat({"attachment; filename=\"", file, exporter->file_suffix, "\""})};
 }
 
 }  // namespace paratune::server

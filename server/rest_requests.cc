@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_join.h"
 #include "inference/exporters.h"
+#include "search/exporters.h"
 #include "search/spec_reader_json.h"
 #include "server/convert.h"
 #include "server/rest_common.h"
@@ -19,10 +20,12 @@ namespace {
 
 using nlohmann::json;
 
-// Training layouts export as megatron and nemo, serving layouts in the engine formats
-// (inference/exporters.h); json either.
+// Training layouts export in the framework formats (search/exporters.h), serving layouts in
+// the engine formats (inference/exporters.h); json either.
 std::vector<std::string> ExportFormats() {
-  std::vector<std::string> formats = {"megatron", "nemo", "json"};
+  std::vector<std::string> formats;
+  for (const TrainingExporter& e : TrainingExporters()) formats.push_back(e.format);
+  formats.push_back("json");
   for (std::string& f : inference::ServingExportFormats()) formats.push_back(std::move(f));
   return formats;
 }

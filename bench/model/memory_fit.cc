@@ -87,7 +87,8 @@ int Main(int argc, char** argv) {
     RecordLayout layout = LayoutFromRecord(r);
     ParallelConfig c = layout.config;
     c.vp = 1;
-    c.distributed_optimizer = c.dp > 1;
+    c.data_parallel_sharding =
+        c.dp > 1 ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
     spec.training.global_batch_size = c.micro_batch_size * c.dp * 4 * c.pp;
     spec.training.dropout = false;
     const MemoryBreakdown mem = EstimateMemory(spec, c, a100.memory_bytes, framework);

@@ -3,7 +3,9 @@
 // by the planner, as for a user) and prints predicted vs published tokens/s/GPU, the
 // error per record, then the median and maximum error. Korthikanti Table 4 rows compare
 // the per-layer forward and backward times. Also checks the published ordering: sequence
-// parallelism + selective recompute beats full recompute by 1.29-1.33x (Table 5).
+// parallelism + selective recompute beats full recompute by 1.29-1.33x (Table 5). The
+// sharded-data-parallel rows of moe_fsdp_calibration.json (llm-foundry's FSDP runs;
+// bench/model/records_fsdp.h) are a second table with their own summary line.
 //
 // Then the mixture-of-experts records of moe_fsdp_calibration.json (records_moe.h), with
 // their own median and maximum error; records the model cannot express are listed with the
@@ -14,15 +16,15 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "bench/model/records.h"
 #include "bench/model/records_moe.h"
+#include "bench/model/records_fsdp.h"
 #include "search/device_catalog.h"
 #include "search/model_math.h"
 #include "search/planner.h"
@@ -135,6 +137,45 @@ Row RunRow(const nlohmann::json& r, JobSpec& spec, const RecordLayout& layout, R
   return row;
 }
 
+// The sharded-data-parallel records: each stated layout estimated as it is.
+std::vector<Row> FsdpRows(const std::string& dir, bool verbose) {
+  std::vector<Row> rows;
+  absl::StatusOr<nlohmann::json> data = ReadJson(dir + "/moe_fsdp_calibration.json");
+  if (!data.ok()) return rows;
+  for (const FsdpRecord& f : FsdpRecords(*data)) {
+    Row row;
+    row.id = f.id;
+    absl::StatusOr<RankedConfig> one = Estimate(f.spec, f.config);
+    if (!one.ok()) {
+      std::fprintf(stderr, "%s: %s\n", f.id.c_str(), std::string(one.status().message()).c_str());
+      row.quantity = "FAILED";
+      row.error = 1;
+      rows.push_back(row);
+      continue;
+    }
+    row.quantity = "tokens/s/GPU";
+    row.layout = one->config.ToString() + (one->fits ? "" : " (OOM)");
+    row.published = f.published_tokens_per_gpu;
+    row.predicted = one->tokens_per_sec_per_gpu;
+    row.error = std::abs(row.predicted - row.published) / row.published;
+    if (verbose) {
+      const TimeBreakdown& t = one->time;
+      const double T = one->iteration_time_s;
+      row.layout += absl::StrFormat(" | T %.2fs compute %.0f%% dp %.0f%% opt %.0f%% mem %.1f GiB",
+                                    T, 100 * t.compute / T, 100 * t.dp_comm / T,
+                                    100 * t.optimizer / T, one->memory.Peak() / (1 << 30));
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+double MedianOf(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
 // Orderings: full recompute / (SP + selective), published vs predicted.
 struct Ordering {
   std::string model;
@@ -161,9 +202,21 @@ std::vector<Ordering> Orderings(const nlohmann::json& data,
   return orderings;
 }
 
-void PrintJson(const std::vector<Row>& rows, const std::vector<Ordering>& orderings,
-               double median, double max) {
+void PrintJson(const std::vector<Row>& rows, const std::vector<Ordering>& orderings, double median,
+               double max, const std::vector<Row>& fsdp) {
   nlohmann::json out;
+  std::vector<double> fsdp_errors;
+  for (const Row& r : fsdp) {
+    out["fsdp_records"].push_back({{"id", r.id},
+                                   {"layout", r.layout},
+                                   {"published", r.published},
+                                   {"predicted", r.predicted},
+                                   {"error", r.error}});
+    fsdp_errors.push_back(r.error);
+  }
+  out["fsdp_median_error"] = MedianOf(fsdp_errors);
+  out["fsdp_max_error"] =
+      fsdp_errors.empty() ? 0 : *std::max_element(fsdp_errors.begin(), fsdp_errors.end());
   for (const Row& r : rows) {
     out["records"].push_back({{"id", r.id}, {"quantity", r.quantity}, {"layout", r.layout},
                               {"published", r.published}, {"predicted", r.predicted},
@@ -288,6 +341,22 @@ void PrintMoeTable(const std::string& dir, const MoeResult& moe) {
               100 * (errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end())));
 }
 
+void PrintFsdpTable(const std::string& dir, const std::vector<Row>& rows) {
+  std::printf("#\n# sharded data parallelism: %zu published runs\n", rows.size());
+  std::printf("# data: %s/moe_fsdp_calibration.json (dense records with a ZeRO stage)\n",
+              dir.c_str());
+  std::printf("# %-52s %12s %12s %8s  %s\n", "record", "published", "predicted", "error", "layout");
+  std::vector<double> errors;
+  for (const Row& r : rows) {
+    std::printf("  %-52s %12.1f %12.1f %8.1f  %s\n", r.id.c_str(), r.published, r.predicted,
+                100 * r.error, r.layout.c_str());
+    errors.push_back(r.error);
+  }
+  const double max = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
+  std::printf("# FSDP model error: median %.1f %%, max %.1f %% over %zu rows\n",
+              100 * MedianOf(errors), 100 * max, errors.size());
+}
+
 int Main(int argc, char** argv) {
   const bool json_out = HasFlag(argc, argv, "--json");
   const bool verbose = HasFlag(argc, argv, "--verbose");
@@ -324,8 +393,9 @@ int Main(int argc, char** argv) {
   absl::StatusOr<nlohmann::json> moe_data = ReadJson(dir + "/moe_fsdp_calibration.json");
   MoeResult moe;
   if (moe_data.ok()) moe = MoeRows(*moe_data, verbose);
+  const std::vector<Row> fsdp = FsdpRows(dir, verbose);
   if (json_out) {
-    PrintJson(rows, orderings, median, max);
+    PrintJson(rows, orderings, median, max, fsdp);
     nlohmann::json m;
     std::vector<double> errors;
     for (const Row& r : moe.rows) {
@@ -346,6 +416,7 @@ int Main(int argc, char** argv) {
     } else {
       std::printf("# MoE records: %s\n", std::string(moe_data.status().message()).c_str());
     }
+    PrintFsdpTable(dir, fsdp);
   }
   return 0;
 }

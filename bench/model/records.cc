@@ -135,8 +135,10 @@ RecordLayout LayoutFromRecord(const nlohmann::json& r) {
                          absl::StrContains(source, "narayanan") ||
                          absl::StrContains(source, "Korthikanti") ||
                          absl::StrContains(source, "korthikanti"));
-  c.distributed_optimizer = absl::StrContains(zero, "distributed") ||
-                            absl::StrContains(zero, "ZeRO-1") || absl::StrContains(zero, "zero1");
+  if (absl::StrContains(zero, "distributed") || absl::StrContains(zero, "ZeRO-1") ||
+      absl::StrContains(zero, "zero1")) {
+    c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  }
   return out;
 }
 
@@ -151,7 +153,7 @@ void PinStated(const RecordLayout& l, JobSpec* spec) {
   if (l.micro_batch_stated) s.micro_batch_size = {c.micro_batch_size};
   if (l.sp_stated) s.sequence_parallel = {c.sequence_parallel};
   if (l.recompute_stated) s.recompute = {c.recompute};
-  if (l.dopt_stated) s.distributed_optimizer = {c.distributed_optimizer};
+  if (l.dopt_stated) s.data_parallel_sharding = {c.data_parallel_sharding};
   s.top_k = 1;
 }
 

@@ -121,7 +121,8 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
     c.recompute = absl::StartsWith(rc, "full")        ? Recompute::kFull
                   : absl::StartsWith(rc, "selective") ? Recompute::kSelective
                                                       : Recompute::kNone;
-    c.distributed_optimizer = c.dp * c.cp > 1;
+    c.data_parallel_sharding =
+        c.dp * c.cp > 1 ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
     c.ep = Int(r, "ep", 1);
     c.etp = Int(r, "etp", 1);
     c.moe_token_dispatcher = DispatcherOf(Str(r, "token_dispatcher"));
@@ -136,7 +137,7 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
     o.etp = {c.etp};
     o.moe_token_dispatcher = {c.moe_token_dispatcher};
     o.sequence_parallel = {c.sequence_parallel};
-    o.distributed_optimizer = {c.distributed_optimizer};
+    o.data_parallel_sharding = {c.data_parallel_sharding};
     o.top_k = 1;
     if (Stated(r, "vp")) o.vp = {c.vp};
     if (Stated(r, "micro_batch_size")) o.micro_batch_size = {c.micro_batch_size};

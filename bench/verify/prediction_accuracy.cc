@@ -184,7 +184,8 @@ ParallelConfig ToParallel(const Layout& l) {
   c.vp = l.vp;
   c.micro_batch_size = l.mb;
   c.sequence_parallel = l.sp;
-  c.distributed_optimizer = l.dopt;
+  c.data_parallel_sharding =
+      l.dopt ? paratune::DataParallelSharding::kOptimizer : paratune::DataParallelSharding::kNone;
   c.recompute = l.recompute;
   // kernels/training reduces the gradients after the backward (no bucket overlap), as
   // Megatron-LM 2021's local DDP, and its pipeline sends are blocking.

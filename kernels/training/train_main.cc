@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   app.add_option("--vp", c.parallel.vp, "model chunks per pipeline rank (interleaved when > 1)");
   app.add_flag("--sp", c.parallel.sequence_parallel, "sequence parallelism");
   app.add_option("--recompute", recompute, "none | selective | full");
-  app.add_flag("--distributed-optimizer", c.parallel.distributed_optimizer, "ZeRO-1 over DP");
+  bool distributed_optimizer = false;
+  app.add_flag("--distributed-optimizer", distributed_optimizer, "ZeRO-1 over DP");
   app.add_option("--steps", c.steps, "optimizer steps");
   app.add_option("--lr", c.lr, "AdamW learning rate");
   app.add_option("--seed", c.seed, "weights and data seed");
@@ -62,6 +63,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   c.parallel.recompute = *rm;
+  if (distributed_optimizer) {
+    c.parallel.data_parallel_sharding = paratune::DataParallelSharding::kOptimizer;
+  }
   absl::StatusOr<k::BackendKind> bk = k::ParseBackendKind(backend);
   if (!bk.ok()) {
     std::cerr << "--backend: " << bk.status().message() << "\n";

@@ -246,8 +246,8 @@ class RankRun {
       PT_ASSIGN_OR_RETURN(p->grad, flat_grad_.Rows(off, off + n).Reshape(p->grad.shape()));
       off += n;
     }
-    opt_n_ = p_.distributed_optimizer ? shard_ : numel_;
-    opt_first_ = p_.distributed_optimizer ? me_.dp * shard_ : 0;  // element offset
+    opt_n_ = p_.distributed_optimizer() ? shard_ : numel_;
+    opt_first_ = p_.distributed_optimizer() ? me_.dp * shard_ : 0;  // element offset
     PT_ASSIGN_OR_RETURN(opt_m_, be_->Zeros({opt_n_}, DType::kF32, MemoryTag::kWeights));
     PT_ASSIGN_OR_RETURN(opt_v_, be_->Zeros({opt_n_}, DType::kF32, MemoryTag::kWeights));
     if (mixed()) {
@@ -444,7 +444,7 @@ class RankRun {
                                  : chunks_.back().output->weight();
       PT_RETURN_IF_ERROR(embedding_group_->AllReduce(w.grad.data(), w.grad.numel(), dt));
     }
-    if (p_.distributed_optimizer) {
+    if (p_.distributed_optimizer()) {
       PT_RETURN_IF_ERROR(dp_->ReduceScatter(flat_grad_.data(), grads, shard_, dt));
     } else {
       PT_RETURN_IF_ERROR(dp_->AllReduce(flat_grad_.data(), numel_, dt));
@@ -458,7 +458,7 @@ class RankRun {
       PT_RETURN_IF_ERROR(be_->Cast(dt, flat_param_.at(opt_first_), DType::kF32, updated_, opt_n_));
     }
     PT_ASSIGN_OR_RETURN(const double opt_s, lap());
-    if (p_.distributed_optimizer) {
+    if (p_.distributed_optimizer()) {
       PT_RETURN_IF_ERROR(
           dp_->AllGather(flat_param_.at(opt_first_), flat_param_.data(), shard_, dt));
       PT_ASSIGN_OR_RETURN(const double gather_s, lap());
@@ -533,6 +533,13 @@ absl::Status TrainConfig::Validate() const {
     return absl::UnimplementedError(absl::StrCat(
         "recompute_num_layers (", p.recompute_num_layers,
         ") must be 0: kernels/training recomputes every layer or none"));
+  }
+  if (p.data_parallel_sharding == DataParallelSharding::kOptimizerGrads ||
+      p.data_parallel_sharding == DataParallelSharding::kFull || p.shard_group_size != 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "data_parallel_sharding ", paratune::ToString(p.data_parallel_sharding),
+        " with shard_group_size ", p.shard_group_size,
+        " is not implemented by kernels/training (none, or optimizer over the whole DP group)"));
   }
   if (p.split_counts_embedding_and_loss) {
     return absl::UnimplementedError(

@@ -47,10 +47,10 @@ struct TrainConfig {
   int64_t seq_length = 0;             ///< s.
   /// The layout: tp, pp, dp, vp (model chunks per pipeline rank, interleaved if > 1),
   /// micro_batch_size, sequence_parallel, recompute (kFull recomputes every layer, so
-  /// recompute_num_layers must be 0) and distributed_optimizer (DP reduce-scatter, sharded
-  /// AdamW, all-gather). cp must be 1 and split_counts_embedding_and_loss false (layers are
-  /// split evenly over pp·vp chunks). The overlap flags change no arithmetic: the trainer
-  /// runs every collective and transfer blocking.
+  /// recompute_num_layers must be 0) and data_parallel_sharding none or optimizer over the
+  /// whole DP group (DP reduce-scatter, sharded AdamW, all-gather). cp must be 1 and
+  /// split_counts_embedding_and_loss false (layers are split evenly over pp·vp chunks). The overlap
+  /// flags change no arithmetic: the trainer runs every collective and transfer blocking.
   ParallelConfig parallel;
   int64_t num_micro_batches = 1;      ///< M per DP rank and step (global batch = b·M·dp).
   bool flash_attention = false;       ///< Tiled online softmax (no s×s scores stored).

@@ -42,7 +42,7 @@ PlanResult SamplePlan() {
   best.config.micro_batch_size = 1;
   best.config.sequence_parallel = true;
   best.config.recompute = Recompute::kSelective;
-  best.config.distributed_optimizer = true;
+  best.config.data_parallel_sharding = DataParallelSharding::kOptimizer;
   best.iteration_time_s = 12.5;
   best.tokens_per_sec_per_gpu = 262.1;
   best.model_tflops_per_gpu = 150;

@@ -56,7 +56,7 @@ TEST(ParallelConfigTest, ToStringNamesFlagsAndEqualityComparesThem) {
   c.tp_comm_overlap = true;
   c.recompute = Recompute::kFull;
   c.recompute_num_layers = 2;
-  c.distributed_optimizer = true;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
   c.split_counts_embedding_and_loss = true;
   EXPECT_EQ(c.ToString(), "tp8 pp8 dp2 cp1 vp8 mb1 sp+overlap full(2) dopt split+2");
   ParallelConfig d = c;

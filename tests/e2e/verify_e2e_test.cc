@@ -132,7 +132,9 @@ class VerifyE2eTest : public ::testing::Test {
     c.parallel.micro_batch_size = std::max<int64_t>(1, Int(config, "micro_batch_size"));
     c.num_micro_batches = 8 / (c.parallel.micro_batch_size * c.parallel.dp);  // global batch 8
     c.parallel.sequence_parallel = config.value("sequence_parallel", false);
-    c.parallel.distributed_optimizer = config.value("distributed_optimizer", false);
+    if (config.value("distributed_optimizer", false)) {
+      c.parallel.data_parallel_sharding = paratune::DataParallelSharding::kOptimizer;
+    }
     const std::string rc = config.value("recompute", std::string("none"));
     c.parallel.recompute = rc == "full"        ? paratune::Recompute::kFull
                            : rc == "selective" ? paratune::Recompute::kSelective

@@ -219,7 +219,7 @@ TEST(ComposeTest, SweepTimeIsInterpolatedAtTheGradientBytes) {
   EXPECT_NEAR(r->time.dp_comm, ar, 1e-12);
   // The distributed optimizer: reduce-scatter and all-gather are half the all-reduce each
   // without their own sweeps; with them, theirs.
-  modelled.config.distributed_optimizer = true;
+  modelled.config.data_parallel_sharding = DataParallelSharding::kOptimizer;
   r = ComposeCandidate(spec, modelled, options, m);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_NEAR(r->time.dp_comm, 0.5 * ar + 0.5 * ar, 1e-12);

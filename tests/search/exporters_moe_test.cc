@@ -29,7 +29,7 @@ ParallelConfig DeepSeekLayout() {
   c.dp = 64;
   c.ep = 64;
   c.split_counts_embedding_and_loss = true;
-  c.distributed_optimizer = true;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
   c.moe_token_dispatcher = MoeTokenDispatcher::kFlex;
   return c;
 }

@@ -1,12 +1,14 @@
-// Megatron-LM arguments and NeMo overrides for known layouts.
+// Megatron-LM arguments, NeMo overrides, DeepSpeed configs and torchtitan TOMLs for known
+// layouts.
 #include "search/exporters.h"
-
-#include <map>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
 
 namespace paratune {
 namespace {
@@ -71,7 +73,7 @@ TEST(ExportersTest, MegatronGpt3Interleaved) {
   c.micro_batch_size = 1;
   c.sequence_parallel = true;
   c.recompute = Recompute::kSelective;
-  c.distributed_optimizer = true;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
   auto m = ArgMap(Gpt3(), c);
   EXPECT_EQ(m["--tensor-model-parallel-size"], "8");
   EXPECT_EQ(m["--pipeline-model-parallel-size"], "8");
@@ -211,7 +213,7 @@ TEST(ExportersTest, NemoOverride) {
   c.sequence_parallel = true;
   c.recompute = Recompute::kFull;
   c.recompute_num_layers = 0;
-  c.distributed_optimizer = true;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
   auto yaml = NemoConfigOverride(Gpt3(), c);
   ASSERT_TRUE(yaml.ok()) << yaml.status();
   for (const char* line :
@@ -284,6 +286,120 @@ TEST(ExportersTest, MegatronOverlapGradReduceOnlyWhenItApplies) {
   EXPECT_TRUE(ArgMap(Gpt3(), c).count("--overlap-grad-reduce"));
   c.overlap_grad_reduce = false;
   EXPECT_FALSE(ArgMap(Gpt3(), c).count("--overlap-grad-reduce"));
+}
+
+// Megatron: the distributed optimizer for ZeRO-1; Megatron-FSDP's strategy for ZeRO-2/3
+// (with the distributed optimizer it requires); HSDP as distributed-optimizer instances.
+TEST(ExportersTest, MegatronDataParallelSharding) {
+  ParallelConfig c;
+  c.tp = 2;
+  c.dp = 4;
+  c.recompute = Recompute::kSelective;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  auto m = ArgMap(Llama3_8B(), c);
+  EXPECT_EQ(m.count("--use-distributed-optimizer"), 1u);
+  EXPECT_EQ(m.count("--use-megatron-fsdp"), 0u);
+  EXPECT_EQ(m.count("--num-distributed-optimizer-instances"), 0u);
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  c.shard_group_size = 2;
+  m = ArgMap(Llama3_8B(), c);
+  EXPECT_EQ(m.count("--use-distributed-optimizer"), 1u);
+  EXPECT_EQ(m.count("--use-megatron-fsdp"), 1u);
+  EXPECT_EQ(m["--data-parallel-sharding-strategy"], "optim_grads_params");
+  EXPECT_EQ(m["--num-distributed-optimizer-instances"], "2");
+  c.data_parallel_sharding = DataParallelSharding::kOptimizerGrads;
+  c.shard_group_size = 0;
+  m = ArgMap(Llama3_8B(), c);
+  EXPECT_EQ(m["--data-parallel-sharding-strategy"], "optim_grads");
+  auto yaml = NemoConfigOverride(Llama3_8B(), c);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_THAT(*yaml, HasSubstr("  fsdp: true\n  fsdp_sharding_strategy: grad\n"));
+  EXPECT_THAT(*yaml, HasSubstr("    name: fused_adam\n"));
+}
+
+// DeepSpeed: the ZeRO stage is the sharding's index, the batch splits into micro-batches and
+// accumulation steps (128 = 1 x 32 x 4), AutoTP carries tp; what DeepSpeed cannot run is
+// refused by name.
+TEST(ExportersTest, DeepSpeedConfig) {
+  ParallelConfig c;
+  c.tp = 2;
+  c.dp = 4;
+  c.recompute = Recompute::kFull;
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  c.shard_group_size = 2;
+  auto text = DeepSpeedConfig(Llama3_8B(), c);
+  ASSERT_TRUE(text.ok()) << text.status();
+  const nlohmann::json ds = nlohmann::json::parse(*text);
+  EXPECT_EQ(ds["train_batch_size"], 128);
+  EXPECT_EQ(ds["train_micro_batch_size_per_gpu"], 1);
+  EXPECT_EQ(ds["gradient_accumulation_steps"], 32);
+  EXPECT_EQ(ds["bf16"]["enabled"], true);
+  EXPECT_EQ(ds["zero_optimization"]["stage"], 3);
+  EXPECT_EQ(ds["zero_optimization"]["zero_hpz_partition_size"], 2);
+  EXPECT_EQ(ds["tensor_parallel"]["autotp_size"], 2);
+  EXPECT_EQ(ds["activation_checkpointing"]["number_checkpoints"], 32);
+  for (auto [stage, want] : {std::pair{DataParallelSharding::kNone, 0},
+                             {DataParallelSharding::kOptimizer, 1},
+                             {DataParallelSharding::kOptimizerGrads, 2}}) {
+    c.data_parallel_sharding = stage;
+    c.shard_group_size = 0;
+    EXPECT_EQ(nlohmann::json::parse(*DeepSpeedConfig(Llama3_8B(), c))["zero_optimization"]["stage"],
+              want);
+  }
+  c.pp = 2;
+  c.dp = 2;
+  EXPECT_THAT(DeepSpeedConfig(Llama3_8B(), c).status().message(),
+              HasSubstr("pipeline engine supports ZeRO stage 0 or 1 only"));
+  c.pp = 1;
+  c.sequence_parallel = true;
+  EXPECT_EQ(DeepSpeedConfig(Llama3_8B(), c).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// torchtitan: FSDP2's shard and replicate degrees over DP x CP (shard degree excludes cp),
+// reshard after forward by stage; ZeRO-1 alone has no torchtitan form.
+TEST(ExportersTest, TorchtitanConfig) {
+  JobSpec spec = Llama3_8B();
+  spec.cluster.num_gpus = 32;
+  ParallelConfig c;
+  c.tp = 2;
+  c.cp = 2;
+  c.dp = 8;
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kSelective;
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  c.shard_group_size = 8;  // 8 of the 16 DP x CP ranks: shard 4 x cp 2, 2 replicas.
+  auto toml = TorchtitanConfig(spec, c);
+  ASSERT_TRUE(toml.ok()) << toml.status();
+  for (const char* line :
+       {"data_parallel_replicate_degree = 2\n", "data_parallel_shard_degree = 4\n",
+        "fsdp_reshard_after_forward = \"default\"\n", "tensor_parallel_degree = 2\n",
+        "context_parallel_degree = 2\n", "pipeline_parallel_degree = 1\n", "seq_len = 8192\n",
+        "global_batch_size = 128\n", "mode = \"selective\"\n", "converters = [\"float8\"]\n"}) {
+    EXPECT_THAT(*toml, HasSubstr(line));
+  }
+  c.data_parallel_sharding = DataParallelSharding::kOptimizerGrads;
+  c.shard_group_size = 0;
+  toml = TorchtitanConfig(spec, c);
+  ASSERT_TRUE(toml.ok()) << toml.status();
+  EXPECT_THAT(*toml, HasSubstr("data_parallel_shard_degree = 8\n"));
+  EXPECT_THAT(*toml, HasSubstr("data_parallel_replicate_degree = 1\n"));
+  EXPECT_THAT(*toml, HasSubstr("fsdp_reshard_after_forward = \"never\"\n"));
+  c.data_parallel_sharding = DataParallelSharding::kNone;
+  toml = TorchtitanConfig(spec, c);
+  ASSERT_TRUE(toml.ok()) << toml.status();
+  EXPECT_THAT(*toml, HasSubstr("data_parallel_replicate_degree = 8\n"));
+  EXPECT_THAT(*toml, Not(HasSubstr("fsdp_reshard_after_forward")));
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  EXPECT_THAT(TorchtitanConfig(spec, c).status().message(), HasSubstr("no torchtitan form"));
+}
+
+TEST(ExportersTest, EveryFormatIsInTheTable) {
+  for (const char* format : {"megatron", "nemo", "deepspeed", "torchtitan"}) {
+    const TrainingExporter* e = FindTrainingExporter(format);
+    ASSERT_NE(e, nullptr) << format;
+    EXPECT_STREQ(e->format, format);
+  }
+  EXPECT_EQ(FindTrainingExporter("vllm"), nullptr);
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ ParallelConfig DeepSeekLayout(int64_t ep) {
   c.dp = 64;
   c.ep = ep;
   c.split_counts_embedding_and_loss = true;
-  c.distributed_optimizer = true;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
   return c;
 }
 

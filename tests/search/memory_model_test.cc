@@ -1,8 +1,9 @@
 #include "search/memory_model.h"
-#include "search/planner.h"
 
 #include <gtest/gtest.h>
 
+#include "search/model_math.h"
+#include "search/planner.h"
 #include "search/presets.h"
 
 namespace paratune {
@@ -157,7 +158,7 @@ TEST(EstimateMemoryTest, StaticMemoryByHand) {
   EXPECT_NEAR(mem.optimizer, 12 * params, 1);
   // First stage: p = 12 in-flight micro-batches x 8 layers x 34sbh/t.
   EXPECT_NEAR(mem.activations, 12 * 8 * 34 * 2048.0 * h / 8 + 12 * 2048.0 * h / 8, 1e3);
-  c.distributed_optimizer = true;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
   EXPECT_NEAR(EstimateMemory(spec, c, 0).optimizer, 12 * params / 16, 1);
 }
 
@@ -175,15 +176,15 @@ TEST(EstimateMemoryTest, Fp32TrainingKeepsNoMasterCopy) {
   EXPECT_NEAR(fp32.gradients, 4 * params, 1);
   EXPECT_NEAR(fp32.optimizer, 8 * params, 1);
   EXPECT_NEAR((fp32.weights + fp32.gradients + fp32.optimizer) / params, 16.0, 1e-9);
-  c.distributed_optimizer = true;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
   MemoryBreakdown sharded = EstimateMemory(spec, c, 0);
   EXPECT_NEAR((sharded.weights + sharded.gradients + sharded.optimizer) / params, 8 + 8.0 / 2,
               1e-9);
   spec.training.precision = Precision::kBf16;
-  c.distributed_optimizer = false;
+  c.data_parallel_sharding = DataParallelSharding::kNone;
   MemoryBreakdown bf16 = EstimateMemory(spec, c, 0);
   EXPECT_NEAR((bf16.weights + bf16.gradients + bf16.optimizer) / params, 18.0, 1e-9);
-  c.distributed_optimizer = true;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
   bf16 = EstimateMemory(spec, c, 0);
   EXPECT_NEAR((bf16.weights + bf16.gradients + bf16.optimizer) / params, 6 + 12.0 / 2, 1e-9);
   EXPECT_EQ(OptimizerBytesPerParam(Precision::kFp8), 12.0);
@@ -287,6 +288,71 @@ TEST(EstimateMemoryTest, InterleavingAddsKorthikantiFactor) {
   const double base = EstimateMemory(spec, c, 0).activations - 12 * emb;
   const double factor = 1 + 11.0 / 24.0;
   EXPECT_NEAR(EstimateMemory(spec, ci, 0).activations - 12 * factor * emb, base * factor, 1e3);
+}
+
+// The ZeRO paper's Figure 1 (Rajbhandari et al. 2020): a 7.5B-parameter model on Nd = 64
+// data-parallel ranks with mixed-precision Adam (2 bytes of weights, 2 of gradients, K = 12
+// of optimizer state per parameter) holds 120 GB per rank unsharded, 31.4 GB with the
+// optimizer state sharded (P_os), 16.6 GB with gradients too (P_os+g) and 1.9 GB with
+// everything (P_os+g+p).
+TEST(ShardedModelStateTest, ZeroPaperFigureOne) {
+  const double psi = 7.5e9;
+  ParallelConfig c;
+  c.dp = 64;
+  auto total = [&](DataParallelSharding stage) {
+    c.data_parallel_sharding = stage;
+    const ShardedModelState s = ShardedModelStateBytes(c, psi, 0, 2, 2, 12);
+    return (s.weights + s.gradients + s.optimizer) / 1e9;
+  };
+  EXPECT_NEAR(total(DataParallelSharding::kNone), 120.0, 0.05);
+  EXPECT_NEAR(total(DataParallelSharding::kOptimizer), 31.4, 0.05);
+  EXPECT_NEAR(total(DataParallelSharding::kOptimizerGrads), 16.6, 0.05);
+  EXPECT_NEAR(total(DataParallelSharding::kFull), 1.9, 0.05);
+}
+
+// Per stage, with Megatron's FP32 gradients (G = 4) and the buffers: full sharding holds two
+// gathered layers (W each) and two layers' unsharded gradients (G each); ZeRO-2 two 40M
+// buckets (G each). HSDP divides by the shard group, not by dp*cp.
+TEST(ShardedModelStateTest, PerStageBytesAndBuffersByHand) {
+  const double psi = 1e9, layer = 50e6;
+  ParallelConfig c;
+  c.dp = 16;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizerGrads;
+  ShardedModelState s = ShardedModelStateBytes(c, psi, layer, 2, 4, 12);
+  EXPECT_DOUBLE_EQ(s.weights, 2e9);
+  EXPECT_DOUBLE_EQ(s.gradients, 4e9 / 16);
+  EXPECT_DOUBLE_EQ(s.optimizer, 12e9 / 16);
+  EXPECT_DOUBLE_EQ(s.gathered_weights, 0);
+  EXPECT_DOUBLE_EQ(s.reduce_buffers, 2 * 40e6 * 4);
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  s = ShardedModelStateBytes(c, psi, layer, 2, 4, 12);
+  EXPECT_DOUBLE_EQ(s.weights, 2e9 / 16);
+  EXPECT_DOUBLE_EQ(s.gradients, 4e9 / 16);
+  EXPECT_DOUBLE_EQ(s.gathered_weights, 2 * 50e6 * 2);
+  EXPECT_DOUBLE_EQ(s.reduce_buffers, 2 * 50e6 * 4);
+  c.shard_group_size = 8;  // HSDP: 2 replicas of 8-way shards.
+  s = ShardedModelStateBytes(c, psi, layer, 2, 4, 12);
+  EXPECT_DOUBLE_EQ(s.weights, 2e9 / 8);
+  EXPECT_DOUBLE_EQ(s.optimizer, 12e9 / 8);
+}
+
+// EstimateMemory puts the gathered layers under weights and the reduce-scatter buffers under
+// gradients: GPT-3 175B on tp 8 pp 12 dp 16 (one stage's 8 layers), fully sharded.
+TEST(ShardedModelStateTest, EstimateMemoryUsesTheShardedState) {
+  const JobSpec spec = Gpt175bSpec();
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 12;
+  c.dp = 16;
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kSelective;
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  const double params = MaxParamsPerGpu(spec.model, c);
+  const double layer = LayerParams(spec.model) / 8;
+  const MemoryBreakdown mem = EstimateMemory(spec, c, 0);
+  EXPECT_NEAR(mem.weights, 2 * params / 16 + 2 * layer * 2, 1);
+  EXPECT_NEAR(mem.gradients, 4 * params / 16 + 2 * layer * 4, 1);
+  EXPECT_NEAR(mem.optimizer, 12 * params / 16, 1);
 }
 
 }  // namespace

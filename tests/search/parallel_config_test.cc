@@ -92,8 +92,38 @@ TEST(ParallelConfigTest, ToString) {
   ParallelConfig c = Megatron();
   c.sequence_parallel = true;
   c.recompute = Recompute::kSelective;
-  c.distributed_optimizer = true;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
   EXPECT_EQ(c.ToString(), "tp8 pp12 dp16 cp1 vp1 mb1 sp selective dopt");
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  c.shard_group_size = 8;
+  EXPECT_EQ(c.ToString(), "tp8 pp12 dp16 cp1 vp1 mb1 sp selective fsdp/8");
+}
+
+// Sharding needs dp*cp > 1; a shard group needs sharding and must divide dp*cp.
+TEST(ParallelConfigTest, DataParallelShardingRules) {
+  ParallelConfig c = Megatron();
+  c.data_parallel_sharding = DataParallelSharding::kOptimizerGrads;
+  EXPECT_TRUE(ValidateParallelConfig(c, Spec()).ok());
+  EXPECT_EQ(c.ShardRanks(), 16);
+  c.shard_group_size = 4;
+  EXPECT_TRUE(ValidateParallelConfig(c, Spec()).ok());
+  EXPECT_EQ(c.ShardRanks(), 4);
+  c.shard_group_size = 6;
+  EXPECT_EQ(ValidateParallelConfig(c, Spec()).message(),
+            "search.shard_group_size (6) must be at least 2 and divide search.dp*search.cp (16)");
+  c.data_parallel_sharding = DataParallelSharding::kNone;
+  c.shard_group_size = 4;
+  EXPECT_EQ(ValidateParallelConfig(c, Spec()).message(),
+            "search.shard_group_size needs search.data_parallel_sharding other than none");
+  EXPECT_EQ(c.ShardRanks(), 1);
+  JobSpec spec = Spec();
+  spec.cluster.num_gpus = 96;
+  c.dp = 1;
+  c.shard_group_size = 0;
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
+            "search.data_parallel_sharding full requires search.dp*search.cp > 1 (there is "
+            "nothing to shard over)");
 }
 
 }  // namespace

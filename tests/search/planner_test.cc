@@ -191,7 +191,7 @@ TEST(PlannerTest, Fp8IsFasterOnHopper) {
   c.dp = 2;
   c.vp = 5;
   c.sequence_parallel = true;
-  c.distributed_optimizer = true;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
   spec.training.precision = Precision::kBf16;
   absl::StatusOr<RankedConfig> bf16 = Estimate(spec, c);
   spec.training.precision = Precision::kFp8;
@@ -216,7 +216,7 @@ TEST(PlannerTest, BlockScaledFormatsOnBlackwell) {
   c.pp = 4;
   c.dp = 4;
   c.sequence_parallel = true;
-  c.distributed_optimizer = true;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
   spec.training.precision = Precision::kFp8;
   absl::StatusOr<RankedConfig> fp8 = Estimate(spec, c);
   spec.training.precision = Precision::kMxfp8;
@@ -273,6 +273,36 @@ TEST(PlannerTest, EnumeratesTheHandCountedGrid) {
     split += c.split_counts_embedding_and_loss ? 1 : 0;
   }
   EXPECT_EQ(split, 6 + 8);  // tp 1 pp 2 vp 3: 3 mb x 2 optimizers; tp 2: 4 mb x 2 SP.
+}
+
+// The same grid with search.data_parallel_sharding [full]: one sharding per layout instead
+// of two optimizers where dp > 1, so 2 + 9 + 4 + 6 + 24 + 8 = 53 layouts; the ranked ones
+// are all fully sharded over dp > 1 (dp = 1 has nothing to shard over: rejected).
+TEST(PlannerTest, ListedShardingIsSearched) {
+  JobSpec spec;
+  spec.model.name = "tiny";
+  spec.model.num_layers = 4;
+  spec.model.hidden_size = 256;
+  spec.model.num_attention_heads = 4;
+  spec.model.num_query_groups = 4;
+  spec.model.ffn_hidden_size = 1024;
+  spec.model.vocab_size = 1000;
+  spec.training.seq_length = 512;
+  spec.training.global_batch_size = 8;
+  spec.cluster.gpu = "a100-80gb";
+  spec.cluster.num_gpus = 4;
+  spec.cluster.gpus_per_node = 4;
+  spec.search.recompute = {Recompute::kNone};
+  spec.search.data_parallel_sharding = {DataParallelSharding::kFull};
+  spec.search.top_k = 100;
+  absl::StatusOr<PlanResult> plan = Plan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->candidates_considered, 53);
+  ASSERT_FALSE(plan->ranked.empty());
+  for (const RankedConfig& r : plan->ranked) {
+    EXPECT_EQ(r.config.data_parallel_sharding, DataParallelSharding::kFull);
+    EXPECT_GT(r.config.dp, 1) << r.config.ToString();
+  }
 }
 
 // The full grid of GPT-3 175B on 1024 A100s, as bench/model/search_speed prints it.

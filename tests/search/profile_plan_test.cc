@@ -127,8 +127,8 @@ TEST(ProfilePlanTest, KeyChangesWithEveryFieldOfTheWork) {
 TEST(ProfilePlanTest, DistributedOptimizerGetsReduceScatterAndAllGatherSweeps) {
   PlanResult plan;
   plan.ranked = {Candidate(1, 1, 4, 1), Candidate(1, 1, 4, 2), Candidate(1, 2, 2, 1)};
-  plan.ranked[1].config.distributed_optimizer = true;
-  plan.ranked[2].config.distributed_optimizer = true;
+  plan.ranked[1].config.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  plan.ranked[2].config.data_parallel_sharding = DataParallelSharding::kOptimizer;
   absl::StatusOr<ProfilePlan> p = PlanProfiles(Spec(), plan, {});
   ASSERT_TRUE(p.ok()) << p.status();
   std::vector<std::pair<CollectiveOp, int64_t>> sweeps;

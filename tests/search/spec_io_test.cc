@@ -94,7 +94,8 @@ TEST(SpecIoTest, EveryFieldIsRead) {
   EXPECT_EQ(spec->search.recompute,
             (std::vector<Recompute>{Recompute::kSelective, Recompute::kFull}));
   EXPECT_EQ(spec->search.recompute_num_layers, (std::vector<int64_t>{4}));
-  EXPECT_EQ(spec->search.distributed_optimizer, (std::vector<bool>{true}));
+  EXPECT_EQ(spec->search.data_parallel_sharding,
+            (std::vector<DataParallelSharding>{DataParallelSharding::kOptimizer}));
   EXPECT_EQ(spec->search.top_k, 5);
   EXPECT_EQ(spec->search.objective, Objective::kMinMemory);
   EXPECT_EQ(spec->search.mode, SearchMode::kProfile);
@@ -348,7 +349,7 @@ TEST(SpecIoTest, PinnedLayout) {
   EXPECT_EQ(c->pp, 2);
   EXPECT_EQ(c->dp, 16);  // derived: 64 / (2 * 2 * 1)
   EXPECT_TRUE(c->sequence_parallel);
-  EXPECT_TRUE(c->distributed_optimizer);
+  EXPECT_TRUE(c->distributed_optimizer());
 
   // Dimensions with only one meaningful value need not be given.
   j["search"] = {{"tp", 1}, {"pp", 1}, {"cp", 1}, {"dp", 64}, {"micro_batch_size", 2},
@@ -392,6 +393,62 @@ TEST(SpecIoTest, KindTrainingIsAcceptedAndOtherKindsNamed) {
   EXPECT_TRUE(JobSpecFromJson(j).ok());
   j["kind"] = "inference";
   EXPECT_THAT(ErrorOf(j), HasSubstr("kind ('inference') must be training for a training spec"));
+}
+
+// search.data_parallel_sharding lists stages; search.distributed_optimizer stays accepted as
+// its alias (true = optimizer, false = none), not both at once; search.shard_group_size is
+// one number; the canonical JSON writes the stages by name.
+TEST(SpecIoTest, DataParallelShardingAndItsAlias) {
+  json j = MinimalSpec();
+  j["search"] = {{"data_parallel_sharding", {"none", "optimizer_grads", "full"}},
+                 {"shard_group_size", 8}};
+  auto spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->search.data_parallel_sharding,
+            (std::vector<DataParallelSharding>{DataParallelSharding::kNone,
+                                               DataParallelSharding::kOptimizerGrads,
+                                               DataParallelSharding::kFull}));
+  EXPECT_EQ(spec->search.shard_group_size, 8);
+  const json canonical = JobSpecToJson(*spec);
+  EXPECT_EQ(canonical["search"]["data_parallel_sharding"],
+            json({"none", "optimizer_grads", "full"}));
+  EXPECT_EQ(canonical["search"]["shard_group_size"], 8);
+  EXPECT_EQ(JobSpecToJson(*JobSpecFromJson(canonical)), canonical);
+
+  j["search"] = {{"distributed_optimizer", {false, true}}};
+  spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->search.data_parallel_sharding,
+            (std::vector<DataParallelSharding>{DataParallelSharding::kNone,
+                                               DataParallelSharding::kOptimizer}));
+
+  j["search"] = {{"distributed_optimizer", true}, {"data_parallel_sharding", "full"}};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("give one of the two"));
+  j["search"] = {{"data_parallel_sharding", "zero3"}};
+  EXPECT_EQ(ErrorOf(j),
+            "search.data_parallel_sharding: unknown data parallel sharding 'zero3' (expected "
+            "none, optimizer, optimizer_grads, full)");
+  j["search"] = {{"data_parallel_sharding", {"full", "full"}}};
+  EXPECT_EQ(ErrorOf(j), "search.data_parallel_sharding lists 'full' twice");
+  j["search"] = {{"shard_group_size", -2}};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("search.shard_group_size (-2) must be in [0, "));
+
+  // A pinned layout takes the one stage and the shard group.
+  j["search"] = {{"tp", 2},
+                 {"pp", 1},
+                 {"cp", 1},
+                 {"micro_batch_size", 1},
+                 {"recompute", "none"},
+                 {"sequence_parallel", true},
+                 {"data_parallel_sharding", "full"},
+                 {"shard_group_size", 8}};
+  spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto c = PinnedLayout(*spec);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->data_parallel_sharding, DataParallelSharding::kFull);
+  EXPECT_EQ(c->shard_group_size, 8);
+  EXPECT_EQ(c->ShardRanks(), 8);
 }
 
 }  // namespace

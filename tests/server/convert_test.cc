@@ -39,8 +39,10 @@ constexpr size_t AggregateFieldCount() {
 }
 
 TEST(ConvertTest, TheWireLayoutHasAFieldForEveryDomainField) {
-  // A field added to the domain layout and not to v1::ParallelConfig fails here first.
-  EXPECT_EQ(AggregateFieldCount<ParallelConfig>(),
+  // A field added to the domain layout and not to v1::ParallelConfig fails here first. The
+  // wire has one field more: distributed_optimizer, derived from data_parallel_sharding and
+  // kept for readers (and stored layouts) that predate it.
+  EXPECT_EQ(AggregateFieldCount<ParallelConfig>() + 1,
             static_cast<size_t>(v1::ParallelConfig::descriptor()->field_count()));
 }
 
@@ -71,7 +73,6 @@ ParallelConfig RandomLayout(std::mt19937_64& rng) {
   c.sequence_parallel = flag();
   c.recompute = kModes[rng() % 3];
   c.recompute_num_layers = size();
-  c.distributed_optimizer = flag();
   c.split_counts_embedding_and_loss = flag();
   c.overlap_grad_reduce = flag();
   c.tp_comm_overlap = flag();
@@ -79,13 +80,18 @@ ParallelConfig RandomLayout(std::mt19937_64& rng) {
   c.ep = size();
   c.etp = size();
   c.moe_token_dispatcher = kDispatchers[rng() % 3];
+  constexpr DataParallelSharding kShardings[] = {
+      DataParallelSharding::kNone, DataParallelSharding::kOptimizer,
+      DataParallelSharding::kOptimizerGrads, DataParallelSharding::kFull};
+  c.data_parallel_sharding = kShardings[rng() % 4];
+  c.shard_group_size = size();
   return c;
 }
 
 TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
   std::mt19937_64 rng(20240521);
   const ParallelConfig defaults;
-  int differs_from_default[17] = {};
+  int differs_from_default[18] = {};
   for (int i = 0; i < 5000; ++i) {
     const ParallelConfig c = RandomLayout(rng);
     const v1::ParallelConfig wire = ToProto(c);
@@ -102,27 +108,52 @@ TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
     ASSERT_EQ(*ParallelConfigFromProto(from_json), c) << WireJson(wire);
 
     // The sample exercises every field away from its default, so a dropped one fails above.
-    const bool changed[17] = {c.tp != defaults.tp,
-                              c.pp != defaults.pp,
-                              c.dp != defaults.dp,
-                              c.cp != defaults.cp,
-                              c.vp != defaults.vp,
-                              c.micro_batch_size != defaults.micro_batch_size,
-                              c.sequence_parallel != defaults.sequence_parallel,
-                              c.recompute != defaults.recompute,
-                              c.recompute_num_layers != defaults.recompute_num_layers,
-                              c.distributed_optimizer != defaults.distributed_optimizer,
-                              c.split_counts_embedding_and_loss !=
-                                  defaults.split_counts_embedding_and_loss,
-                              c.overlap_grad_reduce != defaults.overlap_grad_reduce,
-                              c.tp_comm_overlap != defaults.tp_comm_overlap,
-                              c.overlap_p2p_comm != defaults.overlap_p2p_comm,
-                              c.ep != defaults.ep,
-                              c.etp != defaults.etp,
-                              c.moe_token_dispatcher != defaults.moe_token_dispatcher};
-    for (int f = 0; f < 17; ++f) differs_from_default[f] += changed[f];
+    const bool changed[18] = {
+        c.tp != defaults.tp,
+        c.pp != defaults.pp,
+        c.dp != defaults.dp,
+        c.cp != defaults.cp,
+        c.vp != defaults.vp,
+        c.micro_batch_size != defaults.micro_batch_size,
+        c.sequence_parallel != defaults.sequence_parallel,
+        c.recompute != defaults.recompute,
+        c.recompute_num_layers != defaults.recompute_num_layers,
+        c.split_counts_embedding_and_loss != defaults.split_counts_embedding_and_loss,
+        c.overlap_grad_reduce != defaults.overlap_grad_reduce,
+        c.tp_comm_overlap != defaults.tp_comm_overlap,
+        c.overlap_p2p_comm != defaults.overlap_p2p_comm,
+        c.ep != defaults.ep,
+        c.etp != defaults.etp,
+        c.moe_token_dispatcher != defaults.moe_token_dispatcher,
+        c.data_parallel_sharding != defaults.data_parallel_sharding,
+        c.shard_group_size != defaults.shard_group_size};
+    for (int f = 0; f < 18; ++f) differs_from_default[f] += changed[f];
   }
-  for (int f = 0; f < 17; ++f) EXPECT_GT(differs_from_default[f], 1000) << "field " << f;
+  for (int f = 0; f < 18; ++f) EXPECT_GT(differs_from_default[f], 1000) << "field " << f;
+}
+TEST(ConvertTest, ALayoutStoredWithOnlyDistributedOptimizerReadsAsOptimizerSharding) {
+  v1::ParallelConfig stored;
+  stored.set_tp(2);
+  stored.set_dp(4);
+  stored.set_recompute("none");
+  stored.set_distributed_optimizer(true);
+  absl::StatusOr<ParallelConfig> read = ParallelConfigFromProto(stored);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->data_parallel_sharding, DataParallelSharding::kOptimizer);
+  stored.set_distributed_optimizer(false);
+  EXPECT_EQ(ParallelConfigFromProto(stored)->data_parallel_sharding, DataParallelSharding::kNone);
+
+  // Written today: both, so an older reader still sees the optimizer sharded.
+  ParallelConfig fsdp;
+  fsdp.dp = 8;
+  fsdp.data_parallel_sharding = DataParallelSharding::kFull;
+  fsdp.shard_group_size = 4;
+  const v1::ParallelConfig wire = ToProto(fsdp);
+  EXPECT_TRUE(wire.distributed_optimizer());
+  EXPECT_EQ(wire.data_parallel_sharding(), "full");
+  EXPECT_EQ(wire.shard_group_size(), 4);
+  stored.set_data_parallel_sharding("zero9");
+  EXPECT_EQ(ParallelConfigFromProto(stored).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ConvertTest, FlagsOnByDefaultAreExplicitOnTheWireAndOnWhenAbsent) {

@@ -84,7 +84,7 @@ TEST(CudaTrainingTest, Bf16WithFp32MasterWeightsTrainsTheSameModel) {
 TEST(CudaTrainingTest, DistributedOptimizerOnOneGpuEqualsThePlainOne) {
   SKIP_WITHOUT_GPUS(1);
   TrainConfig dist = OnGpu(Small());
-  dist.parallel.distributed_optimizer = true;
+  dist.parallel.data_parallel_sharding = DataParallelSharding::kOptimizer;
   ExpectSameLosses(OnGpu(Small()), dist, 1e-4);
 }
 
@@ -103,7 +103,7 @@ TEST(CudaTrainingTest, Dp2OnTwoGpusEqualsOneGpu) {
   one.num_micro_batches = 8;
   TrainConfig two = OnGpu(Small());
   two.parallel.dp = 2;
-  two.parallel.distributed_optimizer = true;
+  two.parallel.data_parallel_sharding = DataParallelSharding::kOptimizer;
   ExpectSameLosses(one, two, 1e-3);
 }
 

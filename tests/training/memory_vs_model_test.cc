@@ -69,7 +69,8 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelAsTracked) {
     c.dp = k.dp;
     c.micro_batch_size = k.mb;
     c.recompute = k.recompute;
-    c.distributed_optimizer = k.dopt;
+    c.data_parallel_sharding =
+        k.dopt ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
     const double predicted =
         TrackedPeakBytes(EstimateMemory(spec, c, 0, cpu), cpu, Precision::kFp32);
 

@@ -40,7 +40,7 @@ std::vector<double> Reference(TrainConfig c) {
   c.num_micro_batches *= c.parallel.dp;
   c.parallel.tp = c.parallel.pp = c.parallel.dp = c.parallel.vp = 1;
   c.parallel.sequence_parallel = false;
-  c.parallel.distributed_optimizer = false;
+  c.parallel.data_parallel_sharding = DataParallelSharding::kNone;
   return Losses(c);
 }
 
@@ -97,7 +97,7 @@ TEST(TrainingTest, SequenceParallelRecomputeDistributedOptimizerEqualsSingleRank
   c.parallel.vp = 2;
   c.parallel.sequence_parallel = true;
   c.parallel.recompute = Recompute::kFull;
-  c.parallel.distributed_optimizer = true;
+  c.parallel.data_parallel_sharding = DataParallelSharding::kOptimizer;
   c.parallel.dp = 2;
   ExpectSame(Losses(c), Reference(c));
 }
@@ -137,7 +137,7 @@ TEST(TrainingTest, TiedEmbeddingsEqualSingleRankInEveryLayout) {
   ExpectSame(Losses(c), ref);
   c.parallel.vp = 2;
   c.parallel.sequence_parallel = true;
-  c.parallel.distributed_optimizer = true;
+  c.parallel.data_parallel_sharding = DataParallelSharding::kOptimizer;
   ExpectSame(Losses(c), ref);
   // A different model from the untied one: the same first batch gives another loss.
   ExpectDifferentFirstLoss(Reference(Tiny()), ref, 1e-3);
@@ -210,7 +210,7 @@ TEST(TrainingTest, DistributedOptimizerSavesExactlyTheOtherShardsOfMAndV) {
   c.parallel.dp = 2;
   auto plain = RunTrainingInProcess(c);
   ASSERT_TRUE(plain.ok()) << plain.status();
-  c.parallel.distributed_optimizer = true;
+  c.parallel.data_parallel_sharding = DataParallelSharding::kOptimizer;
   auto sharded = RunTrainingInProcess(c);
   ASSERT_TRUE(sharded.ok()) << sharded.status();
   ASSERT_EQ(plain->ranks.size(), 2u);

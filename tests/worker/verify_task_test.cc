@@ -72,7 +72,7 @@ ParallelConfig EveryFieldSet() {
   c.sequence_parallel = true;
   c.recompute = Recompute::kFull;
   c.recompute_num_layers = 1;
-  c.distributed_optimizer = true;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
   c.split_counts_embedding_and_loss = true;
   c.overlap_grad_reduce = false;
   c.tp_comm_overlap = true;
@@ -95,7 +95,7 @@ TEST(VerifyTaskLayout, EveryFieldReachesTheTrainer) {
       [](ParallelConfig& c) { c.sequence_parallel = false; },
       [](ParallelConfig& c) { c.recompute = Recompute::kSelective; },
       [](ParallelConfig& c) { c.recompute_num_layers = 2; },
-      [](ParallelConfig& c) { c.distributed_optimizer = false; },
+      [](ParallelConfig& c) { c.data_parallel_sharding = DataParallelSharding::kNone; },
       [](ParallelConfig& c) { c.split_counts_embedding_and_loss = false; },
       [](ParallelConfig& c) { c.overlap_grad_reduce = true; },
       [](ParallelConfig& c) { c.tp_comm_overlap = false; },
@@ -141,7 +141,7 @@ TEST(VerifyTaskLayout, ANormalLayoutTrainsAsSent) {
   layout.dp = 2;
   layout.micro_batch_size = 2;
   layout.recompute = Recompute::kSelective;
-  layout.distributed_optimizer = true;
+  layout.data_parallel_sharding = DataParallelSharding::kOptimizer;
   const v1::ProfileTask task = TaskFor(TinySpec(), layout);
   absl::StatusOr<kt::TrainConfig> c = TrainConfigFromVerifyTask(task.verify());
   ASSERT_TRUE(c.ok()) << c.status();

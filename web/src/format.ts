@@ -80,7 +80,13 @@ export function layoutLabel(c: ParallelConfig | undefined): string {
   if (rc !== 'none') {
     parts.push(rc === 'full' ? `full-rc${num(cfg.recompute_num_layers) ? `×${num(cfg.recompute_num_layers)}` : ''}` : `${rc}-rc`);
   }
-  if (cfg.distributed_optimizer) parts.push('dist-opt');
+  // A layout stored before data_parallel_sharding existed carries distributed_optimizer only.
+  const sharding = cfg.data_parallel_sharding || (cfg.distributed_optimizer ? 'optimizer' : 'none');
+  const label: Record<string, string> = { optimizer: 'dist-opt', optimizer_grads: 'ZeRO-2', full: 'FSDP' };
+  if (label[sharding]) {
+    const group = num(cfg.shard_group_size);
+    parts.push(group > 0 ? `${label[sharding]}/${group}` : label[sharding]);
+  }
   return parts.join(' ');
 }
 

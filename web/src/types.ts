@@ -64,6 +64,8 @@ export interface SearchSpec {
   recompute?: string[];
   recompute_num_layers?: Int64[];
   distributed_optimizer?: boolean[];
+  data_parallel_sharding?: string[];
+  shard_group_size?: Int64;
   top_k?: Int64;
   objective?: string;
   mode?: string;
@@ -152,6 +154,8 @@ export interface ParallelConfig {
   recompute?: string;
   recompute_num_layers?: Int64;
   distributed_optimizer?: boolean;
+  data_parallel_sharding?: string;
+  shard_group_size?: Int64;
 }
 
 export interface TimeBreakdown {
@@ -393,4 +397,4 @@ export interface Catalog {
 }
 
 /** GET /v1/jobs/{id}/results/{rank}:export?format=... */
-export type ExportFormat = 'megatron' | 'nemo' | 'json' | 'trtllm' | 'vllm' | 'sglang';
+export type ExportFormat = 'megatron' | 'nemo' | 'deepspeed' | 'torchtitan' | 'json' | 'trtllm' | 'vllm' | 'sglang';

@@ -364,6 +364,8 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
       exportButtons.append(
         exportButton('export-megatron', 'megatron', 'Megatron arguments', position),
         exportButton('export-nemo', 'nemo', 'NeMo config', position),
+        exportButton('export-deepspeed', 'deepspeed', 'DeepSpeed config', position),
+        exportButton('export-torchtitan', 'torchtitan', 'torchtitan TOML', position),
         exportButton('export-json', 'json', 'JSON', position),
       );
       const compare = selected === 0 || !ranked[0] ? [r] : [r, ranked[0]];
