@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "inference/spec_io.h"
+#include "search/model_math.h"
 
 namespace paratune::server {
 namespace {
@@ -359,6 +360,81 @@ absl::StatusOr<inference::InferencePlanResult> InferencePlanResultFromProto(
   out.recommendation = result.recommendation();
   out.elapsed_ms = result.elapsed_ms();
   return out;
+}
+
+v1::ProfileTask ToProto(const inference::ServingStepTaskSpec& task) {
+  v1::ProfileTask out;
+  out.set_device_kind(task.device_kind);
+  out.set_key(task.Key());
+  v1::ServingStepTask* t = out.mutable_serving_step();
+  t->set_phase(task.phase == inference::ServingStepPhase::kPrefill
+                   ? v1::ServingStepTask::PHASE_PREFILL
+                   : v1::ServingStepTask::PHASE_DECODE);
+  v1::LayerShape* shape = t->mutable_shape();
+  shape->set_hidden_size(task.model.hidden_size);
+  shape->set_num_attention_heads(task.model.num_attention_heads);
+  shape->set_num_query_groups(QueryGroups(task.model));
+  shape->set_ffn_hidden_size(task.model.ffn_hidden_size);
+  shape->set_vocab_size(task.model.vocab_size);
+  shape->set_activation(ToString(task.model.activation));
+  shape->set_normalization(ToString(task.model.normalization));
+  t->set_tp(task.shape.tp);
+  t->set_batch(task.batch);
+  if (task.phase == inference::ServingStepPhase::kPrefill) {
+    t->set_seq_length(task.length);
+  } else {
+    t->set_context_length(task.length);
+  }
+  t->set_weight_precision(std::string(inference::ToString(task.shape.weight_precision)));
+  t->set_kv_precision(std::string(inference::ToString(task.shape.kv_cache_precision)));
+  t->set_kv_block_size(task.kv_block_size);
+  t->set_num_layers(task.model.num_layers);
+  t->set_logits(true);
+  t->set_rope(task.model.position_embedding == PositionEmbedding::kRope);
+  t->set_warmup(task.warmup);
+  t->set_iters(task.iters);
+  return out;
+}
+
+absl::StatusOr<inference::StepShape> StepShapeFromTask(const v1::ServingStepTask& task) {
+  inference::StepShape shape;
+  shape.tp = std::max<int64_t>(1, task.tp());
+  absl::StatusOr<inference::QuantFormat> w = inference::ParseQuantFormat(task.weight_precision());
+  if (!w.ok()) return w.status();
+  absl::StatusOr<inference::QuantFormat> kv = inference::ParseQuantFormat(task.kv_precision());
+  if (!kv.ok()) return kv.status();
+  shape.weight_precision = *w;
+  shape.kv_cache_precision = *kv;
+  return shape;
+}
+
+absl::StatusOr<inference::StepSample> StepSampleFromResult(const v1::ServingStepTask& task,
+                                                           const v1::TaskResult& result) {
+  if (!result.has_serving_step()) {
+    return absl::InvalidArgumentError("the result carries no serving_step profile");
+  }
+  inference::StepSample s;
+  const bool prefill = task.phase() == v1::ServingStepTask::PHASE_PREFILL;
+  s.phase = prefill ? inference::ServingStepPhase::kPrefill : inference::ServingStepPhase::kDecode;
+  s.batch = task.batch();
+  s.length = prefill ? task.seq_length() : task.context_length();
+  bool total = false;
+  for (const v1::PhaseTiming& p : result.serving_step().phases()) {
+    if (p.phase() == "total") {
+      s.total_s = p.median_s();
+      total = true;
+    } else if (p.phase() == "gemm") {
+      s.gemm_s = p.median_s();
+    } else if (p.phase() == "attention") {
+      s.attention_s = p.median_s();
+    } else if (p.phase() == "tp_comm") {
+      s.tp_comm_s = p.median_s();
+    } else if (p.phase() == "logits") {
+      s.logits_s = p.median_s();
+    }
+  }
+  if (!total) return absl::InvalidArgumentError("the serving_step profile has no total phase");
+  return s;
 }
 
 }  // namespace paratune::server

@@ -63,12 +63,6 @@ absl::StatusOr<JobEntry> NewInferenceJobEntry(const v1::SubmitJobRequest& reques
 }
 
 absl::Status CheckCoordinatorRuns(const inference::InferenceJobSpec& spec) {
-  if (spec.search.mode != SearchMode::kModel) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("search.mode (", ToString(spec.search.mode),
-                     ") must be model for kind: inference (the coordinator scores serving "
-                     "layouts with the model only)"));
-  }
   if (spec.search.verify_top_k != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("search.verify_top_k (", spec.search.verify_top_k,

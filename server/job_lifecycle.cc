@@ -89,15 +89,14 @@ absl::Status JobLifecycle::RecoverJob(JobEntry& job) {
                             absl::StrCat("spec no longer valid: ", spec.status().message()));
     }
     job.inference = *std::move(spec);
-    executor_->Schedule(JobWork::kPlan, id);  // PENDING, PLANNING: nothing else to resume.
-    return absl::OkStatus();
+  } else {
+    absl::StatusOr<JobSpec> spec = SpecFromProto(RenderedSpec(job.record.job));
+    if (!spec.ok()) {
+      return SetStateLocked(job, v1::JOB_STATE_FAILED,
+                            absl::StrCat("spec no longer valid: ", spec.status().message()));
+    }
+    job.spec = *std::move(spec);
   }
-  absl::StatusOr<JobSpec> spec = SpecFromProto(RenderedSpec(job.record.job));
-  if (!spec.ok()) {
-    return SetStateLocked(job, v1::JOB_STATE_FAILED,
-                          absl::StrCat("spec no longer valid: ", spec.status().message()));
-  }
-  job.spec = *std::move(spec);
   if (state != v1::JOB_STATE_PROFILING && state != v1::JOB_STATE_COMPOSING &&
       state != v1::JOB_STATE_VERIFYING) {
     executor_->Schedule(JobWork::kPlan, id);  // PENDING, PLANNING.
@@ -206,6 +205,19 @@ void JobLifecycle::RunInferencePlan(const std::string& job_id,
     return;
   }
   candidates_scored_["inference"] += plan->candidates_considered;
+  if (!plan->ranked.empty() && spec.search.mode == SearchMode::kProfile) {
+    // Profile mode: the modelled plan waits while workers measure its serving steps.
+    if (absl::Status s = profile_.CreateInferenceTasks(job, *plan); !s.ok()) {
+      SetStateLocked(job, v1::JOB_STATE_FAILED, std::string(s.message())).IgnoreError();
+      return;
+    }
+    job.record.modelled = *std::move(plan_proto);
+    job.rankings_dirty = true;
+    if (!SetStateLocked(job, v1::JOB_STATE_PROFILING, "").ok()) return;
+    profile_.QueuePending(job);
+    if (std::optional<Transition> t = profile_.Check(job)) ApplyLocked(job, *t).IgnoreError();
+    return;
+  }
   job.record.results = *std::move(plan_proto);
   job.rankings_dirty = true;
   if (plan->ranked.empty()) {
@@ -245,6 +257,7 @@ void JobLifecycle::AcceptPlanLocked(JobEntry& job, const PlanResult& plan,
 
 void JobLifecycle::RunCompose(const std::string& job_id) {
   JobSpec spec;
+  std::optional<inference::InferenceJobSpec> inference_spec;
   v1::PlanResult modelled;
   std::vector<TaskRecord> tasks;
   {
@@ -254,15 +267,27 @@ void JobLifecycle::RunCompose(const std::string& job_id) {
     const JobEntry& job = it->second;
     if (job.record.job.state() != v1::JOB_STATE_COMPOSING) return;
     spec = job.spec;
+    inference_spec = job.inference;
     if (job.record.modelled) modelled = *job.record.modelled;
     tasks = job.tasks;
   }
-  absl::StatusOr<PlanResult> composed =
-      ProfileStage::Compose(spec, modelled, tasks, options_.profile);
   // The wire form is built before taking the lock. The modelled ranking listed only the
   // first rejected layouts; its counts of all of them come through PlanResult.
+  absl::Status composed = absl::OkStatus();
   std::optional<v1::PlanResult> composed_proto;
-  if (composed.ok()) composed_proto = ToProto(*composed);
+  if (inference_spec) {
+    absl::StatusOr<inference::InferencePlanResult> plan =
+        ProfileStage::ComposeInference(*inference_spec, modelled, tasks);
+    composed = plan.status();
+    if (plan.ok()) {
+      composed_proto = modelled;
+      *composed_proto->mutable_inference() = ToProto(*plan);
+    }
+  } else {
+    absl::StatusOr<PlanResult> plan = ProfileStage::Compose(spec, modelled, tasks, options_.profile);
+    composed = plan.status();
+    if (plan.ok()) composed_proto = ToProto(*plan);
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);
@@ -271,7 +296,7 @@ void JobLifecycle::RunCompose(const std::string& job_id) {
   if (job.record.job.state() != v1::JOB_STATE_COMPOSING) return;
   if (!composed.ok()) {
     SetStateLocked(job, v1::JOB_STATE_FAILED,
-                   absl::StrCat("composing failed: ", composed.status().message()))
+                   absl::StrCat("composing failed: ", composed.message()))
         .IgnoreError();
     return;
   }
