@@ -64,6 +64,25 @@ std::string FormatInferencePlanTable(const InferencePlanResult& result,
       absl::StrAppend(&out, "#   rank ", r.rank, ": ", r.notes.front(), "\n");
     }
   }
+  // search.verify_top_k: measured with the serving loop next to predicted.
+  for (const InferenceRankedConfig& r : result.ranked) {
+    if (!r.verification) continue;
+    const inference::InferenceVerification& v = *r.verification;
+    if (v.status != "verified") {
+      absl::StrAppend(&out, "#   rank ", r.rank, " ", v.status, "\n");
+      continue;
+    }
+    const auto vs = [](const char* what, double measured, double predicted, const char* unit) {
+      return absl::StrFormat("%s %.3f%s measured vs %.3f%s predicted (%+.1f %%)", what, measured,
+                             unit, predicted, unit,
+                             measured > 0 ? (predicted - measured) / measured * 100 : 0.0);
+    };
+    absl::StrAppend(&out, "#   rank ", r.rank, " verified (", v.measured_requests,
+                    " requests): ", vs("TTFT p50", v.measured_ttft_ms.p50, r.ttft_ms.p50, " ms"),
+                    "; ", vs("TPOT p50", v.measured_tpot_ms.p50, r.tpot_ms.p50, " ms"), "; ",
+                    vs("output tok/s", v.measured_output_tokens_per_sec, r.output_tokens_per_sec, ""),
+                    "\n");
+  }
   absl::StrAppend(
       &out, absl::StrFormat("# %d candidates, %d simulated within the limits, %d rejected; "
                             "%.0f ms (* = on the Pareto front)\n",

@@ -5,8 +5,7 @@
 
 namespace paratune::inference {
 
-PiecewiseLinear::PiecewiseLinear(std::vector<std::pair<double, double>> points,
-                                 bool through_origin)
+PiecewiseLinear::PiecewiseLinear(std::vector<std::pair<double, double>> points, bool through_origin)
     : through_origin_(through_origin) {
   std::map<double, std::pair<double, int>> by_x;  // x -> (sum of y, count)
   for (const auto& [x, y] : points) {

@@ -44,13 +44,13 @@ std::string ServingStepTaskSpec::Key() const {
   return absl::StrCat(
       "serving_step h=", model.hidden_size, " a=", model.num_attention_heads,
       " g=", QueryGroups(model), " f=", model.ffn_hidden_size, " V=", model.vocab_size,
-      " act=", paratune::ToString(model.activation), " norm=",
-      paratune::ToString(model.normalization), " pos=",
-      paratune::ToString(model.position_embedding), " L=", model.num_layers, " tp=", shape.tp,
-      " w=", std::string(inference::ToString(shape.weight_precision)),
-      " kv=", std::string(inference::ToString(shape.kv_cache_precision)),
-      " blk=", kv_block_size, phase == ServingStepPhase::kPrefill ? " prefill" : " decode",
-      " b=", batch, " len=", length, " logits=1 w=", warmup, " i=", iters);
+      " act=", paratune::ToString(model.activation),
+      " norm=", paratune::ToString(model.normalization),
+      " pos=", paratune::ToString(model.position_embedding), " L=", model.num_layers,
+      " tp=", shape.tp, " w=", std::string(inference::ToString(shape.weight_precision)),
+      " kv=", std::string(inference::ToString(shape.kv_cache_precision)), " blk=", kv_block_size,
+      phase == ServingStepPhase::kPrefill ? " prefill" : " decode", " b=", batch, " len=", length,
+      " logits=1 w=", warmup, " i=", iters);
 }
 
 absl::StatusOr<ServingProfilePlan> PlanServingProfiles(const InferenceJobSpec& spec,
@@ -64,8 +64,7 @@ absl::StatusOr<ServingProfilePlan> PlanServingProfiles(const InferenceJobSpec& s
   for (const InferenceRankedConfig& r : plan.ranked) {
     const ServingConfig& c = r.config;
     if (c.pp != 1) continue;  // Stays modelled: a task times a whole instance's layers.
-    auto& [batch, tokens] =
-        shapes[StepShape{c.tp, c.weight_precision, c.kv_cache_precision}];
+    auto& [batch, tokens] = shapes[StepShape{c.tp, c.weight_precision, c.kv_cache_precision}];
     batch = std::max(batch, std::min(LargestBatch(spec, c), options.max_grid_batch));
     tokens = std::max(tokens, c.max_num_tokens);
   }
@@ -158,11 +157,11 @@ absl::StatusOr<InferencePlanResult> ComposeInference(const InferenceJobSpec& spe
         absl::StrFormat("measured steps (%d serving_step tasks on %s): TPOT p50 %.3f ms, TTFT "
                         "p50 %.3f ms, %.1f output tokens/s per GPU; modelled steps: TPOT p50 "
                         "%.3f ms, TTFT p50 %.3f ms, %.1f output tokens/s per GPU",
-                        table->second->samples(), spec.cluster.gpu, r->tpot_ms.p50,
-                        r->ttft_ms.p50, r->output_tokens_per_sec_per_gpu, m.tpot_ms.p50,
-                        m.ttft_ms.p50, m.output_tokens_per_sec_per_gpu));
-    if (auto ar = measured.allreduce.find(c.tp); ar != measured.allreduce.end() &&
-                                                 !ar->second.empty()) {
+                        table->second->samples(), spec.cluster.gpu, r->tpot_ms.p50, r->ttft_ms.p50,
+                        r->output_tokens_per_sec_per_gpu, m.tpot_ms.p50, m.ttft_ms.p50,
+                        m.output_tokens_per_sec_per_gpu));
+    if (auto ar = measured.allreduce.find(c.tp);
+        ar != measured.allreduce.end() && !ar->second.empty()) {
       const auto& [bytes, seconds] = ar->second.front();
       r->notes.push_back(absl::StrFormat("TP all-reduce of %d bytes measured %.1f us (sweep)",
                                          bytes, seconds * 1e6));

@@ -60,8 +60,8 @@ struct ServingStepTaskSpec {
 };
 
 struct ServingProfileOptions {
-  int64_t warmup = 2;  ///< Untimed steps per task.
-  int64_t iters = 5;   ///< Timed steps per task (medians are used).
+  int64_t warmup = 2;            ///< Untimed steps per task.
+  int64_t iters = 5;             ///< Timed steps per task (medians are used).
   int64_t max_grid_batch = 256;  ///< Decode grid's largest batch.
 };
 

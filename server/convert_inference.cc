@@ -273,6 +273,16 @@ v1::InferenceRankedConfig ToProto(const inference::InferenceRankedConfig& r) {
   *out.mutable_prefill_step() = ToProto(r.prefill_step);
   *out.mutable_decode_step() = ToProto(r.decode_step);
   for (const std::string& note : r.notes) out.add_notes(note);
+  if (r.verification) {
+    const inference::InferenceVerification& v = *r.verification;
+    v1::InferenceVerification* w = out.mutable_verification();
+    w->set_status(v.status);
+    *w->mutable_measured_ttft_ms() = ToProto(v.measured_ttft_ms);
+    *w->mutable_measured_tpot_ms() = ToProto(v.measured_tpot_ms);
+    *w->mutable_measured_e2e_latency_ms() = ToProto(v.measured_e2e_latency_ms);
+    w->set_measured_output_tokens_per_sec(v.measured_output_tokens_per_sec);
+    w->set_measured_requests(static_cast<int32_t>(v.measured_requests));
+  }
   return out;
 }
 
@@ -301,6 +311,16 @@ absl::StatusOr<inference::InferenceRankedConfig> InferenceRankedConfigFromProto(
   out.prefill_step = FromProto(r.prefill_step());
   out.decode_step = FromProto(r.decode_step());
   out.notes.assign(r.notes().begin(), r.notes().end());
+  if (r.has_verification()) {
+    const v1::InferenceVerification& w = r.verification();
+    inference::InferenceVerification& v = out.verification.emplace();
+    v.status = w.status();
+    v.measured_ttft_ms = FromProto(w.measured_ttft_ms());
+    v.measured_tpot_ms = FromProto(w.measured_tpot_ms());
+    v.measured_e2e_latency_ms = FromProto(w.measured_e2e_latency_ms());
+    v.measured_output_tokens_per_sec = w.measured_output_tokens_per_sec();
+    v.measured_requests = w.measured_requests();
+  }
   return out;
 }
 

@@ -15,6 +15,11 @@
 namespace paratune::server {
 namespace {
 
+// A verify stage's task: a part of a training run or a serving run.
+bool IsVerifyTask(const v1::ProfileTask& task) {
+  return task.has_verify() || task.has_serving_verify();
+}
+
 std::string JobIdOfTask(const std::string& task_id) {
   const size_t pos = task_id.rfind("-t");
   return pos == std::string::npos ? std::string() : task_id.substr(0, pos);
@@ -405,7 +410,7 @@ bool JobLifecycle::AcceptsUnleasedLocked(const TaskRecord* record,
   // A worker that finished while the coordinator was down reports the attempt of the lease
   // the store recorded; the task waits in the queue again, unleased. Verify parts are
   // excluded: their gang restarted under a new rendezvous namespace.
-  return record != nullptr && !record->task.has_verify() && record->state == TaskState::kPending &&
+  return record != nullptr && !IsVerifyTask(record->task) && record->state == TaskState::kPending &&
          result.attempt() >= 1 && result.attempt() == record->task.attempt() &&
          !broker_->IsLeased(record->task.id());
 }
@@ -420,14 +425,14 @@ absl::StatusOr<v1::ReportResultResponse> JobLifecycle::ApplyReport(const std::st
     broker_->Remove(result.task_id());  // Its queued copy.
   }
   workers_->TaskEnded(worker_id, result.task_id());
-  const v1::JobState expected = record != nullptr && record->task.has_verify()
+  const v1::JobState expected = record != nullptr && IsVerifyTask(record->task)
                                     ? v1::JOB_STATE_VERIFYING
                                     : v1::JOB_STATE_PROFILING;
   if (record == nullptr || jit->second.record.job.state() != expected) {
     return Refused(absl::StrCat("task ", result.task_id(), " no longer belongs to a running job"));
   }
   JobEntry& job = jit->second;
-  const bool verify = record->task.has_verify();
+  const bool verify = IsVerifyTask(record->task);
   absl::Status s = verify ? verify_.ApplyReport(job, *record, worker_id, result)
                           : profile_.ApplyReport(*record, worker_id, result);
   if (!s.ok()) return s;
@@ -449,12 +454,14 @@ void JobLifecycle::RequeueLocked(const std::vector<TaskQueue::Requeue>& requeues
     JobEntry& job = it->second;
     TaskRecord* record = job.FindTask(r.task.id());
     if (record == nullptr) continue;
-    const bool verify = record->task.has_verify();
-    // A gang's other parts cannot finish without this one: all of them start again.
-    absl::Status s = verify ? verify_.ResetGang(job, record->task.verify().layout_rank(), why,
-                                                /*give_up=*/false)
-                            : profile_.ApplyRequeue(*record, r, why);
-    if (!s.ok() || (!verify && !r.exhausted)) continue;
+    const bool verify = IsVerifyTask(record->task);
+    const bool gang = record->task.has_verify();
+    // A gang's other parts cannot finish without this one: all of them start again. Other
+    // tasks were queued again, or fail once exhausted.
+    absl::Status s = gang ? verify_.ResetGang(job, record->task.verify().layout_rank(), why,
+                                              /*give_up=*/false)
+                          : profile_.ApplyRequeue(*record, r, why);
+    if (!s.ok() || (!gang && !r.exhausted)) continue;
     if (!PersistLocked(job).ok()) continue;
     std::optional<Transition> t = verify ? verify_.Check(job) : profile_.Check(job);
     if (t) ApplyLocked(job, *t).IgnoreError();

@@ -123,7 +123,9 @@ absl::Status ProfileStage::StoreTasks(JobEntry& job, std::vector<v1::ProfileTask
 
 void ProfileStage::QueuePending(const JobEntry& job) {
   for (const TaskRecord& t : job.tasks) {
-    if (t.state == TaskState::kPending && !t.task.has_verify()) broker_->Add(t.task);
+    if (t.state == TaskState::kPending && !t.task.has_verify() && !t.task.has_serving_verify()) {
+      broker_->Add(t.task);
+    }
   }
 }
 

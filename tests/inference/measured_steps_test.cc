@@ -8,11 +8,11 @@ namespace {
 TEST(PiecewiseLinearTest, InterpolatesBetweenPointsAndExtendsTheLastSegment) {
   const PiecewiseLinear f({{4, 10}, {1, 1}, {2, 4}, {2, 2}}, /*through_origin=*/false);
   EXPECT_DOUBLE_EQ(f(1), 1);
-  EXPECT_DOUBLE_EQ(f(2), 3);        // (4 + 2) / 2: equal x averaged.
-  EXPECT_DOUBLE_EQ(f(1.5), 2);      // Halfway from 1 to 3.
-  EXPECT_DOUBLE_EQ(f(3), 6.5);      // Halfway from 3 to 10.
-  EXPECT_DOUBLE_EQ(f(6), 17);       // Slope 3.5 beyond the last point.
-  EXPECT_DOUBLE_EQ(f(0.5), 1);      // The first point's value below it.
+  EXPECT_DOUBLE_EQ(f(2), 3);    // (4 + 2) / 2: equal x averaged.
+  EXPECT_DOUBLE_EQ(f(1.5), 2);  // Halfway from 1 to 3.
+  EXPECT_DOUBLE_EQ(f(3), 6.5);  // Halfway from 3 to 10.
+  EXPECT_DOUBLE_EQ(f(6), 17);   // Slope 3.5 beyond the last point.
+  EXPECT_DOUBLE_EQ(f(0.5), 1);  // The first point's value below it.
   const PiecewiseLinear g({{100, 5}}, /*through_origin=*/true);
   EXPECT_DOUBLE_EQ(g(50), 2.5);
   EXPECT_DOUBLE_EQ(g(300), 15);
