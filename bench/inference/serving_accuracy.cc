@@ -100,10 +100,12 @@ int Main(int argc, char** argv) {
   int64_t iters = 5;
   std::vector<std::string> only;
   bool json = false;
+  bool show_steps = false;
   app.add_option("--rounds", rounds, "rounds (layouts interleaved within each)");
   app.add_option("--iters", iters, "timed steps per serving_step task (their median is used)");
   app.add_option("--layouts", only, "layout names to run (default: all)")->delimiter(',');
   app.add_flag("--json", json);
+  app.add_flag("--steps", show_steps, "print every measured serving step (to stderr)");
   CLI11_PARSE(app, argc, argv);
   if (rounds < 1 || iters < 1) {
     std::fprintf(stderr, "rounds (%d) and iters (%lld) must be >= 1\n", rounds,
@@ -173,6 +175,14 @@ int Main(int argc, char** argv) {
             return 1;
           }
           ++tasks_run;
+          if (show_steps) {
+            std::fprintf(stderr,
+                         "# round %d %s: total %.3f ms, gemm %.3f, attention %.3f, tp_comm %.3f, "
+                         "logits %.3f\n",
+                         r, t.Key().c_str(), sample->total_s * 1e3, sample->gemm_s * 1e3,
+                         sample->attention_s * 1e3, sample->tp_comm_s * 1e3,
+                         sample->logits_s * 1e3);
+          }
           it = measured_steps.emplace(t.Key(), *sample).first;
         }
         m.steps[t.shape].push_back(it->second);
