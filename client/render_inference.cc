@@ -47,12 +47,12 @@ std::string FormatInferencePlanTable(const InferencePlanResult& result,
                                         "GiB", "steps", "limits"));
   bool profiled = false;
   for (const InferenceRankedConfig& r : result.ranked) {
-    absl::StrAppend(&out,
-                    absl::StrFormat("%-4d %-40s %9.0f %8.1f %9.0f %8.1f %6.1f %-8s %s%s\n", r.rank,
-                                    r.config.ToString(), r.output_tokens_per_sec_per_gpu,
-                                    r.tokens_per_sec_per_user, r.ttft_ms.p99, r.tpot_ms.p99,
-                                    r.memory.peak, r.decode_step.source,
-                                    r.meets_limits ? "ok" : "missed", r.pareto_optimal ? " *" : ""));
+    absl::StrAppend(
+        &out, absl::StrFormat("%-4d %-40s %9.0f %8.1f %9.0f %8.1f %6.1f %-8s %s%s\n", r.rank,
+                              r.config.ToString(), r.output_tokens_per_sec_per_gpu,
+                              r.tokens_per_sec_per_user, r.ttft_ms.p99, r.tpot_ms.p99,
+                              r.memory.peak, r.decode_step.source, r.meets_limits ? "ok" : "missed",
+                              r.pareto_optimal ? " *" : ""));
     if (!r.notes.empty() && (r.notes.front().rfind("measured steps", 0) == 0 ||
                              r.notes.front().rfind("modelled steps", 0) == 0)) {
       profiled = true;
@@ -77,11 +77,11 @@ std::string FormatInferencePlanTable(const InferencePlanResult& result,
                              unit, predicted, unit,
                              measured > 0 ? (predicted - measured) / measured * 100 : 0.0);
     };
-    absl::StrAppend(&out, "#   rank ", r.rank, " verified (", v.measured_requests,
-                    " requests): ", vs("TTFT p50", v.measured_ttft_ms.p50, r.ttft_ms.p50, " ms"),
-                    "; ", vs("TPOT p50", v.measured_tpot_ms.p50, r.tpot_ms.p50, " ms"), "; ",
-                    vs("output tok/s", v.measured_output_tokens_per_sec, r.output_tokens_per_sec, ""),
-                    "\n");
+    absl::StrAppend(
+        &out, "#   rank ", r.rank, " verified (", v.measured_requests,
+        " requests): ", vs("TTFT p50", v.measured_ttft_ms.p50, r.ttft_ms.p50, " ms"), "; ",
+        vs("TPOT p50", v.measured_tpot_ms.p50, r.tpot_ms.p50, " ms"), "; ",
+        vs("output tok/s", v.measured_output_tokens_per_sec, r.output_tokens_per_sec, ""), "\n");
   }
   absl::StrAppend(
       &out, absl::StrFormat("# %d candidates, %d simulated within the limits, %d rejected; "

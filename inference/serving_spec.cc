@@ -218,8 +218,7 @@ absl::Status ServingSearchOptions::Validate() const {
   }
   if (verify_top_k < 0 || verify_top_k > top_k) {
     return absl::InvalidArgumentError(absl::StrCat("search.verify_top_k (", verify_top_k,
-                                                   ") must be in [0, search.top_k (", top_k,
-                                                   ")]"));
+                                                   ") must be in [0, search.top_k (", top_k, ")]"));
   }
   return absl::OkStatus();
 }

@@ -289,7 +289,8 @@ void JobLifecycle::RunCompose(const std::string& job_id) {
       *composed_proto->mutable_inference() = ToProto(*plan);
     }
   } else {
-    absl::StatusOr<PlanResult> plan = ProfileStage::Compose(spec, modelled, tasks, options_.profile);
+    absl::StatusOr<PlanResult> plan =
+        ProfileStage::Compose(spec, modelled, tasks, options_.profile);
     composed = plan.status();
     if (plan.ok()) composed_proto = ToProto(*plan);
   }

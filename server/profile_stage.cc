@@ -240,8 +240,8 @@ absl::StatusOr<inference::InferencePlanResult> ProfileStage::ComposeInference(
                                  : t.result->message())
                           : "task failed"));
     if (!sample.ok()) {
-      measured.failures.emplace(*shape, absl::StrCat("serving_step task failed: ",
-                                                     sample.status().message()));
+      measured.failures.emplace(
+          *shape, absl::StrCat("serving_step task failed: ", sample.status().message()));
       continue;
     }
     measured.steps[*shape].push_back(*sample);
