@@ -42,15 +42,46 @@ std::string Step(const char* name, const StepBreakdown& b) {
 std::string FormatInferencePlanTable(const InferencePlanResult& result,
                                      const InferenceJobSpec& spec) {
   std::string out = absl::StrCat("# ", spec.name, ": ", Workload(spec), "\n");
-  absl::StrAppend(
-      &out, absl::StrFormat("%-4s %-40s %9s %8s %9s %8s %6s %s\n", "rank", "layout", "tok/s/gpu",
-                            "tok/s/u", "TTFTp99", "TPOTp99", "GiB", "limits"));
+  absl::StrAppend(&out, absl::StrFormat("%-4s %-40s %9s %8s %9s %8s %6s %-8s %s\n", "rank",
+                                        "layout", "tok/s/gpu", "tok/s/u", "TTFTp99", "TPOTp99",
+                                        "GiB", "steps", "limits"));
+  bool profiled = false;
   for (const InferenceRankedConfig& r : result.ranked) {
-    absl::StrAppend(&out, absl::StrFormat("%-4d %-40s %9.0f %8.1f %9.0f %8.1f %6.1f %s%s\n", r.rank,
-                                          r.config.ToString(), r.output_tokens_per_sec_per_gpu,
-                                          r.tokens_per_sec_per_user, r.ttft_ms.p99, r.tpot_ms.p99,
-                                          r.memory.peak, r.meets_limits ? "ok" : "missed",
-                                          r.pareto_optimal ? " *" : ""));
+    absl::StrAppend(
+        &out, absl::StrFormat("%-4d %-40s %9.0f %8.1f %9.0f %8.1f %6.1f %-8s %s%s\n", r.rank,
+                              r.config.ToString(), r.output_tokens_per_sec_per_gpu,
+                              r.tokens_per_sec_per_user, r.ttft_ms.p99, r.tpot_ms.p99,
+                              r.memory.peak, r.decode_step.source, r.meets_limits ? "ok" : "missed",
+                              r.pareto_optimal ? " *" : ""));
+    if (!r.notes.empty() && (r.notes.front().rfind("measured steps", 0) == 0 ||
+                             r.notes.front().rfind("modelled steps", 0) == 0)) {
+      profiled = true;
+    }
+  }
+  // A profiled job: each layout's measured-step figures next to the model's.
+  for (const InferenceRankedConfig& r : result.ranked) {
+    if (profiled && !r.notes.empty()) {
+      absl::StrAppend(&out, "#   rank ", r.rank, ": ", r.notes.front(), "\n");
+    }
+  }
+  // search.verify_top_k: measured with the serving loop next to predicted.
+  for (const InferenceRankedConfig& r : result.ranked) {
+    if (!r.verification) continue;
+    const inference::InferenceVerification& v = *r.verification;
+    if (v.status != "verified") {
+      absl::StrAppend(&out, "#   rank ", r.rank, " ", v.status, "\n");
+      continue;
+    }
+    const auto vs = [](const char* what, double measured, double predicted, const char* unit) {
+      return absl::StrFormat("%s %.3f%s measured vs %.3f%s predicted (%+.1f %%)", what, measured,
+                             unit, predicted, unit,
+                             measured > 0 ? (predicted - measured) / measured * 100 : 0.0);
+    };
+    absl::StrAppend(
+        &out, "#   rank ", r.rank, " verified (", v.measured_requests,
+        " requests): ", vs("TTFT p50", v.measured_ttft_ms.p50, r.ttft_ms.p50, " ms"), "; ",
+        vs("TPOT p50", v.measured_tpot_ms.p50, r.tpot_ms.p50, " ms"), "; ",
+        vs("output tok/s", v.measured_output_tokens_per_sec, r.output_tokens_per_sec, ""), "\n");
   }
   absl::StrAppend(
       &out, absl::StrFormat("# %d candidates, %d simulated within the limits, %d rejected; "

@@ -55,6 +55,11 @@ bool Better(const InferenceRankedConfig& a, const InferenceRankedConfig& b,
 
 }  // namespace
 
+bool RanksBefore(const InferenceRankedConfig& a, const InferenceRankedConfig& b,
+                 ServingObjective objective) {
+  return Better(a, b, objective);
+}
+
 std::vector<InferenceRankedConfig> ParetoFront(std::vector<InferenceRankedConfig> v) {
   std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
     if (a.output_tokens_per_sec_per_gpu != b.output_tokens_per_sec_per_gpu) {

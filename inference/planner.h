@@ -20,6 +20,10 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec);
 absl::StatusOr<InferenceRankedConfig> EstimateInference(const InferenceJobSpec& spec,
                                                         const ServingConfig& config);
 
+/// True when `a` ranks before `b`: layouts within the limits first, then by `objective`.
+bool RanksBefore(const InferenceRankedConfig& a, const InferenceRankedConfig& b,
+                 ServingObjective objective);
+
 /// The layouts not dominated in (output tokens/s per GPU, tokens/s per user), by decreasing
 /// tokens/s per GPU, each marked pareto_optimal.
 std::vector<InferenceRankedConfig> ParetoFront(std::vector<InferenceRankedConfig> scored);

@@ -61,6 +61,15 @@ struct StepBreakdown {
   std::string source = "modelled";  ///< "measured" when composed from worker profiles.
 };
 
+/// A serving layout run end to end with the serving loop on a worker (search.verify_top_k):
+/// measured next to the entry's predicted figures.
+struct InferenceVerification {
+  std::string status;  ///< "verified", "verifying" or "not verified: <why>".
+  LatencyStats measured_ttft_ms, measured_tpot_ms, measured_e2e_latency_ms;
+  double measured_output_tokens_per_sec = 0;
+  int64_t measured_requests = 0;  ///< Requests the run completed.
+};
+
 /// One scored serving layout.
 struct InferenceRankedConfig {
   int64_t rank = 0;  ///< 1 = best.
@@ -77,6 +86,8 @@ struct InferenceRankedConfig {
   bool pareto_optimal = false;  ///< On the tokens/s/GPU vs tokens/s/user front.
   StepBreakdown prefill_step, decode_step;
   std::vector<std::string> notes;  ///< Why it ranks where it does; limits missed by how much.
+  /// Set when the job asked for verification (search.verify_top_k) of this layout.
+  std::optional<InferenceVerification> verification;
 };
 
 /// A layout that was not scored or missed the limits, with the rule it broke.

@@ -217,15 +217,9 @@ absl::Status ServingSearchOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("search.top_k (", top_k, ") must be in [1, ", kMaxTopK, "]"));
   }
-  if (mode != SearchMode::kModel) {
-    return absl::InvalidArgumentError(
-        "search.mode: only 'model' is available for inference jobs (profiled serving "
-        "kernels are not wired to the planner)");
-  }
-  if (verify_top_k != 0) {
-    return absl::InvalidArgumentError(
-        "search.verify_top_k must be 0 for inference jobs: running the serving loop on "
-        "workers is not available");
+  if (verify_top_k < 0 || verify_top_k > top_k) {
+    return absl::InvalidArgumentError(absl::StrCat("search.verify_top_k (", verify_top_k,
+                                                   ") must be in [0, search.top_k (", top_k, ")]"));
   }
   return absl::OkStatus();
 }

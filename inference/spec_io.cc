@@ -228,6 +228,15 @@ json Step(const StepBreakdown& b) {
           {"total_ms", b.total},     {"source", b.source}};
 }
 
+json Verification(const InferenceVerification& v) {
+  return {{"status", v.status},
+          {"measured_ttft_ms", Stats(v.measured_ttft_ms)},
+          {"measured_tpot_ms", Stats(v.measured_tpot_ms)},
+          {"measured_e2e_latency_ms", Stats(v.measured_e2e_latency_ms)},
+          {"measured_output_tokens_per_sec", v.measured_output_tokens_per_sec},
+          {"measured_requests", v.measured_requests}};
+}
+
 }  // namespace
 
 absl::StatusOr<JobKind> JobKindOf(const json& spec) {
@@ -401,7 +410,8 @@ json ToJson(const InferenceRankedConfig& r) {
           {"pareto_optimal", r.pareto_optimal},
           {"prefill_step", Step(r.prefill_step)},
           {"decode_step", Step(r.decode_step)},
-          {"notes", r.notes}};
+          {"notes", r.notes},
+          {"verification", r.verification ? Verification(*r.verification) : json(nullptr)}};
 }
 
 json ToJson(const InferencePlanResult& r) {

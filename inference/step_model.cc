@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "inference/measured_steps.h"
 #include "search/collectives.h"
 #include "search/gemm_efficiency.h"
 #include "search/model_math.h"
@@ -344,6 +345,14 @@ StepBreakdown StepModel::Breakdown(const StepWork& w) const {
   StepBreakdown b;
   const double rows = w.prefill_tokens + w.decode_sequences;
   if (rows <= 0) return b;
+  if (measured_) {
+    b = measured_->Breakdown(w);
+    b.overhead = (engine_.step_overhead_s +
+                  engine_.per_sequence_overhead_s * (w.decode_sequences + w.sampled_sequences)) *
+                 1e3;
+    b.total += b.overhead;
+    return b;
+  }
   const double layers = layers_per_stage_;
   const double stages = static_cast<double>(pp_);
   // Matmuls of the stage's layers, dense and expert.

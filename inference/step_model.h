@@ -26,6 +26,7 @@
 #define PARATUNE_INFERENCE_STEP_MODEL_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,6 +37,8 @@
 #include "search/specs.h"
 
 namespace paratune::inference {
+
+class MeasuredStepTable;
 
 inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
@@ -81,6 +84,12 @@ class StepModel {
   double StepSeconds(const StepWork& w) const;
   /// The same, by component (milliseconds).
   StepBreakdown Breakdown(const StepWork& w) const;
+  /// From now on step times come from `table` (inference/measured_steps.h), measured on
+  /// this instance's shape, plus the engine's per-step and per-sequence overheads
+  /// (breakdowns then say source "measured"). Only for pp == 1 (the tasks time a whole
+  /// instance's layers on tp ranks).
+  void UseMeasured(std::shared_ptr<const MeasuredStepTable> table) { measured_ = std::move(table); }
+  bool measured() const { return measured_ != nullptr; }
 
   /// Matmul FLOPs of one prompt of `tokens` through the whole model (2 per weight and
   /// token, plus the causal attention 2 x tokens^2 x h per layer, plus the logits of the
@@ -136,6 +145,7 @@ class StepModel {
   double weight_bytes_per_element_ = 2;
   mutable std::vector<float> linear_cache_;  // LinearSeconds by rows, filled lazily.
   mutable std::vector<float> expert_cache_;  // ExpertLayerLinearSeconds by rows.
+  std::shared_ptr<const MeasuredStepTable> measured_;  // Null: modelled steps.
 };
 
 }  // namespace paratune::inference

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "inference/spec_io.h"
+#include "search/model_math.h"
 
 namespace paratune::server {
 namespace {
@@ -272,6 +273,16 @@ v1::InferenceRankedConfig ToProto(const inference::InferenceRankedConfig& r) {
   *out.mutable_prefill_step() = ToProto(r.prefill_step);
   *out.mutable_decode_step() = ToProto(r.decode_step);
   for (const std::string& note : r.notes) out.add_notes(note);
+  if (r.verification) {
+    const inference::InferenceVerification& v = *r.verification;
+    v1::InferenceVerification* w = out.mutable_verification();
+    w->set_status(v.status);
+    *w->mutable_measured_ttft_ms() = ToProto(v.measured_ttft_ms);
+    *w->mutable_measured_tpot_ms() = ToProto(v.measured_tpot_ms);
+    *w->mutable_measured_e2e_latency_ms() = ToProto(v.measured_e2e_latency_ms);
+    w->set_measured_output_tokens_per_sec(v.measured_output_tokens_per_sec);
+    w->set_measured_requests(static_cast<int32_t>(v.measured_requests));
+  }
   return out;
 }
 
@@ -300,6 +311,16 @@ absl::StatusOr<inference::InferenceRankedConfig> InferenceRankedConfigFromProto(
   out.prefill_step = FromProto(r.prefill_step());
   out.decode_step = FromProto(r.decode_step());
   out.notes.assign(r.notes().begin(), r.notes().end());
+  if (r.has_verification()) {
+    const v1::InferenceVerification& w = r.verification();
+    inference::InferenceVerification& v = out.verification.emplace();
+    v.status = w.status();
+    v.measured_ttft_ms = FromProto(w.measured_ttft_ms());
+    v.measured_tpot_ms = FromProto(w.measured_tpot_ms());
+    v.measured_e2e_latency_ms = FromProto(w.measured_e2e_latency_ms());
+    v.measured_output_tokens_per_sec = w.measured_output_tokens_per_sec();
+    v.measured_requests = w.measured_requests();
+  }
   return out;
 }
 
@@ -359,6 +380,81 @@ absl::StatusOr<inference::InferencePlanResult> InferencePlanResultFromProto(
   out.recommendation = result.recommendation();
   out.elapsed_ms = result.elapsed_ms();
   return out;
+}
+
+v1::ProfileTask ToProto(const inference::ServingStepTaskSpec& task) {
+  v1::ProfileTask out;
+  out.set_device_kind(task.device_kind);
+  out.set_key(task.Key());
+  v1::ServingStepTask* t = out.mutable_serving_step();
+  t->set_phase(task.phase == inference::ServingStepPhase::kPrefill
+                   ? v1::ServingStepTask::PHASE_PREFILL
+                   : v1::ServingStepTask::PHASE_DECODE);
+  v1::LayerShape* shape = t->mutable_shape();
+  shape->set_hidden_size(task.model.hidden_size);
+  shape->set_num_attention_heads(task.model.num_attention_heads);
+  shape->set_num_query_groups(QueryGroups(task.model));
+  shape->set_ffn_hidden_size(task.model.ffn_hidden_size);
+  shape->set_vocab_size(task.model.vocab_size);
+  shape->set_activation(ToString(task.model.activation));
+  shape->set_normalization(ToString(task.model.normalization));
+  t->set_tp(task.shape.tp);
+  t->set_batch(task.batch);
+  if (task.phase == inference::ServingStepPhase::kPrefill) {
+    t->set_seq_length(task.length);
+  } else {
+    t->set_context_length(task.length);
+  }
+  t->set_weight_precision(std::string(inference::ToString(task.shape.weight_precision)));
+  t->set_kv_precision(std::string(inference::ToString(task.shape.kv_cache_precision)));
+  t->set_kv_block_size(task.kv_block_size);
+  t->set_num_layers(task.model.num_layers);
+  t->set_logits(true);
+  t->set_rope(task.model.position_embedding == PositionEmbedding::kRope);
+  t->set_warmup(task.warmup);
+  t->set_iters(task.iters);
+  return out;
+}
+
+absl::StatusOr<inference::StepShape> StepShapeFromTask(const v1::ServingStepTask& task) {
+  inference::StepShape shape;
+  shape.tp = std::max<int64_t>(1, task.tp());
+  absl::StatusOr<inference::QuantFormat> w = inference::ParseQuantFormat(task.weight_precision());
+  if (!w.ok()) return w.status();
+  absl::StatusOr<inference::QuantFormat> kv = inference::ParseQuantFormat(task.kv_precision());
+  if (!kv.ok()) return kv.status();
+  shape.weight_precision = *w;
+  shape.kv_cache_precision = *kv;
+  return shape;
+}
+
+absl::StatusOr<inference::StepSample> StepSampleFromResult(const v1::ServingStepTask& task,
+                                                           const v1::TaskResult& result) {
+  if (!result.has_serving_step()) {
+    return absl::InvalidArgumentError("the result carries no serving_step profile");
+  }
+  inference::StepSample s;
+  const bool prefill = task.phase() == v1::ServingStepTask::PHASE_PREFILL;
+  s.phase = prefill ? inference::ServingStepPhase::kPrefill : inference::ServingStepPhase::kDecode;
+  s.batch = task.batch();
+  s.length = prefill ? task.seq_length() : task.context_length();
+  bool total = false;
+  for (const v1::PhaseTiming& p : result.serving_step().phases()) {
+    if (p.phase() == "total") {
+      s.total_s = p.median_s();
+      total = true;
+    } else if (p.phase() == "gemm") {
+      s.gemm_s = p.median_s();
+    } else if (p.phase() == "attention") {
+      s.attention_s = p.median_s();
+    } else if (p.phase() == "tp_comm") {
+      s.tp_comm_s = p.median_s();
+    } else if (p.phase() == "logits") {
+      s.logits_s = p.median_s();
+    }
+  }
+  if (!total) return absl::InvalidArgumentError("the serving_step profile has no total phase");
+  return s;
 }
 
 }  // namespace paratune::server

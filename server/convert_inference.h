@@ -12,9 +12,11 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "inference/serving_profile.h"
 #include "inference/serving_result.h"
 #include "inference/serving_spec.h"
 #include "paratune/v1/job.pb.h"
+#include "paratune/v1/task.pb.h"
 #include "server/convert.h"
 
 namespace paratune::server {
@@ -48,6 +50,17 @@ v1::InferencePlanResult ToProto(const inference::InferencePlanResult& result,
                                 int64_t max_rejected = kMaxRejectedListed);
 absl::StatusOr<inference::InferencePlanResult> InferencePlanResultFromProto(
     const v1::InferencePlanResult& result);
+
+/// A serving_step task of a profiled inference job (task.proto ServingStepTask): the
+/// whole instance's layers with the logits, RoPE as the model has it.
+v1::ProfileTask ToProto(const inference::ServingStepTaskSpec& task);
+/// The instance shape a serving_step task measures; InvalidArgument for an unknown
+/// precision.
+absl::StatusOr<inference::StepShape> StepShapeFromTask(const v1::ServingStepTask& task);
+/// The medians of a serving_step task's result; InvalidArgument when it has no such
+/// profile or lacks the "total" phase.
+absl::StatusOr<inference::StepSample> StepSampleFromResult(const v1::ServingStepTask& task,
+                                                           const v1::TaskResult& result);
 
 }  // namespace paratune::server
 

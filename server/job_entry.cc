@@ -46,7 +46,6 @@ void JobEntry::UpdateProgress(int64_t now_ms) {
 absl::StatusOr<JobEntry> NewInferenceJobEntry(const v1::SubmitJobRequest& request, int64_t now_ms) {
   absl::StatusOr<inference::InferenceJobSpec> spec = InferenceSpecFromProto(request.spec());
   if (!spec.ok()) return spec.status();
-  if (absl::Status s = CheckCoordinatorRuns(*spec); !s.ok()) return s;
   absl::StatusOr<v1::JobSpec> resolved = InferenceSpecToProto(*spec);
   if (!resolved.ok()) return resolved.status();
   JobEntry entry;
@@ -60,22 +59,6 @@ absl::StatusOr<JobEntry> NewInferenceJobEntry(const v1::SubmitJobRequest& reques
   SetTime(job.mutable_create_time(), now_ms);
   SetTime(job.mutable_update_time(), now_ms);
   return entry;
-}
-
-absl::Status CheckCoordinatorRuns(const inference::InferenceJobSpec& spec) {
-  if (spec.search.mode != SearchMode::kModel) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("search.mode (", ToString(spec.search.mode),
-                     ") must be model for kind: inference (the coordinator scores serving "
-                     "layouts with the model only)"));
-  }
-  if (spec.search.verify_top_k != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("search.verify_top_k (", spec.search.verify_top_k,
-                     ") must be 0 for kind: inference (serving runs are not verified end to "
-                     "end)"));
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<JobEntry> NewJobEntry(const v1::SubmitJobRequest& request, int64_t now_ms) {

@@ -53,9 +53,6 @@ absl::StatusOr<JobEntry> NewJobEntry(const v1::SubmitJobRequest& request, int64_
 
 /// The same for a `kind: inference` spec (NewJobEntry calls it for one).
 absl::StatusOr<JobEntry> NewInferenceJobEntry(const v1::SubmitJobRequest& request, int64_t now_ms);
-/// What the coordinator runs of an inference job: the model (search.mode model) without
-/// end-to-end runs (search.verify_top_k 0); InvalidArgument naming the field otherwise.
-absl::Status CheckCoordinatorRuns(const inference::InferenceJobSpec& spec);
 
 /// Sets `ts` to `ms` milliseconds since the Unix epoch.
 void SetTime(google::protobuf::Timestamp* ts, int64_t ms);

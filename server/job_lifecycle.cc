@@ -15,6 +15,11 @@
 namespace paratune::server {
 namespace {
 
+// A verify stage's task: a part of a training run or a serving run.
+bool IsVerifyTask(const v1::ProfileTask& task) {
+  return task.has_verify() || task.has_serving_verify();
+}
+
 std::string JobIdOfTask(const std::string& task_id) {
   const size_t pos = task_id.rfind("-t");
   return pos == std::string::npos ? std::string() : task_id.substr(0, pos);
@@ -89,15 +94,14 @@ absl::Status JobLifecycle::RecoverJob(JobEntry& job) {
                             absl::StrCat("spec no longer valid: ", spec.status().message()));
     }
     job.inference = *std::move(spec);
-    executor_->Schedule(JobWork::kPlan, id);  // PENDING, PLANNING: nothing else to resume.
-    return absl::OkStatus();
+  } else {
+    absl::StatusOr<JobSpec> spec = SpecFromProto(RenderedSpec(job.record.job));
+    if (!spec.ok()) {
+      return SetStateLocked(job, v1::JOB_STATE_FAILED,
+                            absl::StrCat("spec no longer valid: ", spec.status().message()));
+    }
+    job.spec = *std::move(spec);
   }
-  absl::StatusOr<JobSpec> spec = SpecFromProto(RenderedSpec(job.record.job));
-  if (!spec.ok()) {
-    return SetStateLocked(job, v1::JOB_STATE_FAILED,
-                          absl::StrCat("spec no longer valid: ", spec.status().message()));
-  }
-  job.spec = *std::move(spec);
   if (state != v1::JOB_STATE_PROFILING && state != v1::JOB_STATE_COMPOSING &&
       state != v1::JOB_STATE_VERIFYING) {
     executor_->Schedule(JobWork::kPlan, id);  // PENDING, PLANNING.
@@ -206,6 +210,19 @@ void JobLifecycle::RunInferencePlan(const std::string& job_id,
     return;
   }
   candidates_scored_["inference"] += plan->candidates_considered;
+  if (!plan->ranked.empty() && spec.search.mode == SearchMode::kProfile) {
+    // Profile mode: the modelled plan waits while workers measure its serving steps.
+    if (absl::Status s = profile_.CreateInferenceTasks(job, *plan); !s.ok()) {
+      SetStateLocked(job, v1::JOB_STATE_FAILED, std::string(s.message())).IgnoreError();
+      return;
+    }
+    job.record.modelled = *std::move(plan_proto);
+    job.rankings_dirty = true;
+    if (!SetStateLocked(job, v1::JOB_STATE_PROFILING, "").ok()) return;
+    profile_.QueuePending(job);
+    if (std::optional<Transition> t = profile_.Check(job)) ApplyLocked(job, *t).IgnoreError();
+    return;
+  }
   job.record.results = *std::move(plan_proto);
   job.rankings_dirty = true;
   if (plan->ranked.empty()) {
@@ -245,6 +262,7 @@ void JobLifecycle::AcceptPlanLocked(JobEntry& job, const PlanResult& plan,
 
 void JobLifecycle::RunCompose(const std::string& job_id) {
   JobSpec spec;
+  std::optional<inference::InferenceJobSpec> inference_spec;
   v1::PlanResult modelled;
   std::vector<TaskRecord> tasks;
   {
@@ -254,15 +272,28 @@ void JobLifecycle::RunCompose(const std::string& job_id) {
     const JobEntry& job = it->second;
     if (job.record.job.state() != v1::JOB_STATE_COMPOSING) return;
     spec = job.spec;
+    inference_spec = job.inference;
     if (job.record.modelled) modelled = *job.record.modelled;
     tasks = job.tasks;
   }
-  absl::StatusOr<PlanResult> composed =
-      ProfileStage::Compose(spec, modelled, tasks, options_.profile);
   // The wire form is built before taking the lock. The modelled ranking listed only the
   // first rejected layouts; its counts of all of them come through PlanResult.
+  absl::Status composed = absl::OkStatus();
   std::optional<v1::PlanResult> composed_proto;
-  if (composed.ok()) composed_proto = ToProto(*composed);
+  if (inference_spec) {
+    absl::StatusOr<inference::InferencePlanResult> plan =
+        ProfileStage::ComposeInference(*inference_spec, modelled, tasks);
+    composed = plan.status();
+    if (plan.ok()) {
+      composed_proto = modelled;
+      *composed_proto->mutable_inference() = ToProto(*plan);
+    }
+  } else {
+    absl::StatusOr<PlanResult> plan =
+        ProfileStage::Compose(spec, modelled, tasks, options_.profile);
+    composed = plan.status();
+    if (plan.ok()) composed_proto = ToProto(*plan);
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);
@@ -271,7 +302,7 @@ void JobLifecycle::RunCompose(const std::string& job_id) {
   if (job.record.job.state() != v1::JOB_STATE_COMPOSING) return;
   if (!composed.ok()) {
     SetStateLocked(job, v1::JOB_STATE_FAILED,
-                   absl::StrCat("composing failed: ", composed.status().message()))
+                   absl::StrCat("composing failed: ", composed.message()))
         .IgnoreError();
     return;
   }
@@ -380,7 +411,7 @@ bool JobLifecycle::AcceptsUnleasedLocked(const TaskRecord* record,
   // A worker that finished while the coordinator was down reports the attempt of the lease
   // the store recorded; the task waits in the queue again, unleased. Verify parts are
   // excluded: their gang restarted under a new rendezvous namespace.
-  return record != nullptr && !record->task.has_verify() && record->state == TaskState::kPending &&
+  return record != nullptr && !IsVerifyTask(record->task) && record->state == TaskState::kPending &&
          result.attempt() >= 1 && result.attempt() == record->task.attempt() &&
          !broker_->IsLeased(record->task.id());
 }
@@ -395,14 +426,14 @@ absl::StatusOr<v1::ReportResultResponse> JobLifecycle::ApplyReport(const std::st
     broker_->Remove(result.task_id());  // Its queued copy.
   }
   workers_->TaskEnded(worker_id, result.task_id());
-  const v1::JobState expected = record != nullptr && record->task.has_verify()
+  const v1::JobState expected = record != nullptr && IsVerifyTask(record->task)
                                     ? v1::JOB_STATE_VERIFYING
                                     : v1::JOB_STATE_PROFILING;
   if (record == nullptr || jit->second.record.job.state() != expected) {
     return Refused(absl::StrCat("task ", result.task_id(), " no longer belongs to a running job"));
   }
   JobEntry& job = jit->second;
-  const bool verify = record->task.has_verify();
+  const bool verify = IsVerifyTask(record->task);
   absl::Status s = verify ? verify_.ApplyReport(job, *record, worker_id, result)
                           : profile_.ApplyReport(*record, worker_id, result);
   if (!s.ok()) return s;
@@ -424,12 +455,14 @@ void JobLifecycle::RequeueLocked(const std::vector<TaskQueue::Requeue>& requeues
     JobEntry& job = it->second;
     TaskRecord* record = job.FindTask(r.task.id());
     if (record == nullptr) continue;
-    const bool verify = record->task.has_verify();
-    // A gang's other parts cannot finish without this one: all of them start again.
-    absl::Status s = verify ? verify_.ResetGang(job, record->task.verify().layout_rank(), why,
-                                                /*give_up=*/false)
-                            : profile_.ApplyRequeue(*record, r, why);
-    if (!s.ok() || (!verify && !r.exhausted)) continue;
+    const bool verify = IsVerifyTask(record->task);
+    const bool gang = record->task.has_verify();
+    // A gang's other parts cannot finish without this one: all of them start again. Other
+    // tasks were queued again, or fail once exhausted.
+    absl::Status s = gang ? verify_.ResetGang(job, record->task.verify().layout_rank(), why,
+                                              /*give_up=*/false)
+                          : profile_.ApplyRequeue(*record, r, why);
+    if (!s.ok() || (!gang && !r.exhausted)) continue;
     if (!PersistLocked(job).ok()) continue;
     std::optional<Transition> t = verify ? verify_.Check(job) : profile_.Check(job);
     if (t) ApplyLocked(job, *t).IgnoreError();

@@ -24,6 +24,8 @@ int64_t RanksNeeded(const v1::ProfileTask& task) {
   }
   if (task.has_collective()) return std::max<int64_t>(1, task.collective().group_size());
   if (task.has_verify()) return std::max<int64_t>(1, task.verify().rank_count());
+  if (task.has_serving_step()) return std::max<int64_t>(1, task.serving_step().tp());
+  if (task.has_serving_verify()) return std::max<int64_t>(1, task.serving_verify().tp());
   return 1;
 }
 
@@ -253,6 +255,8 @@ absl::StatusOr<v1::LeaseTaskResponse> JobManager::LeaseTask(const v1::LeaseTaskR
       const std::string& want = t.verify().backend().empty() ? "cpu" : t.verify().backend();
       return want == w->backend() && RanksNeeded(t) <= devices;
     }
+    // The serving loop runs on CPU workers holding all of its ranks.
+    if (t.has_serving_verify()) return w->backend() == "cpu" && RanksNeeded(t) <= devices;
     const int64_t need = RanksNeeded(t);
     return devices == 0 || need <= devices || need > workers_.LargestDeviceCount(w->device_kind());
   };

@@ -4,8 +4,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "inference/serving_profile.h"
 #include "search/compose.h"
 #include "server/convert.h"
+#include "server/convert_inference.h"
 
 namespace paratune::server {
 namespace {
@@ -62,11 +64,41 @@ absl::Status ProfileStage::CreateTasks(JobEntry& job, const PlanResult& plan) {
     return absl::Status(profile.status().code(),
                         absl::StrCat("profile planning failed: ", profile.status().message()));
   }
+  std::vector<v1::ProfileTask> protos;
+  for (const ProfileTaskSpec& t : profile->tasks) protos.push_back(ToProto(t));
+  return StoreTasks(job, std::move(protos));
+}
+
+absl::Status ProfileStage::CreateInferenceTasks(JobEntry& job,
+                                                const inference::InferencePlanResult& plan) {
+  inference::ServingProfileOptions o;
+  o.warmup = options_.warmup;
+  o.iters = options_.iters;
+  absl::StatusOr<inference::ServingProfilePlan> profile =
+      inference::PlanServingProfiles(*job.inference, plan, o);
+  if (!profile.ok()) {
+    return absl::Status(profile.status().code(),
+                        absl::StrCat("profile planning failed: ", profile.status().message()));
+  }
+  std::vector<v1::ProfileTask> protos;
+  for (const inference::ServingStepTaskSpec& t : profile->steps) protos.push_back(ToProto(t));
+  for (const CollectiveSweepSpec& c : profile->sweeps) {
+    ProfileTaskSpec sweep;
+    sweep.kind = ProfileTaskSpec::Kind::kCollective;
+    sweep.device_kind = job.inference->cluster.gpu;
+    sweep.collective = c;
+    sweep.key = c.Key();
+    protos.push_back(ToProto(sweep));
+  }
+  return StoreTasks(job, std::move(protos));
+}
+
+absl::Status ProfileStage::StoreTasks(JobEntry& job, std::vector<v1::ProfileTask> protos) {
   const std::string& job_id = job.record.job.id();
   std::vector<TaskRecord> tasks;
-  for (size_t i = 0; i < profile->tasks.size(); ++i) {
+  for (size_t i = 0; i < protos.size(); ++i) {
     TaskRecord t;
-    t.task = ToProto(profile->tasks[i]);
+    t.task = std::move(protos[i]);
     t.task.set_id(absl::StrCat(job_id, "-t", i));
     t.task.set_job_id(job_id);
     absl::StatusOr<std::optional<v1::TaskResult>> cached =
@@ -91,7 +123,9 @@ absl::Status ProfileStage::CreateTasks(JobEntry& job, const PlanResult& plan) {
 
 void ProfileStage::QueuePending(const JobEntry& job) {
   for (const TaskRecord& t : job.tasks) {
-    if (t.state == TaskState::kPending && !t.task.has_verify()) broker_->Add(t.task);
+    if (t.state == TaskState::kPending && !t.task.has_verify() && !t.task.has_serving_verify()) {
+      broker_->Add(t.task);
+    }
   }
 }
 
@@ -173,6 +207,46 @@ absl::StatusOr<PlanResult> ProfileStage::Compose(const JobSpec& spec,
   absl::StatusOr<ProfilePlan> profile = PlanProfiles(spec, *modelled, options);
   if (!profile.ok()) return profile.status();
   return ComposePlan(spec, *modelled, *profile, options, CollectMeasurements(*profile, tasks));
+}
+
+absl::StatusOr<inference::InferencePlanResult> ProfileStage::ComposeInference(
+    const inference::InferenceJobSpec& spec, const v1::PlanResult& modelled,
+    const std::vector<TaskRecord>& tasks) {
+  absl::StatusOr<inference::InferencePlanResult> plan =
+      InferencePlanResultFromProto(modelled.inference());
+  if (!plan.ok()) return plan.status();
+  inference::ServingMeasurements measured;
+  for (const TaskRecord& t : tasks) {
+    if (t.task.has_collective()) {
+      if (t.state != TaskState::kDone || !t.result) continue;
+      const CommMeasurement c = CommMeasurementFromResult(*t.result);
+      if (!c.ok) continue;
+      auto& samples = measured.allreduce[t.task.collective().group_size()];
+      for (const CommMeasurement::Sample& x : c.samples) {
+        samples.push_back({x.size_bytes, x.time_s});
+      }
+      continue;
+    }
+    if (!t.task.has_serving_step()) continue;
+    absl::StatusOr<inference::StepShape> shape = StepShapeFromTask(t.task.serving_step());
+    if (!shape.ok()) return shape.status();
+    const bool ok = t.state == TaskState::kDone && t.result &&
+                    t.result->outcome() == v1::TaskResult::OUTCOME_OK;
+    absl::StatusOr<inference::StepSample> sample =
+        ok ? StepSampleFromResult(t.task.serving_step(), *t.result)
+           : absl::StatusOr<inference::StepSample>(absl::UnavailableError(
+                 t.result ? (t.result->outcome() == v1::TaskResult::OUTCOME_OOM
+                                 ? absl::StrCat("out of memory: ", t.task.key())
+                                 : t.result->message())
+                          : "task failed"));
+    if (!sample.ok()) {
+      measured.failures.emplace(
+          *shape, absl::StrCat("serving_step task failed: ", sample.status().message()));
+      continue;
+    }
+    measured.steps[*shape].push_back(*sample);
+  }
+  return inference::ComposeInference(spec, *plan, measured);
 }
 
 }  // namespace paratune::server

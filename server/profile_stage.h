@@ -1,7 +1,8 @@
 // The profile stage of a job: turns the analytical ranking into de-duplicated profile
-// tasks (search/profile_plan.h), takes what the profile cache holds for the device kind,
-// queues the rest with the LeaseBroker, records the workers' results, and composes the
-// measurements into the final ranking (search/compose.h).
+// tasks (training: search/profile_plan.h; inference: inference/serving_profile.h), takes
+// what the profile cache holds for (device kind, task key), queues the rest with the
+// LeaseBroker, records the workers' results, and composes the measurements into the final
+// ranking (search/compose.h; inference::ComposeInference).
 //
 // Thread-compatible: the JobLifecycle calls it under its lock (it then takes the
 // LeaseBroker's). Compose is a pure function, run by an executor outside any lock.
@@ -14,6 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "inference/serving_result.h"
+#include "inference/serving_spec.h"
 #include "search/plan_result.h"
 #include "search/profile_plan.h"
 #include "server/clock.h"
@@ -33,6 +36,9 @@ class ProfileStage {
   /// cache holds done, and stores them (job.tasks). The error names what failed ("profile
   /// planning failed: ...", "profile cache: ...", "store: ...").
   absl::Status CreateTasks(JobEntry& job, const PlanResult& plan);
+  /// The same for an inference job (job.inference) from its modelled serving plan: the
+  /// serving_step grid and the small all-reduce sweeps (inference/serving_profile.h).
+  absl::Status CreateInferenceTasks(JobEntry& job, const inference::InferencePlanResult& plan);
   /// Queues the job's pending profile tasks.
   void QueuePending(const JobEntry& job);
   /// Records a worker's result for `task` (leased to `worker_id`): done (OK, out of
@@ -51,8 +57,17 @@ class ProfileStage {
   static absl::StatusOr<PlanResult> Compose(const JobSpec& spec, const v1::PlanResult& modelled,
                                             const std::vector<TaskRecord>& tasks,
                                             const ProfilePlanOptions& options);
+  /// An inference job's final ranking: its serving tasks' measurements composed over the
+  /// modelled serving plan (`modelled.inference()`).
+  static absl::StatusOr<inference::InferencePlanResult> ComposeInference(
+      const inference::InferenceJobSpec& spec, const v1::PlanResult& modelled,
+      const std::vector<TaskRecord>& tasks);
 
  private:
+  // Stores `protos` as the job's tasks (ids "<job>-t<i>"), those the profile cache holds
+  // for (device kind, key) already done.
+  absl::Status StoreTasks(JobEntry& job, std::vector<v1::ProfileTask> protos);
+
   Store* const store_;
   LeaseBroker* const broker_;
   const Clock* const clock_;

@@ -29,6 +29,7 @@ std::string RunFailure(const std::vector<const TaskRecord*>& parts) {
 }  // namespace
 
 Transition VerifyStage::Start(JobEntry& job) {
+  if (job.inference) return StartInference(job);
   const int64_t k = job.spec.search.verify_top_k;
   if (k <= 0 || !job.record.results) return {v1::JOB_STATE_SUCCEEDED, ""};
   job.rankings_dirty = true;  // Verification statuses below.
@@ -144,6 +145,8 @@ absl::Status VerifyStage::ResetGang(JobEntry& job, int64_t layout_rank, const st
 absl::Status VerifyStage::Recover(JobEntry& job) {
   std::vector<int64_t> restart;
   for (const TaskRecord& t : job.tasks) {
+    // A serving run is one task on one worker: it only needs queueing again.
+    if (t.task.has_serving_verify() && t.state == TaskState::kPending) broker_->Add(t.task);
     if (t.task.has_verify() && t.state == TaskState::kPending &&
         std::find(restart.begin(), restart.end(), t.task.verify().layout_rank()) == restart.end()) {
       restart.push_back(t.task.verify().layout_rank());
@@ -159,6 +162,7 @@ absl::Status VerifyStage::Recover(JobEntry& job) {
 
 absl::Status VerifyStage::ApplyReport(JobEntry& job, TaskRecord& task, const std::string& worker_id,
                                       const v1::TaskResult& result) {
+  if (task.task.has_serving_verify()) return ApplyInferenceReport(task, worker_id, result);
   const int64_t layout = task.task.verify().layout_rank();
   switch (result.outcome()) {
     case v1::TaskResult::OUTCOME_OK: {
@@ -191,6 +195,7 @@ absl::Status VerifyStage::ApplyReport(JobEntry& job, TaskRecord& task, const std
 
 std::optional<Transition> VerifyStage::Check(JobEntry& job) const {
   if (job.record.job.state() != v1::JOB_STATE_VERIFYING) return std::nullopt;
+  if (job.inference) return CheckInference(job);
   std::map<int64_t, std::vector<const TaskRecord*>> runs;
   for (const TaskRecord& t : job.tasks) {
     if (!t.task.has_verify()) continue;

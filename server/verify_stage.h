@@ -5,7 +5,10 @@
 // part that fails (its peers did not come, a lost worker, an expired lease) restarts the
 // whole gang under a fresh rendezvous namespace, until a part has had max_attempts leases.
 // Each verified entry gets its Verification (measured next to predicted); the others a
-// status saying why not.
+// status saying why not. An inference job's layouts (verify_stage_inference.cc) run as one
+// ServingVerifyTask each: the serving loop on tp thread ranks of one CPU worker, over the
+// spec's trace; its entry gets an InferenceVerification (measured TTFT, TPOT, e2e and
+// output tokens/s next to the entry's predicted figures).
 //
 // Thread-compatible: the JobLifecycle calls it under its lock (it then takes the
 // LeaseBroker's and the WorkerRegistry's).
@@ -54,6 +57,12 @@ class VerifyStage {
   std::optional<Transition> Check(JobEntry& job) const;
 
  private:
+  // The inference forms of Start, ApplyReport and Check (verify_stage_inference.cc).
+  Transition StartInference(JobEntry& job);
+  absl::Status ApplyInferenceReport(TaskRecord& task, const std::string& worker_id,
+                                    const v1::TaskResult& result);
+  std::optional<Transition> CheckInference(JobEntry& job) const;
+
   Store* const store_;
   LeaseBroker* const broker_;
   const WorkerRegistry* const workers_;

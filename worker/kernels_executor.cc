@@ -17,6 +17,7 @@
 #include "kernels/backend.h"
 #include "kernels/collective_bench.h"
 #include "kernels/moe_step.h"
+#include "kernels/serving/serve_loop.h"
 #include "kernels/serving/serving_step_runner.h"
 #include "kernels/step_runner.h"
 #include "kernels/training/training.h"
@@ -511,6 +512,38 @@ void MoeLayerResult(const kernels::MoeStepConfig&, const kernels::MoeStepResult&
 
 // --- serving_step: a prefill or decode step on the serving kernels (kernels/serving) ------
 
+// The serving kernels' weight and KV-cache storage named by a task ("" = fp32); formats the
+// CPU kernels do not run are UNSUPPORTED, unknown ones INVALID_ARGUMENT.
+absl::Status ReadServingStorage(const std::string& weight_precision,
+                                const std::string& kv_precision,
+                                kernels::serving::ServingConfig* model) {
+  namespace ks = kernels::serving;
+  ks::ServingConfig& m = *model;
+  const std::string weights = weight_precision.empty() ? "fp32" : weight_precision;
+  if (weights == "fp32") {
+    m.weight_quant = ks::WeightQuant::kNone;
+  } else if (weights == "int8" || weights == "int4") {
+    m.weight_quant = *ks::ParseWeightQuant(weights);
+  } else if (weights == "bf16" || weights == "fp16" || weights == "fp8") {
+    return absl::UnimplementedError(
+        absl::StrCat("weight_precision ", weights, " is not run by the CPU serving kernels"));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight_precision '", weights, "' must be fp32, int8, int4, bf16, fp16 or fp8"));
+  }
+  const std::string kv = kv_precision.empty() ? "fp32" : kv_precision;
+  if (kv == "fp32" || kv == "bf16") {
+    m.kv_dtype = kv == "fp32" ? kernels::DType::kF32 : kernels::DType::kBF16;
+  } else if (kv == "fp16" || kv == "fp8") {
+    return absl::UnimplementedError(
+        absl::StrCat("kv_precision ", kv, " is not run by the CPU serving kernels"));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_precision '", kv, "' must be fp32, bf16, fp16 or fp8"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<kernels::serving::ServingStepConfig> ValidateServingStep(
     const v1::ProfileTask& task, const Worker& worker) {
   namespace ks = kernels::serving;
@@ -533,27 +566,8 @@ absl::StatusOr<kernels::serving::ServingStepConfig> ValidateServingStep(
     const int64_t pad = 128 * m.parallel.tp;  // Megatron-LM's padding, as layer tasks
     m.shape.vocab_size = (t.shape().vocab_size() + pad - 1) / pad * pad;
   }
-  const std::string weights = t.weight_precision().empty() ? "fp32" : t.weight_precision();
-  if (weights == "fp32") {
-    m.weight_quant = ks::WeightQuant::kNone;
-  } else if (weights == "int8" || weights == "int4") {
-    m.weight_quant = *ks::ParseWeightQuant(weights);
-  } else if (weights == "bf16" || weights == "fp16" || weights == "fp8") {
-    return absl::UnimplementedError(
-        absl::StrCat("weight_precision ", weights, " is not run by the CPU serving kernels"));
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "weight_precision '", weights, "' must be fp32, int8, int4, bf16, fp16 or fp8"));
-  }
-  const std::string kv = t.kv_precision().empty() ? "fp32" : t.kv_precision();
-  if (kv == "fp32" || kv == "bf16") {
-    m.kv_dtype = kv == "fp32" ? kernels::DType::kF32 : kernels::DType::kBF16;
-  } else if (kv == "fp16" || kv == "fp8") {
-    return absl::UnimplementedError(
-        absl::StrCat("kv_precision ", kv, " is not run by the CPU serving kernels"));
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kv_precision '", kv, "' must be fp32, bf16, fp16 or fp8"));
+  if (absl::Status s = ReadServingStorage(t.weight_precision(), t.kv_precision(), &m); !s.ok()) {
+    return s;
   }
   m.kv_block_size = t.kv_block_size() > 0 ? t.kv_block_size() : 16;
   m.num_layers = t.num_layers() > 0 ? t.num_layers() : 1;
@@ -594,6 +608,78 @@ void ServingStepResult(const kernels::serving::ServingStepConfig&,
   profile->set_tp_allreduces_per_step(step.tp_allreduces_per_step);
 }
 
+// --- serving_verify: a serving layout run end to end with the serving loop --------------
+
+absl::StatusOr<kernels::serving::ServeOptions> ValidateServingVerify(const v1::ProfileTask& task,
+                                                                     const Worker& worker) {
+  namespace ks = kernels::serving;
+  const v1::ServingVerifyTask& t = task.serving_verify();
+  if (worker.backend_name() != "cpu") {
+    return absl::UnimplementedError(absl::StrCat(
+        "the serving loop runs on the CPU backend only; this worker is ", worker.backend_name()));
+  }
+  ks::ServeOptions o;
+  ks::ServingConfig& m = o.model;
+  m.parallel.tp = std::max<int64_t>(1, t.tp());
+  if (absl::Status s = worker.NeedRanks(m.parallel.tp, absl::StrCat(" (tp ", m.parallel.tp, ")"));
+      !s.ok()) {
+    return s;
+  }
+  m.shape.normalization = Normalization::kRmsNorm;
+  if (absl::Status s = ReadShape(t.shape(), &m.shape); !s.ok()) return s;
+  if (t.shape().vocab_size() > 0) {
+    const int64_t pad = 128 * m.parallel.tp;  // Megatron-LM's padding, as layer tasks
+    m.shape.vocab_size = (t.shape().vocab_size() + pad - 1) / pad * pad;
+  }
+  if (absl::Status s = ReadServingStorage(t.weight_precision(), t.kv_precision(), &m); !s.ok()) {
+    return s;
+  }
+  m.kv_block_size = t.kv_block_size() > 0 ? t.kv_block_size() : 16;
+  m.num_kv_blocks = t.num_kv_blocks();
+  m.num_layers = t.num_layers() > 0 ? t.num_layers() : 1;
+  m.position_embedding = t.rope() ? PositionEmbedding::kRope : PositionEmbedding::kLearned;
+  o.trace.num_requests = t.num_requests();
+  o.trace.isl = t.isl();
+  o.trace.osl = t.osl();
+  o.trace.concurrency = t.concurrency();
+  o.trace.request_rate = t.request_rate();
+  o.trace.seed = t.seed();
+  o.max_batch_size = t.max_batch_size();
+  o.max_num_tokens = t.max_num_tokens();
+  o.capacity_bytes = worker.Capacity(m.parallel.tp);
+  if (absl::Status s = o.Validate(); !s.ok()) return s;
+  return o;
+}
+
+absl::StatusOr<kernels::serving::ServeResult> RunServingVerify(
+    const kernels::serving::ServeOptions& options, const Worker&, const CancelFlag&) {
+  return kernels::serving::RunServeLoop(options);
+}
+
+v1::LatencyStats MillisecondStats(const kernels::serving::Distribution& d) {
+  v1::LatencyStats out;
+  out.set_mean(d.mean * 1e3);
+  out.set_p50(d.p50 * 1e3);
+  out.set_p90(d.p90 * 1e3);
+  out.set_p99(d.p99 * 1e3);
+  return out;
+}
+
+void ServingVerifyResult(const kernels::serving::ServeOptions&,
+                         const kernels::serving::ServeResult& run, TaskResult* r) {
+  v1::ServingVerifyResult* out = r->mutable_serving_verify();
+  *out->mutable_ttft_ms() = MillisecondStats(run.ttft_s());
+  *out->mutable_tpot_ms() = MillisecondStats(run.tpot_s());
+  *out->mutable_e2e_latency_ms() = MillisecondStats(run.e2e_s());
+  out->set_output_tokens_per_sec(run.output_tokens_per_s());
+  out->set_requests(static_cast<int64_t>(run.requests.size()));
+  int64_t wrong = 0;
+  for (const kernels::serving::RequestRecord& q : run.requests) {
+    if (q.output_tokens != q.osl || q.ttft_s() > q.e2e_s()) ++wrong;
+  }
+  out->set_wrong(wrong);
+}
+
 // --- The table ---------------------------------------------------------------------------
 
 const std::vector<TaskEntry>& TaskKinds() {
@@ -611,6 +697,9 @@ const std::vector<TaskEntry>& TaskKinds() {
       Register<kernels::serving::ServingStepConfig, kernels::serving::ServingStepResult>(
           {v1::ProfileTask::kServingStep, ValidateServingStep, RunServingStepTask,
            ServingStepResult}),
+      Register<kernels::serving::ServeOptions, kernels::serving::ServeResult>(
+          {v1::ProfileTask::kServingVerify, ValidateServingVerify, RunServingVerify,
+           ServingVerifyResult}),
   };
   return kKinds;
 }

@@ -71,6 +71,15 @@ InferenceRankedConfig RandomRanked(std::mt19937_64& rng) {
   r.prefill_step = step();
   r.decode_step = step();
   for (uint64_t i = rng() % 3; i > 0; --i) r.notes.push_back("note " + std::to_string(rng() % 9));
+  if (rng() % 2 == 1) {
+    inference::InferenceVerification& v = r.verification.emplace();
+    v.status = rng() % 2 == 1 ? "verified" : "not verified: needs 4 ranks";
+    v.measured_ttft_ms = stats();
+    v.measured_tpot_ms = stats();
+    v.measured_e2e_latency_ms = stats();
+    v.measured_output_tokens_per_sec = real(rng);
+    v.measured_requests = static_cast<int64_t>(rng() % 1000);
+  }
   return r;
 }
 
@@ -119,6 +128,14 @@ TEST(ConvertInferenceTest, EveryResultFieldRoundTripsThroughTheWireAndItsJson) {
         EXPECT_EQ(a.decode_step.kv_transfer, b.decode_step.kv_transfer);
         EXPECT_EQ(a.decode_step.source, b.decode_step.source);
         EXPECT_EQ(a.notes, b.notes);
+        ASSERT_EQ(a.verification.has_value(), b.verification.has_value());
+        if (a.verification) {
+          EXPECT_EQ(a.verification->status, b.verification->status);
+          EXPECT_EQ(a.verification->measured_tpot_ms.p90, b.verification->measured_tpot_ms.p90);
+          EXPECT_EQ(a.verification->measured_output_tokens_per_sec,
+                    b.verification->measured_output_tokens_per_sec);
+          EXPECT_EQ(a.verification->measured_requests, b.verification->measured_requests);
+        }
       }
       ASSERT_EQ(back->rejected.size(), plan.rejected.size());
       for (size_t k = 0; k < plan.rejected.size(); ++k) {

@@ -281,7 +281,7 @@ TEST_F(InferenceJobsTest, BadFieldsGet400AndInvalidArgumentNamingTheField) {
       {"osl 0", [](json& j) { j["serving"]["osl"] = 0; }, "serving.osl"},
       {"unknown engine", [](json& j) { j["serving"]["engine"] = "tgi"; }, "serving.engine"},
       {"misspelt field", [](json& j) { j["serving"]["isll"] = 10; }, "serving.isll"},
-      {"profile mode", [](json& j) { j["search"]["mode"] = "profile"; }, "search.mode"},
+      {"unknown mode", [](json& j) { j["search"]["mode"] = "measure"; }, "search.mode"},
       {"unknown kind", [](json& j) { j["kind"] = "serving"; }, "kind"},
   };
   for (const Case& c : cases) {

@@ -164,5 +164,67 @@ TEST(ServingStepTask, SmallMessageAllReduceSweepFollowsNcclTestsConventions) {
   }
 }
 
+// A serving layout run end to end (the verify stage of an inference job): every request of
+// the trace completes with its osl tokens; the latencies are ordered; output tokens/s is
+// the trace's tokens over the run.
+v1::ProfileTask ServingVerify(int64_t tp) {
+  v1::ProfileTask task;
+  task.set_id("serving-verify");
+  task.set_device_kind("cpu");
+  v1::ServingVerifyTask* t = task.mutable_serving_verify();
+  *t->mutable_shape() = StepTask(v1::ServingStepTask::PHASE_DECODE, tp).serving_step().shape();
+  t->mutable_shape()->set_vocab_size(256);
+  t->set_num_layers(2);
+  t->set_rope(true);
+  t->set_tp(tp);
+  t->set_max_batch_size(4);
+  t->set_max_num_tokens(64);
+  t->set_weight_precision("int8");
+  t->set_kv_precision("bf16");
+  t->set_kv_block_size(16);
+  t->set_num_kv_blocks(8);
+  t->set_isl(12);
+  t->set_osl(5);
+  t->set_concurrency(3);
+  t->set_num_requests(7);
+  t->set_seed(1);
+  t->set_layout_rank(2);
+  return task;
+}
+
+TEST(ServingVerifyTask, RunsTheTraceThroughTheServingLoop) {
+  auto executor = CreateKernelsExecutor(CpuSlots(2));
+  CancelFlag cancel;
+  for (int64_t tp : {1, 2}) {
+    const v1::TaskResult r = executor->Execute(ServingVerify(tp), cancel);
+    ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+    const v1::ServingVerifyResult& v = r.serving_verify();
+    EXPECT_EQ(v.requests(), 7);
+    EXPECT_EQ(v.wrong(), 0);
+    for (const v1::LatencyStats* s : {&v.ttft_ms(), &v.tpot_ms(), &v.e2e_latency_ms()}) {
+      EXPECT_GT(s->p50(), 0.0);
+      EXPECT_LE(s->p50(), s->p90());
+      EXPECT_LE(s->p90(), s->p99());
+    }
+    EXPECT_LE(v.ttft_ms().p99(), v.e2e_latency_ms().p99());
+    // 35 tokens over a run no longer than the 7 requests' e2e latencies back to back (a
+    // closed loop always has a request in flight).
+    EXPECT_GE(v.output_tokens_per_sec(), 35.0 / (7 * v.e2e_latency_ms().mean() * 1e-3) * 0.999);
+  }
+}
+
+TEST(ServingVerifyTask, RefusalsSayWhy) {
+  auto executor = CreateKernelsExecutor(CpuSlots(2));
+  CancelFlag cancel;
+  v1::TaskResult r = executor->Execute(ServingVerify(4), cancel);
+  EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
+  EXPECT_EQ(r.message(), "task needs 4 ranks (tp 4); this worker has 2");
+  v1::ProfileTask task = ServingVerify(1);
+  task.mutable_serving_verify()->set_kv_precision("fp8");
+  r = executor->Execute(task, cancel);
+  EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
+  EXPECT_EQ(r.message(), "kv_precision fp8 is not run by the CPU serving kernels");
+}
+
 }  // namespace
 }  // namespace paratune::worker

@@ -1,0 +1,96 @@
+// Profiled serving (search.mode: profile for `kind: inference`): the measurements a ranked
+// serving plan needs, and the plan composed from them.
+//
+// Planning: for each instance shape (tp, weight precision, KV-cache precision) of the
+// ranked pp = 1 layouts, a grid of serving_step tasks over the instance's layers on tp
+// ranks: prefill steps of 1, 2, 4, ... prompts of min(isl, max_num_tokens) tokens while
+// they fit the largest max_num_tokens, and decode steps of 1, 2, 4, ... up to the largest
+// batch a layout reaches (max_batch_size, capped by the clients) at the context lengths
+// isl and isl + osl; plus, per tp > 1, a sweep of the small all-reduces a step makes
+// (tokens x hidden x 4 bytes at the grid's row counts). Tasks are de-duplicated by key.
+//
+// Composing: each such layout is simulated again with its step model's times taken from
+// the measured grid (inference/measured_steps.h) and the engine's overheads; layouts
+// without measurements (pp > 1, a task that failed or was unsupported) keep the modelled
+// figures with a note saying why. Both figures are kept: a composed layout's notes give the
+// modelled TPOT, TTFT and tokens/s next to the measured-step ones. Then the layouts rank
+// again under the objective and the limits.
+#ifndef PARATUNE_INFERENCE_SERVING_PROFILE_H_
+#define PARATUNE_INFERENCE_SERVING_PROFILE_H_
+
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "inference/measured_steps.h"
+#include "inference/serving_result.h"
+#include "inference/serving_spec.h"
+#include "search/profile_plan.h"
+#include "search/specs.h"
+
+namespace paratune::inference {
+
+/// The instance shape one grid of step measurements belongs to.
+struct StepShape {
+  int64_t tp = 1;
+  QuantFormat weight_precision = QuantFormat::kBf16;
+  QuantFormat kv_cache_precision = QuantFormat::kBf16;
+  auto operator<=>(const StepShape&) const = default;
+  /// "tp2 w:int8 kv:bf16".
+  std::string ToString() const;
+};
+
+/// One serving_step task (task.proto ServingStepTask) in domain form.
+struct ServingStepTaskSpec {
+  ModelSpec model;  ///< Shape and num_layers (the whole instance, pp = 1).
+  StepShape shape;
+  ServingStepPhase phase = ServingStepPhase::kDecode;
+  int64_t batch = 1;
+  int64_t length = 0;  ///< Prefill: prompt tokens per sequence; decode: cached tokens.
+  int64_t kv_block_size = 16;
+  int64_t warmup = 2;
+  int64_t iters = 5;
+  std::string device_kind;
+
+  /// Canonical text of the work: equal specs have equal keys, different ones differ.
+  std::string Key() const;
+};
+
+struct ServingProfileOptions {
+  int64_t warmup = 2;            ///< Untimed steps per task.
+  int64_t iters = 5;             ///< Timed steps per task (medians are used).
+  int64_t max_grid_batch = 256;  ///< Decode grid's largest batch.
+};
+
+struct ServingProfilePlan {
+  std::vector<ServingStepTaskSpec> steps;  ///< De-duplicated, grid by grid.
+  /// Small-message TP all-reduce sweeps (fp32), one per tp > 1, de-duplicated.
+  std::vector<CollectiveSweepSpec> sweeps;
+};
+
+/// The tasks `plan`'s ranked layouts need (see the file comment). InvalidArgument for a
+/// spec that does not validate.
+absl::StatusOr<ServingProfilePlan> PlanServingProfiles(const InferenceJobSpec& spec,
+                                                       const InferencePlanResult& plan,
+                                                       const ServingProfileOptions& options);
+
+/// What the workers measured, by instance shape.
+struct ServingMeasurements {
+  std::map<StepShape, std::vector<StepSample>> steps;
+  /// Why a shape has no usable grid (a task failed or was unsupported): the first reason.
+  std::map<StepShape, std::string> failures;
+  /// Measured small all-reduces by tp: (bytes, seconds), ascending.
+  std::map<int64_t, std::vector<std::pair<int64_t, double>>> allreduce;
+};
+
+/// `modelled` with its ranked layouts composed from `measured` and ranked again.
+absl::StatusOr<InferencePlanResult> ComposeInference(const InferenceJobSpec& spec,
+                                                     const InferencePlanResult& modelled,
+                                                     const ServingMeasurements& measured);
+
+}  // namespace paratune::inference
+
+#endif  // PARATUNE_INFERENCE_SERVING_PROFILE_H_

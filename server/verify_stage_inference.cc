@@ -1,0 +1,187 @@
+// The verify stage of an inference job (see verify_stage.h): the top search.verify_top_k
+// serving layouts, each run once with the serving loop on one CPU worker.
+#include <algorithm>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "inference/engine_profile.h"
+#include "search/model_math.h"
+#include "server/convert_inference.h"
+#include "server/verify_stage.h"
+
+namespace paratune::server {
+namespace {
+
+// Why the serving loop cannot run layout `c` as the spec serves it; "" when it can.
+std::string ServingUnsupportedReason(const v1::ServingConfig& c) {
+  if (c.pp() > 1)
+    return absl::StrCat("the serving loop runs tensor parallelism only (pp ", c.pp(), ")");
+  if (c.disaggregated()) return "the serving loop does not run disaggregated pools";
+  if (c.replicas() > 1) {
+    return absl::StrCat("the serving loop runs one instance (the layout has ", c.replicas(), ")");
+  }
+  return "";
+}
+
+v1::ServingVerifyTask MakeServingVerifyTask(const inference::InferenceJobSpec& spec,
+                                            const v1::InferenceRankedConfig& r) {
+  const ModelSpec& m = spec.model;
+  const inference::ServingSpec& s = spec.serving;
+  v1::ServingVerifyTask t;
+  v1::LayerShape* shape = t.mutable_shape();
+  shape->set_hidden_size(m.hidden_size);
+  shape->set_num_attention_heads(m.num_attention_heads);
+  shape->set_num_query_groups(QueryGroups(m));
+  shape->set_ffn_hidden_size(m.ffn_hidden_size);
+  shape->set_vocab_size(m.vocab_size);
+  shape->set_activation(ToString(m.activation));
+  shape->set_normalization(ToString(m.normalization));
+  t.set_num_layers(m.num_layers);
+  t.set_rope(m.position_embedding == PositionEmbedding::kRope);
+  t.set_tp(r.config().tp());
+  t.set_max_batch_size(r.config().max_batch_size());
+  t.set_max_num_tokens(r.config().max_num_tokens());
+  t.set_weight_precision(r.config().weight_precision());
+  t.set_kv_precision(r.config().kv_cache_precision());
+  const int64_t block = inference::EngineProfileFor(s.engine).kv_block_tokens;
+  t.set_kv_block_size(block);
+  // The engine's admission reserves whole sequences: a pool for max_batch_size of them.
+  const int64_t per_sequence = (s.isl + s.osl + block - 1) / block;
+  t.set_num_kv_blocks(per_sequence * std::max<int64_t>(1, r.config().max_batch_size()));
+  t.set_isl(s.isl);
+  t.set_osl(s.osl);
+  t.set_concurrency(s.concurrency.value_or(0));
+  t.set_request_rate(s.request_rate.value_or(0));
+  t.set_num_requests(s.num_requests);
+  t.set_seed(1);
+  t.set_layout_rank(r.rank());
+  return t;
+}
+
+}  // namespace
+
+Transition VerifyStage::StartInference(JobEntry& job) {
+  const inference::InferenceJobSpec& spec = *job.inference;
+  const int64_t k = spec.search.verify_top_k;
+  if (k <= 0 || !job.record.results) return {v1::JOB_STATE_SUCCEEDED, ""};
+  job.rankings_dirty = true;  // Verification statuses below.
+  const std::string& job_id = job.record.job.id();
+  int64_t largest = 0;  // Rank slots of the largest CPU worker of the device kind.
+  for (const VerifyHost& h : workers_->VerifyHosts(spec.cluster.gpu)) {
+    if (h.backend == "cpu") largest = std::max(largest, h.devices);
+  }
+  std::vector<TaskRecord> tasks;
+  int64_t next_index = static_cast<int64_t>(job.tasks.size());
+  int64_t chosen = 0;
+  for (v1::InferenceRankedConfig& r : *job.record.results->mutable_inference()->mutable_ranked()) {
+    if (chosen == k) break;
+    ++chosen;
+    v1::InferenceVerification* v = r.mutable_verification();
+    if (std::string why = ServingUnsupportedReason(r.config()); !why.empty()) {
+      v->set_status(absl::StrCat("not verified: ", why));
+      continue;
+    }
+    if (r.config().tp() > largest) {
+      v->set_status(absl::StrCat("not verified: needs ", r.config().tp(),
+                                 " ranks on one CPU worker of device kind ", spec.cluster.gpu,
+                                 ", the largest registered offers ", largest));
+      continue;
+    }
+    TaskRecord t;
+    t.task.set_id(absl::StrCat(job_id, "-t", next_index++));
+    t.task.set_job_id(job_id);
+    t.task.set_device_kind(spec.cluster.gpu);
+    t.task.set_key(absl::StrCat("serving_verify/", r.rank()));
+    *t.task.mutable_serving_verify() = MakeServingVerifyTask(spec, r);
+    v->set_status("verifying");
+    tasks.push_back(std::move(t));
+  }
+  if (tasks.empty()) return {v1::JOB_STATE_SUCCEEDED, ""};
+  if (absl::Status s = store_->PutTasks(tasks); !s.ok()) {
+    return {v1::JOB_STATE_FAILED, absl::StrCat("store: ", s.message())};
+  }
+  for (TaskRecord& t : tasks) {
+    broker_->Add(t.task);
+    job.tasks.push_back(std::move(t));
+  }
+  if (job.profiling_start_ms == 0) job.profiling_start_ms = clock_->NowMs();
+  return {v1::JOB_STATE_VERIFYING, ""};
+}
+
+absl::Status VerifyStage::ApplyInferenceReport(TaskRecord& task, const std::string& worker_id,
+                                               const v1::TaskResult& result) {
+  TaskRecord updated = task;
+  updated.result = result;
+  updated.result->set_worker_id(worker_id);
+  bool requeue = false;
+  switch (result.outcome()) {
+    case v1::TaskResult::OUTCOME_OK:
+      updated.state = TaskState::kDone;
+      break;
+    case v1::TaskResult::OUTCOME_OOM:
+    case v1::TaskResult::OUTCOME_UNSUPPORTED:  // Another attempt would end the same way.
+      updated.state = TaskState::kFailed;
+      break;
+    default:  // FAILED, CANCELLED: again while attempts remain.
+      if (updated.task.attempt() >= broker_->max_attempts()) {
+        updated.state = TaskState::kFailed;
+        updated.result->set_message(absl::StrCat(result.message(), "; gave up after ",
+                                                 updated.task.attempt(), " attempts"));
+      } else {
+        requeue = true;
+      }
+      break;
+  }
+  if (absl::Status s = store_->PutTasks({updated}); !s.ok()) {
+    broker_->Add(task.task);  // Not recorded: the task goes back so that it is not lost.
+    return s;
+  }
+  task = std::move(updated);
+  if (requeue) broker_->Add(task.task);
+  return absl::OkStatus();
+}
+
+std::optional<Transition> VerifyStage::CheckInference(JobEntry& job) const {
+  std::map<int64_t, const TaskRecord*> runs;
+  for (const TaskRecord& t : job.tasks) {
+    if (!t.task.has_serving_verify()) continue;
+    if (t.state == TaskState::kPending) return std::nullopt;
+    runs[t.task.serving_verify().layout_rank()] = &t;
+  }
+  if (!job.record.results) {
+    return Transition{v1::JOB_STATE_FAILED, "verifying: the ranking is missing"};
+  }
+  job.rankings_dirty = true;
+  for (v1::InferenceRankedConfig& r : *job.record.results->mutable_inference()->mutable_ranked()) {
+    auto it = runs.find(r.rank());
+    if (it == runs.end()) continue;
+    const TaskRecord& t = *it->second;
+    v1::InferenceVerification* v = r.mutable_verification();
+    if (t.state == TaskState::kDone && t.result && t.result->has_serving_verify()) {
+      const v1::ServingVerifyResult& m = t.result->serving_verify();
+      if (m.wrong() > 0) {
+        v->set_status(absl::StrCat("not verified: ", m.wrong(), " of ", m.requests(),
+                                   " requests did not complete as asked"));
+        continue;
+      }
+      v->set_status("verified");
+      *v->mutable_measured_ttft_ms() = m.ttft_ms();
+      *v->mutable_measured_tpot_ms() = m.tpot_ms();
+      *v->mutable_measured_e2e_latency_ms() = m.e2e_latency_ms();
+      v->set_measured_output_tokens_per_sec(m.output_tokens_per_sec());
+      v->set_measured_requests(static_cast<int32_t>(m.requests()));
+      continue;
+    }
+    const v1::TaskResult* res = t.result ? &*t.result : nullptr;
+    std::string why = res == nullptr ? "no result" : res->message();
+    if (res != nullptr && res->outcome() == v1::TaskResult::OUTCOME_OOM) {
+      why = absl::StrCat("out of memory on the worker: ", why);
+    }
+    v->set_status(absl::StrCat("not verified: ", why));
+  }
+  return Transition{v1::JOB_STATE_SUCCEEDED, ""};
+}
+
+}  // namespace paratune::server

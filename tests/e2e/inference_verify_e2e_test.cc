@@ -1,0 +1,136 @@
+// An inference job in profile mode with verification, end to end: the coordinator, two CPU
+// workers (2 devices each) and the CLI as real processes on 127.0.0.1. A small model's
+// serving layouts (tp 1 and 2) are profiled (serving_step tasks and an all-reduce sweep),
+// composed and ranked; the top 2 are run with the serving loop on a worker. The results
+// carry, per verified layout, the measured TTFT, TPOT and output tokens/s next to the
+// predicted ones (from measured steps), and `paratune results` prints both.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/fault_harness.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using paratune::e2e::Coordinator;
+using paratune::e2e::Output;
+using paratune::e2e::Process;
+using paratune::e2e::ReadFile;
+using paratune::e2e::RunCommand;
+
+// Small enough that the 15 profile tasks and two serving runs take seconds.
+constexpr char kSpec[] = R"(kind: inference
+name: tiny-serving-verify
+model: {num_layers: 2, hidden_size: 128, num_attention_heads: 4, num_query_groups: 2,
+        ffn_hidden_size: 256, vocab_size: 512, activation: swiglu, normalization: rmsnorm,
+        position_embedding: rope}
+cluster: {gpu: cpu, num_gpus: 2, gpus_per_node: 2}
+serving: {engine: trtllm, isl: 16, osl: 4, concurrency: 2, num_requests: 6}
+search: {tp: [1, 2], pp: [1], replicas: [1], max_batch_size: [2], max_num_tokens: [64],
+         weight_precision: [int8], kv_cache_precision: [bf16], disaggregated: [false],
+         mode: profile, top_k: 2,
+         verify_top_k: 2}
+)";
+
+class InferenceVerifyE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    bin_ = paratune::e2e::BinDir();
+    ASSERT_FALSE(bin_.empty()) << "PARATUNE_BIN_DIR is not set (run through ctest)";
+    dir_ = paratune::e2e::TestDir("paratune_inference_verify_",
+                                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    err_ = dir_ / "cli.log";
+  }
+  void TearDown() override {
+    workers_.clear();
+    coordinator_.reset();
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  Output Cli(const std::string& args) {
+    return RunCommand(
+        (bin_ / "paratune").string() + " " + args + " --coordinator " + coordinator_->address(),
+        err_);
+  }
+
+  fs::path bin_, dir_, err_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::vector<std::unique_ptr<Process>> workers_;
+};
+
+TEST_F(InferenceVerifyE2eTest, ProfiledServingLayoutsCarryMeasuredNextToPredicted) {
+  coordinator_ = std::make_unique<Coordinator>(
+      bin_, dir_, dir_ / "coordinator.db",
+      std::vector<std::string>{"--lease-timeout-ms", "10000", "--heartbeat-interval-ms", "300",
+                               "--profile-warmup", "1", "--profile-iters", "2"});
+  std::string error;
+  ASSERT_TRUE(coordinator_->Start(&error)) << error;
+  for (const char* name : {"cpu-a", "cpu-b"}) {
+    workers_.push_back(std::make_unique<Process>(
+        std::vector<std::string>{(bin_ / "paratune-worker").string(), "--coordinator",
+                                 coordinator_->address(), "--backend", "cpu", "--devices", "0,1",
+                                 "--name", name, "--lease-wait-ms", "500"},
+        dir_ / (std::string(name) + ".log")));
+    ASSERT_TRUE(workers_.back()->ok());
+  }
+  // Both workers registered before the job: verification places on the workers it sees
+  // when the ranking is ready.
+  ASSERT_TRUE(paratune::e2e::PollUntil(
+      [&] {
+        json w = json::parse(Cli("workers --json").out, nullptr, false);
+        return !w.is_discarded() && w.contains("workers") && w["workers"].size() == 2;
+      },
+      60000, 100));
+
+  const fs::path spec = dir_ / "spec.yaml";
+  std::ofstream(spec) << kSpec;
+  Output submitted = Cli("submit --spec " + spec.string());
+  ASSERT_EQ(submitted.exit_code, 0) << ReadFile(err_);
+  std::string id = submitted.out;
+  id.erase(id.find_last_not_of('\n') + 1);
+  Output watched = Cli("watch " + id);
+  ASSERT_EQ(watched.exit_code, 0) << watched.out << ReadFile(err_) << ReadFile(coordinator_->log());
+
+  Output o = Cli("results " + id + " --json");
+  ASSERT_EQ(o.exit_code, 0) << ReadFile(err_);
+  const json results = json::parse(o.out, nullptr, false);
+  ASSERT_FALSE(results.is_discarded()) << o.out;
+  EXPECT_EQ(results["state"], "JOB_STATE_SUCCEEDED");
+  // 7 serving_step tasks per shape (prefill of 1, 2, 4 prompts; decode of 1, 2 sequences at
+  // 16 and 20 cached tokens), an all-reduce sweep for tp 2, and the two serving runs.
+  const json jobs = json::parse(Cli("jobs --json").out, nullptr, false);
+  ASSERT_FALSE(jobs.is_discarded());
+  ASSERT_EQ(jobs["jobs"].size(), 1u);
+  EXPECT_EQ(jobs["jobs"][0]["progress"]["tasks_total"], "17") << jobs.dump(1);
+  const json& ranked = results["plan"]["inference"]["ranked"];
+  ASSERT_EQ(ranked.size(), 2u) << o.out;
+  for (const json& r : ranked) {
+    EXPECT_EQ(r["decode_step"]["source"], "measured") << r.dump(1);
+    EXPECT_EQ(r["prefill_step"]["source"], "measured");
+    const json& v = r["verification"];
+    ASSERT_EQ(v.value("status", std::string()), "verified") << r.dump(1);
+    EXPECT_EQ(v["measured_requests"], 6);
+    for (const char* stat : {"measured_ttft_ms", "measured_tpot_ms", "measured_e2e_latency_ms"}) {
+      EXPECT_GT(v[stat]["p50"].get<double>(), 0.0) << stat;
+      EXPECT_LE(v[stat]["p50"].get<double>(), v[stat]["p99"].get<double>()) << stat;
+    }
+    EXPECT_GT(v["measured_output_tokens_per_sec"].get<double>(), 0.0);
+    // The predicted figures beside them.
+    EXPECT_GT(r["tpot_ms"]["p50"].get<double>(), 0.0);
+    EXPECT_GT(r["ttft_ms"]["p50"].get<double>(), 0.0);
+    EXPECT_GT(r["output_tokens_per_sec"].get<double>(), 0.0);
+  }
+
+  Output table = Cli("results " + id);
+  ASSERT_EQ(table.exit_code, 0) << ReadFile(err_);
+  EXPECT_NE(table.out.find("measured steps"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("verified (6 requests): TTFT p50"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("measured vs"), std::string::npos) << table.out;
+}
+
+}  // namespace

@@ -1,0 +1,126 @@
+#include "inference/serving_profile.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "inference/engine_profile.h"
+#include "inference/planner.h"
+#include "inference/spec_io.h"
+
+namespace paratune::inference {
+namespace {
+
+// deploy/examples/small-llama-cpu-serving-profile.yaml in JSON form.
+InferenceJobSpec SmallCpuSpec() {
+  auto spec = InferenceJobSpecFromJson(nlohmann::json::parse(R"({
+    "kind": "inference", "name": "small-llama-cpu-serving",
+    "model": {"num_layers": 2, "hidden_size": 256, "num_attention_heads": 8,
+              "num_query_groups": 4, "ffn_hidden_size": 704, "vocab_size": 2048,
+              "activation": "swiglu", "normalization": "rmsnorm", "position_embedding": "rope"},
+    "cluster": {"gpu": "cpu", "num_gpus": 2, "gpus_per_node": 2},
+    "serving": {"engine": "trtllm", "isl": 64, "osl": 16, "concurrency": 8, "num_requests": 24},
+    "search": {"tp": [1, 2], "pp": [1], "replicas": [1], "max_batch_size": [4, 16],
+               "max_num_tokens": [256], "weight_precision": ["int8"],
+               "kv_cache_precision": ["bf16"], "disaggregated": [false], "mode": "profile",
+               "top_k": 4}})"));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+TEST(ServingProfileTest, PlansThePrefillAndDecodeGridOfEachShapeOnce) {
+  const InferenceJobSpec spec = SmallCpuSpec();
+  auto plan = PlanInference(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->ranked.size(), 4u);  // tp 1, 2 x max_batch_size 4, 16.
+  auto profile = PlanServingProfiles(spec, *plan, ServingProfileOptions());
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  // Per shape (tp1, tp2; int8 weights, bf16 KV): prefill of 1, 2, 4 prompts of 64 tokens
+  // (256 tokens per step at most); decode of 1, 2, 4, 8 sequences (max_batch_size 16
+  // capped by the 8 clients) at 64 and 80 cached tokens: 3 + 8 = 11 tasks.
+  EXPECT_EQ(profile->steps.size(), 22u);
+  std::set<std::string> keys;
+  int prefill = 0;
+  for (const ServingStepTaskSpec& t : profile->steps) {
+    keys.insert(t.Key());
+    EXPECT_EQ(t.device_kind, "cpu");
+    EXPECT_EQ(t.kv_block_size, EngineProfileFor(ServingEngine::kTrtllm).kv_block_tokens);
+    EXPECT_EQ(t.shape.weight_precision, QuantFormat::kInt8);
+    if (t.phase == ServingStepPhase::kPrefill) {
+      ++prefill;
+      EXPECT_EQ(t.length, 64);
+      EXPECT_LE(t.batch * t.length, 256);
+    } else {
+      EXPECT_TRUE(t.length == 64 || t.length == 80) << t.length;
+      EXPECT_LE(t.batch, 8);
+    }
+  }
+  EXPECT_EQ(keys.size(), 22u);
+  EXPECT_EQ(prefill, 6);
+  // One fp32 all-reduce sweep for tp 2 at the grid's row counts x 256 x 4 bytes.
+  ASSERT_EQ(profile->sweeps.size(), 1u);
+  EXPECT_EQ(profile->sweeps[0].group_size, 2);
+  EXPECT_EQ(profile->sweeps[0].sizes_bytes,
+            (std::vector<int64_t>{1024, 2048, 4096, 8192, 65536, 131072, 262144}));
+}
+
+// Every measured step takes the same time: then TPOT is that time plus the engine's
+// per-step overheads, for every request.
+TEST(ServingProfileTest, ComposedLayoutsRunOnTheMeasuredStepTimes) {
+  const InferenceJobSpec spec = SmallCpuSpec();
+  auto plan = PlanInference(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  constexpr double kStep = 4e-3;
+  ServingMeasurements measured;
+  for (int64_t tp : {1, 2}) {
+    const StepShape shape{tp, QuantFormat::kInt8, QuantFormat::kBf16};
+    for (ServingStepPhase phase : {ServingStepPhase::kPrefill, ServingStepPhase::kDecode}) {
+      for (int64_t b : {1, 8}) {
+        StepSample s;
+        s.phase = phase;
+        s.batch = b;
+        s.length = 64;
+        s.total_s = kStep;
+        s.gemm_s = kStep;
+        measured.steps[shape].push_back(s);
+      }
+    }
+  }
+  // tp 2's grid is unusable: its layouts keep the modelled figures.
+  measured.failures[StepShape{2, QuantFormat::kInt8, QuantFormat::kBf16}] =
+      "serving_step task failed: no worker";
+  auto composed = ComposeInference(spec, *plan, measured);
+  ASSERT_TRUE(composed.ok()) << composed.status();
+  ASSERT_EQ(composed->ranked.size(), plan->ranked.size());
+  const EngineProfile& engine = EngineProfileFor(ServingEngine::kTrtllm);
+  int measured_layouts = 0;
+  for (size_t i = 0; i < composed->ranked.size(); ++i) {
+    const InferenceRankedConfig& r = composed->ranked[i];
+    EXPECT_EQ(r.rank, static_cast<int64_t>(i) + 1);
+    if (i > 0) {
+      EXPECT_FALSE(RanksBefore(r, composed->ranked[i - 1], spec.search.objective));
+    }
+    ASSERT_FALSE(r.notes.empty());
+    if (r.config.tp == 2) {
+      EXPECT_EQ(r.decode_step.source, "modelled");
+      EXPECT_EQ(r.notes.front(), "modelled steps: serving_step task failed: no worker");
+      continue;
+    }
+    ++measured_layouts;
+    EXPECT_EQ(r.decode_step.source, "measured");
+    EXPECT_EQ(r.prefill_step.source, "measured");
+    EXPECT_EQ(r.notes.front().rfind("measured steps (4 serving_step tasks on cpu)", 0), 0u)
+        << r.notes.front();
+    // Decoding sequences d per step: TPOT = kStep + step overhead + 2 d per-sequence
+    // overhead, d between 1 and max_batch_size.
+    const double lo = (kStep + engine.step_overhead_s + 2 * engine.per_sequence_overhead_s) * 1e3;
+    const double hi = lo + 2 * (r.config.max_batch_size - 1) * engine.per_sequence_overhead_s * 1e3;
+    EXPECT_GE(r.tpot_ms.p50, lo - 1e-9);
+    EXPECT_LE(r.tpot_ms.p50, hi + 1e-9) << r.config.ToString() << " " << r.decode_step.total << " "
+                                        << r.decode_step.overhead << " " << r.notes.back();
+  }
+  EXPECT_EQ(measured_layouts, 2);
+}
+
+}  // namespace
+}  // namespace paratune::inference

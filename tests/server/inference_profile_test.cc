@@ -1,0 +1,222 @@
+// Inference jobs in profile mode through the job manager: the modelled serving plan turns
+// into serving_step and all-reduce tasks, a worker answers them, the ranking is composed
+// from the measurements (each figure's source says so), a second identical job finds
+// every task in the profile cache, and a restart while profiling resumes the tasks.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "inference/planner.h"
+#include "server/clock.h"
+#include "server/convert.h"
+#include "server/convert_inference.h"
+#include "server/job_manager.h"
+
+namespace paratune::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+// deploy/examples/small-llama-cpu-serving-profile.yaml in JSON form.
+v1::JobSpec SmallCpuServingSpec() {
+  absl::StatusOr<v1::JobSpec> spec = SpecProtoFromJson(nlohmann::json::parse(R"({
+    "kind": "inference", "name": "small-llama-cpu-serving",
+    "model": {"num_layers": 2, "hidden_size": 256, "num_attention_heads": 8,
+              "num_query_groups": 4, "ffn_hidden_size": 704, "vocab_size": 2048,
+              "activation": "swiglu", "normalization": "rmsnorm", "position_embedding": "rope"},
+    "cluster": {"gpu": "cpu", "num_gpus": 2, "gpus_per_node": 2},
+    "serving": {"engine": "trtllm", "isl": 64, "osl": 16, "concurrency": 8, "num_requests": 24},
+    "search": {"tp": [1, 2], "pp": [1], "replicas": [1], "max_batch_size": [4, 16],
+               "max_num_tokens": [256], "weight_precision": ["int8"],
+               "kv_cache_precision": ["bf16"], "disaggregated": [false], "mode": "profile",
+               "top_k": 4}})"));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+// A worker's answer: a step of r rows costs 1 ms + 20 us per row in GEMMs (the tp 2 shape
+// half of that), 50 us per row in TP communication at tp 2; an all-reduce 10 us + 1 ns per
+// byte.
+v1::TaskResult ResultFor(const v1::ProfileTask& task) {
+  v1::TaskResult r;
+  r.set_task_id(task.id());
+  r.set_attempt(task.attempt());
+  r.set_outcome(v1::TaskResult::OUTCOME_OK);
+  if (task.has_collective()) {
+    for (int64_t size : task.collective().sizes_bytes()) {
+      v1::CommSample* s = r.mutable_comm()->add_samples();
+      s->set_size_bytes(size);
+      s->set_time_s(10e-6 + 1e-9 * static_cast<double>(size));
+    }
+    return r;
+  }
+  const v1::ServingStepTask& t = task.serving_step();
+  const bool prefill = t.phase() == v1::ServingStepTask::PHASE_PREFILL;
+  const double rows = static_cast<double>(prefill ? t.batch() * t.seq_length() : t.batch());
+  const double gemm = (1e-3 + 20e-6 * rows) / static_cast<double>(t.tp());
+  const double comm = t.tp() > 1 ? 50e-6 * rows : 0;
+  for (auto [phase, seconds] :
+       {std::pair<const char*, double>{"total", gemm + comm}, {"gemm", gemm}, {"tp_comm", comm}}) {
+    v1::PhaseTiming* p = r.mutable_serving_step()->add_phases();
+    p->set_phase(phase);
+    p->set_median_s(seconds);
+  }
+  return r;
+}
+
+class InferenceProfileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("paratune-inference-profile-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    manager_.reset();
+    fs::remove_all(dir_);
+  }
+  void Open() {
+    manager_.reset();
+    auto store = OpenSqliteStore((dir_ / "paratune.db").string());
+    ASSERT_TRUE(store.ok()) << store.status();
+    JobManagerOptions o;
+    o.lease_timeout_ms = 60'000;
+    o.heartbeat_interval_ms = 1'000;
+    o.plan = [](const JobSpec&) -> absl::StatusOr<PlanResult> {
+      return absl::InternalError("no training jobs here");
+    };
+    o.plan_inference = inference::PlanInference;
+    auto m = JobManager::Create(*std::move(store), &clock_, o);
+    ASSERT_TRUE(m.ok()) << m.status();
+    manager_ = *std::move(m);
+  }
+  std::string Submit() {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = SmallCpuServingSpec();
+    absl::StatusOr<v1::Job> job = manager_->SubmitJob(req);
+    EXPECT_TRUE(job.ok()) << job.status();
+    manager_->WaitIdle();
+    return job.ok() ? job->id() : "";
+  }
+  std::string RegisterWorker() {
+    v1::RegisterRequest req;
+    req.mutable_worker()->set_name("cpu");
+    req.mutable_worker()->set_device_kind("cpu");
+    req.mutable_worker()->set_backend("cpu");
+    req.mutable_worker()->set_memory_bytes(int64_t{16} << 30);
+    for (int i = 0; i < 2; ++i) req.mutable_worker()->add_devices()->set_index(i);
+    return manager_->Register(req)->worker_id();
+  }
+  // Leases and answers up to `limit` tasks; returns how many.
+  int RunTasks(const std::string& worker, int limit = 1 << 30) {
+    int n = 0;
+    while (n < limit) {
+      v1::LeaseTaskRequest req;
+      req.set_worker_id(worker);
+      req.set_wait_ms(0);
+      absl::StatusOr<v1::LeaseTaskResponse> lease = manager_->LeaseTask(req);
+      EXPECT_TRUE(lease.ok()) << lease.status();
+      if (!lease.ok() || !lease->has_task()) break;
+      v1::ReportResultRequest report;
+      report.set_worker_id(worker);
+      *report.mutable_result() = ResultFor(lease->task());
+      report.mutable_result()->set_worker_id(worker);
+      EXPECT_TRUE(manager_->ReportResult(report)->accepted());
+      ++n;
+    }
+    manager_->WaitIdle();
+    return n;
+  }
+  v1::Job Get(const std::string& id) {
+    v1::GetJobRequest req;
+    req.set_id(id);
+    return *manager_->GetJob(req);
+  }
+  inference::InferencePlanResult Results(const std::string& id) {
+    v1::GetResultsRequest req;
+    req.set_id(id);
+    absl::StatusOr<v1::JobResults> r = manager_->GetResults(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    absl::StatusOr<inference::InferencePlanResult> plan =
+        InferencePlanResultFromProto(r->plan().inference());
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return *plan;
+  }
+
+  fs::path dir_;
+  FakeClock clock_;
+  std::unique_ptr<JobManager> manager_;
+};
+
+TEST_F(InferenceProfileTest, ProfilesComposesRanksAndASecondJobIsAllCached) {
+  Open();
+  const std::string id = Submit();
+  v1::Job job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_PROFILING) << job.error();
+  // 11 serving_step tasks per shape (tp 1, tp 2) and one all-reduce sweep for tp 2
+  // (inference/serving_profile.h).
+  EXPECT_EQ(job.progress().tasks_total(), 23);
+  EXPECT_EQ(job.progress().tasks_cached(), 0);
+  const std::string worker = RegisterWorker();
+  EXPECT_EQ(RunTasks(worker), 23);
+  job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
+  const inference::InferencePlanResult plan = Results(id);
+  ASSERT_EQ(plan.ranked.size(), 4u);
+  for (const inference::InferenceRankedConfig& r : plan.ranked) {
+    EXPECT_EQ(r.decode_step.source, "measured") << r.config.ToString();
+    EXPECT_EQ(r.prefill_step.source, "measured");
+    ASSERT_FALSE(r.notes.empty());
+    EXPECT_EQ(r.notes.front().rfind("measured steps (11 serving_step tasks on cpu)", 0), 0u)
+        << r.notes.front();
+    // The measured prefill step of one 64-token prompt: 1 ms + 64 x 20 us of GEMMs (halved
+    // at tp 2) + 64 x 50 us of TP communication at tp 2, plus the engine's overheads.
+    const double tp = static_cast<double>(r.config.tp);
+    const double measured_ms = (1 + 64 * 0.020) / tp + (r.config.tp > 1 ? 64 * 0.050 : 0);
+    EXPECT_NEAR(r.prefill_step.total - r.prefill_step.overhead, measured_ms, 1e-9);
+    if (r.config.tp == 2) {
+      EXPECT_NE(r.notes.back().find("TP all-reduce of 1024 bytes measured 11.0 us"),
+                std::string::npos)
+          << r.notes.back();
+    }
+  }
+  // Measured: tp 1 steps (1 + 0.02 r ms) beat tp 2's (0.5 + 0.06 r ms) per GPU.
+  EXPECT_EQ(plan.ranked.front().config.tp, 1);
+
+  const std::string again = Submit();
+  const v1::Job second = Get(again);
+  EXPECT_EQ(second.state(), v1::JOB_STATE_SUCCEEDED) << second.error();
+  EXPECT_EQ(second.progress().tasks_total(), 23);
+  EXPECT_EQ(second.progress().tasks_cached(), 23);
+  EXPECT_EQ(RunTasks(worker), 0);  // Nothing was queued.
+  const inference::InferencePlanResult cached = Results(again);
+  ASSERT_EQ(cached.ranked.size(), plan.ranked.size());
+  for (size_t i = 0; i < plan.ranked.size(); ++i) {
+    EXPECT_EQ(cached.ranked[i].config, plan.ranked[i].config);
+    EXPECT_DOUBLE_EQ(cached.ranked[i].tpot_ms.p50, plan.ranked[i].tpot_ms.p50);
+  }
+}
+
+TEST_F(InferenceProfileTest, ARestartWhileProfilingResumesTheRemainingTasks) {
+  Open();
+  const std::string id = Submit();
+  std::string worker = RegisterWorker();
+  EXPECT_EQ(RunTasks(worker, 5), 5);
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_PROFILING);
+  Open();  // The coordinator restarts on the same database.
+  v1::Job job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_PROFILING) << job.error();
+  EXPECT_EQ(job.progress().tasks_done(), 5);
+  worker = RegisterWorker();
+  EXPECT_EQ(RunTasks(worker), 18);
+  job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
+  EXPECT_EQ(Results(id).ranked.front().decode_step.source, "measured");
+}
+
+}  // namespace
+}  // namespace paratune::server
