@@ -419,7 +419,6 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   for (int64_t stage : stages) {
     const StageParams split =
         StageParamsSplit(m, c, stage, experts_per_stage[static_cast<size_t>(stage)]);
-    const double params = split.Total();
     MemoryBreakdown mem;
     mem.capacity = capacity_bytes;
     // Dense parameters shard over the data-parallel shard group; the routed experts over
