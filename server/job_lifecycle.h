@@ -112,8 +112,10 @@ class JobLifecycle {
 
   /// The executor's steps.
   void RunPlan(const std::string& job_id);
-  /// RunPlan of a `kind: inference` job: the serving search, then SUCCEEDED with the
-  /// ranking, or FAILED with the reasons when no layout is feasible.
+  /// RunPlan of a `kind: inference` job: the serving search, then PROFILING (profile
+  /// mode: the serving_step tasks of ProfileStage::CreateInferenceTasks), VERIFYING
+  /// (search.verify_top_k) or SUCCEEDED with the ranking, or FAILED with the reasons when
+  /// no layout is feasible.
   void RunInferencePlan(const std::string& job_id, const inference::InferenceJobSpec& spec);
   void RunCompose(const std::string& job_id);
 
