@@ -257,6 +257,10 @@ absl::StatusOr<ServeResult> RunServeLoop(const ServeOptions& options) {
     });
   }
   for (auto& th : threads) th.join();
+  // Out of memory on one rank leaves its peers with a closed connection: report the OOM.
+  for (const absl::Status& s : status) {
+    if (absl::IsResourceExhausted(s)) return s;
+  }
   for (const absl::Status& s : status) PT_RETURN_IF_ERROR(s);
   return result;
 }

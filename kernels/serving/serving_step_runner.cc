@@ -156,6 +156,11 @@ absl::StatusOr<ServingStepResult> RunServingStep(const ServingStepConfig& config
     });
   }
   for (auto& th : threads) th.join();
+  // An out-of-memory rank closes its communicator while its peers may still be connecting or
+  // waiting in a collective; its own status (ResourceExhausted) is the result to report.
+  for (const absl::Status& s : status) {
+    if (absl::IsResourceExhausted(s)) return s;
+  }
   for (const absl::Status& s : status) PT_RETURN_IF_ERROR(s);
   return result;
 }
