@@ -275,6 +275,11 @@ absl::Status ReadMixtureOfExperts(const json& config, const std::string& type, M
         "hf_config of model_type '", type,
         "' needs num_local_experts / num_experts / n_routed_experts above 1"));
   }
+  if (m.moe_router_topk <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hf_config.num_experts_per_tok / hf_config.experts_per_token is required for a "
+        "mixture-of-experts config (model_type '", type, "')"));
+  }
   return absl::OkStatus();
 }
 

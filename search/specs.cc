@@ -576,6 +576,11 @@ absl::Status JobSpec::Validate() const {
                                                      model.num_layers, ")"));
     }
   }
+  if (model.num_experts > 1 && search.mode == SearchMode::kProfile) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "search.mode profile is not supported for mixture-of-experts models (model.num_experts ",
+        model.num_experts, "): use search.mode model"));
+  }
   if (model.num_experts <= 1) {
     for (const auto& [field, values] :
          {std::pair<const char*, const std::vector<int64_t>*>{"search.ep", &search.ep},

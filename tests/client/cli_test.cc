@@ -196,7 +196,7 @@ TEST(CliTest, InvalidSpecsExitTwoNamingTheField) {
       {"unknown_field.yaml", "unknown field 'model.hiden_size'"},
       {"truncated.yaml", "is not valid YAML: line "},
       {"truncated.json", "is not valid JSON"},
-      {"hf_mixtral.yaml", "model.hf_config.num_local_experts (8)"},
+      {"hf_mixtral.yaml", "search.ep value 3 must divide model.num_experts (8)"},
   };
   for (const auto& [file, message] : cases) {
     for (const char* command : {"plan", "estimate", "export --format megatron"}) {

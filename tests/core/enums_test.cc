@@ -38,6 +38,13 @@ TEST(EnumsTest, NamesRoundTrip) {
                   {"all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all"});
   ExpectRoundTrip({StageExtras::kNone, StageExtras::kFirst, StageExtras::kLast},
                   ParseStageExtras, {"none", "first", "last"});
+  ExpectRoundTrip({AttentionType::kMha, AttentionType::kGqa, AttentionType::kMla},
+                  ParseAttentionType, {"mha", "gqa", "mla"});
+  ExpectRoundTrip({MoeTokenDispatcher::kAllToAll, MoeTokenDispatcher::kAllGather,
+                   MoeTokenDispatcher::kFlex},
+                  ParseMoeTokenDispatcher, {"alltoall", "allgather", "flex"});
+  ExpectRoundTrip({MoeRouting::kBalanced, MoeRouting::kDropless, MoeRouting::kCapacity},
+                  ParseMoeRouting, {"balanced", "dropless", "capacity"});
 }
 
 TEST(EnumsTest, UnknownNamesListTheAcceptedOnes) {

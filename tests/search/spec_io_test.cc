@@ -451,5 +451,75 @@ TEST(SpecIoTest, DataParallelShardingAndItsAlias) {
   EXPECT_EQ(c->ShardRanks(), 8);
 }
 
+TEST(SpecIoTest, MixtureOfExpertsFieldsAreRead) {
+  auto spec = JobSpecFromJson(json::parse(R"({
+    "model": {"num_layers": 16, "hidden_size": 2048, "num_attention_heads": 16,
+              "num_query_groups": 4, "vocab_size": 32000, "activation": "swiglu",
+              "num_experts": 64, "moe_router_topk": 6, "moe_ffn_hidden_size": 1408,
+              "num_shared_experts": 2, "first_k_dense_layers": 1, "moe_layer_freq": 0,
+              "kv_channels": 128},
+    "training": {"seq_length": 4096, "global_batch_size": 256, "moe_routing": "dropless"},
+    "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 64, "nvlink_domain": 8},
+    "search": {"ep": [8, 16], "etp": 1, "moe_token_dispatcher": "flex"}})"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const ModelSpec& m = spec->model;
+  EXPECT_EQ(m.num_experts, 64);
+  EXPECT_EQ(m.moe_router_topk, 6);
+  EXPECT_EQ(m.num_shared_experts, 2);
+  EXPECT_EQ(m.moe_layer_freq, 1);        // 0 = the default, 1
+  EXPECT_EQ(m.ffn_hidden_size, 1408);    // the dense layer defaults to the expert width
+  EXPECT_EQ(m.attention, AttentionType::kGqa);  // from num_query_groups
+  EXPECT_EQ(spec->training.moe_routing, MoeRouting::kDropless);
+  EXPECT_EQ(spec->cluster.NvlinkDomain(), 8);
+  EXPECT_EQ(spec->search.ep, (std::vector<int64_t>{8, 16}));
+  ASSERT_EQ(spec->search.moe_token_dispatcher.size(), 1u);
+  EXPECT_EQ(spec->search.moe_token_dispatcher[0], MoeTokenDispatcher::kFlex);
+  // The canonical JSON reads back to the same spec.
+  auto back = JobSpecFromJson(JobSpecToJson(*spec));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(JobSpecToJson(*back), JobSpecToJson(*spec));
+}
+
+TEST(SpecIoTest, MixtureOfExpertsErrorsNameTheField) {
+  json j = MinimalSpec();
+  j["model"]["attention"] = "mha";
+  j["model"]["num_query_groups"] = 4;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("model.attention mha needs model.num_query_groups (4)"));
+  j = MinimalSpec();
+  j["model"]["attention"] = "latent";
+  EXPECT_THAT(ErrorOf(j), HasSubstr("model.attention: unknown attention 'latent'"));
+  j = MinimalSpec();
+  j["search"]["moe_token_dispatcher"] = {"deepep"};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("search.moe_token_dispatcher[0]: unknown moe token "
+                                    "dispatcher 'deepep' (expected alltoall, allgather, flex)"));
+  j = MinimalSpec();
+  j["model"]["num_experts"] = 8;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("model.moe_router_topk (0) must be in [1, model.num_experts"));
+  j = MinimalSpec();
+  j["model"]["preset"] = "mixtral-8x7b";
+  j["model"].erase("num_layers");
+  j["model"].erase("hidden_size");
+  j["model"].erase("num_attention_heads");
+  j["model"].erase("vocab_size");
+  j["search"]["ep"] = {3};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("search.ep value 3 must divide model.num_experts (8)"));
+}
+
+TEST(SpecIoTest, PinnedExpertLayout) {
+  json j = MinimalSpec();
+  j["model"] = {{"preset", "mixtral-8x7b"}};
+  j["search"] = {{"tp", 1}, {"pp", 1}, {"cp", 1}, {"micro_batch_size", 1},
+                 {"recompute", "selective"}, {"distributed_optimizer", true},
+                 {"ep", 8}, {"etp", 1}, {"moe_token_dispatcher", "allgather"}};
+  auto spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto c = PinnedLayout(*spec);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ep, 8);
+  EXPECT_EQ(c->etp, 1);
+  EXPECT_EQ(c->moe_token_dispatcher, MoeTokenDispatcher::kAllGather);
+  EXPECT_TRUE(ValidateParallelConfig(*c, *spec).ok()) << ValidateParallelConfig(*c, *spec);
+}
+
 }  // namespace
 }  // namespace paratune

@@ -76,7 +76,7 @@ mut("num_query_groups_negative", "rgp", "model.num_query_groups", "must be posit
     **{"model.num_query_groups": -2})
 mut("num_experts_negative", "rgp", "model.num_experts", "must not be negative",
     **{"model.num_experts": -1})
-mut("num_experts_moe", "rgp", "model.num_experts", "dense models only",
+mut("num_experts_moe", "rgp", "model.num_experts", "experts without moe_router_topk",
     **{"model.num_experts": 8})
 mut("total_tokens_negative", "rgp", "training.total_tokens", "must not be negative",
     **{"training.total_tokens": -5})
@@ -171,7 +171,7 @@ mut("unknown_training_field", "rp", "learning_rate", "unknown field",
     **{"training.learning_rate": 0.1})
 mut("unknown_cluster_field", "rp", "gpus_per_rack", "unknown field",
     **{"cluster.gpus_per_rack": 4})
-mut("unknown_search_field", "rp", "ep", "unknown field", **{"search.ep": [1]})
+mut("unknown_search_field", "rp", "edp", "unknown field", **{"search.edp": [1]})
 # Wrong container types.
 mut("model_is_a_list", "rp", "model", "section must be an object", model=[1, 2])
 mut("cluster_is_a_string", "rp", "cluster", "section must be an object", cluster="dgx")
@@ -288,7 +288,8 @@ mutd("hf_config_json_string_layers", "rgp", "hf_config.num_hidden_layers",
     "num_hidden_layers as a string", {"model": {"hf_config_json": json.dumps({
         "model_type": "llama", "num_hidden_layers": "four", "hidden_size": 64,
         "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256})}})
-mutd("hf_config_json_moe", "rgp", "hf_config", "a mixture-of-experts config",
+mutd("hf_config_json_moe", "rgp", "hf_config",
+     "a mixture-of-experts config without experts per token",
     {"model": {"hf_config_json": json.dumps({
         "model_type": "mixtral", "num_hidden_layers": 4, "hidden_size": 64,
         "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256,
