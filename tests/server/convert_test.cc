@@ -102,24 +102,24 @@ TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
     ASSERT_EQ(*ParallelConfigFromProto(from_json), c) << WireJson(wire);
 
     // The sample exercises every field away from its default, so a dropped one fails above.
-    const bool changed[17] = {c.tp != defaults.tp,
-                              c.pp != defaults.pp,
-                              c.dp != defaults.dp,
-                              c.cp != defaults.cp,
-                              c.vp != defaults.vp,
-                              c.micro_batch_size != defaults.micro_batch_size,
-                              c.sequence_parallel != defaults.sequence_parallel,
-                              c.recompute != defaults.recompute,
-                              c.recompute_num_layers != defaults.recompute_num_layers,
-                              c.distributed_optimizer != defaults.distributed_optimizer,
-                              c.split_counts_embedding_and_loss !=
-                                  defaults.split_counts_embedding_and_loss,
-                              c.overlap_grad_reduce != defaults.overlap_grad_reduce,
-                              c.tp_comm_overlap != defaults.tp_comm_overlap,
-                              c.overlap_p2p_comm != defaults.overlap_p2p_comm,
-                              c.ep != defaults.ep,
-                              c.etp != defaults.etp,
-                              c.moe_token_dispatcher != defaults.moe_token_dispatcher};
+    const bool changed[17] = {
+        c.tp != defaults.tp,
+        c.pp != defaults.pp,
+        c.dp != defaults.dp,
+        c.cp != defaults.cp,
+        c.vp != defaults.vp,
+        c.micro_batch_size != defaults.micro_batch_size,
+        c.sequence_parallel != defaults.sequence_parallel,
+        c.recompute != defaults.recompute,
+        c.recompute_num_layers != defaults.recompute_num_layers,
+        c.distributed_optimizer != defaults.distributed_optimizer,
+        c.split_counts_embedding_and_loss != defaults.split_counts_embedding_and_loss,
+        c.overlap_grad_reduce != defaults.overlap_grad_reduce,
+        c.tp_comm_overlap != defaults.tp_comm_overlap,
+        c.overlap_p2p_comm != defaults.overlap_p2p_comm,
+        c.ep != defaults.ep,
+        c.etp != defaults.etp,
+        c.moe_token_dispatcher != defaults.moe_token_dispatcher};
     for (int f = 0; f < 17; ++f) differs_from_default[f] += changed[f];
   }
   for (int f = 0; f < 17; ++f) EXPECT_GT(differs_from_default[f], 1000) << "field " << f;
@@ -174,8 +174,8 @@ TEST(ConvertTest, RankedConfigRoundTrips) {
                 real(rng)};
     r.fits = rng() % 2 == 1;
     r.source = rng() % 2 == 1 ? ResultSource::kMeasured : ResultSource::kModelled;
-    r.time = {real(rng), real(rng), real(rng), real(rng), real(rng), real(rng), real(rng),
-              real(rng)};
+    r.time = {real(rng), real(rng), real(rng), real(rng),
+              real(rng), real(rng), real(rng), real(rng)};
     r.time_to_train_days = real(rng);
     r.notes = {"bubble " + std::to_string(i)};
     absl::StatusOr<RankedConfig> back = RankedConfigFromProto(ToProto(r));
