@@ -111,27 +111,36 @@ const char* ToString(SearchMode v) {
 
 const char* ToString(AttentionType v) {
   switch (v) {
-    case AttentionType::kMha: return "mha";
-    case AttentionType::kGqa: return "gqa";
-    case AttentionType::kMla: return "mla";
+    case AttentionType::kMha:
+      return "mha";
+    case AttentionType::kGqa:
+      return "gqa";
+    case AttentionType::kMla:
+      return "mla";
   }
   return "?";
 }
 
 const char* ToString(MoeTokenDispatcher v) {
   switch (v) {
-    case MoeTokenDispatcher::kAllToAll: return "alltoall";
-    case MoeTokenDispatcher::kAllGather: return "allgather";
-    case MoeTokenDispatcher::kFlex: return "flex";
+    case MoeTokenDispatcher::kAllToAll:
+      return "alltoall";
+    case MoeTokenDispatcher::kAllGather:
+      return "allgather";
+    case MoeTokenDispatcher::kFlex:
+      return "flex";
   }
   return "?";
 }
 
 const char* ToString(MoeRouting v) {
   switch (v) {
-    case MoeRouting::kBalanced: return "balanced";
-    case MoeRouting::kDropless: return "dropless";
-    case MoeRouting::kCapacity: return "capacity";
+    case MoeRouting::kBalanced:
+      return "balanced";
+    case MoeRouting::kDropless:
+      return "dropless";
+    case MoeRouting::kCapacity:
+      return "capacity";
   }
   return "?";
 }

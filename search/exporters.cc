@@ -36,8 +36,7 @@ std::string PipelineLayout(const JobSpec& spec, const ParallelConfig& c) {
     const int64_t stage = k % c.pp, chunk = k / c.pp;
     if (k > 0) out += "|";
     if (k == 0) out += "E";
-    out += std::string(static_cast<size_t>(DecoderLayersInChunk(spec.model, c, stage, chunk)),
-                       't');
+    out += std::string(static_cast<size_t>(DecoderLayersInChunk(spec.model, c, stage, chunk)), 't');
     if (k == c.pp * c.vp - 1) {
       out += std::string(static_cast<size_t>(spec.model.mtp_layers), 'm') + "L";
     }
@@ -163,17 +162,15 @@ std::string NemoMoeKeys(const JobSpec& spec, const ParallelConfig& c) {
   std::string out;
   if (m.kv_channels > 0) absl::StrAppend(&out, "  kv_channels: ", m.kv_channels, "\n");
   if (m.attention == AttentionType::kMla) {
-    absl::StrAppend(&out, "  multi_latent_attention: true\n",
-                    "  q_lora_rank: ", m.q_lora_rank > 0 ? absl::StrCat(m.q_lora_rank) : "null",
-                    "\n", "  kv_lora_rank: ", m.kv_lora_rank, "\n",
-                    "  qk_head_dim: ", m.qk_head_dim, "\n",
-                    "  qk_pos_emb_head_dim: ", m.qk_rope_head_dim, "\n",
-                    "  v_head_dim: ", m.v_head_dim, "\n");
+    absl::StrAppend(
+        &out, "  multi_latent_attention: true\n",
+        "  q_lora_rank: ", m.q_lora_rank > 0 ? absl::StrCat(m.q_lora_rank) : "null", "\n",
+        "  kv_lora_rank: ", m.kv_lora_rank, "\n", "  qk_head_dim: ", m.qk_head_dim, "\n",
+        "  qk_pos_emb_head_dim: ", m.qk_rope_head_dim, "\n", "  v_head_dim: ", m.v_head_dim, "\n");
   }
   if (m.mtp_layers > 0) absl::StrAppend(&out, "  mtp_num_layers: ", m.mtp_layers, "\n");
   if (c.split_counts_embedding_and_loss && m.mtp_layers > 0) {
-    absl::StrAppend(&out, "  pipeline_model_parallel_layout: \"", PipelineLayout(spec, c),
-                    "\"\n");
+    absl::StrAppend(&out, "  pipeline_model_parallel_layout: \"", PipelineLayout(spec, c), "\"\n");
   }
   if (!IsMoe(m)) return out;
   absl::StrAppend(&out, "  num_moe_experts: ", m.num_experts, "\n",
@@ -315,12 +312,12 @@ absl::StatusOr<std::string> FormatMegatronArgs(const JobSpec& spec, const Parall
   std::string out = absl::StrCat(
       "# Megatron-LM arguments for ", DisplayName(spec), ": ", c.ToString(), "\n# ",
       spec.cluster.num_gpus, " GPUs = tp ", c.tp, " x pp ", c.pp, " x cp ", c.cp, " x dp ", c.dp,
-      IsMoe(spec.model) ? absl::StrCat(" (experts: etp ", c.etp, " x ep ", c.ep, " x edp ",
-                                       c.edp(), ")")
-                        : "",
+      IsMoe(spec.model)
+          ? absl::StrCat(" (experts: etp ", c.etp, " x ep ", c.ep, " x edp ", c.edp(), ")")
+          : "",
       "; launch on ", NumNodes(spec.cluster), " node(s) x ",
-      std::min(spec.cluster.gpus_per_node, spec.cluster.num_gpus),
-      " GPUs (torchrun --nnodes ", NumNodes(spec.cluster), " --nproc-per-node ",
+      std::min(spec.cluster.gpus_per_node, spec.cluster.num_gpus), " GPUs (torchrun --nnodes ",
+      NumNodes(spec.cluster), " --nproc-per-node ",
       std::min(spec.cluster.gpus_per_node, spec.cluster.num_gpus), " pretrain_gpt.py ...)\n");
   if (c.recompute == Recompute::kFull) {
     auto full = FullRecomputeOf(spec, c);

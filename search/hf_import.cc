@@ -143,9 +143,10 @@ absl::Status RejectOtherMixtureOfExperts(const json& config, const std::string& 
     if (it == config.end() || it->is_null()) continue;
     if (it->is_number() && it->get<double>() <= 1) continue;
     if (it->is_boolean() && !it->get<bool>()) continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hf_config.", key, " (", JsonPreview(*it), ") describes a mixture-of-experts model of "
-        "model_type '", model_type, "'", supported));
+    return absl::InvalidArgumentError(absl::StrCat("hf_config.", key, " (", JsonPreview(*it),
+                                                   ") describes a mixture-of-experts model of "
+                                                   "model_type '",
+                                                   model_type, "'", supported));
   }
   for (const auto& [key, value] : config.items()) {
     if (!absl::StartsWith(key, "moe")) continue;
@@ -153,15 +154,16 @@ absl::Status RejectOtherMixtureOfExperts(const json& config, const std::string& 
         (value.is_number() && value.get<double>() == 0)) {
       continue;
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hf_config.", key, " (", JsonPreview(value), ") describes a mixture-of-experts model "
-        "of model_type '", model_type, "'", supported));
+    return absl::InvalidArgumentError(absl::StrCat("hf_config.", key, " (", JsonPreview(value),
+                                                   ") describes a mixture-of-experts model "
+                                                   "of model_type '",
+                                                   model_type, "'", supported));
   }
   for (const char* moe_type : {"moe", "dbrx", "jamba", "arctic"}) {
     if (absl::StrContains(model_type, moe_type)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "hf_config.model_type ('", model_type, "') is a mixture-of-experts architecture",
-          supported));
+      return absl::InvalidArgumentError(absl::StrCat("hf_config.model_type ('", model_type,
+                                                     "') is a mixture-of-experts architecture",
+                                                     supported));
     }
   }
   return absl::OkStatus();
@@ -195,8 +197,8 @@ absl::Status ReadMixtureOfExperts(const json& config, const std::string& type, M
       !s.ok()) {
     return s;
   }
-  if (auto s = ReadOptional(config, {"num_experts_per_tok", "experts_per_token"},
-                            &m.moe_router_topk);
+  if (auto s =
+          ReadOptional(config, {"num_experts_per_tok", "experts_per_token"}, &m.moe_router_topk);
       !s.ok()) {
     return s;
   }
@@ -259,8 +261,8 @@ absl::Status ReadMixtureOfExperts(const json& config, const std::string& type, M
     int64_t step = 1;
     if (auto s = ReadOptional(config, {"interleave_moe_layer_step"}, &step); !s.ok()) return s;
     if (step < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "hf_config.interleave_moe_layer_step (", step, ") must be positive"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("hf_config.interleave_moe_layer_step (", step, ") must be positive"));
     }
     // Layers step-1, 2*step-1, ... are expert layers: step-1 dense ones first, then every
     // step-th.
@@ -271,14 +273,15 @@ absl::Status ReadMixtureOfExperts(const json& config, const std::string& type, M
     }
   }
   if (m.num_experts <= 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hf_config of model_type '", type,
-        "' needs num_local_experts / num_experts / n_routed_experts above 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("hf_config of model_type '", type,
+                     "' needs num_local_experts / num_experts / n_routed_experts above 1"));
   }
   if (m.moe_router_topk <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "hf_config.num_experts_per_tok / hf_config.experts_per_token is required for a "
-        "mixture-of-experts config (model_type '", type, "')"));
+        "mixture-of-experts config (model_type '",
+        type, "')"));
   }
   return absl::OkStatus();
 }
@@ -380,8 +383,8 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const json& config) {
       m.kv_channels = **head_dim;
     }
   }
-  m.attention = m.num_query_groups == m.num_attention_heads ? AttentionType::kMha
-                                                            : AttentionType::kGqa;
+  m.attention =
+      m.num_query_groups == m.num_attention_heads ? AttentionType::kMha : AttentionType::kGqa;
 
   auto ffn = OptionalInt(config, {"intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim"});
   if (!ffn.ok()) return ffn.status();
@@ -431,9 +434,8 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const json& config) {
                                            "rotary_emb_base", "rotary_dim",
                                            "partial_rotary_factor", "alibi"}) != nullptr;
   const bool rope_family = falcon || model_type == "llama" || model_type == "mistral" ||
-                           SupportedMoeFamily(model_type) ||
-                           absl::StartsWith(model_type, "qwen") || model_type == "gpt_neox" ||
-                           gemma;
+                           SupportedMoeFamily(model_type) || absl::StartsWith(model_type, "qwen") ||
+                           model_type == "gpt_neox" || gemma;
   m.position_embedding =
       (!gpt2 && (rope_keys || rope_family)) ? PositionEmbedding::kRope : PositionEmbedding::kLearned;
 

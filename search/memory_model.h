@@ -82,19 +82,17 @@ struct StageParams {
   double Total() const { return dense + expert; }
 };
 /// StageParamsPerGpu split as above; the last stage holds the MTP modules.
-StageParams StageParamsSplit(const ModelSpec& model, const ParallelConfig& config,
-                             int64_t stage);
+StageParams StageParamsSplit(const ModelSpec& model, const ParallelConfig& config, int64_t stage);
 /// The same with the stage's expert layers given (ExpertLayersPerStage's entry).
-StageParams StageParamsSplit(const ModelSpec& model, const ParallelConfig& config,
-                             int64_t stage, int64_t expert_layers_on_stage);
+StageParams StageParamsSplit(const ModelSpec& model, const ParallelConfig& config, int64_t stage,
+                             int64_t expert_layers_on_stage);
 /// Expert layers on each pipeline stage.
 std::vector<int64_t> ExpertLayersPerStage(const ModelSpec& model, const ParallelConfig& config);
 /// Expert layers in each model chunk, indexed stage * vp + chunk (interleaved as Megatron
 /// does: chunk j of stage r holds the layers of virtual stage j*pp + r).
 std::vector<int64_t> ExpertLayersPerChunk(const ModelSpec& model, const ParallelConfig& config);
 /// Expert layers on pipeline stage `stage` (its model chunks).
-int64_t ExpertLayersOnStage(const ModelSpec& model, const ParallelConfig& config,
-                            int64_t stage);
+int64_t ExpertLayersOnStage(const ModelSpec& model, const ParallelConfig& config, int64_t stage);
 /// Routed tokens the busiest EP rank receives, relative to a balanced router: 1 for
 /// training.moe_routing balanced; dropless: the maximum of ep multinomial bins,
 /// 1 + sqrt(2 ln(ep) / mean); capacity: that, capped at moe_capacity_factor.

@@ -173,8 +173,7 @@ double TotalParams(const ModelSpec& m) {
 double ActiveParams(const ModelSpec& m) {
   if (!IsMoe(m)) return TotalParams(m);
   const double experts = static_cast<double>(NumExpertLayers(m));
-  const double inactive = static_cast<double>(m.num_experts - m.moe_router_topk) *
-                          ExpertParams(m);
+  const double inactive = static_cast<double>(m.num_experts - m.moe_router_topk) * ExpertParams(m);
   return TotalParams(m) - experts * inactive;
 }
 
@@ -217,8 +216,8 @@ double AllLayersForwardFlops(const ModelSpec& m, double batch, double seq) {
 }
 
 double ModelFlopsPerIteration(const ModelSpec& m, double global_batch, double seq) {
-  return 3.0 * (AllLayersForwardFlops(m, global_batch, seq) +
-                LogitsForwardFlops(m, global_batch, seq));
+  return 3.0 *
+         (AllLayersForwardFlops(m, global_batch, seq) + LogitsForwardFlops(m, global_batch, seq));
 }
 
 double HardwareFlopsPerIteration(const ModelSpec& m, double global_batch, double seq,

@@ -24,10 +24,10 @@ absl::Status ValidateExpertLayout(const ParallelConfig& c, const JobSpec& spec) 
   if (absl::Status s = Positive("search.etp", c.etp); !s.ok()) return s;
   if (m.num_experts <= 1) {
     if (c.ep != 1 || c.etp != 1) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "search.ep (%d) and search.etp (%d) must be 1: the model has no experts "
-          "(model.num_experts %d)",
-          c.ep, c.etp, m.num_experts));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("search.ep (%d) and search.etp (%d) must be 1: the model has no experts "
+                          "(model.num_experts %d)",
+                          c.ep, c.etp, m.num_experts));
     }
     if (c.moe_token_dispatcher != MoeTokenDispatcher::kAllToAll) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -37,8 +37,8 @@ absl::Status ValidateExpertLayout(const ParallelConfig& c, const JobSpec& spec) 
     return absl::OkStatus();
   }
   if (m.num_experts % c.ep != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "search.ep (%d) must divide model.num_experts (%d)", c.ep, m.num_experts));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("search.ep (%d) must divide model.num_experts (%d)", c.ep, m.num_experts));
   }
   if (m.moe_ffn_hidden_size % c.etp != 0) {
     return absl::InvalidArgumentError(
@@ -60,8 +60,7 @@ absl::Status ValidateExpertLayout(const ParallelConfig& c, const JobSpec& spec) 
   }
   if (m.num_shared_experts > 0 && SharedExpertFfn(m) % c.tp != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "search.tp (%d) must divide the shared experts' FFN width (%d)", c.tp,
-        SharedExpertFfn(m)));
+        "search.tp (%d) must divide the shared experts' FFN width (%d)", c.tp, SharedExpertFfn(m)));
   }
   if (c.ep * c.etp == 1 && c.moe_token_dispatcher != MoeTokenDispatcher::kAllToAll) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -22,8 +22,7 @@ int64_t PipelineSlots(const ModelSpec& model, const ParallelConfig& config);
 int64_t DecoderLayersInChunk(const ModelSpec& model, const ParallelConfig& config, int64_t stage,
                              int64_t chunk);
 /// Transformer layers on pipeline stage `stage` (all its chunks; MTP modules not counted).
-int64_t DecoderLayersOnStage(const ModelSpec& model, const ParallelConfig& config,
-                             int64_t stage);
+int64_t DecoderLayersOnStage(const ModelSpec& model, const ParallelConfig& config, int64_t stage);
 
 /// Every rule of DESIGN.md "The search space": N = t*p*c*d, divisibility of heads,
 /// groups, FFN, layers (with VP; L + 2 with split_counts_embedding_and_loss), batch;

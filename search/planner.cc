@@ -215,8 +215,7 @@ std::vector<ExpertLayout> ExpertLayouts(const JobSpec& spec, const MeshShape& sh
     }
   }
   constexpr MoeTokenDispatcher kAll[] = {MoeTokenDispatcher::kAllToAll,
-                                         MoeTokenDispatcher::kAllGather,
-                                         MoeTokenDispatcher::kFlex};
+                                         MoeTokenDispatcher::kAllGather, MoeTokenDispatcher::kFlex};
   std::vector<ExpertLayout> out;
   for (int64_t etp : etps) {
     std::vector<int64_t> eps = opt.ep;

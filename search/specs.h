@@ -57,10 +57,10 @@ struct ModelSpec {
   AttentionType attention = AttentionType::kMha;
 
   // ---- Mixture of experts (num_experts > 1) and multi-head latent attention ----
-  int64_t num_experts = 1;             ///< Routed experts per MoE layer; 1 = dense.
-  int64_t moe_router_topk = 0;         ///< Routed experts per token k (MoE: 1..num_experts).
-  int64_t moe_ffn_hidden_size = 0;     ///< FFN width of one routed expert (MoE: required).
-  int64_t num_shared_experts = 0;      ///< Always-on experts per MoE layer.
+  int64_t num_experts = 1;          ///< Routed experts per MoE layer; 1 = dense.
+  int64_t moe_router_topk = 0;      ///< Routed experts per token k (MoE: 1..num_experts).
+  int64_t moe_ffn_hidden_size = 0;  ///< FFN width of one routed expert (MoE: required).
+  int64_t num_shared_experts = 0;   ///< Always-on experts per MoE layer.
   /// FFN width of one shared expert (0 = moe_ffn_hidden_size).
   int64_t shared_expert_ffn_hidden_size = 0;
   /// Dense layers (FFN ffn_hidden_size) before the first expert layer.

@@ -42,8 +42,8 @@ struct LayerTime {
   }
   /// Backward including the recompute forward.
   double Backward() const {
-    return backward_compute + backward_tp_comm + backward_cp_comm + backward_ep_comm +
-           recompute + recompute_tp_comm + recompute_ep_comm;
+    return backward_compute + backward_tp_comm + backward_cp_comm + backward_ep_comm + recompute +
+           recompute_tp_comm + recompute_ep_comm;
   }
   /// The recompute forward and its communication.
   double Recompute() const { return recompute + recompute_tp_comm + recompute_ep_comm; }
@@ -118,13 +118,10 @@ struct MeasuredTerms {
 /// (optional) replaces the optimizer and data-parallel collective terms. For an MoE model
 /// `expert_layer` is EstimateExpertLayerTime's (required: InvalidArgument without it); the
 /// MTP modules run as expert layers with their own logits on the last stage.
-absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
-                                                    const ParallelConfig& config,
-                                                    const DeviceProfile& device,
-                                                    const LayerTime& layer, const EdgeTime& edge,
-                                                    PipelineMode mode,
-                                                    const MeasuredTerms* measured = nullptr,
-                                                    const LayerTime* expert_layer = nullptr);
+absl::StatusOr<IterationEstimate> EstimateIteration(
+    const JobSpec& spec, const ParallelConfig& config, const DeviceProfile& device,
+    const LayerTime& layer, const EdgeTime& edge, PipelineMode mode,
+    const MeasuredTerms* measured = nullptr, const LayerTime* expert_layer = nullptr);
 
 }  // namespace paratune
 

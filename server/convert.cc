@@ -219,9 +219,8 @@ absl::StatusOr<RankedConfig> RankedConfigFromProto(const v1::RankedConfig& r) {
   d.memory = MemoryFromProto(r.memory());
   d.fits = r.fits();
   d.source = r.source() == "measured" ? ResultSource::kMeasured : ResultSource::kModelled;
-  d.time = {r.time().compute(),   r.time().tp_comm(), r.time().cp_comm(),
-            r.time().pp_bubble(), r.time().pp_p2p(),  r.time().dp_comm(),
-            r.time().optimizer(),   r.time().ep_comm()};
+  d.time = {r.time().compute(), r.time().tp_comm(), r.time().cp_comm(),   r.time().pp_bubble(),
+            r.time().pp_p2p(),  r.time().dp_comm(), r.time().optimizer(), r.time().ep_comm()};
   d.time_to_train_days = r.time_to_train_days();
   d.notes.assign(r.notes().begin(), r.notes().end());
   return d;

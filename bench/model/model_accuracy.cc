@@ -309,9 +309,8 @@ MoeResult MoeRows(const nlohmann::json& data, bool verbose) {
       row.layout += absl::StrFormat(
           " | T %.2fs compute %.0f%% tp %.0f%% ep %.0f%% bubble %.0f%% p2p %.0f%% dp %.0f%% "
           "mem %.1f GiB",
-          T, 100 * t.compute / T, 100 * t.tp_comm / T, 100 * t.ep_comm / T,
-          100 * t.pp_bubble / T, 100 * t.pp_p2p / T, 100 * t.dp_comm / T,
-          best->memory.Peak() / (1 << 30));
+          T, 100 * t.compute / T, 100 * t.tp_comm / T, 100 * t.ep_comm / T, 100 * t.pp_bubble / T,
+          100 * t.pp_p2p / T, 100 * t.dp_comm / T, best->memory.Peak() / (1 << 30));
     }
     out.rows.push_back(row);
   }
@@ -322,8 +321,8 @@ void PrintMoeTable(const std::string& dir, const MoeResult& moe) {
   std::printf("#\n# model_accuracy (mixture of experts): %zu published runs scored, %zu skipped\n",
               moe.rows.size(), moe.skipped.size());
   std::printf("# data: %s/moe_fsdp_calibration.json\n", dir.c_str());
-  std::printf("# %-52s %-14s %12s %12s %8s  %s\n", "record", "quantity", "published",
-              "predicted", "error", "layout");
+  std::printf("# %-52s %-14s %12s %12s %8s  %s\n", "record", "quantity", "published", "predicted",
+              "error", "layout");
   std::printf("# %-52s %-14s %12s %12s %8s\n", "", "", "", "", "%");
   std::vector<double> errors;
   for (const Row& r : moe.rows) {
@@ -399,8 +398,11 @@ int Main(int argc, char** argv) {
     nlohmann::json m;
     std::vector<double> errors;
     for (const Row& r : moe.rows) {
-      m["records"].push_back({{"id", r.id}, {"layout", r.layout}, {"published", r.published},
-                              {"predicted", r.predicted}, {"error", r.error}});
+      m["records"].push_back({{"id", r.id},
+                              {"layout", r.layout},
+                              {"published", r.published},
+                              {"predicted", r.predicted},
+                              {"error", r.error}});
       errors.push_back(r.error);
     }
     for (const auto& [id, reason] : moe.skipped) {

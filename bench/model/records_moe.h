@@ -4,10 +4,9 @@
 #ifndef PARATUNE_BENCH_MODEL_RECORDS_MOE_H_
 #define PARATUNE_BENCH_MODEL_RECORDS_MOE_H_
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "search/parallel_config.h"
 #include "search/specs.h"
@@ -16,13 +15,13 @@ namespace paratune::bench {
 
 struct MoeRecord {
   std::string id;
-  JobSpec spec;            ///< Model from the record (and its preset for unstated fields).
-  ParallelConfig config;   ///< The stated layout.
+  JobSpec spec;           ///< Model from the record (and its preset for unstated fields).
+  ParallelConfig config;  ///< The stated layout.
   /// spec.search pins every stated knob; unstated ones (micro-batch, vp, recompute) are
   /// left to the planner.
   bool all_stated = true;
   double published_tokens_per_gpu = 0;  ///< Published, or from the step time or TFLOP/s.
-  std::string skip_reason;               ///< Non-empty: not expressible.
+  std::string skip_reason;              ///< Non-empty: not expressible.
 };
 
 /// Every record of `data` whose model_family is a mixture of experts.

@@ -40,9 +40,9 @@ TEST(EnumsTest, NamesRoundTrip) {
                   ParseStageExtras, {"none", "first", "last"});
   ExpectRoundTrip({AttentionType::kMha, AttentionType::kGqa, AttentionType::kMla},
                   ParseAttentionType, {"mha", "gqa", "mla"});
-  ExpectRoundTrip({MoeTokenDispatcher::kAllToAll, MoeTokenDispatcher::kAllGather,
-                   MoeTokenDispatcher::kFlex},
-                  ParseMoeTokenDispatcher, {"alltoall", "allgather", "flex"});
+  ExpectRoundTrip(
+      {MoeTokenDispatcher::kAllToAll, MoeTokenDispatcher::kAllGather, MoeTokenDispatcher::kFlex},
+      ParseMoeTokenDispatcher, {"alltoall", "allgather", "flex"});
   ExpectRoundTrip({MoeRouting::kBalanced, MoeRouting::kDropless, MoeRouting::kCapacity},
                   ParseMoeRouting, {"balanced", "dropless", "capacity"});
 }

@@ -1,8 +1,8 @@
 // Megatron-LM arguments and NeMo keys of mixture-of-experts layouts.
-#include <map>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <map>
 
 #include "search/exporters.h"
 #include "search/presets.h"

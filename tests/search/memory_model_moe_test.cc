@@ -50,7 +50,7 @@ TEST(MoeMemoryTest, ExpertStatePerRankAtEp8AndEp64) {
   // A middle stage: 4 expert layers x 256 experts over ep ranks.
   const StageParams ep8 = StageParamsSplit(spec.model, DeepSeekLayout(8), 5);
   const StageParams ep64 = StageParamsSplit(spec.model, DeepSeekLayout(64), 5);
-  EXPECT_DOUBLE_EQ(ep8.expert, 4 * 256 * expert / 8);   // 5.64e9 parameters
+  EXPECT_DOUBLE_EQ(ep8.expert, 4 * 256 * expert / 8);    // 5.64e9 parameters
   EXPECT_DOUBLE_EQ(ep64.expert, 4 * 256 * expert / 64);  // 7.05e8
   EXPECT_DOUBLE_EQ(ep8.dense, ep64.dense);
   // Weights (2 bytes) and FP32 gradients (4) of the experts fall 8x; the distributed

@@ -125,8 +125,8 @@ TEST(ModelMathTest, ActiveFlopsPerTokenCountOnlyTheRoutedExperts) {
   no_mtp.mtp_layers = 0;
   const double mtp = ExpertLayerForwardFlops(dsv3, 1, s) + 2 * s * 2 * 7168.0 * 7168 +
                      LogitsForwardFlops(dsv3, 1, s);
-  EXPECT_NEAR(ModelFlopsPerIteration(dsv3, 1, s) - ModelFlopsPerIteration(no_mtp, 1, s),
-              3 * mtp, 1e-6 * mtp);
+  EXPECT_NEAR(ModelFlopsPerIteration(dsv3, 1, s) - ModelFlopsPerIteration(no_mtp, 1, s), 3 * mtp,
+              1e-6 * mtp);
 }
 
 }  // namespace

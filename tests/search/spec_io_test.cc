@@ -466,8 +466,8 @@ TEST(SpecIoTest, MixtureOfExpertsFieldsAreRead) {
   EXPECT_EQ(m.num_experts, 64);
   EXPECT_EQ(m.moe_router_topk, 6);
   EXPECT_EQ(m.num_shared_experts, 2);
-  EXPECT_EQ(m.moe_layer_freq, 1);        // 0 = the default, 1
-  EXPECT_EQ(m.ffn_hidden_size, 1408);    // the dense layer defaults to the expert width
+  EXPECT_EQ(m.moe_layer_freq, 1);               // 0 = the default, 1
+  EXPECT_EQ(m.ffn_hidden_size, 1408);           // the dense layer defaults to the expert width
   EXPECT_EQ(m.attention, AttentionType::kGqa);  // from num_query_groups
   EXPECT_EQ(spec->training.moe_routing, MoeRouting::kDropless);
   EXPECT_EQ(spec->cluster.NvlinkDomain(), 8);
@@ -508,9 +508,15 @@ TEST(SpecIoTest, MixtureOfExpertsErrorsNameTheField) {
 TEST(SpecIoTest, PinnedExpertLayout) {
   json j = MinimalSpec();
   j["model"] = {{"preset", "mixtral-8x7b"}};
-  j["search"] = {{"tp", 1}, {"pp", 1}, {"cp", 1}, {"micro_batch_size", 1},
-                 {"recompute", "selective"}, {"distributed_optimizer", true},
-                 {"ep", 8}, {"etp", 1}, {"moe_token_dispatcher", "allgather"}};
+  j["search"] = {{"tp", 1},
+                 {"pp", 1},
+                 {"cp", 1},
+                 {"micro_batch_size", 1},
+                 {"recompute", "selective"},
+                 {"distributed_optimizer", true},
+                 {"ep", 8},
+                 {"etp", 1},
+                 {"moe_token_dispatcher", "allgather"}};
   auto spec = JobSpecFromJson(j);
   ASSERT_TRUE(spec.ok()) << spec.status();
   auto c = PinnedLayout(*spec);

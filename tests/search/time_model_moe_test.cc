@@ -1,8 +1,8 @@
 // Mixture-of-experts time (search/time_model.h): the dispatch bytes per layer by hand, the
 // link an EP group uses, and the pieces an expert layer adds to a dense one.
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "search/collectives.h"
 #include "search/device_catalog.h"
@@ -93,8 +93,9 @@ TEST(MoeTimeTest, IterationNeedsTheExpertLayerAndExplainsThePlacement) {
   c.split_counts_embedding_and_loss = false;
   const LayerTime layer = EstimateLayerTime(spec.model, spec.training, c, h100, 8);
   const EdgeTime edge = EstimateEdgeTime(spec.model, spec.training, c, h100, 8);
-  EXPECT_EQ(EstimateIteration(spec, c, h100, layer, edge, PipelineMode::kClosedForm).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      EstimateIteration(spec, c, h100, layer, edge, PipelineMode::kClosedForm).status().code(),
+      absl::StatusCode::kInvalidArgument);
   const LayerTime expert = EstimateExpertLayerTime(spec, c, h100);
   absl::StatusOr<IterationEstimate> it =
       EstimateIteration(spec, c, h100, layer, edge, PipelineMode::kSimulated, nullptr, &expert);
