@@ -217,10 +217,14 @@ absl::StatusOr<MoeRouting> ParseMoeRouting(absl::string_view s) {
 
 const char* ToString(DataParallelSharding v) {
   switch (v) {
-    case DataParallelSharding::kNone: return "none";
-    case DataParallelSharding::kOptimizer: return "optimizer";
-    case DataParallelSharding::kOptimizerGrads: return "optimizer_grads";
-    case DataParallelSharding::kFull: return "full";
+    case DataParallelSharding::kNone:
+      return "none";
+    case DataParallelSharding::kOptimizer:
+      return "optimizer";
+    case DataParallelSharding::kOptimizerGrads:
+      return "optimizer_grads";
+    case DataParallelSharding::kFull:
+      return "full";
   }
   return "?";
 }

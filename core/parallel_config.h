@@ -22,7 +22,7 @@ struct ParallelConfig {
   int64_t micro_batch_size = 1;         ///< b.
   bool sequence_parallel = false;       ///< SP (requires tp > 1).
   Recompute recompute = Recompute::kNone;  ///< Activation recomputation granularity.
-  int64_t recompute_num_layers = 0;     ///< Layers per stage fully recomputed (kFull).
+  int64_t recompute_num_layers = 0;        ///< Layers per stage fully recomputed (kFull).
   /// Megatron-Core's --account-for-embedding-in-pipeline-split and
   /// --account-for-loss-in-pipeline-split: the embedding and the loss count as one layer
   /// each, so (L + 2) is split evenly over p*v model chunks and the first and last chunks

@@ -63,7 +63,8 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
            model.num_shared_experts > 0 ? SharedExpertFfn(model) : 0}}) {
       if (width % c.tp != 0) {
         return absl::InvalidArgumentError(absl::StrCat("tp (", c.tp, ") must divide ", name, " (",
-                                                       width, "): each rank holds 1/tp of "
+                                                       width,
+                                                       "): each rank holds 1/tp of "
                                                        "every expert"));
       }
     }
@@ -94,7 +95,8 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
   for (int64_t stage = 0; stage < c.pp; ++stage) {
     const int64_t lo = std::min(stage * per_stage, model.num_layers);
     const int64_t hi = std::min(lo + per_stage, model.num_layers);
-    most_experts = std::max(most_experts, ExpertLayersBelow(model, hi) - ExpertLayersBelow(model, lo));
+    most_experts =
+        std::max(most_experts, ExpertLayersBelow(model, hi) - ExpertLayersBelow(model, lo));
   }
   s.expert_layers_stage_ = static_cast<double>(most_experts);
   s.dense_layers_stage_ = s.layers_per_stage_ - s.expert_layers_stage_;
@@ -106,10 +108,9 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
       BytesPerElement(c.kv_cache_precision);
   s.kv_bytes_per_token_ = s.layers_per_stage_ * s.kv_bytes_per_token_layer_;
   s.attention_flops_per_pair_ =
-      s.q_heads_rank_ *
-      (mla ? 2.0 * static_cast<double>(model.qk_head_dim + model.qk_rope_head_dim +
-                                       model.v_head_dim)
-           : 4.0 * s.head_dim_);
+      s.q_heads_rank_ * (mla ? 2.0 * static_cast<double>(model.qk_head_dim +
+                                                         model.qk_rope_head_dim + model.v_head_dim)
+                             : 4.0 * s.head_dim_);
 
   s.qkv_n_ = (a + 2 * g) * s.head_dim_ / tp;
   s.proj_k_ = a * s.head_dim_ / tp;
@@ -208,10 +209,9 @@ RankMemory StepModel::Memory(int64_t max_batch_size, int64_t max_num_tokens,
   const double rows = static_cast<double>(max_num_tokens);
   // An expert layer's widest tensors are the N·k permuted rows and their up/gate outputs.
   const double ffn_width = dense_layers_stage_ > 0 ? 2 * fc1_n_ + h : 0;
-  const double expert_width =
-      expert_layers_stage_ > 0
-          ? topk_ * (2 * expert_fc1_n_ + 2 * h) + 2 * shared_fc1_n_ + experts_ * 2
-          : 0;
+  const double expert_width = expert_layers_stage_ > 0 ? topk_ * (2 * expert_fc1_n_ + 2 * h) +
+                                                             2 * shared_fc1_n_ + experts_ * 2
+                                                       : 0;
   m.activations =
       rows * (3 * h / tp + attention_n + std::max(ffn_width, expert_width)) * kActivationBytes +
       static_cast<double>(max_batch_size) * v / tp * 4;
@@ -282,8 +282,8 @@ double StepModel::ExpertFfnSeconds(double rows) const {
   // order and back (each read and written once), then grouped GEMMs over the reached
   // experts.
   const double router = GemmSecondsOnRank(rows, experts_, hidden_);
-  const double permute = 2 * (2 * assignments * hidden_ * kActivationBytes) / stream_bw_ +
-                         2 * device_.kernel_launch_s;
+  const double permute =
+      2 * (2 * assignments * hidden_ * kActivationBytes) / stream_bw_ + 2 * device_.kernel_launch_s;
   // The gated activation runs as a kernel of its own between the two grouped GEMMs, over
   // the N·k routed rows: it reads their up/gate output and writes the product (16-bit).
   const double activation =

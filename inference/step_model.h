@@ -106,7 +106,7 @@ class StepModel {
   double LinearSeconds(double rows) const;  // One layer's matmuls on one rank.
   double FfnSeconds(double rows) const;     // The dense FFN of LinearSeconds.
   double AttentionLinearSeconds(double rows) const;  // QKV (or MLA's) and the projection.
-  double ExpertFfnSeconds(double rows) const;  // Router, permutation, routed and shared.
+  double ExpertFfnSeconds(double rows) const;        // Router, permutation, routed and shared.
   double ExpertLayerLinearSeconds(double rows) const;
   /// Expected distinct routed experts that `rows` tokens reach in one layer.
   double ExpertsReached(double rows) const;

@@ -158,8 +158,8 @@ StageParams StageParamsSplit(const ModelSpec& m, const ParallelConfig& c, int64_
   // Routed experts over ep*etp; the rest of an expert layer over tp (the router replicated).
   const double routed = static_cast<double>(m.num_experts) * ExpertParams(m);
   const double expert_shard = static_cast<double>(c.ep * c.etp);
-  const double expert_layer_rest = (ExpertLayerParams(m) - routed - RouterParams(m)) / t +
-                                   (IsMoe(m) ? RouterParams(m) : 0.0);
+  const double expert_layer_rest =
+      (ExpertLayerParams(m) - routed - RouterParams(m)) / t + (IsMoe(m) ? RouterParams(m) : 0.0);
   out.expert = expert_layers * routed / expert_shard;
   double params = dense_layers * LayerParams(m) / t + expert_layers * expert_layer_rest;
   if (stage == c.pp - 1 && m.mtp_layers > 0) {
@@ -346,8 +346,8 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   // the last stage, stored as their layers are).
   auto stage_act = [&](int64_t r) {
     const double mtp = r == c.pp - 1 ? static_cast<double>(m.mtp_layers) : 0.0;
-    const double experts = static_cast<double>(experts_per_stage[static_cast<size_t>(r)]) +
-                           (IsMoe(m) ? mtp : 0.0);
+    const double experts =
+        static_cast<double>(experts_per_stage[static_cast<size_t>(r)]) + (IsMoe(m) ? mtp : 0.0);
     const double layers = static_cast<double>(DecoderLayersOnStage(m, c, r)) + mtp;
     const double dense = layers - experts;
     if (c.recompute != Recompute::kFull) return dense * per_layer_stored + experts * expert_stored;
@@ -386,8 +386,7 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   const double working_layer =
       std::max(LayerActivationBytes(m, working),
                IsMoe(m) ? expert_no_rc + DispatchBufferBytes(m, working, load) : 0.0);
-  const double backward_working_set =
-      working_layer * (c.recompute == Recompute::kFull ? 2.0 : 1.0);
+  const double backward_working_set = working_layer * (c.recompute == Recompute::kFull ? 2.0 : 1.0);
 
   // Last stage: the loss buffers (FP32 logits and the 16-bit output by default) for one
   // micro-batch, and the output layer's input.
@@ -433,13 +432,11 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
         ShardedModelStateBytes(c, split.dense, LayerParams(m) / t, weight_bytes,
                                framework.gradient_bytes_per_param, optimizer_bytes);
     const ShardedModelState expert =
-        split.expert > 0
-            ? ShardedModelStateBytes(expert_group, split.expert, split.expert / stage_experts,
-                                     weight_bytes, framework.gradient_bytes_per_param,
-                                     optimizer_bytes)
-            : ShardedModelState{};
-    mem.weights =
-        dense.weights + dense.gathered_weights + expert.weights + expert.gathered_weights;
+        split.expert > 0 ? ShardedModelStateBytes(
+                               expert_group, split.expert, split.expert / stage_experts,
+                               weight_bytes, framework.gradient_bytes_per_param, optimizer_bytes)
+                         : ShardedModelState{};
+    mem.weights = dense.weights + dense.gathered_weights + expert.weights + expert.gathered_weights;
     mem.gradients =
         dense.gradients + dense.reduce_buffers + expert.gradients + expert.reduce_buffers;
     mem.optimizer = dense.optimizer + expert.optimizer;

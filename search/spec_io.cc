@@ -255,15 +255,36 @@ absl::Status ReadModel(const json& obj, ModelSpec* m, bool* positions_given) {
         absl::StrCat("model must be an object (mapping), got ", Shown(obj)));
   }
   if (auto s = CheckKeys(obj, sec,
-                         {"preset", "hf_config", "hf_config_json", "name", "num_layers",
-                          "hidden_size", "num_attention_heads", "num_query_groups",
-                          "ffn_hidden_size", "vocab_size", "activation", "normalization",
-                          "tie_embeddings", "position_embedding", "max_position_embeddings",
-                          "kv_channels", "attention", "num_experts", "moe_router_topk",
-                          "moe_ffn_hidden_size", "num_shared_experts",
-                          "shared_expert_ffn_hidden_size", "first_k_dense_layers",
-                          "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
-                          "qk_rope_head_dim", "v_head_dim", "mtp_layers"});
+                         {"preset",
+                          "hf_config",
+                          "hf_config_json",
+                          "name",
+                          "num_layers",
+                          "hidden_size",
+                          "num_attention_heads",
+                          "num_query_groups",
+                          "ffn_hidden_size",
+                          "vocab_size",
+                          "activation",
+                          "normalization",
+                          "tie_embeddings",
+                          "position_embedding",
+                          "max_position_embeddings",
+                          "kv_channels",
+                          "attention",
+                          "num_experts",
+                          "moe_router_topk",
+                          "moe_ffn_hidden_size",
+                          "num_shared_experts",
+                          "shared_expert_ffn_hidden_size",
+                          "first_k_dense_layers",
+                          "moe_layer_freq",
+                          "q_lora_rank",
+                          "kv_lora_rank",
+                          "qk_head_dim",
+                          "qk_rope_head_dim",
+                          "v_head_dim",
+                          "mtp_layers"});
       !s.ok()) {
     return s;
   }
@@ -370,15 +391,15 @@ absl::Status ReadModel(const json& obj, ModelSpec* m, bool* positions_given) {
   }
   if (groups && m->num_query_groups != m->num_attention_heads && attention_given &&
       m->attention == AttentionType::kMha) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.attention mha needs model.num_query_groups (", m->num_query_groups,
-        ") equal to model.num_attention_heads (", m->num_attention_heads,
-        "); use gqa for grouped-query attention"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.attention mha needs model.num_query_groups (", m->num_query_groups,
+                     ") equal to model.num_attention_heads (", m->num_attention_heads,
+                     "); use gqa for grouped-query attention"));
   }
   if (m->attention != AttentionType::kMla) {
     // Not given, or mha/gqa: what num_query_groups says.
-    m->attention = m->num_query_groups == m->num_attention_heads ? AttentionType::kMha
-                                                                : AttentionType::kGqa;
+    m->attention =
+        m->num_query_groups == m->num_attention_heads ? AttentionType::kMha : AttentionType::kGqa;
   }
 
   if ((!has_base && !ffn) || (ffn && m->ffn_hidden_size == 0)) {
@@ -399,10 +420,10 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
     return absl::InvalidArgumentError(
         absl::StrCat("training must be an object (mapping), got ", Shown(obj)));
   }
-  if (auto s = CheckKeys(obj, sec,
-                         {"seq_length", "global_batch_size", "precision", "flash_attention",
-                          "dropout", "optimizer", "total_tokens", "moe_routing",
-                          "moe_capacity_factor"});
+  if (auto s =
+          CheckKeys(obj, sec,
+                    {"seq_length", "global_batch_size", "precision", "flash_attention", "dropout",
+                     "optimizer", "total_tokens", "moe_routing", "moe_capacity_factor"});
       !s.ok()) {
     return s;
   }
@@ -507,10 +528,25 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
         absl::StrCat("search must be an object (mapping), got ", Shown(obj)));
   }
   if (auto s = CheckKeys(obj, sec,
-                         {"tp", "pp", "dp", "cp", "vp", "micro_batch_size", "sequence_parallel",
-                          "recompute", "recompute_num_layers", "distributed_optimizer", "top_k",
-                          "objective", "mode", "allow_tp_across_nodes", "verify_top_k", "ep",
-                          "etp", "moe_token_dispatcher", "data_parallel_sharding",
+                         {"tp",
+                          "pp",
+                          "dp",
+                          "cp",
+                          "vp",
+                          "micro_batch_size",
+                          "sequence_parallel",
+                          "recompute",
+                          "recompute_num_layers",
+                          "distributed_optimizer",
+                          "top_k",
+                          "objective",
+                          "mode",
+                          "allow_tp_across_nodes",
+                          "verify_top_k",
+                          "ep",
+                          "etp",
+                          "moe_token_dispatcher",
+                          "data_parallel_sharding",
                           "shard_group_size"});
       !s.ok()) {
     return s;
@@ -635,61 +671,60 @@ json JobSpecToJson(const JobSpec& spec) {
   json sharding = json::array();
   for (DataParallelSharding d : o.data_parallel_sharding) sharding.push_back(ToString(d));
   for (MoeTokenDispatcher d : o.moe_token_dispatcher) dispatchers.push_back(ToString(d));
-  json out = json{
-      {"name", spec.name},
-      {"model",
-       {{"name", m.name},
-        {"num_layers", m.num_layers},
-        {"hidden_size", m.hidden_size},
-        {"num_attention_heads", m.num_attention_heads},
-        {"num_query_groups", m.num_query_groups},
-        {"ffn_hidden_size", m.ffn_hidden_size},
-        {"vocab_size", m.vocab_size},
-        {"activation", ToString(m.activation)},
-        {"normalization", ToString(m.normalization)},
-        {"tie_embeddings", m.tie_embeddings},
-        {"position_embedding", ToString(m.position_embedding)},
-        {"max_position_embeddings", m.max_position_embeddings},
-        {"num_experts", m.num_experts}}},
-      {"training",
-       {{"seq_length", t.seq_length},
-        {"global_batch_size", t.global_batch_size},
-        {"precision", ToString(t.precision)},
-        {"flash_attention", t.flash_attention},
-        {"dropout", t.dropout},
-        {"optimizer", "adam"},
-        {"total_tokens", t.total_tokens}}},
-      {"cluster",
-       {{"gpu", c.gpu},
-        {"num_gpus", c.num_gpus},
-        {"gpus_per_node", c.gpus_per_node},
-        {"nvlink_bandwidth_gbps", c.nvlink_bandwidth_gbps},
-        {"network_bandwidth_gbps", c.network_bandwidth_gbps},
-        {"memory_gib", c.memory_gib}}},
-      {"search",
-       {{"tp", IntsToJson(o.tp)},
-        {"pp", IntsToJson(o.pp)},
-        {"dp", IntsToJson(o.dp)},
-        {"cp", IntsToJson(o.cp)},
-        {"vp", IntsToJson(o.vp)},
-        {"micro_batch_size", IntsToJson(o.micro_batch_size)},
-        {"sequence_parallel", BoolsToJson(o.sequence_parallel)},
-        {"recompute", recompute},
-        {"recompute_num_layers", IntsToJson(o.recompute_num_layers)},
-        {"data_parallel_sharding", sharding},
-        {"shard_group_size", o.shard_group_size},
-        {"top_k", o.top_k},
-        {"objective", ToString(o.objective)},
-        {"mode", ToString(o.mode)},
-        {"allow_tp_across_nodes", o.allow_tp_across_nodes},
-        {"verify_top_k", o.verify_top_k}}}};
+  json out = json{{"name", spec.name},
+                  {"model",
+                   {{"name", m.name},
+                    {"num_layers", m.num_layers},
+                    {"hidden_size", m.hidden_size},
+                    {"num_attention_heads", m.num_attention_heads},
+                    {"num_query_groups", m.num_query_groups},
+                    {"ffn_hidden_size", m.ffn_hidden_size},
+                    {"vocab_size", m.vocab_size},
+                    {"activation", ToString(m.activation)},
+                    {"normalization", ToString(m.normalization)},
+                    {"tie_embeddings", m.tie_embeddings},
+                    {"position_embedding", ToString(m.position_embedding)},
+                    {"max_position_embeddings", m.max_position_embeddings},
+                    {"num_experts", m.num_experts}}},
+                  {"training",
+                   {{"seq_length", t.seq_length},
+                    {"global_batch_size", t.global_batch_size},
+                    {"precision", ToString(t.precision)},
+                    {"flash_attention", t.flash_attention},
+                    {"dropout", t.dropout},
+                    {"optimizer", "adam"},
+                    {"total_tokens", t.total_tokens}}},
+                  {"cluster",
+                   {{"gpu", c.gpu},
+                    {"num_gpus", c.num_gpus},
+                    {"gpus_per_node", c.gpus_per_node},
+                    {"nvlink_bandwidth_gbps", c.nvlink_bandwidth_gbps},
+                    {"network_bandwidth_gbps", c.network_bandwidth_gbps},
+                    {"memory_gib", c.memory_gib}}},
+                  {"search",
+                   {{"tp", IntsToJson(o.tp)},
+                    {"pp", IntsToJson(o.pp)},
+                    {"dp", IntsToJson(o.dp)},
+                    {"cp", IntsToJson(o.cp)},
+                    {"vp", IntsToJson(o.vp)},
+                    {"micro_batch_size", IntsToJson(o.micro_batch_size)},
+                    {"sequence_parallel", BoolsToJson(o.sequence_parallel)},
+                    {"recompute", recompute},
+                    {"recompute_num_layers", IntsToJson(o.recompute_num_layers)},
+                    {"data_parallel_sharding", sharding},
+                    {"shard_group_size", o.shard_group_size},
+                    {"top_k", o.top_k},
+                    {"objective", ToString(o.objective)},
+                    {"mode", ToString(o.mode)},
+                    {"allow_tp_across_nodes", o.allow_tp_across_nodes},
+                    {"verify_top_k", o.verify_top_k}}}};
   // Mixture of experts and attention variants.
   json& model = out["model"];
   model["kv_channels"] = m.kv_channels;
-  model["attention"] = ToString(m.attention == AttentionType::kMla ? AttentionType::kMla
-                                : m.num_query_groups == m.num_attention_heads
-                                    ? AttentionType::kMha
-                                    : AttentionType::kGqa);
+  model["attention"] =
+      ToString(m.attention == AttentionType::kMla            ? AttentionType::kMla
+               : m.num_query_groups == m.num_attention_heads ? AttentionType::kMha
+                                                             : AttentionType::kGqa);
   model["moe_router_topk"] = m.moe_router_topk;
   model["moe_ffn_hidden_size"] = m.moe_ffn_hidden_size;
   model["num_shared_experts"] = m.num_shared_experts;

@@ -73,8 +73,7 @@ absl::Status CheckNoDuplicates(const std::string& field, const std::vector<T>& v
       if constexpr (std::is_same_v<T, bool>) {
         return absl::InvalidArgumentError(
             absl::StrCat(field, " lists ", v ? "true" : "false", " twice"));
-      } else if constexpr (std::is_same_v<T, Recompute> ||
-                           std::is_same_v<T, MoeTokenDispatcher> ||
+      } else if constexpr (std::is_same_v<T, Recompute> || std::is_same_v<T, MoeTokenDispatcher> ||
                            std::is_same_v<T, DataParallelSharding>) {
         return absl::InvalidArgumentError(
             absl::StrCat(field, " lists '", ToString(v), "' twice"));
@@ -157,18 +156,17 @@ double ApproxParameters(const ModelSpec& m) {
                     static_cast<double>(m.num_attention_heads);
   const double mlp_matrices = m.activation == Activation::kSwiglu ? 3.0 : 2.0;
   // Every layer counted as an expert layer too (an upper bound), in doubles.
-  const double experts = static_cast<double>(m.num_experts) *
-                             static_cast<double>(m.moe_ffn_hidden_size) +
-                         static_cast<double>(m.num_shared_experts) *
-                             static_cast<double>(m.shared_expert_ffn_hidden_size);
-  const double head_dim = static_cast<double>(
-      std::max({m.kv_channels, m.qk_head_dim + m.qk_rope_head_dim, m.v_head_dim,
-                m.hidden_size / std::max<int64_t>(m.num_attention_heads, 1)}));
+  const double experts =
+      static_cast<double>(m.num_experts) * static_cast<double>(m.moe_ffn_hidden_size) +
+      static_cast<double>(m.num_shared_experts) *
+          static_cast<double>(m.shared_expert_ffn_hidden_size);
+  const double head_dim =
+      static_cast<double>(std::max({m.kv_channels, m.qk_head_dim + m.qk_rope_head_dim, m.v_head_dim,
+                                    m.hidden_size / std::max<int64_t>(m.num_attention_heads, 1)}));
   const double attention = 4.0 * h * static_cast<double>(m.num_attention_heads) * head_dim +
                            h * static_cast<double>(m.q_lora_rank + m.kv_lora_rank);
   const double per_layer = attention + 2.0 * h * kv +
-                           mlp_matrices * h *
-                               (static_cast<double>(m.ffn_hidden_size) + experts);
+                           mlp_matrices * h * (static_cast<double>(m.ffn_hidden_size) + experts);
   const double embeddings = (m.tie_embeddings ? 1.0 : 2.0) * static_cast<double>(m.vocab_size) * h;
   return static_cast<double>(m.num_layers) * per_layer + embeddings;
 }
@@ -195,8 +193,8 @@ absl::Status ValidateMoeAndAttention(const ModelSpec& m) {
         absl::StrCat("model.num_experts (", m.num_experts, ") must not be negative"));
   }
   if (m.num_experts > kMaxExperts) {
-    return absl::InvalidArgumentError(absl::StrCat("model.num_experts (", m.num_experts,
-                                                   ") must be at most ", kMaxExperts));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.num_experts (", m.num_experts, ") must be at most ", kMaxExperts));
   }
   const std::pair<const char*, int64_t> sizes[] = {
       {"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size},
@@ -232,10 +230,11 @@ absl::Status ValidateMoeAndAttention(const ModelSpec& m) {
           "(model.num_experts > 1): the FFN width of one routed expert");
     }
     if (m.first_k_dense_layers >= m.num_layers) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.first_k_dense_layers (", m.first_k_dense_layers,
-          ") must be less than model.num_layers (", m.num_layers, ") for a mixture-of-experts "
-          "model"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.first_k_dense_layers (", m.first_k_dense_layers,
+                       ") must be less than model.num_layers (", m.num_layers,
+                       ") for a mixture-of-experts "
+                       "model"));
     }
   } else {
     const std::pair<const char*, int64_t> moe_only[] = {
@@ -258,9 +257,9 @@ absl::Status ValidateMoeAndAttention(const ModelSpec& m) {
     }
   }
   if (m.num_shared_experts == 0 && m.shared_expert_ffn_hidden_size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.shared_expert_ffn_hidden_size (", m.shared_expert_ffn_hidden_size,
-        ") needs model.num_shared_experts > 0"));
+    return absl::InvalidArgumentError(absl::StrCat("model.shared_expert_ffn_hidden_size (",
+                                                   m.shared_expert_ffn_hidden_size,
+                                                   ") needs model.num_shared_experts > 0"));
   }
   switch (m.attention) {
     case AttentionType::kMha:  // g == a or not is num_query_groups' business.
@@ -364,15 +363,15 @@ absl::Status TrainingSpec::Validate() const {
                                                    ") must be in [0, 1000] (0 = not given)"));
   }
   if (moe_routing == MoeRouting::kCapacity && moe_capacity_factor < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "training.moe_capacity_factor (", moe_capacity_factor,
-        ") must be at least 1 with training.moe_routing capacity"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.moe_capacity_factor (", moe_capacity_factor,
+                     ") must be at least 1 with training.moe_routing capacity"));
   }
   if (moe_routing != MoeRouting::kCapacity && moe_capacity_factor != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "training.moe_capacity_factor (", moe_capacity_factor,
-        ") applies only with training.moe_routing capacity (training.moe_routing is ",
-        ToString(moe_routing), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.moe_capacity_factor (", moe_capacity_factor,
+                     ") applies only with training.moe_routing capacity (training.moe_routing is ",
+                     ToString(moe_routing), ")"));
   }
   return absl::OkStatus();
 }
@@ -406,9 +405,10 @@ absl::Status ClusterSpec::Validate() const {
   }
   if (nvlink_domain > 0 && nvlink_domain % gpus_per_node != 0 &&
       gpus_per_node % nvlink_domain != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cluster.nvlink_domain (", nvlink_domain, ") must be a multiple or a divisor of "
-        "cluster.gpus_per_node (", gpus_per_node, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("cluster.nvlink_domain (", nvlink_domain,
+                                                   ") must be a multiple or a divisor of "
+                                                   "cluster.gpus_per_node (",
+                                                   gpus_per_node, ")"));
   }
   if (auto s = CheckOverride("cluster.nvlink_bandwidth_gbps", nvlink_bandwidth_gbps,
                              kMaxBandwidthGbps);
@@ -443,14 +443,9 @@ absl::Status SearchOptions::Validate() const {
     if (auto s = CheckListLength(field, entries); !s.ok()) return s;
   }
   const std::pair<const char*, const std::vector<int64_t>*> lists[] = {
-      {"search.tp", &tp},
-      {"search.pp", &pp},
-      {"search.dp", &dp},
-      {"search.cp", &cp},
-      {"search.vp", &vp},
-      {"search.micro_batch_size", &micro_batch_size},
-      {"search.ep", &ep},
-      {"search.etp", &etp}};
+      {"search.tp", &tp}, {"search.pp", &pp},  {"search.dp", &dp},
+      {"search.cp", &cp}, {"search.vp", &vp},  {"search.micro_batch_size", &micro_batch_size},
+      {"search.ep", &ep}, {"search.etp", &etp}};
   for (const auto& [field, values] : lists) {
     if (auto s = CheckSizeList(field, *values, kMaxParallelSize); !s.ok()) return s;
   }
@@ -596,9 +591,8 @@ absl::Status JobSpec::Validate() const {
   } else {
     for (int64_t ep : search.ep) {
       if (model.num_experts % ep != 0) {
-        return absl::InvalidArgumentError(absl::StrCat("search.ep value ", ep,
-                                                       " must divide model.num_experts (",
-                                                       model.num_experts, ")"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "search.ep value ", ep, " must divide model.num_experts (", model.num_experts, ")"));
       }
     }
   }

@@ -64,9 +64,9 @@ struct LayerDims {
   /// QKV's output width on this rank (a*d + 2*g*d over t; MLA: the FLOP-equivalent width
   /// of its replicated down-projections and its TP-split up-projections, over K = h).
   double qkv_local;
-  double attn_out;   ///< The output projection's input width a*d (MLA: a*v_head_dim).
-  double kv_width;   ///< K plus V per token (a CP ring step moves them): 2*g*d.
-  double core_width; ///< Per token pair, FLOPs/2 of QK^T and PV: a*(d_qk + d_v).
+  double attn_out;    ///< The output projection's input width a*d (MLA: a*v_head_dim).
+  double kv_width;    ///< K plus V per token (a CP ring step moves them): 2*g*d.
+  double core_width;  ///< Per token pair, FLOPs/2 of QK^T and PV: a*(d_qk + d_v).
 };
 
 LayerDims DimsOf(const ModelSpec& model, const TrainingSpec& training,
@@ -296,9 +296,9 @@ void AddContextParallelComm(const LayerDims& d, const PassSeconds& core,
 // The routed experts of one expert layer on the busiest rank, one micro-batch: grouped
 // GEMMs, router, permutation, dispatch and combine, with the ETP collectives.
 struct ExpertPhases {
-  double forward = 0, backward = 0;          ///< Compute.
+  double forward = 0, backward = 0;            ///< Compute.
   double forward_comm = 0, backward_comm = 0;  ///< Dispatch/combine and ETP, exposed.
-  double backward_hidden = 0;                ///< Communication hidden behind the backward.
+  double backward_hidden = 0;                  ///< Communication hidden behind the backward.
 };
 
 ExpertPhases ExpertLayerPhases(const JobSpec& spec, const ParallelConfig& c,
@@ -410,15 +410,15 @@ DispatchBytes ExpertDispatchBytes(const JobSpec& spec, const ParallelConfig& c) 
     // DeepEP/HybridEP send a token once to each remote NVLink domain holding one of its
     // experts and forward it inside the domain: of the k copies bound for the other N - 1
     // domains (k(N - 1)/N on average), (N - 1)(1 - (1 - 1/N)^k) cross the NIC.
-    const double local = static_cast<double>(
-        RanksPerNvlinkDomain(c.ep, c.etp, spec.cluster.NvlinkDomain()));
+    const double local =
+        static_cast<double>(RanksPerNvlinkDomain(c.ep, c.etp, spec.cluster.NvlinkDomain()));
     const double domains = static_cast<double>(c.ep) / local;
     if (domains > 1) {
       out.nic_scale = std::min(1.0, (1.0 - std::pow(1.0 - 1.0 / domains, k)) * domains / k);
     }
   }
-  const double local = static_cast<double>(
-      RanksPerNvlinkDomain(c.ep, c.etp, spec.cluster.NvlinkDomain()));
+  const double local =
+      static_cast<double>(RanksPerNvlinkDomain(c.ep, c.etp, spec.cluster.NvlinkDomain()));
   const double ep = static_cast<double>(c.ep);
   if (c.moe_token_dispatcher != MoeTokenDispatcher::kAllGather) {
     out.over_nic = out.total * (ep - local) / ep * out.nic_scale;
@@ -434,9 +434,9 @@ namespace {
 // Fraction of stage r's layers that are recomputed (full recompute of some layers).
 double RecomputeFraction(const ParallelConfig& config, const ModelSpec& model, int64_t r) {
   if (config.recompute != Recompute::kFull || config.recompute_num_layers == 0) return 1.0;
-  return std::min(1.0, static_cast<double>(config.recompute_num_layers) /
-                           static_cast<double>(std::max<int64_t>(
-                               1, DecoderLayersOnStage(model, config, r))));
+  return std::min(
+      1.0, static_cast<double>(config.recompute_num_layers) /
+               static_cast<double>(std::max<int64_t>(1, DecoderLayersOnStage(model, config, r))));
 }
 
 // The pipeline's per-chunk forward and backward times, with the edges and the
@@ -480,7 +480,8 @@ Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
           expert != nullptr ? static_cast<double>(expert_chunks[r * v + j]) : 0.0;
       const double dense = static_cast<double>(DecoderLayersInChunk(model, config, r, j)) - experts;
       const double layers = dense + experts;
-      const double forward = dense * layer.Forward() + (experts > 0 ? experts * expert->Forward() : 0.0);
+      const double forward =
+          dense * layer.Forward() + (experts > 0 ? experts * expert->Forward() : 0.0);
       const double backward = dense * layer_backward + experts * expert_backward;
       // The sharded collectives run beside each layer's compute (an expert layer's are
       // modelled as a dense layer's).
@@ -644,8 +645,9 @@ CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& confi
     const double params = split.dense;
     // The SP-replicated norm gradients, once per step; the last stage's final norm is one
     // more norm of the same shape (half a layer's two).
-    const double sync = layer.grad_sync_tp_comm * (static_cast<double>(DecoderLayersOnStage(model, config, r)) +
-                                                   (r == p - 1 ? 0.5 : 0.0));
+    const double sync =
+        layer.grad_sync_tp_comm *
+        (static_cast<double>(DecoderLayersOnStage(model, config, r)) + (r == p - 1 ? 0.5 : 0.0));
     double exposed = ExposedDataParallelSeconds(
         config, device, pipe, r, params, LayerParams(model) / static_cast<double>(config.tp), e,
         grad_bytes, spec.cluster.gpus_per_node, measured);
@@ -655,8 +657,8 @@ CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& confi
     const ParallelConfig expert_group = ExpertDataParallelGroup(config);
     const double expert_shards = static_cast<double>(expert_group.ShardRanks());
     if (split.expert > 0) {
-      const double stage_experts = static_cast<double>(
-          std::max<int64_t>(experts_per_stage[static_cast<size_t>(r)], 1));
+      const double stage_experts =
+          static_cast<double>(std::max<int64_t>(experts_per_stage[static_cast<size_t>(r)], 1));
       exposed += ExposedDataParallelSeconds(expert_group, device, pipe, r, split.expert,
                                             split.expert / stage_experts, e, grad_bytes,
                                             spec.cluster.gpus_per_node, measured);
@@ -702,8 +704,7 @@ TimeBreakdown SplitByCause(const JobSpec& spec, const ParallelConfig& config,
           ? static_cast<double>(ExpertLayersOnStage(spec.model, config, critical.stage)) + mtp
           : 0.0;
   const double layers =
-      static_cast<double>(DecoderLayersOnStage(spec.model, config, critical.stage)) + mtp -
-      experts;
+      static_cast<double>(DecoderLayersOnStage(spec.model, config, critical.stage)) + mtp - experts;
   const double recompute_fraction = RecomputeFraction(config, spec.model, critical.stage);
   const auto sum = [&](auto term) {
     return layers * term(layer) + (experts > 0 ? experts * term(*expert) : 0.0);
@@ -714,8 +715,7 @@ TimeBreakdown SplitByCause(const JobSpec& spec, const ParallelConfig& config,
   const double tp = sum([&](const LayerTime& t) {
     return t.forward_tp_comm + t.backward_tp_comm + recompute_fraction * t.recompute_tp_comm;
   });
-  const double cp =
-      sum([](const LayerTime& t) { return t.forward_cp_comm + t.backward_cp_comm; });
+  const double cp = sum([](const LayerTime& t) { return t.forward_cp_comm + t.backward_cp_comm; });
   const double ep = sum([&](const LayerTime& t) {
     return t.forward_ep_comm + t.backward_ep_comm + recompute_fraction * t.recompute_ep_comm;
   });
@@ -729,9 +729,8 @@ TimeBreakdown SplitByCause(const JobSpec& spec, const ParallelConfig& config,
   out.dp_comm = critical.dp_exposed + embedding_sync +
                 mb * pipeline.sharded_dp[static_cast<size_t>(critical.stage)];
   out.optimizer = critical.optimizer;
-  const double pipeline_rest =
-      std::max(0.0, iteration - out.compute - out.tp_comm - out.cp_comm - out.ep_comm -
-                        out.dp_comm - out.optimizer);
+  const double pipeline_rest = std::max(0.0, iteration - out.compute - out.tp_comm - out.cp_comm -
+                                                 out.ep_comm - out.dp_comm - out.optimizer);
   const double sends =
       2.0 * static_cast<double>(v) - ((critical.stage == 0 || critical.stage == p - 1) ? 1.0 : 0.0);
   out.pp_p2p = std::min(
@@ -758,8 +757,8 @@ std::string ExpertPlacementNote(const JobSpec& spec, const ParallelConfig& c,
       "EP %d x ETP %d spans %d NVLink domains of %d GPUs: dispatch and combine cross the NIC "
       "(%s dispatcher, %.0f%% of the iteration exposed); it holds %d experts per GPU where "
       "an EP inside the domain (at most %d) would hold %d",
-      c.ep, c.etp, (span + domain - 1) / domain, domain, ToString(c.moe_token_dispatcher),
-      share, spec.model.num_experts / c.ep, inside,
+      c.ep, c.etp, (span + domain - 1) / domain, domain, ToString(c.moe_token_dispatcher), share,
+      spec.model.num_experts / c.ep, inside,
       spec.model.num_experts / std::max<int64_t>(1, std::min(inside, c.ep)));
 }
 
@@ -894,13 +893,10 @@ EdgeTime EstimateEdgeTime(const ModelSpec& model, const TrainingSpec& training,
   return out;
 }
 
-absl::StatusOr<IterationEstimate> EstimateIteration(const JobSpec& spec,
-                                                    const ParallelConfig& config,
-                                                    const DeviceProfile& device,
-                                                    const LayerTime& layer, const EdgeTime& edge,
-                                                    PipelineMode mode,
-                                                    const MeasuredTerms* measured,
-                                                    const LayerTime* expert_layer) {
+absl::StatusOr<IterationEstimate> EstimateIteration(
+    const JobSpec& spec, const ParallelConfig& config, const DeviceProfile& device,
+    const LayerTime& layer, const EdgeTime& edge, PipelineMode mode, const MeasuredTerms* measured,
+    const LayerTime* expert_layer) {
   if (IsMoe(spec.model) && expert_layer == nullptr) {
     return absl::InvalidArgumentError(
         "EstimateIteration needs the expert layer's time for a mixture-of-experts model");

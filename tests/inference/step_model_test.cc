@@ -222,8 +222,7 @@ TEST(StepModelTest, MoeDecodeAtBatchOneReadsTheActiveExperts) {
   w.sampled_sequences = 1;
   const double bw = device.memory_bandwidth * device.memory_efficiency;
   const double active =
-      (32 * (AttentionMatmulParams(model) + 2 * ExpertParams(model)) * 1 + 32000.0 * 4096 * 2) /
-      bw;
+      (32 * (AttentionMatmulParams(model) + 2 * ExpertParams(model)) * 1 + 32000.0 * 4096 * 2) / bw;
   // Per layer: 2 attention GEMMs, the router, 2 permutations, the expert activation, 2
   // grouped GEMMs and the 8 other kernels at 3 us; the engine's 0.1 ms per step. Within
   // 0.25 ms (4 %): the router, the permutations, attention over 128 tokens.

@@ -205,8 +205,8 @@ TEST(ConvertTest, RankedConfigRoundTrips) {
                 real(rng)};
     r.fits = rng() % 2 == 1;
     r.source = rng() % 2 == 1 ? ResultSource::kMeasured : ResultSource::kModelled;
-    r.time = {real(rng), real(rng), real(rng), real(rng), real(rng), real(rng), real(rng),
-              real(rng)};
+    r.time = {real(rng), real(rng), real(rng), real(rng),
+              real(rng), real(rng), real(rng), real(rng)};
     r.time_to_train_days = real(rng);
     r.notes = {"bubble " + std::to_string(i)};
     absl::StatusOr<RankedConfig> back = RankedConfigFromProto(ToProto(r));
