@@ -20,9 +20,13 @@ const out = mkdtempSync(join(tmpdir(), 'paratune-analysis-'));
 after(() => rmSync(out, { recursive: true, force: true }));
 const entry = join(out, 'entry.ts');
 const bundle = join(out, 'bundle.mjs');
-writeFileSync(entry, `export * from ${JSON.stringify(join(WEB, 'src', 'analysis.ts'))};\n`);
+writeFileSync(
+  entry,
+  `export * from ${JSON.stringify(join(WEB, 'src', 'analysis.ts'))};\n` +
+    `export { layoutLabel } from ${JSON.stringify(join(WEB, 'src', 'format.ts'))};\n`,
+);
 execFileSync(ESBUILD, [entry, '--bundle', '--format=esm', '--platform=node', `--outfile=${bundle}`, '--log-level=warning']);
-const { paretoFrontier } = await import(pathToFileURL(bundle).href);
+const { paretoFrontier, layoutLabel } = await import(pathToFileURL(bundle).href);
 
 test('Pareto frontier: dominated points dropped, ties keep the faster one', () => {
   const pts = [
@@ -35,4 +39,18 @@ test('Pareto frontier: dominated points dropped, ties keep the faster one', () =
   ];
   assert.deepEqual(paretoFrontier(pts).map((p) => p.index), [4, 0, 3]);
   assert.deepEqual(paretoFrontier([]), []);
+});
+
+test('Layout labels name the expert layout and the sharding stage', () => {
+  // A dense layout: no expert fields; int64 fields arrive as strings in the proto JSON.
+  assert.equal(
+    layoutLabel({ tp: 8, pp: '4', dp: 2, micro_batch_size: 1, sequence_parallel: true, recompute: 'selective', data_parallel_sharding: 'optimizer' }),
+    'TP8 PP4 DP2 mb1 SP selective-rc dist-opt',
+  );
+  // An MoE layout: EP and ETP after the dense dimensions, a non-default dispatcher named.
+  assert.equal(
+    layoutLabel({ tp: 2, pp: 8, dp: 32, ep: '32', etp: 1, moe_token_dispatcher: 'flex', micro_batch_size: 1, data_parallel_sharding: 'full', shard_group_size: 8 }),
+    'TP2 PP8 DP32 EP32 flex mb1 FSDP/8',
+  );
+  assert.equal(layoutLabel({ tp: 1, ep: 8, etp: 2, moe_token_dispatcher: 'alltoall' }), 'TP1 PP1 DP1 EP8 ETP2 mb1');
 });

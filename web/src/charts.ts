@@ -124,6 +124,7 @@ export const TIME_PARTS: [keyof NonNullable<RankedConfig['time']>, string, strin
   ['compute', 'compute', '#0969da'],
   ['tp_comm', 'TP comm', '#8250df'],
   ['cp_comm', 'CP comm', '#bf3989'],
+  ['ep_comm', 'EP dispatch/combine', '#9a6700'],
   ['pp_bubble', 'PP bubble', '#cf222e'],
   ['pp_p2p', 'PP p2p', '#bc4c00'],
   ['dp_comm', 'DP comm', '#1a7f37'],

@@ -74,6 +74,14 @@ export function layoutLabel(c: ParallelConfig | undefined): string {
   if (num(cfg.vp, 1) > 1) parts.push(`VP${num(cfg.vp, 1)}`);
   parts.push(`DP${num(cfg.dp, 1)}`);
   if (num(cfg.cp, 1) > 1) parts.push(`CP${num(cfg.cp, 1)}`);
+  // Expert layers (mixture of experts): EP, expert TP and the token dispatcher.
+  if (num(cfg.ep, 1) > 1 || num(cfg.etp, 1) > 1) {
+    parts.push(`EP${num(cfg.ep, 1)}`);
+    if (num(cfg.etp, 1) > 1) parts.push(`ETP${num(cfg.etp, 1)}`);
+    if (cfg.moe_token_dispatcher && cfg.moe_token_dispatcher !== 'alltoall') {
+      parts.push(cfg.moe_token_dispatcher);
+    }
+  }
   parts.push(`mb${num(cfg.micro_batch_size, 1)}`);
   if (cfg.sequence_parallel) parts.push('SP');
   const rc = cfg.recompute || 'none';

@@ -156,6 +156,9 @@ export interface ParallelConfig {
   distributed_optimizer?: boolean;
   data_parallel_sharding?: string;
   shard_group_size?: Int64;
+  ep?: Int64;
+  etp?: Int64;
+  moe_token_dispatcher?: string;
 }
 
 export interface TimeBreakdown {
@@ -166,6 +169,7 @@ export interface TimeBreakdown {
   pp_p2p?: number;
   dp_comm?: number;
   optimizer?: number;
+  ep_comm?: number;
 }
 
 export interface MemoryBreakdown {
