@@ -72,8 +72,17 @@ TEST(SpecIoTest, ErrorsNameTheField) {
             0u);
   j = Spec();
   j["model"]["num_experts"] = 8;
-  EXPECT_EQ(Error(j), "model.num_experts (8): mixture-of-experts models are not modelled by "
-                      "the inference planner yet");
+  EXPECT_EQ(Error(j),
+            "model.moe_router_topk (0) must be in [1, model.num_experts (8)] for a "
+            "mixture-of-experts model");
+  j = Spec();
+  j["model"] = {{"preset", "mixtral-8x7b"}};
+  j["search"]["ep"] = {1, 2};
+  EXPECT_EQ(Error(j).rfind("search.ep[1] (2) must be 1: the inference planner shards every "
+                           "expert over the instance's tp ranks",
+                           0),
+            0u)
+      << Error(j);
   j = Spec();
   j["kind"] = "serving";
   EXPECT_EQ(Error(j), "kind ('serving') must be training or inference");
