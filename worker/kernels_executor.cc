@@ -544,17 +544,13 @@ absl::Status ReadServingStorage(const std::string& weight_precision,
   return absl::OkStatus();
 }
 
-absl::StatusOr<kernels::serving::ServingStepConfig> ValidateServingStep(
-    const v1::ProfileTask& task, const Worker& worker) {
-  namespace ks = kernels::serving;
-  const v1::ServingStepTask& t = task.serving_step();
-  if (worker.backend_name() != "cpu") {
-    return absl::UnimplementedError(absl::StrCat(
-        "the serving step task runs on the CPU backend only; this worker is ",
-        worker.backend_name()));
-  }
-  ks::ServingStepConfig c;
-  ks::ServingConfig& m = c.model;
+// The serving model a serving_step or serving_verify task names (the two messages share
+// these fields): tp ranks this worker must have, the layer shape with Megatron's vocabulary
+// padding, weight and KV storage, KV block size, layer count and position embedding.
+template <typename ServingTask>
+absl::Status ReadServingModel(const ServingTask& t, const Worker& worker,
+                              kernels::serving::ServingConfig* model) {
+  kernels::serving::ServingConfig& m = *model;
   m.parallel.tp = std::max<int64_t>(1, t.tp());
   if (absl::Status s = worker.NeedRanks(m.parallel.tp, absl::StrCat(" (tp ", m.parallel.tp, ")"));
       !s.ok()) {
@@ -572,6 +568,20 @@ absl::StatusOr<kernels::serving::ServingStepConfig> ValidateServingStep(
   m.kv_block_size = t.kv_block_size() > 0 ? t.kv_block_size() : 16;
   m.num_layers = t.num_layers() > 0 ? t.num_layers() : 1;
   m.position_embedding = t.rope() ? PositionEmbedding::kRope : PositionEmbedding::kLearned;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<kernels::serving::ServingStepConfig> ValidateServingStep(
+    const v1::ProfileTask& task, const Worker& worker) {
+  namespace ks = kernels::serving;
+  const v1::ServingStepTask& t = task.serving_step();
+  if (worker.backend_name() != "cpu") {
+    return absl::UnimplementedError(absl::StrCat(
+        "the serving step task runs on the CPU backend only; this worker is ",
+        worker.backend_name()));
+  }
+  ks::ServingStepConfig c;
+  if (absl::Status s = ReadServingModel(t, worker, &c.model); !s.ok()) return s;
   switch (t.phase()) {
     case v1::ServingStepTask::PHASE_PREFILL:
       c.phase = ks::ServingPhase::kPrefill;
@@ -588,7 +598,7 @@ absl::StatusOr<kernels::serving::ServingStepConfig> ValidateServingStep(
   c.logits = t.logits();
   c.warmup = t.warmup();
   c.iters = t.iters() > 0 ? t.iters() : worker.options().default_layer_iters;
-  c.capacity_bytes_per_rank = worker.Capacity(m.parallel.tp);
+  c.capacity_bytes_per_rank = worker.Capacity(c.model.parallel.tp);
   if (absl::Status s = c.Validate(); !s.ok()) return s;
   return c;
 }
@@ -619,25 +629,8 @@ absl::StatusOr<kernels::serving::ServeOptions> ValidateServingVerify(const v1::P
         "the serving loop runs on the CPU backend only; this worker is ", worker.backend_name()));
   }
   ks::ServeOptions o;
-  ks::ServingConfig& m = o.model;
-  m.parallel.tp = std::max<int64_t>(1, t.tp());
-  if (absl::Status s = worker.NeedRanks(m.parallel.tp, absl::StrCat(" (tp ", m.parallel.tp, ")"));
-      !s.ok()) {
-    return s;
-  }
-  m.shape.normalization = Normalization::kRmsNorm;
-  if (absl::Status s = ReadShape(t.shape(), &m.shape); !s.ok()) return s;
-  if (t.shape().vocab_size() > 0) {
-    const int64_t pad = 128 * m.parallel.tp;  // Megatron-LM's padding, as layer tasks
-    m.shape.vocab_size = (t.shape().vocab_size() + pad - 1) / pad * pad;
-  }
-  if (absl::Status s = ReadServingStorage(t.weight_precision(), t.kv_precision(), &m); !s.ok()) {
-    return s;
-  }
-  m.kv_block_size = t.kv_block_size() > 0 ? t.kv_block_size() : 16;
-  m.num_kv_blocks = t.num_kv_blocks();
-  m.num_layers = t.num_layers() > 0 ? t.num_layers() : 1;
-  m.position_embedding = t.rope() ? PositionEmbedding::kRope : PositionEmbedding::kLearned;
+  if (absl::Status s = ReadServingModel(t, worker, &o.model); !s.ok()) return s;
+  o.model.num_kv_blocks = t.num_kv_blocks();
   o.trace.num_requests = t.num_requests();
   o.trace.isl = t.isl();
   o.trace.osl = t.osl();
@@ -646,7 +639,7 @@ absl::StatusOr<kernels::serving::ServeOptions> ValidateServingVerify(const v1::P
   o.trace.seed = t.seed();
   o.max_batch_size = t.max_batch_size();
   o.max_num_tokens = t.max_num_tokens();
-  o.capacity_bytes = worker.Capacity(m.parallel.tp);
+  o.capacity_bytes = worker.Capacity(o.model.parallel.tp);
   if (absl::Status s = o.Validate(); !s.ok()) return s;
   return o;
 }
