@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "search/model_math.h"
+#include "search/sharded_data_parallel.h"
 
 namespace paratune {
 namespace {
@@ -414,6 +415,7 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
       stages.push_back(r);
     }
   }
+  const ParallelConfig expert_group = ExpertDataParallelGroup(c);
   MemoryBreakdown best;
   for (int64_t stage : stages) {
     const StageParams split =
@@ -422,10 +424,6 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     mem.capacity = capacity_bytes;
     // Dense parameters shard over the data-parallel shard group; the routed experts over
     // the expert data-parallel group (edp = tp*cp*dp / (etp*ep)).
-    ParallelConfig expert_group = c;
-    if (c.data_parallel_sharding != DataParallelSharding::kNone) {
-      expert_group.shard_group_size = std::max<int64_t>(c.edp(), 1);
-    }
     const double stage_experts =
         static_cast<double>(std::max<int64_t>(experts_per_stage[static_cast<size_t>(stage)], 1));
     const ShardedModelState dense =

@@ -35,6 +35,15 @@ ShardedTraffic ShardedTrafficPerStep(const ParallelConfig& c, double params, int
   return out;
 }
 
+ParallelConfig ExpertDataParallelGroup(const ParallelConfig& c) {
+  ParallelConfig g = c;
+  g.tp = c.ep * c.etp;
+  g.dp = std::max<int64_t>(c.edp(), 1);
+  g.cp = 1;
+  g.shard_group_size = 0;
+  return g;
+}
+
 ShardedLinks ShardedDataParallelLinks(const ParallelConfig& c, const DeviceProfile& device,
                                       int64_t gpus_per_node) {
   ShardedLinks out;

@@ -44,6 +44,11 @@ ShardedTraffic ShardedTrafficPerStep(const ParallelConfig& config, double params
                                      int64_t micro_batches, double weight_bytes,
                                      double gradient_bytes);
 
+/// The routed experts' data-parallel group (mixture of experts) as a layout of its own: edp
+/// ranks, ep*etp apart (the stride the links read from tp), sharded over the whole group as
+/// `c` shards. Its ShardRanks() is edp with sharding, 1 without.
+ParallelConfig ExpertDataParallelGroup(const ParallelConfig& c);
+
 /// The links of the sharded data-parallel groups (TP innermost, then CP, DP): the shard
 /// group of N consecutive DP x CP ranks, and the replica group (R ranks N apart).
 struct ShardedLinks {

@@ -558,17 +558,6 @@ struct CriticalStage {
   double tp_sync = 0;  ///< The SP-replicated norm gradients' TP all-reduce.
 };
 
-// The routed experts' data-parallel group as a layout of its own: edp ranks, ep*etp apart
-// (the stride GroupLink reads from tp), sharded over the whole group as the layout shards.
-ParallelConfig ExpertDataParallelGroup(const ParallelConfig& c) {
-  ParallelConfig g = c;
-  g.tp = c.ep * c.etp;
-  g.dp = std::max<int64_t>(c.edp(), 1);
-  g.cp = 1;
-  g.shard_group_size = 0;
-  return g;
-}
-
 // Data-parallel gradient reduce over the DP x CP group (TP/CP innermost): all-reduce, or
 // reduce-scatter plus parameter all-gather with the distributed optimizer (with HSDP, the
 // reduce-scatter inside the shard group and an all-reduce of the shard across replicas).

@@ -138,11 +138,9 @@ Row RunRow(const nlohmann::json& r, JobSpec& spec, const RecordLayout& layout, R
 }
 
 // The sharded-data-parallel records: each stated layout estimated as it is.
-std::vector<Row> FsdpRows(const std::string& dir, bool verbose) {
+std::vector<Row> FsdpRows(const nlohmann::json& data, bool verbose) {
   std::vector<Row> rows;
-  absl::StatusOr<nlohmann::json> data = ReadJson(dir + "/moe_fsdp_calibration.json");
-  if (!data.ok()) return rows;
-  for (const FsdpRecord& f : FsdpRecords(*data)) {
+  for (const FsdpRecord& f : FsdpRecords(data)) {
     Row row;
     row.id = f.id;
     absl::StatusOr<RankedConfig> one = Estimate(f.spec, f.config);
@@ -258,13 +256,6 @@ void PrintTable(const std::string& dir, const std::vector<Row>& rows,
   std::printf("# model error: median %.1f %%, max %.1f %%\n", 100 * median, 100 * max);
 }
 
-double Median(std::vector<double> errors) {
-  std::sort(errors.begin(), errors.end());
-  if (errors.empty()) return 0;
-  return errors.size() % 2 ? errors[errors.size() / 2]
-                           : 0.5 * (errors[errors.size() / 2 - 1] + errors[errors.size() / 2]);
-}
-
 // The MoE records: the stated layout estimated (or, with unstated knobs, planned with the
 // stated ones pinned); skipped records with their reason. Returns the rows scored.
 struct MoeResult {
@@ -336,7 +327,7 @@ void PrintMoeTable(const std::string& dir, const MoeResult& moe) {
   int over = 0;
   for (double e : errors) over += e > 0.20 ? 1 : 0;
   std::printf("# #wrong (MoE rows over the 20 %% bound): %d of %zu\n", over, errors.size());
-  std::printf("# MoE model error: median %.1f %%, max %.1f %%\n", 100 * Median(errors),
+  std::printf("# MoE model error: median %.1f %%, max %.1f %%\n", 100 * MedianOf(errors),
               100 * (errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end())));
 }
 
@@ -392,7 +383,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<nlohmann::json> moe_data = ReadJson(dir + "/moe_fsdp_calibration.json");
   MoeResult moe;
   if (moe_data.ok()) moe = MoeRows(*moe_data, verbose);
-  const std::vector<Row> fsdp = FsdpRows(dir, verbose);
+  const std::vector<Row> fsdp = moe_data.ok() ? FsdpRows(*moe_data, verbose) : std::vector<Row>{};
   if (json_out) {
     PrintJson(rows, orderings, median, max, fsdp);
     nlohmann::json m;
@@ -408,7 +399,7 @@ int Main(int argc, char** argv) {
     for (const auto& [id, reason] : moe.skipped) {
       m["skipped"].push_back({{"id", id}, {"reason", reason}});
     }
-    m["median_error"] = Median(errors);
+    m["median_error"] = MedianOf(errors);
     m["max_error"] = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
     std::printf("%s\n", nlohmann::json{{"moe", m}}.dump(2).c_str());
   } else {

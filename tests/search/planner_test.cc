@@ -177,21 +177,33 @@ TEST(PlannerTest, ClusterNetworkBandwidthComesFromTheSpec) {
   EXPECT_GT(slow->iteration_time_s, dgx->iteration_time_s);
 }
 
-// FP8 on H100 runs the linear layers at the FP8 rate: faster than BF16 for the same layout.
-TEST(PlannerTest, Fp8IsFasterOnHopper) {
+// Llama 3 70B, 8k sequences, 128 per step, on 64 GPUs of `gpu`.
+JobSpec Llama70bOn64(const char* gpu) {
   JobSpec spec;
   spec.model = *FindPreset("llama3-70b");
   spec.training.seq_length = 8192;
   spec.training.global_batch_size = 128;
-  spec.cluster.gpu = "h100-sxm-80gb";
+  spec.cluster.gpu = gpu;
   spec.cluster.num_gpus = 64;
+  return spec;
+}
+
+// tp x pp x dp (x vp) with SP and the distributed optimizer.
+ParallelConfig ShardedSpLayout(int64_t tp, int64_t pp, int64_t dp, int64_t vp = 1) {
   ParallelConfig c;
-  c.tp = 4;
-  c.pp = 8;
-  c.dp = 2;
-  c.vp = 5;
+  c.tp = tp;
+  c.pp = pp;
+  c.dp = dp;
+  c.vp = vp;
   c.sequence_parallel = true;
   c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  return c;
+}
+
+// FP8 on H100 runs the linear layers at the FP8 rate: faster than BF16 for the same layout.
+TEST(PlannerTest, Fp8IsFasterOnHopper) {
+  JobSpec spec = Llama70bOn64("h100-sxm-80gb");
+  const ParallelConfig c = ShardedSpLayout(4, 8, 2, 5);
   spec.training.precision = Precision::kBf16;
   absl::StatusOr<RankedConfig> bf16 = Estimate(spec, c);
   spec.training.precision = Precision::kFp8;
@@ -205,18 +217,8 @@ TEST(PlannerTest, Fp8IsFasterOnHopper) {
 // Block-scaled formats on Blackwell: MXFP8 runs the linear layers at the FP8 rate with the
 // same one-byte activations; NVFP4 at twice that rate, so faster still.
 TEST(PlannerTest, BlockScaledFormatsOnBlackwell) {
-  JobSpec spec;
-  spec.model = *FindPreset("llama3-70b");
-  spec.training.seq_length = 8192;
-  spec.training.global_batch_size = 128;
-  spec.cluster.gpu = "b200-192gb";
-  spec.cluster.num_gpus = 64;
-  ParallelConfig c;
-  c.tp = 4;
-  c.pp = 4;
-  c.dp = 4;
-  c.sequence_parallel = true;
-  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  JobSpec spec = Llama70bOn64("b200-192gb");
+  const ParallelConfig c = ShardedSpLayout(4, 4, 4);
   spec.training.precision = Precision::kFp8;
   absl::StatusOr<RankedConfig> fp8 = Estimate(spec, c);
   spec.training.precision = Precision::kMxfp8;
