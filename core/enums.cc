@@ -73,6 +73,19 @@ const char* ToString(Recompute v) {
   return "?";
 }
 
+const char* ToString(RecomputeModule v) {
+  switch (v) {
+    case RecomputeModule::kCoreAttn: return "core_attn";
+    case RecomputeModule::kLayernorm: return "layernorm";
+    case RecomputeModule::kMlp: return "mlp";
+    case RecomputeModule::kMoeAct: return "moe_act";
+    case RecomputeModule::kMoe: return "moe";
+    case RecomputeModule::kSharedExperts: return "shared_experts";
+    case RecomputeModule::kMlaUpProj: return "mla_up_proj";
+  }
+  return "?";
+}
+
 const char* ToString(CollectiveOp v) {
   switch (v) {
     case CollectiveOp::kAllReduce: return "all_reduce";
@@ -172,6 +185,14 @@ absl::StatusOr<Recompute> ParseRecompute(absl::string_view s) {
   static constexpr Recompute kAll[] = {Recompute::kNone, Recompute::kSelective,
                                        Recompute::kFull};
   return ParseEnum("recompute", s, kAll);
+}
+
+absl::StatusOr<RecomputeModule> ParseRecomputeModule(absl::string_view s) {
+  static constexpr RecomputeModule kAll[] = {
+      RecomputeModule::kCoreAttn, RecomputeModule::kLayernorm,     RecomputeModule::kMlp,
+      RecomputeModule::kMoeAct,   RecomputeModule::kMoe,           RecomputeModule::kSharedExperts,
+      RecomputeModule::kMlaUpProj};
+  return ParseEnum("recompute module", s, kAll);
 }
 
 absl::StatusOr<CollectiveOp> ParseCollectiveOp(absl::string_view s) {

@@ -27,6 +27,20 @@ bool IsLowPrecisionGemm(Precision p);
 /// core (scores, softmax, dropout, P·V) in backward; full keeps only a layer's input and
 /// reruns its whole forward in backward.
 enum class Recompute { kNone, kSelective, kFull };
+/// What selective recompute reruns in backward (Megatron-Core's --recompute-modules; its
+/// default is the attention core alone): the attention core; the norms before attention
+/// and MLP (their outputs are not stored); the dense MLP; the routed experts' activation
+/// function; the whole expert block (router, dispatch, experts, combine); the shared
+/// experts; MLA's query and key/value up-projections.
+enum class RecomputeModule {
+  kCoreAttn,
+  kLayernorm,
+  kMlp,
+  kMoeAct,
+  kMoe,
+  kSharedExperts,
+  kMlaUpProj
+};
 /// A collective of an nccl-tests-style sweep.
 enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kSendRecv, kAllToAll };
 /// Work run around a layer on the first or last pipeline stage, besides the layer.
@@ -68,6 +82,9 @@ const char* ToString(Normalization v);
 const char* ToString(PositionEmbedding v);
 const char* ToString(Precision v);
 const char* ToString(Recompute v);
+/// "core_attn" | "layernorm" | "mlp" | "moe_act" | "moe" | "shared_experts" | "mla_up_proj"
+/// (Megatron-Core's spelling).
+const char* ToString(RecomputeModule v);
 const char* ToString(CollectiveOp v);
 const char* ToString(StageExtras v);
 const char* ToString(Objective v);
@@ -85,6 +102,7 @@ absl::StatusOr<Normalization> ParseNormalization(absl::string_view s);
 absl::StatusOr<PositionEmbedding> ParsePositionEmbedding(absl::string_view s);
 absl::StatusOr<Precision> ParsePrecision(absl::string_view s);
 absl::StatusOr<Recompute> ParseRecompute(absl::string_view s);
+absl::StatusOr<RecomputeModule> ParseRecomputeModule(absl::string_view s);
 absl::StatusOr<CollectiveOp> ParseCollectiveOp(absl::string_view s);
 absl::StatusOr<StageExtras> ParseStageExtras(absl::string_view s);
 absl::StatusOr<Objective> ParseObjective(absl::string_view s);

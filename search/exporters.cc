@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "search/model_math.h"
 
@@ -60,6 +61,17 @@ std::string MoeLayerFreq(const ModelSpec& m) {
 }
 
 const char* DispatcherName(MoeTokenDispatcher d) { return ToString(d); }
+
+/// Megatron-Core's default --recompute-modules (the attention core alone).
+bool DefaultRecomputeModules(const TrainingSpec& t) {
+  return t.recompute_modules == std::vector<RecomputeModule>{RecomputeModule::kCoreAttn};
+}
+
+std::string RecomputeModules(const TrainingSpec& t, const char* separator) {
+  std::vector<std::string> names;
+  for (RecomputeModule r : t.recompute_modules) names.emplace_back(ToString(r));
+  return absl::StrJoin(names, separator);
+}
 
 /// The mixture-of-experts, MLA and MTP arguments (Megatron-Core's transformer_config.py
 /// names), added after the dense ones.
@@ -234,6 +246,7 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
   add("--global-batch-size", absl::StrCat(t.global_batch_size));
   if (c.recompute == Recompute::kSelective) {
     add("--recompute-granularity", "selective");
+    if (!DefaultRecomputeModules(t)) add("--recompute-modules", RecomputeModules(t, " "));
   } else if (c.recompute == Recompute::kFull) {
     auto full = FullRecomputeOf(spec, c);
     if (!full.ok()) return full.status();
@@ -347,8 +360,12 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
     case Precision::kFp32: precision = "32"; break;
   }
   std::string granularity = "null", method = "null", num_layers = "null", note;
+  std::string modules;
   if (c.recompute == Recompute::kSelective) {
     granularity = "selective";
+    if (!DefaultRecomputeModules(t)) {
+      modules = absl::StrCat("  recompute_modules: [", RecomputeModules(t, ", "), "]\n");
+    }
   } else if (c.recompute == Recompute::kFull) {
     auto full = FullRecomputeOf(spec, c);
     if (!full.ok()) return full.status();
@@ -374,7 +391,7 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
       "  sequence_parallel: ", YamlBool(c.sequence_parallel), "\n",
       "  activations_checkpoint_granularity: ", granularity, "\n",
       "  activations_checkpoint_method: ", method, "\n",
-      "  activations_checkpoint_num_layers: ", num_layers, "\n");
+      "  activations_checkpoint_num_layers: ", num_layers, "\n", modules);
   absl::StrAppend(
       &out,
       "  encoder_seq_length: ", t.seq_length, "\n",
@@ -561,6 +578,10 @@ absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const Parallel
   absl::StrAppend(&out, "\n[activation_checkpoint]\n", "mode = \"", ac, "\"\n");
   if (c.recompute == Recompute::kSelective) {
     absl::StrAppend(&out, "selective_ac_option = \"op\"\n");
+    if (!DefaultRecomputeModules(t)) {
+      absl::StrAppend(&out, "# note: torchtitan's op-level selective checkpointing has no module ",
+                      "list; the layout was scored recomputing ", RecomputeModules(t, ", "), "\n");
+    }
   }
   if (t.precision == Precision::kFp8) {
     absl::StrAppend(&out, "\n[model]\n", "converters = [\"float8\"]\n");

@@ -34,6 +34,24 @@ AttentionWidths AttentionWidthsOf(const ModelSpec& m) {
 
 }  // namespace
 
+SelectiveModules SelectiveModules::Of(const TrainingSpec& training) {
+  SelectiveModules m;
+  m.core_attn = training.Recomputes(RecomputeModule::kCoreAttn);
+  m.layernorm = training.Recomputes(RecomputeModule::kLayernorm);
+  m.mlp = training.Recomputes(RecomputeModule::kMlp);
+  m.moe_act = training.Recomputes(RecomputeModule::kMoeAct);
+  m.moe = training.Recomputes(RecomputeModule::kMoe);
+  m.shared_experts = training.Recomputes(RecomputeModule::kSharedExperts);
+  m.mla_up_proj = training.Recomputes(RecomputeModule::kMlaUpProj);
+  return m;
+}
+
+SelectiveModules SelectiveModules::ForSharedExperts() const {
+  SelectiveModules m = *this;
+  m.mlp = shared_experts;
+  return m;
+}
+
 double LayerActivationBytes(const ModelSpec& model, const LayerActivationParams& p) {
   const double t = static_cast<double>(std::max<int64_t>(p.parallel.tp, 1));
   const double c = static_cast<double>(std::max<int64_t>(p.parallel.cp, 1));
@@ -51,25 +69,32 @@ double LayerActivationBytes(const ModelSpec& model, const LayerActivationParams&
   if (p.parallel.recompute == Recompute::kFull) {
     return e * x / sp;  // Only the layer input (the checkpoint).
   }
+  const bool selective = p.parallel.recompute == Recompute::kSelective;
+  const SelectiveModules& rerun = p.selective;
   // Regions outside TP: norms' inputs, the norms' outputs feeding QKV and FC1, masks.
-  double replicated = e * x        // LN1 input
-                      + lin * x    // QKV input
-                      + mask * x   // attention dropout mask
-                      + e * x      // LN2 input
-                      + lin * x    // FC1 input
-                      + mask * x;  // MLP dropout mask
+  const double norm_outputs = selective && rerun.layernorm ? 0.0 : 1.0;
+  double replicated = e * x                    // LN1 input
+                      + norm_outputs * lin * x  // QKV input
+                      + mask * x                // attention dropout mask
+                      + e * x                   // LN2 input
+                      + norm_outputs * lin * x  // FC1 input
+                      + mask * x;               // MLP dropout mask
   // Inside TP. Widths per token relative to h: Q and K a*d_qk, V g*d_v (MLA: a*d_v), the
   // output projection's input a*d_v; d = h/a gives Korthikanti's x, x*g/a, x*g/a, x.
   const AttentionWidths w = AttentionWidthsOf(model);
-  double sharded = e * x * (w.q + w.k) / h  // Q and K
-                   + e * x * w.v / h        // V
-                   + lin * x * w.out / h;   // output projection input
+  const double up_projected =
+      selective && rerun.mla_up_proj && model.attention == AttentionType::kMla ? 0.0 : 1.0;
+  double sharded = up_projected * e * x * (w.q + w.k) / h  // Q and K
+                   + up_projected * e * x * w.v / h        // V
+                   + lin * x * w.out / h;                  // output projection input
   // MLA's compressed query and KV (and their norms' inputs), computed on every TP rank.
   replicated += (lin + e) * x * w.latent / h;
   const double fc1_width = model.activation == Activation::kSwiglu ? 2.0 * f : f;
-  sharded += e * s * b * fc1_width / c  // activation-function input
-             + lin * s * b * f / c;      // FC2 input
-  if (p.parallel.recompute != Recompute::kSelective) {
+  if (!(selective && rerun.mlp)) {
+    sharded += e * s * b * fc1_width / c  // activation-function input
+               + lin * s * b * f / c;      // FC2 input
+  }
+  if (!(selective && rerun.core_attn)) {
     if (p.flash_attention) {
       sharded += 4.0 * a * s * b / c;  // log-sum-exp statistics, fp32
     } else {
@@ -94,6 +119,7 @@ LayerActivationParams ActivationParamsFor(const ModelSpec& model, const Training
   // NVFP4 stores its linear inputs in 4 bits plus scales; counted at one byte, as FP8
   // (an upper bound: Transformer Engine also keeps a transposed copy for the wgrad GEMM).
   p.fp8_linear_inputs = IsLowPrecisionGemm(training.precision);
+  p.selective = SelectiveModules::Of(training);
   return p;
 }
 
@@ -217,7 +243,13 @@ double ExpertLayerActivationBytes(const ModelSpec& model, const LayerActivationP
   // experts (tensor-parallel like a dense MLP).
   ModelSpec shared = model;
   shared.ffn_hidden_size = model.num_shared_experts * SharedExpertFfn(model);
-  double bytes = LayerActivationBytes(shared, p);
+  LayerActivationParams dense_part = p;
+  dense_part.selective = p.selective.ForSharedExperts();
+  double bytes = LayerActivationBytes(shared, dense_part);
+  const bool selective = p.parallel.recompute == Recompute::kSelective;
+  // Recomputing the whole expert block keeps only its input (the norm's output, counted
+  // above).
+  if (selective && p.selective.moe) return bytes;
   const double sp = p.parallel.sequence_parallel ? static_cast<double>(p.parallel.tp) : 1.0;
   const double tokens = static_cast<double>(p.parallel.micro_batch_size) *
                         static_cast<double>(p.seq_length) /
@@ -230,9 +262,11 @@ double ExpertLayerActivationBytes(const ModelSpec& model, const LayerActivationP
   const double e = p.bytes_per_element;
   const double lin = p.fp8_linear_inputs ? 1.0 : e;
   // Per routed token copy on this rank: the permuted FC1 input (gathered over ETP), FC1's
-  // output (the activation's input, fc1_width/etp of etp*... tokens), FC2's input, and the
-  // expert output kept for the probability-weighted combine.
-  bytes += load * tokens * k * (lin * h * etp + e * fc1_width + lin * f + e * h);
+  // output (the activation's input, fc1_width/etp of etp*... tokens), FC2's input (not
+  // stored when the activation is recomputed), and the expert output kept for the
+  // probability-weighted combine.
+  const double fc2_input = selective && p.selective.moe_act ? 0.0 : lin * f;
+  bytes += load * tokens * k * (lin * h * etp + e * fc1_width + fc2_input + e * h);
   // Router: FP32 logits and probabilities, the 1-byte routing map.
   bytes += tokens * static_cast<double>(model.num_experts) * 9.0;
   return bytes;

@@ -17,6 +17,16 @@
 namespace paratune {
 
 /// The shape and sharding of one transformer layer's activations on one rank.
+/// What a layer reruns in backward under selective recompute (TrainingSpec's
+/// recompute_modules; the default is the attention core alone, Megatron-Core's).
+struct SelectiveModules {
+  bool core_attn = true, layernorm = false, mlp = false, moe_act = false, moe = false,
+       shared_experts = false, mla_up_proj = false;
+  static SelectiveModules Of(const TrainingSpec& training);
+  /// As seen by an expert layer's dense part, whose MLP is its shared experts.
+  SelectiveModules ForSharedExperts() const;
+};
+
 struct LayerActivationParams {
   int64_t seq_length = 0;  ///< s, the full sequence (before CP splits it).
   /// The layout; its micro_batch_size (b), tp (t), sequence_parallel (the non-TP regions
@@ -27,6 +37,8 @@ struct LayerActivationParams {
   bool dropout = true;             ///< Dropout masks (1 byte per element) stored.
   double bytes_per_element = 2;    ///< Stored activations (2 = 16-bit).
   bool fp8_linear_inputs = false;  ///< FP8 training: linear-layer inputs kept in 1 byte.
+  /// With parallel.recompute kSelective: the modules rerun (their tensors are not stored).
+  SelectiveModules selective;
 };
 
 /// Bytes that ONE transformer layer stores for its backward pass on one rank, for one
@@ -53,9 +65,12 @@ struct LayerActivationParams {
 /// `fp8_linear_inputs` the four linear-layer inputs at one byte. For GPT (f = 4h, MHA)
 /// with dropout, no flash attention and 16-bit activations this is exactly Korthikanti's
 /// s*b*h*(34 + 5*a*s/h) (no parallelism), s*b*h*(10 + 24/t + 5*a*s/(h*t)) (TP),
-/// s*b*h/t*(34 + 5*a*s/h) (TP+SP). Selective recompute drops the attention-core tensors
-/// (softmax output, its dropout mask and output, flash statistics): 34*s*b*h/t with
-/// TP+SP. Full recompute keeps only the layer input: 2*s*b*h (divided by t with SP).
+/// s*b*h/t*(34 + 5*a*s/h) (TP+SP). Selective recompute of the attention core drops its
+/// tensors (softmax output, its dropout mask and output, flash statistics): 34*s*b*h/t
+/// with TP+SP; of the norms, the QKV and FC1 inputs (the norms' outputs); of the MLP, the
+/// activation and FC2 inputs (FC1's input is the checkpoint); of MLA's up-projections, Q,
+/// K and V (the latents stay). Full recompute keeps only the layer input: 2*s*b*h (divided
+/// by t with SP).
 double LayerActivationBytes(const ModelSpec& model, const LayerActivationParams& params);
 
 /// Bytes per element of stored activations and the FP8 flag for a training precision.

@@ -195,6 +195,17 @@ absl::StatusOr<Recompute> AsRecompute(const json& v, const std::string& path) {
   return *r;
 }
 
+absl::StatusOr<RecomputeModule> AsRecomputeModule(const json& v, const std::string& path) {
+  auto s = AsString(v, path);
+  if (!s.ok()) return s.status();
+  auto r = ParseRecomputeModule(*s);
+  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
+  return *r;
+}
+
+/// Megatron-Core's recompute modules, each named once.
+constexpr size_t kMaxRecomputeModules = 7;
+
 absl::StatusOr<MoeTokenDispatcher> AsDispatcher(const json& v, const std::string& path) {
   auto s = AsString(v, path);
   if (!s.ok()) return s.status();
@@ -423,7 +434,8 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
   if (auto s =
           CheckKeys(obj, sec,
                     {"seq_length", "global_batch_size", "precision", "flash_attention", "dropout",
-                     "optimizer", "total_tokens", "moe_routing", "moe_capacity_factor"});
+                     "optimizer", "total_tokens", "moe_routing", "moe_capacity_factor",
+                     "recompute_modules"});
       !s.ok()) {
     return s;
   }
@@ -449,6 +461,22 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
   }
   if (auto s = ReadDouble(obj, sec, "moe_capacity_factor", &t->moe_capacity_factor); !s.ok()) {
     return s;
+  }
+  if (const json* v = Find(obj, "recompute_modules"); v != nullptr && v->is_array() &&
+                                                       v->size() > kMaxRecomputeModules) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.recompute_modules has ", v->size(), " entries; at most ",
+                     kMaxRecomputeModules, " (each module once)"));
+  }
+  if (auto s = ReadList(obj, sec, "recompute_modules", AsRecomputeModule, &t->recompute_modules);
+      !s.ok()) {
+    return s;
+  }
+  if (t->recompute_modules.empty()) {
+    return absl::InvalidArgumentError(
+        "training.recompute_modules must name at least one module (core_attn, layernorm, mlp, "
+        "moe_act, moe, shared_experts, mla_up_proj); to recompute nothing, set "
+        "search.recompute: [none]");
   }
   if (auto s = Required(seq, "training.seq_length", "tokens per sequence"); !s.ok()) return s;
   return Required(batch, "training.global_batch_size", "sequences per optimizer step");
@@ -739,6 +767,9 @@ json JobSpecToJson(const JobSpec& spec) {
   model["mtp_layers"] = m.mtp_layers;
   out["training"]["moe_routing"] = ToString(t.moe_routing);
   out["training"]["moe_capacity_factor"] = t.moe_capacity_factor;
+  json modules = json::array();
+  for (RecomputeModule r : t.recompute_modules) modules.push_back(ToString(r));
+  out["training"]["recompute_modules"] = modules;
   out["cluster"]["nvlink_domain"] = c.nvlink_domain;
   out["search"]["ep"] = IntsToJson(o.ep);
   out["search"]["etp"] = IntsToJson(o.etp);

@@ -373,7 +373,26 @@ absl::Status TrainingSpec::Validate() const {
                      ") applies only with training.moe_routing capacity (training.moe_routing is ",
                      ToString(moe_routing), ")"));
   }
+  if (recompute_modules.empty()) {
+    return absl::InvalidArgumentError(
+        "training.recompute_modules must name at least one module; to recompute nothing, set "
+        "search.recompute: [none]");
+  }
+  for (size_t i = 0; i < recompute_modules.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (recompute_modules[j] == recompute_modules[i]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("training.recompute_modules[", i, "] (", ToString(recompute_modules[i]),
+                         ") repeats training.recompute_modules[", j, "]: each module once"));
+      }
+    }
+  }
   return absl::OkStatus();
+}
+
+bool TrainingSpec::Recomputes(RecomputeModule module) const {
+  return std::find(recompute_modules.begin(), recompute_modules.end(), module) !=
+         recompute_modules.end();
 }
 
 int64_t ClusterSpec::NvlinkDomain() const {
@@ -505,6 +524,25 @@ absl::Status JobSpec::Validate() const {
                      absl::StrJoin(DeviceNames(), ", ")));
   }
   if (auto s = CheckDeviceSupports(*device, training.precision); !s.ok()) return s;
+  for (size_t i = 0; i < training.recompute_modules.size(); ++i) {
+    const RecomputeModule r = training.recompute_modules[i];
+    const bool expert_module = r == RecomputeModule::kMoe || r == RecomputeModule::kMoeAct ||
+                               r == RecomputeModule::kSharedExperts;
+    const char* missing = nullptr;
+    if (expert_module && model.num_experts <= 1) missing = "the model has no expert layers";
+    if (r == RecomputeModule::kSharedExperts && model.num_experts > 1 &&
+        model.num_shared_experts == 0) {
+      missing = "the model has no shared experts";
+    }
+    if (r == RecomputeModule::kMlaUpProj && model.attention != AttentionType::kMla) {
+      missing = "the model's attention is not mla";
+    }
+    if (missing != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("training.recompute_modules[", i, "] (",
+                                                     ToString(r), ") has nothing to recompute: ",
+                                                     missing));
+    }
+  }
 
   const double tokens_x_hidden = static_cast<double>(training.seq_length) *
                                  static_cast<double>(training.global_batch_size) *
@@ -575,6 +613,12 @@ absl::Status JobSpec::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "search.mode profile is not supported for mixture-of-experts models (model.num_experts ",
         model.num_experts, "): use search.mode model"));
+  }
+  if (search.mode == SearchMode::kProfile &&
+      training.recompute_modules != std::vector<RecomputeModule>{RecomputeModule::kCoreAttn}) {
+    return absl::InvalidArgumentError(
+        "training.recompute_modules other than [core_attn] are not supported with search.mode "
+        "profile (the workers' layer tasks recompute the attention core): use search.mode model");
   }
   if (model.num_experts <= 1) {
     for (const auto& [field, values] :

@@ -92,6 +92,12 @@ struct TrainingSpec {
   MoeRouting moe_routing = MoeRouting::kBalanced;
   /// Tokens an expert takes, as a multiple of the mean (moe_routing capacity; 0 = unset).
   double moe_capacity_factor = 0;
+  /// What layouts with selective recompute rerun in backward (Megatron-Core's
+  /// --recompute-modules; by default the attention core alone). Never empty: layouts that
+  /// recompute nothing have recompute none.
+  std::vector<RecomputeModule> recompute_modules = {RecomputeModule::kCoreAttn};
+  /// True when `module` is in recompute_modules.
+  bool Recomputes(RecomputeModule module) const;
 
   absl::Status Validate() const;
 };

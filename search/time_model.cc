@@ -297,6 +297,7 @@ void AddContextParallelComm(const LayerDims& d, const PassSeconds& core,
 // GEMMs, router, permutation, dispatch and combine, with the ETP collectives.
 struct ExpertPhases {
   double forward = 0, backward = 0;            ///< Compute.
+  double activation_forward = 0;               ///< The activation function, forward.
   double forward_comm = 0, backward_comm = 0;  ///< Dispatch/combine and ETP, exposed.
   double backward_hidden = 0;                  ///< Communication hidden behind the backward.
 };
@@ -334,7 +335,8 @@ ExpertPhases ExpertLayerPhases(const JobSpec& spec, const ParallelConfig& c,
   out.backward = grouped(per_expert, h, fc1_width / etp) + grouped(per_expert, f / etp, h) + wgrad;
   // The activation function (read fc1_width, write f per row), 1.5x in the backward.
   const double act_bytes = e * rows * (fc1_width + f) / etp;
-  out.forward += StreamSeconds(device, act_bytes) + launch;
+  out.activation_forward = StreamSeconds(device, act_bytes) + launch;
+  out.forward += out.activation_forward;
   out.backward += StreamSeconds(device, 1.5 * act_bytes) + 2 * launch;
   // Router: the [tokens x h] x [h x E] GEMM, softmax/sigmoid and top-k over FP32 scores
   // (memory-bound: write and read the logits and probabilities).
@@ -796,9 +798,29 @@ LayerTime EstimateLayerTime(const ModelSpec& model, const TrainingSpec& training
       out.recompute = out.forward_compute + out.forward_cp_comm;
       out.recompute_tp_comm = out.forward_tp_comm;
       break;
-    case Recompute::kSelective:
-      out.recompute = core.forward;
+    case Recompute::kSelective: {
+      const SelectiveModules rerun = SelectiveModules::Of(training);
+      if (rerun.core_attn) out.recompute += core.forward;
+      if (rerun.layernorm) {
+        // Both norms again: read the layer's (or the attention block's) output, write x.
+        out.recompute += StreamSeconds(device, 4.0 * d.e * d.tokens * d.h / d.sp) +
+                         2 * device.kernel_launch_s;
+      }
+      if (rerun.mlp && d.f > 0) {
+        // FC1, the activation function and FC2 again, with the MLP's share of the forward's
+        // tensor-parallel collectives (one of the two).
+        out.recompute += linear.fc1_fwd + linear.fc2_fwd +
+                         StreamSeconds(device, d.e * d.tokens * (d.fc1_width + d.f) / d.t) +
+                         device.kernel_launch_s;
+        out.recompute_tp_comm += 0.5 * out.forward_tp_comm;
+      }
+      if (rerun.mla_up_proj && model.attention == AttentionType::kMla) {
+        // The query and key/value up-projections; counted as the whole QKV GEMM time (its
+        // down-projections are small beside them).
+        out.recompute += linear.qkv_fwd;
+      }
       break;
+    }
     case Recompute::kNone:
       break;
   }
@@ -810,8 +832,14 @@ LayerTime EstimateExpertLayerTime(const JobSpec& spec, const ParallelConfig& con
   // Attention, norms and the shared experts (a tensor-parallel MLP of their total width).
   ModelSpec shared = spec.model;
   shared.ffn_hidden_size = spec.model.num_shared_experts * SharedExpertFfn(spec.model);
+  // Selective recompute of that dense part: its MLP is the shared experts.
+  TrainingSpec dense_part = spec.training;
+  std::erase(dense_part.recompute_modules, RecomputeModule::kMlp);
+  if (spec.training.Recomputes(RecomputeModule::kSharedExperts)) {
+    dense_part.recompute_modules.push_back(RecomputeModule::kMlp);
+  }
   LayerTime out =
-      EstimateLayerTime(shared, spec.training, config, device, spec.cluster.gpus_per_node);
+      EstimateLayerTime(shared, dense_part, config, device, spec.cluster.gpus_per_node);
   const ExpertPhases experts = ExpertLayerPhases(spec, config, device);
   out.forward_compute += experts.forward;
   out.backward_compute += experts.backward + device.comm_overlap_slowdown * experts.backward_hidden;
@@ -823,6 +851,14 @@ LayerTime EstimateExpertLayerTime(const JobSpec& spec, const ParallelConfig& con
       out.recompute_ep_comm = out.forward_ep_comm;
       break;
     case Recompute::kSelective:
+      if (spec.training.Recomputes(RecomputeModule::kMoe)) {
+        // The whole expert block again: router, permutation, dispatch, experts, combine.
+        out.recompute += experts.forward;
+        out.recompute_ep_comm = experts.forward_comm;
+      } else if (spec.training.Recomputes(RecomputeModule::kMoeAct)) {
+        out.recompute += experts.activation_forward;
+      }
+      break;
     case Recompute::kNone:
       break;
   }

@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "search/device_catalog.h"
 #include "search/model_math.h"
 #include "search/presets.h"
@@ -121,6 +122,27 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
     c.recompute = absl::StartsWith(rc, "full")        ? Recompute::kFull
                   : absl::StartsWith(rc, "selective") ? Recompute::kSelective
                                                       : Recompute::kNone;
+    if (c.recompute == Recompute::kSelective) {
+      // "selective: layernorm, moe" names Megatron-Core's --recompute-modules ("norm" and
+      // "act" in the model zoo's shorthand are layernorm and moe_act); an explicit empty
+      // list recomputes nothing.
+      std::vector<RecomputeModule> modules;
+      const size_t colon = rc.find(':');
+      if (colon != std::string::npos) {
+        for (absl::string_view name : absl::StrSplit(rc.substr(colon + 1), ',')) {
+          name = absl::StripAsciiWhitespace(name);
+          if (name == "norm") name = "layernorm";
+          if (name == "act") name = "moe_act";
+          absl::StatusOr<RecomputeModule> m = ParseRecomputeModule(name);
+          if (m.ok()) modules.push_back(*m);
+        }
+      }
+      if (absl::StrContains(rc, "empty list")) {
+        c.recompute = Recompute::kNone;
+      } else if (!modules.empty()) {
+        spec.training.recompute_modules = modules;
+      }
+    }
     c.data_parallel_sharding =
         c.dp * c.cp > 1 ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
     c.ep = Int(r, "ep", 1);

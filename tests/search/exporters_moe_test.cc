@@ -86,6 +86,22 @@ TEST(ExportersMoeTest, RoutingModes) {
   EXPECT_EQ(args.count("--moe-expert-capacity-factor"), 0u);
 }
 
+TEST(ExportersMoeTest, RecomputeModules) {
+  JobSpec spec = DeepSeekV3Spec();
+  ParallelConfig c = DeepSeekLayout();
+  c.recompute = Recompute::kSelective;
+  // Megatron's default (the attention core) needs no flag.
+  EXPECT_EQ(ArgMap(spec, c).count("--recompute-modules"), 0u);
+  spec.training.recompute_modules = {RecomputeModule::kLayernorm, RecomputeModule::kMoe};
+  EXPECT_EQ(ArgMap(spec, c)["--recompute-modules"], "layernorm moe");
+  absl::StatusOr<std::string> nemo = NemoConfigOverride(spec, c);
+  ASSERT_TRUE(nemo.ok()) << nemo.status();
+  EXPECT_NE(nemo->find("  recompute_modules: [layernorm, moe]\n"), std::string::npos) << *nemo;
+  // Only selective recompute takes the modules.
+  c.recompute = Recompute::kNone;
+  EXPECT_EQ(ArgMap(spec, c).count("--recompute-modules"), 0u);
+}
+
 TEST(ExportersMoeTest, DenseModelsGetNoExpertArguments) {
   JobSpec spec = DeepSeekV3Spec();
   spec.model = *FindPreset("llama3-8b");

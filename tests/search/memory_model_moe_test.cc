@@ -97,6 +97,52 @@ TEST(MoeMemoryTest, ExpertLayerActivationsByHand) {
   EXPECT_DOUBLE_EQ(ExpertLayerActivationBytes(m, p, 1.0), 2 * tokens * h);
 }
 
+TEST(MoeMemoryTest, SelectiveRecomputeModulesDropTheirTensors) {
+  // Mixtral 8x7B, one rank, s 4096, b 1, BF16, flash attention, no dropout, selective.
+  ModelSpec m = *FindPreset("mixtral-8x7b");
+  LayerActivationParams p;
+  p.seq_length = 4096;
+  p.flash_attention = true;
+  p.dropout = false;
+  p.bytes_per_element = 2;
+  p.parallel.recompute = Recompute::kSelective;
+  const double tokens = 4096, h = 4096, f = 14336, k = 2, a = 32;
+  const double core_attn_only = ExpertLayerActivationBytes(m, p, 1.0);
+  // Without the attention core among the modules its FP32 log-sum-exp statistics stay.
+  p.selective.core_attn = false;
+  EXPECT_DOUBLE_EQ(ExpertLayerActivationBytes(m, p, 1.0) - core_attn_only, 4 * a * tokens);
+  p.selective.core_attn = true;
+  // layernorm: the two norms' outputs (QKV's and the router's input), 2h bytes per token each.
+  p.selective.layernorm = true;
+  EXPECT_DOUBLE_EQ(core_attn_only - ExpertLayerActivationBytes(m, p, 1.0), 2 * 2 * tokens * h);
+  p.selective.layernorm = false;
+  // moe_act: the experts' FC2 input, 2f bytes per routed copy.
+  p.selective.moe_act = true;
+  EXPECT_DOUBLE_EQ(core_attn_only - ExpertLayerActivationBytes(m, p, 1.0), tokens * k * 2 * f);
+  // moe: every routed copy's tensors and the router's, as in the by-hand test above.
+  p.selective.moe = true;
+  const double routed = tokens * k * (2 * h + 4 * f + 2 * f + 2 * h) + tokens * 8 * 9;
+  EXPECT_DOUBLE_EQ(core_attn_only - ExpertLayerActivationBytes(m, p, 1.0), routed);
+}
+
+TEST(MoeMemoryTest, SelectiveMlpRecomputeKeepsOnlyTheMlpInput) {
+  // GPT-3 1.7B (h 2304, f 9216, GeLU), tp 2 with SP, s 2048, b 1, BF16, flash, no dropout.
+  JobSpec spec;
+  spec.model = *FindPreset("gpt3-1.7b");
+  spec.training.seq_length = 2048;
+  ParallelConfig c;
+  c.tp = 2;
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kSelective;
+  const double base = LayerActivationBytes(spec.model, ActivationParamsFor(spec.model,
+                                                                           spec.training, c));
+  spec.training.recompute_modules = {RecomputeModule::kCoreAttn, RecomputeModule::kMlp};
+  const double mlp = LayerActivationBytes(spec.model, ActivationParamsFor(spec.model,
+                                                                          spec.training, c));
+  // The GeLU input and FC2 input, s*f each at 2 bytes, split over tp.
+  EXPECT_DOUBLE_EQ(base - mlp, 2.0 * 2 * 2048 * 9216 / 2);
+}
+
 TEST(MoeMemoryTest, RoutingLoad) {
   JobSpec spec = DeepSeekV3Spec();
   ParallelConfig c = DeepSeekLayout(64);

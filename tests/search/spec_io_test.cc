@@ -144,6 +144,13 @@ TEST(SpecIoTest, WrongTypesNameTheField) {
   j["search"] = {{"recompute", {"selective", "most"}}};
   EXPECT_THAT(ErrorOf(j), HasSubstr("search.recompute[1]: unknown recompute 'most'"));
   j = MinimalSpec();
+  j["training"]["recompute_modules"] = {"core_attn", "norm"};
+  EXPECT_EQ(ErrorOf(j), "training.recompute_modules[1]: unknown recompute module 'norm' (expected "
+                        "core_attn, layernorm, mlp, moe_act, moe, shared_experts, mla_up_proj)");
+  j = MinimalSpec();
+  j["training"]["recompute_modules"] = json::array();
+  EXPECT_THAT(ErrorOf(j), HasSubstr("training.recompute_modules must name at least one module"));
+  j = MinimalSpec();
   j["cluster"]["memory_gib"] = "80GB";
   EXPECT_EQ(ErrorOf(j), "cluster.memory_gib must be a number, got \"80GB\"");
   j = MinimalSpec();
@@ -289,6 +296,13 @@ TEST(SpecIoTest, CanonicalJsonRoundTrips) {
   EXPECT_EQ(JobSpecToJson(*again), canonical);
   EXPECT_EQ(canonical["search"]["recompute"], json({"full"}));
   EXPECT_EQ(canonical["model"]["num_query_groups"], 4);
+  // Megatron-Core's default modules when none are named; a named list (or a scalar) as given.
+  EXPECT_EQ(canonical["training"]["recompute_modules"], json({"core_attn"}));
+  j["training"]["recompute_modules"] = "mlp";
+  auto mlp = JobSpecFromJson(j);
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  EXPECT_EQ(JobSpecToJson(*mlp)["training"]["recompute_modules"], json({"mlp"}));
+  EXPECT_EQ(JobSpecToJson(*JobSpecFromJson(JobSpecToJson(*mlp))), JobSpecToJson(*mlp));
 }
 
 // Megatron-LM's --max-position-embeddings defaults to --seq-length, and a learned table needs

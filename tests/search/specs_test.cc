@@ -151,6 +151,29 @@ TEST(SpecsTest, TrainingRules) {
             "training.global_batch_size (-8) must be positive");
   EXPECT_THAT(Violation([](JobSpec& s) { s.training.total_tokens = -1; }),
               HasSubstr("training.total_tokens (-1) must not be negative"));
+  EXPECT_EQ(Violation([](JobSpec& s) {
+              s.training.recompute_modules = {RecomputeModule::kCoreAttn,
+                                              RecomputeModule::kLayernorm,
+                                              RecomputeModule::kCoreAttn};
+            }),
+            "training.recompute_modules[2] (core_attn) repeats training.recompute_modules[0]: "
+            "each module once");
+  EXPECT_THAT(Violation([](JobSpec& s) { s.training.recompute_modules.clear(); }),
+              HasSubstr("set search.recompute: [none]"));
+  EXPECT_EQ(Violation([](JobSpec& s) {
+              s.training.recompute_modules = {RecomputeModule::kMoeAct};
+            }),
+            "training.recompute_modules[0] (moe_act) has nothing to recompute: the model has no "
+            "expert layers");
+  EXPECT_THAT(Violation([](JobSpec& s) {
+                s.training.recompute_modules = {RecomputeModule::kMlaUpProj};
+              }),
+              HasSubstr("the model's attention is not mla"));
+  EXPECT_THAT(Violation([](JobSpec& s) {
+                s.training.recompute_modules = {RecomputeModule::kMlp};
+                s.search.mode = SearchMode::kProfile;
+              }),
+              HasSubstr("not supported with search.mode profile"));
 }
 
 TEST(SpecsTest, ClusterRules) {

@@ -83,6 +83,30 @@ TEST(MoeTimeTest, ExpertLayerAddsDispatchAndExpertCompute) {
   EXPECT_LT(flex.backward_ep_comm, ep64.backward_ep_comm);
 }
 
+TEST(MoeTimeTest, SelectiveRecomputeOfTheExpertBlockRerunsItsForward) {
+  JobSpec spec = DeepSeekV3Spec();
+  const DeviceProfile h100 = *FindDevice("h100-sxm-80gb");
+  ParallelConfig c = Layout(8);
+  c.recompute = Recompute::kSelective;
+  const LayerTime core_attn = EstimateExpertLayerTime(spec, c, h100);
+  EXPECT_EQ(core_attn.recompute_ep_comm, 0);
+  spec.training.recompute_modules = {RecomputeModule::kCoreAttn, RecomputeModule::kMoe};
+  const LayerTime moe = EstimateExpertLayerTime(spec, c, h100);
+  // The dispatch and combine again, and the router, permutation and experts' forward: the
+  // expert layer's forward less its dense part's.
+  EXPECT_DOUBLE_EQ(moe.recompute_ep_comm, moe.forward_ep_comm);
+  ModelSpec dense_part = spec.model;
+  dense_part.ffn_hidden_size = spec.model.num_shared_experts * SharedExpertFfn(spec.model);
+  const LayerTime dense = EstimateLayerTime(dense_part, spec.training, c, h100, 8);
+  EXPECT_NEAR(moe.recompute - core_attn.recompute,
+              moe.forward_compute - dense.forward_compute, 1e-12);
+  // moe_act alone reruns only the activation function: far less than the block.
+  spec.training.recompute_modules = {RecomputeModule::kCoreAttn, RecomputeModule::kMoeAct};
+  const LayerTime act = EstimateExpertLayerTime(spec, c, h100);
+  EXPECT_GT(act.recompute, core_attn.recompute);
+  EXPECT_LT(act.recompute - core_attn.recompute, 0.2 * (moe.recompute - core_attn.recompute));
+}
+
 TEST(MoeTimeTest, IterationNeedsTheExpertLayerAndExplainsThePlacement) {
   const JobSpec spec = DeepSeekV3Spec();
   const DeviceProfile h100 = *FindDevice("h100-sxm-80gb");
