@@ -12,10 +12,11 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <regex>
+#include <initializer_list>
 #include <set>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -26,21 +27,45 @@ namespace {
 
 using nlohmann::json;
 
-/// A plain (unquoted) scalar typed by the YAML 1.2 core schema.
+bool IsDigits(absl::string_view s, bool (*digit)(char)) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), digit);
+}
+bool Decimal(char c) { return c >= '0' && c <= '9'; }
+bool Octal(char c) { return c >= '0' && c <= '7'; }
+bool Hex(char c) { return absl::ascii_isxdigit(static_cast<unsigned char>(c)); }
+absl::string_view WithoutSign(absl::string_view s) {
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
+  return s;
+}
+bool OneOf(absl::string_view s, std::initializer_list<absl::string_view> names) {
+  return std::find(names.begin(), names.end(), s) != names.end();
+}
+
+/// [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
+bool IsCoreFloat(absl::string_view s) {
+  s = WithoutSign(s);
+  size_t i = 0;
+  while (i < s.size() && Decimal(s[i])) ++i;
+  const size_t whole = i;
+  size_t fraction = 0;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    while (i < s.size() && Decimal(s[i])) ++i, ++fraction;
+  }
+  if (whole == 0 && fraction == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    return IsDigits(WithoutSign(s.substr(i + 1)), Decimal);
+  }
+  return i == s.size();
+}
+
+/// A plain (unquoted) scalar typed by the YAML 1.2 core schema (matched by hand: a spec's
+/// scalars are typed in linear time, whatever their length).
 json PlainScalar(const std::string& s) {
-  static const std::regex kNull("null|Null|NULL|~|");
-  static const std::regex kTrue("true|True|TRUE");
-  static const std::regex kFalse("false|False|FALSE");
-  static const std::regex kInt("[-+]?[0-9]+");
-  static const std::regex kHex("0x[0-9a-fA-F]+");
-  static const std::regex kOct("0o[0-7]+");
-  static const std::regex kFloat("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
-  static const std::regex kInf("[-+]?\\.(inf|Inf|INF)");
-  static const std::regex kNan("\\.(nan|NaN|NAN)");
-  if (std::regex_match(s, kNull)) return nullptr;
-  if (std::regex_match(s, kTrue)) return true;
-  if (std::regex_match(s, kFalse)) return false;
-  if (std::regex_match(s, kInt)) {
+  if (OneOf(s, {"null", "Null", "NULL", "~", ""})) return nullptr;
+  if (OneOf(s, {"true", "True", "TRUE"})) return true;
+  if (OneOf(s, {"false", "False", "FALSE"})) return false;
+  if (IsDigits(WithoutSign(s), Decimal)) {
     int64_t i = 0;
     if (absl::SimpleAtoi(s, &i)) return i;
     uint64_t u = 0;
@@ -48,22 +73,24 @@ json PlainScalar(const std::string& s) {
     // Beyond 64 bits: keep the magnitude so that validation can say it is out of range.
     return std::strtod(s.c_str(), nullptr);
   }
-  if (std::regex_match(s, kHex) || std::regex_match(s, kOct)) {
+  const absl::string_view digits = absl::string_view(s).substr(std::min<size_t>(2, s.size()));
+  if (absl::StartsWith(s, "0x") && IsDigits(digits, Hex)) {
     uint64_t u = 0;
-    if (absl::SimpleHexAtoi(s.substr(2), &u) && s[1] == 'x') return u;
-    if (s[1] == 'o') {
-      errno = 0;
-      const unsigned long long v = std::strtoull(s.c_str() + 2, nullptr, 8);
-      if (errno == 0) return static_cast<uint64_t>(v);
-    }
+    if (absl::SimpleHexAtoi(digits, &u)) return u;
     return s;
   }
-  if (std::regex_match(s, kFloat)) return std::strtod(s.c_str(), nullptr);
-  if (std::regex_match(s, kInf)) {
+  if (absl::StartsWith(s, "0o") && IsDigits(digits, Octal)) {
+    errno = 0;
+    const unsigned long long v = std::strtoull(s.c_str() + 2, nullptr, 8);
+    if (errno == 0) return static_cast<uint64_t>(v);
+    return s;
+  }
+  if (IsCoreFloat(s)) return std::strtod(s.c_str(), nullptr);
+  if (OneOf(WithoutSign(s), {".inf", ".Inf", ".INF"})) {
     return s[0] == '-' ? -std::numeric_limits<double>::infinity()
                        : std::numeric_limits<double>::infinity();
   }
-  if (std::regex_match(s, kNan)) return std::numeric_limits<double>::quiet_NaN();
+  if (OneOf(s, {".nan", ".NaN", ".NAN"})) return std::numeric_limits<double>::quiet_NaN();
   return s;
 }
 

@@ -14,6 +14,18 @@ Link GroupLink(const DeviceProfile& device, int64_t size, int64_t stride,
   return {device.network_bandwidth, device.network_latency_s};
 }
 
+Link RingLink(const DeviceProfile& device, int64_t size, int64_t stride, int64_t gpus_per_node) {
+  const int64_t span = size * stride;
+  if (span <= gpus_per_node && gpus_per_node % span == 0) {
+    return GroupLink(device, size, stride, gpus_per_node);
+  }
+  const int64_t per_node = std::clamp<int64_t>(gpus_per_node / std::max<int64_t>(stride, 1), 1,
+                                               std::max<int64_t>(size, 1));
+  const double rails = static_cast<double>(per_node) * device.network_bandwidth;
+  return {std::max(device.network_bandwidth, std::min(device.nvlink_bandwidth, rails)),
+          device.network_latency_s};
+}
+
 double AllReduceSeconds(double bytes, int64_t ranks, const Link& link) {
   if (ranks <= 1 || bytes <= 0) return 0;
   const double k = static_cast<double>(ranks);

