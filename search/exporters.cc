@@ -272,6 +272,7 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
   // when Megatron is told to overlap the reduce; the plan assumes what the export says.
   if (c.overlap_grad_reduce && c.dp * c.cp > 1) add("--overlap-grad-reduce");
   if (c.tp_comm_overlap) add("--tp-comm-overlap");
+  if (!c.overlap_p2p_comm && c.pp > 1 && c.vp > 1) add("--no-overlap-p2p-communication");
 
   add("--num-layers", absl::StrCat(m.num_layers));
   add("--hidden-size", absl::StrCat(m.hidden_size));

@@ -315,8 +315,16 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
   c.pp = shape.pp;
   c.dp = shape.dp;
   c.cp = shape.cp;
-  // tp_comm_overlap stays at Megatron-LM's default (off): the exported arguments do not
-  // turn it on, so the plan must not assume it.
+  // The overlaps default to what the exported arguments run (tp_comm_overlap off, the
+  // others on); a flag with nothing to overlap in a layout takes its first allowed value.
+  const auto overlaps = [](const std::vector<bool>& allowed, bool framework_default,
+                           bool matters) -> std::vector<bool> {
+    if (allowed.empty()) return {framework_default};
+    if (!matters) return {allowed[0]};
+    return allowed;
+  };
+  const std::vector<bool> grad_reduce_overlaps =
+      overlaps(opt.overlap_grad_reduce, true, shape.dp * shape.cp > 1);
   for (int64_t vp : vps) {
     c.vp = vp;
     // The embedding/loss-aware split only where the plain one is impossible.
@@ -325,6 +333,17 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
       c.micro_batch_size = mb;
       for (bool sp : sps) {
         c.sequence_parallel = sp;
+        // Transformer Engine's TP overlap pipelines the SP collectives: without SP a layout
+        // has none (and TP 1 nothing to overlap).
+        const bool only_overlapped =
+            !opt.tp_comm_overlap.empty() &&
+            std::find(opt.tp_comm_overlap.begin(), opt.tp_comm_overlap.end(), false) ==
+                opt.tp_comm_overlap.end();
+        if (!sp && shape.tp > 1 && only_overlapped) continue;
+        const std::vector<bool> tp_overlaps =
+            sp ? overlaps(opt.tp_comm_overlap, false, true) : std::vector<bool>{false};
+        const std::vector<bool> p2p_overlaps =
+            overlaps(opt.overlap_p2p_comm, true, shape.pp > 1 && vp > 1);
         for (const auto& [rc, rl] : recomputes) {
           c.recompute = rc;
           c.recompute_num_layers = rc == Recompute::kFull ? rl : 0;
@@ -335,7 +354,16 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
               c.ep = x.ep;
               c.etp = x.etp;
               c.moe_token_dispatcher = x.dispatcher;
-              visit(c);
+              for (bool tp_overlap : tp_overlaps) {
+                c.tp_comm_overlap = tp_overlap;
+                for (bool grad_overlap : grad_reduce_overlaps) {
+                  c.overlap_grad_reduce = grad_overlap;
+                  for (bool p2p_overlap : p2p_overlaps) {
+                    c.overlap_p2p_comm = p2p_overlap;
+                    visit(c);
+                  }
+                }
+              }
             }
           }
         }

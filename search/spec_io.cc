@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -575,7 +577,10 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
                           "etp",
                           "moe_token_dispatcher",
                           "data_parallel_sharding",
-                          "shard_group_size"});
+                          "shard_group_size",
+                          "tp_comm_overlap",
+                          "overlap_grad_reduce",
+                          "overlap_p2p_comm"});
       !s.ok()) {
     return s;
   }
@@ -594,6 +599,12 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
   }
   if (auto s = ReadList(obj, sec, "sequence_parallel", AsBool, &o->sequence_parallel); !s.ok()) {
     return s;
+  }
+  for (const auto& [key, list] : {std::pair<const char*, std::vector<bool>*>{
+                                      "tp_comm_overlap", &o->tp_comm_overlap},
+                                  {"overlap_grad_reduce", &o->overlap_grad_reduce},
+                                  {"overlap_p2p_comm", &o->overlap_p2p_comm}}) {
+    if (auto s = ReadList(obj, sec, key, AsBool, list); !s.ok()) return s;
   }
   if (auto s = ReadDataParallelSharding(obj, sec, o); !s.ok()) return s;
   if (auto s = ReadList(obj, sec, "recompute", AsRecompute, &o->recompute); !s.ok()) return s;
@@ -737,6 +748,9 @@ json JobSpecToJson(const JobSpec& spec) {
                     {"vp", IntsToJson(o.vp)},
                     {"micro_batch_size", IntsToJson(o.micro_batch_size)},
                     {"sequence_parallel", BoolsToJson(o.sequence_parallel)},
+                    {"tp_comm_overlap", BoolsToJson(o.tp_comm_overlap)},
+                    {"overlap_grad_reduce", BoolsToJson(o.overlap_grad_reduce)},
+                    {"overlap_p2p_comm", BoolsToJson(o.overlap_p2p_comm)},
                     {"recompute", recompute},
                     {"recompute_num_layers", IntsToJson(o.recompute_num_layers)},
                     {"data_parallel_sharding", sharding},
@@ -847,6 +861,18 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
     return unpinned("moe_token_dispatcher", o.moe_token_dispatcher.size());
   }
   c.shard_group_size = o.shard_group_size;
+  // Overlaps: one value pins the flag; none keeps the default.
+  for (const auto& [key, list, flag] :
+       {std::tuple<const char*, const std::vector<bool>*, bool*>{
+            "tp_comm_overlap", &o.tp_comm_overlap, &c.tp_comm_overlap},
+        {"overlap_grad_reduce", &o.overlap_grad_reduce, &c.overlap_grad_reduce},
+        {"overlap_p2p_comm", &o.overlap_p2p_comm, &c.overlap_p2p_comm}}) {
+    if (list->size() == 1) {
+      *flag = (*list)[0];
+    } else if (!list->empty()) {
+      return unpinned(key, list->size());
+    }
+  }
   return c;
 }
 

@@ -457,7 +457,10 @@ absl::Status SearchOptions::Validate() const {
       {"search.ep", ep.size()},
       {"search.etp", etp.size()},
       {"search.moe_token_dispatcher", moe_token_dispatcher.size()},
-      {"search.data_parallel_sharding", data_parallel_sharding.size()}};
+      {"search.data_parallel_sharding", data_parallel_sharding.size()},
+      {"search.tp_comm_overlap", tp_comm_overlap.size()},
+      {"search.overlap_grad_reduce", overlap_grad_reduce.size()},
+      {"search.overlap_p2p_comm", overlap_p2p_comm.size()}};
   for (const auto& [field, entries] : lengths) {
     if (auto s = CheckListLength(field, entries); !s.ok()) return s;
   }
@@ -474,6 +477,13 @@ absl::Status SearchOptions::Validate() const {
   }
   if (auto s = CheckNoDuplicates("search.sequence_parallel", sequence_parallel); !s.ok()) {
     return s;
+  }
+  for (const auto& [field, values] :
+       {std::pair<const char*, const std::vector<bool>*>{"search.tp_comm_overlap",
+                                                         &tp_comm_overlap},
+        {"search.overlap_grad_reduce", &overlap_grad_reduce},
+        {"search.overlap_p2p_comm", &overlap_p2p_comm}}) {
+    if (auto s = CheckNoDuplicates(field, *values); !s.ok()) return s;
   }
   if (auto s = CheckNoDuplicates("search.data_parallel_sharding", data_parallel_sharding);
       !s.ok()) {

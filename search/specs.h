@@ -141,6 +141,11 @@ struct SearchOptions {
   /// HSDP shard group (ranks); 0 = the whole dp*cp group. Layouts whose dp*cp it does not
   /// divide are skipped.
   int64_t shard_group_size = 0;
+  // ---- Communication overlaps ----
+  /// Values of ParallelConfig's overlap flags to try: Megatron-Core's --tp-comm-overlap
+  /// (needs sequence parallelism), --overlap-grad-reduce and --overlap-p2p-communication.
+  /// Empty = the framework defaults the exports use: off, on, on.
+  std::vector<bool> tp_comm_overlap, overlap_grad_reduce, overlap_p2p_comm;
 
   absl::Status Validate() const;
 };

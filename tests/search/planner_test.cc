@@ -309,6 +309,68 @@ TEST(PlannerTest, ListedShardingIsSearched) {
   }
 }
 
+// search.tp_comm_overlap [false, true] doubles exactly the sequence-parallel layouts of the
+// tiny grid, search.overlap_grad_reduce [true, false] those with dp*cp > 1, and
+// search.overlap_p2p_comm [true, false] the interleaved ones; an overlapped layout is never
+// slower than the same layout without the overlap.
+TEST(PlannerTest, ListedOverlapsAreSearched) {
+  JobSpec spec;
+  spec.model.name = "tiny";
+  spec.model.num_layers = 4;
+  spec.model.hidden_size = 256;
+  spec.model.num_attention_heads = 4;
+  spec.model.num_query_groups = 4;
+  spec.model.ffn_hidden_size = 1024;
+  spec.model.vocab_size = 1000;
+  spec.training.seq_length = 512;
+  spec.training.global_batch_size = 8;
+  spec.cluster.gpu = "a100-80gb";
+  spec.cluster.num_gpus = 4;
+  spec.cluster.gpus_per_node = 4;
+  spec.search.recompute = {Recompute::kNone};
+  spec.search.top_k = 1000;
+  absl::StatusOr<PlanResult> base = Plan(spec);
+  ASSERT_TRUE(base.ok()) << base.status();
+  int64_t sp = 0, dp = 0, interleaved = 0;
+  auto count = [&](const ParallelConfig& c) {
+    sp += c.sequence_parallel ? 1 : 0;
+    dp += c.dp * c.cp > 1 ? 1 : 0;
+    interleaved += c.pp > 1 && c.vp > 1 ? 1 : 0;
+    EXPECT_FALSE(c.tp_comm_overlap);
+    EXPECT_TRUE(c.overlap_grad_reduce);
+    EXPECT_TRUE(c.overlap_p2p_comm);
+  };
+  for (const RankedConfig& r : base->ranked) count(r.config);
+  for (const RejectedConfig& r : base->rejected) count(r.config);
+  ASSERT_GT(sp, 0);
+  ASSERT_GT(dp, 0);
+  ASSERT_GT(interleaved, 0);
+
+  JobSpec tp = spec;
+  tp.search.tp_comm_overlap = {false, true};
+  EXPECT_EQ(Plan(tp)->candidates_considered, base->candidates_considered + sp);
+  JobSpec grad = spec;
+  grad.search.overlap_grad_reduce = {true, false};
+  EXPECT_EQ(Plan(grad)->candidates_considered, base->candidates_considered + dp);
+  JobSpec p2p = spec;
+  p2p.search.overlap_p2p_comm = {true, false};
+  EXPECT_EQ(Plan(p2p)->candidates_considered, base->candidates_considered + interleaved);
+
+  // Pinned to on: TP > 1 without SP has no TP overlap to run and is not a candidate.
+  JobSpec on = spec;
+  on.search.tp_comm_overlap = {true};
+  absl::StatusOr<PlanResult> overlapped = Plan(on);
+  ASSERT_TRUE(overlapped.ok()) << overlapped.status();
+  for (const RankedConfig& r : overlapped->ranked) {
+    EXPECT_TRUE(r.config.tp == 1 || r.config.tp_comm_overlap) << r.config.ToString();
+    ParallelConfig plain = r.config;
+    plain.tp_comm_overlap = false;
+    absl::StatusOr<RankedConfig> without = Estimate(spec, plain);
+    ASSERT_TRUE(without.ok()) << without.status();
+    EXPECT_LE(r.iteration_time_s, without->iteration_time_s) << r.config.ToString();
+  }
+}
+
 // The full grid of GPT-3 175B on 1024 A100s, as bench/model/search_speed prints it.
 TEST(PlannerTest, FullGridOfGpt175bOn1024Gpus) {
   JobSpec spec = Gpt175b(1024);

@@ -303,6 +303,17 @@ TEST(SpecIoTest, CanonicalJsonRoundTrips) {
   ASSERT_TRUE(mlp.ok()) << mlp.status();
   EXPECT_EQ(JobSpecToJson(*mlp)["training"]["recompute_modules"], json({"mlp"}));
   EXPECT_EQ(JobSpecToJson(*JobSpecFromJson(JobSpecToJson(*mlp))), JobSpecToJson(*mlp));
+  // The overlap lists: empty by default, as given otherwise, a scalar as one entry.
+  EXPECT_EQ(canonical["search"]["tp_comm_overlap"], json::array());
+  j["search"]["tp_comm_overlap"] = {false, true};
+  j["search"]["overlap_grad_reduce"] = false;
+  auto overlaps = JobSpecFromJson(j);
+  ASSERT_TRUE(overlaps.ok()) << overlaps.status();
+  EXPECT_EQ(overlaps->search.tp_comm_overlap, (std::vector<bool>{false, true}));
+  EXPECT_EQ(overlaps->search.overlap_grad_reduce, std::vector<bool>{false});
+  EXPECT_EQ(JobSpecToJson(*JobSpecFromJson(JobSpecToJson(*overlaps))), JobSpecToJson(*overlaps));
+  j["search"]["overlap_p2p_comm"] = {true, true};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("search.overlap_p2p_comm"));
 }
 
 // Megatron-LM's --max-position-embeddings defaults to --seq-length, and a learned table needs
