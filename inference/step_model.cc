@@ -320,8 +320,9 @@ double StepModel::BusiestGroupExperts(double rows) const {
   const double mean = reached / ep;
   const double variance =
       reached / ep * (1 - 1 / ep) * (experts_ - reached) / std::max(experts_ - 1, 1.0);
-  return std::min(
-      {local_experts_, reached, mean + busiest_group_sigmas_ * std::sqrt(std::max(variance, 0.0))});
+  const double normal = mean + busiest_group_sigmas_ * std::sqrt(std::max(variance, 0.0));
+  // Whole experts: once a step reaches any, the busiest group reaches at least one.
+  return std::min({local_experts_, reached, std::max(normal, std::min(reached, 1.0))});
 }
 
 double StepModel::BusiestGroupRows(double rows) const {
@@ -333,8 +334,9 @@ double StepModel::BusiestGroupRows(double rows) const {
   const double mean = assignments / ep;
   const double variance =
       assignments / ep * (1 - 1 / ep) * (experts_ - topk_) / std::max(experts_ - 1, 1.0);
-  return std::min(rows * std::min(topk_, local_experts_),
-                  mean + busiest_group_sigmas_ * std::sqrt(std::max(variance, 0.0)));
+  const double normal = mean + busiest_group_sigmas_ * std::sqrt(std::max(variance, 0.0));
+  // Whole rows: the busiest of ep groups holds at least ceil(N·k / ep) of them.
+  return std::min(rows * std::min(topk_, local_experts_), std::max(normal, std::ceil(mean)));
 }
 
 double StepModel::ExpertFfnSeconds(double rows) const {

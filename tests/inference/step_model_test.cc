@@ -330,6 +330,26 @@ TEST(StepModelTest, ExpertParallelDecodeAtBatchOneWaitsForTheBusiestGroup) {
   EXPECT_GT(ep2.StepSeconds(w) / ep1.StepSeconds(w), 1.2);
 }
 
+// ep = tp = 8 at batch 1: each rank holds one whole expert. The two reached experts are on
+// two ranks, each reading its whole expert (in the normal approximation the busiest of 8
+// groups would hold 0.25 + sqrt(8/7) x 1.4236 x sqrt(3/16) = 0.91 experts; a group holds
+// whole experts, so 1), where ep 1 reads an eighth of both: a quarter of one. ep 8 is
+// slower by 32 layers x 0.75 x one expert's FP8 bytes at the device's bandwidth (1.5 ms).
+TEST(StepModelTest, ExpertParallelDecodeAtBatchOneReadsWholeExpertsPerRank) {
+  auto model = *FindPreset("mixtral-8x7b");
+  auto device = *FindDevice("h100-sxm-80gb");
+  const auto fp8 = Layout(8, 1, QuantFormat::kFp8, QuantFormat::kFp8);
+  const StepModel ep1 = Make("mixtral-8x7b", "h100-sxm-80gb", fp8);
+  const StepModel ep8 = Make("mixtral-8x7b", "h100-sxm-80gb", ExpertParallel(fp8, 8));
+  StepWork w;
+  w.decode_sequences = 1;
+  w.decode_context_tokens = 1024;
+  w.sampled_sequences = 1;
+  const double bw = device.memory_bandwidth * device.memory_efficiency;
+  EXPECT_NEAR(ep8.StepSeconds(w) - ep1.StepSeconds(w), 32 * 0.75 * ExpertParams(model) / bw,
+              0.01e-3);
+}
+
 // With tp = ep each rank runs whole experts: the expert width need not split over tp.
 TEST(StepModelTest, ExpertParallelSlicesEachExpertOverTpOverEp) {
   auto model = *FindPreset("mixtral-8x7b");
