@@ -53,13 +53,21 @@ absl::StatusOr<std::string> Trtllm(const InferenceJobSpec& spec, const ServingCo
   std::string out = Header(spec, c);
   absl::StrAppend(&out, "cat > extra_llm_api_options.yaml <<EOF\nkv_cache_config:\n  dtype: ", kv,
                   "\n  free_gpu_memory_fraction: ", absl::StrFormat("%.2f", fraction),
-                  "\nenable_chunked_prefill: true\nEOF\n");
+                  "\nenable_chunked_prefill: true\n");
+  // Hybrid expert parallelism: ep groups of tp / ep ranks (the LLM API's
+  // moe_expert_parallel_size x moe_tensor_parallel_size = tensor_parallel_size).
+  if (c.ep > 1) {
+    absl::StrAppend(&out, "moe_expert_parallel_size: ", c.ep,
+                    "\nmoe_tensor_parallel_size: ", c.tp / c.ep, "\n");
+  }
+  absl::StrAppend(&out, "EOF\n");
+  const std::string ep_flag = c.ep > 1 ? absl::StrCat(" --ep_size ", c.ep) : "";
   for (const Pool& p : Pools(c)) {
     if (p.role[0] != '\0')
       absl::StrAppend(&out, "# ", p.role, " pool: ", p.instances, " instance(s)\n");
     absl::StrAppend(&out, "# one per instance (", p.instances, ")\n");
     absl::StrAppend(&out, "trtllm-serve $MODEL --backend pytorch --tp_size ", c.tp, " --pp_size ",
-                    c.pp, " --max_batch_size ", c.max_batch_size, " --max_num_tokens ",
+                    c.pp, ep_flag, " --max_batch_size ", c.max_batch_size, " --max_num_tokens ",
                     c.max_num_tokens, " --kv_cache_free_gpu_memory_fraction ",
                     absl::StrFormat("%.2f", fraction),
                     " --extra_llm_api_options extra_llm_api_options.yaml\n");
@@ -73,6 +81,15 @@ absl::StatusOr<std::string> Trtllm(const InferenceJobSpec& spec, const ServingCo
 }
 
 absl::StatusOr<std::string> Vllm(const InferenceJobSpec& spec, const ServingConfig& c) {
+  // vLLM's --enable-expert-parallel makes the expert-parallel group tp x dp (every expert
+  // whole on one rank): it expresses ep = tp within one instance, with one server per
+  // instance (--data-parallel-size would widen the group over the instances).
+  if (c.ep > 1 && c.ep != c.tp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ep (", c.ep, ") with tp (", c.tp,
+                     ") has no vllm export: --enable-expert-parallel sets the expert-parallel "
+                     "size to tp x dp (ep = tp only)"));
+  }
   std::string flags =
       absl::StrCat(" --tensor-parallel-size ", c.tp, " --pipeline-parallel-size ", c.pp,
                    " --max-num-seqs ", c.max_batch_size, " --max-num-batched-tokens ",
@@ -111,24 +128,31 @@ absl::StatusOr<std::string> Vllm(const InferenceJobSpec& spec, const ServingConf
       absl::StrAppend(&flags, " --dtype bfloat16");
       break;
   }
+  if (c.ep > 1) absl::StrAppend(&flags, " --enable-expert-parallel");
   std::string out = Header(spec, c);
   for (const Pool& p : Pools(c)) {
     if (p.role[0] != '\0') {
       absl::StrAppend(&out, "# ", p.role, " pool (disaggregated serving pairs it with the ",
                       "other pool through a KV connector, --kv-transfer-config)\n");
     }
+    if (c.ep > 1 && p.instances > 1) {
+      absl::StrAppend(&out, "# one per instance (", p.instances, ")\n");
+    }
     absl::StrAppend(&out, "vllm serve $MODEL", flags);
-    if (p.instances > 1) absl::StrAppend(&out, " --data-parallel-size ", p.instances);
+    if (p.instances > 1 && c.ep == 1) {
+      absl::StrAppend(&out, " --data-parallel-size ", p.instances);
+    }
     absl::StrAppend(&out, "\n");
   }
   return out;
 }
 
 absl::StatusOr<std::string> Sglang(const InferenceJobSpec& spec, const ServingConfig& c) {
+  // --ep-size splits the experts over ep groups inside the tp ranks (moe_tp = tp / ep).
   std::string flags = absl::StrCat(
-      " --tp-size ", c.tp, " --pp-size ", c.pp, " --max-running-requests ", c.max_batch_size,
-      " --chunked-prefill-size ", c.max_num_tokens, " --mem-fraction-static ",
-      absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kSglang)));
+      " --tp-size ", c.tp, " --pp-size ", c.pp, c.ep > 1 ? absl::StrCat(" --ep-size ", c.ep) : "",
+      " --max-running-requests ", c.max_batch_size, " --chunked-prefill-size ", c.max_num_tokens,
+      " --mem-fraction-static ", absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kSglang)));
   switch (c.kv_cache_precision) {
     case QuantFormat::kFp8:
       absl::StrAppend(&flags, " --kv-cache-dtype fp8_e4m3");

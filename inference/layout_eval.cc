@@ -47,10 +47,7 @@ absl::Status LayoutContext::CheckConfig(const ServingConfig& c) const {
                                  {"max_num_tokens", c.max_num_tokens}}) {
     if (auto s = positive(field, v); !s.ok()) return s;
   }
-  if (c.ep != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ep (", c.ep, ") must be 1: the model has no experts"));
-  }
+  if (auto s = CheckExpertParallel(spec_.model, c.tp, c.ep, "ep"); !s.ok()) return s;
   if (spec_.model.num_attention_heads % c.tp != 0) {
     return absl::InvalidArgumentError(absl::StrCat("tp (", c.tp,
                                                    ") must divide model.num_attention_heads (",
@@ -71,7 +68,7 @@ absl::Status LayoutContext::CheckConfig(const ServingConfig& c) const {
 }
 
 absl::StatusOr<std::shared_ptr<const StepModel>> LayoutContext::Model(const ServingConfig& c) {
-  const auto key = std::make_tuple(c.tp, c.pp, c.weight_precision, c.kv_cache_precision);
+  const auto key = std::make_tuple(c.tp, c.pp, c.ep, c.weight_precision, c.kv_cache_precision);
   auto it = models_.find(key);
   if (it != models_.end()) return it->second;
   auto m = StepModel::Create(spec_.model, device_, *engine_, c, spec_.cluster.gpus_per_node);

@@ -24,7 +24,7 @@ struct ScreenedLayout {
   std::shared_ptr<const StepModel> model;
 };
 
-/// The spec's device, engine and workload; step models cached per (tp, pp, precisions).
+/// The spec's device, engine and workload; step models cached per (tp, pp, ep, precisions).
 /// Not thread-safe (the cache).
 class LayoutContext {
  public:
@@ -73,7 +73,8 @@ class LayoutContext {
   InferenceJobSpec spec_;
   DeviceProfile device_;
   const EngineProfile* engine_ = nullptr;
-  std::map<std::tuple<int64_t, int64_t, QuantFormat, QuantFormat>, std::shared_ptr<const StepModel>>
+  std::map<std::tuple<int64_t, int64_t, int64_t, QuantFormat, QuantFormat>,
+           std::shared_ptr<const StepModel>>
       models_;
 };
 

@@ -99,6 +99,9 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) 
       if (p <= spec.model.num_layers) pps.push_back(p);
     }
   }
+  // Expert parallelism only where asked: TensorRT-LLM's default is moe_tp_size = tp (ep 1),
+  // and every (tp, ep) pair multiplies the candidates.
+  const std::vector<int64_t> eps = Or(o.ep, {1});
   std::vector<int64_t> batches =
       spec.serving.batching == Batching::kStatic
           ? std::vector<int64_t>{*spec.serving.batch_size}
@@ -139,7 +142,15 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) 
     }
   };
 
+  // (tp, ep) pairs: ep groups of tp / ep ranks, so ep divides tp.
+  std::vector<std::pair<int64_t, int64_t>> tp_eps;
   for (int64_t tp : tps) {
+    for (int64_t ep : eps) {
+      if (tp % ep == 0) tp_eps.push_back({tp, ep});
+    }
+  }
+
+  for (const auto& [tp, ep] : tp_eps) {
     for (int64_t pp : pps) {
       const int64_t per_instance = tp * pp;
       if (per_instance > budget) continue;
@@ -149,6 +160,7 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) 
           ServingConfig base;
           base.tp = tp;
           base.pp = pp;
+          base.ep = ep;
           base.weight_precision = w;
           base.kv_cache_precision = kv;
           auto model = ctx.Model(base);

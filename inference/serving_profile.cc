@@ -63,7 +63,8 @@ absl::StatusOr<ServingProfilePlan> PlanServingProfiles(const InferenceJobSpec& s
   std::map<StepShape, std::pair<int64_t, int64_t>> shapes;
   for (const InferenceRankedConfig& r : plan.ranked) {
     const ServingConfig& c = r.config;
-    if (c.pp != 1) continue;  // Stays modelled: a task times a whole instance's layers.
+    // Stays modelled: a task times a whole instance's layers with every expert over tp.
+    if (c.pp != 1 || c.ep != 1) continue;
     auto& [batch, tokens] = shapes[StepShape{c.tp, c.weight_precision, c.kv_cache_precision}];
     batch = std::max(batch, std::min(LargestBatch(spec, c), options.max_grid_batch));
     tokens = std::max(tokens, c.max_num_tokens);
@@ -136,10 +137,14 @@ absl::StatusOr<InferencePlanResult> ComposeInference(const InferenceJobSpec& spe
     const ServingConfig& c = m.config;
     const StepShape shape{c.tp, c.weight_precision, c.kv_cache_precision};
     auto table = tables.find(shape);
-    if (c.pp != 1 || table == tables.end()) {
+    if (c.pp != 1 || c.ep != 1 || table == tables.end()) {
       InferenceRankedConfig r = m;
-      std::string why = c.pp != 1 ? "pp > 1 is not profiled" : "no measurements";
-      if (auto f = unusable.find(shape); c.pp == 1 && f != unusable.end()) why = f->second;
+      std::string why = c.pp != 1   ? "pp > 1 is not profiled"
+                        : c.ep != 1 ? "ep > 1 is not profiled"
+                                    : "no measurements";
+      if (auto f = unusable.find(shape); c.pp == 1 && c.ep == 1 && f != unusable.end()) {
+        why = f->second;
+      }
       r.notes.insert(r.notes.begin(), absl::StrCat("modelled steps: ", why));
       out.ranked.push_back(std::move(r));
       continue;

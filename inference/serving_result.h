@@ -12,11 +12,15 @@
 
 namespace paratune::inference {
 
-/// One serving layout. Aggregated: `replicas` instances of tp*pp*ep GPUs each serve whole
+/// One serving layout. Aggregated: `replicas` instances of tp*pp GPUs each serve whole
 /// requests. Disaggregated: `prefill_replicas` instances run prefill and `decode_replicas`
-/// run decode (each tp*pp*ep GPUs), the KV cache moving between them.
+/// run decode (each tp*pp GPUs), the KV cache moving between them.
 struct ServingConfig {
-  int64_t tp = 1, pp = 1, ep = 1;
+  int64_t tp = 1, pp = 1;
+  /// Expert parallelism inside the tp ranks of a stage (TensorRT-LLM moe_ep_size, with
+  /// moe_tp_size = tp / ep): the routed experts split over ep groups of tp / ep ranks, each
+  /// expert sliced over its group. It adds no GPUs; 1 = every expert sliced over all tp.
+  int64_t ep = 1;
   int64_t replicas = 1;
   int64_t max_batch_size = 0;  ///< Sequences per engine step.
   int64_t max_num_tokens = 0;  ///< Tokens per engine step.
@@ -26,7 +30,7 @@ struct ServingConfig {
   int64_t prefill_replicas = 0;  ///< Disaggregated only.
   int64_t decode_replicas = 0;   ///< Disaggregated only.
 
-  int64_t gpus_per_instance() const { return tp * pp * ep; }
+  int64_t gpus_per_instance() const { return tp * pp; }
   /// GPUs the layout uses.
   int64_t num_gpus() const;
   /// "tp4 pp1 x2 mbs256 mnt8192 w:fp8 kv:fp8" style one-liner.

@@ -100,6 +100,30 @@ absl::Status CheckList(const std::string& field, const std::vector<int64_t>& v, 
 
 }  // namespace
 
+absl::Status CheckExpertParallel(const ModelSpec& model, int64_t tp, int64_t ep,
+                                 const std::string& field) {
+  if (ep == 1) return absl::OkStatus();
+  if (ep <= 0) return absl::InvalidArgumentError(absl::StrCat(field, " (", ep, ") must be > 0"));
+  if (!IsMoe(model)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " (", ep, ") must be 1 for a dense model (model.num_experts ", model.num_experts,
+        "): expert parallelism splits the routed experts of a mixture-of-experts "
+        "model"));
+  }
+  if (model.num_experts % ep != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " (", ep, ") must divide model.num_experts (", model.num_experts,
+                     "): each of the ep groups holds num_experts / ep whole experts"));
+  }
+  if (tp > 0 && tp % ep != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " (", ep, ") must divide tp (", tp,
+                     "): the experts split over ep groups of tp / ep ranks (TensorRT-LLM "
+                     "moe_tp_size x moe_ep_size = tp_size)"));
+  }
+  return absl::OkStatus();
+}
+
 std::string_view ToString(ServingEngine v) { return NameOf(kEngines, v); }
 std::string_view ToString(Batching v) { return NameOf(kBatchings, v); }
 std::string_view ToString(QuantFormat v) { return NameOf(kFormats, v); }
@@ -192,15 +216,6 @@ absl::Status ServingSearchOptions::Validate() const {
   }
   if (auto s = CheckList("search.max_batch_size", max_batch_size, kMaxBatch); !s.ok()) return s;
   if (auto s = CheckList("search.max_num_tokens", max_num_tokens, kMaxTokens); !s.ok()) return s;
-  for (size_t i = 0; i < ep.size(); ++i) {
-    if (ep[i] != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "search.ep[", i, "] (", ep[i],
-          ") must be 1: the inference planner shards every expert over the instance's tp "
-          "ranks (TensorRT-LLM's default moe_tp_size = tp); expert parallelism in serving "
-          "is not modelled yet"));
-    }
-  }
   if (weight_precision.size() > kMaxListEntries || kv_cache_precision.size() > kMaxListEntries) {
     return absl::InvalidArgumentError(
         absl::StrCat("search precision lists have at most ", kMaxListEntries, " entries"));
@@ -242,6 +257,26 @@ absl::Status InferenceJobSpec::Validate() const {
     if (t > cluster.num_gpus) {
       return absl::InvalidArgumentError(
           absl::StrCat("tp (", t, ") must be at most cluster.num_gpus (", cluster.num_gpus, ")"));
+    }
+  }
+  for (size_t i = 0; i < search.ep.size(); ++i) {
+    const int64_t e = search.ep[i];
+    const std::string field = absl::StrCat("search.ep[", i, "]");
+    if (auto s = CheckExpertParallel(model, 0, e, field); !s.ok()) return s;
+    if (search.tp.empty()) {
+      if (e > cluster.num_gpus) {
+        return absl::InvalidArgumentError(absl::StrCat(field, " (", e,
+                                                       ") must be at most cluster.num_gpus (",
+                                                       cluster.num_gpus, "): ep divides tp"));
+      }
+      continue;
+    }
+    if (std::none_of(search.tp.begin(), search.tp.end(), [e](int64_t t) { return t % e == 0; })) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " (", e, ") must divide ", search.tp.size() == 1 ? "" : "one of ", "search.tp (",
+          absl::StrJoin(search.tp, ", "),
+          "): the experts split over ep groups of tp / ep ranks (TensorRT-LLM moe_tp_size x "
+          "moe_ep_size = tp_size)"));
     }
   }
   for (int64_t p : search.pp) {

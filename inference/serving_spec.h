@@ -45,6 +45,13 @@ struct LatencyLimits {
   bool empty() const { return !p50 && !p90 && !p99; }
 };
 
+/// InvalidArgument naming `field` and the rule when `ep` expert-parallel groups cannot split
+/// `model`'s routed experts inside `tp` ranks: ep > 1 needs a mixture-of-experts model, ep
+/// must divide model.num_experts and (tp > 0) tp. TensorRT-LLM's convention: moe_ep_size x
+/// moe_tp_size = tp_size, each expert sliced over tp / ep ranks.
+absl::Status CheckExpertParallel(const ModelSpec& model, int64_t tp, int64_t ep,
+                                 const std::string& field);
+
 /// The workload and the service-level limits (`serving:` in a spec file).
 struct ServingSpec {
   ServingEngine engine = ServingEngine::kTrtllm;
@@ -73,7 +80,10 @@ struct ServingSpec {
 
 /// Allowed values per serving dimension; empty = the planner chooses; one value pins it.
 struct ServingSearchOptions {
-  std::vector<int64_t> tp, pp, ep;
+  std::vector<int64_t> tp, pp;
+  /// Expert-parallel groups inside an instance's tp ranks (mixture-of-experts models; each
+  /// must divide model.num_experts and one of tp). Empty: 1, every expert sliced over tp.
+  std::vector<int64_t> ep;
   std::vector<int64_t> replicas;        ///< Model instances; empty: as many as fit.
   std::vector<int64_t> max_batch_size;  ///< Engine limit on sequences per step.
   std::vector<int64_t> max_num_tokens;  ///< Engine limit on tokens per step (chunked prefill).

@@ -449,6 +449,7 @@ absl::StatusOr<ServingConfig> PinnedServingConfig(const InferenceJobSpec& spec) 
   ServingConfig c;
   c.tp = o.tp[0];
   c.pp = o.pp[0];
+  if (o.ep.size() > 1) return one("ep", o.ep.size());
   c.ep = o.ep.empty() ? 1 : o.ep[0];
   c.weight_precision = o.weight_precision[0];
   c.kv_cache_precision = o.kv_cache_precision[0];

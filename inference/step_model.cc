@@ -39,6 +39,22 @@ double ScaleBytes(QuantFormat f, double weights, double output_channels) {
   }
 }
 
+// E[max of n iid standard normals] = integral of x · n·phi(x)·Phi(x)^(n-1) dx (the mean
+// of the largest normal order statistic: 0.5642 for n = 2, 1.0294 for 4, 1.4236 for 8;
+// Harter 1961's tables), by the trapezoid rule over [-10, 10].
+double ExpectedMaxOfNormals(int64_t n) {
+  if (n <= 1) return 0;
+  constexpr double kStep = 1e-3;
+  const double count = static_cast<double>(n);
+  double sum = 0;
+  for (double x = -10; x <= 10; x += kStep) {
+    const double pdf = std::exp(-x * x / 2) / std::sqrt(2 * M_PI);
+    const double cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
+    sum += x * count * pdf * std::pow(cdf, count - 1) * kStep;
+  }
+  return sum;
+}
+
 }  // namespace
 
 absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const DeviceProfile& device,
@@ -56,17 +72,25 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
     return absl::InvalidArgumentError(
         absl::StrCat("pp (", c.pp, ") must be at most model.num_layers (", model.num_layers, ")"));
   }
+  if (auto s = CheckExpertParallel(model, c.tp, c.ep, "ep"); !s.ok()) return s;
   if (IsMoe(model)) {
-    for (const auto& [name, width] :
-         {std::pair<const char*, int64_t>{"model.moe_ffn_hidden_size", model.moe_ffn_hidden_size},
-          {"model.shared_expert_ffn_hidden_size",
-           model.num_shared_experts > 0 ? SharedExpertFfn(model) : 0}}) {
-      if (width % c.tp != 0) {
-        return absl::InvalidArgumentError(absl::StrCat("tp (", c.tp, ") must divide ", name, " (",
-                                                       width,
-                                                       "): each rank holds 1/tp of "
-                                                       "every expert"));
-      }
+    // Routed experts are sliced over the tp / ep ranks of their group (moe_tp_size), the
+    // shared experts over all tp ranks like a dense MLP.
+    const int64_t moe_tp = c.tp / c.ep;
+    if (model.moe_ffn_hidden_size % moe_tp != 0) {
+      return absl::InvalidArgumentError(
+          c.ep == 1
+              ? absl::StrCat("tp (", c.tp, ") must divide model.moe_ffn_hidden_size (",
+                             model.moe_ffn_hidden_size, "): each rank holds 1/tp of every expert")
+              : absl::StrCat("tp / ep (", c.tp, " / ", c.ep, " = ", moe_tp,
+                             ") must divide model.moe_ffn_hidden_size (", model.moe_ffn_hidden_size,
+                             "): each rank holds 1/(tp / ep) of each expert of its group"));
+    }
+    const int64_t shared = model.num_shared_experts > 0 ? SharedExpertFfn(model) : 0;
+    if (shared % c.tp != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tp (", c.tp, ") must divide model.shared_expert_ffn_hidden_size (", shared,
+                       "): each rank holds 1/tp of every shared expert"));
     }
   }
   StepModel s;
@@ -75,6 +99,7 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
   s.engine_ = engine;
   s.tp_ = c.tp;
   s.pp_ = c.pp;
+  s.ep_ = c.ep;
   s.weight_format_ = c.weight_precision;
   const double tp = static_cast<double>(c.tp);
   const double h = static_cast<double>(model.hidden_size);
@@ -119,10 +144,19 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
   s.fc2_k_ = f / tp;
   if (IsMoe(model)) {
     const double glu = model.activation == Activation::kSwiglu ? 2.0 : 1.0;
+    const double moe_tp = tp / static_cast<double>(c.ep);
     s.experts_ = static_cast<double>(model.num_experts);
+    s.local_experts_ = s.experts_ / static_cast<double>(c.ep);
     s.topk_ = static_cast<double>(model.moe_router_topk);
-    s.expert_fc1_n_ = glu * static_cast<double>(model.moe_ffn_hidden_size) / tp;
-    s.expert_fc2_k_ = static_cast<double>(model.moe_ffn_hidden_size) / tp;
+    s.expert_fc1_n_ = glu * static_cast<double>(model.moe_ffn_hidden_size) / moe_tp;
+    s.expert_fc2_k_ = static_cast<double>(model.moe_ffn_hidden_size) / moe_tp;
+    if (c.ep > 1) {
+      // The group loads are ep exchangeable counts with a fixed sum: in the normal
+      // approximation Y_i - mean(Y) with Y_i iid, so the busiest exceeds the mean by
+      // sqrt(ep / (ep - 1)) x E[max of ep iid standard normals] standard deviations.
+      const double groups = static_cast<double>(c.ep);
+      s.busiest_group_sigmas_ = std::sqrt(groups / (groups - 1)) * ExpectedMaxOfNormals(c.ep);
+    }
     if (model.num_shared_experts > 0) {
       const double shared = static_cast<double>(model.num_shared_experts * SharedExpertFfn(model));
       s.shared_fc1_n_ = glu * shared / tp;
@@ -189,7 +223,9 @@ RankMemory StepModel::Memory(int64_t max_batch_size, int64_t max_num_tokens,
     const double matmul = (AttentionMatmulParams(model_) + experts_ * ExpertParams(model_) +
                            SharedExpertParams(model_)) /
                           tp;
-    const double channels = attention_n + h + experts_ * (expert_fc1_n_ + h) +
+    // Per-channel scales count output channels: the rank's experts' up/gate slices and
+    // their full-width down projections (fewer with expert parallelism: E / ep of them).
+    const double channels = attention_n + h + local_experts_ * (expert_fc1_n_ + h) +
                             (shared_fc1_n_ > 0 ? shared_fc1_n_ + h : 0);
     const double other = ExpertLayerParams(model_) - AttentionMatmulParams(model_) -
                          experts_ * ExpertParams(model_) - SharedExpertParams(model_) -
@@ -275,12 +311,43 @@ double StepModel::ExpertsReached(double rows) const {
   return experts_ * (1 - std::pow(1 - topk_ / experts_, rows));
 }
 
-double StepModel::ExpertFfnSeconds(double rows) const {
-  const double assignments = rows * topk_;
+double StepModel::BusiestGroupExperts(double rows) const {
   const double reached = ExpertsReached(rows);
-  // Router scores (h x E, every rank) and top-k; the routed rows permuted into expert
-  // order and back (each read and written once), then grouped GEMMs over the reached
-  // experts.
+  if (ep_ == 1) return reached;
+  // The reached experts are a uniform random subset of the E: a group of E / ep of them
+  // holds a hypergeometric count, mean R / ep, variance R (1/ep)(1 - 1/ep)(E - R)/(E - 1).
+  const double ep = static_cast<double>(ep_);
+  const double mean = reached / ep;
+  const double variance =
+      reached / ep * (1 - 1 / ep) * (experts_ - reached) / std::max(experts_ - 1, 1.0);
+  const double normal = mean + busiest_group_sigmas_ * std::sqrt(std::max(variance, 0.0));
+  // Whole experts: once a step reaches any, the busiest group reaches at least one.
+  return std::min({local_experts_, reached, std::max(normal, std::min(reached, 1.0))});
+}
+
+double StepModel::BusiestGroupRows(double rows) const {
+  const double assignments = rows * topk_;
+  if (ep_ == 1) return assignments;
+  // Each token sends its k rows to k distinct experts: a group receives a hypergeometric
+  // count per token (k draws, E / ep of E), independent across tokens.
+  const double ep = static_cast<double>(ep_);
+  const double mean = assignments / ep;
+  const double variance =
+      assignments / ep * (1 - 1 / ep) * (experts_ - topk_) / std::max(experts_ - 1, 1.0);
+  const double normal = mean + busiest_group_sigmas_ * std::sqrt(std::max(variance, 0.0));
+  // Whole rows: the busiest of ep groups holds at least ceil(N·k / ep) of them.
+  return std::min(rows * std::min(topk_, local_experts_), std::max(normal, std::ceil(mean)));
+}
+
+double StepModel::ExpertFfnSeconds(double rows) const {
+  // The busiest expert-parallel group's share (all of them with ep = 1): the rows routed to
+  // its experts and the distinct experts of its own they reach; the other groups wait for it
+  // at the all-reduce.
+  const double assignments = BusiestGroupRows(rows);
+  const double reached = BusiestGroupExperts(rows);
+  // Router scores (h x E, every rank) and top-k; the rank's routed rows permuted into
+  // expert order and back (each read and written once), then grouped GEMMs over its
+  // reached experts.
   const double router = GemmSecondsOnRank(rows, experts_, hidden_);
   const double permute =
       2 * (2 * assignments * hidden_ * kActivationBytes) / stream_bw_ + 2 * device_.kernel_launch_s;
@@ -366,6 +433,12 @@ StepBreakdown StepModel::Breakdown(const StepWork& w) const {
   const double decode_attention = w.decode_context_tokens * kv_bytes_per_token_layer_ / stream_bw_;
   const double elementwise = kElementwisePasses * rows * hidden_ * kActivationBytes / stream_bw_;
   const double launches = 8 * device_.kernel_launch_s;
+  // Expert parallelism keeps the same two all-reduces over the tp ranks: with attention
+  // tensor-parallel every rank holds every token, runs its own experts on the rows routed to
+  // them, and the MoE block's all-reduce sums the groups' partial outputs (the tp group is
+  // the moe_tp x moe_ep group). TensorRT-LLM takes its all-to-all dispatch and combine only
+  // with attention data parallelism (fused_moe enable_alltoall requires
+  // enable_attention_dp; docs/source/features/parallel-strategy.md, "Hybrid ETP").
   const double allreduce = 2 * AllReduceSeconds(rows * hidden_ * kActivationBytes);
   // The output layer for the sampling sequences (16-bit weights, read once per step).
   const double v = static_cast<double>(model_.vocab_size);
@@ -379,9 +452,11 @@ StepBreakdown StepModel::Breakdown(const StepWork& w) const {
   // GEMMs' compute hides, plus the KV-cache reads; compute is the rest of the layers' time
   // and the output layer.
   // An expert layer reads the experts the step reaches, not all of them.
-  const double unreached = expert_layers_stage_ * (experts_ - ExpertsReached(rows)) *
-                           ExpertParams(model_) / static_cast<double>(tp_) *
-                           weight_bytes_per_element_;
+  // With expert parallelism: the experts of the busiest group it does not reach, each
+  // sliced over tp / ep ranks.
+  const double unreached = expert_layers_stage_ * (local_experts_ - BusiestGroupExperts(rows)) *
+                           ExpertParams(model_) * static_cast<double>(ep_) /
+                           static_cast<double>(tp_) * weight_bytes_per_element_;
   const double layer_weight_read =
       (weight_bytes_read_ - head_bytes - unreached) / std::max(layers, 1.0) / stream_bw_;
   const double body =

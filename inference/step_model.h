@@ -22,6 +22,16 @@
 // while a large prefill reads them all; the shared experts run as a dense FFN. Layers
 // before first_k_dense_layers (and between moe_layer_freq) are dense. MLA caches the
 // compressed latent (kv_lora_rank + qk_rope_head_dim per token and layer) on every rank.
+//
+// Expert parallelism (ep > 1, TensorRT-LLM moe_ep_size = ep, moe_tp_size = tp / ep): the
+// tp ranks form ep groups, each holding E / ep experts sliced over its tp / ep ranks, so a
+// rank holds the same expert bytes as with ep = 1 (E experts / tp either way) but runs
+// fewer, wider experts on more rows each. Every rank sees every token (attention stays
+// tensor-parallel); a rank's grouped GEMMs cover the rows routed to its group's experts and
+// the distinct ones of them the step reaches. Under uniform routing those counts are
+// hypergeometric; the step waits for the busiest group, taken as the mean plus the expected
+// excess of the largest of ep normal loads with a fixed sum. The all-reduces after
+// attention and the MoE block are unchanged (the tp group sums the groups' outputs).
 #ifndef PARATUNE_INFERENCE_STEP_MODEL_H_
 #define PARATUNE_INFERENCE_STEP_MODEL_H_
 
@@ -67,7 +77,8 @@ struct RankMemory {
 class StepModel {
  public:
   /// InvalidArgument when the layout cannot hold the model (tp does not divide the heads,
-  /// pp exceeds the layers).
+  /// pp exceeds the layers, ep breaks CheckExpertParallel or tp / ep does not divide the
+  /// expert width).
   static absl::StatusOr<StepModel> Create(const ModelSpec& model, const DeviceProfile& device,
                                           const EngineProfile& engine, const ServingConfig& c,
                                           int64_t gpus_per_node);
@@ -99,6 +110,7 @@ class StepModel {
   double weight_bytes_per_rank() const { return weight_bytes_read_; }
   int64_t pp() const { return pp_; }
   int64_t tp() const { return tp_; }
+  int64_t ep() const { return ep_; }
 
  private:
   StepModel() = default;
@@ -110,6 +122,10 @@ class StepModel {
   double ExpertLayerLinearSeconds(double rows) const;
   /// Expected distinct routed experts that `rows` tokens reach in one layer.
   double ExpertsReached(double rows) const;
+  /// Of the busiest expert-parallel group: its experts that `rows` tokens reach, and the
+  /// routed rows it receives (ep = 1: all of them).
+  double BusiestGroupExperts(double rows) const;
+  double BusiestGroupRows(double rows) const;
   /// Grouped GEMM: `groups` GEMMs of [rows x k] x [k x n] in one launch.
   double GroupedGemmSeconds(double groups, double rows, double n, double k) const;
   double AllReduceSeconds(double bytes) const;
@@ -117,13 +133,16 @@ class StepModel {
   ModelSpec model_;
   DeviceProfile device_;
   EngineProfile engine_;
-  int64_t tp_ = 1, pp_ = 1;
+  int64_t tp_ = 1, pp_ = 1, ep_ = 1;
   double layers_per_stage_ = 0;
   // Dense and expert layers of the most loaded stage (all dense for a dense model).
   double dense_layers_stage_ = 0, expert_layers_stage_ = 0;
-  // Expert-layer shapes on one rank: routed experts E and top-k, one expert's fc1 width
-  // and fc2 depth (/tp), the shared experts' (/tp; 0 without).
-  double experts_ = 0, topk_ = 0, expert_fc1_n_ = 0, expert_fc2_k_ = 0;
+  // Expert-layer shapes on one rank: routed experts E, those of the rank's group (E / ep)
+  // and top-k, one expert's fc1 width and fc2 depth (/(tp / ep)), the shared experts' (/tp;
+  // 0 without).
+  double experts_ = 0, local_experts_ = 0, topk_ = 0, expert_fc1_n_ = 0, expert_fc2_k_ = 0;
+  // Standard deviations by which the busiest of ep groups exceeds the mean (0 with ep = 1).
+  double busiest_group_sigmas_ = 0;
   double shared_fc1_n_ = 0, shared_fc2_k_ = 0;
   // Attention matmuls on one rank when MLA (weights / h, as one GEMM of that width).
   double mla_attention_n_ = 0;

@@ -88,6 +88,55 @@ TEST(ServingExportersTest, DisaggregatedPoolsGetOneCommandEach) {
   EXPECT_NE(text->find("--disaggregation-mode decode\n"), std::string::npos);
 }
 
+InferenceJobSpec MixtralSpec() {
+  auto s = InferenceJobSpecFromJson(nlohmann::json::parse(R"({
+    "kind": "inference", "name": "moe",
+    "model": {"preset": "mixtral-8x7b"},
+    "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8},
+    "serving": {"isl": 2048, "osl": 128}
+  })"));
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *s;
+}
+
+// tp 4 with ep 2: two expert groups of two ranks (moe_tp_size 2).
+TEST(ServingExportersTest, ExpertParallelSizeInEachEngine) {
+  ServingConfig c = Layout();
+  c.ep = 2;
+  auto trtllm = FormatServingCommand(MixtralSpec(), c, "trtllm");
+  ASSERT_TRUE(trtllm.ok()) << trtllm.status();
+  EXPECT_NE(trtllm->find("enable_chunked_prefill: true\nmoe_expert_parallel_size: 2\n"
+                         "moe_tensor_parallel_size: 2\nEOF\n"),
+            std::string::npos)
+      << *trtllm;
+  EXPECT_EQ(LastLine(*trtllm, "trtllm-serve"),
+            "trtllm-serve $MODEL --backend pytorch --tp_size 4 --pp_size 1 --ep_size 2 "
+            "--max_batch_size 256 --max_num_tokens 8192 --kv_cache_free_gpu_memory_fraction 0.90 "
+            "--extra_llm_api_options extra_llm_api_options.yaml");
+  auto sglang = FormatServingCommand(MixtralSpec(), c, "sglang");
+  ASSERT_TRUE(sglang.ok()) << sglang.status();
+  EXPECT_EQ(LastLine(*sglang, "python3 -m sglang.launch_server"),
+            "python3 -m sglang.launch_server --model-path $MODEL --tp-size 4 --pp-size 1 "
+            "--ep-size 2 --max-running-requests 256 --chunked-prefill-size 8192 "
+            "--mem-fraction-static 0.88 --kv-cache-dtype fp8_e4m3 --quantization fp8 --dp-size 2");
+  // vLLM's expert-parallel group is tp x dp: ep 2 inside tp 4 has no vllm form.
+  auto vllm = FormatServingCommand(MixtralSpec(), c, "vllm");
+  ASSERT_FALSE(vllm.ok());
+  EXPECT_EQ(vllm.status().message(),
+            "ep (2) with tp (4) has no vllm export: --enable-expert-parallel sets the "
+            "expert-parallel size to tp x dp (ep = tp only)");
+  // ep = tp: one server per instance, so that the group stays inside it.
+  c.ep = 4;
+  vllm = FormatServingCommand(MixtralSpec(), c, "vllm");
+  ASSERT_TRUE(vllm.ok()) << vllm.status();
+  EXPECT_NE(vllm->find("# one per instance (2)\n"), std::string::npos) << *vllm;
+  EXPECT_EQ(LastLine(*vllm, "vllm serve"),
+            "vllm serve $MODEL --tensor-parallel-size 4 --pipeline-parallel-size 1 "
+            "--max-num-seqs 256 --max-num-batched-tokens 8192 --enable-chunked-prefill "
+            "--gpu-memory-utilization 0.90 --kv-cache-dtype fp8 --quantization fp8 "
+            "--enable-expert-parallel");
+}
+
 TEST(ServingExportersTest, UnknownFormatListsTheKnownOnes) {
   auto text = FormatServingCommand(Spec(), Layout(), "tgi");
   ASSERT_FALSE(text.ok());

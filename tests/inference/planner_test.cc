@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <utility>
+
 #include "inference/spec_io.h"
 
 namespace paratune::inference {
@@ -131,7 +134,8 @@ TEST(PlannerTest, EstimateMatchesThePinnedLayout) {
   EXPECT_LE(r->ttft_ms.p50, r->ttft_ms.p99);
 }
 
-// Mixtral 8x7B on 8 H100: every layout holds all eight experts per rank (sliced by tp).
+// Mixtral 8x7B on 8 H100: by default every layout holds all eight experts per rank (sliced
+// by tp).
 TEST(PlannerTest, MixtureOfExpertsModelsRankWithExpertsShardedByTp) {
   json j = Spec();
   j["model"] = {{"preset", "mixtral-8x7b"}};
@@ -142,12 +146,47 @@ TEST(PlannerTest, MixtureOfExpertsModelsRankWithExpertsShardedByTp) {
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_FALSE(result->ranked.empty());
   EXPECT_GT(result->ranked[0].output_tokens_per_sec_per_gpu, 0);
-  // Expert parallelism is refused by name.
-  j["search"]["ep"] = {2};
-  auto ep = InferenceJobSpecFromJson(j);
-  ASSERT_FALSE(ep.ok());
-  EXPECT_NE(ep.status().message().find("search.ep[0] (2) must be 1"), std::string::npos)
-      << ep.status();
+  for (const auto& r : result->ranked) EXPECT_EQ(r.config.ep, 1) << r.config.ToString();
+}
+
+// search.ep lists expert-parallel groups: each (tp, ep) pair with ep dividing tp is a
+// layout of tp x pp GPUs per instance, and the pinned estimate carries its ep.
+TEST(PlannerTest, ExpertParallelLayoutsSplitTheTpRanks) {
+  json j = Spec();
+  j["model"] = {{"preset", "mixtral-8x7b"}};
+  j["search"]["tp"] = {2, 4};
+  j["search"]["ep"] = {1, 2, 4};
+  j["search"]["disaggregated"] = {false};
+  j["search"]["top_k"] = 100;
+  auto spec = InferenceJobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto result = PlanInference(*spec);
+  ASSERT_TRUE(result.ok()) << result.status();
+  std::set<std::pair<int64_t, int64_t>> shapes;
+  for (const auto& r : result->ranked) {
+    EXPECT_EQ(r.config.tp % r.config.ep, 0) << r.config.ToString();
+    EXPECT_EQ(r.config.num_gpus(), r.config.tp * r.config.pp * r.config.replicas);
+    shapes.insert({r.config.tp, r.config.ep});
+  }
+  EXPECT_EQ(shapes,
+            (std::set<std::pair<int64_t, int64_t>>{{2, 1}, {2, 2}, {4, 1}, {4, 2}, {4, 4}}));
+  // A pinned ep: the estimate is that layout; an ep that does not divide tp names the rule.
+  ServingConfig c;
+  c.tp = 4;
+  c.ep = 4;
+  c.replicas = 2;
+  c.weight_precision = c.kv_cache_precision = QuantFormat::kFp8;
+  auto r = EstimateInference(*spec, c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->config.ep, 4);
+  EXPECT_DOUBLE_EQ(r->output_tokens_per_sec, r->output_tokens_per_sec_per_gpu * 8);
+  c.tp = 2;
+  c.replicas = 4;
+  auto refused = EstimateInference(*spec, c);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            "ep (4) must divide tp (2): the experts split over ep groups of tp / ep ranks "
+            "(TensorRT-LLM moe_tp_size x moe_ep_size = tp_size)");
 }
 
 }  // namespace

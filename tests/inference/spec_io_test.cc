@@ -76,16 +76,66 @@ TEST(SpecIoTest, ErrorsNameTheField) {
             "model.moe_router_topk (0) must be in [1, model.num_experts (8)] for a "
             "mixture-of-experts model");
   j = Spec();
-  j["model"] = {{"preset", "mixtral-8x7b"}};
-  j["search"]["ep"] = {1, 2};
-  EXPECT_EQ(Error(j).rfind("search.ep[1] (2) must be 1: the inference planner shards every "
-                           "expert over the instance's tp ranks",
-                           0),
-            0u)
-      << Error(j);
-  j = Spec();
   j["kind"] = "serving";
   EXPECT_EQ(Error(j), "kind ('serving') must be training or inference");
+}
+
+TEST(SpecIoTest, ExpertParallelRulesNameTheField) {
+  json j = Spec();
+  j["search"]["ep"] = {2};
+  EXPECT_EQ(Error(j),
+            "search.ep[0] (2) must be 1 for a dense model (model.num_experts 1): expert "
+            "parallelism splits the routed experts of a mixture-of-experts model");
+  j = Spec();
+  j["model"] = {{"preset", "mixtral-8x7b"}};
+  j["search"]["ep"] = {1, 3};
+  EXPECT_EQ(Error(j),
+            "search.ep[1] (3) must divide model.num_experts (8): each of the ep groups holds "
+            "num_experts / ep whole experts");
+  j["search"]["tp"] = {2};
+  j["search"]["ep"] = {1, 4};
+  EXPECT_EQ(Error(j),
+            "search.ep[1] (4) must divide search.tp (2): the experts split over ep groups of "
+            "tp / ep ranks (TensorRT-LLM moe_tp_size x moe_ep_size = tp_size)");
+  j["search"]["tp"] = {1, 2};
+  EXPECT_EQ(Error(j).rfind("search.ep[1] (4) must divide one of search.tp (1, 2): ", 0), 0u)
+      << Error(j);
+  j["search"]["tp"] = {1, 2, 4};
+  EXPECT_EQ(Error(j), "");
+  j["search"].erase("tp");
+  j["search"]["ep"] = {0};
+  EXPECT_EQ(Error(j), "search.ep[0] (0) must be > 0");
+  j["search"]["ep"] = {8};
+  j["cluster"]["num_gpus"] = 4;
+  EXPECT_EQ(Error(j), "search.ep[0] (8) must be at most cluster.num_gpus (4): ep divides tp");
+}
+
+TEST(SpecIoTest, ExpertParallelListsRoundTrip) {
+  json j = Spec();
+  j["model"] = {{"preset", "mixtral-8x7b"}};
+  j["search"]["tp"] = {2, 4, 8};
+  j["search"]["ep"] = {1, 2, 8};
+  auto spec = InferenceJobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->search.ep, (std::vector<int64_t>{1, 2, 8}));
+  const json written = InferenceJobSpecToJson(*spec);
+  EXPECT_EQ(written["search"]["ep"], json({1, 2, 8}));
+  auto again = InferenceJobSpecFromJson(written);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->search.ep, spec->search.ep);
+  EXPECT_EQ(InferenceJobSpecToJson(*again), written);
+  // A pinned layout takes one ep.
+  j["search"] = {
+      {"tp", 4}, {"pp", 1}, {"ep", 2}, {"weight_precision", "fp8"}, {"kv_cache_precision", "fp8"}};
+  auto pinned = InferenceJobSpecFromJson(j);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  auto config = PinnedServingConfig(*pinned);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->ep, 2);
+  EXPECT_EQ(config->replicas, 2);  // 8 GPUs / (tp 4 x pp 1): ep adds no GPUs.
+  j["search"]["ep"] = {1, 2};
+  EXPECT_EQ(PinnedServingConfig(*InferenceJobSpecFromJson(j)).status().message(),
+            "search.ep needs exactly one value to name one layout (it has 2)");
 }
 
 TEST(SpecIoTest, KindDefaultsToTraining) {

@@ -270,5 +270,106 @@ TEST(StepModelTest, ExpertWidthMustSplitOverTp) {
       << s.status();
 }
 
+ServingConfig ExpertParallel(ServingConfig c, int64_t ep) {
+  c.ep = ep;
+  return c;
+}
+
+// Expert parallelism moves whole experts between ranks, it does not add copies: at tp 8 a
+// Mixtral rank holds 8 experts / 8 ranks = one expert's worth per layer either way (8 slices
+// of 1/8 with ep 1, one whole expert with ep 8): 32 x 3 x 4096 x 14336 x 2 bytes = 10.5 GiB.
+TEST(StepModelTest, ExpertParallelKeepsTheExpertBytesPerRank) {
+  auto model = *FindPreset("mixtral-8x7b");
+  const auto bf16 = Layout(8, 1, QuantFormat::kBf16, QuantFormat::kBf16);
+  const StepModel tp8 = Make("mixtral-8x7b", "h100-sxm-80gb", bf16);
+  const StepModel ep8 = Make("mixtral-8x7b", "h100-sxm-80gb", ExpertParallel(bf16, 8));
+  const StepModel ep2 = Make("mixtral-8x7b", "h100-sxm-80gb", ExpertParallel(bf16, 2));
+  const StepModel tp1 =
+      Make("mixtral-8x7b", "h100-sxm-80gb", Layout(1, 1, QuantFormat::kBf16, QuantFormat::kBf16));
+  EXPECT_DOUBLE_EQ(32 * 8 * ExpertParams(model) * 2 / 8, 32 * 3 * 4096.0 * 14336 * 2);
+  EXPECT_DOUBLE_EQ(ep8.Memory(1, 1, 0.9).weights, tp8.Memory(1, 1, 0.9).weights);
+  EXPECT_DOUBLE_EQ(ep2.Memory(1, 1, 0.9).weights, tp8.Memory(1, 1, 0.9).weights);
+  EXPECT_DOUBLE_EQ(ep8.weight_bytes_per_rank(), tp8.weight_bytes_per_rank());
+  // Everything an eighth of TP1's, but the router (h x 8) whole on every rank.
+  EXPECT_NEAR(ep8.Memory(1, 1, 0.9).weights,
+              tp1.Memory(1, 1, 0.9).weights / 8 + 32 * 4096.0 * 8 * 2 * 7 / 8, 1e6);
+  // INT8 per-channel scales follow the output channels: the rank's up/gate slices are the
+  // same, but it holds 1 whole down projection (4096 outputs) per layer instead of 8
+  // slices of 4096 outputs each: 32 x 7 x 4096 16-bit scales fewer.
+  const auto int8 = Layout(8, 1, QuantFormat::kInt8, QuantFormat::kBf16);
+  EXPECT_NEAR(
+      Make("mixtral-8x7b", "h100-sxm-80gb", int8).Memory(1, 1, 0.9).weights -
+          Make("mixtral-8x7b", "h100-sxm-80gb", ExpertParallel(int8, 8)).Memory(1, 1, 0.9).weights,
+      32 * 7 * 4096.0 * 2, 1.0);
+}
+
+// Mixtral decode at batch 1, FP8 weights, tp 2 on H100. One token reaches 2 of the 8
+// experts. ep 1: each rank reads half of both (one expert's bytes). ep 2: each rank holds 4
+// whole experts; the two reached experts are a random pair, in the same group with
+// probability 3/7, so the busiest group reads more than one expert: a group's count is
+// hypergeometric with mean 1 and variance 2 x 1/2 x 1/2 x 6/7 = 3/7, and the busiest of
+// two exceeds the mean by sqrt(2) x E[max of 2 standard normals] = sqrt(2 / pi) standard
+// deviations: 1 + sqrt(6 / (7 pi)) = 1.522 experts (the exact expectation is 1.43). Every
+// other term (attention, router, all-reduces, output layer, overheads) is the same, so ep
+// 2 is slower by 32 layers x 0.522 x 3 x 4096 x 14336 bytes at the device's bandwidth:
+// 2.94 GB, 1.1 ms on H100 (the activation and permutation bytes differ by < 0.01 ms).
+TEST(StepModelTest, ExpertParallelDecodeAtBatchOneWaitsForTheBusiestGroup) {
+  auto model = *FindPreset("mixtral-8x7b");
+  auto device = *FindDevice("h100-sxm-80gb");
+  const auto fp8 = Layout(2, 1, QuantFormat::kFp8, QuantFormat::kFp8);
+  const StepModel ep1 = Make("mixtral-8x7b", "h100-sxm-80gb", fp8);
+  const StepModel ep2 = Make("mixtral-8x7b", "h100-sxm-80gb", ExpertParallel(fp8, 2));
+  StepWork w;
+  w.decode_sequences = 1;
+  w.decode_context_tokens = 1024;
+  w.sampled_sequences = 1;
+  const double bw = device.memory_bandwidth * device.memory_efficiency;
+  const double excess = std::sqrt(6 / (7 * M_PI));
+  const double extra = 32 * excess * ExpertParams(model) * 1 / bw;
+  EXPECT_NEAR(ep2.StepSeconds(w) - ep1.StepSeconds(w), extra, 0.01e-3);
+  EXPECT_GT(ep2.StepSeconds(w) / ep1.StepSeconds(w), 1.2);
+}
+
+// ep = tp = 8 at batch 1: each rank holds one whole expert. The two reached experts are on
+// two ranks, each reading its whole expert (in the normal approximation the busiest of 8
+// groups would hold 0.25 + sqrt(8/7) x 1.4236 x sqrt(3/16) = 0.91 experts; a group holds
+// whole experts, so 1), where ep 1 reads an eighth of both: a quarter of one. ep 8 is
+// slower by 32 layers x 0.75 x one expert's FP8 bytes at the device's bandwidth (1.5 ms).
+TEST(StepModelTest, ExpertParallelDecodeAtBatchOneReadsWholeExpertsPerRank) {
+  auto model = *FindPreset("mixtral-8x7b");
+  auto device = *FindDevice("h100-sxm-80gb");
+  const auto fp8 = Layout(8, 1, QuantFormat::kFp8, QuantFormat::kFp8);
+  const StepModel ep1 = Make("mixtral-8x7b", "h100-sxm-80gb", fp8);
+  const StepModel ep8 = Make("mixtral-8x7b", "h100-sxm-80gb", ExpertParallel(fp8, 8));
+  StepWork w;
+  w.decode_sequences = 1;
+  w.decode_context_tokens = 1024;
+  w.sampled_sequences = 1;
+  const double bw = device.memory_bandwidth * device.memory_efficiency;
+  EXPECT_NEAR(ep8.StepSeconds(w) - ep1.StepSeconds(w), 32 * 0.75 * ExpertParams(model) / bw,
+              0.01e-3);
+}
+
+// With tp = ep each rank runs whole experts: the expert width need not split over tp.
+TEST(StepModelTest, ExpertParallelSlicesEachExpertOverTpOverEp) {
+  auto model = *FindPreset("mixtral-8x7b");
+  model.moe_ffn_hidden_size = 14335;
+  auto device = *FindDevice("h100-sxm-80gb");
+  const auto bf16 = Layout(4, 1, QuantFormat::kBf16, QuantFormat::kBf16);
+  auto create = [&](int64_t ep) {
+    return StepModel::Create(model, device, EngineProfileFor(ServingEngine::kTrtllm),
+                             ExpertParallel(bf16, ep), 8);
+  };
+  EXPECT_TRUE(create(4).ok()) << create(4).status();
+  ASSERT_FALSE(create(2).ok());
+  EXPECT_EQ(create(2).status().message(),
+            "tp / ep (4 / 2 = 2) must divide model.moe_ffn_hidden_size (14335): each rank "
+            "holds 1/(tp / ep) of each expert of its group");
+  ASSERT_FALSE(create(8).ok());
+  EXPECT_EQ(create(8).status().message(),
+            "ep (8) must divide tp (4): the experts split over ep groups of tp / ep ranks "
+            "(TensorRT-LLM moe_tp_size x moe_ep_size = tp_size)");
+}
+
 }  // namespace
 }  // namespace paratune::inference
