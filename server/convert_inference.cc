@@ -49,8 +49,7 @@ void Int64AsNumbers(json& object, const Descriptor& descriptor) {
 }
 
 // Drops the keys of the canonical spec JSON that the wire message has no field for, when they
-// hold nothing (null, an empty list or object): a dimension another part of the wire form
-// adds (search.ep) is carried once that field exists. A key with a value is an error.
+// hold nothing (null, an empty list or object). A key with a value is an error.
 absl::Status DropEmptyKeysTheWireLacks(json& object, const Descriptor& descriptor,
                                        const std::string& path) {
   if (!object.is_object()) return absl::OkStatus();

@@ -281,6 +281,21 @@ TEST(ConvertInferenceTest, AnInferenceSpecResolvesItsPresetAndReadsBackToTheSame
   EXPECT_EQ(inference::InferenceJobSpecToJson(*back), inference::InferenceJobSpecToJson(*direct));
 }
 
+TEST(ConvertInferenceTest, AnExpertParallelListCrossesTheWire) {
+  json j = {{"kind", "inference"},
+            {"model", {{"preset", "mixtral-8x7b"}}},
+            {"serving", {{"isl", 1024}, {"osl", 128}, {"concurrency", 32}}},
+            {"cluster", {{"gpu", "h100-sxm-80gb"}, {"num_gpus", 8}}},
+            {"search", {{"tp", {2, 4}}, {"ep", {1, 2}}}}};
+  absl::StatusOr<v1::JobSpec> wire = SpecProtoFromJson(j);
+  ASSERT_TRUE(wire.ok()) << wire.status();
+  ASSERT_EQ(wire->search().ep_size(), 2);
+  EXPECT_EQ(wire->search().ep(1), 2);
+  absl::StatusOr<inference::InferenceJobSpec> back = InferenceSpecFromProto(*wire);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->search.ep, (std::vector<int64_t>{1, 2}));
+}
+
 TEST(ConvertInferenceTest, BadInferenceFieldsAreRejectedNamingTheField) {
   json bad = json::parse(kLlama8bOn8H100);
   bad["serving"]["osl"] = 0;
