@@ -86,6 +86,22 @@ const char* ToString(RecomputeModule v) {
   return "?";
 }
 
+bool IsFlash(AttentionKernel k) {
+  return k == AttentionKernel::kFlash3 || k == AttentionKernel::kFlash2 ||
+         k == AttentionKernel::kFlash1;
+}
+
+const char* ToString(AttentionKernel v) {
+  switch (v) {
+    case AttentionKernel::kFlash3: return "flash3";
+    case AttentionKernel::kFlash2: return "flash2";
+    case AttentionKernel::kFlash1: return "flash1";
+    case AttentionKernel::kFused: return "fused";
+    case AttentionKernel::kUnfused: return "unfused";
+  }
+  return "?";
+}
+
 const char* ToString(CollectiveOp v) {
   switch (v) {
     case CollectiveOp::kAllReduce: return "all_reduce";
@@ -193,6 +209,13 @@ absl::StatusOr<RecomputeModule> ParseRecomputeModule(absl::string_view s) {
       RecomputeModule::kMoeAct,   RecomputeModule::kMoe,           RecomputeModule::kSharedExperts,
       RecomputeModule::kMlaUpProj};
   return ParseEnum("recompute module", s, kAll);
+}
+
+absl::StatusOr<AttentionKernel> ParseAttentionKernel(absl::string_view s) {
+  static constexpr AttentionKernel kAll[] = {AttentionKernel::kFlash3, AttentionKernel::kFlash2,
+                                             AttentionKernel::kFlash1, AttentionKernel::kFused,
+                                             AttentionKernel::kUnfused};
+  return ParseEnum("attention kernel", s, kAll);
 }
 
 absl::StatusOr<CollectiveOp> ParseCollectiveOp(absl::string_view s) {

@@ -41,6 +41,12 @@ enum class RecomputeModule {
   kSharedExperts,
   kMlaUpProj
 };
+/// The attention core's implementation: FlashAttention 3 (Hopper only), 2 or 1 (tiled,
+/// no s x s scores stored), or the scores materialised with a fused scale-mask-softmax
+/// kernel ("fused", Megatron's), or with separate PyTorch ops ("unfused").
+enum class AttentionKernel { kFlash3, kFlash2, kFlash1, kFused, kUnfused };
+/// True for the FlashAttention kernels (no s x s scores stored).
+bool IsFlash(AttentionKernel k);
 /// A collective of an nccl-tests-style sweep.
 enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kSendRecv, kAllToAll };
 /// Work run around a layer on the first or last pipeline stage, besides the layer.
@@ -85,6 +91,8 @@ const char* ToString(Recompute v);
 /// "core_attn" | "layernorm" | "mlp" | "moe_act" | "moe" | "shared_experts" | "mla_up_proj"
 /// (Megatron-Core's spelling).
 const char* ToString(RecomputeModule v);
+/// "flash3" | "flash2" | "flash1" | "fused" | "unfused".
+const char* ToString(AttentionKernel v);
 const char* ToString(CollectiveOp v);
 const char* ToString(StageExtras v);
 const char* ToString(Objective v);
@@ -103,6 +111,7 @@ absl::StatusOr<PositionEmbedding> ParsePositionEmbedding(absl::string_view s);
 absl::StatusOr<Precision> ParsePrecision(absl::string_view s);
 absl::StatusOr<Recompute> ParseRecompute(absl::string_view s);
 absl::StatusOr<RecomputeModule> ParseRecomputeModule(absl::string_view s);
+absl::StatusOr<AttentionKernel> ParseAttentionKernel(absl::string_view s);
 absl::StatusOr<CollectiveOp> ParseCollectiveOp(absl::string_view s);
 absl::StatusOr<StageExtras> ParseStageExtras(absl::string_view s);
 absl::StatusOr<Objective> ParseObjective(absl::string_view s);

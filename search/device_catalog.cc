@@ -53,6 +53,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 DeviceProfile A100(const char* name, double memory_gib, double hbm_gbps) {
   DeviceProfile d;
   d.name = name;
+  d.arch = "sm80";
   d.peak_fp32_tflops = 19.5;
   d.peak_tf32_tflops = 156;
   d.peak_bf16_tflops = 312;
@@ -82,6 +83,7 @@ DeviceProfile A100(const char* name, double memory_gib, double hbm_gbps) {
 DeviceProfile Hopper(const char* name, double memory_gib, double hbm_tbps) {
   DeviceProfile d;
   d.name = name;
+  d.arch = "sm90";
   d.peak_fp32_tflops = 67;
   d.peak_tf32_tflops = 494.7;
   d.peak_bf16_tflops = 989.4;
@@ -114,6 +116,7 @@ DeviceProfile Hopper(const char* name, double memory_gib, double hbm_tbps) {
 // Hopper), 148 SMs, block-scaled MXFP8/NVFP4 tensor cores.
 DeviceProfile Blackwell(const char* name, double memory_gib, double hbm_tbps) {
   DeviceProfile d = Hopper(name, memory_gib, hbm_tbps);
+  d.arch = "sm100";
   d.peak_fp32_tflops = 75;
   d.peak_tf32_tflops = 1100;
   d.peak_bf16_tflops = 2250;
@@ -217,6 +220,7 @@ std::vector<DeviceProfile> Catalog() {
     // server all-reduce over PCIe at ~20 GB/s bus bandwidth (nccl-tests on PCIe Gen4
     // servers), ~10 us per step.
     DeviceProfile d = Hopper("l40s-48gb", 48e9 / kGiB, 0.864);
+    d.arch = "sm89";
     d.peak_fp32_tflops = 91.6;
     d.peak_tf32_tflops = 183;
     d.peak_bf16_tflops = 362;
@@ -241,6 +245,7 @@ std::vector<DeviceProfile> Catalog() {
     // (1,792 GB/s), PCIe Gen5 x16 without NVLink: all-reduce over PCIe at ~40 GB/s bus
     // bandwidth.
     DeviceProfile d = Hopper("rtx-pro-6000-96gb", 96e9 / kGiB, 1.792);
+    d.arch = "sm120";
     d.peak_fp32_tflops = 125;
     d.peak_tf32_tflops = 250;
     d.peak_bf16_tflops = 500;
@@ -262,6 +267,7 @@ std::vector<DeviceProfile> Catalog() {
   {
     DeviceProfile d;
     d.name = "cpu";
+    d.arch = "cpu";
     d.host_memory = true;
     d.peak_fp32_tflops = 0.1;
     d.peak_tf32_tflops = 0.1;

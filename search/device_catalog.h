@@ -13,6 +13,9 @@ namespace paratune {
 
 struct DeviceProfile {
   std::string name;                 ///< Catalog key, e.g. "h100-sxm-80gb".
+  /// CUDA architecture: "sm80" (A100), "sm89" (L40S), "sm90" (Hopper), "sm100" (B200,
+  /// GB200, B300, GB300), "sm120" (RTX PRO 6000); "cpu".
+  std::string arch;
   double peak_fp32_tflops = 0;      ///< Dense, non-tensor-core FP32.
   double peak_tf32_tflops = 0;      ///< Dense.
   double peak_bf16_tflops = 0;      ///< Dense (FP16 equal).

@@ -311,7 +311,15 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
       break;
     case Precision::kFp32: break;
   }
-  if (t.flash_attention) add("--use-flash-attn");
+  const AttentionKernel kernel = t.AttentionKernelOf();
+  if (IsFlash(kernel)) {
+    add("--use-flash-attn");
+  } else {
+    // Megatron's own DotProductAttention: materialised scores, its fused scale-mask-softmax
+    // unless told otherwise.
+    add("--attention-backend", "local");
+    if (kernel == AttentionKernel::kUnfused) add("--no-masked-softmax-fusion");
+  }
   if (!t.dropout) {
     add("--attention-dropout", "0.0");
     add("--hidden-dropout", "0.0");
@@ -410,7 +418,10 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
       "  position_embedding_type: ",
       m.position_embedding == PositionEmbedding::kRope ? "rope" : "learned_absolute", "\n",
       "  share_embeddings_and_output_weights: ", YamlBool(m.tie_embeddings), "\n",
-      "  use_flash_attention: ", YamlBool(t.flash_attention), "\n");
+      "  use_flash_attention: ", YamlBool(IsFlash(t.AttentionKernelOf())), "\n");
+  if (t.AttentionKernelOf() == AttentionKernel::kUnfused) {
+    absl::StrAppend(&out, "  masked_softmax_fusion: false\n");
+  }
   if (!t.dropout) absl::StrAppend(&out, "  hidden_dropout: 0.0\n  attention_dropout: 0.0\n");
   if (t.precision == Precision::kFp8) absl::StrAppend(&out, "  fp8: true\n  fp8_hybrid: true\n");
   // Block-scaled recipes under Megatron-Core's TransformerConfig names (fp8_recipe,

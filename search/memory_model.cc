@@ -73,10 +73,11 @@ double LayerActivationBytes(const ModelSpec& model, const LayerActivationParams&
   const SelectiveModules& rerun = p.selective;
   // Regions outside TP: norms' inputs, the norms' outputs feeding QKV and FC1, masks.
   const double norm_outputs = selective && rerun.layernorm ? 0.0 : 1.0;
-  double replicated = e * x                    // LN1 input
+  const double norm_saved = p.fused_norm ? e : 4.0 + e;  // Per element, per norm.
+  double replicated = norm_saved * x              // LN1 input
                       + norm_outputs * lin * x  // QKV input
                       + mask * x                // attention dropout mask
-                      + e * x                   // LN2 input
+                      + norm_saved * x          // LN2 input
                       + norm_outputs * lin * x  // FC1 input
                       + mask * x;               // MLP dropout mask
   // Inside TP. Widths per token relative to h: Q and K a*d_qk, V g*d_v (MLA: a*d_v), the
@@ -113,13 +114,14 @@ LayerActivationParams ActivationParamsFor(const ModelSpec& model, const Training
   LayerActivationParams p;
   p.seq_length = training.seq_length;
   p.parallel = config;
-  p.flash_attention = training.flash_attention;
+  p.flash_attention = IsFlash(training.AttentionKernelOf());
   p.dropout = training.dropout;
   p.bytes_per_element = training.precision == Precision::kFp32 ? 4.0 : 2.0;
   // NVFP4 stores its linear inputs in 4 bits plus scales; counted at one byte, as FP8
   // (an upper bound: Transformer Engine also keeps a transposed copy for the wgrad GEMM).
   p.fp8_linear_inputs = IsLowPrecisionGemm(training.precision);
   p.selective = SelectiveModules::Of(training);
+  p.fused_norm = training.fused_norm;
   return p;
 }
 

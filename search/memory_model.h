@@ -39,6 +39,9 @@ struct LayerActivationParams {
   bool fp8_linear_inputs = false;  ///< FP8 training: linear-layer inputs kept in 1 byte.
   /// With parallel.recompute kSelective: the modules rerun (their tensors are not stored).
   SelectiveModules selective;
+  /// Fused norm kernels store their input; a norm of separate PyTorch ops stores the FP32
+  /// copy of its input and its 16-bit normalised output (for the weight's multiply).
+  bool fused_norm = true;
 };
 
 /// Bytes that ONE transformer layer stores for its backward pass on one rank, for one

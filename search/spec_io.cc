@@ -437,7 +437,7 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
           CheckKeys(obj, sec,
                     {"seq_length", "global_batch_size", "precision", "flash_attention", "dropout",
                      "optimizer", "total_tokens", "moe_routing", "moe_capacity_factor",
-                     "recompute_modules"});
+                     "recompute_modules", "attention_kernel", "fused_norm"});
       !s.ok()) {
     return s;
   }
@@ -447,7 +447,25 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
     return s;
   }
   if (auto s = ReadEnum(obj, sec, "precision", ParsePrecision, &t->precision); !s.ok()) return s;
+  bool flash_given = false;
   if (auto s = ReadBool(obj, sec, "flash_attention", &t->flash_attention); !s.ok()) return s;
+  flash_given = Find(obj, "flash_attention") != nullptr;
+  if (Find(obj, "attention_kernel") != nullptr) {
+    if (auto s = ReadEnum(obj, sec, "attention_kernel", ParseAttentionKernel, &t->attention_kernel);
+        !s.ok()) {
+      return s;
+    }
+    if (flash_given && t->flash_attention != IsFlash(t->attention_kernel)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training.flash_attention (", t->flash_attention ? "true" : "false",
+          ") contradicts training.attention_kernel (", ToString(t->attention_kernel),
+          "): give one of them"));
+    }
+    t->flash_attention = IsFlash(t->attention_kernel);
+  } else if (!t->flash_attention) {
+    t->attention_kernel = AttentionKernel::kFused;
+  }
+  if (auto s = ReadBool(obj, sec, "fused_norm", &t->fused_norm); !s.ok()) return s;
   if (auto s = ReadBool(obj, sec, "dropout", &t->dropout); !s.ok()) return s;
   if (const json* v = Find(obj, "optimizer")) {
     auto s = AsString(*v, "training.optimizer");
@@ -729,7 +747,9 @@ json JobSpecToJson(const JobSpec& spec) {
                    {{"seq_length", t.seq_length},
                     {"global_batch_size", t.global_batch_size},
                     {"precision", ToString(t.precision)},
-                    {"flash_attention", t.flash_attention},
+                    {"flash_attention", IsFlash(t.AttentionKernelOf())},
+                    {"attention_kernel", ToString(t.AttentionKernelOf())},
+                    {"fused_norm", t.fused_norm},
                     {"dropout", t.dropout},
                     {"optimizer", "adam"},
                     {"total_tokens", t.total_tokens}}},

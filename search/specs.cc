@@ -390,6 +390,11 @@ absl::Status TrainingSpec::Validate() const {
   return absl::OkStatus();
 }
 
+AttentionKernel TrainingSpec::AttentionKernelOf() const {
+  if (IsFlash(attention_kernel) == flash_attention) return attention_kernel;
+  return flash_attention ? AttentionKernel::kFlash2 : AttentionKernel::kFused;
+}
+
 bool TrainingSpec::Recomputes(RecomputeModule module) const {
   return std::find(recompute_modules.begin(), recompute_modules.end(), module) !=
          recompute_modules.end();
@@ -534,6 +539,11 @@ absl::Status JobSpec::Validate() const {
                      absl::StrJoin(DeviceNames(), ", ")));
   }
   if (auto s = CheckDeviceSupports(*device, training.precision); !s.ok()) return s;
+  if (training.AttentionKernelOf() == AttentionKernel::kFlash3 && device->arch != "sm90") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.attention_kernel flash3 runs on Hopper (sm90) only; cluster.gpu ",
+        cluster.gpu, " is ", device->arch, ": use flash2"));
+  }
   for (size_t i = 0; i < training.recompute_modules.size(); ++i) {
     const RecomputeModule r = training.recompute_modules[i];
     const bool expert_module = r == RecomputeModule::kMoe || r == RecomputeModule::kMoeAct ||
@@ -623,6 +633,15 @@ absl::Status JobSpec::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "search.mode profile is not supported for mixture-of-experts models (model.num_experts ",
         model.num_experts, "): use search.mode model"));
+  }
+  if (search.mode == SearchMode::kProfile &&
+      (!training.fused_norm || (training.AttentionKernelOf() != AttentionKernel::kFlash2 &&
+                                training.AttentionKernelOf() != AttentionKernel::kFused))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.attention_kernel ", ToString(training.AttentionKernelOf()), " with fused_norm ",
+        training.fused_norm ? "true" : "false",
+        " is not supported with search.mode profile (the workers run their own flash or fused "
+        "attention and fused norms): use search.mode model"));
   }
   if (search.mode == SearchMode::kProfile &&
       training.recompute_modules != std::vector<RecomputeModule>{RecomputeModule::kCoreAttn}) {

@@ -86,6 +86,12 @@ struct TrainingSpec {
   int64_t global_batch_size = 0;     ///< B, sequences per optimizer step.
   Precision precision = Precision::kBf16;
   bool flash_attention = true;       ///< No s x s scores stored.
+  /// The attention core's kernel. Kept consistent with flash_attention by the spec reader
+  /// (flash_attention false alone means kFused); AttentionKernelOf resolves the two.
+  AttentionKernel attention_kernel = AttentionKernel::kFlash2;
+  /// Fused RMSNorm/LayerNorm kernels (one read and one write per element); false: the norm
+  /// as separate PyTorch ops, which move and store more (search/README.md).
+  bool fused_norm = true;
   bool dropout = false;              ///< Dropout masks stored for backward.
   int64_t total_tokens = 0;          ///< > 0: report time_to_train_days.
   /// How tokens are routed to experts (MoE models only).
@@ -98,6 +104,9 @@ struct TrainingSpec {
   std::vector<RecomputeModule> recompute_modules = {RecomputeModule::kCoreAttn};
   /// True when `module` is in recompute_modules.
   bool Recomputes(RecomputeModule module) const;
+  /// attention_kernel, unless flash_attention says otherwise (flash_attention false with a
+  /// flash kernel: kFused; true with a materialising kernel: kFlash2).
+  AttentionKernel AttentionKernelOf() const;
 
   absl::Status Validate() const;
 };

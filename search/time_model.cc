@@ -32,6 +32,22 @@ constexpr double kCausalFraction = 0.5;
 // Flash attention's backward recomputes the scores: 5 matmuls against the forward's 2,
 // and runs at ~80% of the forward's FLOP rate (FlashAttention-2 paper, Figs. 5-7).
 constexpr double kFlashBackwardRatio = 2.5;
+// The attention kernels' speed relative to the device's attention_efficiency (which is
+// FlashAttention-2's on A100 and the flash kernels Megatron-Core runs on Hopper):
+// FlashAttention-1 reaches 25-40 % of A100's peak where FlashAttention-2 reaches 50-73 %
+// (Dao 2023, arXiv 2307.08691): 32.5 / 61.5 at the midpoints. FlashAttention-3 is 1.5-2.0x
+// FlashAttention-2 in FP16 on H100 (Shah et al. 2024, arXiv 2407.08608): the lower end.
+constexpr double kFlash1Relative = 32.5 / 61.5;
+constexpr double kFlash3Relative = 1.5;
+// Softmax of materialised scores as separate PyTorch ops (scale, mask fill, softmax, each
+// reading and writing the scores) against one fused scale-mask-softmax kernel.
+constexpr double kUnfusedSoftmaxPasses = 3.0;
+// A norm as the PyTorch ops of the usual RMSNorm module (cast to FP32, pow, mean, multiply
+// by the reciprocal root, cast back, multiply by the weight): bytes per element moved in
+// the forward, e + 4 + 4 + 4 + 4 + 4 + 4 + 4 + e + e + e = 28 + 4e, against a fused
+// kernel's 2e; seven kernels against one.
+constexpr double kUnfusedNormFp32Bytes = 28.0;
+constexpr double kUnfusedNormKernels = 7.0;
 constexpr double kFlashBackwardEfficiency = 0.8;
 
 double ElementBytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
@@ -180,9 +196,14 @@ PassSeconds AttentionCoreTimes(const LayerDims& d, const TrainingSpec& training,
   const double launch = device.kernel_launch_s;
   const double heads = d.a / d.t;
   PassSeconds out;
-  if (training.flash_attention) {
+  const AttentionKernel kernel = training.AttentionKernelOf();
+  if (IsFlash(kernel)) {
     const double flops = 2.0 * d.b * d.s_local * d.s * d.core_width / d.t * kCausalFraction;
-    const double rate = device.PeakFlops(core_precision) * device.attention_efficiency;
+    const double relative = kernel == AttentionKernel::kFlash1   ? kFlash1Relative
+                            : kernel == AttentionKernel::kFlash3 ? kFlash3Relative
+                                                                 : 1.0;
+    const double rate =
+        device.PeakFlops(core_precision) * device.attention_efficiency * relative;
     out.forward = flops / rate + launch;
     out.backward = kFlashBackwardRatio * flops / (kFlashBackwardEfficiency * rate) + launch;
     return out;
@@ -198,22 +219,28 @@ PassSeconds AttentionCoreTimes(const LayerDims& d, const TrainingSpec& training,
                  GemmSeconds(device, s, head_dim, s_local, batch, core_precision);   // dV
   // Fused scale-mask-softmax (read + write the scores), dropout (read, write output and
   // the 1-byte mask); the backward reads the saved tensors and the incoming gradient.
-  const double softmax_bytes = 2.0 * d.e * scores + d.mask * (2.0 * d.e + 1.0) * scores;
-  out.forward += StreamSeconds(device, softmax_bytes) + (1 + d.mask) * launch;
-  out.backward += StreamSeconds(device, 1.5 * softmax_bytes + d.e * scores) + (1 + d.mask) * launch;
+  const double passes = kernel == AttentionKernel::kUnfused ? kUnfusedSoftmaxPasses : 1.0;
+  const double softmax_bytes =
+      passes * 2.0 * d.e * scores + d.mask * (2.0 * d.e + 1.0) * scores;
+  out.forward += StreamSeconds(device, softmax_bytes) + (passes + d.mask) * launch;
+  out.backward +=
+      StreamSeconds(device, 1.5 * softmax_bytes + d.e * scores) + (passes + d.mask) * launch;
   return out;
 }
 
 // Memory-bound kernels outside the core: two norms (read + write), two fused
 // bias-dropout-residual adds (read two, write one, mask), the activation function, RoPE;
 // with the FP8 casts.
-PassSeconds ElementwiseTimes(const LayerDims& d, const ModelSpec& model, const PassBytes& fp8,
-                             const DeviceProfile& device) {
+PassSeconds ElementwiseTimes(const LayerDims& d, const ModelSpec& model, bool fused_norm,
+                             const PassBytes& fp8, const DeviceProfile& device) {
   const double launch = device.kernel_launch_s;
   const double x_sp = d.tokens * d.h / d.sp;
-  double elementwise = 2.0 * (2.0 * d.e * x_sp) + 2.0 * ((3.0 * d.e + d.mask) * x_sp) +
+  // Bytes per element and kernels of one norm.
+  const double norm_bytes = fused_norm ? 2.0 * d.e : kUnfusedNormFp32Bytes + 4.0 * d.e;
+  const double norm_kernels = fused_norm ? 1.0 : kUnfusedNormKernels;
+  double elementwise = 2.0 * (norm_bytes * x_sp) + 2.0 * ((3.0 * d.e + d.mask) * x_sp) +
                        d.e * d.tokens * d.fc1_width / d.t + d.e * d.tokens * d.f / d.t;
-  int kernels = 6;
+  double kernels = 4.0 + 2.0 * norm_kernels;
   if (model.position_embedding == PositionEmbedding::kRope) {
     elementwise += 2.0 * d.e * d.tokens * (d.attn_out + d.kv_width / 2.0) / d.t;
     kernels += 1;
@@ -784,7 +811,7 @@ LayerTime EstimateLayerTime(const ModelSpec& model, const TrainingSpec& training
   const LinearTimes linear = LinearLayerTimes(d, device, training.precision);
   const PassBytes fp8 = Fp8CastBytes(d, linear, training, device);
   const PassSeconds core = AttentionCoreTimes(d, training, device);
-  const PassSeconds elementwise = ElementwiseTimes(d, model, fp8, device);
+  const PassSeconds elementwise = ElementwiseTimes(d, model, training.fused_norm, fp8, device);
 
   LayerTime out;
   out.attention_forward = core.forward;

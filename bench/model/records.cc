@@ -90,8 +90,21 @@ JobSpec SpecFromRecord(const nlohmann::json& r) {
       absl::StrContains(source, "Narayanan") || absl::StrContains(source, "Korthikanti");
   spec.training.flash_attention = !megatron_2021_22;
   spec.training.dropout = megatron_2021_22;
+  spec.training.attention_kernel =
+      megatron_2021_22 ? AttentionKernel::kFused : AttentionKernel::kFlash2;
+  // Aleph Alpha's sweep names its kernel per run: "flash_attention2 + RMS kernel" (fused
+  // RMSNorm), "flash_attention2", "flash_attentionv1.0.8" / "flash_attention" (v1),
+  // "fused" (Megatron's fused softmax) and "torch" (PyTorch ops); without "RMS kernel" the
+  // norm is PyTorch ops.
   const std::string kernel = Str(r, "attention_kernel");
-  if (!kernel.empty()) spec.training.flash_attention = absl::StrContains(kernel, "flash");
+  if (!kernel.empty()) {
+    spec.training.attention_kernel = absl::StrContains(kernel, "flash_attention2") ? AttentionKernel::kFlash2
+                                     : absl::StrContains(kernel, "flash")          ? AttentionKernel::kFlash1
+                                     : kernel == "torch"                            ? AttentionKernel::kUnfused
+                                                                                    : AttentionKernel::kFused;
+    spec.training.fused_norm = absl::StrContains(kernel, "RMS kernel");
+  }
+  spec.training.flash_attention = IsFlash(spec.training.attention_kernel);
   spec.training.global_batch_size = Int(r, "global_batch_size", 0);
   const std::string gpu = Str(r, "gpu_type");
   if (absl::StrContains(gpu, "H100")) {
