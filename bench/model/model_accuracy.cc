@@ -201,8 +201,9 @@ std::vector<Ordering> Orderings(const nlohmann::json& data,
 }
 
 void PrintJson(const std::vector<Row>& rows, const std::vector<Ordering>& orderings, double median,
-               double max, const std::vector<Row>& fsdp) {
+               double max, const std::vector<Row>& fsdp, const nlohmann::json& moe) {
   nlohmann::json out;
+  out["moe"] = moe;
   std::vector<double> fsdp_errors;
   for (const Row& r : fsdp) {
     out["fsdp_records"].push_back({{"id", r.id},
@@ -385,8 +386,8 @@ int Main(int argc, char** argv) {
   if (moe_data.ok()) moe = MoeRows(*moe_data, verbose);
   const std::vector<Row> fsdp = moe_data.ok() ? FsdpRows(*moe_data, verbose) : std::vector<Row>{};
   if (json_out) {
-    PrintJson(rows, orderings, median, max, fsdp);
-    nlohmann::json m;
+    // One JSON document: the dense rows, "fsdp_records" and "moe".
+    nlohmann::json m = nlohmann::json::object();
     std::vector<double> errors;
     for (const Row& r : moe.rows) {
       m["records"].push_back({{"id", r.id},
@@ -401,7 +402,7 @@ int Main(int argc, char** argv) {
     }
     m["median_error"] = MedianOf(errors);
     m["max_error"] = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
-    std::printf("%s\n", nlohmann::json{{"moe", m}}.dump(2).c_str());
+    PrintJson(rows, orderings, median, max, fsdp, m);
   } else {
     PrintTable(dir, rows, orderings, median, max);
     if (moe_data.ok()) {

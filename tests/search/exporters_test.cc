@@ -102,6 +102,23 @@ TEST(ExportersTest, MegatronGpt3Interleaved) {
   EXPECT_EQ(m["--hidden-dropout"], "0.0");
 }
 
+TEST(ExportersTest, AttentionKernels) {
+  ParallelConfig c;
+  c.tp = 2;
+  c.dp = 4;
+  JobSpec spec = Llama3_8B();
+  EXPECT_EQ(ArgMap(spec, c).count("--use-flash-attn"), 1u);
+  EXPECT_EQ(ArgMap(spec, c).count("--attention-backend"), 0u);
+  spec.training.attention_kernel = AttentionKernel::kUnfused;
+  spec.training.flash_attention = false;
+  auto m = ArgMap(spec, c);
+  EXPECT_EQ(m.count("--use-flash-attn"), 0u);
+  EXPECT_EQ(m["--attention-backend"], "local");
+  EXPECT_EQ(m.count("--no-masked-softmax-fusion"), 1u);
+  spec.training.attention_kernel = AttentionKernel::kFused;
+  EXPECT_EQ(ArgMap(spec, c).count("--no-masked-softmax-fusion"), 0u);
+}
+
 TEST(ExportersTest, MegatronLlamaGqaFp8) {
   ParallelConfig c;
   c.tp = 2;

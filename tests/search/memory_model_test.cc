@@ -9,6 +9,26 @@
 namespace paratune {
 namespace {
 
+// A norm of PyTorch ops stores its input's FP32 copy and its 16-bit output instead of the
+// 16-bit input: 4 more bytes per element, for each of the two norms of a layer.
+TEST(UnfusedNormTest, StoresFourMoreBytesPerElementPerNorm) {
+  const ModelSpec model = *FindPreset("llama2-13b");
+  LayerActivationParams p;
+  p.seq_length = 2048;
+  p.parallel.micro_batch_size = 2;
+  p.parallel.tp = 2;
+  p.flash_attention = true;
+  p.dropout = false;
+  const double fused = LayerActivationBytes(model, p);
+  p.fused_norm = false;
+  EXPECT_DOUBLE_EQ(LayerActivationBytes(model, p) - fused, 2 * 4.0 * 2048 * 2 * 5120);
+  // With sequence parallelism the norms' inputs are split over tp.
+  p.parallel.sequence_parallel = true;
+  const double unfused_sp = LayerActivationBytes(model, p);
+  p.fused_norm = true;
+  EXPECT_DOUBLE_EQ(unfused_sp - LayerActivationBytes(model, p), 2 * 4.0 * 2048 * 2 * 5120 / 2);
+}
+
 // Korthikanti et al. 2022, Section 4, for GPT with dropout, no flash attention, 16-bit.
 class KorthikantiTest : public ::testing::TestWithParam<const char*> {
  protected:

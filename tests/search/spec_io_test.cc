@@ -316,6 +316,39 @@ TEST(SpecIoTest, CanonicalJsonRoundTrips) {
   EXPECT_THAT(ErrorOf(j), HasSubstr("search.overlap_p2p_comm"));
 }
 
+TEST(SpecIoTest, AttentionKernelAndFlashAttentionAgree) {
+  json j = MinimalSpec();
+  auto kernel_of = [](const json& spec) {
+    auto s = JobSpecFromJson(spec);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? JobSpecToJson(*s)["training"] : json();
+  };
+  EXPECT_EQ(kernel_of(j)["attention_kernel"], "flash2");
+  EXPECT_EQ(kernel_of(j)["fused_norm"], true);
+  j["training"]["flash_attention"] = false;
+  EXPECT_EQ(kernel_of(j)["attention_kernel"], "fused");
+  j["training"]["attention_kernel"] = "unfused";
+  j["training"]["fused_norm"] = false;
+  const json t = kernel_of(j);
+  EXPECT_EQ(t["attention_kernel"], "unfused");
+  EXPECT_EQ(t["flash_attention"], false);
+  EXPECT_EQ(t["fused_norm"], false);
+  j["training"]["attention_kernel"] = "flash1";
+  EXPECT_EQ(ErrorOf(j), "training.flash_attention (false) contradicts "
+                        "training.attention_kernel (flash1): give one of them");
+  j["training"].erase("flash_attention");
+  EXPECT_EQ(kernel_of(j)["flash_attention"], true);
+  j["training"]["attention_kernel"] = "flash4";
+  EXPECT_THAT(ErrorOf(j), HasSubstr("training.attention_kernel: unknown attention kernel "
+                                    "'flash4' (expected flash3, flash2, flash1, fused, unfused)"));
+  // FlashAttention-3 is Hopper's.
+  j["training"]["attention_kernel"] = "flash3";
+  j["cluster"]["gpu"] = "a100-80gb";
+  EXPECT_THAT(ErrorOf(j), HasSubstr("flash3 runs on Hopper (sm90) only"));
+  j["cluster"]["gpu"] = "h100-sxm-80gb";
+  EXPECT_EQ(kernel_of(j)["attention_kernel"], "flash3");
+}
+
 // Megatron-LM's --max-position-embeddings defaults to --seq-length, and a learned table needs
 // a row per position: the rows the model counts are the rows the exported arguments name.
 TEST(SpecIoTest, LearnedPositionRowsDefaultToSeqLengthAndAreNeverFewer) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "search/collectives.h"
+#include "search/gemm_efficiency.h"
 #include "search/model_math.h"
 #include "search/presets.h"
 #include "search/sharded_data_parallel.h"
@@ -108,6 +109,52 @@ JobSpec Korthikanti175b() {
 
 // Korthikanti Table 5, GPT-3 175B on 64 A100s (TP 8, PP 8, VP 3, micro-batch 1, B 64):
 // 18.13 s with full recompute, 13.75 s with SP + selective.
+// The attention kernels: FlashAttention-1's core runs at 32.5/61.5 of FlashAttention-2's
+// rate (Dao 2023's A100 ranges at their midpoints), FlashAttention-3's at 1.5x on Hopper;
+// PyTorch-op norms move 28 + 4e bytes per element instead of 2e and launch 7 kernels
+// instead of 1.
+TEST(AttentionKernelTest, CoreRatesAndUnfusedNormsByHand) {
+  const ModelSpec model = *FindPreset("llama2-13b");
+  TrainingSpec t;
+  t.seq_length = 2048;
+  t.global_batch_size = 8;
+  ParallelConfig c;
+  c.tp = 2;
+  c.micro_batch_size = 2;
+  for (const char* gpu : {"a100-80gb", "h100-sxm-80gb"}) {
+    const DeviceProfile device = *FindDevice(gpu);
+    const double launch = device.kernel_launch_s;
+    const LayerTime fa2 = EstimateLayerTime(model, t, c, device, 8);
+    TrainingSpec v1 = t;
+    v1.attention_kernel = AttentionKernel::kFlash1;
+    const LayerTime fa1 = EstimateLayerTime(model, v1, c, device, 8);
+    EXPECT_NEAR((fa1.attention_forward - launch) / (fa2.attention_forward - launch), 61.5 / 32.5,
+                1e-9)
+        << gpu;
+    TrainingSpec v3 = t;
+    v3.attention_kernel = AttentionKernel::kFlash3;
+    const LayerTime fa3 = EstimateLayerTime(model, v3, c, device, 8);
+    EXPECT_NEAR((fa2.attention_forward - launch) / (fa3.attention_forward - launch), 1.5, 1e-9);
+    // Materialised scores: the unfused softmax moves 3x the fused one's bytes.
+    TrainingSpec fused = t, unfused = t;
+    fused.attention_kernel = AttentionKernel::kFused;
+    fused.flash_attention = false;
+    unfused.attention_kernel = AttentionKernel::kUnfused;
+    unfused.flash_attention = false;
+    const double scores = 2.0 * (40.0 / 2) * 2048 * 2048;  // b * heads/t * s * s
+    EXPECT_NEAR(EstimateLayerTime(model, unfused, c, device, 8).attention_forward -
+                    EstimateLayerTime(model, fused, c, device, 8).attention_forward,
+                StreamSeconds(device, 2.0 * 2.0 * 2 * scores) + 2 * launch, 1e-12);
+    // Unfused norms: two norms over the [s*b, h] input (no SP: every TP rank), forward.
+    TrainingSpec norms = t;
+    norms.fused_norm = false;
+    const LayerTime slow = EstimateLayerTime(model, norms, c, device, 8);
+    const double x = 2048.0 * 2 * 5120;
+    EXPECT_NEAR(slow.forward_compute - fa2.forward_compute,
+                StreamSeconds(device, 2 * (28.0 + 4 * 2 - 2 * 2) * x) + 2 * 6 * launch, 1e-12);
+  }
+}
+
 TEST(IterationTest, Korthikanti175bWithinFivePercent) {
   const JobSpec spec = Korthikanti175b();
   const DeviceProfile a100 = *FindDevice("a100-80gb");
