@@ -259,6 +259,15 @@ absl::StatusOr<MoeRouting> ParseMoeRouting(absl::string_view s) {
   return ParseEnum("moe routing", s, kAll);
 }
 
+const char* ToString(Offload v) {
+  switch (v) {
+    case Offload::kNone: return "none";
+    case Offload::kOptimizer: return "optimizer";
+    case Offload::kOptimizerAndParams: return "optimizer_and_params";
+  }
+  return "?";
+}
+
 const char* ToString(DataParallelSharding v) {
   switch (v) {
     case DataParallelSharding::kNone:
@@ -271,6 +280,12 @@ const char* ToString(DataParallelSharding v) {
       return "full";
   }
   return "?";
+}
+
+absl::StatusOr<Offload> ParseOffload(absl::string_view s) {
+  static constexpr Offload kAll[] = {Offload::kNone, Offload::kOptimizer,
+                                     Offload::kOptimizerAndParams};
+  return ParseEnum("offload", s, kAll);
 }
 
 absl::StatusOr<DataParallelSharding> ParseDataParallelSharding(absl::string_view s) {

@@ -61,6 +61,11 @@ enum class StageExtras {
 /// shard (parameters too: each layer's weights are all-gathered before its forward and its
 /// backward, its gradients reduce-scattered after its backward).
 enum class DataParallelSharding { kNone, kOptimizer, kOptimizerGrads, kFull };
+/// What lives in host memory instead of the GPU's: nothing; the optimizer state with the
+/// Adam step on the host CPU (ZeRO-Offload, Megatron-Core's --optimizer-cpu-offload); or
+/// that and the parameter and gradient shards, streamed to the GPU layer by layer
+/// (ZeRO-Infinity's offload_param, FSDP2's CPUOffloadPolicy; needs full sharding).
+enum class Offload { kNone, kOptimizer, kOptimizerAndParams };
 /// What a search ranks by: iteration time, or peak memory.
 enum class Objective { kThroughput, kMinMemory };
 /// How a search scores its candidates: the analytical model, or measured layer tasks.
@@ -102,6 +107,8 @@ const char* ToString(MoeTokenDispatcher v);
 const char* ToString(MoeRouting v);
 /// "none" | "optimizer" | "optimizer_grads" | "full".
 const char* ToString(DataParallelSharding v);
+/// "none" | "optimizer" | "optimizer_and_params".
+const char* ToString(Offload v);
 
 /// The value named `s` (exactly as ToString spells it); InvalidArgument otherwise,
 /// listing the accepted names: `unknown activation 'relu' (expected gelu, swiglu)`.
@@ -120,6 +127,7 @@ absl::StatusOr<AttentionType> ParseAttentionType(absl::string_view s);
 absl::StatusOr<MoeTokenDispatcher> ParseMoeTokenDispatcher(absl::string_view s);
 absl::StatusOr<MoeRouting> ParseMoeRouting(absl::string_view s);
 absl::StatusOr<DataParallelSharding> ParseDataParallelSharding(absl::string_view s);
+absl::StatusOr<Offload> ParseOffload(absl::string_view s);
 
 }  // namespace paratune
 

@@ -43,6 +43,10 @@ std::string ParallelConfig::ToString() const {
   if (shard_group_size > 0 && distributed_optimizer()) {
     absl::StrAppend(&out, "/", shard_group_size);
   }
+  if (offload == Offload::kOptimizer) absl::StrAppend(&out, " offload");
+  if (offload == Offload::kOptimizerAndParams) absl::StrAppend(&out, " offload+params");
+  if (!overlap_grad_reduce && dp * cp > 1) absl::StrAppend(&out, " no-grad-overlap");
+  if (!overlap_p2p_comm && pp > 1 && vp > 1) absl::StrAppend(&out, " no-p2p-overlap");
   if (split_counts_embedding_and_loss) absl::StrAppend(&out, " split+2");
   if (ep > 1 || etp > 1) {
     absl::StrAppend(&out, " ep", ep, " etp", etp, " ", paratune::ToString(moe_token_dispatcher));

@@ -55,6 +55,9 @@ struct ParallelConfig {
   /// Ranks of one shard group (HSDP: shard inside a group of this many consecutive DP
   /// ranks, replicate across the dp*cp / shard_group_size groups). 0: the whole dp*cp group.
   int64_t shard_group_size = 0;
+  /// Host-memory offload of the optimizer state (and with kOptimizerAndParams, of the
+  /// parameter and gradient shards).
+  Offload offload = Offload::kNone;
   /// Ranks the optimizer state (and, by stage, gradients and parameters) is sharded over:
   /// shard_group_size, or dp*cp when it is 0; 1 without sharding.
   int64_t ShardRanks() const {

@@ -128,6 +128,43 @@ DeviceProfile Blackwell(const char* name, double memory_gib, double hbm_tbps) {
   return d;
 }
 
+// The host each GPU kind is sold in, per GPU: the GPU-host link each way, DRAM and DRAM
+// bandwidth (theoretical channel rates; the offload model applies the achieved fractions).
+//  - DGX A100: PCIe Gen4 x16 (32 GB/s); 2 TB (1 TB with the 40 GB GPUs) over 8 GPUs; two
+//    EPYC 7742 with 8 channels of DDR4-3200 each (409.6 GB/s).
+//  - DGX H100 / HGX H200 / H800: PCIe Gen5 x16 (64 GB/s); 2 TB over 8; two Xeon 8480C with
+//    8 channels of DDR5-4800 each (614.4 GB/s).
+//  - DGX B200 / HGX B300: PCIe Gen5 x16; 2 TB over 8; two Xeon 8570 with 8 channels of
+//    DDR5-5600 (716.8 GB/s).
+//  - GH200: NVLink-C2C, 900 GB/s both ways (450 each way); 480 GB LPDDR5X at 512 GB/s.
+//  - GB200 / GB300: one Grace per two GPUs over NVLink-C2C (900 GB/s both ways, 225 each
+//    way per GPU); 480 GB LPDDR5X at 512 GB/s per Grace.
+//  - L40S / RTX PRO 6000 servers: PCIe Gen4 / Gen5 x16; 8 GPUs with two 12-channel DDR5-4800
+//    EPYC 9004 (921.6 GB/s) and 1.5 TB.
+//  - cpu: the device is the host (no offload).
+void SetHosts(std::vector<DeviceProfile>& devices) {
+  struct Host {
+    const char* name;
+    double link_gbps, memory_gib, bandwidth_gbps;
+  };
+  static constexpr Host kHosts[] = {
+      {"a100-40gb", 32, 1024.0 / 8, 409.6 / 8},      {"a100-80gb", 32, 2048.0 / 8, 409.6 / 8},
+      {"h100-sxm-80gb", 64, 2048.0 / 8, 614.4 / 8},  {"h200-141gb", 64, 2048.0 / 8, 614.4 / 8},
+      {"h800-80gb", 64, 2048.0 / 8, 614.4 / 8},      {"b200-192gb", 64, 2048.0 / 8, 716.8 / 8},
+      {"b300", 64, 2048.0 / 8, 716.8 / 8},           {"gh200-96gb", 450, 480e9 / kGiB, 512},
+      {"gb200", 225, 480e9 / kGiB / 2, 512.0 / 2},   {"gb300", 225, 480e9 / kGiB / 2, 512.0 / 2},
+      {"l40s-48gb", 32, 1536.0 / 8, 921.6 / 8},      {"rtx-pro-6000-96gb", 64, 1536.0 / 8, 921.6 / 8},
+  };
+  for (DeviceProfile& d : devices) {
+    for (const Host& h : kHosts) {
+      if (d.name != h.name) continue;
+      d.host_link_bandwidth = h.link_gbps * kGiga;
+      d.host_memory_per_gpu = h.memory_gib * kGiB;
+      d.host_memory_bandwidth = h.bandwidth_gbps * kGiga;
+    }
+  }
+}
+
 std::vector<DeviceProfile> Catalog() {
   std::vector<DeviceProfile> out;
   out.push_back(A100("a100-40gb", 40, 1555));
@@ -291,6 +328,7 @@ std::vector<DeviceProfile> Catalog() {
         "worker's measurements";
     out.push_back(d);
   }
+  SetHosts(out);
   return out;
 }
 
@@ -385,6 +423,13 @@ absl::StatusOr<DeviceProfile> DeviceForCluster(const ClusterSpec& cluster) {
     device->network_bandwidth = cluster.network_bandwidth_gbps * kGiga;
   }
   if (cluster.memory_gib > 0) device->memory_bytes = cluster.memory_gib * kGiB;
+  if (cluster.host_memory_gib > 0) device->host_memory_per_gpu = cluster.host_memory_gib * kGiB;
+  if (cluster.host_link_bandwidth_gbps > 0) {
+    device->host_link_bandwidth = cluster.host_link_bandwidth_gbps * kGiga;
+  }
+  if (cluster.host_memory_bandwidth_gbps > 0) {
+    device->host_memory_bandwidth = cluster.host_memory_bandwidth_gbps * kGiga;
+  }
   return device;
 }
 

@@ -51,6 +51,10 @@ struct DeviceProfile {
   /// no CUDA context, cuBLAS/NCCL workspaces or caching allocator, so no framework
   /// workspace or fragmentation term (memory_model.h FrameworkMemoryFor).
   bool host_memory = false;
+  // ---- The host, per GPU (offload) ----
+  double host_link_bandwidth = 0;    ///< GPU-host link, bytes/s each way (PCIe, NVLink-C2C).
+  double host_memory_per_gpu = 0;    ///< Host DRAM per GPU, bytes.
+  double host_memory_bandwidth = 0;  ///< Host DRAM bandwidth per GPU, bytes/s.
   std::string source;               ///< Where the numbers come from.
 
   /// Dense peak for a GEMM in `precision`: mxfp8 runs at the FP8 rate, nvfp4 at the FP4

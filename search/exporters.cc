@@ -222,6 +222,11 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
                                                           const ParallelConfig& c) {
   auto per_chunk = LayersPerChunk(spec, c);
   if (!per_chunk.ok()) return per_chunk.status();
+  if (c.offload == Offload::kOptimizerAndParams) {
+    return absl::InvalidArgumentError(
+        "offload optimizer_and_params has no Megatron-LM form (it offloads the optimizer only, "
+        "--optimizer-cpu-offload): export deepspeed or torchtitan");
+  }
   const ModelSpec& m = spec.model;
   const TrainingSpec& t = spec.training;
   std::vector<CommandLineFlag> args;
@@ -255,6 +260,10 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
     add("--recompute-num-layers", absl::StrCat(full->num_layers));
   }
   if (c.distributed_optimizer()) add("--use-distributed-optimizer");
+  if (c.offload == Offload::kOptimizer) {
+    add("--optimizer-cpu-offload");
+    add("--optimizer-offload-fraction", "1.0");
+  }
   if (c.data_parallel_sharding == DataParallelSharding::kOptimizerGrads ||
       c.data_parallel_sharding == DataParallelSharding::kFull) {
     // Megatron-FSDP (Megatron-Core 0.14+), which needs the distributed optimizer too and
@@ -357,6 +366,11 @@ absl::StatusOr<std::string> FormatMegatronArgs(const JobSpec& spec, const Parall
 absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const ParallelConfig& c) {
   auto per_chunk = LayersPerChunk(spec, c);
   if (!per_chunk.ok()) return per_chunk.status();
+  if (c.offload == Offload::kOptimizerAndParams) {
+    return absl::InvalidArgumentError(
+        "offload optimizer_and_params has no NeMo (Megatron-Core) form: export deepspeed or "
+        "torchtitan");
+  }
   const ModelSpec& m = spec.model;
   const TrainingSpec& t = spec.training;
   std::string precision;
@@ -421,6 +435,9 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
       "  use_flash_attention: ", YamlBool(IsFlash(t.AttentionKernelOf())), "\n");
   if (t.AttentionKernelOf() == AttentionKernel::kUnfused) {
     absl::StrAppend(&out, "  masked_softmax_fusion: false\n");
+  }
+  if (c.offload == Offload::kOptimizer) {
+    absl::StrAppend(&out, "  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n");
   }
   if (!t.dropout) absl::StrAppend(&out, "  hidden_dropout: 0.0\n  attention_dropout: 0.0\n");
   if (t.precision == Precision::kFp8) absl::StrAppend(&out, "  fp8: true\n  fp8_hybrid: true\n");
@@ -501,6 +518,12 @@ absl::StatusOr<std::string> DeepSpeedConfig(const JobSpec& spec, const ParallelC
       zero["mics_shard_size"] = c.shard_group_size;
     }
   }
+  if (c.offload != Offload::kNone) {
+    zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
+  }
+  if (c.offload == Offload::kOptimizerAndParams) {
+    zero["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
+  }
   ds["zero_optimization"] = zero;
   if (c.tp > 1) ds["tensor_parallel"] = {{"autotp_size", c.tp}};
   if (c.pp > 1) ds["pipeline"] = {{"stages", c.pp}, {"partition", "parameters"}};
@@ -548,6 +571,12 @@ absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const Parallel
     shard = ranks / c.cp;
     replicate = group / ranks;
   }
+  if (c.offload == Offload::kOptimizer) {
+    return absl::InvalidArgumentError(
+        "offload optimizer has no torchtitan form (FSDP2's CPU offload moves the parameters "
+        "too: use offload optimizer_and_params with full sharding, or export megatron or "
+        "deepspeed)");
+  }
   const ModelSpec& m = spec.model;
   const TrainingSpec& t = spec.training;
   std::string ac = "none";
@@ -569,7 +598,10 @@ absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const Parallel
       t.precision == Precision::kFp32   ? "float32"
       : t.precision == Precision::kFp16 ? "float16"
                                         : "bfloat16",
-      "\"\n", "mixed_precision_reduce = \"float32\"\n\n", "[parallelism]\n",
+      "\"\n", "mixed_precision_reduce = \"float32\"\n",
+      // FSDP2's CPUOffloadPolicy: parameter, gradient and optimizer shards on the host.
+      c.offload == Offload::kOptimizerAndParams ? "enable_cpu_offload = true\n" : "",
+      "\n[parallelism]\n",
       "data_parallel_replicate_degree = ", replicate, "\n", "data_parallel_shard_degree = ", shard,
       "\n");
   if (!reshard.empty()) {

@@ -291,6 +291,7 @@ double MaxParamsPerGpu(const ModelSpec& model, const ParallelConfig& config) {
 
 FrameworkMemory FrameworkMemoryFor(const DeviceProfile& device) {
   FrameworkMemory f;
+  f.host_memory_bytes = device.host_memory_per_gpu;
   if (device.host_memory) {
     f.workspace_bytes = 0;
     f.fragmentation_fraction = 0;
@@ -474,6 +475,20 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     mem.gradients =
         dense.gradients + dense.reduce_buffers + expert.gradients + expert.reduce_buffers;
     mem.optimizer = dense.optimizer + expert.optimizer;
+    mem.host_capacity = framework.host_memory_bytes;
+    if (c.offload != Offload::kNone) {
+      // The optimizer state moves to the host with an FP32 copy of the gradient shard the
+      // host's Adam step reads (ZeRO-Offload; Megatron's HybridDeviceOptimizer).
+      mem.host = mem.optimizer * (1.0 + kHostGradientBytesPerParam / optimizer_bytes);
+      mem.optimizer = 0;
+    }
+    if (c.offload == Offload::kOptimizerAndParams) {
+      // The parameter and gradient shards too: the GPU keeps the layers it has gathered
+      // and the reduce-scatter buffers.
+      mem.host += dense.weights + expert.weights;
+      mem.weights = dense.gathered_weights + expert.gathered_weights;
+      mem.gradients = dense.reduce_buffers + expert.reduce_buffers;
+    }
     const double stage_in_flight = in_flight_on(stage);
     mem.activations =
         stage_in_flight * stage_act(stage) + (stage == 0 ? in_flight * embedding_act : 0);

@@ -140,6 +140,9 @@ inline constexpr double kFrameworkWorkspaceBytes = 2.5 * (1ull << 30);
 /// The training framework's storage conventions. The defaults are Megatron-LM's (FP32
 /// main gradients, optimizer sharded only with the distributed optimizer); another
 /// codebase is described by changing these explicit terms, never per layout.
+/// FP32 gradients per parameter the host keeps for its Adam step under offload.
+inline constexpr double kHostGradientBytesPerParam = 4;
+
 struct FrameworkMemory {
   double gradient_bytes_per_param = 4;  ///< 4: FP32 main grads; 2: 16-bit grads.
   double workspace_bytes = kFrameworkWorkspaceBytes;  ///< Fixed per-GPU overhead.
@@ -153,6 +156,8 @@ struct FrameworkMemory {
   /// Megatron's cross entropy is vocab-parallel (each TP rank holds V/t); a codebase that
   /// gathers the full vocabulary holds all of it on every rank.
   bool vocab_parallel_loss = true;
+  /// Host memory per GPU the offloaded state may use (the device kind's usual server).
+  double host_memory_bytes = 0;
 };
 
 /// The framework terms of a device: the defaults above for GPUs; none of the fixed

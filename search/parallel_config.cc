@@ -80,6 +80,14 @@ absl::Status ValidateDataParallelSharding(const ParallelConfig& c) {
         "to shard over)",
         ToString(c.data_parallel_sharding)));
   }
+  if (c.offload == Offload::kOptimizerAndParams &&
+      c.data_parallel_sharding != DataParallelSharding::kFull) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "search.offload optimizer_and_params needs search.data_parallel_sharding full (the "
+        "parameter shards are streamed to the GPU layer by layer, as ZeRO-3/FSDP gathers "
+        "them); this layout has %s",
+        ToString(c.data_parallel_sharding)));
+  }
   if (c.shard_group_size < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("search.shard_group_size (%d) must not be negative", c.shard_group_size));

@@ -27,7 +27,12 @@ struct MemoryBreakdown {
   /// is the last stage's; 0 otherwise. Last, so that positional initialisers keep their
   /// meaning.
   double loss_buffers = 0;
+  /// Host memory this GPU's share of the offloaded state takes, and what the host has per
+  /// GPU (0 without offload).
+  double host = 0, host_capacity = 0;
   double Peak() const { return weights + gradients + optimizer + activations + other; }
+  /// The GPU peak within capacity and the offloaded state within the host's.
+  bool Fits() const { return Peak() <= capacity && host <= host_capacity; }
 };
 
 enum class ResultSource { kModelled, kMeasured };

@@ -50,6 +50,11 @@ bool Allowed(const std::vector<T>& pinned, T value) {
 }
 
 std::string OomReason(const MemoryBreakdown& mem) {
+  if (mem.Peak() <= mem.capacity && mem.host > mem.host_capacity) {
+    return absl::StrFormat(
+        "out of host memory by %.1f GiB per GPU (offloaded state %.1f of %.1f GiB)",
+        (mem.host - mem.host_capacity) / kGiB, mem.host / kGiB, mem.host_capacity / kGiB);
+  }
   return absl::StrFormat("out of memory by %.1f GiB (peak %.1f of %.1f GiB)",
                          (mem.Peak() - mem.capacity) / kGiB, mem.Peak() / kGiB,
                          mem.capacity / kGiB);
@@ -103,7 +108,7 @@ struct Scorer {
     RankedConfig r;
     r.config = c;
     r.memory = mem;
-    r.fits = mem.Peak() <= mem.capacity;
+    r.fits = mem.Fits();
     r.iteration_time_s = it->iteration_time_s;
     r.time = it->time;
     r.notes = std::move(it->notes);
@@ -325,6 +330,8 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
   };
   const std::vector<bool> grad_reduce_overlaps =
       overlaps(opt.overlap_grad_reduce, true, shape.dp * shape.cp > 1);
+  const std::vector<Offload> offloads =
+      opt.offload.empty() ? std::vector<Offload>{Offload::kNone} : opt.offload;
   for (int64_t vp : vps) {
     c.vp = vp;
     // The embedding/loss-aware split only where the plain one is impossible.
@@ -350,6 +357,13 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
           for (DataParallelSharding sharding : shardings) {
             c.data_parallel_sharding = sharding;
             c.shard_group_size = sharding == DataParallelSharding::kNone ? 0 : opt.shard_group_size;
+            for (Offload offload : offloads) {
+            // Parameter offload streams the shards of a fully sharded layout only.
+            if (offload == Offload::kOptimizerAndParams &&
+                sharding != DataParallelSharding::kFull) {
+              continue;
+            }
+            c.offload = offload;
             for (const ExpertLayout& x : experts) {
               c.ep = x.ep;
               c.etp = x.etp;
@@ -364,6 +378,7 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
                   }
                 }
               }
+            }
             }
           }
         }
@@ -410,7 +425,7 @@ Pruned Prune(const JobSpec& spec, const DeviceProfile& device, PlanResult& resul
         memo_valid = true;
       }
       const MemoryBreakdown mem = memo;
-      if (mem.Peak() > mem.capacity) {
+      if (!mem.Fits()) {
         result.rejected.push_back({c, OomReason(mem)});
         out.oom.emplace_back(c, mem);
         return;

@@ -56,6 +56,16 @@ ShardedLinks ShardedDataParallelLinks(const ParallelConfig& c, const DeviceProfi
   return out;
 }
 
+double HostTransferSeconds(double bytes, const DeviceProfile& device) {
+  if (bytes <= 0) return 0;
+  return bytes / (device.host_link_bandwidth * kHostLinkEfficiency);
+}
+
+double HostAdamSeconds(double params, const DeviceProfile& device) {
+  if (params <= 0) return 0;
+  return params * kHostAdamBytesPerParam / (device.host_memory_bandwidth * kHostMemoryEfficiency);
+}
+
 ShardedLayerComm ShardedLayerCommSeconds(const ParallelConfig& c, double layer_params,
                                          double weight_bytes, double gradient_bytes,
                                          const DeviceProfile& device, int64_t gpus_per_node) {
@@ -74,6 +84,14 @@ ShardedLayerComm ShardedLayerCommSeconds(const ParallelConfig& c, double layer_p
     out.forward_gather =
         AllGatherSeconds(layer_params * weight_bytes, links.shard_ranks, links.shard);
     out.backward_gather = out.forward_gather;
+  }
+  if (c.offload == Offload::kOptimizerAndParams && full) {
+    // The layer's parameter shard comes from the host before each gather, its gradient
+    // shard goes back after the reduce-scatter.
+    const double shard = layer_params / static_cast<double>(links.shard_ranks);
+    out.forward_gather += HostTransferSeconds(shard * weight_bytes, device);
+    out.backward_gather += HostTransferSeconds(shard * weight_bytes, device);
+    out.backward_reduce += HostTransferSeconds(shard * gradient_bytes, device);
   }
   return out;
 }

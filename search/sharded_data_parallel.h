@@ -62,6 +62,23 @@ ShardedLinks ShardedDataParallelLinks(const ParallelConfig& config, const Device
 /// the parameter all-gather before its forward and before its backward (full), and the
 /// gradient reduce-scatter (plus HSDP's replica all-reduce) after its backward (full,
 /// optimizer_grads).
+// ---- Offload ----
+/// Fraction of a GPU-host link's rate a pinned copy reaches (CUDA's bandwidthTest: about
+/// 25 of PCIe Gen4 x16's 32 GB/s).
+inline constexpr double kHostLinkEfficiency = 0.8;
+/// Fraction of the host's DRAM bandwidth a streaming kernel reaches (STREAM triad on
+/// two-socket servers: about 80 % of the channels' rate).
+inline constexpr double kHostMemoryEfficiency = 0.8;
+/// Host bytes the Adam step moves per parameter (DeepSpeed's CPU-Adam, Megatron's host
+/// optimizer): read the FP32 parameter, gradient and both moments, write the parameter,
+/// the moments and the 16-bit copy for the GPU: 4·4 + 3·4 + 2.
+inline constexpr double kHostAdamBytesPerParam = 30;
+/// Seconds to move `bytes` over the GPU-host link one way.
+double HostTransferSeconds(double bytes, const DeviceProfile& device);
+/// Seconds of the host's Adam step over `params` parameters (memory-bound on the host's
+/// DRAM bandwidth per GPU).
+double HostAdamSeconds(double params, const DeviceProfile& device);
+
 struct ShardedLayerComm {
   double forward_gather = 0, backward_gather = 0, backward_reduce = 0;
 };

@@ -208,6 +208,14 @@ absl::StatusOr<RecomputeModule> AsRecomputeModule(const json& v, const std::stri
 /// Megatron-Core's recompute modules, each named once.
 constexpr size_t kMaxRecomputeModules = 7;
 
+absl::StatusOr<Offload> AsOffload(const json& v, const std::string& path) {
+  auto s = AsString(v, path);
+  if (!s.ok()) return s.status();
+  auto r = ParseOffload(*s);
+  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
+  return *r;
+}
+
 absl::StatusOr<MoeTokenDispatcher> AsDispatcher(const json& v, const std::string& path) {
   auto s = AsString(v, path);
   if (!s.ok()) return s.status();
@@ -510,7 +518,9 @@ absl::Status ReadCluster(const json& obj, ClusterSpec* c) {
   }
   if (auto s = CheckKeys(obj, sec,
                          {"gpu", "num_gpus", "gpus_per_node", "nvlink_bandwidth_gbps",
-                          "network_bandwidth_gbps", "memory_gib", "nvlink_domain"});
+                          "network_bandwidth_gbps", "memory_gib", "nvlink_domain",
+                          "host_memory_gib", "host_link_bandwidth_gbps",
+                          "host_memory_bandwidth_gbps"});
       !s.ok()) {
     return s;
   }
@@ -528,6 +538,13 @@ absl::Status ReadCluster(const json& obj, ClusterSpec* c) {
   if (auto s = ReadDouble(obj, sec, "nvlink_bandwidth_gbps", &c->nvlink_bandwidth_gbps);
       !s.ok()) {
     return s;
+  }
+  for (const auto& [key, field] : {std::pair<const char*, double*>{"host_memory_gib",
+                                                                    &c->host_memory_gib},
+                                   {"host_link_bandwidth_gbps", &c->host_link_bandwidth_gbps},
+                                   {"host_memory_bandwidth_gbps",
+                                    &c->host_memory_bandwidth_gbps}}) {
+    if (auto s = ReadDouble(obj, sec, key, field); !s.ok()) return s;
   }
   if (auto s = ReadDouble(obj, sec, "network_bandwidth_gbps", &c->network_bandwidth_gbps);
       !s.ok()) {
@@ -598,7 +615,8 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
                           "shard_group_size",
                           "tp_comm_overlap",
                           "overlap_grad_reduce",
-                          "overlap_p2p_comm"});
+                          "overlap_p2p_comm",
+                          "offload"});
       !s.ok()) {
     return s;
   }
@@ -625,6 +643,7 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
     if (auto s = ReadList(obj, sec, key, AsBool, list); !s.ok()) return s;
   }
   if (auto s = ReadDataParallelSharding(obj, sec, o); !s.ok()) return s;
+  if (auto s = ReadList(obj, sec, "offload", AsOffload, &o->offload); !s.ok()) return s;
   if (auto s = ReadList(obj, sec, "recompute", AsRecompute, &o->recompute); !s.ok()) return s;
   if (auto s = ReadList(obj, sec, "moe_token_dispatcher", AsDispatcher, &o->moe_token_dispatcher);
       !s.ok()) {
@@ -759,6 +778,9 @@ json JobSpecToJson(const JobSpec& spec) {
                     {"gpus_per_node", c.gpus_per_node},
                     {"nvlink_bandwidth_gbps", c.nvlink_bandwidth_gbps},
                     {"network_bandwidth_gbps", c.network_bandwidth_gbps},
+                    {"host_memory_gib", c.host_memory_gib},
+                    {"host_link_bandwidth_gbps", c.host_link_bandwidth_gbps},
+                    {"host_memory_bandwidth_gbps", c.host_memory_bandwidth_gbps},
                     {"memory_gib", c.memory_gib}}},
                   {"search",
                    {{"tp", IntsToJson(o.tp)},
@@ -808,6 +830,9 @@ json JobSpecToJson(const JobSpec& spec) {
   out["search"]["ep"] = IntsToJson(o.ep);
   out["search"]["etp"] = IntsToJson(o.etp);
   out["search"]["moe_token_dispatcher"] = dispatchers;
+  json offloads = json::array();
+  for (Offload x : o.offload) offloads.push_back(ToString(x));
+  out["search"]["offload"] = offloads;
   return out;
 }
 
@@ -881,6 +906,11 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
     return unpinned("moe_token_dispatcher", o.moe_token_dispatcher.size());
   }
   c.shard_group_size = o.shard_group_size;
+  if (o.offload.size() == 1) {
+    c.offload = o.offload[0];
+  } else if (!o.offload.empty()) {
+    return unpinned("offload", o.offload.size());
+  }
   // Overlaps: one value pins the flag; none keeps the default.
   for (const auto& [key, list, flag] :
        {std::tuple<const char*, const std::vector<bool>*, bool*>{

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -444,6 +445,13 @@ absl::Status ClusterSpec::Validate() const {
       !s.ok()) {
     return s;
   }
+  for (const auto& [field, value, limit] :
+       {std::tuple<const char*, double, double>{"cluster.host_memory_gib", host_memory_gib,
+                                                kMaxMemoryGib * 1024},
+        {"cluster.host_link_bandwidth_gbps", host_link_bandwidth_gbps, kMaxBandwidthGbps},
+        {"cluster.host_memory_bandwidth_gbps", host_memory_bandwidth_gbps, kMaxBandwidthGbps}}) {
+    if (auto s = CheckOverride(field, value, limit); !s.ok()) return s;
+  }
   return CheckOverride("cluster.memory_gib", memory_gib, kMaxMemoryGib);
 }
 
@@ -465,7 +473,8 @@ absl::Status SearchOptions::Validate() const {
       {"search.data_parallel_sharding", data_parallel_sharding.size()},
       {"search.tp_comm_overlap", tp_comm_overlap.size()},
       {"search.overlap_grad_reduce", overlap_grad_reduce.size()},
-      {"search.overlap_p2p_comm", overlap_p2p_comm.size()}};
+      {"search.overlap_p2p_comm", overlap_p2p_comm.size()},
+      {"search.offload", offload.size()}};
   for (const auto& [field, entries] : lengths) {
     if (auto s = CheckListLength(field, entries); !s.ok()) return s;
   }
@@ -490,6 +499,7 @@ absl::Status SearchOptions::Validate() const {
         {"search.overlap_p2p_comm", &overlap_p2p_comm}}) {
     if (auto s = CheckNoDuplicates(field, *values); !s.ok()) return s;
   }
+  if (auto s = CheckNoDuplicates("search.offload", offload); !s.ok()) return s;
   if (auto s = CheckNoDuplicates("search.data_parallel_sharding", data_parallel_sharding);
       !s.ok()) {
     return s;
@@ -539,6 +549,21 @@ absl::Status JobSpec::Validate() const {
                      absl::StrJoin(DeviceNames(), ", ")));
   }
   if (auto s = CheckDeviceSupports(*device, training.precision); !s.ok()) return s;
+  const bool offloads = std::any_of(search.offload.begin(), search.offload.end(),
+                                    [](Offload o) { return o != Offload::kNone; });
+  if (offloads && ((device->host_link_bandwidth <= 0 && cluster.host_link_bandwidth_gbps <= 0) ||
+                   (device->host_memory_bandwidth <= 0 && cluster.host_memory_bandwidth_gbps <= 0) ||
+                   (device->host_memory_per_gpu <= 0 && cluster.host_memory_gib <= 0))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "search.offload needs a host behind each GPU: cluster.gpu ", cluster.gpu,
+        " has none in the catalog; give cluster.host_memory_gib, "
+        "cluster.host_link_bandwidth_gbps and cluster.host_memory_bandwidth_gbps"));
+  }
+  if (search.mode == SearchMode::kProfile && offloads) {
+    return absl::InvalidArgumentError(
+        "search.offload is not supported with search.mode profile (the workers do not run "
+        "the host's optimizer step): use search.mode model");
+  }
   if (training.AttentionKernelOf() == AttentionKernel::kFlash3 && device->arch != "sm90") {
     return absl::InvalidArgumentError(absl::StrCat(
         "training.attention_kernel flash3 runs on Hopper (sm90) only; cluster.gpu ",

@@ -118,6 +118,11 @@ struct ClusterSpec {
   double nvlink_bandwidth_gbps = 0;  ///< Override, GB/s bus bandwidth per GPU (0 = catalog).
   double network_bandwidth_gbps = 0; ///< Override, GB/s per GPU across nodes (0 = catalog).
   double memory_gib = 0;             ///< Override of device memory (0 = catalog).
+  /// Overrides of the host behind each GPU (offload; 0 = the device kind's usual server):
+  /// host DRAM per GPU, the GPU-host link each way, host DRAM bandwidth per GPU.
+  double host_memory_gib = 0;
+  double host_link_bandwidth_gbps = 0;
+  double host_memory_bandwidth_gbps = 0;
   /// GPUs that share one NVLink domain (8 on a DGX, 72 on an NVL72 rack); 0 = the
   /// device's (DeviceProfile::nvlink_domain, e.g. 72 for gb200), else gpus_per_node.
   /// Expert all-to-alls inside it run over NVLink, beyond it over the NIC.
@@ -155,6 +160,9 @@ struct SearchOptions {
   /// (needs sequence parallelism), --overlap-grad-reduce and --overlap-p2p-communication.
   /// Empty = the framework defaults the exports use: off, on, on.
   std::vector<bool> tp_comm_overlap, overlap_grad_reduce, overlap_p2p_comm;
+  /// Offloads to try; empty = none (offload is a last resort: it is tried only when asked).
+  /// optimizer_and_params applies to fully sharded layouts only.
+  std::vector<Offload> offload;
 
   absl::Status Validate() const;
 };

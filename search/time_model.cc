@@ -682,10 +682,25 @@ CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& confi
                                             spec.cluster.gpus_per_node, measured);
     }
     const double updated = params / shards + split.expert / expert_shards;
-    const double step = measured != nullptr && measured->optimizer_seconds_per_param > 0
-                            ? measured->optimizer_seconds_per_param * updated
-                            : StreamSeconds(device, kOptimizerBytesPerParam * updated) +
-                                  20 * device.kernel_launch_s;
+    double step = measured != nullptr && measured->optimizer_seconds_per_param > 0
+                      ? measured->optimizer_seconds_per_param * updated
+                      : StreamSeconds(device, kOptimizerBytesPerParam * updated) +
+                            20 * device.kernel_launch_s;
+    if (config.offload != Offload::kNone) {
+      // The host's Adam step replaces the GPU's; the updated 16-bit parameters go back
+      // (under parameter offload they stay on the host, fetched layer by layer). The
+      // gradient shards go down as their buckets are reduced, behind the stage's last
+      // backward but the last bucket (under parameter offload: layer by layer, above).
+      step = HostAdamSeconds(updated, device);
+      if (config.offload == Offload::kOptimizer) {
+        double window = 0;
+        for (int64_t j = 0; j < config.vp; ++j) window += pipe.backward[r * config.vp + j];
+        const double down = HostTransferSeconds(updated * grad_bytes, device);
+        const double last_bucket =
+            HostTransferSeconds(std::min(updated, kGradBucketParams) * grad_bytes, device);
+        step += std::max(last_bucket, down - window) + HostTransferSeconds(updated * e, device);
+      }
+    }
     const double end = finish[r] + sync + exposed + step;
     if (end > out.end) out = {end, r, exposed, step, sync};
   }

@@ -135,6 +135,8 @@ v1::RankedConfig ToProto(const RankedConfig& r) {
   m->set_other(r.memory.other / kGiB);
   m->set_loss_buffers(r.memory.loss_buffers / kGiB);
   m->set_capacity_gib(r.memory.capacity / kGiB);
+  m->set_host_gib(r.memory.host / kGiB);
+  m->set_host_capacity_gib(r.memory.host_capacity / kGiB);
   out.set_fits(r.fits);
   out.set_source(r.source == ResultSource::kMeasured ? "measured" : "modelled");
   v1::TimeBreakdown* t = out.mutable_time();
@@ -202,6 +204,8 @@ MemoryBreakdown MemoryFromProto(const v1::MemoryBreakdown& memory) {
   m.other = memory.other() * kGiB;
   m.loss_buffers = memory.loss_buffers() * kGiB;
   m.capacity = memory.capacity_gib() * kGiB;
+  m.host = memory.host_gib() * kGiB;
+  m.host_capacity = memory.host_capacity_gib() * kGiB;
   return m;
 }
 

@@ -27,6 +27,7 @@ v1::ParallelConfig ToProto(const ParallelConfig& c) {
   out.set_moe_token_dispatcher(ToString(c.moe_token_dispatcher));
   out.set_data_parallel_sharding(ToString(c.data_parallel_sharding));
   out.set_shard_group_size(c.shard_group_size);
+  if (c.offload != Offload::kNone) out.set_offload(ToString(c.offload));
   return out;
 }
 
@@ -73,6 +74,13 @@ absl::StatusOr<ParallelConfig> ParallelConfigFromProto(const v1::ParallelConfig&
     out.data_parallel_sharding = *sharding;
   }
   out.shard_group_size = c.shard_group_size();
+  if (!c.offload().empty()) {
+    absl::StatusOr<Offload> offload = ParseOffload(c.offload());
+    if (!offload.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("offload: ", offload.status().message()));
+    }
+    out.offload = *offload;
+  }
   return out;
 }
 

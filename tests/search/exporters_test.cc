@@ -102,6 +102,30 @@ TEST(ExportersTest, MegatronGpt3Interleaved) {
   EXPECT_EQ(m["--hidden-dropout"], "0.0");
 }
 
+TEST(ExportersTest, Offload) {
+  ParallelConfig c;
+  c.dp = 8;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  c.offload = Offload::kOptimizer;
+  auto m = ArgMap(Llama3_8B(), c);
+  EXPECT_EQ(m.count("--optimizer-cpu-offload"), 1u);
+  EXPECT_EQ(m["--optimizer-offload-fraction"], "1.0");
+  auto ds = nlohmann::json::parse(*DeepSpeedConfig(Llama3_8B(), c));
+  EXPECT_EQ(ds["zero_optimization"]["offload_optimizer"]["device"], "cpu");
+  EXPECT_FALSE(ds["zero_optimization"].contains("offload_param"));
+  EXPECT_THAT(TorchtitanConfig(Llama3_8B(), c).status().message(),
+              HasSubstr("offload optimizer has no torchtitan form"));
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  c.offload = Offload::kOptimizerAndParams;
+  ds = nlohmann::json::parse(*DeepSpeedConfig(Llama3_8B(), c));
+  EXPECT_EQ(ds["zero_optimization"]["offload_param"]["device"], "cpu");
+  absl::StatusOr<std::string> titan = TorchtitanConfig(Llama3_8B(), c);
+  ASSERT_TRUE(titan.ok()) << titan.status();
+  EXPECT_THAT(*titan, HasSubstr("enable_cpu_offload = true\n"));
+  EXPECT_THAT(MegatronArgs(Llama3_8B(), c).status().message(),
+              HasSubstr("offload optimizer_and_params has no Megatron-LM form"));
+}
+
 TEST(ExportersTest, AttentionKernels) {
   ParallelConfig c;
   c.tp = 2;

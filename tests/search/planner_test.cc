@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "search/presets.h"
+#include "search/sharded_data_parallel.h"
+#include "search/memory_model.h"
+#include "search/device_catalog.h"
 
 namespace paratune {
 namespace {
@@ -200,6 +203,89 @@ ParallelConfig ShardedSpLayout(int64_t tp, int64_t pp, int64_t dp, int64_t vp = 
   c.sequence_parallel = true;
   c.data_parallel_sharding = DataParallelSharding::kOptimizer;
   return c;
+}
+
+// Optimizer offload: the optimizer state leaves the GPU for the host with an FP32 copy of
+// the gradient shard (12 + 4 bytes per sharded parameter); the step is the host's Adam
+// plus the copies. Parameter offload (full sharding) moves the weight and gradient shards
+// too. A host too small is a rejection that says so.
+TEST(PlannerTest, OffloadMovesTheStateToTheHost) {
+  JobSpec spec = Llama70bOn64("h100-sxm-80gb");
+  ParallelConfig c = ShardedSpLayout(8, 1, 8);
+  c.recompute = Recompute::kFull;
+  absl::StatusOr<RankedConfig> plain = Estimate(spec, c);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  c.offload = Offload::kOptimizer;
+  absl::StatusOr<RankedConfig> offload = Estimate(spec, c);
+  ASSERT_TRUE(offload.ok()) << offload.status();
+  EXPECT_EQ(offload->memory.optimizer, 0);
+  EXPECT_DOUBLE_EQ(offload->memory.host, plain->memory.optimizer * 16.0 / 12.0);
+  EXPECT_DOUBLE_EQ(offload->memory.weights, plain->memory.weights);
+  EXPECT_DOUBLE_EQ(offload->memory.host_capacity, 256.0 * (1 << 30));
+  EXPECT_TRUE(offload->fits);
+  // The step: Adam over the rank's shard on the host, the 16-bit parameters back up, the
+  // gradients down behind the backward (here hidden but their last bucket).
+  const DeviceProfile h100 = *FindDevice("h100-sxm-80gb");
+  const double shard = StageParamsPerGpu(spec.model, c, 0) / 8;
+  const double link = 64e9 * 0.8;
+  EXPECT_NEAR(offload->time.optimizer,
+              HostAdamSeconds(shard, h100) + shard * 2 / link +
+                  std::min(shard, 40e6) * 4 / link,
+              1e-9);
+  EXPECT_GT(offload->iteration_time_s, plain->iteration_time_s);
+
+  ParallelConfig fsdp = c;
+  fsdp.data_parallel_sharding = DataParallelSharding::kFull;
+  fsdp.offload = Offload::kNone;
+  absl::StatusOr<RankedConfig> sharded = Estimate(spec, fsdp);
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  fsdp.offload = Offload::kOptimizerAndParams;
+  absl::StatusOr<RankedConfig> params = Estimate(spec, fsdp);
+  ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_LT(params->memory.weights, sharded->memory.weights);
+  EXPECT_LT(params->memory.gradients, sharded->memory.gradients);
+  EXPECT_DOUBLE_EQ(params->memory.host,
+                   sharded->memory.optimizer * 16.0 / 12.0 +
+                       (sharded->memory.weights - params->memory.weights));
+
+  spec.cluster.host_memory_gib = 1;
+  absl::StatusOr<RankedConfig> small = Estimate(spec, c);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_FALSE(small->fits);
+  ASSERT_FALSE(small->notes.empty());
+  EXPECT_NE(small->notes[0].find("out of host memory by"), std::string::npos) << small->notes[0];
+}
+
+// search.offload [none, optimizer] doubles every layout; optimizer_and_params applies to
+// fully sharded layouts only.
+TEST(PlannerTest, ListedOffloadsAreSearched) {
+  JobSpec spec;
+  spec.model.name = "tiny";
+  spec.model.num_layers = 4;
+  spec.model.hidden_size = 256;
+  spec.model.num_attention_heads = 4;
+  spec.model.num_query_groups = 4;
+  spec.model.ffn_hidden_size = 1024;
+  spec.model.vocab_size = 1000;
+  spec.training.seq_length = 512;
+  spec.training.global_batch_size = 8;
+  spec.cluster.gpu = "a100-80gb";
+  spec.cluster.num_gpus = 4;
+  spec.cluster.gpus_per_node = 4;
+  spec.search.recompute = {Recompute::kNone};
+  absl::StatusOr<PlanResult> base = Plan(spec);
+  ASSERT_TRUE(base.ok()) << base.status();
+  spec.search.offload = {Offload::kNone, Offload::kOptimizer};
+  EXPECT_EQ(Plan(spec)->candidates_considered, 2 * base->candidates_considered);
+  spec.search.offload = {Offload::kOptimizerAndParams};
+  spec.search.data_parallel_sharding = {DataParallelSharding::kFull};
+  absl::StatusOr<PlanResult> params = Plan(spec);
+  ASSERT_TRUE(params.ok()) << params.status();
+  spec.search.offload = {};
+  EXPECT_EQ(params->candidates_considered, Plan(spec)->candidates_considered);
+  spec.search.offload = {Offload::kOptimizerAndParams};
+  spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
+  EXPECT_EQ(Plan(spec)->candidates_considered, 0);
 }
 
 // FP8 on H100 runs the linear layers at the FP8 rate: faster than BF16 for the same layout.

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "search/device_catalog.h"
+
 namespace paratune {
 namespace {
 
@@ -79,6 +81,28 @@ TEST(ShardedLayerCommTest, GathersAndReduceScattersOfOneLayer) {
   comm =
       ShardedLayerCommSeconds(Sharded(DataParallelSharding::kOptimizer, 8), layer, 2, 4, device, 8);
   EXPECT_DOUBLE_EQ(comm.forward_gather + comm.backward_gather + comm.backward_reduce, 0);
+}
+
+// Parameter offload: each layer's shard crosses the GPU-host link (PCIe Gen5 x16, 64 GB/s
+// at 80 %) before each gather, its gradient shard after the reduce-scatter; the host's Adam
+// step streams 30 bytes per parameter at 80 % of the DGX H100's 614.4 GB/s over 8 GPUs.
+TEST(ShardedLayerCommTest, ParameterOffloadAddsTheHostTransfers) {
+  const DeviceProfile h100 = *FindDevice("h100-sxm-80gb");
+  const double layer = 200e6;
+  ParallelConfig full = Sharded(DataParallelSharding::kFull, 8);
+  const ShardedLayerComm plain = ShardedLayerCommSeconds(full, layer, 2, 4, h100, 8);
+  full.offload = Offload::kOptimizerAndParams;
+  const ShardedLayerComm offload = ShardedLayerCommSeconds(full, layer, 2, 4, h100, 8);
+  const double link = 64e9 * 0.8;
+  EXPECT_DOUBLE_EQ(offload.forward_gather - plain.forward_gather, layer / 8 * 2 / link);
+  EXPECT_DOUBLE_EQ(offload.backward_gather - plain.backward_gather, layer / 8 * 2 / link);
+  EXPECT_DOUBLE_EQ(offload.backward_reduce - plain.backward_reduce, layer / 8 * 4 / link);
+  // The optimizer alone moves nothing per layer.
+  full.offload = Offload::kOptimizer;
+  EXPECT_DOUBLE_EQ(ShardedLayerCommSeconds(full, layer, 2, 4, h100, 8).forward_gather,
+                   plain.forward_gather);
+  EXPECT_NEAR(HostAdamSeconds(1e9, h100), 1e9 * 30 / (614.4e9 / 8 * 0.8), 1e-12);  // 0.488 s
+  EXPECT_NEAR(HostAdamSeconds(1e9, h100), 0.488, 0.001);
 }
 
 // Layer-by-layer overlap: the first collective exposed, then what each window does not hide,

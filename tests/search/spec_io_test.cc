@@ -316,6 +316,32 @@ TEST(SpecIoTest, CanonicalJsonRoundTrips) {
   EXPECT_THAT(ErrorOf(j), HasSubstr("search.overlap_p2p_comm"));
 }
 
+TEST(SpecIoTest, OffloadListAndHostOverrides) {
+  json j = MinimalSpec();
+  j["search"] = {{"offload", {"none", "optimizer"}}};
+  j["cluster"]["host_memory_gib"] = 512;
+  j["cluster"]["host_link_bandwidth_gbps"] = 50;
+  auto spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->search.offload, (std::vector<Offload>{Offload::kNone, Offload::kOptimizer}));
+  EXPECT_EQ(spec->cluster.host_memory_gib, 512);
+  EXPECT_EQ(JobSpecToJson(*JobSpecFromJson(JobSpecToJson(*spec))), JobSpecToJson(*spec));
+  EXPECT_EQ(JobSpecToJson(*spec)["search"]["offload"], json({"none", "optimizer"}));
+  j["search"]["offload"] = "nvme";
+  EXPECT_EQ(ErrorOf(j), "search.offload: unknown offload 'nvme' (expected none, optimizer, "
+                        "optimizer_and_params)");
+  j["search"]["offload"] = "optimizer";
+  j["cluster"]["host_link_bandwidth_gbps"] = -1;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("cluster.host_link_bandwidth_gbps (-1) must not be negative"));
+  j["cluster"].erase("host_link_bandwidth_gbps");
+  j["cluster"]["gpu"] = "cpu";
+  j["cluster"]["num_gpus"] = 2;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("search.offload needs a host behind each GPU"));
+  j["cluster"]["gpu"] = "a100-80gb";
+  j["search"]["mode"] = "profile";
+  EXPECT_THAT(ErrorOf(j), HasSubstr("search.offload is not supported with search.mode profile"));
+}
+
 TEST(SpecIoTest, AttentionKernelAndFlashAttentionAgree) {
   json j = MinimalSpec();
   auto kernel_of = [](const json& spec) {

@@ -85,13 +85,16 @@ ParallelConfig RandomLayout(std::mt19937_64& rng) {
       DataParallelSharding::kOptimizerGrads, DataParallelSharding::kFull};
   c.data_parallel_sharding = kShardings[rng() % 4];
   c.shard_group_size = size();
+  constexpr Offload kOffloads[] = {Offload::kNone, Offload::kOptimizer,
+                                   Offload::kOptimizerAndParams};
+  c.offload = kOffloads[rng() % 3];
   return c;
 }
 
 TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
   std::mt19937_64 rng(20240521);
   const ParallelConfig defaults;
-  int differs_from_default[18] = {};
+  int differs_from_default[19] = {};
   for (int i = 0; i < 5000; ++i) {
     const ParallelConfig c = RandomLayout(rng);
     const v1::ParallelConfig wire = ToProto(c);
@@ -108,7 +111,7 @@ TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
     ASSERT_EQ(*ParallelConfigFromProto(from_json), c) << WireJson(wire);
 
     // The sample exercises every field away from its default, so a dropped one fails above.
-    const bool changed[18] = {
+    const bool changed[19] = {
         c.tp != defaults.tp,
         c.pp != defaults.pp,
         c.dp != defaults.dp,
@@ -126,10 +129,11 @@ TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
         c.etp != defaults.etp,
         c.moe_token_dispatcher != defaults.moe_token_dispatcher,
         c.data_parallel_sharding != defaults.data_parallel_sharding,
-        c.shard_group_size != defaults.shard_group_size};
-    for (int f = 0; f < 18; ++f) differs_from_default[f] += changed[f];
+        c.shard_group_size != defaults.shard_group_size,
+        c.offload != defaults.offload};
+    for (int f = 0; f < 19; ++f) differs_from_default[f] += changed[f];
   }
-  for (int f = 0; f < 18; ++f) EXPECT_GT(differs_from_default[f], 1000) << "field " << f;
+  for (int f = 0; f < 19; ++f) EXPECT_GT(differs_from_default[f], 1000) << "field " << f;
 }
 TEST(ConvertTest, ALayoutStoredWithOnlyDistributedOptimizerReadsAsOptimizerSharding) {
   v1::ParallelConfig stored;
@@ -202,7 +206,7 @@ TEST(ConvertTest, RankedConfigRoundTrips) {
     r.mfu = real(rng) / 1e6;
     // GiB on the wire: a power of two, so bytes come back exactly.
     r.memory = {real(rng) * 1e4, real(rng), real(rng), real(rng), real(rng), real(rng),
-                real(rng)};
+                real(rng),       real(rng), real(rng)};
     r.fits = rng() % 2 == 1;
     r.source = rng() % 2 == 1 ? ResultSource::kMeasured : ResultSource::kModelled;
     r.time = {real(rng), real(rng), real(rng), real(rng),
@@ -216,6 +220,8 @@ TEST(ConvertTest, RankedConfigRoundTrips) {
     EXPECT_EQ(back->config, r.config);
     EXPECT_EQ(back->memory.activations, r.memory.activations);
     EXPECT_EQ(back->memory.loss_buffers, r.memory.loss_buffers);
+    EXPECT_EQ(back->memory.host, r.memory.host);
+    EXPECT_EQ(back->memory.host_capacity, r.memory.host_capacity);
     EXPECT_EQ(back->time.pp_p2p, r.time.pp_p2p);
     EXPECT_EQ(back->time.ep_comm, r.time.ep_comm);
     EXPECT_EQ(back->source, r.source);
