@@ -113,9 +113,9 @@ TEST(ExportersTest, Offload) {
   auto ds = nlohmann::json::parse(*DeepSpeedConfig(Llama3_8B(), c));
   EXPECT_EQ(ds["zero_optimization"]["offload_optimizer"]["device"], "cpu");
   EXPECT_FALSE(ds["zero_optimization"].contains("offload_param"));
+  c.data_parallel_sharding = DataParallelSharding::kFull;
   EXPECT_THAT(TorchtitanConfig(Llama3_8B(), c).status().message(),
               HasSubstr("offload optimizer has no torchtitan form"));
-  c.data_parallel_sharding = DataParallelSharding::kFull;
   c.offload = Offload::kOptimizerAndParams;
   ds = nlohmann::json::parse(*DeepSpeedConfig(Llama3_8B(), c));
   EXPECT_EQ(ds["zero_optimization"]["offload_param"]["device"], "cpu");
