@@ -24,10 +24,14 @@ absl::StatusOr<E> ParseEnum(const char* what, absl::string_view s, const E (&all
 
 }  // namespace
 
+bool IsGated(Activation a) { return a == Activation::kSwiglu || a == Activation::kGeglu; }
+
 const char* ToString(Activation v) {
   switch (v) {
     case Activation::kGelu: return "gelu";
     case Activation::kSwiglu: return "swiglu";
+    case Activation::kGeglu: return "geglu";
+    case Activation::kSquaredRelu: return "squared_relu";
   }
   return "?";
 }
@@ -175,7 +179,8 @@ const char* ToString(MoeRouting v) {
 }
 
 absl::StatusOr<Activation> ParseActivation(absl::string_view s) {
-  static constexpr Activation kAll[] = {Activation::kGelu, Activation::kSwiglu};
+  static constexpr Activation kAll[] = {Activation::kGelu, Activation::kSwiglu,
+                                        Activation::kGeglu, Activation::kSquaredRelu};
   return ParseEnum("activation", s, kAll);
 }
 

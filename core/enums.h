@@ -10,7 +10,10 @@
 namespace paratune {
 
 /// The MLP's activation: GELU (GPT) or SwiGLU (Llama; three matrices instead of two).
-enum class Activation { kGelu, kSwiglu };
+enum class Activation { kGelu, kSwiglu, kGeglu, kSquaredRelu };
+/// Gated MLPs (SwiGLU, GeGLU): FC1 computes the gate and the value, 2f wide, and the MLP has
+/// three matrices. GeLU and squared ReLU (Nemotron-4) are one f-wide FC1 and two matrices.
+bool IsGated(Activation a);
 /// The pre-attention / pre-MLP / final norm: LayerNorm (GPT) or RMSNorm (Llama).
 enum class Normalization { kLayerNorm, kRmsNorm };
 /// Learned absolute position table (GPT) or rotary embeddings (Llama; no parameters).

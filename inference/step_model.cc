@@ -140,10 +140,10 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
   s.qkv_n_ = (a + 2 * g) * s.head_dim_ / tp;
   s.proj_k_ = a * s.head_dim_ / tp;
   if (mla) s.mla_attention_n_ = AttentionMatmulParams(model) / h / tp;
-  s.fc1_n_ = (model.activation == Activation::kSwiglu ? 2 * f : f) / tp;
+  s.fc1_n_ = (IsGated(model.activation) ? 2 * f : f) / tp;
   s.fc2_k_ = f / tp;
   if (IsMoe(model)) {
-    const double glu = model.activation == Activation::kSwiglu ? 2.0 : 1.0;
+    const double glu = IsGated(model.activation) ? 2.0 : 1.0;
     const double moe_tp = tp / static_cast<double>(c.ep);
     s.experts_ = static_cast<double>(model.num_experts);
     s.local_experts_ = s.experts_ / static_cast<double>(c.ep);

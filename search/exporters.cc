@@ -295,6 +295,12 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
   add("--max-position-embeddings",
       absl::StrCat(std::max(m.max_position_embeddings, t.seq_length)));
   if (m.activation == Activation::kSwiglu) add("--swiglu");
+  if (m.activation == Activation::kSquaredRelu) add("--squared-relu");
+  if (m.activation == Activation::kGeglu) {
+    return absl::InvalidArgumentError(
+        "model.activation geglu has no Megatron-LM argument (NeMo's activation: fast-geglu "
+        "sets it): export nemo");
+  }
   if (m.normalization == Normalization::kRmsNorm) add("--normalization", "RMSNorm");
   if (!m.tie_embeddings) add("--untie-embeddings-and-output-weights");
   if (m.position_embedding == PositionEmbedding::kRope) add("--position-embedding-type", "rope");
@@ -426,7 +432,12 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
       "  num_query_groups: ",
       m.num_query_groups != m.num_attention_heads ? absl::StrCat(m.num_query_groups) : "null",
       "\n",
-      "  activation: ", m.activation == Activation::kSwiglu ? "fast-swiglu" : "gelu", "\n",
+      "  activation: ",
+      m.activation == Activation::kSwiglu       ? "fast-swiglu"
+      : m.activation == Activation::kGeglu      ? "fast-geglu"
+      : m.activation == Activation::kSquaredRelu ? "squared-relu"
+                                                 : "gelu",
+      "\n",
       "  normalization: ", m.normalization == Normalization::kRmsNorm ? "rmsnorm" : "layernorm",
       "\n",
       "  position_embedding_type: ",

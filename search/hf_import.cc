@@ -289,13 +289,18 @@ absl::Status ReadMixtureOfExperts(const json& config, const std::string& type, M
 absl::StatusOr<Activation> MapActivation(const std::string& key, const std::string& act,
                                          bool gated_family) {
   if (act == "silu" || act == "swish" || act == "swiglu") return Activation::kSwiglu;
+  if (act == "relu2" || act == "squared_relu" || act == "squared-relu") {
+    return Activation::kSquaredRelu;  // Nemotron.
+  }
+  if (act == "geglu") return Activation::kGeglu;
   if (absl::StartsWith(act, "gelu") || act == "quick_gelu" || act == "relu") {
-    // Gemma's gated GELU (GeGLU) has SwiGLU's three matrices and the same cost.
-    return gated_family ? Activation::kSwiglu : Activation::kGelu;
+    // Gemma's gated GELU is GeGLU.
+    return gated_family ? Activation::kGeglu : Activation::kGelu;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "hf_config.", key, " ('", act,
-      "') is not supported (silu/swiglu for gated MLPs, gelu/gelu_new/relu for plain ones)"));
+      "') is not supported (silu/swiglu or gelu for gated MLPs, gelu/gelu_new/relu for plain "
+      "ones, relu2 for squared ReLU)"));
 }
 
 }  // namespace
@@ -425,8 +430,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const json& config) {
              gpt2 || falcon) {
     m.normalization = Normalization::kLayerNorm;
   } else {
-    m.normalization = m.activation == Activation::kSwiglu ? Normalization::kRmsNorm
-                                                          : Normalization::kLayerNorm;
+    m.normalization = IsGated(m.activation) ? Normalization::kRmsNorm : Normalization::kLayerNorm;
   }
 
   // Position embedding: rotary (or ALiBi, which has no table either) vs a learned table.

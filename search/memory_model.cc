@@ -90,7 +90,7 @@ double LayerActivationBytes(const ModelSpec& model, const LayerActivationParams&
                    + lin * x * w.out / h;                  // output projection input
   // MLA's compressed query and KV (and their norms' inputs), computed on every TP rank.
   replicated += (lin + e) * x * w.latent / h;
-  const double fc1_width = model.activation == Activation::kSwiglu ? 2.0 * f : f;
+  const double fc1_width = IsGated(model.activation) ? 2.0 * f : f;
   if (!(selective && rerun.mlp)) {
     sharded += e * s * b * fc1_width / c  // activation-function input
                + lin * s * b * f / c;      // FC2 input
@@ -260,7 +260,7 @@ double ExpertLayerActivationBytes(const ModelSpec& model, const LayerActivationP
   const double h = static_cast<double>(model.hidden_size);
   const double f = static_cast<double>(model.moe_ffn_hidden_size);
   const double etp = static_cast<double>(p.parallel.etp);
-  const double fc1_width = model.activation == Activation::kSwiglu ? 2.0 * f : f;
+  const double fc1_width = IsGated(model.activation) ? 2.0 * f : f;
   const double e = p.bytes_per_element;
   const double lin = p.fp8_linear_inputs ? 1.0 : e;
   // Per routed token copy on this rank: the permuted FC1 input (gathered over ETP), FC1's

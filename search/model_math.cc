@@ -37,14 +37,14 @@ double QkvWidth(const ModelSpec& m) {
 }
 double Fc1Width(const ModelSpec& m) {
   const double f = static_cast<double>(m.ffn_hidden_size);
-  return m.activation == Activation::kSwiglu ? 2.0 * f : f;
+  return IsGated(m.activation) ? 2.0 * f : f;
 }
 double NormParams(const ModelSpec& m) {
   const double h = static_cast<double>(m.hidden_size);
   return m.normalization == Normalization::kLayerNorm ? 2.0 * h : h;
 }
 // Matrices of one FFN: SwiGLU's gate, up and down, or FC1 and FC2.
-double MlpMatrices(const ModelSpec& m) { return m.activation == Activation::kSwiglu ? 3.0 : 2.0; }
+double MlpMatrices(const ModelSpec& m) { return IsGated(m.activation) ? 3.0 : 2.0; }
 // The norms inside MLA: on the compressed query (with q_lora_rank) and the compressed KV.
 double MlaNormParams(const ModelSpec& m) {
   if (m.attention != AttentionType::kMla) return 0;

@@ -87,7 +87,7 @@ std::vector<ModelSpec> All() {
       Llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256),
   };
   ModelSpec nemotron = Llama("nemotron-340b", 96, 18432, 96, 8, 73728, 256000);
-  nemotron.activation = Activation::kGelu;
+  nemotron.activation = Activation::kSquaredRelu;  // Nemotron-4 340B technical report.
   nemotron.normalization = Normalization::kLayerNorm;
   v.push_back(nemotron);
   ModelSpec bloom = Gpt("bloom-176b", 70, 14336, 112);

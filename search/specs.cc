@@ -155,7 +155,7 @@ double ApproxParameters(const ModelSpec& m) {
   const double h = static_cast<double>(m.hidden_size);
   const double kv = h * static_cast<double>(m.num_query_groups) /
                     static_cast<double>(m.num_attention_heads);
-  const double mlp_matrices = m.activation == Activation::kSwiglu ? 3.0 : 2.0;
+  const double mlp_matrices = IsGated(m.activation) ? 3.0 : 2.0;
   // Every layer counted as an expert layer too (an upper bound), in doubles.
   const double experts =
       static_cast<double>(m.num_experts) * static_cast<double>(m.moe_ffn_hidden_size) +
@@ -549,6 +549,13 @@ absl::Status JobSpec::Validate() const {
                      absl::StrJoin(DeviceNames(), ", ")));
   }
   if (auto s = CheckDeviceSupports(*device, training.precision); !s.ok()) return s;
+  if ((search.mode == SearchMode::kProfile || search.verify_top_k > 0) &&
+      model.activation != Activation::kGelu && model.activation != Activation::kSwiglu) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.activation ", ToString(model.activation),
+        " runs in the analytical model only: the workers' kernels implement gelu and swiglu "
+        "(search.mode profile and search.verify_top_k need one of them)"));
+  }
   const bool offloads = std::any_of(search.offload.begin(), search.offload.end(),
                                     [](Offload o) { return o != Offload::kNone; });
   if (offloads && ((device->host_link_bandwidth <= 0 && cluster.host_link_bandwidth_gbps <= 0) ||

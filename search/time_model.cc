@@ -102,7 +102,7 @@ LayerDims DimsOf(const ModelSpec& model, const TrainingSpec& training,
   d.e = ElementBytes(training.precision);
   d.mask = training.dropout ? 1.0 : 0.0;
   d.sp = config.sequence_parallel ? d.t : 1.0;
-  d.fc1_width = model.activation == Activation::kSwiglu ? 2.0 * d.f : d.f;
+  d.fc1_width = IsGated(model.activation) ? 2.0 * d.f : d.f;
   if (model.attention == AttentionType::kMla) {
     const double qk = static_cast<double>(model.qk_head_dim + model.qk_rope_head_dim);
     const double v = static_cast<double>(model.v_head_dim);
@@ -343,7 +343,7 @@ ExpertPhases ExpertLayerPhases(const JobSpec& spec, const ParallelConfig& c,
   const double k = static_cast<double>(m.moe_router_topk);
   const double h = static_cast<double>(m.hidden_size);
   const double f = static_cast<double>(m.moe_ffn_hidden_size);
-  const double fc1_width = m.activation == Activation::kSwiglu ? 2.0 * f : f;
+  const double fc1_width = IsGated(m.activation) ? 2.0 * f : f;
   const double ep = static_cast<double>(c.ep), etp = static_cast<double>(c.etp);
   const double experts = static_cast<double>(m.num_experts);
   const double load = ExpertLoadFactor(spec, c);

@@ -21,8 +21,9 @@ void ExpectRoundTrip(const E (&all)[N], absl::StatusOr<E> (*parse)(absl::string_
 }
 
 TEST(EnumsTest, NamesRoundTrip) {
-  ExpectRoundTrip({Activation::kGelu, Activation::kSwiglu}, ParseActivation,
-                  {"gelu", "swiglu"});
+  ExpectRoundTrip({Activation::kGelu, Activation::kSwiglu, Activation::kGeglu,
+                   Activation::kSquaredRelu},
+                  ParseActivation, {"gelu", "swiglu", "geglu", "squared_relu"});
   ExpectRoundTrip({Normalization::kLayerNorm, Normalization::kRmsNorm}, ParseNormalization,
                   {"layernorm", "rmsnorm"});
   ExpectRoundTrip({PositionEmbedding::kLearned, PositionEmbedding::kRope},
@@ -49,7 +50,7 @@ TEST(EnumsTest, NamesRoundTrip) {
 
 TEST(EnumsTest, UnknownNamesListTheAcceptedOnes) {
   EXPECT_EQ(ParseActivation("relu").status().message(),
-            "unknown activation 'relu' (expected gelu, swiglu)");
+            "unknown activation 'relu' (expected gelu, swiglu, geglu, squared_relu)");
   EXPECT_EQ(ParseCollectiveOp("broadcast").status().message(),
             "unknown collective op 'broadcast' (expected all_reduce, all_gather, "
             "reduce_scatter, send_recv, all_to_all)");

@@ -102,6 +102,22 @@ TEST(ExportersTest, MegatronGpt3Interleaved) {
   EXPECT_EQ(m["--hidden-dropout"], "0.0");
 }
 
+TEST(ExportersTest, Activations) {
+  ParallelConfig c;
+  c.tp = 2;
+  c.dp = 4;
+  JobSpec spec = Llama3_8B();
+  spec.model.activation = Activation::kSquaredRelu;
+  auto m = ArgMap(spec, c);
+  EXPECT_EQ(m.count("--squared-relu"), 1u);
+  EXPECT_EQ(m.count("--swiglu"), 0u);
+  EXPECT_THAT(*NemoConfigOverride(spec, c), HasSubstr("  activation: squared-relu\n"));
+  spec.model.activation = Activation::kGeglu;
+  EXPECT_THAT(MegatronArgs(spec, c).status().message(),
+              HasSubstr("model.activation geglu has no Megatron-LM argument"));
+  EXPECT_THAT(*NemoConfigOverride(spec, c), HasSubstr("  activation: fast-geglu\n"));
+}
+
 TEST(ExportersTest, Offload) {
   ParallelConfig c;
   c.dp = 8;

@@ -57,6 +57,30 @@ TEST(HfImportTest, Llama3_8B) {
   EXPECT_EQ(TotalParams(m), 8030261248.0);
 }
 
+// Nemotron's squared ReLU ("relu2") and Gemma's gated GELU (GeGLU): an f-wide FC1 and two
+// matrices against a 2f-wide FC1 and three.
+TEST(HfImportTest, SquaredReluAndGeglu) {
+  auto nemotron = ModelSpecFromHfConfigText(R"({"model_type": "nemotron", "num_hidden_layers": 32,
+      "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+      "intermediate_size": 16384, "vocab_size": 256000, "hidden_act": "relu2",
+      "norm_eps": 1e-5, "max_position_embeddings": 4096})");
+  ASSERT_TRUE(nemotron.ok()) << nemotron.status();
+  EXPECT_EQ(nemotron->activation, Activation::kSquaredRelu);
+  auto gemma = ModelSpecFromHfConfigText(R"({"model_type": "gemma", "num_hidden_layers": 28,
+      "hidden_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 16,
+      "intermediate_size": 24576, "vocab_size": 256000,
+      "hidden_activation": "gelu_pytorch_tanh", "hidden_act": "gelu", "rms_norm_eps": 1e-6,
+      "max_position_embeddings": 8192})");
+  ASSERT_TRUE(gemma.ok()) << gemma.status();
+  EXPECT_EQ(gemma->activation, Activation::kGeglu);
+  ModelSpec plain = *nemotron;
+  plain.activation = Activation::kSwiglu;
+  // Per layer: SwiGLU's MLP has h*f more parameters than squared ReLU's.
+  EXPECT_DOUBLE_EQ(LayerParams(plain) - LayerParams(*nemotron), 4096.0 * 16384);
+  plain.activation = Activation::kGeglu;
+  EXPECT_DOUBLE_EQ(LayerParams(plain), LayerParams(*nemotron) + 4096.0 * 16384);
+}
+
 TEST(HfImportTest, Mistral7B) {
   ModelSpec m = Import("mistral-7b");
   EXPECT_EQ(m.num_query_groups, 8);
