@@ -53,4 +53,8 @@ test('Layout labels name the expert layout and the sharding stage', () => {
     'TP2 PP8 DP32 EP32 flex mb1 FSDP/8',
   );
   assert.equal(layoutLabel({ tp: 1, ep: 8, etp: 2, moe_token_dispatcher: 'alltoall' }), 'TP1 PP1 DP1 EP8 ETP2 mb1');
+  assert.equal(
+    layoutLabel({ tp: 2, dp: 4, sequence_parallel: true, tp_comm_overlap: true, data_parallel_sharding: 'full', offload: 'optimizer_and_params' }),
+    'TP2 PP1 DP4 mb1 SP FSDP offload+params TP-overlap');
+  assert.equal(layoutLabel({ dp: 4, data_parallel_sharding: 'optimizer', offload: 'optimizer' }), 'TP1 PP1 DP4 mb1 dist-opt offload');
 });

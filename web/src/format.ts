@@ -95,6 +95,10 @@ export function layoutLabel(c: ParallelConfig | undefined): string {
     const group = num(cfg.shard_group_size);
     parts.push(group > 0 ? `${label[sharding]}/${group}` : label[sharding]);
   }
+  // Host offload of the optimizer state (and of the parameter shards).
+  if (cfg.offload === 'optimizer') parts.push('offload');
+  if (cfg.offload === 'optimizer_and_params') parts.push('offload+params');
+  if (cfg.tp_comm_overlap) parts.push('TP-overlap');
   return parts.join(' ');
 }
 

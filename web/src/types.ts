@@ -159,6 +159,8 @@ export interface ParallelConfig {
   ep?: Int64;
   etp?: Int64;
   moe_token_dispatcher?: string;
+  tp_comm_overlap?: boolean;
+  offload?: string;
 }
 
 export interface TimeBreakdown {
@@ -182,6 +184,9 @@ export interface MemoryBreakdown {
   capacity_gib?: number;
   /** Of `other`: the last stage's loss buffers (GiB), when the peak is the last stage's. */
   loss_buffers?: number;
+  /** Host memory of this GPU's offloaded state, and what the host has per GPU (GiB). */
+  host_gib?: number;
+  host_capacity_gib?: number;
 }
 
 export interface Verification {
