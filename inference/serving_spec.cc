@@ -248,12 +248,8 @@ absl::Status InferenceJobSpec::Validate() const {
   if (!device.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("cluster.gpu: ", device.status().message()));
   }
-  if ((search.mode == SearchMode::kProfile || search.verify_top_k > 0) &&
-      model.activation != Activation::kGelu && model.activation != Activation::kSwiglu) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.activation ", ToString(model.activation),
-        " runs in the analytical model only: the workers' kernels implement gelu and swiglu "
-        "(search.mode profile and search.verify_top_k need one of them)"));
+  if (search.mode == SearchMode::kProfile || search.verify_top_k > 0) {
+    if (auto s = CheckKernelsRunActivation(model.activation); !s.ok()) return s;
   }
   const int64_t heads = model.num_attention_heads;
   for (int64_t t : search.tp) {

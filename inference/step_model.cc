@@ -311,16 +311,25 @@ double StepModel::ExpertsReached(double rows) const {
   return experts_ * (1 - std::pow(1 - topk_ / experts_, rows));
 }
 
+// The busiest of `ep` groups, each holding E / ep of the E experts, when `drawn` of the
+// experts are picked at random `draws` times: a group's count is hypergeometric, mean
+// draws / ep, variance draws (1/ep)(1 - 1/ep)(E - drawn)/(E - 1); the busiest sits `sigmas`
+// standard deviations above the mean (normal approximation).
+namespace {
+double BusiestOfGroups(double draws, double ep, double experts, double drawn, double sigmas) {
+  const double mean = draws / ep;
+  const double variance =
+      draws / ep * (1 - 1 / ep) * (experts - drawn) / std::max(experts - 1, 1.0);
+  return mean + sigmas * std::sqrt(std::max(variance, 0.0));
+}
+}  // namespace
+
 double StepModel::BusiestGroupExperts(double rows) const {
   const double reached = ExpertsReached(rows);
   if (ep_ == 1) return reached;
-  // The reached experts are a uniform random subset of the E: a group of E / ep of them
-  // holds a hypergeometric count, mean R / ep, variance R (1/ep)(1 - 1/ep)(E - R)/(E - 1).
-  const double ep = static_cast<double>(ep_);
-  const double mean = reached / ep;
-  const double variance =
-      reached / ep * (1 - 1 / ep) * (experts_ - reached) / std::max(experts_ - 1, 1.0);
-  const double normal = mean + busiest_group_sigmas_ * std::sqrt(std::max(variance, 0.0));
+  // The reached experts are a uniform random subset of the E: R draws without replacement.
+  const double normal = BusiestOfGroups(reached, static_cast<double>(ep_), experts_, reached,
+                                        busiest_group_sigmas_);
   // Whole experts: once a step reaches any, the busiest group reaches at least one.
   return std::min({local_experts_, reached, std::max(normal, std::min(reached, 1.0))});
 }
@@ -330,11 +339,9 @@ double StepModel::BusiestGroupRows(double rows) const {
   if (ep_ == 1) return assignments;
   // Each token sends its k rows to k distinct experts: a group receives a hypergeometric
   // count per token (k draws, E / ep of E), independent across tokens.
-  const double ep = static_cast<double>(ep_);
-  const double mean = assignments / ep;
-  const double variance =
-      assignments / ep * (1 - 1 / ep) * (experts_ - topk_) / std::max(experts_ - 1, 1.0);
-  const double normal = mean + busiest_group_sigmas_ * std::sqrt(std::max(variance, 0.0));
+  const double mean = assignments / static_cast<double>(ep_);
+  const double normal = BusiestOfGroups(assignments, static_cast<double>(ep_), experts_, topk_,
+                                        busiest_group_sigmas_);
   // Whole rows: the busiest of ep groups holds at least ceil(N·k / ep) of them.
   return std::min(rows * std::min(topk_, local_experts_), std::max(normal, std::ceil(mean)));
 }

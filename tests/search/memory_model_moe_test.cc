@@ -72,15 +72,21 @@ TEST(MoeMemoryTest, TheLastStageHoldsTheMtpModule) {
   EXPECT_DOUBLE_EQ(StageParamsSplit(spec.model, c, 15).expert, 3 * 256 * expert / 8);
 }
 
-TEST(MoeMemoryTest, ExpertLayerActivationsByHand) {
-  // Mixtral 8x7B, one rank, no parallelism: s 4096, b 1, top-2, h 4096, f 14336, BF16,
-  // flash attention, no dropout.
-  ModelSpec m = *FindPreset("mixtral-8x7b");
+// One rank, no parallelism: s 4096, b 1, BF16, flash attention, no dropout.
+LayerActivationParams MixtralOneRank() {
   LayerActivationParams p;
   p.seq_length = 4096;
   p.flash_attention = true;
   p.dropout = false;
   p.bytes_per_element = 2;
+  return p;
+}
+
+TEST(MoeMemoryTest, ExpertLayerActivationsByHand) {
+  // Mixtral 8x7B, one rank, no parallelism: s 4096, b 1, top-2, h 4096, f 14336, BF16,
+  // flash attention, no dropout.
+  ModelSpec m = *FindPreset("mixtral-8x7b");
+  LayerActivationParams p = MixtralOneRank();
   const double tokens = 4096, h = 4096, f = 14336, k = 2;
   ModelSpec attention_only = m;
   attention_only.ffn_hidden_size = 0;
@@ -100,11 +106,7 @@ TEST(MoeMemoryTest, ExpertLayerActivationsByHand) {
 TEST(MoeMemoryTest, SelectiveRecomputeModulesDropTheirTensors) {
   // Mixtral 8x7B, one rank, s 4096, b 1, BF16, flash attention, no dropout, selective.
   ModelSpec m = *FindPreset("mixtral-8x7b");
-  LayerActivationParams p;
-  p.seq_length = 4096;
-  p.flash_attention = true;
-  p.dropout = false;
-  p.bytes_per_element = 2;
+  LayerActivationParams p = MixtralOneRank();
   p.parallel.recompute = Recompute::kSelective;
   const double tokens = 4096, h = 4096, f = 14336, k = 2, a = 32;
   const double core_attn_only = ExpertLayerActivationBytes(m, p, 1.0);

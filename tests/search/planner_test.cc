@@ -29,6 +29,25 @@ JobSpec Gpt175b(int64_t gpus) {
   return spec;
 }
 
+// A 4-layer model on 4 A100s in one node, no recompute: a grid small enough to count by hand.
+JobSpec TinyOn4Gpus() {
+  JobSpec spec;
+  spec.model.name = "tiny";
+  spec.model.num_layers = 4;
+  spec.model.hidden_size = 256;
+  spec.model.num_attention_heads = 4;
+  spec.model.num_query_groups = 4;
+  spec.model.ffn_hidden_size = 1024;
+  spec.model.vocab_size = 1000;
+  spec.training.seq_length = 512;
+  spec.training.global_batch_size = 8;
+  spec.cluster.gpu = "a100-80gb";
+  spec.cluster.num_gpus = 4;
+  spec.cluster.gpus_per_node = 4;
+  spec.search.recompute = {Recompute::kNone};
+  return spec;
+}
+
 // Megatron-LM's published layout for GPT-3 175B on 1536 A100s (Narayanan et al. 2021):
 // TP 8, PP 12, DP 16, micro-batch 1. ParaTune's top-1 keeps TP inside a node and the
 // published layout is predicted within 7% of it (the top-1, TP 4 PP 6 DP 64 with
@@ -259,20 +278,7 @@ TEST(PlannerTest, OffloadMovesTheStateToTheHost) {
 // search.offload [none, optimizer] doubles every layout; optimizer_and_params applies to
 // fully sharded layouts only.
 TEST(PlannerTest, ListedOffloadsAreSearched) {
-  JobSpec spec;
-  spec.model.name = "tiny";
-  spec.model.num_layers = 4;
-  spec.model.hidden_size = 256;
-  spec.model.num_attention_heads = 4;
-  spec.model.num_query_groups = 4;
-  spec.model.ffn_hidden_size = 1024;
-  spec.model.vocab_size = 1000;
-  spec.training.seq_length = 512;
-  spec.training.global_batch_size = 8;
-  spec.cluster.gpu = "a100-80gb";
-  spec.cluster.num_gpus = 4;
-  spec.cluster.gpus_per_node = 4;
-  spec.search.recompute = {Recompute::kNone};
+  JobSpec spec = TinyOn4Gpus();
   absl::StatusOr<PlanResult> base = Plan(spec);
   ASSERT_TRUE(base.ok()) << base.status();
   spec.search.offload = {Offload::kNone, Offload::kOptimizer};
@@ -329,20 +335,7 @@ TEST(PlannerTest, BlockScaledFormatsOnBlackwell) {
 // optimizers) 12; pp 2 (dp 1: vp 1, 2, 3; mb 1, 2, 4, 8; SP both ways) 24. tp 4: pp 1
 // (mb 1, 2, 4, 8; SP both ways) 8. In all 70, each counted once, feasible or rejected.
 TEST(PlannerTest, EnumeratesTheHandCountedGrid) {
-  JobSpec spec;
-  spec.model.name = "tiny";
-  spec.model.num_layers = 4;
-  spec.model.hidden_size = 256;
-  spec.model.num_attention_heads = 4;
-  spec.model.num_query_groups = 4;
-  spec.model.ffn_hidden_size = 1024;
-  spec.model.vocab_size = 1000;
-  spec.training.seq_length = 512;
-  spec.training.global_batch_size = 8;
-  spec.cluster.gpu = "a100-80gb";
-  spec.cluster.num_gpus = 4;
-  spec.cluster.gpus_per_node = 4;
-  spec.search.recompute = {Recompute::kNone};
+  JobSpec spec = TinyOn4Gpus();
   spec.search.top_k = 100;
   absl::StatusOr<PlanResult> plan = Plan(spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -369,20 +362,7 @@ TEST(PlannerTest, EnumeratesTheHandCountedGrid) {
 // of two optimizers where dp > 1, so 2 + 9 + 4 + 6 + 24 + 8 = 53 layouts; the ranked ones
 // are all fully sharded over dp > 1 (dp = 1 has nothing to shard over: rejected).
 TEST(PlannerTest, ListedShardingIsSearched) {
-  JobSpec spec;
-  spec.model.name = "tiny";
-  spec.model.num_layers = 4;
-  spec.model.hidden_size = 256;
-  spec.model.num_attention_heads = 4;
-  spec.model.num_query_groups = 4;
-  spec.model.ffn_hidden_size = 1024;
-  spec.model.vocab_size = 1000;
-  spec.training.seq_length = 512;
-  spec.training.global_batch_size = 8;
-  spec.cluster.gpu = "a100-80gb";
-  spec.cluster.num_gpus = 4;
-  spec.cluster.gpus_per_node = 4;
-  spec.search.recompute = {Recompute::kNone};
+  JobSpec spec = TinyOn4Gpus();
   spec.search.data_parallel_sharding = {DataParallelSharding::kFull};
   spec.search.top_k = 100;
   absl::StatusOr<PlanResult> plan = Plan(spec);
@@ -400,20 +380,7 @@ TEST(PlannerTest, ListedShardingIsSearched) {
 // search.overlap_p2p_comm [true, false] the interleaved ones; an overlapped layout is never
 // slower than the same layout without the overlap.
 TEST(PlannerTest, ListedOverlapsAreSearched) {
-  JobSpec spec;
-  spec.model.name = "tiny";
-  spec.model.num_layers = 4;
-  spec.model.hidden_size = 256;
-  spec.model.num_attention_heads = 4;
-  spec.model.num_query_groups = 4;
-  spec.model.ffn_hidden_size = 1024;
-  spec.model.vocab_size = 1000;
-  spec.training.seq_length = 512;
-  spec.training.global_batch_size = 8;
-  spec.cluster.gpu = "a100-80gb";
-  spec.cluster.num_gpus = 4;
-  spec.cluster.gpus_per_node = 4;
-  spec.search.recompute = {Recompute::kNone};
+  JobSpec spec = TinyOn4Gpus();
   spec.search.top_k = 1000;
   absl::StatusOr<PlanResult> base = Plan(spec);
   ASSERT_TRUE(base.ok()) << base.status();
