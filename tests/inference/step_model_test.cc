@@ -303,6 +303,15 @@ TEST(StepModelTest, ExpertParallelKeepsTheExpertBytesPerRank) {
       32 * 7 * 4096.0 * 2, 1.0);
 }
 
+// One sequence decoding at 1k context, sampled.
+StepWork DecodeOneSequence() {
+  StepWork w;
+  w.decode_sequences = 1;
+  w.decode_context_tokens = 1024;
+  w.sampled_sequences = 1;
+  return w;
+}
+
 // Mixtral decode at batch 1, FP8 weights, tp 2 on H100. One token reaches 2 of the 8
 // experts. ep 1: each rank reads half of both (one expert's bytes). ep 2: each rank holds 4
 // whole experts; the two reached experts are a random pair, in the same group with
@@ -319,10 +328,7 @@ TEST(StepModelTest, ExpertParallelDecodeAtBatchOneWaitsForTheBusiestGroup) {
   const auto fp8 = Layout(2, 1, QuantFormat::kFp8, QuantFormat::kFp8);
   const StepModel ep1 = Make("mixtral-8x7b", "h100-sxm-80gb", fp8);
   const StepModel ep2 = Make("mixtral-8x7b", "h100-sxm-80gb", ExpertParallel(fp8, 2));
-  StepWork w;
-  w.decode_sequences = 1;
-  w.decode_context_tokens = 1024;
-  w.sampled_sequences = 1;
+  const StepWork w = DecodeOneSequence();
   const double bw = device.memory_bandwidth * device.memory_efficiency;
   const double excess = std::sqrt(6 / (7 * M_PI));
   const double extra = 32 * excess * ExpertParams(model) * 1 / bw;
@@ -341,10 +347,7 @@ TEST(StepModelTest, ExpertParallelDecodeAtBatchOneReadsWholeExpertsPerRank) {
   const auto fp8 = Layout(8, 1, QuantFormat::kFp8, QuantFormat::kFp8);
   const StepModel ep1 = Make("mixtral-8x7b", "h100-sxm-80gb", fp8);
   const StepModel ep8 = Make("mixtral-8x7b", "h100-sxm-80gb", ExpertParallel(fp8, 8));
-  StepWork w;
-  w.decode_sequences = 1;
-  w.decode_context_tokens = 1024;
-  w.sampled_sequences = 1;
+  const StepWork w = DecodeOneSequence();
   const double bw = device.memory_bandwidth * device.memory_efficiency;
   EXPECT_NEAR(ep8.StepSeconds(w) - ep1.StepSeconds(w), 32 * 0.75 * ExpertParams(model) / bw,
               0.01e-3);
