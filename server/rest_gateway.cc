@@ -5,8 +5,10 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "server/http_status.h"
@@ -183,12 +185,31 @@ absl::StatusOr<int> RestGateway::Start(const std::string& host, int port) {
   // Linux allows listen() again on a listening socket to change its backlog.
   if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   server_->set_socket_options(OwnPortSocketOptions);  // drop the &listen_fd capture
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  listener_done_ = false;
+  thread_ = std::thread([this] {
+    server_->listen_after_bind();
+    listener_done_ = true;
+  });
+  // Return once the listener runs: connections are served from then on.
+  WaitForListener();
   return bound;
 }
 
+void RestGateway::WaitForListener() const {
+  // The listener thread either starts accepting (is_running) or returns (listener_done_);
+  // both happen as soon as the thread is scheduled.
+  while (!server_->is_running() && !listener_done_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 void RestGateway::Stop() {
-  if (server_) server_->stop();
+  if (server_ && thread_.joinable()) {
+    // httplib's stop() closes the socket only once the listener runs: called before that,
+    // it would do nothing and leave the listener in accept() for good.
+    WaitForListener();
+    server_->stop();
+  }
   if (thread_.joinable()) thread_.join();
 }
 

@@ -33,6 +33,7 @@
 #ifndef PARATUNE_SERVER_REST_GATEWAY_H_
 #define PARATUNE_SERVER_REST_GATEWAY_H_
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -104,6 +105,9 @@ class RestGateway {
   std::unique_ptr<GzipCache> gzip_cache_;  // dashboard files, compressed once each
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
+  std::atomic<bool> listener_done_{false};  // listen_after_bind has returned
+  // Until the listener thread accepts (or has given up).
+  void WaitForListener() const;
 };
 
 }  // namespace paratune::server

@@ -177,6 +177,25 @@ class RestGatewayTest : public ::testing::Test {
   int port_ = 0;
 };
 
+// Stop() right after Start() returns: the listener thread may not have reached accept()
+// yet, and httplib's stop() does nothing before it does. Every cycle must end (a hang here
+// is the failure) and the gateway serves between Start and Stop.
+TEST_F(RestGatewayTest, StopRightAfterStartEndsTheListener) {
+  for (int i = 0; i < 50; ++i) {
+    RestGateway gateway(&fake_, nullptr, &metrics_);
+    absl::StatusOr<int> port = gateway.Start("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok()) << port.status();
+    if (i == 0) {
+      httplib::Client client("127.0.0.1", *port);
+      client.set_read_timeout(10, 0);
+      httplib::Result res = client.Get("/healthz");
+      ASSERT_TRUE(res) << httplib::to_string(res.error());
+      EXPECT_EQ(res->status, 200);
+    }
+    gateway.Stop();
+  }
+}
+
 TEST_F(RestGatewayTest, SubmitRoundTripsSnakeCaseJson) {
   StartGateway();
   auto res = client_->Post("/v1/jobs", std::string(R"({"spec": )") + kSpec + "}",
