@@ -79,6 +79,17 @@ std::vector<InferenceRankedConfig> ParetoFront(std::vector<InferenceRankedConfig
   return front;
 }
 
+std::string Recommendation(const InferenceRankedConfig& best, ServingObjective objective,
+                           const std::string& detail) {
+  return absl::StrFormat(
+      "%s: %.0f output tokens/s per GPU, %.1f tokens/s per user, TTFT p99 %.0f ms, TPOT "
+      "p99 %.1f ms%s (objective %s%s)",
+      best.config.ToString(), best.output_tokens_per_sec_per_gpu, best.tokens_per_sec_per_user,
+      best.ttft_ms.p99, best.tpot_ms.p99,
+      best.meets_limits ? ", within the limits" : "; no layout meets the limits",
+      std::string(ToString(objective)), detail.empty() ? "" : "; " + detail);
+}
+
 absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) {
   const auto start = std::chrono::steady_clock::now();
   if (auto s = spec.Validate(); !s.ok()) return s;
@@ -325,14 +336,7 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) 
   result.rejected = std::move(rejected);
   for (const auto& [rule, n] : reasons) result.rejected_reasons.push_back({rule, n});
   if (!result.ranked.empty()) {
-    const InferenceRankedConfig& best = result.ranked.front();
-    result.recommendation = absl::StrFormat(
-        "%s: %.0f output tokens/s per GPU, %.1f tokens/s per user, TTFT p99 %.0f ms, TPOT "
-        "p99 %.1f ms%s (objective %s)",
-        best.config.ToString(), best.output_tokens_per_sec_per_gpu, best.tokens_per_sec_per_user,
-        best.ttft_ms.p99, best.tpot_ms.p99,
-        best.meets_limits ? ", within the limits" : "; no layout meets the limits",
-        std::string(ToString(o.objective)));
+    result.recommendation = Recommendation(result.ranked.front(), o.objective);
   } else {
     result.recommendation = "no layout fits: see the rejected layouts";
   }

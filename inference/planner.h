@@ -3,6 +3,7 @@
 #ifndef PARATUNE_INFERENCE_PLANNER_H_
 #define PARATUNE_INFERENCE_PLANNER_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,6 +22,11 @@ absl::StatusOr<InferenceRankedConfig> EstimateInference(const InferenceJobSpec& 
                                                         const ServingConfig& config);
 
 /// True when `a` ranks before `b`: layouts within the limits first, then by `objective`.
+/// The one-line recommendation for the best layout: its throughput, limits and
+/// `objective`, with `detail` appended inside the parentheses when not empty.
+std::string Recommendation(const InferenceRankedConfig& best, ServingObjective objective,
+                           const std::string& detail = "");
+
 bool RanksBefore(const InferenceRankedConfig& a, const InferenceRankedConfig& b,
                  ServingObjective objective);
 

@@ -179,13 +179,8 @@ absl::StatusOr<InferencePlanResult> ComposeInference(const InferenceJobSpec& spe
   for (size_t i = 0; i < out.ranked.size(); ++i) out.ranked[i].rank = static_cast<int64_t>(i) + 1;
   if (!out.ranked.empty()) {
     const InferenceRankedConfig& best = out.ranked.front();
-    out.recommendation = absl::StrFormat(
-        "%s: %.0f output tokens/s per GPU, %.1f tokens/s per user, TTFT p99 %.0f ms, TPOT "
-        "p99 %.1f ms%s (objective %s; %s steps)",
-        best.config.ToString(), best.output_tokens_per_sec_per_gpu, best.tokens_per_sec_per_user,
-        best.ttft_ms.p99, best.tpot_ms.p99,
-        best.meets_limits ? ", within the limits" : "; no layout meets the limits",
-        std::string(ToString(spec.search.objective)), best.decode_step.source);
+    out.recommendation = Recommendation(best, spec.search.objective,
+                                        absl::StrCat(best.decode_step.source, " steps"));
   }
   return out;
 }

@@ -138,6 +138,15 @@ Row RunRow(const nlohmann::json& r, JobSpec& spec, const RecordLayout& layout, R
 }
 
 // The sharded-data-parallel records: each stated layout estimated as it is.
+// A tokens/s/GPU row: the layout (marked when it does not fit), published and predicted.
+void SetThroughput(const RankedConfig& r, double published, Row* row) {
+  row->quantity = "tokens/s/GPU";
+  row->layout = r.config.ToString() + (r.fits ? "" : " (OOM)");
+  row->published = published;
+  row->predicted = r.tokens_per_sec_per_gpu;
+  row->error = std::abs(row->predicted - row->published) / row->published;
+}
+
 std::vector<Row> FsdpRows(const nlohmann::json& data, bool verbose) {
   std::vector<Row> rows;
   for (const FsdpRecord& f : FsdpRecords(data)) {
@@ -151,11 +160,7 @@ std::vector<Row> FsdpRows(const nlohmann::json& data, bool verbose) {
       rows.push_back(row);
       continue;
     }
-    row.quantity = "tokens/s/GPU";
-    row.layout = one->config.ToString() + (one->fits ? "" : " (OOM)");
-    row.published = f.published_tokens_per_gpu;
-    row.predicted = one->tokens_per_sec_per_gpu;
-    row.error = std::abs(row.predicted - row.published) / row.published;
+    SetThroughput(*one, f.published_tokens_per_gpu, &row);
     if (verbose) {
       const TimeBreakdown& t = one->time;
       const double T = one->iteration_time_s;
@@ -290,11 +295,7 @@ MoeResult MoeRows(const nlohmann::json& data, bool verbose) {
     }
     Row row;
     row.id = rec.id;
-    row.quantity = "tokens/s/GPU";
-    row.layout = best->config.ToString() + (best->fits ? "" : " (OOM)");
-    row.published = rec.published_tokens_per_gpu;
-    row.predicted = best->tokens_per_sec_per_gpu;
-    row.error = std::abs(row.predicted - row.published) / row.published;
+    SetThroughput(*best, rec.published_tokens_per_gpu, &row);
     if (verbose) {
       const TimeBreakdown& t = best->time;
       const double T = best->iteration_time_s;

@@ -159,14 +159,20 @@ JobSpec SmallCpuSpec() {
   return spec;
 }
 
-TEST(EstimateMemoryTest, StaticMemoryByHand) {
-  const JobSpec spec = Gpt175bSpec();
+// Megatron's published GPT-3 175B layout: tp 8 pp 12 dp 16 with SP and selective recompute.
+ParallelConfig Gpt175bLayout() {
   ParallelConfig c;
   c.tp = 8;
   c.pp = 12;
   c.dp = 16;
   c.sequence_parallel = true;
   c.recompute = Recompute::kSelective;
+  return c;
+}
+
+TEST(EstimateMemoryTest, StaticMemoryByHand) {
+  const JobSpec spec = Gpt175bSpec();
+  ParallelConfig c = Gpt175bLayout();
   const double params = MaxParamsPerGpu(spec.model, c);
   // 8 layers of 12h^2+13h over 8 ranks plus the word and position embeddings / 8.
   const double h = 12288;
@@ -295,12 +301,7 @@ TEST(EstimateMemoryTest, LossBuffersAndTheLastLayersWorkingSetDoNotAddUp) {
 
 TEST(EstimateMemoryTest, InterleavingAddsKorthikantiFactor) {
   const JobSpec spec = Gpt175bSpec();
-  ParallelConfig c;
-  c.tp = 8;
-  c.pp = 12;
-  c.dp = 16;
-  c.sequence_parallel = true;
-  c.recompute = Recompute::kSelective;
+  ParallelConfig c = Gpt175bLayout();
   ParallelConfig ci = c;
   ci.vp = 2;
   const double h = 12288;
@@ -360,12 +361,7 @@ TEST(ShardedModelStateTest, PerStageBytesAndBuffersByHand) {
 // gradients: GPT-3 175B on tp 8 pp 12 dp 16 (one stage's 8 layers), fully sharded.
 TEST(ShardedModelStateTest, EstimateMemoryUsesTheShardedState) {
   const JobSpec spec = Gpt175bSpec();
-  ParallelConfig c;
-  c.tp = 8;
-  c.pp = 12;
-  c.dp = 16;
-  c.sequence_parallel = true;
-  c.recompute = Recompute::kSelective;
+  ParallelConfig c = Gpt175bLayout();
   c.data_parallel_sharding = DataParallelSharding::kFull;
   const double params = MaxParamsPerGpu(spec.model, c);
   const double layer = LayerParams(spec.model) / 8;

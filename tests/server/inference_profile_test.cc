@@ -13,25 +13,16 @@
 #include "server/convert.h"
 #include "server/convert_inference.h"
 #include "server/job_manager.h"
+#include "tests/inference/small_cpu_serving_spec.h"
 
 namespace paratune::server {
 namespace {
 
 namespace fs = std::filesystem;
 
-// deploy/examples/small-llama-cpu-serving-profile.yaml in JSON form.
 v1::JobSpec SmallCpuServingSpec() {
-  absl::StatusOr<v1::JobSpec> spec = SpecProtoFromJson(nlohmann::json::parse(R"({
-    "kind": "inference", "name": "small-llama-cpu-serving",
-    "model": {"num_layers": 2, "hidden_size": 256, "num_attention_heads": 8,
-              "num_query_groups": 4, "ffn_hidden_size": 704, "vocab_size": 2048,
-              "activation": "swiglu", "normalization": "rmsnorm", "position_embedding": "rope"},
-    "cluster": {"gpu": "cpu", "num_gpus": 2, "gpus_per_node": 2},
-    "serving": {"engine": "trtllm", "isl": 64, "osl": 16, "concurrency": 8, "num_requests": 24},
-    "search": {"tp": [1, 2], "pp": [1], "replicas": [1], "max_batch_size": [4, 16],
-               "max_num_tokens": [256], "weight_precision": ["int8"],
-               "kv_cache_precision": ["bf16"], "disaggregated": [false], "mode": "profile",
-               "top_k": 4}})"));
+  absl::StatusOr<v1::JobSpec> spec =
+      SpecProtoFromJson(nlohmann::json::parse(paratune::test_specs::kSmallCpuServingSpec));
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
 }
