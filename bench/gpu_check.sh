@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The GPU checks in one run, for a machine with one CUDA device and a CUDA build:
+#   1. the gpu-labelled tests (CUDA backend, MoE kernels, serving paged attention and KV
+#      write, step runner, trainer), each against its CPU twin;
+#   2. bench/kernels/cuda_kernels: paged attention decode, KV write, MoE permute/unpermute
+#      bandwidth against the device copy bandwidth;
+#   3. layer_step: one GPT layer forward + backward in bf16 against cuBLAS;
+#   4. paratune-train: a 24-layer 1.3B-class GPT step in bf16;
+#   5. a coordinator, a CUDA worker and the 350M verify spec (profile, top 3 trained).
+#
+#   bench/gpu_check.sh [--bin DIR] [--tests DIR] [--out DIR] [--verify-spec FILE]
+#                      [--only verify] [--worker-backend cuda|cpu]
+# Defaults: build/bin, build/tests, ./gpu-check, deploy/examples/gpt-350m-h100-verify.yaml. Each step's log goes to OUT; the summary
+# (one line per step, PASS/FAIL and its figures) is printed last. Exit 1 if a step failed.
+set -uo pipefail
+
+BIN=build/bin
+TESTS=build/tests
+OUT=gpu-check
+SPEC=deploy/examples/gpt-350m-h100-verify.yaml
+ONLY=
+BACKEND=cuda
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --bin) BIN=$2; shift 2 ;;
+    --tests) TESTS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --verify-spec) SPEC=$2; shift 2 ;;
+    --only) ONLY=$2; shift 2 ;;
+    --worker-backend) BACKEND=$2; shift 2 ;;
+    *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT"
+SUMMARY=()
+FAILED=0
+step() {  # step NAME SECONDS COMMAND...: runs it with a limit, logs to OUT/NAME.log
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  local verdict=PASS
+  [[ $rc -ne 0 ]] && verdict="FAIL (exit $rc)" && FAILED=1
+  SUMMARY+=("$(printf '%-34s %s, %ds' "$name" "$verdict" $((SECONDS - t0)))")
+  echo "== $name: $verdict"
+  tail -n 25 "$OUT/$name.log"
+}
+
+if [[ -z "$ONLY" ]]; then
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,temperature.gpu \
+  --format=csv >"$OUT/device.txt" 2>&1
+cat "$OUT/device.txt"
+
+for t in kernels_cuda_backend_test kernels_moe_cuda_test kernels_serving_cuda_paged_attention_test \
+  kernels_step_runner_test training_cuda_test; do
+  step "$t" 300 "$TESTS/$t" --gtest_brief=1
+done
+step cuda_kernels 120 "$BIN/cuda_kernels"
+step layer_step 300 "$BIN/layer_step" --backend cuda --dtype bf16 --hidden 2048,4096,8192 \
+  --seq 4096 --batch 1 --warmup 2 --iters 5
+step paratune_train 300 "$BIN/paratune-train" --backend cuda --dtype bf16 --hidden 2304 \
+  --heads 24 --vocab 51200 --layers 24 --seq 2048 --micro-batch 4 --micro-batches 4 --flash \
+  --steps 4
+fi
+
+# The verify run: a coordinator and a CUDA worker on this machine.
+DB=$(mktemp -d)/paratune.db
+"$BIN/paratune-coordinator" --db "$DB" --bind 127.0.0.1 --grpc-port 50151 --http-port -1 \
+  >"$OUT/coordinator.log" 2>&1 &
+COORD=$!
+"$BIN/paratune-worker" --coordinator 127.0.0.1:50151 --backend "$BACKEND" >"$OUT/worker.log" 2>&1 &
+WORKER=$!
+step verify 400 "$BIN/paratune" submit --coordinator 127.0.0.1:50151 \
+  --spec "$SPEC" --watch
+JOB=$(grep -o 'job-[0-9a-f]*' "$OUT/verify.log" | head -1)
+if [[ -n "$JOB" ]]; then
+  "$BIN/paratune" results --coordinator 127.0.0.1:50151 "$JOB" >"$OUT/verify_results.txt" 2>&1
+  "$BIN/paratune" results --coordinator 127.0.0.1:50151 --json "$JOB" \
+    >"$OUT/verify_results.json" 2>&1
+  cat "$OUT/verify_results.txt"
+fi
+kill "$WORKER" "$COORD" 2>/dev/null
+wait 2>/dev/null
+
+echo
+echo "# gpu_check summary ($(head -2 "$OUT/device.txt" 2>/dev/null | tail -1))"
+printf '%s\n' "${SUMMARY[@]}"
+exit $FAILED
