@@ -58,7 +58,7 @@ for t in kernels_cuda_backend_test kernels_moe_cuda_test kernels_serving_cuda_pa
 done
 step cuda_kernels 120 "$BIN/cuda_kernels"
 step layer_step 300 "$BIN/layer_step" --backend cuda --dtype bf16 --hidden 2048,4096,8192 \
-  --seq 4096 --batch 1 --warmup 2 --iters 5
+  --seq 4096 --batch 1 --tp 1 --warmup 2 --iters 5
 step paratune_train 300 "$BIN/paratune-train" --backend cuda --dtype bf16 --hidden 2304 \
   --heads 24 --vocab 51200 --layers 24 --seq 2048 --micro-batch 4 --micro-batches 4 --flash \
   --steps 4
