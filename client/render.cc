@@ -122,6 +122,10 @@ std::string FormatEstimate(const RankedConfig& r, const JobSpec& spec) {
                                         "%.4f  optimizer %.4f\n",
                                         t.compute, t.tp_comm, t.cp_comm, t.pp_bubble, t.pp_p2p,
                                         t.dp_comm, t.optimizer));
+  if (t.ep_comm > 0 || t.offload > 0) {
+    absl::StrAppend(&out, absl::StrFormat("                ep_comm %.4f  offload %.4f\n",
+                                          t.ep_comm, t.offload));
+  }
   absl::StrAppend(&out, absl::StrFormat("memory (GiB)    peak %.2f of %.2f (%s): weights %.2f  "
                                         "gradients %.2f\n                optimizer %.2f  "
                                         "activations %.2f  other %.2f\n",

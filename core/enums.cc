@@ -90,6 +90,19 @@ const char* ToString(RecomputeModule v) {
   return "?";
 }
 
+const char* ToString(OffloadModule v) {
+  switch (v) {
+    case OffloadModule::kAttnNorm: return "attn_norm";
+    case OffloadModule::kQkvLinear: return "qkv_linear";
+    case OffloadModule::kCoreAttn: return "core_attn";
+    case OffloadModule::kAttnProj: return "attn_proj";
+    case OffloadModule::kMlpNorm: return "mlp_norm";
+    case OffloadModule::kExpertFc1: return "expert_fc1";
+    case OffloadModule::kMoeAct: return "moe_act";
+  }
+  return "?";
+}
+
 bool IsFlash(AttentionKernel k) {
   return k == AttentionKernel::kFlash3 || k == AttentionKernel::kFlash2 ||
          k == AttentionKernel::kFlash1;
@@ -214,6 +227,14 @@ absl::StatusOr<RecomputeModule> ParseRecomputeModule(absl::string_view s) {
       RecomputeModule::kMoeAct,   RecomputeModule::kMoe,           RecomputeModule::kSharedExperts,
       RecomputeModule::kMlaUpProj};
   return ParseEnum("recompute module", s, kAll);
+}
+
+absl::StatusOr<OffloadModule> ParseOffloadModule(absl::string_view s) {
+  static constexpr OffloadModule kAll[] = {
+      OffloadModule::kAttnNorm, OffloadModule::kQkvLinear, OffloadModule::kCoreAttn,
+      OffloadModule::kAttnProj, OffloadModule::kMlpNorm,   OffloadModule::kExpertFc1,
+      OffloadModule::kMoeAct};
+  return ParseEnum("offload module", s, kAll);
 }
 
 absl::StatusOr<AttentionKernel> ParseAttentionKernel(absl::string_view s) {

@@ -44,6 +44,19 @@ enum class RecomputeModule {
   kSharedExperts,
   kMlaUpProj
 };
+/// Whose input fine-grained activation offload keeps in host memory between the forward
+/// and the backward (Megatron-Core's --offload-modules): the attention norm's, the QKV
+/// linear's, the attention core's (Q, K, V), the output projection's, the MLP norm's, the
+/// routed experts' FC1 (the permuted rows) and their activation function's.
+enum class OffloadModule {
+  kAttnNorm,
+  kQkvLinear,
+  kCoreAttn,
+  kAttnProj,
+  kMlpNorm,
+  kExpertFc1,
+  kMoeAct
+};
 /// The attention core's implementation: FlashAttention 3 (Hopper only), 2 or 1 (tiled,
 /// no s x s scores stored), or the scores materialised with a fused scale-mask-softmax
 /// kernel ("fused", Megatron's), or with separate PyTorch ops ("unfused").
@@ -99,6 +112,7 @@ const char* ToString(Recompute v);
 /// "core_attn" | "layernorm" | "mlp" | "moe_act" | "moe" | "shared_experts" | "mla_up_proj"
 /// (Megatron-Core's spelling).
 const char* ToString(RecomputeModule v);
+const char* ToString(OffloadModule v);
 /// "flash3" | "flash2" | "flash1" | "fused" | "unfused".
 const char* ToString(AttentionKernel v);
 const char* ToString(CollectiveOp v);
@@ -121,6 +135,7 @@ absl::StatusOr<PositionEmbedding> ParsePositionEmbedding(absl::string_view s);
 absl::StatusOr<Precision> ParsePrecision(absl::string_view s);
 absl::StatusOr<Recompute> ParseRecompute(absl::string_view s);
 absl::StatusOr<RecomputeModule> ParseRecomputeModule(absl::string_view s);
+absl::StatusOr<OffloadModule> ParseOffloadModule(absl::string_view s);
 absl::StatusOr<AttentionKernel> ParseAttentionKernel(absl::string_view s);
 absl::StatusOr<CollectiveOp> ParseCollectiveOp(absl::string_view s);
 absl::StatusOr<StageExtras> ParseStageExtras(absl::string_view s);

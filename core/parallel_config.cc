@@ -45,6 +45,7 @@ std::string ParallelConfig::ToString() const {
   }
   if (offload == Offload::kOptimizer) absl::StrAppend(&out, " offload");
   if (offload == Offload::kOptimizerAndParams) absl::StrAppend(&out, " offload+params");
+  if (activation_offload) absl::StrAppend(&out, " act-offload");
   if (!overlap_grad_reduce && dp * cp > 1) absl::StrAppend(&out, " no-grad-overlap");
   if (!overlap_p2p_comm && pp > 1 && vp > 1) absl::StrAppend(&out, " no-p2p-overlap");
   if (split_counts_embedding_and_loss) absl::StrAppend(&out, " split+2");

@@ -58,6 +58,10 @@ struct ParallelConfig {
   /// Host-memory offload of the optimizer state (and with kOptimizerAndParams, of the
   /// parameter and gradient shards).
   Offload offload = Offload::kNone;
+  /// Fine-grained activation offload (Megatron-Core's --fine-grained-activation-offloading):
+  /// the inputs of the job's training.offload_modules go to host memory in the forward
+  /// and come back for the backward, on their own stream behind the layer's compute.
+  bool activation_offload = false;
   /// Ranks the optimizer state (and, by stage, gradients and parameters) is sharded over:
   /// shard_group_size, or dp*cp when it is 0; 1 without sharding.
   int64_t ShardRanks() const {

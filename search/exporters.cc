@@ -73,6 +73,23 @@ std::string RecomputeModules(const TrainingSpec& t, const char* separator) {
   return absl::StrJoin(names, separator);
 }
 
+std::string OffloadModules(const TrainingSpec& t, const char* separator) {
+  std::vector<std::string> names;
+  for (OffloadModule m : t.offload_modules) names.emplace_back(ToString(m));
+  return absl::StrJoin(names, separator);
+}
+
+/// Activation offload exists in Megatron-Core (and NeMo) only: DeepSpeed's cpu_checkpointing
+/// and torchtitan's activation checkpointing move full-recompute checkpoints, not module
+/// inputs.
+absl::Status NoActivationOffload(const ParallelConfig& c, const char* format) {
+  if (!c.activation_offload) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "activation_offload has no ", format,
+      " form (Megatron-Core's --fine-grained-activation-offloading offloads module inputs; ",
+      format, " offloads full-recompute checkpoints only): export megatron or nemo"));
+}
+
 /// The mixture-of-experts, MLA and MTP arguments (Megatron-Core's transformer_config.py
 /// names), added after the dense ones.
 void AddMoeArgs(const JobSpec& spec, const ParallelConfig& c,
@@ -264,6 +281,10 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
     add("--optimizer-cpu-offload");
     add("--optimizer-offload-fraction", "1.0");
   }
+  if (c.activation_offload) {
+    add("--fine-grained-activation-offloading");
+    add("--offload-modules", OffloadModules(t, " "));
+  }
   if (c.data_parallel_sharding == DataParallelSharding::kOptimizerGrads ||
       c.data_parallel_sharding == DataParallelSharding::kFull) {
     // Megatron-FSDP (Megatron-Core 0.14+), which needs the distributed optimizer too and
@@ -450,6 +471,10 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
   if (c.offload == Offload::kOptimizer) {
     absl::StrAppend(&out, "  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n");
   }
+  if (c.activation_offload) {
+    absl::StrAppend(&out, "  fine_grained_activation_offloading: true\n  offload_modules: [",
+                    OffloadModules(t, ", "), "]\n");
+  }
   if (!t.dropout) absl::StrAppend(&out, "  hidden_dropout: 0.0\n  attention_dropout: 0.0\n");
   if (t.precision == Precision::kFp8) absl::StrAppend(&out, "  fp8: true\n  fp8_hybrid: true\n");
   // Block-scaled recipes under Megatron-Core's TransformerConfig names (fp8_recipe,
@@ -484,6 +509,7 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
 }
 
 absl::StatusOr<std::string> DeepSpeedConfig(const JobSpec& spec, const ParallelConfig& c) {
+  if (auto s = NoActivationOffload(c, "DeepSpeed"); !s.ok()) return s;
   if (c.cp > 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("cp (", c.cp,
@@ -582,6 +608,7 @@ absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const Parallel
     shard = ranks / c.cp;
     replicate = group / ranks;
   }
+  if (auto s = NoActivationOffload(c, "torchtitan"); !s.ok()) return s;
   if (c.offload == Offload::kOptimizer) {
     return absl::InvalidArgumentError(
         "offload optimizer has no torchtitan form (FSDP2's CPU offload moves the parameters "

@@ -46,6 +46,19 @@ SelectiveModules SelectiveModules::Of(const TrainingSpec& training) {
   return m;
 }
 
+OffloadedInputs OffloadedInputs::Of(const TrainingSpec& training, const ParallelConfig& config) {
+  OffloadedInputs o;
+  if (!config.activation_offload || config.recompute == Recompute::kFull) return o;
+  o.attn_norm = training.Offloads(OffloadModule::kAttnNorm);
+  o.qkv_linear = training.Offloads(OffloadModule::kQkvLinear);
+  o.core_attn = training.Offloads(OffloadModule::kCoreAttn);
+  o.attn_proj = training.Offloads(OffloadModule::kAttnProj);
+  o.mlp_norm = training.Offloads(OffloadModule::kMlpNorm);
+  o.expert_fc1 = training.Offloads(OffloadModule::kExpertFc1);
+  o.moe_act = training.Offloads(OffloadModule::kMoeAct);
+  return o;
+}
+
 SelectiveModules SelectiveModules::ForSharedExperts() const {
   SelectiveModules m = *this;
   m.mlp = shared_experts;
@@ -74,20 +87,22 @@ double LayerActivationBytes(const ModelSpec& model, const LayerActivationParams&
   // Regions outside TP: norms' inputs, the norms' outputs feeding QKV and FC1, masks.
   const double norm_outputs = selective && rerun.layernorm ? 0.0 : 1.0;
   const double norm_saved = p.fused_norm ? e : 4.0 + e;  // Per element, per norm.
-  double replicated = norm_saved * x              // LN1 input
-                      + norm_outputs * lin * x  // QKV input
-                      + mask * x                // attention dropout mask
-                      + norm_saved * x          // LN2 input
-                      + norm_outputs * lin * x  // FC1 input
-                      + mask * x;               // MLP dropout mask
+  const OffloadedInputs& off = p.offloaded;
+  const auto kept = [](bool offloaded) { return offloaded ? 0.0 : 1.0; };
+  double replicated = kept(off.attn_norm) * norm_saved * x                  // LN1 input
+                      + kept(off.qkv_linear) * norm_outputs * lin * x     // QKV input
+                      + mask * x                                        // attention dropout mask
+                      + kept(off.mlp_norm) * norm_saved * x             // LN2 input
+                      + norm_outputs * lin * x                          // FC1 input
+                      + mask * x;                                       // MLP dropout mask
   // Inside TP. Widths per token relative to h: Q and K a*d_qk, V g*d_v (MLA: a*d_v), the
   // output projection's input a*d_v; d = h/a gives Korthikanti's x, x*g/a, x*g/a, x.
   const AttentionWidths w = AttentionWidthsOf(model);
   const double up_projected =
       selective && rerun.mla_up_proj && model.attention == AttentionType::kMla ? 0.0 : 1.0;
-  double sharded = up_projected * e * x * (w.q + w.k) / h  // Q and K
-                   + up_projected * e * x * w.v / h        // V
-                   + lin * x * w.out / h;                  // output projection input
+  double sharded = kept(off.core_attn) * up_projected * e * x * (w.q + w.k) / h  // Q and K
+                   + kept(off.core_attn) * up_projected * e * x * w.v / h        // V
+                   + kept(off.attn_proj) * lin * x * w.out / h;  // output projection input
   // MLA's compressed query and KV (and their norms' inputs), computed on every TP rank.
   replicated += (lin + e) * x * w.latent / h;
   const double fc1_width = IsGated(model.activation) ? 2.0 * f : f;
@@ -121,6 +136,7 @@ LayerActivationParams ActivationParamsFor(const ModelSpec& model, const Training
   // (an upper bound: Transformer Engine also keeps a transposed copy for the wgrad GEMM).
   p.fp8_linear_inputs = IsLowPrecisionGemm(training.precision);
   p.selective = SelectiveModules::Of(training);
+  p.offloaded = OffloadedInputs::Of(training, config);
   p.fused_norm = training.fused_norm;
   return p;
 }
@@ -268,10 +284,30 @@ double ExpertLayerActivationBytes(const ModelSpec& model, const LayerActivationP
   // stored when the activation is recomputed), and the expert output kept for the
   // probability-weighted combine.
   const double fc2_input = selective && p.selective.moe_act ? 0.0 : lin * f;
-  bytes += load * tokens * k * (lin * h * etp + e * fc1_width + fc2_input + e * h);
+  const double fc1_input = p.offloaded.expert_fc1 ? 0.0 : lin * h * etp;
+  const double act_input = p.offloaded.moe_act ? 0.0 : e * fc1_width;
+  bytes += load * tokens * k * (fc1_input + act_input + fc2_input + e * h);
   // Router: FP32 logits and probabilities, the 1-byte routing map.
   bytes += tokens * static_cast<double>(model.num_experts) * 9.0;
   return bytes;
+}
+
+double DenseLayerOffloadedBytes(const ModelSpec& model, const TrainingSpec& training,
+                                const ParallelConfig& config) {
+  const LayerActivationParams with = ActivationParamsFor(model, training, config);
+  LayerActivationParams without = with;
+  without.offloaded = OffloadedInputs();
+  return LayerActivationBytes(model, without) - LayerActivationBytes(model, with);
+}
+
+double LayerOffloadedBytes(const JobSpec& spec, const ParallelConfig& config, bool expert_layer) {
+  if (!expert_layer) return DenseLayerOffloadedBytes(spec.model, spec.training, config);
+  const LayerActivationParams with = ActivationParamsFor(spec.model, spec.training, config);
+  LayerActivationParams without = with;
+  without.offloaded = OffloadedInputs();
+  const double load = ExpertLoadFactor(spec, config);
+  return ExpertLayerActivationBytes(spec.model, without, load) -
+         ExpertLayerActivationBytes(spec.model, with, load);
 }
 
 double DispatchBufferBytes(const ModelSpec& model, const LayerActivationParams& p, double load) {
@@ -380,6 +416,9 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   const double expert_stored = IsMoe(m) ? ExpertLayerActivationBytes(m, act, load) : 0.0;
   const double expert_no_rc = IsMoe(m) ? ExpertLayerActivationBytes(m, no_rc, load) : 0.0;
   const std::vector<int64_t> experts_per_stage = ExpertLayersPerStage(m, c);
+  // Activation offload: what one layer of one micro-batch keeps on the host.
+  const double dense_offloaded = LayerOffloadedBytes(spec, c, /*expert_layer=*/false);
+  const double expert_offloaded = IsMoe(m) ? LayerOffloadedBytes(spec, c, true) : 0.0;
   // Activations of one micro-batch through all layers of stage r (and the MTP modules on
   // the last stage, stored as their layers are).
   auto stage_act = [&](int64_t r) {
@@ -420,10 +459,13 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   // backward ends: tests/training/memory_vs_model_test.cc measured −16.7 % with once).
   LayerActivationParams working = act;
   working.parallel.recompute = Recompute::kNone;
+  working.offloaded = OffloadedInputs();  // Gradients are on the device whatever is offloaded.
   // An expert layer's: its activations and the dispatch's send and receive buffers.
   const double working_layer =
       std::max(LayerActivationBytes(m, working),
-               IsMoe(m) ? expert_no_rc + DispatchBufferBytes(m, working, load) : 0.0);
+               IsMoe(m) ? ExpertLayerActivationBytes(m, working, load) +
+                              DispatchBufferBytes(m, working, load)
+                        : 0.0);
   const double backward_working_set = working_layer * (c.recompute == Recompute::kFull ? 2.0 : 1.0);
 
   // Last stage: the loss buffers (FP32 logits and the 16-bit output by default) for one
@@ -490,6 +532,19 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
       mem.gradients = dense.reduce_buffers + expert.reduce_buffers;
     }
     const double stage_in_flight = in_flight_on(stage);
+    double reload_buffers = 0;
+    if (c.activation_offload && c.recompute != Recompute::kFull) {
+      // The offloaded inputs of every in-flight micro-batch's layers wait on the host; the
+      // device keeps reload buffers for two layers (the one in its backward and the next,
+      // prefetched).
+      const double mtp = stage == c.pp - 1 ? static_cast<double>(m.mtp_layers) : 0.0;
+      const double experts = static_cast<double>(experts_per_stage[static_cast<size_t>(stage)]) +
+                             (IsMoe(m) ? mtp : 0.0);
+      const double layers = static_cast<double>(DecoderLayersOnStage(m, c, stage)) + mtp;
+      mem.host += stage_in_flight * ((layers - experts) * dense_offloaded +
+                                     experts * expert_offloaded);
+      reload_buffers = 2.0 * std::max(dense_offloaded, expert_offloaded);
+    }
     mem.activations =
         stage_in_flight * stage_act(stage) + (stage == 0 ? in_flight * embedding_act : 0);
     // The last stage's loss buffers live from the logits to the output layer's input
@@ -497,7 +552,7 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     // (autograd in Megatron-LM, kernels/training alike), so the two do not add up.
     const double transient =
         stage == c.pp - 1 ? std::max(backward_working_set, logits) : backward_working_set;
-    mem.other = transient + framework.workspace_bytes +
+    mem.other = transient + reload_buffers + framework.workspace_bytes +
                 framework.fragmentation_fraction * (mem.activations + transient);
     mem.loss_buffers = stage == c.pp - 1 ? loss_buffers : 0.0;
     if (mem.Peak() > best.Peak()) best = mem;

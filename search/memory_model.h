@@ -27,6 +27,15 @@ struct SelectiveModules {
   SelectiveModules ForSharedExperts() const;
 };
 
+/// Whose inputs a layer keeps in host memory under activation offload (TrainingSpec's
+/// offload_modules, on layouts with ParallelConfig::activation_offload and no full
+/// recompute); none by default.
+struct OffloadedInputs {
+  bool attn_norm = false, qkv_linear = false, core_attn = false, attn_proj = false,
+       mlp_norm = false, expert_fc1 = false, moe_act = false;
+  static OffloadedInputs Of(const TrainingSpec& training, const ParallelConfig& config);
+};
+
 struct LayerActivationParams {
   int64_t seq_length = 0;  ///< s, the full sequence (before CP splits it).
   /// The layout; its micro_batch_size (b), tp (t), sequence_parallel (the non-TP regions
@@ -39,6 +48,9 @@ struct LayerActivationParams {
   bool fp8_linear_inputs = false;  ///< FP8 training: linear-layer inputs kept in 1 byte.
   /// With parallel.recompute kSelective: the modules rerun (their tensors are not stored).
   SelectiveModules selective;
+  /// Tensors offloaded to the host (not counted: they are not on the device). A tensor
+  /// selective recompute already drops is not offloaded.
+  OffloadedInputs offloaded;
   /// Fused norm kernels store their input; a norm of separate PyTorch ops stores the FP32
   /// copy of its input and its 16-bit normalised output (for the weight's multiply).
   bool fused_norm = true;
@@ -125,6 +137,14 @@ double ExpertLoadFactor(const JobSpec& spec, const ParallelConfig& config);
 double ExpertLayerActivationBytes(const ModelSpec& model, const LayerActivationParams& params,
                                   double load);
 /// The all-to-all send and receive buffers of one expert layer (2 x top-k x tokens x h).
+/// Bytes one layer (an expert layer when `expert_layer`) of one micro-batch keeps in host
+/// memory under the layout's activation offload: its stored tensors with offload_modules
+/// on the device less those without. 0 without activation offload.
+double LayerOffloadedBytes(const JobSpec& spec, const ParallelConfig& config, bool expert_layer);
+/// The same for a dense layer of `model`.
+double DenseLayerOffloadedBytes(const ModelSpec& model, const TrainingSpec& training,
+                                const ParallelConfig& config);
+
 double DispatchBufferBytes(const ModelSpec& model, const LayerActivationParams& params,
                            double load);
 

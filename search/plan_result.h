@@ -13,10 +13,11 @@
 namespace paratune {
 
 /// Seconds per iteration on the critical path, by cause. ep_comm: the expert layers'
-/// dispatch and combine (and ETP collectives) that compute does not hide.
+/// dispatch and combine (and ETP collectives) that compute does not hide; offload: the
+/// GPU-host copies of activation offload that the layers' compute does not hide.
 struct TimeBreakdown {
   double compute = 0, tp_comm = 0, cp_comm = 0, pp_bubble = 0, pp_p2p = 0, dp_comm = 0,
-         optimizer = 0, ep_comm = 0;
+         optimizer = 0, ep_comm = 0, offload = 0;
 };
 
 /// Bytes on the most loaded GPU, by cause (GiB in JSON).

@@ -268,20 +268,35 @@ std::vector<bool> SequenceParallelChoices(const SearchOptions& opt, int64_t tp, 
   return out;
 }
 
-// Recompute modes, each with the layer counts pinned for full recompute (0: every layer).
-std::vector<std::pair<Recompute, int64_t>> RecomputeChoices(const SearchOptions& opt) {
+// How a layout keeps its activations: a recompute mode, the layer count pinned for full
+// recompute (0: every layer), and whether it offloads activations to the host.
+struct ActivationChoice {
+  Recompute recompute = Recompute::kNone;
+  int64_t recompute_num_layers = 0;
+  bool activation_offload = false;
+};
+
+// Recompute modes, each with the layer counts pinned for full recompute, and each mode but
+// full recompute (which stores only the layer inputs) with activation offload as listed
+// (off when search.activation_offload is empty).
+std::vector<ActivationChoice> ActivationChoices(const SearchOptions& opt) {
   const std::vector<Recompute> recomputes =
       opt.recompute.empty()
           ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull}
           : opt.recompute;
   const std::vector<int64_t> recompute_layers =
       opt.recompute_num_layers.empty() ? std::vector<int64_t>{0} : opt.recompute_num_layers;
-  std::vector<std::pair<Recompute, int64_t>> out;
+  const std::vector<bool> offloads =
+      opt.activation_offload.empty() ? std::vector<bool>{false} : opt.activation_offload;
+  std::vector<ActivationChoice> out;
   for (Recompute rc : recomputes) {
     for (int64_t rl : recompute_layers) {
       // A layer count only means something with full recompute.
       if (rc != Recompute::kFull && rl != 0) continue;
-      out.emplace_back(rc, rl);
+      for (bool offload : offloads) {
+        if (offload && rc == Recompute::kFull) continue;
+        out.push_back({rc, rl, offload});
+      }
     }
   }
   return out;
@@ -312,7 +327,7 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
   const std::vector<ExpertLayout> experts = ExpertLayouts(spec, shape);
   const std::vector<int64_t> mbs = MicroBatchSizes(opt, spec.training.global_batch_size, shape.dp);
   const std::vector<bool> sps = SequenceParallelChoices(opt, shape.tp, IsMoe(spec.model));
-  const std::vector<std::pair<Recompute, int64_t>> recomputes = RecomputeChoices(opt);
+  const std::vector<ActivationChoice> activation_choices = ActivationChoices(opt);
   const std::vector<DataParallelSharding> shardings =
       DataParallelShardingChoices(opt, shape.dp * shape.cp);
   ParallelConfig c;
@@ -351,9 +366,10 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
             sp ? overlaps(opt.tp_comm_overlap, false, true) : std::vector<bool>{false};
         const std::vector<bool> p2p_overlaps =
             overlaps(opt.overlap_p2p_comm, true, shape.pp > 1 && vp > 1);
-        for (const auto& [rc, rl] : recomputes) {
-          c.recompute = rc;
-          c.recompute_num_layers = rc == Recompute::kFull ? rl : 0;
+        for (const ActivationChoice& a : activation_choices) {
+          c.recompute = a.recompute;
+          c.recompute_num_layers = a.recompute == Recompute::kFull ? a.recompute_num_layers : 0;
+          c.activation_offload = a.activation_offload;
           for (DataParallelSharding sharding : shardings) {
             c.data_parallel_sharding = sharding;
             c.shard_group_size = sharding == DataParallelSharding::kNone ? 0 : opt.shard_group_size;

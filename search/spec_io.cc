@@ -208,6 +208,17 @@ absl::StatusOr<RecomputeModule> AsRecomputeModule(const json& v, const std::stri
 /// Megatron-Core's recompute modules, each named once.
 constexpr size_t kMaxRecomputeModules = 7;
 
+absl::StatusOr<OffloadModule> AsOffloadModule(const json& v, const std::string& path) {
+  auto s = AsString(v, path);
+  if (!s.ok()) return s.status();
+  auto r = ParseOffloadModule(*s);
+  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
+  return *r;
+}
+
+/// Megatron-Core's offload modules, each named once.
+constexpr size_t kMaxOffloadModules = 7;
+
 absl::StatusOr<Offload> AsOffload(const json& v, const std::string& path) {
   auto s = AsString(v, path);
   if (!s.ok()) return s.status();
@@ -445,7 +456,7 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
           CheckKeys(obj, sec,
                     {"seq_length", "global_batch_size", "precision", "flash_attention", "dropout",
                      "optimizer", "total_tokens", "moe_routing", "moe_capacity_factor",
-                     "recompute_modules", "attention_kernel", "fused_norm"});
+                     "recompute_modules", "attention_kernel", "fused_norm", "offload_modules"});
       !s.ok()) {
     return s;
   }
@@ -505,6 +516,22 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
         "training.recompute_modules must name at least one module (core_attn, layernorm, mlp, "
         "moe_act, moe, shared_experts, mla_up_proj); to recompute nothing, set "
         "search.recompute: [none]");
+  }
+  if (const json* v = Find(obj, "offload_modules"); v != nullptr && v->is_array() &&
+                                                     v->size() > kMaxOffloadModules) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.offload_modules has ", v->size(), " entries; at most ",
+                     kMaxOffloadModules, " (each module once)"));
+  }
+  if (auto s = ReadList(obj, sec, "offload_modules", AsOffloadModule, &t->offload_modules);
+      !s.ok()) {
+    return s;
+  }
+  if (t->offload_modules.empty()) {
+    return absl::InvalidArgumentError(
+        "training.offload_modules must name at least one module (attn_norm, qkv_linear, "
+        "core_attn, attn_proj, mlp_norm, expert_fc1, moe_act); to offload nothing, set "
+        "search.activation_offload: [false]");
   }
   if (auto s = Required(seq, "training.seq_length", "tokens per sequence"); !s.ok()) return s;
   return Required(batch, "training.global_batch_size", "sequences per optimizer step");
@@ -616,7 +643,8 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
                           "tp_comm_overlap",
                           "overlap_grad_reduce",
                           "overlap_p2p_comm",
-                          "offload"});
+                          "offload",
+                          "activation_offload"});
       !s.ok()) {
     return s;
   }
@@ -639,7 +667,8 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
   for (const auto& [key, list] : {std::pair<const char*, std::vector<bool>*>{
                                       "tp_comm_overlap", &o->tp_comm_overlap},
                                   {"overlap_grad_reduce", &o->overlap_grad_reduce},
-                                  {"overlap_p2p_comm", &o->overlap_p2p_comm}}) {
+                                  {"overlap_p2p_comm", &o->overlap_p2p_comm},
+                                  {"activation_offload", &o->activation_offload}}) {
     if (auto s = ReadList(obj, sec, key, AsBool, list); !s.ok()) return s;
   }
   if (auto s = ReadDataParallelSharding(obj, sec, o); !s.ok()) return s;
@@ -826,6 +855,9 @@ json JobSpecToJson(const JobSpec& spec) {
   json modules = json::array();
   for (RecomputeModule r : t.recompute_modules) modules.push_back(ToString(r));
   out["training"]["recompute_modules"] = modules;
+  json offload_modules = json::array();
+  for (OffloadModule x : t.offload_modules) offload_modules.push_back(ToString(x));
+  out["training"]["offload_modules"] = offload_modules;
   out["cluster"]["nvlink_domain"] = c.nvlink_domain;
   out["search"]["ep"] = IntsToJson(o.ep);
   out["search"]["etp"] = IntsToJson(o.etp);
@@ -833,6 +865,7 @@ json JobSpecToJson(const JobSpec& spec) {
   json offloads = json::array();
   for (Offload x : o.offload) offloads.push_back(ToString(x));
   out["search"]["offload"] = offloads;
+  out["search"]["activation_offload"] = BoolsToJson(o.activation_offload);
   return out;
 }
 
@@ -911,12 +944,13 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
   } else if (!o.offload.empty()) {
     return unpinned("offload", o.offload.size());
   }
-  // Overlaps: one value pins the flag; none keeps the default.
+  // Overlaps and activation offload: one value pins the flag; none keeps the default.
   for (const auto& [key, list, flag] :
        {std::tuple<const char*, const std::vector<bool>*, bool*>{
             "tp_comm_overlap", &o.tp_comm_overlap, &c.tp_comm_overlap},
         {"overlap_grad_reduce", &o.overlap_grad_reduce, &c.overlap_grad_reduce},
-        {"overlap_p2p_comm", &o.overlap_p2p_comm, &c.overlap_p2p_comm}}) {
+        {"overlap_p2p_comm", &o.overlap_p2p_comm, &c.overlap_p2p_comm},
+        {"activation_offload", &o.activation_offload, &c.activation_offload}}) {
     if (list->size() == 1) {
       *flag = (*list)[0];
     } else if (!list->empty()) {

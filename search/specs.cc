@@ -388,6 +388,20 @@ absl::Status TrainingSpec::Validate() const {
       }
     }
   }
+  if (offload_modules.empty()) {
+    return absl::InvalidArgumentError(
+        "training.offload_modules must name at least one module; to offload nothing, set "
+        "search.activation_offload: [false]");
+  }
+  for (size_t i = 0; i < offload_modules.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (offload_modules[j] == offload_modules[i]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("training.offload_modules[", i, "] (", ToString(offload_modules[i]),
+                         ") repeats training.offload_modules[", j, "]: each module once"));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -404,6 +418,11 @@ absl::Status CheckKernelsRunActivation(Activation activation) {
 AttentionKernel TrainingSpec::AttentionKernelOf() const {
   if (IsFlash(attention_kernel) == flash_attention) return attention_kernel;
   return flash_attention ? AttentionKernel::kFlash2 : AttentionKernel::kFused;
+}
+
+bool TrainingSpec::Offloads(OffloadModule module) const {
+  return std::find(offload_modules.begin(), offload_modules.end(), module) !=
+         offload_modules.end();
 }
 
 bool TrainingSpec::Recomputes(RecomputeModule module) const {
@@ -484,7 +503,8 @@ absl::Status SearchOptions::Validate() const {
       {"search.tp_comm_overlap", tp_comm_overlap.size()},
       {"search.overlap_grad_reduce", overlap_grad_reduce.size()},
       {"search.overlap_p2p_comm", overlap_p2p_comm.size()},
-      {"search.offload", offload.size()}};
+      {"search.offload", offload.size()},
+      {"search.activation_offload", activation_offload.size()}};
   for (const auto& [field, entries] : lengths) {
     if (auto s = CheckListLength(field, entries); !s.ok()) return s;
   }
@@ -506,7 +526,8 @@ absl::Status SearchOptions::Validate() const {
        {std::pair<const char*, const std::vector<bool>*>{"search.tp_comm_overlap",
                                                          &tp_comm_overlap},
         {"search.overlap_grad_reduce", &overlap_grad_reduce},
-        {"search.overlap_p2p_comm", &overlap_p2p_comm}}) {
+        {"search.overlap_p2p_comm", &overlap_p2p_comm},
+        {"search.activation_offload", &activation_offload}}) {
     if (auto s = CheckNoDuplicates(field, *values); !s.ok()) return s;
   }
   if (auto s = CheckNoDuplicates("search.offload", offload); !s.ok()) return s;
@@ -576,6 +597,32 @@ absl::Status JobSpec::Validate() const {
     return absl::InvalidArgumentError(
         "search.offload is not supported with search.mode profile (the workers do not run "
         "the host's optimizer step): use search.mode model");
+  }
+  const bool offloads_activations =
+      std::find(search.activation_offload.begin(), search.activation_offload.end(), true) !=
+      search.activation_offload.end();
+  if (offloads_activations) {
+    if (device->host_link_bandwidth <= 0 && cluster.host_link_bandwidth_gbps <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "search.activation_offload needs a GPU-host link: cluster.gpu ", cluster.gpu,
+          " has none in the catalog; give cluster.host_link_bandwidth_gbps and "
+          "cluster.host_memory_gib"));
+    }
+    if (device->host_memory_per_gpu <= 0 && cluster.host_memory_gib <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "search.activation_offload needs host memory behind each GPU: cluster.gpu ",
+          cluster.gpu, " has none in the catalog; give cluster.host_memory_gib"));
+    }
+    if (search.mode == SearchMode::kProfile) {
+      return absl::InvalidArgumentError(
+          "search.activation_offload is not supported with search.mode profile (the workers "
+          "do not offload activations): use search.mode model");
+    }
+    if (search.recompute == std::vector<Recompute>{Recompute::kFull}) {
+      return absl::InvalidArgumentError(
+          "search.activation_offload [true] with search.recompute [full]: full recompute "
+          "stores only each layer's input; offload needs recompute none or selective");
+    }
   }
   if (training.AttentionKernelOf() == AttentionKernel::kFlash3 && device->arch != "sm90") {
     return absl::InvalidArgumentError(absl::StrCat(

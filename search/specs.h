@@ -104,6 +104,14 @@ struct TrainingSpec {
   std::vector<RecomputeModule> recompute_modules = {RecomputeModule::kCoreAttn};
   /// True when `module` is in recompute_modules.
   bool Recomputes(RecomputeModule module) const;
+  /// Whose inputs layouts with activation_offload keep in host memory (Megatron-Core's
+  /// --offload-modules; by default core_attn, attn_proj and expert_fc1, the example of its
+  /// documentation: the norms and moe_act are cheaper to recompute). Modules a layer does
+  /// not have (expert_fc1 and moe_act in dense layers) offload nothing there.
+  std::vector<OffloadModule> offload_modules = {OffloadModule::kCoreAttn, OffloadModule::kAttnProj,
+                                                OffloadModule::kExpertFc1};
+  /// True when `module` is in offload_modules.
+  bool Offloads(OffloadModule module) const;
   /// attention_kernel, unless flash_attention says otherwise (flash_attention false with a
   /// flash kernel: kFused; true with a materialising kernel: kFlash2).
   AttentionKernel AttentionKernelOf() const;
@@ -163,6 +171,10 @@ struct SearchOptions {
   /// Offloads to try; empty = none (offload is a last resort: it is tried only when asked).
   /// optimizer_and_params applies to fully sharded layouts only.
   std::vector<Offload> offload;
+  /// Fine-grained activation offload to try (ParallelConfig::activation_offload), as an
+  /// alternative to recompute; empty = off. Layouts with full recompute store only each
+  /// layer's input and are not offloaded.
+  std::vector<bool> activation_offload;
 
   absl::Status Validate() const;
 };

@@ -752,6 +752,8 @@ TimeBreakdown SplitByCause(const JobSpec& spec, const ParallelConfig& config,
   const double ep = sum([&](const LayerTime& t) {
     return t.forward_ep_comm + t.backward_ep_comm + recompute_fraction * t.recompute_ep_comm;
   });
+  const double offload =
+      sum([](const LayerTime& t) { return t.forward_offload + t.backward_offload; });
   if (critical.stage == 0) compute += edge.embedding_forward + edge.embedding_backward;
   if (last) compute += (1.0 + mtp) * (edge.logits_forward + edge.logits_backward);
   TimeBreakdown out;
@@ -759,11 +761,13 @@ TimeBreakdown SplitByCause(const JobSpec& spec, const ParallelConfig& config,
   out.tp_comm = mb * tp + critical.tp_sync;
   out.cp_comm = mb * cp;
   out.ep_comm = mb * ep;
+  out.offload = mb * offload;
   out.dp_comm = critical.dp_exposed + embedding_sync +
                 mb * pipeline.sharded_dp[static_cast<size_t>(critical.stage)];
   out.optimizer = critical.optimizer;
-  const double pipeline_rest = std::max(0.0, iteration - out.compute - out.tp_comm - out.cp_comm -
-                                                 out.ep_comm - out.dp_comm - out.optimizer);
+  const double pipeline_rest =
+      std::max(0.0, iteration - out.compute - out.tp_comm - out.cp_comm - out.ep_comm -
+                        out.offload - out.dp_comm - out.optimizer);
   const double sends =
       2.0 * static_cast<double>(v) - ((critical.stage == 0 || critical.stage == p - 1) ? 1.0 : 0.0);
   out.pp_p2p = std::min(
@@ -817,6 +821,15 @@ std::vector<std::string> LimitNotes(const TimeBreakdown& time, double iteration,
   return notes;
 }
 
+// Activation offload of `bytes` per layer and micro-batch: copied to the host on a copy
+// stream while the layer's forward runs and back while the backward of the layer after it
+// runs (prefetched); what the compute does not cover is exposed.
+void SetActivationOffload(double bytes, const DeviceProfile& device, LayerTime& out) {
+  const double transfer = HostTransferSeconds(bytes, device);
+  out.forward_offload = std::max(0.0, transfer - out.forward_compute);
+  out.backward_offload = std::max(0.0, transfer - out.backward_compute);
+}
+
 }  // namespace
 
 LayerTime EstimateLayerTime(const ModelSpec& model, const TrainingSpec& training,
@@ -866,6 +879,9 @@ LayerTime EstimateLayerTime(const ModelSpec& model, const TrainingSpec& training
     case Recompute::kNone:
       break;
   }
+  if (config.activation_offload) {
+    SetActivationOffload(DenseLayerOffloadedBytes(model, training, config), device, out);
+  }
   return out;
 }
 
@@ -903,6 +919,9 @@ LayerTime EstimateExpertLayerTime(const JobSpec& spec, const ParallelConfig& con
       break;
     case Recompute::kNone:
       break;
+  }
+  if (config.activation_offload) {
+    SetActivationOffload(LayerOffloadedBytes(spec, config, /*expert_layer=*/true), device, out);
   }
   return out;
 }
@@ -984,6 +1003,13 @@ absl::StatusOr<IterationEstimate> EstimateIteration(
   out.notes = LimitNotes(out.time, iteration, pipeline.input.micro_batches, config.pp, config.vp);
   if (expert != nullptr && config.ep * config.etp > 1) {
     out.notes.push_back(ExpertPlacementNote(spec, config, out.time, iteration));
+  }
+  if (config.activation_offload) {
+    out.notes.push_back(absl::StrFormat(
+        "activation offload: %.2f GiB per layer and micro-batch to the host (%.0f GB/s link), "
+        "%.0f%% of the iteration exposed",
+        LayerOffloadedBytes(spec, config, IsMoe(spec.model)) / (1024.0 * 1024.0 * 1024.0),
+        device.host_link_bandwidth / 1e9, 100.0 * out.time.offload / iteration));
   }
   return out;
 }

@@ -37,13 +37,18 @@ struct LayerTime {
   double forward_ep_comm = 0;
   double backward_ep_comm = 0;
   double recompute_ep_comm = 0;  ///< Full recompute's dispatch and combine.
+  /// Activation offload: the copy of the offloaded inputs to the host (forward) and back
+  /// (backward, prefetched during the next layer's) that the compute does not cover.
+  double forward_offload = 0;
+  double backward_offload = 0;
   double Forward() const {
-    return forward_compute + forward_tp_comm + forward_cp_comm + forward_ep_comm;
+    return forward_compute + forward_tp_comm + forward_cp_comm + forward_ep_comm +
+           forward_offload;
   }
   /// Backward including the recompute forward.
   double Backward() const {
     return backward_compute + backward_tp_comm + backward_cp_comm + backward_ep_comm + recompute +
-           recompute_tp_comm + recompute_ep_comm;
+           recompute_tp_comm + recompute_ep_comm + backward_offload;
   }
   /// The recompute forward and its communication.
   double Recompute() const { return recompute + recompute_tp_comm + recompute_ep_comm; }

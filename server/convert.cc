@@ -148,6 +148,7 @@ v1::RankedConfig ToProto(const RankedConfig& r) {
   t->set_dp_comm(r.time.dp_comm);
   t->set_optimizer(r.time.optimizer);
   t->set_ep_comm(r.time.ep_comm);
+  t->set_offload(r.time.offload);
   out.set_time_to_train_days(r.time_to_train_days);
   for (const std::string& note : r.notes) out.add_notes(note);
   return out;
@@ -224,7 +225,8 @@ absl::StatusOr<RankedConfig> RankedConfigFromProto(const v1::RankedConfig& r) {
   d.fits = r.fits();
   d.source = r.source() == "measured" ? ResultSource::kMeasured : ResultSource::kModelled;
   d.time = {r.time().compute(), r.time().tp_comm(), r.time().cp_comm(),   r.time().pp_bubble(),
-            r.time().pp_p2p(),  r.time().dp_comm(), r.time().optimizer(), r.time().ep_comm()};
+            r.time().pp_p2p(),  r.time().dp_comm(), r.time().optimizer(), r.time().ep_comm(),
+            r.time().offload()};
   d.time_to_train_days = r.time_to_train_days();
   d.notes.assign(r.notes().begin(), r.notes().end());
   return d;

@@ -28,6 +28,7 @@ v1::ParallelConfig ToProto(const ParallelConfig& c) {
   out.set_data_parallel_sharding(ToString(c.data_parallel_sharding));
   out.set_shard_group_size(c.shard_group_size);
   if (c.offload != Offload::kNone) out.set_offload(ToString(c.offload));
+  out.set_activation_offload(c.activation_offload);
   return out;
 }
 
@@ -81,6 +82,7 @@ absl::StatusOr<ParallelConfig> ParallelConfigFromProto(const v1::ParallelConfig&
     }
     out.offload = *offload;
   }
+  out.activation_offload = c.activation_offload();
   return out;
 }
 

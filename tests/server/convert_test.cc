@@ -88,13 +88,14 @@ ParallelConfig RandomLayout(std::mt19937_64& rng) {
   constexpr Offload kOffloads[] = {Offload::kNone, Offload::kOptimizer,
                                    Offload::kOptimizerAndParams};
   c.offload = kOffloads[rng() % 3];
+  c.activation_offload = flag();
   return c;
 }
 
 TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
   std::mt19937_64 rng(20240521);
   const ParallelConfig defaults;
-  int differs_from_default[19] = {};
+  int differs_from_default[20] = {};
   for (int i = 0; i < 5000; ++i) {
     const ParallelConfig c = RandomLayout(rng);
     const v1::ParallelConfig wire = ToProto(c);
@@ -111,7 +112,7 @@ TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
     ASSERT_EQ(*ParallelConfigFromProto(from_json), c) << WireJson(wire);
 
     // The sample exercises every field away from its default, so a dropped one fails above.
-    const bool changed[19] = {
+    const bool changed[20] = {
         c.tp != defaults.tp,
         c.pp != defaults.pp,
         c.dp != defaults.dp,
@@ -130,10 +131,11 @@ TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
         c.moe_token_dispatcher != defaults.moe_token_dispatcher,
         c.data_parallel_sharding != defaults.data_parallel_sharding,
         c.shard_group_size != defaults.shard_group_size,
-        c.offload != defaults.offload};
-    for (int f = 0; f < 19; ++f) differs_from_default[f] += changed[f];
+        c.offload != defaults.offload,
+        c.activation_offload != defaults.activation_offload};
+    for (int f = 0; f < 20; ++f) differs_from_default[f] += changed[f];
   }
-  for (int f = 0; f < 19; ++f) EXPECT_GT(differs_from_default[f], 1000) << "field " << f;
+  for (int f = 0; f < 20; ++f) EXPECT_GT(differs_from_default[f], 1000) << "field " << f;
 }
 TEST(ConvertTest, ALayoutStoredWithOnlyDistributedOptimizerReadsAsOptimizerSharding) {
   v1::ParallelConfig stored;
@@ -224,6 +226,7 @@ TEST(ConvertTest, RankedConfigRoundTrips) {
     EXPECT_EQ(back->memory.host_capacity, r.memory.host_capacity);
     EXPECT_EQ(back->time.pp_p2p, r.time.pp_p2p);
     EXPECT_EQ(back->time.ep_comm, r.time.ep_comm);
+    EXPECT_EQ(back->time.offload, r.time.offload);
     EXPECT_EQ(back->source, r.source);
     EXPECT_EQ(back->notes, r.notes);
   }

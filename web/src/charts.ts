@@ -129,6 +129,7 @@ export const TIME_PARTS: [keyof NonNullable<RankedConfig['time']>, string, strin
   ['pp_p2p', 'PP p2p', '#bc4c00'],
   ['dp_comm', 'DP comm', '#1a7f37'],
   ['optimizer', 'optimizer', '#57606a'],
+  ['offload', 'activation offload', '#4d2d00'],
 ];
 
 export const MEMORY_PARTS: [keyof NonNullable<RankedConfig['memory']>, string, string][] = [

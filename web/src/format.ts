@@ -98,6 +98,8 @@ export function layoutLabel(c: ParallelConfig | undefined): string {
   // Host offload of the optimizer state (and of the parameter shards).
   if (cfg.offload === 'optimizer') parts.push('offload');
   if (cfg.offload === 'optimizer_and_params') parts.push('offload+params');
+  // Fine-grained activation offload of the job's training.offload_modules.
+  if (cfg.activation_offload) parts.push('act-offload');
   if (cfg.tp_comm_overlap) parts.push('TP-overlap');
   return parts.join(' ');
 }

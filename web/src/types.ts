@@ -161,6 +161,7 @@ export interface ParallelConfig {
   moe_token_dispatcher?: string;
   tp_comm_overlap?: boolean;
   offload?: string;
+  activation_offload?: boolean;
 }
 
 export interface TimeBreakdown {
@@ -172,6 +173,7 @@ export interface TimeBreakdown {
   dp_comm?: number;
   optimizer?: number;
   ep_comm?: number;
+  offload?: number;
 }
 
 export interface MemoryBreakdown {

@@ -340,7 +340,7 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
       if (!r) return;
       breakdownTitle.append(`Layout #${num(r.rank)}: ${layoutLabel(r.config)}`);
       const t = r.time ?? {};
-      const parts = [t.compute, t.tp_comm, t.cp_comm, t.ep_comm, t.pp_bubble, t.pp_p2p, t.dp_comm, t.optimizer].map((v) => num(v));
+      const parts = [t.compute, t.tp_comm, t.cp_comm, t.ep_comm, t.pp_bubble, t.pp_p2p, t.dp_comm, t.optimizer, t.offload].map((v) => num(v));
       const sum = parts.reduce((a, b) => a + b, 0);
       const v = r.verification;
       append(breakdownFacts, [
