@@ -391,7 +391,7 @@ TEST(ComposeTest, WithoutAnMoeMeasurementTheExpertBlockStaysModelled) {
                                  "needs 2 ranks"),
             std::string::npos)
       << r->notes.back();
-  EXPECT_EQ(r->notes.back().find(", moe;"), std::string::npos);
+  EXPECT_EQ(r->notes.back().find(", moe (the rest"), std::string::npos);
 }
 
 }  // namespace
