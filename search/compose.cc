@@ -132,13 +132,13 @@ constexpr double LayerTime::*kScaledTerms[] = {
     &LayerTime::grad_sync_tp_comm, &LayerTime::forward_ep_comm, &LayerTime::backward_ep_comm,
     &LayerTime::recompute_ep_comm};
 
-// `measured` with each term scaled by part / whole of the same term (at most 1; 0 where
-// the whole is 0): the measured dense layer cut down to the part the model attributes to
-// `part`.
+// `measured` with each term scaled by part / whole of the same term (at most 1): the
+// measured dense layer cut down to the part the model attributes to `part`. A term the
+// model leaves at 0 has no split to apply and is kept as measured.
 LayerTime ScaleByShare(const LayerTime& measured, const LayerTime& part, const LayerTime& whole) {
   LayerTime t = measured;
   for (double LayerTime::*f : kScaledTerms) {
-    t.*f = whole.*f > 0 ? measured.*f * std::clamp(part.*f / whole.*f, 0.0, 1.0) : 0.0;
+    if (whole.*f > 0) t.*f = measured.*f * std::clamp(part.*f / whole.*f, 0.0, 1.0);
   }
   return t;
 }
