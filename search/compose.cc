@@ -127,8 +127,8 @@ LayerTime ToLayerTime(const LayerMeasurement& main, const LayerMeasurement* plai
 // The per-micro-batch terms of a layer that scale with its work (CP exchange and the
 // attention core's forward are the attention's alone and stay as they are).
 constexpr double LayerTime::*kScaledTerms[] = {
-    &LayerTime::forward_compute, &LayerTime::forward_tp_comm,   &LayerTime::backward_compute,
-    &LayerTime::backward_tp_comm, &LayerTime::recompute,        &LayerTime::recompute_tp_comm,
+    &LayerTime::forward_compute,   &LayerTime::forward_tp_comm, &LayerTime::backward_compute,
+    &LayerTime::backward_tp_comm,  &LayerTime::recompute,       &LayerTime::recompute_tp_comm,
     &LayerTime::grad_sync_tp_comm, &LayerTime::forward_ep_comm, &LayerTime::backward_ep_comm,
     &LayerTime::recompute_ep_comm};
 
@@ -159,8 +159,8 @@ LayerTime ComposeExpertLayer(const JobSpec& spec, const ParallelConfig& c,
                              std::string* note) {
   ModelSpec attention_only = spec.model;
   attention_only.ffn_hidden_size = 0;
-  const LayerTime modelled_attention = EstimateLayerTime(
-      attention_only, spec.training, c, device, spec.cluster.gpus_per_node);
+  const LayerTime modelled_attention =
+      EstimateLayerTime(attention_only, spec.training, c, device, spec.cluster.gpus_per_node);
   LayerTime expert = ScaleByShare(dense, modelled_attention, modelled_dense);
   const double share = modelled_dense.Forward() + modelled_dense.Backward() > 0
                            ? (modelled_attention.Forward() + modelled_attention.Backward()) /

@@ -79,8 +79,8 @@ struct CommMeasurement {
 
 /// What a worker measured for one MoE layer task (medians, seconds per micro-batch).
 struct MoeMeasurement {
-  bool ok = true;               ///< False: the task failed or ran out of memory.
-  double forward_s = 0;         ///< The whole expert block's forward.
+  bool ok = true;        ///< False: the task failed or ran out of memory.
+  double forward_s = 0;  ///< The whole expert block's forward.
   double backward_s = 0;
   double dispatch_combine_forward_s = 0;   ///< Part of forward_s: the all-to-alls.
   double dispatch_combine_backward_s = 0;  ///< Part of backward_s.

@@ -55,9 +55,10 @@ std::optional<MoeProfileSpec> MoeTaskFor(const JobSpec& spec, const ParallelConf
                              spec.cluster.gpu, ")"));
   }
   if (config.moe_token_dispatcher != MoeTokenDispatcher::kAllToAll) {
-    return none(absl::StrCat("the MoE layer task dispatches with all-to-all; this layout's "
-                             "token dispatcher is ",
-                             ToString(config.moe_token_dispatcher)));
+    return none(
+        absl::StrCat("the MoE layer task dispatches with all-to-all; this layout's "
+                     "token dispatcher is ",
+                     ToString(config.moe_token_dispatcher)));
   }
   MoeProfileSpec moe;
   moe.hidden_size = m.hidden_size;

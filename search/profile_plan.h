@@ -86,11 +86,11 @@ struct MoeProfileSpec {
   int64_t hidden_size = 0;
   int64_t num_experts = 0;
   int64_t moe_router_topk = 0;
-  int64_t moe_ffn_hidden_size = 0;            ///< One routed expert's FFN width.
+  int64_t moe_ffn_hidden_size = 0;  ///< One routed expert's FFN width.
   int64_t num_shared_experts = 0;
-  int64_t shared_expert_ffn_hidden_size = 0;  ///< One shared expert's FFN width (resolved).
+  int64_t shared_expert_ffn_hidden_size = 0;   ///< One shared expert's FFN width (resolved).
   MoeRouting routing = MoeRouting::kBalanced;  ///< training.moe_routing.
-  double capacity_factor = 0;                 ///< training.moe_capacity_factor (capacity).
+  double capacity_factor = 0;                  ///< training.moe_capacity_factor (capacity).
   int64_t ep = 1;
   int64_t etp = 1;
   /// Tokens one EP rank routes per micro-batch: micro_batch_size · seq_length / cp, and / tp
@@ -167,9 +167,10 @@ std::optional<MoeProfileSpec> MoeTaskFor(const JobSpec& spec, const ParallelConf
 inline constexpr int64_t kMaxOptimizerTaskParams = int64_t{1} << 26;
 
 /// De-duplicated tasks for the best fitting candidates of `plan`: layers, stage-extras
-/// variants, MoE layers (MoeTaskFor), collective sweeps, then (CPU jobs only: the workers' optimizer task runs on the
-/// CPU backend) one optimizer task at the candidates' largest parameter count per rank,
-/// capped at kMaxOptimizerTaskParams. InvalidArgument when the options are out of range.
+/// variants, MoE layers (MoeTaskFor), collective sweeps, then (CPU jobs only: the workers'
+/// optimizer task runs on the CPU backend) one optimizer task at the candidates' largest parameter
+/// count per rank, capped at kMaxOptimizerTaskParams. InvalidArgument when the options are out of
+/// range.
 absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& plan,
                                          const ProfilePlanOptions& options);
 

@@ -669,8 +669,8 @@ absl::Status JobSpec::Validate() const {
   }
   if (model.num_experts > 1 && search.mode == SearchMode::kProfile && cluster.gpu != "cpu") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "search.mode profile for a mixture-of-experts model (model.num_experts ",
-        model.num_experts, ") needs cluster.gpu cpu (is ", cluster.gpu,
+        "search.mode profile for a mixture-of-experts model (model.num_experts ", model.num_experts,
+        ") needs cluster.gpu cpu (is ", cluster.gpu,
         "): GPU workers cannot run the MoE layer task yet (they answer UNSUPPORTED); use "
         "search.mode model"));
   }

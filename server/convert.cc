@@ -372,11 +372,11 @@ MoeMeasurement MoeMeasurementFromResult(const v1::TaskResult& result) {
   MoeMeasurement m;
   if (result.outcome() != v1::TaskResult::OUTCOME_OK) {
     m.ok = false;
-    m.message = result.outcome() == v1::TaskResult::OUTCOME_OOM
-                    ? absl::StrCat("out of memory, ", result.oom_bytes_requested(),
-                                   " bytes requested")
-                : result.message().empty() ? v1::TaskResult::Outcome_Name(result.outcome())
-                                           : result.message();
+    m.message =
+        result.outcome() == v1::TaskResult::OUTCOME_OOM
+            ? absl::StrCat("out of memory, ", result.oom_bytes_requested(), " bytes requested")
+        : result.message().empty() ? v1::TaskResult::Outcome_Name(result.outcome())
+                                   : result.message();
     return m;
   }
   for (const v1::PhaseTiming& p : result.moe_layer().phases()) m.SetPhase(p.phase(), p.median_s());

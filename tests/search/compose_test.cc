@@ -353,8 +353,7 @@ TEST(ComposeTest, ExpertLayersAreTheMeasuredAttentionPartPlusTheMeasuredMoeLayer
   EXPECT_NEAR(r->time.ep_comm, ep_comm, 1e-12);
   EXPECT_EQ(r->time.tp_comm, 0);
   EXPECT_GT(r->time.dp_comm, 0);
-  EXPECT_NEAR(r->iteration_time_s, compute + ep_comm + r->time.dp_comm + r->time.optimizer,
-              1e-9);
+  EXPECT_NEAR(r->iteration_time_s, compute + ep_comm + r->time.dp_comm + r->time.optimizer, 1e-9);
   EXPECT_EQ(r->source, ResultSource::kMeasured);
   ASSERT_FALSE(r->notes.empty());
   EXPECT_NE(r->notes.back().find("MoE layer measured (ep 2, etp 1, 32 tokens): fwd 5.000 ms "

@@ -1,11 +1,11 @@
 #include "search/profile_plan.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "search/memory_model.h"
 
