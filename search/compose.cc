@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "search/device_catalog.h"
+#include "search/model_math.h"
 #include "search/time_model.h"
 
 namespace paratune {
@@ -31,6 +32,20 @@ bool LayerMeasurement::SetPhase(std::string_view phase, double seconds) {
            {"grad_sync", &grad_sync_s},
            {"extras_forward", &extras_forward_s},
            {"extras_backward", &extras_backward_s}}) {
+    if (phase == name) {
+      *field = seconds;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool MoeMeasurement::SetPhase(std::string_view phase, double seconds) {
+  for (auto [name, field] : std::initializer_list<std::pair<std::string_view, double*>>{
+           {"forward", &forward_s},
+           {"backward", &backward_s},
+           {"dispatch_combine_forward", &dispatch_combine_forward_s},
+           {"dispatch_combine_backward", &dispatch_combine_backward_s}}) {
     if (phase == name) {
       *field = seconds;
       return true;
@@ -107,6 +122,91 @@ LayerTime ToLayerTime(const LayerMeasurement& main, const LayerMeasurement* plai
   t.backward_cp_comm = modelled.backward_cp_comm;
   t.attention_forward = modelled.attention_forward;
   return t;
+}
+
+// The per-micro-batch terms of a layer that scale with its work (CP exchange and the
+// attention core's forward are the attention's alone and stay as they are).
+constexpr double LayerTime::*kScaledTerms[] = {
+    &LayerTime::forward_compute,   &LayerTime::forward_tp_comm, &LayerTime::backward_compute,
+    &LayerTime::backward_tp_comm,  &LayerTime::recompute,       &LayerTime::recompute_tp_comm,
+    &LayerTime::grad_sync_tp_comm, &LayerTime::forward_ep_comm, &LayerTime::backward_ep_comm,
+    &LayerTime::recompute_ep_comm};
+
+// `measured` with each term scaled by part / whole of the same term (at most 1): the
+// measured dense layer cut down to the part the model attributes to `part`. A term the
+// model leaves at 0 has no split to apply and is kept as measured.
+LayerTime ScaleByShare(const LayerTime& measured, const LayerTime& part, const LayerTime& whole) {
+  LayerTime t = measured;
+  for (double LayerTime::*f : kScaledTerms) {
+    if (whole.*f > 0) t.*f = measured.*f * std::clamp(part.*f / whole.*f, 0.0, 1.0);
+  }
+  return t;
+}
+
+// Adds a - b, term by term (never below zero), to `out`.
+void AddDifference(LayerTime& out, const LayerTime& a, const LayerTime& b) {
+  for (double LayerTime::*f : kScaledTerms) out.*f += std::max(0.0, a.*f - b.*f);
+}
+
+// One expert layer from the measured dense layer `dense` (the modelled dense layer
+// `modelled_dense` at the same layout): its attention part, plus the MoE layer task's
+// expert block, or the modelled expert block when there is no usable measurement.
+// `note` says which.
+LayerTime ComposeExpertLayer(const JobSpec& spec, const ParallelConfig& c,
+                             const DeviceProfile& device, const LayerTime& dense,
+                             const LayerTime& modelled_dense, const ProfilePlanOptions& options,
+                             const Measurements& measurements, bool* moe_measured,
+                             std::string* note) {
+  ModelSpec attention_only = spec.model;
+  attention_only.ffn_hidden_size = 0;
+  const LayerTime modelled_attention =
+      EstimateLayerTime(attention_only, spec.training, c, device, spec.cluster.gpus_per_node);
+  LayerTime expert = ScaleByShare(dense, modelled_attention, modelled_dense);
+  const double share = modelled_dense.Forward() + modelled_dense.Backward() > 0
+                           ? (modelled_attention.Forward() + modelled_attention.Backward()) /
+                                 (modelled_dense.Forward() + modelled_dense.Backward())
+                           : 0.0;
+
+  std::string why;
+  const std::optional<MoeProfileSpec> task = MoeTaskFor(spec, c, options, &why);
+  const MoeMeasurement* m = nullptr;
+  if (task) {
+    auto it = measurements.moe_layers.find(task->Key());
+    if (it == measurements.moe_layers.end()) {
+      why = "no MoE layer measurement";
+    } else if (!it->second.ok) {
+      why = absl::StrCat("the MoE layer task did not run: ", it->second.message);
+    } else {
+      m = &it->second;
+    }
+  }
+  *moe_measured = m != nullptr;
+  if (m == nullptr) {
+    AddDifference(expert, EstimateExpertLayerTime(spec, c, device), modelled_attention);
+    *note = absl::StrFormat(
+        "; expert layers: attention part measured (%.2f of the layer), expert block "
+        "modelled (%s)",
+        share, why);
+    return expert;
+  }
+  const double fwd_comm = std::min(m->dispatch_combine_forward_s, m->forward_s);
+  const double bwd_comm = std::min(m->dispatch_combine_backward_s, m->backward_s);
+  expert.forward_compute += m->forward_s - fwd_comm;
+  expert.forward_ep_comm += fwd_comm;
+  expert.backward_compute += m->backward_s - bwd_comm;
+  expert.backward_ep_comm += bwd_comm;
+  if (c.recompute == Recompute::kFull) {
+    // Full recompute re-runs the whole layer's forward, the expert block included.
+    expert.recompute += m->forward_s - fwd_comm;
+    expert.recompute_ep_comm += fwd_comm;
+  }
+  *note = absl::StrFormat(
+      "; expert layers: attention part measured (%.2f of the layer), MoE layer measured (ep "
+      "%d, etp %d, %d tokens): fwd %.3f ms (dispatch+combine %.3f ms), bwd %.3f ms "
+      "(dispatch+combine %.3f ms)",
+      share, c.ep, c.etp, task->tokens, Ms(m->forward_s), Ms(fwd_comm), Ms(m->backward_s),
+      Ms(bwd_comm));
+  return expert;
 }
 
 }  // namespace
@@ -210,8 +310,17 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
     }
   }
 
+  std::string moe_note;
+  LayerTime expert_layer;
+  if (IsMoe(spec.model)) {
+    bool moe_measured = false;
+    expert_layer = ComposeExpertLayer(spec, c, *device, layer, modelled_layer, options,
+                                      measurements, &moe_measured, &moe_note);
+    if (moe_measured) measured_parts.push_back("moe");
+  }
   absl::StatusOr<IterationEstimate> it =
-      EstimateIteration(spec, c, *device, layer, edge, PipelineMode::kSimulated, &terms);
+      EstimateIteration(spec, c, *device, layer, edge, PipelineMode::kSimulated, &terms,
+                        IsMoe(spec.model) ? &expert_layer : nullptr);
   if (!it.ok()) return it.status();
   out.time = it->time;
   out.iteration_time_s = it->iteration_time_s;
@@ -226,10 +335,10 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
   const LayerMeasurement& first = *found[0];
   out.notes.push_back(absl::StrFormat(
       "measured on %s: layer fwd %.3f ms, bwd %.3f ms, recompute %.3f ms, tp comm %.3f ms "
-      "per micro-batch%s; measured parts: %s (the rest modelled, edges scaled by %.2f); "
+      "per micro-batch%s%s; measured parts: %s (the rest modelled, edges scaled by %.2f); "
       "modelled iteration %.4f s, composed %.4f s",
       spec.cluster.gpu, Ms(first.forward_s), Ms(first.backward_s), Ms(first.recompute_s),
-      Ms(first.tp_comm_s), dp_note, absl::StrJoin(measured_parts, ", "), ratio,
+      Ms(first.tp_comm_s), dp_note, moe_note, absl::StrJoin(measured_parts, ", "), ratio,
       modelled.iteration_time_s, out.iteration_time_s));
   return out;
 }

@@ -13,7 +13,17 @@
 //   - DP gradient reduce: the collective sweep's time at the actual gradient bytes
 //     (interpolated between measured sizes), all-reduce, or reduce-scatter + all-gather
 //     with the distributed optimizer;
-//   - optimizer step: measured seconds per parameter (gradient zeroing, scaling, AdamW).
+//   - optimizer step: measured seconds per parameter (gradient zeroing, scaling, AdamW);
+//   - expert layers (mixture of experts): the attention part of the layer is the measured
+//     dense layer scaled, term by term, by the model's attention-only share of it (the
+//     worker's layer task always runs an MLP: the dense layer with the MLP removed is
+//     EstimateLayerTime at ffn_hidden_size 0); the expert block (router, permutation,
+//     dispatch and combine all-to-alls, routed and shared experts) is the MoE layer task's
+//     forward and backward, its dispatch_combine phases as the EP communication, and again
+//     in backward under full recompute. Without an MoE measurement (no CPU device kind, a
+//     dispatcher other than alltoall, an expert group larger than the worker, a failed
+//     task) the expert block stays modelled (EstimateExpertLayerTime less the attention
+//     part) and a note says why.
 // What stays modelled: CP communication, pipeline p2p transfers, the tied-embedding sync,
 // and the memory breakdown.
 #ifndef PARATUNE_SEARCH_COMPOSE_H_
@@ -67,6 +77,20 @@ struct CommMeasurement {
   double LargestBusBandwidth() const;
 };
 
+/// What a worker measured for one MoE layer task (medians, seconds per micro-batch).
+struct MoeMeasurement {
+  bool ok = true;        ///< False: the task failed or ran out of memory.
+  double forward_s = 0;  ///< The whole expert block's forward.
+  double backward_s = 0;
+  double dispatch_combine_forward_s = 0;   ///< Part of forward_s: the all-to-alls.
+  double dispatch_combine_backward_s = 0;  ///< Part of backward_s.
+  std::string message;                     ///< Why it failed.
+
+  /// Sets the field of a MoE step phase ("forward", "backward", "dispatch_combine_forward",
+  /// "dispatch_combine_backward"); false for any other name ("total", "experts_*").
+  bool SetPhase(std::string_view phase, double seconds);
+};
+
 /// Measurements by task key (LayerProfileSpec::Key(), CollectiveSweepSpec::Key()).
 struct Measurements {
   std::map<std::string, LayerMeasurement> layers;
@@ -81,6 +105,8 @@ struct Measurements {
   /// gradient buffer, scaling the gradients, AdamW), measured with the job's ranks all
   /// busy; 0 = modelled.
   double optimizer_seconds_per_param = 0;
+  /// MoE layer tasks by MoeProfileSpec::Key().
+  std::map<std::string, MoeMeasurement> moe_layers;
 };
 
 /// Composes one candidate from measurements; the modelled entry with source = measured

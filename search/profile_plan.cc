@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "search/memory_model.h"
+#include "search/model_math.h"
 
 namespace paratune {
 
@@ -31,6 +32,52 @@ std::string CollectiveSweepSpec::Key() const {
   return absl::StrCat("collective op=", ToString(op), " n=", group_size, " sizes=",
                       absl::StrJoin(sizes_bytes, ","), " dt=", ToString(dtype), " w=", warmup,
                       " i=", iters);
+}
+
+std::string MoeProfileSpec::Key() const {
+  return absl::StrCat("moe h=", hidden_size, " E=", num_experts, " k=", moe_router_topk,
+                      " f=", moe_ffn_hidden_size, " shared=", num_shared_experts,
+                      " sf=", shared_expert_ffn_hidden_size, " route=", ToString(routing),
+                      " cf=", capacity_factor, " ep=", ep, " etp=", etp, " tokens=", tokens,
+                      " dt=", ToString(dtype), " w=", warmup, " i=", iters, " seed=", seed);
+}
+
+std::optional<MoeProfileSpec> MoeTaskFor(const JobSpec& spec, const ParallelConfig& config,
+                                         const ProfilePlanOptions& options, std::string* why) {
+  const ModelSpec& m = spec.model;
+  const auto none = [why](std::string reason) -> std::optional<MoeProfileSpec> {
+    if (why != nullptr) *why = std::move(reason);
+    return std::nullopt;
+  };
+  if (!IsMoe(m)) return none("the model has no experts");
+  if (spec.cluster.gpu != "cpu") {
+    return none(absl::StrCat("the MoE layer task runs on CPU workers only (cluster.gpu is ",
+                             spec.cluster.gpu, ")"));
+  }
+  if (config.moe_token_dispatcher != MoeTokenDispatcher::kAllToAll) {
+    return none(
+        absl::StrCat("the MoE layer task dispatches with all-to-all; this layout's "
+                     "token dispatcher is ",
+                     ToString(config.moe_token_dispatcher)));
+  }
+  MoeProfileSpec moe;
+  moe.hidden_size = m.hidden_size;
+  moe.num_experts = m.num_experts;
+  moe.moe_router_topk = m.moe_router_topk;
+  moe.moe_ffn_hidden_size = m.moe_ffn_hidden_size;
+  moe.num_shared_experts = m.num_shared_experts;
+  moe.shared_expert_ffn_hidden_size = m.num_shared_experts > 0 ? SharedExpertFfn(m) : 0;
+  moe.routing = spec.training.moe_routing;
+  moe.capacity_factor =
+      spec.training.moe_routing == MoeRouting::kCapacity ? spec.training.moe_capacity_factor : 0;
+  moe.ep = config.ep;
+  moe.etp = config.etp;
+  const int64_t split = config.cp * (config.sequence_parallel ? config.tp : 1);
+  moe.tokens = config.micro_batch_size * spec.training.seq_length / std::max<int64_t>(1, split);
+  moe.dtype = spec.training.precision;
+  moe.warmup = options.warmup;
+  moe.iters = options.iters;
+  return moe;
 }
 
 std::optional<CollectiveSweepSpec> DpSweepFor(const JobSpec& spec, const ParallelConfig& config,
@@ -150,6 +197,18 @@ absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& 
     for (LayerProfileSpec& layer : StageExtrasTasksFor(spec, plan.ranked[index].config, options)) {
       add_layer(std::move(layer));
     }
+  }
+  // MoE layer tasks after the dense layers, in the candidates' order.
+  for (int64_t index : out.candidates) {
+    std::optional<MoeProfileSpec> moe = MoeTaskFor(spec, plan.ranked[index].config, options);
+    if (!moe) continue;
+    ProfileTaskSpec task;
+    task.kind = ProfileTaskSpec::Kind::kMoeLayer;
+    task.device_kind = spec.cluster.gpu;
+    task.key = moe->Key();
+    if (!seen.insert(task.key).second) continue;
+    task.moe = *std::move(moe);
+    out.tasks.push_back(std::move(task));
   }
   // Collective sweeps after the layers, in the candidates' order.
   double max_params = 0;

@@ -6,7 +6,10 @@
 // layout's plain layer task is also run with the first stage's embedding and with the last
 // stage's logits and loss (search/compose.h measures the pipeline edges from them), layouts
 // with the distributed optimizer get reduce-scatter and all-gather sweeps instead of the
-// all-reduce, and CPU jobs get one optimizer-step task (seconds per parameter).
+// all-reduce, and CPU jobs get one optimizer-step task (seconds per parameter). A
+// mixture-of-experts job (CPU device kind) also gets one MoE layer task per distinct expert
+// layout (ep, etp, tokens per EP rank, routing, dtype): router, all-to-all dispatch and
+// combine, routed and shared experts, forward and backward (kernels/moe_step.h).
 #ifndef PARATUNE_SEARCH_PROFILE_PLAN_H_
 #define PARATUNE_SEARCH_PROFILE_PLAN_H_
 
@@ -75,15 +78,43 @@ struct OptimizerProfileSpec {
   std::string Key() const;
 };
 
+/// One mixture-of-experts layer at one expert layout (kernels/moe_step.h on ep·etp CPU
+/// ranks of one worker): router (softmax scores, top-k), permutation, all-to-all dispatch
+/// and combine over the EP group, the routed experts' SwiGLU MLPs split over ETP and the
+/// shared experts, forward and backward, timed over `iters` steps after `warmup`.
+struct MoeProfileSpec {
+  int64_t hidden_size = 0;
+  int64_t num_experts = 0;
+  int64_t moe_router_topk = 0;
+  int64_t moe_ffn_hidden_size = 0;  ///< One routed expert's FFN width.
+  int64_t num_shared_experts = 0;
+  int64_t shared_expert_ffn_hidden_size = 0;   ///< One shared expert's FFN width (resolved).
+  MoeRouting routing = MoeRouting::kBalanced;  ///< training.moe_routing.
+  double capacity_factor = 0;                  ///< training.moe_capacity_factor (capacity).
+  int64_t ep = 1;
+  int64_t etp = 1;
+  /// Tokens one EP rank routes per micro-batch: micro_batch_size · seq_length / cp, and / tp
+  /// with sequence parallelism (as the time model's ExpertDispatchBytes counts them).
+  int64_t tokens = 0;
+  Precision dtype = Precision::kFp32;
+  int64_t warmup = 2;
+  int64_t iters = 5;
+  uint64_t seed = 1;  ///< Weights and inputs.
+
+  /// Canonical text of the work: every field, so that equal keys mean equal tasks.
+  std::string Key() const;
+};
+
 /// A profiling task for one device kind (the cache key is (device_kind, key)).
 struct ProfileTaskSpec {
-  enum class Kind { kLayer, kCollective, kOptimizer };
+  enum class Kind { kLayer, kCollective, kOptimizer, kMoeLayer };
   Kind kind = Kind::kLayer;
   std::string device_kind;
   std::string key;                ///< layer.Key(), collective.Key() or optimizer.Key().
   LayerProfileSpec layer;         ///< kLayer.
   CollectiveSweepSpec collective; ///< kCollective.
   OptimizerProfileSpec optimizer; ///< kOptimizer.
+  MoeProfileSpec moe;             ///< kMoeLayer.
 };
 
 struct ProfilePlanOptions {
@@ -123,14 +154,23 @@ std::vector<LayerProfileSpec> StageExtrasTasksFor(const JobSpec& spec,
 std::vector<CollectiveSweepSpec> DpSweepsFor(const JobSpec& spec, const ParallelConfig& config,
                                              const ProfilePlanOptions& options);
 
+/// The MoE layer task a layout's expert layers compose from, or nothing (with the reason in
+/// `why`, when given): the model has no experts, the device kind is not the CPU (the MoE
+/// layer task runs on CPU workers only), or the layout's token dispatcher is not alltoall
+/// (the task dispatches with all-to-all).
+std::optional<MoeProfileSpec> MoeTaskFor(const JobSpec& spec, const ParallelConfig& config,
+                                         const ProfilePlanOptions& options,
+                                         std::string* why = nullptr);
+
 /// Parameters per rank of an optimizer task: at most this many (the per-parameter time of
 /// a streaming update does not change past the caches; 1 GiB of fp32 buffers in all).
 inline constexpr int64_t kMaxOptimizerTaskParams = int64_t{1} << 26;
 
 /// De-duplicated tasks for the best fitting candidates of `plan`: layers, stage-extras
-/// variants, collective sweeps, then (CPU jobs only: the workers' optimizer task runs on the
-/// CPU backend) one optimizer task at the candidates' largest parameter count per rank,
-/// capped at kMaxOptimizerTaskParams. InvalidArgument when the options are out of range.
+/// variants, MoE layers (MoeTaskFor), collective sweeps, then (CPU jobs only: the workers'
+/// optimizer task runs on the CPU backend) one optimizer task at the candidates' largest parameter
+/// count per rank, capped at kMaxOptimizerTaskParams. InvalidArgument when the options are out of
+/// range.
 absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& plan,
                                          const ProfilePlanOptions& options);
 

@@ -292,6 +292,26 @@ v1::ProfileTask ToProto(const ProfileTaskSpec& task) {
     opt->set_iters(task.optimizer.iters);
     return out;
   }
+  if (task.kind == ProfileTaskSpec::Kind::kMoeLayer) {
+    const MoeProfileSpec& m = task.moe;
+    v1::MoeLayerTask* moe = out.mutable_moe_layer();
+    moe->set_hidden_size(m.hidden_size);
+    moe->set_num_experts(m.num_experts);
+    moe->set_moe_router_topk(m.moe_router_topk);
+    moe->set_moe_ffn_hidden_size(m.moe_ffn_hidden_size);
+    moe->set_num_shared_experts(m.num_shared_experts);
+    moe->set_shared_expert_ffn_hidden_size(m.shared_expert_ffn_hidden_size);
+    moe->set_routing(ToString(m.routing));
+    moe->set_capacity_factor(m.capacity_factor);
+    moe->set_ep(m.ep);
+    moe->set_etp(m.etp);
+    moe->set_tokens(m.tokens);
+    moe->set_dtype(ToString(m.dtype));
+    moe->set_warmup(m.warmup);
+    moe->set_iters(m.iters);
+    moe->set_seed(m.seed);
+    return out;
+  }
   const LayerProfileSpec& l = task.layer;
   v1::LayerProfileTask* layer = out.mutable_layer();
   v1::LayerShape* shape = layer->mutable_shape();
@@ -345,6 +365,25 @@ LayerMeasurement MeasurementFromResult(const v1::TaskResult& result) {
   }
   if (m.LayerSeconds() <= 0) {
     m.outcome = LayerMeasurement::Outcome::kFailed;
+    m.message = "the result has no forward/backward timings";
+  }
+  return m;
+}
+
+MoeMeasurement MoeMeasurementFromResult(const v1::TaskResult& result) {
+  MoeMeasurement m;
+  if (result.outcome() != v1::TaskResult::OUTCOME_OK) {
+    m.ok = false;
+    m.message =
+        result.outcome() == v1::TaskResult::OUTCOME_OOM
+            ? absl::StrCat("out of memory, ", result.oom_bytes_requested(), " bytes requested")
+        : result.message().empty() ? v1::TaskResult::Outcome_Name(result.outcome())
+                                   : result.message();
+    return m;
+  }
+  for (const v1::PhaseTiming& p : result.moe_layer().phases()) m.SetPhase(p.phase(), p.median_s());
+  if (m.forward_s <= 0 || m.backward_s <= 0) {
+    m.ok = false;
     m.message = "the result has no forward/backward timings";
   }
   return m;

@@ -71,6 +71,9 @@ v1::ProfileTask ToProto(const ProfileTaskSpec& task);
 LayerMeasurement MeasurementFromResult(const v1::TaskResult& result);
 /// What a worker reported for a collective sweep.
 CommMeasurement CommMeasurementFromResult(const v1::TaskResult& result);
+/// What a worker reported for an MoE layer task (not ok, with the reason, unless OK with
+/// forward and backward timings).
+MoeMeasurement MoeMeasurementFromResult(const v1::TaskResult& result);
 
 /// The JSON of a wire message in the proto JSON mapping, the one dialect of the CLI's
 /// --json and of REST: proto field names, every field printed (zeros and empty lists too;

@@ -24,6 +24,10 @@ int64_t RanksNeeded(const v1::ProfileTask& task) {
   }
   if (task.has_collective()) return std::max<int64_t>(1, task.collective().group_size());
   if (task.has_verify()) return std::max<int64_t>(1, task.verify().rank_count());
+  if (task.has_moe_layer()) {
+    return std::max<int64_t>(1, task.moe_layer().ep()) *
+           std::max<int64_t>(1, task.moe_layer().etp());
+  }
   if (task.has_serving_step()) return std::max<int64_t>(1, task.serving_step().tp());
   if (task.has_serving_verify()) return std::max<int64_t>(1, task.serving_verify().tp());
   return 1;

@@ -32,6 +32,15 @@ Measurements CollectMeasurements(const ProfilePlan& profile, const std::vector<T
       }
       continue;
     }
+    if (t.task.has_moe_layer()) {
+      MoeMeasurement m = MoeMeasurementFromResult(*t.result);
+      if (t.state == TaskState::kFailed && m.ok) {
+        m.ok = false;
+        m.message = "task failed";
+      }
+      measurements.moe_layers[t.task.key()] = std::move(m);
+      continue;
+    }
     if (t.task.has_collective()) {
       CommMeasurement c = CommMeasurementFromResult(*t.result);
       if (t.state == TaskState::kFailed) c.ok = false;

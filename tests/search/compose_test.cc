@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "search/device_catalog.h"
 #include "search/memory_model.h"
 #include "search/time_model.h"
@@ -288,6 +290,107 @@ TEST(ComposeTest, MeasuredOutOfMemoryMarksTheLayoutAsNotFitting) {
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->fits);
   EXPECT_EQ(r->source, ResultSource::kMeasured);
+}
+
+// The tiny spec as a mixture-of-experts model: one dense layer, then three expert layers of
+// 4 experts (top-2, FFN 128), fp32.
+JobSpec MoeSpec() {
+  JobSpec s = Spec();
+  s.training.precision = Precision::kFp32;
+  s.model.num_experts = 4;
+  s.model.moe_router_topk = 2;
+  s.model.moe_ffn_hidden_size = 128;
+  s.model.first_k_dense_layers = 1;
+  return s;
+}
+
+MoeMeasurement MeasuredMoe(double fwd, double bwd, double dispatch_fwd, double dispatch_bwd) {
+  MoeMeasurement m;
+  m.forward_s = fwd;
+  m.backward_s = bwd;
+  m.dispatch_combine_forward_s = dispatch_fwd;
+  m.dispatch_combine_backward_s = dispatch_bwd;
+  return m;
+}
+
+TEST(ComposeTest, ExpertLayersAreTheMeasuredAttentionPartPlusTheMeasuredMoeLayer) {
+  const JobSpec spec = MoeSpec();
+  ProfilePlanOptions options;
+  RankedConfig modelled = Candidate(1, 1, 2, 1.0, 0.6);
+  modelled.config.ep = 2;
+  modelled.config.overlap_grad_reduce = false;
+  const ParallelConfig& c = modelled.config;
+  Measurements m;
+  m.layers[LayerTasksFor(spec, c, options)[0].Key()] = Measured(0.010, 0.020);
+  NoEdges(spec, c, m);
+  m.collectives[DpSweepFor(spec, c, options)->Key()] = LinearSweep();
+  m.optimizer_seconds_per_param = 5e-9;
+  const std::optional<MoeProfileSpec> task = MoeTaskFor(spec, c, options);
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->ep, 2);
+  EXPECT_EQ(task->tokens, 32);  // One 32-token sequence per micro-batch, no CP or SP.
+  // The expert block: 5 ms forward (1 ms of it dispatch and combine), 8 ms backward (2 ms).
+  m.moe_layers[task->Key()] = MeasuredMoe(0.005, 0.008, 0.001, 0.002);
+  absl::StatusOr<RankedConfig> r = ComposeCandidate(spec, modelled, options, m);
+  ASSERT_TRUE(r.ok()) << r.status();
+
+  // The attention part of an expert layer: the measured dense layer times the model's
+  // attention-only share of each term (the dense layer at ffn_hidden_size 0).
+  const DeviceProfile device = *FindDevice("cpu");
+  ModelSpec attention_only = spec.model;
+  attention_only.ffn_hidden_size = 0;
+  const LayerTime a = EstimateLayerTime(attention_only, spec.training, c, device, 2);
+  const LayerTime d = EstimateLayerTime(spec.model, spec.training, c, device, 2);
+  const double attention_ms =
+      10 * a.forward_compute / d.forward_compute + 20 * a.backward_compute / d.backward_compute;
+  ASSERT_GT(attention_ms, 0);
+  ASSERT_LT(attention_ms, 30);
+  // 8 / (1 * 2) = 4 micro-batches of one dense layer (30 ms) and three expert layers
+  // (attention + 4 ms + 6 ms of expert compute, 1 ms + 2 ms of dispatch and combine).
+  const double compute = 4 * (0.030 + 3 * (attention_ms + 4 + 6) / 1e3);
+  const double ep_comm = 4 * 3 * 0.003;
+  EXPECT_NEAR(r->time.compute, compute, 1e-9);
+  EXPECT_NEAR(r->time.ep_comm, ep_comm, 1e-12);
+  EXPECT_EQ(r->time.tp_comm, 0);
+  EXPECT_GT(r->time.dp_comm, 0);
+  EXPECT_NEAR(r->iteration_time_s, compute + ep_comm + r->time.dp_comm + r->time.optimizer, 1e-9);
+  EXPECT_EQ(r->source, ResultSource::kMeasured);
+  ASSERT_FALSE(r->notes.empty());
+  EXPECT_NE(r->notes.back().find("MoE layer measured (ep 2, etp 1, 32 tokens): fwd 5.000 ms "
+                                 "(dispatch+combine 1.000 ms), bwd 8.000 ms"),
+            std::string::npos)
+      << r->notes.back();
+  EXPECT_NE(r->notes.back().find("measured parts: layers, embedding, logits, optimizer, moe"),
+            std::string::npos)
+      << r->notes.back();
+}
+
+TEST(ComposeTest, WithoutAnMoeMeasurementTheExpertBlockStaysModelled) {
+  const JobSpec spec = MoeSpec();
+  ProfilePlanOptions options;
+  RankedConfig modelled = Candidate(1, 1, 2, 1.0, 0.6);
+  modelled.config.overlap_grad_reduce = false;
+  const ParallelConfig& c = modelled.config;
+  Measurements m;
+  m.layers[LayerTasksFor(spec, c, options)[0].Key()] = Measured(0.010, 0.020);
+  NoEdges(spec, c, m);
+  MoeMeasurement failed;
+  failed.ok = false;
+  failed.message = "task needs 2 ranks (ep 2 x etp 1); this worker has 1";
+  m.moe_layers[MoeTaskFor(spec, c, options)->Key()] = failed;
+  absl::StatusOr<RankedConfig> r = ComposeCandidate(spec, modelled, options, m);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // The modelled expert block is the expert layer less its attention part (no shared
+  // experts: the dense layer at ffn_hidden_size 0); its EP communication is the model's.
+  const DeviceProfile device = *FindDevice("cpu");
+  const LayerTime e = EstimateExpertLayerTime(spec, c, device);
+  EXPECT_NEAR(r->time.ep_comm, 4 * 3 * (e.forward_ep_comm + e.backward_ep_comm), 1e-12);
+  EXPECT_EQ(r->source, ResultSource::kMeasured);
+  EXPECT_NE(r->notes.back().find("expert block modelled (the MoE layer task did not run: task "
+                                 "needs 2 ranks"),
+            std::string::npos)
+      << r->notes.back();
+  EXPECT_EQ(r->notes.back().find(", moe (the rest"), std::string::npos);
 }
 
 }  // namespace

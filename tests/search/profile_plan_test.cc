@@ -1,8 +1,11 @@
 #include "search/profile_plan.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "search/memory_model.h"
 
@@ -208,6 +211,77 @@ TEST(ProfilePlanTest, SkipsLayoutsThatDoNotFitAndHonoursMaxCandidates) {
   absl::Status bad = PlanProfiles(Spec(), plan, options).status();
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("iters (0)"), std::string::npos) << bad;
+}
+
+TEST(ProfilePlanTest, MoeJobsGetOneMoeLayerTaskPerExpertLayout) {
+  JobSpec spec = Spec();
+  spec.training.precision = Precision::kFp32;
+  spec.model.num_experts = 4;
+  spec.model.moe_router_topk = 2;
+  spec.model.moe_ffn_hidden_size = 128;
+  spec.model.num_shared_experts = 1;
+  PlanResult plan;
+  // ep 1 and ep 2 at mb 1, ep 2 again at another pp (same work), ep 2 with tp 2 and SP
+  // (16 tokens per EP rank), and a layout with the allgather dispatcher (no task: the MoE
+  // layer task dispatches with all-to-all).
+  plan.ranked = {Candidate(1, 1, 4, 1), Candidate(1, 1, 4, 1), Candidate(1, 2, 2, 1),
+                 Candidate(2, 1, 2, 1), Candidate(1, 1, 4, 1)};
+  plan.ranked[1].config.ep = 2;
+  plan.ranked[2].config.ep = 2;
+  plan.ranked[3].config.ep = 2;
+  plan.ranked[4].config.ep = 4;
+  plan.ranked[4].config.moe_token_dispatcher = MoeTokenDispatcher::kAllGather;
+  absl::StatusOr<ProfilePlan> p = PlanProfiles(spec, plan, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::vector<const MoeProfileSpec*> moe;
+  for (const ProfileTaskSpec& t : p->tasks) {
+    if (t.kind != ProfileTaskSpec::Kind::kMoeLayer) continue;
+    EXPECT_EQ(t.key, t.moe.Key());
+    moe.push_back(&t.moe);
+  }
+  ASSERT_EQ(moe.size(), 3u);
+  EXPECT_EQ(moe[0]->ep, 1);
+  EXPECT_EQ(moe[0]->tokens, 32);
+  EXPECT_EQ(moe[1]->ep, 2);
+  EXPECT_EQ(moe[1]->tokens, 32);
+  EXPECT_EQ(moe[2]->ep, 2);
+  EXPECT_EQ(moe[2]->tokens, 16);
+  // The shared expert's width resolves to moe_ffn_hidden_size.
+  EXPECT_EQ(moe[0]->shared_expert_ffn_hidden_size, 128);
+  std::string why;
+  EXPECT_FALSE(MoeTaskFor(spec, plan.ranked[4].config, {}, &why).has_value());
+  EXPECT_EQ(why,
+            "the MoE layer task dispatches with all-to-all; this layout's token dispatcher is "
+            "allgather");
+
+  // Every field the worker runs with is in the key.
+  const MoeProfileSpec base = *moe[0];
+  std::set<std::string> keys = {base.Key()};
+  auto differs = [&](auto edit) {
+    MoeProfileSpec m = base;
+    edit(m);
+    return keys.insert(m.Key()).second;
+  };
+  EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.hidden_size = 128; }));
+  EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.num_experts = 8; }));
+  EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.moe_router_topk = 1; }));
+  EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.moe_ffn_hidden_size = 64; }));
+  EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.num_shared_experts = 2; }));
+  EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.shared_expert_ffn_hidden_size = 64; }));
+  EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.routing = MoeRouting::kDropless; }));
+  EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.capacity_factor = 1.5; }));
+  EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.ep = 4; }));
+  EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.etp = 2; }));
+  EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.tokens = 64; }));
+  EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.dtype = Precision::kBf16; }));
+  EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.warmup = 3; }));
+  EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.iters = 7; }));
+  EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.seed = 2; }));
+
+  // No MoE task on a GPU device kind: GPU workers do not run the MoE layer task.
+  spec.cluster.gpu = "h100-sxm-80gb";
+  EXPECT_FALSE(MoeTaskFor(spec, plan.ranked[0].config, {}, &why).has_value());
+  EXPECT_EQ(why, "the MoE layer task runs on CPU workers only (cluster.gpu is h100-sxm-80gb)");
 }
 
 }  // namespace

@@ -141,7 +141,8 @@ TEST(SpecsTest, MixtureOfExpertsRulesNameTheField) {
                 moe(s);
                 s.search.mode = SearchMode::kProfile;
               }),
-              HasSubstr("search.mode profile is not supported for mixture-of-experts models"));
+              HasSubstr("search.mode profile for a mixture-of-experts model (model.num_experts "
+                        "8) needs cluster.gpu cpu"));
   EXPECT_THAT(Violation([](JobSpec& s) { s.cluster.nvlink_domain = 12; }),
               HasSubstr("cluster.nvlink_domain (12) must be a multiple or a divisor"));
 }
