@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include "absl/strings/str_format.h"
 #include "search/collectives.h"
@@ -172,16 +173,21 @@ struct PassBytes {
 // FP8 (Transformer Engine): casts of the linear inputs (read 16-bit, write 1 byte) in
 // the forward; in the backward the output gradients are cast and transposed (write two
 // FP8 copies) and the saved FP8 inputs transposed for the weight gradient.
-PassBytes Fp8CastBytes(const LayerDims& d, const LinearTimes& l, const TrainingSpec& training,
-                       const DeviceProfile& device) {
+PassBytes Fp8CastBytesOf(std::initializer_list<Gemm> gemms, double e, Precision precision,
+                         const DeviceProfile& device) {
   PassBytes out;
-  if (IsLowPrecisionGemm(training.precision) && device.peak_fp8_tflops > 0) {
-    for (const Gemm& gm : {l.qkv, l.proj, l.fc1, l.fc2}) {
-      out.forward += (d.e + 1.0) * gm.m * gm.k;
-      out.backward += (d.e + 2.0) * gm.m * gm.n + 2.0 * gm.m * gm.k;
+  if (IsLowPrecisionGemm(precision) && device.peak_fp8_tflops > 0) {
+    for (const Gemm& gm : gemms) {
+      out.forward += (e + 1.0) * gm.m * gm.k;
+      out.backward += (e + 2.0) * gm.m * gm.n + 2.0 * gm.m * gm.k;
     }
   }
   return out;
+}
+
+PassBytes Fp8CastBytes(const LayerDims& d, const LinearTimes& l, const TrainingSpec& training,
+                       const DeviceProfile& device) {
+  return Fp8CastBytesOf({l.qkv, l.proj, l.fc1, l.fc2}, d.e, training.precision, device);
 }
 
 // Seconds of a pass, forward and backward.
@@ -360,6 +366,12 @@ ExpertPhases ExpertLayerPhases(const JobSpec& spec, const ParallelConfig& c,
   out.forward = grouped(per_expert, fc1_width / etp, h) + grouped(per_expert, h, f / etp);
   const double wgrad = grouped(h, fc1_width / etp, per_expert) + grouped(f / etp, h, per_expert);
   out.backward = grouped(per_expert, h, fc1_width / etp) + grouped(per_expert, f / etp, h) + wgrad;
+  // Low-precision GEMMs: the grouped GEMMs' inputs are cast as a dense layer's are (the
+  // FC1 input rows, the activation output; in the backward the output gradients and the
+  // transposes of the saved inputs).
+  const ExpertCasts casts = ExpertCastBytes(spec, c, device);
+  out.forward += StreamSeconds(device, casts.forward);
+  out.backward += StreamSeconds(device, casts.backward);
   // The activation function (read fc1_width, write f per row), 1.5x in the backward.
   const double act_bytes = e * rows * (fc1_width + f) / etp;
   out.activation_forward = StreamSeconds(device, act_bytes) + launch;
@@ -421,6 +433,26 @@ ExpertPhases ExpertLayerPhases(const JobSpec& spec, const ParallelConfig& c,
 }
 
 }  // namespace
+
+ExpertCasts ExpertCastBytes(const JobSpec& spec, const ParallelConfig& c,
+                            const DeviceProfile& device) {
+  const ModelSpec& m = spec.model;
+  if (!IsMoe(m)) return {};
+  const double sp = c.sequence_parallel ? static_cast<double>(c.tp) : 1.0;
+  const double tokens = static_cast<double>(c.micro_batch_size) *
+                        static_cast<double>(spec.training.seq_length) /
+                        (static_cast<double>(c.cp) * sp);
+  const double rows = tokens * static_cast<double>(m.moe_router_topk) *
+                      static_cast<double>(c.etp) * ExpertLoadFactor(spec, c);
+  const double h = static_cast<double>(m.hidden_size);
+  const double f = static_cast<double>(m.moe_ffn_hidden_size);
+  const double etp = static_cast<double>(c.etp);
+  const double fc1_width = IsGated(m.activation) ? 2.0 * f : f;
+  const PassBytes b =
+      Fp8CastBytesOf({Gemm{rows, fc1_width / etp, h}, Gemm{rows, h, f / etp}},
+                     ElementBytes(spec.training.precision), spec.training.precision, device);
+  return {b.forward, b.backward};
+}
 
 DispatchBytes ExpertDispatchBytes(const JobSpec& spec, const ParallelConfig& c) {
   DispatchBytes out;

@@ -83,6 +83,17 @@ struct DispatchBytes {
 };
 DispatchBytes ExpertDispatchBytes(const JobSpec& spec, const ParallelConfig& config);
 
+/// Bytes the low-precision casts of one expert layer's grouped GEMMs move on the busiest
+/// rank, one micro-batch, as Transformer Engine casts a dense layer's linear inputs: the
+/// forward reads each GEMM input (16-bit) and writes it in 1 byte; the backward casts and
+/// transposes the output gradients (two 1-byte copies) and transposes the saved inputs.
+/// 0 outside FP8/MXFP8/NVFP4 or on a device without FP8.
+struct ExpertCasts {
+  double forward = 0, backward = 0;
+};
+ExpertCasts ExpertCastBytes(const JobSpec& spec, const ParallelConfig& config,
+                            const DeviceProfile& device);
+
 /// Embedding (first stage) and logits + cross entropy (last stage), one micro-batch.
 struct EdgeTime {
   double embedding_forward = 0, embedding_backward = 0;

@@ -56,6 +56,30 @@ TEST(MoeTimeTest, DispatchBytesPerLayerByHand) {
   EXPECT_DOUBLE_EQ(ExpertDispatchBytes(rack, Layout(64)).over_nic, 0);
 }
 
+TEST(MoeTimeTest, LowPrecisionExpertGemmsCastTheirInputsByHand) {
+  // Mixtral 8x7B, one rank, s 4096, b 1: 8192 routed rows, h 4096, f 14336 (SwiGLU FC1
+  // 28672 wide); 16-bit activations cast to 1 byte.
+  JobSpec spec;
+  spec.model = *FindPreset("mixtral-8x7b");
+  spec.training.seq_length = 4096;
+  spec.training.global_batch_size = 8;
+  spec.training.precision = Precision::kFp8;
+  const DeviceProfile h100 = *FindDevice("h100-sxm-80gb");
+  const ParallelConfig c;
+  const double rows = 8192, h = 4096, f = 14336;
+  const ExpertCasts fp8 = ExpertCastBytes(spec, c, h100);
+  // Forward: FC1's input (rows x h) and FC2's (rows x f), read at 2 bytes, written at 1.
+  EXPECT_DOUBLE_EQ(fp8.forward, 3 * rows * (h + f));
+  // Backward: the output gradients (rows x 2f of FC1, rows x h of FC2) read and written
+  // twice at 1 byte, the saved inputs transposed (1 byte in and out).
+  EXPECT_DOUBLE_EQ(fp8.backward, 4 * rows * (2 * f + h) + 2 * rows * (h + f));
+  spec.training.precision = Precision::kBf16;
+  EXPECT_EQ(ExpertCastBytes(spec, c, h100).forward, 0.0);
+  // A100 has no FP8 GEMMs to cast for.
+  spec.training.precision = Precision::kFp8;
+  EXPECT_EQ(ExpertCastBytes(spec, c, *FindDevice("a100-80gb")).backward, 0.0);
+}
+
 TEST(MoeTimeTest, AllToAllUsesTheSlowestLinkTheGroupSpans) {
   const DeviceProfile h100 = *FindDevice("h100-sxm-80gb");
   const double bytes = 1 << 30;
