@@ -84,6 +84,15 @@ TEST(RenderTest, TableFitsEightyColumns) {
   EXPECT_THAT(table, HasSubstr("   1  8 12    10  1  2   1  y selective    y   12.500       "
                                "262  48.1%    50.5 "));
   EXPECT_THAT(table, HasSubstr("full/2"));
+  // The layout's settings beyond the columns, under its row.
+  PlanResult moe = SamplePlan();
+  moe.ranked[0].config.ep = 8;
+  moe.ranked[0].config.moe_token_dispatcher = MoeTokenDispatcher::kFlex;
+  moe.ranked[0].config.activation_offload = true;
+  const std::string moe_table = FormatPlanTable(moe, spec);
+  EXPECT_THAT(moe_table, HasSubstr("48.1%    50.5 \n     + act-offload ep8 etp1 flex\n"))
+      << moe_table;
+  EXPECT_THAT(table, Not(HasSubstr("     + ")));
   EXPECT_THAT(table, HasSubstr("50.5!"));
   EXPECT_THAT(table, HasSubstr("# 4321 candidates, 17 feasible, 1 rejected with a reason"));
   EXPECT_THAT(table, HasSubstr("# rank 1: pipeline bubble 12%"));
