@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "search/device_catalog.h"
+#include "search/framework_profile.h"
 #include "search/memory_model.h"
 #include "search/model_math.h"
 #include "search/parallel_config.h"
@@ -287,15 +288,17 @@ std::vector<std::pair<Recompute, int64_t>> RecomputeChoices(const SearchOptions&
   return out;
 }
 
-// Data-parallel sharding as listed, or (open) none and the distributed optimizer (the
-// latter with dp · cp > 1 only). With a shard group, only the layouts whose dp · cp it
+// Data-parallel sharding as listed, or (open) none and the framework's usual stages
+// (FrameworkProfile::open_sharding: Megatron's distributed optimizer, FSDP's full shard),
+// the latter with dp · cp > 1 only. With a shard group, only the layouts whose dp · cp it
 // divides shard.
 std::vector<DataParallelSharding> DataParallelShardingChoices(const SearchOptions& opt,
+                                                              Framework framework,
                                                               int64_t dp_cp) {
   if (!opt.data_parallel_sharding.empty()) return opt.data_parallel_sharding;
   std::vector<DataParallelSharding> out = {DataParallelSharding::kNone};
   if (dp_cp > 1 && (opt.shard_group_size == 0 || dp_cp % opt.shard_group_size == 0)) {
-    out.push_back(DataParallelSharding::kOptimizer);
+    for (DataParallelSharding s : ProfileOf(framework).open_sharding) out.push_back(s);
   }
   return out;
 }
@@ -314,22 +317,22 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
   const std::vector<bool> sps = SequenceParallelChoices(opt, shape.tp, IsMoe(spec.model));
   const std::vector<std::pair<Recompute, int64_t>> recomputes = RecomputeChoices(opt);
   const std::vector<DataParallelSharding> shardings =
-      DataParallelShardingChoices(opt, shape.dp * shape.cp);
+      DataParallelShardingChoices(opt, spec.training.framework, shape.dp * shape.cp);
+  const FrameworkProfile& framework = ProfileOf(spec.training.framework);
   ParallelConfig c;
   c.tp = shape.tp;
   c.pp = shape.pp;
   c.dp = shape.dp;
   c.cp = shape.cp;
-  // The overlaps default to what the exported arguments run (tp_comm_overlap off, the
-  // others on); a flag with nothing to overlap in a layout takes its first allowed value.
+  // The overlaps default to the framework's (FrameworkProfile; Megatron-Core: what the
+  // exported arguments run, tp_comm_overlap off, the others on); a flag with nothing to
+  // overlap in a layout takes its first allowed value.
   const auto overlaps = [](const std::vector<bool>& allowed, bool framework_default,
                            bool matters) -> std::vector<bool> {
     if (allowed.empty()) return {framework_default};
     if (!matters) return {allowed[0]};
     return allowed;
   };
-  const std::vector<bool> grad_reduce_overlaps =
-      overlaps(opt.overlap_grad_reduce, true, shape.dp * shape.cp > 1);
   const std::vector<Offload> offloads =
       opt.offload.empty() ? std::vector<Offload>{Offload::kNone} : opt.offload;
   for (int64_t vp : vps) {
@@ -348,15 +351,24 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
                 opt.tp_comm_overlap.end();
         if (!sp && shape.tp > 1 && only_overlapped) continue;
         const std::vector<bool> tp_overlaps =
-            sp ? overlaps(opt.tp_comm_overlap, false, true) : std::vector<bool>{false};
-        const std::vector<bool> p2p_overlaps =
-            overlaps(opt.overlap_p2p_comm, true, shape.pp > 1 && vp > 1);
+            sp ? overlaps(opt.tp_comm_overlap,
+                          framework.tp_comm_overlap.exists && framework.tp_comm_overlap.default_on,
+                          true)
+               : std::vector<bool>{false};
+        const std::vector<bool> p2p_overlaps = overlaps(
+            opt.overlap_p2p_comm,
+            framework.overlap_p2p_comm.exists && framework.overlap_p2p_comm.default_on,
+            shape.pp > 1 && vp > 1);
         for (const auto& [rc, rl] : recomputes) {
           c.recompute = rc;
           c.recompute_num_layers = rc == Recompute::kFull ? rl : 0;
           for (DataParallelSharding sharding : shardings) {
             c.data_parallel_sharding = sharding;
             c.shard_group_size = sharding == DataParallelSharding::kNone ? 0 : opt.shard_group_size;
+            const std::vector<bool> grad_reduce_overlaps =
+                overlaps(opt.overlap_grad_reduce,
+                         DefaultOverlapGradReduce(spec.training.framework, sharding),
+                         shape.dp * shape.cp > 1);
             for (Offload offload : offloads) {
             // Parameter offload streams the shards of a fully sharded layout only.
             if (offload == Offload::kOptimizerAndParams &&
@@ -403,7 +415,7 @@ struct Pruned {
 // Counts every layout in `result` and rejects, with the reason, those that break a rule or
 // run out of memory.
 Pruned Prune(const JobSpec& spec, const DeviceProfile& device, PlanResult& result) {
-  const FrameworkMemory framework = FrameworkMemoryFor(device);
+  const FrameworkMemory framework = FrameworkMemoryFor(device, spec.training.framework);
   Pruned out;
   // Memory does not depend on the token dispatcher, which varies fastest: the previous
   // layout's estimate is reused when only the dispatcher differs.
@@ -515,7 +527,8 @@ absl::StatusOr<RankedConfig> Estimate(const JobSpec& spec, const ParallelConfig&
   if (!device.ok()) return device.status();
   Scorer scorer{spec, *device, {}, {}};
   const MemoryBreakdown mem =
-      EstimateMemory(spec, config, device->memory_bytes, FrameworkMemoryFor(*device));
+      EstimateMemory(spec, config, device->memory_bytes,
+                     FrameworkMemoryFor(*device, spec.training.framework));
   absl::StatusOr<RankedConfig> r = scorer.Score(config, mem, PipelineMode::kSimulated);
   if (r.ok()) r->rank = 1;
   return r;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "search/hf_import.h"
 #include "search/presets.h"
+#include "search/framework_profile.h"
 
 namespace paratune {
 namespace {
@@ -445,7 +446,7 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
           CheckKeys(obj, sec,
                     {"seq_length", "global_batch_size", "precision", "flash_attention", "dropout",
                      "optimizer", "total_tokens", "moe_routing", "moe_capacity_factor",
-                     "recompute_modules", "attention_kernel", "fused_norm"});
+                     "recompute_modules", "attention_kernel", "fused_norm", "framework"});
       !s.ok()) {
     return s;
   }
@@ -474,6 +475,7 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
     t->attention_kernel = AttentionKernel::kFused;
   }
   if (auto s = ReadBool(obj, sec, "fused_norm", &t->fused_norm); !s.ok()) return s;
+  if (auto s = ReadEnum(obj, sec, "framework", ParseFramework, &t->framework); !s.ok()) return s;
   if (auto s = ReadBool(obj, sec, "dropout", &t->dropout); !s.ok()) return s;
   if (const json* v = Find(obj, "optimizer")) {
     auto s = AsString(*v, "training.optimizer");
@@ -769,6 +771,7 @@ json JobSpecToJson(const JobSpec& spec) {
                     {"flash_attention", IsFlash(t.AttentionKernelOf())},
                     {"attention_kernel", ToString(t.AttentionKernelOf())},
                     {"fused_norm", t.fused_norm},
+                    {"framework", ToString(t.framework)},
                     {"dropout", t.dropout},
                     {"optimizer", "adam"},
                     {"total_tokens", t.total_tokens}}},
@@ -911,7 +914,12 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
   } else if (!o.offload.empty()) {
     return unpinned("offload", o.offload.size());
   }
-  // Overlaps: one value pins the flag; none keeps the default.
+  // Overlaps: one value pins the flag; none takes the framework's default.
+  const FrameworkProfile& framework = ProfileOf(spec.training.framework);
+  c.tp_comm_overlap = framework.tp_comm_overlap.exists && framework.tp_comm_overlap.default_on;
+  c.overlap_grad_reduce =
+      DefaultOverlapGradReduce(spec.training.framework, c.data_parallel_sharding);
+  c.overlap_p2p_comm = framework.overlap_p2p_comm.exists && framework.overlap_p2p_comm.default_on;
   for (const auto& [key, list, flag] :
        {std::tuple<const char*, const std::vector<bool>*, bool*>{
             "tp_comm_overlap", &o.tp_comm_overlap, &c.tp_comm_overlap},

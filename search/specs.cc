@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "search/device_catalog.h"
+#include "search/framework_profile.h"
 
 namespace paratune {
 namespace {
@@ -551,6 +552,7 @@ absl::Status JobSpec::Validate() const {
   if (auto s = training.Validate(); !s.ok()) return s;
   if (auto s = cluster.Validate(); !s.ok()) return s;
   if (auto s = search.Validate(); !s.ok()) return s;
+  if (auto s = CheckSearchForFramework(search, training.framework); !s.ok()) return s;
 
   absl::StatusOr<DeviceProfile> device = FindDevice(cluster.gpu);
   if (!device.ok()) {

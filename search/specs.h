@@ -92,6 +92,9 @@ struct TrainingSpec {
   /// Fused RMSNorm/LayerNorm kernels (one read and one write per element); false: the norm
   /// as separate PyTorch ops, which move and store more (search/README.md).
   bool fused_norm = true;
+  /// The codebase that runs the job: which overlaps and sharding stages exist, the
+  /// gradient and parameter dtypes, the loss buffers (search/framework_profile.h).
+  Framework framework = Framework::kMegatronCore;
   bool dropout = false;              ///< Dropout masks stored for backward.
   int64_t total_tokens = 0;          ///< > 0: report time_to_train_days.
   /// How tokens are routed to experts (MoE models only).

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "search/collectives.h"
 #include "search/gemm_efficiency.h"
+#include "search/framework_profile.h"
 #include "search/memory_model.h"
 #include "search/model_math.h"
 #include "search/pipeline_schedule.h"
@@ -497,7 +498,8 @@ Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
   // reduce-scatters; full sharding's parameter all-gathers too), overlapped layer by layer.
   const ShardedLayerComm sharded = ShardedLayerCommSeconds(
       config, LayerParams(model) / static_cast<double>(config.tp), ElementBytes(training.precision),
-      GradBytes(training.precision), device, spec.cluster.gpus_per_node);
+      GradientReduceBytes(training.framework, training.precision), device,
+      spec.cluster.gpus_per_node);
   out.sharded_dp.assign(static_cast<size_t>(p), 0.0);
   for (int64_t r = 0; r < p; ++r) {
     const double not_recomputed = 1.0 - RecomputeFraction(config, model, r);
@@ -653,7 +655,8 @@ CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& confi
                                 const MeasuredTerms* measured) {
   const ModelSpec& model = spec.model;
   const int64_t p = config.pp;
-  const double grad_bytes = GradBytes(spec.training.precision);
+  // The data-parallel reduction's dtype is the framework's (Megatron: FP32 in BF16 runs).
+  const double grad_bytes = GradientReduceBytes(spec.training.framework, spec.training.precision);
   const double e = ElementBytes(spec.training.precision);
   CriticalStage out;
   const std::vector<int64_t> experts_per_stage = ExpertLayersPerStage(model, config);

@@ -193,7 +193,7 @@ absl::StatusOr<v1::Verification> VerificationFromParts(
   absl::StatusOr<DeviceProfile> device = DeviceForCluster(spec.cluster);
   if (!device.ok()) return device.status();
   v.set_predicted_tracked_peak_gib(TrackedPeakBytes(MemoryFromProto(ranked.memory()),
-                                                    FrameworkMemoryFor(*device),
+                                                    FrameworkMemoryFor(*device, spec.training.framework),
                                                     spec.training.precision) /
                                    kGiB);
   for (double l : first->losses()) v.add_measured_losses(l);

@@ -419,7 +419,7 @@ absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int64_t ranks, int
 // term and the trainer's fp32 gradients are the model's, so this is the modelled peak itself.
 double TrackedPeak(const paratune::MemoryBreakdown& m) {
   static const paratune::FrameworkMemory cpu =
-      paratune::FrameworkMemoryFor(*paratune::FindDevice("cpu"));
+      paratune::FrameworkMemoryFor(*paratune::FindDevice("cpu"), paratune::Framework::kMegatronCore);
   return paratune::TrackedPeakBytes(m, cpu,
                                     paratune::Precision::kFp32);
 }
