@@ -101,14 +101,15 @@ std::vector<FrameworkProfile> BuildProfiles() {
   torchtitan.export_format = "torchtitan";
   out.push_back(torchtitan);
 
-  // llm-foundry on Composer (composer/distributed, llm-foundry's yamls and
-  // scripts/train/benchmarking/submit_benchmarks.py): PyTorch FSDP (FSDP1) with
-  // sharding_strategy FULL_SHARD (the yamls' default), SHARD_GRAD_OP, NO_SHARD or
-  // HYBRID_SHARD (a shard group); no pipeline, context or Megatron sequence parallelism.
-  // FSDP reduce-scatters each layer's gradients in the backward (always overlapped). The
-  // benchmarks' mixed_precision PURE computes and reduces in BF16 over FP32 flat
-  // parameters that the optimizer updates in place; the sharded gradients are FP32. The
-  // loss (torch CrossEntropyLoss) runs over the full vocabulary.
+  // llm-foundry on Composer (composer/utils/parallelism.py FSDPConfig, llm-foundry's yamls
+  // and scripts/train/benchmarking): PyTorch FSDP (FSDP1) with sharding_strategy
+  // FULL_SHARD (the yamls' default), SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD (a shard
+  // group); no pipeline, context or Megatron sequence parallelism. FSDP reduce-scatters each
+  // layer's gradients in the backward (always overlapped). Composer's mixed_precision
+  // DEFAULT (FSDPConfig's default, the mode the benchmark tables state) computes in BF16
+  // (param_dtype) and reduces in FP32 (reduce_dtype) over FP32 flat parameters that the
+  // optimizer updates in place; the sharded gradients are FP32. The loss (torch
+  // CrossEntropyLoss) runs over the full vocabulary.
   FrameworkProfile llm_foundry;
   llm_foundry.framework = Framework::kLlmFoundry;
   llm_foundry.tp_comm_overlap = {false, false};
@@ -121,7 +122,6 @@ std::vector<FrameworkProfile> BuildProfiles() {
   llm_foundry.interleaved_pipeline = false;
   llm_foundry.context_parallel = false;
   llm_foundry.sequence_parallel = false;
-  llm_foundry.reduce_gradients_in_fp32 = false;
   llm_foundry.fp32_parameters = true;
   llm_foundry.vocab_parallel_loss = false;
   out.push_back(llm_foundry);
