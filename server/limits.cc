@@ -44,6 +44,7 @@ absl::Status ValidateJobSpecBounds(const v1::JobSpec& spec) {
       {"model.position_embedding", &spec.model().position_embedding()},
       {"training.precision", &spec.training().precision()},
       {"training.optimizer", &spec.training().optimizer()},
+      {"training.framework", &spec.training().framework()},
       {"cluster.gpu", &spec.cluster().gpu()},
       {"search.objective", &spec.search().objective()},
       {"search.mode", &spec.search().mode()},
