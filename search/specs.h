@@ -151,8 +151,8 @@ struct SearchOptions {
   int64_t verify_top_k = 0;
 
   // ---- Sharded data parallelism ----
-  /// Sharding stages to try; empty = none and optimizer (the distributed optimizer both
-  /// ways, where dp*cp > 1). Spec files may give `distributed_optimizer` instead (true =
+  /// Sharding stages to try; empty = none and the framework's usual stage (Megatron-Core:
+  /// the distributed optimizer, FSDP codebases: full), where dp*cp > 1. Spec files may give `distributed_optimizer` instead (true =
   /// optimizer, false = none).
   std::vector<DataParallelSharding> data_parallel_sharding;
   /// HSDP shard group (ranks); 0 = the whole dp*cp group. Layouts whose dp*cp it does not
@@ -161,7 +161,8 @@ struct SearchOptions {
   // ---- Communication overlaps ----
   /// Values of ParallelConfig's overlap flags to try: Megatron-Core's --tp-comm-overlap
   /// (needs sequence parallelism), --overlap-grad-reduce and --overlap-p2p-communication.
-  /// Empty = the framework defaults the exports use: off, on, on.
+  /// Empty = training.framework's defaults (Megatron-Core: off, on, on, what the exports
+  /// use); a framework without an overlap refuses true (search/framework_profile.h).
   std::vector<bool> tp_comm_overlap, overlap_grad_reduce, overlap_p2p_comm;
   /// Offloads to try; empty = none (offload is a last resort: it is tried only when asked).
   /// optimizer_and_params applies to fully sharded layouts only.

@@ -95,6 +95,9 @@ std::vector<Layout> BloomLayouts(const nlohmann::json& sweep) {
     Layout l;
     l.spec = SpecFromRecord(r);
     l.spec.model.vocab_size = kBloomPaddedVocab;
+    // BLOOM's runs are bigscience's Megatron-DeepSpeed (ZeRO-1 via DeepSpeed, the record's
+    // notes): its profile's overlaps and 16-bit gradient reduction.
+    l.spec.training.framework = Framework::kMegatronDeepspeed;
     l.config = LayoutFromRecord(r).config;
     ParallelConfig& c = l.config;
     c.vp = 1;

@@ -9,6 +9,7 @@
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/util/json_util.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "search/compose.h"
@@ -251,6 +252,35 @@ TEST(ConvertTest, MixtureOfExpertsSpecRoundTripsThroughTheWire) {
   absl::StatusOr<JobSpec> back = SpecFromProto(*wire);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(JobSpecToJson(*back), JobSpecToJson(*spec));
+}
+
+TEST(ConvertTest, EveryTrainingFrameworkRoundTripsThroughTheWire) {
+  for (const char* framework : {"megatron-core", "nemo", "megatron-deepspeed", "deepspeed",
+                                "torchtitan", "llm-foundry"}) {
+    absl::StatusOr<JobSpec> spec = JobSpecFromJson(json{
+        {"model", {{"preset", "llama2-7b"}}},
+        {"training", {{"seq_length", 4096}, {"global_batch_size", 64}, {"framework", framework}}},
+        {"cluster", {{"gpu", "h100-sxm-80gb"}, {"num_gpus", 8}}}});
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<v1::JobSpec> wire = SpecToProto(*spec);
+    ASSERT_TRUE(wire.ok()) << wire.status();
+    EXPECT_EQ(wire->training().framework(), framework);
+    absl::StatusOr<JobSpec> back = SpecFromProto(*wire);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->training.framework, spec->training.framework);
+    EXPECT_EQ(JobSpecToJson(*back), JobSpecToJson(*spec));
+  }
+  // Absent on the wire (a message from before the field): the default.
+  absl::StatusOr<JobSpec> spec = JobSpecFromJson(json::parse(R"({
+    "model": {"preset": "llama2-7b"}, "training": {"seq_length": 4096, "global_batch_size": 64},
+    "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8}})"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::JobSpec wire = *SpecToProto(*spec);
+  wire.mutable_training()->clear_framework();
+  EXPECT_EQ(SpecFromProto(wire)->training.framework, Framework::kMegatronCore);
+  wire.mutable_training()->set_framework("fsdp");
+  EXPECT_THAT(std::string(SpecFromProto(wire).status().message()),
+              ::testing::HasSubstr("training.framework: unknown framework 'fsdp'"));
 }
 
 TEST(ConvertTest, ResolvedSpecExpandsThePresetAndReadsBackToTheSameSpec) {
