@@ -11,6 +11,7 @@
 #include "client/inference_commands.h"
 #include "client/render.h"
 #include "client/spec_file.h"
+#include "inference/spec_io.h"
 #include "search/device_catalog.h"
 #include "search/empty_result.h"
 #include "search/exporters.h"
@@ -18,7 +19,6 @@
 #include "search/planner.h"
 #include "search/presets.h"
 #include "search/spec_io.h"
-#include "inference/spec_io.h"
 
 namespace paratune::client {
 namespace {

@@ -289,12 +289,18 @@ const char* ToString(DataParallelSharding v) {
 
 const char* ToString(Framework v) {
   switch (v) {
-    case Framework::kMegatronCore: return "megatron-core";
-    case Framework::kNemo: return "nemo";
-    case Framework::kMegatronDeepspeed: return "megatron-deepspeed";
-    case Framework::kDeepspeed: return "deepspeed";
-    case Framework::kTorchtitan: return "torchtitan";
-    case Framework::kLlmFoundry: return "llm-foundry";
+    case Framework::kMegatronCore:
+      return "megatron-core";
+    case Framework::kNemo:
+      return "nemo";
+    case Framework::kMegatronDeepspeed:
+      return "megatron-deepspeed";
+    case Framework::kDeepspeed:
+      return "deepspeed";
+    case Framework::kTorchtitan:
+      return "torchtitan";
+    case Framework::kLlmFoundry:
+      return "llm-foundry";
   }
   return "?";
 }

@@ -457,9 +457,9 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
       // the forward (optimizer_grads) every layer's 16-bit copy stays until its backward.
       state.gathered_weights /= 2.0;
       if (group.data_parallel_sharding == DataParallelSharding::kOptimizerGrads) {
-        state.weights = weight_bytes * params /
-                            static_cast<double>(std::max<int64_t>(group.ShardRanks(), 1)) +
-                        2.0 * params;
+        state.weights =
+            weight_bytes * params / static_cast<double>(std::max<int64_t>(group.ShardRanks(), 1)) +
+            2.0 * params;
       }
     }
     return state;

@@ -2,8 +2,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "search/model_math.h"
 #include "search/framework_profile.h"
+#include "search/model_math.h"
 
 namespace paratune {
 namespace {

@@ -293,8 +293,7 @@ std::vector<std::pair<Recompute, int64_t>> RecomputeChoices(const SearchOptions&
 // the latter with dp · cp > 1 only. With a shard group, only the layouts whose dp · cp it
 // divides shard.
 std::vector<DataParallelSharding> DataParallelShardingChoices(const SearchOptions& opt,
-                                                              Framework framework,
-                                                              int64_t dp_cp) {
+                                                              Framework framework, int64_t dp_cp) {
   if (!opt.data_parallel_sharding.empty()) return opt.data_parallel_sharding;
   std::vector<DataParallelSharding> out = {DataParallelSharding::kNone};
   if (dp_cp > 1 && (opt.shard_group_size == 0 || dp_cp % opt.shard_group_size == 0)) {
@@ -355,10 +354,10 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
                           framework.tp_comm_overlap.exists && framework.tp_comm_overlap.default_on,
                           true)
                : std::vector<bool>{false};
-        const std::vector<bool> p2p_overlaps = overlaps(
-            opt.overlap_p2p_comm,
-            framework.overlap_p2p_comm.exists && framework.overlap_p2p_comm.default_on,
-            shape.pp > 1 && vp > 1);
+        const std::vector<bool> p2p_overlaps =
+            overlaps(opt.overlap_p2p_comm,
+                     framework.overlap_p2p_comm.exists && framework.overlap_p2p_comm.default_on,
+                     shape.pp > 1 && vp > 1);
         for (const auto& [rc, rl] : recomputes) {
           c.recompute = rc;
           c.recompute_num_layers = rc == Recompute::kFull ? rl : 0;
@@ -526,9 +525,8 @@ absl::StatusOr<RankedConfig> Estimate(const JobSpec& spec, const ParallelConfig&
   absl::StatusOr<DeviceProfile> device = DeviceForCluster(spec.cluster);
   if (!device.ok()) return device.status();
   Scorer scorer{spec, *device, {}, {}};
-  const MemoryBreakdown mem =
-      EstimateMemory(spec, config, device->memory_bytes,
-                     FrameworkMemoryFor(*device, spec.training.framework));
+  const MemoryBreakdown mem = EstimateMemory(spec, config, device->memory_bytes,
+                                             FrameworkMemoryFor(*device, spec.training.framework));
   absl::StatusOr<RankedConfig> r = scorer.Score(config, mem, PipelineMode::kSimulated);
   if (r.ok()) r->rank = 1;
   return r;

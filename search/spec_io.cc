@@ -12,9 +12,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "search/framework_profile.h"
 #include "search/hf_import.h"
 #include "search/presets.h"
-#include "search/framework_profile.h"
 
 namespace paratune {
 namespace {

@@ -152,8 +152,8 @@ struct SearchOptions {
 
   // ---- Sharded data parallelism ----
   /// Sharding stages to try; empty = none and the framework's usual stage (Megatron-Core:
-  /// the distributed optimizer, FSDP codebases: full), where dp*cp > 1. Spec files may give `distributed_optimizer` instead (true =
-  /// optimizer, false = none).
+  /// the distributed optimizer, FSDP codebases: full), where dp*cp > 1. Spec files may give
+  /// `distributed_optimizer` instead (true = optimizer, false = none).
   std::vector<DataParallelSharding> data_parallel_sharding;
   /// HSDP shard group (ranks); 0 = the whole dp*cp group. Layouts whose dp*cp it does not
   /// divide are skipped.

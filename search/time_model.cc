@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_format.h"
 #include "search/collectives.h"
-#include "search/gemm_efficiency.h"
 #include "search/framework_profile.h"
+#include "search/gemm_efficiency.h"
 #include "search/memory_model.h"
 #include "search/model_math.h"
 #include "search/pipeline_schedule.h"

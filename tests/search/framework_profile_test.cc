@@ -3,10 +3,10 @@
 // stages, and refusals that name the field.
 #include "search/framework_profile.h"
 
-#include <algorithm>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "search/device_catalog.h"
 #include "search/memory_model.h"
@@ -109,10 +109,10 @@ TEST(FrameworkProfileTest, DeepSpeedLossBuffersHoldTheFullVocabulary) {
                    2.0 * Memory(Llama13b(Framework::kMegatronCore), tp2).loss_buffers);
 }
 
-// Megatron-DeepSpeed (Llama 2 7B) has no gradient-reduce overlap by default (ZeRO's overlap_comm is off
-// below stage 3). In FP16 both codebases reduce 16-bit gradients and keep the same memory,
-// so its default layout costs exactly what Megatron-Core's costs with the overlap pinned
-// off, and more than Megatron-Core's default.
+// Megatron-DeepSpeed (Llama 2 7B) has no gradient-reduce overlap by default (ZeRO's overlap_comm is
+// off below stage 3). In FP16 both codebases reduce 16-bit gradients and keep the same memory, so
+// its default layout costs exactly what Megatron-Core's costs with the overlap pinned off, and more
+// than Megatron-Core's default.
 TEST(FrameworkProfileTest, MegatronDeepSpeedExposesTheGradientReduction) {
   const auto plan = [](Framework f, std::vector<bool> grad_overlap) {
     JobSpec spec = Llama13b(f);

@@ -227,8 +227,9 @@ TEST(EstimateMemoryTest, CpuDeviceHasNoFrameworkWorkspace) {
   const FrameworkMemory cpu = FrameworkMemoryFor(*FindDevice("cpu"), Framework::kMegatronCore);
   EXPECT_EQ(cpu.workspace_bytes, 0);
   EXPECT_EQ(cpu.fragmentation_fraction, 0);
-  EXPECT_EQ(FrameworkMemoryFor(*FindDevice("h100-sxm-80gb"), Framework::kMegatronCore).workspace_bytes,
-            kFrameworkWorkspaceBytes);
+  EXPECT_EQ(
+      FrameworkMemoryFor(*FindDevice("h100-sxm-80gb"), Framework::kMegatronCore).workspace_bytes,
+      kFrameworkWorkspaceBytes);
   // What decides is the profile's host_memory, not its name.
   DeviceProfile host;
   host.name = "my-cpu-box";
@@ -236,7 +237,8 @@ TEST(EstimateMemoryTest, CpuDeviceHasNoFrameworkWorkspace) {
   EXPECT_EQ(FrameworkMemoryFor(host, Framework::kMegatronCore).workspace_bytes, 0);
   DeviceProfile renamed = *FindDevice("h100-sxm-80gb");
   renamed.name = "cpu";
-  EXPECT_EQ(FrameworkMemoryFor(renamed, Framework::kMegatronCore).workspace_bytes, kFrameworkWorkspaceBytes);
+  EXPECT_EQ(FrameworkMemoryFor(renamed, Framework::kMegatronCore).workspace_bytes,
+            kFrameworkWorkspaceBytes);
   const MemoryBreakdown on_cpu = EstimateMemory(spec, c, 16.0 * (1ull << 30), cpu);
   const MemoryBreakdown gpu_terms = EstimateMemory(spec, c, 16.0 * (1ull << 30));
   EXPECT_NEAR(gpu_terms.other - on_cpu.other,

@@ -3,14 +3,14 @@
 // wire form (Llama 3.1 405B: 126 layers over pp 8 x vp 8).
 #include "server/convert.h"
 
+#include <gmock/gmock.h>
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+
 #include <cstddef>
 #include <random>
 #include <string>
-
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/util/json_util.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "search/compose.h"
 #include "search/planner.h"
@@ -255,8 +255,8 @@ TEST(ConvertTest, MixtureOfExpertsSpecRoundTripsThroughTheWire) {
 }
 
 TEST(ConvertTest, EveryTrainingFrameworkRoundTripsThroughTheWire) {
-  for (const char* framework : {"megatron-core", "nemo", "megatron-deepspeed", "deepspeed",
-                                "torchtitan", "llm-foundry"}) {
+  for (const char* framework :
+       {"megatron-core", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan", "llm-foundry"}) {
     absl::StatusOr<JobSpec> spec = JobSpecFromJson(json{
         {"model", {{"preset", "llama2-7b"}}},
         {"training", {{"seq_length", 4096}, {"global_batch_size", 64}, {"framework", framework}}},
