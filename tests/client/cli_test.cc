@@ -300,7 +300,7 @@ TEST(CliTest, ExportWithoutFormatUsesTheFrameworksFormat) {
                            "bf16, framework: "
                         << framework << "}\ncluster: {gpu: h100-sxm-80gb, num_gpus: 8}\n"
                         << "search: {tp: 1, pp: 1, cp: 1, dp: 8, micro_batch_size: 1, "
-                           "sequence_parallel: false, recompute: full, recompute_num_layers: 0, "
+                           "sequence_parallel: false, recompute: full, recompute_num_layers: 1, "
                            "data_parallel_sharding: full}\n";
     return path;
   };
