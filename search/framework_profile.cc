@@ -17,7 +17,9 @@ std::vector<FrameworkProfile> BuildProfiles() {
 
   // Megatron-LM / Megatron-Core (megatron/training/arguments.py): --tp-comm-overlap is
   // opt-in; --overlap-grad-reduce is what ParaTune's Megatron export passes;
-  // --overlap-p2p-communication is on unless --no-overlap-p2p-communication. With BF16 the
+  // --overlap-p2p-communication is on unless --no-overlap-p2p-communication;
+  // --overlap-param-gather (with the distributed optimizer and --overlap-grad-reduce) is
+  // what the time model assumes and the export passes. With BF16 the
   // gradients accumulate and all-reduce in FP32 (accumulate_allreduce_grads_in_fp32 is
   // forced on: main_grad buffers of 4 bytes). Sharding: --use-distributed-optimizer and
   // Megatron-FSDP's --data-parallel-sharding-strategy optim_grads / optim_grads_params.
@@ -29,6 +31,7 @@ std::vector<FrameworkProfile> BuildProfiles() {
   megatron.overlap_grad_reduce = {true, true};
   megatron.overlap_grad_reduce_on_with_full_sharding = true;
   megatron.overlap_p2p_comm = {true, true};
+  megatron.overlap_param_gather = {true, true};
   megatron.sharding = {DPS::kNone, DPS::kOptimizer, DPS::kOptimizerGrads, DPS::kFull};
   megatron.open_sharding = {DPS::kOptimizer};
   megatron.export_format = "megatron";
@@ -48,7 +51,9 @@ std::vector<FrameworkProfile> BuildProfiles() {
   // (deepspeed/runtime/pipe: a non-interleaved 1F1B TrainSchedule with blocking sends, and
   // ZeRO stage 0 or 1 only: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
   // parallelism"); no Transformer Engine TP overlap and no ring context parallelism.
-  // Gradient reduction is ZeRO's overlap_comm (DeepSpeedZeroConfig: off unless stage 3),
+  // Gradient reduction is ZeRO's overlap_comm (DeepSpeedZeroConfig: off unless stage 3);
+  // ZeRO-1/2 all-gather the updated partitions after the step, before the next forward
+  // (runtime/zero/stage_1_and_2.py step: all_gather_dp_groups), with no overlap;
   // in the engine's communication_data_type (the 16-bit dtype with bf16/fp16 enabled);
   // BF16 runs use BF16_Optimizer, which accumulates gradients in FP32 buffers
   // (deepspeed/runtime/bf16_optimizer.py fp32_groups_gradients: 4 bytes per parameter).
@@ -58,6 +63,7 @@ std::vector<FrameworkProfile> BuildProfiles() {
   megatron_deepspeed.overlap_grad_reduce = {true, false};
   megatron_deepspeed.overlap_grad_reduce_on_with_full_sharding = true;
   megatron_deepspeed.overlap_p2p_comm = {false, false};
+  megatron_deepspeed.overlap_param_gather = {false, false};
   megatron_deepspeed.sharding = {DPS::kNone, DPS::kOptimizer, DPS::kOptimizerGrads, DPS::kFull};
   megatron_deepspeed.open_sharding = {DPS::kOptimizer};
   megatron_deepspeed.interleaved_pipeline = false;
@@ -86,6 +92,8 @@ std::vector<FrameworkProfile> BuildProfiles() {
   // forward to backward: optimizer_grads), replicate (DDP) for none; no ZeRO-1 form.
   // mixed_precision_param bfloat16 over FP32 parameters (the optimizer updates them
   // in place: Adam's m and v only), mixed_precision_reduce float32; FP32 sharded gradients.
+  // With "never" the parameters are gathered again layer by layer in the next forward,
+  // prefetched (the sharded optimizer's gather overlapped).
   // Async TP (experimental.enable_async_tensor_parallel, off by default); TP's plan shards
   // the norms by sequence; loss_parallel (vocab-parallel loss) unless disabled; pipeline
   // schedules with interleaving (torch.distributed.pipelining) and context parallelism.
@@ -95,6 +103,7 @@ std::vector<FrameworkProfile> BuildProfiles() {
   torchtitan.overlap_grad_reduce = {true, true};
   torchtitan.overlap_grad_reduce_on_with_full_sharding = true;
   torchtitan.overlap_p2p_comm = {true, true};
+  torchtitan.overlap_param_gather = {true, true};
   torchtitan.sharding = {DPS::kNone, DPS::kOptimizerGrads, DPS::kFull};
   torchtitan.open_sharding = {DPS::kFull};
   torchtitan.fp32_parameters = true;
@@ -105,7 +114,9 @@ std::vector<FrameworkProfile> BuildProfiles() {
   // and scripts/train/benchmarking): PyTorch FSDP (FSDP1) with sharding_strategy
   // FULL_SHARD (the yamls' default), SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD (a shard
   // group); no pipeline, context or Megatron sequence parallelism. FSDP reduce-scatters each
-  // layer's gradients in the backward (always overlapped). Composer's mixed_precision
+  // layer's gradients in the backward (always overlapped); after the step SHARD_GRAD_OP
+  // gathers each unit again in the next forward, behind the previous unit's compute
+  // (FSDP's CPU run-ahead issues it early). Composer's mixed_precision
   // DEFAULT (FSDPConfig's default, the mode the benchmark tables state) computes in BF16
   // (param_dtype) and reduces in FP32 (reduce_dtype) over FP32 flat parameters that the
   // optimizer updates in place; the sharded gradients are FP32. The loss (torch
@@ -116,6 +127,7 @@ std::vector<FrameworkProfile> BuildProfiles() {
   llm_foundry.overlap_grad_reduce = {true, true};
   llm_foundry.overlap_grad_reduce_on_with_full_sharding = true;
   llm_foundry.overlap_p2p_comm = {false, false};
+  llm_foundry.overlap_param_gather = {true, true};
   llm_foundry.sharding = {DPS::kNone, DPS::kOptimizerGrads, DPS::kFull};
   llm_foundry.open_sharding = {DPS::kFull};
   llm_foundry.pipeline_parallel = false;
@@ -168,6 +180,15 @@ bool DefaultOverlapGradReduce(Framework framework, DataParallelSharding sharding
   return p.overlap_grad_reduce.default_on;
 }
 
+bool DefaultOverlapParamGather(Framework framework, DataParallelSharding sharding) {
+  if (sharding != DataParallelSharding::kOptimizer &&
+      sharding != DataParallelSharding::kOptimizerGrads) {
+    return true;
+  }
+  const FrameworkProfile& p = ProfileOf(framework);
+  return p.overlap_param_gather.exists && p.overlap_param_gather.default_on;
+}
+
 double GradientReduceBytes(Framework framework, Precision precision) {
   if (precision == Precision::kFp32) return 4.0;
   if (precision == Precision::kFp16) return 2.0;
@@ -212,6 +233,14 @@ absl::Status CheckLayoutForFramework(const ParallelConfig& c, Framework framewor
                      " with search.pp (", c.pp, ") > 1: training.framework ", name,
                      " pipelines with DeepSpeed's engine, which takes ZeRO stage 0 or 1 only"));
   }
+  if (c.overlap_param_gather && !p.overlap_param_gather.exists && c.dp * c.cp > 1 &&
+      (c.data_parallel_sharding == DataParallelSharding::kOptimizer ||
+       c.data_parallel_sharding == DataParallelSharding::kOptimizerGrads)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("search.overlap_param_gather (true) needs training.framework ",
+                     FrameworksWith(&FrameworkProfile::overlap_param_gather), " (", name,
+                     " all-gathers the sharded optimizer's parameters after the step)"));
+  }
   if (c.tp_comm_overlap && !p.tp_comm_overlap.exists) {
     return absl::InvalidArgumentError(
         absl::StrCat("search.tp_comm_overlap (true) needs training.framework ",
@@ -236,6 +265,8 @@ absl::Status CheckSearchForFramework(const SearchOptions& o, Framework framework
            &FrameworkProfile::overlap_grad_reduce, "gradient-reduce overlap"},
           {"search.overlap_p2p_comm", &o.overlap_p2p_comm, &FrameworkProfile::overlap_p2p_comm,
            "pipeline send/receive overlap"},
+          {"search.overlap_param_gather", &o.overlap_param_gather,
+           &FrameworkProfile::overlap_param_gather, "parameter all-gather overlap"},
       };
   for (const auto& [field, values, overlap, what] : overlaps) {
     if (asks_true(*values) && !(p.*overlap).exists) {

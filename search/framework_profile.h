@@ -36,6 +36,9 @@ struct FrameworkProfile {
   bool overlap_grad_reduce_on_with_full_sharding = false;
   /// Asynchronous pipeline sends and receives of the interleaved schedule.
   OverlapFact overlap_p2p_comm;
+  /// The sharded optimizer's (optimizer, optimizer_grads) parameter all-gather behind the
+  /// next forward.
+  OverlapFact overlap_param_gather;
   /// Data-parallel sharding stages the codebase runs.
   std::vector<DataParallelSharding> sharding;
   /// Stages tried besides none when `search.data_parallel_sharding` is empty (where
@@ -67,6 +70,9 @@ const FrameworkProfile& ProfileOf(Framework framework);
 
 /// The overlap flag values a layout takes when `search` lists none.
 bool DefaultOverlapGradReduce(Framework framework, DataParallelSharding sharding);
+/// On where the stage has no post-step all-gather (none, full): the flag then changes
+/// nothing.
+bool DefaultOverlapParamGather(Framework framework, DataParallelSharding sharding);
 
 /// Bytes per gradient element of the data-parallel reduction under `precision`.
 double GradientReduceBytes(Framework framework, Precision precision);

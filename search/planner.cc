@@ -368,6 +368,12 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
                 overlaps(opt.overlap_grad_reduce,
                          DefaultOverlapGradReduce(spec.training.framework, sharding),
                          shape.dp * shape.cp > 1);
+            const std::vector<bool> param_gather_overlaps =
+                overlaps(opt.overlap_param_gather,
+                         DefaultOverlapParamGather(spec.training.framework, sharding),
+                         shape.dp * shape.cp > 1 &&
+                             (sharding == DataParallelSharding::kOptimizer ||
+                              sharding == DataParallelSharding::kOptimizerGrads));
             for (Offload offload : offloads) {
             // Parameter offload streams the shards of a fully sharded layout only.
             if (offload == Offload::kOptimizerAndParams &&
@@ -385,7 +391,10 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
                   c.overlap_grad_reduce = grad_overlap;
                   for (bool p2p_overlap : p2p_overlaps) {
                     c.overlap_p2p_comm = p2p_overlap;
-                    visit(c);
+                    for (bool gather_overlap : param_gather_overlaps) {
+                      c.overlap_param_gather = gather_overlap;
+                      visit(c);
+                    }
                   }
                 }
               }

@@ -618,6 +618,7 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
                           "tp_comm_overlap",
                           "overlap_grad_reduce",
                           "overlap_p2p_comm",
+                          "overlap_param_gather",
                           "offload"});
       !s.ok()) {
     return s;
@@ -641,7 +642,8 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
   for (const auto& [key, list] : {std::pair<const char*, std::vector<bool>*>{
                                       "tp_comm_overlap", &o->tp_comm_overlap},
                                   {"overlap_grad_reduce", &o->overlap_grad_reduce},
-                                  {"overlap_p2p_comm", &o->overlap_p2p_comm}}) {
+                                  {"overlap_p2p_comm", &o->overlap_p2p_comm},
+                                  {"overlap_param_gather", &o->overlap_param_gather}}) {
     if (auto s = ReadList(obj, sec, key, AsBool, list); !s.ok()) return s;
   }
   if (auto s = ReadDataParallelSharding(obj, sec, o); !s.ok()) return s;
@@ -796,6 +798,7 @@ json JobSpecToJson(const JobSpec& spec) {
                     {"tp_comm_overlap", BoolsToJson(o.tp_comm_overlap)},
                     {"overlap_grad_reduce", BoolsToJson(o.overlap_grad_reduce)},
                     {"overlap_p2p_comm", BoolsToJson(o.overlap_p2p_comm)},
+                    {"overlap_param_gather", BoolsToJson(o.overlap_param_gather)},
                     {"recompute", recompute},
                     {"recompute_num_layers", IntsToJson(o.recompute_num_layers)},
                     {"data_parallel_sharding", sharding},
@@ -920,11 +923,14 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
   c.overlap_grad_reduce =
       DefaultOverlapGradReduce(spec.training.framework, c.data_parallel_sharding);
   c.overlap_p2p_comm = framework.overlap_p2p_comm.exists && framework.overlap_p2p_comm.default_on;
+  c.overlap_param_gather =
+      DefaultOverlapParamGather(spec.training.framework, c.data_parallel_sharding);
   for (const auto& [key, list, flag] :
        {std::tuple<const char*, const std::vector<bool>*, bool*>{
             "tp_comm_overlap", &o.tp_comm_overlap, &c.tp_comm_overlap},
         {"overlap_grad_reduce", &o.overlap_grad_reduce, &c.overlap_grad_reduce},
-        {"overlap_p2p_comm", &o.overlap_p2p_comm, &c.overlap_p2p_comm}}) {
+        {"overlap_p2p_comm", &o.overlap_p2p_comm, &c.overlap_p2p_comm},
+        {"overlap_param_gather", &o.overlap_param_gather, &c.overlap_param_gather}}) {
     if (list->size() == 1) {
       *flag = (*list)[0];
     } else if (!list->empty()) {

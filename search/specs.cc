@@ -485,6 +485,7 @@ absl::Status SearchOptions::Validate() const {
       {"search.tp_comm_overlap", tp_comm_overlap.size()},
       {"search.overlap_grad_reduce", overlap_grad_reduce.size()},
       {"search.overlap_p2p_comm", overlap_p2p_comm.size()},
+      {"search.overlap_param_gather", overlap_param_gather.size()},
       {"search.offload", offload.size()}};
   for (const auto& [field, entries] : lengths) {
     if (auto s = CheckListLength(field, entries); !s.ok()) return s;
@@ -507,7 +508,8 @@ absl::Status SearchOptions::Validate() const {
        {std::pair<const char*, const std::vector<bool>*>{"search.tp_comm_overlap",
                                                          &tp_comm_overlap},
         {"search.overlap_grad_reduce", &overlap_grad_reduce},
-        {"search.overlap_p2p_comm", &overlap_p2p_comm}}) {
+        {"search.overlap_p2p_comm", &overlap_p2p_comm},
+        {"search.overlap_param_gather", &overlap_param_gather}}) {
     if (auto s = CheckNoDuplicates(field, *values); !s.ok()) return s;
   }
   if (auto s = CheckNoDuplicates("search.offload", offload); !s.ok()) return s;

@@ -160,10 +160,13 @@ struct SearchOptions {
   int64_t shard_group_size = 0;
   // ---- Communication overlaps ----
   /// Values of ParallelConfig's overlap flags to try: Megatron-Core's --tp-comm-overlap
-  /// (needs sequence parallelism), --overlap-grad-reduce and --overlap-p2p-communication.
+  /// (needs sequence parallelism), --overlap-grad-reduce, --overlap-p2p-communication and
+  /// --overlap-param-gather.
   /// Empty = training.framework's defaults (Megatron-Core: off, on, on, what the exports
   /// use); a framework without an overlap refuses true (search/framework_profile.h).
-  std::vector<bool> tp_comm_overlap, overlap_grad_reduce, overlap_p2p_comm;
+  /// overlap_param_gather: Megatron's --overlap-param-gather (a sharded optimizer's
+  /// all-gather behind the next forward).
+  std::vector<bool> tp_comm_overlap, overlap_grad_reduce, overlap_p2p_comm, overlap_param_gather;
   /// Offloads to try; empty = none (offload is a last resort: it is tried only when asked).
   /// optimizer_and_params applies to fully sharded layouts only.
   std::vector<Offload> offload;

@@ -625,26 +625,26 @@ double ExposedDataParallelSeconds(const ParallelConfig& config, const DeviceProf
     return AllGatherSeconds(count * e, links.shard_ranks, links.shard);
   };
   const double bucket = std::min(params, kGradBucketParams);
-  if (config.data_parallel_sharding == DataParallelSharding::kOptimizerGrads) {
-    return reduce(bucket) + gather(bucket);
-  }
   if (config.data_parallel_sharding == DataParallelSharding::kFull) {
     return reduce(std::min(params, layer_params));
+  }
+  // The sharded optimizer's parameter all-gather: behind the next forward but its first
+  // bucket (--overlap-param-gather, which needs the gradient overlap), else all of it.
+  const double param_gather = !config.distributed_optimizer() ? 0.0
+                              : config.overlap_param_gather && config.overlap_grad_reduce
+                                  ? gather(bucket)
+                                  : gather(params);
+  if (config.data_parallel_sharding == DataParallelSharding::kOptimizerGrads) {
+    return reduce(bucket) + param_gather;
   }
   double window = 0;
   for (int64_t j = 0; j < v; ++j) window += pipe.backward[r * v + j];
   const double total = reduce(params);
-  if (!config.overlap_grad_reduce) {
-    return total + (config.distributed_optimizer() ? gather(params) : 0.0);
-  }
+  if (!config.overlap_grad_reduce) return total + param_gather;
   const double last_bucket = reduce(bucket);
   double exposed = std::max(last_bucket, total - window) +
                    device.comm_overlap_slowdown * Hidden(total - last_bucket, window);
-  if (config.distributed_optimizer()) {
-    // Parameter all-gather overlapped with the next forward except its first bucket.
-    exposed += gather(bucket);
-  }
-  return exposed;
+  return exposed + param_gather;
 }
 
 // Each stage's end: its last backward, its TP gradient sync, its exposed DP reduce and its

@@ -109,6 +109,7 @@ std::vector<Layout> BloomLayouts(const nlohmann::json& sweep) {
         c.dp > 1 && !stage0 ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
     c.overlap_grad_reduce = false;
     c.overlap_p2p_comm = false;
+    c.overlap_param_gather = false;
     l.group = absl::StrFormat("%s n%d B%d", Str(r, "model_name"), l.spec.cluster.num_gpus,
                               l.spec.training.global_batch_size);
     l.id = absl::StrCat("bloom#", row);

@@ -8,11 +8,13 @@
 
 #include <algorithm>
 
+#include "search/collectives.h"
 #include "search/device_catalog.h"
 #include "search/memory_model.h"
 #include "search/model_math.h"
 #include "search/planner.h"
 #include "search/presets.h"
+#include "search/sharded_data_parallel.h"
 #include "search/spec_io.h"
 
 namespace paratune {
@@ -140,6 +142,49 @@ TEST(FrameworkProfileTest, MegatronDeepSpeedExposesTheGradientReduction) {
   EXPECT_DOUBLE_EQ(deepspeed.time.dp_comm, pinned_off.time.dp_comm);
   EXPECT_DOUBLE_EQ(deepspeed.iteration_time_s, pinned_off.iteration_time_s);
   EXPECT_GT(deepspeed.time.dp_comm, megatron.time.dp_comm);
+}
+
+// --overlap-param-gather: the distributed optimizer's all-gather of the updated 16-bit
+// parameters runs behind the next forward but its first 40M-parameter bucket. Pinned off it
+// is all exposed: the step grows by exactly AllGather(2Ψ) − AllGather(2·40M) over the 8
+// ranks' NVLink. Megatron-DeepSpeed (ZeRO-1's gather after the step) has it off and refuses
+// it on.
+TEST(FrameworkProfileTest, ParamGatherOverlapHidesAllButTheFirstBucket) {
+  const auto plan = [](Framework f, std::vector<bool> gather_overlap) {
+    JobSpec spec = Llama13b(f);
+    spec.model = *FindPreset("llama2-7b");
+    spec.search.tp = {1};
+    spec.search.pp = {1};
+    spec.search.cp = {1};
+    spec.search.dp = {8};
+    spec.search.micro_batch_size = {1};
+    spec.search.sequence_parallel = {false};
+    spec.search.recompute = {Recompute::kFull};
+    spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
+    spec.search.overlap_param_gather = std::move(gather_overlap);
+    absl::StatusOr<PlanResult> result = Plan(spec);
+    EXPECT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->ranked.size(), 1u);
+    return result->ranked.front();
+  };
+  const RankedConfig on = plan(Framework::kMegatronCore, {});
+  const RankedConfig off = plan(Framework::kMegatronCore, {false});
+  EXPECT_TRUE(on.config.overlap_param_gather);
+  EXPECT_FALSE(off.config.overlap_param_gather);
+  const DeviceProfile device = *FindDevice("h100-sxm-80gb");
+  const ShardedLinks links = ShardedDataParallelLinks(on.config, device, 8);
+  const double psi = StageParamsSplit(*FindPreset("llama2-7b"), on.config, 0).dense;
+  const double expected = AllGatherSeconds(2.0 * psi, 8, links.shard) -
+                          AllGatherSeconds(2.0 * kReduceBucketParams, 8, links.shard);
+  EXPECT_NEAR(off.time.dp_comm - on.time.dp_comm, expected, 1e-9);
+  EXPECT_NEAR(off.iteration_time_s - on.iteration_time_s, expected, 1e-9);
+
+  EXPECT_FALSE(plan(Framework::kMegatronDeepspeed, {}).config.overlap_param_gather);
+  JobSpec spec = Llama13b(Framework::kDeepspeed);
+  spec.search.overlap_param_gather = {true};
+  EXPECT_EQ(spec.Validate().message(),
+            "search.overlap_param_gather [true] needs training.framework megatron-core, nemo, "
+            "torchtitan, llm-foundry (deepspeed has no parameter all-gather overlap)");
 }
 
 // Gradient reduction dtype: Megatron-Core all-reduces BF16 gradients in FP32, DeepSpeed in

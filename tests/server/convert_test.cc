@@ -78,6 +78,7 @@ ParallelConfig RandomLayout(std::mt19937_64& rng) {
   c.overlap_grad_reduce = flag();
   c.tp_comm_overlap = flag();
   c.overlap_p2p_comm = flag();
+  c.overlap_param_gather = flag();
   c.ep = size();
   c.etp = size();
   c.moe_token_dispatcher = kDispatchers[rng() % 3];
@@ -95,7 +96,7 @@ ParallelConfig RandomLayout(std::mt19937_64& rng) {
 TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
   std::mt19937_64 rng(20240521);
   const ParallelConfig defaults;
-  int differs_from_default[19] = {};
+  int differs_from_default[20] = {};
   for (int i = 0; i < 5000; ++i) {
     const ParallelConfig c = RandomLayout(rng);
     const v1::ParallelConfig wire = ToProto(c);
@@ -112,7 +113,7 @@ TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
     ASSERT_EQ(*ParallelConfigFromProto(from_json), c) << WireJson(wire);
 
     // The sample exercises every field away from its default, so a dropped one fails above.
-    const bool changed[19] = {
+    const bool changed[20] = {
         c.tp != defaults.tp,
         c.pp != defaults.pp,
         c.dp != defaults.dp,
@@ -126,15 +127,16 @@ TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
         c.overlap_grad_reduce != defaults.overlap_grad_reduce,
         c.tp_comm_overlap != defaults.tp_comm_overlap,
         c.overlap_p2p_comm != defaults.overlap_p2p_comm,
+        c.overlap_param_gather != defaults.overlap_param_gather,
         c.ep != defaults.ep,
         c.etp != defaults.etp,
         c.moe_token_dispatcher != defaults.moe_token_dispatcher,
         c.data_parallel_sharding != defaults.data_parallel_sharding,
         c.shard_group_size != defaults.shard_group_size,
         c.offload != defaults.offload};
-    for (int f = 0; f < 19; ++f) differs_from_default[f] += changed[f];
+    for (int f = 0; f < 20; ++f) differs_from_default[f] += changed[f];
   }
-  for (int f = 0; f < 19; ++f) EXPECT_GT(differs_from_default[f], 1000) << "field " << f;
+  for (int f = 0; f < 20; ++f) EXPECT_GT(differs_from_default[f], 1000) << "field " << f;
 }
 TEST(ConvertTest, ALayoutStoredWithOnlyDistributedOptimizerReadsAsOptimizerSharding) {
   v1::ParallelConfig stored;
@@ -165,9 +167,11 @@ TEST(ConvertTest, FlagsOnByDefaultAreExplicitOnTheWireAndOnWhenAbsent) {
   ParallelConfig off;
   off.overlap_grad_reduce = false;
   off.overlap_p2p_comm = false;
+  off.overlap_param_gather = false;
   const json j = json::parse(WireJson(ToProto(off)));
   EXPECT_EQ(j["overlap_grad_reduce"], false);
   EXPECT_EQ(j["overlap_p2p_comm"], false);
+  EXPECT_EQ(j["overlap_param_gather"], false);
   EXPECT_EQ(j["split_counts_embedding_and_loss"], false);
   EXPECT_EQ(j["tp_comm_overlap"], false);
 
@@ -179,6 +183,7 @@ TEST(ConvertTest, FlagsOnByDefaultAreExplicitOnTheWireAndOnWhenAbsent) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->overlap_grad_reduce);
   EXPECT_TRUE(c->overlap_p2p_comm);
+  EXPECT_TRUE(c->overlap_param_gather);
   EXPECT_FALSE(c->split_counts_embedding_and_loss);
   EXPECT_FALSE(c->tp_comm_overlap);
   // Nor the expert layout: no expert parallelism, the all-to-all dispatcher.
