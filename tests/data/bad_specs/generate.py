@@ -146,6 +146,9 @@ mut("unknown_framework", "rgp", "training.framework", "unknown training framewor
 mut("framework_without_tp_comm_overlap", "rgp", "search.tp_comm_overlap",
     "an overlap the framework lacks, asked for",
     **{"training.framework": "deepspeed", "search.tp_comm_overlap": [True]})
+mut("framework_without_param_gather_overlap", "rgp", "search.overlap_param_gather",
+    "an overlap the framework lacks, asked for",
+    **{"training.framework": "megatron-deepspeed", "search.overlap_param_gather": [True]})
 mut("framework_without_sharding_stage", "rgp", "search.data_parallel_sharding",
     "a sharding stage the framework lacks, asked for",
     **{"training.framework": "torchtitan", "search.data_parallel_sharding": ["optimizer"]})
