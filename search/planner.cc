@@ -368,12 +368,11 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
                 overlaps(opt.overlap_grad_reduce,
                          DefaultOverlapGradReduce(spec.training.framework, sharding),
                          shape.dp * shape.cp > 1);
-            const std::vector<bool> param_gather_overlaps =
-                overlaps(opt.overlap_param_gather,
-                         DefaultOverlapParamGather(spec.training.framework, sharding),
-                         shape.dp * shape.cp > 1 &&
-                             (sharding == DataParallelSharding::kOptimizer ||
-                              sharding == DataParallelSharding::kOptimizerGrads));
+            const std::vector<bool> param_gather_overlaps = overlaps(
+                opt.overlap_param_gather,
+                DefaultOverlapParamGather(spec.training.framework, sharding),
+                shape.dp * shape.cp > 1 && (sharding == DataParallelSharding::kOptimizer ||
+                                            sharding == DataParallelSharding::kOptimizerGrads));
             for (Offload offload : offloads) {
             // Parameter offload streams the shards of a fully sharded layout only.
             if (offload == Offload::kOptimizerAndParams &&

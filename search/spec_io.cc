@@ -639,11 +639,11 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
   if (auto s = ReadList(obj, sec, "sequence_parallel", AsBool, &o->sequence_parallel); !s.ok()) {
     return s;
   }
-  for (const auto& [key, list] : {std::pair<const char*, std::vector<bool>*>{
-                                      "tp_comm_overlap", &o->tp_comm_overlap},
-                                  {"overlap_grad_reduce", &o->overlap_grad_reduce},
-                                  {"overlap_p2p_comm", &o->overlap_p2p_comm},
-                                  {"overlap_param_gather", &o->overlap_param_gather}}) {
+  for (const auto& [key, list] :
+       {std::pair<const char*, std::vector<bool>*>{"tp_comm_overlap", &o->tp_comm_overlap},
+        {"overlap_grad_reduce", &o->overlap_grad_reduce},
+        {"overlap_p2p_comm", &o->overlap_p2p_comm},
+        {"overlap_param_gather", &o->overlap_param_gather}}) {
     if (auto s = ReadList(obj, sec, key, AsBool, list); !s.ok()) return s;
   }
   if (auto s = ReadDataParallelSharding(obj, sec, o); !s.ok()) return s;

@@ -504,12 +504,11 @@ absl::Status SearchOptions::Validate() const {
   if (auto s = CheckNoDuplicates("search.sequence_parallel", sequence_parallel); !s.ok()) {
     return s;
   }
-  for (const auto& [field, values] :
-       {std::pair<const char*, const std::vector<bool>*>{"search.tp_comm_overlap",
-                                                         &tp_comm_overlap},
-        {"search.overlap_grad_reduce", &overlap_grad_reduce},
-        {"search.overlap_p2p_comm", &overlap_p2p_comm},
-        {"search.overlap_param_gather", &overlap_param_gather}}) {
+  for (const auto& [field, values] : {std::pair<const char*, const std::vector<bool>*>{
+                                          "search.tp_comm_overlap", &tp_comm_overlap},
+                                      {"search.overlap_grad_reduce", &overlap_grad_reduce},
+                                      {"search.overlap_p2p_comm", &overlap_p2p_comm},
+                                      {"search.overlap_param_gather", &overlap_param_gather}}) {
     if (auto s = CheckNoDuplicates(field, *values); !s.ok()) return s;
   }
   if (auto s = CheckNoDuplicates("search.offload", offload); !s.ok()) return s;

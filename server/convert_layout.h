@@ -18,7 +18,8 @@ namespace paratune::server {
 /// overlap_param_gather (on by default) are always set, so the wire says off explicitly.
 v1::ParallelConfig ToProto(const ParallelConfig& config);
 /// The layout back; a wire layout without overlap_grad_reduce / overlap_p2p_comm /
-/// overlap_param_gather gets the domain default (on). InvalidArgument naming `recompute` for an unknown mode.
+/// overlap_param_gather gets the domain default (on). InvalidArgument naming `recompute` for an
+/// unknown mode.
 absl::StatusOr<ParallelConfig> ParallelConfigFromProto(const v1::ParallelConfig& config);
 
 }  // namespace paratune::server
