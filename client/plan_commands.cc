@@ -11,13 +11,14 @@
 #include "client/inference_commands.h"
 #include "client/render.h"
 #include "client/spec_file.h"
+#include "inference/spec_io.h"
 #include "search/device_catalog.h"
 #include "search/empty_result.h"
 #include "search/exporters.h"
+#include "search/framework_profile.h"
 #include "search/planner.h"
 #include "search/presets.h"
 #include "search/spec_io.h"
-#include "inference/spec_io.h"
 
 namespace paratune::client {
 namespace {
@@ -134,17 +135,32 @@ struct ExportOptions {
 
 int RunExport(const ExportOptions& o) {
   if (auto j = InferenceSpec(o.spec_path)) {
+    if (o.format.empty()) {
+      return Fail(absl::InvalidArgumentError(
+          "--format is required for a kind: inference spec (trtllm, vllm or sglang)"));
+    }
     return RunInferenceExport(*j, o.spec_path, o.format, o.rank);
-  }
-  const TrainingExporter* exporter = FindTrainingExporter(o.format);
-  if (exporter == nullptr) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--format ", o.format,
-                     " exports inference specs (kind: inference); a training spec "
-                     "exports as megatron, nemo, deepspeed or torchtitan")));
   }
   auto spec = LoadSpec(o.spec_path);
   if (!spec.ok()) return Fail(spec.status());
+  // Without --format, the format of the spec's training.framework.
+  std::string format = o.format;
+  if (format.empty()) {
+    const char* framework_format = ProfileOf(spec->training.framework).export_format;
+    if (framework_format == nullptr) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "training.framework ", ToString(spec->training.framework),
+          " has no export format: give --format megatron, nemo, deepspeed or torchtitan")));
+    }
+    format = framework_format;
+  }
+  const TrainingExporter* exporter = FindTrainingExporter(format);
+  if (exporter == nullptr) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--format ", format,
+                     " exports inference specs (kind: inference); a training spec "
+                     "exports as megatron, nemo, deepspeed or torchtitan")));
+  }
   ParallelConfig layout;
   auto pinned = PinnedLayout(*spec);
   if (o.rank == 0 && pinned.ok()) {
@@ -215,8 +231,9 @@ void RegisterPlanCommands(CLI::App& app, int* exit_code) {
       ->add_option("--format", export_options->format,
                    "megatron (pretrain_gpt.py arguments), nemo (megatron_gpt_config.yaml "
                    "overrides), deepspeed (ds_config.json) or torchtitan (job TOML); for "
-                   "kind: inference specs trtllm, vllm or sglang")
-      ->required()
+                   "kind: inference specs trtllm, vllm or sglang (required). Default for a "
+                   "training spec: its training.framework's (megatron-core: megatron, nemo: "
+                   "nemo, megatron-deepspeed and deepspeed: deepspeed, torchtitan: torchtitan)")
       ->check(CLI::IsMember(
           {"megatron", "nemo", "deepspeed", "torchtitan", "trtllm", "vllm", "sglang"}));
   exporter

@@ -308,6 +308,31 @@ const char* ToString(DataParallelSharding v) {
   return "?";
 }
 
+const char* ToString(Framework v) {
+  switch (v) {
+    case Framework::kMegatronCore:
+      return "megatron-core";
+    case Framework::kNemo:
+      return "nemo";
+    case Framework::kMegatronDeepspeed:
+      return "megatron-deepspeed";
+    case Framework::kDeepspeed:
+      return "deepspeed";
+    case Framework::kTorchtitan:
+      return "torchtitan";
+    case Framework::kLlmFoundry:
+      return "llm-foundry";
+  }
+  return "?";
+}
+
+absl::StatusOr<Framework> ParseFramework(absl::string_view s) {
+  static constexpr Framework kAll[] = {Framework::kMegatronCore,      Framework::kNemo,
+                                       Framework::kMegatronDeepspeed, Framework::kDeepspeed,
+                                       Framework::kTorchtitan,        Framework::kLlmFoundry};
+  return ParseEnum("framework", s, kAll);
+}
+
 absl::StatusOr<Offload> ParseOffload(absl::string_view s) {
   static constexpr Offload kAll[] = {Offload::kNone, Offload::kOptimizer,
                                      Offload::kOptimizerAndParams};

@@ -61,6 +61,16 @@ enum class OffloadModule {
 /// no s x s scores stored), or the scores materialised with a fused scale-mask-softmax
 /// kernel ("fused", Megatron's), or with separate PyTorch ops ("unfused").
 enum class AttentionKernel { kFlash3, kFlash2, kFlash1, kFused, kUnfused };
+/// The training codebase a job runs on (training.framework): its overlaps, sharding
+/// stages, dtypes and loss buffers are search/framework_profile.h's table.
+enum class Framework {
+  kMegatronCore,       ///< Megatron-LM / Megatron-Core (the default).
+  kNemo,               ///< NeMo 2.0 / Megatron-Bridge, on Megatron-Core.
+  kMegatronDeepspeed,  ///< microsoft/Megatron-DeepSpeed: Megatron model code, DeepSpeed engine.
+  kDeepspeed,          ///< DeepSpeed ZeRO on a PyTorch model.
+  kTorchtitan,         ///< torchtitan: FSDP2, TP, PP, CP as DTensor parallelisms.
+  kLlmFoundry,         ///< llm-foundry / Composer: PyTorch FSDP (FSDP1).
+};
 /// True for the FlashAttention kernels (no s x s scores stored).
 bool IsFlash(AttentionKernel k);
 /// A collective of an nccl-tests-style sweep.
@@ -126,6 +136,9 @@ const char* ToString(MoeRouting v);
 const char* ToString(DataParallelSharding v);
 /// "none" | "optimizer" | "optimizer_and_params".
 const char* ToString(Offload v);
+/// "megatron-core" | "nemo" | "megatron-deepspeed" | "deepspeed" | "torchtitan" |
+/// "llm-foundry".
+const char* ToString(Framework v);
 
 /// The value named `s` (exactly as ToString spells it); InvalidArgument otherwise,
 /// listing the accepted names: `unknown activation 'relu' (expected gelu, swiglu)`.
@@ -146,6 +159,7 @@ absl::StatusOr<MoeTokenDispatcher> ParseMoeTokenDispatcher(absl::string_view s);
 absl::StatusOr<MoeRouting> ParseMoeRouting(absl::string_view s);
 absl::StatusOr<DataParallelSharding> ParseDataParallelSharding(absl::string_view s);
 absl::StatusOr<Offload> ParseOffload(absl::string_view s);
+absl::StatusOr<Framework> ParseFramework(absl::string_view s);
 
 }  // namespace paratune
 

@@ -48,6 +48,11 @@ std::string ParallelConfig::ToString() const {
   if (activation_offload) absl::StrAppend(&out, " act-offload");
   if (!overlap_grad_reduce && dp * cp > 1) absl::StrAppend(&out, " no-grad-overlap");
   if (!overlap_p2p_comm && pp > 1 && vp > 1) absl::StrAppend(&out, " no-p2p-overlap");
+  if (!overlap_param_gather && dp * cp > 1 &&
+      (data_parallel_sharding == DataParallelSharding::kOptimizer ||
+       data_parallel_sharding == DataParallelSharding::kOptimizerGrads)) {
+    absl::StrAppend(&out, " no-param-gather-overlap");
+  }
   if (split_counts_embedding_and_loss) absl::StrAppend(&out, " split+2");
   if (ep > 1 || etp > 1) {
     absl::StrAppend(&out, " ep", ep, " etp", etp, " ", paratune::ToString(moe_token_dispatcher));

@@ -41,6 +41,11 @@ struct ParallelConfig {
   /// interleaved schedule's sends and receives run asynchronously behind compute. Off (or
   /// with plain 1F1B), every transfer blocks the sending stage (Megatron-LM 2021-22).
   bool overlap_p2p_comm = true;
+  /// Megatron's --overlap-param-gather: with a sharded optimizer (optimizer,
+  /// optimizer_grads) the updated parameters are all-gathered bucket by bucket behind the
+  /// next forward (only the first bucket exposed). Off, the whole all-gather follows the
+  /// step (DeepSpeed ZeRO-1/2). Full sharding's per-layer gathers are prefetched either way.
+  bool overlap_param_gather = true;
 
   // ---- Expert parallelism (mixture-of-experts layers; Megatron-Core's parallel folding:
   // the expert layers regroup the same tp*cp*dp ranks of a stage as etp*ep*edp) ----

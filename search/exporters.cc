@@ -301,6 +301,12 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
   // The time model hides all but the last gradient bucket behind the backward pass only
   // when Megatron is told to overlap the reduce; the plan assumes what the export says.
   if (c.overlap_grad_reduce && c.dp * c.cp > 1) add("--overlap-grad-reduce");
+  // Megatron takes --overlap-param-gather with the distributed optimizer and the gradient
+  // overlap only.
+  if (c.overlap_param_gather && c.overlap_grad_reduce && c.distributed_optimizer() &&
+      c.dp * c.cp > 1) {
+    add("--overlap-param-gather");
+  }
   if (c.tp_comm_overlap) add("--tp-comm-overlap");
   if (!c.overlap_p2p_comm && c.pp > 1 && c.vp > 1) add("--no-overlap-p2p-communication");
 

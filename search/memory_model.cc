@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "search/framework_profile.h"
 #include "search/model_math.h"
 #include "search/sharded_data_parallel.h"
 
@@ -325,8 +326,12 @@ double MaxParamsPerGpu(const ModelSpec& model, const ParallelConfig& config) {
   return std::max(StageParamsPerGpu(model, config, 0), StageParamsPerGpu(model, config, config.pp - 1));
 }
 
-FrameworkMemory FrameworkMemoryFor(const DeviceProfile& device) {
+FrameworkMemory FrameworkMemoryFor(const DeviceProfile& device, Framework framework) {
+  const FrameworkProfile& profile = ProfileOf(framework);
   FrameworkMemory f;
+  f.gradient_bytes_per_param = profile.gradient_bytes_per_param;
+  f.fp32_parameters = profile.fp32_parameters;
+  f.vocab_parallel_loss = profile.vocab_parallel_loss;
   f.host_memory_bytes = device.host_memory_per_gpu;
   if (device.host_memory) {
     f.workspace_bytes = 0;
@@ -477,8 +482,30 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
                               (1.0 + static_cast<double>(m.mtp_layers));
   const double logits = loss_buffers + e * s_local * b * h / sp;
 
-  const double weight_bytes = tr.precision == Precision::kFp32 ? 4.0 : 2.0;
-  const double optimizer_bytes = OptimizerBytesPerParam(tr.precision);
+  // FSDP mixed precision keeps FP32 parameters that double as Adam's master copy.
+  const bool fp32_parameters = framework.fp32_parameters && tr.precision != Precision::kFp32;
+  const double weight_bytes = tr.precision == Precision::kFp32 || fp32_parameters ? 4.0 : 2.0;
+  const double optimizer_bytes =
+      OptimizerBytesPerParam(fp32_parameters ? Precision::kFp32 : tr.precision);
+  // FP32 training keeps FP32 gradients whatever the codebase.
+  const double gradient_bytes = tr.precision == Precision::kFp32
+                                    ? std::max(4.0, framework.gradient_bytes_per_param)
+                                    : framework.gradient_bytes_per_param;
+  const auto model_state = [&](const ParallelConfig& group, double params, double layer_params) {
+    ShardedModelState state = ShardedModelStateBytes(group, params, layer_params, weight_bytes,
+                                                     gradient_bytes, optimizer_bytes);
+    if (fp32_parameters) {
+      // The gathered layers are 16-bit copies of the FP32 shards; without resharding after
+      // the forward (optimizer_grads) every layer's 16-bit copy stays until its backward.
+      state.gathered_weights /= 2.0;
+      if (group.data_parallel_sharding == DataParallelSharding::kOptimizerGrads) {
+        state.weights =
+            weight_bytes * params / static_cast<double>(std::max<int64_t>(group.ShardRanks(), 1)) +
+            2.0 * params;
+      }
+    }
+    return state;
+  };
 
   // Dense models peak on the first or the last stage; an MoE model's middle stages may
   // hold more expert layers than either. Of the stages with the same expert and decoder
@@ -505,13 +532,9 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     // the expert data-parallel group (edp = tp*cp*dp / (etp*ep)).
     const double stage_experts =
         static_cast<double>(std::max<int64_t>(experts_per_stage[static_cast<size_t>(stage)], 1));
-    const ShardedModelState dense =
-        ShardedModelStateBytes(c, split.dense, LayerParams(m) / t, weight_bytes,
-                               framework.gradient_bytes_per_param, optimizer_bytes);
+    const ShardedModelState dense = model_state(c, split.dense, LayerParams(m) / t);
     const ShardedModelState expert =
-        split.expert > 0 ? ShardedModelStateBytes(
-                               expert_group, split.expert, split.expert / stage_experts,
-                               weight_bytes, framework.gradient_bytes_per_param, optimizer_bytes)
+        split.expert > 0 ? model_state(expert_group, split.expert, split.expert / stage_experts)
                          : ShardedModelState{};
     mem.weights = dense.weights + dense.gathered_weights + expert.weights + expert.gathered_weights;
     mem.gradients =

@@ -176,16 +176,23 @@ struct FrameworkMemory {
   /// Megatron's cross entropy is vocab-parallel (each TP rank holds V/t); a codebase that
   /// gathers the full vocabulary holds all of it on every rank.
   bool vocab_parallel_loss = true;
+  /// FSDP mixed precision (torchtitan, llm-foundry): in 16-bit and FP8 training the
+  /// parameters are FP32 (4 bytes, sharded as the weights are) and are Adam's master copy
+  /// (optimizer state 8 bytes, not 12); gathered layers are 16-bit, and with
+  /// optimizer_grads the gathered 16-bit parameters stay from forward to backward beside
+  /// the FP32 shard.
+  bool fp32_parameters = false;
   /// Host memory per GPU the offloaded state may use (the device kind's usual server).
   double host_memory_bytes = 0;
 };
 
-/// The framework terms of a device: the defaults above for GPUs; none of the fixed
-/// workspace and no fragmentation for a host-memory device (DeviceProfile::host_memory,
-/// the "cpu" kind), whose ranks allocate through ParaTune's tracking allocator (no CUDA
-/// context, cuBLAS/NCCL workspaces or caching allocator: what the tracking allocator counts
-/// is all there is).
-FrameworkMemory FrameworkMemoryFor(const DeviceProfile& device);
+/// The framework terms of a job's codebase on a device: gradient bytes, FP32 parameters and
+/// the vocab-parallel loss from `framework`'s profile (search/framework_profile.h); the
+/// fixed workspace and fragmentation above for GPUs; none of the fixed workspace and no
+/// fragmentation for a host-memory device (DeviceProfile::host_memory, the "cpu" kind),
+/// whose ranks allocate through ParaTune's tracking allocator (no CUDA context, cuBLAS/NCCL
+/// workspaces or caching allocator: what the tracking allocator counts is all there is).
+FrameworkMemory FrameworkMemoryFor(const DeviceProfile& device, Framework framework);
 
 /// What kernels/training's tracking allocator counts of a modelled peak `m` (bytes, modelled
 /// with `framework`), for comparing a verify run's measured peak on the same footing: `m`

@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "search/framework_profile.h"
 #include "search/model_math.h"
 
 namespace paratune {
@@ -231,6 +232,7 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
   if (c.tp_comm_overlap && !c.sequence_parallel) {
     return absl::InvalidArgumentError("tp_comm_overlap requires sequence_parallel");
   }
+  if (auto s = CheckLayoutForFramework(c, tr.framework); !s.ok()) return s;
   if (c.cp > 1 && tr.seq_length % (2 * c.cp) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "training.seq_length (%d) must be divisible by 2*search.cp (%d)", tr.seq_length, 2 * c.cp));

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "search/device_catalog.h"
+#include "search/framework_profile.h"
 #include "search/memory_model.h"
 #include "search/model_math.h"
 #include "search/parallel_config.h"
@@ -302,15 +303,16 @@ std::vector<ActivationChoice> ActivationChoices(const SearchOptions& opt) {
   return out;
 }
 
-// Data-parallel sharding as listed, or (open) none and the distributed optimizer (the
-// latter with dp · cp > 1 only). With a shard group, only the layouts whose dp · cp it
+// Data-parallel sharding as listed, or (open) none and the framework's usual stages
+// (FrameworkProfile::open_sharding: Megatron's distributed optimizer, FSDP's full shard),
+// the latter with dp · cp > 1 only. With a shard group, only the layouts whose dp · cp it
 // divides shard.
 std::vector<DataParallelSharding> DataParallelShardingChoices(const SearchOptions& opt,
-                                                              int64_t dp_cp) {
+                                                              Framework framework, int64_t dp_cp) {
   if (!opt.data_parallel_sharding.empty()) return opt.data_parallel_sharding;
   std::vector<DataParallelSharding> out = {DataParallelSharding::kNone};
   if (dp_cp > 1 && (opt.shard_group_size == 0 || dp_cp % opt.shard_group_size == 0)) {
-    out.push_back(DataParallelSharding::kOptimizer);
+    for (DataParallelSharding s : ProfileOf(framework).open_sharding) out.push_back(s);
   }
   return out;
 }
@@ -329,22 +331,22 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
   const std::vector<bool> sps = SequenceParallelChoices(opt, shape.tp, IsMoe(spec.model));
   const std::vector<ActivationChoice> activation_choices = ActivationChoices(opt);
   const std::vector<DataParallelSharding> shardings =
-      DataParallelShardingChoices(opt, shape.dp * shape.cp);
+      DataParallelShardingChoices(opt, spec.training.framework, shape.dp * shape.cp);
+  const FrameworkProfile& framework = ProfileOf(spec.training.framework);
   ParallelConfig c;
   c.tp = shape.tp;
   c.pp = shape.pp;
   c.dp = shape.dp;
   c.cp = shape.cp;
-  // The overlaps default to what the exported arguments run (tp_comm_overlap off, the
-  // others on); a flag with nothing to overlap in a layout takes its first allowed value.
+  // The overlaps default to the framework's (FrameworkProfile; Megatron-Core: what the
+  // exported arguments run, tp_comm_overlap off, the others on); a flag with nothing to
+  // overlap in a layout takes its first allowed value.
   const auto overlaps = [](const std::vector<bool>& allowed, bool framework_default,
                            bool matters) -> std::vector<bool> {
     if (allowed.empty()) return {framework_default};
     if (!matters) return {allowed[0]};
     return allowed;
   };
-  const std::vector<bool> grad_reduce_overlaps =
-      overlaps(opt.overlap_grad_reduce, true, shape.dp * shape.cp > 1);
   const std::vector<Offload> offloads =
       opt.offload.empty() ? std::vector<Offload>{Offload::kNone} : opt.offload;
   for (int64_t vp : vps) {
@@ -363,9 +365,14 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
                 opt.tp_comm_overlap.end();
         if (!sp && shape.tp > 1 && only_overlapped) continue;
         const std::vector<bool> tp_overlaps =
-            sp ? overlaps(opt.tp_comm_overlap, false, true) : std::vector<bool>{false};
+            sp ? overlaps(opt.tp_comm_overlap,
+                          framework.tp_comm_overlap.exists && framework.tp_comm_overlap.default_on,
+                          true)
+               : std::vector<bool>{false};
         const std::vector<bool> p2p_overlaps =
-            overlaps(opt.overlap_p2p_comm, true, shape.pp > 1 && vp > 1);
+            overlaps(opt.overlap_p2p_comm,
+                     framework.overlap_p2p_comm.exists && framework.overlap_p2p_comm.default_on,
+                     shape.pp > 1 && vp > 1);
         for (const ActivationChoice& a : activation_choices) {
           c.recompute = a.recompute;
           c.recompute_num_layers = a.recompute == Recompute::kFull ? a.recompute_num_layers : 0;
@@ -373,6 +380,15 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
           for (DataParallelSharding sharding : shardings) {
             c.data_parallel_sharding = sharding;
             c.shard_group_size = sharding == DataParallelSharding::kNone ? 0 : opt.shard_group_size;
+            const std::vector<bool> grad_reduce_overlaps =
+                overlaps(opt.overlap_grad_reduce,
+                         DefaultOverlapGradReduce(spec.training.framework, sharding),
+                         shape.dp * shape.cp > 1);
+            const std::vector<bool> param_gather_overlaps = overlaps(
+                opt.overlap_param_gather,
+                DefaultOverlapParamGather(spec.training.framework, sharding),
+                shape.dp * shape.cp > 1 && (sharding == DataParallelSharding::kOptimizer ||
+                                            sharding == DataParallelSharding::kOptimizerGrads));
             for (Offload offload : offloads) {
             // Parameter offload streams the shards of a fully sharded layout only.
             if (offload == Offload::kOptimizerAndParams &&
@@ -390,7 +406,10 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
                   c.overlap_grad_reduce = grad_overlap;
                   for (bool p2p_overlap : p2p_overlaps) {
                     c.overlap_p2p_comm = p2p_overlap;
-                    visit(c);
+                    for (bool gather_overlap : param_gather_overlaps) {
+                      c.overlap_param_gather = gather_overlap;
+                      visit(c);
+                    }
                   }
                 }
               }
@@ -419,7 +438,7 @@ struct Pruned {
 // Counts every layout in `result` and rejects, with the reason, those that break a rule or
 // run out of memory.
 Pruned Prune(const JobSpec& spec, const DeviceProfile& device, PlanResult& result) {
-  const FrameworkMemory framework = FrameworkMemoryFor(device);
+  const FrameworkMemory framework = FrameworkMemoryFor(device, spec.training.framework);
   Pruned out;
   // Memory does not depend on the token dispatcher, which varies fastest: the previous
   // layout's estimate is reused when only the dispatcher differs.
@@ -530,8 +549,8 @@ absl::StatusOr<RankedConfig> Estimate(const JobSpec& spec, const ParallelConfig&
   absl::StatusOr<DeviceProfile> device = DeviceForCluster(spec.cluster);
   if (!device.ok()) return device.status();
   Scorer scorer{spec, *device, {}, {}};
-  const MemoryBreakdown mem =
-      EstimateMemory(spec, config, device->memory_bytes, FrameworkMemoryFor(*device));
+  const MemoryBreakdown mem = EstimateMemory(spec, config, device->memory_bytes,
+                                             FrameworkMemoryFor(*device, spec.training.framework));
   absl::StatusOr<RankedConfig> r = scorer.Score(config, mem, PipelineMode::kSimulated);
   if (r.ok()) r->rank = 1;
   return r;

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "search/framework_profile.h"
 #include "search/hf_import.h"
 #include "search/presets.h"
 
@@ -456,7 +457,8 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
           CheckKeys(obj, sec,
                     {"seq_length", "global_batch_size", "precision", "flash_attention", "dropout",
                      "optimizer", "total_tokens", "moe_routing", "moe_capacity_factor",
-                     "recompute_modules", "attention_kernel", "fused_norm", "offload_modules"});
+                     "recompute_modules", "attention_kernel", "fused_norm", "framework",
+                     "offload_modules"});
       !s.ok()) {
     return s;
   }
@@ -485,6 +487,7 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
     t->attention_kernel = AttentionKernel::kFused;
   }
   if (auto s = ReadBool(obj, sec, "fused_norm", &t->fused_norm); !s.ok()) return s;
+  if (auto s = ReadEnum(obj, sec, "framework", ParseFramework, &t->framework); !s.ok()) return s;
   if (auto s = ReadBool(obj, sec, "dropout", &t->dropout); !s.ok()) return s;
   if (const json* v = Find(obj, "optimizer")) {
     auto s = AsString(*v, "training.optimizer");
@@ -643,6 +646,7 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
                           "tp_comm_overlap",
                           "overlap_grad_reduce",
                           "overlap_p2p_comm",
+                          "overlap_param_gather",
                           "offload",
                           "activation_offload"});
       !s.ok()) {
@@ -664,11 +668,12 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
   if (auto s = ReadList(obj, sec, "sequence_parallel", AsBool, &o->sequence_parallel); !s.ok()) {
     return s;
   }
-  for (const auto& [key, list] : {std::pair<const char*, std::vector<bool>*>{
-                                      "tp_comm_overlap", &o->tp_comm_overlap},
-                                  {"overlap_grad_reduce", &o->overlap_grad_reduce},
-                                  {"overlap_p2p_comm", &o->overlap_p2p_comm},
-                                  {"activation_offload", &o->activation_offload}}) {
+  for (const auto& [key, list] :
+       {std::pair<const char*, std::vector<bool>*>{"tp_comm_overlap", &o->tp_comm_overlap},
+        {"overlap_grad_reduce", &o->overlap_grad_reduce},
+        {"overlap_p2p_comm", &o->overlap_p2p_comm},
+        {"overlap_param_gather", &o->overlap_param_gather},
+        {"activation_offload", &o->activation_offload}}) {
     if (auto s = ReadList(obj, sec, key, AsBool, list); !s.ok()) return s;
   }
   if (auto s = ReadDataParallelSharding(obj, sec, o); !s.ok()) return s;
@@ -798,6 +803,7 @@ json JobSpecToJson(const JobSpec& spec) {
                     {"flash_attention", IsFlash(t.AttentionKernelOf())},
                     {"attention_kernel", ToString(t.AttentionKernelOf())},
                     {"fused_norm", t.fused_norm},
+                    {"framework", ToString(t.framework)},
                     {"dropout", t.dropout},
                     {"optimizer", "adam"},
                     {"total_tokens", t.total_tokens}}},
@@ -822,6 +828,7 @@ json JobSpecToJson(const JobSpec& spec) {
                     {"tp_comm_overlap", BoolsToJson(o.tp_comm_overlap)},
                     {"overlap_grad_reduce", BoolsToJson(o.overlap_grad_reduce)},
                     {"overlap_p2p_comm", BoolsToJson(o.overlap_p2p_comm)},
+                    {"overlap_param_gather", BoolsToJson(o.overlap_param_gather)},
                     {"recompute", recompute},
                     {"recompute_num_layers", IntsToJson(o.recompute_num_layers)},
                     {"data_parallel_sharding", sharding},
@@ -944,12 +951,21 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
   } else if (!o.offload.empty()) {
     return unpinned("offload", o.offload.size());
   }
-  // Overlaps and activation offload: one value pins the flag; none keeps the default.
+  // Overlaps and activation offload: one value pins the flag; none takes the framework's
+  // default (activation offload: off).
+  const FrameworkProfile& framework = ProfileOf(spec.training.framework);
+  c.tp_comm_overlap = framework.tp_comm_overlap.exists && framework.tp_comm_overlap.default_on;
+  c.overlap_grad_reduce =
+      DefaultOverlapGradReduce(spec.training.framework, c.data_parallel_sharding);
+  c.overlap_p2p_comm = framework.overlap_p2p_comm.exists && framework.overlap_p2p_comm.default_on;
+  c.overlap_param_gather =
+      DefaultOverlapParamGather(spec.training.framework, c.data_parallel_sharding);
   for (const auto& [key, list, flag] :
        {std::tuple<const char*, const std::vector<bool>*, bool*>{
             "tp_comm_overlap", &o.tp_comm_overlap, &c.tp_comm_overlap},
         {"overlap_grad_reduce", &o.overlap_grad_reduce, &c.overlap_grad_reduce},
         {"overlap_p2p_comm", &o.overlap_p2p_comm, &c.overlap_p2p_comm},
+        {"overlap_param_gather", &o.overlap_param_gather, &c.overlap_param_gather},
         {"activation_offload", &o.activation_offload, &c.activation_offload}}) {
     if (list->size() == 1) {
       *flag = (*list)[0];

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "search/device_catalog.h"
+#include "search/framework_profile.h"
 
 namespace paratune {
 namespace {
@@ -503,6 +504,7 @@ absl::Status SearchOptions::Validate() const {
       {"search.tp_comm_overlap", tp_comm_overlap.size()},
       {"search.overlap_grad_reduce", overlap_grad_reduce.size()},
       {"search.overlap_p2p_comm", overlap_p2p_comm.size()},
+      {"search.overlap_param_gather", overlap_param_gather.size()},
       {"search.offload", offload.size()},
       {"search.activation_offload", activation_offload.size()}};
   for (const auto& [field, entries] : lengths) {
@@ -522,12 +524,12 @@ absl::Status SearchOptions::Validate() const {
   if (auto s = CheckNoDuplicates("search.sequence_parallel", sequence_parallel); !s.ok()) {
     return s;
   }
-  for (const auto& [field, values] :
-       {std::pair<const char*, const std::vector<bool>*>{"search.tp_comm_overlap",
-                                                         &tp_comm_overlap},
-        {"search.overlap_grad_reduce", &overlap_grad_reduce},
-        {"search.overlap_p2p_comm", &overlap_p2p_comm},
-        {"search.activation_offload", &activation_offload}}) {
+  for (const auto& [field, values] : {std::pair<const char*, const std::vector<bool>*>{
+                                          "search.tp_comm_overlap", &tp_comm_overlap},
+                                      {"search.overlap_grad_reduce", &overlap_grad_reduce},
+                                      {"search.overlap_p2p_comm", &overlap_p2p_comm},
+                                      {"search.overlap_param_gather", &overlap_param_gather},
+                                       {"search.activation_offload", &activation_offload}}) {
     if (auto s = CheckNoDuplicates(field, *values); !s.ok()) return s;
   }
   if (auto s = CheckNoDuplicates("search.offload", offload); !s.ok()) return s;
@@ -572,6 +574,7 @@ absl::Status JobSpec::Validate() const {
   if (auto s = training.Validate(); !s.ok()) return s;
   if (auto s = cluster.Validate(); !s.ok()) return s;
   if (auto s = search.Validate(); !s.ok()) return s;
+  if (auto s = CheckSearchForFramework(search, training.framework); !s.ok()) return s;
 
   absl::StatusOr<DeviceProfile> device = FindDevice(cluster.gpu);
   if (!device.ok()) {

@@ -92,6 +92,9 @@ struct TrainingSpec {
   /// Fused RMSNorm/LayerNorm kernels (one read and one write per element); false: the norm
   /// as separate PyTorch ops, which move and store more (search/README.md).
   bool fused_norm = true;
+  /// The codebase that runs the job: which overlaps and sharding stages exist, the
+  /// gradient and parameter dtypes, the loss buffers (search/framework_profile.h).
+  Framework framework = Framework::kMegatronCore;
   bool dropout = false;              ///< Dropout masks stored for backward.
   int64_t total_tokens = 0;          ///< > 0: report time_to_train_days.
   /// How tokens are routed to experts (MoE models only).
@@ -156,18 +159,22 @@ struct SearchOptions {
   int64_t verify_top_k = 0;
 
   // ---- Sharded data parallelism ----
-  /// Sharding stages to try; empty = none and optimizer (the distributed optimizer both
-  /// ways, where dp*cp > 1). Spec files may give `distributed_optimizer` instead (true =
-  /// optimizer, false = none).
+  /// Sharding stages to try; empty = none and the framework's usual stage (Megatron-Core:
+  /// the distributed optimizer, FSDP codebases: full), where dp*cp > 1. Spec files may give
+  /// `distributed_optimizer` instead (true = optimizer, false = none).
   std::vector<DataParallelSharding> data_parallel_sharding;
   /// HSDP shard group (ranks); 0 = the whole dp*cp group. Layouts whose dp*cp it does not
   /// divide are skipped.
   int64_t shard_group_size = 0;
   // ---- Communication overlaps ----
   /// Values of ParallelConfig's overlap flags to try: Megatron-Core's --tp-comm-overlap
-  /// (needs sequence parallelism), --overlap-grad-reduce and --overlap-p2p-communication.
-  /// Empty = the framework defaults the exports use: off, on, on.
-  std::vector<bool> tp_comm_overlap, overlap_grad_reduce, overlap_p2p_comm;
+  /// (needs sequence parallelism), --overlap-grad-reduce, --overlap-p2p-communication and
+  /// --overlap-param-gather.
+  /// Empty = training.framework's defaults (Megatron-Core: off, on, on, what the exports
+  /// use); a framework without an overlap refuses true (search/framework_profile.h).
+  /// overlap_param_gather: Megatron's --overlap-param-gather (a sharded optimizer's
+  /// all-gather behind the next forward).
+  std::vector<bool> tp_comm_overlap, overlap_grad_reduce, overlap_p2p_comm, overlap_param_gather;
   /// Offloads to try; empty = none (offload is a last resort: it is tried only when asked).
   /// optimizer_and_params applies to fully sharded layouts only.
   std::vector<Offload> offload;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "search/collectives.h"
+#include "search/framework_profile.h"
 #include "search/gemm_efficiency.h"
 #include "search/memory_model.h"
 #include "search/model_math.h"
@@ -529,7 +530,8 @@ Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
   // reduce-scatters; full sharding's parameter all-gathers too), overlapped layer by layer.
   const ShardedLayerComm sharded = ShardedLayerCommSeconds(
       config, LayerParams(model) / static_cast<double>(config.tp), ElementBytes(training.precision),
-      GradBytes(training.precision), device, spec.cluster.gpus_per_node);
+      GradientReduceBytes(training.framework, training.precision), device,
+      spec.cluster.gpus_per_node);
   out.sharded_dp.assign(static_cast<size_t>(p), 0.0);
   for (int64_t r = 0; r < p; ++r) {
     const double not_recomputed = 1.0 - RecomputeFraction(config, model, r);
@@ -655,26 +657,26 @@ double ExposedDataParallelSeconds(const ParallelConfig& config, const DeviceProf
     return AllGatherSeconds(count * e, links.shard_ranks, links.shard);
   };
   const double bucket = std::min(params, kGradBucketParams);
-  if (config.data_parallel_sharding == DataParallelSharding::kOptimizerGrads) {
-    return reduce(bucket) + gather(bucket);
-  }
   if (config.data_parallel_sharding == DataParallelSharding::kFull) {
     return reduce(std::min(params, layer_params));
+  }
+  // The sharded optimizer's parameter all-gather: behind the next forward but its first
+  // bucket (--overlap-param-gather, which needs the gradient overlap), else all of it.
+  const double param_gather = !config.distributed_optimizer() ? 0.0
+                              : config.overlap_param_gather && config.overlap_grad_reduce
+                                  ? gather(bucket)
+                                  : gather(params);
+  if (config.data_parallel_sharding == DataParallelSharding::kOptimizerGrads) {
+    return reduce(bucket) + param_gather;
   }
   double window = 0;
   for (int64_t j = 0; j < v; ++j) window += pipe.backward[r * v + j];
   const double total = reduce(params);
-  if (!config.overlap_grad_reduce) {
-    return total + (config.distributed_optimizer() ? gather(params) : 0.0);
-  }
+  if (!config.overlap_grad_reduce) return total + param_gather;
   const double last_bucket = reduce(bucket);
   double exposed = std::max(last_bucket, total - window) +
                    device.comm_overlap_slowdown * Hidden(total - last_bucket, window);
-  if (config.distributed_optimizer()) {
-    // Parameter all-gather overlapped with the next forward except its first bucket.
-    exposed += gather(bucket);
-  }
-  return exposed;
+  return exposed + param_gather;
 }
 
 // Each stage's end: its last backward, its TP gradient sync, its exposed DP reduce and its
@@ -685,7 +687,8 @@ CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& confi
                                 const MeasuredTerms* measured) {
   const ModelSpec& model = spec.model;
   const int64_t p = config.pp;
-  const double grad_bytes = GradBytes(spec.training.precision);
+  // The data-parallel reduction's dtype is the framework's (Megatron: FP32 in BF16 runs).
+  const double grad_bytes = GradientReduceBytes(spec.training.framework, spec.training.precision);
   const double e = ElementBytes(spec.training.precision);
   CriticalStage out;
   const std::vector<int64_t> experts_per_stage = ExpertLayersPerStage(model, config);

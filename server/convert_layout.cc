@@ -22,6 +22,7 @@ v1::ParallelConfig ToProto(const ParallelConfig& c) {
   out.set_overlap_grad_reduce(c.overlap_grad_reduce);
   out.set_tp_comm_overlap(c.tp_comm_overlap);
   out.set_overlap_p2p_comm(c.overlap_p2p_comm);
+  out.set_overlap_param_gather(c.overlap_param_gather);
   out.set_ep(c.ep);
   out.set_etp(c.etp);
   out.set_moe_token_dispatcher(ToString(c.moe_token_dispatcher));
@@ -51,6 +52,7 @@ absl::StatusOr<ParallelConfig> ParallelConfigFromProto(const v1::ParallelConfig&
   if (c.has_overlap_grad_reduce()) out.overlap_grad_reduce = c.overlap_grad_reduce();
   out.tp_comm_overlap = c.tp_comm_overlap();
   if (c.has_overlap_p2p_comm()) out.overlap_p2p_comm = c.overlap_p2p_comm();
+  if (c.has_overlap_param_gather()) out.overlap_param_gather = c.overlap_param_gather();
   if (c.has_ep()) out.ep = c.ep();
   if (c.has_etp()) out.etp = c.etp();
   if (!c.moe_token_dispatcher().empty()) {

@@ -14,11 +14,12 @@
 
 namespace paratune::server {
 
-/// Every field of the layout. overlap_grad_reduce and overlap_p2p_comm (on by default) are
-/// always set, so the wire says off explicitly.
+/// Every field of the layout. overlap_grad_reduce, overlap_p2p_comm and
+/// overlap_param_gather (on by default) are always set, so the wire says off explicitly.
 v1::ParallelConfig ToProto(const ParallelConfig& config);
-/// The layout back; a wire layout without overlap_grad_reduce / overlap_p2p_comm gets the
-/// domain default (on). InvalidArgument naming `recompute` for an unknown mode.
+/// The layout back; a wire layout without overlap_grad_reduce / overlap_p2p_comm /
+/// overlap_param_gather gets the domain default (on). InvalidArgument naming `recompute` for an
+/// unknown mode.
 absl::StatusOr<ParallelConfig> ParallelConfigFromProto(const v1::ParallelConfig& config);
 
 }  // namespace paratune::server

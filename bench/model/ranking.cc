@@ -95,6 +95,9 @@ std::vector<Layout> BloomLayouts(const nlohmann::json& sweep) {
     Layout l;
     l.spec = SpecFromRecord(r);
     l.spec.model.vocab_size = kBloomPaddedVocab;
+    // BLOOM's runs are bigscience's Megatron-DeepSpeed (ZeRO-1 via DeepSpeed, the record's
+    // notes): its profile's overlaps and 16-bit gradient reduction.
+    l.spec.training.framework = Framework::kMegatronDeepspeed;
     l.config = LayoutFromRecord(r).config;
     ParallelConfig& c = l.config;
     c.vp = 1;
@@ -106,6 +109,7 @@ std::vector<Layout> BloomLayouts(const nlohmann::json& sweep) {
         c.dp > 1 && !stage0 ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
     c.overlap_grad_reduce = false;
     c.overlap_p2p_comm = false;
+    c.overlap_param_gather = false;
     l.group = absl::StrFormat("%s n%d B%d", Str(r, "model_name"), l.spec.cluster.num_gpus,
                               l.spec.training.global_batch_size);
     l.id = absl::StrCat("bloom#", row);

@@ -22,6 +22,11 @@ std::vector<FsdpRecord> FsdpRecords(const nlohmann::json& records) {
       f.spec.model.position_embedding = PositionEmbedding::kRope;
       f.spec.model.max_position_embeddings = 0;
     }
+    // The codebase the record names (its `framework` field): llm-foundry's runs are read
+    // with llm-foundry's profile; any other keeps the default.
+    if (absl::StrContains(r.value("framework", ""), "llm-foundry")) {
+      f.spec.training.framework = Framework::kLlmFoundry;
+    }
     f.spec.training.dropout = false;
     f.spec.training.flash_attention = true;
     f.config = LayoutFromRecord(r).config;

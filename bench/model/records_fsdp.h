@@ -23,7 +23,8 @@ struct FsdpRecord {
 };
 
 /// The dense, sharded records of `records` (moe_fsdp_calibration.json) on a GPU of the
-/// device catalog. MPT models (ALiBi: no position parameters) are read with rotary
+/// device catalog; a record whose `framework` names llm-foundry has training.framework
+/// llm-foundry. MPT models (ALiBi: no position parameters) are read with rotary
 /// positions, which also have none.
 std::vector<FsdpRecord> FsdpRecords(const nlohmann::json& records);
 

@@ -418,8 +418,8 @@ absl::StatusOr<Measured> RunEndToEnd(const std::string& self, int64_t ranks, int
 // "cpu" device (host memory: FrameworkMemoryFor) there is no workspace or fragmentation
 // term and the trainer's fp32 gradients are the model's, so this is the modelled peak itself.
 double TrackedPeak(const paratune::MemoryBreakdown& m) {
-  static const paratune::FrameworkMemory cpu =
-      paratune::FrameworkMemoryFor(*paratune::FindDevice("cpu"));
+  static const paratune::FrameworkMemory cpu = paratune::FrameworkMemoryFor(
+      *paratune::FindDevice("cpu"), paratune::Framework::kMegatronCore);
   return paratune::TrackedPeakBytes(m, cpu,
                                     paratune::Precision::kFp32);
 }

@@ -286,4 +286,35 @@ TEST(CliTest, ExportMatchesTheRankedLayout) {
   EXPECT_THAT(r.err, HasSubstr("--rank 100000"));
 }
 
+// Without --format a training spec exports in its training.framework's format.
+TEST(CliTest, ExportWithoutFormatUsesTheFrameworksFormat) {
+  Result r = Paratune("export --spec " + Source("deploy/examples/llama3-8b-pinned.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("--tensor-model-parallel-size 2 \\\n"));
+
+  const std::string dir = ::testing::TempDir();
+  const auto write = [&dir](const std::string& name, const std::string& framework) {
+    const std::string path = absl::StrCat(dir, "/", name, "_", ::getpid(), ".yaml");
+    std::ofstream(path) << "name: " << name << "\nmodel: {preset: llama3-8b}\n"
+                        << "training: {seq_length: 8192, global_batch_size: 128, precision: "
+                           "bf16, framework: "
+                        << framework << "}\ncluster: {gpu: h100-sxm-80gb, num_gpus: 8}\n"
+                        << "search: {tp: 1, pp: 1, cp: 1, dp: 8, micro_batch_size: 1, "
+                           "sequence_parallel: false, recompute: full, recompute_num_layers: 1, "
+                           "data_parallel_sharding: full}\n";
+    return path;
+  };
+  r = Paratune("export --spec " + write("titan", "torchtitan"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("[parallelism]"));
+  r = Paratune("export --spec " + write("ds", "deepspeed"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"stage\": 3"));
+  r = Paratune("export --spec " + write("foundry", "llm-foundry"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("training.framework llm-foundry has no export format"));
+  r = Paratune("export --format torchtitan --spec " + write("foundry2", "llm-foundry"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 }  // namespace

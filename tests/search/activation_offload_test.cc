@@ -166,6 +166,14 @@ TEST(ActivationOffloadTest, SpecRulesNameTheField) {
             std::string::npos)
       << s;
   spec.search.recompute = {};
+  spec.training.framework = Framework::kTorchtitan;
+  s = spec.Validate();
+  EXPECT_NE(s.message().find("search.activation_offload [true] needs training.framework "
+                             "megatron-core or nemo (torchtitan has no fine-grained activation "
+                             "offload)"),
+            std::string::npos)
+      << s;
+  spec.training.framework = Framework::kMegatronCore;
   spec.training.offload_modules = {OffloadModule::kCoreAttn, OffloadModule::kCoreAttn};
   s = spec.Validate();
   EXPECT_NE(s.message().find("training.offload_modules[1] (core_attn) repeats"),

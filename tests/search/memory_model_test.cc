@@ -224,19 +224,21 @@ TEST(EstimateMemoryTest, CpuDeviceHasNoFrameworkWorkspace) {
   const JobSpec spec = SmallCpuSpec();
   ParallelConfig c;
   c.dp = 2;
-  const FrameworkMemory cpu = FrameworkMemoryFor(*FindDevice("cpu"));
+  const FrameworkMemory cpu = FrameworkMemoryFor(*FindDevice("cpu"), Framework::kMegatronCore);
   EXPECT_EQ(cpu.workspace_bytes, 0);
   EXPECT_EQ(cpu.fragmentation_fraction, 0);
-  EXPECT_EQ(FrameworkMemoryFor(*FindDevice("h100-sxm-80gb")).workspace_bytes,
-            kFrameworkWorkspaceBytes);
+  EXPECT_EQ(
+      FrameworkMemoryFor(*FindDevice("h100-sxm-80gb"), Framework::kMegatronCore).workspace_bytes,
+      kFrameworkWorkspaceBytes);
   // What decides is the profile's host_memory, not its name.
   DeviceProfile host;
   host.name = "my-cpu-box";
   host.host_memory = true;
-  EXPECT_EQ(FrameworkMemoryFor(host).workspace_bytes, 0);
+  EXPECT_EQ(FrameworkMemoryFor(host, Framework::kMegatronCore).workspace_bytes, 0);
   DeviceProfile renamed = *FindDevice("h100-sxm-80gb");
   renamed.name = "cpu";
-  EXPECT_EQ(FrameworkMemoryFor(renamed).workspace_bytes, kFrameworkWorkspaceBytes);
+  EXPECT_EQ(FrameworkMemoryFor(renamed, Framework::kMegatronCore).workspace_bytes,
+            kFrameworkWorkspaceBytes);
   const MemoryBreakdown on_cpu = EstimateMemory(spec, c, 16.0 * (1ull << 30), cpu);
   const MemoryBreakdown gpu_terms = EstimateMemory(spec, c, 16.0 * (1ull << 30));
   EXPECT_NEAR(gpu_terms.other - on_cpu.other,
@@ -253,7 +255,7 @@ TEST(EstimateMemoryTest, CpuDeviceHasNoFrameworkWorkspace) {
 // from the embedding; twice the in-flight activations), and it has no loss buffers.
 TEST(EstimateMemoryTest, LossBuffersByHand) {
   const JobSpec spec = SmallCpuSpec();
-  const FrameworkMemory cpu = FrameworkMemoryFor(*FindDevice("cpu"));
+  const FrameworkMemory cpu = FrameworkMemoryFor(*FindDevice("cpu"), Framework::kMegatronCore);
   ParallelConfig c;
   c.dp = 2;
   c.micro_batch_size = 2;
@@ -276,7 +278,7 @@ TEST(EstimateMemoryTest, LossBuffersByHand) {
 // activations, mb 2). With 2048 the working set is; the first stage of PP 2 has only it.
 TEST(EstimateMemoryTest, LossBuffersAndTheLastLayersWorkingSetDoNotAddUp) {
   JobSpec spec = SmallCpuSpec();
-  const FrameworkMemory cpu = FrameworkMemoryFor(*FindDevice("cpu"));
+  const FrameworkMemory cpu = FrameworkMemoryFor(*FindDevice("cpu"), Framework::kMegatronCore);
   ParallelConfig c;
   c.dp = 2;
   c.micro_batch_size = 2;

@@ -3,13 +3,14 @@
 // wire form (Llama 3.1 405B: 126 layers over pp 8 x vp 8).
 #include "server/convert.h"
 
-#include <cstddef>
-#include <random>
-#include <string>
-
+#include <gmock/gmock.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
+
+#include <cstddef>
+#include <random>
+#include <string>
 
 #include "search/compose.h"
 #include "search/planner.h"
@@ -77,6 +78,7 @@ ParallelConfig RandomLayout(std::mt19937_64& rng) {
   c.overlap_grad_reduce = flag();
   c.tp_comm_overlap = flag();
   c.overlap_p2p_comm = flag();
+  c.overlap_param_gather = flag();
   c.ep = size();
   c.etp = size();
   c.moe_token_dispatcher = kDispatchers[rng() % 3];
@@ -95,7 +97,7 @@ ParallelConfig RandomLayout(std::mt19937_64& rng) {
 TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
   std::mt19937_64 rng(20240521);
   const ParallelConfig defaults;
-  int differs_from_default[20] = {};
+  int differs_from_default[21] = {};
   for (int i = 0; i < 5000; ++i) {
     const ParallelConfig c = RandomLayout(rng);
     const v1::ParallelConfig wire = ToProto(c);
@@ -112,7 +114,7 @@ TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
     ASSERT_EQ(*ParallelConfigFromProto(from_json), c) << WireJson(wire);
 
     // The sample exercises every field away from its default, so a dropped one fails above.
-    const bool changed[20] = {
+    const bool changed[21] = {
         c.tp != defaults.tp,
         c.pp != defaults.pp,
         c.dp != defaults.dp,
@@ -126,6 +128,7 @@ TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
         c.overlap_grad_reduce != defaults.overlap_grad_reduce,
         c.tp_comm_overlap != defaults.tp_comm_overlap,
         c.overlap_p2p_comm != defaults.overlap_p2p_comm,
+        c.overlap_param_gather != defaults.overlap_param_gather,
         c.ep != defaults.ep,
         c.etp != defaults.etp,
         c.moe_token_dispatcher != defaults.moe_token_dispatcher,
@@ -133,9 +136,9 @@ TEST(ConvertTest, EveryLayoutFieldRoundTripsThroughTheWireAndItsJson) {
         c.shard_group_size != defaults.shard_group_size,
         c.offload != defaults.offload,
         c.activation_offload != defaults.activation_offload};
-    for (int f = 0; f < 20; ++f) differs_from_default[f] += changed[f];
+    for (int f = 0; f < 21; ++f) differs_from_default[f] += changed[f];
   }
-  for (int f = 0; f < 20; ++f) EXPECT_GT(differs_from_default[f], 1000) << "field " << f;
+  for (int f = 0; f < 21; ++f) EXPECT_GT(differs_from_default[f], 1000) << "field " << f;
 }
 TEST(ConvertTest, ALayoutStoredWithOnlyDistributedOptimizerReadsAsOptimizerSharding) {
   v1::ParallelConfig stored;
@@ -166,9 +169,11 @@ TEST(ConvertTest, FlagsOnByDefaultAreExplicitOnTheWireAndOnWhenAbsent) {
   ParallelConfig off;
   off.overlap_grad_reduce = false;
   off.overlap_p2p_comm = false;
+  off.overlap_param_gather = false;
   const json j = json::parse(WireJson(ToProto(off)));
   EXPECT_EQ(j["overlap_grad_reduce"], false);
   EXPECT_EQ(j["overlap_p2p_comm"], false);
+  EXPECT_EQ(j["overlap_param_gather"], false);
   EXPECT_EQ(j["split_counts_embedding_and_loss"], false);
   EXPECT_EQ(j["tp_comm_overlap"], false);
 
@@ -180,6 +185,7 @@ TEST(ConvertTest, FlagsOnByDefaultAreExplicitOnTheWireAndOnWhenAbsent) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->overlap_grad_reduce);
   EXPECT_TRUE(c->overlap_p2p_comm);
+  EXPECT_TRUE(c->overlap_param_gather);
   EXPECT_FALSE(c->split_counts_embedding_and_loss);
   EXPECT_FALSE(c->tp_comm_overlap);
   // Nor the expert layout: no expert parallelism, the all-to-all dispatcher.
@@ -254,6 +260,35 @@ TEST(ConvertTest, MixtureOfExpertsSpecRoundTripsThroughTheWire) {
   absl::StatusOr<JobSpec> back = SpecFromProto(*wire);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(JobSpecToJson(*back), JobSpecToJson(*spec));
+}
+
+TEST(ConvertTest, EveryTrainingFrameworkRoundTripsThroughTheWire) {
+  for (const char* framework :
+       {"megatron-core", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan", "llm-foundry"}) {
+    absl::StatusOr<JobSpec> spec = JobSpecFromJson(json{
+        {"model", {{"preset", "llama2-7b"}}},
+        {"training", {{"seq_length", 4096}, {"global_batch_size", 64}, {"framework", framework}}},
+        {"cluster", {{"gpu", "h100-sxm-80gb"}, {"num_gpus", 8}}}});
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<v1::JobSpec> wire = SpecToProto(*spec);
+    ASSERT_TRUE(wire.ok()) << wire.status();
+    EXPECT_EQ(wire->training().framework(), framework);
+    absl::StatusOr<JobSpec> back = SpecFromProto(*wire);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->training.framework, spec->training.framework);
+    EXPECT_EQ(JobSpecToJson(*back), JobSpecToJson(*spec));
+  }
+  // Absent on the wire (a message from before the field): the default.
+  absl::StatusOr<JobSpec> spec = JobSpecFromJson(json::parse(R"({
+    "model": {"preset": "llama2-7b"}, "training": {"seq_length": 4096, "global_batch_size": 64},
+    "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8}})"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::JobSpec wire = *SpecToProto(*spec);
+  wire.mutable_training()->clear_framework();
+  EXPECT_EQ(SpecFromProto(wire)->training.framework, Framework::kMegatronCore);
+  wire.mutable_training()->set_framework("fsdp");
+  EXPECT_THAT(std::string(SpecFromProto(wire).status().message()),
+              ::testing::HasSubstr("training.framework: unknown framework 'fsdp'"));
 }
 
 TEST(ConvertTest, ResolvedSpecExpandsThePresetAndReadsBackToTheSameSpec) {

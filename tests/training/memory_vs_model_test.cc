@@ -43,7 +43,7 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelAsTracked) {
       {8192, 1, 2, 2, 1, Recompute::kFull, true, false},
       {256, 1, 2, 1, 2, Recompute::kNone, false, false, 4096},  // the first stage's peak
   };
-  const FrameworkMemory cpu = FrameworkMemoryFor(*FindDevice("cpu"));
+  const FrameworkMemory cpu = FrameworkMemoryFor(*FindDevice("cpu"), Framework::kMegatronCore);
   for (const Case& k : cases) {
     JobSpec spec;
     spec.model.num_layers = 4;

@@ -141,6 +141,17 @@ mut("missing_gpu", "rgp", "cluster.gpu", "cluster.gpu is required", **{"cluster.
 mut("gpu_number", "rp", "cluster.gpu", "wrong type (number)", **{"cluster.gpu": 100})
 mut("unknown_precision", "rgp", "precision", "unknown precision",
     **{"training.precision": "fp7"})
+mut("unknown_framework", "rgp", "training.framework", "unknown training framework",
+    **{"training.framework": "megatron-lm"})
+mut("framework_without_tp_comm_overlap", "rgp", "search.tp_comm_overlap",
+    "an overlap the framework lacks, asked for",
+    **{"training.framework": "deepspeed", "search.tp_comm_overlap": [True]})
+mut("framework_without_param_gather_overlap", "rgp", "search.overlap_param_gather",
+    "an overlap the framework lacks, asked for",
+    **{"training.framework": "megatron-deepspeed", "search.overlap_param_gather": [True]})
+mut("framework_without_sharding_stage", "rgp", "search.data_parallel_sharding",
+    "a sharding stage the framework lacks, asked for",
+    **{"training.framework": "torchtitan", "search.data_parallel_sharding": ["optimizer"]})
 mut("unknown_activation", "rgp", "activation", "unknown activation",
     **{"model.activation": "relu6"})
 mut("unknown_normalization", "rgp", "normalization", "unknown normalization",
@@ -255,13 +266,14 @@ for path in ["name", "model.name"]:
 VALID = {"model.preset": "gpt3-175b", "model.activation": "gelu",
          "model.normalization": "layernorm", "model.position_embedding": "rope",
          "training.precision": "bf16", "training.optimizer": "adam", "cluster.gpu": "a100-80gb",
-         "search.objective": "throughput", "search.mode": "model"}
+         "search.objective": "throughput", "search.mode": "model",
+         "training.framework": "megatron-core"}
 KEYWORDS = {"model.preset": "preset", "model.activation": "activation",
             "model.normalization": "normalization",
             "model.position_embedding": "position_embedding",
             "training.precision": "precision", "training.optimizer": "optimizer",
             "cluster.gpu": "cluster.gpu", "search.objective": "objective",
-            "search.mode": "mode"}
+            "search.mode": "mode", "training.framework": "framework"}
 for path, word in KEYWORDS.items():
     short = path.replace(".", "_")
     mutd(f"{short}_65_bytes", "rgp", word, "keyword over 64 bytes", {path: "k" * 65})

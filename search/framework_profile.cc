@@ -1,0 +1,301 @@
+#include "search/framework_profile.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "search/specs.h"
+
+namespace paratune {
+namespace {
+
+using DPS = DataParallelSharding;
+
+std::vector<FrameworkProfile> BuildProfiles() {
+  std::vector<FrameworkProfile> out;
+
+  // Megatron-LM / Megatron-Core (megatron/training/arguments.py): --tp-comm-overlap is
+  // opt-in; --overlap-grad-reduce is what ParaTune's Megatron export passes;
+  // --overlap-p2p-communication is on unless --no-overlap-p2p-communication;
+  // --overlap-param-gather (with the distributed optimizer and --overlap-grad-reduce) is
+  // what the time model assumes and the export passes. With BF16 the
+  // gradients accumulate and all-reduce in FP32 (accumulate_allreduce_grads_in_fp32 is
+  // forced on: main_grad buffers of 4 bytes). Sharding: --use-distributed-optimizer and
+  // Megatron-FSDP's --data-parallel-sharding-strategy optim_grads / optim_grads_params.
+  // The cross entropy is vocab-parallel (core/tensor_parallel/cross_entropy.py) on FP32
+  // logits beside the 16-bit output.
+  FrameworkProfile megatron;
+  megatron.framework = Framework::kMegatronCore;
+  megatron.tp_comm_overlap = {true, false};
+  megatron.overlap_grad_reduce = {true, true};
+  megatron.overlap_grad_reduce_on_with_full_sharding = true;
+  megatron.overlap_p2p_comm = {true, true};
+  megatron.overlap_param_gather = {true, true};
+  megatron.sharding = {DPS::kNone, DPS::kOptimizer, DPS::kOptimizerGrads, DPS::kFull};
+  megatron.open_sharding = {DPS::kOptimizer};
+  megatron.export_format = "megatron";
+  out.push_back(megatron);
+
+  // NeMo 2.0 / Megatron-Bridge run Megatron-Core's model and DDP (the same facts); their
+  // recipes turn on overlap_grad_reduce, overlap_param_gather and grad_reduce_in_fp32
+  // (nemo/collections/llm/recipes, DistributedDataParallelConfig), TP overlap only through
+  // the MegatronCommOverlapCallback of the performance recipes.
+  FrameworkProfile nemo = megatron;
+  nemo.framework = Framework::kNemo;
+  nemo.export_format = "nemo";
+  out.push_back(nemo);
+
+  // microsoft/Megatron-DeepSpeed: Megatron's model code (vocab-parallel loss, Megatron's
+  // sequence parallelism) on DeepSpeed's engine. Its pipeline is DeepSpeed's PipelineEngine
+  // (deepspeed/runtime/pipe: a non-interleaved 1F1B TrainSchedule with blocking sends, and
+  // ZeRO stage 0 or 1 only: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+  // parallelism"); no Transformer Engine TP overlap and no ring context parallelism.
+  // Gradient reduction is ZeRO's overlap_comm (DeepSpeedZeroConfig: off unless stage 3);
+  // ZeRO-1/2 all-gather the updated partitions after the step, before the next forward
+  // (runtime/zero/stage_1_and_2.py step: all_gather_dp_groups), with no overlap;
+  // in the engine's communication_data_type (the 16-bit dtype with bf16/fp16 enabled);
+  // BF16 runs use BF16_Optimizer, which accumulates gradients in FP32 buffers
+  // (deepspeed/runtime/bf16_optimizer.py fp32_groups_gradients: 4 bytes per parameter).
+  FrameworkProfile megatron_deepspeed;
+  megatron_deepspeed.framework = Framework::kMegatronDeepspeed;
+  megatron_deepspeed.tp_comm_overlap = {false, false};
+  megatron_deepspeed.overlap_grad_reduce = {true, false};
+  megatron_deepspeed.overlap_grad_reduce_on_with_full_sharding = true;
+  megatron_deepspeed.overlap_p2p_comm = {false, false};
+  megatron_deepspeed.overlap_param_gather = {false, false};
+  megatron_deepspeed.sharding = {DPS::kNone, DPS::kOptimizer, DPS::kOptimizerGrads, DPS::kFull};
+  megatron_deepspeed.open_sharding = {DPS::kOptimizer};
+  megatron_deepspeed.interleaved_pipeline = false;
+  megatron_deepspeed.context_parallel = false;
+  megatron_deepspeed.grad_sharding_with_pipeline = false;
+  megatron_deepspeed.activation_offload = false;
+  megatron_deepspeed.reduce_gradients_in_fp32 = false;
+  megatron_deepspeed.export_format = "deepspeed";
+  out.push_back(megatron_deepspeed);
+
+  // DeepSpeed ZeRO on a PyTorch model (deepspeed.ai/docs/config-json): stages 0-3,
+  // overlap_comm off unless stage 3, AutoTP for tensor parallelism (no sequence
+  // parallelism of the norms, no TP overlap), the PipelineEngine as above, no ring context
+  // parallelism. ZeRO's optimizer (runtime/zero/stage_1_and_2.py, stage3.py) keeps the
+  // gradients in the 16-bit model dtype and reduces them in it; the FP32 master partition
+  // is optimizer state (12 bytes). The model's loss runs over the full vocabulary on
+  // every rank (FP32 logits beside the 16-bit output, as Hugging Face models upcast them).
+  FrameworkProfile deepspeed = megatron_deepspeed;
+  deepspeed.framework = Framework::kDeepspeed;
+  deepspeed.sequence_parallel = false;
+  deepspeed.gradient_bytes_per_param = 2;
+  deepspeed.vocab_parallel_loss = false;
+  out.push_back(deepspeed);
+
+  // torchtitan (torchtitan/config/job_config.py, docs/fsdp.md): FSDP2 fully_shard with
+  // fsdp_reshard_after_forward "default" (full) or "never" (parameters stay gathered from
+  // forward to backward: optimizer_grads), replicate (DDP) for none; no ZeRO-1 form.
+  // mixed_precision_param bfloat16 over FP32 parameters (the optimizer updates them
+  // in place: Adam's m and v only), mixed_precision_reduce float32; FP32 sharded gradients.
+  // With "never" the parameters are gathered again layer by layer in the next forward,
+  // prefetched (the sharded optimizer's gather overlapped).
+  // Async TP (experimental.enable_async_tensor_parallel, off by default); TP's plan shards
+  // the norms by sequence; loss_parallel (vocab-parallel loss) unless disabled; pipeline
+  // schedules with interleaving (torch.distributed.pipelining) and context parallelism.
+  FrameworkProfile torchtitan;
+  torchtitan.framework = Framework::kTorchtitan;
+  torchtitan.tp_comm_overlap = {true, false};
+  torchtitan.overlap_grad_reduce = {true, true};
+  torchtitan.overlap_grad_reduce_on_with_full_sharding = true;
+  torchtitan.overlap_p2p_comm = {true, true};
+  torchtitan.overlap_param_gather = {true, true};
+  torchtitan.sharding = {DPS::kNone, DPS::kOptimizerGrads, DPS::kFull};
+  torchtitan.open_sharding = {DPS::kFull};
+  torchtitan.fp32_parameters = true;
+  torchtitan.activation_offload = false;
+  torchtitan.export_format = "torchtitan";
+  out.push_back(torchtitan);
+
+  // llm-foundry on Composer (composer/utils/parallelism.py FSDPConfig, llm-foundry's yamls
+  // and scripts/train/benchmarking): PyTorch FSDP (FSDP1) with sharding_strategy
+  // FULL_SHARD (the yamls' default), SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD (a shard
+  // group); no pipeline, context or Megatron sequence parallelism. FSDP reduce-scatters each
+  // layer's gradients in the backward (always overlapped); after the step SHARD_GRAD_OP
+  // gathers each unit again in the next forward, behind the previous unit's compute
+  // (FSDP's CPU run-ahead issues it early). Composer's mixed_precision
+  // DEFAULT (FSDPConfig's default, the mode the benchmark tables state) computes in BF16
+  // (param_dtype) and reduces in FP32 (reduce_dtype) over FP32 flat parameters that the
+  // optimizer updates in place; the sharded gradients are FP32. The loss (torch
+  // CrossEntropyLoss) runs over the full vocabulary.
+  FrameworkProfile llm_foundry;
+  llm_foundry.framework = Framework::kLlmFoundry;
+  llm_foundry.tp_comm_overlap = {false, false};
+  llm_foundry.overlap_grad_reduce = {true, true};
+  llm_foundry.overlap_grad_reduce_on_with_full_sharding = true;
+  llm_foundry.overlap_p2p_comm = {false, false};
+  llm_foundry.overlap_param_gather = {true, true};
+  llm_foundry.sharding = {DPS::kNone, DPS::kOptimizerGrads, DPS::kFull};
+  llm_foundry.open_sharding = {DPS::kFull};
+  llm_foundry.pipeline_parallel = false;
+  llm_foundry.activation_offload = false;
+  llm_foundry.interleaved_pipeline = false;
+  llm_foundry.context_parallel = false;
+  llm_foundry.sequence_parallel = false;
+  llm_foundry.fp32_parameters = true;
+  llm_foundry.vocab_parallel_loss = false;
+  out.push_back(llm_foundry);
+  return out;
+}
+
+std::string ShardingNames(const std::vector<DataParallelSharding>& stages) {
+  std::vector<std::string> names;
+  for (DataParallelSharding s : stages) names.push_back(ToString(s));
+  return absl::StrJoin(names, ", ");
+}
+
+bool Has(const std::vector<DataParallelSharding>& stages, DataParallelSharding s) {
+  return std::find(stages.begin(), stages.end(), s) != stages.end();
+}
+
+// The frameworks that have an overlap, for the refusal's text.
+std::string FrameworksWith(OverlapFact FrameworkProfile::*overlap) {
+  std::vector<std::string> names;
+  for (Framework f : {Framework::kMegatronCore, Framework::kNemo, Framework::kMegatronDeepspeed,
+                      Framework::kDeepspeed, Framework::kTorchtitan, Framework::kLlmFoundry}) {
+    if ((ProfileOf(f).*overlap).exists) names.push_back(ToString(f));
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+}  // namespace
+
+const FrameworkProfile& ProfileOf(Framework framework) {
+  static const std::vector<FrameworkProfile>* const kProfiles =
+      new std::vector<FrameworkProfile>(BuildProfiles());
+  for (const FrameworkProfile& p : *kProfiles) {
+    if (p.framework == framework) return p;
+  }
+  return kProfiles->front();
+}
+
+bool DefaultOverlapGradReduce(Framework framework, DataParallelSharding sharding) {
+  const FrameworkProfile& p = ProfileOf(framework);
+  if (!p.overlap_grad_reduce.exists) return false;
+  if (sharding == DataParallelSharding::kFull && p.overlap_grad_reduce_on_with_full_sharding) {
+    return true;
+  }
+  return p.overlap_grad_reduce.default_on;
+}
+
+bool DefaultOverlapParamGather(Framework framework, DataParallelSharding sharding) {
+  if (sharding != DataParallelSharding::kOptimizer &&
+      sharding != DataParallelSharding::kOptimizerGrads) {
+    return true;
+  }
+  const FrameworkProfile& p = ProfileOf(framework);
+  return p.overlap_param_gather.exists && p.overlap_param_gather.default_on;
+}
+
+double GradientReduceBytes(Framework framework, Precision precision) {
+  if (precision == Precision::kFp32) return 4.0;
+  if (precision == Precision::kFp16) return 2.0;
+  return ProfileOf(framework).reduce_gradients_in_fp32 ? 4.0 : 2.0;
+}
+
+absl::Status CheckLayoutForFramework(const ParallelConfig& c, Framework framework) {
+  const FrameworkProfile& p = ProfileOf(framework);
+  const std::string name = ToString(framework);
+  if (c.pp > 1 && !p.pipeline_parallel) {
+    return absl::InvalidArgumentError(absl::StrCat("search.pp (", c.pp,
+                                                   ") must be 1: training.framework ", name,
+                                                   " has no pipeline parallelism"));
+  }
+  if (c.vp > 1 && !p.interleaved_pipeline) {
+    return absl::InvalidArgumentError(absl::StrCat("search.vp (", c.vp,
+                                                   ") must be 1: training.framework ", name,
+                                                   " has no interleaved pipeline schedule"));
+  }
+  if (c.cp > 1 && !p.context_parallel) {
+    return absl::InvalidArgumentError(absl::StrCat("search.cp (", c.cp,
+                                                   ") must be 1: training.framework ", name,
+                                                   " has no ring context parallelism"));
+  }
+  if (c.sequence_parallel && c.tp > 1 && !p.sequence_parallel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "search.sequence_parallel (true) needs a training.framework with Megatron's sequence "
+        "parallelism (",
+        name, " has none)"));
+  }
+  if (!Has(p.sharding, c.data_parallel_sharding)) {
+    return absl::InvalidArgumentError(absl::StrCat("search.data_parallel_sharding ",
+                                                   ToString(c.data_parallel_sharding),
+                                                   " is not a stage of training.framework ", name,
+                                                   " (it runs ", ShardingNames(p.sharding), ")"));
+  }
+  if (c.pp > 1 && !p.grad_sharding_with_pipeline &&
+      (c.data_parallel_sharding == DataParallelSharding::kOptimizerGrads ||
+       c.data_parallel_sharding == DataParallelSharding::kFull)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("search.data_parallel_sharding ", ToString(c.data_parallel_sharding),
+                     " with search.pp (", c.pp, ") > 1: training.framework ", name,
+                     " pipelines with DeepSpeed's engine, which takes ZeRO stage 0 or 1 only"));
+  }
+  if (c.overlap_param_gather && !p.overlap_param_gather.exists && c.dp * c.cp > 1 &&
+      (c.data_parallel_sharding == DataParallelSharding::kOptimizer ||
+       c.data_parallel_sharding == DataParallelSharding::kOptimizerGrads)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("search.overlap_param_gather (true) needs training.framework ",
+                     FrameworksWith(&FrameworkProfile::overlap_param_gather), " (", name,
+                     " all-gathers the sharded optimizer's parameters after the step)"));
+  }
+  if (c.activation_offload && !p.activation_offload) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "search.activation_offload (true) needs training.framework megatron-core or nemo (",
+        name, " has no fine-grained activation offload)"));
+  }
+  if (c.tp_comm_overlap && !p.tp_comm_overlap.exists) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("search.tp_comm_overlap (true) needs training.framework ",
+                     FrameworksWith(&FrameworkProfile::tp_comm_overlap), " (", name,
+                     " has no TP communication overlap)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSearchForFramework(const SearchOptions& o, Framework framework) {
+  const FrameworkProfile& p = ProfileOf(framework);
+  const std::string name = ToString(framework);
+  const auto asks_true = [](const std::vector<bool>& values) {
+    return std::find(values.begin(), values.end(), true) != values.end();
+  };
+  const std::tuple<const char*, const std::vector<bool>*, OverlapFact FrameworkProfile::*,
+                   const char*>
+      overlaps[] = {
+          {"search.tp_comm_overlap", &o.tp_comm_overlap, &FrameworkProfile::tp_comm_overlap,
+           "TP communication overlap"},
+          {"search.overlap_grad_reduce", &o.overlap_grad_reduce,
+           &FrameworkProfile::overlap_grad_reduce, "gradient-reduce overlap"},
+          {"search.overlap_p2p_comm", &o.overlap_p2p_comm, &FrameworkProfile::overlap_p2p_comm,
+           "pipeline send/receive overlap"},
+          {"search.overlap_param_gather", &o.overlap_param_gather,
+           &FrameworkProfile::overlap_param_gather, "parameter all-gather overlap"},
+      };
+  for (const auto& [field, values, overlap, what] : overlaps) {
+    if (asks_true(*values) && !(p.*overlap).exists) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " [true] needs training.framework ",
+                                                     FrameworksWith(overlap), " (", name,
+                                                     " has no ", what, ")"));
+    }
+  }
+  if (asks_true(o.activation_offload) && !p.activation_offload) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "search.activation_offload [true] needs training.framework megatron-core or nemo (",
+        name, " has no fine-grained activation offload)"));
+  }
+  for (DataParallelSharding s : o.data_parallel_sharding) {
+    if (!Has(p.sharding, s)) {
+      return absl::InvalidArgumentError(absl::StrCat("search.data_parallel_sharding ", ToString(s),
+                                                     " is not a stage of training.framework ", name,
+                                                     " (it runs ", ShardingNames(p.sharding), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace paratune

@@ -1,0 +1,93 @@
+// What each training codebase (training.framework) can run and how it holds a layout: its
+// communication overlaps and their defaults, the data-parallel sharding stages it has, the
+// parallelisms it lacks, the gradient and parameter dtypes, the loss buffers and its export
+// format. One entry per framework (a table of kinds); the planner, the memory and time
+// models, the validity rules and the CLI's export read it. Each entry cites its sources in
+// framework_profile.cc.
+#ifndef PARATUNE_SEARCH_FRAMEWORK_PROFILE_H_
+#define PARATUNE_SEARCH_FRAMEWORK_PROFILE_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/enums.h"
+#include "search/parallel_config.h"
+
+namespace paratune {
+
+struct SearchOptions;
+
+/// One communication overlap of a framework: whether the codebase has it, and its value
+/// when `search` does not list one.
+struct OverlapFact {
+  bool exists = true;
+  bool default_on = false;
+};
+
+struct FrameworkProfile {
+  Framework framework = Framework::kMegatronCore;
+  /// Transformer Engine's TP communication overlap (Megatron-Core's --tp-comm-overlap) or
+  /// torchtitan's async TP.
+  OverlapFact tp_comm_overlap;
+  /// Data-parallel gradient reduction in buckets during the backward.
+  OverlapFact overlap_grad_reduce;
+  /// With full sharding the gradient overlap is on unless a search lists it (DeepSpeed
+  /// turns overlap_comm on for ZeRO-3 only).
+  bool overlap_grad_reduce_on_with_full_sharding = false;
+  /// Asynchronous pipeline sends and receives of the interleaved schedule.
+  OverlapFact overlap_p2p_comm;
+  /// The sharded optimizer's (optimizer, optimizer_grads) parameter all-gather behind the
+  /// next forward.
+  OverlapFact overlap_param_gather;
+  /// Data-parallel sharding stages the codebase runs.
+  std::vector<DataParallelSharding> sharding;
+  /// Stages tried besides none when `search.data_parallel_sharding` is empty (where
+  /// dp*cp > 1).
+  std::vector<DataParallelSharding> open_sharding;
+  bool pipeline_parallel = true;     ///< pp > 1 exists.
+  bool interleaved_pipeline = true;  ///< vp > 1 exists.
+  bool context_parallel = true;      ///< Ring context parallelism (cp > 1).
+  bool sequence_parallel = true;     ///< Megatron's sequence parallelism with TP.
+  /// ZeRO-2/3 (optimizer_grads, full) beside pp > 1.
+  bool grad_sharding_with_pipeline = true;
+  /// Fine-grained activation offload (Megatron-Core's --fine-grained-activation-offloading;
+  /// DeepSpeed's and PyTorch's CPU checkpointing offload full-recompute checkpoints only).
+  bool activation_offload = true;
+  /// Bytes per parameter of the gradients kept in 16-bit and FP8 training (FP32 training:
+  /// 4 everywhere).
+  double gradient_bytes_per_param = 4;
+  /// Gradients reduced across data parallelism in FP32 (else in the 16-bit training dtype).
+  bool reduce_gradients_in_fp32 = true;
+  /// FSDP mixed precision: the parameters are FP32 (sharded like the weights) and are
+  /// Adam's master copy (no separate 12-byte state: 8); layers are gathered in 16-bit.
+  bool fp32_parameters = false;
+  /// The cross entropy runs on the vocabulary split over TP (else every TP rank holds the
+  /// full vocabulary's logits).
+  bool vocab_parallel_loss = true;
+  /// The export format that renders a layout for this codebase (exporters.h), or nullptr.
+  const char* export_format = nullptr;
+};
+
+/// The profile of `framework`.
+const FrameworkProfile& ProfileOf(Framework framework);
+
+/// The overlap flag values a layout takes when `search` lists none.
+bool DefaultOverlapGradReduce(Framework framework, DataParallelSharding sharding);
+/// On where the stage has no post-step all-gather (none, full): the flag then changes
+/// nothing.
+bool DefaultOverlapParamGather(Framework framework, DataParallelSharding sharding);
+
+/// Bytes per gradient element of the data-parallel reduction under `precision`.
+double GradientReduceBytes(Framework framework, Precision precision);
+
+/// The layout rules of the framework (pp, vp, cp, SP, the sharding stage and the overlaps
+/// it has); InvalidArgument naming the field and training.framework.
+absl::Status CheckLayoutForFramework(const ParallelConfig& config, Framework framework);
+
+/// The explicit `search` values the framework cannot run (an overlap set true that it lacks,
+/// a sharding stage it does not have); InvalidArgument naming the field and the rule.
+absl::Status CheckSearchForFramework(const SearchOptions& search, Framework framework);
+
+}  // namespace paratune
+
+#endif  // PARATUNE_SEARCH_FRAMEWORK_PROFILE_H_

@@ -1,0 +1,295 @@
+// training.framework: the memory terms of each codebase against hand derivations, the
+// overlap defaults against the same layout with the overlap pinned, the planner's sharding
+// stages, and refusals that name the field.
+#include "search/framework_profile.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "search/collectives.h"
+#include "search/device_catalog.h"
+#include "search/memory_model.h"
+#include "search/model_math.h"
+#include "search/planner.h"
+#include "search/presets.h"
+#include "search/sharded_data_parallel.h"
+#include "search/spec_io.h"
+
+namespace paratune {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Llama 2 13B on one DGX H100, BF16.
+JobSpec Llama13b(Framework framework) {
+  JobSpec spec;
+  spec.name = "llama2-13b";
+  spec.model = *FindPreset("llama2-13b");
+  spec.training.seq_length = 4096;
+  spec.training.global_batch_size = 64;
+  spec.training.precision = Precision::kBf16;
+  spec.training.framework = framework;
+  spec.cluster.gpu = "h100-sxm-80gb";
+  spec.cluster.num_gpus = 8;
+  spec.cluster.gpus_per_node = 8;
+  return spec;
+}
+
+ParallelConfig Layout(int64_t tp, int64_t dp, DataParallelSharding sharding) {
+  ParallelConfig c;
+  c.tp = tp;
+  c.dp = dp;
+  c.micro_batch_size = 1;
+  c.recompute = Recompute::kSelective;
+  c.data_parallel_sharding = sharding;
+  return c;
+}
+
+MemoryBreakdown Memory(const JobSpec& spec, const ParallelConfig& c) {
+  const DeviceProfile device = *FindDevice(spec.cluster.gpu);
+  return EstimateMemory(spec, c, device.memory_bytes,
+                        FrameworkMemoryFor(device, spec.training.framework));
+}
+
+TEST(FrameworkProfileTest, EveryFrameworkHasAProfileAndAName) {
+  for (Framework f : {Framework::kMegatronCore, Framework::kNemo, Framework::kMegatronDeepspeed,
+                      Framework::kDeepspeed, Framework::kTorchtitan, Framework::kLlmFoundry}) {
+    EXPECT_EQ(ProfileOf(f).framework, f) << ToString(f);
+    EXPECT_EQ(*ParseFramework(ToString(f)), f);
+  }
+  EXPECT_THAT(std::string(ParseFramework("megatron-lm").status().message()),
+              HasSubstr("expected megatron-core, nemo, megatron-deepspeed, deepspeed, "
+                        "torchtitan, llm-foundry"));
+}
+
+// DeepSpeed's ZeRO keeps 16-bit gradients where Megatron keeps FP32 main grads: with ZeRO-1
+// each rank holds all Ψ gradients, so the difference is (4 - 2)·Ψ; with ZeRO-2 the Ψ/N
+// shard and the two 40M-parameter reduce-scatter buckets, (4 - 2)·(Ψ/N + 2·40M).
+TEST(FrameworkProfileTest, DeepSpeedGradientsAreSixteenBitPerRank) {
+  const ParallelConfig zero1 = Layout(1, 8, DataParallelSharding::kOptimizer);
+  const double psi = MaxParamsPerGpu(Llama13b(Framework::kMegatronCore).model, zero1);
+  const MemoryBreakdown megatron = Memory(Llama13b(Framework::kMegatronCore), zero1);
+  const MemoryBreakdown deepspeed = Memory(Llama13b(Framework::kDeepspeed), zero1);
+  EXPECT_DOUBLE_EQ(megatron.gradients - deepspeed.gradients, 2.0 * psi);
+  EXPECT_DOUBLE_EQ(megatron.weights, deepspeed.weights);
+  EXPECT_DOUBLE_EQ(megatron.optimizer, deepspeed.optimizer);
+
+  const ParallelConfig zero2 = Layout(1, 8, DataParallelSharding::kOptimizerGrads);
+  const double delta = Memory(Llama13b(Framework::kMegatronCore), zero2).gradients -
+                       Memory(Llama13b(Framework::kDeepspeed), zero2).gradients;
+  EXPECT_NEAR(delta, 2.0 * (psi / 8.0 + 2.0 * kReduceBucketParams), 1.0);
+}
+
+// FSDP mixed precision (llm-foundry, torchtitan): FP32 parameters sharded (4Ψ/N), which are
+// Adam's master copy (8Ψ/N of state, not 12Ψ/N), and the gathered layers in 16-bit as
+// Megatron-FSDP's: weights +2Ψ/N, optimizer −4Ψ/N, gradients (FP32 both) unchanged.
+TEST(FrameworkProfileTest, FsdpKeepsFp32ParametersAsTheMasterCopy) {
+  const ParallelConfig full = Layout(1, 8, DataParallelSharding::kFull);
+  const double psi = MaxParamsPerGpu(Llama13b(Framework::kMegatronCore).model, full);
+  const MemoryBreakdown megatron = Memory(Llama13b(Framework::kMegatronCore), full);
+  for (Framework f : {Framework::kLlmFoundry, Framework::kTorchtitan}) {
+    const MemoryBreakdown fsdp = Memory(Llama13b(f), full);
+    EXPECT_NEAR(fsdp.weights - megatron.weights, 2.0 * psi / 8.0, 1.0) << ToString(f);
+    EXPECT_NEAR(megatron.optimizer - fsdp.optimizer, 4.0 * psi / 8.0, 1.0) << ToString(f);
+    EXPECT_DOUBLE_EQ(fsdp.gradients, megatron.gradients) << ToString(f);
+  }
+  // Without resharding after the forward (optimizer_grads) the 16-bit copy of every layer
+  // stays beside the FP32 shard: 4Ψ/N + 2Ψ, against Megatron's 2Ψ.
+  const ParallelConfig zero2 = Layout(1, 8, DataParallelSharding::kOptimizerGrads);
+  EXPECT_NEAR(Memory(Llama13b(Framework::kTorchtitan), zero2).weights -
+                  Memory(Llama13b(Framework::kMegatronCore), zero2).weights,
+              4.0 * psi / 8.0, 1.0);
+}
+
+// A PyTorch model's loss holds the full vocabulary on every TP rank: t times Megatron's
+// vocab-parallel loss buffers.
+TEST(FrameworkProfileTest, DeepSpeedLossBuffersHoldTheFullVocabulary) {
+  const ParallelConfig tp2 = Layout(2, 4, DataParallelSharding::kOptimizer);
+  EXPECT_DOUBLE_EQ(Memory(Llama13b(Framework::kDeepspeed), tp2).loss_buffers,
+                   2.0 * Memory(Llama13b(Framework::kMegatronCore), tp2).loss_buffers);
+}
+
+// Megatron-DeepSpeed (Llama 2 7B) has no gradient-reduce overlap by default (ZeRO's overlap_comm is
+// off below stage 3). In FP16 both codebases reduce 16-bit gradients and keep the same memory, so
+// its default layout costs exactly what Megatron-Core's costs with the overlap pinned off, and more
+// than Megatron-Core's default.
+TEST(FrameworkProfileTest, MegatronDeepSpeedExposesTheGradientReduction) {
+  const auto plan = [](Framework f, std::vector<bool> grad_overlap) {
+    JobSpec spec = Llama13b(f);
+    spec.model = *FindPreset("llama2-7b");
+    spec.training.precision = Precision::kFp16;
+    spec.search.tp = {1};
+    spec.search.pp = {1};
+    spec.search.cp = {1};
+    spec.search.dp = {8};
+    spec.search.micro_batch_size = {1};
+    spec.search.sequence_parallel = {false};
+    spec.search.recompute = {Recompute::kFull};
+    spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
+    spec.search.overlap_grad_reduce = std::move(grad_overlap);
+    absl::StatusOr<PlanResult> result = Plan(spec);
+    EXPECT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->ranked.size(), 1u);
+    return result->ranked.front();
+  };
+  const RankedConfig deepspeed = plan(Framework::kMegatronDeepspeed, {});
+  const RankedConfig pinned_off = plan(Framework::kMegatronCore, {false});
+  const RankedConfig megatron = plan(Framework::kMegatronCore, {});
+  EXPECT_FALSE(deepspeed.config.overlap_grad_reduce);
+  EXPECT_TRUE(megatron.config.overlap_grad_reduce);
+  EXPECT_DOUBLE_EQ(deepspeed.time.dp_comm, pinned_off.time.dp_comm);
+  EXPECT_DOUBLE_EQ(deepspeed.iteration_time_s, pinned_off.iteration_time_s);
+  EXPECT_GT(deepspeed.time.dp_comm, megatron.time.dp_comm);
+}
+
+// --overlap-param-gather: the distributed optimizer's all-gather of the updated 16-bit
+// parameters runs behind the next forward but its first 40M-parameter bucket. Pinned off it
+// is all exposed: the step grows by exactly AllGather(2Ψ) − AllGather(2·40M) over the 8
+// ranks' NVLink. Megatron-DeepSpeed (ZeRO-1's gather after the step) has it off and refuses
+// it on.
+TEST(FrameworkProfileTest, ParamGatherOverlapHidesAllButTheFirstBucket) {
+  const auto plan = [](Framework f, std::vector<bool> gather_overlap) {
+    JobSpec spec = Llama13b(f);
+    spec.model = *FindPreset("llama2-7b");
+    spec.search.tp = {1};
+    spec.search.pp = {1};
+    spec.search.cp = {1};
+    spec.search.dp = {8};
+    spec.search.micro_batch_size = {1};
+    spec.search.sequence_parallel = {false};
+    spec.search.recompute = {Recompute::kFull};
+    spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
+    spec.search.overlap_param_gather = std::move(gather_overlap);
+    absl::StatusOr<PlanResult> result = Plan(spec);
+    EXPECT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->ranked.size(), 1u);
+    return result->ranked.front();
+  };
+  const RankedConfig on = plan(Framework::kMegatronCore, {});
+  const RankedConfig off = plan(Framework::kMegatronCore, {false});
+  EXPECT_TRUE(on.config.overlap_param_gather);
+  EXPECT_FALSE(off.config.overlap_param_gather);
+  const DeviceProfile device = *FindDevice("h100-sxm-80gb");
+  const ShardedLinks links = ShardedDataParallelLinks(on.config, device, 8);
+  const double psi = StageParamsSplit(*FindPreset("llama2-7b"), on.config, 0).dense;
+  const double expected = AllGatherSeconds(2.0 * psi, 8, links.shard) -
+                          AllGatherSeconds(2.0 * kReduceBucketParams, 8, links.shard);
+  EXPECT_NEAR(off.time.dp_comm - on.time.dp_comm, expected, 1e-9);
+  EXPECT_NEAR(off.iteration_time_s - on.iteration_time_s, expected, 1e-9);
+
+  EXPECT_FALSE(plan(Framework::kMegatronDeepspeed, {}).config.overlap_param_gather);
+  JobSpec spec = Llama13b(Framework::kDeepspeed);
+  spec.search.overlap_param_gather = {true};
+  EXPECT_EQ(spec.Validate().message(),
+            "search.overlap_param_gather [true] needs training.framework megatron-core, nemo, "
+            "torchtitan, llm-foundry (deepspeed has no parameter all-gather overlap)");
+}
+
+// Gradient reduction dtype: Megatron-Core all-reduces BF16 gradients in FP32, DeepSpeed in
+// BF16 (its communication_data_type); the FP16 and FP32 runs reduce their own dtype.
+TEST(FrameworkProfileTest, GradientReduceBytes) {
+  EXPECT_EQ(GradientReduceBytes(Framework::kMegatronCore, Precision::kBf16), 4.0);
+  EXPECT_EQ(GradientReduceBytes(Framework::kTorchtitan, Precision::kBf16), 4.0);
+  EXPECT_EQ(GradientReduceBytes(Framework::kLlmFoundry, Precision::kBf16), 4.0);
+  EXPECT_EQ(GradientReduceBytes(Framework::kDeepspeed, Precision::kBf16), 2.0);
+  EXPECT_EQ(GradientReduceBytes(Framework::kMegatronDeepspeed, Precision::kFp8), 2.0);
+  EXPECT_EQ(GradientReduceBytes(Framework::kMegatronCore, Precision::kFp16), 2.0);
+  EXPECT_EQ(GradientReduceBytes(Framework::kDeepspeed, Precision::kFp32), 4.0);
+}
+
+// An open sharding list tries the framework's stages: FSDP codebases full sharding, never
+// ZeRO-1; Megatron-Core the distributed optimizer, as before.
+TEST(FrameworkProfileTest, OpenShardingTriesTheFrameworksStages) {
+  for (const auto& [framework, expected] :
+       {std::pair<Framework, DataParallelSharding>{Framework::kTorchtitan,
+                                                   DataParallelSharding::kFull},
+        {Framework::kLlmFoundry, DataParallelSharding::kFull},
+        {Framework::kMegatronCore, DataParallelSharding::kOptimizer}}) {
+    JobSpec spec = Llama13b(framework);
+    spec.search.top_k = 1000;
+    absl::StatusOr<PlanResult> result = Plan(spec);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_FALSE(result->ranked.empty()) << ToString(framework);
+    bool saw_expected = false;
+    for (const RankedConfig& r : result->ranked) {
+      const DataParallelSharding s = r.config.data_parallel_sharding;
+      EXPECT_TRUE(s == DataParallelSharding::kNone || s == expected)
+          << ToString(framework) << ": " << r.config.ToString();
+      saw_expected = saw_expected || s == expected;
+      if (framework == Framework::kLlmFoundry) {
+        EXPECT_EQ(r.config.pp, 1) << r.config.ToString();
+        EXPECT_EQ(r.config.cp, 1) << r.config.ToString();
+        EXPECT_FALSE(r.config.sequence_parallel) << r.config.ToString();
+      }
+    }
+    EXPECT_TRUE(saw_expected) << ToString(framework);
+  }
+}
+
+TEST(FrameworkProfileTest, RefusalsNameTheFieldAndTheRule) {
+  JobSpec spec = Llama13b(Framework::kMegatronDeepspeed);
+  spec.search.tp_comm_overlap = {true};
+  EXPECT_EQ(spec.Validate().message(),
+            "search.tp_comm_overlap [true] needs training.framework megatron-core, nemo, "
+            "torchtitan (megatron-deepspeed has no TP communication overlap)");
+  spec = Llama13b(Framework::kLlmFoundry);
+  spec.search.overlap_p2p_comm = {false, true};
+  EXPECT_THAT(spec.Validate().message(),
+              HasSubstr("search.overlap_p2p_comm [true] needs training.framework"));
+  spec = Llama13b(Framework::kTorchtitan);
+  spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
+  EXPECT_EQ(spec.Validate().message(),
+            "search.data_parallel_sharding optimizer is not a stage of training.framework "
+            "torchtitan (it runs none, optimizer_grads, full)");
+  spec.search.data_parallel_sharding = {DataParallelSharding::kFull};
+  EXPECT_TRUE(spec.Validate().ok());
+
+  // Layout rules.
+  ParallelConfig c = Layout(1, 4, DataParallelSharding::kFull);
+  c.pp = 2;
+  EXPECT_EQ(ValidateParallelConfig(c, Llama13b(Framework::kLlmFoundry)).message(),
+            "search.pp (2) must be 1: training.framework llm-foundry has no pipeline "
+            "parallelism");
+  EXPECT_THAT(std::string(ValidateParallelConfig(c, Llama13b(Framework::kDeepspeed)).message()),
+              HasSubstr("ZeRO stage 0 or 1 only"));
+  EXPECT_TRUE(ValidateParallelConfig(c, Llama13b(Framework::kMegatronCore)).ok());
+}
+
+TEST(FrameworkProfileTest, SpecFilesReadAndWriteTheFramework) {
+  nlohmann::json j = JobSpecToJson(Llama13b(Framework::kMegatronCore));
+  EXPECT_EQ(j["training"]["framework"], "megatron-core");
+  j["training"]["framework"] = "llm-foundry";
+  absl::StatusOr<JobSpec> back = JobSpecFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->training.framework, Framework::kLlmFoundry);
+  j["training"].erase("framework");
+  EXPECT_EQ(JobSpecFromJson(j)->training.framework, Framework::kMegatronCore);
+  j["training"]["framework"] = "fsdp";
+  EXPECT_EQ(JobSpecFromJson(j).status().message(),
+            "training.framework: unknown framework 'fsdp' (expected megatron-core, nemo, "
+            "megatron-deepspeed, deepspeed, torchtitan, llm-foundry)");
+}
+
+// A pinned spec's layout takes the framework's overlap defaults.
+TEST(FrameworkProfileTest, PinnedLayoutsTakeTheFrameworksOverlaps) {
+  JobSpec spec = Llama13b(Framework::kDeepspeed);
+  spec.search.tp = {1};
+  spec.search.pp = {1};
+  spec.search.cp = {1};
+  spec.search.dp = {8};
+  spec.search.micro_batch_size = {1};
+  spec.search.sequence_parallel = {false};
+  spec.search.recompute = {Recompute::kSelective};
+  spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
+  EXPECT_FALSE(PinnedLayout(spec)->overlap_grad_reduce);
+  spec.search.data_parallel_sharding = {DataParallelSharding::kFull};
+  EXPECT_TRUE(PinnedLayout(spec)->overlap_grad_reduce);
+  spec.training.framework = Framework::kMegatronCore;
+  spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
+  EXPECT_TRUE(PinnedLayout(spec)->overlap_grad_reduce);
+}
+
+}  // namespace
+}  // namespace paratune
