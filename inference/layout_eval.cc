@@ -47,10 +47,10 @@ absl::Status LayoutContext::CheckConfig(const ServingConfig& c) const {
                                  {"max_num_tokens", c.max_num_tokens}}) {
     if (auto s = positive(field, v); !s.ok()) return s;
   }
-  if (auto s = CheckExpertParallel(spec_.model, c.tp, c.ep, "ep"); !s.ok()) return s;
   if (c.attention_dp) {
     if (auto s = CheckAttentionDp(spec_.model, c.tp, c.ep, "attention_dp"); !s.ok()) return s;
   }
+  if (auto s = CheckExpertParallel(spec_.model, c.tp, c.ep, "ep"); !s.ok()) return s;
   if (spec_.model.num_attention_heads % c.tp != 0) {
     return absl::InvalidArgumentError(absl::StrCat("tp (", c.tp,
                                                    ") must divide model.num_attention_heads (",

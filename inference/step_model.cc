@@ -72,10 +72,10 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
     return absl::InvalidArgumentError(
         absl::StrCat("pp (", c.pp, ") must be at most model.num_layers (", model.num_layers, ")"));
   }
-  if (auto s = CheckExpertParallel(model, c.tp, c.ep, "ep"); !s.ok()) return s;
   if (c.attention_dp) {
     if (auto s = CheckAttentionDp(model, c.tp, c.ep, "attention_dp"); !s.ok()) return s;
   }
+  if (auto s = CheckExpertParallel(model, c.tp, c.ep, "ep"); !s.ok()) return s;
   if (IsMoe(model)) {
     // Routed experts are sliced over the tp / ep ranks of their group (moe_tp_size), the
     // shared experts over all tp ranks like a dense MLP.
