@@ -483,7 +483,7 @@ TEST(StepModelTest, AttentionDataParallelRefusalsNameTheRule) {
   auto dense = make("llama3.1-70b", AttentionDp(fp8));
   ASSERT_FALSE(dense.ok());
   EXPECT_NE(dense.status().message().find(
-                "attention_dp (true) needs a mixture-of-experts model (model.num_experts 0)"),
+                "attention_dp (true) needs a mixture-of-experts model (model.num_experts 1)"),
             std::string::npos)
       << dense.status();
   auto tp1 = make("mixtral-8x7b", AttentionDp(Layout(1, 1, QuantFormat::kFp8, QuantFormat::kFp8)));
