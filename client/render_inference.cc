@@ -110,7 +110,8 @@ std::string FormatInferencePlanTable(const InferencePlanResult& result,
 std::string FormatInferencePlanCsv(const InferencePlanResult& result) {
   std::string out =
       "rank,tp,pp,ep,replicas,prefill_replicas,decode_replicas,max_batch_size,max_num_tokens,"
-      "weight_precision,kv_cache_precision,disaggregated,num_gpus,output_tokens_per_sec_per_gpu,"
+      "weight_precision,kv_cache_precision,disaggregated,attention_dp,num_gpus,"
+      "output_tokens_per_sec_per_gpu,"
       "tokens_per_sec_per_user,ttft_p99_ms,tpot_p99_ms,peak_gib,meets_limits,rejected_rule,"
       "reason\n";
   const auto config = [](const inference::ServingConfig& c) {
@@ -118,7 +119,8 @@ std::string FormatInferencePlanCsv(const InferencePlanResult& result) {
                         c.decode_replicas, ",", c.max_batch_size, ",", c.max_num_tokens, ",",
                         std::string(inference::ToString(c.weight_precision)), ",",
                         std::string(inference::ToString(c.kv_cache_precision)), ",",
-                        c.disaggregated ? "true" : "false", ",", c.num_gpus());
+                        c.disaggregated ? "true" : "false", ",", c.attention_dp ? "true" : "false",
+                        ",", c.num_gpus());
   };
   for (const auto& r : result.ranked) {
     absl::StrAppend(&out, absl::StrFormat("%d,%s,%.1f,%.2f,%.1f,%.2f,%.2f,%s,,\n", r.rank,

@@ -92,7 +92,8 @@ absl::StatusOr<std::string> Vllm(const InferenceJobSpec& spec, const ServingConf
   // --max-num-batched-tokens are per data-parallel rank.
   if (c.attention_dp && c.pp > 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("attention_dp with pp (", c.pp, ") has no vllm export: vLLM's data-parallel "
+        absl::StrCat("attention_dp with pp (", c.pp,
+                     ") has no vllm export: vLLM's data-parallel "
                      "attention runs with --pipeline-parallel-size 1"));
   }
   if (c.ep > 1 && c.ep != c.tp) {
@@ -104,10 +105,10 @@ absl::StatusOr<std::string> Vllm(const InferenceJobSpec& spec, const ServingConf
   std::string flags = absl::StrCat(
       c.attention_dp ? absl::StrCat(" --tensor-parallel-size 1 --data-parallel-size ", c.tp)
                      : absl::StrCat(" --tensor-parallel-size ", c.tp),
-      " --pipeline-parallel-size ", c.pp,
-                   " --max-num-seqs ", c.max_batch_size, " --max-num-batched-tokens ",
-                   c.max_num_tokens, " --enable-chunked-prefill --gpu-memory-utilization ",
-                   absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kVllm)));
+      " --pipeline-parallel-size ", c.pp, " --max-num-seqs ", c.max_batch_size,
+      " --max-num-batched-tokens ", c.max_num_tokens,
+      " --enable-chunked-prefill --gpu-memory-utilization ",
+      absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kVllm)));
   switch (c.kv_cache_precision) {
     case QuantFormat::kFp8:
       absl::StrAppend(&flags, " --kv-cache-dtype fp8");
@@ -170,8 +171,8 @@ absl::StatusOr<std::string> Sglang(const InferenceJobSpec& spec, const ServingCo
       " --tp-size ", c.tp, " --pp-size ", c.pp, c.ep > 1 ? absl::StrCat(" --ep-size ", c.ep) : "",
       c.attention_dp ? absl::StrCat(" --enable-dp-attention --dp-size ", c.tp) : "",
       " --max-running-requests ", c.max_batch_size * dp, " --chunked-prefill-size ",
-      c.max_num_tokens * dp,
-      " --mem-fraction-static ", absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kSglang)));
+      c.max_num_tokens * dp, " --mem-fraction-static ",
+      absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kSglang)));
   switch (c.kv_cache_precision) {
     case QuantFormat::kFp8:
       absl::StrAppend(&flags, " --kv-cache-dtype fp8_e4m3");

@@ -71,8 +71,8 @@ absl::Status LayoutContext::CheckConfig(const ServingConfig& c) const {
 }
 
 absl::StatusOr<std::shared_ptr<const StepModel>> LayoutContext::Model(const ServingConfig& c) {
-  const auto key = std::make_tuple(c.tp, c.pp, c.ep, c.attention_dp, c.weight_precision,
-                                   c.kv_cache_precision);
+  const auto key =
+      std::make_tuple(c.tp, c.pp, c.ep, c.attention_dp, c.weight_precision, c.kv_cache_precision);
   auto it = models_.find(key);
   if (it != models_.end()) return it->second;
   auto m = StepModel::Create(spec_.model, device_, *engine_, c, spec_.cluster.gpus_per_node);
@@ -173,8 +173,7 @@ absl::StatusOr<ScreenedLayout> LayoutContext::Screen(const ServingConfig& c,
   const double dp = static_cast<double>(c.attention_dp_size());
   const double mnt = static_cast<double>(c.max_num_tokens) * dp;
   double b = std::min({static_cast<double>(c.max_batch_size) * dp,
-                       std::floor(capacity / seq_tokens),
-                       std::ceil(clients / decode_engines)});
+                       std::floor(capacity / seq_tokens), std::ceil(clients / decode_engines)});
   b = std::max(b, 1.0);
 
   double out_per_sec = 0, tpot = 0, ttft = 0;

@@ -160,8 +160,7 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) 
     bool attention_dp;
   };
   std::vector<TpEp> tp_eps;
-  const std::vector<bool> adps = o.attention_dp.empty() ? std::vector<bool>{false}
-                                                         : o.attention_dp;
+  const std::vector<bool> adps = o.attention_dp.empty() ? std::vector<bool>{false} : o.attention_dp;
   for (int64_t tp : tps) {
     for (bool adp : adps) {
       if (!adp) {

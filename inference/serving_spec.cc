@@ -133,13 +133,13 @@ absl::Status CheckAttentionDp(const ModelSpec& model, int64_t tp, int64_t ep,
         "dense model gains nothing over replicas"));
   }
   if (tp <= 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " (true) needs tp > 1 (tp is ", tp, "): the attention data-parallel size is tp"));
+    return absl::InvalidArgumentError(absl::StrCat(field, " (true) needs tp > 1 (tp is ", tp,
+                                                   "): the attention data-parallel size is tp"));
   }
   if (ep > 0 && ep != tp) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ep (", ep, ") must equal tp (", tp, ") when ", field,
-        " is true: the routed experts split over every attention rank"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ep (", ep, ") must equal tp (", tp, ") when ", field,
+                     " is true: the routed experts split over every attention rank"));
   }
   return absl::OkStatus();
 }
@@ -303,7 +303,8 @@ absl::Status InferenceJobSpec::Validate() const {
     }
   }
   if (std::count(search.attention_dp.begin(), search.attention_dp.end(), true) > 0) {
-    const bool only = std::count(search.attention_dp.begin(), search.attention_dp.end(), false) == 0;
+    const bool only =
+        std::count(search.attention_dp.begin(), search.attention_dp.end(), false) == 0;
     if (!IsMoe(model)) {
       return CheckAttentionDp(model, 2, 0, "search.attention_dp");
     }
@@ -319,8 +320,8 @@ absl::Status InferenceJobSpec::Validate() const {
       if (tps.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "search.attention_dp (true) needs tp > 1 (search.tp is ",
-            search.tp.empty() ? "open" : absl::StrJoin(search.tp, ", "),
-            ", cluster.num_gpus ", cluster.num_gpus, "): the attention data-parallel size is tp"));
+            search.tp.empty() ? "open" : absl::StrJoin(search.tp, ", "), ", cluster.num_gpus ",
+            cluster.num_gpus, "): the attention data-parallel size is tp"));
       }
       for (size_t i = 0; i < search.ep.size(); ++i) {
         const int64_t e = search.ep[i];

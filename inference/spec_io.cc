@@ -358,8 +358,8 @@ absl::StatusOr<ServingConfig> ServingConfigFromJson(const json& j) {
   if (auto s = Object(j, sec); !s.ok()) return s;
   if (auto s = CheckSpecKeys(j, sec,
                              {"tp", "pp", "ep", "attention_dp", "replicas", "max_batch_size",
-                              "max_num_tokens", "weight_precision", "kv_cache_precision", "disaggregated",
-                              "prefill_replicas", "decode_replicas", "num_gpus"});
+                              "max_num_tokens", "weight_precision", "kv_cache_precision",
+                              "disaggregated", "prefill_replicas", "decode_replicas", "num_gpus"});
       !s.ok()) {
     return s;
   }

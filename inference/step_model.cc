@@ -178,11 +178,9 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
   const bool fp8_math =
       (c.weight_precision == QuantFormat::kFp8 || c.weight_precision == QuantFormat::kFp4) &&
       device.peak_fp8_tflops > 0;
-  const bool fp4_math = c.weight_precision == QuantFormat::kFp4 &&
-                        device.peak_fp4_tflops > 0 && device.block_scaled_formats;
-  s.gemm_precision_ = fp4_math   ? Precision::kNvfp4
-                      : fp8_math ? Precision::kFp8
-                                 : Precision::kBf16;
+  const bool fp4_math = c.weight_precision == QuantFormat::kFp4 && device.peak_fp4_tflops > 0 &&
+                        device.block_scaled_formats;
+  s.gemm_precision_ = fp4_math ? Precision::kNvfp4 : fp8_math ? Precision::kFp8 : Precision::kBf16;
   s.gemm_peak_ = device.PeakFlops(s.gemm_precision_);
   s.attention_peak_ = device.PeakFlops(Precision::kBf16) * device.attention_efficiency;
   s.stream_bw_ = device.memory_bandwidth * device.memory_efficiency;
@@ -336,8 +334,8 @@ double StepModel::BusiestGroupExperts(double rows) const {
   const double reached = ExpertsReached(rows);
   if (ep_ == 1) return reached;
   // The reached experts are a uniform random subset of the E: R draws without replacement.
-  const double normal = BusiestOfGroups(reached, static_cast<double>(ep_), experts_, reached,
-                                        busiest_group_sigmas_);
+  const double normal =
+      BusiestOfGroups(reached, static_cast<double>(ep_), experts_, reached, busiest_group_sigmas_);
   // Whole experts: once a step reaches any, the busiest group reaches at least one.
   return std::min({local_experts_, reached, std::max(normal, std::min(reached, 1.0))});
 }

@@ -135,8 +135,8 @@ class StepModel {
  private:
   StepModel() = default;
   double GemmSecondsOnRank(double rows, double n, double k) const;
-  double LinearSeconds(double rows) const;  // One layer's matmuls on one rank.
-  double FfnSeconds(double rows) const;     // The dense FFN of LinearSeconds.
+  double LinearSeconds(double rows) const;           // One layer's matmuls on one rank.
+  double FfnSeconds(double rows) const;              // The dense FFN of LinearSeconds.
   double AttentionLinearSeconds(double rows) const;  // QKV (or MLA's) and the projection.
   /// Router, permutation, routed and shared experts: the router and shared experts over the
   /// rank's `local_rows`, the routed experts over the instance's `rows` (equal without
@@ -192,9 +192,9 @@ class StepModel {
   double gemm_efficiency_large_ = 0;
   Precision gemm_precision_ = Precision::kBf16;
   double weight_bytes_per_element_ = 2;
-  mutable std::vector<float> linear_cache_;  // LinearSeconds by rows, filled lazily.
-  mutable std::vector<float> expert_cache_;  // ExpertLayerLinearSeconds by rows.
-  mutable std::vector<float> attention_cache_;  // AttentionLinearSeconds by rank rows (DP).
+  mutable std::vector<float> linear_cache_;            // LinearSeconds by rows, filled lazily.
+  mutable std::vector<float> expert_cache_;            // ExpertLayerLinearSeconds by rows.
+  mutable std::vector<float> attention_cache_;         // AttentionLinearSeconds by rank rows (DP).
   std::shared_ptr<const MeasuredStepTable> measured_;  // Null: modelled steps.
 };
 

@@ -190,7 +190,6 @@ TEST(PlannerTest, ExpertParallelLayoutsSplitTheTpRanks) {
             "(TensorRT-LLM moe_tp_size x moe_ep_size = tp_size)");
 }
 
-
 // DeepSeek-V3 on 8 H200 at high concurrency: with tensor-parallel attention every rank
 // keeps every sequence's MLA latent, so the KV pool caps the batch; attention DP keeps each
 // sequence on one rank (8 x the tokens) and runs the unsharded attention on an eighth of
@@ -221,8 +220,8 @@ TEST(PlannerTest, DeepSeekV3OnEightH200PrefersAttentionDataParallelismAtHighConc
   }
   ASSERT_NE(tp_attention, nullptr);
   EXPECT_GT(best.max_concurrency, tp_attention->max_concurrency);
-  std::cout << "# DeepSeek-V3 8 x H200, concurrency 1024, 1k/1k: " << best.config.ToString()
-            << " " << best.output_tokens_per_sec_per_gpu << " tok/s/GPU (max concurrency "
+  std::cout << "# DeepSeek-V3 8 x H200, concurrency 1024, 1k/1k: " << best.config.ToString() << " "
+            << best.output_tokens_per_sec_per_gpu << " tok/s/GPU (max concurrency "
             << best.max_concurrency << ", TPOT p50 " << best.tpot_ms.p50 << " ms) vs "
             << tp_attention->config.ToString() << " " << tp_attention->output_tokens_per_sec_per_gpu
             << " tok/s/GPU (max concurrency " << tp_attention->max_concurrency << ", TPOT p50 "
@@ -235,9 +234,10 @@ TEST(PlannerTest, AttentionDataParallelRefusalsNameTheField) {
   dense["search"]["attention_dp"] = {true};
   auto d = InferenceJobSpecFromJson(dense);
   ASSERT_FALSE(d.ok());
-  EXPECT_EQ(std::string(d.status().message()).rfind("search.attention_dp (true) needs a "
-                                                    "mixture-of-experts model",
-                                                    0),
+  EXPECT_EQ(std::string(d.status().message())
+                .rfind("search.attention_dp (true) needs a "
+                       "mixture-of-experts model",
+                       0),
             0u)
       << d.status();
   json moe = Spec();
@@ -253,9 +253,10 @@ TEST(PlannerTest, AttentionDataParallelRefusalsNameTheField) {
   moe["search"]["ep"] = {4};
   auto e = InferenceJobSpecFromJson(moe);
   ASSERT_FALSE(e.ok());
-  EXPECT_EQ(std::string(e.status().message()).rfind("search.ep[0] (4) must equal tp (8) when "
-                                                    "search.attention_dp is true",
-                                                    0),
+  EXPECT_EQ(std::string(e.status().message())
+                .rfind("search.ep[0] (4) must equal tp (8) when "
+                       "search.attention_dp is true",
+                       0),
             0u)
       << e.status();
   // A pinned estimate with attention DP and no ep sets ep = tp.

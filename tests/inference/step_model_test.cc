@@ -374,7 +374,6 @@ TEST(StepModelTest, ExpertParallelSlicesEachExpertOverTpOverEp) {
             "(TensorRT-LLM moe_tp_size x moe_ep_size = tp_size)");
 }
 
-
 ServingConfig AttentionDp(ServingConfig c) {
   c.ep = c.tp;
   c.attention_dp = true;
@@ -418,8 +417,8 @@ TEST(StepModelTest, AttentionDataParallelMlaHoldsEachSequenceOnOneRank) {
   const StepModel adp = Make("deepseek-v3", "h200-141gb", AttentionDp(bf16));
   const double routed = 58 * 256 * 3 * 7168.0 * 2048;
   EXPECT_DOUBLE_EQ(NumExpertLayers(model) * 256 * ExpertParams(model), routed);
-  EXPECT_NEAR(adp.Memory(1, 1, 0.9).weights,
-              tp1.Memory(1, 1, 0.9).weights - 2 * routed * 7 / 8, 1e6);
+  EXPECT_NEAR(adp.Memory(1, 1, 0.9).weights, tp1.Memory(1, 1, 0.9).weights - 2 * routed * 7 / 8,
+              1e6);
   EXPECT_DOUBLE_EQ(adp.kv_bytes_per_token_per_rank(), 61.0 * (512 + 64) * 2);
   EXPECT_DOUBLE_EQ(tp8.kv_bytes_per_token_per_rank(), 61.0 * (512 + 64) * 2);
   RankMemory pool;
@@ -465,8 +464,8 @@ TEST(StepModelTest, AttentionDataParallelDispatchAndCombineByHand) {
   const auto fp8 = Layout(8, 1, QuantFormat::kFp8, QuantFormat::kFp8);
   const StepModel adp = Make("deepseek-v3", "h200-141gb", AttentionDp(fp8));
   const double bytes = 8 * 8 * 7168.0 * 2 * 7 / 8;
-  const double one = bytes / device.nvlink_bandwidth + device.nvlink_latency_s +
-                     device.kernel_launch_s;
+  const double one =
+      bytes / device.nvlink_bandwidth + device.nvlink_latency_s + device.kernel_launch_s;
   EXPECT_DOUBLE_EQ(adp.AllToAllSeconds(8), one);
   EXPECT_NEAR(adp.Breakdown(Decode(64, 1024)).tp_comm, 58 * 2 * one * 1e3, 1e-9);
   // Tensor-parallel attention keeps its all-reduces instead (two per layer, 61 layers).

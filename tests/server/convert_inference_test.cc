@@ -196,11 +196,10 @@ TEST(ConvertInferenceTest, TheRankedConfigJsonHasTheContractsNames) {
   }
   std::set<std::string> config_keys;
   for (const auto& [key, value] : j["config"].items()) config_keys.insert(key);
-  EXPECT_EQ(config_keys,
-            (std::set<std::string>{"tp", "pp", "ep", "attention_dp", "replicas", "max_batch_size",
-                                   "max_num_tokens",
-                                   "weight_precision", "kv_cache_precision", "disaggregated",
-                                   "prefill_replicas", "decode_replicas", "num_gpus"}));
+  EXPECT_EQ(config_keys, (std::set<std::string>{
+                             "tp", "pp", "ep", "attention_dp", "replicas", "max_batch_size",
+                             "max_num_tokens", "weight_precision", "kv_cache_precision",
+                             "disaggregated", "prefill_replicas", "decode_replicas", "num_gpus"}));
   for (const char* stat : {"ttft_ms", "tpot_ms", "e2e_latency_ms"}) {
     EXPECT_EQ(j[stat].size(), 4u) << stat;
     EXPECT_EQ(j[stat]["p99"].get<double>(), stat == std::string("ttft_ms") ? r.ttft_ms.p99
