@@ -42,13 +42,13 @@ std::string Step(const char* name, const StepBreakdown& b) {
 std::string FormatInferencePlanTable(const InferencePlanResult& result,
                                      const InferenceJobSpec& spec) {
   std::string out = absl::StrCat("# ", spec.name, ": ", Workload(spec), "\n");
-  absl::StrAppend(&out, absl::StrFormat("%-4s %-40s %9s %8s %9s %8s %6s %-8s %s\n", "rank",
+  absl::StrAppend(&out, absl::StrFormat("%-4s %-48s %9s %8s %9s %8s %6s %-8s %s\n", "rank",
                                         "layout", "tok/s/gpu", "tok/s/u", "TTFTp99", "TPOTp99",
                                         "GiB", "steps", "limits"));
   bool profiled = false;
   for (const InferenceRankedConfig& r : result.ranked) {
     absl::StrAppend(
-        &out, absl::StrFormat("%-4d %-40s %9.0f %8.1f %9.0f %8.1f %6.1f %-8s %s%s\n", r.rank,
+        &out, absl::StrFormat("%-4d %-48s %9.0f %8.1f %9.0f %8.1f %6.1f %-8s %s%s\n", r.rank,
                               r.config.ToString(), r.output_tokens_per_sec_per_gpu,
                               r.tokens_per_sec_per_user, r.ttft_ms.p99, r.tpot_ms.p99,
                               r.memory.peak, r.decode_step.source, r.meets_limits ? "ok" : "missed",
