@@ -42,13 +42,13 @@ std::string Step(const char* name, const StepBreakdown& b) {
 std::string FormatInferencePlanTable(const InferencePlanResult& result,
                                      const InferenceJobSpec& spec) {
   std::string out = absl::StrCat("# ", spec.name, ": ", Workload(spec), "\n");
-  absl::StrAppend(&out, absl::StrFormat("%-4s %-40s %9s %8s %9s %8s %6s %-8s %s\n", "rank",
+  absl::StrAppend(&out, absl::StrFormat("%-4s %-48s %9s %8s %9s %8s %6s %-8s %s\n", "rank",
                                         "layout", "tok/s/gpu", "tok/s/u", "TTFTp99", "TPOTp99",
                                         "GiB", "steps", "limits"));
   bool profiled = false;
   for (const InferenceRankedConfig& r : result.ranked) {
     absl::StrAppend(
-        &out, absl::StrFormat("%-4d %-40s %9.0f %8.1f %9.0f %8.1f %6.1f %-8s %s%s\n", r.rank,
+        &out, absl::StrFormat("%-4d %-48s %9.0f %8.1f %9.0f %8.1f %6.1f %-8s %s%s\n", r.rank,
                               r.config.ToString(), r.output_tokens_per_sec_per_gpu,
                               r.tokens_per_sec_per_user, r.ttft_ms.p99, r.tpot_ms.p99,
                               r.memory.peak, r.decode_step.source, r.meets_limits ? "ok" : "missed",
@@ -110,7 +110,8 @@ std::string FormatInferencePlanTable(const InferencePlanResult& result,
 std::string FormatInferencePlanCsv(const InferencePlanResult& result) {
   std::string out =
       "rank,tp,pp,ep,replicas,prefill_replicas,decode_replicas,max_batch_size,max_num_tokens,"
-      "weight_precision,kv_cache_precision,disaggregated,num_gpus,output_tokens_per_sec_per_gpu,"
+      "weight_precision,kv_cache_precision,disaggregated,attention_dp,num_gpus,"
+      "output_tokens_per_sec_per_gpu,"
       "tokens_per_sec_per_user,ttft_p99_ms,tpot_p99_ms,peak_gib,meets_limits,rejected_rule,"
       "reason\n";
   const auto config = [](const inference::ServingConfig& c) {
@@ -118,7 +119,8 @@ std::string FormatInferencePlanCsv(const InferencePlanResult& result) {
                         c.decode_replicas, ",", c.max_batch_size, ",", c.max_num_tokens, ",",
                         std::string(inference::ToString(c.weight_precision)), ",",
                         std::string(inference::ToString(c.kv_cache_precision)), ",",
-                        c.disaggregated ? "true" : "false", ",", c.num_gpus());
+                        c.disaggregated ? "true" : "false", ",", c.attention_dp ? "true" : "false",
+                        ",", c.num_gpus());
   };
   for (const auto& r : result.ranked) {
     absl::StrAppend(&out, absl::StrFormat("%d,%s,%.1f,%.2f,%.1f,%.2f,%.2f,%s,,\n", r.rank,

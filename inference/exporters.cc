@@ -60,6 +60,9 @@ absl::StatusOr<std::string> Trtllm(const InferenceJobSpec& spec, const ServingCo
     absl::StrAppend(&out, "moe_expert_parallel_size: ", c.ep,
                     "\nmoe_tensor_parallel_size: ", c.tp / c.ep, "\n");
   }
+  // Attention data parallelism: each rank runs attention on its own requests (max_batch_size
+  // and max_num_tokens are per rank), the experts split over all of them (ep = tp).
+  if (c.attention_dp) absl::StrAppend(&out, "enable_attention_dp: true\n");
   absl::StrAppend(&out, "EOF\n");
   const std::string ep_flag = c.ep > 1 ? absl::StrCat(" --ep_size ", c.ep) : "";
   for (const Pool& p : Pools(c)) {
@@ -84,17 +87,28 @@ absl::StatusOr<std::string> Vllm(const InferenceJobSpec& spec, const ServingConf
   // vLLM's --enable-expert-parallel makes the expert-parallel group tp x dp (every expert
   // whole on one rank): it expresses ep = tp within one instance, with one server per
   // instance (--data-parallel-size would widen the group over the instances).
+  // With attention data parallelism (vLLM's DP attention) the instance is tp data-parallel
+  // ranks of tensor-parallel size 1, the experts split over them; --max-num-seqs and
+  // --max-num-batched-tokens are per data-parallel rank.
+  if (c.attention_dp && c.pp > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention_dp with pp (", c.pp,
+                     ") has no vllm export: vLLM's data-parallel "
+                     "attention runs with --pipeline-parallel-size 1"));
+  }
   if (c.ep > 1 && c.ep != c.tp) {
     return absl::InvalidArgumentError(
         absl::StrCat("ep (", c.ep, ") with tp (", c.tp,
                      ") has no vllm export: --enable-expert-parallel sets the expert-parallel "
                      "size to tp x dp (ep = tp only)"));
   }
-  std::string flags =
-      absl::StrCat(" --tensor-parallel-size ", c.tp, " --pipeline-parallel-size ", c.pp,
-                   " --max-num-seqs ", c.max_batch_size, " --max-num-batched-tokens ",
-                   c.max_num_tokens, " --enable-chunked-prefill --gpu-memory-utilization ",
-                   absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kVllm)));
+  std::string flags = absl::StrCat(
+      c.attention_dp ? absl::StrCat(" --tensor-parallel-size 1 --data-parallel-size ", c.tp)
+                     : absl::StrCat(" --tensor-parallel-size ", c.tp),
+      " --pipeline-parallel-size ", c.pp, " --max-num-seqs ", c.max_batch_size,
+      " --max-num-batched-tokens ", c.max_num_tokens,
+      " --enable-chunked-prefill --gpu-memory-utilization ",
+      absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kVllm)));
   switch (c.kv_cache_precision) {
     case QuantFormat::kFp8:
       absl::StrAppend(&flags, " --kv-cache-dtype fp8");
@@ -139,7 +153,7 @@ absl::StatusOr<std::string> Vllm(const InferenceJobSpec& spec, const ServingConf
       absl::StrAppend(&out, "# one per instance (", p.instances, ")\n");
     }
     absl::StrAppend(&out, "vllm serve $MODEL", flags);
-    if (p.instances > 1 && c.ep == 1) {
+    if (p.instances > 1 && c.ep == 1 && !c.attention_dp) {
       absl::StrAppend(&out, " --data-parallel-size ", p.instances);
     }
     absl::StrAppend(&out, "\n");
@@ -149,10 +163,16 @@ absl::StatusOr<std::string> Vllm(const InferenceJobSpec& spec, const ServingConf
 
 absl::StatusOr<std::string> Sglang(const InferenceJobSpec& spec, const ServingConfig& c) {
   // --ep-size splits the experts over ep groups inside the tp ranks (moe_tp = tp / ep).
+  // --enable-dp-attention --dp-size tp: attention data parallelism over the tp ranks; SGLang
+  // divides --max-running-requests and --chunked-prefill-size over the dp ranks, so they
+  // carry the instance's totals (the per-rank limits x tp).
+  const int64_t dp = c.attention_dp_size();
   std::string flags = absl::StrCat(
       " --tp-size ", c.tp, " --pp-size ", c.pp, c.ep > 1 ? absl::StrCat(" --ep-size ", c.ep) : "",
-      " --max-running-requests ", c.max_batch_size, " --chunked-prefill-size ", c.max_num_tokens,
-      " --mem-fraction-static ", absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kSglang)));
+      c.attention_dp ? absl::StrCat(" --enable-dp-attention --dp-size ", c.tp) : "",
+      " --max-running-requests ", c.max_batch_size * dp, " --chunked-prefill-size ",
+      c.max_num_tokens * dp, " --mem-fraction-static ",
+      absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kSglang)));
   switch (c.kv_cache_precision) {
     case QuantFormat::kFp8:
       absl::StrAppend(&flags, " --kv-cache-dtype fp8_e4m3");
@@ -188,8 +208,12 @@ absl::StatusOr<std::string> Sglang(const InferenceJobSpec& spec, const ServingCo
   }
   std::string out = Header(spec, c);
   for (const Pool& p : Pools(c)) {
+    // With attention DP --dp-size names the attention ranks: one server per instance.
+    if (c.attention_dp && p.instances > 1) {
+      absl::StrAppend(&out, "# one per instance (", p.instances, ")\n");
+    }
     absl::StrAppend(&out, "python3 -m sglang.launch_server --model-path $MODEL", flags);
-    if (p.instances > 1) absl::StrAppend(&out, " --dp-size ", p.instances);
+    if (p.instances > 1 && !c.attention_dp) absl::StrAppend(&out, " --dp-size ", p.instances);
     if (p.role[0] != '\0') absl::StrAppend(&out, " --disaggregation-mode ", p.role);
     absl::StrAppend(&out, "\n");
   }

@@ -47,6 +47,9 @@ absl::Status LayoutContext::CheckConfig(const ServingConfig& c) const {
                                  {"max_num_tokens", c.max_num_tokens}}) {
     if (auto s = positive(field, v); !s.ok()) return s;
   }
+  if (c.attention_dp) {
+    if (auto s = CheckAttentionDp(spec_.model, c.tp, c.ep, "attention_dp"); !s.ok()) return s;
+  }
   if (auto s = CheckExpertParallel(spec_.model, c.tp, c.ep, "ep"); !s.ok()) return s;
   if (spec_.model.num_attention_heads % c.tp != 0) {
     return absl::InvalidArgumentError(absl::StrCat("tp (", c.tp,
@@ -68,7 +71,8 @@ absl::Status LayoutContext::CheckConfig(const ServingConfig& c) const {
 }
 
 absl::StatusOr<std::shared_ptr<const StepModel>> LayoutContext::Model(const ServingConfig& c) {
-  const auto key = std::make_tuple(c.tp, c.pp, c.ep, c.weight_precision, c.kv_cache_precision);
+  const auto key =
+      std::make_tuple(c.tp, c.pp, c.ep, c.attention_dp, c.weight_precision, c.kv_cache_precision);
   auto it = models_.find(key);
   if (it != models_.end()) return it->second;
   auto m = StepModel::Create(spec_.model, device_, *engine_, c, spec_.cluster.gpus_per_node);
@@ -165,9 +169,11 @@ absl::StatusOr<ScreenedLayout> LayoutContext::Screen(const ServingConfig& c,
       pp * static_cast<double>(c.disaggregated ? c.decode_replicas : c.replicas);
   double clients = static_cast<double>(s.num_requests);
   if (s.concurrency) clients = static_cast<double>(*s.concurrency);
-  const double mnt = static_cast<double>(c.max_num_tokens);
-  double b = std::min({static_cast<double>(c.max_batch_size), std::floor(capacity / seq_tokens),
-                       std::ceil(clients / decode_engines)});
+  // The engine limits are per attention rank; an instance runs attention_dp_size() of them.
+  const double dp = static_cast<double>(c.attention_dp_size());
+  const double mnt = static_cast<double>(c.max_num_tokens) * dp;
+  double b = std::min({static_cast<double>(c.max_batch_size) * dp,
+                       std::floor(capacity / seq_tokens), std::ceil(clients / decode_engines)});
   b = std::max(b, 1.0);
 
   double out_per_sec = 0, tpot = 0, ttft = 0;
@@ -180,6 +186,7 @@ absl::StatusOr<ScreenedLayout> LayoutContext::Screen(const ServingConfig& c,
     prefill.prefill_tokens = b * isl;
     prefill.prefill_attention_pairs = b * isl * isl / 2;
     prefill.sampled_sequences = b;
+    prefill.prefill_chunks = b;
     const double tp = m.StepSeconds(prefill), td = m.StepSeconds(decode);
     ttft = tp;
     tpot = td;
@@ -207,6 +214,7 @@ absl::StatusOr<ScreenedLayout> LayoutContext::Screen(const ServingConfig& c,
     prefill.prefill_tokens = chunk;
     prefill.prefill_attention_pairs = chunk * isl / 2;
     prefill.sampled_sequences = std::max(1.0, chunk / isl);
+    prefill.prefill_chunks = std::max(1.0, std::floor(chunk / isl));
     const double tp = m.StepSeconds(prefill);
     const double prompts_per_sec =
         pp * static_cast<double>(c.prefill_replicas) * (chunk / isl) / tp;
@@ -258,8 +266,10 @@ absl::StatusOr<InferenceRankedConfig> LayoutContext::Evaluate(const ServingConfi
       e.kv_token_capacity = std::floor(capacity / static_cast<double>(pp));
       e.kv_block_tokens = engine_->kv_block_tokens;
       e.reserves_whole_sequence = engine_->reserves_whole_sequence;
-      e.max_batch_size = c.max_batch_size;
-      e.max_num_tokens = c.max_num_tokens;
+      // With attention data parallelism the instance schedules the limits of all its
+      // attention ranks.
+      e.max_batch_size = c.max_batch_size * c.attention_dp_size();
+      e.max_num_tokens = c.max_num_tokens * c.attention_dp_size();
       engines.push_back(e);
     }
   };
@@ -270,8 +280,9 @@ absl::StatusOr<InferenceRankedConfig> LayoutContext::Evaluate(const ServingConfi
     add(EngineRole::kMixed, c.replicas);
   }
   const double seq_tokens = static_cast<double>(RoundUp(s.isl + s.osl, engine_->kv_block_tokens));
-  const int64_t per_engine = std::min<int64_t>(
-      c.max_batch_size, static_cast<int64_t>(std::floor(capacity / pp / seq_tokens)));
+  const int64_t per_engine =
+      std::min<int64_t>(c.max_batch_size * c.attention_dp_size(),
+                        static_cast<int64_t>(std::floor(capacity / pp / seq_tokens)));
   const int64_t decode_engines = (c.disaggregated ? c.decode_replicas : c.replicas) * pp;
   const int64_t max_concurrency = std::max<int64_t>(1, per_engine) * decode_engines;
 
@@ -319,6 +330,7 @@ absl::StatusOr<InferenceRankedConfig> LayoutContext::Evaluate(const ServingConfi
   prefill.prefill_tokens = chunk;
   prefill.prefill_attention_pairs = chunk * chunk / 2;
   prefill.sampled_sequences = 1;
+  prefill.prefill_chunks = 1;
   r.prefill_step = model.Breakdown(prefill);
   StepWork decode;
   decode.decode_sequences = std::max(1.0, std::round(sim.mean_decode_batch));

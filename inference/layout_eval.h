@@ -73,7 +73,7 @@ class LayoutContext {
   InferenceJobSpec spec_;
   DeviceProfile device_;
   const EngineProfile* engine_ = nullptr;
-  std::map<std::tuple<int64_t, int64_t, int64_t, QuantFormat, QuantFormat>,
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool, QuantFormat, QuantFormat>,
            std::shared_ptr<const StepModel>>
       models_;
 };

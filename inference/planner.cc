@@ -153,15 +153,28 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) 
     }
   };
 
-  // (tp, ep) pairs: ep groups of tp / ep ranks, so ep divides tp.
-  std::vector<std::pair<int64_t, int64_t>> tp_eps;
+  // (tp, ep, attention_dp): ep groups of tp / ep ranks, so ep divides tp; attention data
+  // parallelism (only where asked) on tp > 1 with ep = tp, where search.ep allows it.
+  struct TpEp {
+    int64_t tp, ep;
+    bool attention_dp;
+  };
+  std::vector<TpEp> tp_eps;
+  const std::vector<bool> adps = o.attention_dp.empty() ? std::vector<bool>{false} : o.attention_dp;
   for (int64_t tp : tps) {
-    for (int64_t ep : eps) {
-      if (tp % ep == 0) tp_eps.push_back({tp, ep});
+    for (bool adp : adps) {
+      if (!adp) {
+        for (int64_t ep : eps) {
+          if (tp % ep == 0) tp_eps.push_back({tp, ep, false});
+        }
+      } else if (tp > 1 && IsMoe(spec.model) &&
+                 (o.ep.empty() || std::count(o.ep.begin(), o.ep.end(), tp) > 0)) {
+        tp_eps.push_back({tp, tp, true});
+      }
     }
   }
 
-  for (const auto& [tp, ep] : tp_eps) {
+  for (const auto& [tp, ep, adp] : tp_eps) {
     for (int64_t pp : pps) {
       const int64_t per_instance = tp * pp;
       if (per_instance > budget) continue;
@@ -172,6 +185,7 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) 
           base.tp = tp;
           base.pp = pp;
           base.ep = ep;
+          base.attention_dp = adp;
           base.weight_precision = w;
           base.kv_cache_precision = kv;
           auto model = ctx.Model(base);
@@ -220,7 +234,7 @@ absl::StatusOr<InferencePlanResult> PlanInference(const InferenceJobSpec& spec) 
                   clients ? (*clients + decode_engines - 1) / decode_engines : 0;
               bool saturated = false;
               for (int64_t mbs : batches) {
-                if (clients && mbs >= per_engine) {
+                if (clients && mbs * base.attention_dp_size() >= per_engine) {
                   if (saturated) continue;
                   saturated = true;
                 }

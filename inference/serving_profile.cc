@@ -139,9 +139,10 @@ absl::StatusOr<InferencePlanResult> ComposeInference(const InferenceJobSpec& spe
     auto table = tables.find(shape);
     if (c.pp != 1 || c.ep != 1 || table == tables.end()) {
       InferenceRankedConfig r = m;
-      std::string why = c.pp != 1   ? "pp > 1 is not profiled"
-                        : c.ep != 1 ? "ep > 1 is not profiled"
-                                    : "no measurements";
+      std::string why = c.pp != 1        ? "pp > 1 is not profiled"
+                        : c.attention_dp ? "attention_dp is not profiled"
+                        : c.ep != 1      ? "ep > 1 is not profiled"
+                                         : "no measurements";
       if (auto f = unusable.find(shape); c.pp == 1 && c.ep == 1 && f != unusable.end()) {
         why = f->second;
       }

@@ -12,6 +12,7 @@ int64_t ServingConfig::num_gpus() const {
 std::string ServingConfig::ToString() const {
   std::string s = absl::StrCat("tp", tp, " pp", pp);
   if (ep > 1) absl::StrAppend(&s, " ep", ep);
+  if (attention_dp) absl::StrAppend(&s, " adp");
   if (disaggregated) {
     absl::StrAppend(&s, " P", prefill_replicas, ":D", decode_replicas);
   } else {

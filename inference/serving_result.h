@@ -21,9 +21,17 @@ struct ServingConfig {
   /// moe_tp_size = tp / ep): the routed experts split over ep groups of tp / ep ranks, each
   /// expert sliced over its group. It adds no GPUs; 1 = every expert sliced over all tp.
   int64_t ep = 1;
+  /// Attention data parallelism (TensorRT-LLM enable_attention_dp, SGLang
+  /// --enable-dp-attention, vLLM --data-parallel-size with --enable-expert-parallel): each of
+  /// the tp ranks runs attention and the dense layers unsharded on its own sequences with its
+  /// own KV cache, and the routed experts split over all of them (ep = tp), the tokens moving
+  /// by an all-to-all dispatch and combine. Needs a mixture-of-experts model and tp > 1.
+  bool attention_dp = false;
   int64_t replicas = 1;
-  int64_t max_batch_size = 0;  ///< Sequences per engine step.
-  int64_t max_num_tokens = 0;  ///< Tokens per engine step.
+  /// Sequences per engine step; with attention_dp per attention rank (the instance runs tp
+  /// times as many).
+  int64_t max_batch_size = 0;
+  int64_t max_num_tokens = 0;  ///< Tokens per engine step (per attention rank with attention_dp).
   QuantFormat weight_precision = QuantFormat::kBf16;
   QuantFormat kv_cache_precision = QuantFormat::kBf16;
   bool disaggregated = false;
@@ -31,6 +39,8 @@ struct ServingConfig {
   int64_t decode_replicas = 0;   ///< Disaggregated only.
 
   int64_t gpus_per_instance() const { return tp * pp; }
+  /// Attention data-parallel ranks of an instance: tp with attention_dp, else 1.
+  int64_t attention_dp_size() const { return attention_dp ? tp : 1; }
   /// GPUs the layout uses.
   int64_t num_gpus() const;
   /// "tp4 pp1 x2 mbs256 mnt8192 w:fp8 kv:fp8" style one-liner.

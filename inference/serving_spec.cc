@@ -124,6 +124,26 @@ absl::Status CheckExpertParallel(const ModelSpec& model, int64_t tp, int64_t ep,
   return absl::OkStatus();
 }
 
+absl::Status CheckAttentionDp(const ModelSpec& model, int64_t tp, int64_t ep,
+                              const std::string& field) {
+  if (!IsMoe(model)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " (true) needs a mixture-of-experts model (model.num_experts ", model.num_experts,
+        "): with attention data parallelism every dense layer is replicated on each rank, so a "
+        "dense model gains nothing over replicas"));
+  }
+  if (tp <= 1) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " (true) needs tp > 1 (tp is ", tp,
+                                                   "): the attention data-parallel size is tp"));
+  }
+  if (ep > 0 && ep != tp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ep (", ep, ") must equal tp (", tp, ") when ", field,
+                     " is true: the routed experts split over every attention rank"));
+  }
+  return absl::OkStatus();
+}
+
 std::string_view ToString(ServingEngine v) { return NameOf(kEngines, v); }
 std::string_view ToString(Batching v) { return NameOf(kBatchings, v); }
 std::string_view ToString(QuantFormat v) { return NameOf(kFormats, v); }
@@ -280,6 +300,38 @@ absl::Status InferenceJobSpec::Validate() const {
           absl::StrJoin(search.tp, ", "),
           "): the experts split over ep groups of tp / ep ranks (TensorRT-LLM moe_tp_size x "
           "moe_ep_size = tp_size)"));
+    }
+  }
+  if (std::count(search.attention_dp.begin(), search.attention_dp.end(), true) > 0) {
+    const bool only =
+        std::count(search.attention_dp.begin(), search.attention_dp.end(), false) == 0;
+    if (!IsMoe(model)) {
+      return CheckAttentionDp(model, 2, 0, "search.attention_dp");
+    }
+    if (only) {
+      // Pinned on: some tp > 1 must be open, and a pinned ep must equal one of them.
+      std::vector<int64_t> tps = search.tp;
+      if (tps.empty()) {
+        for (int64_t t = 2; t <= std::min(cluster.num_gpus, cluster.gpus_per_node); t *= 2) {
+          if (model.num_attention_heads % t == 0) tps.push_back(t);
+        }
+      }
+      std::erase_if(tps, [](int64_t t) { return t <= 1; });
+      if (tps.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "search.attention_dp (true) needs tp > 1 (search.tp is ",
+            search.tp.empty() ? "open" : absl::StrJoin(search.tp, ", "), ", cluster.num_gpus ",
+            cluster.num_gpus, "): the attention data-parallel size is tp"));
+      }
+      for (size_t i = 0; i < search.ep.size(); ++i) {
+        const int64_t e = search.ep[i];
+        if (std::count(tps.begin(), tps.end(), e) == 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "search.ep[", i, "] (", e, ") must equal tp (", absl::StrJoin(tps, ", "),
+              ") when search.attention_dp is true: the routed experts split over every "
+              "attention rank (leave search.ep null to set ep = tp)"));
+        }
+      }
     }
   }
   for (int64_t p : search.pp) {

@@ -52,6 +52,14 @@ struct LatencyLimits {
 absl::Status CheckExpertParallel(const ModelSpec& model, int64_t tp, int64_t ep,
                                  const std::string& field);
 
+/// InvalidArgument naming `field` and the rule when attention data parallelism cannot run
+/// on `model` at (tp, ep): it needs tp > 1 (the data-parallel size is tp), a
+/// mixture-of-experts model (a dense model's layers would all be replicated: nothing to
+/// split) and ep == tp (the routed experts split over every attention rank). ep <= 0: not
+/// checked (the planner sets it to tp).
+absl::Status CheckAttentionDp(const ModelSpec& model, int64_t tp, int64_t ep,
+                              const std::string& field);
+
 /// The workload and the service-level limits (`serving:` in a spec file).
 struct ServingSpec {
   ServingEngine engine = ServingEngine::kTrtllm;
@@ -89,6 +97,9 @@ struct ServingSearchOptions {
   std::vector<int64_t> max_num_tokens;  ///< Engine limit on tokens per step (chunked prefill).
   std::vector<QuantFormat> weight_precision, kv_cache_precision;
   std::vector<bool> disaggregated;  ///< true: separate prefill and decode pools.
+  /// Attention data parallelism (ServingConfig::attention_dp); empty: false only. true needs
+  /// a mixture-of-experts model and tp > 1, and sets ep = tp.
+  std::vector<bool> attention_dp;
   /// Disaggregated pools: instances running prefill / decode; empty: every split of the
   /// budget.
   std::vector<int64_t> prefill_replicas, decode_replicas;

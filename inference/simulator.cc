@@ -238,6 +238,7 @@ class Simulation {
       const double c = static_cast<double>(chunk);
       work.prefill_tokens += c;
       work.prefill_attention_pairs += c * (before + c / 2);
+      work.prefill_chunks += 1;
       if (r.prefilled + chunk >= r.prompt) work.sampled_sequences += 1;
     }
     for (int id : s.decoding) {

@@ -163,8 +163,8 @@ absl::Status ReadSearch(const json& obj, ServingSearchOptions* o) {
   if (auto st = CheckSpecKeys(
           obj, sec,
           {"tp", "pp", "ep", "replicas", "max_batch_size", "max_num_tokens", "weight_precision",
-           "kv_cache_precision", "disaggregated", "prefill_replicas", "decode_replicas",
-           "objective", "top_k", "mode", "verify_top_k"});
+           "kv_cache_precision", "disaggregated", "attention_dp", "prefill_replicas",
+           "decode_replicas", "objective", "top_k", "mode", "verify_top_k"});
       !st.ok()) {
     return st;
   }
@@ -188,6 +188,9 @@ absl::Status ReadSearch(const json& obj, ServingSearchOptions* o) {
     return st;
   }
   if (auto st = ReadList(obj, sec, "disaggregated", &SpecBool, &o->disaggregated); !st.ok()) {
+    return st;
+  }
+  if (auto st = ReadList(obj, sec, "attention_dp", &SpecBool, &o->attention_dp); !st.ok()) {
     return st;
   }
   if (auto st = ReadEnum(obj, sec, "objective", &ParseServingObjective, &o->objective); !st.ok()) {
@@ -325,6 +328,7 @@ json InferenceJobSpecToJson(const InferenceJobSpec& spec) {
         {"weight_precision", Formats(o.weight_precision)},
         {"kv_cache_precision", Formats(o.kv_cache_precision)},
         {"disaggregated", json(std::vector<bool>(o.disaggregated.begin(), o.disaggregated.end()))},
+        {"attention_dp", json(std::vector<bool>(o.attention_dp.begin(), o.attention_dp.end()))},
         {"prefill_replicas", o.prefill_replicas},
         {"decode_replicas", o.decode_replicas},
         {"objective", std::string(ToString(o.objective))},
@@ -337,6 +341,7 @@ json ToJson(const ServingConfig& c) {
   return {{"tp", c.tp},
           {"pp", c.pp},
           {"ep", c.ep},
+          {"attention_dp", c.attention_dp},
           {"replicas", c.replicas},
           {"max_batch_size", c.max_batch_size},
           {"max_num_tokens", c.max_num_tokens},
@@ -352,9 +357,9 @@ absl::StatusOr<ServingConfig> ServingConfigFromJson(const json& j) {
   const std::string sec = "config";
   if (auto s = Object(j, sec); !s.ok()) return s;
   if (auto s = CheckSpecKeys(j, sec,
-                             {"tp", "pp", "ep", "replicas", "max_batch_size", "max_num_tokens",
-                              "weight_precision", "kv_cache_precision", "disaggregated",
-                              "prefill_replicas", "decode_replicas", "num_gpus"});
+                             {"tp", "pp", "ep", "attention_dp", "replicas", "max_batch_size",
+                              "max_num_tokens", "weight_precision", "kv_cache_precision",
+                              "disaggregated", "prefill_replicas", "decode_replicas", "num_gpus"});
       !s.ok()) {
     return s;
   }
@@ -377,6 +382,7 @@ absl::StatusOr<ServingConfig> ServingConfigFromJson(const json& j) {
     return s;
   }
   if (auto s = Read(j, sec, "disaggregated", &SpecBool, &c.disaggregated); !s.ok()) return s;
+  if (auto s = Read(j, sec, "attention_dp", &SpecBool, &c.attention_dp); !s.ok()) return s;
   int64_t gpus = 0;
   bool gpus_given = false;
   if (auto s = Read(j, sec, "num_gpus", &SpecInt, &gpus, &gpus_given); !s.ok()) return s;
@@ -450,7 +456,10 @@ absl::StatusOr<ServingConfig> PinnedServingConfig(const InferenceJobSpec& spec) 
   c.tp = o.tp[0];
   c.pp = o.pp[0];
   if (o.ep.size() > 1) return one("ep", o.ep.size());
-  c.ep = o.ep.empty() ? 1 : o.ep[0];
+  if (o.attention_dp.size() > 1) return one("attention_dp", o.attention_dp.size());
+  c.attention_dp = !o.attention_dp.empty() && o.attention_dp[0];
+  // Attention data parallelism splits the experts over every rank: ep = tp unless given.
+  c.ep = !o.ep.empty() ? o.ep[0] : c.attention_dp ? c.tp : 1;
   c.weight_precision = o.weight_precision[0];
   c.kv_cache_precision = o.kv_cache_precision[0];
   if (o.max_batch_size.size() > 1) return one("max_batch_size", o.max_batch_size.size());

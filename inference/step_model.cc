@@ -72,6 +72,9 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
     return absl::InvalidArgumentError(
         absl::StrCat("pp (", c.pp, ") must be at most model.num_layers (", model.num_layers, ")"));
   }
+  if (c.attention_dp) {
+    if (auto s = CheckAttentionDp(model, c.tp, c.ep, "attention_dp"); !s.ok()) return s;
+  }
   if (auto s = CheckExpertParallel(model, c.tp, c.ep, "ep"); !s.ok()) return s;
   if (IsMoe(model)) {
     // Routed experts are sliced over the tp / ep ranks of their group (moe_tp_size), the
@@ -87,7 +90,7 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
                              "): each rank holds 1/(tp / ep) of each expert of its group"));
     }
     const int64_t shared = model.num_shared_experts > 0 ? SharedExpertFfn(model) : 0;
-    if (shared % c.tp != 0) {
+    if (!c.attention_dp && shared % c.tp != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("tp (", c.tp, ") must divide model.shared_expert_ffn_hidden_size (", shared,
                        "): each rank holds 1/tp of every shared expert"));
@@ -101,7 +104,12 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
   s.pp_ = c.pp;
   s.ep_ = c.ep;
   s.weight_format_ = c.weight_precision;
-  const double tp = static_cast<double>(c.tp);
+  s.dp_ = c.attention_dp ? c.tp : 1;
+  // Attention, dense layers and shared experts: sliced over tp, or whole on every
+  // attention data-parallel rank. The routed experts always split over all tp ranks.
+  s.shard_ = static_cast<double>(c.tp / s.dp_);
+  const double tp = s.shard_;
+  const double all_ranks = static_cast<double>(c.tp);
   const double h = static_cast<double>(model.hidden_size);
   const double a = static_cast<double>(model.num_attention_heads);
   const double g = static_cast<double>(QueryGroups(model));
@@ -144,7 +152,7 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
   s.fc2_k_ = f / tp;
   if (IsMoe(model)) {
     const double glu = IsGated(model.activation) ? 2.0 : 1.0;
-    const double moe_tp = tp / static_cast<double>(c.ep);
+    const double moe_tp = all_ranks / static_cast<double>(c.ep);
     s.experts_ = static_cast<double>(model.num_experts);
     s.local_experts_ = s.experts_ / static_cast<double>(c.ep);
     s.topk_ = static_cast<double>(model.moe_router_topk);
@@ -170,11 +178,9 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
   const bool fp8_math =
       (c.weight_precision == QuantFormat::kFp8 || c.weight_precision == QuantFormat::kFp4) &&
       device.peak_fp8_tflops > 0;
-  const bool fp4_math = c.weight_precision == QuantFormat::kFp4 &&
-                        device.peak_fp4_tflops > 0 && device.block_scaled_formats;
-  s.gemm_precision_ = fp4_math   ? Precision::kNvfp4
-                      : fp8_math ? Precision::kFp8
-                                 : Precision::kBf16;
+  const bool fp4_math = c.weight_precision == QuantFormat::kFp4 && device.peak_fp4_tflops > 0 &&
+                        device.block_scaled_formats;
+  s.gemm_precision_ = fp4_math ? Precision::kNvfp4 : fp8_math ? Precision::kFp8 : Precision::kBf16;
   s.gemm_peak_ = device.PeakFlops(s.gemm_precision_);
   s.attention_peak_ = device.PeakFlops(Precision::kBf16) * device.attention_efficiency;
   s.stream_bw_ = device.memory_bandwidth * device.memory_efficiency;
@@ -182,9 +188,8 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
 
   // Every weight of the stage (all experts of an expert layer) and the output layer.
   const double expert_layer_weights =
-      IsMoe(model) ? (AttentionMatmulParams(model) + s.experts_ * ExpertParams(model) +
-                      SharedExpertParams(model)) /
-                         tp
+      IsMoe(model) ? (AttentionMatmulParams(model) + SharedExpertParams(model)) / tp +
+                         s.experts_ * ExpertParams(model) / all_ranks
                    : 0;
   s.weight_bytes_read_ = (s.dense_layers_stage_ * LayerMatmulParams(model) / tp +
                           s.expert_layers_stage_ * expert_layer_weights) *
@@ -207,7 +212,8 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
 RankMemory StepModel::Memory(int64_t max_batch_size, int64_t max_num_tokens,
                              double kv_fraction) const {
   RankMemory m;
-  const double tp = static_cast<double>(tp_);
+  const double tp = shard_;  // Attention and dense weights: / tp, or whole with attention DP.
+  const double all_ranks = static_cast<double>(tp_);
   const double h = hidden_;
   const double v = static_cast<double>(model_.vocab_size);
   const double attention_n = mla_attention_n_ > 0 ? mla_attention_n_ : qkv_n_;
@@ -220,9 +226,8 @@ RankMemory StepModel::Memory(int64_t max_batch_size, int64_t max_num_tokens,
   if (IsMoe(model_)) {
     // Attention, every routed expert and the shared ones quantised; the router (replicated
     // on every rank) and the norms in 16 bits.
-    const double matmul = (AttentionMatmulParams(model_) + experts_ * ExpertParams(model_) +
-                           SharedExpertParams(model_)) /
-                          tp;
+    const double matmul = (AttentionMatmulParams(model_) + SharedExpertParams(model_)) / tp +
+                          experts_ * ExpertParams(model_) / all_ranks;
     // Per-channel scales count output channels: the rank's experts' up/gate slices and
     // their full-width down projections (fewer with expert parallelism: E / ep of them).
     const double channels = attention_n + h + local_experts_ * (expert_fc1_n_ + h) +
@@ -274,7 +279,8 @@ RankMemory StepModel::Memory(int64_t max_batch_size, int64_t max_num_tokens,
 
 double StepModel::KvTokenCapacity(const RankMemory& memory) const {
   if (memory.kv_pool <= 0) return 0;
-  return std::floor(memory.kv_pool / kv_bytes_per_token_);
+  // With attention data parallelism every rank holds its own sequences' cache.
+  return std::floor(memory.kv_pool / kv_bytes_per_token_) * static_cast<double>(dp_);
 }
 
 double StepModel::GemmSecondsOnRank(double rows, double n, double k) const {
@@ -328,8 +334,8 @@ double StepModel::BusiestGroupExperts(double rows) const {
   const double reached = ExpertsReached(rows);
   if (ep_ == 1) return reached;
   // The reached experts are a uniform random subset of the E: R draws without replacement.
-  const double normal = BusiestOfGroups(reached, static_cast<double>(ep_), experts_, reached,
-                                        busiest_group_sigmas_);
+  const double normal =
+      BusiestOfGroups(reached, static_cast<double>(ep_), experts_, reached, busiest_group_sigmas_);
   // Whole experts: once a step reaches any, the busiest group reaches at least one.
   return std::min({local_experts_, reached, std::max(normal, std::min(reached, 1.0))});
 }
@@ -346,7 +352,7 @@ double StepModel::BusiestGroupRows(double rows) const {
   return std::min(rows * std::min(topk_, local_experts_), std::max(normal, std::ceil(mean)));
 }
 
-double StepModel::ExpertFfnSeconds(double rows) const {
+double StepModel::ExpertFfnSeconds(double local_rows, double rows) const {
   // The busiest expert-parallel group's share (all of them with ep = 1): the rows routed to
   // its experts and the distinct experts of its own they reach; the other groups wait for it
   // at the all-reduce.
@@ -355,7 +361,7 @@ double StepModel::ExpertFfnSeconds(double rows) const {
   // Router scores (h x E, every rank) and top-k; the rank's routed rows permuted into
   // expert order and back (each read and written once), then grouped GEMMs over its
   // reached experts.
-  const double router = GemmSecondsOnRank(rows, experts_, hidden_);
+  const double router = GemmSecondsOnRank(local_rows, experts_, hidden_);
   const double permute =
       2 * (2 * assignments * hidden_ * kActivationBytes) / stream_bw_ + 2 * device_.kernel_launch_s;
   // The gated activation runs as a kernel of its own between the two grouped GEMMs, over
@@ -368,8 +374,8 @@ double StepModel::ExpertFfnSeconds(double rows) const {
              GroupedGemmSeconds(reached, per_expert, expert_fc1_n_, hidden_) +
              GroupedGemmSeconds(reached, per_expert, hidden_, expert_fc2_k_);
   if (shared_fc1_n_ > 0) {
-    t += GemmSecondsOnRank(rows, shared_fc1_n_, hidden_) +
-         GemmSecondsOnRank(rows, hidden_, shared_fc2_k_);
+    t += GemmSecondsOnRank(local_rows, shared_fc1_n_, hidden_) +
+         GemmSecondsOnRank(local_rows, hidden_, shared_fc2_k_);
   }
   return t;
 }
@@ -399,9 +405,26 @@ double StepModel::LinearSeconds(double rows) const {
                 [this](double n) { return AttentionLinearSeconds(n) + FfnSeconds(n); });
 }
 
-double StepModel::ExpertLayerLinearSeconds(double rows) const {
+double StepModel::ExpertLayerLinearSeconds(double rows, double local_rows) const {
+  if (dp_ > 1) {
+    // The rank's share of the instance's rows through its unsharded attention; the routed
+    // experts over all of them (router and shared experts over the even share).
+    return Cached(attention_cache_, local_rows,
+                  [this](double n) { return AttentionLinearSeconds(n); }) +
+           Cached(expert_cache_, rows, [this](double n) {
+             return ExpertFfnSeconds(std::ceil(n / static_cast<double>(dp_)), n);
+           });
+  }
   return Cached(expert_cache_, rows,
-                [this](double n) { return AttentionLinearSeconds(n) + ExpertFfnSeconds(n); });
+                [this](double n) { return AttentionLinearSeconds(n) + ExpertFfnSeconds(n, n); });
+}
+
+double StepModel::AllToAllSeconds(double rank_rows) const {
+  if (dp_ <= 1 || rank_rows <= 0) return 0;
+  // The rank's tokens go to the experts of their k routes, 1/ep of them on the rank itself.
+  const double e = static_cast<double>(ep_);
+  const double bytes = rank_rows * topk_ * hidden_ * kActivationBytes * (e - 1) / e;
+  return bytes / tp_link_bandwidth_ + tp_link_latency_ + device_.kernel_launch_s;
 }
 
 double StepModel::AllReduceSeconds(double bytes) const {
@@ -429,16 +452,37 @@ StepBreakdown StepModel::Breakdown(const StepWork& w) const {
   }
   const double layers = layers_per_stage_;
   const double stages = static_cast<double>(pp_);
+  // The slowest rank's work: all of it, or with attention data parallelism its share of
+  // the sequences (rounded up) and of the prompt chunks (whole chunks, rounded up).
+  StepWork r = w;
+  if (dp_ > 1) {
+    const double dp = static_cast<double>(dp_);
+    if (w.decode_sequences > 0) {
+      r.decode_sequences = std::ceil(w.decode_sequences / dp);
+      r.decode_context_tokens = w.decode_context_tokens * r.decode_sequences / w.decode_sequences;
+    }
+    if (w.prefill_tokens > 0) {
+      const double share = w.prefill_chunks > 0
+                               ? std::ceil(w.prefill_chunks / dp) / w.prefill_chunks
+                               : std::ceil(w.prefill_tokens / dp) / w.prefill_tokens;
+      r.prefill_tokens = std::ceil(w.prefill_tokens * std::min(share, 1.0));
+      r.prefill_attention_pairs = w.prefill_attention_pairs * std::min(share, 1.0);
+    }
+    r.sampled_sequences = std::ceil(w.sampled_sequences / dp);
+  }
+  const double rank_rows = r.prefill_tokens + r.decode_sequences;
   // Matmuls of the stage's layers, dense and expert.
   const double linear =
-      (dense_layers_stage_ > 0 ? dense_layers_stage_ * LinearSeconds(rows) : 0) +
-      (expert_layers_stage_ > 0 ? expert_layers_stage_ * ExpertLayerLinearSeconds(rows) : 0);
+      (dense_layers_stage_ > 0 ? dense_layers_stage_ * LinearSeconds(rank_rows) : 0) +
+      (expert_layers_stage_ > 0 ? expert_layers_stage_ * ExpertLayerLinearSeconds(rows, rank_rows)
+                                : 0);
   // Attention over prompt chunks: QK^T and PV, 2 FLOPs each per pair, head and dim.
   const double prefill_attention =
-      w.prefill_attention_pairs * attention_flops_per_pair_ / attention_peak_;
+      r.prefill_attention_pairs * attention_flops_per_pair_ / attention_peak_;
   // Decode attention reads every cached token's K and V once per layer.
-  const double decode_attention = w.decode_context_tokens * kv_bytes_per_token_layer_ / stream_bw_;
-  const double elementwise = kElementwisePasses * rows * hidden_ * kActivationBytes / stream_bw_;
+  const double decode_attention = r.decode_context_tokens * kv_bytes_per_token_layer_ / stream_bw_;
+  const double elementwise =
+      kElementwisePasses * rank_rows * hidden_ * kActivationBytes / stream_bw_;
   const double launches = 8 * device_.kernel_launch_s;
   // Expert parallelism keeps the same two all-reduces over the tp ranks: with attention
   // tensor-parallel every rank holds every token, runs its own experts on the rows routed to
@@ -446,12 +490,15 @@ StepBreakdown StepModel::Breakdown(const StepWork& w) const {
   // the moe_tp x moe_ep group). TensorRT-LLM takes its all-to-all dispatch and combine only
   // with attention data parallelism (fused_moe enable_alltoall requires
   // enable_attention_dp; docs/source/features/parallel-strategy.md, "Hybrid ETP").
-  const double allreduce = 2 * AllReduceSeconds(rows * hidden_ * kActivationBytes);
+  // With attention data parallelism no all-reduce: each expert layer dispatches the rank's
+  // tokens to their experts and combines them back (two all-to-alls).
+  const double allreduce = dp_ > 1 ? 0 : 2 * AllReduceSeconds(rows * hidden_ * kActivationBytes);
+  const double dispatch_combine = 2 * AllToAllSeconds(rank_rows);
   // The output layer for the sampling sequences (16-bit weights, read once per step).
   const double v = static_cast<double>(model_.vocab_size);
-  const double sampled = std::max(w.sampled_sequences, 1.0);
-  const double head_flops = 2 * sampled * hidden_ * v / static_cast<double>(tp_);
-  const double head_bytes = hidden_ * v / static_cast<double>(tp_) * 2;
+  const double sampled = std::max(r.sampled_sequences, 1.0);
+  const double head_flops = 2 * sampled * hidden_ * v / shard_;
+  const double head_bytes = hidden_ * v / shard_ * 2;
   const double head =
       std::max(head_flops / (device_.PeakFlops(Precision::kBf16) * device_.gemm_efficiency),
                head_bytes / stream_bw_);
@@ -476,17 +523,18 @@ StepBreakdown StepModel::Breakdown(const StepWork& w) const {
                                  : 0)) /
       std::max(layers, 1.0);
   const double linear_compute =
-      2 * rows * active_params / static_cast<double>(tp_) / (gemm_peak_ * large_efficiency);
+      2 * rank_rows * active_params / shard_ / (gemm_peak_ * large_efficiency);
   const double linear_waiting = std::max(0.0, layer_weight_read - linear_compute);
   b.memory = std::min(body, stages * layers * (linear_waiting + decode_attention));
   b.compute = body - b.memory + head;
-  b.tp_comm = stages * layers * allreduce;
+  b.tp_comm = stages * (layers * allreduce + expert_layers_stage_ * dispatch_combine);
   if (pp_ > 1) {
-    b.pp_comm =
-        (stages - 1) * (rows * hidden_ * kActivationBytes / pp_link_bandwidth_ + pp_link_latency_);
+    b.pp_comm = (stages - 1) *
+                (rank_rows * hidden_ * kActivationBytes / pp_link_bandwidth_ + pp_link_latency_);
   }
+  // Each attention rank's scheduler handles its own sequences.
   b.overhead = engine_.step_overhead_s +
-               engine_.per_sequence_overhead_s * (w.decode_sequences + w.sampled_sequences);
+               engine_.per_sequence_overhead_s * (r.decode_sequences + r.sampled_sequences);
   b.total = b.compute + b.memory + b.tp_comm + b.pp_comm + b.overhead;
   for (double* x : {&b.compute, &b.memory, &b.tp_comm, &b.pp_comm, &b.overhead, &b.total}) {
     *x *= 1e3;
@@ -502,8 +550,7 @@ double StepModel::PrefillFlops(double tokens) const {
   const double matmul = (layers - experts) * LayerMatmulParams(model_) +
                         (experts > 0 ? experts * ExpertLayerActiveMatmulParams(model_) : 0);
   // Causal attention: tokens^2 / 2 pairs per layer, over the tp ranks' heads.
-  const double attention =
-      layers * tokens * tokens / 2 * attention_flops_per_pair_ * static_cast<double>(tp_);
+  const double attention = layers * tokens * tokens / 2 * attention_flops_per_pair_ * shard_;
   return 2 * tokens * matmul + attention +
          2 * static_cast<double>(model_.hidden_size) * static_cast<double>(model_.vocab_size);
 }

@@ -32,6 +32,18 @@
 // hypergeometric; the step waits for the busiest group, taken as the mean plus the expected
 // excess of the largest of ep normal loads with a fixed sum. The all-reduces after
 // attention and the MoE block are unchanged (the tp group sums the groups' outputs).
+//
+// Attention data parallelism (attention_dp, ep = tp): each of the tp ranks holds the
+// attention, the dense layers, the shared experts, the router, the embedding and the output
+// layer whole, and 1/tp of the routed experts (whole experts). The instance's sequences
+// spread over the ranks; each keeps its own sequences' KV cache with every KV head (MLA: the
+// latent once per token instead of on every rank, so the instance holds tp times the
+// tokens). A step's time is its slowest rank's: ceil(D / tp) decoding sequences (prompt
+// chunks whole per rank, ceil(chunks / tp) of them) through the unsharded attention and
+// dense layers, the routed experts over all N tokens of the instance as with ep groups, and
+// per expert layer an all-to-all dispatch and combine of the rank's N / tp tokens x k
+// copies x h x 2 bytes (the (tp − 1) / tp of them that leave the rank) over the tp link,
+// in place of the two all-reduces.
 #ifndef PARATUNE_INFERENCE_STEP_MODEL_H_
 #define PARATUNE_INFERENCE_STEP_MODEL_H_
 
@@ -61,6 +73,9 @@ struct StepWork {
   double decode_sequences = 0;       ///< Sequences generating one token.
   double decode_context_tokens = 0;  ///< Sum of the decoding sequences' KV lengths.
   double sampled_sequences = 0;      ///< Sequences that produce a token (logits computed).
+  /// Prompt chunks among prefill_tokens (one per prefilling sequence). With attention data
+  /// parallelism a chunk runs whole on one rank; 0 = unknown, the tokens split evenly.
+  double prefill_chunks = 0;
 };
 
 /// Bytes per rank, before the KV pool is sized.
@@ -111,15 +126,26 @@ class StepModel {
   int64_t pp() const { return pp_; }
   int64_t tp() const { return tp_; }
   int64_t ep() const { return ep_; }
+  /// Attention data-parallel ranks (tp with attention_dp, else 1).
+  int64_t attention_dp_size() const { return dp_; }
+  /// One all-to-all (dispatch or combine) of `rank_rows` tokens' k routed copies (0 without
+  /// attention data parallelism).
+  double AllToAllSeconds(double rank_rows) const;
 
  private:
   StepModel() = default;
   double GemmSecondsOnRank(double rows, double n, double k) const;
-  double LinearSeconds(double rows) const;  // One layer's matmuls on one rank.
-  double FfnSeconds(double rows) const;     // The dense FFN of LinearSeconds.
+  double LinearSeconds(double rows) const;           // One layer's matmuls on one rank.
+  double FfnSeconds(double rows) const;              // The dense FFN of LinearSeconds.
   double AttentionLinearSeconds(double rows) const;  // QKV (or MLA's) and the projection.
-  double ExpertFfnSeconds(double rows) const;        // Router, permutation, routed and shared.
-  double ExpertLayerLinearSeconds(double rows) const;
+  /// Router, permutation, routed and shared experts: the router and shared experts over the
+  /// rank's `local_rows`, the routed experts over the instance's `rows` (equal without
+  /// attention data parallelism).
+  double ExpertFfnSeconds(double local_rows, double rows) const;
+  /// An expert layer's matmuls on one rank: attention over `local_rows` (the rank's share of
+  /// the instance's `rows` with attention data parallelism, else all of them), the MoE block
+  /// as ExpertFfnSeconds.
+  double ExpertLayerLinearSeconds(double rows, double local_rows) const;
   /// Expected distinct routed experts that `rows` tokens reach in one layer.
   double ExpertsReached(double rows) const;
   /// Of the busiest expert-parallel group: its experts that `rows` tokens reach, and the
@@ -134,6 +160,10 @@ class StepModel {
   DeviceProfile device_;
   EngineProfile engine_;
   int64_t tp_ = 1, pp_ = 1, ep_ = 1;
+  // Attention data-parallel ranks (1 or tp), and the ranks attention, dense layers, shared
+  // experts, embedding and output layer are sliced over (tp, or 1 with attention DP).
+  int64_t dp_ = 1;
+  double shard_ = 1;
   double layers_per_stage_ = 0;
   // Dense and expert layers of the most loaded stage (all dense for a dense model).
   double dense_layers_stage_ = 0, expert_layers_stage_ = 0;
@@ -162,8 +192,9 @@ class StepModel {
   double gemm_efficiency_large_ = 0;
   Precision gemm_precision_ = Precision::kBf16;
   double weight_bytes_per_element_ = 2;
-  mutable std::vector<float> linear_cache_;  // LinearSeconds by rows, filled lazily.
-  mutable std::vector<float> expert_cache_;  // ExpertLayerLinearSeconds by rows.
+  mutable std::vector<float> linear_cache_;            // LinearSeconds by rows, filled lazily.
+  mutable std::vector<float> expert_cache_;            // ExpertLayerLinearSeconds by rows.
+  mutable std::vector<float> attention_cache_;         // AttentionLinearSeconds by rank rows (DP).
   std::shared_ptr<const MeasuredStepTable> measured_;  // Null: modelled steps.
 };
 

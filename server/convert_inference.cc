@@ -220,6 +220,7 @@ v1::ServingConfig ToProto(const inference::ServingConfig& c) {
   out.set_prefill_replicas(static_cast<int32_t>(c.prefill_replicas));
   out.set_decode_replicas(static_cast<int32_t>(c.decode_replicas));
   out.set_num_gpus(static_cast<int32_t>(c.num_gpus()));
+  out.set_attention_dp(c.attention_dp);
   return out;
 }
 
@@ -228,6 +229,7 @@ absl::StatusOr<inference::ServingConfig> ServingConfigFromProto(const v1::Servin
   out.tp = c.tp();
   out.pp = c.pp();
   out.ep = c.ep();
+  out.attention_dp = c.attention_dp();
   out.replicas = c.replicas();
   out.max_batch_size = c.max_batch_size();
   out.max_num_tokens = c.max_num_tokens();

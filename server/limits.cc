@@ -77,6 +77,7 @@ absl::Status ValidateJobSpecBounds(const v1::JobSpec& spec) {
       {"search.weight_precision", search.weight_precision_size()},
       {"search.kv_cache_precision", search.kv_cache_precision_size()},
       {"search.disaggregated", search.disaggregated_size()},
+      {"search.attention_dp", search.attention_dp_size()},
       {"search.prefill_replicas", search.prefill_replicas_size()},
       {"search.decode_replicas", search.decode_replicas_size()}};
   for (const auto& [field, entries] : lists) {

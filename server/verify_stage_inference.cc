@@ -19,6 +19,7 @@ std::string ServingUnsupportedReason(const v1::ServingConfig& c) {
   if (c.pp() > 1)
     return absl::StrCat("the serving loop runs tensor parallelism only (pp ", c.pp(), ")");
   if (c.disaggregated()) return "the serving loop does not run disaggregated pools";
+  if (c.attention_dp()) return "the serving loop does not run attention data parallelism";
   if (c.replicas() > 1) {
     return absl::StrCat("the serving loop runs one instance (the layout has ", c.replicas(), ")");
   }

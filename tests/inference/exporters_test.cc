@@ -137,6 +137,36 @@ TEST(ServingExportersTest, ExpertParallelSizeInEachEngine) {
             "--enable-expert-parallel");
 }
 
+// tp 8 with attention data parallelism: eight attention ranks, the experts over ep = 8.
+TEST(ServingExportersTest, AttentionDataParallelismInEachEngine) {
+  ServingConfig c = Layout();
+  c.tp = 8;
+  c.ep = 8;
+  c.replicas = 1;
+  c.attention_dp = true;
+  auto trtllm = FormatServingCommand(MixtralSpec(), c, "trtllm");
+  ASSERT_TRUE(trtllm.ok()) << trtllm.status();
+  EXPECT_NE(trtllm->find("moe_expert_parallel_size: 8\nmoe_tensor_parallel_size: 1\n"
+                         "enable_attention_dp: true\nEOF\n"),
+            std::string::npos)
+      << *trtllm;
+  auto vllm = FormatServingCommand(MixtralSpec(), c, "vllm");
+  ASSERT_TRUE(vllm.ok()) << vllm.status();
+  EXPECT_EQ(LastLine(*vllm, "vllm serve"),
+            "vllm serve $MODEL --tensor-parallel-size 1 --data-parallel-size 8 "
+            "--pipeline-parallel-size 1 --max-num-seqs 256 --max-num-batched-tokens 8192 "
+            "--enable-chunked-prefill --gpu-memory-utilization 0.90 --kv-cache-dtype fp8 "
+            "--quantization fp8 --enable-expert-parallel");
+  // SGLang divides the running-request and chunk limits over the dp ranks: 8 x 256, 8 x 8192.
+  auto sglang = FormatServingCommand(MixtralSpec(), c, "sglang");
+  ASSERT_TRUE(sglang.ok()) << sglang.status();
+  EXPECT_EQ(LastLine(*sglang, "python3 -m sglang.launch_server"),
+            "python3 -m sglang.launch_server --model-path $MODEL --tp-size 8 --pp-size 1 "
+            "--ep-size 8 --enable-dp-attention --dp-size 8 --max-running-requests 2048 "
+            "--chunked-prefill-size 65536 --mem-fraction-static 0.88 --kv-cache-dtype fp8_e4m3 "
+            "--quantization fp8");
+}
+
 TEST(ServingExportersTest, UnknownFormatListsTheKnownOnes) {
   auto text = FormatServingCommand(Spec(), Layout(), "tgi");
   ASSERT_FALSE(text.ok());

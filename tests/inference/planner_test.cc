@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <set>
 #include <utility>
 
@@ -187,6 +188,90 @@ TEST(PlannerTest, ExpertParallelLayoutsSplitTheTpRanks) {
   EXPECT_EQ(refused.status().message(),
             "ep (4) must divide tp (2): the experts split over ep groups of tp / ep ranks "
             "(TensorRT-LLM moe_tp_size x moe_ep_size = tp_size)");
+}
+
+// DeepSeek-V3 on 8 H200 at high concurrency: with tensor-parallel attention every rank
+// keeps every sequence's MLA latent, so the KV pool caps the batch; attention DP keeps each
+// sequence on one rank (8 x the tokens) and runs the unsharded attention on an eighth of
+// the batch, and the planner ranks it first.
+TEST(PlannerTest, DeepSeekV3OnEightH200PrefersAttentionDataParallelismAtHighConcurrency) {
+  json j = json::parse(R"({
+    "kind": "inference",
+    "model": {"preset": "deepseek-v3"},
+    "cluster": {"gpu": "h200-141gb", "num_gpus": 8, "gpus_per_node": 8},
+    "serving": {"engine": "trtllm", "isl": 1024, "osl": 1024, "concurrency": 1024,
+                "num_requests": 2048},
+    "search": {"tp": [8], "pp": [1], "weight_precision": ["fp8"],
+               "kv_cache_precision": ["fp8"], "max_batch_size": [128, 1024],
+               "max_num_tokens": [8192], "disaggregated": [false],
+               "attention_dp": [false, true]}
+  })");
+  auto spec = InferenceJobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto result = PlanInference(*spec);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_GE(result->ranked.size(), 2u);
+  const InferenceRankedConfig& best = result->ranked[0];
+  EXPECT_TRUE(best.config.attention_dp) << best.config.ToString();
+  EXPECT_EQ(best.config.ep, 8);
+  const InferenceRankedConfig* tp_attention = nullptr;
+  for (const auto& r : result->ranked) {
+    if (!r.config.attention_dp && tp_attention == nullptr) tp_attention = &r;
+  }
+  ASSERT_NE(tp_attention, nullptr);
+  EXPECT_GT(best.max_concurrency, tp_attention->max_concurrency);
+  std::cout << "# DeepSeek-V3 8 x H200, concurrency 1024, 1k/1k: " << best.config.ToString() << " "
+            << best.output_tokens_per_sec_per_gpu << " tok/s/GPU (max concurrency "
+            << best.max_concurrency << ", TPOT p50 " << best.tpot_ms.p50 << " ms) vs "
+            << tp_attention->config.ToString() << " " << tp_attention->output_tokens_per_sec_per_gpu
+            << " tok/s/GPU (max concurrency " << tp_attention->max_concurrency << ", TPOT p50 "
+            << tp_attention->tpot_ms.p50 << " ms)\n";
+}
+
+// Refusals name the field and the rule.
+TEST(PlannerTest, AttentionDataParallelRefusalsNameTheField) {
+  json dense = Spec();
+  dense["search"]["attention_dp"] = {true};
+  auto d = InferenceJobSpecFromJson(dense);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(std::string(d.status().message())
+                .rfind("search.attention_dp (true) needs a "
+                       "mixture-of-experts model",
+                       0),
+            0u)
+      << d.status();
+  json moe = Spec();
+  moe["model"] = {{"preset", "mixtral-8x7b"}};
+  moe["search"]["attention_dp"] = {true};
+  moe["search"]["tp"] = {1};
+  auto t = InferenceJobSpecFromJson(moe);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(std::string(t.status().message()).rfind("search.attention_dp (true) needs tp > 1", 0),
+            0u)
+      << t.status();
+  moe["search"]["tp"] = {8};
+  moe["search"]["ep"] = {4};
+  auto e = InferenceJobSpecFromJson(moe);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(std::string(e.status().message())
+                .rfind("search.ep[0] (4) must equal tp (8) when "
+                       "search.attention_dp is true",
+                       0),
+            0u)
+      << e.status();
+  // A pinned estimate with attention DP and no ep sets ep = tp.
+  moe["search"].erase("ep");
+  moe["search"]["max_batch_size"] = {64};
+  moe["search"]["disaggregated"] = {false};
+  moe["search"]["max_num_tokens"] = {8192};
+  auto pinned = InferenceJobSpecFromJson(moe);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  auto config = PinnedServingConfig(*pinned);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto r = EstimateInference(*pinned, *config);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->config.attention_dp);
+  EXPECT_EQ(r->config.ep, 8);
 }
 
 }  // namespace

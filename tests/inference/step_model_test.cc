@@ -374,5 +374,129 @@ TEST(StepModelTest, ExpertParallelSlicesEachExpertOverTpOverEp) {
             "(TensorRT-LLM moe_tp_size x moe_ep_size = tp_size)");
 }
 
+ServingConfig AttentionDp(ServingConfig c) {
+  c.ep = c.tp;
+  c.attention_dp = true;
+  return c;
+}
+
+// Mixtral 8x7B at tp 8, BF16. Tensor-parallel attention: every weight an eighth, but the
+// router whole (the test above). Attention DP: every weight whole but the routed experts,
+// which split whole over the 8 ranks (32 layers x 8 experts x 3 x 4096 x 14336, 7/8 of them
+// elsewhere). The KV cache holds all 8 KV heads per token on a rank (TP: one per rank), and
+// the instance's pool is the 8 ranks' pools together.
+TEST(StepModelTest, AttentionDataParallelWeightsAndKvPerRankByHand) {
+  auto model = *FindPreset("mixtral-8x7b");
+  const auto bf16 = Layout(8, 1, QuantFormat::kBf16, QuantFormat::kBf16);
+  const StepModel tp8 = Make("mixtral-8x7b", "h100-sxm-80gb", bf16);
+  const StepModel adp = Make("mixtral-8x7b", "h100-sxm-80gb", AttentionDp(bf16));
+  const double routed = 32 * 8 * 3 * 4096.0 * 14336;
+  EXPECT_DOUBLE_EQ(NumExpertLayers(model) * 8 * ExpertParams(model), routed);
+  EXPECT_NEAR(adp.Memory(1, 1, 0.9).weights, 2 * (TotalParams(model) - routed * 7 / 8), 1e6);
+  // 3.2 GB of attention, norms, router, embedding and output layer, 11.3 GB of experts.
+  EXPECT_NEAR(adp.Memory(1, 1, 0.9).weights / 1e9, 14.5, 0.1);
+  EXPECT_NEAR(tp8.Memory(1, 1, 0.9).weights / 1e9, 11.7, 0.1);
+  EXPECT_DOUBLE_EQ(tp8.kv_bytes_per_token_per_rank(), 2.0 * 32 * 1 * 128 * 2);
+  EXPECT_DOUBLE_EQ(adp.kv_bytes_per_token_per_rank(), 2.0 * 32 * 8 * 128 * 2);
+  const RankMemory m = adp.Memory(256, 8192, 0.9);
+  EXPECT_DOUBLE_EQ(adp.KvTokenCapacity(m), 8 * std::floor(m.kv_pool / (2.0 * 32 * 8 * 128 * 2)));
+  EXPECT_EQ(adp.attention_dp_size(), 8);
+}
+
+// DeepSeek-V3 at tp 8 on H200, BF16 (by hand against TP 1, which holds everything): attention
+// DP keeps every weight of TP 1 but 7/8 of the routed experts (58 layers x 256 x 3 x 7168 x
+// 2048). MLA's latent (512 + 64 per token and layer) is the same per token on a rank either
+// way, but tensor-parallel attention keeps it on all 8 ranks while attention DP keeps each
+// sequence on one: the instance holds 8 x the tokens of one rank's pool.
+TEST(StepModelTest, AttentionDataParallelMlaHoldsEachSequenceOnOneRank) {
+  auto model = *FindPreset("deepseek-v3");
+  const StepModel tp1 =
+      Make("deepseek-v3", "h200-141gb", Layout(1, 1, QuantFormat::kBf16, QuantFormat::kBf16));
+  const auto bf16 = Layout(8, 1, QuantFormat::kBf16, QuantFormat::kBf16);
+  const StepModel tp8 = Make("deepseek-v3", "h200-141gb", bf16);
+  const StepModel adp = Make("deepseek-v3", "h200-141gb", AttentionDp(bf16));
+  const double routed = 58 * 256 * 3 * 7168.0 * 2048;
+  EXPECT_DOUBLE_EQ(NumExpertLayers(model) * 256 * ExpertParams(model), routed);
+  EXPECT_NEAR(adp.Memory(1, 1, 0.9).weights, tp1.Memory(1, 1, 0.9).weights - 2 * routed * 7 / 8,
+              1e6);
+  EXPECT_DOUBLE_EQ(adp.kv_bytes_per_token_per_rank(), 61.0 * (512 + 64) * 2);
+  EXPECT_DOUBLE_EQ(tp8.kv_bytes_per_token_per_rank(), 61.0 * (512 + 64) * 2);
+  RankMemory pool;
+  pool.kv_pool = 10 * kGiB;
+  const double tokens = std::floor(10 * kGiB / (61.0 * 576 * 2));
+  EXPECT_DOUBLE_EQ(tp8.KvTokenCapacity(pool), tokens);
+  EXPECT_DOUBLE_EQ(adp.KvTokenCapacity(pool), 8 * tokens);
+}
+
+StepWork Decode(double sequences, double context) {
+  StepWork w;
+  w.decode_sequences = sequences;
+  w.decode_context_tokens = sequences * context;
+  w.sampled_sequences = sequences;
+  return w;
+}
+
+// A decode step's attention with attention DP over 8 ranks is TP 1's for batch / 8
+// sequences (the slowest rank's ceil(batch / 8)): one more KV token per sequence costs the
+// same on both, 61 layers x the rank's sequences x 576 x 2 bytes at the streamed bandwidth.
+TEST(StepModelTest, AttentionDataParallelDecodeAttentionIsTpOnesForItsShare) {
+  auto device = *FindDevice("h200-141gb");
+  const auto fp8 = Layout(8, 1, QuantFormat::kFp8, QuantFormat::kBf16);
+  const StepModel adp = Make("deepseek-v3", "h200-141gb", AttentionDp(fp8));
+  const StepModel tp1 =
+      Make("deepseek-v3", "h200-141gb", Layout(1, 1, QuantFormat::kFp8, QuantFormat::kBf16));
+  const double bw = device.memory_bandwidth * device.memory_efficiency;
+  for (const auto& [batch, share] : {std::pair<double, double>{64, 8}, {65, 9}, {7, 1}}) {
+    const double adp_delta =
+        adp.StepSeconds(Decode(batch, 2048)) - adp.StepSeconds(Decode(batch, 1024));
+    const double tp1_delta =
+        tp1.StepSeconds(Decode(share, 2048)) - tp1.StepSeconds(Decode(share, 1024));
+    EXPECT_NEAR(adp_delta, tp1_delta, 1e-8) << batch;
+    EXPECT_NEAR(adp_delta, 61 * share * 1024 * 576 * 2 / bw, 1e-8) << batch;
+  }
+}
+
+// The dispatch and combine by hand: DeepSeek-V3 decode of 64 sequences on 8 ranks (8 each),
+// per expert layer (58) two all-to-alls of 8 tokens x 8 routes x 7168 x 2 bytes, 7/8 of them
+// leaving the rank, over NVLink; no all-reduce.
+TEST(StepModelTest, AttentionDataParallelDispatchAndCombineByHand) {
+  auto device = *FindDevice("h200-141gb");
+  const auto fp8 = Layout(8, 1, QuantFormat::kFp8, QuantFormat::kFp8);
+  const StepModel adp = Make("deepseek-v3", "h200-141gb", AttentionDp(fp8));
+  const double bytes = 8 * 8 * 7168.0 * 2 * 7 / 8;
+  const double one =
+      bytes / device.nvlink_bandwidth + device.nvlink_latency_s + device.kernel_launch_s;
+  EXPECT_DOUBLE_EQ(adp.AllToAllSeconds(8), one);
+  EXPECT_NEAR(adp.Breakdown(Decode(64, 1024)).tp_comm, 58 * 2 * one * 1e3, 1e-9);
+  // Tensor-parallel attention keeps its all-reduces instead (two per layer, 61 layers).
+  EXPECT_GT(Make("deepseek-v3", "h200-141gb", fp8).Breakdown(Decode(64, 1024)).tp_comm, 0);
+  EXPECT_EQ(Make("deepseek-v3", "h200-141gb", fp8).AllToAllSeconds(8), 0);
+}
+
+TEST(StepModelTest, AttentionDataParallelRefusalsNameTheRule) {
+  const auto make = [](const char* preset, ServingConfig c) {
+    return StepModel::Create(*FindPreset(preset), *FindDevice("h100-sxm-80gb"),
+                             EngineProfileFor(ServingEngine::kTrtllm), c, 8);
+  };
+  const auto fp8 = Layout(8, 1, QuantFormat::kFp8, QuantFormat::kFp8);
+  auto dense = make("llama3.1-70b", AttentionDp(fp8));
+  ASSERT_FALSE(dense.ok());
+  EXPECT_NE(dense.status().message().find(
+                "attention_dp (true) needs a mixture-of-experts model (model.num_experts 1)"),
+            std::string::npos)
+      << dense.status();
+  auto tp1 = make("mixtral-8x7b", AttentionDp(Layout(1, 1, QuantFormat::kFp8, QuantFormat::kFp8)));
+  ASSERT_FALSE(tp1.ok());
+  EXPECT_NE(tp1.status().message().find("attention_dp (true) needs tp > 1"), std::string::npos)
+      << tp1.status();
+  ServingConfig ep4 = AttentionDp(fp8);
+  ep4.ep = 4;
+  auto wrong_ep = make("mixtral-8x7b", ep4);
+  ASSERT_FALSE(wrong_ep.ok());
+  EXPECT_EQ(wrong_ep.status().message(),
+            "ep (4) must equal tp (8) when attention_dp is true: the routed experts split over "
+            "every attention rank");
+}
+
 }  // namespace
 }  // namespace paratune::inference

@@ -39,6 +39,7 @@ ServingConfig RandomServingConfig(std::mt19937_64& rng) {
   c.weight_precision = kFormats[rng() % 6];
   c.kv_cache_precision = kFormats[rng() % 6];
   c.disaggregated = rng() % 2 == 1;
+  c.attention_dp = rng() % 2 == 1;
   c.prefill_replicas = count();
   c.decode_replicas = count();
   return c;
@@ -195,10 +196,10 @@ TEST(ConvertInferenceTest, TheRankedConfigJsonHasTheContractsNames) {
   }
   std::set<std::string> config_keys;
   for (const auto& [key, value] : j["config"].items()) config_keys.insert(key);
-  EXPECT_EQ(config_keys,
-            (std::set<std::string>{"tp", "pp", "ep", "replicas", "max_batch_size", "max_num_tokens",
-                                   "weight_precision", "kv_cache_precision", "disaggregated",
-                                   "prefill_replicas", "decode_replicas", "num_gpus"}));
+  EXPECT_EQ(config_keys, (std::set<std::string>{
+                             "tp", "pp", "ep", "attention_dp", "replicas", "max_batch_size",
+                             "max_num_tokens", "weight_precision", "kv_cache_precision",
+                             "disaggregated", "prefill_replicas", "decode_replicas", "num_gpus"}));
   for (const char* stat : {"ttft_ms", "tpot_ms", "e2e_latency_ms"}) {
     EXPECT_EQ(j[stat].size(), 4u) << stat;
     EXPECT_EQ(j[stat]["p99"].get<double>(), stat == std::string("ttft_ms") ? r.ttft_ms.p99
@@ -294,6 +295,33 @@ TEST(ConvertInferenceTest, AnExpertParallelListCrossesTheWire) {
   absl::StatusOr<inference::InferenceJobSpec> back = InferenceSpecFromProto(*wire);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->search.ep, (std::vector<int64_t>{1, 2}));
+}
+
+TEST(ConvertInferenceTest, AnAttentionDataParallelListCrossesTheWire) {
+  json j = {{"kind", "inference"},
+            {"model", {{"preset", "mixtral-8x7b"}}},
+            {"serving", {{"isl", 1024}, {"osl", 128}, {"concurrency", 32}}},
+            {"cluster", {{"gpu", "h100-sxm-80gb"}, {"num_gpus", 8}}},
+            {"search", {{"tp", {2, 8}}, {"attention_dp", {false, true}}}}};
+  absl::StatusOr<v1::JobSpec> wire = SpecProtoFromJson(j);
+  ASSERT_TRUE(wire.ok()) << wire.status();
+  ASSERT_EQ(wire->search().attention_dp_size(), 2);
+  EXPECT_TRUE(wire->search().attention_dp(1));
+  v1::JobSpec parsed;
+  ASSERT_TRUE(parsed.ParseFromString(wire->SerializeAsString()));
+  absl::StatusOr<inference::InferenceJobSpec> back = InferenceSpecFromProto(parsed);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->search.attention_dp, (std::vector<bool>{false, true}));
+
+  // A layout with attention DP keeps the flag through the wire.
+  ServingConfig c;
+  c.tp = 8;
+  c.ep = 8;
+  c.attention_dp = true;
+  c.weight_precision = QuantFormat::kFp8;
+  absl::StatusOr<ServingConfig> config = ServingConfigFromProto(ToProto(c));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(*config, c);
 }
 
 TEST(ConvertInferenceTest, BadInferenceFieldsAreRejectedNamingTheField) {

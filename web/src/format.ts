@@ -123,6 +123,7 @@ export function servingLabel(c: ServingConfig | undefined): string {
   const cfg = c ?? {};
   const parts = [`TP${num(cfg.tp, 1)}`, `PP${num(cfg.pp, 1)}`];
   if (num(cfg.ep, 1) > 1) parts.push(`EP${num(cfg.ep, 1)}`);
+  if (cfg.attention_dp) parts.push('DP-attention');
   parts.push(cfg.disaggregated ? `${num(cfg.prefill_replicas)}P:${num(cfg.decode_replicas)}D` : `×${num(cfg.replicas, 1)}`);
   return `${parts.join(' ')} · batch ${num(cfg.max_batch_size)} · ${num(cfg.max_num_tokens)} tok · w ${cfg.weight_precision || 'bf16'} / kv ${cfg.kv_cache_precision || 'bf16'}`;
 }

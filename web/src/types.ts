@@ -75,6 +75,8 @@ export interface SearchSpec {
   replicas?: Int64[];
   prefill_replicas?: Int64[];
   decode_replicas?: Int64[];
+  /** Attention data parallelism to try (mixture-of-experts models, tp > 1, ep = tp). */
+  attention_dp?: boolean[];
   max_batch_size?: Int64[];
   max_num_tokens?: Int64[];
   weight_precision?: string[];
@@ -254,6 +256,8 @@ export interface ServingConfig {
   tp?: number;
   pp?: number;
   ep?: number;
+  /** Attention data parallelism: each tp rank runs attention on its own sequences. */
+  attention_dp?: boolean;
   replicas?: number;
   max_batch_size?: number;
   max_num_tokens?: number;
