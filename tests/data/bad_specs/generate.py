@@ -152,6 +152,23 @@ mut("framework_without_param_gather_overlap", "rgp", "search.overlap_param_gathe
 mut("framework_without_sharding_stage", "rgp", "search.data_parallel_sharding",
     "a sharding stage the framework lacks, asked for",
     **{"training.framework": "torchtitan", "search.data_parallel_sharding": ["optimizer"]})
+mut("unknown_offload_module", "rgp", "training.offload_modules[1]",
+    "unknown activation offload module", **{"training.offload_modules": ["core_attn", "mlp"]})
+mut("offload_module_repeated", "rgp", "training.offload_modules[1]",
+    "an offload module named twice", **{"training.offload_modules": ["attn_proj", "attn_proj"]})
+mut("activation_offload_with_only_full_recompute", "rgp", "search.activation_offload",
+    "activation offload where every layout recomputes fully",
+    **{"search.activation_offload": [True], "search.recompute": ["full"]})
+mut("activation_offload_without_the_framework", "rgp", "search.activation_offload",
+    "activation offload under a framework that has none",
+    **{"search.activation_offload": [True], "training.framework": "deepspeed"})
+mut("activation_offload_in_profile_mode", "rgp", "search.activation_offload",
+    "activation offload in profile mode", **{"search.activation_offload": [True],
+                                             "search.mode": "profile"})
+mut("activation_offload_duplicate", "rgp", "search.activation_offload",
+    "a search list value twice", **{"search.activation_offload": [True, True]})
+mut("activation_offload_string", "rp", "search.activation_offload",
+    "wrong type (string in a bool list)", **{"search.activation_offload": ["yes"]})
 mut("unknown_activation", "rgp", "activation", "unknown activation",
     **{"model.activation": "relu6"})
 mut("unknown_normalization", "rgp", "normalization", "unknown normalization",
