@@ -22,6 +22,7 @@
 #if PARATUNE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "bench/kernels/cuda_bench.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/serving/cuda/paged_attention_launcher.h"
 #endif
@@ -32,32 +33,10 @@ namespace {
 using paratune::kernels::cuda::ElemType;
 namespace serving_cuda = paratune::kernels::serving::cuda;
 
-bool Check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-  return true;
-}
+using paratune::bench::DeviceRandom;
+using paratune::bench::MedianMs;
 
-void* DeviceRandom(int64_t bytes, uint32_t seed) {
-  // A 16 MiB random block tiled over the buffer (a fresh block per seed). Bytes in
-  // [0x10, 0x3f]: every fp32, bf16, fp16 and fp8 (e4m3) value they make is finite,
-  // positive and under 2.
-  const int64_t tile = std::min<int64_t>(bytes, int64_t{16} << 20);
-  std::vector<uint8_t> host(tile);
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int> dist(0x10, 0x3f);
-  for (auto& b : host) b = static_cast<uint8_t>(dist(gen));
-  void* p = nullptr;
-  Check(cudaMalloc(&p, bytes), "cudaMalloc");
-  for (int64_t off = 0; off < bytes; off += tile) {
-    Check(cudaMemcpy(static_cast<uint8_t*>(p) + off, host.data(), std::min(tile, bytes - off),
-                     cudaMemcpyHostToDevice),
-          "cudaMemcpy");
-  }
-  return p;
-}
+void Check(cudaError_t e, const char* what) { paratune::bench::CudaCheck(e, what); }
 
 template <typename T>
 T* ToDevice(const std::vector<T>& host) {
@@ -66,31 +45,6 @@ T* ToDevice(const std::vector<T>& host) {
   Check(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
         "cudaMemcpy");
   return static_cast<T*>(p);
-}
-
-// Median milliseconds of `launch` over reps, each between two events.
-double MedianMs(const std::function<void()>& launch, int warmup, int reps) {
-  for (int i = 0; i < warmup; ++i) launch();
-  Check(cudaGetLastError(), "launch");
-  Check(cudaDeviceSynchronize(), "sync");
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(start);
-    launch();
-    cudaEventRecord(stop);
-    Check(cudaEventSynchronize(stop), "event");
-    float t = 0;
-    cudaEventElapsedTime(&t, start, stop);
-    ms.push_back(t);
-  }
-  Check(cudaGetLastError(), "launch");
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
 }
 
 struct Row {

@@ -24,17 +24,14 @@
 #if PARATUNE_HAVE_CUDA
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+
+#include "bench/kernels/cuda_bench.h"
 #endif
 
 namespace {
 
 #if PARATUNE_HAVE_CUDA
-void Check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+void Check(cudaError_t e, const char* what) { paratune::bench::CudaCheck(e, what); }
 void Check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "%s: cuBLAS status %d\n", what, static_cast<int>(s));
@@ -42,23 +39,7 @@ void Check(cublasStatus_t s, const char* what) {
   }
 }
 
-// A 16 MiB random block tiled over the buffer; bytes in [0x10, 0x3f] make finite positive
-// BF16 values under 2.
-void* DeviceRandom(int64_t bytes, uint32_t seed) {
-  const int64_t tile = std::min<int64_t>(bytes, int64_t{16} << 20);
-  std::vector<uint8_t> host(tile);
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int> dist(0x10, 0x3f);
-  for (auto& b : host) b = static_cast<uint8_t>(dist(gen));
-  void* p = nullptr;
-  Check(cudaMalloc(&p, bytes), "cudaMalloc");
-  for (int64_t off = 0; off < bytes; off += tile) {
-    Check(cudaMemcpy(static_cast<uint8_t*>(p) + off, host.data(), std::min(tile, bytes - off),
-                     cudaMemcpyHostToDevice),
-          "cudaMemcpy");
-  }
-  return p;
-}
+using paratune::bench::DeviceRandom;
 
 // Median milliseconds of `batch` row-major [m x k] x [k x n] BF16 GEMMs (FP32 accumulate).
 double BatchedGemmMs(cublasHandle_t handle, int64_t m, int64_t n, int64_t k, int64_t batch,
@@ -78,26 +59,9 @@ double BatchedGemmMs(cublasHandle_t handle, int64_t m, int64_t n, int64_t k, int
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmStridedBatchedEx");
   };
-  for (int i = 0; i < 3; ++i) launch();
-  Check(cudaDeviceSynchronize(), "sync");
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(start);
-    launch();
-    cudaEventRecord(stop);
-    Check(cudaEventSynchronize(stop), "event");
-    float t = 0;
-    cudaEventElapsedTime(&t, start, stop);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  const double ms = paratune::bench::MedianMs(launch, 3, reps);
   cudaFree(a), cudaFree(b), cudaFree(c);
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
+  return ms;
 }
 #endif
 
