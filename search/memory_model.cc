@@ -422,8 +422,9 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   const double expert_no_rc = IsMoe(m) ? ExpertLayerActivationBytes(m, no_rc, load) : 0.0;
   const std::vector<int64_t> experts_per_stage = ExpertLayersPerStage(m, c);
   // Activation offload: what one layer of one micro-batch keeps on the host.
-  const double dense_offloaded = LayerOffloadedBytes(spec, c, /*expert_layer=*/false);
-  const double expert_offloaded = IsMoe(m) ? LayerOffloadedBytes(spec, c, true) : 0.0;
+  const bool offloads = c.activation_offload && c.recompute != Recompute::kFull;
+  const double dense_offloaded = offloads ? LayerOffloadedBytes(spec, c, false) : 0.0;
+  const double expert_offloaded = offloads && IsMoe(m) ? LayerOffloadedBytes(spec, c, true) : 0.0;
   // Activations of one micro-batch through all layers of stage r (and the MTP modules on
   // the last stage, stored as their layers are).
   auto stage_act = [&](int64_t r) {
@@ -556,7 +557,7 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     }
     const double stage_in_flight = in_flight_on(stage);
     double reload_buffers = 0;
-    if (c.activation_offload && c.recompute != Recompute::kFull) {
+    if (offloads) {
       // The offloaded inputs of every in-flight micro-batch's layers wait on the host; the
       // device keeps reload buffers for two layers (the one in its backward and the next,
       // prefetched).

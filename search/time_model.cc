@@ -438,7 +438,9 @@ ExpertPhases ExpertLayerPhases(const JobSpec& spec, const ParallelConfig& c,
 ExpertCasts ExpertCastBytes(const JobSpec& spec, const ParallelConfig& c,
                             const DeviceProfile& device) {
   const ModelSpec& m = spec.model;
-  if (!IsMoe(m)) return {};
+  if (!IsMoe(m) || !IsLowPrecisionGemm(spec.training.precision) || device.peak_fp8_tflops <= 0) {
+    return {};
+  }
   const double sp = c.sequence_parallel ? static_cast<double>(c.tp) : 1.0;
   const double tokens = static_cast<double>(c.micro_batch_size) *
                         static_cast<double>(spec.training.seq_length) /
