@@ -131,7 +131,12 @@ TEST_F(DowntimeTest, WorkersAndWatchRetryThroughAMinuteOfDowntimeAndTheJobFinish
   coordinator_->Kill();
   for (auto& w : workers_) w->Send(SIGCONT);
   std::this_thread::sleep_for(std::chrono::seconds(downtime_s));
-  for (auto& w : workers_) ASSERT_TRUE(w->Alive()) << "a worker gave up during the outage";
+  for (const char* name : {"cpu-a", "cpu-b"}) {
+    const size_t i = std::string(name) == "cpu-a" ? 0 : 1;
+    ASSERT_TRUE(workers_[i]->Alive())
+        << "worker " << name << " gave up during the outage; its log:\n"
+        << ReadFile(dir_ / (std::string(name) + ".log"));
+  }
   ASSERT_TRUE(watch_->Alive()) << "paratune watch gave up during the outage: " << ReadFile(out);
   Start();
   ASSERT_TRUE(PollUntil([&] { return !watch_->Alive(); }, 180000)) << ReadFile(out);
