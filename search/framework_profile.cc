@@ -200,7 +200,7 @@ double GradientReduceBytes(Framework framework, Precision precision) {
 
 absl::Status CheckLayoutForFramework(const ParallelConfig& c, Framework framework) {
   const FrameworkProfile& p = ProfileOf(framework);
-  const std::string name = ToString(framework);
+  const char* const name = ToString(framework);  // for the messages; no allocation per layout
   if (c.pp > 1 && !p.pipeline_parallel) {
     return absl::InvalidArgumentError(absl::StrCat("search.pp (", c.pp,
                                                    ") must be 1: training.framework ", name,
@@ -260,7 +260,7 @@ absl::Status CheckLayoutForFramework(const ParallelConfig& c, Framework framewor
 
 absl::Status CheckSearchForFramework(const SearchOptions& o, Framework framework) {
   const FrameworkProfile& p = ProfileOf(framework);
-  const std::string name = ToString(framework);
+  const char* const name = ToString(framework);  // for the messages; no allocation per layout
   const auto asks_true = [](const std::vector<bool>& values) {
     return std::find(values.begin(), values.end(), true) != values.end();
   };
