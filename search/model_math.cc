@@ -220,6 +220,12 @@ double ModelFlopsPerIteration(const ModelSpec& m, double global_batch, double se
          (AllLayersForwardFlops(m, global_batch, seq) + LogitsForwardFlops(m, global_batch, seq));
 }
 
+double CausalModelFlopsPerIteration(const ModelSpec& m, double global_batch, double seq) {
+  const double attention_layers = static_cast<double>(m.num_layers + m.mtp_layers);
+  return ModelFlopsPerIteration(m, global_batch, seq) -
+         3.0 * 0.5 * attention_layers * AttentionCoreForwardFlops(m, global_batch, seq);
+}
+
 double HardwareFlopsPerIteration(const ModelSpec& m, double global_batch, double seq,
                                  Recompute recompute, double recomputed_layer_fraction) {
   double flops = ModelFlopsPerIteration(m, global_batch, seq);

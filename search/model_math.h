@@ -81,6 +81,11 @@ double LogitsForwardFlops(const ModelSpec& model, double batch, double seq);
 /// experts only, MTP modules included (Megatron-LM's convention). For GPT
 /// this is Narayanan's 72*B*s*L*h^2*(1 + s/6h + V/12hL).
 double ModelFlopsPerIteration(const ModelSpec& model, double global_batch, double seq);
+/// The same count with the attention scores of a causal mask halved: the convention of
+/// Megatron-LM's num_floating_point_operations since 2025 ("causal mask: only half of the
+/// mask is non-zero"), of Megatron-Bridge and of NeMo AutoModel, which their logged
+/// TFLOP/s/GPU use.
+double CausalModelFlopsPerIteration(const ModelSpec& model, double global_batch, double seq);
 /// Hardware FLOPs: model FLOPs plus the recomputed forward work (full: one more layer
 /// forward per recomputed layer; selective: the attention core forward).
 double HardwareFlopsPerIteration(const ModelSpec& model, double global_batch, double seq,

@@ -60,6 +60,26 @@ TEST(ModelMathTest, FullRecomputeHardwareFlopsReproduceEq3) {
                    4 * B * s * s * h * L);
 }
 
+// Causal halving of the attention scores: 72*B*s*L*h^2*(1 + s/12h + V/12hL) for GPT.
+TEST(ModelMathTest, CausalModelFlopsHalveTheAttentionScores) {
+  const ModelSpec m = Preset("gpt3-175b");
+  const double B = 8, s = 8192, L = m.num_layers, h = m.hidden_size, V = m.vocab_size;
+  const double expected = 72 * B * s * L * h * h * (1 + s / (12 * h) + V / (12 * h * L));
+  EXPECT_NEAR(CausalModelFlopsPerIteration(m, B, s) / expected, 1.0, 1e-12);
+}
+
+// Megatron-Core's logged TFLOP/s of the Qwen3-235B-A22B model-zoo rows that publish both
+// TFLOP/s and the step time (245 TFLOP/s at 1663.4 tokens/s/GPU, 167 at 1129.9) imply
+// 147.3 and 147.8 GFLOP per token at s = 4096: the causal count, not the full one.
+TEST(ModelMathTest, CausalCountMatchesMegatronLoggedFlopsOfQwen3) {
+  const ModelSpec m = Preset("qwen3-235b-a22b");
+  const double s = 4096;
+  const double causal = CausalModelFlopsPerIteration(m, 1, s) / s;
+  EXPECT_NEAR(causal / (245e12 / 1663.4), 1.0, 0.01);
+  EXPECT_NEAR(causal / (167e12 / 1129.9), 1.0, 0.01);
+  EXPECT_GT(ModelFlopsPerIteration(m, 1, s) / s / (245e12 / 1663.4), 1.1);
+}
+
 TEST(ModelMathTest, PaddedVocab) {
   const ModelSpec m = Preset("gpt3-175b");
   EXPECT_EQ(PaddedVocab(m, 1), 51200);
