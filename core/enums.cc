@@ -105,7 +105,7 @@ const char* ToString(OffloadModule v) {
 
 bool IsFlash(AttentionKernel k) {
   return k == AttentionKernel::kFlash3 || k == AttentionKernel::kFlash2 ||
-         k == AttentionKernel::kFlash1;
+         k == AttentionKernel::kFlash1 || k == AttentionKernel::kCudnn;
 }
 
 const char* ToString(AttentionKernel v) {
@@ -113,6 +113,7 @@ const char* ToString(AttentionKernel v) {
     case AttentionKernel::kFlash3: return "flash3";
     case AttentionKernel::kFlash2: return "flash2";
     case AttentionKernel::kFlash1: return "flash1";
+    case AttentionKernel::kCudnn: return "cudnn";
     case AttentionKernel::kFused: return "fused";
     case AttentionKernel::kUnfused: return "unfused";
   }
@@ -239,8 +240,8 @@ absl::StatusOr<OffloadModule> ParseOffloadModule(absl::string_view s) {
 
 absl::StatusOr<AttentionKernel> ParseAttentionKernel(absl::string_view s) {
   static constexpr AttentionKernel kAll[] = {AttentionKernel::kFlash3, AttentionKernel::kFlash2,
-                                             AttentionKernel::kFlash1, AttentionKernel::kFused,
-                                             AttentionKernel::kUnfused};
+                                             AttentionKernel::kFlash1, AttentionKernel::kCudnn,
+                                             AttentionKernel::kFused, AttentionKernel::kUnfused};
   return ParseEnum("attention kernel", s, kAll);
 }
 

@@ -57,10 +57,11 @@ enum class OffloadModule {
   kExpertFc1,
   kMoeAct
 };
-/// The attention core's implementation: FlashAttention 3 (Hopper only), 2 or 1 (tiled,
-/// no s x s scores stored), or the scores materialised with a fused scale-mask-softmax
-/// kernel ("fused", Megatron's), or with separate PyTorch ops ("unfused").
-enum class AttentionKernel { kFlash3, kFlash2, kFlash1, kFused, kUnfused };
+/// The attention core's implementation: FlashAttention 3 (Hopper only), 2 or 1, or
+/// cuDNN's flash attention (Transformer Engine's FusedAttention backend) — all tiled, no
+/// s x s scores stored — or the scores materialised with a fused scale-mask-softmax kernel
+/// ("fused", Megatron's), or with separate PyTorch ops ("unfused").
+enum class AttentionKernel { kFlash3, kFlash2, kFlash1, kCudnn, kFused, kUnfused };
 /// The training codebase a job runs on (training.framework): its overlaps, sharding
 /// stages, dtypes and loss buffers are search/framework_profile.h's table.
 enum class Framework {

@@ -39,6 +39,7 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -355,6 +356,12 @@ double DeviceProfile::PeakFlops(Precision precision) const {
       return (peak_fp4_tflops > 0 && block_scaled_formats ? peak_fp4_tflops : fp8) * kTera;
   }
   return peak_bf16_tflops * kTera;
+}
+
+bool DeviceProfile::HopperOrLater() const {
+  int capability = 0;
+  return arch.size() > 2 && arch.compare(0, 2, "sm") == 0 &&
+         absl::SimpleAtoi(arch.substr(2), &capability) && capability >= 90;
 }
 
 absl::Status CheckDeviceSupports(const DeviceProfile& device, Precision precision) {

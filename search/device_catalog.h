@@ -60,6 +60,8 @@ struct DeviceProfile {
   /// Dense peak for a GEMM in `precision`: mxfp8 runs at the FP8 rate, nvfp4 at the FP4
   /// rate; a format the device lacks falls back to the next wider one it has (down to BF16).
   double PeakFlops(Precision precision) const;
+  /// CUDA compute capability 9.0 or later (arch "sm90", "sm100", "sm120"; not "sm89").
+  bool HopperOrLater() const;
 };
 
 /// InvalidArgument naming the device and the feature when `device` cannot train in

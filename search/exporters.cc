@@ -354,7 +354,10 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
     case Precision::kFp32: break;
   }
   const AttentionKernel kernel = t.AttentionKernelOf();
-  if (IsFlash(kernel)) {
+  if (kernel == AttentionKernel::kCudnn) {
+    // Transformer Engine's FusedAttention (cuDNN) backend.
+    add("--attention-backend", "fused");
+  } else if (IsFlash(kernel)) {
     add("--use-flash-attn");
   } else {
     // Megatron's own DotProductAttention: materialised scores, its fused scale-mask-softmax

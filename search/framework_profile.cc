@@ -34,6 +34,12 @@ std::vector<FrameworkProfile> BuildProfiles() {
   megatron.overlap_param_gather = {true, true};
   megatron.sharding = {DPS::kNone, DPS::kOptimizer, DPS::kOptimizerGrads, DPS::kFull};
   megatron.open_sharding = {DPS::kOptimizer};
+  // Megatron-Core's TEDotProductAttention lets Transformer Engine pick the backend, and TE
+  // prefers its FusedAttention (cuDNN's flash attention, F16_arbitrary_seqlen) over
+  // FlashAttention on compute capability 9.0 and later "for performance reasons"
+  // (transformer_engine/pytorch/attention/dot_product_attention/utils.py,
+  // get_attention_backend); NeMo and Megatron-Bridge run the same module.
+  megatron.hopper_attention_kernel = AttentionKernel::kCudnn;
   megatron.export_format = "megatron";
   out.push_back(megatron);
 
@@ -70,6 +76,7 @@ std::vector<FrameworkProfile> BuildProfiles() {
   megatron_deepspeed.context_parallel = false;
   megatron_deepspeed.grad_sharding_with_pipeline = false;
   megatron_deepspeed.activation_offload = false;
+  megatron_deepspeed.hopper_attention_kernel = AttentionKernel::kFlash2;  // the flash-attn package
   megatron_deepspeed.reduce_gradients_in_fp32 = false;
   megatron_deepspeed.export_format = "deepspeed";
   out.push_back(megatron_deepspeed);
@@ -172,6 +179,11 @@ const FrameworkProfile& ProfileOf(Framework framework) {
     if (p.framework == framework) return p;
   }
   return kProfiles->front();
+}
+
+AttentionKernel DefaultAttentionKernel(Framework framework, const DeviceProfile& device) {
+  return device.HopperOrLater() ? ProfileOf(framework).hopper_attention_kernel
+                                : AttentionKernel::kFlash2;
 }
 
 bool DefaultOverlapGradReduce(Framework framework, DataParallelSharding sharding) {

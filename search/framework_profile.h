@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "core/enums.h"
+#include "search/device_catalog.h"
 #include "search/parallel_config.h"
 
 namespace paratune {
@@ -64,12 +65,19 @@ struct FrameworkProfile {
   /// The cross entropy runs on the vocabulary split over TP (else every TP rank holds the
   /// full vocabulary's logits).
   bool vocab_parallel_loss = true;
+  /// The attention kernel the codebase runs on Hopper and later when the spec names none
+  /// (training.attention_kernel and training.flash_attention both absent); FlashAttention-2
+  /// before Hopper.
+  AttentionKernel hopper_attention_kernel = AttentionKernel::kFlash2;
   /// The export format that renders a layout for this codebase (exporters.h), or nullptr.
   const char* export_format = nullptr;
 };
 
 /// The profile of `framework`.
 const FrameworkProfile& ProfileOf(Framework framework);
+
+/// The attention kernel `framework` runs on `device` when the spec names none.
+AttentionKernel DefaultAttentionKernel(Framework framework, const DeviceProfile& device);
 
 /// The overlap flag values a layout takes when `search` lists none.
 bool DefaultOverlapGradReduce(Framework framework, DataParallelSharding sharding);

@@ -723,6 +723,20 @@ absl::Status ResolvePositionRows(bool given, JobSpec* spec) {
   return absl::OkStatus();
 }
 
+// A spec that names no attention kernel (neither training.attention_kernel nor
+// training.flash_attention) gets the one its framework runs on its device (cuDNN's on
+// Hopper and later under Megatron-Core). Profile mode keeps FlashAttention-2: the workers
+// time their own flash kernel.
+void ResolveAttentionKernel(const json& training, JobSpec* spec) {
+  if (Find(training, "attention_kernel") != nullptr || Find(training, "flash_attention") != nullptr ||
+      spec->search.mode == SearchMode::kProfile) {
+    return;
+  }
+  absl::StatusOr<DeviceProfile> device = FindDevice(spec->cluster.gpu);
+  if (!device.ok()) return;  // Validate names the unknown device.
+  spec->training.attention_kernel = DefaultAttentionKernel(spec->training.framework, *device);
+}
+
 }  // namespace
 
 absl::StatusOr<JobSpec> JobSpecFromJson(const json& j) {
@@ -765,6 +779,7 @@ absl::StatusOr<JobSpec> JobSpecFromJson(const json& j) {
     if (auto s = ReadSearch(*search, &spec.search); !s.ok()) return s;
   }
   if (spec.name.empty()) spec.name = spec.model.name;
+  ResolveAttentionKernel(j.at("training"), &spec);
   if (auto s = spec.Validate(); !s.ok()) return s;
   if (auto s = ResolvePositionRows(positions_given, &spec); !s.ok()) return s;
   return spec;

@@ -41,6 +41,12 @@ constexpr double kFlashBackwardRatio = 2.5;
 // FlashAttention-2 in FP16 on H100 (Shah et al. 2024, arXiv 2407.08608): the lower end.
 constexpr double kFlash1Relative = 32.5 / 61.5;
 constexpr double kFlash3Relative = 1.5;
+// cuDNN's flash attention (Transformer Engine's FusedAttention) on H100, causal, head dim
+// 128, BF16 forward at 4k/8k/16k tokens: 518/529/539 TFLOP/s (Shah et al. 2024, arXiv
+// 2407.08608, Fig. 5; FlashAttention-2 319/333/335 there), 0.535 of the BF16 peak at 8k
+// against Hopper's attention_efficiency of 0.40: 1.34x. Hopper and later only: no
+// measurement says it is faster than FlashAttention-2 before Hopper.
+constexpr double kCudnnRelative = 0.535 / 0.40;
 // Softmax of materialised scores as separate PyTorch ops (scale, mask fill, softmax, each
 // reading and writing the scores) against one fused scale-mask-softmax kernel.
 constexpr double kUnfusedSoftmaxPasses = 3.0;
@@ -206,9 +212,11 @@ PassSeconds AttentionCoreTimes(const LayerDims& d, const TrainingSpec& training,
   const AttentionKernel kernel = training.AttentionKernelOf();
   if (IsFlash(kernel)) {
     const double flops = 2.0 * d.b * d.s_local * d.s * d.core_width / d.t * kCausalFraction;
-    const double relative = kernel == AttentionKernel::kFlash1   ? kFlash1Relative
-                            : kernel == AttentionKernel::kFlash3 ? kFlash3Relative
-                                                                 : 1.0;
+    const double relative =
+        kernel == AttentionKernel::kFlash1                              ? kFlash1Relative
+        : kernel == AttentionKernel::kFlash3                            ? kFlash3Relative
+        : kernel == AttentionKernel::kCudnn && device.HopperOrLater() ? kCudnnRelative
+                                                                        : 1.0;
     const double rate =
         device.PeakFlops(core_precision) * device.attention_efficiency * relative;
     out.forward = flops / rate + launch;

@@ -7,6 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "search/device_catalog.h"
+#include "search/framework_profile.h"
 
 namespace paratune::bench {
 namespace {
@@ -116,6 +118,11 @@ JobSpec SpecFromRecord(const nlohmann::json& r) {
   }
   spec.cluster.num_gpus = Int(r, "num_gpus", 0);
   spec.cluster.gpus_per_node = 8;
+  // A run that names no kernel gets the one Megatron-Core runs on its device (as a spec that
+  // names none does).
+  if (auto device = FindDevice(spec.cluster.gpu); device.ok() && !megatron_2021_22 && kernel.empty()) {
+    spec.training.attention_kernel = DefaultAttentionKernel(spec.training.framework, *device);
+  }
   return spec;
 }
 

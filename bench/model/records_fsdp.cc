@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "bench/model/records.h"
 #include "search/device_catalog.h"
+#include "search/framework_profile.h"
 
 namespace paratune::bench {
 
@@ -26,6 +27,8 @@ std::vector<FsdpRecord> FsdpRecords(const nlohmann::json& records) {
     // with llm-foundry's profile; any other keeps the default.
     if (absl::StrContains(r.value("framework", ""), "llm-foundry")) {
       f.spec.training.framework = Framework::kLlmFoundry;
+      f.spec.training.attention_kernel =
+          DefaultAttentionKernel(f.spec.training.framework, *FindDevice(f.spec.cluster.gpu));
     }
     f.spec.training.dropout = false;
     f.spec.training.flash_attention = true;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "search/device_catalog.h"
+#include "search/framework_profile.h"
 #include "search/model_math.h"
 #include "search/presets.h"
 
@@ -107,6 +108,10 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
         absl::StrContains(drop, "dropless") ? MoeRouting::kDropless : MoeRouting::kBalanced;
     spec.cluster.gpu = DeviceOf(Str(r, "gpu_type"));
     spec.cluster.num_gpus = Int(r, "num_gpus", 0);
+    // The kernel Megatron-Core runs on the device (cuDNN's on Hopper and later).
+    if (auto device = FindDevice(spec.cluster.gpu); device.ok()) {
+      spec.training.attention_kernel = DefaultAttentionKernel(spec.training.framework, *device);
+    }
     // GB200/GB300 NVL72 trays hold 4 GPUs; the rack's NVLink domain is the device's.
     spec.cluster.gpus_per_node = absl::StartsWith(spec.cluster.gpu, "gb") ? 4 : 8;
 

@@ -157,6 +157,12 @@ TEST(ExportersTest, AttentionKernels) {
   EXPECT_EQ(m.count("--no-masked-softmax-fusion"), 1u);
   spec.training.attention_kernel = AttentionKernel::kFused;
   EXPECT_EQ(ArgMap(spec, c).count("--no-masked-softmax-fusion"), 0u);
+  // cuDNN's flash attention is Transformer Engine's FusedAttention backend.
+  spec.training.attention_kernel = AttentionKernel::kCudnn;
+  spec.training.flash_attention = true;
+  m = ArgMap(spec, c);
+  EXPECT_EQ(m["--attention-backend"], "fused");
+  EXPECT_EQ(m.count("--use-flash-attn"), 0u);
 }
 
 TEST(ExportersTest, MegatronLlamaGqaFp8) {

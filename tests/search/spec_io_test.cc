@@ -366,13 +366,53 @@ TEST(SpecIoTest, AttentionKernelAndFlashAttentionAgree) {
   EXPECT_EQ(kernel_of(j)["flash_attention"], true);
   j["training"]["attention_kernel"] = "flash4";
   EXPECT_THAT(ErrorOf(j), HasSubstr("training.attention_kernel: unknown attention kernel "
-                                    "'flash4' (expected flash3, flash2, flash1, fused, unfused)"));
+                                    "'flash4' (expected flash3, flash2, flash1, cudnn, fused, "
+                                    "unfused)"));
   // FlashAttention-3 is Hopper's.
   j["training"]["attention_kernel"] = "flash3";
   j["cluster"]["gpu"] = "a100-80gb";
   EXPECT_THAT(ErrorOf(j), HasSubstr("flash3 runs on Hopper (sm90) only"));
   j["cluster"]["gpu"] = "h100-sxm-80gb";
   EXPECT_EQ(kernel_of(j)["attention_kernel"], "flash3");
+}
+
+// A spec that names no kernel gets its framework's on its device: Transformer Engine picks
+// cuDNN's flash attention on Hopper and later under Megatron-Core and NeMo; FlashAttention-2
+// elsewhere, under the other codebases and in profile mode (the workers time their own).
+TEST(SpecIoTest, AttentionKernelDefaultsToTheFrameworksOnTheDevice) {
+  auto kernel_of = [](const json& spec) -> std::string {
+    auto s = JobSpecFromJson(spec);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? ToString(s->training.attention_kernel) : "";
+  };
+  json j = MinimalSpec();
+  EXPECT_EQ(kernel_of(j), "flash2");  // A100
+  j["cluster"]["gpu"] = "l40s-48gb";
+  EXPECT_EQ(kernel_of(j), "flash2");  // Ada: compute capability 8.9
+  for (const char* gpu : {"h100-sxm-80gb", "b200-192gb"}) {
+    j["cluster"]["gpu"] = gpu;
+    EXPECT_EQ(kernel_of(j), "cudnn") << gpu;
+    // The resolved kernel is written out, so the canonical form reads back the same.
+    auto spec = JobSpecFromJson(j);
+    ASSERT_TRUE(spec.ok());
+    EXPECT_EQ(JobSpecToJson(*spec)["training"]["attention_kernel"], "cudnn");
+  }
+  j["training"]["framework"] = "nemo";
+  EXPECT_EQ(kernel_of(j), "cudnn");
+  for (const char* framework : {"torchtitan", "llm-foundry", "deepspeed", "megatron-deepspeed"}) {
+    j["training"]["framework"] = framework;
+    EXPECT_EQ(kernel_of(j), "flash2") << framework;
+  }
+  j["training"]["framework"] = "megatron-core";
+  j["cluster"]["gpu"] = "h100-sxm-80gb";
+  j["training"]["flash_attention"] = true;
+  EXPECT_EQ(kernel_of(j), "flash2");  // named: kept
+  j["training"].erase("flash_attention");
+  j["training"]["attention_kernel"] = "flash3";
+  EXPECT_EQ(kernel_of(j), "flash3");
+  j["training"].erase("attention_kernel");
+  j["search"]["mode"] = "profile";
+  EXPECT_EQ(kernel_of(j), "flash2");
 }
 
 // Megatron-LM's --max-position-embeddings defaults to --seq-length, and a learned table needs

@@ -110,7 +110,8 @@ JobSpec Korthikanti175b() {
 // Korthikanti Table 5, GPT-3 175B on 64 A100s (TP 8, PP 8, VP 3, micro-batch 1, B 64):
 // 18.13 s with full recompute, 13.75 s with SP + selective.
 // The attention kernels: FlashAttention-1's core runs at 32.5/61.5 of FlashAttention-2's
-// rate (Dao 2023's A100 ranges at their midpoints), FlashAttention-3's at 1.5x on Hopper;
+// rate (Dao 2023's A100 ranges at their midpoints), FlashAttention-3's at 1.5x on Hopper,
+// cuDNN's at 0.535 of the peak on Hopper (Shah et al. 2024, Fig. 5) and FA2's before;
 // PyTorch-op norms move 28 + 4e bytes per element instead of 2e and launch 7 kernels
 // instead of 1.
 TEST(AttentionKernelTest, CoreRatesAndUnfusedNormsByHand) {
@@ -135,6 +136,13 @@ TEST(AttentionKernelTest, CoreRatesAndUnfusedNormsByHand) {
     v3.attention_kernel = AttentionKernel::kFlash3;
     const LayerTime fa3 = EstimateLayerTime(model, v3, c, device, 8);
     EXPECT_NEAR((fa2.attention_forward - launch) / (fa3.attention_forward - launch), 1.5, 1e-9);
+    // cuDNN's: 0.535 of the BF16 peak on Hopper (0.40 for FlashAttention-2); no faster before.
+    TrainingSpec cudnn = t;
+    cudnn.attention_kernel = AttentionKernel::kCudnn;
+    const LayerTime cu = EstimateLayerTime(model, cudnn, c, device, 8);
+    EXPECT_NEAR((fa2.attention_forward - launch) / (cu.attention_forward - launch),
+                device.HopperOrLater() ? 0.535 / 0.40 : 1.0, 1e-9)
+        << gpu;
     // Materialised scores: the unfused softmax moves 3x the fused one's bytes.
     TrainingSpec fused = t, unfused = t;
     fused.attention_kernel = AttentionKernel::kFused;
