@@ -187,13 +187,15 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
           "split_counts_embedding_and_loss requires search.pp > 1 (search.pp is 1)");
     }
     const int64_t slots = PipelineSlots(m, c);
-    if (slots % chunks != 0 || slots / chunks < 2 + m.mtp_layers) {
+    // A chunk may hold the embedding or the loss alone (the model zoo's Qwen3-235B runs
+    // 94 layers as 32 x 3 chunks of one slot); the last holds the MTP modules and the loss.
+    if (slots % chunks != 0 || slots / chunks < 1 + m.mtp_layers) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "search.pp*search.vp (%d*%d = %d) must divide model.num_layers + 2%s (%d: the "
           "embedding and the loss%s are counted as one layer each when the stages are split "
           "as Megatron-Core does) with at least %d per chunk",
           c.pp, c.vp, chunks, m.mtp_layers > 0 ? " + model.mtp_layers" : "", slots,
-          m.mtp_layers > 0 ? " and each MTP module" : "", 2 + m.mtp_layers));
+          m.mtp_layers > 0 ? " and each MTP module" : "", 1 + m.mtp_layers));
     }
   } else {
     if (m.num_layers % c.pp != 0) {

@@ -16,6 +16,9 @@
 //    Qwen3-235B-A22B (128 experts, top-8, head_dim 128).
 //  - deepseek-v3: HF config.json of deepseek-ai/DeepSeek-V3 (MLA, 256 routed + 1 shared
 //    expert, top-8, first 3 layers dense, one MTP module; 671B / 37B published).
+//  - kimi-k2: HF config.json of moonshotai/Kimi-K2-Instruct (DeepSeek-V3's architecture with
+//    384 routed experts, 64 heads, first layer dense, vocab 163840, no MTP; 1.04T / 32B
+//    published).
 //  - gpt-oss-120b: HF config.json of openai/gpt-oss-120b (128 experts, top-4, head_dim 64;
 //    116.8B / 5.1B published; its attention sinks and biases are not modelled).
 //  - bloom-176b: BigScience BLOOM paper (2022) and bigscience/bloom config.json (ALiBi: no
@@ -143,6 +146,16 @@ std::vector<ModelSpec> MoePresets() {
   dsv3.first_k_dense_layers = 3;
   dsv3.mtp_layers = 1;
   v.push_back(dsv3);
+  // DeepSeek-V3's layer with 384 routed experts, 64 heads, one dense layer, no MTP module.
+  ModelSpec kimi = dsv3;
+  kimi.name = "kimi-k2";
+  kimi.num_attention_heads = 64;
+  kimi.num_query_groups = 64;
+  kimi.vocab_size = 163840;
+  kimi.num_experts = 384;
+  kimi.first_k_dense_layers = 1;
+  kimi.mtp_layers = 0;
+  v.push_back(kimi);
   return v;
 }
 

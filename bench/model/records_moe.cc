@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "search/device_catalog.h"
 #include "search/framework_profile.h"
@@ -24,9 +25,10 @@ int64_t Int(const nlohmann::json& r, const char* key, int64_t fallback) {
 
 // The preset of a record's model_name ("Qwen3-235B-A22B" -> qwen3-235b-a22b).
 std::string PresetOf(const std::string& model_name) {
-  const std::string lower = absl::AsciiStrToLower(model_name);
+  // "DeepSeek V3 671B" and "DeepSeek-V3" alike.
+  const std::string lower = absl::StrReplaceAll(absl::AsciiStrToLower(model_name), {{" ", "-"}});
   for (const char* p : {"qwen3-235b-a22b", "qwen3-30b-a3b", "deepseek-v3", "mixtral-8x7b",
-                        "mixtral-8x22b", "gpt-oss-120b"}) {
+                        "mixtral-8x22b", "gpt-oss-120b", "kimi-k2"}) {
     if (absl::StrContains(lower, p)) return p;
   }
   if (absl::StrContains(lower, "qwen3-moe-30b")) return "qwen3-30b-a3b";
@@ -48,10 +50,6 @@ std::string SkipReason(const nlohmann::json& r, const std::string& preset) {
   const std::string family = absl::AsciiStrToLower(Str(r, "model_family"));
   if (absl::StrContains(family, "hybrid") || absl::StrContains(family, "mamba")) {
     return "hybrid Mamba/attention layers are not modelled";
-  }
-  const std::string fsdp = Str(r, "zero_or_fsdp");
-  if (Int(r, "zero_stage", 0) >= 2 || absl::StrContains(fsdp, "FSDP")) {
-    return "FSDP / ZeRO-3 parameter sharding is not modelled with experts";
   }
   const std::string gpu = Str(r, "gpu_type");
   if (!FindDevice(DeviceOf(gpu)).ok()) {
@@ -108,9 +106,17 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
         absl::StrContains(drop, "dropless") ? MoeRouting::kDropless : MoeRouting::kBalanced;
     spec.cluster.gpu = DeviceOf(Str(r, "gpu_type"));
     spec.cluster.num_gpus = Int(r, "num_gpus", 0);
-    // The kernel Megatron-Core runs on the device (cuDNN's on Hopper and later).
+    // NeMo AutoModel is PyTorch FSDP2 with expert parallelism: torchtitan's profile. Its
+    // runs with Transformer Engine's kernels ("TE + DeepEP") run TE's attention, which is
+    // cuDNN's on Hopper; the others get their framework's kernel on the device.
+    const bool automodel = absl::StrContains(Str(r, "framework"), "AutoModel");
+    if (automodel) spec.training.framework = Framework::kTorchtitan;
+    const nlohmann::json& other = r["other_measured"];
+    const bool te = other.is_object() && other.contains("kernel_optimizations") &&
+                    absl::StrContains(other["kernel_optimizations"].get<std::string>(), "TE");
     if (auto device = FindDevice(spec.cluster.gpu); device.ok()) {
-      spec.training.attention_kernel = DefaultAttentionKernel(spec.training.framework, *device);
+      spec.training.attention_kernel =
+          DefaultAttentionKernel(te ? Framework::kMegatronCore : spec.training.framework, *device);
     }
     // GB200/GB300 NVL72 trays hold 4 GPUs; the rack's NVLink domain is the device's.
     spec.cluster.gpus_per_node = absl::StartsWith(spec.cluster.gpu, "gb") ? 4 : 8;
@@ -148,8 +154,16 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
         spec.training.recompute_modules = modules;
       }
     }
-    c.data_parallel_sharding =
-        c.dp * c.cp > 1 ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
+    // FSDP (PyTorch FSDP2, Megatron-FSDP) shards parameters, gradients and optimizer state;
+    // a shard degree below dp*cp is hybrid sharding. Else the distributed optimizer.
+    const bool full = Int(r, "zero_stage", 0) >= 3 || absl::StrContains(Str(r, "zero_or_fsdp"), "FSDP");
+    c.data_parallel_sharding = c.dp * c.cp == 1 ? DataParallelSharding::kNone
+                               : full           ? DataParallelSharding::kFull
+                                                : DataParallelSharding::kOptimizer;
+    if (full && Stated(r, "fsdp_shard_size")) {
+      const int64_t shard = Int(r, "fsdp_shard_size", 0);
+      if (shard > 1 && shard < c.dp * c.cp) c.shard_group_size = shard;
+    }
     c.ep = Int(r, "ep", 1);
     c.etp = Int(r, "etp", 1);
     c.moe_token_dispatcher = DispatcherOf(Str(r, "token_dispatcher"));

@@ -98,6 +98,13 @@ TEST(ModelMathTest, MixtureOfExpertsParameterCountsMatchPublishedSizes) {
   EXPECT_NEAR(TotalParams(Preset("qwen3-235b-a22b")) / 235e9, 1.0, 0.005);
   EXPECT_NEAR(ActiveParams(Preset("qwen3-235b-a22b")) / 1e9, 22.0, 0.5);
   EXPECT_NEAR(TotalParams(Preset("qwen3-30b-a3b")) / 30.5e9, 1.0, 0.005);
+  // Kimi K2 by hand from its config.json: 60 expert layers of 384 x 3 x 7168 x 2048 routed
+  // weights (1014.6B), their shared experts (2.6B), 61 MLA attention blocks (6.2B), the
+  // dense layer (0.4B), routers (0.2B) and untied 163840-row embeddings (2.35B): 1.026T.
+  // Moonshot publishes "1T total, 32B activated" (the technical report's 1.04T counts more
+  // than the released config holds).
+  EXPECT_NEAR(TotalParams(Preset("kimi-k2")) / 1.026e12, 1.0, 0.002);
+  EXPECT_NEAR(ActiveParams(Preset("kimi-k2")) / 32e9, 1.0, 0.03);
   // OpenAI: gpt-oss-120b 116.83B total.
   EXPECT_NEAR(TotalParams(Preset("gpt-oss-120b")) / 116.83e9, 1.0, 0.005);
   // DeepSeek-V3: 671B total without the 14B MTP module (685B with it).

@@ -155,7 +155,17 @@ TEST(ParallelConfigTest, EmbeddingAndLossAwareSplit) {
   EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
             "search.pp*search.vp (8*5 = 40) must divide model.num_layers + 2 (128: the "
             "embedding and the loss are counted as one layer each when the stages are split "
-            "as Megatron-Core does) with at least 2 per chunk");
+            "as Megatron-Core does) with at least 1 per chunk");
+  // 128 chunks of one slot: the first holds the embedding alone, the last the loss alone.
+  c.pp = 16;
+  c.vp = 8;
+  c.dp = 4;
+  EXPECT_TRUE(ValidateParallelConfig(c, spec).ok()) << ValidateParallelConfig(c, spec);
+  EXPECT_EQ(c.LayersInChunk(126, 0, 0), 0);
+  EXPECT_EQ(c.LayersInChunk(126, 1, 0), 1);
+  EXPECT_EQ(c.LayersInChunk(126, 15, 7), 0);
+  c.pp = 8;
+  c.dp = 8;
   c.vp = 8;
   EXPECT_EQ(c.LayersInChunk(126, 0, 0), 1);
   EXPECT_EQ(c.LayersInChunk(126, 0, 1), 2);
