@@ -40,6 +40,7 @@ namespace {
 constexpr double kAlephTokensPerStep = 4.0 * 1024 * 1024;
 // BLOOM's tokenizer has 250,680 entries, padded to 250,880 in Megatron-DeepSpeed.
 constexpr int64_t kBloomPaddedVocab = 250880;
+constexpr double kJeanZayNetworkGbps = 4 * 100.0 / 8 / 8 * (22.0 / 25.0);
 // Pairs measured closer than this are not counted: within the sweeps' run-to-run noise.
 constexpr double kPairThreshold = 0.02;
 
@@ -98,6 +99,10 @@ std::vector<Layout> BloomLayouts(const nlohmann::json& sweep) {
     // BLOOM's runs are bigscience's Megatron-DeepSpeed (ZeRO-1 via DeepSpeed, the record's
     // notes): its profile's overlaps and 16-bit gradient reduction.
     l.spec.training.framework = Framework::kMegatronDeepspeed;
+    // Jean Zay's A100 nodes: four Omni-Path 100 Gb/s links per 8-GPU node (BLOOM paper,
+    // arXiv 2211.05100, Sec. 3.4.1): 6.25 GB/s per GPU, at the 88 % of the link that the
+    // catalog's A100 figure reaches on HDR (22 of 25 GB/s).
+    l.spec.cluster.network_bandwidth_gbps = kJeanZayNetworkGbps;
     l.config = LayoutFromRecord(r).config;
     ParallelConfig& c = l.config;
     c.vp = 1;
