@@ -119,6 +119,12 @@ double LayerActivationBytes(const ModelSpec& model, const LayerActivationParams&
   if (!(selective && rerun.mlp)) {
     sharded += e * s * b * fc1_width / c  // activation-function input
                + lin * s * b * f / c;      // FC2 input
+    if (p.unfused_glu && IsGated(model.activation)) {
+      sharded += e * s * b * f / c;  // the activation's output (the multiply's input)
+    }
+  }
+  if (p.attention_output_copied && !(selective && rerun.core_attn)) {
+    sharded += kept(off.core_attn) * e * x * w.out / h;  // the flash kernel's own output
   }
   if (!(selective && rerun.core_attn)) {
     if (p.flash_attention) {
@@ -413,7 +419,9 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
                                double capacity_bytes, const FrameworkMemory& framework) {
   const ModelSpec& m = spec.model;
   const TrainingSpec& tr = spec.training;
-  const LayerActivationParams act = ActivationParamsFor(m, tr, c);
+  LayerActivationParams act = ActivationParamsFor(m, tr, c);
+  act.unfused_glu = framework.unfused_glu;
+  act.attention_output_copied = framework.attention_output_copied;
   const double micro_batches = static_cast<double>(NumMicroBatches(c, tr));
   const double t = static_cast<double>(c.tp);
   const double s_local = static_cast<double>(tr.seq_length) / static_cast<double>(c.cp);

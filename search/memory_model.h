@@ -54,6 +54,9 @@ struct LayerActivationParams {
   /// Fused norm kernels store their input; a norm of separate PyTorch ops stores the FP32
   /// copy of its input and its 16-bit normalised output (for the weight's multiply).
   bool fused_norm = true;
+  /// FrameworkMemory's unfused_glu and attention_output_copied (the codebase's kernels).
+  bool unfused_glu = false;
+  bool attention_output_copied = false;
 };
 
 /// Bytes that ONE transformer layer stores for its backward pass on one rank, for one
@@ -186,6 +189,14 @@ struct FrameworkMemory {
   bool fp32_parameters = false;
   /// Host memory per GPU the offloaded state may use (the device kind's usual server).
   double host_memory_bytes = 0;
+  /// The gated activation runs as separate PyTorch ops (`silu(x) * gate`): besides its
+  /// inputs (2f per token) and the product (FC2's input, f) it stores the activation's
+  /// output for the multiply's backward (f more). Megatron's fused kernel does not.
+  bool unfused_glu = false;
+  /// The attention core's output is rearranged into a new tensor for the output
+  /// projection, so the flash kernel's saved output and the projection's saved input are
+  /// two copies (a*d more per token). Megatron passes one tensor to both.
+  bool attention_output_copied = false;
 };
 
 /// The framework terms of a job's codebase on a device: gradient bytes, FP32 parameters and

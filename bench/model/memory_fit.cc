@@ -12,16 +12,21 @@
 //  - the global batch is not recorded: the pipeline is assumed full (m >= p, so 1F1B
 //    holds p micro-batches on the first stage);
 //  - no dropout (Llama); "flash*" kernels store no s x s scores, "fused"/"torch" do;
+//  - its layers are PyTorch ops (Aleph-Alpha/scaling, src/scaling/core/nn): the SwiGLU is
+//    `silu(x) * gate`, which stores the activation's output too (4f per token, Megatron's
+//    fused kernel 3f), and flash attention's output is rearranged into a new tensor for the
+//    output projection, so both copies are kept (FrameworkMemory::unfused_glu and
+//    attention_output_copied; --megatron-kernels turns both off);
 //  - the loss is computed on full-vocabulary logits on every rank (not vocab-parallel), and
 //    its buffers (logits, log-softmax and their gradients, FP32 upcasts) cost
 //    kAaLogitsBytesPerElement bytes per token per vocabulary entry (Llama's V = 32000). This
 //    is the one constant fitted to the sweep, for the whole codebase: the recorded outcomes
 //    jump from fit to OOM with tokens per micro-batch (b*s) independently of tp and pp,
-//    which only an unsharded per-token term explains. Accuracy stays within 1-2 points for
-//    any value from 96 to 160.
+//    which only an unsharded per-token term explains. With the two kernel terms above the
+//    accuracy is 92.1 / 93.3 / 94.5 / 93.8 / 92.1 % at 64 / 80 / 96 / 112 / 128.
 //
 //   memory_fit [--data DIR] [--json] [--workspace-gib X] [--grad-bytes B]
-//              [--logits-bytes X] [--vocab-parallel-loss]
+//              [--logits-bytes X] [--vocab-parallel-loss] [--megatron-kernels]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,7 +43,7 @@
 namespace paratune::bench {
 namespace {
 
-constexpr double kAaLogitsBytesPerElement = 112;
+constexpr double kAaLogitsBytesPerElement = 96;
 
 double FlagValue(int argc, char** argv, const char* flag, double fallback) {
   for (int i = 1; i + 1 < argc; ++i) {
@@ -60,6 +65,8 @@ int Main(int argc, char** argv) {
   framework.logits_bytes_per_element =
       FlagValue(argc, argv, "--logits-bytes", kAaLogitsBytesPerElement);
   framework.vocab_parallel_loss = HasFlag(argc, argv, "--vocab-parallel-loss");
+  framework.unfused_glu = !HasFlag(argc, argv, "--megatron-kernels");
+  framework.attention_output_copied = !HasFlag(argc, argv, "--megatron-kernels");
   framework.workspace_bytes =
       FlagValue(argc, argv, "--workspace-gib", kFrameworkWorkspaceBytes / (1 << 30)) *
       (1 << 30);
@@ -115,10 +122,12 @@ int Main(int argc, char** argv) {
   std::printf("# memory_fit: fits/OOM of the Aleph Alpha layout sweep (Hagemann et al.)\n");
   std::printf(
       "# framework: ZeRO-1 over dp, gradients %.0f bytes/param, workspace %.1f GiB, loss "
-      "buffers %.0f bytes per token x vocab entry (%s)\n",
+      "buffers %.0f bytes per token x vocab entry (%s), %s\n",
       framework.gradient_bytes_per_param, framework.workspace_bytes / (1 << 30),
       framework.logits_bytes_per_element,
-      framework.vocab_parallel_loss ? "vocab-parallel" : "full vocabulary on every rank");
+      framework.vocab_parallel_loss ? "vocab-parallel" : "full vocabulary on every rank",
+      framework.unfused_glu ? "PyTorch-op SwiGLU and a copied attention output"
+                            : "Megatron's fused kernels");
   std::printf("# %-16s %6s %8s %8s %8s %8s %9s\n", "group", "rows", "fit|fit", "fit|oom",
               "oom|fit", "oom|oom", "accuracy");
   std::printf("# %-16s %6s %8s %8s %8s %8s %9s\n", "", "", "(actual|predicted)", "", "", "", "%");
@@ -135,7 +144,7 @@ int Main(int argc, char** argv) {
   std::printf("#  actual OOM  %13lld   %13lld\n", static_cast<long long>(all.n[0][1]),
               static_cast<long long>(all.n[0][0]));
   std::printf("# skipped (no memory outcome): %lld\n", static_cast<long long>(skipped));
-  std::printf("# fit accuracy: %.1f %% of %lld layouts (target >= 85 %%)\n", 100 * all.Accuracy(),
+  std::printf("# fit accuracy: %.1f %% of %lld layouts (target >= 95 %%)\n", 100 * all.Accuracy(),
               static_cast<long long>(all.Total()));
   return 0;
 }

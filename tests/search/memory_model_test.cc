@@ -29,6 +29,48 @@ TEST(UnfusedNormTest, StoresFourMoreBytesPerElementPerNorm) {
   EXPECT_DOUBLE_EQ(unfused_sp - LayerActivationBytes(model, p), 2 * 4.0 * 2048 * 2 * 5120 / 2);
 }
 
+// A codebase of PyTorch ops: `silu(x) * gate` stores the activation's output (s*b*f/t
+// more 16-bit elements), and a rearranged flash output is kept twice (s*b*h/t more for MHA).
+TEST(UnfusedKernelsTest, PyTorchOpSwigluAndCopiedAttentionOutputByHand) {
+  const ModelSpec model = *FindPreset("llama2-13b");  // h 5120, f 13824, MHA
+  LayerActivationParams p;
+  p.seq_length = 2048;
+  p.parallel.micro_batch_size = 2;
+  p.parallel.tp = 2;
+  p.flash_attention = true;
+  p.dropout = false;
+  const double fused = LayerActivationBytes(model, p);
+  p.unfused_glu = true;
+  const double glu = LayerActivationBytes(model, p);
+  EXPECT_DOUBLE_EQ(glu - fused, 2.0 * 2048 * 2 * 13824 / 2);
+  p.attention_output_copied = true;
+  EXPECT_DOUBLE_EQ(LayerActivationBytes(model, p) - glu, 2.0 * 2048 * 2 * 5120 / 2);
+  // Full recompute keeps only the layer input either way.
+  p.parallel.recompute = Recompute::kFull;
+  const double full = LayerActivationBytes(model, p);
+  p.unfused_glu = p.attention_output_copied = false;
+  EXPECT_DOUBLE_EQ(LayerActivationBytes(model, p), full);
+  // EstimateMemory takes both from the framework terms.
+  JobSpec spec;
+  spec.model = model;
+  spec.training.seq_length = 2048;
+  spec.training.global_batch_size = 64;
+  spec.training.flash_attention = true;
+  spec.training.dropout = false;
+  spec.cluster.gpu = "a100-80gb";
+  spec.cluster.num_gpus = 16;
+  ParallelConfig c;
+  c.tp = 2;
+  c.dp = 8;
+  c.micro_batch_size = 2;
+  FrameworkMemory megatron, pytorch_ops;
+  pytorch_ops.unfused_glu = pytorch_ops.attention_output_copied = true;
+  const double layers = static_cast<double>(model.num_layers);
+  EXPECT_NEAR(EstimateMemory(spec, c, 80e9, pytorch_ops).activations -
+                  EstimateMemory(spec, c, 80e9, megatron).activations,
+              layers * 2.0 * 2048 * 2 * (13824 + 5120) / 2, 1.0);
+}
+
 // Korthikanti et al. 2022, Section 4, for GPT with dropout, no flash attention, 16-bit.
 class KorthikantiTest : public ::testing::TestWithParam<const char*> {
  protected:
