@@ -359,9 +359,14 @@ double DeviceProfile::PeakFlops(Precision precision) const {
 }
 
 bool DeviceProfile::HopperOrLater() const {
+  // "sm" and two or more digits: sm90, sm100, sm120 (not sm89, not "cpu").
+  if (arch.size() < 4 || arch[0] != 's' || arch[1] != 'm') return false;
   int capability = 0;
-  return arch.size() > 2 && arch.compare(0, 2, "sm") == 0 &&
-         absl::SimpleAtoi(arch.substr(2), &capability) && capability >= 90;
+  for (size_t i = 2; i < arch.size(); ++i) {
+    if (arch[i] < '0' || arch[i] > '9') return false;
+    capability = capability * 10 + (arch[i] - '0');
+  }
+  return capability >= 90;
 }
 
 absl::Status CheckDeviceSupports(const DeviceProfile& device, Precision precision) {

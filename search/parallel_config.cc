@@ -188,14 +188,16 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
     }
     const int64_t slots = PipelineSlots(m, c);
     // A chunk may hold the embedding or the loss alone (the model zoo's Qwen3-235B runs
-    // 94 layers as 32 x 3 chunks of one slot); the last holds the MTP modules and the loss.
-    if (slots % chunks != 0 || slots / chunks < 1 + m.mtp_layers) {
+    // 94 layers as 32 x 3 chunks of one slot); with MTP modules the last chunk holds them,
+    // the loss and at least one decoder layer.
+    const int64_t min_slots = m.mtp_layers > 0 ? 2 + m.mtp_layers : 1;
+    if (slots % chunks != 0 || slots / chunks < min_slots) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "search.pp*search.vp (%d*%d = %d) must divide model.num_layers + 2%s (%d: the "
           "embedding and the loss%s are counted as one layer each when the stages are split "
           "as Megatron-Core does) with at least %d per chunk",
           c.pp, c.vp, chunks, m.mtp_layers > 0 ? " + model.mtp_layers" : "", slots,
-          m.mtp_layers > 0 ? " and each MTP module" : "", 1 + m.mtp_layers));
+          m.mtp_layers > 0 ? " and each MTP module" : "", min_slots));
     }
   } else {
     if (m.num_layers % c.pp != 0) {
