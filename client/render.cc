@@ -4,12 +4,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "server/convert.h"
 #include "server/verify_plan.h"
 
@@ -51,24 +49,6 @@ std::string ErrorPercent(double predicted, double measured) {
   return absl::StrFormat("%+.1f %%", (predicted - measured) / measured * 100.0);
 }
 
-// What a layout sets beyond the table's columns (sharding past the distributed optimizer,
-// offloads, overlaps off, the uneven split, the expert layout): the tokens of its
-// one-liner that the columns do not show.
-std::string LayoutExtras(const ParallelConfig& c) {
-  std::vector<std::string> kept;
-  for (absl::string_view token : absl::StrSplit(c.ToString(), ' ', absl::SkipEmpty())) {
-    const bool column =
-        token == "sp" || token == "dopt" || token == "none" || token == "selective" ||
-        absl::StartsWith(token, "full") ||
-        (token.size() > 2 && absl::ascii_isdigit(static_cast<unsigned char>(token[2])) &&
-         (absl::StartsWith(token, "tp") || absl::StartsWith(token, "pp") ||
-          absl::StartsWith(token, "dp") || absl::StartsWith(token, "cp") ||
-          absl::StartsWith(token, "vp") || absl::StartsWith(token, "mb")));
-    if (!column) kept.emplace_back(token);
-  }
-  return absl::StrJoin(kept, " ");
-}
-
 }  // namespace
 
 std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec) {
@@ -97,7 +77,7 @@ std::string FormatPlanTable(const PlanResult& result, const JobSpec& spec) {
                   c.pp, c.dp, c.cp, c.vp, c.micro_batch_size, OnOff(c.sequence_parallel), recompute,
                   OnOff(c.distributed_optimizer()), iter_s, r.tokens_per_sec_per_gpu, mfu, mem));
     // What the columns do not show, on a line of its own under the row.
-    if (const std::string extras = LayoutExtras(c); !extras.empty()) {
+    if (const std::string extras = c.ExtrasString(); !extras.empty()) {
       absl::StrAppend(&out, "     + ", extras, "\n");
     }
   }

@@ -1,7 +1,11 @@
 #include "core/parallel_config.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace paratune {
 
@@ -19,45 +23,58 @@ int64_t ParallelConfig::LayersOnStage(int64_t num_layers, int64_t stage) const {
   return layers;
 }
 
-std::string ParallelConfig::ToString() const {
-  std::string out = absl::StrFormat("tp%d pp%d dp%d cp%d vp%d mb%d", tp, pp, dp, cp, vp,
-                                    micro_batch_size);
-  if (sequence_parallel) absl::StrAppend(&out, tp_comm_overlap ? " sp+overlap" : " sp");
-  absl::StrAppend(&out, " ", paratune::ToString(recompute));
-  if (recompute == Recompute::kFull && recompute_num_layers > 0) {
-    absl::StrAppend(&out, "(", recompute_num_layers, ")");
+std::string ParallelConfig::ToString() const { return Describe(/*extras_only=*/false); }
+
+std::string ParallelConfig::ExtrasString() const { return Describe(/*extras_only=*/true); }
+
+std::string ParallelConfig::Describe(bool extras_only) const {
+  std::vector<std::string> tokens;
+  if (!extras_only) {
+    tokens.push_back(
+        absl::StrFormat("tp%d pp%d dp%d cp%d vp%d mb%d", tp, pp, dp, cp, vp, micro_batch_size));
   }
+  if (sequence_parallel && (tp_comm_overlap || !extras_only)) {
+    tokens.push_back(tp_comm_overlap ? "sp+overlap" : "sp");
+  }
+  if (!extras_only) {
+    std::string recompute_token = paratune::ToString(recompute);
+    if (recompute == Recompute::kFull && recompute_num_layers > 0) {
+      absl::StrAppend(&recompute_token, "(", recompute_num_layers, ")");
+    }
+    tokens.push_back(recompute_token);
+  }
+  std::string sharding;
   switch (data_parallel_sharding) {
     case DataParallelSharding::kNone:
       break;
     case DataParallelSharding::kOptimizer:
-      absl::StrAppend(&out, " dopt");
+      sharding = "dopt";
       break;
     case DataParallelSharding::kOptimizerGrads:
-      absl::StrAppend(&out, " zero2");
+      sharding = "zero2";
       break;
     case DataParallelSharding::kFull:
-      absl::StrAppend(&out, " fsdp");
+      sharding = "fsdp";
       break;
   }
-  if (shard_group_size > 0 && distributed_optimizer()) {
-    absl::StrAppend(&out, "/", shard_group_size);
-  }
-  if (offload == Offload::kOptimizer) absl::StrAppend(&out, " offload");
-  if (offload == Offload::kOptimizerAndParams) absl::StrAppend(&out, " offload+params");
-  if (activation_offload) absl::StrAppend(&out, " act-offload");
-  if (!overlap_grad_reduce && dp * cp > 1) absl::StrAppend(&out, " no-grad-overlap");
-  if (!overlap_p2p_comm && pp > 1 && vp > 1) absl::StrAppend(&out, " no-p2p-overlap");
+  if (shard_group_size > 0 && distributed_optimizer()) absl::StrAppend(&sharding, "/", shard_group_size);
+  if (!sharding.empty() && !(extras_only && sharding == "dopt")) tokens.push_back(sharding);
+  if (offload == Offload::kOptimizer) tokens.push_back("offload");
+  if (offload == Offload::kOptimizerAndParams) tokens.push_back("offload+params");
+  if (activation_offload) tokens.push_back("act-offload");
+  if (!overlap_grad_reduce && dp * cp > 1) tokens.push_back("no-grad-overlap");
+  if (!overlap_p2p_comm && pp > 1 && vp > 1) tokens.push_back("no-p2p-overlap");
   if (!overlap_param_gather && dp * cp > 1 &&
       (data_parallel_sharding == DataParallelSharding::kOptimizer ||
        data_parallel_sharding == DataParallelSharding::kOptimizerGrads)) {
-    absl::StrAppend(&out, " no-param-gather-overlap");
+    tokens.push_back("no-param-gather-overlap");
   }
-  if (split_counts_embedding_and_loss) absl::StrAppend(&out, " split+2");
+  if (split_counts_embedding_and_loss) tokens.push_back("split+2");
   if (ep > 1 || etp > 1) {
-    absl::StrAppend(&out, " ep", ep, " etp", etp, " ", paratune::ToString(moe_token_dispatcher));
+    tokens.push_back(
+        absl::StrCat("ep", ep, " etp", etp, " ", paratune::ToString(moe_token_dispatcher)));
   }
-  return out;
+  return absl::StrJoin(tokens, " ");
 }
 
 }  // namespace paratune

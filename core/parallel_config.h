@@ -92,7 +92,14 @@ struct ParallelConfig {
 
   /// "tp8 pp12 dp16 cp1 vp1 mb1 sp selective dopt" style one-liner.
   std::string ToString() const;
+  /// The one-liner's tokens beyond the shape, micro-batch, plain "sp", recompute and plain
+  /// "dopt" (what a plan table's columns show): TP overlap, the other sharding stages and
+  /// shard groups, offloads, overlaps turned off, the uneven split, the expert layout.
+  std::string ExtrasString() const;
   bool operator==(const ParallelConfig&) const = default;
+
+ private:
+  std::string Describe(bool extras_only) const;
 };
 
 }  // namespace paratune

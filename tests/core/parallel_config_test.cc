@@ -65,5 +65,29 @@ TEST(ParallelConfigTest, ToStringNamesFlagsAndEqualityComparesThem) {
   EXPECT_NE(c, d);
 }
 
+// The extras are the one-liner's tokens a plan table's columns do not show, in its order.
+TEST(ParallelConfigTest, ExtrasAreTheOneLinersTokensBeyondTheColumns) {
+  ParallelConfig c;
+  c.tp = 4;
+  c.dp = 8;
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kFull;
+  c.recompute_num_layers = 2;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  EXPECT_EQ(c.ExtrasString(), "");  // plain sp, full(2) and dopt are columns
+  c.tp_comm_overlap = true;
+  c.shard_group_size = 4;
+  c.overlap_grad_reduce = false;
+  c.ep = 4;
+  c.moe_token_dispatcher = MoeTokenDispatcher::kFlex;
+  EXPECT_EQ(c.ExtrasString(), "sp+overlap dopt/4 no-grad-overlap ep4 etp1 flex");
+  EXPECT_EQ(c.ToString(),
+            "tp4 pp1 dp8 cp1 vp1 mb1 sp+overlap full(2) dopt/4 no-grad-overlap ep4 etp1 flex");
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  c.shard_group_size = 0;
+  c.activation_offload = true;
+  EXPECT_EQ(c.ExtrasString(), "sp+overlap fsdp act-offload no-grad-overlap ep4 etp1 flex");
+}
+
 }  // namespace
 }  // namespace paratune
