@@ -29,6 +29,11 @@ std::vector<FsdpRecord> FsdpRecords(const nlohmann::json& records) {
       f.spec.training.framework = Framework::kLlmFoundry;
       f.spec.training.attention_kernel =
           DefaultAttentionKernel(f.spec.training.framework, *FindDevice(f.spec.cluster.gpu));
+      // The benchmark script's default attn_impl=triton: the Triton flash attention of the
+      // FlashAttention-1 generation (MPT's ALiBi-capable kernel), not the flash-attn package.
+      if (absl::StrContains(r.value("notes", ""), "attn_impl=triton")) {
+        f.spec.training.attention_kernel = AttentionKernel::kFlash1;
+      }
     }
     f.spec.training.dropout = false;
     f.spec.training.flash_attention = true;
