@@ -9,16 +9,22 @@
 namespace paratune {
 namespace {
 
-// A norm of PyTorch ops stores its input's FP32 copy and its 16-bit output instead of the
-// 16-bit input: 4 more bytes per element, for each of the two norms of a layer.
-TEST(UnfusedNormTest, StoresFourMoreBytesPerElementPerNorm) {
-  const ModelSpec model = *FindPreset("llama2-13b");
+// One Llama 2 13B layer's parameters: s 2048, micro-batch 2, tp 2, flash, no dropout.
+LayerActivationParams Llama13bTp2Params() {
   LayerActivationParams p;
   p.seq_length = 2048;
   p.parallel.micro_batch_size = 2;
   p.parallel.tp = 2;
   p.flash_attention = true;
   p.dropout = false;
+  return p;
+}
+
+// A norm of PyTorch ops stores its input's FP32 copy and its 16-bit output instead of the
+// 16-bit input: 4 more bytes per element, for each of the two norms of a layer.
+TEST(UnfusedNormTest, StoresFourMoreBytesPerElementPerNorm) {
+  const ModelSpec model = *FindPreset("llama2-13b");
+  LayerActivationParams p = Llama13bTp2Params();
   const double fused = LayerActivationBytes(model, p);
   p.fused_norm = false;
   EXPECT_DOUBLE_EQ(LayerActivationBytes(model, p) - fused, 2 * 4.0 * 2048 * 2 * 5120);
@@ -33,12 +39,7 @@ TEST(UnfusedNormTest, StoresFourMoreBytesPerElementPerNorm) {
 // more 16-bit elements), and a rearranged flash output is kept twice (s*b*h/t more for MHA).
 TEST(UnfusedKernelsTest, PyTorchOpSwigluAndCopiedAttentionOutputByHand) {
   const ModelSpec model = *FindPreset("llama2-13b");  // h 5120, f 13824, MHA
-  LayerActivationParams p;
-  p.seq_length = 2048;
-  p.parallel.micro_batch_size = 2;
-  p.parallel.tp = 2;
-  p.flash_attention = true;
-  p.dropout = false;
+  LayerActivationParams p = Llama13bTp2Params();
   const double fused = LayerActivationBytes(model, p);
   p.unfused_glu = true;
   const double glu = LayerActivationBytes(model, p);
