@@ -165,6 +165,9 @@ mut("activation_offload_without_the_framework", "rgp", "search.activation_offloa
 mut("activation_offload_in_profile_mode", "rgp", "search.activation_offload",
     "activation offload in profile mode", **{"search.activation_offload": [True],
                                              "search.mode": "profile"})
+mut("cudnn_attention_in_profile_mode", "rgp", "training.attention_kernel cudnn",
+    "cuDNN attention named in profile mode (the workers time their own flash kernel)",
+    **{"training.attention_kernel": "cudnn", "search.mode": "profile"})
 mut("activation_offload_duplicate", "rgp", "search.activation_offload",
     "a search list value twice", **{"search.activation_offload": [True, True]})
 mut("activation_offload_string", "rp", "search.activation_offload",
