@@ -128,7 +128,7 @@ std::vector<int64_t> ExpertLayersPerChunk(const ModelSpec& model, const Parallel
 int64_t ExpertLayersOnStage(const ModelSpec& model, const ParallelConfig& config, int64_t stage);
 /// Routed tokens the busiest EP rank receives, relative to a balanced router: 1 for
 /// training.moe_routing balanced; dropless: the most loaded of ep ranks,
-/// 1 + sqrt(2 ln(ep) (sigma^2 ep / num_experts + 1 / mean)), with sigma = 1.25 the
+/// 1 + sqrt(2 ln(ep) (sigma^2 ep / num_experts + 1 / mean)), with sigma = 1.15 the
 /// coefficient of variation of one expert's share of the tokens and mean the routed tokens
 /// per rank; capacity: that, capped at moe_capacity_factor.
 double ExpertLoadFactor(const JobSpec& spec, const ParallelConfig& config);

@@ -341,7 +341,6 @@ struct ExpertPhases {
   double forward = 0, backward = 0;            ///< Compute.
   double activation_forward = 0;               ///< The activation function, forward.
   double forward_comm = 0, backward_comm = 0;  ///< Dispatch/combine and ETP, exposed.
-  double backward_hidden = 0;                  ///< Communication hidden behind the backward.
 };
 
 ExpertPhases ExpertLayerPhases(const JobSpec& spec, const ParallelConfig& c,
@@ -373,8 +372,8 @@ ExpertPhases ExpertLayerPhases(const JobSpec& spec, const ParallelConfig& c,
   ExpertPhases out;
   // FC1 [per_expert x h] x [h x fc1_width/etp] and FC2 [per_expert x f/etp] x [f/etp x h].
   out.forward = grouped(per_expert, fc1_width / etp, h) + grouped(per_expert, h, f / etp);
-  const double wgrad = grouped(h, fc1_width / etp, per_expert) + grouped(f / etp, h, per_expert);
-  out.backward = grouped(per_expert, h, fc1_width / etp) + grouped(per_expert, f / etp, h) + wgrad;
+  out.backward = grouped(per_expert, h, fc1_width / etp) + grouped(per_expert, f / etp, h) +
+                 grouped(h, fc1_width / etp, per_expert) + grouped(f / etp, h, per_expert);
   // Low-precision GEMMs: the grouped GEMMs' inputs are cast as a dense layer's are (the
   // FC1 input rows, the activation output; in the backward the output gradients and the
   // transposes of the saved inputs).
@@ -429,15 +428,10 @@ ExpertPhases ExpertLayerPhases(const JobSpec& spec, const ParallelConfig& c,
   }
   out.forward_comm = dispatch + combine + etp_comm;
   // Backward: the combine's gradient is dispatched and the dispatch's gradient combined.
-  const double backward_comm = dispatch + combine + etp_comm;
-  if (c.moe_token_dispatcher == MoeTokenDispatcher::kFlex) {
-    // DeepEP's hook-based overlap: the backward's transfers run behind the experts'
-    // weight-gradient GEMMs without occupying SMs.
-    out.backward_comm = Exposed(backward_comm, wgrad);
-    out.backward_hidden = Hidden(backward_comm, wgrad);
-  } else {
-    out.backward_comm = backward_comm;
-  }
+  // No dispatcher hides it in training: DeepEP's zero-SM hook overlap belongs to its
+  // low-latency kernels for inference decoding, while training runs its normal kernels
+  // (deepseek-ai/DeepEP README); Megatron's 1F1B A2A overlap is not modelled.
+  out.backward_comm = dispatch + combine + etp_comm;
   return out;
 }
 
@@ -945,7 +939,7 @@ LayerTime EstimateExpertLayerTime(const JobSpec& spec, const ParallelConfig& con
       EstimateLayerTime(shared, dense_part, config, device, spec.cluster.gpus_per_node);
   const ExpertPhases experts = ExpertLayerPhases(spec, config, device);
   out.forward_compute += experts.forward;
-  out.backward_compute += experts.backward + device.comm_overlap_slowdown * experts.backward_hidden;
+  out.backward_compute += experts.backward;
   out.forward_ep_comm = experts.forward_comm;
   out.backward_ep_comm = experts.backward_comm;
   switch (config.recompute) {
