@@ -57,7 +57,9 @@ std::string ParallelConfig::Describe(bool extras_only) const {
       sharding = "fsdp";
       break;
   }
-  if (shard_group_size > 0 && distributed_optimizer()) absl::StrAppend(&sharding, "/", shard_group_size);
+  if (shard_group_size > 0 && distributed_optimizer()) {
+    absl::StrAppend(&sharding, "/", shard_group_size);
+  }
   if (!sharding.empty() && !(extras_only && sharding == "dopt")) tokens.push_back(sharding);
   if (offload == Offload::kOptimizer) tokens.push_back("offload");
   if (offload == Offload::kOptimizerAndParams) tokens.push_back("offload+params");

@@ -266,9 +266,9 @@ double ExpertLoadFactor(const JobSpec& spec, const ParallelConfig& c) {
   // (balls into bins: a coefficient of variation 1/sqrt(mean)). The most loaded of ep
   // ranks is about sqrt(2 ln ep) standard deviations above the mean (Raab and Steger 1998).
   const double ep = static_cast<double>(c.ep);
-  const double variance = kExpertLoadSpread * kExpertLoadSpread * ep /
-                              static_cast<double>(m.num_experts) +
-                          1.0 / std::max(mean, 1.0);
+  const double variance =
+      kExpertLoadSpread * kExpertLoadSpread * ep / static_cast<double>(m.num_experts) +
+      1.0 / std::max(mean, 1.0);
   const double dropless = 1.0 + std::sqrt(2.0 * std::log(ep) * variance);
   if (spec.training.moe_routing == MoeRouting::kCapacity) {
     return std::min(dropless, spec.training.moe_capacity_factor);

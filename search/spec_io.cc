@@ -728,8 +728,8 @@ absl::Status ResolvePositionRows(bool given, JobSpec* spec) {
 // Hopper and later under Megatron-Core). Profile mode keeps FlashAttention-2: the workers
 // time their own flash kernel.
 void ResolveAttentionKernel(const json& training, JobSpec* spec) {
-  if (Find(training, "attention_kernel") != nullptr || Find(training, "flash_attention") != nullptr ||
-      spec->search.mode == SearchMode::kProfile) {
+  if (Find(training, "attention_kernel") != nullptr ||
+      Find(training, "flash_attention") != nullptr || spec->search.mode == SearchMode::kProfile) {
     return;
   }
   absl::StatusOr<DeviceProfile> device = FindDevice(spec->cluster.gpu);

@@ -212,11 +212,11 @@ PassSeconds AttentionCoreTimes(const LayerDims& d, const TrainingSpec& training,
   const AttentionKernel kernel = training.AttentionKernelOf();
   if (IsFlash(kernel)) {
     const double flops = 2.0 * d.b * d.s_local * d.s * d.core_width / d.t * kCausalFraction;
-    const double relative =
-        kernel == AttentionKernel::kFlash1                              ? kFlash1Relative
-        : kernel == AttentionKernel::kFlash3                            ? kFlash3Relative
-        : kernel == AttentionKernel::kCudnn && device.HopperOrLater() ? kCudnnRelative
-                                                                        : 1.0;
+    const double relative = kernel == AttentionKernel::kFlash1   ? kFlash1Relative
+                            : kernel == AttentionKernel::kFlash3 ? kFlash3Relative
+                            : kernel == AttentionKernel::kCudnn && device.HopperOrLater()
+                                ? kCudnnRelative
+                                : 1.0;
     const double rate =
         device.PeakFlops(core_precision) * device.attention_efficiency * relative;
     out.forward = flops / rate + launch;

@@ -120,7 +120,8 @@ JobSpec SpecFromRecord(const nlohmann::json& r) {
   spec.cluster.gpus_per_node = 8;
   // A run that names no kernel gets the one Megatron-Core runs on its device (as a spec that
   // names none does).
-  if (auto device = FindDevice(spec.cluster.gpu); device.ok() && !megatron_2021_22 && kernel.empty()) {
+  if (auto device = FindDevice(spec.cluster.gpu);
+      device.ok() && !megatron_2021_22 && kernel.empty()) {
     spec.training.attention_kernel = DefaultAttentionKernel(spec.training.framework, *device);
   }
   return spec;

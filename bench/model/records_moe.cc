@@ -156,7 +156,8 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
     }
     // FSDP (PyTorch FSDP2, Megatron-FSDP) shards parameters, gradients and optimizer state;
     // a shard degree below dp*cp is hybrid sharding. Else the distributed optimizer.
-    const bool full = Int(r, "zero_stage", 0) >= 3 || absl::StrContains(Str(r, "zero_or_fsdp"), "FSDP");
+    const bool full =
+        Int(r, "zero_stage", 0) >= 3 || absl::StrContains(Str(r, "zero_or_fsdp"), "FSDP");
     c.data_parallel_sharding = c.dp * c.cp == 1 ? DataParallelSharding::kNone
                                : full           ? DataParallelSharding::kFull
                                                 : DataParallelSharding::kOptimizer;

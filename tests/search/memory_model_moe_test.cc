@@ -152,8 +152,7 @@ TEST(MoeMemoryTest, RoutingLoad) {
   spec.training.moe_routing = MoeRouting::kDropless;
   // 4096 tokens x 8 copies per rank, 256 experts over 64 ranks (4 each), expert shares
   // with a coefficient of variation of 1.15: 1 + sqrt(2 ln 64 (1.15^2 / 4 + 1 / 32768)).
-  const double ep64 =
-      1.0 + std::sqrt(2 * std::log(64.0) * (1.15 * 1.15 / 4 + 1.0 / 32768));
+  const double ep64 = 1.0 + std::sqrt(2 * std::log(64.0) * (1.15 * 1.15 / 4 + 1.0 / 32768));
   EXPECT_NEAR(ExpertLoadFactor(spec, c), ep64, 1e-12);
   // More experts per rank average the popularity down: EP 8 holds 32 each.
   EXPECT_NEAR(ExpertLoadFactor(spec, DeepSeekLayout(8)),
