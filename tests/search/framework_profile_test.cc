@@ -53,6 +53,30 @@ MemoryBreakdown Memory(const JobSpec& spec, const ParallelConfig& c) {
                         FrameworkMemoryFor(device, spec.training.framework));
 }
 
+// Llama 2 7B on 8 GPUs pinned to one layout: tp 1, pp 1, dp 8, micro-batch 1, full
+// recompute, the distributed optimizer.
+JobSpec Llama7bTp1Dp8(Framework framework) {
+  JobSpec spec = Llama13b(framework);
+  spec.model = *FindPreset("llama2-7b");
+  spec.search.tp = {1};
+  spec.search.pp = {1};
+  spec.search.cp = {1};
+  spec.search.dp = {8};
+  spec.search.micro_batch_size = {1};
+  spec.search.sequence_parallel = {false};
+  spec.search.recompute = {Recompute::kFull};
+  spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
+  return spec;
+}
+
+// The one layout a pinned spec ranks.
+RankedConfig PlanOne(const JobSpec& spec) {
+  absl::StatusOr<PlanResult> result = Plan(spec);
+  EXPECT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->ranked.size(), 1u);
+  return result->ranked.front();
+}
+
 TEST(FrameworkProfileTest, EveryFrameworkHasAProfileAndAName) {
   for (Framework f : {Framework::kMegatronCore, Framework::kNemo, Framework::kMegatronDeepspeed,
                       Framework::kDeepspeed, Framework::kTorchtitan, Framework::kLlmFoundry}) {
@@ -117,22 +141,10 @@ TEST(FrameworkProfileTest, DeepSpeedLossBuffersHoldTheFullVocabulary) {
 // than Megatron-Core's default.
 TEST(FrameworkProfileTest, MegatronDeepSpeedExposesTheGradientReduction) {
   const auto plan = [](Framework f, std::vector<bool> grad_overlap) {
-    JobSpec spec = Llama13b(f);
-    spec.model = *FindPreset("llama2-7b");
+    JobSpec spec = Llama7bTp1Dp8(f);
     spec.training.precision = Precision::kFp16;
-    spec.search.tp = {1};
-    spec.search.pp = {1};
-    spec.search.cp = {1};
-    spec.search.dp = {8};
-    spec.search.micro_batch_size = {1};
-    spec.search.sequence_parallel = {false};
-    spec.search.recompute = {Recompute::kFull};
-    spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
     spec.search.overlap_grad_reduce = std::move(grad_overlap);
-    absl::StatusOr<PlanResult> result = Plan(spec);
-    EXPECT_TRUE(result.ok()) << result.status();
-    EXPECT_EQ(result->ranked.size(), 1u);
-    return result->ranked.front();
+    return PlanOne(spec);
   };
   const RankedConfig deepspeed = plan(Framework::kMegatronDeepspeed, {});
   const RankedConfig pinned_off = plan(Framework::kMegatronCore, {false});
@@ -151,21 +163,9 @@ TEST(FrameworkProfileTest, MegatronDeepSpeedExposesTheGradientReduction) {
 // it on.
 TEST(FrameworkProfileTest, ParamGatherOverlapHidesAllButTheFirstBucket) {
   const auto plan = [](Framework f, std::vector<bool> gather_overlap) {
-    JobSpec spec = Llama13b(f);
-    spec.model = *FindPreset("llama2-7b");
-    spec.search.tp = {1};
-    spec.search.pp = {1};
-    spec.search.cp = {1};
-    spec.search.dp = {8};
-    spec.search.micro_batch_size = {1};
-    spec.search.sequence_parallel = {false};
-    spec.search.recompute = {Recompute::kFull};
-    spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
+    JobSpec spec = Llama7bTp1Dp8(f);
     spec.search.overlap_param_gather = std::move(gather_overlap);
-    absl::StatusOr<PlanResult> result = Plan(spec);
-    EXPECT_TRUE(result.ok()) << result.status();
-    EXPECT_EQ(result->ranked.size(), 1u);
-    return result->ranked.front();
+    return PlanOne(spec);
   };
   const RankedConfig on = plan(Framework::kMegatronCore, {});
   const RankedConfig off = plan(Framework::kMegatronCore, {false});
