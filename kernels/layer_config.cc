@@ -60,6 +60,29 @@ absl::Status LayerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("dtype (", DTypeName(dtype), ") must be a floating-point type"));
   }
+  if (is_moe()) {
+    if (absl::Status s = moe.Validate(); !s.ok()) return s;
+    if (moe.hidden != shape.hidden_size || moe.ep != parallel.ep || moe.etp != parallel.etp) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the MoE block's hidden (", moe.hidden, "), ep (", moe.ep, ") and etp (", moe.etp,
+          ") must equal hidden_size (", shape.hidden_size, "), ep (", parallel.ep,
+          ") and etp (", parallel.etp, ")"));
+    }
+    if (dtype != DType::kF32) {
+      return absl::UnimplementedError(absl::StrCat(
+          "a mixture-of-experts layer runs in fp32 on the CPU backend; dtype is ",
+          DTypeName(dtype)));
+    }
+    if (moe.etp != 1 && moe.etp != tp) {
+      return absl::UnimplementedError(absl::StrCat("etp (", moe.etp, ") must be 1 or tp (", tp,
+                                                   ") in a mixture-of-experts layer"));
+    }
+    if (tp > 1 && !parallel.sequence_parallel) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence_parallel is required with tp (", tp,
+          ") > 1 in a mixture-of-experts layer (as Megatron-LM requires)"));
+    }
+  }
   return absl::OkStatus();
 }
 

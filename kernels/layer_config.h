@@ -8,6 +8,7 @@
 #include "core/enums.h"
 #include "core/parallel_config.h"
 #include "kernels/dtype.h"
+#include "kernels/moe_layer.h"
 
 namespace paratune::kernels {
 
@@ -38,6 +39,12 @@ struct LayerConfig {
   float attention_dropout = 0.0f;     ///< Dropout on attention probabilities.
   uint64_t seed = 1234;               ///< Weights and dropout masks are functions of this.
   float norm_epsilon = 1e-5f;
+  /// A mixture-of-experts layer's MLP block (kernels/moe_layer.h) in place of the dense one
+  /// when moe.num_experts > 0: moe.hidden is the hidden size, moe.ep / moe.etp the layout's
+  /// ep / etp. CPU fp32 only; etp must be 1 or tp, and tp > 1 needs sequence parallelism
+  /// (Megatron-LM's rule for experts with TP), so every rank routes its own s/t·b tokens
+  /// (etp = 1) or the ETP (= TP) group gathers them first (etp = tp).
+  MoeLayerConfig moe;
 
   int64_t num_query_groups() const {
     return shape.num_query_groups > 0 ? shape.num_query_groups : shape.num_attention_heads;
@@ -46,6 +53,7 @@ struct LayerConfig {
     return shape.ffn_hidden_size > 0 ? shape.ffn_hidden_size : 4 * shape.hidden_size;
   }
   int64_t head_dim() const { return shape.hidden_size / shape.num_attention_heads; }
+  bool is_moe() const { return moe.num_experts > 0; }
 
   /// First violated rule, e.g. `tp (3) must divide num_attention_heads (32)`;
   /// Unimplemented for context parallelism (cp > 1).

@@ -618,6 +618,76 @@ absl::Status MoeLayer<T>::Backward(const T* dy, T* dx) {
   return absl::OkStatus();
 }
 
+template <typename T>
+MoeSaved MoeLayer<T>::TakeSaved() {
+  MoeSaved s;
+  s.tokens = tokens_;
+  s.routed_rows = routed_rows_;
+  s.tokens_per_expert = tokens_per_expert_;
+  s.global_counts = std::move(global_counts_);
+  s.route = dispatcher_;
+  s.x = std::move(x_);
+  s.scores = std::move(scores_);
+  s.selected = std::move(selected_);
+  s.probs = std::move(probs_);
+  s.perm = std::move(perm_);
+  s.expert_in = std::move(expert_in_);
+  s.expert_fc1 = std::move(expert_fc1_);
+  s.expert_act = std::move(expert_act_);
+  s.combined = std::move(combined_);
+  s.shared_fc1 = std::move(shared_fc1_);
+  s.shared_act = std::move(shared_act_);
+  x_ = scores_ = selected_ = probs_ = perm_ = expert_in_ = expert_fc1_ = expert_act_ =
+      combined_ = shared_fc1_ = shared_act_ = Tensor();
+  global_counts_.clear();
+  return s;
+}
+
+template <typename T>
+void MoeLayer<T>::RestoreSaved(MoeSaved s) {
+  tokens_ = s.tokens;
+  routed_rows_ = s.routed_rows;
+  tokens_per_expert_ = std::move(s.tokens_per_expert);
+  global_counts_ = std::move(s.global_counts);
+  if (s.route.has_value()) dispatcher_ = std::move(*s.route);
+  x_ = std::move(s.x);
+  scores_ = std::move(s.scores);
+  selected_ = std::move(s.selected);
+  probs_ = std::move(s.probs);
+  perm_ = std::move(s.perm);
+  expert_in_ = std::move(s.expert_in);
+  expert_fc1_ = std::move(s.expert_fc1);
+  expert_act_ = std::move(s.expert_act);
+  combined_ = std::move(s.combined);
+  shared_fc1_ = std::move(s.shared_fc1);
+  shared_act_ = std::move(s.shared_act);
+}
+
+template <typename T>
+std::vector<ParameterRef> MoeLayer<T>::ParameterRefs(bool routed_experts) {
+  if (routed_experts) return {{&w_.fc1, &g_.fc1}, {&w_.fc2, &g_.fc2}};
+  std::vector<ParameterRef> out = {{&w_.router, &g_.router}};
+  if (config_.num_shared_experts > 0) {
+    out.push_back({&w_.shared_fc1, &g_.shared_fc1});
+    out.push_back({&w_.shared_fc2, &g_.shared_fc2});
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, int64_t>> MoeSaved::Breakdown() const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  const std::pair<const char*, const Tensor*> named[] = {
+      {"moe.x", &x},           {"moe.scores", &scores},         {"moe.selected", &selected},
+      {"moe.probs", &probs},   {"moe.perm", &perm},             {"moe.expert_in", &expert_in},
+      {"moe.expert_fc1", &expert_fc1}, {"moe.expert_act", &expert_act},
+      {"moe.combined", &combined},     {"moe.shared_fc1", &shared_fc1},
+      {"moe.shared_act", &shared_act}};
+  for (const auto& [name, t] : named) {
+    if (t->defined()) out.emplace_back(name, t->bytes());
+  }
+  return out;
+}
+
 template class MoeLayer<float>;
 template class MoeLayer<double>;
 template struct MoeWeights<float>;

@@ -22,6 +22,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -104,6 +107,32 @@ class AllToAllTokenDispatcher {
   int64_t received_rows_ = 0;
 };
 
+/// What one Forward keeps for its Backward: the routing, the dispatcher's route and the
+/// stored activations. MoeLayer::TakeSaved moves it out and RestoreSaved back, so that a
+/// pipeline schedule keeps several micro-batches in flight through one layer.
+struct MoeSaved {
+  int64_t tokens = 0;
+  int64_t routed_rows = 0;  // permuted rows: T·k less the dropped assignments
+  std::vector<int64_t> tokens_per_expert;
+  std::vector<double> global_counts;
+  std::optional<AllToAllTokenDispatcher> route;
+  Tensor x, scores, selected, probs, perm;  // perm[i] = t·k + j of permuted row i
+  Tensor expert_in, expert_fc1, expert_act;  // expert-major rows of local experts
+  Tensor combined;                           // expert outputs back in permuted order
+  Tensor shared_fc1, shared_act;
+
+  bool defined() const { return x.defined(); }
+  /// (name, bytes) of every kept tensor.
+  std::vector<std::pair<std::string, int64_t>> Breakdown() const;
+};
+
+/// A parameter's value and gradient tensors, which an owner of flat buffers may rebind to
+/// views of its buffers (kernels/training).
+struct ParameterRef {
+  Tensor* value = nullptr;
+  Tensor* grad = nullptr;
+};
+
 /// One rank's shards (see MoeWeights for the full shapes): router [E, h]; fc1
 /// [E/ep, 2f/etp, h] (gate shard, then up shard); fc2 [E/ep, h, f/etp]; shared_fc1
 /// [2fs/etp, h]; shared_fc2 [h, fs/etp].
@@ -140,11 +169,20 @@ class MoeLayer {
 
   /// y[tokens, h] from x[tokens, h]. Balanced routing numbers the tokens of EP rank r from
   /// r·tokens (every EP rank passes the same count). Forwards and backwards come in pairs
-  /// (one forward's activations are stored at a time).
+  /// (one forward's activations are stored at a time; TakeSaved / RestoreSaved keep more).
   absl::Status Forward(const T* x, int64_t tokens, T* y);
   /// dx (overwritten) from dy, for the loss Σ y·(its gradient) + aux_loss(); weight
   /// gradients accumulate (+=), as over micro-batches. Frees the stored activations.
   absl::Status Backward(const T* dy, T* dx);
+
+  /// Moves the last Forward's stored state out (the layer then holds none) / back in
+  /// before its Backward. Every rank of the EP group must restore the same micro-batch.
+  MoeSaved TakeSaved();
+  void RestoreSaved(MoeSaved saved);
+  /// The router and the shared experts (reduced over data parallelism like dense weights),
+  /// or the routed experts (reduced over the expert-data-parallel group), as value and
+  /// gradient slots; an owner may rebind them to views of the same shapes.
+  std::vector<ParameterRef> ParameterRefs(bool routed_experts);
 
   /// The auxiliary loss of the last forward (the same on every rank; 0 without a coeff).
   double aux_loss() const { return aux_loss_; }

@@ -35,6 +35,11 @@ struct ParallelContext {
   Backend* backend = nullptr;
   Communicator* tp = nullptr;   ///< Tensor-parallel group (size 1 without TP).
   CommClock* comm_clock = nullptr;
+  /// A mixture-of-experts layer's expert-parallel and expert-tensor-parallel groups (the
+  /// same ranks regrouped: Megatron-Core's parallel folding); unused by dense layers.
+  Communicator* ep = nullptr;
+  Communicator* etp = nullptr;
+  int threads = 1;  ///< Elementwise threads of CPU modules outside the backend (MoE).
 
   int64_t tp_size() const { return tp->size(); }
   int64_t tp_rank() const { return tp->rank(); }

@@ -35,6 +35,7 @@ std::vector<std::pair<std::string, int64_t>> SavedActivations::Breakdown() const
     if (!t->defined() || !seen.insert(t->storage_id()).second) continue;
     out.emplace_back(name, t->bytes());
   }
+  for (auto& entry : moe.Breakdown()) out.push_back(std::move(entry));
   return out;
 }
 
@@ -53,6 +54,18 @@ absl::StatusOr<std::unique_ptr<TransformerLayer>> TransformerLayer::Create(
   if (ctx.tp_size() != config.parallel.tp) {
     return absl::InvalidArgumentError(absl::StrCat("communicator size (", ctx.tp_size(),
                                                    ") must equal tp (", config.parallel.tp, ")"));
+  }
+  if (config.is_moe()) {
+    if (ctx.ep == nullptr || ctx.etp == nullptr || ctx.ep->size() != config.moe.ep ||
+        ctx.etp->size() != config.moe.etp) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a mixture-of-experts layer needs EP and ETP communicators of sizes ep (",
+          config.moe.ep, ") and etp (", config.moe.etp, ")"));
+    }
+    if (ctx.backend->kind() != BackendKind::kCpu) {
+      return absl::UnimplementedError(
+          "a mixture-of-experts layer runs on the CPU backend only (kernels/moe_layer.h)");
+    }
   }
   std::unique_ptr<TransformerLayer> layer(new TransformerLayer(config, ctx));
   PT_RETURN_IF_ERROR(layer->Init());
@@ -112,6 +125,14 @@ absl::Status TransformerLayer::Init() {
                           ctx_, "proj.weight", a * d, hl * d, h,
                           [=](int64_t c) { return r * hl * d + c; }, dt, sp, seed));
   proj_ = std::make_unique<RowParallelLinear>(std::move(proj));
+  if (config_.is_moe()) {
+    // Every shard is a function of (seed, tensor, unsharded index), as for the dense weights.
+    PT_ASSIGN_OR_RETURN(moe_, MoeLayer<float>::CreateRandom(
+                                  config_.moe, Mix64(seed + 0x6d6f65ull),
+                                  1.0 / std::sqrt(static_cast<double>(h)), ctx_.ep, ctx_.etp,
+                                  &ctx_.backend->allocator(), ctx_.threads));
+    return absl::OkStatus();
+  }
   const bool swiglu = config_.shape.activation == Activation::kSwiglu;
   // SwiGLU's FC1 holds [gate | up]; rank r takes its slice of each.
   auto fc1_rows = [=](int64_t lr) -> int64_t {
@@ -138,22 +159,40 @@ std::vector<Parameter*> TransformerLayer::Parameters() {
   out.push_back(&proj_->weight());
   out.push_back(&norm2_w_);
   if (norm2_b_.value.defined()) out.push_back(&norm2_b_);
+  if (moe_) return out;
   out.push_back(&fc1_->weight());
   out.push_back(&fc2_->weight());
   return out;
 }
 
+std::vector<ParameterRef> TransformerLayer::MoeParameterRefs(bool routed_experts) {
+  if (!moe_) return {};
+  return moe_->ParameterRefs(routed_experts);
+}
+
 absl::Status TransformerLayer::ZeroGradients() {
   for (Parameter* p : Parameters()) PT_RETURN_IF_ERROR(ctx_.backend->Fill(p->grad, 0.0));
+  for (bool routed : {false, true}) {
+    for (const ParameterRef& r : MoeParameterRefs(routed)) {
+      PT_RETURN_IF_ERROR(ctx_.backend->Fill(*r.grad, 0.0));
+    }
+  }
   return absl::OkStatus();
 }
 
 absl::Status TransformerLayer::FinishGradients() {
   if (!config_.parallel.sequence_parallel || config_.parallel.tp == 1) return absl::OkStatus();
+  auto all_reduce = [&](Tensor& grad) {
+    return ctx_.Comm([&] { return ctx_.tp->AllReduce(grad.data(), grad.numel(), grad.dtype()); });
+  };
   for (Parameter* p : Parameters()) {
-    if (!p->replicated) continue;
-    PT_RETURN_IF_ERROR(ctx_.Comm(
-        [&] { return ctx_.tp->AllReduce(p->grad.data(), p->grad.numel(), p->grad.dtype()); }));
+    if (p->replicated) PT_RETURN_IF_ERROR(all_reduce(p->grad));
+  }
+  // With etp = 1 each TP rank routed its own s/t rows through the router and the shared
+  // experts, so their gradients are partial sums as the SP norms' are. With etp = tp every
+  // TP rank computed them over the gathered rows: whole already.
+  if (config_.moe.etp == 1) {
+    for (const ParameterRef& r : MoeParameterRefs(false)) PT_RETURN_IF_ERROR(all_reduce(*r.grad));
   }
   return absl::OkStatus();
 }
@@ -392,6 +431,28 @@ absl::StatusOr<Tensor> TransformerLayer::ForwardImpl(const Tensor& x, Recompute 
   PT_RETURN_IF_ERROR(be.Add(dt, h1.data(), x.data(), drop1.data(), h1.numel()));
   Tensor mean2, rstd2;
   PT_ASSIGN_OR_RETURN(Tensor ln2, Norm(2, h1, &mean2, &rstd2));
+  if (moe_) {
+    PT_ASSIGN_OR_RETURN(Tensor mlp, MoeForward(ln2, keep, s));
+    Tensor mask2;
+    PT_ASSIGN_OR_RETURN(Tensor drop2, Dropout(mlp, config_.hidden_dropout,
+                                              DropoutSeed(config_.seed, 2), &mask2));
+    PT_ASSIGN_OR_RETURN(Tensor y, be.Empty({n_sp, h}, dt, MemoryTag::kActivations));
+    PT_RETURN_IF_ERROR(be.Add(dt, y.data(), h1.data(), drop2.data(), y.numel()));
+    if (keep) {
+      s->ln1_mean = mean1;
+      s->ln1_rstd = rstd1;
+      s->ln1_out = ln1;
+      s->qkv = qkv;
+      s->ctx = ctx;
+      s->drop1_mask = mask1;
+      s->h1 = h1;
+      s->ln2_mean = mean2;
+      s->ln2_rstd = rstd2;
+      s->ln2_out = ln2;
+      s->drop2_mask = mask2;
+    }
+    return y;
+  }
   PT_ASSIGN_OR_RETURN(Tensor fc1, fc1_->Forward(ctx_, ln2));
   const int64_t rows = fc1.dim(0);
   PT_ASSIGN_OR_RETURN(Tensor act, be.Empty({rows, ffn_local_}, dt, MemoryTag::kActivations));
@@ -422,6 +483,51 @@ absl::StatusOr<Tensor> TransformerLayer::ForwardImpl(const Tensor& x, Recompute 
     s->drop2_mask = mask2;
   }
   return y;
+}
+
+absl::StatusOr<Tensor> TransformerLayer::GatherExpertRows(const Tensor& x) {
+  if (config_.moe.etp == 1) return x;
+  const int64_t rows = x.dim(0), h = x.dim(1);
+  PT_ASSIGN_OR_RETURN(Tensor full, ctx_.backend->Empty({rows * config_.moe.etp, h}, x.dtype(),
+                                                       MemoryTag::kWorkspace));
+  PT_RETURN_IF_ERROR(
+      ctx_.Comm([&] { return ctx_.etp->AllGather(x.data(), full.data(), x.numel(), x.dtype()); }));
+  return full;
+}
+
+absl::StatusOr<Tensor> TransformerLayer::OwnExpertRows(const Tensor& full, int64_t rows) {
+  if (config_.moe.etp == 1) return full;
+  PT_ASSIGN_OR_RETURN(Tensor out, ctx_.backend->Empty({rows, full.dim(1)}, full.dtype(),
+                                                      MemoryTag::kActivations));
+  const Tensor mine = full.Rows(ctx_.etp->rank() * rows, (ctx_.etp->rank() + 1) * rows);
+  PT_RETURN_IF_ERROR(ctx_.backend->CopyBytes(out.data(), mine.data(), out.bytes(),
+                                             Backend::CopyKind::kOnBackend));
+  return out;
+}
+
+absl::StatusOr<Tensor> TransformerLayer::MoeForward(const Tensor& x, bool keep,
+                                                    SavedActivations* s) {
+  const int64_t rows = x.dim(0);
+  PT_ASSIGN_OR_RETURN(Tensor in, GatherExpertRows(x));
+  PT_ASSIGN_OR_RETURN(Tensor out, ctx_.backend->Empty(in.shape(), in.dtype(),
+                                                      MemoryTag::kWorkspace));
+  PT_RETURN_IF_ERROR(moe_->Forward(in.data_as<float>(), in.dim(0), out.data_as<float>()));
+  // Kept for this micro-batch's backward, or dropped (full recompute reruns it).
+  MoeSaved saved = moe_->TakeSaved();
+  if (keep) s->moe = std::move(saved);
+  return OwnExpertRows(out, rows);
+}
+
+absl::StatusOr<Tensor> TransformerLayer::MoeBackward(const Tensor& dy, SavedActivations* s) {
+  if (!s->moe.defined()) return absl::InternalError("MoE backward without its forward's state");
+  const int64_t rows = dy.dim(0);
+  PT_ASSIGN_OR_RETURN(Tensor dy_all, GatherExpertRows(dy));
+  PT_ASSIGN_OR_RETURN(Tensor dx_all, ctx_.backend->Empty(dy_all.shape(), dy_all.dtype(),
+                                                         MemoryTag::kWorkspace));
+  moe_->RestoreSaved(std::move(s->moe));
+  s->moe = MoeSaved();
+  PT_RETURN_IF_ERROR(moe_->Backward(dy_all.data_as<float>(), dx_all.data_as<float>()));
+  return OwnExpertRows(dx_all, rows);
 }
 
 absl::StatusOr<Tensor> TransformerLayer::Forward(const Tensor& x) {
@@ -459,16 +565,21 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy) {
   };
   // MLP block.
   PT_ASSIGN_OR_RETURN(Tensor d2, dropout_backward(dy, s->drop2_mask));
-  PT_ASSIGN_OR_RETURN(Tensor dact, fc2_->Backward(ctx_, s->act, d2));
-  PT_ASSIGN_OR_RETURN(Tensor dfc1, be.Empty(s->fc1_out.shape(), dt, MemoryTag::kWorkspace));
-  if (config_.shape.activation == Activation::kSwiglu) {
-    PT_RETURN_IF_ERROR(be.SwigluBackward(dt, dfc1.data(), dact.data(), s->fc1_out.data(),
-                                         dact.dim(0), ffn_local_));
+  Tensor dln2;
+  if (moe_) {
+    PT_ASSIGN_OR_RETURN(dln2, MoeBackward(d2, s));
   } else {
-    PT_RETURN_IF_ERROR(be.GeluBackward(dt, dfc1.data(), dact.data(), s->fc1_out.data(),
-                                       dfc1.numel()));
+    PT_ASSIGN_OR_RETURN(Tensor dact, fc2_->Backward(ctx_, s->act, d2));
+    PT_ASSIGN_OR_RETURN(Tensor dfc1, be.Empty(s->fc1_out.shape(), dt, MemoryTag::kWorkspace));
+    if (config_.shape.activation == Activation::kSwiglu) {
+      PT_RETURN_IF_ERROR(be.SwigluBackward(dt, dfc1.data(), dact.data(), s->fc1_out.data(),
+                                           dact.dim(0), ffn_local_));
+    } else {
+      PT_RETURN_IF_ERROR(be.GeluBackward(dt, dfc1.data(), dact.data(), s->fc1_out.data(),
+                                         dfc1.numel()));
+    }
+    PT_ASSIGN_OR_RETURN(dln2, fc1_->Backward(ctx_, s->ln2_out, dfc1));
   }
-  PT_ASSIGN_OR_RETURN(Tensor dln2, fc1_->Backward(ctx_, s->ln2_out, dfc1));
   PT_ASSIGN_OR_RETURN(Tensor dh1n, NormBackward(2, dln2, s->h1, s->ln2_mean, s->ln2_rstd));
   PT_ASSIGN_OR_RETURN(Tensor dh1, be.Empty({n_sp, h}, dt, MemoryTag::kWorkspace));
   PT_RETURN_IF_ERROR(be.Add(dt, dh1.data(), dy.data(), dh1n.data(), dh1.numel()));

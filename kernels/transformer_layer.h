@@ -8,6 +8,9 @@
 // SavedActivations), and recompute decides which: none keeps all; selective drops the
 // attention core (softmax output, its dropout mask and output, or flash's log-sum-exp) and
 // recomputes it in backward; full keeps only x and reruns the forward in backward.
+// A mixture-of-experts layer (config.moe.num_experts > 0) runs kernels/moe_layer.h's block
+// in place of the MLP: y = h1 + dropout(MoE(norm2(h1))), on the rank's s/t·b rows (etp 1)
+// or on the TP group's gathered s·b rows, keeping its own rows of the output (etp = tp).
 // Thread-safety: one layer belongs to one rank (thread). One micro-batch in flight.
 #ifndef PARATUNE_KERNELS_TRANSFORMER_LAYER_H_
 #define PARATUNE_KERNELS_TRANSFORMER_LAYER_H_
@@ -45,6 +48,7 @@ struct SavedActivations {
   Tensor fc1_out;     ///< activation input                          [N, f/t or 2f/t]
   Tensor act;         ///< FC2 input                                 [N, f/t]
   Tensor drop2_mask;  ///< MLP-block dropout mask (u8)               [N_sp, h]
+  MoeSaved moe;       ///< MoE layer: the block's routing and activations
 
   /// (name, bytes) of every kept tensor, storage shared between entries counted once.
   std::vector<std::pair<std::string, int64_t>> Breakdown() const;
@@ -72,7 +76,13 @@ class TransformerLayer {
   absl::Status FinishGradients();
   absl::Status ZeroGradients();
 
+  /// The dense parameters (every parameter of a dense layer; a MoE layer's norms and
+  /// attention).
   std::vector<Parameter*> Parameters();
+  /// A MoE layer's router and shared experts (routed_experts false: reduced over DP as the
+  /// dense ones) or routed experts (true: reduced over the expert-data-parallel group);
+  /// empty for a dense layer.
+  std::vector<ParameterRef> MoeParameterRefs(bool routed_experts);
   const SavedActivations& saved() const { return saved_; }
   const LayerTimes& times() const { return times_; }
   const LayerConfig& config() const { return config_; }
@@ -91,6 +101,13 @@ class TransformerLayer {
   absl::StatusOr<Tensor> AttentionForward(const Tensor& qkv, bool keep, SavedActivations* s);
   absl::StatusOr<Tensor> AttentionBackward(const Tensor& dctx, SavedActivations* s);
   absl::StatusOr<Tensor> Dropout(const Tensor& x, float p, uint64_t seed, Tensor* mask);
+  /// The MoE block on x [N_sp, h] (gathered over ETP when etp > 1); stores into s->moe
+  /// when `keep`.
+  absl::StatusOr<Tensor> MoeForward(const Tensor& x, bool keep, SavedActivations* s);
+  absl::StatusOr<Tensor> MoeBackward(const Tensor& dy, SavedActivations* s);
+  /// [N_sp, h] rows of every ETP rank, concatenated in rank order; and this rank's rows.
+  absl::StatusOr<Tensor> GatherExpertRows(const Tensor& x);
+  absl::StatusOr<Tensor> OwnExpertRows(const Tensor& full, int64_t rows);
   struct AttentionArgs MakeAttentionArgs(const Tensor& qkv, const Tensor& ctx) const;
 
   LayerConfig config_;
@@ -101,6 +118,7 @@ class TransformerLayer {
   std::unique_ptr<RowParallelLinear> proj_;
   std::unique_ptr<ColumnParallelLinear> fc1_;
   std::unique_ptr<RowParallelLinear> fc2_;
+  std::unique_ptr<MoeLayer<float>> moe_;
   SavedActivations saved_;
   LayerTimes times_;
 };

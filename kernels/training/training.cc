@@ -108,6 +108,95 @@ absl::StatusOr<std::unique_ptr<Communicator>> Group(Backend& be, std::shared_ptr
                               static_cast<int>(size));
 }
 
+// Megatron's contiguous buffers for the parameters one group reduces: every parameter and
+// gradient becomes a view into one flat weight and one flat gradient buffer (padded to a
+// multiple of the group size), so the reduce is one collective. Optimizer state: flat m, v
+// (plain) or this group rank's shard of them (distributed optimizer). fp32 weights have no
+// master copy: the distributed optimizer reduce-scatters the gradients in place into this
+// rank's chunk of the flat gradient buffer, updates its chunk of the flat weights and
+// all-gathers them in place, as Megatron-LM's contiguous buffers do. Mixed precision
+// (16-bit dtype) adds an fp32 master copy of the weights the rank updates.
+class GradBucket {
+ public:
+  absl::Status Make(Backend& be, DType dt, const std::vector<ParameterRef>& params,
+                    Communicator* group, bool distributed) {
+    be_ = &be;
+    dt_ = dt;
+    group_ = group;
+    distributed_ = distributed;
+    numel_ = 0;
+    for (const ParameterRef& p : params) numel_ += p.value->numel();
+    if (numel_ == 0) return absl::OkStatus();
+    const int64_t n = group->size();
+    shard_ = (numel_ + n - 1) / n;
+    PT_ASSIGN_OR_RETURN(flat_param_, be.Zeros({shard_ * n}, dt, MemoryTag::kWeights));
+    PT_ASSIGN_OR_RETURN(flat_grad_, be.Zeros({shard_ * n}, dt, MemoryTag::kGradients));
+    int64_t off = 0;
+    for (const ParameterRef& p : params) {
+      const int64_t k = p.value->numel();
+      PT_RETURN_IF_ERROR(be.CopyBytes(flat_param_.at(off), p.value->data(), p.value->bytes(),
+                                      Backend::CopyKind::kOnBackend));
+      PT_ASSIGN_OR_RETURN(*p.value, flat_param_.Rows(off, off + k).Reshape(p.value->shape()));
+      PT_ASSIGN_OR_RETURN(*p.grad, flat_grad_.Rows(off, off + k).Reshape(p.grad->shape()));
+      off += k;
+    }
+    opt_n_ = distributed ? shard_ : numel_;
+    opt_first_ = distributed ? group->rank() * shard_ : 0;  // element offset
+    PT_ASSIGN_OR_RETURN(opt_m_, be.Zeros({opt_n_}, DType::kF32, MemoryTag::kWeights));
+    PT_ASSIGN_OR_RETURN(opt_v_, be.Zeros({opt_n_}, DType::kF32, MemoryTag::kWeights));
+    if (dt != DType::kF32) {
+      PT_ASSIGN_OR_RETURN(master_, be.Empty({opt_n_}, DType::kF32, MemoryTag::kWeights));
+      PT_RETURN_IF_ERROR(
+          be.Cast(DType::kF32, master_.data(), dt, flat_param_.at(opt_first_), opt_n_));
+    }
+    // The fp32 values AdamW updates: the master copy, or the weights themselves.
+    updated_ = dt != DType::kF32 ? master_.data_as<float>()
+                                 : static_cast<float*>(flat_param_.at(opt_first_));
+    return absl::OkStatus();
+  }
+
+  int64_t numel() const { return numel_; }
+  absl::Status ZeroGradients() {
+    return numel_ == 0 ? absl::OkStatus() : be_->Fill(flat_grad_, 0.0);
+  }
+  // The group's all-reduce, or reduce-scatter into this rank's chunk.
+  absl::Status Reduce() {
+    if (numel_ == 0) return absl::OkStatus();
+    if (distributed_) return group_->ReduceScatter(flat_grad_.data(), grads(), shard_, dt_);
+    return group_->AllReduce(flat_grad_.data(), numel_, dt_);
+  }
+  // Scales this rank's gradients and applies AdamW (step 0-based).
+  absl::Status Update(const TrainConfig& c, float scale, int64_t step) {
+    if (numel_ == 0) return absl::OkStatus();
+    PT_RETURN_IF_ERROR(be_->Scale(dt_, grads(), scale, opt_n_));
+    PT_RETURN_IF_ERROR(be_->AdamW(dt_, updated_, grads(), opt_m_.data_as<float>(),
+                                  opt_v_.data_as<float>(), opt_n_, c.lr, c.beta1, c.beta2,
+                                  c.adam_eps, c.weight_decay, step + 1));
+    if (dt_ != DType::kF32) {
+      PT_RETURN_IF_ERROR(be_->Cast(dt_, flat_param_.at(opt_first_), DType::kF32, updated_, opt_n_));
+    }
+    return absl::OkStatus();
+  }
+  // The distributed optimizer's all-gather of the updated weights.
+  absl::Status Gather() {
+    if (numel_ == 0 || !distributed_) return absl::OkStatus();
+    return group_->AllGather(flat_param_.at(opt_first_), flat_param_.data(), shard_, dt_);
+  }
+
+ private:
+  // The gradients this rank's optimizer updates: its chunk of the reduce-scattered buffer
+  // (distributed optimizer) or the whole all-reduced buffer.
+  void* grads() const { return flat_grad_.at(opt_first_); }
+
+  Backend* be_ = nullptr;
+  DType dt_ = DType::kF32;
+  Communicator* group_ = nullptr;
+  bool distributed_ = false;
+  int64_t numel_ = 0, shard_ = 0, opt_n_ = 0, opt_first_ = 0;
+  Tensor flat_param_, flat_grad_, opt_m_, opt_v_, master_;
+  float* updated_ = nullptr;
+};
+
 // The model chunk of one virtual pipeline stage on one rank.
 struct Chunk {
   int64_t vstage = 0;
@@ -127,6 +216,15 @@ SavedActivations& MutableSaved(TransformerLayer& l) {
   // The layer keeps one micro-batch's tensors; pipelining keeps several in flight, so the
   // schedule moves them out after each forward and back in before the matching backward.
   return const_cast<SavedActivations&>(l.saved());
+}
+
+// The routed block of an expert layer under the config's layout.
+MoeLayerConfig ExpertBlock(const TrainConfig& c) {
+  MoeLayerConfig m = c.moe;
+  m.hidden = c.shape.hidden_size;
+  m.ep = c.parallel.ep;
+  m.etp = c.parallel.etp;
+  return m;
 }
 
 uint64_t Slot(const TrainConfig& c, int64_t step, bool backward, int64_t chunk, int64_t mb) {
@@ -169,14 +267,36 @@ class RankRun {
       PT_ASSIGN_OR_RETURN(world_, MakeGlooCommunicator(r, "world", static_cast<int>(rank_),
                                                        static_cast<int>(c_.world_size())));
     }
+    if (c_.moe.num_experts > 0) PT_RETURN_IF_ERROR(ConnectExpertGroups(r));
     if (p_.pp > 1) {
       PT_ASSIGN_OR_RETURN(p2p_, PipeP2P::Connect(r, absl::StrCat("pp_", me_.tp, "_", me_.dp),
                                                  static_cast<int>(me_.pp),
                                                  static_cast<int>(p_.pp)));
     }
-    ctx_ = ParallelContext{be_.get(), tp_.get(), &clock_};
+    ctx_ = ParallelContext{be_.get(), tp_.get(), &clock_, ep_.get(), etp_,
+                           std::max(1, c_.threads_per_rank)};
     next_ = static_cast<int>((me_.pp + 1) % p_.pp);
     prev_ = static_cast<int>((me_.pp + p_.pp - 1) % p_.pp);
+    return absl::OkStatus();
+  }
+
+  // Megatron-Core's parallel folding: the stage's tp·dp ranks, numbered i = tp + t·dp as
+  // in the dense layout, regroup for the expert layers as etp (fastest) × ep × edp. ETP is
+  // the TP group itself (etp = tp) or one rank (etp = 1; TrainConfig::Validate).
+  absl::Status ConnectExpertGroups(std::shared_ptr<GlooRendezvous> r) {
+    const int64_t i = me_.tp + p_.tp * me_.dp, etp = p_.etp, ep = p_.ep;
+    const int64_t etp_rank = i % etp, ep_rank = (i / etp) % ep, edp_rank = i / (etp * ep);
+    PT_ASSIGN_OR_RETURN(ep_, Group(*be_, r, absl::StrCat("ep_", etp_rank, "_", edp_rank, "_", me_.pp),
+                                   ep_rank, ep));
+    PT_ASSIGN_OR_RETURN(edp_, Group(*be_, r,
+                                    absl::StrCat("edp_", etp_rank, "_", ep_rank, "_", me_.pp),
+                                    edp_rank, p_.edp()));
+    if (etp == 1) {
+      PT_ASSIGN_OR_RETURN(etp_self_, Group(*be_, r, "", 0, 1));
+      etp_ = etp_self_.get();
+    } else {
+      etp_ = tp_.get();
+    }
     return absl::OkStatus();
   }
 
@@ -199,14 +319,17 @@ class RankRun {
       if (ch.vstage == 0) {
         PT_ASSIGN_OR_RETURN(ch.embedding,
                             VocabParallelEmbedding::Create(base, ctx_, c_.position_rows));
-        for (Parameter* p : ch.embedding->Parameters()) params_.push_back(p);
+        for (Parameter* p : ch.embedding->Parameters()) params_.push_back({&p->value, &p->grad});
       }
       for (int64_t l = 0; l < per_chunk; ++l) {
+        const int64_t global = ch.vstage * per_chunk + l;
         LayerConfig lc = base;
-        lc.seed = Mix64(c_.seed +
-                        1000003ull * static_cast<uint64_t>(ch.vstage * per_chunk + l + 1));
+        lc.seed = Mix64(c_.seed + 1000003ull * static_cast<uint64_t>(global + 1));
+        if (c_.IsExpertLayer(global)) lc.moe = ExpertBlock(c_);
         PT_ASSIGN_OR_RETURN(auto layer, TransformerLayer::Create(lc, ctx_));
-        for (Parameter* p : layer->Parameters()) params_.push_back(p);
+        for (Parameter* p : layer->Parameters()) params_.push_back({&p->value, &p->grad});
+        for (const ParameterRef& p : layer->MoeParameterRefs(false)) params_.push_back(p);
+        for (const ParameterRef& p : layer->MoeParameterRefs(true)) expert_params_.push_back(p);
         ch.layers.push_back(std::move(layer));
       }
       if (ch.vstage == stages_ - 1) {
@@ -214,50 +337,25 @@ class RankRun {
         weight.tied = c_.tie_embeddings;
         if (c_.tie_embeddings && ch.embedding) weight.table = &ch.embedding->weight();  // pp 1
         PT_ASSIGN_OR_RETURN(ch.output, VocabParallelOutput::Create(base, ctx_, weight));
-        for (Parameter* p : ch.output->Parameters()) params_.push_back(p);
+        for (Parameter* p : ch.output->Parameters()) params_.push_back({&p->value, &p->grad});
       }
     }
-    numel_ = 0;
-    for (Parameter* p : params_) numel_ += p->value.numel();
-    result_->parameter_count = numel_;
+    int64_t dense = 0, experts = 0;
+    for (const ParameterRef& p : params_) dense += p.value->numel();
+    for (const ParameterRef& p : expert_params_) experts += p.value->numel();
+    result_->parameter_count = dense + experts;
+    result_->expert_parameter_count = experts;
     return absl::OkStatus();
   }
 
-  // Megatron's contiguous buffers: every parameter and gradient becomes a view into one
-  // flat weight and one flat gradient buffer (padded to a multiple of dp), so the DP reduce
-  // is one collective. Optimizer state: flat m, v (plain) or this DP rank's shard of them
-  // (distributed optimizer). The weights are fp32, so there is no master copy: the
-  // distributed optimizer reduce-scatters the gradients in place into this rank's chunk of
-  // the flat gradient buffer, updates this rank's chunk of the flat weights, and
-  // all-gathers them in place, as Megatron-LM's contiguous buffers do.
-  // Mixed precision (16-bit dtype) adds an fp32 master copy of the weights the rank updates.
+  // The contiguous buffers (GradBucket): the dense weights, reduced over DP, and the
+  // routed experts, reduced over the expert-data-parallel group.
   absl::Status MakeFlatBuffers() {
-    shard_ = (numel_ + p_.dp - 1) / p_.dp;
-    const int64_t padded = shard_ * p_.dp;
-    const DType dt = c_.dtype;
-    PT_ASSIGN_OR_RETURN(flat_param_, be_->Zeros({padded}, dt, MemoryTag::kWeights));
-    PT_ASSIGN_OR_RETURN(flat_grad_, be_->Zeros({padded}, dt, MemoryTag::kGradients));
-    int64_t off = 0;
-    for (Parameter* p : params_) {
-      const int64_t n = p->value.numel();
-      PT_RETURN_IF_ERROR(be_->CopyBytes(flat_param_.at(off), p->value.data(), p->value.bytes(),
-                                        Backend::CopyKind::kOnBackend));
-      PT_ASSIGN_OR_RETURN(p->value, flat_param_.Rows(off, off + n).Reshape(p->value.shape()));
-      PT_ASSIGN_OR_RETURN(p->grad, flat_grad_.Rows(off, off + n).Reshape(p->grad.shape()));
-      off += n;
+    const bool distributed = p_.distributed_optimizer();
+    PT_RETURN_IF_ERROR(dense_.Make(*be_, c_.dtype, params_, dp_.get(), distributed));
+    if (!expert_params_.empty()) {
+      PT_RETURN_IF_ERROR(experts_.Make(*be_, c_.dtype, expert_params_, edp_.get(), distributed));
     }
-    opt_n_ = p_.distributed_optimizer() ? shard_ : numel_;
-    opt_first_ = p_.distributed_optimizer() ? me_.dp * shard_ : 0;  // element offset
-    PT_ASSIGN_OR_RETURN(opt_m_, be_->Zeros({opt_n_}, DType::kF32, MemoryTag::kWeights));
-    PT_ASSIGN_OR_RETURN(opt_v_, be_->Zeros({opt_n_}, DType::kF32, MemoryTag::kWeights));
-    if (mixed()) {
-      PT_ASSIGN_OR_RETURN(master_, be_->Empty({opt_n_}, DType::kF32, MemoryTag::kWeights));
-      PT_RETURN_IF_ERROR(
-          be_->Cast(DType::kF32, master_.data(), dt, flat_param_.at(opt_first_), opt_n_));
-    }
-    // The fp32 values AdamW updates: the master copy, or the weights themselves.
-    updated_ = mixed() ? master_.data_as<float>()
-                       : static_cast<float*>(flat_param_.at(opt_first_));
     rows_ = (p_.sequence_parallel ? c_.seq_length / p_.tp : c_.seq_length) *
             p_.micro_batch_size;
     schedule_ = PipelineSchedule(c_, me_.pp);
@@ -269,7 +367,8 @@ class RankRun {
   absl::Status Step(int64_t step, double* loss, double* seconds) {
     PT_RETURN_IF_ERROR(world_->Barrier());
     const auto t0 = std::chrono::steady_clock::now();
-    PT_RETURN_IF_ERROR(be_->Fill(flat_grad_, 0.0));
+    PT_RETURN_IF_ERROR(dense_.ZeroGradients());
+    PT_RETURN_IF_ERROR(experts_.ZeroGradients());
     PT_RETURN_IF_ERROR(PostReceives(step));
     double loss_sum = 0, wait_s = 0;
     PT_RETURN_IF_ERROR(RunSchedule(step, &loss_sum, &wait_s));
@@ -309,8 +408,6 @@ class RankRun {
   }
 
  private:
-  bool mixed() const { return c_.dtype != DType::kF32; }
-
   // Every receive of the step, posted ahead so that no schedule order can deadlock.
   absl::Status PostReceives(int64_t step) {
     if (!p2p_) return absl::OkStatus();
@@ -433,9 +530,6 @@ class RankRun {
       mark = now;
       return s;
     };
-    // The gradients this rank's optimizer updates: its chunk of the reduce-scattered buffer
-    // (distributed optimizer) or the whole all-reduced buffer.
-    void* const grads = flat_grad_.at(opt_first_);
     if (embedding_group_) {
       // The table's gradient plus its copy's, on both stages, before the DP reduce (which
       // then sums both over DP: the same total as Megatron's order, and correct for the
@@ -444,23 +538,17 @@ class RankRun {
                                  : chunks_.back().output->weight();
       PT_RETURN_IF_ERROR(embedding_group_->AllReduce(w.grad.data(), w.grad.numel(), dt));
     }
-    if (p_.distributed_optimizer()) {
-      PT_RETURN_IF_ERROR(dp_->ReduceScatter(flat_grad_.data(), grads, shard_, dt));
-    } else {
-      PT_RETURN_IF_ERROR(dp_->AllReduce(flat_grad_.data(), numel_, dt));
-    }
+    PT_RETURN_IF_ERROR(dense_.Reduce());
+    PT_RETURN_IF_ERROR(experts_.Reduce());
     PT_ASSIGN_OR_RETURN(double dp_s, lap());
-    PT_RETURN_IF_ERROR(be_->Scale(dt, grads, scale, opt_n_));
-    PT_RETURN_IF_ERROR(be_->AdamW(dt, updated_, grads, opt_m_.data_as<float>(),
-                                  opt_v_.data_as<float>(), opt_n_, c_.lr, c_.beta1, c_.beta2,
-                                  c_.adam_eps, c_.weight_decay, step + 1));
-    if (mixed()) {
-      PT_RETURN_IF_ERROR(be_->Cast(dt, flat_param_.at(opt_first_), DType::kF32, updated_, opt_n_));
-    }
+    // Both buckets take the mean over the global batch: an expert's gradient sums the
+    // tokens of every rank whose tokens reached it, as a dense weight's sums over DP.
+    PT_RETURN_IF_ERROR(dense_.Update(c_, scale, step));
+    PT_RETURN_IF_ERROR(experts_.Update(c_, scale, step));
     PT_ASSIGN_OR_RETURN(const double opt_s, lap());
     if (p_.distributed_optimizer()) {
-      PT_RETURN_IF_ERROR(
-          dp_->AllGather(flat_param_.at(opt_first_), flat_param_.data(), shard_, dt));
+      PT_RETURN_IF_ERROR(dense_.Gather());
+      PT_RETURN_IF_ERROR(experts_.Gather());
       PT_ASSIGN_OR_RETURN(const double gather_s, lap());
       dp_s += gather_s;
     }
@@ -480,15 +568,16 @@ class RankRun {
   std::unique_ptr<Backend> be_;
   CommClock clock_;
   std::unique_ptr<Communicator> tp_, dp_, embedding_group_, world_;
+  std::unique_ptr<Communicator> ep_, edp_, etp_self_;  // expert groups (MoE only)
+  Communicator* etp_ = nullptr;                        // tp_ or etp_self_
   std::unique_ptr<PipeP2P> p2p_;
   ParallelContext ctx_;
   int next_ = 0, prev_ = 0;  // Pipeline neighbours.
   int64_t stages_ = 1;       // pp·vp virtual stages.
   std::vector<Chunk> chunks_;
-  std::vector<Parameter*> params_;
-  int64_t numel_ = 0, shard_ = 0, opt_n_ = 0, opt_first_ = 0, rows_ = 0;
-  Tensor flat_param_, flat_grad_, opt_m_, opt_v_, master_;
-  float* updated_ = nullptr;
+  std::vector<ParameterRef> params_, expert_params_;  // dense (incl. router), routed experts
+  int64_t rows_ = 0;
+  GradBucket dense_, experts_;
   std::vector<ScheduleOp> schedule_;
 };
 
@@ -577,7 +666,34 @@ absl::Status TrainConfig::Validate() const {
   lc.seq_length = seq_length;
   lc.flash_attention = flash_attention;
   lc.dtype = dtype;
+  PT_RETURN_IF_ERROR(lc.Validate());
+  if (moe.num_experts <= 0) {
+    if (p.ep != 1 || p.etp != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ep (", p.ep, ") and etp (", p.etp, ") must be 1 without experts (moe.num_experts 0)"));
+    }
+    return absl::OkStatus();
+  }
+  PT_RETURN_IF_ERROR(positive("moe_layer_freq", moe_layer_freq));
+  if (first_k_dense_layers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("first_k_dense_layers (", first_k_dense_layers, ") must be >= 0"));
+  }
+  if (backend != BackendKind::kCpu) {
+    return absl::UnimplementedError(
+        "mixture-of-experts layers train on the cpu backend only (kernels/moe_layer.h)");
+  }
+  if (p.edp() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ep·etp (", p.ep * p.etp,
+                                                   ") must divide tp·dp (", p.tp * p.dp, ")"));
+  }
+  lc.moe = ExpertBlock(*this);
   return lc.Validate();
+}
+
+bool TrainConfig::IsExpertLayer(int64_t layer) const {
+  if (moe.num_experts <= 0 || layer < first_k_dense_layers) return false;
+  return (layer - first_k_dense_layers) % std::max<int64_t>(moe_layer_freq, 1) == 0;
 }
 
 RankCoords CoordsOf(const TrainConfig& c, int64_t rank) {

@@ -19,6 +19,13 @@
 // deadlock; a received buffer is copied into a tracked tensor when its op runs, so the
 // tracking allocator's peak counts it from then on, as Megatron's receive buffer.
 //
+// Mixture of experts (TrainConfig::moe): the expert layers run kernels/moe_layer.h's block
+// in place of the MLP; the stage's tp·dp ranks regroup as etp × ep × edp (etp fastest,
+// Megatron-Core's parallel folding), the routed experts' gradients are reduced (or
+// reduce-scattered, with the distributed optimizer) over the expert-data-parallel group in
+// a second pair of contiguous buffers, the router's and shared experts' with the dense
+// weights. CPU fp32 only; etp 1 or tp.
+//
 // Backends: CPU (fp32; Gloo for every group) or CUDA (one device per rank, numbered from 0
 // in each process: fp32, or bf16/fp16 weights, activations and gradients with fp32 master
 // weights and Adam state; NCCL for the TP and DP groups; the point-to-point messages and the
@@ -67,6 +74,16 @@ struct TrainConfig {
   /// first and last stage of each (tp, dp) all-reduce the two gradients before the DP
   /// reduce (Megatron's embedding group), so both copies take the same update.
   bool tie_embeddings = false;
+  /// Mixture of experts: the routed block of every expert layer (moe.num_experts 0: a
+  /// dense model). moe.hidden, moe.ep and moe.etp are filled from shape and parallel.
+  /// Expert layer l (0-based): l >= first_k_dense_layers and (l − first_k_dense_layers) %
+  /// moe_layer_freq == 0, as the spec's fields mean. Every layout trains the same model on
+  /// the same data; with dropless routing and no auxiliary loss it also computes the same
+  /// numbers as one rank (the balanced and capacity assignments and the auxiliary loss
+  /// depend on which tokens an EP group pools).
+  MoeLayerConfig moe;
+  int64_t first_k_dense_layers = 0;
+  int64_t moe_layer_freq = 1;
   /// Rows of a learned absolute position table on the first stage (GPT's; the spec's
   /// max_position_embeddings), added to the word embeddings; 0: none. At least seq_length.
   int64_t position_rows = 0;
@@ -80,6 +97,7 @@ struct TrainConfig {
   DType dtype = DType::kF32;
 
   int64_t world_size() const { return parallel.world_size(); }
+  bool IsExpertLayer(int64_t layer) const;
   /// First violated rule, e.g. `pp·vp (6) must divide num_layers (4)`; Unimplemented for
   /// a layout field the trainer does not run (cp > 1, recompute_num_layers,
   /// split_counts_embedding_and_loss).
@@ -119,6 +137,7 @@ struct RankResult {
   std::vector<double> p2p_wait_seconds;
   int64_t peak_bytes = 0;             ///< Tracking-allocator peak over the run.
   int64_t parameter_count = 0;        ///< Elements this rank holds.
+  int64_t expert_parameter_count = 0; ///< Of which routed-expert elements.
 };
 
 struct TrainResult {
