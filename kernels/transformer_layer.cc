@@ -565,12 +565,14 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy) {
   };
   // MLP block.
   PT_ASSIGN_OR_RETURN(Tensor d2, dropout_backward(dy, s->drop2_mask));
-  Tensor dln2;
+  // dact and dfc1 live to the end of the backward, as the memory model's working set has
+  // them.
+  Tensor dln2, dact, dfc1;
   if (moe_) {
     PT_ASSIGN_OR_RETURN(dln2, MoeBackward(d2, s));
   } else {
-    PT_ASSIGN_OR_RETURN(Tensor dact, fc2_->Backward(ctx_, s->act, d2));
-    PT_ASSIGN_OR_RETURN(Tensor dfc1, be.Empty(s->fc1_out.shape(), dt, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(dact, fc2_->Backward(ctx_, s->act, d2));
+    PT_ASSIGN_OR_RETURN(dfc1, be.Empty(s->fc1_out.shape(), dt, MemoryTag::kWorkspace));
     if (config_.shape.activation == Activation::kSwiglu) {
       PT_RETURN_IF_ERROR(be.SwigluBackward(dt, dfc1.data(), dact.data(), s->fc1_out.data(),
                                            dact.dim(0), ffn_local_));

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "search/memory_model.h"
+#include "search/model_math.h"
 #include "search/parallel_config.h"
 #include "server/convert.h"
 
@@ -94,7 +95,34 @@ std::string VerifyUnsupportedReason(const JobSpec& spec, const v1::ParallelConfi
     return absl::StrCat("context parallelism (cp ", config.cp(),
                         ") is not implemented by kernels/training");
   }
-  if (spec.model.num_experts > 1) return "kernels/training trains dense models only";
+  if (IsMoe(spec.model)) {
+    const ModelSpec& m = spec.model;
+    const int64_t tp = std::max<int64_t>(1, config.tp());
+    const int64_t etp = std::max<int64_t>(1, config.etp());
+    if (spec.training.precision != Precision::kFp32) {
+      return absl::StrCat("kernels/training trains mixture-of-experts layers in fp32 on CPU "
+                          "workers; the spec's precision is ",
+                          ToString(spec.training.precision));
+    }
+    if (m.attention == AttentionType::kMla) {
+      return "kernels/training runs multi-head or grouped-query attention; the model's "
+             "attention is mla";
+    }
+    if (m.mtp_layers > 0) {
+      return absl::StrCat("kernels/training has no multi-token-prediction layers (mtp_layers ",
+                          m.mtp_layers, ")");
+    }
+    if (etp != 1 && etp != tp) {
+      return absl::StrCat("kernels/training splits experts over etp 1 or tp (", tp,
+                          "); the layout's etp is ", etp);
+    }
+    if (!config.moe_token_dispatcher().empty() &&
+        config.moe_token_dispatcher() != ToString(MoeTokenDispatcher::kAllToAll)) {
+      return absl::StrCat("kernels/training dispatches tokens by all-to-all; the layout's "
+                          "dispatcher is ",
+                          config.moe_token_dispatcher());
+    }
+  }
   const int64_t mb_dp = std::max<int64_t>(1, config.micro_batch_size()) *
                         std::max<int64_t>(1, config.dp());
   if (spec.training.global_batch_size % mb_dp != 0) {
@@ -155,6 +183,23 @@ absl::StatusOr<v1::VerifyTask> MakeVerifyTask(const JobSpec& spec, const v1::Ran
     t.set_position_rows(m.max_position_embeddings);
   }
   t.set_dtype(ToString(spec.training.precision));
+  if (IsMoe(m)) {
+    v1::MoeLayerTask* moe = t.mutable_moe();
+    moe->set_hidden_size(m.hidden_size);
+    moe->set_num_experts(m.num_experts);
+    moe->set_moe_router_topk(m.moe_router_topk);
+    moe->set_moe_ffn_hidden_size(m.moe_ffn_hidden_size);
+    moe->set_num_shared_experts(m.num_shared_experts);
+    moe->set_shared_expert_ffn_hidden_size(m.shared_expert_ffn_hidden_size > 0
+                                               ? m.shared_expert_ffn_hidden_size
+                                               : m.moe_ffn_hidden_size);
+    moe->set_routing(ToString(spec.training.moe_routing));
+    moe->set_capacity_factor(spec.training.moe_capacity_factor);
+    moe->set_ep(c.ep);
+    moe->set_etp(c.etp);
+    t.set_first_k_dense_layers(m.first_k_dense_layers);
+    t.set_moe_layer_freq(m.moe_layer_freq);
+  }
   return t;
 }
 

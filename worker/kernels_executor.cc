@@ -444,17 +444,10 @@ void OptimizerResult(const OptimizerRun& run, const double& step_s, TaskResult* 
 
 // --- moe_layer: one mixture-of-experts layer, timed (kernels/moe_step.h) -----------------
 
-absl::StatusOr<kernels::MoeStepConfig> ValidateMoeLayer(const v1::ProfileTask& task,
-                                                        const Worker& worker) {
-  const v1::MoeLayerTask& t = task.moe_layer();
-  if (worker.backend_name() != "cpu") {
-    return absl::UnimplementedError(absl::StrCat(
-        "the MoE layer task runs on the CPU backend only; this worker is ",
-        worker.backend_name()));
-  }
-  kernels::MoeStepConfig config;
-  kernels::MoeLayerConfig& layer = config.layer;
-  layer.hidden = t.hidden_size();
+// The routed block a MoeLayerTask describes (its shape, router and routing; not its layout
+// or its run), as the MoE layer task and the trainer's expert layers read it.
+absl::StatusOr<kernels::MoeLayerConfig> MoeBlockFromTask(const v1::MoeLayerTask& t) {
+  kernels::MoeLayerConfig layer;
   layer.num_experts = t.num_experts();
   layer.topk = t.moe_router_topk();
   layer.ffn_hidden = t.moe_ffn_hidden_size();
@@ -480,6 +473,23 @@ absl::StatusOr<kernels::MoeStepConfig> ValidateMoeLayer(const v1::ProfileTask& t
         absl::StrCat("routing (", t.routing(), ") must be balanced, dropless or capacity"));
   }
   layer.aux_loss_coeff = t.aux_loss_coeff();
+  return layer;
+}
+
+absl::StatusOr<kernels::MoeStepConfig> ValidateMoeLayer(const v1::ProfileTask& task,
+                                                        const Worker& worker) {
+  const v1::MoeLayerTask& t = task.moe_layer();
+  if (worker.backend_name() != "cpu") {
+    return absl::UnimplementedError(absl::StrCat(
+        "the MoE layer task runs on the CPU backend only; this worker is ",
+        worker.backend_name()));
+  }
+  kernels::MoeStepConfig config;
+  absl::StatusOr<kernels::MoeLayerConfig> block = MoeBlockFromTask(t);
+  if (!block.ok()) return block.status();
+  config.layer = *std::move(block);
+  kernels::MoeLayerConfig& layer = config.layer;
+  layer.hidden = t.hidden_size();
   layer.ep = std::max<int64_t>(1, t.ep());
   layer.etp = std::max<int64_t>(1, t.etp());
   const int64_t ranks = layer.ep * layer.etp;
@@ -735,6 +745,13 @@ absl::StatusOr<kt::TrainConfig> TrainConfigFromVerifyTask(const v1::VerifyTask& 
   c.dropout = t.dropout();
   c.tie_embeddings = t.tie_embeddings();
   c.position_rows = t.position_rows();
+  if (t.has_moe() && t.moe().num_experts() > 0) {
+    absl::StatusOr<kernels::MoeLayerConfig> block = MoeBlockFromTask(t.moe());
+    if (!block.ok()) return block.status();
+    c.moe = *std::move(block);
+    c.first_k_dense_layers = t.first_k_dense_layers();
+    c.moe_layer_freq = std::max<int64_t>(1, t.moe_layer_freq());
+  }
   c.steps = t.steps();
   c.seed = t.seed();
   return c;

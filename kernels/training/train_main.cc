@@ -51,6 +51,19 @@ int main(int argc, char** argv) {
                "the output layer uses the input embedding's table (GPT's default)");
   app.add_option("--position-rows", c.position_rows,
                  "rows of a learned position table (GPT's; 0: none, at least --seq)");
+  app.add_option("--experts", c.moe.num_experts, "routed experts per expert layer (0: dense)");
+  app.add_option("--topk", c.moe.topk, "experts per token");
+  app.add_option("--expert-ffn", c.moe.ffn_hidden, "FFN size of one routed expert");
+  app.add_option("--shared-experts", c.moe.num_shared_experts, "shared experts per layer");
+  app.add_option("--shared-expert-ffn", c.moe.shared_ffn_hidden, "FFN size of one shared expert");
+  std::string routing = "dropless";
+  app.add_option("--routing", routing, "dropless | balanced | capacity");
+  app.add_option("--capacity-factor", c.moe.capacity_factor, "capacity routing's factor");
+  app.add_option("--aux-loss-coeff", c.moe.aux_loss_coeff, "Switch load-balancing loss");
+  app.add_option("--first-k-dense", c.first_k_dense_layers, "dense layers before the experts");
+  app.add_option("--moe-layer-freq", c.moe_layer_freq, "every n-th layer after them has experts");
+  app.add_option("--ep", c.parallel.ep, "expert parallel size (folded into tp·dp)");
+  app.add_option("--etp", c.parallel.etp, "expert tensor parallel size (1 or tp)");
   app.add_option("--backend", backend, "cpu | cuda (one device per rank of this process)");
   app.add_option("--dtype", dtype, "fp32 | bf16 | fp16 (16-bit: cuda, fp32 master weights)");
   app.add_option("--ranks", ranks, "FIRST:COUNT ranks run here (default: all)");
@@ -63,6 +76,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   c.parallel.recompute = *rm;
+  if (routing == "dropless") {
+    c.moe.routing = k::ExpertRouting::kDropless;
+  } else if (routing == "balanced") {
+    c.moe.routing = k::ExpertRouting::kBalanced;
+  } else if (routing == "capacity") {
+    c.moe.routing = k::ExpertRouting::kCapacity;
+  } else {
+    std::cerr << "--routing (" << routing << ") must be dropless, balanced or capacity\n";
+    return 2;
+  }
   if (distributed_optimizer) {
     c.parallel.data_parallel_sharding = paratune::DataParallelSharding::kOptimizer;
   }
@@ -108,6 +131,7 @@ int main(int argc, char** argv) {
     j["ranks"].push_back({{"rank", rr.rank},
                           {"peak_bytes", rr.peak_bytes},
                           {"parameters", rr.parameter_count},
+                          {"expert_parameters", rr.expert_parameter_count},
                           {"step_seconds", rr.step_seconds},
                           {"dp_seconds", rr.dp_seconds},
                           {"optimizer_seconds", rr.optimizer_seconds},

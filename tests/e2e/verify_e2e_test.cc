@@ -7,7 +7,9 @@
 //     `paratune results` prints measured vs predicted with the error in %;
 //   - a layout of world 4 (tp1 pp2 dp2) that no single worker holds: two parts, one per
 //     worker, meet through the coordinator's rendezvous store, and the losses again equal
-//     the in-process run (a tied-embeddings model: the embedding group spans the workers).
+//     the in-process run (a tied-embeddings model: the embedding group spans the workers);
+//   - a mixture-of-experts model (three expert layers of four experts) at pp2 dp2 ep2: its
+//     expert layers train on both workers and the losses equal the in-process run.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -112,13 +114,23 @@ class VerifyE2eTest : public ::testing::Test {
 
   /// The tiny model of the specs below under the layout of `config` (results JSON), built
   /// here from the spec's numbers rather than from the coordinator's task.
-  static kt::TrainConfig TinyModel(const json& config, bool tie_embeddings) {
+  static kt::TrainConfig TinyModel(const json& config, bool tie_embeddings, bool moe) {
     kt::TrainConfig c;
+    if (moe) {  // kMoeSpec's experts
+      c.moe.num_experts = 4;
+      c.moe.topk = 2;
+      c.moe.ffn_hidden = 64;
+      c.moe.routing = paratune::kernels::ExpertRouting::kDropless;
+      c.first_k_dense_layers = 1;
+      c.parallel.ep = std::max<int64_t>(1, Int(config, "ep"));
+      c.parallel.etp = std::max<int64_t>(1, Int(config, "etp"));
+    }
     c.tie_embeddings = tie_embeddings;
     c.shape.hidden_size = 64;
     c.shape.num_attention_heads = 4;
     c.shape.num_query_groups = 4;
-    c.shape.ffn_hidden_size = 4 * 64;
+    // An MoE model's dense layers default to the experts' width.
+    c.shape.ffn_hidden_size = moe ? 64 : 4 * 64;
     c.shape.vocab_size = 256;  // a multiple of 128·tp for tp <= 2: no padding
     c.num_layers = 4;
     c.seq_length = 64;
@@ -146,7 +158,7 @@ class VerifyE2eTest : public ::testing::Test {
 
   /// Checks the verification of ranked entry `r`: measured and predicted, one peak per
   /// rank, and losses equal to the in-process run of the same config. Returns the world size.
-  int64_t ExpectVerified(const json& r, bool tie_embeddings = false) {
+  int64_t ExpectVerified(const json& r, bool tie_embeddings = false, bool moe = false) {
     const json& c = r["config"];
     const json& v = r["verification"];
     EXPECT_EQ(v.value("status", std::string()), "verified") << r.dump(1);
@@ -166,7 +178,7 @@ class VerifyE2eTest : public ::testing::Test {
     EXPECT_NEAR(v.value("predicted_tracked_peak_gib", 0.0),
                 v.value("predicted_peak_gib", 0.0) + loss_buffers * (8.0 / 6.0 - 1.0),
                 1e-9 * v.value("predicted_peak_gib", 0.0));
-    const kt::TrainConfig config = TinyModel(c, tie_embeddings);
+    const kt::TrainConfig config = TinyModel(c, tie_embeddings, moe);
     const int64_t world = config.world_size();
     const json peaks = v.value("measured_peak_gib_per_rank", json::array());
     EXPECT_EQ(static_cast<int64_t>(peaks.size()), world);
@@ -279,6 +291,26 @@ TEST_F(VerifyE2eTest, ALayoutLargerThanOneWorkerRunsAsAGangOverBothWorkers) {
   const bool a_first = a.find("ranks 0..1 of 4") != std::string::npos;
   EXPECT_NE((a_first ? a : b).find("ranks 0..1 of 4"), std::string::npos) << a << b;
   EXPECT_NE((a_first ? b : a).find("ranks 2..3 of 4"), std::string::npos) << a << b;
+}
+
+// Three expert layers of four experts (top-2, dropless) after one dense layer, EP over the
+// two DP ranks of each stage; the two stages run on the two workers.
+constexpr char kMoeSpec[] = R"(name: tiny-moe-verify
+model: {name: tiny-moe, num_layers: 4, hidden_size: 64, num_attention_heads: 4, vocab_size: 256, num_experts: 4, moe_router_topk: 2, moe_ffn_hidden_size: 64, first_k_dense_layers: 1}
+training: {seq_length: 64, global_batch_size: 8, precision: fp32, flash_attention: false, moe_routing: dropless}
+cluster: {gpu: cpu, num_gpus: 4, gpus_per_node: 4}
+search: {mode: model, top_k: 1, verify_top_k: 1, tp: [1], pp: [2], dp: [2], vp: [1], micro_batch_size: [1], ep: [2], etp: [1], moe_token_dispatcher: [alltoall]}
+)";
+
+TEST_F(VerifyE2eTest, AMixtureOfExpertsLayoutTrainsItsExpertLayersOnTheWorkers) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const std::string id = RunJob(kMoeSpec);
+  json results = Results(id);
+  ASSERT_FALSE(results.is_discarded());
+  const json& ranked = results["plan"]["ranked"];
+  ASSERT_EQ(ranked.size(), 1u);
+  EXPECT_EQ(Int(ranked[0]["config"], "ep"), 2) << ranked[0].dump(1);
+  EXPECT_EQ(ExpectVerified(ranked[0], /*tie_embeddings=*/false, /*moe=*/true), 4);
 }
 
 TEST_F(VerifyE2eTest, AGangWhosePeerNeverComesIsNotVerifiedAndSaysWhy) {

@@ -203,6 +203,77 @@ TEST(VerifyUnsupportedReason, NamesWhatTheTrainerCannotDo) {
             "context parallelism (cp 2) is not implemented by kernels/training");
 }
 
+JobSpec TinyMoeSpec() {
+  JobSpec s = TinySpec();
+  s.model.num_experts = 8;
+  s.model.moe_router_topk = 2;
+  s.model.moe_ffn_hidden_size = 32;
+  s.model.num_shared_experts = 1;
+  s.model.first_k_dense_layers = 1;
+  s.model.moe_layer_freq = 2;
+  s.training.moe_routing = MoeRouting::kDropless;
+  return s;
+}
+
+v1::RankedConfig RankedMoe(int64_t tp, int64_t dp, int64_t ep, int64_t etp) {
+  ParallelConfig layout;
+  layout.tp = tp;
+  layout.dp = dp;
+  layout.ep = ep;
+  layout.etp = etp;
+  layout.sequence_parallel = tp > 1;
+  layout.micro_batch_size = 1;
+  v1::RankedConfig r = Ranked(tp, 1, dp, 1);
+  *r.mutable_config() = ToProto(layout);
+  return r;
+}
+
+TEST(MakeVerifyTask, CarriesTheExpertsAndWhichLayersHoldThem) {
+  const absl::StatusOr<v1::VerifyTask> t =
+      MakeVerifyTask(TinyMoeSpec(), RankedMoe(2, 2, 2, 1), {0, 4}, {}, "ns-1");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(t->has_moe());
+  EXPECT_EQ(t->moe().hidden_size(), 64);
+  EXPECT_EQ(t->moe().num_experts(), 8);
+  EXPECT_EQ(t->moe().moe_router_topk(), 2);
+  EXPECT_EQ(t->moe().moe_ffn_hidden_size(), 32);
+  EXPECT_EQ(t->moe().num_shared_experts(), 1);
+  // A shared expert's width defaults to a routed expert's.
+  EXPECT_EQ(t->moe().shared_expert_ffn_hidden_size(), 32);
+  EXPECT_EQ(t->moe().routing(), "dropless");
+  EXPECT_EQ(t->first_k_dense_layers(), 1);
+  EXPECT_EQ(t->moe_layer_freq(), 2);
+  EXPECT_EQ(t->parallel().ep(), 2);
+  EXPECT_EQ(t->parallel().etp(), 1);
+  // A dense model carries none.
+  EXPECT_FALSE(MakeVerifyTask(TinySpec(), Ranked(1, 1, 2, 1), {0, 2}, {}, "")->has_moe());
+}
+
+TEST(VerifyUnsupportedReason, NamesWhatTheTrainerCannotDoWithExperts) {
+  JobSpec s = TinyMoeSpec();
+  EXPECT_EQ(VerifyUnsupportedReason(s, RankedMoe(2, 2, 2, 1).config()), "");
+  EXPECT_EQ(VerifyUnsupportedReason(s, RankedMoe(2, 2, 2, 2).config()), "");
+  EXPECT_EQ(VerifyUnsupportedReason(s, RankedMoe(4, 1, 1, 2).config()),
+            "kernels/training splits experts over etp 1 or tp (4); the layout's etp is 2");
+  v1::ParallelConfig flex = RankedMoe(1, 2, 2, 1).config();
+  flex.set_moe_token_dispatcher("flex");
+  EXPECT_EQ(VerifyUnsupportedReason(s, flex),
+            "kernels/training dispatches tokens by all-to-all; the layout's dispatcher is flex");
+  s.training.precision = Precision::kBf16;
+  EXPECT_EQ(VerifyUnsupportedReason(s, RankedMoe(1, 2, 2, 1).config()),
+            "kernels/training trains mixture-of-experts layers in fp32 on CPU workers; the "
+            "spec's precision is bf16");
+  s = TinyMoeSpec();
+  s.model.mtp_layers = 1;
+  EXPECT_EQ(VerifyUnsupportedReason(s, RankedMoe(1, 2, 2, 1).config()),
+            "kernels/training has no multi-token-prediction layers (mtp_layers 1)");
+  s = TinyMoeSpec();
+  s.model.attention = AttentionType::kMla;
+  EXPECT_EQ(VerifyUnsupportedReason(s, RankedMoe(1, 2, 2, 1).config()),
+            "kernels/training runs multi-head or grouped-query attention; the model's "
+            "attention is mla");
+}
+
 v1::VerifyResult Part(int64_t first, std::vector<int64_t> peaks) {
   v1::VerifyResult r;
   r.set_first_rank(first);
