@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
 #include "kernels/communicator.h"
 #include "kernels/hash_random.h"
 #include "kernels/status_macros.h"
@@ -110,6 +111,11 @@ absl::StatusOr<MoeStepResult> RunMoeLayerStep(const MoeStepConfig& config) {
   PT_RETURN_IF_ERROR(config.Validate());
   const int ep = static_cast<int>(config.layer.ep), etp = static_cast<int>(config.layer.etp);
   const int world = ep * etp;
+  // The cores shared among the ranks, as RunLayerStep shares them among its TP ranks:
+  // OpenBLAS's default (every core per call) called from ep·etp rank threads at once
+  // oversubscribes the cores and serialises the ranks' GEMMs.
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  SetBlasThreads(std::max(1, cores / world));
   std::shared_ptr<GlooRendezvous> rendezvous = MakeInProcessRendezvous();
   static std::atomic<int> run_id{0};
   const std::string prefix = absl::StrCat("moe", run_id.fetch_add(1), "/");
