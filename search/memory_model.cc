@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "search/framework_profile.h"
@@ -314,19 +315,28 @@ double ExpertLayerActivationBytes(const ModelSpec& model, const LayerActivationP
   return bytes;
 }
 
-double DenseLayerOffloadedBytes(const ModelSpec& model, const TrainingSpec& training,
-                                const ParallelConfig& config) {
+namespace {
+
+// A layer's activation parameters with and without the layout's offloads.
+std::pair<LayerActivationParams, LayerActivationParams> WithAndWithoutOffload(
+    const ModelSpec& model, const TrainingSpec& training, const ParallelConfig& config) {
   const LayerActivationParams with = ActivationParamsFor(model, training, config);
   LayerActivationParams without = with;
   without.offloaded = OffloadedInputs();
+  return {with, without};
+}
+
+}  // namespace
+
+double DenseLayerOffloadedBytes(const ModelSpec& model, const TrainingSpec& training,
+                                const ParallelConfig& config) {
+  const auto [with, without] = WithAndWithoutOffload(model, training, config);
   return LayerActivationBytes(model, without) - LayerActivationBytes(model, with);
 }
 
 double LayerOffloadedBytes(const JobSpec& spec, const ParallelConfig& config, bool expert_layer) {
   if (!expert_layer) return DenseLayerOffloadedBytes(spec.model, spec.training, config);
-  const LayerActivationParams with = ActivationParamsFor(spec.model, spec.training, config);
-  LayerActivationParams without = with;
-  without.offloaded = OffloadedInputs();
+  const auto [with, without] = WithAndWithoutOffload(spec.model, spec.training, config);
   const double load = ExpertLoadFactor(spec, config);
   return ExpertLayerActivationBytes(spec.model, without, load) -
          ExpertLayerActivationBytes(spec.model, with, load);
@@ -344,7 +354,9 @@ double DispatchBufferBytes(const ModelSpec& model, const LayerActivationParams& 
 }
 
 double MaxParamsPerGpu(const ModelSpec& model, const ParallelConfig& config) {
-  return std::max(StageParamsPerGpu(model, config, 0), StageParamsPerGpu(model, config, config.pp - 1));
+  const double first = StageParamsPerGpu(model, config, 0);
+  if (config.pp <= 1) return first;
+  return std::max(first, StageParamsPerGpu(model, config, config.pp - 1));
 }
 
 FrameworkMemory FrameworkMemoryFor(const DeviceProfile& device, Framework framework) {
