@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
@@ -11,6 +12,8 @@
 #include "kernels/cpu/dropout.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/moe_permute.h"
+#include "kernels/cpu/moe_router.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/vocab.h"
 
@@ -316,6 +319,72 @@ class CpuBackend final : public Backend {
       using T = decltype(z);
       cpu::cross_entropy_backward<T>(P<T>(dlogits), static_cast<const T*>(logits), max, sumexp,
                                      targets, rows, v, vocab_start, scale);
+    });
+  }
+
+  absl::Status MoeRouterScores(DType rdt, void* scores, const void* logits, int64_t tokens,
+                               int64_t experts, bool sigmoid) override {
+    return Dispatch(rdt, [&](auto z) {
+      using T = decltype(z);
+      cpu::moe_router_scores<T>(P<T>(scores), static_cast<const T*>(logits), tokens, experts,
+                                sigmoid);
+    });
+  }
+  absl::Status MoeRouterTopK(DType rdt, int32_t* selected, void* probs, const void* scores,
+                             int64_t tokens, int64_t experts, int64_t k, bool normalize,
+                             double scale, bool balanced, int64_t first_token) override {
+    return Dispatch(rdt, [&](auto z) {
+      using T = decltype(z);
+      const T* s = static_cast<const T*>(scores);
+      cpu::moe_router_select<T>(selected, s, tokens, experts, k, balanced, first_token);
+      cpu::moe_router_probs<T>(P<T>(probs), s, selected, tokens, experts, k, normalize,
+                               static_cast<T>(scale));
+    });
+  }
+  absl::Status MoeRouterBackward(DType rdt, void* dlogits, const void* dprobs,
+                                 const void* scores, const int32_t* selected, int64_t tokens,
+                                 int64_t experts, int64_t k, bool sigmoid, bool normalize,
+                                 double scale, const void* dp_aux) override {
+    return Dispatch(rdt, [&](auto z) {
+      using T = decltype(z);
+      const T* s = static_cast<const T*>(scores);
+      std::vector<T> dscores(tokens * experts);
+      cpu::moe_router_probs_backward<T>(dscores.data(), static_cast<const T*>(dprobs), s,
+                                        selected, tokens, experts, k, normalize,
+                                        static_cast<T>(scale));
+      if (dp_aux != nullptr) {
+        cpu::moe_aux_probs_backward<T>(dscores.data(), static_cast<const T*>(dp_aux), s,
+                                       tokens, experts, sigmoid);
+      }
+      cpu::moe_router_scores_backward<T>(P<T>(dlogits), dscores.data(), s, tokens, experts,
+                                         sigmoid);
+    });
+  }
+  absl::Status MoePermute(DType dtype, void* out, const void* x, const int32_t* perm,
+                          int64_t rows, int64_t k, int64_t hidden) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::moe_permute<T>(P<T>(out), static_cast<const T*>(x), perm, rows, k, hidden);
+    });
+  }
+  absl::Status MoeUnpermute(DType dtype, void* y, const void* in, const void* probs,
+                            const int32_t* perm, int64_t tokens, int64_t k, int64_t hidden,
+                            int64_t rows) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::moe_unpermute<T>(P<T>(y), static_cast<const T*>(in), static_cast<const T*>(probs),
+                            perm, tokens, k, hidden, rows);
+    });
+  }
+  absl::Status MoeUnpermuteBackward(DType dtype, void* din, void* dprobs, const void* dy,
+                                    const void* in, const void* probs, const int32_t* perm,
+                                    int64_t tokens, int64_t k, int64_t hidden,
+                                    int64_t rows) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::moe_unpermute_backward<T>(P<T>(din), P<T>(dprobs), static_cast<const T*>(dy),
+                                     static_cast<const T*>(in), static_cast<const T*>(probs),
+                                     perm, tokens, k, hidden, rows);
     });
   }
 

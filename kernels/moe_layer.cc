@@ -9,8 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/activations.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/moe_permute.h"
 #include "kernels/cpu/moe_router.h"
 #include "kernels/hash_random.h"
@@ -21,28 +20,6 @@ namespace {
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-template <typename T>
-constexpr DType DTypeOf() {
-  return std::is_same_v<T, float> ? DType::kF32 : DType::kF64;
-}
-
-// y[n, out] = x[n, in]·W[out, in]ᵀ (+= when accumulate).
-template <typename T>
-void LinearForward(T* y, const T* x, const T* w, int64_t n, int64_t in, int64_t out,
-                   bool accumulate = false) {
-  if (n == 0 || out == 0) return;
-  cpu::gemm(false, true, n, out, in, 1.0f, x, in, w, in, accumulate ? 1.0f : 0.0f, y, out);
-}
-
-// dx[n, in] (= or +=) dy[n, out]·W; dW[out, in] += dy ᵀ·x.
-template <typename T>
-void LinearBackward(T* dx, T* dw, const T* dy, const T* x, const T* w, int64_t n, int64_t in,
-                    int64_t out, bool accumulate_dx) {
-  if (n == 0) return;
-  cpu::gemm(false, false, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in);
-  cpu::gemm(true, false, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in);
 }
 
 absl::Status Positive(int64_t v, const char* field) {
@@ -123,8 +100,8 @@ MoeWeights<T> MoeWeights<T>::Random(const MoeLayerConfig& c, uint64_t seed, doub
 // Dispatcher
 
 AllToAllTokenDispatcher::AllToAllTokenDispatcher(Communicator* ep, int64_t num_experts,
-                                                 int64_t hidden, DType dtype)
-    : ep_(ep), num_experts_(num_experts), hidden_(hidden), dtype_(dtype) {}
+                                                 int64_t hidden, DType dtype, Backend* backend)
+    : ep_(ep), backend_(backend), num_experts_(num_experts), hidden_(hidden), dtype_(dtype) {}
 
 absl::Status AllToAllTokenDispatcher::Plan(const std::vector<int64_t>& tokens_per_expert) {
   const int ep = ep_->size();
@@ -137,7 +114,19 @@ absl::Status AllToAllTokenDispatcher::Plan(const std::vector<int64_t>& tokens_pe
   // Counts travel as doubles (every communicator reduces fp64; counts stay exact < 2^53).
   std::vector<double> send(num_experts_), recv(num_experts_);
   for (int64_t e = 0; e < num_experts_; ++e) send[e] = static_cast<double>(tokens_per_expert[e]);
-  PT_RETURN_IF_ERROR(ep_->AllToAll(send.data(), recv.data(), local, DType::kF64));
+  if (backend_ == nullptr || backend_->kind() == BackendKind::kCpu) {
+    PT_RETURN_IF_ERROR(ep_->AllToAll(send.data(), recv.data(), local, DType::kF64));
+  } else {
+    // A device communicator (NCCL) exchanges device memory.
+    PT_ASSIGN_OR_RETURN(Tensor buf,
+                        backend_->Empty({2 * num_experts_}, DType::kF64, MemoryTag::kWorkspace));
+    const int64_t bytes = num_experts_ * 8;
+    PT_RETURN_IF_ERROR(backend_->CopyBytes(buf.data(), send.data(), bytes,
+                                           Backend::CopyKind::kHostToBackend));
+    PT_RETURN_IF_ERROR(ep_->AllToAll(buf.data(), buf.at(num_experts_), local, DType::kF64));
+    PT_RETURN_IF_ERROR(backend_->CopyBytes(recv.data(), buf.at(num_experts_), bytes,
+                                           Backend::CopyKind::kBackendToHost));
+  }
   send_rows_.assign(ep, 0);
   recv_rows_.assign(ep, 0);
   recv_counts_.assign(num_experts_, 0);
@@ -157,7 +146,8 @@ absl::Status AllToAllTokenDispatcher::Plan(const std::vector<int64_t>& tokens_pe
 }
 
 // Rank-major chunks (q, le) ↔ expert-major chunks (le, q), as Megatron's sort_chunks_by_idxs.
-void AllToAllTokenDispatcher::Regroup(const char* src, char* dst, bool to_expert_major) const {
+absl::Status AllToAllTokenDispatcher::Regroup(const char* src, char* dst,
+                                              bool to_expert_major) const {
   const int ep = ep_->size();
   const int64_t local = num_experts_ / ep;
   const int64_t row = hidden_ * SizeOf(dtype_);
@@ -174,14 +164,17 @@ void AllToAllTokenDispatcher::Regroup(const char* src, char* dst, bool to_expert
       const int64_t chunk = q * local + le;
       const int64_t n = recv_counts_[chunk] * row;
       const int64_t rm = rank_major[chunk] * row;
-      if (to_expert_major) {
-        std::memcpy(dst + at, src + rm, n);
-      } else {
-        std::memcpy(dst + rm, src + at, n);
+      char* to = to_expert_major ? dst + at : dst + rm;
+      const char* from = to_expert_major ? src + rm : src + at;
+      if (n > 0 && backend_ != nullptr) {
+        PT_RETURN_IF_ERROR(backend_->CopyBytes(to, from, n, Backend::CopyKind::kOnBackend));
+      } else if (n > 0) {
+        std::memcpy(to, from, n);
       }
       at += n;
     }
   }
+  return absl::OkStatus();
 }
 
 absl::Status AllToAllTokenDispatcher::Dispatch(const void* in, void* out, void* workspace) {
@@ -191,8 +184,7 @@ absl::Status AllToAllTokenDispatcher::Dispatch(const void* in, void* out, void* 
     recv[q] = recv_rows_[q] * hidden_;
   }
   PT_RETURN_IF_ERROR(ep_->AllToAllV(in, send, workspace, recv, dtype_));
-  Regroup(static_cast<const char*>(workspace), static_cast<char*>(out), true);
-  return absl::OkStatus();
+  return Regroup(static_cast<const char*>(workspace), static_cast<char*>(out), true);
 }
 
 absl::Status AllToAllTokenDispatcher::Combine(const void* in, void* out, void* workspace) {
@@ -201,32 +193,91 @@ absl::Status AllToAllTokenDispatcher::Combine(const void* in, void* out, void* w
     send[q] = recv_rows_[q] * hidden_;
     recv[q] = send_rows_[q] * hidden_;
   }
-  Regroup(static_cast<const char*>(in), static_cast<char*>(workspace), false);
+  PT_RETURN_IF_ERROR(Regroup(static_cast<const char*>(in), static_cast<char*>(workspace), false));
   return ep_->AllToAllV(workspace, send, out, recv, dtype_);
 }
 
 // ---------------------------------------------------------------------------------------
 // Layer
 
-template <typename T>
-MoeLayer<T>::MoeLayer(const MoeLayerConfig& config, Communicator* ep, Communicator* etp,
-                      TrackingAllocator* allocator, int threads)
+MoeLayer::MoeLayer(const MoeLayerConfig& config, Communicator* ep, Communicator* etp,
+                   Backend* backend, DType dtype)
     : config_(config),
       ep_(ep),
       etp_(etp),
-      allocator_(allocator),
-      threads_(threads),
-      dispatcher_(ep, config.num_experts, config.hidden, DTypeOf<T>()) {}
+      be_(backend),
+      dtype_(dtype),
+      rdt_(dtype == DType::kF64 ? DType::kF64 : DType::kF32),
+      dispatcher_(ep, config.num_experts, config.hidden, dtype, backend) {}
 
-template <typename T>
-absl::StatusOr<Tensor> MoeLayer<T>::Alloc(std::vector<int64_t> shape, MemoryTag tag) const {
-  return Tensor::Empty(allocator_, std::move(shape), DTypeOf<T>(), tag);
+absl::StatusOr<Tensor> MoeLayer::Alloc(std::vector<int64_t> shape, MemoryTag tag) const {
+  return be_->Empty(std::move(shape), dtype_, tag);
+}
+
+absl::StatusOr<Tensor> MoeLayer::AllocRouter(std::vector<int64_t> shape, MemoryTag tag) const {
+  return be_->Empty(std::move(shape), rdt_, tag);
+}
+
+void* MoeLayer::At(const Tensor& t, int64_t elements) const {
+  return static_cast<char*>(t.data()) + elements * SizeOf(t.dtype());
+}
+
+absl::Status MoeLayer::Linear(void* y, const void* x, const void* w, int64_t n, int64_t in,
+                              int64_t out, bool accumulate) {
+  if (n == 0 || out == 0) return absl::OkStatus();
+  GemmArgs g;
+  g.trans_b = true;
+  g.m = n, g.n = out, g.k = in;
+  g.a = x, g.lda = in;
+  g.b = w, g.ldb = in;
+  g.beta = accumulate ? 1.0f : 0.0f;
+  g.c = y, g.ldc = out;
+  return be_->Gemm(dtype_, g);
+}
+
+absl::Status MoeLayer::LinearBackward(void* dx, void* dw, const void* dy, const void* x,
+                                      const void* w, int64_t n, int64_t in, int64_t out,
+                                      bool accumulate_dx) {
+  if (n == 0) return absl::OkStatus();
+  GemmArgs gx;  // dX = dY·W
+  gx.m = n, gx.n = in, gx.k = out;
+  gx.a = dy, gx.lda = out;
+  gx.b = w, gx.ldb = in;
+  gx.beta = accumulate_dx ? 1.0f : 0.0f;
+  gx.c = dx, gx.ldc = in;
+  PT_RETURN_IF_ERROR(be_->Gemm(dtype_, gx));
+  GemmArgs gw;  // dW += dYᵀ·X
+  gw.trans_a = true;
+  gw.m = out, gw.n = in, gw.k = n;
+  gw.a = dy, gw.lda = out;
+  gw.b = x, gw.ldb = in;
+  gw.beta = 1.0f;
+  gw.c = dw, gw.ldc = in;
+  return be_->Gemm(dtype_, gw);
+}
+
+absl::Status MoeLayer::HostAllReduce(Communicator* group, std::vector<double>& values) {
+  const auto n = static_cast<int64_t>(values.size());
+  if (be_->kind() == BackendKind::kCpu) return group->AllReduce(values.data(), n, DType::kF64);
+  PT_ASSIGN_OR_RETURN(Tensor buf, be_->Empty({n}, DType::kF64, MemoryTag::kWorkspace));
+  PT_RETURN_IF_ERROR(
+      be_->CopyBytes(buf.data(), values.data(), n * 8, Backend::CopyKind::kHostToBackend));
+  PT_RETURN_IF_ERROR(group->AllReduce(buf.data(), n, DType::kF64));
+  return be_->CopyBytes(values.data(), buf.data(), n * 8, Backend::CopyKind::kBackendToHost);
+}
+
+absl::StatusOr<Tensor> MoeLayer::RowProbs() const {
+  if (rdt_ == dtype_) return probs_;
+  PT_ASSIGN_OR_RETURN(Tensor p, Alloc(probs_.shape(), MemoryTag::kWorkspace));
+  PT_RETURN_IF_ERROR(be_->Cast(dtype_, p.data(), rdt_, probs_.data(), probs_.numel()));
+  return p;
 }
 
 template <typename T>
-absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::Create(
-    const MoeLayerConfig& config, const MoeWeights<T>& full, Communicator* ep, Communicator* etp,
-    TrackingAllocator* allocator, int threads) {
+absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const MoeLayerConfig& config,
+                                                           const MoeWeights<T>& full,
+                                                           Communicator* ep, Communicator* etp,
+                                                           Backend* backend, DType dtype) {
   PT_RETURN_IF_ERROR(config.Validate());
   const int64_t h = config.hidden, e = config.num_experts, f = config.ffn_hidden;
   const int64_t fs = config.shared_ffn_total();
@@ -241,47 +292,63 @@ absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::Create(
                                      &full.shared_fc2};
   return CreateFrom(
       config,
-      [&tensors](int tensor, int64_t offset, int64_t n, T* out) {
+      [&tensors](int tensor, int64_t offset, int64_t n, double* out) {
         const T* src = tensors[tensor - 1]->data() + offset;
         std::copy(src, src + n, out);
       },
-      ep, etp, allocator, threads);
+      ep, etp, backend, dtype);
 }
 
-template <typename T>
-absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::CreateRandom(
+template absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create<float>(
+    const MoeLayerConfig&, const MoeWeights<float>&, Communicator*, Communicator*, Backend*,
+    DType);
+template absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create<double>(
+    const MoeLayerConfig&, const MoeWeights<double>&, Communicator*, Communicator*, Backend*,
+    DType);
+
+absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateRandom(
     const MoeLayerConfig& config, uint64_t seed, double scale, Communicator* ep, Communicator* etp,
-    TrackingAllocator* allocator, int threads) {
+    Backend* backend, DType dtype) {
   PT_RETURN_IF_ERROR(config.Validate());
   return CreateFrom(
       config,
-      [seed, scale](int tensor, int64_t offset, int64_t n, T* out) {
-        for (int64_t i = 0; i < n; ++i) {
-          out[i] = static_cast<T>(RandomWeight(seed, tensor, offset + i, scale));
-        }
+      [seed, scale](int tensor, int64_t offset, int64_t n, double* out) {
+        for (int64_t i = 0; i < n; ++i) out[i] = RandomWeight(seed, tensor, offset + i, scale);
       },
-      ep, etp, allocator, threads);
+      ep, etp, backend, dtype);
 }
 
-template <typename T>
-absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::CreateFrom(
-    const MoeLayerConfig& config, const WeightSource& source, Communicator* ep, Communicator* etp,
-    TrackingAllocator* allocator, int threads) {
-  if (ep == nullptr || etp == nullptr || allocator == nullptr) {
-    return absl::InvalidArgumentError("ep, etp and allocator must not be null");
+absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateFrom(const MoeLayerConfig& config,
+                                                               const WeightSource& source,
+                                                               Communicator* ep, Communicator* etp,
+                                                               Backend* backend, DType dtype) {
+  if (ep == nullptr || etp == nullptr || backend == nullptr) {
+    return absl::InvalidArgumentError("ep, etp and backend must not be null");
   }
   if (ep->size() != config.ep || etp->size() != config.etp) {
     return absl::InvalidArgumentError(
         absl::StrCat("the EP group (", ep->size(), " ranks) and ETP group (", etp->size(),
                      " ranks) must have ep (", config.ep, ") and etp (", config.etp, ") ranks"));
   }
-  if (!allocator->raw()->host_accessible()) {
-    return absl::InvalidArgumentError("the MoE layer runs on host memory (a CPU backend)");
+  const bool cpu = backend->kind() == BackendKind::kCpu;
+  if (cpu ? (dtype != DType::kF32 && dtype != DType::kF64)
+          : (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype (", DTypeName(dtype), ") must be ", cpu ? "fp32 or fp64 on the cpu backend"
+                                                       : "fp32, bf16 or fp16 on the cuda backend"));
+  }
+  if (!cpu && config.aux_loss_coeff > 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "aux_loss_coeff (", config.aux_loss_coeff, ") > 0 runs on the cpu backend only"));
+  }
+  if (!cpu && config.routing == ExpertRouting::kCapacity) {
+    return absl::UnimplementedError(
+        "capacity routing (dropped assignments) runs on the cpu backend only");
   }
   const int64_t h = config.hidden, e = config.num_experts, f = config.ffn_hidden;
   const int64_t fs = config.shared_ffn_total(), le = config.local_experts();
   const int64_t fl = f / config.etp, fsl = fs / config.etp;
-  std::unique_ptr<MoeLayer> layer(new MoeLayer(config, ep, etp, allocator, threads));
+  std::unique_ptr<MoeLayer> layer(new MoeLayer(config, ep, etp, backend, dtype));
   Params& w = layer->w_;
   Params& g = layer->g_;
   PT_ASSIGN_OR_RETURN(w.router, layer->Alloc({e, h}, MemoryTag::kWeights));
@@ -295,16 +362,17 @@ absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::CreateFrom(
                                                                {&w.shared_fc1, &g.shared_fc1},
                                                                {&w.shared_fc2, &g.shared_fc2}};
   for (const std::pair<const Tensor*, Tensor*>& wg : weight_and_grad) {
-    Tensor* grad = wg.second;
-    PT_ASSIGN_OR_RETURN(*grad, layer->Alloc(wg.first->shape(), MemoryTag::kGradients));
-    std::fill(grad->data_as<T>(), grad->data_as<T>() + grad->numel(), T(0));
+    PT_ASSIGN_OR_RETURN(*wg.second, backend->Zeros(wg.first->shape(), dtype, MemoryTag::kGradients));
   }
-  source(1, 0, e * h, w.router.data_as<T>());
+  // The shards are made on the host and copied in (converted to dtype).
+  std::vector<double> host(e * h);
+  source(1, 0, e * h, host.data());
+  PT_RETURN_IF_ERROR(backend->CopyFromHost(w.router, host));
   // Column-parallel fc1: this ETP rank's slice of the gate rows and of the up rows;
   // row-parallel fc2: its slice of the columns.
   const int64_t j = etp->rank(), first = ep->rank() * le;
-  auto shard = [&](int fc1, int fc2, int64_t ffn, int64_t ffn_local, int64_t expert, T* fc1_out,
-                   T* fc2_out) {
+  auto shard = [&](int fc1, int fc2, int64_t ffn, int64_t ffn_local, int64_t expert,
+                   double* fc1_out, double* fc2_out) {
     for (int64_t half = 0; half < 2; ++half) {
       source(fc1, (expert * 2 * ffn + half * ffn + j * ffn_local) * h, ffn_local * h,
              fc1_out + half * ffn_local * h);
@@ -313,81 +381,93 @@ absl::StatusOr<std::unique_ptr<MoeLayer<T>>> MoeLayer<T>::CreateFrom(
       source(fc2, (expert * h + r) * ffn + j * ffn_local, ffn_local, fc2_out + r * ffn_local);
     }
   };
+  std::vector<double> fc1(le * 2 * fl * h), fc2(le * h * fl);
   for (int64_t x = 0; x < le; ++x) {
-    shard(2, 3, f, fl, first + x, w.fc1.data_as<T>() + x * 2 * fl * h,
-          w.fc2.data_as<T>() + x * h * fl);
+    shard(2, 3, f, fl, first + x, fc1.data() + x * 2 * fl * h, fc2.data() + x * h * fl);
   }
+  PT_RETURN_IF_ERROR(backend->CopyFromHost(w.fc1, fc1));
+  PT_RETURN_IF_ERROR(backend->CopyFromHost(w.fc2, fc2));
   if (fs > 0) {
-    shard(4, 5, fs, fsl, 0, w.shared_fc1.data_as<T>(), w.shared_fc2.data_as<T>());
+    std::vector<double> sfc1(2 * fsl * h), sfc2(h * fsl);
+    shard(4, 5, fs, fsl, 0, sfc1.data(), sfc2.data());
+    PT_RETURN_IF_ERROR(backend->CopyFromHost(w.shared_fc1, sfc1));
+    PT_RETURN_IF_ERROR(backend->CopyFromHost(w.shared_fc2, sfc2));
   }
   return layer;
 }
 
-template <typename T>
-absl::Status MoeLayer<T>::SharedForward(const T* x, int64_t tokens, T* y) {
+absl::Status MoeLayer::SharedForward(const void* x, int64_t tokens, void* y) {
   const int64_t h = config_.hidden, fsl = config_.shared_ffn_total() / config_.etp;
-  LinearForward(shared_fc1_.data_as<T>(), x, w_.shared_fc1.data_as<T>(), tokens, h, 2 * fsl);
-  cpu::swiglu_forward(shared_act_.data_as<T>(), shared_fc1_.data_as<T>(), tokens, fsl, threads_);
-  // += onto the routed output: reduce_from_tp_region of the sum (fwd: all-reduce).
-  LinearForward(y, shared_act_.data_as<T>(), w_.shared_fc2.data_as<T>(), tokens, fsl, h,
-                /*accumulate=*/true);
-  return absl::OkStatus();
+  PT_RETURN_IF_ERROR(Linear(shared_fc1_.data(), x, w_.shared_fc1.data(), tokens, h, 2 * fsl,
+                            false));
+  PT_RETURN_IF_ERROR(
+      be_->SwigluForward(dtype_, shared_act_.data(), shared_fc1_.data(), tokens, fsl));
+  return Linear(y, shared_act_.data(), w_.shared_fc2.data(), tokens, fsl, h, false);
 }
 
-template <typename T>
-absl::Status MoeLayer<T>::SharedBackward(const T* dy, T* dx) {
+absl::Status MoeLayer::SharedBackward(const void* dy, void* dx) {
   const int64_t h = config_.hidden, fsl = config_.shared_ffn_total() / config_.etp;
   PT_ASSIGN_OR_RETURN(Tensor dact, Alloc({tokens_, fsl}, MemoryTag::kWorkspace));
   PT_ASSIGN_OR_RETURN(Tensor dfc1, Alloc({tokens_, 2 * fsl}, MemoryTag::kWorkspace));
-  LinearBackward(dact.data_as<T>(), g_.shared_fc2.data_as<T>(), dy, shared_act_.data_as<T>(),
-                 w_.shared_fc2.data_as<T>(), tokens_, fsl, h, false);
-  cpu::swiglu_backward(dfc1.data_as<T>(), dact.data_as<T>(), shared_fc1_.data_as<T>(), tokens_, fsl,
-                       threads_);
+  PT_RETURN_IF_ERROR(LinearBackward(dact.data(), g_.shared_fc2.data(), dy, shared_act_.data(),
+                                    w_.shared_fc2.data(), tokens_, fsl, h, false));
+  PT_RETURN_IF_ERROR(be_->SwigluBackward(dtype_, dfc1.data(), dact.data(), shared_fc1_.data(),
+                                         tokens_, fsl));
   // dx += here; the ETP all-reduce of dx (copy_to_tp_region's backward) is done once by
   // Backward for the routed and shared parts together.
-  LinearBackward(dx, g_.shared_fc1.data_as<T>(), dfc1.data_as<T>(), x_.data_as<T>(),
-                 w_.shared_fc1.data_as<T>(), tokens_, h, 2 * fsl, true);
+  PT_RETURN_IF_ERROR(LinearBackward(dx, g_.shared_fc1.data(), dfc1.data(), x_.data(),
+                                    w_.shared_fc1.data(), tokens_, h, 2 * fsl, true));
   shared_fc1_ = Tensor();
   shared_act_ = Tensor();
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::Status MoeLayer<T>::ExpertsForward(const T* in, T* out) {
+absl::Status MoeLayer::ExpertsForward(const void* in, void* out) {
   const int64_t h = config_.hidden, fl = config_.ffn_hidden / config_.etp;
   const int64_t rows = dispatcher_.received_rows();
+  const int64_t es = SizeOf(dtype_);
+  auto at_row = [es](const void* p, int64_t elements) {
+    return static_cast<char*>(const_cast<void*>(p)) + elements * es;
+  };
   int64_t at = 0;
   for (int64_t le = 0; le < config_.local_experts(); ++le) {
     const int64_t n = dispatcher_.local_tokens_per_expert()[le];
-    LinearForward(expert_fc1_.data_as<T>() + at * 2 * fl, in + at * h,
-                  w_.fc1.data_as<T>() + le * 2 * fl * h, n, h, 2 * fl);
-    cpu::swiglu_forward(expert_act_.data_as<T>() + at * fl, expert_fc1_.data_as<T>() + at * 2 * fl,
-                        n, fl, threads_);
-    LinearForward(out + at * h, expert_act_.data_as<T>() + at * fl,
-                  w_.fc2.data_as<T>() + le * h * fl, n, fl, h);
+    if (n > 0) {
+      PT_RETURN_IF_ERROR(Linear(At(expert_fc1_, at * 2 * fl), at_row(in, at * h),
+                                At(w_.fc1, le * 2 * fl * h), n, h, 2 * fl, false));
+      PT_RETURN_IF_ERROR(be_->SwigluForward(dtype_, At(expert_act_, at * fl),
+                                            At(expert_fc1_, at * 2 * fl), n, fl));
+      PT_RETURN_IF_ERROR(Linear(at_row(out, at * h), At(expert_act_, at * fl),
+                                At(w_.fc2, le * h * fl), n, fl, h, false));
+    }
     at += n;
   }
   // reduce_from_tp_region (fwd: all-reduce over ETP, bwd: identity).
-  if (config_.etp > 1 && rows > 0) {
-    PT_RETURN_IF_ERROR(etp_->AllReduce(out, rows * h, DTypeOf<T>()));
-  }
+  if (config_.etp > 1 && rows > 0) PT_RETURN_IF_ERROR(etp_->AllReduce(out, rows * h, dtype_));
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::Status MoeLayer<T>::ExpertsBackward(const T* dout, T* din, T* dact_buf, T* dfc1_buf) {
+absl::Status MoeLayer::ExpertsBackward(const void* dout, void* din, void* dact_buf,
+                                       void* dfc1_buf) {
   const int64_t h = config_.hidden, fl = config_.ffn_hidden / config_.etp;
+  const int64_t es = SizeOf(dtype_);
+  auto at_row = [es](const void* p, int64_t elements) {
+    return static_cast<char*>(const_cast<void*>(p)) + elements * es;
+  };
   int64_t at = 0;
   for (int64_t le = 0; le < config_.local_experts(); ++le) {
     const int64_t n = dispatcher_.local_tokens_per_expert()[le];
-    LinearBackward(dact_buf + at * fl, g_.fc2.data_as<T>() + le * h * fl, dout + at * h,
-                   expert_act_.data_as<T>() + at * fl, w_.fc2.data_as<T>() + le * h * fl, n, fl, h,
-                   false);
-    cpu::swiglu_backward(dfc1_buf + at * 2 * fl, dact_buf + at * fl,
-                         expert_fc1_.data_as<T>() + at * 2 * fl, n, fl, threads_);
-    LinearBackward(din + at * h, g_.fc1.data_as<T>() + le * 2 * fl * h, dfc1_buf + at * 2 * fl,
-                   expert_in_.data_as<T>() + at * h, w_.fc1.data_as<T>() + le * 2 * fl * h, n, h,
-                   2 * fl, false);
+    if (n > 0) {
+      PT_RETURN_IF_ERROR(LinearBackward(at_row(dact_buf, at * fl), At(g_.fc2, le * h * fl),
+                                        at_row(dout, at * h), At(expert_act_, at * fl),
+                                        At(w_.fc2, le * h * fl), n, fl, h, false));
+      PT_RETURN_IF_ERROR(be_->SwigluBackward(dtype_, at_row(dfc1_buf, at * 2 * fl),
+                                             at_row(dact_buf, at * fl),
+                                             At(expert_fc1_, at * 2 * fl), n, fl));
+      PT_RETURN_IF_ERROR(LinearBackward(at_row(din, at * h), At(g_.fc1, le * 2 * fl * h),
+                                        at_row(dfc1_buf, at * 2 * fl), At(expert_in_, at * h),
+                                        At(w_.fc1, le * 2 * fl * h), n, h, 2 * fl, false));
+    }
     at += n;
   }
   // din is this ETP rank's part (its shard of fc1); Backward all-reduces the layer's dx
@@ -397,21 +477,103 @@ absl::Status MoeLayer<T>::ExpertsBackward(const T* dout, T* din, T* dact_buf, T*
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::Status MoeLayer<T>::AgreeOnAllocation(const absl::Status& mine) {
-  double failed = mine.ok() ? 0.0 : 1.0;
-  // Summed over the EP group, then over the ETP group: over the whole grid.
-  PT_RETURN_IF_ERROR(ep_->AllReduce(&failed, 1, DType::kF64));
-  PT_RETURN_IF_ERROR(etp_->AllReduce(&failed, 1, DType::kF64));
+absl::Status MoeLayer::AgreeOnAllocation(const absl::Status& mine) {
+  std::vector<double> failed = {mine.ok() ? 0.0 : 1.0};
+  // Summed over the EP group, then over the ETP group: over the whole grid. On a device
+  // backend the staging buffer is 8 bytes; an allocator that cannot give it has failed.
+  PT_RETURN_IF_ERROR(HostAllReduce(ep_, failed));
+  PT_RETURN_IF_ERROR(HostAllReduce(etp_, failed));
   if (!mine.ok()) return mine;
-  if (failed > 0) {
+  if (failed[0] > 0) {
     return absl::AbortedError("another rank of the MoE layer could not allocate its buffers");
   }
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::Status MoeLayer<T>::Forward(const T* x, int64_t tokens, T* y) {
+absl::Status MoeLayer::Permutation(int64_t tokens) {
+  const int64_t e = config_.num_experts, k = config_.topk;
+  const bool cpu = be_->kind() == BackendKind::kCpu;
+  std::vector<int32_t> selected_host;
+  const int32_t* selected = selected_.data_as<int32_t>();
+  if (!cpu) {
+    selected_host.resize(tokens * k);
+    PT_RETURN_IF_ERROR(be_->CopyBytes(selected_host.data(), selected_.data(), tokens * k * 4,
+                                      Backend::CopyKind::kBackendToHost));
+    selected = selected_host.data();
+  }
+  tokens_per_expert_.assign(e, 0);
+  std::vector<int32_t> perm_host(cpu ? 0 : tokens * k);
+  int32_t* perm = cpu ? perm_.data_as<int32_t>() : perm_host.data();
+  if (config_.routing == ExpertRouting::kCapacity) {  // cpu backend (CreateFrom)
+    const auto capacity = static_cast<int64_t>(std::ceil(
+        static_cast<double>(tokens * k) / static_cast<double>(e) * config_.capacity_factor));
+    std::vector<int32_t> routed(tokens * k);
+    if (rdt_ == DType::kF64) {
+      cpu::moe_capacity_routes(routed.data(), probs_.data_as<double>(), selected, tokens, e, k,
+                               capacity);
+    } else {
+      cpu::moe_capacity_routes(routed.data(), probs_.data_as<float>(), selected, tokens, e, k,
+                               capacity);
+    }
+    routed_rows_ =
+        cpu::moe_permutation(perm, tokens_per_expert_.data(), routed.data(), tokens * k, e);
+  } else {
+    routed_rows_ = cpu::moe_permutation(perm, tokens_per_expert_.data(), selected, tokens * k, e);
+  }
+  if (!cpu) {
+    PT_RETURN_IF_ERROR(be_->CopyBytes(perm_.data(), perm_host.data(), tokens * k * 4,
+                                      Backend::CopyKind::kHostToBackend));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Σ_t p_aux[t, e] per expert (cpu memory).
+template <typename R>
+std::vector<double> AuxProbabilitySums(const Tensor& scores, int64_t tokens, int64_t e,
+                                       bool sigmoid) {
+  std::vector<R> p_aux(tokens * e);
+  cpu::moe_aux_probs(p_aux.data(), scores.data_as<R>(), tokens, e, sigmoid);
+  std::vector<double> sums(e, 0.0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t i = 0; i < e; ++i) sums[i] += p_aux[t * e + i];
+  }
+  return sums;
+}
+
+// ∂L/∂p_aux[t, e] = coeff · E · count_e / (k · T²) for every token (cpu memory).
+template <typename R>
+std::vector<R> AuxGradient(const std::vector<double>& counts, int64_t tokens, double c) {
+  const auto e = static_cast<int64_t>(counts.size());
+  std::vector<R> d(tokens * e);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t i = 0; i < e; ++i) d[t * e + i] = static_cast<R>(c * counts[i]);
+  }
+  return d;
+}
+
+}  // namespace
+
+absl::Status MoeLayer::AuxLoss(int64_t tokens) {
+  const int64_t e = config_.num_experts, k = config_.topk;
+  const bool sigmoid = config_.score == MoeScoreFunction::kSigmoid;
+  const std::vector<double> p_sums =
+      rdt_ == DType::kF64 ? AuxProbabilitySums<double>(scores_, tokens, e, sigmoid)
+                          : AuxProbabilitySums<float>(scores_, tokens, e, sigmoid);
+  std::vector<double> sums(2 * e, 0.0);  // [counts | probability sums]
+  for (int64_t i = 0; i < e; ++i) {
+    sums[i] = static_cast<double>(tokens_per_expert_[i]);
+    sums[e + i] = p_sums[i];
+  }
+  PT_RETURN_IF_ERROR(HostAllReduce(ep_, sums));
+  global_counts_.assign(sums.begin(), sums.begin() + e);
+  aux_loss_ = cpu::moe_aux_loss(global_counts_, std::vector<double>(sums.begin() + e, sums.end()),
+                                tokens * ep_->size(), k, config_.aux_loss_coeff);
+  return absl::OkStatus();
+}
+
+absl::Status MoeLayer::Forward(const void* x, int64_t tokens, void* y) {
   if (tokens < 1) {
     return absl::InvalidArgumentError(absl::StrCat("tokens (", tokens, ") must be >= 1"));
   }
@@ -419,55 +581,36 @@ absl::Status MoeLayer<T>::Forward(const T* x, int64_t tokens, T* y) {
   const bool sigmoid = config_.score == MoeScoreFunction::kSigmoid;
   tokens_ = tokens;
   PT_ASSIGN_OR_RETURN(x_, Alloc({tokens, h}, MemoryTag::kActivations));
-  std::copy(x, x + tokens * h, x_.data_as<T>());
+  PT_RETURN_IF_ERROR(be_->CopyBytes(x_.data(), x, x_.bytes(), Backend::CopyKind::kOnBackend));
 
-  // Router: logits → scores → selected experts → probabilities (fp32/fp64 as the layer).
-  PT_ASSIGN_OR_RETURN(scores_, Alloc({tokens, e}, MemoryTag::kActivations));
-  PT_ASSIGN_OR_RETURN(Tensor logits, Alloc({tokens, e}, MemoryTag::kWorkspace));
-  LinearForward(logits.data_as<T>(), x, w_.router.data_as<T>(), tokens, h, e);
-  cpu::moe_router_scores(scores_.data_as<T>(), logits.data_as<T>(), tokens, e, sigmoid);
-  logits = Tensor();
-  PT_ASSIGN_OR_RETURN(selected_,
-                      Tensor::Empty(allocator_, {tokens, k}, DType::kI32, MemoryTag::kActivations));
-  cpu::moe_router_select(selected_.data_as<int32_t>(), scores_.data_as<T>(), tokens, e, k,
-                         config_.routing == ExpertRouting::kBalanced, ep_->rank() * tokens);
-  PT_ASSIGN_OR_RETURN(probs_, Alloc({tokens, k}, MemoryTag::kActivations));
-  cpu::moe_router_probs(probs_.data_as<T>(), scores_.data_as<T>(), selected_.data_as<int32_t>(),
-                        tokens, e, k, config_.normalize_topk, static_cast<T>(config_.topk_scaling));
+  // Router: logits → scores → selected experts → probabilities (in the router's dtype).
+  PT_ASSIGN_OR_RETURN(scores_, AllocRouter({tokens, e}, MemoryTag::kActivations));
+  {
+    PT_ASSIGN_OR_RETURN(Tensor logits, Alloc({tokens, e}, MemoryTag::kWorkspace));
+    PT_RETURN_IF_ERROR(Linear(logits.data(), x, w_.router.data(), tokens, h, e, false));
+    Tensor router_logits = logits;
+    if (rdt_ != dtype_) {
+      PT_ASSIGN_OR_RETURN(router_logits, AllocRouter({tokens, e}, MemoryTag::kWorkspace));
+      PT_RETURN_IF_ERROR(be_->Cast(rdt_, router_logits.data(), dtype_, logits.data(), tokens * e));
+    }
+    PT_RETURN_IF_ERROR(
+        be_->MoeRouterScores(rdt_, scores_.data(), router_logits.data(), tokens, e, sigmoid));
+  }
+  PT_ASSIGN_OR_RETURN(selected_, be_->Empty({tokens, k}, DType::kI32, MemoryTag::kActivations));
+  PT_ASSIGN_OR_RETURN(probs_, AllocRouter({tokens, k}, MemoryTag::kActivations));
+  PT_RETURN_IF_ERROR(be_->MoeRouterTopK(
+      rdt_, selected_.data_as<int32_t>(), probs_.data(), scores_.data(), tokens, e, k,
+      config_.normalize_topk, config_.topk_scaling, config_.routing == ExpertRouting::kBalanced,
+      ep_->rank() * tokens));
 
   // Permutation: assignments sorted by expert, tokens in order within an expert.
-  tokens_per_expert_.assign(e, 0);
-  PT_ASSIGN_OR_RETURN(
-      perm_, Tensor::Empty(allocator_, {tokens * k}, DType::kI32, MemoryTag::kActivations));
-  if (config_.routing == ExpertRouting::kCapacity) {
-    const auto capacity = static_cast<int64_t>(std::ceil(
-        static_cast<double>(tokens * k) / static_cast<double>(e) * config_.capacity_factor));
-    std::vector<int32_t> routed(tokens * k);
-    cpu::moe_capacity_routes(routed.data(), probs_.data_as<T>(), selected_.data_as<int32_t>(),
-                             tokens, e, k, capacity);
-    routed_rows_ = cpu::moe_permutation(perm_.data_as<int32_t>(), tokens_per_expert_.data(),
-                                        routed.data(), tokens * k, e);
-  } else {
-    routed_rows_ = cpu::moe_permutation(perm_.data_as<int32_t>(), tokens_per_expert_.data(),
-                                        selected_.data_as<int32_t>(), tokens * k, e);
-  }
+  PT_ASSIGN_OR_RETURN(perm_, be_->Empty({tokens * k}, DType::kI32, MemoryTag::kActivations));
+  PT_RETURN_IF_ERROR(Permutation(tokens));
   const int64_t routed_rows = routed_rows_;
 
   // Auxiliary loss over every token of the EP group.
   aux_loss_ = 0;
-  if (config_.aux_loss_coeff > 0) {
-    PT_ASSIGN_OR_RETURN(Tensor p_aux, Alloc({tokens, e}, MemoryTag::kWorkspace));
-    cpu::moe_aux_probs(p_aux.data_as<T>(), scores_.data_as<T>(), tokens, e, sigmoid);
-    std::vector<double> sums(2 * e, 0.0);  // [counts | probability sums]
-    for (int64_t i = 0; i < e; ++i) sums[i] = static_cast<double>(tokens_per_expert_[i]);
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t i = 0; i < e; ++i) sums[e + i] += p_aux.data_as<T>()[t * e + i];
-    }
-    PT_RETURN_IF_ERROR(ep_->AllReduce(sums.data(), 2 * e, DType::kF64));
-    global_counts_.assign(sums.begin(), sums.begin() + e);
-    aux_loss_ = cpu::moe_aux_loss(global_counts_, std::vector<double>(sums.begin() + e, sums.end()),
-                                  tokens * ep_->size(), k, config_.aux_loss_coeff);
-  }
+  if (config_.aux_loss_coeff > 0) PT_RETURN_IF_ERROR(AuxLoss(tokens));
 
   // Plan, permute, dispatch, experts, combine.
   double t0 = Now();
@@ -495,36 +638,42 @@ absl::Status MoeLayer<T>::Forward(const T* x, int64_t tokens, T* y) {
     }
     return absl::OkStatus();
   }()));
-  cpu::moe_permute(permuted.data_as<T>(), x, perm_.data_as<int32_t>(), routed_rows, k, h);
+  PT_RETURN_IF_ERROR(be_->MoePermute(dtype_, permuted.data(), x, perm_.data_as<int32_t>(),
+                                     routed_rows, k, h));
+  PT_RETURN_IF_ERROR(be_->Synchronize());
   t0 = Now();
   PT_RETURN_IF_ERROR(dispatcher_.Dispatch(permuted.data(), expert_in_.data(), workspace.data()));
+  PT_RETURN_IF_ERROR(be_->Synchronize());
   double t1 = Now();
   forward_times_.dispatch_combine_s += t1 - t0;
   permuted = Tensor();
-  PT_RETURN_IF_ERROR(ExpertsForward(expert_in_.data_as<T>(), expert_out.data_as<T>()));
+  PT_RETURN_IF_ERROR(ExpertsForward(expert_in_.data(), expert_out.data()));
+  PT_RETURN_IF_ERROR(be_->Synchronize());
   t0 = Now();
   forward_times_.experts_s = t0 - t1;
   PT_RETURN_IF_ERROR(dispatcher_.Combine(expert_out.data(), combined_.data(), workspace.data()));
+  PT_RETURN_IF_ERROR(be_->Synchronize());
   forward_times_.dispatch_combine_s += Now() - t0;
   workspace = expert_out = Tensor();
 
   // Unpermute: y[t] = Σ_j prob[t, j] · expert output of (t, j).
-  cpu::moe_unpermute(y, combined_.data_as<T>(), probs_.data_as<T>(), perm_.data_as<int32_t>(),
-                     tokens, k, h, routed_rows);
+  {
+    PT_ASSIGN_OR_RETURN(Tensor probs, RowProbs());
+    PT_RETURN_IF_ERROR(be_->MoeUnpermute(dtype_, y, combined_.data(), probs.data(),
+                                         perm_.data_as<int32_t>(), tokens, k, h, routed_rows));
+  }
   if (config_.num_shared_experts > 0) {
-    std::fill(shared_out.data_as<T>(), shared_out.data_as<T>() + tokens * h, T(0));
-    PT_RETURN_IF_ERROR(SharedForward(x, tokens, shared_out.data_as<T>()));
+    PT_RETURN_IF_ERROR(SharedForward(x, tokens, shared_out.data()));
     // reduce_from_tp_region (fwd: all-reduce over ETP) on the shared experts' output.
     if (config_.etp > 1) {
-      PT_RETURN_IF_ERROR(etp_->AllReduce(shared_out.data(), tokens * h, DTypeOf<T>()));
+      PT_RETURN_IF_ERROR(etp_->AllReduce(shared_out.data(), tokens * h, dtype_));
     }
-    for (int64_t i = 0; i < tokens * h; ++i) y[i] += shared_out.data_as<T>()[i];
+    PT_RETURN_IF_ERROR(be_->Add(dtype_, y, y, shared_out.data(), tokens * h));
   }
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::Status MoeLayer<T>::Backward(const T* dy, T* dx) {
+absl::Status MoeLayer::Backward(const void* dy, void* dx) {
   if (!x_.defined()) return absl::FailedPreconditionError("Backward needs a Forward first");
   const int64_t tokens = tokens_, h = config_.hidden, e = config_.num_experts;
   const int64_t k = config_.topk;
@@ -550,76 +699,81 @@ absl::Status MoeLayer<T>::Backward(const T* dy, T* dx) {
   }()));
   // Unpermute backward: d(expert output of row i) = prob · dy[t]; dprob = dy[t] · output.
   // A dropped assignment's probability has no gradient: its expert output is not in y.
-  std::fill(dprobs.data_as<T>(), dprobs.data_as<T>() + tokens * k, T(0));
-  for (int64_t i = 0; i < routed_rows; ++i) {
-    const T* dyt = dy + (perm[i] / k) * h;
-    const T* o = combined_.data_as<T>() + i * h;
-    T* d = dcombined.data_as<T>() + i * h;
-    const T p = probs_.data_as<T>()[perm[i]];
-    T dot = 0;
-    for (int64_t c = 0; c < h; ++c) {
-      d[c] = p * dyt[c];
-      dot += dyt[c] * o[c];
-    }
-    dprobs.data_as<T>()[perm[i]] = dot;
+  {
+    PT_ASSIGN_OR_RETURN(Tensor probs, RowProbs());
+    PT_RETURN_IF_ERROR(be_->MoeUnpermuteBackward(dtype_, dcombined.data(), dprobs.data(), dy,
+                                                 combined_.data(), probs.data(), perm, tokens, k,
+                                                 h, routed_rows));
   }
   combined_ = Tensor();
 
   // The route backwards: the output gradients travel as the tokens did (dispatch), the
   // input gradients return as the outputs did (combine).
+  PT_RETURN_IF_ERROR(be_->Synchronize());
   double t0 = Now();
   PT_RETURN_IF_ERROR(dispatcher_.Dispatch(dcombined.data(), dexpert_out.data(), workspace.data()));
+  PT_RETURN_IF_ERROR(be_->Synchronize());
   double t1 = Now();
   backward_times_.dispatch_combine_s = t1 - t0;
-  PT_RETURN_IF_ERROR(ExpertsBackward(dexpert_out.data_as<T>(), dexpert_in.data_as<T>(),
-                                     dact.data_as<T>(), dfc1.data_as<T>()));
+  PT_RETURN_IF_ERROR(
+      ExpertsBackward(dexpert_out.data(), dexpert_in.data(), dact.data(), dfc1.data()));
   dexpert_out = dact = dfc1 = Tensor();
   expert_in_ = Tensor();
+  PT_RETURN_IF_ERROR(be_->Synchronize());
   t0 = Now();
   backward_times_.experts_s = t0 - t1;
   PT_RETURN_IF_ERROR(dispatcher_.Combine(dexpert_in.data(), dcombined.data(), workspace.data()));
+  PT_RETURN_IF_ERROR(be_->Synchronize());
   backward_times_.dispatch_combine_s += Now() - t0;
 
   // Permute backward: dx[t] = Σ_j d(permuted row of (t, j)).
-  cpu::moe_unpermute(dx, dcombined.data_as<T>(), static_cast<const T*>(nullptr), perm, tokens, k, h,
-                     routed_rows);
+  PT_RETURN_IF_ERROR(
+      be_->MoeUnpermute(dtype_, dx, dcombined.data(), nullptr, perm, tokens, k, h, routed_rows));
   dcombined = workspace = dexpert_in = Tensor();
   if (config_.num_shared_experts > 0) PT_RETURN_IF_ERROR(SharedBackward(dy, dx));
   // copy_to_tp_region's backward for the experts' and shared experts' inputs: each ETP
   // rank holds its shard's part of dx. The router's part is whole on every rank, so it is
   // added after.
-  if (config_.etp > 1) PT_RETURN_IF_ERROR(etp_->AllReduce(dx, tokens * h, DTypeOf<T>()));
+  if (config_.etp > 1) PT_RETURN_IF_ERROR(etp_->AllReduce(dx, tokens * h, dtype_));
 
   // Router backward: probabilities, auxiliary loss, scores, logits.
-  PT_ASSIGN_OR_RETURN(Tensor dscores, Alloc({tokens, e}, MemoryTag::kWorkspace));
-  cpu::moe_router_probs_backward(dscores.data_as<T>(), dprobs.data_as<T>(), scores_.data_as<T>(),
-                                 selected_.data_as<int32_t>(), tokens, e, k, config_.normalize_topk,
-                                 static_cast<T>(config_.topk_scaling));
+  Tensor router_dprobs = dprobs;
+  if (rdt_ != dtype_) {
+    PT_ASSIGN_OR_RETURN(router_dprobs, AllocRouter({tokens, k}, MemoryTag::kWorkspace));
+    PT_RETURN_IF_ERROR(be_->Cast(rdt_, router_dprobs.data(), dtype_, dprobs.data(), tokens * k));
+  }
+  // ∂L/∂p_aux[t, e] = coeff · E · count_e / (k · T²), T the EP group's tokens (cpu).
+  std::vector<double> dp_aux64;
+  std::vector<float> dp_aux32;
+  const void* dp_aux = nullptr;
   if (config_.aux_loss_coeff > 0) {
-    // ∂L/∂p_aux[t, e] = coeff · E · count_e / (k · T²), T the EP group's tokens.
     const double total = static_cast<double>(tokens * ep_->size());
     const double c =
         config_.aux_loss_coeff * static_cast<double>(e) / (static_cast<double>(k) * total * total);
-    PT_ASSIGN_OR_RETURN(Tensor dp_aux, Alloc({tokens, e}, MemoryTag::kWorkspace));
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t i = 0; i < e; ++i) {
-        dp_aux.data_as<T>()[t * e + i] = static_cast<T>(c * global_counts_[i]);
-      }
+    if (rdt_ == DType::kF64) {
+      dp_aux64 = AuxGradient<double>(global_counts_, tokens, c);
+      dp_aux = dp_aux64.data();
+    } else {
+      dp_aux32 = AuxGradient<float>(global_counts_, tokens, c);
+      dp_aux = dp_aux32.data();
     }
-    cpu::moe_aux_probs_backward(dscores.data_as<T>(), dp_aux.data_as<T>(), scores_.data_as<T>(),
-                                tokens, e, sigmoid);
   }
-  PT_ASSIGN_OR_RETURN(Tensor dlogits, Alloc({tokens, e}, MemoryTag::kWorkspace));
-  cpu::moe_router_scores_backward(dlogits.data_as<T>(), dscores.data_as<T>(), scores_.data_as<T>(),
-                                  tokens, e, sigmoid);
-  LinearBackward(dx, g_.router.data_as<T>(), dlogits.data_as<T>(), x_.data_as<T>(),
-                 w_.router.data_as<T>(), tokens, h, e, true);
+  PT_ASSIGN_OR_RETURN(Tensor dlogits, AllocRouter({tokens, e}, MemoryTag::kWorkspace));
+  PT_RETURN_IF_ERROR(be_->MoeRouterBackward(
+      rdt_, dlogits.data(), router_dprobs.data(), scores_.data(), selected_.data_as<int32_t>(),
+      tokens, e, k, sigmoid, config_.normalize_topk, config_.topk_scaling, dp_aux));
+  if (rdt_ != dtype_) {
+    PT_ASSIGN_OR_RETURN(Tensor cast, Alloc({tokens, e}, MemoryTag::kWorkspace));
+    PT_RETURN_IF_ERROR(be_->Cast(dtype_, cast.data(), rdt_, dlogits.data(), tokens * e));
+    dlogits = cast;
+  }
+  PT_RETURN_IF_ERROR(LinearBackward(dx, g_.router.data(), dlogits.data(), x_.data(),
+                                    w_.router.data(), tokens, h, e, true));
   x_ = scores_ = selected_ = probs_ = perm_ = Tensor();
   return absl::OkStatus();
 }
 
-template <typename T>
-MoeSaved MoeLayer<T>::TakeSaved() {
+MoeSaved MoeLayer::TakeSaved() {
   MoeSaved s;
   s.tokens = tokens_;
   s.routed_rows = routed_rows_;
@@ -643,8 +797,7 @@ MoeSaved MoeLayer<T>::TakeSaved() {
   return s;
 }
 
-template <typename T>
-void MoeLayer<T>::RestoreSaved(MoeSaved s) {
+void MoeLayer::RestoreSaved(MoeSaved s) {
   tokens_ = s.tokens;
   routed_rows_ = s.routed_rows;
   tokens_per_expert_ = std::move(s.tokens_per_expert);
@@ -663,8 +816,7 @@ void MoeLayer<T>::RestoreSaved(MoeSaved s) {
   shared_act_ = std::move(s.shared_act);
 }
 
-template <typename T>
-std::vector<ParameterRef> MoeLayer<T>::ParameterRefs(bool routed_experts) {
+std::vector<ParameterRef> MoeLayer::ParameterRefs(bool routed_experts) {
   if (routed_experts) return {{&w_.fc1, &g_.fc1}, {&w_.fc2, &g_.fc2}};
   std::vector<ParameterRef> out = {{&w_.router, &g_.router}};
   if (config_.num_shared_experts > 0) {
@@ -688,8 +840,6 @@ std::vector<std::pair<std::string, int64_t>> MoeSaved::Breakdown() const {
   return out;
 }
 
-template class MoeLayer<float>;
-template class MoeLayer<double>;
 template struct MoeWeights<float>;
 template struct MoeWeights<double>;
 

@@ -1,4 +1,5 @@
-// A mixture-of-experts layer on CPU (fp32 / fp64), forward and backward, laid out as
+// A mixture-of-experts layer on a Backend (cpu: fp32 / fp64; cuda: fp32 / bf16 / fp16,
+// the router in fp32 as Megatron-Core's), forward and backward, laid out as
 // Megatron-Core's MoELayer with the all-to-all token dispatcher:
 //   router (TopKRouter: softmax or sigmoid scores, top-k or balanced assignment, optional
 //   normalisation of the top-k probabilities, Switch auxiliary loss) → permute (rows sorted
@@ -13,8 +14,12 @@
 // over every token of the EP group (counts and probability sums all-reduced), so it is the
 // same number on every layout; each rank's gradient covers its own tokens, and the router
 // gradient is the sum over the EP ranks (the data-parallel reduction sums it).
-// Memory goes through a TrackingAllocator (weights, gradients, stored activations and
-// dispatch workspace), so a shape too large is ResourceExhausted, not a crash.
+// Memory goes through the backend's TrackingAllocator (weights, gradients, stored
+// activations and dispatch workspace), so a shape too large is ResourceExhausted, not a
+// crash. The routing's bookkeeping (counts, the permutation, the all-to-all's split) is on
+// the host, as Megatron-Core's tokens_per_expert is; on CUDA the selected experts come to
+// the host and the permutation goes back. The auxiliary loss and capacity routing (dropped
+// assignments) run on the cpu backend only.
 // Thread-safety: one MoeLayer belongs to one rank (one thread).
 #ifndef PARATUNE_KERNELS_MOE_LAYER_H_
 #define PARATUNE_KERNELS_MOE_LAYER_H_
@@ -33,6 +38,8 @@
 #include "kernels/tensor.h"
 
 namespace paratune::kernels {
+
+class Backend;  // kernels/backend.h (which includes this header through layer_config.h)
 
 /// How router logits become scores: softmax over the experts (Mixtral, Qwen3) or an
 /// elementwise sigmoid (DeepSeek-V3).
@@ -81,8 +88,10 @@ struct MoeWeights {
 /// is its inverse.
 class AllToAllTokenDispatcher {
  public:
-  /// `ep` outlives the dispatcher.
-  AllToAllTokenDispatcher(Communicator* ep, int64_t num_experts, int64_t hidden, DType dtype);
+  /// `ep` (and `backend`, whose memory the rows are in; null: host memory) outlive the
+  /// dispatcher.
+  AllToAllTokenDispatcher(Communicator* ep, int64_t num_experts, int64_t hidden, DType dtype,
+                          Backend* backend = nullptr);
 
   /// Exchanges the per-expert counts (an all-to-all of E/ep counts per rank).
   absl::Status Plan(const std::vector<int64_t>& tokens_per_expert);
@@ -96,9 +105,10 @@ class AllToAllTokenDispatcher {
   absl::Status Combine(const void* in, void* out, void* workspace);
 
  private:
-  void Regroup(const char* src, char* dst, bool to_expert_major) const;
+  absl::Status Regroup(const char* src, char* dst, bool to_expert_major) const;
 
   Communicator* ep_;
+  Backend* backend_;
   int64_t num_experts_, hidden_;
   DType dtype_;
   std::vector<int64_t> send_rows_, recv_rows_;  // per EP rank
@@ -148,32 +158,32 @@ struct MoePhaseTimes {
   double experts_s = 0;
 };
 
-template <typename T>
 class MoeLayer {
  public:
-  /// This rank's shards of `full`; `ep` and `etp` are the rank's EP and ETP groups (sizes
-  /// config.ep and config.etp), `allocator` counts every byte; all outlive the layer.
+  /// This rank's shards of `full` in `dtype` on `backend` (its allocator counts every
+  /// byte); `ep` and `etp` are the rank's EP and ETP groups (sizes config.ep and
+  /// config.etp, communicators of that backend); all outlive the layer.
+  template <typename T>
   static absl::StatusOr<std::unique_ptr<MoeLayer>> Create(const MoeLayerConfig& config,
                                                           const MoeWeights<T>& full,
                                                           Communicator* ep, Communicator* etp,
-                                                          TrackingAllocator* allocator,
-                                                          int threads);
+                                                          Backend* backend, DType dtype);
 
   /// The same layer with the weights MoeWeights<T>::Random(config, seed, scale) holds,
   /// without making the full weights: each rank generates only its shards.
   static absl::StatusOr<std::unique_ptr<MoeLayer>> CreateRandom(const MoeLayerConfig& config,
                                                                 uint64_t seed, double scale,
                                                                 Communicator* ep, Communicator* etp,
-                                                                TrackingAllocator* allocator,
-                                                                int threads);
+                                                                Backend* backend, DType dtype);
 
-  /// y[tokens, h] from x[tokens, h]. Balanced routing numbers the tokens of EP rank r from
-  /// r·tokens (every EP rank passes the same count). Forwards and backwards come in pairs
-  /// (one forward's activations are stored at a time; TakeSaved / RestoreSaved keep more).
-  absl::Status Forward(const T* x, int64_t tokens, T* y);
+  /// y[tokens, h] from x[tokens, h] (the backend's memory, the layer's dtype). Balanced
+  /// routing numbers the tokens of EP rank r from r·tokens (every EP rank passes the same
+  /// count). Forwards and backwards come in pairs (one forward's activations are stored
+  /// at a time; TakeSaved / RestoreSaved keep more).
+  absl::Status Forward(const void* x, int64_t tokens, void* y);
   /// dx (overwritten) from dy, for the loss Σ y·(its gradient) + aux_loss(); weight
   /// gradients accumulate (+=), as over micro-batches. Frees the stored activations.
-  absl::Status Backward(const T* dy, T* dx);
+  absl::Status Backward(const void* dy, void* dx);
 
   /// Moves the last Forward's stored state out (the layer then holds none) / back in
   /// before its Backward. Every rank of the EP group must restore the same micro-batch.
@@ -200,24 +210,43 @@ class MoeLayer {
   const Params& weights() const { return w_; }
   const Params& grads() const { return g_; }
   const MoeLayerConfig& config() const { return config_; }
+  DType dtype() const { return dtype_; }
 
  private:
   // Writes n elements of full weight tensor `tensor` (1 router, 2 fc1, 3 fc2, 4 shared_fc1,
   // 5 shared_fc2) from flat offset `offset` into out.
-  using WeightSource = std::function<void(int tensor, int64_t offset, int64_t n, T* out)>;
+  using WeightSource = std::function<void(int tensor, int64_t offset, int64_t n, double* out)>;
   static absl::StatusOr<std::unique_ptr<MoeLayer>> CreateFrom(const MoeLayerConfig& config,
                                                               const WeightSource& source,
                                                               Communicator* ep, Communicator* etp,
-                                                              TrackingAllocator* allocator,
-                                                              int threads);
-  MoeLayer(const MoeLayerConfig& config, Communicator* ep, Communicator* etp,
-           TrackingAllocator* allocator, int threads);
+                                                              Backend* backend, DType dtype);
+  MoeLayer(const MoeLayerConfig& config, Communicator* ep, Communicator* etp, Backend* backend,
+           DType dtype);
   absl::StatusOr<Tensor> Alloc(std::vector<int64_t> shape, MemoryTag tag) const;
-  absl::Status SharedForward(const T* x, int64_t tokens, T* y);
-  absl::Status SharedBackward(const T* dy, T* dx);
+  absl::StatusOr<Tensor> AllocRouter(std::vector<int64_t> shape, MemoryTag tag) const;
+  // y[n, out] = x[n, in]·W[out, in]ᵀ (+= when accumulate).
+  absl::Status Linear(void* y, const void* x, const void* w, int64_t n, int64_t in, int64_t out,
+                      bool accumulate);
+  // dx[n, in] (= or +=) dy[n, out]·W; dW[out, in] += dyᵀ·x.
+  absl::Status LinearBackward(void* dx, void* dw, const void* dy, const void* x, const void* w,
+                              int64_t n, int64_t in, int64_t out, bool accumulate_dx);
+  // Element offsets into a [rows, cols] tensor of the layer's dtype.
+  void* At(const Tensor& t, int64_t elements) const;
+  // A collective on a few host values, through the backend's memory where the
+  // communicators need it (NCCL).
+  absl::Status HostAllReduce(Communicator* group, std::vector<double>& values);
+  // The probabilities in the rows' dtype (probs_ itself when the router's dtype is theirs).
+  absl::StatusOr<Tensor> RowProbs() const;
+  absl::Status SharedForward(const void* x, int64_t tokens, void* y);
+  absl::Status SharedBackward(const void* dy, void* dx);
   // expert_fc1_ and expert_act_ are allocated by the caller.
-  absl::Status ExpertsForward(const T* in, T* out);
-  absl::Status ExpertsBackward(const T* dout, T* din, T* dact, T* dfc1);
+  absl::Status ExpertsForward(const void* in, void* out);
+  absl::Status ExpertsBackward(const void* dout, void* din, void* dact, void* dfc1);
+  // The routing's bookkeeping on the host: counts per expert and the permutation (perm_),
+  // from selected_ (and probs_ for capacity routing).
+  absl::Status Permutation(int64_t tokens);
+  // Auxiliary loss of the EP group's tokens (cpu backend); fills global_counts_.
+  absl::Status AuxLoss(int64_t tokens);
   // Every rank of the layer's EP × ETP grid learns whether any rank failed to allocate
   // the buffers whose sizes its routing decides, so that an out-of-memory rank does not
   // leave its peers waiting in the next all-to-all: the failed rank returns its status,
@@ -227,8 +256,9 @@ class MoeLayer {
   MoeLayerConfig config_;
   Communicator* ep_;
   Communicator* etp_;
-  TrackingAllocator* allocator_;
-  int threads_;
+  Backend* be_;
+  DType dtype_;   // rows, weights, gradients
+  DType rdt_;     // router: fp32 (fp64 for an fp64 layer)
   Params w_, g_;
   AllToAllTokenDispatcher dispatcher_;
 
@@ -244,9 +274,6 @@ class MoeLayer {
   Tensor combined_;                              // expert outputs back in permuted order
   Tensor shared_fc1_, shared_act_;
 };
-
-extern template class MoeLayer<float>;
-extern template class MoeLayer<double>;
 
 }  // namespace paratune::kernels
 

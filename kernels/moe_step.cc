@@ -45,34 +45,34 @@ struct RankOutput {
   double aux_loss = 0;
 };
 
-template <typename T>
-absl::Status RunRank(const MoeStepConfig& config, Communicator& world, Communicator& ep,
-                     Communicator& etp, RankOutput& out) {
-  HostMemory raw;
-  TrackingAllocator allocator(&raw, config.capacity_bytes_per_rank);
-  PT_ASSIGN_OR_RETURN(std::unique_ptr<MoeLayer<T>> layer,
-                      MoeLayer<T>::CreateRandom(config.layer, config.seed, 0.02, &ep, &etp,
-                                                &allocator, config.threads_per_rank));
+absl::Status RunRank(const MoeStepConfig& config, Backend& be, Communicator& world,
+                     Communicator& ep, Communicator& etp, RankOutput& out) {
+  PT_ASSIGN_OR_RETURN(std::unique_ptr<MoeLayer> layer,
+                      MoeLayer::CreateRandom(config.layer, config.seed, 0.02, &ep, &etp, &be,
+                                             config.dtype));
   const int64_t n = config.tokens * config.layer.hidden;
-  const DType dtype = std::is_same_v<T, float> ? DType::kF32 : DType::kF64;
-  PT_ASSIGN_OR_RETURN(Tensor x, Tensor::Empty(&allocator, {n}, dtype, MemoryTag::kWorkspace));
-  PT_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(&allocator, {n}, dtype, MemoryTag::kWorkspace));
-  PT_ASSIGN_OR_RETURN(Tensor d, Tensor::Empty(&allocator, {n}, dtype, MemoryTag::kWorkspace));
+  PT_ASSIGN_OR_RETURN(Tensor x, be.Empty({n}, config.dtype, MemoryTag::kWorkspace));
+  PT_ASSIGN_OR_RETURN(Tensor y, be.Empty({n}, config.dtype, MemoryTag::kWorkspace));
+  PT_ASSIGN_OR_RETURN(Tensor d, be.Empty({n}, config.dtype, MemoryTag::kWorkspace));
   // Tokens differ across EP ranks and agree across an ETP group.
-  for (int64_t i = 0; i < n; ++i) {
-    x.data_as<T>()[i] = static_cast<T>(2.0 * HashUniform(config.seed + 7 + ep.rank(), i) - 1.0);
-  }
+  std::vector<double> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = 2.0 * HashUniform(config.seed + 7 + ep.rank(), i) - 1.0;
+  PT_RETURN_IF_ERROR(be.CopyFromHost(x, values));
   const int activations = static_cast<int>(MemoryTag::kActivations);
+  TrackingAllocator& allocator = be.allocator();
   for (int64_t it = 0; it < config.warmup + config.iters; ++it) {
+    PT_RETURN_IF_ERROR(be.Synchronize());
     PT_RETURN_IF_ERROR(world.Barrier());
     const double t0 = Now();
     const int64_t stored_before = allocator.Stats().current_by_tag[activations];
-    PT_RETURN_IF_ERROR(layer->Forward(x.data_as<T>(), config.tokens, y.data_as<T>()));
+    PT_RETURN_IF_ERROR(layer->Forward(x.data(), config.tokens, y.data()));
+    PT_RETURN_IF_ERROR(be.Synchronize());
     const double t1 = Now();
     out.activation_bytes = std::max(out.activation_bytes,
                                     allocator.Stats().current_by_tag[activations] - stored_before);
     // The output as its own gradient: any dy exercises the same work.
-    PT_RETURN_IF_ERROR(layer->Backward(y.data_as<T>(), d.data_as<T>()));
+    PT_RETURN_IF_ERROR(layer->Backward(y.data(), d.data()));
+    PT_RETURN_IF_ERROR(be.Synchronize());
     const double t2 = Now();
     if (it >= config.warmup) {
       out.iters.push_back({t1 - t0, t2 - t1, layer->forward_times().dispatch_combine_s,
@@ -92,9 +92,12 @@ absl::Status MoeStepConfig::Validate() const {
   PT_RETURN_IF_ERROR(layer.Validate());
   if (tokens < 1)
     return absl::InvalidArgumentError(absl::StrCat("tokens (", tokens, ") must be >= 1"));
-  if (dtype != DType::kF32 && dtype != DType::kF64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dtype (", DTypeName(dtype), ") must be fp32 or fp64 for the MoE layer"));
+  const bool cpu = backend == BackendKind::kCpu;
+  if (cpu ? (dtype != DType::kF32 && dtype != DType::kF64)
+          : (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype (", DTypeName(dtype), ") must be ",
+        cpu ? "fp32 or fp64 for the MoE layer on cpu" : "fp32, bf16 or fp16 for the MoE layer on cuda"));
   }
   if (warmup < 0)
     return absl::InvalidArgumentError(absl::StrCat("warmup (", warmup, ") must be >= 0"));
@@ -111,11 +114,16 @@ absl::StatusOr<MoeStepResult> RunMoeLayerStep(const MoeStepConfig& config) {
   PT_RETURN_IF_ERROR(config.Validate());
   const int ep = static_cast<int>(config.layer.ep), etp = static_cast<int>(config.layer.etp);
   const int world = ep * etp;
-  // The cores shared among the ranks, as RunLayerStep shares them among its TP ranks:
-  // OpenBLAS's default (every core per call) called from ep·etp rank threads at once
-  // oversubscribes the cores and serialises the ranks' GEMMs.
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
-  SetBlasThreads(std::max(1, cores / world));
+  const bool cuda = config.backend == BackendKind::kCuda;
+  if (cuda) {
+    PT_RETURN_IF_ERROR(CheckCudaDevicesForRanks(world));
+  } else {
+    // The cores shared among the ranks, as RunLayerStep shares them among its TP ranks:
+    // OpenBLAS's default (every core per call) called from ep·etp rank threads at once
+    // oversubscribes the cores and serialises the ranks' GEMMs.
+    const int cores = std::max(1u, std::thread::hardware_concurrency());
+    SetBlasThreads(std::max(1, cores / world));
+  }
   std::shared_ptr<GlooRendezvous> rendezvous = MakeInProcessRendezvous();
   static std::atomic<int> run_id{0};
   const std::string prefix = absl::StrCat("moe", run_id.fetch_add(1), "/");
@@ -127,19 +135,32 @@ absl::StatusOr<MoeStepResult> RunMoeLayerStep(const MoeStepConfig& config) {
       threads.emplace_back([&, er, tr]() {
         const int rank = er * etp + tr;
         status[rank] = [&]() -> absl::Status {
+          // One device per rank on CUDA (NCCL groups); host memory and Gloo on CPU.
+          std::unique_ptr<Backend> be;
+          if (cuda) {
+            PT_ASSIGN_OR_RETURN(be, MakeCudaBackend(rank, config.capacity_bytes_per_rank));
+          } else {
+            be = MakeCpuBackend(config.capacity_bytes_per_rank, config.threads_per_rank);
+          }
           auto group = [&](const std::string& name, int r,
                            int size) -> absl::StatusOr<std::unique_ptr<Communicator>> {
-            if (size == 1) return MakeSelfCommunicator();
+            if (size == 1) return MakeSelfCommunicator(*be);
+            if (cuda) return MakeNcclCommunicator(*be, rendezvous, prefix + name, r, size);
             return MakeGlooCommunicator(rendezvous, prefix + name, r, size);
           };
-          PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> all, group("world", rank, world));
+          // The barrier between iterations exchanges nothing: Gloo on either backend.
+          std::unique_ptr<Communicator> all;
+          if (world == 1) {
+            all = MakeSelfCommunicator();
+          } else {
+            PT_ASSIGN_OR_RETURN(all, MakeGlooCommunicator(rendezvous, prefix + "world", rank,
+                                                          world));
+          }
           PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> ep_group,
                               group(absl::StrCat("ep", tr), er, ep));
           PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> etp_group,
                               group(absl::StrCat("etp", er), tr, etp));
-          return config.dtype == DType::kF32
-                     ? RunRank<float>(config, *all, *ep_group, *etp_group, outputs[rank])
-                     : RunRank<double>(config, *all, *ep_group, *etp_group, outputs[rank]);
+          return RunRank(config, *be, *all, *ep_group, *etp_group, outputs[rank]);
         }();
       });
     }

@@ -1,5 +1,6 @@
 // Times one MoE layer (kernels/moe_layer.h) forward and backward over ep·etp ranks that
-// are threads of this process (Gloo groups on CPU), as a worker's MoE profile task runs it:
+// are threads of this process (Gloo groups on CPU, a device each and NCCL groups on CUDA),
+// as a worker's MoE profile task runs it:
 // `warmup` untimed and `iters` timed iterations, each begun together on every rank (a
 // barrier); an iteration's time is its slowest rank's. Weights are MoeWeights::Random's,
 // made shard by shard; inputs are uniform in [−1, 1).
@@ -19,7 +20,10 @@ namespace paratune::kernels {
 struct MoeStepConfig {
   MoeLayerConfig layer;                 ///< Shape, routing and ep / etp.
   int64_t tokens = 0;                   ///< Tokens per EP rank (micro-batch · sequence).
-  DType dtype = DType::kF32;            ///< fp32 or fp64 (the layer runs on CPU).
+  /// cpu: ep·etp thread ranks on host memory, Gloo groups; cuda: one device per rank
+  /// (devices 0 … ep·etp − 1), NCCL groups.
+  BackendKind backend = BackendKind::kCpu;
+  DType dtype = DType::kF32;            ///< cpu: fp32 or fp64; cuda: fp32, bf16 or fp16.
   int64_t warmup = 1;                   ///< Untimed iterations.
   int64_t iters = 3;                    ///< Timed iterations.
   int64_t capacity_bytes_per_rank = 0;  ///< Tracking-allocator capacity; 0 = unlimited.

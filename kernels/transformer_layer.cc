@@ -127,10 +127,10 @@ absl::Status TransformerLayer::Init() {
   proj_ = std::make_unique<RowParallelLinear>(std::move(proj));
   if (config_.is_moe()) {
     // Every shard is a function of (seed, tensor, unsharded index), as for the dense weights.
-    PT_ASSIGN_OR_RETURN(moe_, MoeLayer<float>::CreateRandom(
+    PT_ASSIGN_OR_RETURN(moe_, MoeLayer::CreateRandom(
                                   config_.moe, Mix64(seed + 0x6d6f65ull),
                                   1.0 / std::sqrt(static_cast<double>(h)), ctx_.ep, ctx_.etp,
-                                  &ctx_.backend->allocator(), ctx_.threads));
+                                  ctx_.backend, dt));
     return absl::OkStatus();
   }
   const bool swiglu = config_.shape.activation == Activation::kSwiglu;
@@ -511,7 +511,7 @@ absl::StatusOr<Tensor> TransformerLayer::MoeForward(const Tensor& x, bool keep,
   PT_ASSIGN_OR_RETURN(Tensor in, GatherExpertRows(x));
   PT_ASSIGN_OR_RETURN(Tensor out, ctx_.backend->Empty(in.shape(), in.dtype(),
                                                       MemoryTag::kWorkspace));
-  PT_RETURN_IF_ERROR(moe_->Forward(in.data_as<float>(), in.dim(0), out.data_as<float>()));
+  PT_RETURN_IF_ERROR(moe_->Forward(in.data(), in.dim(0), out.data()));
   // Kept for this micro-batch's backward, or dropped (full recompute reruns it).
   MoeSaved saved = moe_->TakeSaved();
   if (keep) s->moe = std::move(saved);
@@ -526,7 +526,7 @@ absl::StatusOr<Tensor> TransformerLayer::MoeBackward(const Tensor& dy, SavedActi
                                                          MemoryTag::kWorkspace));
   moe_->RestoreSaved(std::move(s->moe));
   s->moe = MoeSaved();
-  PT_RETURN_IF_ERROR(moe_->Backward(dy_all.data_as<float>(), dx_all.data_as<float>()));
+  PT_RETURN_IF_ERROR(moe_->Backward(dy_all.data(), dx_all.data()));
   return OwnExpertRows(dx_all, rows);
 }
 

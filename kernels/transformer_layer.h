@@ -118,7 +118,7 @@ class TransformerLayer {
   std::unique_ptr<RowParallelLinear> proj_;
   std::unique_ptr<ColumnParallelLinear> fc1_;
   std::unique_ptr<RowParallelLinear> fc2_;
-  std::unique_ptr<MoeLayer<float>> moe_;
+  std::unique_ptr<MoeLayer> moe_;
   SavedActivations saved_;
   LayerTimes times_;
 };

@@ -50,10 +50,6 @@ std::optional<MoeProfileSpec> MoeTaskFor(const JobSpec& spec, const ParallelConf
     return std::nullopt;
   };
   if (!IsMoe(m)) return none("the model has no experts");
-  if (spec.cluster.gpu != "cpu") {
-    return none(absl::StrCat("the MoE layer task runs on CPU workers only (cluster.gpu is ",
-                             spec.cluster.gpu, ")"));
-  }
   if (config.moe_token_dispatcher != MoeTokenDispatcher::kAllToAll) {
     return none(
         absl::StrCat("the MoE layer task dispatches with all-to-all; this layout's "

@@ -717,13 +717,6 @@ absl::Status JobSpec::Validate() const {
                                                      model.num_layers, ")"));
     }
   }
-  if (model.num_experts > 1 && search.mode == SearchMode::kProfile && cluster.gpu != "cpu") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "search.mode profile for a mixture-of-experts model (model.num_experts ", model.num_experts,
-        ") needs cluster.gpu cpu (is ", cluster.gpu,
-        "): GPU workers cannot run the MoE layer task yet (they answer UNSUPPORTED); use "
-        "search.mode model"));
-  }
   if (search.mode == SearchMode::kProfile &&
       (!training.fused_norm || (training.AttentionKernelOf() != AttentionKernel::kFlash2 &&
                                 training.AttentionKernelOf() != AttentionKernel::kFused))) {

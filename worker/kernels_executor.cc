@@ -479,12 +479,8 @@ absl::StatusOr<kernels::MoeLayerConfig> MoeBlockFromTask(const v1::MoeLayerTask&
 absl::StatusOr<kernels::MoeStepConfig> ValidateMoeLayer(const v1::ProfileTask& task,
                                                         const Worker& worker) {
   const v1::MoeLayerTask& t = task.moe_layer();
-  if (worker.backend_name() != "cpu") {
-    return absl::UnimplementedError(absl::StrCat(
-        "the MoE layer task runs on the CPU backend only; this worker is ",
-        worker.backend_name()));
-  }
   kernels::MoeStepConfig config;
+  config.backend = worker.backend();
   absl::StatusOr<kernels::MoeLayerConfig> block = MoeBlockFromTask(t);
   if (!block.ok()) return block.status();
   config.layer = *std::move(block);

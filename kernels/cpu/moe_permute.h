@@ -52,6 +52,28 @@ void moe_unpermute(T* y, const T* in, const T* probs, const int32_t* perm, int64
   }
 }
 
+/// moe_unpermute's backward with probabilities: din[i] = probs[perm[i]] · dy[t],
+/// dprobs[perm[i]] = dy[t] · in[i] (t = perm[i] / k); a dropped assignment's dprobs is 0
+/// (its expert output is not in y). Overwrites din ([rows, h]) and dprobs ([T, k]).
+template <typename T>
+void moe_unpermute_backward(T* din, T* dprobs, const T* dy, const T* in, const T* probs,
+                            const int32_t* perm, int64_t tokens, int64_t k, int64_t hidden,
+                            int64_t rows) {
+  std::fill(dprobs, dprobs + tokens * k, T(0));
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* dyt = dy + (perm[i] / k) * hidden;
+    const T* o = in + i * hidden;
+    T* d = din + i * hidden;
+    const T p = probs[perm[i]];
+    T dot = 0;
+    for (int64_t c = 0; c < hidden; ++c) {
+      d[c] = p * dyt[c];
+      dot += dyt[c] * o[c];
+    }
+    dprobs[perm[i]] = dot;
+  }
+}
+
 }  // namespace paratune::kernels::cpu
 
 #endif  // PARATUNE_KERNELS_CPU_MOE_PERMUTE_H_

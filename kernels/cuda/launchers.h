@@ -113,6 +113,21 @@ cudaError_t moe_permute(ElemType t, void* out, const void* x, const int32_t* per
 cudaError_t moe_unpermute(ElemType t, void* y, const void* in, const void* probs,
                           const int32_t* perm, int32_t* position_scratch, int64_t tokens,
                           int64_t k, int64_t hidden, cudaStream_t stream);
+/// The forced uniform assignment: slot j of global token first_token + t goes to expert
+/// ((first_token + t)·k + j) mod E; probabilities as moe_router_topk's.
+cudaError_t moe_router_balanced(int32_t* selected, float* probs, const float* scores,
+                                int64_t tokens, int64_t experts, int64_t k, int64_t first_token,
+                                bool normalize, float scale, cudaStream_t stream);
+/// dlogits [T, E] from dprobs [T, k] through the top-k probabilities and the score function.
+cudaError_t moe_router_backward(float* dlogits, const float* dprobs, const float* scores,
+                                const int32_t* selected, int64_t tokens, int64_t experts,
+                                int64_t k, bool sigmoid, bool normalize, float scale,
+                                cudaStream_t stream);
+/// din[i] = probs[perm[i]]·dy[perm[i]/k], dprobs[perm[i]] = dy[perm[i]/k]·in[i] over every
+/// one of the `rows` = T·k permuted rows (one writer per element).
+cudaError_t moe_unpermute_backward(ElemType t, void* din, void* dprobs, const void* dy,
+                                   const void* in, const void* probs, const int32_t* perm,
+                                   int64_t rows, int64_t k, int64_t hidden, cudaStream_t stream);
 
 }  // namespace paratune::kernels::cuda
 

@@ -84,6 +84,81 @@ __global__ void UnpermuteKernel(T* y, const T* in, const T* probs, const int32_t
   }
 }
 
+// Forced uniform assignment: slot j of global token g goes to expert (g·k + j) mod E.
+__global__ void RouterBalancedKernel(int32_t* selected, float* probs, const float* scores,
+                                     int64_t tokens, int64_t experts, int64_t k,
+                                     int64_t first_token, bool normalize, float scale) {
+  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (t >= tokens) return;
+  const float* s = scores + t * experts;
+  int32_t* out = selected + t * k;
+  float sum = 0.0f;
+  for (int64_t j = 0; j < k; ++j) {
+    out[j] = static_cast<int32_t>(((first_token + t) * k + j) % experts);
+    sum += s[out[j]];
+  }
+  const float div = normalize ? sum : 1.0f;
+  for (int64_t j = 0; j < k; ++j) probs[t * k + j] = scale * s[out[j]] / div;
+}
+
+// One block per token: the probabilities' gradient reaches the k selected scores
+// (dscores is zero elsewhere), then the score function's backward writes every logit.
+__global__ void RouterBackwardKernel(float* dlogits, const float* dprobs, const float* scores,
+                                     const int32_t* selected, int64_t experts, int64_t k,
+                                     bool sigmoid, bool normalize, float scale) {
+  const int64_t t = blockIdx.x;
+  const float* s = scores + t * experts;
+  const int32_t* sel = selected + t * k;
+  const float* dp = dprobs + t * k;
+  float* dl = dlogits + t * experts;
+  // p_j = c·s_j/S when normalised: ∂/∂s_i = c·(dp_i/S − Σ_j dp_j·s_j/S²).
+  float sum = 0.0f, pdot = 0.0f;
+  for (int64_t j = 0; j < k; ++j) {
+    sum += s[sel[j]];
+    pdot += dp[j] * s[sel[j]];
+  }
+  auto dscore = [&](int64_t e) {
+    float d = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      if (sel[j] != e) continue;
+      d += normalize ? scale * (dp[j] / sum - pdot / (sum * sum)) : scale * dp[j];
+    }
+    return d;
+  };
+  if (sigmoid) {
+    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
+      dl[e] = dscore(e) * s[e] * (1.0f - s[e]);
+    }
+    return;
+  }
+  // Softmax: dl_e = s_e·(ds_e − Σ_i ds_i·s_i), ds nonzero on the selected experts only.
+  float dot = 0.0f;
+  for (int64_t j = 0; j < k; ++j) {
+    bool first = true;
+    for (int64_t q = 0; q < j; ++q) first &= sel[q] != sel[j];
+    if (first) dot += dscore(sel[j]) * s[sel[j]];
+  }
+  for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) dl[e] = s[e] * (dscore(e) - dot);
+}
+
+// One block per permuted row i: din[i] = p·dy[t] and dprobs[perm[i]] = dy[t]·in[i].
+template <typename T>
+__global__ void UnpermuteBackwardKernel(T* din, T* dprobs, const T* dy, const T* in,
+                                        const T* probs, const int32_t* perm, int64_t k,
+                                        int64_t hidden) {
+  const int64_t i = blockIdx.x;
+  const int64_t t = perm[i] / k;
+  const float p = ToF(probs[perm[i]]);
+  float dot = 0.0f;
+  for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
+    const float g = ToF(dy[t * hidden + c]);
+    din[i * hidden + c] = FromF<T>(p * g);
+    dot += g * ToF(in[i * hidden + c]);
+  }
+  dot = BlockSum(dot);
+  if (threadIdx.x == 0) dprobs[perm[i]] = FromF<T>(dot);
+}
+
 }  // namespace
 
 // ---- launchers -------------------------------------------------------------------------
@@ -129,6 +204,40 @@ cudaError_t moe_unpermute(ElemType t, void* y, const void* in, const void* probs
     UnpermuteKernel<T><<<Blocks(tokens * hidden, 256), 256, 0, stream>>>(
         static_cast<T*>(y), static_cast<const T*>(in), static_cast<const T*>(probs),
         position_scratch, tokens, k, hidden);
+  });
+}
+
+cudaError_t moe_router_balanced(int32_t* selected, float* probs, const float* scores,
+                                int64_t tokens, int64_t experts, int64_t k, int64_t first_token,
+                                bool normalize, float scale, cudaStream_t stream) {
+  if (tokens > 0) {
+    RouterBalancedKernel<<<Blocks(tokens, 128), 128, 0, stream>>>(
+        selected, probs, scores, tokens, experts, k, first_token, normalize, scale);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t moe_router_backward(float* dlogits, const float* dprobs, const float* scores,
+                                const int32_t* selected, int64_t tokens, int64_t experts,
+                                int64_t k, bool sigmoid, bool normalize, float scale,
+                                cudaStream_t stream) {
+  if (tokens > 0) {
+    RouterBackwardKernel<<<static_cast<unsigned>(tokens), 128, 0, stream>>>(
+        dlogits, dprobs, scores, selected, experts, k, sigmoid, normalize, scale);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t moe_unpermute_backward(ElemType t, void* din, void* dprobs, const void* dy,
+                                   const void* in, const void* probs, const int32_t* perm,
+                                   int64_t rows, int64_t k, int64_t hidden,
+                                   cudaStream_t stream) {
+  if (rows == 0) return cudaGetLastError();
+  return DispatchFloat(t, [&](auto z) {
+    using T = decltype(z);
+    UnpermuteBackwardKernel<T><<<static_cast<unsigned>(rows), 128, 0, stream>>>(
+        static_cast<T*>(din), static_cast<T*>(dprobs), static_cast<const T*>(dy),
+        static_cast<const T*>(in), static_cast<const T*>(probs), perm, k, hidden);
   });
 }
 

@@ -1,5 +1,6 @@
-// The MoE CUDA kernels (kernels/cuda/moe.cu) against their CPU twins (label `gpu`; skipped
-// with the reason where this binary has no CUDA backend or no device exists). fp32,
+// The MoE CUDA kernels (kernels/cuda/moe.cu) and the whole MoE layer on the CUDA backend
+// against their CPU twins (label `gpu`; skipped with the reason where this binary has no
+// CUDA backend or no device exists). fp32,
 // tolerance 1e-5 + |ref|·1e-5; the selected experts and the permutation must be identical.
 #include <gtest/gtest.h>
 
@@ -7,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/moe_permute.h"
 #include "kernels/cpu/moe_router.h"
+#include "kernels/moe_layer.h"
 
 #ifdef PARATUNE_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -118,8 +121,86 @@ TEST(MoeCudaTest, PermuteAndUnpermuteMatchCpuTwins) {
   ExpectClose(d_y.ToHost(), y, "unpermuted");
 }
 
+// What one layer computed on a backend: output, input gradient and weight gradients.
+struct LayerRun {
+  std::vector<double> y, dx, d_router, d_fc1, d_fc2, d_shared_fc1;
+};
+
+LayerRun RunLayer(Backend& be, const MoeLayerConfig& c, const std::vector<double>& x,
+                  const std::vector<double>& dy, int64_t tokens) {
+  LayerRun out;
+  auto ep = MakeSelfCommunicator(be), etp = MakeSelfCommunicator(be);
+  auto layer = MoeLayer::CreateRandom(c, 11, 0.3, ep.get(), etp.get(), &be, DType::kF32);
+  EXPECT_TRUE(layer.ok()) << layer.status();
+  if (!layer.ok()) return out;
+  auto tensor = [&](const std::vector<double>& v) {
+    Tensor t = be.Empty({static_cast<int64_t>(v.size())}, DType::kF32, MemoryTag::kWorkspace)
+                   .value();
+    EXPECT_TRUE(be.CopyFromHost(t, v).ok());
+    return t;
+  };
+  Tensor tx = tensor(x), tdy = tensor(dy), ty = tensor(x), tdx = tensor(x);
+  EXPECT_TRUE((*layer)->Forward(tx.data(), tokens, ty.data()).ok());
+  EXPECT_TRUE((*layer)->Backward(tdy.data(), tdx.data()).ok());
+  EXPECT_TRUE(be.Synchronize().ok());
+  out.y = be.CopyToHost(ty).value();
+  out.dx = be.CopyToHost(tdx).value();
+  out.d_router = be.CopyToHost((*layer)->grads().router).value();
+  out.d_fc1 = be.CopyToHost((*layer)->grads().fc1).value();
+  out.d_fc2 = be.CopyToHost((*layer)->grads().fc2).value();
+  out.d_shared_fc1 = be.CopyToHost((*layer)->grads().shared_fc1).value();
+  return out;
+}
+
+void ExpectCloseD(const std::vector<double>& got, const std::vector<double>& ref,
+                  const char* what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], ref[i], 1e-4 + 1e-4 * std::abs(ref[i])) << what << "[" << i << "]";
+  }
+}
+
+// The whole layer (router, permutation, experts through cuBLAS, unpermute, shared expert,
+// and every backward) on one GPU against the same layer on the CPU backend, fp32, for
+// the softmax top-k and the sigmoid normalised scaled balanced routers.
+TEST(MoeCudaTest, LayerForwardAndBackwardMatchTheCpuBackend) {
+  SKIP_WITHOUT_DEVICE();
+  constexpr int64_t kTokens = 24;
+  MoeLayerConfig c;
+  c.hidden = 32;
+  c.num_experts = 8;
+  c.topk = 2;
+  c.ffn_hidden = 16;
+  c.num_shared_experts = 1;
+  c.shared_ffn_hidden = 16;
+  c.routing = ExpertRouting::kDropless;
+  const std::vector<float> xf = RandomFloats(kTokens * c.hidden, 21, 1.0f);
+  const std::vector<float> dyf = RandomFloats(kTokens * c.hidden, 22, 1.0f);
+  const std::vector<double> x(xf.begin(), xf.end()), dy(dyf.begin(), dyf.end());
+  for (bool sigmoid : {false, true}) {
+    c.score = sigmoid ? MoeScoreFunction::kSigmoid : MoeScoreFunction::kSoftmax;
+    c.normalize_topk = sigmoid;
+    c.topk_scaling = sigmoid ? 2.5 : 1.0;
+    c.routing = sigmoid ? ExpertRouting::kBalanced : ExpertRouting::kDropless;
+    std::unique_ptr<Backend> cpu = MakeCpuBackend(0, 1);
+    absl::StatusOr<std::unique_ptr<Backend>> gpu = MakeCudaBackend(0, 0);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    const LayerRun want = RunLayer(*cpu, c, x, dy, kTokens);
+    const LayerRun got = RunLayer(**gpu, c, x, dy, kTokens);
+    ExpectCloseD(got.y, want.y, "y");
+    ExpectCloseD(got.dx, want.dx, "dx");
+    ExpectCloseD(got.d_router, want.d_router, "d_router");
+    ExpectCloseD(got.d_fc1, want.d_fc1, "d_fc1");
+    ExpectCloseD(got.d_fc2, want.d_fc2, "d_fc2");
+    ExpectCloseD(got.d_shared_fc1, want.d_shared_fc1, "d_shared_fc1");
+  }
+}
+
 #else
 
+TEST(MoeCudaTest, LayerForwardAndBackwardMatchTheCpuBackend) {
+  GTEST_SKIP() << "built without CUDA";
+}
 TEST(MoeCudaTest, RouterMatchesCpuTwin) { GTEST_SKIP() << "built without CUDA"; }
 TEST(MoeCudaTest, PermuteAndUnpermuteMatchCpuTwins) { GTEST_SKIP() << "built without CUDA"; }
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/hash_random.h"
 
 namespace paratune::kernels {
@@ -72,10 +73,9 @@ std::vector<RankResult> RunLayout(const MoeLayerConfig& config, const MoeWeights
         std::unique_ptr<Communicator> ep_comm = group("ep" + std::to_string(tr), er, ep);
         std::unique_ptr<Communicator> etp_comm = group("etp" + std::to_string(er), tr, etp);
         if (ep_comm == nullptr || etp_comm == nullptr) return;
-        HostMemory raw;
-        TrackingAllocator allocator(&raw, 0);
+        std::unique_ptr<Backend> be = MakeCpuBackend(0, 1);
         auto layer =
-            MoeLayer<double>::Create(config, w, ep_comm.get(), etp_comm.get(), &allocator, 1);
+            MoeLayer::Create(config, w, ep_comm.get(), etp_comm.get(), be.get(), DType::kF64);
         ASSERT_TRUE(layer.ok()) << layer.status();
         RankResult& r = results[er * etp + tr];
         r.y.resize(tokens * h);
@@ -91,7 +91,7 @@ std::vector<RankResult> RunLayout(const MoeLayerConfig& config, const MoeWeights
         r.d_fc2 = ToVector<double>(g.fc2);
         r.d_shared_fc1 = ToVector<double>(g.shared_fc1);
         r.d_shared_fc2 = ToVector<double>(g.shared_fc2);
-        EXPECT_EQ(allocator.Stats().current_by_tag[static_cast<int>(MemoryTag::kActivations)], 0)
+        EXPECT_EQ(be->allocator().Stats().current_by_tag[static_cast<int>(MemoryTag::kActivations)], 0)
             << "Backward frees every stored activation";
       });
     }
@@ -321,11 +321,11 @@ TEST(MoeLayerTest, AuxLossEqualsHandDerivedValue) {
 TEST(MoeLayerTest, CreateRandomHoldsTheWeightsOfMoeWeightsRandom) {
   const MoeLayerConfig c = SmallConfig();
   auto self_ep = MakeSelfCommunicator(), self_etp = MakeSelfCommunicator();
-  HostMemory raw;
-  TrackingAllocator allocator(&raw, 0);
-  auto a = MoeLayer<float>::Create(c, MoeWeights<float>::Random(c, 9, 0.3), self_ep.get(),
-                                   self_etp.get(), &allocator, 1);
-  auto b = MoeLayer<float>::CreateRandom(c, 9, 0.3, self_ep.get(), self_etp.get(), &allocator, 1);
+  std::unique_ptr<Backend> be = MakeCpuBackend(0, 1);
+  auto a = MoeLayer::Create(c, MoeWeights<float>::Random(c, 9, 0.3), self_ep.get(),
+                            self_etp.get(), be.get(), DType::kF32);
+  auto b = MoeLayer::CreateRandom(c, 9, 0.3, self_ep.get(), self_etp.get(), be.get(),
+                                  DType::kF32);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(ToVector<float>((*a)->weights().router), ToVector<float>((*b)->weights().router));
   EXPECT_EQ(ToVector<float>((*a)->weights().fc1), ToVector<float>((*b)->weights().fc1));
@@ -357,9 +357,9 @@ TEST(MoeLayerTest, OutOfMemoryOnOneRankFailsEveryRankWithoutWaiting) {
       auto ep = MakeGlooCommunicator(rendezvous, "oom", r, 2);
       ASSERT_TRUE(ep.ok());
       auto etp = MakeSelfCommunicator();
-      HostMemory raw;
-      TrackingAllocator allocator(&raw, r == 1 ? capacity : 0);
-      auto layer = MoeLayer<double>::CreateRandom(c, 1, 0.1, ep->get(), etp.get(), &allocator, 1);
+      std::unique_ptr<Backend> be = MakeCpuBackend(r == 1 ? capacity : 0, 1);
+      auto layer =
+          MoeLayer::CreateRandom(c, 1, 0.1, ep->get(), etp.get(), be.get(), DType::kF64);
       ASSERT_TRUE(layer.ok()) << layer.status();
       std::vector<double> x(4 * c.hidden, 0.5), y(4 * c.hidden);
       status[r] = (*layer)->Forward(x.data(), 4, y.data());

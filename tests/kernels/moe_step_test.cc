@@ -68,7 +68,12 @@ TEST(MoeStepTest, RulesNameTheField) {
   EXPECT_EQ(c.Validate().message(), "tokens (0) must be >= 1");
   c = Balanced();
   c.dtype = DType::kBF16;
-  EXPECT_EQ(c.Validate().message(), "dtype (bf16) must be fp32 or fp64 for the MoE layer");
+  EXPECT_EQ(c.Validate().message(), "dtype (bf16) must be fp32 or fp64 for the MoE layer on cpu");
+  c.backend = BackendKind::kCuda;
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+  c.dtype = DType::kF64;
+  EXPECT_EQ(c.Validate().message(),
+            "dtype (fp64) must be fp32, bf16 or fp16 for the MoE layer on cuda");
 }
 
 }  // namespace

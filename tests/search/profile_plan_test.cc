@@ -278,10 +278,13 @@ TEST(ProfilePlanTest, MoeJobsGetOneMoeLayerTaskPerExpertLayout) {
   EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.iters = 7; }));
   EXPECT_TRUE(differs([](MoeProfileSpec& m) { m.seed = 2; }));
 
-  // No MoE task on a GPU device kind: GPU workers do not run the MoE layer task.
+  // A GPU device kind gets the same task in the spec's precision (CUDA workers run it).
   spec.cluster.gpu = "h100-sxm-80gb";
-  EXPECT_FALSE(MoeTaskFor(spec, plan.ranked[0].config, {}, &why).has_value());
-  EXPECT_EQ(why, "the MoE layer task runs on CPU workers only (cluster.gpu is h100-sxm-80gb)");
+  spec.training.precision = Precision::kBf16;
+  const std::optional<MoeProfileSpec> gpu = MoeTaskFor(spec, plan.ranked[0].config, {}, &why);
+  ASSERT_TRUE(gpu.has_value()) << why;
+  EXPECT_EQ(gpu->dtype, Precision::kBf16);
+  EXPECT_EQ(gpu->ep, plan.ranked[0].config.ep);
 }
 
 }  // namespace
