@@ -59,6 +59,8 @@ done
 step cuda_kernels 120 "$BIN/cuda_kernels"
 step layer_step 300 "$BIN/layer_step" --backend cuda --dtype bf16 --hidden 2048,4096,8192 \
   --seq 4096 --batch 1 --tp 1 --warmup 2 --iters 5
+step moe_layer 120 "$BIN/moe_layer" --backend cuda --dtype bf16 --hidden 4096 --experts 16 \
+  --topk 2 --ffn 1536 --tokens 4096 --ep 1 --routing dropless --iters 5
 step paratune_train 300 "$BIN/paratune-train" --backend cuda --dtype bf16 --hidden 2304 \
   --heads 24 --vocab 51200 --layers 24 --seq 2048 --micro-batch 4 --micro-batches 4 --flash \
   --steps 4

@@ -122,7 +122,9 @@ absl::StatusOr<MoeStepResult> RunMoeLayerStep(const MoeStepConfig& config) {
     // OpenBLAS's default (every core per call) called from ep·etp rank threads at once
     // oversubscribes the cores and serialises the ranks' GEMMs.
     const int cores = std::max(1u, std::thread::hardware_concurrency());
-    SetBlasThreads(std::max(1, cores / world));
+    SetBlasThreads(config.blas_threads_per_rank > 0
+                       ? static_cast<int>(config.blas_threads_per_rank)
+                       : std::max(1, cores / world));
   }
   std::shared_ptr<GlooRendezvous> rendezvous = MakeInProcessRendezvous();
   static std::atomic<int> run_id{0};

@@ -29,6 +29,9 @@ struct MoeStepConfig {
   int64_t capacity_bytes_per_rank = 0;  ///< Tracking-allocator capacity; 0 = unlimited.
   uint64_t seed = 1;                    ///< Weights and inputs.
   int threads_per_rank = 1;             ///< Elementwise threads of each rank.
+  /// OpenBLAS threads of each rank (cpu; process-wide); 0 = the cores / (ep·etp), as the
+  /// layer step shares them among its TP ranks.
+  int64_t blas_threads_per_rank = 0;
 
   /// The layer's rules, then this struct's, naming the field.
   absl::Status Validate() const;
