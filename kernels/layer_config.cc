@@ -68,11 +68,6 @@ absl::Status LayerConfig::Validate() const {
           ") must equal hidden_size (", shape.hidden_size, "), ep (", parallel.ep,
           ") and etp (", parallel.etp, ")"));
     }
-    if (dtype != DType::kF32) {
-      return absl::UnimplementedError(absl::StrCat(
-          "a mixture-of-experts layer runs in fp32 on the CPU backend; dtype is ",
-          DTypeName(dtype)));
-    }
     if (moe.etp != 1 && moe.etp != tp) {
       return absl::UnimplementedError(absl::StrCat("etp (", moe.etp, ") must be 1 or tp (", tp,
                                                    ") in a mixture-of-experts layer"));

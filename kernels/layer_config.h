@@ -41,7 +41,7 @@ struct LayerConfig {
   float norm_epsilon = 1e-5f;
   /// A mixture-of-experts layer's MLP block (kernels/moe_layer.h) in place of the dense one
   /// when moe.num_experts > 0: moe.hidden is the hidden size, moe.ep / moe.etp the layout's
-  /// ep / etp. CPU fp32 only; etp must be 1 or tp, and tp > 1 needs sequence parallelism
+  /// ep / etp. etp must be 1 or tp, and tp > 1 needs sequence parallelism
   /// (Megatron-LM's rule for experts with TP), so every rank routes its own s/t·b tokens
   /// (etp = 1) or the ETP (= TP) group gathers them first (etp = tp).
   MoeLayerConfig moe;

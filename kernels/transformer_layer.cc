@@ -62,10 +62,6 @@ absl::StatusOr<std::unique_ptr<TransformerLayer>> TransformerLayer::Create(
           "a mixture-of-experts layer needs EP and ETP communicators of sizes ep (",
           config.moe.ep, ") and etp (", config.moe.etp, ")"));
     }
-    if (ctx.backend->kind() != BackendKind::kCpu) {
-      return absl::UnimplementedError(
-          "a mixture-of-experts layer runs on the CPU backend only (kernels/moe_layer.h)");
-    }
   }
   std::unique_ptr<TransformerLayer> layer(new TransformerLayer(config, ctx));
   PT_RETURN_IF_ERROR(layer->Init());

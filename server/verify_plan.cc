@@ -99,9 +99,10 @@ std::string VerifyUnsupportedReason(const JobSpec& spec, const v1::ParallelConfi
     const ModelSpec& m = spec.model;
     const int64_t tp = std::max<int64_t>(1, config.tp());
     const int64_t etp = std::max<int64_t>(1, config.etp());
-    if (spec.training.precision != Precision::kFp32) {
-      return absl::StrCat("kernels/training trains mixture-of-experts layers in fp32 on CPU "
-                          "workers; the spec's precision is ",
+    if (spec.training.precision != Precision::kFp32 &&
+        spec.training.moe_routing == MoeRouting::kCapacity) {
+      return absl::StrCat("kernels/training drops capacity-routed assignments on CPU workers "
+                          "(fp32) only; the spec's precision is ",
                           ToString(spec.training.precision));
     }
     if (m.attention == AttentionType::kMla) {

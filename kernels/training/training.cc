@@ -679,9 +679,11 @@ absl::Status TrainConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("first_k_dense_layers (", first_k_dense_layers, ") must be >= 0"));
   }
-  if (backend != BackendKind::kCpu) {
+  if (backend != BackendKind::kCpu &&
+      (moe.aux_loss_coeff > 0 || moe.routing == ExpertRouting::kCapacity)) {
     return absl::UnimplementedError(
-        "mixture-of-experts layers train on the cpu backend only (kernels/moe_layer.h)");
+        "the auxiliary loss and capacity routing train on the cpu backend only "
+        "(kernels/moe_layer.h)");
   }
   if (p.edp() == 0) {
     return absl::InvalidArgumentError(absl::StrCat("ep·etp (", p.ep * p.etp,

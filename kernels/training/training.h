@@ -24,7 +24,7 @@
 // Megatron-Core's parallel folding), the routed experts' gradients are reduced (or
 // reduce-scattered, with the distributed optimizer) over the expert-data-parallel group in
 // a second pair of contiguous buffers, the router's and shared experts' with the dense
-// weights. CPU fp32 only; etp 1 or tp.
+// weights. etp 1 or tp; on CUDA no auxiliary loss and no capacity routing.
 //
 // Backends: CPU (fp32; Gloo for every group) or CUDA (one device per rank, numbered from 0
 // in each process: fp32, or bf16/fp16 weights, activations and gradients with fp32 master

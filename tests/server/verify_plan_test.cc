@@ -259,9 +259,12 @@ TEST(VerifyUnsupportedReason, NamesWhatTheTrainerCannotDoWithExperts) {
   flex.set_moe_token_dispatcher("flex");
   EXPECT_EQ(VerifyUnsupportedReason(s, flex),
             "kernels/training dispatches tokens by all-to-all; the layout's dispatcher is flex");
-  s.training.precision = Precision::kBf16;
+  s.training.precision = Precision::kBf16;  // CUDA workers
+  EXPECT_EQ(VerifyUnsupportedReason(s, RankedMoe(1, 2, 2, 1).config()), "");
+  s.training.moe_routing = MoeRouting::kCapacity;
+  s.training.moe_capacity_factor = 1.25;
   EXPECT_EQ(VerifyUnsupportedReason(s, RankedMoe(1, 2, 2, 1).config()),
-            "kernels/training trains mixture-of-experts layers in fp32 on CPU workers; the "
+            "kernels/training drops capacity-routed assignments on CPU workers (fp32) only; the "
             "spec's precision is bf16");
   s = TinyMoeSpec();
   s.model.mtp_layers = 1;

@@ -64,6 +64,38 @@ TEST(CudaTrainingTest, Fp32OnOneGpuFollowsTheCpuLosses) {
   EXPECT_EQ(gpu.ranks[0].parameter_count, cpu.ranks[0].parameter_count);
 }
 
+// Small() with three expert layers of 8 SwiGLU experts (top-2, dropless) after one dense.
+TrainConfig SmallMoe() {
+  TrainConfig c = Small();
+  c.shape.activation = Activation::kSwiglu;
+  c.moe.num_experts = 8;
+  c.moe.topk = 2;
+  c.moe.ffn_hidden = 128;
+  c.moe.routing = ExpertRouting::kDropless;
+  c.first_k_dense_layers = 1;
+  return c;
+}
+
+TEST(CudaTrainingTest, MixtureOfExpertsFp32OnOneGpuFollowsTheCpuLosses) {
+  SKIP_WITHOUT_GPUS(1);
+  auto [cpu, gpu] = ExpectSameLosses(SmallMoe(), OnGpu(SmallMoe()), 1e-3);
+  ASSERT_EQ(gpu.losses.size(), 5u);
+  EXPECT_EQ(gpu.ranks[0].expert_parameter_count, cpu.ranks[0].expert_parameter_count);
+  // bf16 trains the same model (the router in fp32).
+  TrainConfig bf16 = OnGpu(SmallMoe());
+  bf16.dtype = DType::kBF16;
+  ExpectSameLosses(OnGpu(SmallMoe()), bf16, 0.03);
+}
+
+TEST(CudaTrainingTest, ExpertParallelOverTwoGpusEqualsOneGpu) {
+  SKIP_WITHOUT_GPUS(2);
+  TrainConfig two = OnGpu(SmallMoe());
+  two.parallel.dp = two.parallel.ep = 2;
+  TrainConfig one = OnGpu(SmallMoe());
+  one.num_micro_batches *= 2;
+  ExpectSameLosses(one, two, 1e-3);
+}
+
 TEST(CudaTrainingTest, Bf16WithFp32MasterWeightsTrainsTheSameModel) {
   SKIP_WITHOUT_GPUS(1);
   TrainConfig bf16 = OnGpu(Small());

@@ -209,6 +209,7 @@ TEST(MoeTrainingTest, LayoutsTheTrainerCannotRunNameTheField) {
 
   c = TinyMoe();
   c.backend = BackendKind::kCuda;
+  c.moe.aux_loss_coeff = 0.01;
   s = c.Validate();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find("cpu backend only"), std::string::npos) << s;
