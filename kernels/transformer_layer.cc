@@ -427,40 +427,24 @@ absl::StatusOr<Tensor> TransformerLayer::ForwardImpl(const Tensor& x, Recompute 
   PT_RETURN_IF_ERROR(be.Add(dt, h1.data(), x.data(), drop1.data(), h1.numel()));
   Tensor mean2, rstd2;
   PT_ASSIGN_OR_RETURN(Tensor ln2, Norm(2, h1, &mean2, &rstd2));
+  // The MLP block: the experts (a MoE layer) or FC1 → activation → FC2.
+  Tensor mlp, fc1, act;
   if (moe_) {
-    PT_ASSIGN_OR_RETURN(Tensor mlp, MoeForward(ln2, keep, s));
-    Tensor mask2;
-    PT_ASSIGN_OR_RETURN(Tensor drop2, Dropout(mlp, config_.hidden_dropout,
-                                              DropoutSeed(config_.seed, 2), &mask2));
-    PT_ASSIGN_OR_RETURN(Tensor y, be.Empty({n_sp, h}, dt, MemoryTag::kActivations));
-    PT_RETURN_IF_ERROR(be.Add(dt, y.data(), h1.data(), drop2.data(), y.numel()));
-    if (keep) {
-      s->ln1_mean = mean1;
-      s->ln1_rstd = rstd1;
-      s->ln1_out = ln1;
-      s->qkv = qkv;
-      s->ctx = ctx;
-      s->drop1_mask = mask1;
-      s->h1 = h1;
-      s->ln2_mean = mean2;
-      s->ln2_rstd = rstd2;
-      s->ln2_out = ln2;
-      s->drop2_mask = mask2;
-    }
-    return y;
-  }
-  PT_ASSIGN_OR_RETURN(Tensor fc1, fc1_->Forward(ctx_, ln2));
-  const int64_t rows = fc1.dim(0);
-  PT_ASSIGN_OR_RETURN(Tensor act, be.Empty({rows, ffn_local_}, dt, MemoryTag::kActivations));
-  if (config_.shape.activation == Activation::kSwiglu) {
-    PT_RETURN_IF_ERROR(be.SwigluForward(dt, act.data(), fc1.data(), rows, ffn_local_));
+    PT_ASSIGN_OR_RETURN(mlp, MoeForward(ln2, keep, s));
   } else {
-    PT_RETURN_IF_ERROR(be.GeluForward(dt, act.data(), fc1.data(), act.numel()));
+    PT_ASSIGN_OR_RETURN(fc1, fc1_->Forward(ctx_, ln2));
+    const int64_t rows = fc1.dim(0);
+    PT_ASSIGN_OR_RETURN(act, be.Empty({rows, ffn_local_}, dt, MemoryTag::kActivations));
+    if (config_.shape.activation == Activation::kSwiglu) {
+      PT_RETURN_IF_ERROR(be.SwigluForward(dt, act.data(), fc1.data(), rows, ffn_local_));
+    } else {
+      PT_RETURN_IF_ERROR(be.GeluForward(dt, act.data(), fc1.data(), act.numel()));
+    }
+    PT_ASSIGN_OR_RETURN(mlp, fc2_->Forward(ctx_, act));
   }
-  PT_ASSIGN_OR_RETURN(Tensor fc2, fc2_->Forward(ctx_, act));
   Tensor mask2;
   PT_ASSIGN_OR_RETURN(Tensor drop2,
-                      Dropout(fc2, config_.hidden_dropout, DropoutSeed(config_.seed, 2), &mask2));
+                      Dropout(mlp, config_.hidden_dropout, DropoutSeed(config_.seed, 2), &mask2));
   PT_ASSIGN_OR_RETURN(Tensor y, be.Empty({n_sp, h}, dt, MemoryTag::kActivations));
   PT_RETURN_IF_ERROR(be.Add(dt, y.data(), h1.data(), drop2.data(), y.numel()));
   if (keep) {
@@ -474,7 +458,7 @@ absl::StatusOr<Tensor> TransformerLayer::ForwardImpl(const Tensor& x, Recompute 
     s->ln2_mean = mean2;
     s->ln2_rstd = rstd2;
     s->ln2_out = ln2;
-    s->fc1_out = fc1;
+    s->fc1_out = fc1;  // undefined in a MoE layer (the block keeps its own)
     s->act = act;
     s->drop2_mask = mask2;
   }

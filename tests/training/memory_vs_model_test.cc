@@ -21,6 +21,25 @@ namespace {
 
 namespace kt = kernels::training;
 
+// The largest per-rank tracking-allocator peak of one step of `t` and the model's peak as
+// tracked for `spec` under t's layout; prints `name` with both and the error, returns the
+// error in per cent.
+double PeakErrorPercent(const JobSpec& spec, const kt::TrainConfig& t, const std::string& name) {
+  const FrameworkMemory cpu = FrameworkMemoryFor(*FindDevice("cpu"), Framework::kMegatronCore);
+  const double predicted =
+      TrackedPeakBytes(EstimateMemory(spec, t.parallel, 0, cpu), cpu, Precision::kFp32);
+  absl::StatusOr<kt::TrainResult> r = kt::RunTrainingInProcess(t);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return 0;
+  int64_t measured = 0;
+  for (const kt::RankResult& rank : r->ranks) measured = std::max(measured, rank.peak_bytes);
+  const double err =
+      100.0 * (predicted - static_cast<double>(measured)) / static_cast<double>(measured);
+  std::printf("%s: measured %ld, predicted %.0f bytes (%+.1f %%)\n", name.c_str(), measured,
+              predicted, err);
+  return err;
+}
+
 struct Case {
   int64_t vocab, tp, pp, dp, mb;
   Recompute recompute;
@@ -43,7 +62,6 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelAsTracked) {
       {8192, 1, 2, 2, 1, Recompute::kFull, true, false},
       {256, 1, 2, 1, 2, Recompute::kNone, false, false, 4096},  // the first stage's peak
   };
-  const FrameworkMemory cpu = FrameworkMemoryFor(*FindDevice("cpu"), Framework::kMegatronCore);
   for (const Case& k : cases) {
     JobSpec spec;
     spec.model.num_layers = 4;
@@ -71,9 +89,6 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelAsTracked) {
     c.recompute = k.recompute;
     c.data_parallel_sharding =
         k.dopt ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
-    const double predicted =
-        TrackedPeakBytes(EstimateMemory(spec, c, 0, cpu), cpu, Precision::kFp32);
-
     kt::TrainConfig t;
     t.shape.hidden_size = 64;
     t.shape.num_attention_heads = 4;
@@ -87,18 +102,11 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelAsTracked) {
     t.tie_embeddings = k.tied;
     t.position_rows = k.position_rows;
     t.steps = 1;
-    absl::StatusOr<kt::TrainResult> r = kt::RunTrainingInProcess(t);
-    ASSERT_TRUE(r.ok()) << r.status();
-    int64_t measured = 0;
-    for (const kt::RankResult& rank : r->ranks) measured = std::max(measured, rank.peak_bytes);
-    const double err = 100.0 * (predicted - static_cast<double>(measured)) /
-                       static_cast<double>(measured);
     const std::string name = absl::StrFormat(
-        "V %ld tp %ld pp %ld dp %ld mb %ld recompute %s%s%s positions %ld: measured %ld, "
-        "predicted %.0f bytes (%+.1f %%)",
-        k.vocab, k.tp, k.pp, k.dp, k.mb, ToString(k.recompute), k.dopt ? " dopt" : "",
-        k.tied ? " tied" : "", k.position_rows, measured, predicted, err);
-    std::printf("%s\n", name.c_str());
+        "V %ld tp %ld pp %ld dp %ld mb %ld recompute %s%s%s positions %ld", k.vocab, k.tp, k.pp,
+        k.dp, k.mb, ToString(k.recompute), k.dopt ? " dopt" : "", k.tied ? " tied" : "",
+        k.position_rows);
+    const double err = PeakErrorPercent(spec, t, name);
     // Over by at most 4 % (the model keeps one layer's activations for a backward's
     // gradients, which the trainer allocates nearly in full), under by at most 2 %.
     EXPECT_LE(err, 4.0) << name;
@@ -122,7 +130,6 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelWithExperts) {
       {1, 1, 1, 1, 1, 2, false, 0}, {1, 1, 2, 2, 1, 2, false, 0}, {1, 1, 2, 1, 1, 2, true, 0},
       {2, 1, 1, 2, 1, 2, false, 1}, {2, 1, 2, 2, 2, 1, false, 1}, {1, 2, 2, 2, 1, 1, true, 0},
   };
-  const FrameworkMemory cpu = FrameworkMemoryFor(*FindDevice("cpu"), Framework::kMegatronCore);
   for (const MoeCase& k : cases) {
     JobSpec spec;
     spec.model.num_layers = 4;
@@ -158,9 +165,6 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelWithExperts) {
     c.recompute = Recompute::kNone;
     c.data_parallel_sharding =
         k.dopt ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
-    const double predicted =
-        TrackedPeakBytes(EstimateMemory(spec, c, 0, cpu), cpu, Precision::kFp32);
-
     kt::TrainConfig t;
     t.shape.hidden_size = 64;
     t.shape.num_attention_heads = 4;
@@ -181,18 +185,10 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelWithExperts) {
     t.moe.routing = kernels::ExpertRouting::kBalanced;
     t.first_k_dense_layers = 1;
     t.steps = 1;
-    absl::StatusOr<kt::TrainResult> r = kt::RunTrainingInProcess(t);
-    ASSERT_TRUE(r.ok()) << r.status();
-    int64_t measured = 0;
-    for (const kt::RankResult& rank : r->ranks) measured = std::max(measured, rank.peak_bytes);
-    const double err = 100.0 * (predicted - static_cast<double>(measured)) /
-                       static_cast<double>(measured);
-    const std::string name = absl::StrFormat(
-        "experts: tp %ld pp %ld dp %ld ep %ld etp %ld mb %ld%s shared %ld: measured %ld, "
-        "predicted %.0f bytes (%+.1f %%)",
-        k.tp, k.pp, k.dp, k.ep, k.etp, k.mb, k.dopt ? " dopt" : "", k.shared, measured,
-        predicted, err);
-    std::printf("%s\n", name.c_str());
+    const std::string name =
+        absl::StrFormat("experts: tp %ld pp %ld dp %ld ep %ld etp %ld mb %ld%s shared %ld", k.tp,
+                        k.pp, k.dp, k.ep, k.etp, k.mb, k.dopt ? " dopt" : "", k.shared);
+    const double err = PeakErrorPercent(spec, t, name);
     // The block stores its own copy of its input and the combined expert rows, and the
     // model counts Megatron-Core's MoE buffers: a wider band than the dense layers' (the
     // spread is in docs/validation.md).
