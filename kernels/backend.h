@@ -161,17 +161,16 @@ class Backend {
   /// global token g = first_token + t), and their probabilities probs[T, k] = scale ·
   /// score / (the k scores' sum when `normalize`).
   virtual absl::Status MoeRouterTopK(DType router_dtype, int32_t* selected, void* probs,
-                                     const void* scores, int64_t tokens, int64_t experts,
-                                     int64_t k, bool normalize, double scale, bool balanced,
+                                     const void* scores, int64_t tokens, int64_t experts, int64_t k,
+                                     bool normalize, double scale, bool balanced,
                                      int64_t first_token) = 0;
   /// dlogits[T, E] (overwritten) from dprobs[T, k] through MoeRouterTopK's probabilities
   /// and MoeRouterScores, plus (dp_aux[T, E] non-null: cpu backend only) the gradient of
   /// the auxiliary loss's probabilities.
   virtual absl::Status MoeRouterBackward(DType router_dtype, void* dlogits, const void* dprobs,
                                          const void* scores, const int32_t* selected,
-                                         int64_t tokens, int64_t experts, int64_t k,
-                                         bool sigmoid, bool normalize, double scale,
-                                         const void* dp_aux) = 0;
+                                         int64_t tokens, int64_t experts, int64_t k, bool sigmoid,
+                                         bool normalize, double scale, const void* dp_aux) = 0;
   /// out[i] = x[perm[i] / k] for `rows` rows of width `hidden`.
   virtual absl::Status MoePermute(DType dtype, void* out, const void* x, const int32_t* perm,
                                   int64_t rows, int64_t k, int64_t hidden) = 0;
@@ -179,14 +178,14 @@ class Backend {
   /// row i holds assignment perm[i]; an assignment without a row (dropped: rows < T·k,
   /// cpu backend only) adds nothing.
   virtual absl::Status MoeUnpermute(DType dtype, void* y, const void* in, const void* probs,
-                                    const int32_t* perm, int64_t tokens, int64_t k,
-                                    int64_t hidden, int64_t rows) = 0;
+                                    const int32_t* perm, int64_t tokens, int64_t k, int64_t hidden,
+                                    int64_t rows) = 0;
   /// MoeUnpermute's backward with probabilities: din[i] = probs[perm[i]] · dy[t] and
   /// dprobs[perm[i]] = dy[t] · in[i] (t = perm[i] / k); dprobs of a dropped assignment 0.
   virtual absl::Status MoeUnpermuteBackward(DType dtype, void* din, void* dprobs, const void* dy,
-                                            const void* in, const void* probs,
-                                            const int32_t* perm, int64_t tokens, int64_t k,
-                                            int64_t hidden, int64_t rows) = 0;
+                                            const void* in, const void* probs, const int32_t* perm,
+                                            int64_t tokens, int64_t k, int64_t hidden,
+                                            int64_t rows) = 0;
 };
 
 /// The group of one rank whose copies go through `backend` (MakeSelfCommunicator copies

@@ -341,27 +341,26 @@ class CpuBackend final : public Backend {
                                static_cast<T>(scale));
     });
   }
-  absl::Status MoeRouterBackward(DType rdt, void* dlogits, const void* dprobs,
-                                 const void* scores, const int32_t* selected, int64_t tokens,
-                                 int64_t experts, int64_t k, bool sigmoid, bool normalize,
-                                 double scale, const void* dp_aux) override {
+  absl::Status MoeRouterBackward(DType rdt, void* dlogits, const void* dprobs, const void* scores,
+                                 const int32_t* selected, int64_t tokens, int64_t experts,
+                                 int64_t k, bool sigmoid, bool normalize, double scale,
+                                 const void* dp_aux) override {
     return Dispatch(rdt, [&](auto z) {
       using T = decltype(z);
       const T* s = static_cast<const T*>(scores);
       std::vector<T> dscores(tokens * experts);
-      cpu::moe_router_probs_backward<T>(dscores.data(), static_cast<const T*>(dprobs), s,
-                                        selected, tokens, experts, k, normalize,
-                                        static_cast<T>(scale));
+      cpu::moe_router_probs_backward<T>(dscores.data(), static_cast<const T*>(dprobs), s, selected,
+                                        tokens, experts, k, normalize, static_cast<T>(scale));
       if (dp_aux != nullptr) {
-        cpu::moe_aux_probs_backward<T>(dscores.data(), static_cast<const T*>(dp_aux), s,
-                                       tokens, experts, sigmoid);
+        cpu::moe_aux_probs_backward<T>(dscores.data(), static_cast<const T*>(dp_aux), s, tokens,
+                                       experts, sigmoid);
       }
       cpu::moe_router_scores_backward<T>(P<T>(dlogits), dscores.data(), s, tokens, experts,
                                          sigmoid);
     });
   }
-  absl::Status MoePermute(DType dtype, void* out, const void* x, const int32_t* perm,
-                          int64_t rows, int64_t k, int64_t hidden) override {
+  absl::Status MoePermute(DType dtype, void* out, const void* x, const int32_t* perm, int64_t rows,
+                          int64_t k, int64_t hidden) override {
     return Dispatch(dtype, [&](auto z) {
       using T = decltype(z);
       cpu::moe_permute<T>(P<T>(out), static_cast<const T*>(x), perm, rows, k, hidden);
@@ -372,8 +371,8 @@ class CpuBackend final : public Backend {
                             int64_t rows) override {
     return Dispatch(dtype, [&](auto z) {
       using T = decltype(z);
-      cpu::moe_unpermute<T>(P<T>(y), static_cast<const T*>(in), static_cast<const T*>(probs),
-                            perm, tokens, k, hidden, rows);
+      cpu::moe_unpermute<T>(P<T>(y), static_cast<const T*>(in), static_cast<const T*>(probs), perm,
+                            tokens, k, hidden, rows);
     });
   }
   absl::Status MoeUnpermuteBackward(DType dtype, void* din, void* dprobs, const void* dy,
@@ -383,8 +382,8 @@ class CpuBackend final : public Backend {
     return Dispatch(dtype, [&](auto z) {
       using T = decltype(z);
       cpu::moe_unpermute_backward<T>(P<T>(din), P<T>(dprobs), static_cast<const T*>(dy),
-                                     static_cast<const T*>(in), static_cast<const T*>(probs),
-                                     perm, tokens, k, hidden, rows);
+                                     static_cast<const T*>(in), static_cast<const T*>(probs), perm,
+                                     tokens, k, hidden, rows);
     });
   }
 

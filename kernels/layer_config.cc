@@ -63,19 +63,19 @@ absl::Status LayerConfig::Validate() const {
   if (is_moe()) {
     if (absl::Status s = moe.Validate(); !s.ok()) return s;
     if (moe.hidden != shape.hidden_size || moe.ep != parallel.ep || moe.etp != parallel.etp) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the MoE block's hidden (", moe.hidden, "), ep (", moe.ep, ") and etp (", moe.etp,
-          ") must equal hidden_size (", shape.hidden_size, "), ep (", parallel.ep,
-          ") and etp (", parallel.etp, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the MoE block's hidden (", moe.hidden, "), ep (", moe.ep, ") and etp (",
+                       moe.etp, ") must equal hidden_size (", shape.hidden_size, "), ep (",
+                       parallel.ep, ") and etp (", parallel.etp, ")"));
     }
     if (moe.etp != 1 && moe.etp != tp) {
       return absl::UnimplementedError(absl::StrCat("etp (", moe.etp, ") must be 1 or tp (", tp,
                                                    ") in a mixture-of-experts layer"));
     }
     if (tp > 1 && !parallel.sequence_parallel) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sequence_parallel is required with tp (", tp,
-          ") > 1 in a mixture-of-experts layer (as Megatron-LM requires)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence_parallel is required with tp (", tp,
+                       ") > 1 in a mixture-of-experts layer (as Megatron-LM requires)"));
     }
   }
   return absl::OkStatus();

@@ -121,8 +121,8 @@ absl::Status AllToAllTokenDispatcher::Plan(const std::vector<int64_t>& tokens_pe
     PT_ASSIGN_OR_RETURN(Tensor buf,
                         backend_->Empty({2 * num_experts_}, DType::kF64, MemoryTag::kWorkspace));
     const int64_t bytes = num_experts_ * 8;
-    PT_RETURN_IF_ERROR(backend_->CopyBytes(buf.data(), send.data(), bytes,
-                                           Backend::CopyKind::kHostToBackend));
+    PT_RETURN_IF_ERROR(
+        backend_->CopyBytes(buf.data(), send.data(), bytes, Backend::CopyKind::kHostToBackend));
     PT_RETURN_IF_ERROR(ep_->AllToAll(buf.data(), buf.at(num_experts_), local, DType::kF64));
     PT_RETURN_IF_ERROR(backend_->CopyBytes(recv.data(), buf.at(num_experts_), bytes,
                                            Backend::CopyKind::kBackendToHost));
@@ -300,15 +300,16 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const MoeLayerConfig&
 }
 
 template absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create<float>(
-    const MoeLayerConfig&, const MoeWeights<float>&, Communicator*, Communicator*, Backend*,
-    DType);
+    const MoeLayerConfig&, const MoeWeights<float>&, Communicator*, Communicator*, Backend*, DType);
 template absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create<double>(
     const MoeLayerConfig&, const MoeWeights<double>&, Communicator*, Communicator*, Backend*,
     DType);
 
-absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateRandom(
-    const MoeLayerConfig& config, uint64_t seed, double scale, Communicator* ep, Communicator* etp,
-    Backend* backend, DType dtype) {
+absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateRandom(const MoeLayerConfig& config,
+                                                                 uint64_t seed, double scale,
+                                                                 Communicator* ep,
+                                                                 Communicator* etp,
+                                                                 Backend* backend, DType dtype) {
   PT_RETURN_IF_ERROR(config.Validate());
   return CreateFrom(
       config,
@@ -334,12 +335,12 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateFrom(const MoeLayerCon
   if (cpu ? (dtype != DType::kF32 && dtype != DType::kF64)
           : (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "dtype (", DTypeName(dtype), ") must be ", cpu ? "fp32 or fp64 on the cpu backend"
-                                                       : "fp32, bf16 or fp16 on the cuda backend"));
+        "dtype (", DTypeName(dtype), ") must be ",
+        cpu ? "fp32 or fp64 on the cpu backend" : "fp32, bf16 or fp16 on the cuda backend"));
   }
   if (!cpu && config.aux_loss_coeff > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "aux_loss_coeff (", config.aux_loss_coeff, ") > 0 runs on the cpu backend only"));
+    return absl::UnimplementedError(absl::StrCat("aux_loss_coeff (", config.aux_loss_coeff,
+                                                 ") > 0 runs on the cpu backend only"));
   }
   if (!cpu && config.routing == ExpertRouting::kCapacity) {
     return absl::UnimplementedError(
@@ -362,7 +363,8 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateFrom(const MoeLayerCon
                                                                {&w.shared_fc1, &g.shared_fc1},
                                                                {&w.shared_fc2, &g.shared_fc2}};
   for (const std::pair<const Tensor*, Tensor*>& wg : weight_and_grad) {
-    PT_ASSIGN_OR_RETURN(*wg.second, backend->Zeros(wg.first->shape(), dtype, MemoryTag::kGradients));
+    PT_ASSIGN_OR_RETURN(*wg.second,
+                        backend->Zeros(wg.first->shape(), dtype, MemoryTag::kGradients));
   }
   // The shards are made on the host and copied in (converted to dtype).
   std::vector<double> host(e * h);
@@ -398,8 +400,8 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateFrom(const MoeLayerCon
 
 absl::Status MoeLayer::SharedForward(const void* x, int64_t tokens, void* y) {
   const int64_t h = config_.hidden, fsl = config_.shared_ffn_total() / config_.etp;
-  PT_RETURN_IF_ERROR(Linear(shared_fc1_.data(), x, w_.shared_fc1.data(), tokens, h, 2 * fsl,
-                            false));
+  PT_RETURN_IF_ERROR(
+      Linear(shared_fc1_.data(), x, w_.shared_fc1.data(), tokens, h, 2 * fsl, false));
   PT_RETURN_IF_ERROR(
       be_->SwigluForward(dtype_, shared_act_.data(), shared_fc1_.data(), tokens, fsl));
   return Linear(y, shared_act_.data(), w_.shared_fc2.data(), tokens, fsl, h, false);
@@ -411,8 +413,8 @@ absl::Status MoeLayer::SharedBackward(const void* dy, void* dx) {
   PT_ASSIGN_OR_RETURN(Tensor dfc1, Alloc({tokens_, 2 * fsl}, MemoryTag::kWorkspace));
   PT_RETURN_IF_ERROR(LinearBackward(dact.data(), g_.shared_fc2.data(), dy, shared_act_.data(),
                                     w_.shared_fc2.data(), tokens_, fsl, h, false));
-  PT_RETURN_IF_ERROR(be_->SwigluBackward(dtype_, dfc1.data(), dact.data(), shared_fc1_.data(),
-                                         tokens_, fsl));
+  PT_RETURN_IF_ERROR(
+      be_->SwigluBackward(dtype_, dfc1.data(), dact.data(), shared_fc1_.data(), tokens_, fsl));
   // dx += here; the ETP all-reduce of dx (copy_to_tp_region's backward) is done once by
   // Backward for the routed and shared parts together.
   PT_RETURN_IF_ERROR(LinearBackward(dx, g_.shared_fc1.data(), dfc1.data(), x_.data(),
@@ -558,9 +560,9 @@ std::vector<R> AuxGradient(const std::vector<double>& counts, int64_t tokens, do
 absl::Status MoeLayer::AuxLoss(int64_t tokens) {
   const int64_t e = config_.num_experts, k = config_.topk;
   const bool sigmoid = config_.score == MoeScoreFunction::kSigmoid;
-  const std::vector<double> p_sums =
-      rdt_ == DType::kF64 ? AuxProbabilitySums<double>(scores_, tokens, e, sigmoid)
-                          : AuxProbabilitySums<float>(scores_, tokens, e, sigmoid);
+  const std::vector<double> p_sums = rdt_ == DType::kF64
+                                         ? AuxProbabilitySums<double>(scores_, tokens, e, sigmoid)
+                                         : AuxProbabilitySums<float>(scores_, tokens, e, sigmoid);
   std::vector<double> sums(2 * e, 0.0);  // [counts | probability sums]
   for (int64_t i = 0; i < e; ++i) {
     sums[i] = static_cast<double>(tokens_per_expert_[i]);
@@ -598,10 +600,10 @@ absl::Status MoeLayer::Forward(const void* x, int64_t tokens, void* y) {
   }
   PT_ASSIGN_OR_RETURN(selected_, be_->Empty({tokens, k}, DType::kI32, MemoryTag::kActivations));
   PT_ASSIGN_OR_RETURN(probs_, AllocRouter({tokens, k}, MemoryTag::kActivations));
-  PT_RETURN_IF_ERROR(be_->MoeRouterTopK(
-      rdt_, selected_.data_as<int32_t>(), probs_.data(), scores_.data(), tokens, e, k,
-      config_.normalize_topk, config_.topk_scaling, config_.routing == ExpertRouting::kBalanced,
-      ep_->rank() * tokens));
+  PT_RETURN_IF_ERROR(
+      be_->MoeRouterTopK(rdt_, selected_.data_as<int32_t>(), probs_.data(), scores_.data(), tokens,
+                         e, k, config_.normalize_topk, config_.topk_scaling,
+                         config_.routing == ExpertRouting::kBalanced, ep_->rank() * tokens));
 
   // Permutation: assignments sorted by expert, tokens in order within an expert.
   PT_ASSIGN_OR_RETURN(perm_, be_->Empty({tokens * k}, DType::kI32, MemoryTag::kActivations));
@@ -638,8 +640,8 @@ absl::Status MoeLayer::Forward(const void* x, int64_t tokens, void* y) {
     }
     return absl::OkStatus();
   }()));
-  PT_RETURN_IF_ERROR(be_->MoePermute(dtype_, permuted.data(), x, perm_.data_as<int32_t>(),
-                                     routed_rows, k, h));
+  PT_RETURN_IF_ERROR(
+      be_->MoePermute(dtype_, permuted.data(), x, perm_.data_as<int32_t>(), routed_rows, k, h));
   PT_RETURN_IF_ERROR(be_->Synchronize());
   t0 = Now();
   PT_RETURN_IF_ERROR(dispatcher_.Dispatch(permuted.data(), expert_in_.data(), workspace.data()));
@@ -702,8 +704,8 @@ absl::Status MoeLayer::Backward(const void* dy, void* dx) {
   {
     PT_ASSIGN_OR_RETURN(Tensor probs, RowProbs());
     PT_RETURN_IF_ERROR(be_->MoeUnpermuteBackward(dtype_, dcombined.data(), dprobs.data(), dy,
-                                                 combined_.data(), probs.data(), perm, tokens, k,
-                                                 h, routed_rows));
+                                                 combined_.data(), probs.data(), perm, tokens, k, h,
+                                                 routed_rows));
   }
   combined_ = Tensor();
 
@@ -791,8 +793,8 @@ MoeSaved MoeLayer::TakeSaved() {
   s.combined = std::move(combined_);
   s.shared_fc1 = std::move(shared_fc1_);
   s.shared_act = std::move(shared_act_);
-  x_ = scores_ = selected_ = probs_ = perm_ = expert_in_ = expert_fc1_ = expert_act_ =
-      combined_ = shared_fc1_ = shared_act_ = Tensor();
+  x_ = scores_ = selected_ = probs_ = perm_ = expert_in_ = expert_fc1_ = expert_act_ = combined_ =
+      shared_fc1_ = shared_act_ = Tensor();
   global_counts_.clear();
   return s;
 }
@@ -828,12 +830,17 @@ std::vector<ParameterRef> MoeLayer::ParameterRefs(bool routed_experts) {
 
 std::vector<std::pair<std::string, int64_t>> MoeSaved::Breakdown() const {
   std::vector<std::pair<std::string, int64_t>> out;
-  const std::pair<const char*, const Tensor*> named[] = {
-      {"moe.x", &x},           {"moe.scores", &scores},         {"moe.selected", &selected},
-      {"moe.probs", &probs},   {"moe.perm", &perm},             {"moe.expert_in", &expert_in},
-      {"moe.expert_fc1", &expert_fc1}, {"moe.expert_act", &expert_act},
-      {"moe.combined", &combined},     {"moe.shared_fc1", &shared_fc1},
-      {"moe.shared_act", &shared_act}};
+  const std::pair<const char*, const Tensor*> named[] = {{"moe.x", &x},
+                                                         {"moe.scores", &scores},
+                                                         {"moe.selected", &selected},
+                                                         {"moe.probs", &probs},
+                                                         {"moe.perm", &perm},
+                                                         {"moe.expert_in", &expert_in},
+                                                         {"moe.expert_fc1", &expert_fc1},
+                                                         {"moe.expert_act", &expert_act},
+                                                         {"moe.combined", &combined},
+                                                         {"moe.shared_fc1", &shared_fc1},
+                                                         {"moe.shared_act", &shared_act}};
   for (const auto& [name, t] : named) {
     if (t->defined()) out.emplace_back(name, t->bytes());
   }

@@ -126,7 +126,7 @@ struct MoeSaved {
   std::vector<int64_t> tokens_per_expert;
   std::vector<double> global_counts;
   std::optional<AllToAllTokenDispatcher> route;
-  Tensor x, scores, selected, probs, perm;  // perm[i] = t·k + j of permuted row i
+  Tensor x, scores, selected, probs, perm;   // perm[i] = t·k + j of permuted row i
   Tensor expert_in, expert_fc1, expert_act;  // expert-major rows of local experts
   Tensor combined;                           // expert outputs back in permuted order
   Tensor shared_fc1, shared_act;
@@ -257,8 +257,8 @@ class MoeLayer {
   Communicator* ep_;
   Communicator* etp_;
   Backend* be_;
-  DType dtype_;   // rows, weights, gradients
-  DType rdt_;     // router: fp32 (fp64 for an fp64 layer)
+  DType dtype_;  // rows, weights, gradients
+  DType rdt_;    // router: fp32 (fp64 for an fp64 layer)
   Params w_, g_;
   AllToAllTokenDispatcher dispatcher_;
 

@@ -47,16 +47,17 @@ struct RankOutput {
 
 absl::Status RunRank(const MoeStepConfig& config, Backend& be, Communicator& world,
                      Communicator& ep, Communicator& etp, RankOutput& out) {
-  PT_ASSIGN_OR_RETURN(std::unique_ptr<MoeLayer> layer,
-                      MoeLayer::CreateRandom(config.layer, config.seed, 0.02, &ep, &etp, &be,
-                                             config.dtype));
+  PT_ASSIGN_OR_RETURN(
+      std::unique_ptr<MoeLayer> layer,
+      MoeLayer::CreateRandom(config.layer, config.seed, 0.02, &ep, &etp, &be, config.dtype));
   const int64_t n = config.tokens * config.layer.hidden;
   PT_ASSIGN_OR_RETURN(Tensor x, be.Empty({n}, config.dtype, MemoryTag::kWorkspace));
   PT_ASSIGN_OR_RETURN(Tensor y, be.Empty({n}, config.dtype, MemoryTag::kWorkspace));
   PT_ASSIGN_OR_RETURN(Tensor d, be.Empty({n}, config.dtype, MemoryTag::kWorkspace));
   // Tokens differ across EP ranks and agree across an ETP group.
   std::vector<double> values(n);
-  for (int64_t i = 0; i < n; ++i) values[i] = 2.0 * HashUniform(config.seed + 7 + ep.rank(), i) - 1.0;
+  for (int64_t i = 0; i < n; ++i)
+    values[i] = 2.0 * HashUniform(config.seed + 7 + ep.rank(), i) - 1.0;
   PT_RETURN_IF_ERROR(be.CopyFromHost(x, values));
   const int activations = static_cast<int>(MemoryTag::kActivations);
   TrackingAllocator& allocator = be.allocator();
@@ -95,9 +96,10 @@ absl::Status MoeStepConfig::Validate() const {
   const bool cpu = backend == BackendKind::kCpu;
   if (cpu ? (dtype != DType::kF32 && dtype != DType::kF64)
           : (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dtype (", DTypeName(dtype), ") must be ",
-        cpu ? "fp32 or fp64 for the MoE layer on cpu" : "fp32, bf16 or fp16 for the MoE layer on cuda"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype (", DTypeName(dtype), ") must be ",
+                     cpu ? "fp32 or fp64 for the MoE layer on cpu"
+                         : "fp32, bf16 or fp16 for the MoE layer on cuda"));
   }
   if (warmup < 0)
     return absl::InvalidArgumentError(absl::StrCat("warmup (", warmup, ") must be >= 0"));
@@ -122,9 +124,8 @@ absl::StatusOr<MoeStepResult> RunMoeLayerStep(const MoeStepConfig& config) {
     // OpenBLAS's default (every core per call) called from ep·etp rank threads at once
     // oversubscribes the cores and serialises the ranks' GEMMs.
     const int cores = std::max(1u, std::thread::hardware_concurrency());
-    SetBlasThreads(config.blas_threads_per_rank > 0
-                       ? static_cast<int>(config.blas_threads_per_rank)
-                       : std::max(1, cores / world));
+    SetBlasThreads(config.blas_threads_per_rank > 0 ? static_cast<int>(config.blas_threads_per_rank)
+                                                    : std::max(1, cores / world));
   }
   std::shared_ptr<GlooRendezvous> rendezvous = MakeInProcessRendezvous();
   static std::atomic<int> run_id{0};
@@ -155,8 +156,8 @@ absl::StatusOr<MoeStepResult> RunMoeLayerStep(const MoeStepConfig& config) {
           if (world == 1) {
             all = MakeSelfCommunicator();
           } else {
-            PT_ASSIGN_OR_RETURN(all, MakeGlooCommunicator(rendezvous, prefix + "world", rank,
-                                                          world));
+            PT_ASSIGN_OR_RETURN(all,
+                                MakeGlooCommunicator(rendezvous, prefix + "world", rank, world));
           }
           PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> ep_group,
                               group(absl::StrCat("ep", tr), er, ep));

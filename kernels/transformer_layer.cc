@@ -58,9 +58,9 @@ absl::StatusOr<std::unique_ptr<TransformerLayer>> TransformerLayer::Create(
   if (config.is_moe()) {
     if (ctx.ep == nullptr || ctx.etp == nullptr || ctx.ep->size() != config.moe.ep ||
         ctx.etp->size() != config.moe.etp) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "a mixture-of-experts layer needs EP and ETP communicators of sizes ep (",
-          config.moe.ep, ") and etp (", config.moe.etp, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("a mixture-of-experts layer needs EP and ETP communicators of sizes ep (",
+                       config.moe.ep, ") and etp (", config.moe.etp, ")"));
     }
   }
   std::unique_ptr<TransformerLayer> layer(new TransformerLayer(config, ctx));
@@ -123,10 +123,9 @@ absl::Status TransformerLayer::Init() {
   proj_ = std::make_unique<RowParallelLinear>(std::move(proj));
   if (config_.is_moe()) {
     // Every shard is a function of (seed, tensor, unsharded index), as for the dense weights.
-    PT_ASSIGN_OR_RETURN(moe_, MoeLayer::CreateRandom(
-                                  config_.moe, Mix64(seed + 0x6d6f65ull),
-                                  1.0 / std::sqrt(static_cast<double>(h)), ctx_.ep, ctx_.etp,
-                                  ctx_.backend, dt));
+    PT_ASSIGN_OR_RETURN(moe_, MoeLayer::CreateRandom(config_.moe, Mix64(seed + 0x6d6f65ull),
+                                                     1.0 / std::sqrt(static_cast<double>(h)),
+                                                     ctx_.ep, ctx_.etp, ctx_.backend, dt));
     return absl::OkStatus();
   }
   const bool swiglu = config_.shape.activation == Activation::kSwiglu;
@@ -477,11 +476,11 @@ absl::StatusOr<Tensor> TransformerLayer::GatherExpertRows(const Tensor& x) {
 
 absl::StatusOr<Tensor> TransformerLayer::OwnExpertRows(const Tensor& full, int64_t rows) {
   if (config_.moe.etp == 1) return full;
-  PT_ASSIGN_OR_RETURN(Tensor out, ctx_.backend->Empty({rows, full.dim(1)}, full.dtype(),
-                                                      MemoryTag::kActivations));
+  PT_ASSIGN_OR_RETURN(
+      Tensor out, ctx_.backend->Empty({rows, full.dim(1)}, full.dtype(), MemoryTag::kActivations));
   const Tensor mine = full.Rows(ctx_.etp->rank() * rows, (ctx_.etp->rank() + 1) * rows);
-  PT_RETURN_IF_ERROR(ctx_.backend->CopyBytes(out.data(), mine.data(), out.bytes(),
-                                             Backend::CopyKind::kOnBackend));
+  PT_RETURN_IF_ERROR(
+      ctx_.backend->CopyBytes(out.data(), mine.data(), out.bytes(), Backend::CopyKind::kOnBackend));
   return out;
 }
 
@@ -489,8 +488,8 @@ absl::StatusOr<Tensor> TransformerLayer::MoeForward(const Tensor& x, bool keep,
                                                     SavedActivations* s) {
   const int64_t rows = x.dim(0);
   PT_ASSIGN_OR_RETURN(Tensor in, GatherExpertRows(x));
-  PT_ASSIGN_OR_RETURN(Tensor out, ctx_.backend->Empty(in.shape(), in.dtype(),
-                                                      MemoryTag::kWorkspace));
+  PT_ASSIGN_OR_RETURN(Tensor out,
+                      ctx_.backend->Empty(in.shape(), in.dtype(), MemoryTag::kWorkspace));
   PT_RETURN_IF_ERROR(moe_->Forward(in.data(), in.dim(0), out.data()));
   // Kept for this micro-batch's backward, or dropped (full recompute reruns it).
   MoeSaved saved = moe_->TakeSaved();
@@ -502,8 +501,8 @@ absl::StatusOr<Tensor> TransformerLayer::MoeBackward(const Tensor& dy, SavedActi
   if (!s->moe.defined()) return absl::InternalError("MoE backward without its forward's state");
   const int64_t rows = dy.dim(0);
   PT_ASSIGN_OR_RETURN(Tensor dy_all, GatherExpertRows(dy));
-  PT_ASSIGN_OR_RETURN(Tensor dx_all, ctx_.backend->Empty(dy_all.shape(), dy_all.dtype(),
-                                                         MemoryTag::kWorkspace));
+  PT_ASSIGN_OR_RETURN(Tensor dx_all,
+                      ctx_.backend->Empty(dy_all.shape(), dy_all.dtype(), MemoryTag::kWorkspace));
   moe_->RestoreSaved(std::move(s->moe));
   s->moe = MoeSaved();
   PT_RETURN_IF_ERROR(moe_->Backward(dy_all.data(), dx_all.data()));
@@ -557,8 +556,8 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy) {
       PT_RETURN_IF_ERROR(be.SwigluBackward(dt, dfc1.data(), dact.data(), s->fc1_out.data(),
                                            dact.dim(0), ffn_local_));
     } else {
-      PT_RETURN_IF_ERROR(be.GeluBackward(dt, dfc1.data(), dact.data(), s->fc1_out.data(),
-                                         dfc1.numel()));
+      PT_RETURN_IF_ERROR(
+          be.GeluBackward(dt, dfc1.data(), dact.data(), s->fc1_out.data(), dfc1.numel()));
     }
     PT_ASSIGN_OR_RETURN(dln2, fc1_->Backward(ctx_, s->ln2_out, dfc1));
   }

@@ -101,9 +101,10 @@ std::string VerifyUnsupportedReason(const JobSpec& spec, const v1::ParallelConfi
     const int64_t etp = std::max<int64_t>(1, config.etp());
     if (spec.training.precision != Precision::kFp32 &&
         spec.training.moe_routing == MoeRouting::kCapacity) {
-      return absl::StrCat("kernels/training drops capacity-routed assignments on CPU workers "
-                          "(fp32) only; the spec's precision is ",
-                          ToString(spec.training.precision));
+      return absl::StrCat(
+          "kernels/training drops capacity-routed assignments on CPU workers "
+          "(fp32) only; the spec's precision is ",
+          ToString(spec.training.precision));
     }
     if (m.attention == AttentionType::kMla) {
       return "kernels/training runs multi-head or grouped-query attention; the model's "
@@ -119,9 +120,10 @@ std::string VerifyUnsupportedReason(const JobSpec& spec, const v1::ParallelConfi
     }
     if (!config.moe_token_dispatcher().empty() &&
         config.moe_token_dispatcher() != ToString(MoeTokenDispatcher::kAllToAll)) {
-      return absl::StrCat("kernels/training dispatches tokens by all-to-all; the layout's "
-                          "dispatcher is ",
-                          config.moe_token_dispatcher());
+      return absl::StrCat(
+          "kernels/training dispatches tokens by all-to-all; the layout's "
+          "dispatcher is ",
+          config.moe_token_dispatcher());
     }
   }
   const int64_t mb_dp = std::max<int64_t>(1, config.micro_batch_size()) *

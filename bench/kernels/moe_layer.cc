@@ -153,8 +153,8 @@ int Main(int argc, char** argv) {
                   row["backward_ms"].get<double>(), row["a2a_forward_ms"].get<double>(),
                   row["a2a_backward_ms"].get<double>(), row["experts_forward_ms"].get<double>(),
                   row["experts_backward_ms"].get<double>(), gflops,
-                  cpu ? 100.0 * gflops / ref : 0.0,
-                  static_cast<double>(peak) / (1 << 20), static_cast<long long>(wrong));
+                  cpu ? 100.0 * gflops / ref : 0.0, static_cast<double>(peak) / (1 << 20),
+                  static_cast<long long>(wrong));
     }
   }
   if (json_out) {

@@ -479,8 +479,8 @@ class CudaBackend final : public CudaBackendBase {
                                int64_t experts, bool sigmoid) override {
     PT_RETURN_IF_ERROR(RouterDType(rdt));
     CUDA_CHECK(cuda::moe_router_scores(static_cast<float*>(scores),
-                                       static_cast<const float*>(logits), tokens, experts,
-                                       sigmoid, stream_));
+                                       static_cast<const float*>(logits), tokens, experts, sigmoid,
+                                       stream_));
     return absl::OkStatus();
   }
   absl::Status MoeRouterTopK(DType rdt, int32_t* selected, void* probs, const void* scores,
@@ -498,23 +498,23 @@ class CudaBackend final : public CudaBackendBase {
     }
     return absl::OkStatus();
   }
-  absl::Status MoeRouterBackward(DType rdt, void* dlogits, const void* dprobs,
-                                 const void* scores, const int32_t* selected, int64_t tokens,
-                                 int64_t experts, int64_t k, bool sigmoid, bool normalize,
-                                 double scale, const void* dp_aux) override {
+  absl::Status MoeRouterBackward(DType rdt, void* dlogits, const void* dprobs, const void* scores,
+                                 const int32_t* selected, int64_t tokens, int64_t experts,
+                                 int64_t k, bool sigmoid, bool normalize, double scale,
+                                 const void* dp_aux) override {
     PT_RETURN_IF_ERROR(RouterDType(rdt));
     if (dp_aux != nullptr) {
       return absl::UnimplementedError(
           "the auxiliary loss's router gradient runs on the cpu backend only");
     }
-    CUDA_CHECK(cuda::moe_router_backward(
-        static_cast<float*>(dlogits), static_cast<const float*>(dprobs),
-        static_cast<const float*>(scores), selected, tokens, experts, k, sigmoid, normalize,
-        static_cast<float>(scale), stream_));
+    CUDA_CHECK(
+        cuda::moe_router_backward(static_cast<float*>(dlogits), static_cast<const float*>(dprobs),
+                                  static_cast<const float*>(scores), selected, tokens, experts, k,
+                                  sigmoid, normalize, static_cast<float>(scale), stream_));
     return absl::OkStatus();
   }
-  absl::Status MoePermute(DType dtype, void* out, const void* x, const int32_t* perm,
-                          int64_t rows, int64_t k, int64_t hidden) override {
+  absl::Status MoePermute(DType dtype, void* out, const void* x, const int32_t* perm, int64_t rows,
+                          int64_t k, int64_t hidden) override {
     PT_LAUNCH(dtype, cuda::moe_permute(et, out, x, perm, rows, k, hidden, stream_));
     return absl::OkStatus();
   }
@@ -522,8 +522,7 @@ class CudaBackend final : public CudaBackendBase {
                             const int32_t* perm, int64_t tokens, int64_t k, int64_t hidden,
                             int64_t rows) override {
     PT_RETURN_IF_ERROR(EveryAssignmentRouted(rows, tokens, k));
-    PT_ASSIGN_OR_RETURN(Tensor position,
-                        Empty({tokens * k}, DType::kI32, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(Tensor position, Empty({tokens * k}, DType::kI32, MemoryTag::kWorkspace));
     PT_LAUNCH(dtype, cuda::moe_unpermute(et, y, in, probs, perm, position.data_as<int32_t>(),
                                          tokens, k, hidden, stream_));
     return absl::OkStatus();
@@ -541,15 +540,15 @@ class CudaBackend final : public CudaBackendBase {
  private:
   static absl::Status RouterDType(DType rdt) {
     if (rdt == DType::kF32) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the router's dtype (", DTypeName(rdt), ") must be fp32 on the cuda backend"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the router's dtype (", DTypeName(rdt), ") must be fp32 on the cuda backend"));
   }
   // The CUDA unpermute inverts the permutation, so it needs a row for every assignment.
   static absl::Status EveryAssignmentRouted(int64_t rows, int64_t tokens, int64_t k) {
     if (rows == tokens * k) return absl::OkStatus();
-    return absl::UnimplementedError(absl::StrCat(
-        "dropped assignments (", tokens * k - rows,
-        " of ", tokens * k, ": capacity routing) are unpermuted on the cpu backend only"));
+    return absl::UnimplementedError(
+        absl::StrCat("dropped assignments (", tokens * k - rows, " of ", tokens * k,
+                     ": capacity routing) are unpermuted on the cpu backend only"));
   }
 
   const int device_;

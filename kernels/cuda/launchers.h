@@ -120,9 +120,8 @@ cudaError_t moe_router_balanced(int32_t* selected, float* probs, const float* sc
                                 bool normalize, float scale, cudaStream_t stream);
 /// dlogits [T, E] from dprobs [T, k] through the top-k probabilities and the score function.
 cudaError_t moe_router_backward(float* dlogits, const float* dprobs, const float* scores,
-                                const int32_t* selected, int64_t tokens, int64_t experts,
-                                int64_t k, bool sigmoid, bool normalize, float scale,
-                                cudaStream_t stream);
+                                const int32_t* selected, int64_t tokens, int64_t experts, int64_t k,
+                                bool sigmoid, bool normalize, float scale, cudaStream_t stream);
 /// din[i] = probs[perm[i]]·dy[perm[i]/k], dprobs[perm[i]] = dy[perm[i]/k]·in[i] over every
 /// one of the `rows` = T·k permuted rows (one writer per element).
 cudaError_t moe_unpermute_backward(ElemType t, void* din, void* dprobs, const void* dy,

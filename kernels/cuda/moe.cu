@@ -143,9 +143,8 @@ __global__ void RouterBackwardKernel(float* dlogits, const float* dprobs, const 
 
 // One block per permuted row i: din[i] = p·dy[t] and dprobs[perm[i]] = dy[t]·in[i].
 template <typename T>
-__global__ void UnpermuteBackwardKernel(T* din, T* dprobs, const T* dy, const T* in,
-                                        const T* probs, const int32_t* perm, int64_t k,
-                                        int64_t hidden) {
+__global__ void UnpermuteBackwardKernel(T* din, T* dprobs, const T* dy, const T* in, const T* probs,
+                                        const int32_t* perm, int64_t k, int64_t hidden) {
   const int64_t i = blockIdx.x;
   const int64_t t = perm[i] / k;
   const float p = ToF(probs[perm[i]]);
@@ -218,9 +217,8 @@ cudaError_t moe_router_balanced(int32_t* selected, float* probs, const float* sc
 }
 
 cudaError_t moe_router_backward(float* dlogits, const float* dprobs, const float* scores,
-                                const int32_t* selected, int64_t tokens, int64_t experts,
-                                int64_t k, bool sigmoid, bool normalize, float scale,
-                                cudaStream_t stream) {
+                                const int32_t* selected, int64_t tokens, int64_t experts, int64_t k,
+                                bool sigmoid, bool normalize, float scale, cudaStream_t stream) {
   if (tokens > 0) {
     RouterBackwardKernel<<<static_cast<unsigned>(tokens), 128, 0, stream>>>(
         dlogits, dprobs, scores, selected, experts, k, sigmoid, normalize, scale);
@@ -230,8 +228,7 @@ cudaError_t moe_router_backward(float* dlogits, const float* dprobs, const float
 
 cudaError_t moe_unpermute_backward(ElemType t, void* din, void* dprobs, const void* dy,
                                    const void* in, const void* probs, const int32_t* perm,
-                                   int64_t rows, int64_t k, int64_t hidden,
-                                   cudaStream_t stream) {
+                                   int64_t rows, int64_t k, int64_t hidden, cudaStream_t stream) {
   if (rows == 0) return cudaGetLastError();
   return DispatchFloat(t, [&](auto z) {
     using T = decltype(z);

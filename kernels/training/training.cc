@@ -273,8 +273,8 @@ class RankRun {
                                                  static_cast<int>(me_.pp),
                                                  static_cast<int>(p_.pp)));
     }
-    ctx_ = ParallelContext{be_.get(), tp_.get(), &clock_, ep_.get(), etp_,
-                           std::max(1, c_.threads_per_rank)};
+    ctx_ = ParallelContext{be_.get(), tp_.get(), &clock_,
+                           ep_.get(), etp_,      std::max(1, c_.threads_per_rank)};
     next_ = static_cast<int>((me_.pp + 1) % p_.pp);
     prev_ = static_cast<int>((me_.pp + p_.pp - 1) % p_.pp);
     return absl::OkStatus();
@@ -286,11 +286,12 @@ class RankRun {
   absl::Status ConnectExpertGroups(std::shared_ptr<GlooRendezvous> r) {
     const int64_t i = me_.tp + p_.tp * me_.dp, etp = p_.etp, ep = p_.ep;
     const int64_t etp_rank = i % etp, ep_rank = (i / etp) % ep, edp_rank = i / (etp * ep);
-    PT_ASSIGN_OR_RETURN(ep_, Group(*be_, r, absl::StrCat("ep_", etp_rank, "_", edp_rank, "_", me_.pp),
-                                   ep_rank, ep));
-    PT_ASSIGN_OR_RETURN(edp_, Group(*be_, r,
-                                    absl::StrCat("edp_", etp_rank, "_", ep_rank, "_", me_.pp),
-                                    edp_rank, p_.edp()));
+    PT_ASSIGN_OR_RETURN(
+        ep_,
+        Group(*be_, r, absl::StrCat("ep_", etp_rank, "_", edp_rank, "_", me_.pp), ep_rank, ep));
+    PT_ASSIGN_OR_RETURN(
+        edp_, Group(*be_, r, absl::StrCat("edp_", etp_rank, "_", ep_rank, "_", me_.pp), edp_rank,
+                    p_.edp()));
     if (etp == 1) {
       PT_ASSIGN_OR_RETURN(etp_self_, Group(*be_, r, "", 0, 1));
       etp_ = etp_self_.get();
@@ -686,8 +687,8 @@ absl::Status TrainConfig::Validate() const {
         "(kernels/moe_layer.h)");
   }
   if (p.edp() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("ep·etp (", p.ep * p.etp,
-                                                   ") must divide tp·dp (", p.tp * p.dp, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ep·etp (", p.ep * p.etp, ") must divide tp·dp (", p.tp * p.dp, ")"));
   }
   lc.moe = ExpertBlock(*this);
   return lc.Validate();

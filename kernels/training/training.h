@@ -137,7 +137,7 @@ struct RankResult {
   std::vector<double> p2p_wait_seconds;
   int64_t peak_bytes = 0;             ///< Tracking-allocator peak over the run.
   int64_t parameter_count = 0;        ///< Elements this rank holds.
-  int64_t expert_parameter_count = 0; ///< Of which routed-expert elements.
+  int64_t expert_parameter_count = 0;  ///< Of which routed-expert elements.
 };
 
 struct TrainResult {

@@ -134,8 +134,8 @@ LayerRun RunLayer(Backend& be, const MoeLayerConfig& c, const std::vector<double
   EXPECT_TRUE(layer.ok()) << layer.status();
   if (!layer.ok()) return out;
   auto tensor = [&](const std::vector<double>& v) {
-    Tensor t = be.Empty({static_cast<int64_t>(v.size())}, DType::kF32, MemoryTag::kWorkspace)
-                   .value();
+    Tensor t =
+        be.Empty({static_cast<int64_t>(v.size())}, DType::kF32, MemoryTag::kWorkspace).value();
     EXPECT_TRUE(be.CopyFromHost(t, v).ok());
     return t;
   };

@@ -91,7 +91,8 @@ std::vector<RankResult> RunLayout(const MoeLayerConfig& config, const MoeWeights
         r.d_fc2 = ToVector<double>(g.fc2);
         r.d_shared_fc1 = ToVector<double>(g.shared_fc1);
         r.d_shared_fc2 = ToVector<double>(g.shared_fc2);
-        EXPECT_EQ(be->allocator().Stats().current_by_tag[static_cast<int>(MemoryTag::kActivations)], 0)
+        EXPECT_EQ(be->allocator().Stats().current_by_tag[static_cast<int>(MemoryTag::kActivations)],
+                  0)
             << "Backward frees every stored activation";
       });
     }
@@ -322,10 +323,9 @@ TEST(MoeLayerTest, CreateRandomHoldsTheWeightsOfMoeWeightsRandom) {
   const MoeLayerConfig c = SmallConfig();
   auto self_ep = MakeSelfCommunicator(), self_etp = MakeSelfCommunicator();
   std::unique_ptr<Backend> be = MakeCpuBackend(0, 1);
-  auto a = MoeLayer::Create(c, MoeWeights<float>::Random(c, 9, 0.3), self_ep.get(),
-                            self_etp.get(), be.get(), DType::kF32);
-  auto b = MoeLayer::CreateRandom(c, 9, 0.3, self_ep.get(), self_etp.get(), be.get(),
-                                  DType::kF32);
+  auto a = MoeLayer::Create(c, MoeWeights<float>::Random(c, 9, 0.3), self_ep.get(), self_etp.get(),
+                            be.get(), DType::kF32);
+  auto b = MoeLayer::CreateRandom(c, 9, 0.3, self_ep.get(), self_etp.get(), be.get(), DType::kF32);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(ToVector<float>((*a)->weights().router), ToVector<float>((*b)->weights().router));
   EXPECT_EQ(ToVector<float>((*a)->weights().fc1), ToVector<float>((*b)->weights().fc1));
@@ -358,8 +358,7 @@ TEST(MoeLayerTest, OutOfMemoryOnOneRankFailsEveryRankWithoutWaiting) {
       ASSERT_TRUE(ep.ok());
       auto etp = MakeSelfCommunicator();
       std::unique_ptr<Backend> be = MakeCpuBackend(r == 1 ? capacity : 0, 1);
-      auto layer =
-          MoeLayer::CreateRandom(c, 1, 0.1, ep->get(), etp.get(), be.get(), DType::kF64);
+      auto layer = MoeLayer::CreateRandom(c, 1, 0.1, ep->get(), etp.get(), be.get(), DType::kF64);
       ASSERT_TRUE(layer.ok()) << layer.status();
       std::vector<double> x(4 * c.hidden, 0.5), y(4 * c.hidden);
       status[r] = (*layer)->Forward(x.data(), 4, y.data());

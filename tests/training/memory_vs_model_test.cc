@@ -102,10 +102,10 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelAsTracked) {
     t.tie_embeddings = k.tied;
     t.position_rows = k.position_rows;
     t.steps = 1;
-    const std::string name = absl::StrFormat(
-        "V %ld tp %ld pp %ld dp %ld mb %ld recompute %s%s%s positions %ld", k.vocab, k.tp, k.pp,
-        k.dp, k.mb, ToString(k.recompute), k.dopt ? " dopt" : "", k.tied ? " tied" : "",
-        k.position_rows);
+    const std::string name =
+        absl::StrFormat("V %ld tp %ld pp %ld dp %ld mb %ld recompute %s%s%s positions %ld", k.vocab,
+                        k.tp, k.pp, k.dp, k.mb, ToString(k.recompute), k.dopt ? " dopt" : "",
+                        k.tied ? " tied" : "", k.position_rows);
     const double err = PeakErrorPercent(spec, t, name);
     // Over by at most 4 % (the model keeps one layer's activations for a backward's
     // gradients, which the trainer allocates nearly in full), under by at most 2 %.

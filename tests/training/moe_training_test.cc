@@ -36,8 +36,6 @@ TrainConfig TinyMoe() {
   return c;
 }
 
-
-
 std::vector<double> Losses(const TrainConfig& c) {
   absl::StatusOr<TrainResult> r = RunTrainingInProcess(c);
   EXPECT_TRUE(r.ok()) << r.status();
@@ -64,9 +62,7 @@ void ExpectSame(const std::vector<double>& got, const std::vector<double>& want)
   }
 }
 
-void ExpectEqualsSingleRank(const TrainConfig& c) {
-  ExpectSame(Losses(c), Losses(SingleRank(c)));
-}
+void ExpectEqualsSingleRank(const TrainConfig& c) { ExpectSame(Losses(c), Losses(SingleRank(c))); }
 
 TEST(MoeTrainingTest, SingleRankLearnsAndIsNotTheDenseModel) {
   const std::vector<double> moe = Losses(TinyMoe());
@@ -171,8 +167,7 @@ TEST(MoeTrainingTest, RanksHoldTheirShareOfTheRoutedExperts) {
   EXPECT_EQ(a->ranks[0].expert_parameter_count, routed);
   for (const RankResult& r : b->ranks) {
     EXPECT_EQ(r.expert_parameter_count, routed / 2) << "rank " << r.rank;
-    EXPECT_EQ(r.parameter_count - r.expert_parameter_count,
-              a->ranks[0].parameter_count - routed)
+    EXPECT_EQ(r.parameter_count - r.expert_parameter_count, a->ranks[0].parameter_count - routed)
         << "rank " << r.rank;
   }
 }
