@@ -90,6 +90,15 @@ class Worker {
         absl::StrCat("task needs ", needed, " ranks", what, "; this worker has ", ranks()));
   }
 
+  // OpenBLAS threads of one rank on a CPU worker: its cores shared among the ranks it
+  // offers, as a job's ranks share them when it trains there (kernels/training gives each
+  // rank this many). A task that runs fewer ranks than the job measures them as they run
+  // in the job, not with the idle cores' help.
+  int64_t BlasThreadsPerRank() const {
+    const int64_t cores = std::max<int64_t>(1, inventory_.cpu_cores);
+    return std::max<int64_t>(1, cores / std::max<int64_t>(1, ranks()));
+  }
+
   // Tracking-allocator capacity of one of `ranks_used` ranks.
   int64_t Capacity(int64_t ranks_used) const {
     if (options_.capacity_bytes_per_rank > 0) return options_.capacity_bytes_per_rank;
@@ -212,6 +221,7 @@ absl::StatusOr<kernels::StepConfig> ValidateLayer(const v1::ProfileTask& task,
       break;
   }
   config.backend = worker.backend();
+  config.blas_threads_per_rank = worker.BlasThreadsPerRank();
   config.warmup = t.warmup();
   config.iters = t.iters() > 0 ? t.iters() : worker.options().default_layer_iters;
   config.capacity_bytes_per_rank = worker.Capacity(tp);
@@ -335,6 +345,7 @@ absl::StatusOr<VerifyRun> ValidateVerify(const v1::ProfileTask& task, const Work
   kt::TrainConfig& c = run.config;
   c.dtype = *dtype;
   c.backend = worker.backend();
+  c.threads_per_rank = static_cast<int>(worker.BlasThreadsPerRank());
   // A layout the planner accepts but the trainer cannot run (a field it does not run, such
   // as split_counts_embedding_and_loss, or a rule of its own) is not worth retrying; the
   // message names the field.
@@ -501,6 +512,7 @@ absl::StatusOr<kernels::MoeStepConfig> ValidateMoeLayer(const v1::ProfileTask& t
   config.warmup = t.warmup();
   config.iters = t.iters() > 0 ? t.iters() : worker.options().default_layer_iters;
   config.seed = t.seed();
+  config.blas_threads_per_rank = worker.BlasThreadsPerRank();
   config.capacity_bytes_per_rank = worker.Capacity(ranks);
   if (absl::Status s = config.Validate(); !s.ok()) return s;
   return config;
