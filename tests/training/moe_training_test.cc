@@ -135,6 +135,23 @@ TEST(MoeTrainingTest, InterleavedScheduleWithFullRecomputeEqualsSingleRank) {
   ExpectEqualsSingleRank(c);
 }
 
+// Stages need not hold expert layers: with two dense layers first and PP 2, stage 0 has
+// none (its expert groups and expert buffers stay empty) while stage 1's train; and every
+// second layer an expert layer (moe_layer_freq 2) gives each stage one of each.
+TEST(MoeTrainingTest, StagesWithAndWithoutExpertLayersEqualSingleRank) {
+  TrainConfig c = TinyMoe();
+  c.first_k_dense_layers = 2;
+  c.parallel.pp = c.parallel.dp = c.parallel.ep = 2;
+  ExpectEqualsSingleRank(c);
+  absl::StatusOr<TrainResult> r = RunTrainingInProcess(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->ranks[0].expert_parameter_count, 0);  // stage 0: layers 0 and 1, dense
+  EXPECT_GT(r->ranks[2].expert_parameter_count, 0);
+  c.first_k_dense_layers = 0;
+  c.moe_layer_freq = 2;
+  ExpectEqualsSingleRank(c);
+}
+
 // The Switch auxiliary loss pools the tokens of an EP group. EP over the two TP ranks of
 // one micro-batch pools exactly that micro-batch, as one rank does, so the losses still
 // agree; and the loss's gradient reaches the router (the run differs from coefficient 0).
