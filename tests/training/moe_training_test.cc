@@ -8,11 +8,10 @@
 
 #include "gtest/gtest.h"
 #include "kernels/training/training.h"
+#include "tests/training/loss_harness.h"
 
 namespace paratune::kernels::training {
 namespace {
-
-constexpr double kRelTol = 1e-5;
 
 // Four layers: one dense, then three expert layers of four experts, top-2.
 TrainConfig TinyMoe() {
@@ -36,14 +35,6 @@ TrainConfig TinyMoe() {
   return c;
 }
 
-std::vector<double> Losses(const TrainConfig& c) {
-  absl::StatusOr<TrainResult> r = RunTrainingInProcess(c);
-  EXPECT_TRUE(r.ok()) << r.status();
-  if (!r.ok()) return {};
-  EXPECT_EQ(r->losses.size(), static_cast<size_t>(c.steps));
-  return r->losses;
-}
-
 // One rank, the same global batch as M·dp micro-batches.
 TrainConfig SingleRank(TrainConfig c) {
   c.num_micro_batches *= c.parallel.dp;
@@ -53,13 +44,6 @@ TrainConfig SingleRank(TrainConfig c) {
   c.parallel.recompute = Recompute::kNone;
   c.parallel.data_parallel_sharding = DataParallelSharding::kNone;
   return c;
-}
-
-void ExpectSame(const std::vector<double>& got, const std::vector<double>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_NEAR(got[i], want[i], kRelTol * std::abs(want[i])) << "step " << i;
-  }
 }
 
 void ExpectEqualsSingleRank(const TrainConfig& c) { ExpectSame(Losses(c), Losses(SingleRank(c))); }

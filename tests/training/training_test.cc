@@ -7,11 +7,10 @@
 #include <cmath>
 
 #include "gtest/gtest.h"
+#include "tests/training/loss_harness.h"
 
 namespace paratune::kernels::training {
 namespace {
-
-constexpr double kRelTol = 1e-5;
 
 TrainConfig Tiny() {
   TrainConfig c;
@@ -25,14 +24,6 @@ TrainConfig Tiny() {
   c.steps = 5;
   c.lr = 1e-2f;
   return c;
-}
-
-std::vector<double> Losses(const TrainConfig& c) {
-  auto r = RunTrainingInProcess(c);
-  EXPECT_TRUE(r.ok()) << r.status();
-  if (!r.ok()) return {};
-  EXPECT_EQ(r->losses.size(), static_cast<size_t>(c.steps));
-  return r->losses;
 }
 
 // The reference: one rank, the same global batch as M·dp micro-batches.
@@ -56,13 +47,6 @@ void ExpectDifferentFirstLoss(const std::vector<double>& a, const std::vector<do
   ASSERT_FALSE(a.empty());
   ASSERT_FALSE(b.empty());
   EXPECT_GT(std::abs(a[0] - b[0]), by);
-}
-
-void ExpectSame(const std::vector<double>& got, const std::vector<double>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_NEAR(got[i], want[i], kRelTol * std::abs(want[i])) << "step " << i;
-  }
 }
 
 TEST(TrainingTest, SingleRankLossStartsNearLogVocabAndFalls) {
