@@ -1,12 +1,14 @@
 // paratune-train as two processes (ranks 0–1 and 2–3 of TP2 × PP2, Gloo over TCP with a
 // FileStore rendezvous) trains the same model as the single-rank run in this process:
-// equal losses within 1e-5 relative over 3 steps.
+// equal losses within 1e-5 relative over 3 steps; and a mixture-of-experts model whose EP
+// group spans the two processes (its all-to-alls cross them).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -21,26 +23,36 @@ std::string Bin() {
   return absl::StrCat(dir ? dir : "bin", "/paratune-train");
 }
 
-TEST(MultiProcessTrainingTest, TwoProcessesEqualSingleRank) {
+// Runs paratune-train with `flags` as two processes, ranks [0, half) and [half, 2·half);
+// their JSON outputs.
+std::pair<nlohmann::json, nlohmann::json> RunTwoProcesses(const std::string& flags, int half) {
   char tmpl[] = "/tmp/paratune-train-test-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  EXPECT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
-  const std::string flags = absl::StrCat(
-      " --hidden 32 --heads 4 --vocab 64 --layers 4 --seq 16 --micro-batch 2"
-      " --micro-batches 4 --tp 2 --pp 2 --steps 3 --lr 0.01 --store ", dir);
+  const std::string all = absl::StrCat(flags, " --store ", dir);
   const std::string out0 = absl::StrCat(dir, "/out0.json");
   const std::string out1 = absl::StrCat(dir, "/out1.json");
-  const std::string cmd = absl::StrCat("(", Bin(), flags, " --ranks 2:2 > ", out1, " & ", Bin(),
-                                       flags, " --ranks 0:2 > ", out0, "; wait)");
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string cmd =
+      absl::StrCat("(", Bin(), all, " --ranks ", half, ":", half, " > ", out1, " & ", Bin(), all,
+                   " --ranks 0:", half, " > ", out0, "; wait)");
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto read = [](const std::string& p) {
     std::ifstream in(p);
     std::stringstream ss;
     ss << in.rdbuf();
-    return nlohmann::json::parse(ss.str());
+    return nlohmann::json::parse(ss.str(), nullptr, false);
   };
-  const nlohmann::json a = read(out0), b = read(out1);
+  std::pair<nlohmann::json, nlohmann::json> out = {read(out0), read(out1)};
   std::filesystem::remove_all(dir);
+  return out;
+}
+
+TEST(MultiProcessTrainingTest, TwoProcessesEqualSingleRank) {
+  const auto [a, b] = RunTwoProcesses(
+      " --hidden 32 --heads 4 --vocab 64 --layers 4 --seq 16 --micro-batch 2"
+      " --micro-batches 4 --tp 2 --pp 2 --steps 3 --lr 0.01",
+      2);
+  ASSERT_FALSE(a.is_discarded() || b.is_discarded());
 
   TrainConfig c;
   c.shape.hidden_size = 32;
@@ -65,6 +77,42 @@ TEST(MultiProcessTrainingTest, TwoProcessesEqualSingleRank) {
   EXPECT_EQ(a["ranks"][0]["rank"].get<int>(), 0);
   EXPECT_EQ(b["ranks"][1]["rank"].get<int>(), 3);
   EXPECT_GT(b["ranks"][0]["peak_bytes"].get<int64_t>(), 0);
+}
+
+// DP 2 × EP 2, one rank per process: every expert layer's dispatch and combine cross the
+// processes; the losses equal one rank's (dropless routing, the same global batch).
+TEST(MultiProcessTrainingTest, AnExpertGroupAcrossTwoProcessesEqualsSingleRank) {
+  const std::string model =
+      " --hidden 32 --heads 4 --vocab 64 --layers 4 --seq 16 --micro-batch 2 --steps 3"
+      " --lr 0.01 --experts 4 --topk 2 --expert-ffn 16 --first-k-dense 1 --routing dropless";
+  const auto [a, b] = RunTwoProcesses(model + " --micro-batches 2 --dp 2 --ep 2", 1);
+  ASSERT_FALSE(a.is_discarded() || b.is_discarded());
+  TrainConfig c;
+  c.shape.hidden_size = 32;
+  c.shape.num_attention_heads = 4;
+  c.shape.vocab_size = 64;
+  c.num_layers = 4;
+  c.seq_length = 16;
+  c.parallel.micro_batch_size = 2;
+  c.num_micro_batches = 4;  // the same global batch on one rank
+  c.steps = 3;
+  c.lr = 0.01f;
+  c.moe.num_experts = 4;
+  c.moe.topk = 2;
+  c.moe.ffn_hidden = 16;
+  c.moe.routing = ExpertRouting::kDropless;
+  c.first_k_dense_layers = 1;
+  absl::StatusOr<TrainResult> ref = RunTrainingInProcess(c);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_EQ(a["losses"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const double want = ref->losses[i];
+    EXPECT_NEAR(a["losses"][i].get<double>(), want, 1e-5 * want) << "step " << i;
+    EXPECT_NEAR(b["losses"][i].get<double>(), want, 1e-5 * want) << "step " << i;
+  }
+  // Each process holds half of every expert layer's routed experts.
+  EXPECT_EQ(a["ranks"][0]["expert_parameters"].get<int64_t>(), 3 * 2 * 3 * 16 * 32);
+  EXPECT_EQ(b["ranks"][0]["expert_parameters"].get<int64_t>(), 3 * 2 * 3 * 16 * 32);
 }
 
 }  // namespace
