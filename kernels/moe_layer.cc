@@ -118,8 +118,10 @@ absl::Status AllToAllTokenDispatcher::Plan(const std::vector<int64_t>& tokens_pe
     PT_RETURN_IF_ERROR(ep_->AllToAll(send.data(), recv.data(), local, DType::kF64));
   } else {
     // A device communicator (NCCL) exchanges device memory.
-    PT_ASSIGN_OR_RETURN(Tensor buf,
-                        backend_->Empty({2 * num_experts_}, DType::kF64, MemoryTag::kWorkspace));
+    if (!scratch_.defined() || scratch_.numel() < 2 * num_experts_) {
+      return absl::FailedPreconditionError("the dispatcher needs its device scratch");
+    }
+    const Tensor& buf = scratch_;
     const int64_t bytes = num_experts_ * 8;
     PT_RETURN_IF_ERROR(
         backend_->CopyBytes(buf.data(), send.data(), bytes, Backend::CopyKind::kHostToBackend));
@@ -259,7 +261,8 @@ absl::Status MoeLayer::LinearBackward(void* dx, void* dw, const void* dy, const 
 absl::Status MoeLayer::HostAllReduce(Communicator* group, std::vector<double>& values) {
   const auto n = static_cast<int64_t>(values.size());
   if (be_->kind() == BackendKind::kCpu) return group->AllReduce(values.data(), n, DType::kF64);
-  PT_ASSIGN_OR_RETURN(Tensor buf, be_->Empty({n}, DType::kF64, MemoryTag::kWorkspace));
+  if (n > scratch_.numel()) return absl::InternalError("host collective larger than the scratch");
+  const Tensor& buf = scratch_;
   PT_RETURN_IF_ERROR(
       be_->CopyBytes(buf.data(), values.data(), n * 8, Backend::CopyKind::kHostToBackend));
   PT_RETURN_IF_ERROR(group->AllReduce(buf.data(), n, DType::kF64));
@@ -365,6 +368,13 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateFrom(const MoeLayerCon
   for (const std::pair<const Tensor*, Tensor*>& wg : weight_and_grad) {
     PT_ASSIGN_OR_RETURN(*wg.second,
                         backend->Zeros(wg.first->shape(), dtype, MemoryTag::kGradients));
+  }
+  if (!cpu) {
+    // Host collectives (the dispatch plan's counts, the allocation agreement) go through
+    // device memory for NCCL; made here so that an out-of-memory rank still takes part.
+    PT_ASSIGN_OR_RETURN(layer->scratch_,
+                        backend->Empty({2 * e}, DType::kF64, MemoryTag::kWorkspace));
+    layer->dispatcher_.set_device_scratch(layer->scratch_);
   }
   // The shards are made on the host and copied in (converted to dtype).
   std::vector<double> host(e * h);

@@ -95,6 +95,9 @@ class AllToAllTokenDispatcher {
 
   /// Exchanges the per-expert counts (an all-to-all of E/ep counts per rank).
   absl::Status Plan(const std::vector<int64_t>& tokens_per_expert);
+  /// Device memory of 2·num_experts fp64 values that Plan stages the counts through on a
+  /// device backend (made once, so that no rank fails to allocate it mid-exchange).
+  void set_device_scratch(const Tensor& scratch) { scratch_ = scratch; }
   /// Rows this rank's local experts receive in total, and per local expert.
   int64_t received_rows() const { return received_rows_; }
   const std::vector<int64_t>& local_tokens_per_expert() const { return local_counts_; }
@@ -109,6 +112,7 @@ class AllToAllTokenDispatcher {
 
   Communicator* ep_;
   Backend* backend_;
+  Tensor scratch_;
   int64_t num_experts_, hidden_;
   DType dtype_;
   std::vector<int64_t> send_rows_, recv_rows_;  // per EP rank
@@ -259,6 +263,7 @@ class MoeLayer {
   Backend* be_;
   DType dtype_;  // rows, weights, gradients
   DType rdt_;    // router: fp32 (fp64 for an fp64 layer)
+  Tensor scratch_;  // device backends: 2·E fp64 values for host collectives
   Params w_, g_;
   AllToAllTokenDispatcher dispatcher_;
 
