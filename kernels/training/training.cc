@@ -280,8 +280,8 @@ class RankRun {
     return absl::OkStatus();
   }
 
-  // Megatron-Core's parallel folding: the stage's tp·dp ranks, numbered i = tp + t·dp as
-  // in the dense layout, regroup for the expert layers as etp (fastest) × ep × edp. ETP is
+  // Megatron-Core's parallel folding: the stage's tp·dp ranks, numbered i = tp rank + tp ·
+  // dp rank as in the dense layout, regroup for the expert layers as etp (fastest) × ep × edp. ETP is
   // the TP group itself (etp = tp) or one rank (etp = 1; TrainConfig::Validate).
   absl::Status ConnectExpertGroups(std::shared_ptr<GlooRendezvous> r) {
     const int64_t i = me_.tp + p_.tp * me_.dp, etp = p_.etp, ep = p_.ep;
