@@ -19,6 +19,8 @@
 //  - kimi-k2: HF config.json of moonshotai/Kimi-K2-Instruct (DeepSeek-V3's architecture with
 //    384 routed experts, 64 heads, first layer dense, vocab 163840, no MTP; 1.04T / 32B
 //    published).
+//  - moonlight-16b-a3b: HF config.json of moonshotai/Moonlight-16B-A3B (DeepSeek-V3's
+//    architecture; "16B total, 3B activated" published).
 //  - gpt-oss-120b: HF config.json of openai/gpt-oss-120b (128 experts, top-4, head_dim 64;
 //    116.8B / 5.1B published; its attention sinks and biases are not modelled).
 //  - bloom-176b: BigScience BLOOM paper (2022) and bigscience/bloom config.json (ALiBi: no
@@ -156,6 +158,26 @@ std::vector<ModelSpec> MoePresets() {
   kimi.first_k_dense_layers = 1;
   kimi.mtp_layers = 0;
   v.push_back(kimi);
+  // DeepSeek-V3's layer at 2048 hidden: 16 heads without a query low-rank (q_lora_rank
+  // null), 64 routed experts of 1408 (top-6, scaling 2.446), 2 shared, a dense first layer
+  // of FFN 11264, 27 layers, untied vocab 163840, no MTP.
+  ModelSpec moon = dsv3;
+  moon.name = "moonlight-16b-a3b";
+  moon.num_layers = 27;
+  moon.hidden_size = 2048;
+  moon.num_attention_heads = 16;
+  moon.num_query_groups = 16;
+  moon.ffn_hidden_size = 11264;
+  moon.vocab_size = 163840;
+  moon.q_lora_rank = 0;
+  moon.num_experts = 64;
+  moon.moe_router_topk = 6;
+  moon.moe_ffn_hidden_size = 1408;
+  moon.num_shared_experts = 2;
+  moon.shared_expert_ffn_hidden_size = 1408;
+  moon.first_k_dense_layers = 1;
+  moon.mtp_layers = 0;
+  v.push_back(moon);
   return v;
 }
 

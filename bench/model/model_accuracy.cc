@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -267,6 +268,10 @@ void PrintTable(const std::string& dir, const std::vector<Row>& rows,
 struct MoeResult {
   std::vector<Row> rows;
   std::vector<std::pair<std::string, std::string>> skipped;  ///< id, reason
+  /// Rows of relative studies (MoeRecord::relative_study): published and predicted are the
+  /// row's throughput over its study's control row's; error in points of that ratio.
+  std::vector<Row> study_rows;          ///< quantity: the study's key
+  std::set<std::string> study_controls;  ///< ids of the studies' control rows
 };
 
 MoeResult MoeRows(const nlohmann::json& data, bool verbose) {
@@ -305,7 +310,25 @@ MoeResult MoeRows(const nlohmann::json& data, bool verbose) {
           T, 100 * t.compute / T, 100 * t.tp_comm / T, 100 * t.ep_comm / T, 100 * t.pp_bubble / T,
           100 * t.pp_p2p / T, 100 * t.dp_comm / T, best->memory.Peak() / (1 << 30));
     }
-    out.rows.push_back(row);
+    if (rec.relative_study.empty()) {
+      out.rows.push_back(row);
+    } else {
+      row.quantity = rec.relative_study;
+      if (rec.study_control) out.study_controls.insert(row.id);
+      out.study_rows.push_back(row);
+    }
+  }
+  // Each study's rows as ratios to its control (the row without recompute).
+  std::map<std::string, Row> control;
+  for (const Row& r : out.study_rows) {
+    if (out.study_controls.count(r.id) > 0) control[r.quantity] = r;
+  }
+  for (Row& r : out.study_rows) {
+    const auto it = control.find(r.quantity);
+    if (it == control.end()) continue;
+    r.published /= it->second.published;
+    r.predicted /= it->second.predicted;
+    r.error = r.predicted - r.published;
   }
   return out;
 }
@@ -331,6 +354,21 @@ void PrintMoeTable(const std::string& dir, const MoeResult& moe) {
   std::printf("# #wrong (MoE rows over the 20 %% bound): %d of %zu\n", over, errors.size());
   std::printf("# MoE model error: median %.1f %%, max %.1f %%\n", 100 * MedianOf(errors),
               100 * (errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end())));
+  if (moe.study_rows.empty()) return;
+  // Studies whose source varies one knob over short runs: each row's throughput relative
+  // to the study's row without recompute, published against predicted.
+  std::printf("#\n# MoE relative studies (only recompute_modules varies; throughput over the\n"
+              "# study's row without recompute; the absolute rows are not in the table above)\n");
+  std::printf("# %-60s %10s %10s %10s\n", "record", "published", "predicted", "pred-pub");
+  std::vector<double> gaps;
+  for (const Row& r : moe.study_rows) {
+    if (moe.study_controls.count(r.id) > 0) continue;
+    std::printf("  %-60s %10.3f %10.3f %+10.3f\n", r.id.c_str(), r.published, r.predicted,
+                r.error);
+    gaps.push_back(std::abs(r.error));
+  }
+  std::printf("# relative studies: %zu rows, ratio error median %.3f, max %.3f\n", gaps.size(),
+              MedianOf(gaps), gaps.empty() ? 0.0 : *std::max_element(gaps.begin(), gaps.end()));
 }
 
 void PrintFsdpTable(const std::string& dir, const std::vector<Row>& rows) {

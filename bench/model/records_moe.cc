@@ -28,11 +28,12 @@ std::string PresetOf(const std::string& model_name) {
   // "DeepSeek V3 671B" and "DeepSeek-V3" alike.
   const std::string lower = absl::StrReplaceAll(absl::AsciiStrToLower(model_name), {{" ", "-"}});
   for (const char* p : {"qwen3-235b-a22b", "qwen3-30b-a3b", "deepseek-v3", "mixtral-8x7b",
-                        "mixtral-8x22b", "gpt-oss-120b", "kimi-k2"}) {
+                        "mixtral-8x22b", "gpt-oss-120b", "kimi-k2", "moonlight-16b-a3b"}) {
     if (absl::StrContains(lower, p)) return p;
   }
   if (absl::StrContains(lower, "qwen3-moe-30b")) return "qwen3-30b-a3b";
   if (absl::StrContains(lower, "deepseek-v3")) return "deepseek-v3";
+  if (absl::StrContains(lower, "moonlight-16b")) return "moonlight-16b-a3b";
   return "";
 }
 
@@ -85,6 +86,10 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
     if (!absl::StrContains(family, "moe")) continue;
     MoeRecord rec;
     rec.id = Str(r, "id");
+    if (absl::StrContains(Str(r, "notes"), "only recompute_modules varies between rows")) {
+      rec.relative_study = absl::StrCat(Str(r, "source"), " | ", Str(r, "model_name"));
+      rec.study_control = absl::StrContains(Str(r, "recompute"), "control");
+    }
     const std::string preset = PresetOf(Str(r, "model_name"));
     rec.skip_reason = SkipReason(r, preset);
     if (!rec.skip_reason.empty()) {

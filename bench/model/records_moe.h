@@ -22,6 +22,12 @@ struct MoeRecord {
   bool all_stated = true;
   double published_tokens_per_gpu = 0;  ///< Published, or from the step time or TFLOP/s.
   std::string skip_reason;              ///< Non-empty: not expressible.
+  /// Non-empty: the record belongs to a study whose source says only this knob varies
+  /// between its rows (its notes: "only recompute_modules varies between rows"), a short
+  /// run meant for comparing the rows with each other; it is scored as a ratio to the
+  /// study's row without recompute, not as an absolute throughput. The study's key.
+  std::string relative_study;
+  bool study_control = false;  ///< The study's row without recompute (its reference).
 };
 
 /// Every record of `data` whose model_family is a mixture of experts.

@@ -105,6 +105,13 @@ TEST(ModelMathTest, MixtureOfExpertsParameterCountsMatchPublishedSizes) {
   // than the released config holds).
   EXPECT_NEAR(TotalParams(Preset("kimi-k2")) / 1.026e12, 1.0, 0.002);
   EXPECT_NEAR(ActiveParams(Preset("kimi-k2")) / 32e9, 1.0, 0.03);
+  // Moonlight by hand from its config.json: 26 expert layers of 64 x 3 x 2048 x 1408
+  // routed weights (14.39B) and 2 shared experts each (0.45B), the dense layer (0.07B), 27
+  // MLA blocks without a query low-rank (0.37B), routers and untied 163840-row embeddings
+  // (0.67B): 15.96B; 6 routed experts per token make 2.9B active. Moonshot publishes
+  // "16B total, 3B activated".
+  EXPECT_NEAR(TotalParams(Preset("moonlight-16b-a3b")) / 15.96e9, 1.0, 0.005);
+  EXPECT_NEAR(ActiveParams(Preset("moonlight-16b-a3b")) / 3e9, 1.0, 0.05);
   // OpenAI: gpt-oss-120b 116.83B total.
   EXPECT_NEAR(TotalParams(Preset("gpt-oss-120b")) / 116.83e9, 1.0, 0.005);
   // DeepSeek-V3: 671B total without the 14B MTP module (685B with it).
