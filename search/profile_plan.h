@@ -155,9 +155,9 @@ std::vector<CollectiveSweepSpec> DpSweepsFor(const JobSpec& spec, const Parallel
                                              const ProfilePlanOptions& options);
 
 /// The MoE layer task a layout's expert layers compose from, or nothing (with the reason in
-/// `why`, when given): the model has no experts, the device kind is not the CPU (the MoE
-/// layer task runs on CPU workers only), or the layout's token dispatcher is not alltoall
-/// (the task dispatches with all-to-all).
+/// `why`, when given): the model has no experts, or the layout's token dispatcher is not
+/// alltoall (the task dispatches with all-to-all). The task's dtype is the spec's
+/// precision; a worker whose backend does not run it answers UNSUPPORTED.
 std::optional<MoeProfileSpec> MoeTaskFor(const JobSpec& spec, const ParallelConfig& config,
                                          const ProfilePlanOptions& options,
                                          std::string* why = nullptr);
