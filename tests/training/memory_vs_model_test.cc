@@ -8,6 +8,7 @@
 // spread is in docs/validation.md.
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -40,6 +41,38 @@ double PeakErrorPercent(const JobSpec& spec, const kt::TrainConfig& t, const std
   return err;
 }
 
+// The 4-layer h 64 model both tables use, as a spec on the "cpu" device for `ranks` ranks
+// and as the trainer's config under `c` (global batch 8 of 64 tokens, fp32, no flash).
+std::pair<JobSpec, kt::TrainConfig> TinyModel(const ParallelConfig& c, int64_t vocab) {
+  JobSpec spec;
+  spec.model.num_layers = 4;
+  spec.model.hidden_size = 64;
+  spec.model.num_attention_heads = 4;
+  spec.model.num_query_groups = 4;
+  spec.model.ffn_hidden_size = 256;
+  spec.model.vocab_size = vocab;
+  spec.model.position_embedding = PositionEmbedding::kRope;
+  spec.training.seq_length = 64;
+  spec.training.global_batch_size = 8;
+  spec.training.precision = Precision::kFp32;
+  spec.training.flash_attention = false;
+  spec.cluster.gpu = "cpu";
+  spec.cluster.num_gpus = c.tp * c.pp * c.dp;
+  spec.cluster.gpus_per_node = spec.cluster.num_gpus;
+  kt::TrainConfig t;
+  t.shape.hidden_size = 64;
+  t.shape.num_attention_heads = 4;
+  t.shape.num_query_groups = 4;
+  t.shape.ffn_hidden_size = 256;
+  t.shape.vocab_size = vocab;
+  t.num_layers = 4;
+  t.seq_length = 64;
+  t.parallel = c;  // The layout the model predicts for is the one trained.
+  t.num_micro_batches = 8 / (c.micro_batch_size * c.dp);
+  t.steps = 1;
+  return {spec, t};
+}
+
 struct Case {
   int64_t vocab, tp, pp, dp, mb;
   Recompute recompute;
@@ -63,24 +96,6 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelAsTracked) {
       {256, 1, 2, 1, 2, Recompute::kNone, false, false, 4096},  // the first stage's peak
   };
   for (const Case& k : cases) {
-    JobSpec spec;
-    spec.model.num_layers = 4;
-    spec.model.hidden_size = 64;
-    spec.model.num_attention_heads = 4;
-    spec.model.num_query_groups = 4;
-    spec.model.ffn_hidden_size = 256;
-    spec.model.vocab_size = k.vocab;
-    spec.model.tie_embeddings = k.tied;
-    spec.model.position_embedding =
-        k.position_rows > 0 ? PositionEmbedding::kLearned : PositionEmbedding::kRope;
-    spec.model.max_position_embeddings = k.position_rows;
-    spec.training.seq_length = 64;
-    spec.training.global_batch_size = 8;
-    spec.training.precision = Precision::kFp32;
-    spec.training.flash_attention = false;
-    spec.cluster.gpu = "cpu";
-    spec.cluster.num_gpus = k.tp * k.pp * k.dp;
-    spec.cluster.gpus_per_node = spec.cluster.num_gpus;
     ParallelConfig c;
     c.tp = k.tp;
     c.pp = k.pp;
@@ -89,19 +104,13 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelAsTracked) {
     c.recompute = k.recompute;
     c.data_parallel_sharding =
         k.dopt ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
-    kt::TrainConfig t;
-    t.shape.hidden_size = 64;
-    t.shape.num_attention_heads = 4;
-    t.shape.num_query_groups = 4;
-    t.shape.ffn_hidden_size = 256;
-    t.shape.vocab_size = k.vocab;
-    t.num_layers = 4;
-    t.seq_length = 64;
-    t.parallel = c;  // The layout the model predicted for is the one trained.
-    t.num_micro_batches = 8 / (k.mb * k.dp);
+    auto [spec, t] = TinyModel(c, k.vocab);
+    spec.model.tie_embeddings = k.tied;
+    spec.model.position_embedding =
+        k.position_rows > 0 ? PositionEmbedding::kLearned : PositionEmbedding::kRope;
+    spec.model.max_position_embeddings = k.position_rows;
     t.tie_embeddings = k.tied;
     t.position_rows = k.position_rows;
-    t.steps = 1;
     const std::string name =
         absl::StrFormat("V %ld tp %ld pp %ld dp %ld mb %ld recompute %s%s%s positions %ld", k.vocab,
                         k.tp, k.pp, k.dp, k.mb, ToString(k.recompute), k.dopt ? " dopt" : "",
@@ -131,29 +140,6 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelWithExperts) {
       {2, 1, 1, 2, 1, 2, false, 1}, {2, 1, 2, 2, 2, 1, false, 1}, {1, 2, 2, 2, 1, 1, true, 0},
   };
   for (const MoeCase& k : cases) {
-    JobSpec spec;
-    spec.model.num_layers = 4;
-    spec.model.hidden_size = 64;
-    spec.model.num_attention_heads = 4;
-    spec.model.num_query_groups = 4;
-    spec.model.ffn_hidden_size = 256;
-    spec.model.vocab_size = 256;
-    spec.model.activation = Activation::kSwiglu;
-    spec.model.normalization = Normalization::kRmsNorm;
-    spec.model.position_embedding = PositionEmbedding::kRope;
-    spec.model.num_experts = 4;
-    spec.model.moe_router_topk = 2;
-    spec.model.moe_ffn_hidden_size = 64;
-    spec.model.num_shared_experts = k.shared;
-    spec.model.first_k_dense_layers = 1;
-    spec.training.seq_length = 64;
-    spec.training.global_batch_size = 8;
-    spec.training.precision = Precision::kFp32;
-    spec.training.flash_attention = false;
-    spec.training.moe_routing = MoeRouting::kBalanced;
-    spec.cluster.gpu = "cpu";
-    spec.cluster.num_gpus = k.tp * k.pp * k.dp;
-    spec.cluster.gpus_per_node = spec.cluster.num_gpus;
     ParallelConfig c;
     c.tp = k.tp;
     c.pp = k.pp;
@@ -165,26 +151,17 @@ TEST(MemoryVsModelTest, TrainerPeakMatchesTheModelWithExperts) {
     c.recompute = Recompute::kNone;
     c.data_parallel_sharding =
         k.dopt ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
-    kt::TrainConfig t;
-    t.shape.hidden_size = 64;
-    t.shape.num_attention_heads = 4;
-    t.shape.num_query_groups = 4;
-    t.shape.ffn_hidden_size = 256;
-    t.shape.vocab_size = 256;
-    t.shape.activation = Activation::kSwiglu;
-    t.shape.normalization = Normalization::kRmsNorm;
-    t.num_layers = 4;
-    t.seq_length = 64;
-    t.parallel = c;
-    t.num_micro_batches = 8 / (k.mb * k.dp);
-    t.moe.num_experts = 4;
-    t.moe.topk = 2;
-    t.moe.ffn_hidden = 64;
-    t.moe.num_shared_experts = k.shared;
+    auto [spec, t] = TinyModel(c, 256);
+    spec.model.activation = t.shape.activation = Activation::kSwiglu;
+    spec.model.normalization = t.shape.normalization = Normalization::kRmsNorm;
+    spec.model.num_experts = t.moe.num_experts = 4;
+    spec.model.moe_router_topk = t.moe.topk = 2;
+    spec.model.moe_ffn_hidden_size = t.moe.ffn_hidden = 64;
+    spec.model.num_shared_experts = t.moe.num_shared_experts = k.shared;
     t.moe.shared_ffn_hidden = 64;
+    spec.model.first_k_dense_layers = t.first_k_dense_layers = 1;
+    spec.training.moe_routing = MoeRouting::kBalanced;
     t.moe.routing = kernels::ExpertRouting::kBalanced;
-    t.first_k_dense_layers = 1;
-    t.steps = 1;
     const std::string name =
         absl::StrFormat("experts: tp %ld pp %ld dp %ld ep %ld etp %ld mb %ld%s shared %ld", k.tp,
                         k.pp, k.dp, k.ep, k.etp, k.mb, k.dopt ? " dopt" : "", k.shared);

@@ -47,13 +47,11 @@ std::pair<nlohmann::json, nlohmann::json> RunTwoProcesses(const std::string& fla
   return out;
 }
 
-TEST(MultiProcessTrainingTest, TwoProcessesEqualSingleRank) {
-  const auto [a, b] = RunTwoProcesses(
-      " --hidden 32 --heads 4 --vocab 64 --layers 4 --seq 16 --micro-batch 2"
-      " --micro-batches 4 --tp 2 --pp 2 --steps 3 --lr 0.01",
-      2);
-  ASSERT_FALSE(a.is_discarded() || b.is_discarded());
-
+// The model both tests train: its paratune-train flags and, as one rank, its config.
+constexpr char kModelFlags[] =
+    " --hidden 32 --heads 4 --vocab 64 --layers 4 --seq 16 --micro-batch 2 --steps 3"
+    " --lr 0.01";
+TrainConfig SingleRankModel() {
   TrainConfig c;
   c.shape.hidden_size = 32;
   c.shape.num_attention_heads = 4;
@@ -64,14 +62,28 @@ TEST(MultiProcessTrainingTest, TwoProcessesEqualSingleRank) {
   c.num_micro_batches = 4;
   c.steps = 3;
   c.lr = 0.01f;
-  absl::StatusOr<TrainResult> ref = RunTrainingInProcess(c);
+  return c;
+}
+
+// Both processes report the losses of `reference` run in this process.
+void ExpectLossesOf(const TrainConfig& reference, const nlohmann::json& a,
+                    const nlohmann::json& b) {
+  absl::StatusOr<TrainResult> ref = RunTrainingInProcess(reference);
   ASSERT_TRUE(ref.ok()) << ref.status();
   ASSERT_EQ(a["losses"].size(), 3u);
+  ASSERT_EQ(b["losses"].size(), 3u);
   for (int i = 0; i < 3; ++i) {
     const double want = ref->losses[i];
     EXPECT_NEAR(a["losses"][i].get<double>(), want, 1e-5 * want) << "step " << i;
     EXPECT_NEAR(b["losses"][i].get<double>(), want, 1e-5 * want) << "step " << i;
   }
+}
+
+TEST(MultiProcessTrainingTest, TwoProcessesEqualSingleRank) {
+  const auto [a, b] =
+      RunTwoProcesses(absl::StrCat(kModelFlags, " --micro-batches 4 --tp 2 --pp 2"), 2);
+  ASSERT_FALSE(a.is_discarded() || b.is_discarded());
+  ExpectLossesOf(SingleRankModel(), a, b);
   // Each process reports its own two ranks.
   ASSERT_EQ(a["ranks"].size(), 2u);
   EXPECT_EQ(a["ranks"][0]["rank"].get<int>(), 0);
@@ -82,34 +94,18 @@ TEST(MultiProcessTrainingTest, TwoProcessesEqualSingleRank) {
 // DP 2 × EP 2, one rank per process: every expert layer's dispatch and combine cross the
 // processes; the losses equal one rank's (dropless routing, the same global batch).
 TEST(MultiProcessTrainingTest, AnExpertGroupAcrossTwoProcessesEqualsSingleRank) {
-  const std::string model =
-      " --hidden 32 --heads 4 --vocab 64 --layers 4 --seq 16 --micro-batch 2 --steps 3"
-      " --lr 0.01 --experts 4 --topk 2 --expert-ffn 16 --first-k-dense 1 --routing dropless";
-  const auto [a, b] = RunTwoProcesses(model + " --micro-batches 2 --dp 2 --ep 2", 1);
+  const std::string experts =
+      " --experts 4 --topk 2 --expert-ffn 16 --first-k-dense 1 --routing dropless";
+  const auto [a, b] =
+      RunTwoProcesses(absl::StrCat(kModelFlags, experts, " --micro-batches 2 --dp 2 --ep 2"), 1);
   ASSERT_FALSE(a.is_discarded() || b.is_discarded());
-  TrainConfig c;
-  c.shape.hidden_size = 32;
-  c.shape.num_attention_heads = 4;
-  c.shape.vocab_size = 64;
-  c.num_layers = 4;
-  c.seq_length = 16;
-  c.parallel.micro_batch_size = 2;
-  c.num_micro_batches = 4;  // the same global batch on one rank
-  c.steps = 3;
-  c.lr = 0.01f;
+  TrainConfig c = SingleRankModel();  // the same global batch on one rank
   c.moe.num_experts = 4;
   c.moe.topk = 2;
   c.moe.ffn_hidden = 16;
   c.moe.routing = ExpertRouting::kDropless;
   c.first_k_dense_layers = 1;
-  absl::StatusOr<TrainResult> ref = RunTrainingInProcess(c);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  ASSERT_EQ(a["losses"].size(), 3u);
-  for (int i = 0; i < 3; ++i) {
-    const double want = ref->losses[i];
-    EXPECT_NEAR(a["losses"][i].get<double>(), want, 1e-5 * want) << "step " << i;
-    EXPECT_NEAR(b["losses"][i].get<double>(), want, 1e-5 * want) << "step " << i;
-  }
+  ExpectLossesOf(c, a, b);
   // Each process holds half of every expert layer's routed experts.
   EXPECT_EQ(a["ranks"][0]["expert_parameters"].get<int64_t>(), 3 * 2 * 3 * 16 * 32);
   EXPECT_EQ(b["ranks"][0]["expert_parameters"].get<int64_t>(), 3 * 2 * 3 * 16 * 32);
