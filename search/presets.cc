@@ -111,6 +111,20 @@ std::vector<ModelSpec> All() {
   ModelSpec qwen3 = Llama("qwen3-32b", 64, 5120, 64, 8, 25600, 151936);
   qwen3.kv_channels = 128;
   v.push_back(qwen3);
+  // The HF config.json of EleutherAI/gpt-j-6b (28 layers, 4096 hidden, 16 heads of 256,
+  // rotary on 64 of each head's dims, f = 4h, GELU, LayerNorm, vocab 50400, an untied
+  // output layer) and of tiiuae/falcon-180B (80 layers, 14848 hidden, 232 heads of 64, 8
+  // KV heads, f = 4h, GELU, LayerNorm, rotary, vocab 65024, tied embeddings). Both run the
+  // attention and the MLP in parallel from one input; the layer's work is the same.
+  ModelSpec gptj = Llama("gpt-j-6b", 28, 4096, 16, 16, 16384, 50400);
+  gptj.activation = Activation::kGelu;
+  gptj.normalization = Normalization::kLayerNorm;
+  v.push_back(gptj);
+  ModelSpec falcon = Llama("falcon-180b", 80, 14848, 232, 8, 59392, 65024);
+  falcon.activation = Activation::kGelu;
+  falcon.normalization = Normalization::kLayerNorm;
+  falcon.tie_embeddings = true;
+  v.push_back(falcon);
   for (ModelSpec& m : MoePresets()) v.push_back(std::move(m));
   return v;
 }

@@ -16,6 +16,7 @@
 
 #include "inference/planner.h"
 #include "inference/spec_io.h"
+#include "search/presets.h"
 
 namespace paratune::inference {
 namespace {
@@ -50,12 +51,47 @@ double Percentile(std::vector<double> v, double q) {
   return v[rank - 1];
 }
 
+// The model of a record: its stated shape (Llama-style layers), or, where the record
+// leaves the shape incomplete, the preset of its model_key (GPT-J, Falcon: their
+// config.json). Null when neither.
+json ModelOf(const json& r) {
+  if (r["vocab_size"].is_number() && r["ffn_hidden_size"].is_number() &&
+      r["num_kv_heads"].is_number()) {
+    return {{"name", r.value("model_key", "")},
+            {"num_layers", r["num_layers"]},
+            {"hidden_size", r["hidden_size"]},
+            {"num_attention_heads", r["num_attention_heads"]},
+            {"num_query_groups", r["num_kv_heads"]},
+            {"ffn_hidden_size", r["ffn_hidden_size"]},
+            {"vocab_size", r["vocab_size"]},
+            {"activation", "swiglu"},
+            {"normalization", "rmsnorm"},
+            {"position_embedding", "rope"},
+            {"tie_embeddings", false}};
+  }
+  const std::string key = r.value("model_key", "");
+  const std::string preset = key == "gptj-6b" ? "gpt-j-6b" : key;
+  absl::StatusOr<ModelSpec> m = FindPreset(preset);
+  if (!m.ok()) return nullptr;
+  return {{"name", key},
+          {"num_layers", m->num_layers},
+          {"hidden_size", m->hidden_size},
+          {"num_attention_heads", m->num_attention_heads},
+          {"num_query_groups", m->num_query_groups},
+          {"ffn_hidden_size", m->ffn_hidden_size},
+          {"vocab_size", m->vocab_size},
+          {"activation", ToString(m->activation)},
+          {"normalization", ToString(m->normalization)},
+          {"position_embedding", "rope"},
+          {"tie_embeddings", m->tie_embeddings}};
+}
+
 Row Predict(const json& r) {
   Row row;
   row.id = r.value("id", "");
-  if (!r["vocab_size"].is_number() || !r["ffn_hidden_size"].is_number() ||
-      !r["num_kv_heads"].is_number()) {
-    row.skip = "architecture incomplete in the data";
+  const json model = ModelOf(r);
+  if (model.is_null()) {
+    row.skip = "architecture incomplete in the data and no preset for its model";
     return row;
   }
   const std::string gpu = Gpu(r.value("gpu_type", ""));
@@ -72,18 +108,7 @@ Row Predict(const json& r) {
   if (kvprec.empty()) kvprec = wprec == "fp8" ? "fp8" : wprec;
   const int64_t tp = r.value("tp", 1), pp = r["pp"].is_number() ? r["pp"].get<int64_t>() : 1;
   json spec = {{"kind", "inference"},
-               {"model",
-                {{"name", r.value("model_key", "")},
-                 {"num_layers", r["num_layers"]},
-                 {"hidden_size", r["hidden_size"]},
-                 {"num_attention_heads", r["num_attention_heads"]},
-                 {"num_query_groups", r["num_kv_heads"]},
-                 {"ffn_hidden_size", r["ffn_hidden_size"]},
-                 {"vocab_size", r["vocab_size"]},
-                 {"activation", "swiglu"},
-                 {"normalization", "rmsnorm"},
-                 {"position_embedding", "rope"},
-                 {"tie_embeddings", false}}},
+               {"model", model},
                {"cluster", {{"gpu", gpu}, {"num_gpus", tp * pp}, {"gpus_per_node", 8}}},
                {"serving",
                 {{"engine", "trtllm"},

@@ -43,6 +43,11 @@ TEST(PresetsTest, ServingPresetsMatchTheirPublishedSizes) {
   EXPECT_NEAR(TotalParams(*FindPreset("llama3.3-70b")) / 1e9, 70.55, 0.05);
   EXPECT_NEAR(TotalParams(*FindPreset("mistral-7b")) / 1e9, 7.24, 0.01);
   EXPECT_EQ(FindPreset("qwen3-32b")->vocab_size, 151936);
+  // GPT-J 6B: 6,053,381,344 in its model card; the biases (0.003 B) are not counted here.
+  EXPECT_NEAR(TotalParams(*FindPreset("gpt-j-6b")) / 6.0534e9, 1.0, 0.001);
+  // Falcon-180B "180B" (by hand: 80 layers of 2.22 B, 0.97 B of tied embeddings: 178.6 B).
+  EXPECT_NEAR(TotalParams(*FindPreset("falcon-180b")) / 180e9, 1.0, 0.01);
+  EXPECT_TRUE(FindPreset("falcon-180b")->tie_embeddings);
 }
 
 }  // namespace
