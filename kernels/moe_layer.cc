@@ -18,6 +18,11 @@
 namespace paratune::kernels {
 namespace {
 
+// Element `elements` of an array of `dtype` at `p` (the caller's rows, not a Tensor).
+void* Offset(const void* p, int64_t elements, DType dtype) {
+  return static_cast<char*>(const_cast<void*>(p)) + elements * SizeOf(dtype);
+}
+
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -218,10 +223,6 @@ absl::StatusOr<Tensor> MoeLayer::Alloc(std::vector<int64_t> shape, MemoryTag tag
 
 absl::StatusOr<Tensor> MoeLayer::AllocRouter(std::vector<int64_t> shape, MemoryTag tag) const {
   return be_->Empty(std::move(shape), rdt_, tag);
-}
-
-void* MoeLayer::At(const Tensor& t, int64_t elements) const {
-  return static_cast<char*>(t.data()) + elements * SizeOf(t.dtype());
 }
 
 absl::Status MoeLayer::Linear(void* y, const void* x, const void* w, int64_t n, int64_t in,
@@ -437,20 +438,17 @@ absl::Status MoeLayer::SharedBackward(const void* dy, void* dx) {
 absl::Status MoeLayer::ExpertsForward(const void* in, void* out) {
   const int64_t h = config_.hidden, fl = config_.ffn_hidden / config_.etp;
   const int64_t rows = dispatcher_.received_rows();
-  const int64_t es = SizeOf(dtype_);
-  auto at_row = [es](const void* p, int64_t elements) {
-    return static_cast<char*>(const_cast<void*>(p)) + elements * es;
-  };
+  auto at_row = [this](const void* p, int64_t elements) { return Offset(p, elements, dtype_); };
   int64_t at = 0;
   for (int64_t le = 0; le < config_.local_experts(); ++le) {
     const int64_t n = dispatcher_.local_tokens_per_expert()[le];
     if (n > 0) {
-      PT_RETURN_IF_ERROR(Linear(At(expert_fc1_, at * 2 * fl), at_row(in, at * h),
-                                At(w_.fc1, le * 2 * fl * h), n, h, 2 * fl, false));
-      PT_RETURN_IF_ERROR(be_->SwigluForward(dtype_, At(expert_act_, at * fl),
-                                            At(expert_fc1_, at * 2 * fl), n, fl));
-      PT_RETURN_IF_ERROR(Linear(at_row(out, at * h), At(expert_act_, at * fl),
-                                At(w_.fc2, le * h * fl), n, fl, h, false));
+      PT_RETURN_IF_ERROR(Linear(expert_fc1_.at(at * 2 * fl), at_row(in, at * h),
+                                w_.fc1.at(le * 2 * fl * h), n, h, 2 * fl, false));
+      PT_RETURN_IF_ERROR(be_->SwigluForward(dtype_, expert_act_.at(at * fl),
+                                            expert_fc1_.at(at * 2 * fl), n, fl));
+      PT_RETURN_IF_ERROR(Linear(at_row(out, at * h), expert_act_.at(at * fl),
+                                w_.fc2.at(le * h * fl), n, fl, h, false));
     }
     at += n;
   }
@@ -462,23 +460,20 @@ absl::Status MoeLayer::ExpertsForward(const void* in, void* out) {
 absl::Status MoeLayer::ExpertsBackward(const void* dout, void* din, void* dact_buf,
                                        void* dfc1_buf) {
   const int64_t h = config_.hidden, fl = config_.ffn_hidden / config_.etp;
-  const int64_t es = SizeOf(dtype_);
-  auto at_row = [es](const void* p, int64_t elements) {
-    return static_cast<char*>(const_cast<void*>(p)) + elements * es;
-  };
+  auto at_row = [this](const void* p, int64_t elements) { return Offset(p, elements, dtype_); };
   int64_t at = 0;
   for (int64_t le = 0; le < config_.local_experts(); ++le) {
     const int64_t n = dispatcher_.local_tokens_per_expert()[le];
     if (n > 0) {
-      PT_RETURN_IF_ERROR(LinearBackward(at_row(dact_buf, at * fl), At(g_.fc2, le * h * fl),
-                                        at_row(dout, at * h), At(expert_act_, at * fl),
-                                        At(w_.fc2, le * h * fl), n, fl, h, false));
+      PT_RETURN_IF_ERROR(LinearBackward(at_row(dact_buf, at * fl), g_.fc2.at(le * h * fl),
+                                        at_row(dout, at * h), expert_act_.at(at * fl),
+                                        w_.fc2.at(le * h * fl), n, fl, h, false));
       PT_RETURN_IF_ERROR(be_->SwigluBackward(dtype_, at_row(dfc1_buf, at * 2 * fl),
                                              at_row(dact_buf, at * fl),
-                                             At(expert_fc1_, at * 2 * fl), n, fl));
-      PT_RETURN_IF_ERROR(LinearBackward(at_row(din, at * h), At(g_.fc1, le * 2 * fl * h),
-                                        at_row(dfc1_buf, at * 2 * fl), At(expert_in_, at * h),
-                                        At(w_.fc1, le * 2 * fl * h), n, h, 2 * fl, false));
+                                             expert_fc1_.at(at * 2 * fl), n, fl));
+      PT_RETURN_IF_ERROR(LinearBackward(at_row(din, at * h), g_.fc1.at(le * 2 * fl * h),
+                                        at_row(dfc1_buf, at * 2 * fl), expert_in_.at(at * h),
+                                        w_.fc1.at(le * 2 * fl * h), n, h, 2 * fl, false));
     }
     at += n;
   }

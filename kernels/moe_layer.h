@@ -234,8 +234,6 @@ class MoeLayer {
   // dx[n, in] (= or +=) dy[n, out]·W; dW[out, in] += dyᵀ·x.
   absl::Status LinearBackward(void* dx, void* dw, const void* dy, const void* x, const void* w,
                               int64_t n, int64_t in, int64_t out, bool accumulate_dx);
-  // Element offsets into a [rows, cols] tensor of the layer's dtype.
-  void* At(const Tensor& t, int64_t elements) const;
   // A collective on a few host values, through the backend's memory where the
   // communicators need it (NCCL).
   absl::Status HostAllReduce(Communicator* group, std::vector<double>& values);

@@ -431,7 +431,7 @@ ExpertPhases ExpertLayerPhases(const JobSpec& spec, const ParallelConfig& c,
   // No dispatcher hides it in training: DeepEP's zero-SM hook overlap belongs to its
   // low-latency kernels for inference decoding, while training runs its normal kernels
   // (deepseek-ai/DeepEP README); Megatron's 1F1B A2A overlap is not modelled.
-  out.backward_comm = dispatch + combine + etp_comm;
+  out.backward_comm = out.forward_comm;
   return out;
 }
 

@@ -254,6 +254,26 @@ absl::StatusOr<PlanResult> PlanResultFromProto(const v1::PlanResult& result) {
   return out;
 }
 
+v1::MoeLayerTask ToProto(const MoeProfileSpec& m) {
+  v1::MoeLayerTask moe;
+  moe.set_hidden_size(m.hidden_size);
+  moe.set_num_experts(m.num_experts);
+  moe.set_moe_router_topk(m.moe_router_topk);
+  moe.set_moe_ffn_hidden_size(m.moe_ffn_hidden_size);
+  moe.set_num_shared_experts(m.num_shared_experts);
+  moe.set_shared_expert_ffn_hidden_size(m.shared_expert_ffn_hidden_size);
+  moe.set_routing(ToString(m.routing));
+  moe.set_capacity_factor(m.capacity_factor);
+  moe.set_ep(m.ep);
+  moe.set_etp(m.etp);
+  moe.set_tokens(m.tokens);
+  moe.set_dtype(ToString(m.dtype));
+  moe.set_warmup(m.warmup);
+  moe.set_iters(m.iters);
+  moe.set_seed(m.seed);
+  return moe;
+}
+
 v1::ProfileTask ToProto(const ProfileTaskSpec& task) {
   v1::ProfileTask out;
   out.set_device_kind(task.device_kind);
@@ -293,23 +313,7 @@ v1::ProfileTask ToProto(const ProfileTaskSpec& task) {
     return out;
   }
   if (task.kind == ProfileTaskSpec::Kind::kMoeLayer) {
-    const MoeProfileSpec& m = task.moe;
-    v1::MoeLayerTask* moe = out.mutable_moe_layer();
-    moe->set_hidden_size(m.hidden_size);
-    moe->set_num_experts(m.num_experts);
-    moe->set_moe_router_topk(m.moe_router_topk);
-    moe->set_moe_ffn_hidden_size(m.moe_ffn_hidden_size);
-    moe->set_num_shared_experts(m.num_shared_experts);
-    moe->set_shared_expert_ffn_hidden_size(m.shared_expert_ffn_hidden_size);
-    moe->set_routing(ToString(m.routing));
-    moe->set_capacity_factor(m.capacity_factor);
-    moe->set_ep(m.ep);
-    moe->set_etp(m.etp);
-    moe->set_tokens(m.tokens);
-    moe->set_dtype(ToString(m.dtype));
-    moe->set_warmup(m.warmup);
-    moe->set_iters(m.iters);
-    moe->set_seed(m.seed);
+    *out.mutable_moe_layer() = ToProto(task.moe);
     return out;
   }
   const LayerProfileSpec& l = task.layer;

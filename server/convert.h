@@ -67,6 +67,8 @@ MemoryBreakdown MemoryFromProto(const v1::MemoryBreakdown& memory);
 
 /// A profile task as the wire message (id, job_id and attempt left empty).
 v1::ProfileTask ToProto(const ProfileTaskSpec& task);
+/// A MoE layer task's fields (the profile task's, and a VerifyTask's expert block).
+v1::MoeLayerTask ToProto(const MoeProfileSpec& moe);
 /// What a worker reported for a layer task, in the form composition uses.
 LayerMeasurement MeasurementFromResult(const v1::TaskResult& result);
 /// What a worker reported for a collective sweep.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -11,6 +13,7 @@
 #include "search/memory_model.h"
 #include "search/model_math.h"
 #include "search/parallel_config.h"
+#include "search/profile_plan.h"
 #include "server/convert.h"
 
 namespace paratune::server {
@@ -187,19 +190,13 @@ absl::StatusOr<v1::VerifyTask> MakeVerifyTask(const JobSpec& spec, const v1::Ran
   }
   t.set_dtype(ToString(spec.training.precision));
   if (IsMoe(m)) {
-    v1::MoeLayerTask* moe = t.mutable_moe();
-    moe->set_hidden_size(m.hidden_size);
-    moe->set_num_experts(m.num_experts);
-    moe->set_moe_router_topk(m.moe_router_topk);
-    moe->set_moe_ffn_hidden_size(m.moe_ffn_hidden_size);
-    moe->set_num_shared_experts(m.num_shared_experts);
-    moe->set_shared_expert_ffn_hidden_size(m.shared_expert_ffn_hidden_size > 0
-                                               ? m.shared_expert_ffn_hidden_size
-                                               : m.moe_ffn_hidden_size);
-    moe->set_routing(ToString(spec.training.moe_routing));
-    moe->set_capacity_factor(spec.training.moe_capacity_factor);
-    moe->set_ep(c.ep);
-    moe->set_etp(c.etp);
+    // The block the profile stage's MoE layer task measures (its run fields unused here).
+    std::string why;
+    const std::optional<MoeProfileSpec> moe = MoeTaskFor(spec, c, {}, &why);
+    if (!moe.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("the layout's expert layers: ", why));
+    }
+    *t.mutable_moe() = ToProto(*moe);
     t.set_first_k_dense_layers(m.first_k_dense_layers);
     t.set_moe_layer_freq(m.moe_layer_freq);
   }

@@ -53,19 +53,24 @@ MemoryBreakdown Memory(const JobSpec& spec, const ParallelConfig& c) {
                         FrameworkMemoryFor(device, spec.training.framework));
 }
 
-// Llama 2 7B on 8 GPUs pinned to one layout: tp 1, pp 1, dp 8, micro-batch 1, full
-// recompute, the distributed optimizer.
-JobSpec Llama7bTp1Dp8(Framework framework) {
-  JobSpec spec = Llama13b(framework);
-  spec.model = *FindPreset("llama2-7b");
+// Pins `spec` to tp 1, pp 1, dp 8, micro-batch 1, no SP, `recompute` and the distributed
+// optimizer.
+void PinTp1Dp8(JobSpec& spec, Recompute recompute) {
   spec.search.tp = {1};
   spec.search.pp = {1};
   spec.search.cp = {1};
   spec.search.dp = {8};
   spec.search.micro_batch_size = {1};
   spec.search.sequence_parallel = {false};
-  spec.search.recompute = {Recompute::kFull};
+  spec.search.recompute = {recompute};
   spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
+}
+
+// Llama 2 7B on 8 GPUs pinned to tp 1, pp 1, dp 8 with full recompute.
+JobSpec Llama7bTp1Dp8(Framework framework) {
+  JobSpec spec = Llama13b(framework);
+  spec.model = *FindPreset("llama2-7b");
+  PinTp1Dp8(spec, Recompute::kFull);
   return spec;
 }
 
@@ -275,14 +280,7 @@ TEST(FrameworkProfileTest, SpecFilesReadAndWriteTheFramework) {
 // A pinned spec's layout takes the framework's overlap defaults.
 TEST(FrameworkProfileTest, PinnedLayoutsTakeTheFrameworksOverlaps) {
   JobSpec spec = Llama13b(Framework::kDeepspeed);
-  spec.search.tp = {1};
-  spec.search.pp = {1};
-  spec.search.cp = {1};
-  spec.search.dp = {8};
-  spec.search.micro_batch_size = {1};
-  spec.search.sequence_parallel = {false};
-  spec.search.recompute = {Recompute::kSelective};
-  spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
+  PinTp1Dp8(spec, Recompute::kSelective);
   EXPECT_FALSE(PinnedLayout(spec)->overlap_grad_reduce);
   spec.search.data_parallel_sharding = {DataParallelSharding::kFull};
   EXPECT_TRUE(PinnedLayout(spec)->overlap_grad_reduce);

@@ -15,18 +15,9 @@ namespace {
 
 // Four layers: one dense, then three expert layers of four experts, top-2.
 TrainConfig TinyMoe() {
-  TrainConfig c;
-  c.shape.hidden_size = 32;
-  c.shape.num_attention_heads = 4;
-  c.shape.vocab_size = 64;
+  TrainConfig c = Tiny();
   c.shape.activation = Activation::kSwiglu;
   c.shape.normalization = Normalization::kRmsNorm;
-  c.num_layers = 4;
-  c.seq_length = 16;
-  c.parallel.micro_batch_size = 2;
-  c.num_micro_batches = 4;
-  c.steps = 5;
-  c.lr = 1e-2f;
   c.moe.num_experts = 4;
   c.moe.topk = 2;
   c.moe.ffn_hidden = 16;

@@ -12,20 +12,6 @@
 namespace paratune::kernels::training {
 namespace {
 
-TrainConfig Tiny() {
-  TrainConfig c;
-  c.shape.hidden_size = 32;
-  c.shape.num_attention_heads = 4;
-  c.shape.vocab_size = 64;
-  c.num_layers = 4;
-  c.seq_length = 16;
-  c.parallel.micro_batch_size = 2;
-  c.num_micro_batches = 4;
-  c.steps = 5;
-  c.lr = 1e-2f;
-  return c;
-}
-
 // The reference: one rank, the same global batch as M·dp micro-batches.
 std::vector<double> Reference(TrainConfig c) {
   c.num_micro_batches *= c.parallel.dp;
