@@ -11,8 +11,13 @@
 //  - Aleph Alpha: the global batch is not recorded; 4M tokens per step as in Llama 2
 //    (2048 sequences of 2048, 512 of 8192; the recorded MFU and step times agree with it),
 //    rounded up to a multiple of micro-batch x dp. ZeRO-1 whenever dp > 1 (the paper's
-//    setup). Measured throughput: the recorded MFU (same model and GPUs within a group, so
-//    proportional to tokens/s/GPU).
+//    setup), as its codebase (Aleph-Alpha/scaling, core/optimizer) runs it: the optimizer
+//    step all-reduces the whole gradient over the data-parallel group in FP32 after the
+//    last backward (no bucket overlap), then all-gathers the updated 16-bit parameters.
+//    The time is modelled as an unsharded, unoverlapped FP32 all-reduce: 8 of the 10
+//    bytes per parameter that cross the links (the parameter all-gather's 2 are not
+//    counted). Measured throughput: the recorded MFU (same model and GPUs within a group,
+//    so proportional to tokens/s/GPU).
 //  - BLOOM (Megatron-DeepSpeed, 2022): activation checkpointing of every layer (the tr11
 //    scripts' --checkpoint-activations), ZeRO-1 unless the row states stage 0, BLOOM's
 //    250,880-entry padded vocabulary, and DeepSpeed's pipeline engine: the gradient reduce
@@ -67,13 +72,15 @@ std::vector<Layout> AlephLayouts(const nlohmann::json& sweep) {
     l.config = LayoutFromRecord(r).config;
     ParallelConfig& c = l.config;
     c.vp = 1;
-    c.data_parallel_sharding =
-        c.dp * c.cp > 1 ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
     const int64_t per_step = c.micro_batch_size * c.dp;
     const auto sequences = static_cast<int64_t>(
         std::ceil(kAlephTokensPerStep / static_cast<double>(l.spec.training.seq_length)));
     l.spec.training.global_batch_size = (sequences + per_step - 1) / per_step * per_step;
     l.spec.training.dropout = false;
+    // The gradient all-reduce after the backward (see the header).
+    c.data_parallel_sharding = DataParallelSharding::kNone;
+    c.overlap_grad_reduce = false;
+    c.overlap_param_gather = false;
     l.group = absl::StrFormat("%s s%d n%d", Str(r, "model_name").substr(0, 9),
                               l.spec.training.seq_length, l.spec.cluster.num_gpus);
     l.id = Str(r, "trial_id");
