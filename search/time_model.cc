@@ -632,10 +632,14 @@ struct CriticalStage {
 // exposed. ZeRO-2 and full sharding reduce every micro-batch in the pipeline's backward
 // (BuildPipeline): what remains is the last micro-batch's last bucket (ZeRO-2) or layer
 // (full), and ZeRO-2's first all-gather bucket after the step; they always overlap.
+// `window_used`: seconds of the stage's backward already taken by an earlier reduction of
+// the same step (the dense gradients' before the routed experts'), which this one cannot
+// hide behind; the seconds this one hides are added to it.
 double ExposedDataParallelSeconds(const ParallelConfig& config, const DeviceProfile& device,
                                   const PipelineInput& pipe, int64_t r, double params,
                                   double layer_params, double e, double grad_bytes,
-                                  int64_t gpus_per_node, const MeasuredTerms* measured) {
+                                  int64_t gpus_per_node, const MeasuredTerms* measured,
+                                  double* window_used) {
   const int64_t dp_group = config.dp * config.cp;
   if (dp_group <= 1 || params <= 0) return 0;
   const int64_t v = config.vp;
@@ -675,11 +679,13 @@ double ExposedDataParallelSeconds(const ParallelConfig& config, const DeviceProf
   }
   double window = 0;
   for (int64_t j = 0; j < v; ++j) window += pipe.backward[r * v + j];
+  window = std::max(0.0, window - *window_used);
   const double total = reduce(params);
   if (!config.overlap_grad_reduce) return total + param_gather;
   const double last_bucket = reduce(bucket);
-  double exposed = std::max(last_bucket, total - window) +
-                   device.comm_overlap_slowdown * Hidden(total - last_bucket, window);
+  const double hidden = Hidden(total - last_bucket, window);
+  *window_used += hidden;
+  double exposed = std::max(last_bucket, total - window) + device.comm_overlap_slowdown * hidden;
   return exposed + param_gather;
 }
 
@@ -705,12 +711,13 @@ CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& confi
     const double sync =
         layer.grad_sync_tp_comm *
         (static_cast<double>(DecoderLayersOnStage(model, config, r)) + (r == p - 1 ? 0.5 : 0.0));
+    double window_used = 0;
     double exposed = ExposedDataParallelSeconds(
         config, device, pipe, r, params, LayerParams(model) / static_cast<double>(config.tp), e,
-        grad_bytes, spec.cluster.gpus_per_node, measured);
+        grad_bytes, spec.cluster.gpus_per_node, measured, &window_used);
     const double shards = static_cast<double>(config.ShardRanks());
     // Routed experts: reduced (and sharded) over the expert data-parallel group, after the
-    // dense gradients.
+    // dense gradients and behind what remains of the same backward.
     const ParallelConfig expert_group = ExpertDataParallelGroup(config);
     const double expert_shards = static_cast<double>(expert_group.ShardRanks());
     if (split.expert > 0) {
@@ -718,7 +725,7 @@ CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& confi
           static_cast<double>(std::max<int64_t>(experts_per_stage[static_cast<size_t>(r)], 1));
       exposed += ExposedDataParallelSeconds(expert_group, device, pipe, r, split.expert,
                                             split.expert / stage_experts, e, grad_bytes,
-                                            spec.cluster.gpus_per_node, measured);
+                                            spec.cluster.gpus_per_node, measured, &window_used);
     }
     const double updated = params / shards + split.expert / expert_shards;
     double step = measured != nullptr && measured->optimizer_seconds_per_param > 0

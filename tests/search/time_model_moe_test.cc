@@ -160,5 +160,41 @@ TEST(MoeTimeTest, IterationNeedsTheExpertLayerAndExplainsThePlacement) {
   EXPECT_TRUE(spans);
 }
 
+
+// The routed experts' gradient reduce runs after the dense gradients' in the same backward:
+// when the dense reduce outlasts that backward, none of the experts' is hidden, and adding
+// E seconds of expert reduce adds exactly E to the iteration's dp_comm. The reduce times are
+// given as measured terms, in the order the stage issues them: the dense gradients' total
+// and last bucket, then the experts' total and last bucket.
+TEST(MoeTimeTest, ExpertGradientReduceSharesTheBackwardWithTheDenseOne) {
+  const JobSpec spec = DeepSeekV3Spec();
+  const DeviceProfile h100 = *FindDevice("h100-sxm-80gb");
+  ParallelConfig c = Layout(64);
+  c.pp = 1;
+  c.dp = 1024;
+  c.split_counts_embedding_and_loss = false;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  const LayerTime layer = EstimateLayerTime(spec.model, spec.training, c, h100, 8);
+  const EdgeTime edge = EstimateEdgeTime(spec.model, spec.training, c, h100, 8);
+  const LayerTime expert = EstimateExpertLayerTime(spec, c, h100);
+  auto dp_comm = [&](double expert_seconds) {
+    int calls = 0;
+    MeasuredTerms measured;
+    measured.dp_gather_seconds = [](double) { return 0.0; };
+    measured.dp_reduce_seconds = [&calls, expert_seconds](double) {
+      const double seconds[] = {1e4, 1.0, expert_seconds, 0.1 * expert_seconds};
+      return seconds[std::min(calls++, 3)];
+    };
+    absl::StatusOr<IterationEstimate> it = EstimateIteration(
+        spec, c, h100, layer, edge, PipelineMode::kSimulated, &measured, &expert);
+    EXPECT_TRUE(it.ok()) << it.status();
+    EXPECT_EQ(calls, 4);
+    return it->time.dp_comm;
+  };
+  const double none = dp_comm(0.0);
+  EXPECT_NEAR(dp_comm(2.0) - none, 2.0, 1e-6);
+  EXPECT_NEAR(dp_comm(5.0) - none, 5.0, 1e-6);
+}
+
 }  // namespace
 }  // namespace paratune
