@@ -33,6 +33,15 @@ ParallelConfig Layout(int64_t ep, MoeTokenDispatcher d = MoeTokenDispatcher::kAl
   return c;
 }
 
+// EP 64 on one stage, so that the critical stage holds expert layers.
+ParallelConfig OneStageLayout() {
+  ParallelConfig c = Layout(64);
+  c.pp = 1;
+  c.dp = 1024;
+  c.split_counts_embedding_and_loss = false;
+  return c;
+}
+
 TEST(MoeTimeTest, DispatchBytesPerLayerByHand) {
   const JobSpec spec = DeepSeekV3Spec();
   // One rank's 4096 tokens, top-8 copies of h = 7168 BF16 values: 469,762,048 bytes.
@@ -138,11 +147,7 @@ TEST(MoeTimeTest, SelectiveRecomputeOfTheExpertBlockRerunsItsForward) {
 TEST(MoeTimeTest, IterationNeedsTheExpertLayerAndExplainsThePlacement) {
   const JobSpec spec = DeepSeekV3Spec();
   const DeviceProfile h100 = *FindDevice("h100-sxm-80gb");
-  // One stage, so that the critical stage holds expert layers.
-  ParallelConfig c = Layout(64);
-  c.pp = 1;
-  c.dp = 1024;
-  c.split_counts_embedding_and_loss = false;
+  const ParallelConfig c = OneStageLayout();
   const LayerTime layer = EstimateLayerTime(spec.model, spec.training, c, h100, 8);
   const EdgeTime edge = EstimateEdgeTime(spec.model, spec.training, c, h100, 8);
   EXPECT_EQ(
@@ -169,10 +174,7 @@ TEST(MoeTimeTest, IterationNeedsTheExpertLayerAndExplainsThePlacement) {
 TEST(MoeTimeTest, ExpertGradientReduceSharesTheBackwardWithTheDenseOne) {
   const JobSpec spec = DeepSeekV3Spec();
   const DeviceProfile h100 = *FindDevice("h100-sxm-80gb");
-  ParallelConfig c = Layout(64);
-  c.pp = 1;
-  c.dp = 1024;
-  c.split_counts_embedding_and_loss = false;
+  ParallelConfig c = OneStageLayout();
   c.data_parallel_sharding = DataParallelSharding::kOptimizer;
   const LayerTime layer = EstimateLayerTime(spec.model, spec.training, c, h100, 8);
   const EdgeTime edge = EstimateEdgeTime(spec.model, spec.training, c, h100, 8);
