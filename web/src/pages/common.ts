@@ -1,8 +1,8 @@
-// Pieces shared by the pages: polling, state badges, progress, error banners.
-import { ApiError } from '../api';
-import { h } from '../dom';
+// Pieces shared by the pages: polling, state badges, progress, error banners, export buttons.
+import { api, ApiError } from '../api';
+import { clear, download, h } from '../dom';
 import { num, stateLabel } from '../format';
-import type { Job, JobStateName } from '../types';
+import type { ExportFormat, Job, JobStateName } from '../types';
 
 /** Calls `tick` now and then every `intervalMs` after it settles, until stopped. */
 export function poll(tick: () => Promise<boolean | void>, intervalMs: number): () => void {
@@ -69,4 +69,33 @@ export function errorBanner(error: unknown): HTMLElement {
 export function jobTitle(job: Job): string {
   const m = job.spec?.model ?? {};
   return job.name || job.spec?.name || m.name || m.preset || job.id || 'job';
+}
+
+/** A button that downloads the ranked layout at `position` of job `jobId` in `format`,
+ * reporting a failure in `status`. */
+export function exportButton(
+  id: string,
+  jobId: string,
+  position: number,
+  format: ExportFormat,
+  label: string,
+  status: HTMLElement,
+): HTMLElement {
+  return h(
+    'button',
+    {
+      type: 'button',
+      id,
+      onclick: async () => {
+        clear(status);
+        try {
+          const file = await api.exportLayout(jobId, position, format);
+          download(file.filename, file.blob);
+        } catch (e) {
+          status.append(errorBanner(e));
+        }
+      },
+    },
+    label,
+  );
 }

@@ -3,12 +3,11 @@
 // lines, the ranked serving layouts (sortable), the step-time and memory breakdowns of a
 // selected layout, its engine exports, and the rejected layouts with their reasons. Every
 // figure is the coordinator's (GET /v1/jobs/{id}/results: plan.inference).
-import { api } from '../api';
 import { barsOption, SERVING_MEMORY_PARTS, servingParetoOption, STEP_PARTS, type Chart, type UserRateLine } from '../charts';
-import { append, clear, download, h } from '../dom';
+import { append, clear, h } from '../dom';
 import { fixed, num, servingLabel, thousands } from '../format';
 import type { ExportFormat, InferenceRankedConfig, JobResults, JobSpec, LatencyLimits } from '../types';
-import { errorBanner } from './common';
+import { exportButton as exportButtonOf } from './common';
 
 type SortDir = 'ascending' | 'descending';
 
@@ -117,23 +116,7 @@ export function renderInferenceResults(box: HTMLElement, res: JobResults, jobId:
   );
 
   const exportButton = (format: ExportFormat, label: string, position: number) =>
-    h(
-      'button',
-      {
-        type: 'button',
-        id: `export-${format}`,
-        onclick: async () => {
-          clear(exportStatus);
-          try {
-            const file = await api.exportLayout(res.job_id || jobId, position, format);
-            download(file.filename, file.blob);
-          } catch (e) {
-            exportStatus.append(errorBanner(e));
-          }
-        },
-      },
-      label,
-    );
+    exportButtonOf(`export-${format}`, res.job_id || jobId, position, format, label, exportStatus);
 
   const renderBreakdown = () => {
     const r = ranked[selected];

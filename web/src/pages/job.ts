@@ -11,10 +11,10 @@ import {
   type Chart,
 } from '../charts';
 import { paretoFrontier, pointsOf } from '../analysis';
-import { append, clear, download, h } from '../dom';
+import { append, clear, h } from '../dom';
 import { adaptive, fixed, isTerminal, layoutLabel, num, seconds, thousands } from '../format';
 import type { ExportFormat, Job, JobResults, JobSpec, LatencyLimits, RankedConfig, Verification } from '../types';
-import { errorBanner, jobProgress, jobTitle, poll, stateBadge } from './common';
+import { errorBanner, exportButton as exportButtonOf, jobProgress, jobTitle, poll, stateBadge } from './common';
 import { renderInferenceResults } from './inference';
 
 type SortDir = 'ascending' | 'descending';
@@ -310,23 +310,7 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
 
     // The coordinator renders exports (the same text as `paratune export`); the page downloads them.
     const exportButton = (id: string, format: ExportFormat, label: string, position: number) =>
-      h(
-        'button',
-        {
-          type: 'button',
-          id,
-          onclick: async () => {
-            clear(exportStatus);
-            try {
-              const file = await api.exportLayout(res.job_id || jobId, position, format);
-              download(file.filename, file.blob);
-            } catch (e) {
-              exportStatus.append(errorBanner(e));
-            }
-          },
-        },
-        label,
-      );
+      exportButtonOf(id, res.job_id || jobId, position, format, label, exportStatus);
 
     const renderBreakdown = () => {
       const r = ranked[selected];
