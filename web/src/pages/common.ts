@@ -2,7 +2,7 @@
 import { api, ApiError } from '../api';
 import { clear, download, h } from '../dom';
 import { num, stateLabel } from '../format';
-import type { ExportFormat, Job, JobStateName } from '../types';
+import type { ExportFormat, Int64, Job, JobStateName } from '../types';
 
 /** Calls `tick` now and then every `intervalMs` after it settles, until stopped. */
 export function poll(tick: () => Promise<boolean | void>, intervalMs: number): () => void {
@@ -98,4 +98,38 @@ export function exportButton(
     },
     label,
   );
+}
+
+export type SortDir = 'ascending' | 'descending';
+
+/** A column of a ranked table: `value` is the sort key (numbers sort numerically, strings
+ * lexically); `firstDir` the direction of the first click (better values first). */
+export interface Column<T, Extra = never> {
+  key: string;
+  label: string;
+  title: string;
+  value: (r: T) => number | string;
+  cell: (r: T, extra: Extra) => Node | string;
+  firstDir: SortDir;
+  numeric: boolean;
+}
+
+/** `ranked` with their indexes, ordered by column `key` (the first column when unknown) in
+ * direction `dir`; ties keep rank order. */
+export function sortByColumn<T extends { rank?: Int64 | null }, Extra>(
+  ranked: T[],
+  columns: Column<T, Extra>[],
+  key: string,
+  dir: SortDir,
+): { r: T; i: number }[] {
+  const col = columns.find((c) => c.key === key) ?? columns[0];
+  const sign = dir === 'ascending' ? 1 : -1;
+  return ranked
+    .map((r, i) => ({ r, i }))
+    .sort((a, b) => {
+      const va = col.value(a.r);
+      const vb = col.value(b.r);
+      const cmp = typeof va === 'number' && typeof vb === 'number' ? va - vb : String(va).localeCompare(String(vb));
+      return cmp !== 0 ? sign * cmp : num(a.r.rank) - num(b.r.rank);
+    });
 }

@@ -7,19 +7,9 @@ import { barsOption, SERVING_MEMORY_PARTS, servingParetoOption, STEP_PARTS, type
 import { append, clear, h } from '../dom';
 import { fixed, num, servingLabel, thousands } from '../format';
 import type { ExportFormat, InferenceRankedConfig, JobResults, JobSpec, LatencyLimits } from '../types';
-import { exportButton as exportButtonOf } from './common';
+import { type Column as ColumnOf, exportButton as exportButtonOf, sortByColumn, type SortDir } from './common';
 
-type SortDir = 'ascending' | 'descending';
-
-interface Column {
-  key: string;
-  label: string;
-  title: string;
-  value: (r: InferenceRankedConfig) => number | string;
-  cell: (r: InferenceRankedConfig) => Node | string;
-  firstDir: SortDir;
-  numeric: boolean;
-}
+type Column = ColumnOf<InferenceRankedConfig, undefined>;
 
 const ms = (v: number | undefined) => `${fixed(num(v), num(v) >= 100 ? 0 : 1)} ms`;
 
@@ -157,18 +147,7 @@ export function renderInferenceResults(box: HTMLElement, res: JobResults, jobId:
     memChart.chart().setOption(barsOption(rows, SERVING_MEMORY_PARTS, 'GiB', num(r.memory?.capacity)), true);
   };
 
-  const sorted = () => {
-    const col = COLUMNS.find((c) => c.key === sortKey) ?? COLUMNS[0];
-    const sign = sortDir === 'ascending' ? 1 : -1;
-    return ranked
-      .map((r, i) => ({ r, i }))
-      .sort((a, b) => {
-        const va = col.value(a.r);
-        const vb = col.value(b.r);
-        const cmp = typeof va === 'number' && typeof vb === 'number' ? va - vb : String(va).localeCompare(String(vb));
-        return cmp !== 0 ? sign * cmp : num(a.r.rank) - num(b.r.rank);
-      });
-  };
+  const sorted = () => sortByColumn(ranked, COLUMNS, sortKey, sortDir);
 
   const renderTable = () => {
     clear(thead);
@@ -208,7 +187,7 @@ export function renderInferenceResults(box: HTMLElement, res: JobResults, jobId:
       const isSel = i === selected;
       const row = h('tr', { 'data-index': i, 'data-rank': num(r.rank), class: isSel ? 'selected' : '', 'aria-selected': isSel ? 'true' : 'false', onclick: () => select(i) });
       for (const col of COLUMNS) {
-        const content = col.key === 'rank' ? h('button', { type: 'button', class: 'row-select', 'aria-label': `Show breakdown of layout #${num(r.rank)}`, 'aria-pressed': isSel ? 'true' : 'false' }, col.cell(r)) : col.cell(r);
+        const content = col.key === 'rank' ? h('button', { type: 'button', class: 'row-select', 'aria-label': `Show breakdown of layout #${num(r.rank)}`, 'aria-pressed': isSel ? 'true' : 'false' }, col.cell(r, undefined)) : col.cell(r, undefined);
         row.append(h('td', { 'data-col': col.key, 'data-value': col.value(r), class: col.numeric ? 'num' : '' }, content));
       }
       tbody.append(row);

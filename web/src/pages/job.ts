@@ -14,22 +14,11 @@ import { paretoFrontier, pointsOf } from '../analysis';
 import { append, clear, h } from '../dom';
 import { adaptive, fixed, isTerminal, layoutLabel, num, seconds, thousands } from '../format';
 import type { ExportFormat, Job, JobResults, JobSpec, LatencyLimits, RankedConfig, Verification } from '../types';
-import { errorBanner, exportButton as exportButtonOf, jobProgress, jobTitle, poll, stateBadge } from './common';
+import { type Column as ColumnOf, errorBanner, exportButton as exportButtonOf, jobProgress, jobTitle, poll, sortByColumn, type SortDir, stateBadge } from './common';
 import { renderInferenceResults } from './inference';
 
-type SortDir = 'ascending' | 'descending';
-
-interface Column {
-  key: string;
-  label: string;
-  title: string;
-  /** Sort key; numbers sort numerically, strings lexically. */
-  value: (r: RankedConfig) => number | string;
-  cell: (r: RankedConfig, capacity: number) => Node | string;
-  /** Direction of the first click (better values first). */
-  firstDir: SortDir;
-  numeric: boolean;
-}
+/** The cell renderer's extra argument: the device capacity (GiB). */
+type Column = ColumnOf<RankedConfig, number>;
 
 const yesNo = (b: boolean | undefined) => (b ? 'yes' : 'no');
 
@@ -212,18 +201,7 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
     const tbody = h('tbody');
     const table = h('table', { class: 'data ranked', id: 'ranked-table' }, h('caption', { class: 'visually-hidden' }, 'Ranked layouts; the column buttons sort the table'), thead, tbody);
 
-    const sortedRanked = (): { r: RankedConfig; i: number }[] => {
-      const col = COLUMNS.find((c) => c.key === sortKey) ?? COLUMNS[0];
-      const sign = sortDir === 'ascending' ? 1 : -1;
-      return ranked
-        .map((r, i) => ({ r, i }))
-        .sort((a, b) => {
-          const va = col.value(a.r);
-          const vb = col.value(b.r);
-          const cmp = typeof va === 'number' && typeof vb === 'number' ? va - vb : String(va).localeCompare(String(vb));
-          return cmp !== 0 ? sign * cmp : num(a.r.rank) - num(b.r.rank);
-        });
-    };
+    const sortedRanked = () => sortByColumn(ranked, COLUMNS, sortKey, sortDir);
 
     const renderTable = () => {
       clear(thead);
