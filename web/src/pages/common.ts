@@ -114,16 +114,17 @@ export interface Column<T, Extra = never> {
   numeric: boolean;
 }
 
-/** `ranked` with their indexes, ordered by column `key` (the first column when unknown) in
- * direction `dir`; ties keep rank order. */
-export function sortByColumn<T extends { rank?: Int64 | null }, Extra>(
-  ranked: T[],
-  columns: Column<T, Extra>[],
-  key: string,
-  dir: SortDir,
-): { r: T; i: number }[] {
-  const col = columns.find((c) => c.key === key) ?? columns[0];
-  const sign = dir === 'ascending' ? 1 : -1;
+/** Which column a ranked table is sorted by, and in which direction. */
+export interface SortState {
+  key: string;
+  dir: SortDir;
+}
+
+/** `ranked` with their indexes, ordered by the column `sort.key` names (the first column when
+ * unknown) in direction `sort.dir`; ties keep rank order. */
+export function sortByColumn<T extends { rank?: Int64 | null }, Extra>(ranked: T[], columns: Column<T, Extra>[], sort: SortState): { r: T; i: number }[] {
+  const col = columns.find((c) => c.key === sort.key) ?? columns[0];
+  const sign = sort.dir === 'ascending' ? 1 : -1;
   return ranked
     .map((r, i) => ({ r, i }))
     .sort((a, b) => {
@@ -132,4 +133,44 @@ export function sortByColumn<T extends { rank?: Int64 | null }, Extra>(
       const cmp = typeof va === 'number' && typeof vb === 'number' ? va - vb : String(va).localeCompare(String(vb));
       return cmp !== 0 ? sign * cmp : num(a.r.rank) - num(b.r.rank);
     });
+}
+
+/** Fills `thead` with the header row of a sortable ranked table: one button per column; a
+ * click sorts by that column (a second click reverses it), calls `render` (which refills
+ * `thead`) and keeps the focus on the column's button. */
+export function renderSortHeader<T, Extra>(thead: HTMLElement, columns: Column<T, Extra>[], sort: SortState, render: () => void): void {
+  clear(thead);
+  thead.append(
+    h(
+      'tr',
+      {},
+      ...columns.map((col) => {
+        const active = col.key === sort.key;
+        return h(
+          'th',
+          { scope: 'col', 'aria-sort': active ? sort.dir : 'none', 'data-col': col.key },
+          h(
+            'button',
+            {
+              type: 'button',
+              class: 'sort',
+              title: `${col.title} (sort)`,
+              'data-sort-key': col.key,
+              onclick: () => {
+                if (sort.key === col.key) sort.dir = sort.dir === 'ascending' ? 'descending' : 'ascending';
+                else {
+                  sort.key = col.key;
+                  sort.dir = col.firstDir;
+                }
+                render();
+                (thead.querySelector(`button[data-sort-key="${col.key}"]`) as HTMLButtonElement | null)?.focus();
+              },
+            },
+            col.label,
+            h('span', { class: 'sort-mark', 'aria-hidden': 'true' }, active ? (sort.dir === 'ascending' ? ' ▲' : ' ▼') : ''),
+          ),
+        );
+      }),
+    ),
+  );
 }

@@ -7,7 +7,7 @@ import { barsOption, SERVING_MEMORY_PARTS, servingParetoOption, STEP_PARTS, type
 import { append, clear, h } from '../dom';
 import { fixed, num, servingLabel, thousands } from '../format';
 import type { ExportFormat, InferenceRankedConfig, JobResults, JobSpec, LatencyLimits } from '../types';
-import { type Column as ColumnOf, exportButton as exportButtonOf, sortByColumn, type SortDir } from './common';
+import { type Column as ColumnOf, exportButton as exportButtonOf, renderSortHeader, sortByColumn, type SortState } from './common';
 
 type Column = ColumnOf<InferenceRankedConfig, undefined>;
 
@@ -77,8 +77,7 @@ export function renderInferenceResults(box: HTMLElement, res: JobResults, jobId:
   );
   if (plan.recommendation) box.append(h('p', { class: 'card', id: 'recommendation' }, plan.recommendation));
 
-  let sortKey = 'rank';
-  let sortDir: SortDir = 'ascending';
+  const sort: SortState = { key: 'rank', dir: 'ascending' };
   let selected = 0;
   const thead = h('thead');
   const tbody = h('tbody');
@@ -147,41 +146,10 @@ export function renderInferenceResults(box: HTMLElement, res: JobResults, jobId:
     memChart.chart().setOption(barsOption(rows, SERVING_MEMORY_PARTS, 'GiB', num(r.memory?.capacity)), true);
   };
 
-  const sorted = () => sortByColumn(ranked, COLUMNS, sortKey, sortDir);
+  const sorted = () => sortByColumn(ranked, COLUMNS, sort);
 
   const renderTable = () => {
-    clear(thead);
-    thead.append(
-      h(
-        'tr',
-        {},
-        ...COLUMNS.map((col) =>
-          h(
-            'th',
-            { scope: 'col', 'aria-sort': col.key === sortKey ? sortDir : 'none', 'data-col': col.key },
-            h(
-              'button',
-              {
-                type: 'button',
-                class: 'sort',
-                title: `${col.title} (sort)`,
-                'data-sort-key': col.key,
-                onclick: () => {
-                  if (sortKey === col.key) sortDir = sortDir === 'ascending' ? 'descending' : 'ascending';
-                  else {
-                    sortKey = col.key;
-                    sortDir = col.firstDir;
-                  }
-                  renderTable();
-                },
-              },
-              col.label,
-              h('span', { class: 'sort-mark', 'aria-hidden': 'true' }, col.key === sortKey ? (sortDir === 'ascending' ? ' ▲' : ' ▼') : ''),
-            ),
-          ),
-        ),
-      ),
-    );
+    renderSortHeader(thead, COLUMNS, sort, renderTable);
     clear(tbody);
     for (const { r, i } of sorted()) {
       const isSel = i === selected;

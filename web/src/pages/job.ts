@@ -14,7 +14,7 @@ import { paretoFrontier, pointsOf } from '../analysis';
 import { append, clear, h } from '../dom';
 import { adaptive, fixed, isTerminal, layoutLabel, num, seconds, thousands } from '../format';
 import type { ExportFormat, Job, JobResults, JobSpec, LatencyLimits, RankedConfig, Verification } from '../types';
-import { type Column as ColumnOf, errorBanner, exportButton as exportButtonOf, jobProgress, jobTitle, poll, sortByColumn, type SortDir, stateBadge } from './common';
+import { type Column as ColumnOf, errorBanner, exportButton as exportButtonOf, jobProgress, jobTitle, poll, renderSortHeader, sortByColumn, type SortState, stateBadge } from './common';
 import { renderInferenceResults } from './inference';
 
 /** The cell renderer's extra argument: the device capacity (GiB). */
@@ -192,8 +192,7 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
       resultsBox.append(h('section', { class: 'card' }, h('h2', {}, 'No layout fits'), h('p', {}, 'Every layout was rejected; the reasons are below.')));
     }
 
-    let sortKey = 'rank';
-    let sortDir: SortDir = 'ascending';
+    const sort: SortState = { key: 'rank', dir: 'ascending' };
     let selected = 0;
 
     // --- ranked table
@@ -201,43 +200,10 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
     const tbody = h('tbody');
     const table = h('table', { class: 'data ranked', id: 'ranked-table' }, h('caption', { class: 'visually-hidden' }, 'Ranked layouts; the column buttons sort the table'), thead, tbody);
 
-    const sortedRanked = () => sortByColumn(ranked, COLUMNS, sortKey, sortDir);
+    const sortedRanked = () => sortByColumn(ranked, COLUMNS, sort);
 
     const renderTable = () => {
-      clear(thead);
-      thead.append(
-        h(
-          'tr',
-          {},
-          ...COLUMNS.map((col) => {
-            const active = col.key === sortKey;
-            return h(
-              'th',
-              { scope: 'col', 'aria-sort': active ? sortDir : 'none', 'data-col': col.key },
-              h(
-                'button',
-                {
-                  type: 'button',
-                  class: 'sort',
-                  title: `${col.title} (sort)`,
-                  'data-sort-key': col.key,
-                  onclick: () => {
-                    if (sortKey === col.key) sortDir = sortDir === 'ascending' ? 'descending' : 'ascending';
-                    else {
-                      sortKey = col.key;
-                      sortDir = col.firstDir;
-                    }
-                    renderTable();
-                    (thead.querySelector(`button[data-sort-key="${col.key}"]`) as HTMLButtonElement | null)?.focus();
-                  },
-                },
-                col.label,
-                h('span', { class: 'sort-mark', 'aria-hidden': 'true' }, active ? (sortDir === 'ascending' ? ' ▲' : ' ▼') : ''),
-              ),
-            );
-          }),
-        ),
-      );
+      renderSortHeader(thead, COLUMNS, sort, renderTable);
       clear(tbody);
       for (const { r, i } of sortedRanked()) {
         const isSel = i === selected;
