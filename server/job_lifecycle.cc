@@ -159,16 +159,9 @@ void JobLifecycle::RunPlan(const std::string& job_id) {
   }
 
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return;
-  JobEntry& job = it->second;
-  if (job.record.job.state() != v1::JOB_STATE_PLANNING) return;  // Cancelled meanwhile.
-  if (!plan.ok()) {
-    SetStateLocked(job, v1::JOB_STATE_FAILED,
-                   absl::StrCat("planning failed: ", plan.status().message()))
-        .IgnoreError();
-    return;
-  }
+  JobEntry* planned = PlannedJobLocked(job_id, plan.status());
+  if (planned == nullptr) return;
+  JobEntry& job = *planned;
   candidates_scored_["training"] += plan->candidates_considered;
   if (plan->ranked.empty()) {
     // The ranking (its rejected layouts) is kept so that GetResults shows them.
@@ -181,6 +174,19 @@ void JobLifecycle::RunPlan(const std::string& job_id) {
     return;
   }
   AcceptPlanLocked(job, *plan, *std::move(plan_proto));
+}
+
+JobEntry* JobLifecycle::PlannedJobLocked(const std::string& job_id, const absl::Status& plan) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return nullptr;
+  JobEntry& job = it->second;
+  if (job.record.job.state() != v1::JOB_STATE_PLANNING) return nullptr;  // Cancelled meanwhile.
+  if (!plan.ok()) {
+    SetStateLocked(job, v1::JOB_STATE_FAILED, absl::StrCat("planning failed: ", plan.message()))
+        .IgnoreError();
+    return nullptr;
+  }
+  return &job;
 }
 
 void JobLifecycle::RunInferencePlan(const std::string& job_id,
@@ -199,16 +205,9 @@ void JobLifecycle::RunInferencePlan(const std::string& job_id,
   }
 
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return;
-  JobEntry& job = it->second;
-  if (job.record.job.state() != v1::JOB_STATE_PLANNING) return;  // Cancelled meanwhile.
-  if (!plan.ok()) {
-    SetStateLocked(job, v1::JOB_STATE_FAILED,
-                   absl::StrCat("planning failed: ", plan.status().message()))
-        .IgnoreError();
-    return;
-  }
+  JobEntry* planned = PlannedJobLocked(job_id, plan.status());
+  if (planned == nullptr) return;
+  JobEntry& job = *planned;
   candidates_scored_["inference"] += plan->candidates_considered;
   if (!plan->ranked.empty() && spec.search.mode == SearchMode::kProfile) {
     // Profile mode: the modelled plan waits while workers measure its serving steps.

@@ -156,6 +156,10 @@ class JobLifecycle {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves a job whose ranking is set on to verifying or success.
   void FinishRankingLocked(JobEntry& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job a planner ran for, when it is still PLANNING (not cancelled or deleted
+  // meanwhile) and its plan succeeded; a failed plan fails the job. nullptr otherwise.
+  JobEntry* PlannedJobLocked(const std::string& job_id, const absl::Status& plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A planned job: model mode finishes; profile mode creates and queues its tasks.
   void AcceptPlanLocked(JobEntry& job, const PlanResult& plan, v1::PlanResult plan_proto)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
