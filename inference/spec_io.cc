@@ -29,11 +29,7 @@ absl::Status ReadOptional(const json& obj, const std::string& sec, const std::st
 }
 
 absl::StatusOr<QuantFormat> AsFormat(const json& v, const std::string& path) {
-  auto s = SpecString(v, path);
-  if (!s.ok()) return s.status();
-  auto f = ParseQuantFormat(*s);
-  if (!f.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", f.status().message()));
-  return *f;
+  return SpecEnum(v, path, &ParseQuantFormat);
 }
 
 absl::Status ReadLimits(const json& obj, const std::string& sec, const std::string& key,

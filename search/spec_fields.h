@@ -26,6 +26,18 @@ absl::StatusOr<double> SpecDouble(const nlohmann::json& v, const std::string& pa
 absl::StatusOr<bool> SpecBool(const nlohmann::json& v, const std::string& path);
 absl::StatusOr<std::string> SpecString(const nlohmann::json& v, const std::string& path);
 
+/// A field's value as an enum given by name, parsed with `parse` (a `ParseX(name)` that
+/// returns StatusOr<X>); its error is prefixed with `path`.
+template <typename Parse>
+auto SpecEnum(const nlohmann::json& v, const std::string& path, Parse parse)
+    -> decltype(parse(std::string())) {
+  auto s = SpecString(v, path);
+  if (!s.ok()) return s.status();
+  auto r = parse(*s);
+  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
+  return *r;
+}
+
 /// The value at `key`, or nullptr when it is absent or null ("not given").
 const nlohmann::json* FindSpecField(const nlohmann::json& obj, const std::string& key);
 /// `section.key`, or `key` at the top level (empty section).

@@ -40,58 +40,34 @@ absl::Status ReadDouble(const json& obj, const std::string& section, const std::
 }
 
 absl::StatusOr<Recompute> AsRecompute(const json& v, const std::string& path) {
-  auto s = SpecString(v, path);
-  if (!s.ok()) return s.status();
-  auto r = ParseRecompute(*s);
-  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
-  return *r;
+  return SpecEnum(v, path, &ParseRecompute);
 }
 
 absl::StatusOr<RecomputeModule> AsRecomputeModule(const json& v, const std::string& path) {
-  auto s = SpecString(v, path);
-  if (!s.ok()) return s.status();
-  auto r = ParseRecomputeModule(*s);
-  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
-  return *r;
+  return SpecEnum(v, path, &ParseRecomputeModule);
 }
 
 /// Megatron-Core's recompute modules, each named once.
 constexpr size_t kMaxRecomputeModules = 7;
 
 absl::StatusOr<OffloadModule> AsOffloadModule(const json& v, const std::string& path) {
-  auto s = SpecString(v, path);
-  if (!s.ok()) return s.status();
-  auto r = ParseOffloadModule(*s);
-  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
-  return *r;
+  return SpecEnum(v, path, &ParseOffloadModule);
 }
 
 /// Megatron-Core's offload modules, each named once.
 constexpr size_t kMaxOffloadModules = 7;
 
 absl::StatusOr<Offload> AsOffload(const json& v, const std::string& path) {
-  auto s = SpecString(v, path);
-  if (!s.ok()) return s.status();
-  auto r = ParseOffload(*s);
-  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
-  return *r;
+  return SpecEnum(v, path, &ParseOffload);
 }
 
 absl::StatusOr<MoeTokenDispatcher> AsDispatcher(const json& v, const std::string& path) {
-  auto s = SpecString(v, path);
-  if (!s.ok()) return s.status();
-  auto r = ParseMoeTokenDispatcher(*s);
-  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
-  return *r;
+  return SpecEnum(v, path, &ParseMoeTokenDispatcher);
 }
 
 absl::StatusOr<DataParallelSharding> AsDataParallelSharding(const json& v,
                                                             const std::string& path) {
-  auto s = SpecString(v, path);
-  if (!s.ok()) return s.status();
-  auto r = ParseDataParallelSharding(*s);
-  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
-  return *r;
+  return SpecEnum(v, path, &ParseDataParallelSharding);
 }
 
 absl::Status Required(bool given, const std::string& path, const char* what) {
