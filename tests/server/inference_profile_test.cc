@@ -63,10 +63,10 @@ class InferenceProfileTest : public JobManagerFixture {
       return absl::InternalError("no training jobs here");
     };
     o.plan_inference = inference::PlanInference;
-    OpenManager(o);
+    OpenManager(o, DatabasePath());
   }
   std::string Submit() { return SubmitSpec(SmallCpuServingSpec()); }
-  std::string RegisterWorker() { return RegisterCpuWorker(int64_t{16} << 30); }
+  std::string RegisterWorker() { return RegisterCpuWorker(2); }
   // Leases and answers up to `limit` tasks; returns how many.
   int RunTasks(const std::string& worker, int limit = 1 << 30) {
     return AnswerTasks(worker, ResultFor, limit);

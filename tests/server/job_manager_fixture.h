@@ -1,7 +1,6 @@
-// A test fixture for jobs driven through the job manager end to end: the manager on a fresh
-// SQLite database in a temporary folder (removed after the test) with a fake clock, and the
-// calls a test makes as a client and as one CPU worker with two devices. One test thread
-// drives it.
+// A test fixture for jobs driven through the job manager end to end: the manager on a SQLite
+// database (in memory, or in a temporary folder removed after the test) with a fake clock,
+// and the calls a test makes as a client and as a CPU worker. One test thread drives it.
 #ifndef PARATUNE_TESTS_SERVER_JOB_MANAGER_FIXTURE_H_
 #define PARATUNE_TESTS_SERVER_JOB_MANAGER_FIXTURE_H_
 
@@ -37,10 +36,13 @@ class JobManagerFixture : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  /// Opens the job manager on the folder's database; again, it is a coordinator restart.
-  void OpenManager(const JobManagerOptions& options) {
+  /// The database in the test's temporary folder.
+  std::string DatabasePath() const { return (dir_ / "paratune.db").string(); }
+  /// Opens the job manager on the SQLite database `db` (a path, or ":memory:"); again on the
+  /// same path, it is a coordinator restart.
+  void OpenManager(const JobManagerOptions& options, const std::string& db) {
     manager_.reset();
-    auto store = OpenSqliteStore((dir_ / "paratune.db").string());
+    auto store = OpenSqliteStore(db);
     ASSERT_TRUE(store.ok()) << store.status();
     auto m = JobManager::Create(*std::move(store), &clock_, options);
     ASSERT_TRUE(m.ok()) << m.status();
@@ -55,14 +57,14 @@ class JobManagerFixture : public ::testing::Test {
     manager_->WaitIdle();
     return job.ok() ? job->id() : "";
   }
-  /// Registers a CPU worker named "cpu" with two devices and returns its id.
-  std::string RegisterCpuWorker(int64_t memory_bytes) {
+  /// Registers a CPU worker named "cpu" with `devices` rank slots and returns its id.
+  std::string RegisterCpuWorker(int devices, int64_t memory_bytes = int64_t{16} << 30) {
     v1::RegisterRequest req;
     req.mutable_worker()->set_name("cpu");
     req.mutable_worker()->set_device_kind("cpu");
     req.mutable_worker()->set_backend("cpu");
     req.mutable_worker()->set_memory_bytes(memory_bytes);
-    for (int i = 0; i < 2; ++i) req.mutable_worker()->add_devices()->set_index(i);
+    for (int i = 0; i < devices; ++i) req.mutable_worker()->add_devices()->set_index(i);
     return manager_->Register(req)->worker_id();
   }
   /// Leases up to `limit` queued tasks as `worker` and reports `answer(task)` for each (its

@@ -54,14 +54,14 @@ class MoeProfileTest : public JobManagerFixture {
     o.profile.warmup = 1;
     o.profile.iters = 2;
     o.profile.max_candidates = 3;
-    OpenManager(o);
+    OpenManager(o, DatabasePath());
   }
   std::string Submit() {
     absl::StatusOr<v1::JobSpec> spec = SpecProtoFromJson(nlohmann::json::parse(kTinyMoeSpec));
     EXPECT_TRUE(spec.ok()) << spec.status();
     return SubmitSpec(*spec);
   }
-  std::string RegisterWorker() { return RegisterCpuWorker(int64_t{4} << 30); }
+  std::string RegisterWorker() { return RegisterCpuWorker(2, int64_t{4} << 30); }
   // Leases every queued task and runs it on the kernels executor; returns the tasks run,
   // counting the MoE layer tasks in `moe_tasks`.
   int RunTasks(const std::string& worker, int* moe_tasks) {
