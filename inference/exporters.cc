@@ -34,24 +34,95 @@ std::string Header(const InferenceJobSpec& spec, const ServingConfig& c) {
                       " (quantised checkpoints carry their own scales)\n");
 }
 
-absl::StatusOr<std::string> Trtllm(const InferenceJobSpec& spec, const ServingConfig& c) {
-  std::string kv;
-  switch (c.kv_cache_precision) {
+// What an engine calls the precisions where the engines differ; the rest is shared.
+struct PrecisionNames {
+  const char* engine;             // names the engine in errors
+  const char* fp8_kv_cache;       // the KV-cache dtype of an FP8 cache
+  const char* int8_quantization;  // --quantization of INT8 weights; "": the checkpoint's scheme
+};
+
+// TensorRT-LLM takes the weight precision from the checkpoint: it names KV dtypes only.
+constexpr PrecisionNames kTrtllmPrecisions{"trtllm", "fp8", ""};
+// INT8 weight-only checkpoints (compressed-tensors) carry their scheme.
+constexpr PrecisionNames kVllmPrecisions{"vllm", "fp8", ""};
+constexpr PrecisionNames kSglangPrecisions{"sglang", "fp8_e4m3", "w8a8_int8"};
+
+// The engine's KV-cache dtype: FP8, or "auto" (the model's 16-bit dtype).
+absl::StatusOr<std::string> KvCacheDtype(QuantFormat kv, const PrecisionNames& names) {
+  switch (kv) {
     case QuantFormat::kFp8:
-      kv = "fp8";
-      break;
+      return names.fp8_kv_cache;
     case QuantFormat::kBf16:
     case QuantFormat::kFp16:
-      kv = "auto";
-      break;
+      return "auto";
     default:
       return absl::InvalidArgumentError(absl::StrCat("kv_cache_precision ",
-                                                     std::string(ToString(c.kv_cache_precision)),
-                                                     " has no trtllm export (fp8 or 16-bit)"));
+                                                     std::string(ToString(kv)), " has no ",
+                                                     names.engine, " export (fp8 or 16-bit)"));
   }
+}
+
+// vLLM's and SGLang's weight flags: --quantization for quantised weights, else --dtype.
+std::string WeightFlags(QuantFormat weights, const PrecisionNames& names) {
+  switch (weights) {
+    case QuantFormat::kFp8:
+      return " --quantization fp8";
+    case QuantFormat::kInt4:
+      return " --quantization awq";
+    case QuantFormat::kFp4:
+      return " --quantization modelopt_fp4";
+    case QuantFormat::kInt8:
+      return names.int8_quantization[0] == '\0'
+                 ? ""
+                 : absl::StrCat(" --quantization ", names.int8_quantization);
+    case QuantFormat::kFp16:
+      return " --dtype float16";
+    case QuantFormat::kBf16:
+      return " --dtype bfloat16";
+  }
+  return "";
+}
+
+// When "# one per instance (N)" precedes a pool's command.
+enum class InstanceNote { kNever, kSeveral, kAlways };
+
+// How an engine starts the servers of one pool; PoolCommands writes them for every pool.
+struct PoolLaunch {
+  std::string command;  // the engine's command with the layout's flags
+  // The comment line opening a disaggregated pool; null: none.
+  std::string (*role_comment)(const Pool& pool) = nullptr;
+  // The flag handing a disaggregated pool's role to the command; "": none.
+  const char* role_flag = "";
+  InstanceNote instance_note = InstanceNote::kNever;
+  // The flag that serves a pool's N > 1 instances from one command; "": one per instance.
+  const char* replicas_flag = "";
+};
+
+std::string PoolCommands(const ServingConfig& c, const PoolLaunch& launch) {
+  std::string out;
+  for (const Pool& p : Pools(c)) {
+    const bool has_role = p.role[0] != '\0';
+    if (has_role && launch.role_comment != nullptr) absl::StrAppend(&out, launch.role_comment(p));
+    if (launch.instance_note == InstanceNote::kAlways ||
+        (launch.instance_note == InstanceNote::kSeveral && p.instances > 1)) {
+      absl::StrAppend(&out, "# one per instance (", p.instances, ")\n");
+    }
+    absl::StrAppend(&out, launch.command);
+    if (p.instances > 1 && launch.replicas_flag[0] != '\0') {
+      absl::StrAppend(&out, launch.replicas_flag, p.instances);
+    }
+    if (has_role && launch.role_flag[0] != '\0') absl::StrAppend(&out, launch.role_flag, p.role);
+    absl::StrAppend(&out, "\n");
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> Trtllm(const InferenceJobSpec& spec, const ServingConfig& c) {
+  const absl::StatusOr<std::string> kv = KvCacheDtype(c.kv_cache_precision, kTrtllmPrecisions);
+  if (!kv.ok()) return kv.status();
   const double fraction = KvFraction(spec, ServingEngine::kTrtllm);
   std::string out = Header(spec, c);
-  absl::StrAppend(&out, "cat > extra_llm_api_options.yaml <<EOF\nkv_cache_config:\n  dtype: ", kv,
+  absl::StrAppend(&out, "cat > extra_llm_api_options.yaml <<EOF\nkv_cache_config:\n  dtype: ", *kv,
                   "\n  free_gpu_memory_fraction: ", absl::StrFormat("%.2f", fraction),
                   "\nenable_chunked_prefill: true\n");
   // Hybrid expert parallelism: ep groups of tp / ep ranks (the LLM API's
@@ -65,16 +136,20 @@ absl::StatusOr<std::string> Trtllm(const InferenceJobSpec& spec, const ServingCo
   if (c.attention_dp) absl::StrAppend(&out, "enable_attention_dp: true\n");
   absl::StrAppend(&out, "EOF\n");
   const std::string ep_flag = c.ep > 1 ? absl::StrCat(" --ep_size ", c.ep) : "";
-  for (const Pool& p : Pools(c)) {
-    if (p.role[0] != '\0')
-      absl::StrAppend(&out, "# ", p.role, " pool: ", p.instances, " instance(s)\n");
-    absl::StrAppend(&out, "# one per instance (", p.instances, ")\n");
-    absl::StrAppend(&out, "trtllm-serve $MODEL --backend pytorch --tp_size ", c.tp, " --pp_size ",
-                    c.pp, ep_flag, " --max_batch_size ", c.max_batch_size, " --max_num_tokens ",
-                    c.max_num_tokens, " --kv_cache_free_gpu_memory_fraction ",
-                    absl::StrFormat("%.2f", fraction),
-                    " --extra_llm_api_options extra_llm_api_options.yaml\n");
-  }
+  absl::StrAppend(
+      &out,
+      PoolCommands(
+          c, {.command = absl::StrCat("trtllm-serve $MODEL --backend pytorch --tp_size ", c.tp,
+                                      " --pp_size ", c.pp, ep_flag, " --max_batch_size ",
+                                      c.max_batch_size, " --max_num_tokens ", c.max_num_tokens,
+                                      " --kv_cache_free_gpu_memory_fraction ",
+                                      absl::StrFormat("%.2f", fraction),
+                                      " --extra_llm_api_options extra_llm_api_options.yaml"),
+              .role_comment =
+                  [](const Pool& p) {
+                    return absl::StrCat("# ", p.role, " pool: ", p.instances, " instance(s)\n");
+                  },
+              .instance_note = InstanceNote::kAlways}));
   absl::StrAppend(&out, "# benchmark one instance:\ntrtllm-bench --model $MODEL throughput ",
                   "--dataset dataset.jsonl --backend pytorch --tp ", c.tp, " --pp ", c.pp,
                   " --max_batch_size ", c.max_batch_size, " --max_num_tokens ", c.max_num_tokens,
@@ -102,63 +177,30 @@ absl::StatusOr<std::string> Vllm(const InferenceJobSpec& spec, const ServingConf
                      ") has no vllm export: --enable-expert-parallel sets the expert-parallel "
                      "size to tp x dp (ep = tp only)"));
   }
-  std::string flags = absl::StrCat(
+  const absl::StatusOr<std::string> kv = KvCacheDtype(c.kv_cache_precision, kVllmPrecisions);
+  if (!kv.ok()) return kv.status();
+  const std::string flags = absl::StrCat(
       c.attention_dp ? absl::StrCat(" --tensor-parallel-size 1 --data-parallel-size ", c.tp)
                      : absl::StrCat(" --tensor-parallel-size ", c.tp),
       " --pipeline-parallel-size ", c.pp, " --max-num-seqs ", c.max_batch_size,
       " --max-num-batched-tokens ", c.max_num_tokens,
       " --enable-chunked-prefill --gpu-memory-utilization ",
-      absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kVllm)));
-  switch (c.kv_cache_precision) {
-    case QuantFormat::kFp8:
-      absl::StrAppend(&flags, " --kv-cache-dtype fp8");
-      break;
-    case QuantFormat::kBf16:
-    case QuantFormat::kFp16:
-      absl::StrAppend(&flags, " --kv-cache-dtype auto");
-      break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("kv_cache_precision ",
-                                                     std::string(ToString(c.kv_cache_precision)),
-                                                     " has no vllm export (fp8 or 16-bit)"));
-  }
-  switch (c.weight_precision) {
-    case QuantFormat::kFp8:
-      absl::StrAppend(&flags, " --quantization fp8");
-      break;
-    case QuantFormat::kInt4:
-      absl::StrAppend(&flags, " --quantization awq");
-      break;
-    case QuantFormat::kFp4:
-      absl::StrAppend(&flags, " --quantization modelopt_fp4");
-      break;
-    case QuantFormat::kInt8:
-      // INT8 weight-only checkpoints (compressed-tensors) carry their scheme.
-      break;
-    case QuantFormat::kFp16:
-      absl::StrAppend(&flags, " --dtype float16");
-      break;
-    case QuantFormat::kBf16:
-      absl::StrAppend(&flags, " --dtype bfloat16");
-      break;
-  }
-  if (c.ep > 1) absl::StrAppend(&flags, " --enable-expert-parallel");
-  std::string out = Header(spec, c);
-  for (const Pool& p : Pools(c)) {
-    if (p.role[0] != '\0') {
-      absl::StrAppend(&out, "# ", p.role, " pool (disaggregated serving pairs it with the ",
-                      "other pool through a KV connector, --kv-transfer-config)\n");
-    }
-    if (c.ep > 1 && p.instances > 1) {
-      absl::StrAppend(&out, "# one per instance (", p.instances, ")\n");
-    }
-    absl::StrAppend(&out, "vllm serve $MODEL", flags);
-    if (p.instances > 1 && c.ep == 1 && !c.attention_dp) {
-      absl::StrAppend(&out, " --data-parallel-size ", p.instances);
-    }
-    absl::StrAppend(&out, "\n");
-  }
-  return out;
+      absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kVllm)), " --kv-cache-dtype ", *kv,
+      WeightFlags(c.weight_precision, kVllmPrecisions),
+      c.ep > 1 ? " --enable-expert-parallel" : "");
+  return absl::StrCat(
+      Header(spec, c),
+      PoolCommands(
+          c, {.command = absl::StrCat("vllm serve $MODEL", flags),
+              .role_comment =
+                  [](const Pool& p) {
+                    return absl::StrCat("# ", p.role,
+                                        " pool (disaggregated serving pairs it with the ",
+                                        "other pool through a KV connector, "
+                                        "--kv-transfer-config)\n");
+                  },
+              .instance_note = c.ep > 1 ? InstanceNote::kSeveral : InstanceNote::kNever,
+              .replicas_flag = c.ep == 1 && !c.attention_dp ? " --data-parallel-size " : ""}));
 }
 
 absl::StatusOr<std::string> Sglang(const InferenceJobSpec& spec, const ServingConfig& c) {
@@ -166,58 +208,24 @@ absl::StatusOr<std::string> Sglang(const InferenceJobSpec& spec, const ServingCo
   // --enable-dp-attention --dp-size tp: attention data parallelism over the tp ranks; SGLang
   // divides --max-running-requests and --chunked-prefill-size over the dp ranks, so they
   // carry the instance's totals (the per-rank limits x tp).
+  const absl::StatusOr<std::string> kv = KvCacheDtype(c.kv_cache_precision, kSglangPrecisions);
+  if (!kv.ok()) return kv.status();
   const int64_t dp = c.attention_dp_size();
-  std::string flags = absl::StrCat(
+  const std::string flags = absl::StrCat(
       " --tp-size ", c.tp, " --pp-size ", c.pp, c.ep > 1 ? absl::StrCat(" --ep-size ", c.ep) : "",
       c.attention_dp ? absl::StrCat(" --enable-dp-attention --dp-size ", c.tp) : "",
       " --max-running-requests ", c.max_batch_size * dp, " --chunked-prefill-size ",
       c.max_num_tokens * dp, " --mem-fraction-static ",
-      absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kSglang)));
-  switch (c.kv_cache_precision) {
-    case QuantFormat::kFp8:
-      absl::StrAppend(&flags, " --kv-cache-dtype fp8_e4m3");
-      break;
-    case QuantFormat::kBf16:
-    case QuantFormat::kFp16:
-      absl::StrAppend(&flags, " --kv-cache-dtype auto");
-      break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("kv_cache_precision ",
-                                                     std::string(ToString(c.kv_cache_precision)),
-                                                     " has no sglang export (fp8 or 16-bit)"));
-  }
-  switch (c.weight_precision) {
-    case QuantFormat::kFp8:
-      absl::StrAppend(&flags, " --quantization fp8");
-      break;
-    case QuantFormat::kInt4:
-      absl::StrAppend(&flags, " --quantization awq");
-      break;
-    case QuantFormat::kFp4:
-      absl::StrAppend(&flags, " --quantization modelopt_fp4");
-      break;
-    case QuantFormat::kInt8:
-      absl::StrAppend(&flags, " --quantization w8a8_int8");
-      break;
-    case QuantFormat::kFp16:
-      absl::StrAppend(&flags, " --dtype float16");
-      break;
-    case QuantFormat::kBf16:
-      absl::StrAppend(&flags, " --dtype bfloat16");
-      break;
-  }
-  std::string out = Header(spec, c);
-  for (const Pool& p : Pools(c)) {
-    // With attention DP --dp-size names the attention ranks: one server per instance.
-    if (c.attention_dp && p.instances > 1) {
-      absl::StrAppend(&out, "# one per instance (", p.instances, ")\n");
-    }
-    absl::StrAppend(&out, "python3 -m sglang.launch_server --model-path $MODEL", flags);
-    if (p.instances > 1 && !c.attention_dp) absl::StrAppend(&out, " --dp-size ", p.instances);
-    if (p.role[0] != '\0') absl::StrAppend(&out, " --disaggregation-mode ", p.role);
-    absl::StrAppend(&out, "\n");
-  }
-  return out;
+      absl::StrFormat("%.2f", KvFraction(spec, ServingEngine::kSglang)), " --kv-cache-dtype ", *kv,
+      WeightFlags(c.weight_precision, kSglangPrecisions));
+  // With attention DP --dp-size names the attention ranks: one server per instance.
+  return absl::StrCat(
+      Header(spec, c),
+      PoolCommands(
+          c, {.command = absl::StrCat("python3 -m sglang.launch_server --model-path $MODEL", flags),
+              .role_flag = " --disaggregation-mode ",
+              .instance_note = c.attention_dp ? InstanceNote::kSeveral : InstanceNote::kNever,
+              .replicas_flag = c.attention_dp ? "" : " --dp-size "}));
 }
 
 struct Exporter {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "inference/engine_profile.h"
+#include "search/spec_fields.h"
 #include "search/spec_io.h"
 
 namespace paratune::inference {
@@ -11,28 +12,9 @@ namespace {
 
 using nlohmann::json;
 
-const json* Find(const json& obj, const std::string& key) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
 absl::Status Object(const json& v, const std::string& path) {
   if (v.is_object()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(path, " must be an object (mapping)"));
-}
-
-template <typename T>
-absl::Status Read(const json& obj, const std::string& sec, const std::string& key,
-                  absl::StatusOr<T> (*as)(const json&, const std::string&), T* out,
-                  bool* given = nullptr) {
-  const json* v = Find(obj, key);
-  if (given != nullptr) *given = v != nullptr;
-  if (v == nullptr) return absl::OkStatus();
-  auto r = as(*v, absl::StrCat(sec, ".", key));
-  if (!r.ok()) return r.status();
-  *out = *r;
-  return absl::OkStatus();
 }
 
 template <typename T>
@@ -41,61 +23,20 @@ absl::Status ReadOptional(const json& obj, const std::string& sec, const std::st
                           std::optional<T>* out) {
   T value{};
   bool given = false;
-  if (auto s = Read(obj, sec, key, as, &value, &given); !s.ok()) return s;
+  if (auto s = ReadSpecField(obj, sec, key, as, &value, &given); !s.ok()) return s;
   if (given) *out = value;
   return absl::OkStatus();
 }
 
-template <typename E, typename Parse>
-absl::Status ReadEnum(const json& obj, const std::string& sec, const std::string& key, Parse parse,
-                      E* out) {
-  std::string name;
-  bool given = false;
-  if (auto s = Read(obj, sec, key, &SpecString, &name, &given); !s.ok()) return s;
-  if (!given || name.empty()) return absl::OkStatus();
-  auto r = parse(name);
-  if (!r.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(sec, ".", key, ": ", r.status().message()));
-  }
-  *out = *r;
-  return absl::OkStatus();
-}
-
 absl::StatusOr<QuantFormat> AsFormat(const json& v, const std::string& path) {
-  auto s = SpecString(v, path);
-  if (!s.ok()) return s.status();
-  auto f = ParseQuantFormat(*s);
-  if (!f.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", f.status().message()));
-  return *f;
-}
-
-// A list, or a scalar as a one-element list.
-template <typename T, typename Convert>
-absl::Status ReadList(const json& obj, const std::string& sec, const std::string& key,
-                      Convert convert, std::vector<T>* out) {
-  const json* v = Find(obj, key);
-  if (v == nullptr) return absl::OkStatus();
-  const std::string path = absl::StrCat(sec, ".", key);
-  out->clear();
-  if (!v->is_array()) {
-    auto r = convert(*v, path);
-    if (!r.ok()) return r.status();
-    out->push_back(*r);
-    return absl::OkStatus();
-  }
-  for (size_t i = 0; i < v->size(); ++i) {
-    auto r = convert((*v)[i], absl::StrCat(path, "[", i, "]"));
-    if (!r.ok()) return r.status();
-    out->push_back(*r);
-  }
-  return absl::OkStatus();
+  return SpecEnum(v, path, &ParseQuantFormat);
 }
 
 absl::Status ReadLimits(const json& obj, const std::string& sec, const std::string& key,
                         LatencyLimits* out) {
-  const json* v = Find(obj, key);
+  const json* v = FindSpecField(obj, key);
   if (v == nullptr) return absl::OkStatus();
-  const std::string path = absl::StrCat(sec, ".", key);
+  const std::string path = SpecFieldPath(sec, key);
   if (auto s = Object(*v, path); !s.ok()) return s;
   if (auto s = CheckSpecKeys(*v, path, {"p50", "p90", "p99"}); !s.ok()) return s;
   if (auto s = ReadOptional(*v, path, "p50", &SpecDouble, &out->p50); !s.ok()) return s;
@@ -114,22 +55,25 @@ absl::Status ReadServing(const json& obj, ServingSpec* s) {
       !st.ok()) {
     return st;
   }
-  if (auto st = ReadEnum(obj, sec, "engine", &ParseServingEngine, &s->engine); !st.ok()) {
+  if (auto st = ReadSpecEnum(obj, sec, "engine", &ParseServingEngine, &s->engine); !st.ok()) {
     return st;
   }
   bool isl = false, osl = false;
-  if (auto st = Read(obj, sec, "isl", &SpecInt, &s->isl, &isl); !st.ok()) return st;
-  if (auto st = Read(obj, sec, "osl", &SpecInt, &s->osl, &osl); !st.ok()) return st;
-  if (auto st = Read(obj, sec, "isl_stddev", &SpecDouble, &s->isl_stddev); !st.ok()) return st;
-  if (auto st = Read(obj, sec, "osl_stddev", &SpecDouble, &s->osl_stddev); !st.ok()) return st;
+  if (auto st = ReadSpecField(obj, sec, "isl", &SpecInt, &s->isl, &isl); !st.ok()) return st;
+  if (auto st = ReadSpecField(obj, sec, "osl", &SpecInt, &s->osl, &osl); !st.ok()) return st;
+  if (auto st = ReadSpecField(obj, sec, "isl_stddev", &SpecDouble, &s->isl_stddev); !st.ok())
+    return st;
+  if (auto st = ReadSpecField(obj, sec, "osl_stddev", &SpecDouble, &s->osl_stddev); !st.ok())
+    return st;
   if (auto st = ReadOptional(obj, sec, "concurrency", &SpecInt, &s->concurrency); !st.ok()) {
     return st;
   }
   if (auto st = ReadOptional(obj, sec, "request_rate", &SpecDouble, &s->request_rate); !st.ok()) {
     return st;
   }
-  if (auto st = Read(obj, sec, "num_requests", &SpecInt, &s->num_requests); !st.ok()) return st;
-  if (auto st = ReadEnum(obj, sec, "batching", &ParseBatching, &s->batching); !st.ok()) {
+  if (auto st = ReadSpecField(obj, sec, "num_requests", &SpecInt, &s->num_requests); !st.ok())
+    return st;
+  if (auto st = ReadSpecEnum(obj, sec, "batching", &ParseBatching, &s->batching); !st.ok()) {
     return st;
   }
   if (auto st = ReadOptional(obj, sec, "batch_size", &SpecInt, &s->batch_size); !st.ok()) {
@@ -178,28 +122,30 @@ absl::Status ReadSearch(const json& obj, ServingSearchOptions* o) {
       {"prefill_replicas", &o->prefill_replicas},
       {"decode_replicas", &o->decode_replicas}};
   for (const auto& [key, out] : ints) {
-    if (auto st = ReadList(obj, sec, key, &SpecInt, out); !st.ok()) return st;
+    if (auto st = ReadSpecList(obj, sec, key, &SpecInt, out); !st.ok()) return st;
   }
-  if (auto st = ReadList(obj, sec, "weight_precision", &AsFormat, &o->weight_precision); !st.ok()) {
-    return st;
-  }
-  if (auto st = ReadList(obj, sec, "kv_cache_precision", &AsFormat, &o->kv_cache_precision);
+  if (auto st = ReadSpecList(obj, sec, "weight_precision", &AsFormat, &o->weight_precision);
       !st.ok()) {
     return st;
   }
-  if (auto st = ReadList(obj, sec, "disaggregated", &SpecBool, &o->disaggregated); !st.ok()) {
+  if (auto st = ReadSpecList(obj, sec, "kv_cache_precision", &AsFormat, &o->kv_cache_precision);
+      !st.ok()) {
     return st;
   }
-  if (auto st = ReadList(obj, sec, "attention_dp", &SpecBool, &o->attention_dp); !st.ok()) {
+  if (auto st = ReadSpecList(obj, sec, "disaggregated", &SpecBool, &o->disaggregated); !st.ok()) {
     return st;
   }
-  if (auto st = ReadEnum(obj, sec, "objective", &ParseServingObjective, &o->objective); !st.ok()) {
+  if (auto st = ReadSpecList(obj, sec, "attention_dp", &SpecBool, &o->attention_dp); !st.ok()) {
     return st;
   }
-  if (auto st = Read(obj, sec, "top_k", &SpecInt, &o->top_k); !st.ok()) return st;
+  if (auto st = ReadSpecEnum(obj, sec, "objective", &ParseServingObjective, &o->objective);
+      !st.ok()) {
+    return st;
+  }
+  if (auto st = ReadSpecField(obj, sec, "top_k", &SpecInt, &o->top_k); !st.ok()) return st;
   if (o->top_k == 0) o->top_k = 10;
-  if (auto st = ReadEnum(obj, sec, "mode", &ParseSearchMode, &o->mode); !st.ok()) return st;
-  return Read(obj, sec, "verify_top_k", &SpecInt, &o->verify_top_k);
+  if (auto st = ReadSpecEnum(obj, sec, "mode", &ParseSearchMode, &o->mode); !st.ok()) return st;
+  return ReadSpecField(obj, sec, "verify_top_k", &SpecInt, &o->verify_top_k);
 }
 
 json Limits(const LatencyLimits& l) {
@@ -244,7 +190,7 @@ json Verification(const InferenceVerification& v) {
 
 absl::StatusOr<JobKind> JobKindOf(const json& spec) {
   if (!spec.is_object()) return JobKind::kTraining;
-  const json* v = Find(spec, "kind");
+  const json* v = FindSpecField(spec, "kind");
   if (v == nullptr) return JobKind::kTraining;
   auto s = SpecString(*v, "kind");
   if (!s.ok()) return s.status();
@@ -269,13 +215,13 @@ absl::StatusOr<InferenceJobSpec> InferenceJobSpecFromJson(const json& j) {
     return absl::InvalidArgumentError("kind must be inference for an inference spec");
   }
   InferenceJobSpec spec;
-  if (const json* v = Find(j, "name")) {
+  if (const json* v = FindSpecField(j, "name")) {
     auto s = SpecString(*v, "name");
     if (!s.ok()) return s.status();
     spec.name = *s;
   }
   for (const char* section : {"model", "cluster", "serving"}) {
-    if (Find(j, section) == nullptr) {
+    if (FindSpecField(j, section) == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("section '", section, "' is required"));
     }
   }
@@ -286,7 +232,7 @@ absl::StatusOr<InferenceJobSpec> InferenceJobSpecFromJson(const json& j) {
   if (!cluster.ok()) return cluster.status();
   spec.cluster = *cluster;
   if (auto s = ReadServing(j.at("serving"), &spec.serving); !s.ok()) return s;
-  if (const json* search = Find(j, "search")) {
+  if (const json* search = FindSpecField(j, "search")) {
     if (auto s = ReadSearch(*search, &spec.search); !s.ok()) return s;
   }
   if (spec.name.empty()) spec.name = spec.model.name;
@@ -373,19 +319,21 @@ absl::StatusOr<ServingConfig> ServingConfigFromJson(const json& j) {
                                                    {"prefill_replicas", &c.prefill_replicas},
                                                    {"decode_replicas", &c.decode_replicas}};
   for (const auto& [key, out] : ints) {
-    if (auto s = Read(j, sec, key, &SpecInt, out); !s.ok()) return s;
+    if (auto s = ReadSpecField(j, sec, key, &SpecInt, out); !s.ok()) return s;
   }
-  if (auto s = Read(j, sec, "weight_precision", &AsFormat, &c.weight_precision); !s.ok()) {
+  if (auto s = ReadSpecField(j, sec, "weight_precision", &AsFormat, &c.weight_precision); !s.ok()) {
     return s;
   }
-  if (auto s = Read(j, sec, "kv_cache_precision", &AsFormat, &c.kv_cache_precision); !s.ok()) {
+  if (auto s = ReadSpecField(j, sec, "kv_cache_precision", &AsFormat, &c.kv_cache_precision);
+      !s.ok()) {
     return s;
   }
-  if (auto s = Read(j, sec, "disaggregated", &SpecBool, &c.disaggregated); !s.ok()) return s;
-  if (auto s = Read(j, sec, "attention_dp", &SpecBool, &c.attention_dp); !s.ok()) return s;
+  if (auto s = ReadSpecField(j, sec, "disaggregated", &SpecBool, &c.disaggregated); !s.ok())
+    return s;
+  if (auto s = ReadSpecField(j, sec, "attention_dp", &SpecBool, &c.attention_dp); !s.ok()) return s;
   int64_t gpus = 0;
   bool gpus_given = false;
-  if (auto s = Read(j, sec, "num_gpus", &SpecInt, &gpus, &gpus_given); !s.ok()) return s;
+  if (auto s = ReadSpecField(j, sec, "num_gpus", &SpecInt, &gpus, &gpus_given); !s.ok()) return s;
   if (gpus_given && gpus != c.num_gpus()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.num_gpus (", gpus, ") must equal the layout's GPUs (", c.num_gpus(), ")"));

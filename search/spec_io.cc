@@ -15,6 +15,7 @@
 #include "search/framework_profile.h"
 #include "search/hf_import.h"
 #include "search/presets.h"
+#include "search/spec_fields.h"
 
 namespace paratune {
 namespace {
@@ -23,226 +24,50 @@ using nlohmann::json;
 
 // ---- Reading ----------------------------------------------------------------------------
 
-size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-std::string Path(const std::string& section, const std::string& key) {
-  return section.empty() ? key : absl::StrCat(section, ".", key);
-}
-
-/// Rejects keys of `obj` that are not in `allowed`, suggesting the nearest allowed key.
-absl::Status CheckKeys(const json& obj, const std::string& section,
-                       const std::vector<std::string>& allowed) {
-  for (const auto& [key, value] : obj.items()) {
-    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
-    std::string best;
-    size_t best_distance = 3;  // Suggest only close matches (at most 2 edits).
-    for (const std::string& candidate : allowed) {
-      const size_t d = EditDistance(key, candidate);
-      if (d < best_distance) {
-        best_distance = d;
-        best = candidate;
-      }
-    }
-    std::string message = absl::StrCat("unknown field '", Path(section, key), "'");
-    if (!best.empty()) absl::StrAppend(&message, " (did you mean '", Path(section, best), "'?)");
-    absl::StrAppend(&message, "; allowed: ", absl::StrJoin(allowed, ", "));
-    return absl::InvalidArgumentError(message);
-  }
-  return absl::OkStatus();
-}
-
-/// The value at `key`, or nullptr when it is absent or null ("not given").
-const json* Find(const json& obj, const std::string& key) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
 std::string Shown(const json& v) { return JsonPreview(v); }
-
-absl::StatusOr<int64_t> AsInt(const json& v, const std::string& path) {
-  if (v.is_number_unsigned()) {
-    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, " (", v.dump(), ") is out of the 64-bit integer range"));
-    }
-    return static_cast<int64_t>(v.get<uint64_t>());
-  }
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (!std::isfinite(d) || std::trunc(d) != d) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, " must be an integer, got ", Shown(v)));
-    }
-    // 2^63 itself is not representable as int64.
-    if (std::fabs(d) >= 9223372036854775808.0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, " (", Shown(v), ") is out of the 64-bit integer range"));
-    }
-    return static_cast<int64_t>(d);
-  }
-  if (v.is_string()) {
-    // The proto JSON mapping writes int64 as a decimal string.
-    int64_t parsed = 0;
-    const std::string s = v.get<std::string>();
-    if (!s.empty() && absl::SimpleAtoi(s, &parsed) &&
-        std::all_of(s.begin() + (s[0] == '-' ? 1 : 0), s.end(),
-                    [](char c) { return absl::ascii_isdigit(c); })) {
-      return parsed;
-    }
-  }
-  return absl::InvalidArgumentError(absl::StrCat(path, " must be an integer, got ", Shown(v)));
-}
-
-absl::StatusOr<bool> AsBool(const json& v, const std::string& path) {
-  if (v.is_boolean()) return v.get<bool>();
-  return absl::InvalidArgumentError(
-      absl::StrCat(path, " must be true or false, got ", Shown(v)));
-}
-
-absl::StatusOr<double> AsDouble(const json& v, const std::string& path) {
-  if (v.is_number()) return v.get<double>();
-  return absl::InvalidArgumentError(absl::StrCat(path, " must be a number, got ", Shown(v)));
-}
-
-absl::StatusOr<std::string> AsString(const json& v, const std::string& path) {
-  if (v.is_string()) return v.get<std::string>();
-  return absl::InvalidArgumentError(absl::StrCat(path, " must be a string, got ", Shown(v)));
-}
-
-/// Reads `section.key` into `*out` with `as` (AsInt, AsBool, AsDouble) when present;
-/// `*given` records whether it was.
-template <typename T>
-absl::Status ReadScalar(const json& obj, const std::string& section, const std::string& key,
-                        absl::StatusOr<T> (*as)(const json&, const std::string&), T* out,
-                        bool* given = nullptr) {
-  const json* v = Find(obj, key);
-  if (given != nullptr) *given = v != nullptr;
-  if (v == nullptr) return absl::OkStatus();
-  auto r = as(*v, Path(section, key));
-  if (!r.ok()) return r.status();
-  *out = *r;
-  return absl::OkStatus();
-}
 
 absl::Status ReadInt(const json& obj, const std::string& section, const std::string& key,
                      int64_t* out, bool* given = nullptr) {
-  return ReadScalar(obj, section, key, &AsInt, out, given);
+  return ReadSpecField(obj, section, key, &SpecInt, out, given);
 }
 absl::Status ReadBool(const json& obj, const std::string& section, const std::string& key,
                       bool* out) {
-  return ReadScalar(obj, section, key, &AsBool, out);
+  return ReadSpecField(obj, section, key, &SpecBool, out);
 }
 absl::Status ReadDouble(const json& obj, const std::string& section, const std::string& key,
                         double* out) {
-  return ReadScalar(obj, section, key, &AsDouble, out);
-}
-
-/// Reads an enum given by name; an empty string means the default.
-template <typename E, typename ParseFn>
-absl::Status ReadEnum(const json& obj, const std::string& section, const std::string& key,
-                      ParseFn parse, E* out) {
-  const json* v = Find(obj, key);
-  if (v == nullptr) return absl::OkStatus();
-  const std::string path = Path(section, key);
-  auto s = AsString(*v, path);
-  if (!s.ok()) return s.status();
-  if (s->empty()) return absl::OkStatus();
-  auto r = parse(*s);
-  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
-  *out = *r;
-  return absl::OkStatus();
-}
-
-/// A list, or a scalar as a one-element list.
-template <typename T, typename Convert>
-absl::Status ReadList(const json& obj, const std::string& section, const std::string& key,
-                      Convert convert, std::vector<T>* out) {
-  const json* v = Find(obj, key);
-  if (v == nullptr) return absl::OkStatus();
-  const std::string path = Path(section, key);
-  out->clear();
-  if (!v->is_array()) {
-    auto r = convert(*v, path);
-    if (!r.ok()) return r.status();
-    out->push_back(*r);
-    return absl::OkStatus();
-  }
-  for (size_t i = 0; i < v->size(); ++i) {
-    auto r = convert((*v)[i], absl::StrCat(path, "[", i, "]"));
-    if (!r.ok()) return r.status();
-    out->push_back(*r);
-  }
-  return absl::OkStatus();
+  return ReadSpecField(obj, section, key, &SpecDouble, out);
 }
 
 absl::StatusOr<Recompute> AsRecompute(const json& v, const std::string& path) {
-  auto s = AsString(v, path);
-  if (!s.ok()) return s.status();
-  auto r = ParseRecompute(*s);
-  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
-  return *r;
+  return SpecEnum(v, path, &ParseRecompute);
 }
 
 absl::StatusOr<RecomputeModule> AsRecomputeModule(const json& v, const std::string& path) {
-  auto s = AsString(v, path);
-  if (!s.ok()) return s.status();
-  auto r = ParseRecomputeModule(*s);
-  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
-  return *r;
+  return SpecEnum(v, path, &ParseRecomputeModule);
 }
 
 /// Megatron-Core's recompute modules, each named once.
 constexpr size_t kMaxRecomputeModules = 7;
 
 absl::StatusOr<OffloadModule> AsOffloadModule(const json& v, const std::string& path) {
-  auto s = AsString(v, path);
-  if (!s.ok()) return s.status();
-  auto r = ParseOffloadModule(*s);
-  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
-  return *r;
+  return SpecEnum(v, path, &ParseOffloadModule);
 }
 
 /// Megatron-Core's offload modules, each named once.
 constexpr size_t kMaxOffloadModules = 7;
 
 absl::StatusOr<Offload> AsOffload(const json& v, const std::string& path) {
-  auto s = AsString(v, path);
-  if (!s.ok()) return s.status();
-  auto r = ParseOffload(*s);
-  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
-  return *r;
+  return SpecEnum(v, path, &ParseOffload);
 }
 
 absl::StatusOr<MoeTokenDispatcher> AsDispatcher(const json& v, const std::string& path) {
-  auto s = AsString(v, path);
-  if (!s.ok()) return s.status();
-  auto r = ParseMoeTokenDispatcher(*s);
-  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
-  return *r;
+  return SpecEnum(v, path, &ParseMoeTokenDispatcher);
 }
 
 absl::StatusOr<DataParallelSharding> AsDataParallelSharding(const json& v,
                                                             const std::string& path) {
-  auto s = AsString(v, path);
-  if (!s.ok()) return s.status();
-  auto r = ParseDataParallelSharding(*s);
-  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
-  return *r;
+  return SpecEnum(v, path, &ParseDataParallelSharding);
 }
 
 absl::Status Required(bool given, const std::string& path, const char* what) {
@@ -274,9 +99,9 @@ absl::Status ReadMoeAndAttention(const json& obj, ModelSpec* m, bool* attention_
   }
   if (m->num_experts == 0) m->num_experts = 1;        // proto: 0 or 1 = dense
   if (m->moe_layer_freq == 0) m->moe_layer_freq = 1;  // proto: default 1
-  const json* v = Find(obj, "attention");
+  const json* v = FindSpecField(obj, "attention");
   *attention_given = v != nullptr && v->is_string() && !v->get<std::string>().empty();
-  return ReadEnum(obj, sec, "attention", ParseAttentionType, &m->attention);
+  return ReadSpecEnum(obj, sec, "attention", ParseAttentionType, &m->attention);
 }
 
 // `positions_given`: whether the spec itself names model.max_position_embeddings (not only
@@ -287,49 +112,49 @@ absl::Status ReadModel(const json& obj, ModelSpec* m, bool* positions_given) {
     return absl::InvalidArgumentError(
         absl::StrCat("model must be an object (mapping), got ", Shown(obj)));
   }
-  if (auto s = CheckKeys(obj, sec,
-                         {"preset",
-                          "hf_config",
-                          "hf_config_json",
-                          "name",
-                          "num_layers",
-                          "hidden_size",
-                          "num_attention_heads",
-                          "num_query_groups",
-                          "ffn_hidden_size",
-                          "vocab_size",
-                          "activation",
-                          "normalization",
-                          "tie_embeddings",
-                          "position_embedding",
-                          "max_position_embeddings",
-                          "kv_channels",
-                          "attention",
-                          "num_experts",
-                          "moe_router_topk",
-                          "moe_ffn_hidden_size",
-                          "num_shared_experts",
-                          "shared_expert_ffn_hidden_size",
-                          "first_k_dense_layers",
-                          "moe_layer_freq",
-                          "q_lora_rank",
-                          "kv_lora_rank",
-                          "qk_head_dim",
-                          "qk_rope_head_dim",
-                          "v_head_dim",
-                          "mtp_layers"});
+  if (auto s = CheckSpecKeys(obj, sec,
+                             {"preset",
+                              "hf_config",
+                              "hf_config_json",
+                              "name",
+                              "num_layers",
+                              "hidden_size",
+                              "num_attention_heads",
+                              "num_query_groups",
+                              "ffn_hidden_size",
+                              "vocab_size",
+                              "activation",
+                              "normalization",
+                              "tie_embeddings",
+                              "position_embedding",
+                              "max_position_embeddings",
+                              "kv_channels",
+                              "attention",
+                              "num_experts",
+                              "moe_router_topk",
+                              "moe_ffn_hidden_size",
+                              "num_shared_experts",
+                              "shared_expert_ffn_hidden_size",
+                              "first_k_dense_layers",
+                              "moe_layer_freq",
+                              "q_lora_rank",
+                              "kv_lora_rank",
+                              "qk_head_dim",
+                              "qk_rope_head_dim",
+                              "v_head_dim",
+                              "mtp_layers"});
       !s.ok()) {
     return s;
   }
 
   std::string preset;
-  if (const json* v = Find(obj, "preset")) {
-    auto s = AsString(*v, "model.preset");
+  if (const json* v = FindSpecField(obj, "preset")) {
+    auto s = SpecString(*v, "model.preset");
     if (!s.ok()) return s.status();
     preset = *s;
   }
-  const json* hf_text = Find(obj, "hf_config_json");
-  const json* hf_object = Find(obj, "hf_config");
+  const json* hf_text = FindSpecField(obj, "hf_config_json");
+  const json* hf_object = FindSpecField(obj, "hf_config");
   if (hf_object != nullptr && hf_object->is_string()) {
     return absl::InvalidArgumentError(
         "model.hf_config names a file, which only a spec file read by the CLI may do; send "
@@ -356,7 +181,7 @@ absl::Status ReadModel(const json& obj, ModelSpec* m, bool* positions_given) {
   } else if (has_hf) {
     absl::StatusOr<ModelSpec> hf;
     if (hf_text != nullptr) {
-      auto text = AsString(*hf_text, "model.hf_config_json");
+      auto text = SpecString(*hf_text, "model.hf_config_json");
       if (!text.ok()) return text.status();
       hf = ModelSpecFromHfConfigText(*text);
     } else {
@@ -368,8 +193,8 @@ absl::Status ReadModel(const json& obj, ModelSpec* m, bool* positions_given) {
     *m = *hf;
   }
 
-  if (const json* v = Find(obj, "name")) {
-    auto s = AsString(*v, "model.name");
+  if (const json* v = FindSpecField(obj, "name")) {
+    auto s = SpecString(*v, "model.name");
     if (!s.ok()) return s.status();
     if (!s->empty()) m->name = *s;
   }
@@ -388,16 +213,16 @@ absl::Status ReadModel(const json& obj, ModelSpec* m, bool* positions_given) {
     return s;
   }
   if (auto s = ReadInt(obj, sec, "vocab_size", &m->vocab_size, &vocab); !s.ok()) return s;
-  if (auto s = ReadEnum(obj, sec, "activation", ParseActivation, &m->activation); !s.ok()) {
+  if (auto s = ReadSpecEnum(obj, sec, "activation", ParseActivation, &m->activation); !s.ok()) {
     return s;
   }
-  if (auto s = ReadEnum(obj, sec, "normalization", ParseNormalization, &m->normalization);
+  if (auto s = ReadSpecEnum(obj, sec, "normalization", ParseNormalization, &m->normalization);
       !s.ok()) {
     return s;
   }
   if (auto s = ReadBool(obj, sec, "tie_embeddings", &m->tie_embeddings); !s.ok()) return s;
-  if (auto s = ReadEnum(obj, sec, "position_embedding", ParsePositionEmbedding,
-                        &m->position_embedding);
+  if (auto s = ReadSpecEnum(obj, sec, "position_embedding", ParsePositionEmbedding,
+                            &m->position_embedding);
       !s.ok()) {
     return s;
   }
@@ -453,12 +278,11 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
     return absl::InvalidArgumentError(
         absl::StrCat("training must be an object (mapping), got ", Shown(obj)));
   }
-  if (auto s =
-          CheckKeys(obj, sec,
-                    {"seq_length", "global_batch_size", "precision", "flash_attention", "dropout",
-                     "optimizer", "total_tokens", "moe_routing", "moe_capacity_factor",
-                     "recompute_modules", "attention_kernel", "fused_norm", "framework",
-                     "offload_modules"});
+  if (auto s = CheckSpecKeys(
+          obj, sec,
+          {"seq_length", "global_batch_size", "precision", "flash_attention", "dropout",
+           "optimizer", "total_tokens", "moe_routing", "moe_capacity_factor", "recompute_modules",
+           "attention_kernel", "fused_norm", "framework", "offload_modules"});
       !s.ok()) {
     return s;
   }
@@ -467,12 +291,14 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
   if (auto s = ReadInt(obj, sec, "global_batch_size", &t->global_batch_size, &batch); !s.ok()) {
     return s;
   }
-  if (auto s = ReadEnum(obj, sec, "precision", ParsePrecision, &t->precision); !s.ok()) return s;
+  if (auto s = ReadSpecEnum(obj, sec, "precision", ParsePrecision, &t->precision); !s.ok())
+    return s;
   bool flash_given = false;
   if (auto s = ReadBool(obj, sec, "flash_attention", &t->flash_attention); !s.ok()) return s;
-  flash_given = Find(obj, "flash_attention") != nullptr;
-  if (Find(obj, "attention_kernel") != nullptr) {
-    if (auto s = ReadEnum(obj, sec, "attention_kernel", ParseAttentionKernel, &t->attention_kernel);
+  flash_given = FindSpecField(obj, "flash_attention") != nullptr;
+  if (FindSpecField(obj, "attention_kernel") != nullptr) {
+    if (auto s =
+            ReadSpecEnum(obj, sec, "attention_kernel", ParseAttentionKernel, &t->attention_kernel);
         !s.ok()) {
       return s;
     }
@@ -487,10 +313,11 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
     t->attention_kernel = AttentionKernel::kFused;
   }
   if (auto s = ReadBool(obj, sec, "fused_norm", &t->fused_norm); !s.ok()) return s;
-  if (auto s = ReadEnum(obj, sec, "framework", ParseFramework, &t->framework); !s.ok()) return s;
+  if (auto s = ReadSpecEnum(obj, sec, "framework", ParseFramework, &t->framework); !s.ok())
+    return s;
   if (auto s = ReadBool(obj, sec, "dropout", &t->dropout); !s.ok()) return s;
-  if (const json* v = Find(obj, "optimizer")) {
-    auto s = AsString(*v, "training.optimizer");
+  if (const json* v = FindSpecField(obj, "optimizer")) {
+    auto s = SpecString(*v, "training.optimizer");
     if (!s.ok()) return s.status();
     if (!s->empty() && *s != "adam" && *s != "adamw") {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -498,19 +325,20 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
     }
   }
   if (auto s = ReadInt(obj, sec, "total_tokens", &t->total_tokens); !s.ok()) return s;
-  if (auto s = ReadEnum(obj, sec, "moe_routing", ParseMoeRouting, &t->moe_routing); !s.ok()) {
+  if (auto s = ReadSpecEnum(obj, sec, "moe_routing", ParseMoeRouting, &t->moe_routing); !s.ok()) {
     return s;
   }
   if (auto s = ReadDouble(obj, sec, "moe_capacity_factor", &t->moe_capacity_factor); !s.ok()) {
     return s;
   }
-  if (const json* v = Find(obj, "recompute_modules"); v != nullptr && v->is_array() &&
-                                                       v->size() > kMaxRecomputeModules) {
+  if (const json* v = FindSpecField(obj, "recompute_modules");
+      v != nullptr && v->is_array() && v->size() > kMaxRecomputeModules) {
     return absl::InvalidArgumentError(
         absl::StrCat("training.recompute_modules has ", v->size(), " entries; at most ",
                      kMaxRecomputeModules, " (each module once)"));
   }
-  if (auto s = ReadList(obj, sec, "recompute_modules", AsRecomputeModule, &t->recompute_modules);
+  if (auto s =
+          ReadSpecList(obj, sec, "recompute_modules", AsRecomputeModule, &t->recompute_modules);
       !s.ok()) {
     return s;
   }
@@ -520,13 +348,13 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
         "moe_act, moe, shared_experts, mla_up_proj); to recompute nothing, set "
         "search.recompute: [none]");
   }
-  if (const json* v = Find(obj, "offload_modules"); v != nullptr && v->is_array() &&
-                                                     v->size() > kMaxOffloadModules) {
+  if (const json* v = FindSpecField(obj, "offload_modules");
+      v != nullptr && v->is_array() && v->size() > kMaxOffloadModules) {
     return absl::InvalidArgumentError(
         absl::StrCat("training.offload_modules has ", v->size(), " entries; at most ",
                      kMaxOffloadModules, " (each module once)"));
   }
-  if (auto s = ReadList(obj, sec, "offload_modules", AsOffloadModule, &t->offload_modules);
+  if (auto s = ReadSpecList(obj, sec, "offload_modules", AsOffloadModule, &t->offload_modules);
       !s.ok()) {
     return s;
   }
@@ -546,16 +374,16 @@ absl::Status ReadCluster(const json& obj, ClusterSpec* c) {
     return absl::InvalidArgumentError(
         absl::StrCat("cluster must be an object (mapping), got ", Shown(obj)));
   }
-  if (auto s = CheckKeys(obj, sec,
-                         {"gpu", "num_gpus", "gpus_per_node", "nvlink_bandwidth_gbps",
-                          "network_bandwidth_gbps", "memory_gib", "nvlink_domain",
-                          "host_memory_gib", "host_link_bandwidth_gbps",
-                          "host_memory_bandwidth_gbps"});
+  if (auto s =
+          CheckSpecKeys(obj, sec,
+                        {"gpu", "num_gpus", "gpus_per_node", "nvlink_bandwidth_gbps",
+                         "network_bandwidth_gbps", "memory_gib", "nvlink_domain", "host_memory_gib",
+                         "host_link_bandwidth_gbps", "host_memory_bandwidth_gbps"});
       !s.ok()) {
     return s;
   }
-  if (const json* v = Find(obj, "gpu")) {
-    auto s = AsString(*v, "cluster.gpu");
+  if (const json* v = FindSpecField(obj, "gpu")) {
+    auto s = SpecString(*v, "cluster.gpu");
     if (!s.ok()) return s.status();
     c->gpu = *s;
   }
@@ -593,9 +421,9 @@ absl::Status ReadCluster(const json& obj, ClusterSpec* c) {
 // optimizer, false = none); an empty list is the same as an absent one.
 absl::Status ReadDataParallelSharding(const json& obj, const std::string& sec, SearchOptions* o) {
   std::vector<bool> alias;
-  if (auto s = ReadList(obj, sec, "distributed_optimizer", AsBool, &alias); !s.ok()) return s;
-  if (auto s = ReadList(obj, sec, "data_parallel_sharding", AsDataParallelSharding,
-                        &o->data_parallel_sharding);
+  if (auto s = ReadSpecList(obj, sec, "distributed_optimizer", SpecBool, &alias); !s.ok()) return s;
+  if (auto s = ReadSpecList(obj, sec, "data_parallel_sharding", AsDataParallelSharding,
+                            &o->data_parallel_sharding);
       !s.ok()) {
     return s;
   }
@@ -622,33 +450,33 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
     return absl::InvalidArgumentError(
         absl::StrCat("search must be an object (mapping), got ", Shown(obj)));
   }
-  if (auto s = CheckKeys(obj, sec,
-                         {"tp",
-                          "pp",
-                          "dp",
-                          "cp",
-                          "vp",
-                          "micro_batch_size",
-                          "sequence_parallel",
-                          "recompute",
-                          "recompute_num_layers",
-                          "distributed_optimizer",
-                          "top_k",
-                          "objective",
-                          "mode",
-                          "allow_tp_across_nodes",
-                          "verify_top_k",
-                          "ep",
-                          "etp",
-                          "moe_token_dispatcher",
-                          "data_parallel_sharding",
-                          "shard_group_size",
-                          "tp_comm_overlap",
-                          "overlap_grad_reduce",
-                          "overlap_p2p_comm",
-                          "overlap_param_gather",
-                          "offload",
-                          "activation_offload"});
+  if (auto s = CheckSpecKeys(obj, sec,
+                             {"tp",
+                              "pp",
+                              "dp",
+                              "cp",
+                              "vp",
+                              "micro_batch_size",
+                              "sequence_parallel",
+                              "recompute",
+                              "recompute_num_layers",
+                              "distributed_optimizer",
+                              "top_k",
+                              "objective",
+                              "mode",
+                              "allow_tp_across_nodes",
+                              "verify_top_k",
+                              "ep",
+                              "etp",
+                              "moe_token_dispatcher",
+                              "data_parallel_sharding",
+                              "shard_group_size",
+                              "tp_comm_overlap",
+                              "overlap_grad_reduce",
+                              "overlap_p2p_comm",
+                              "overlap_param_gather",
+                              "offload",
+                              "activation_offload"});
       !s.ok()) {
     return s;
   }
@@ -663,9 +491,10 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
       {"ep", &o->ep},
       {"etp", &o->etp}};
   for (const auto& [key, list] : int_lists) {
-    if (auto s = ReadList(obj, sec, key, AsInt, list); !s.ok()) return s;
+    if (auto s = ReadSpecList(obj, sec, key, SpecInt, list); !s.ok()) return s;
   }
-  if (auto s = ReadList(obj, sec, "sequence_parallel", AsBool, &o->sequence_parallel); !s.ok()) {
+  if (auto s = ReadSpecList(obj, sec, "sequence_parallel", SpecBool, &o->sequence_parallel);
+      !s.ok()) {
     return s;
   }
   for (const auto& [key, list] :
@@ -674,20 +503,22 @@ absl::Status ReadSearch(const json& obj, SearchOptions* o) {
         {"overlap_p2p_comm", &o->overlap_p2p_comm},
         {"overlap_param_gather", &o->overlap_param_gather},
         {"activation_offload", &o->activation_offload}}) {
-    if (auto s = ReadList(obj, sec, key, AsBool, list); !s.ok()) return s;
+    if (auto s = ReadSpecList(obj, sec, key, SpecBool, list); !s.ok()) return s;
   }
   if (auto s = ReadDataParallelSharding(obj, sec, o); !s.ok()) return s;
-  if (auto s = ReadList(obj, sec, "offload", AsOffload, &o->offload); !s.ok()) return s;
-  if (auto s = ReadList(obj, sec, "recompute", AsRecompute, &o->recompute); !s.ok()) return s;
-  if (auto s = ReadList(obj, sec, "moe_token_dispatcher", AsDispatcher, &o->moe_token_dispatcher);
+  if (auto s = ReadSpecList(obj, sec, "offload", AsOffload, &o->offload); !s.ok()) return s;
+  if (auto s = ReadSpecList(obj, sec, "recompute", AsRecompute, &o->recompute); !s.ok()) return s;
+  if (auto s =
+          ReadSpecList(obj, sec, "moe_token_dispatcher", AsDispatcher, &o->moe_token_dispatcher);
       !s.ok()) {
     return s;
   }
   bool top_k = false;
   if (auto s = ReadInt(obj, sec, "top_k", &o->top_k, &top_k); !s.ok()) return s;
   if (top_k && o->top_k == 0) o->top_k = 10;  // proto: default 10
-  if (auto s = ReadEnum(obj, sec, "objective", ParseObjective, &o->objective); !s.ok()) return s;
-  if (auto s = ReadEnum(obj, sec, "mode", ParseSearchMode, &o->mode); !s.ok()) return s;
+  if (auto s = ReadSpecEnum(obj, sec, "objective", ParseObjective, &o->objective); !s.ok())
+    return s;
+  if (auto s = ReadSpecEnum(obj, sec, "mode", ParseSearchMode, &o->mode); !s.ok()) return s;
   if (auto s = ReadBool(obj, sec, "allow_tp_across_nodes", &o->allow_tp_across_nodes); !s.ok()) {
     return s;
   }
@@ -728,8 +559,9 @@ absl::Status ResolvePositionRows(bool given, JobSpec* spec) {
 // Hopper and later under Megatron-Core). Profile mode keeps FlashAttention-2: the workers
 // time their own flash kernel.
 void ResolveAttentionKernel(const json& training, JobSpec* spec) {
-  if (Find(training, "attention_kernel") != nullptr ||
-      Find(training, "flash_attention") != nullptr || spec->search.mode == SearchMode::kProfile) {
+  if (FindSpecField(training, "attention_kernel") != nullptr ||
+      FindSpecField(training, "flash_attention") != nullptr ||
+      spec->search.mode == SearchMode::kProfile) {
     return;
   }
   absl::StatusOr<DeviceProfile> device = FindDevice(spec->cluster.gpu);
@@ -745,14 +577,14 @@ absl::StatusOr<JobSpec> JobSpecFromJson(const json& j) {
         "a job spec must be an object with model, training, cluster and search, got ",
         Shown(j)));
   }
-  if (auto s = CheckKeys(j, "", {"kind", "name", "model", "training", "cluster", "search"});
+  if (auto s = CheckSpecKeys(j, "", {"kind", "name", "model", "training", "cluster", "search"});
       !s.ok()) {
     return s;
   }
   // `kind` (absent = training) says which reader a spec needs; inference specs are read by
   // inference/spec_io.h.
-  if (const json* v = Find(j, "kind")) {
-    auto kind = AsString(*v, "kind");
+  if (const json* v = FindSpecField(j, "kind")) {
+    auto kind = SpecString(*v, "kind");
     if (!kind.ok()) return kind.status();
     if (*kind != "training") {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -761,13 +593,13 @@ absl::StatusOr<JobSpec> JobSpecFromJson(const json& j) {
     }
   }
   JobSpec spec;
-  if (const json* v = Find(j, "name")) {
-    auto s = AsString(*v, "name");
+  if (const json* v = FindSpecField(j, "name")) {
+    auto s = SpecString(*v, "name");
     if (!s.ok()) return s.status();
     spec.name = *s;
   }
   for (const char* section : {"model", "training", "cluster"}) {
-    if (Find(j, section) == nullptr) {
+    if (FindSpecField(j, section) == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("section '", section, "' is required"));
     }
   }
@@ -775,7 +607,7 @@ absl::StatusOr<JobSpec> JobSpecFromJson(const json& j) {
   if (auto s = ReadModel(j.at("model"), &spec.model, &positions_given); !s.ok()) return s;
   if (auto s = ReadTraining(j.at("training"), &spec.training); !s.ok()) return s;
   if (auto s = ReadCluster(j.at("cluster"), &spec.cluster); !s.ok()) return s;
-  if (const json* search = Find(j, "search")) {
+  if (const json* search = FindSpecField(j, "search")) {
     if (auto s = ReadSearch(*search, &spec.search); !s.ok()) return s;
   }
   if (spec.name.empty()) spec.name = spec.model.name;
@@ -1014,20 +846,6 @@ json ClusterSpecToJson(const ClusterSpec& c) {
   JobSpec spec;
   spec.cluster = c;
   return JobSpecToJson(spec).at("cluster");
-}
-
-absl::Status CheckSpecKeys(const json& obj, const std::string& section,
-                           const std::vector<std::string>& allowed) {
-  return CheckKeys(obj, section, allowed);
-}
-
-absl::StatusOr<int64_t> SpecInt(const json& v, const std::string& path) { return AsInt(v, path); }
-absl::StatusOr<double> SpecDouble(const json& v, const std::string& path) {
-  return AsDouble(v, path);
-}
-absl::StatusOr<bool> SpecBool(const json& v, const std::string& path) { return AsBool(v, path); }
-absl::StatusOr<std::string> SpecString(const json& v, const std::string& path) {
-  return AsString(v, path);
 }
 
 }  // namespace paratune

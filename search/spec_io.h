@@ -46,8 +46,9 @@ nlohmann::json JobSpecToJson(const JobSpec& spec);
 /// InvalidArgument naming the first unpinned dimension.
 absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec);
 
-// The sections and field readers on their own, for the other job kinds' specs
-// (inference/spec_io.h), so that every kind reads models and clusters the same way.
+// The sections on their own, for the other job kinds' specs (inference/spec_io.h), so that
+// every kind reads models and clusters the same way (and their fields with
+// search/spec_fields.h).
 
 /// The `model` section (preset, hf_config, explicit fields) as JobSpecFromJson reads it,
 /// not validated.
@@ -57,15 +58,6 @@ absl::StatusOr<ClusterSpec> ClusterSpecFromJson(const nlohmann::json& j);
 /// The canonical `model` and `cluster` sections (as JobSpecToJson writes them).
 nlohmann::json ModelSpecToJson(const ModelSpec& m);
 nlohmann::json ClusterSpecToJson(const ClusterSpec& c);
-/// InvalidArgument `unknown field 'section.key' (did you mean ...)` for a key of `obj`
-/// not in `allowed`.
-absl::Status CheckSpecKeys(const nlohmann::json& obj, const std::string& section,
-                           const std::vector<std::string>& allowed);
-/// A field's value read as JobSpecFromJson reads it; `path` names it in errors.
-absl::StatusOr<int64_t> SpecInt(const nlohmann::json& v, const std::string& path);
-absl::StatusOr<double> SpecDouble(const nlohmann::json& v, const std::string& path);
-absl::StatusOr<bool> SpecBool(const nlohmann::json& v, const std::string& path);
-absl::StatusOr<std::string> SpecString(const nlohmann::json& v, const std::string& path);
 
 }  // namespace paratune
 

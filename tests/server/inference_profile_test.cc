@@ -3,22 +3,18 @@
 // from the measurements (each figure's source says so), a second identical job finds
 // every task in the profile cache, and a restart while profiling resumes the tasks.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "inference/planner.h"
-#include "server/clock.h"
 #include "server/convert.h"
 #include "server/convert_inference.h"
 #include "server/job_manager.h"
 #include "tests/inference/small_cpu_serving_spec.h"
+#include "tests/server/job_manager_fixture.h"
 
 namespace paratune::server {
 namespace {
-
-namespace fs = std::filesystem;
 
 v1::JobSpec SmallCpuServingSpec() {
   absl::StatusOr<v1::JobSpec> spec =
@@ -32,8 +28,6 @@ v1::JobSpec SmallCpuServingSpec() {
 // byte.
 v1::TaskResult ResultFor(const v1::ProfileTask& task) {
   v1::TaskResult r;
-  r.set_task_id(task.id());
-  r.set_attempt(task.attempt());
   r.set_outcome(v1::TaskResult::OUTCOME_OK);
   if (task.has_collective()) {
     for (int64_t size : task.collective().sizes_bytes()) {
@@ -57,23 +51,11 @@ v1::TaskResult ResultFor(const v1::ProfileTask& task) {
   return r;
 }
 
-class InferenceProfileTest : public ::testing::Test {
+class InferenceProfileTest : public JobManagerFixture {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("paratune-inference-profile-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    manager_.reset();
-    fs::remove_all(dir_);
-  }
+  InferenceProfileTest() : JobManagerFixture("inference-profile") {}
+
   void Open() {
-    manager_.reset();
-    auto store = OpenSqliteStore((dir_ / "paratune.db").string());
-    ASSERT_TRUE(store.ok()) << store.status();
     JobManagerOptions o;
     o.lease_timeout_ms = 60'000;
     o.heartbeat_interval_ms = 1'000;
@@ -81,66 +63,20 @@ class InferenceProfileTest : public ::testing::Test {
       return absl::InternalError("no training jobs here");
     };
     o.plan_inference = inference::PlanInference;
-    auto m = JobManager::Create(*std::move(store), &clock_, o);
-    ASSERT_TRUE(m.ok()) << m.status();
-    manager_ = *std::move(m);
+    OpenManager(o, DatabasePath());
   }
-  std::string Submit() {
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = SmallCpuServingSpec();
-    absl::StatusOr<v1::Job> job = manager_->SubmitJob(req);
-    EXPECT_TRUE(job.ok()) << job.status();
-    manager_->WaitIdle();
-    return job.ok() ? job->id() : "";
-  }
-  std::string RegisterWorker() {
-    v1::RegisterRequest req;
-    req.mutable_worker()->set_name("cpu");
-    req.mutable_worker()->set_device_kind("cpu");
-    req.mutable_worker()->set_backend("cpu");
-    req.mutable_worker()->set_memory_bytes(int64_t{16} << 30);
-    for (int i = 0; i < 2; ++i) req.mutable_worker()->add_devices()->set_index(i);
-    return manager_->Register(req)->worker_id();
-  }
+  std::string Submit() { return SubmitSpec(SmallCpuServingSpec()); }
+  std::string RegisterWorker() { return RegisterCpuWorker(2); }
   // Leases and answers up to `limit` tasks; returns how many.
   int RunTasks(const std::string& worker, int limit = 1 << 30) {
-    int n = 0;
-    while (n < limit) {
-      v1::LeaseTaskRequest req;
-      req.set_worker_id(worker);
-      req.set_wait_ms(0);
-      absl::StatusOr<v1::LeaseTaskResponse> lease = manager_->LeaseTask(req);
-      EXPECT_TRUE(lease.ok()) << lease.status();
-      if (!lease.ok() || !lease->has_task()) break;
-      v1::ReportResultRequest report;
-      report.set_worker_id(worker);
-      *report.mutable_result() = ResultFor(lease->task());
-      report.mutable_result()->set_worker_id(worker);
-      EXPECT_TRUE(manager_->ReportResult(report)->accepted());
-      ++n;
-    }
-    manager_->WaitIdle();
-    return n;
-  }
-  v1::Job Get(const std::string& id) {
-    v1::GetJobRequest req;
-    req.set_id(id);
-    return *manager_->GetJob(req);
+    return AnswerTasks(worker, ResultFor, limit);
   }
   inference::InferencePlanResult Results(const std::string& id) {
-    v1::GetResultsRequest req;
-    req.set_id(id);
-    absl::StatusOr<v1::JobResults> r = manager_->GetResults(req);
-    EXPECT_TRUE(r.ok()) << r.status();
     absl::StatusOr<inference::InferencePlanResult> plan =
-        InferencePlanResultFromProto(r->plan().inference());
+        InferencePlanResultFromProto(ResultsProto(id).plan().inference());
     EXPECT_TRUE(plan.ok()) << plan.status();
     return *plan;
   }
-
-  fs::path dir_;
-  FakeClock clock_;
-  std::unique_ptr<JobManager> manager_;
 };
 
 TEST_F(InferenceProfileTest, ProfilesComposesRanksAndASecondJobIsAllCached) {

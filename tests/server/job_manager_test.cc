@@ -1,5 +1,6 @@
 #include "server/job_manager.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -7,16 +8,14 @@
 #include <map>
 #include <utility>
 
-#include <gtest/gtest.h>
-
 #include "absl/strings/str_format.h"
-
 #include "search/compose.h"
 #include "search/planner.h"
 #include "search/profile_plan.h"
 #include "server/clock.h"
 #include "server/convert.h"
 #include "server/metrics.h"
+#include "tests/server/job_manager_fixture.h"
 
 namespace paratune::server {
 namespace {
@@ -131,12 +130,12 @@ v1::TaskResult ResultFor(const v1::ProfileTask& task, const std::string& worker)
   return r;
 }
 
-class JobManagerTest : public ::testing::Test {
+class JobManagerTest : public JobManagerFixture {
  protected:
+  JobManagerTest() : JobManagerFixture("job-manager") {}
+
   void Open(const std::string& db = ":memory:",
             std::function<absl::StatusOr<PlanResult>(const JobSpec&)> plan = nullptr) {
-    auto store = OpenSqliteStore(db);
-    ASSERT_TRUE(store.ok()) << store.status();
     JobManagerOptions options = Options();
     if (plan) options.plan = std::move(plan);
     options.verify.steps = 4;
@@ -144,47 +143,15 @@ class JobManagerTest : public ::testing::Test {
     options.metrics = &metrics_;
     options.results_cache_size = results_cache_size_;
     options.max_finished_jobs_in_memory = max_finished_jobs_;
-    auto m = JobManager::Create(*std::move(store), &clock_, options);
-    ASSERT_TRUE(m.ok()) << m.status();
-    manager_ = *std::move(m);
+    OpenManager(options, db);
   }
-  std::string Submit(const std::string& mode) {
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = TinySpec(mode);
-    absl::StatusOr<v1::Job> job = manager_->SubmitJob(req);
-    EXPECT_TRUE(job.ok()) << job.status();
-    manager_->WaitIdle();
-    return job->id();
-  }
-  v1::Job Get(const std::string& id) {
-    v1::GetJobRequest req;
-    req.set_id(id);
-    return *manager_->GetJob(req);
-  }
+  std::string Submit(const std::string& mode) { return SubmitSpec(TinySpec(mode)); }
   std::string RegisterWorker(const std::string& kind = "cpu", const std::string& id = "") {
     v1::RegisterRequest req;
     req.mutable_worker()->set_id(id);
     req.mutable_worker()->set_name("test");
     req.mutable_worker()->set_device_kind(kind);
     return manager_->Register(req)->worker_id();
-  }
-  // A CPU worker with `devices` rank slots and 16 GiB of memory.
-  std::string RegisterCpuWorker(int devices) {
-    v1::RegisterRequest req;
-    req.mutable_worker()->set_name("cpu");
-    req.mutable_worker()->set_device_kind("cpu");
-    req.mutable_worker()->set_backend("cpu");
-    req.mutable_worker()->set_memory_bytes(int64_t{16} << 30);
-    for (int i = 0; i < devices; ++i) req.mutable_worker()->add_devices()->set_index(i);
-    return manager_->Register(req)->worker_id();
-  }
-  std::string SubmitSpec(const v1::JobSpec& spec) {
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = spec;
-    absl::StatusOr<v1::Job> job = manager_->SubmitJob(req);
-    EXPECT_TRUE(job.ok()) << job.status();
-    manager_->WaitIdle();
-    return job.ok() ? job->id() : "";
   }
   std::optional<v1::ProfileTask> Lease(const std::string& worker) {
     v1::LeaseTaskRequest req;
@@ -211,19 +178,11 @@ class JobManagerTest : public ::testing::Test {
     manager_->WaitIdle();
     return n;
   }
-  v1::PlanResult Results(const std::string& id) {
-    v1::GetResultsRequest req;
-    req.set_id(id);
-    absl::StatusOr<v1::JobResults> r = manager_->GetResults(req);
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r->plan();
-  }
+  v1::PlanResult Results(const std::string& id) { return ResultsProto(id).plan(); }
 
-  FakeClock clock_;
   Metrics metrics_;
   int64_t results_cache_size_ = 16;
   int64_t max_finished_jobs_ = 256;
-  std::unique_ptr<JobManager> manager_;
 };
 
 TEST_F(JobManagerTest, ModelModeSucceedsWithThePlannersRanking) {

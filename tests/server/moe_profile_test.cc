@@ -5,22 +5,18 @@
 // layout's source says so, its notes name the measured MoE layer); a second identical job
 // finds every task in the profile cache and leases nothing.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "search/planner.h"
-#include "server/clock.h"
 #include "server/convert.h"
 #include "server/job_manager.h"
+#include "tests/server/job_manager_fixture.h"
 #include "worker/kernels_executor.h"
 
 namespace paratune::server {
 namespace {
-
-namespace fs = std::filesystem;
 
 // A tiny Mixtral-like model: 2 layers of h 64, 4 experts, top-2, on the cpu device kind,
 // with the all-to-all dispatcher (the one the MoE layer task runs).
@@ -36,14 +32,12 @@ constexpr char kTinyMoeSpec[] = R"({
   "search": {"mode": "profile", "top_k": 4, "moe_token_dispatcher": ["alltoall"]}
 })";
 
-class MoeProfileTest : public ::testing::Test {
+class MoeProfileTest : public JobManagerFixture {
  protected:
+  MoeProfileTest() : JobManagerFixture("moe-profile") {}
+
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("paratune-moe-profile-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    JobManagerFixture::SetUp();
     worker::DeviceInventory inventory;
     inventory.backend = "cpu";
     inventory.device_kind = "cpu";
@@ -52,14 +46,7 @@ class MoeProfileTest : public ::testing::Test {
     inventory.memory_bytes = int64_t{4} << 30;
     executor_ = worker::CreateKernelsExecutor(inventory);
   }
-  void TearDown() override {
-    manager_.reset();
-    fs::remove_all(dir_);
-  }
   void Open() {
-    manager_.reset();
-    auto store = OpenSqliteStore((dir_ / "paratune.db").string());
-    ASSERT_TRUE(store.ok()) << store.status();
     JobManagerOptions o;
     o.lease_timeout_ms = 600'000;
     o.heartbeat_interval_ms = 1'000;
@@ -67,75 +54,33 @@ class MoeProfileTest : public ::testing::Test {
     o.profile.warmup = 1;
     o.profile.iters = 2;
     o.profile.max_candidates = 3;
-    auto m = JobManager::Create(*std::move(store), &clock_, o);
-    ASSERT_TRUE(m.ok()) << m.status();
-    manager_ = *std::move(m);
+    OpenManager(o, DatabasePath());
   }
   std::string Submit() {
-    v1::SubmitJobRequest req;
     absl::StatusOr<v1::JobSpec> spec = SpecProtoFromJson(nlohmann::json::parse(kTinyMoeSpec));
     EXPECT_TRUE(spec.ok()) << spec.status();
-    *req.mutable_spec() = *spec;
-    absl::StatusOr<v1::Job> job = manager_->SubmitJob(req);
-    EXPECT_TRUE(job.ok()) << job.status();
-    manager_->WaitIdle();
-    return job.ok() ? job->id() : "";
+    return SubmitSpec(*spec);
   }
-  std::string RegisterWorker() {
-    v1::RegisterRequest req;
-    req.mutable_worker()->set_name("cpu");
-    req.mutable_worker()->set_device_kind("cpu");
-    req.mutable_worker()->set_backend("cpu");
-    req.mutable_worker()->set_memory_bytes(int64_t{4} << 30);
-    for (int i = 0; i < 2; ++i) req.mutable_worker()->add_devices()->set_index(i);
-    return manager_->Register(req)->worker_id();
-  }
+  std::string RegisterWorker() { return RegisterCpuWorker(2, int64_t{4} << 30); }
   // Leases every queued task and runs it on the kernels executor; returns the tasks run,
   // counting the MoE layer tasks in `moe_tasks`.
   int RunTasks(const std::string& worker, int* moe_tasks) {
-    int n = 0;
-    for (;;) {
-      v1::LeaseTaskRequest req;
-      req.set_worker_id(worker);
-      req.set_wait_ms(0);
-      absl::StatusOr<v1::LeaseTaskResponse> lease = manager_->LeaseTask(req);
-      EXPECT_TRUE(lease.ok()) << lease.status();
-      if (!lease.ok() || !lease->has_task()) break;
-      if (lease->task().has_moe_layer()) ++*moe_tasks;
-      v1::ReportResultRequest report;
-      report.set_worker_id(worker);
+    return AnswerTasks(worker, [&](const v1::ProfileTask& task) {
+      if (task.has_moe_layer()) ++*moe_tasks;
       worker::CancelFlag cancel;
-      *report.mutable_result() = executor_->Execute(lease->task(), cancel);
-      report.mutable_result()->set_task_id(lease->task().id());
-      report.mutable_result()->set_attempt(lease->task().attempt());
-      report.mutable_result()->set_worker_id(worker);
-      EXPECT_EQ(report.result().outcome(), v1::TaskResult::OUTCOME_OK)
-          << lease->task().key() << ": " << report.result().message();
-      EXPECT_TRUE(manager_->ReportResult(report)->accepted());
-      ++n;
-    }
-    manager_->WaitIdle();
-    return n;
-  }
-  v1::Job Get(const std::string& id) {
-    v1::GetJobRequest req;
-    req.set_id(id);
-    return *manager_->GetJob(req);
+      v1::TaskResult result = executor_->Execute(task, cancel);
+      EXPECT_EQ(result.outcome(), v1::TaskResult::OUTCOME_OK)
+          << task.key() << ": " << result.message();
+      return result;
+    });
   }
   PlanResult Results(const std::string& id) {
-    v1::GetResultsRequest req;
-    req.set_id(id);
-    absl::StatusOr<v1::JobResults> r = manager_->GetResults(req);
-    EXPECT_TRUE(r.ok()) << r.status();
-    absl::StatusOr<PlanResult> plan = PlanResultFromProto(r->plan());
+    absl::StatusOr<PlanResult> plan = PlanResultFromProto(ResultsProto(id).plan());
     EXPECT_TRUE(plan.ok()) << plan.status();
     return *plan;
   }
 
-  fs::path dir_;
-  FakeClock clock_;
   std::shared_ptr<worker::TaskExecutor> executor_;
-  std::unique_ptr<JobManager> manager_;
 };
 
 TEST_F(MoeProfileTest, MeasuresTheMoeLayersComposesAndASecondJobIsAllCached) {
