@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -148,12 +149,32 @@ void SetThroughput(const RankedConfig& r, double published, Row* row) {
   row->error = std::abs(row->predicted - row->published) / row->published;
 }
 
+// A sharded record's layout as estimated: the stated one; with the recompute unstated, the
+// fastest of none, selective and full that fits (the fastest overall when none fits), as
+// the planner fills an unstated knob.
+absl::StatusOr<RankedConfig> EstimateFsdpRecord(const FsdpRecord& f) {
+  if (f.recompute_stated) return Estimate(f.spec, f.config);
+  std::optional<RankedConfig> best;
+  for (const Recompute recompute : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    ParallelConfig c = f.config;
+    c.recompute = recompute;
+    c.recompute_num_layers = 0;  // every layer of the stage (full)
+    absl::StatusOr<RankedConfig> one = Estimate(f.spec, c);
+    if (!one.ok()) return one.status();
+    const bool better =
+        !best || (one->fits && !best->fits) ||
+        (one->fits == best->fits && one->tokens_per_sec_per_gpu > best->tokens_per_sec_per_gpu);
+    if (better) best = *one;
+  }
+  return *best;
+}
+
 std::vector<Row> FsdpRows(const nlohmann::json& data, bool verbose) {
   std::vector<Row> rows;
   for (const FsdpRecord& f : FsdpRecords(data)) {
     Row row;
     row.id = f.id;
-    absl::StatusOr<RankedConfig> one = Estimate(f.spec, f.config);
+    absl::StatusOr<RankedConfig> one = EstimateFsdpRecord(f);
     if (!one.ok()) {
       std::fprintf(stderr, "%s: %s\n", f.id.c_str(), std::string(one.status().message()).c_str());
       row.quantity = "FAILED";

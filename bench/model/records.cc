@@ -163,6 +163,20 @@ RecordLayout LayoutFromRecord(const nlohmann::json& r) {
   return out;
 }
 
+bool ReadAsAutoModel(const nlohmann::json& r, JobSpec* spec) {
+  if (!absl::StrContains(Str(r, "framework"), "AutoModel")) return false;
+  spec->training.framework = Framework::kTorchtitan;
+  const nlohmann::json* other = r.contains("other_measured") ? &r["other_measured"] : nullptr;
+  const bool te = other != nullptr && other->is_object() &&
+                  other->contains("kernel_optimizations") &&
+                  absl::StrContains((*other)["kernel_optimizations"].get<std::string>(), "TE");
+  if (auto device = FindDevice(spec->cluster.gpu); device.ok()) {
+    spec->training.attention_kernel =
+        DefaultAttentionKernel(te ? Framework::kMegatronCore : Framework::kTorchtitan, *device);
+  }
+  return true;
+}
+
 void PinStated(const RecordLayout& l, JobSpec* spec) {
   SearchOptions& s = spec->search;
   const ParallelConfig& c = l.config;

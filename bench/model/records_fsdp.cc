@@ -35,9 +35,12 @@ std::vector<FsdpRecord> FsdpRecords(const nlohmann::json& records) {
         f.spec.training.attention_kernel = AttentionKernel::kFlash1;
       }
     }
+    ReadAsAutoModel(r, &f.spec);
     f.spec.training.dropout = false;
     f.spec.training.flash_attention = true;
-    f.config = LayoutFromRecord(r).config;
+    const RecordLayout layout = LayoutFromRecord(r);
+    f.config = layout.config;
+    f.recompute_stated = layout.recompute_stated;
     ParallelConfig& c = f.config;
     c.vp = 1;
     switch (r["zero_stage"].get<int64_t>()) {

@@ -20,11 +20,14 @@ struct FsdpRecord {
   ParallelConfig config;  ///< Stated layout; zero_stage -> data_parallel_sharding,
                           ///< fsdp_shard_size < dp*cp -> shard_group_size (HSDP).
   double published_tokens_per_gpu = 0;
+  /// The record names its activation recompute (else `config` has none and the benchmark
+  /// chooses it, as the planner fills an unstated knob).
+  bool recompute_stated = true;
 };
 
 /// The dense, sharded records of `records` (moe_fsdp_calibration.json) on a GPU of the
 /// device catalog; a record whose `framework` names llm-foundry has training.framework
-/// llm-foundry. MPT models (ALiBi: no position parameters) are read with rotary
+/// llm-foundry, one that names NeMo AutoModel is read by ReadAsAutoModel. MPT models (ALiBi: no position parameters) are read with rotary
 /// positions, which also have none.
 std::vector<FsdpRecord> FsdpRecords(const nlohmann::json& records);
 

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "bench/model/records.h"
 #include "search/device_catalog.h"
 #include "search/framework_profile.h"
 #include "search/model_math.h"
@@ -111,17 +112,11 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
         absl::StrContains(drop, "dropless") ? MoeRouting::kDropless : MoeRouting::kBalanced;
     spec.cluster.gpu = DeviceOf(Str(r, "gpu_type"));
     spec.cluster.num_gpus = Int(r, "num_gpus", 0);
-    // NeMo AutoModel is PyTorch FSDP2 with expert parallelism: torchtitan's profile. Its
-    // runs with Transformer Engine's kernels ("TE + DeepEP") run TE's attention, which is
-    // cuDNN's on Hopper; the others get their framework's kernel on the device.
-    const bool automodel = absl::StrContains(Str(r, "framework"), "AutoModel");
-    if (automodel) spec.training.framework = Framework::kTorchtitan;
-    const nlohmann::json& other = r["other_measured"];
-    const bool te = other.is_object() && other.contains("kernel_optimizations") &&
-                    absl::StrContains(other["kernel_optimizations"].get<std::string>(), "TE");
-    if (auto device = FindDevice(spec.cluster.gpu); device.ok()) {
-      spec.training.attention_kernel =
-          DefaultAttentionKernel(te ? Framework::kMegatronCore : spec.training.framework, *device);
+    // NeMo AutoModel is PyTorch FSDP2 with expert parallelism (ReadAsAutoModel); the
+    // others get their framework's attention kernel on the device.
+    const bool automodel = ReadAsAutoModel(r, &spec);
+    if (auto device = FindDevice(spec.cluster.gpu); device.ok() && !automodel) {
+      spec.training.attention_kernel = DefaultAttentionKernel(spec.training.framework, *device);
     }
     // GB200/GB300 NVL72 trays hold 4 GPUs; the rack's NVLink domain is the device's.
     spec.cluster.gpus_per_node = absl::StartsWith(spec.cluster.gpu, "gb") ? 4 : 8;
