@@ -25,11 +25,20 @@
 //    which only an unsharded per-token term explains. With the two kernel terms above the
 //    accuracy is 92.1 / 93.3 / 94.5 / 93.8 / 92.1 % at 64 / 80 / 96 / 112 / 128.
 //
+// Then the memory per GPU that nvidia-smi showed in BigScience's BLOOM topology sweep
+// (sweeps.json "bloom_tr11_topology_sweep", Megatron-DeepSpeed on A100-80GB; the rows
+// that record it), against the peak the planner's own estimate gives for that layout
+// (bench/model/records_bloom.h: Megatron-DeepSpeed's framework terms, nothing fitted).
+// nvidia-smi shows what the process holds (the CUDA context and the caching allocator's
+// reserve included), in MiB; the sweep's figures are MiB / 1024.
+//
 //   memory_fit [--data DIR] [--json] [--workspace-gib X] [--grad-bytes B]
 //              [--logits-bytes X] [--vocab-parallel-loss] [--megatron-kernels]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -37,8 +46,10 @@
 
 #include "absl/strings/match.h"
 #include "bench/model/records.h"
+#include "bench/model/records_bloom.h"
 #include "search/device_catalog.h"
 #include "search/memory_model.h"
+#include "search/planner.h"
 
 namespace paratune::bench {
 namespace {
@@ -109,9 +120,38 @@ int Main(int argc, char** argv) {
                     {"attention", r["attention_kernel"]}, {"peak_gib", mem.Peak() / (1 << 30)},
                     {"actual_fits", actual}, {"predicted_fits", predicted}});
   }
+  // BLOOM: nvidia-smi's memory per GPU against the estimate's peak.
+  nlohmann::json bloom_rows = nlohmann::json::array();
+  std::vector<double> bloom_errors;
+  for (const BloomRecord& b : BloomRecords((*data)["bloom_tr11_topology_sweep"])) {
+    if (!b.memory_gib) continue;
+    absl::StatusOr<RankedConfig> est = Estimate(b.spec, b.config);
+    if (!est.ok()) continue;  // The ranking bench lists these (their pp does not divide L).
+    const double predicted = est->memory.Peak() / (1 << 30);
+    const double error = (predicted - *b.memory_gib) / *b.memory_gib;
+    bloom_errors.push_back(std::abs(error));
+    bloom_rows.push_back({{"id", b.id},
+                          {"model", b.group},
+                          {"layout", b.config.ToString()},
+                          {"measured_gib", *b.memory_gib},
+                          {"predicted_gib", predicted},
+                          {"error", error}});
+  }
+  std::sort(bloom_errors.begin(), bloom_errors.end());
+  const auto median = [](const std::vector<double>& v) {
+    if (v.empty()) return 0.0;
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  const double bloom_median = median(bloom_errors);
+  const double bloom_max = bloom_errors.empty() ? 0 : bloom_errors.back();
+
   if (json_out) {
     nlohmann::json out;
     out["rows"] = rows;
+    out["bloom_memory"] = {{"rows", bloom_rows},
+                           {"median_abs_error", bloom_median},
+                           {"max_abs_error", bloom_max}};
     out["confusion"] = {{"fit_fit", all.n[1][1]}, {"fit_oom", all.n[1][0]},
                         {"oom_fit", all.n[0][1]}, {"oom_oom", all.n[0][0]}};
     out["accuracy"] = all.Accuracy();
@@ -146,6 +186,18 @@ int Main(int argc, char** argv) {
   std::printf("# skipped (no memory outcome): %lld\n", static_cast<long long>(skipped));
   std::printf("# fit accuracy: %.1f %% of %lld layouts (target >= 95 %%)\n", 100 * all.Accuracy(),
               static_cast<long long>(all.Total()));
+  std::printf("#\n# BLOOM topology sweep: memory per GPU as nvidia-smi showed it, against the "
+              "estimate's peak (GiB)\n");
+  std::printf("# %-10s %-44s %-58s %8s %9s %7s\n", "row", "job", "layout", "measured",
+              "predicted", "error %");
+  for (const nlohmann::json& r : bloom_rows) {
+    std::printf("  %-10s %-44s %-58s %8.1f %9.1f %+7.1f\n", r["id"].get<std::string>().c_str(),
+                r["model"].get<std::string>().c_str(), r["layout"].get<std::string>().c_str(),
+                r["measured_gib"].get<double>(), r["predicted_gib"].get<double>(),
+                100 * r["error"].get<double>());
+  }
+  std::printf("# BLOOM memory per GPU: median error %.1f %%, max %.1f %% over %zu runs\n",
+              100 * bloom_median, 100 * bloom_max, bloom_errors.size());
   return 0;
 }
 

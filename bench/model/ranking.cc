@@ -36,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/model/records.h"
+#include "bench/model/records_bloom.h"
 #include "search/planner.h"
 
 namespace paratune::bench {
@@ -43,9 +44,6 @@ namespace {
 
 // Aleph Alpha's global batch: 4M tokens per step (Llama 2's).
 constexpr double kAlephTokensPerStep = 4.0 * 1024 * 1024;
-// BLOOM's tokenizer has 250,680 entries, padded to 250,880 in Megatron-DeepSpeed.
-constexpr int64_t kBloomPaddedVocab = 250880;
-constexpr double kJeanZayNetworkGbps = 4 * 100.0 / 8 / 8 * (22.0 / 25.0);
 // Pairs measured closer than this are not counted: within the sweeps' run-to-run noise.
 constexpr double kPairThreshold = 0.02;
 
@@ -85,50 +83,6 @@ std::vector<Layout> AlephLayouts(const nlohmann::json& sweep) {
                               l.spec.training.seq_length, l.spec.cluster.num_gpus);
     l.id = Str(r, "trial_id");
     l.measured = r["mfu_fraction"].get<double>();
-    out.push_back(std::move(l));
-  }
-  return out;
-}
-
-// BLOOM's rows: one group per candidate model, GPU count and global batch.
-std::vector<Layout> BloomLayouts(const nlohmann::json& sweep) {
-  std::vector<Layout> out;
-  int64_t row = 0;
-  for (const nlohmann::json& r : sweep) {
-    ++row;
-    if (Str(r, "status") != "ok" || !r["iteration_time_s"].is_number() ||
-        !r["global_batch_size"].is_number()) {
-      continue;
-    }
-    Layout l;
-    l.spec = SpecFromRecord(r);
-    l.spec.model.vocab_size = kBloomPaddedVocab;
-    // BLOOM's runs are bigscience's Megatron-DeepSpeed (ZeRO-1 via DeepSpeed, the record's
-    // notes): its profile's overlaps and 16-bit gradient reduction.
-    l.spec.training.framework = Framework::kMegatronDeepspeed;
-    // Jean Zay's A100 nodes: four Omni-Path 100 Gb/s links per 8-GPU node (BLOOM paper,
-    // arXiv 2211.05100, Sec. 3.4.1): 6.25 GB/s per GPU, at the 88 % of the link that the
-    // catalog's A100 figure reaches on HDR (22 of 25 GB/s).
-    l.spec.cluster.network_bandwidth_gbps = kJeanZayNetworkGbps;
-    l.config = LayoutFromRecord(r).config;
-    ParallelConfig& c = l.config;
-    c.vp = 1;
-    c.recompute = Recompute::kFull;
-    c.recompute_num_layers = 0;
-    const bool stage0 = r.contains("zero_stage") && r["zero_stage"].is_number() &&
-                        r["zero_stage"].get<int64_t>() == 0;
-    c.data_parallel_sharding =
-        c.dp > 1 && !stage0 ? DataParallelSharding::kOptimizer : DataParallelSharding::kNone;
-    c.overlap_grad_reduce = false;
-    c.overlap_p2p_comm = false;
-    c.overlap_param_gather = false;
-    l.group = absl::StrFormat("%s n%d B%d", Str(r, "model_name"), l.spec.cluster.num_gpus,
-                              l.spec.training.global_batch_size);
-    l.id = absl::StrCat("bloom#", row);
-    const double B = static_cast<double>(l.spec.training.global_batch_size);
-    l.measured =
-        B * static_cast<double>(l.spec.training.seq_length) /
-        (r["iteration_time_s"].get<double>() * static_cast<double>(l.spec.cluster.num_gpus));
     out.push_back(std::move(l));
   }
   return out;
@@ -217,8 +171,12 @@ int Main(int argc, char** argv) {
     return 1;
   }
   std::vector<Layout> layouts = AlephLayouts((*data)["aleph_alpha_layout_sweep"]);
-  for (Layout& l : BloomLayouts((*data)["bloom_tr11_topology_sweep"])) {
-    layouts.push_back(std::move(l));
+  for (BloomRecord& b : BloomRecords((*data)["bloom_tr11_topology_sweep"])) {
+    layouts.push_back({.group = std::move(b.group),
+                       .id = std::move(b.id),
+                       .spec = std::move(b.spec),
+                       .config = b.config,
+                       .measured = b.tokens_per_sec_per_gpu});
   }
   std::map<std::string, std::vector<const Layout*>> groups;
   int64_t unscored = 0;
