@@ -63,6 +63,10 @@ std::vector<FrameworkProfile> BuildProfiles() {
   // in the engine's communication_data_type (the 16-bit dtype with bf16/fp16 enabled);
   // BF16 runs use BF16_Optimizer, which accumulates gradients in FP32 buffers
   // (deepspeed/runtime/bf16_optimizer.py fp32_groups_gradients: 4 bytes per parameter).
+  // The PipelineEngine keeps each micro-batch's stage output in pipe_buffers['outputs']
+  // until its backward runs torch.autograd.backward on it (runtime/pipe/engine.py
+  // _exec_backward_pass); Megatron's schedules pseudo-free it once sent
+  // (deallocate_output_tensor).
   FrameworkProfile megatron_deepspeed;
   megatron_deepspeed.framework = Framework::kMegatronDeepspeed;
   megatron_deepspeed.tp_comm_overlap = {false, false};
@@ -78,6 +82,7 @@ std::vector<FrameworkProfile> BuildProfiles() {
   megatron_deepspeed.activation_offload = false;
   megatron_deepspeed.hopper_attention_kernel = AttentionKernel::kFlash2;  // the flash-attn package
   megatron_deepspeed.reduce_gradients_in_fp32 = false;
+  megatron_deepspeed.pipeline_keeps_outputs = true;
   megatron_deepspeed.export_format = "deepspeed";
   out.push_back(megatron_deepspeed);
 

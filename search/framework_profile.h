@@ -62,6 +62,9 @@ struct FrameworkProfile {
   /// FSDP mixed precision: the parameters are FP32 (sharded like the weights) and are
   /// Adam's master copy (no separate 12-byte state: 8); layers are gathered in 16-bit.
   bool fp32_parameters = false;
+  /// The pipeline keeps each in-flight micro-batch's stage output (the activation sent to
+  /// the next stage) until that micro-batch's backward; Megatron frees its data once sent.
+  bool pipeline_keeps_outputs = false;
   /// The cross entropy runs on the vocabulary split over TP (else every TP rank holds the
   /// full vocabulary's logits).
   bool vocab_parallel_loss = true;

@@ -365,6 +365,7 @@ FrameworkMemory FrameworkMemoryFor(const DeviceProfile& device, Framework framew
   f.gradient_bytes_per_param = profile.gradient_bytes_per_param;
   f.fp32_parameters = profile.fp32_parameters;
   f.vocab_parallel_loss = profile.vocab_parallel_loss;
+  f.pipeline_keeps_outputs = profile.pipeline_keeps_outputs;
   f.host_memory_bytes = device.host_memory_per_gpu;
   if (device.host_memory) {
     f.workspace_bytes = 0;
@@ -604,8 +605,11 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
                                      experts * expert_offloaded);
       reload_buffers = 2.0 * std::max(dense_offloaded, expert_offloaded);
     }
-    mem.activations =
-        stage_in_flight * stage_act(stage) + (stage == 0 ? in_flight * embedding_act : 0);
+    // The stage's outputs the pipeline keeps for the backward (none on the last stage).
+    const double kept_outputs =
+        framework.pipeline_keeps_outputs && stage < c.pp - 1 ? e * s_local * b * h / sp : 0.0;
+    mem.activations = stage_in_flight * (stage_act(stage) + kept_outputs) +
+                      (stage == 0 ? in_flight * embedding_act : 0);
     // The last stage's loss buffers live from the logits to the output layer's input
     // gradient and are freed before the last layer's backward allocates its working set
     // (autograd in Megatron-LM, kernels/training alike), so the two do not add up.

@@ -197,6 +197,10 @@ struct FrameworkMemory {
   /// projection, so the flash kernel's saved output and the projection's saved input are
   /// two copies (a*d more per token). Megatron passes one tensor to both.
   bool attention_output_copied = false;
+  /// Every stage but the last keeps each in-flight micro-batch's output (one 16-bit
+  /// [s, b, h] tensor, divided by t under SP) until that micro-batch's backward
+  /// (FrameworkProfile::pipeline_keeps_outputs).
+  bool pipeline_keeps_outputs = false;
 };
 
 /// The framework terms of a job's codebase on a device: gradient bytes, FP32 parameters and

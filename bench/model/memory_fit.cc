@@ -17,6 +17,9 @@
 //    fused kernel 3f), and flash attention's output is rearranged into a new tensor for the
 //    output projection, so both copies are kept (FrameworkMemory::unfused_glu and
 //    attention_output_copied; --megatron-kernels turns both off);
+//  - its pipeline keeps each in-flight micro-batch's stage output until its backward
+//    (parallel_module.py: the PIPELINE_STAGE_OUTPUT buffer, then the GRAD buffer that
+//    backward() takes), as DeepSpeed's engine does (FrameworkMemory::pipeline_keeps_outputs);
 //  - the loss is computed on full-vocabulary logits on every rank (not vocab-parallel), and
 //    its buffers (logits, log-softmax and their gradients, FP32 upcasts) cost
 //    kAaLogitsBytesPerElement bytes per token per vocabulary entry (Llama's V = 32000). This
@@ -78,6 +81,7 @@ int Main(int argc, char** argv) {
   framework.vocab_parallel_loss = HasFlag(argc, argv, "--vocab-parallel-loss");
   framework.unfused_glu = !HasFlag(argc, argv, "--megatron-kernels");
   framework.attention_output_copied = !HasFlag(argc, argv, "--megatron-kernels");
+  framework.pipeline_keeps_outputs = true;
   framework.workspace_bytes =
       FlagValue(argc, argv, "--workspace-gib", kFrameworkWorkspaceBytes / (1 << 30)) *
       (1 << 30);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "search/device_catalog.h"
 #include "search/model_math.h"
 #include "search/planner.h"
 #include "search/presets.h"
@@ -70,6 +71,43 @@ TEST(UnfusedKernelsTest, PyTorchOpSwigluAndCopiedAttentionOutputByHand) {
   EXPECT_NEAR(EstimateMemory(spec, c, 80e9, pytorch_ops).activations -
                   EstimateMemory(spec, c, 80e9, megatron).activations,
               layers * 2.0 * 2048 * 2 * (13824 + 5120) / 2, 1.0);
+}
+
+// A pipeline that keeps each in-flight micro-batch's stage output until its backward
+// (DeepSpeed's PipelineEngine) holds one more 16-bit [s, b, h] tensor per in-flight
+// micro-batch on every stage but the last: on the first stage of pp 4 with 1F1B, four.
+// Megatron-Core frees it once sent; FrameworkMemoryFor reads it from the framework.
+TEST(PipelineOutputsTest, KeptStageOutputsByHand) {
+  JobSpec spec;
+  spec.model = *FindPreset("llama2-13b");  // h 5120
+  spec.training.seq_length = 2048;
+  spec.training.global_batch_size = 64;
+  spec.training.flash_attention = true;
+  spec.training.dropout = false;
+  spec.cluster.gpu = "a100-80gb";
+  spec.cluster.num_gpus = 16;
+  ParallelConfig c;
+  c.tp = 2;
+  c.pp = 4;
+  c.dp = 2;
+  c.micro_batch_size = 2;
+  FrameworkMemory megatron, deepspeed;
+  deepspeed.pipeline_keeps_outputs = true;
+  // The first stage holds the most in-flight micro-batches and no loss buffers: the peak.
+  const MemoryBreakdown freed = EstimateMemory(spec, c, 80e9, megatron);
+  const MemoryBreakdown kept = EstimateMemory(spec, c, 80e9, deepspeed);
+  ASSERT_EQ(freed.loss_buffers, 0);
+  ASSERT_EQ(kept.loss_buffers, 0);
+  EXPECT_NEAR(kept.activations - freed.activations, 4 * 2.0 * 2048 * 2 * 5120, 1.0);
+  // One stage: nothing is sent, nothing kept.
+  c.pp = 1;
+  c.dp = 8;
+  EXPECT_DOUBLE_EQ(EstimateMemory(spec, c, 80e9, deepspeed).activations,
+                   EstimateMemory(spec, c, 80e9, megatron).activations);
+  const DeviceProfile a100 = *FindDevice("a100-80gb");
+  EXPECT_TRUE(FrameworkMemoryFor(a100, Framework::kMegatronDeepspeed).pipeline_keeps_outputs);
+  EXPECT_TRUE(FrameworkMemoryFor(a100, Framework::kDeepspeed).pipeline_keeps_outputs);
+  EXPECT_FALSE(FrameworkMemoryFor(a100, Framework::kMegatronCore).pipeline_keeps_outputs);
 }
 
 // Korthikanti et al. 2022, Section 4, for GPT with dropout, no flash attention, 16-bit.
