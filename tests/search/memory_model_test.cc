@@ -21,6 +21,19 @@ LayerActivationParams Llama13bTp2Params() {
   return p;
 }
 
+// Llama 2 13B on 16 A100-80GB: s 2048, global batch 64, flash, no dropout.
+JobSpec Llama13bJob() {
+  JobSpec spec;
+  spec.model = *FindPreset("llama2-13b");
+  spec.training.seq_length = 2048;
+  spec.training.global_batch_size = 64;
+  spec.training.flash_attention = true;
+  spec.training.dropout = false;
+  spec.cluster.gpu = "a100-80gb";
+  spec.cluster.num_gpus = 16;
+  return spec;
+}
+
 // A norm of PyTorch ops stores its input's FP32 copy and its 16-bit output instead of the
 // 16-bit input: 4 more bytes per element, for each of the two norms of a layer.
 TEST(UnfusedNormTest, StoresFourMoreBytesPerElementPerNorm) {
@@ -53,14 +66,7 @@ TEST(UnfusedKernelsTest, PyTorchOpSwigluAndCopiedAttentionOutputByHand) {
   p.unfused_glu = p.attention_output_copied = false;
   EXPECT_DOUBLE_EQ(LayerActivationBytes(model, p), full);
   // EstimateMemory takes both from the framework terms.
-  JobSpec spec;
-  spec.model = model;
-  spec.training.seq_length = 2048;
-  spec.training.global_batch_size = 64;
-  spec.training.flash_attention = true;
-  spec.training.dropout = false;
-  spec.cluster.gpu = "a100-80gb";
-  spec.cluster.num_gpus = 16;
+  const JobSpec spec = Llama13bJob();
   ParallelConfig c;
   c.tp = 2;
   c.dp = 8;
@@ -78,14 +84,7 @@ TEST(UnfusedKernelsTest, PyTorchOpSwigluAndCopiedAttentionOutputByHand) {
 // micro-batch on every stage but the last: on the first stage of pp 4 with 1F1B, four.
 // Megatron-Core frees it once sent; FrameworkMemoryFor reads it from the framework.
 TEST(PipelineOutputsTest, KeptStageOutputsByHand) {
-  JobSpec spec;
-  spec.model = *FindPreset("llama2-13b");  // h 5120
-  spec.training.seq_length = 2048;
-  spec.training.global_batch_size = 64;
-  spec.training.flash_attention = true;
-  spec.training.dropout = false;
-  spec.cluster.gpu = "a100-80gb";
-  spec.cluster.num_gpus = 16;
+  const JobSpec spec = Llama13bJob();  // h 5120
   ParallelConfig c;
   c.tp = 2;
   c.pp = 4;
