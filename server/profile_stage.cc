@@ -155,13 +155,7 @@ absl::Status ProfileStage::ApplyReport(TaskRecord& task, const std::string& work
       updated.state = TaskState::kFailed;
       break;
     default:  // FAILED, CANCELLED, unspecified: try again while attempts remain.
-      if (updated.task.attempt() >= broker_->max_attempts()) {
-        updated.state = TaskState::kFailed;
-        updated.result->set_message(absl::StrCat(result.message(), "; gave up after ",
-                                                 updated.task.attempt(), " attempts"));
-      } else {
-        requeue = true;
-      }
+      requeue = RetryOrGiveUp(updated, broker_->max_attempts());
       break;
   }
   if (absl::Status s = store_->PutTaskAndCache(updated, cache); !s.ok()) {

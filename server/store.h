@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "paratune/v1/job.pb.h"
 #include "paratune/v1/task.pb.h"
 
@@ -43,6 +44,17 @@ struct TaskRecord {
   /// The accepted result (kDone) or the last failure (kFailed).
   std::optional<v1::TaskResult> result;
 };
+
+/// After a failed or cancelled attempt (`record.result` set): true while the task may run
+/// again; once it has been leased `max_attempts` times it is FAILED and its result's
+/// message says so ("...; gave up after N attempts"), and false.
+inline bool RetryOrGiveUp(TaskRecord& record, int64_t max_attempts) {
+  if (record.task.attempt() < max_attempts) return true;
+  record.state = TaskState::kFailed;
+  record.result->set_message(absl::StrCat(record.result->message(), "; gave up after ",
+                                          record.task.attempt(), " attempts"));
+  return false;
+}
 
 /// Thread-compatible: callers serialise access (the JobManager holds its mutex).
 class Store {

@@ -94,6 +94,10 @@ Transition VerifyStage::Start(JobEntry& job) {
     next_index += static_cast<int64_t>(run.size());
     for (TaskRecord& t : run) tasks.push_back(std::move(t));
   }
+  return QueueTasks(job, std::move(tasks));
+}
+
+Transition VerifyStage::QueueTasks(JobEntry& job, std::vector<TaskRecord> tasks) {
   if (tasks.empty()) return {v1::JOB_STATE_SUCCEEDED, ""};
   if (absl::Status s = store_->PutTasks(tasks); !s.ok()) {
     return {v1::JOB_STATE_FAILED, absl::StrCat("store: ", s.message())};

@@ -62,6 +62,9 @@ class VerifyStage {
   absl::Status ApplyInferenceReport(TaskRecord& task, const std::string& worker_id,
                                     const v1::TaskResult& result);
   std::optional<Transition> CheckInference(JobEntry& job) const;
+  // Stores the job's new verify tasks, queues them and moves the job on to VERIFYING
+  // (SUCCEEDED when there are none, FAILED when the store refuses them).
+  Transition QueueTasks(JobEntry& job, std::vector<TaskRecord> tasks);
 
   Store* const store_;
   LeaseBroker* const broker_;

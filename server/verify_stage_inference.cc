@@ -99,16 +99,7 @@ Transition VerifyStage::StartInference(JobEntry& job) {
     v->set_status("verifying");
     tasks.push_back(std::move(t));
   }
-  if (tasks.empty()) return {v1::JOB_STATE_SUCCEEDED, ""};
-  if (absl::Status s = store_->PutTasks(tasks); !s.ok()) {
-    return {v1::JOB_STATE_FAILED, absl::StrCat("store: ", s.message())};
-  }
-  for (TaskRecord& t : tasks) {
-    broker_->Add(t.task);
-    job.tasks.push_back(std::move(t));
-  }
-  if (job.profiling_start_ms == 0) job.profiling_start_ms = clock_->NowMs();
-  return {v1::JOB_STATE_VERIFYING, ""};
+  return QueueTasks(job, std::move(tasks));
 }
 
 absl::Status VerifyStage::ApplyInferenceReport(TaskRecord& task, const std::string& worker_id,
@@ -126,13 +117,7 @@ absl::Status VerifyStage::ApplyInferenceReport(TaskRecord& task, const std::stri
       updated.state = TaskState::kFailed;
       break;
     default:  // FAILED, CANCELLED: again while attempts remain.
-      if (updated.task.attempt() >= broker_->max_attempts()) {
-        updated.state = TaskState::kFailed;
-        updated.result->set_message(absl::StrCat(result.message(), "; gave up after ",
-                                                 updated.task.attempt(), " attempts"));
-      } else {
-        requeue = true;
-      }
+      requeue = RetryOrGiveUp(updated, broker_->max_attempts());
       break;
   }
   if (absl::Status s = store_->PutTasks({updated}); !s.ok()) {
