@@ -68,6 +68,7 @@ class Simulation {
       std::exponential_distribution<double> gap(*w_.request_rate);
       double t = 0;
       for (int i = 0; i < w_.num_requests; ++i) {
+        requests_[static_cast<size_t>(i)].arrival = t;
         Push({t, EventKind::kArrival, i});
         t += gap(rng);
       }

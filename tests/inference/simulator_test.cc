@@ -144,6 +144,26 @@ TEST(SimulatorTest, PoissonArrivalsBelowCapacityAreServedAtTheirRate) {
   EXPECT_NEAR(r.output_tokens_per_sec, 5.0 * 64, 20);
 }
 
+// Latencies count from each request's own arrival: requests that arrive minutes apart are
+// each served alone, so every one's TTFT is the lone request's prefill step and its
+// end-to-end latency the lone request's (OneRequestsTtftIsItsPrefillStep), however late
+// it arrives.
+TEST(SimulatorTest, PoissonArrivalsCountLatencyFromTheirOwnArrival) {
+  const StepModel m = Llama8bOnH100();
+  SimWorkload w;
+  w.isl = 2048;
+  w.osl = 64;
+  w.num_requests = 1;
+  const SimulationResult alone = Simulate({Engine(&m)}, w);
+  w.request_rate = 0.001;  // a mean gap of 1000 s against well under a second per request
+  w.num_requests = 20;
+  const SimulationResult r = Simulate({Engine(&m)}, w);
+  ASSERT_EQ(r.completed, 20);
+  EXPECT_NEAR(r.ttft_ms.p99, alone.ttft_ms.p50, 1e-3);
+  EXPECT_NEAR(r.ttft_ms.p50, alone.ttft_ms.p50, 1e-3);
+  EXPECT_NEAR(r.e2e_latency_ms.p99, alone.e2e_latency_ms.p50, 1e-3);
+}
+
 TEST(SimulatorTest, PercentilesAreNearestRank) {
   std::vector<double> v;
   for (int i = 100; i >= 1; --i) v.push_back(i);
