@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/communicator.h"
+#include "kernels/rank_threads.h"
 #include "kernels/status_macros.h"
 
 namespace paratune::kernels {
@@ -155,33 +156,18 @@ absl::StatusOr<std::vector<CollectiveSample>> RunCollectiveSweep(
   const std::string prefix = absl::StrCat("sweep", sweep_id.fetch_add(1));
   std::vector<std::vector<CollectiveSample>> per_rank(
       k, std::vector<CollectiveSample>(config.sizes_bytes.size()));
-  std::vector<absl::Status> status(k);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < k; ++r) {
-    threads.emplace_back([&, r]() {
-      status[r] = [&]() -> absl::Status {
-        std::unique_ptr<Backend> be;
-        if (config.backend == BackendKind::kCuda) {
-          PT_ASSIGN_OR_RETURN(be, MakeCudaBackend(r, 0));
-        } else {
-          be = MakeCpuBackend(0, 1);
-        }
-        std::unique_ptr<Communicator> comm;
-        if (k == 1) {
-          comm = MakeSelfCommunicator(*be);
-        } else if (config.backend == BackendKind::kCuda) {
-          PT_ASSIGN_OR_RETURN(comm, MakeNcclCommunicator(*be, rendezvous, prefix, r, k));
-        } else {
-          PT_ASSIGN_OR_RETURN(comm, MakeGlooCommunicator(rendezvous, prefix, r, k));
-        }
-        return RunRank(config, *comm, *be, per_rank[r]);
-      }();
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (const absl::Status& s : status) {
-    if (!s.ok()) return s;
-  }
+  const bool cuda = config.backend == BackendKind::kCuda;
+  PT_RETURN_IF_ERROR(RunRankThreads(k, [&](int r) -> absl::Status {
+    std::unique_ptr<Backend> be;
+    if (cuda) {
+      PT_ASSIGN_OR_RETURN(be, MakeCudaBackend(r, 0));
+    } else {
+      be = MakeCpuBackend(0, 1);
+    }
+    PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                        MakeGroupCommunicator(*be, cuda, rendezvous, prefix, r, k));
+    return RunRank(config, *comm, *be, per_rank[r]);
+  }));
   std::vector<CollectiveSample> out = per_rank[0];
   const double factor = BusBandwidthFactor(config.op, k);
   for (size_t si = 0; si < out.size(); ++si) {

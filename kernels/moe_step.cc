@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/communicator.h"
+#include "kernels/rank_threads.h"
 #include "kernels/hash_random.h"
 #include "kernels/status_macros.h"
 #include "kernels/tensor.h"
@@ -21,16 +22,6 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-PhaseTiming Summarise(const std::string& name, std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  PhaseTiming p;
-  p.phase = name;
-  p.min_s = v.front();
-  p.max_s = v.back();
-  const size_t n = v.size();
-  p.median_s = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  return p;
-}
 
 constexpr int kPhases = 6;  // forward, backward, dispatch/combine fwd, bwd, experts fwd, bwd
 constexpr const char* kPhaseNames[kPhases] = {
@@ -131,50 +122,27 @@ absl::StatusOr<MoeStepResult> RunMoeLayerStep(const MoeStepConfig& config) {
   static std::atomic<int> run_id{0};
   const std::string prefix = absl::StrCat("moe", run_id.fetch_add(1), "/");
   std::vector<RankOutput> outputs(world);
-  std::vector<absl::Status> status(world);
-  std::vector<std::thread> threads;
-  for (int er = 0; er < ep; ++er) {
-    for (int tr = 0; tr < etp; ++tr) {
-      threads.emplace_back([&, er, tr]() {
-        const int rank = er * etp + tr;
-        status[rank] = [&]() -> absl::Status {
-          // One device per rank on CUDA (NCCL groups); host memory and Gloo on CPU.
-          std::unique_ptr<Backend> be;
-          if (cuda) {
-            PT_ASSIGN_OR_RETURN(be, MakeCudaBackend(rank, config.capacity_bytes_per_rank));
-          } else {
-            be = MakeCpuBackend(config.capacity_bytes_per_rank, config.threads_per_rank);
-          }
-          auto group = [&](const std::string& name, int r,
-                           int size) -> absl::StatusOr<std::unique_ptr<Communicator>> {
-            if (size == 1) return MakeSelfCommunicator(*be);
-            if (cuda) return MakeNcclCommunicator(*be, rendezvous, prefix + name, r, size);
-            return MakeGlooCommunicator(rendezvous, prefix + name, r, size);
-          };
-          // The barrier between iterations exchanges nothing: Gloo on either backend.
-          std::unique_ptr<Communicator> all;
-          if (world == 1) {
-            all = MakeSelfCommunicator();
-          } else {
-            PT_ASSIGN_OR_RETURN(all,
-                                MakeGlooCommunicator(rendezvous, prefix + "world", rank, world));
-          }
-          PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> ep_group,
-                              group(absl::StrCat("ep", tr), er, ep));
-          PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> etp_group,
-                              group(absl::StrCat("etp", er), tr, etp));
-          return RunRank(config, *be, *all, *ep_group, *etp_group, outputs[rank]);
-        }();
-      });
+  // Rank er * etp + tr: etp fastest.
+  PT_RETURN_IF_ERROR(RunRankThreads(world, [&](int rank) -> absl::Status {
+    const int er = rank / etp, tr = rank % etp;
+    // One device per rank on CUDA (NCCL groups); host memory and Gloo on CPU.
+    std::unique_ptr<Backend> be;
+    if (cuda) {
+      PT_ASSIGN_OR_RETURN(be, MakeCudaBackend(rank, config.capacity_bytes_per_rank));
+    } else {
+      be = MakeCpuBackend(config.capacity_bytes_per_rank, config.threads_per_rank);
     }
-  }
-  for (std::thread& t : threads) t.join();
-  // An out-of-memory rank leaves its peers waiting in a collective until Gloo's timeout;
-  // its own status (ResourceExhausted) is the one to report.
-  for (const absl::Status& s : status) {
-    if (s.code() == absl::StatusCode::kResourceExhausted) return s;
-  }
-  for (const absl::Status& s : status) PT_RETURN_IF_ERROR(s);
+    // The barrier between iterations exchanges nothing: Gloo on either backend.
+    PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> all,
+                        MakeGroupCommunicator(rendezvous, prefix + "world", rank, world));
+    PT_ASSIGN_OR_RETURN(
+        std::unique_ptr<Communicator> ep_group,
+        MakeGroupCommunicator(*be, cuda, rendezvous, absl::StrCat(prefix, "ep", tr), er, ep));
+    PT_ASSIGN_OR_RETURN(
+        std::unique_ptr<Communicator> etp_group,
+        MakeGroupCommunicator(*be, cuda, rendezvous, absl::StrCat(prefix, "etp", er), tr, etp));
+    return RunRank(config, *be, *all, *ep_group, *etp_group, outputs[rank]);
+  }));
   MoeStepResult result;
   std::array<std::vector<double>, kPhases> per_phase;
   std::vector<double> total;
@@ -190,11 +158,11 @@ absl::StatusOr<MoeStepResult> RunMoeLayerStep(const MoeStepConfig& config) {
     }
     total.push_back(slowest_total);
   }
-  result.phases.push_back(Summarise(kPhaseNames[0], per_phase[0]));
-  result.phases.push_back(Summarise(kPhaseNames[1], per_phase[1]));
-  result.phases.push_back(Summarise("total", total));
+  result.phases.push_back(PhaseTiming::Of(kPhaseNames[0], per_phase[0]));
+  result.phases.push_back(PhaseTiming::Of(kPhaseNames[1], per_phase[1]));
+  result.phases.push_back(PhaseTiming::Of("total", total));
   for (int p = 2; p < kPhases; ++p)
-    result.phases.push_back(Summarise(kPhaseNames[p], per_phase[p]));
+    result.phases.push_back(PhaseTiming::Of(kPhaseNames[p], per_phase[p]));
   result.tokens_per_expert.assign(config.layer.num_experts, 0);
   for (int er = 0; er < ep; ++er) {
     const RankOutput& o = outputs[er * etp];

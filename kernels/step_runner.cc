@@ -14,6 +14,7 @@
 #include "kernels/backend.h"
 #include "kernels/communicator.h"
 #include "kernels/hash_random.h"
+#include "kernels/rank_threads.h"
 #include "kernels/status_macros.h"
 #include "kernels/transformer_layer.h"
 #include "kernels/vocab_parallel.h"
@@ -31,16 +32,6 @@ double Now() {
       .count();
 }
 
-PhaseTiming Summarise(const std::string& name, std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  PhaseTiming p;
-  p.phase = name;
-  p.min_s = v.front();
-  p.max_s = v.back();
-  const size_t n = v.size();
-  p.median_s = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  return p;
-}
 
 struct RankOutput {
   std::vector<StepTimes> steps;
@@ -198,6 +189,17 @@ absl::Status StepConfig::Validate() const {
   return absl::OkStatus();
 }
 
+PhaseTiming PhaseTiming::Of(std::string phase, std::vector<double> seconds) {
+  std::sort(seconds.begin(), seconds.end());
+  PhaseTiming p;
+  p.phase = std::move(phase);
+  p.min_s = seconds.front();
+  p.max_s = seconds.back();
+  const size_t n = seconds.size();
+  p.median_s = n % 2 == 1 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
+  return p;
+}
+
 absl::StatusOr<StepResult> RunLayerStep(const StepConfig& config) {
   PT_RETURN_IF_ERROR(config.Validate());
   const int t = static_cast<int>(config.layer.parallel.tp);
@@ -211,37 +213,18 @@ absl::StatusOr<StepResult> RunLayerStep(const StepConfig& config) {
   static std::atomic<int> run_id{0};
   const std::string prefix = absl::StrCat("step", run_id.fetch_add(1));
   std::vector<RankOutput> outs(t);
-  std::vector<absl::Status> status(t);
-  std::vector<std::thread> pool;
-  for (int r = 0; r < t; ++r) {
-    pool.emplace_back([&, r]() {
-      status[r] = [&]() -> absl::Status {
-        std::unique_ptr<Backend> be;
-        if (config.backend == BackendKind::kCuda) {
-          PT_ASSIGN_OR_RETURN(be, MakeCudaBackend(r, config.capacity_bytes_per_rank));
-        } else {
-          be = MakeCpuBackend(config.capacity_bytes_per_rank, threads);
-        }
-        std::unique_ptr<Communicator> comm;
-        if (t == 1) {
-          comm = MakeSelfCommunicator(*be);
-        } else if (config.backend == BackendKind::kCuda) {
-          PT_ASSIGN_OR_RETURN(comm, MakeNcclCommunicator(*be, rendezvous, prefix, r, t));
-        } else {
-          PT_ASSIGN_OR_RETURN(comm, MakeGlooCommunicator(rendezvous, prefix, r, t));
-        }
-        return RunRank(config, *comm, *be, outs[r]);
-      }();
-    });
-  }
-  for (std::thread& th : pool) th.join();
-  // Out of memory first (it is a result), then any other failure.
-  for (const absl::Status& s : status) {
-    if (absl::IsResourceExhausted(s)) return s;
-  }
-  for (const absl::Status& s : status) {
-    if (!s.ok()) return s;
-  }
+  const bool cuda = config.backend == BackendKind::kCuda;
+  PT_RETURN_IF_ERROR(RunRankThreads(t, [&](int r) -> absl::Status {
+    std::unique_ptr<Backend> be;
+    if (cuda) {
+      PT_ASSIGN_OR_RETURN(be, MakeCudaBackend(r, config.capacity_bytes_per_rank));
+    } else {
+      be = MakeCpuBackend(config.capacity_bytes_per_rank, threads);
+    }
+    PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                        MakeGroupCommunicator(*be, cuda, rendezvous, prefix, r, t));
+    return RunRank(config, *comm, *be, outs[r]);
+  }));
   StepResult result;
   const size_t steps = outs[0].steps.size();
   std::vector<double> fwd(steps), bwd(steps), rec(steps), comm(steps), total(steps), sync(steps),
@@ -259,10 +242,10 @@ absl::StatusOr<StepResult> RunLayerStep(const StepConfig& config) {
       ex_bwd[i] = std::max(ex_bwd[i], s.extras_backward);
     }
   }
-  result.phases = {Summarise("forward", fwd),     Summarise("backward", bwd),
-                   Summarise("recompute", rec),   Summarise("tp_comm", comm),
-                   Summarise("total", total),     Summarise("grad_sync", sync),
-                   Summarise("extras_forward", ex_fwd), Summarise("extras_backward", ex_bwd)};
+  result.phases = {PhaseTiming::Of("forward", fwd),     PhaseTiming::Of("backward", bwd),
+                   PhaseTiming::Of("recompute", rec),   PhaseTiming::Of("tp_comm", comm),
+                   PhaseTiming::Of("total", total),     PhaseTiming::Of("grad_sync", sync),
+                   PhaseTiming::Of("extras_forward", ex_fwd), PhaseTiming::Of("extras_backward", ex_bwd)};
   for (const RankOutput& o : outs) result.peak_bytes_per_rank.push_back(o.peak_bytes);
   result.peak_bytes_by_tag = outs[0].peak_by_tag;
   result.activation_bytes = outs[0].activation_bytes;

@@ -62,6 +62,8 @@ struct PhaseTiming {
   double median_s = 0;
   double min_s = 0;
   double max_s = 0;
+  /// The timing of `phase` over `seconds` (one sample per timed step; not empty).
+  static PhaseTiming Of(std::string phase, std::vector<double> seconds);
 };
 
 struct StepResult {

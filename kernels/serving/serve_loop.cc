@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/communicator.h"
+#include "kernels/rank_threads.h"
 #include "kernels/status_macros.h"
 
 namespace paratune::kernels::serving {
@@ -241,27 +242,11 @@ absl::StatusOr<ServeResult> RunServeLoop(const ServeOptions& options) {
   static std::atomic<int> group{0};
   const std::string prefix = absl::StrCat("serve", group.fetch_add(1));
   ServeResult result;
-  std::vector<absl::Status> status(t);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < t; ++r) {
-    threads.emplace_back([&, r]() {
-      status[r] = [&]() -> absl::Status {
-        std::unique_ptr<Communicator> comm;
-        if (t == 1) {
-          comm = MakeSelfCommunicator();
-        } else {
-          PT_ASSIGN_OR_RETURN(comm, MakeGlooCommunicator(rendezvous, prefix, r, t));
-        }
-        return RunRank(options, trace, *comm, &result);
-      }();
-    });
-  }
-  for (auto& th : threads) th.join();
-  // Out of memory on one rank leaves its peers with a closed connection: report the OOM.
-  for (const absl::Status& s : status) {
-    if (absl::IsResourceExhausted(s)) return s;
-  }
-  for (const absl::Status& s : status) PT_RETURN_IF_ERROR(s);
+  PT_RETURN_IF_ERROR(RunRankThreads(t, [&](int r) -> absl::Status {
+    PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                        MakeGroupCommunicator(rendezvous, prefix, r, t));
+    return RunRank(options, trace, *comm, &result);
+  }));
   return result;
 }
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/communicator.h"
+#include "kernels/rank_threads.h"
 #include "kernels/hash_random.h"
 #include "kernels/serving/serving_model.h"
 #include "kernels/status_macros.h"
@@ -140,28 +141,11 @@ absl::StatusOr<ServingStepResult> RunServingStep(const ServingStepConfig& config
   const std::string prefix = absl::StrCat("serving-step", group.fetch_add(1));
   ServingStepResult result;
   result.peak_bytes_per_rank.assign(t, 0);
-  std::vector<absl::Status> status(t);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < t; ++r) {
-    threads.emplace_back([&, r]() {
-      status[r] = [&]() -> absl::Status {
-        std::unique_ptr<Communicator> comm;
-        if (t == 1) {
-          comm = MakeSelfCommunicator();
-        } else {
-          PT_ASSIGN_OR_RETURN(comm, MakeGlooCommunicator(rendezvous, prefix, r, t));
-        }
-        return RunRank(config, *comm, &result);
-      }();
-    });
-  }
-  for (auto& th : threads) th.join();
-  // An out-of-memory rank closes its communicator while its peers may still be connecting or
-  // waiting in a collective; its own status (ResourceExhausted) is the result to report.
-  for (const absl::Status& s : status) {
-    if (absl::IsResourceExhausted(s)) return s;
-  }
-  for (const absl::Status& s : status) PT_RETURN_IF_ERROR(s);
+  PT_RETURN_IF_ERROR(RunRankThreads(t, [&](int r) -> absl::Status {
+    PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                        MakeGroupCommunicator(rendezvous, prefix, r, t));
+    return RunRank(config, *comm, &result);
+  }));
   return result;
 }
 
