@@ -77,8 +77,8 @@ ninja -C "${build_dir}" -j2 "${targets[@]}" >"${build_dir}/fuzz-build.log" 2>&1 
 run_root="${build_dir}/runs/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "${run_root}"
 echo "# ${engine}, -fsanitize=address,undefined, ${seconds} s per target, ${cxx} $(${cxx} -dumpversion)"
-printf '# %-16s %12s %10s %8s %8s %9s  %s\n' target runs exec/s crashes corpus peak_rss status
-printf '# %-16s %12s %10s %8s %8s %9s  %s\n' "" count "1/s" count inputs MB ""
+printf '# %-24s %12s %10s %8s %8s %9s  %s\n' target runs exec/s crashes corpus peak_rss status
+printf '# %-24s %12s %10s %8s %8s %9s  %s\n' "" count "1/s" count inputs MB ""
 failed=0
 total_runs=0
 for name in "${targets[@]}"; do
@@ -108,7 +108,7 @@ for name in "${targets[@]}"; do
     failed=1
   fi
   total_runs=$((total_runs + ${runs:-0}))
-  printf '  %-16s %12s %10s %8s %8s %9s  %s\n' "${name}" "${runs:-?}" "${rate:-?}" "${crashes}" \
+  printf '  %-24s %12s %10s %8s %8s %9s  %s\n' "${name}" "${runs:-?}" "${rate:-?}" "${crashes}" \
     "${inputs}" "${rss:-?}" "${status}"
 done
 if [[ ${failed} -eq 0 ]]; then
