@@ -9,11 +9,13 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/training/training.h"
 #include "nlohmann/json.hpp"
+#include "tests/training/loss_harness.h"
 
 namespace paratune::kernels::training {
 namespace {
@@ -47,36 +49,23 @@ std::pair<nlohmann::json, nlohmann::json> RunTwoProcesses(const std::string& fla
   return out;
 }
 
-// The model both tests train: its paratune-train flags and, as one rank, its config.
+// The model both tests train: its paratune-train flags and, as one rank, its config (the
+// harness's tiny model, three steps).
 constexpr char kModelFlags[] =
     " --hidden 32 --heads 4 --vocab 64 --layers 4 --seq 16 --micro-batch 2 --steps 3"
     " --lr 0.01";
 TrainConfig SingleRankModel() {
-  TrainConfig c;
-  c.shape.hidden_size = 32;
-  c.shape.num_attention_heads = 4;
-  c.shape.vocab_size = 64;
-  c.num_layers = 4;
-  c.seq_length = 16;
-  c.parallel.micro_batch_size = 2;
-  c.num_micro_batches = 4;
+  TrainConfig c = Tiny();
   c.steps = 3;
-  c.lr = 0.01f;
   return c;
 }
 
 // Both processes report the losses of `reference` run in this process.
 void ExpectLossesOf(const TrainConfig& reference, const nlohmann::json& a,
                     const nlohmann::json& b) {
-  absl::StatusOr<TrainResult> ref = RunTrainingInProcess(reference);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  ASSERT_EQ(a["losses"].size(), 3u);
-  ASSERT_EQ(b["losses"].size(), 3u);
-  for (int i = 0; i < 3; ++i) {
-    const double want = ref->losses[i];
-    EXPECT_NEAR(a["losses"][i].get<double>(), want, 1e-5 * want) << "step " << i;
-    EXPECT_NEAR(b["losses"][i].get<double>(), want, 1e-5 * want) << "step " << i;
-  }
+  const std::vector<double> want = Losses(reference);
+  ExpectSame(a["losses"].get<std::vector<double>>(), want);
+  ExpectSame(b["losses"].get<std::vector<double>>(), want);
 }
 
 TEST(MultiProcessTrainingTest, TwoProcessesEqualSingleRank) {
