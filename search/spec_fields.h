@@ -26,16 +26,23 @@ absl::StatusOr<double> SpecDouble(const nlohmann::json& v, const std::string& pa
 absl::StatusOr<bool> SpecBool(const nlohmann::json& v, const std::string& path);
 absl::StatusOr<std::string> SpecString(const nlohmann::json& v, const std::string& path);
 
-/// A field's value as an enum given by name, parsed with `parse` (a `ParseX(name)` that
-/// returns StatusOr<X>); its error is prefixed with `path`.
+/// `name` parsed with `parse` (a `ParseX(name)` that returns StatusOr<X>); its error is
+/// prefixed with `path`.
+template <typename Parse>
+auto ParseSpecName(const std::string& name, const std::string& path, Parse parse)
+    -> decltype(parse(std::string())) {
+  auto r = parse(name);
+  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
+  return *r;
+}
+
+/// A field's value as an enum given by name (ParseSpecName).
 template <typename Parse>
 auto SpecEnum(const nlohmann::json& v, const std::string& path, Parse parse)
     -> decltype(parse(std::string())) {
   auto s = SpecString(v, path);
   if (!s.ok()) return s.status();
-  auto r = parse(*s);
-  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
-  return *r;
+  return ParseSpecName(*s, path, parse);
 }
 
 /// The value at `key`, or nullptr when it is absent or null ("not given").
@@ -69,8 +76,8 @@ absl::Status ReadSpecEnum(const nlohmann::json& obj, const std::string& section,
   auto s = SpecString(*v, path);
   if (!s.ok()) return s.status();
   if (s->empty()) return absl::OkStatus();
-  auto r = parse(*s);
-  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", r.status().message()));
+  auto r = ParseSpecName(*s, path, parse);
+  if (!r.ok()) return r.status();
   *out = *r;
   return absl::OkStatus();
 }
