@@ -141,14 +141,9 @@ int Main(int argc, char** argv) {
                           {"predicted_gib", predicted},
                           {"error", error}});
   }
-  std::sort(bloom_errors.begin(), bloom_errors.end());
-  const auto median = [](const std::vector<double>& v) {
-    if (v.empty()) return 0.0;
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  };
-  const double bloom_median = median(bloom_errors);
-  const double bloom_max = bloom_errors.empty() ? 0 : bloom_errors.back();
+  const double bloom_median = Median(bloom_errors);
+  const double bloom_max =
+      bloom_errors.empty() ? 0 : *std::max_element(bloom_errors.begin(), bloom_errors.end());
 
   if (json_out) {
     nlohmann::json out;

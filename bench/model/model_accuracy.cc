@@ -195,12 +195,6 @@ std::vector<Row> FsdpRows(const nlohmann::json& data, bool verbose) {
   return rows;
 }
 
-double MedianOf(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 // Orderings: full recompute / (SP + selective), published vs predicted.
 struct Ordering {
   std::string model;
@@ -240,7 +234,7 @@ void PrintJson(const std::vector<Row>& rows, const std::vector<Ordering>& orderi
                                    {"error", r.error}});
     fsdp_errors.push_back(r.error);
   }
-  out["fsdp_median_error"] = MedianOf(fsdp_errors);
+  out["fsdp_median_error"] = Median(fsdp_errors);
   out["fsdp_max_error"] =
       fsdp_errors.empty() ? 0 : *std::max_element(fsdp_errors.begin(), fsdp_errors.end());
   for (const Row& r : rows) {
@@ -373,7 +367,7 @@ void PrintMoeTable(const std::string& dir, const MoeResult& moe) {
   int over = 0;
   for (double e : errors) over += e > 0.20 ? 1 : 0;
   std::printf("# #wrong (MoE rows over the 20 %% bound): %d of %zu\n", over, errors.size());
-  std::printf("# MoE model error: median %.1f %%, max %.1f %%\n", 100 * MedianOf(errors),
+  std::printf("# MoE model error: median %.1f %%, max %.1f %%\n", 100 * Median(errors),
               100 * (errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end())));
   if (moe.study_rows.empty()) return;
   // Studies whose source varies one knob over short runs: each row's throughput relative
@@ -389,7 +383,7 @@ void PrintMoeTable(const std::string& dir, const MoeResult& moe) {
     gaps.push_back(std::abs(r.error));
   }
   std::printf("# relative studies: %zu rows, ratio error median %.3f, max %.3f\n", gaps.size(),
-              MedianOf(gaps), gaps.empty() ? 0.0 : *std::max_element(gaps.begin(), gaps.end()));
+              Median(gaps), gaps.empty() ? 0.0 : *std::max_element(gaps.begin(), gaps.end()));
 }
 
 void PrintFsdpTable(const std::string& dir, const std::vector<Row>& rows) {
@@ -405,7 +399,7 @@ void PrintFsdpTable(const std::string& dir, const std::vector<Row>& rows) {
   }
   const double max = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
   std::printf("# FSDP model error: median %.1f %%, max %.1f %% over %zu rows\n",
-              100 * MedianOf(errors), 100 * max, errors.size());
+              100 * Median(errors), 100 * max, errors.size());
 }
 
 int Main(int argc, char** argv) {
@@ -460,7 +454,7 @@ int Main(int argc, char** argv) {
     for (const auto& [id, reason] : moe.skipped) {
       m["skipped"].push_back({{"id", id}, {"reason", reason}});
     }
-    m["median_error"] = MedianOf(errors);
+    m["median_error"] = Median(errors);
     m["max_error"] = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
     PrintJson(rows, orderings, median, max, fsdp, m);
   } else {

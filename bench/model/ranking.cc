@@ -56,10 +56,6 @@ struct Layout {
   double predicted = 0;  ///< tokens/s/GPU.
 };
 
-std::string Str(const nlohmann::json& r, const char* key) {
-  return r.contains(key) && r[key].is_string() ? r[key].get<std::string>() : std::string();
-}
-
 // Aleph Alpha's rows: one group per model, sequence length and GPU count.
 std::vector<Layout> AlephLayouts(const nlohmann::json& sweep) {
   std::vector<Layout> out;
@@ -153,13 +149,6 @@ GroupScore Score(const std::string& name, const std::vector<const Layout*>& g) {
   s.regret = 1.0 - measured[chosen] / measured[best];
   s.best_found = measured[chosen] == measured[best];
   return s;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 int Main(int argc, char** argv) {

@@ -1,5 +1,6 @@
 #include "bench/model/records.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -11,7 +12,6 @@
 #include "search/framework_profile.h"
 
 namespace paratune::bench {
-namespace {
 
 std::string Str(const nlohmann::json& r, const char* key) {
   return r.contains(key) && r[key].is_string() ? r[key].get<std::string>() : std::string();
@@ -23,7 +23,12 @@ bool Stated(const nlohmann::json& r, const char* key) {
   return r.contains(key) && !r[key].is_null();
 }
 
-}  // namespace
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 std::string DataDir(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i) {

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,15 @@
 #include "search/specs.h"
 
 namespace paratune::bench {
+
+/// A record's field: the string (empty when absent or not a string), the number
+/// (`fallback` when absent or not a number), and whether it is given (present, not null).
+std::string Str(const nlohmann::json& r, const char* key);
+int64_t Int(const nlohmann::json& r, const char* key, int64_t fallback);
+bool Stated(const nlohmann::json& r, const char* key);
+
+/// The median of `v` (the mean of the two middle values for an even count; 0 when empty).
+double Median(std::vector<double> v);
 
 /// --data DIR if given, else $PARATUNE_SOURCE_DIR/../shared/data, else the directory
 /// compiled in (the checkout's ../shared/data).

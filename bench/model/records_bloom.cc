@@ -14,10 +14,6 @@ constexpr int64_t kBloomPaddedVocab = 250880;
 // A100 figure reaches on HDR (22 of 25 GB/s).
 constexpr double kJeanZayNetworkGbps = 4 * 100.0 / 8 / 8 * (22.0 / 25.0);
 
-std::string Str(const nlohmann::json& r, const char* key) {
-  return r.contains(key) && r[key].is_string() ? r[key].get<std::string>() : std::string();
-}
-
 }  // namespace
 
 std::vector<BloomRecord> BloomRecords(const nlohmann::json& sweep) {

@@ -14,16 +14,6 @@
 namespace paratune::bench {
 namespace {
 
-std::string Str(const nlohmann::json& r, const char* key) {
-  return r.contains(key) && r[key].is_string() ? r[key].get<std::string>() : std::string();
-}
-bool Stated(const nlohmann::json& r, const char* key) {
-  return r.contains(key) && !r[key].is_null();
-}
-int64_t Int(const nlohmann::json& r, const char* key, int64_t fallback) {
-  return r.contains(key) && r[key].is_number() ? r[key].get<int64_t>() : fallback;
-}
-
 // The preset of a record's model_name ("Qwen3-235B-A22B" -> qwen3-235b-a22b).
 std::string PresetOf(const std::string& model_name) {
   // "DeepSeek V3 671B" and "DeepSeek-V3" alike.
