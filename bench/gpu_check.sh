@@ -6,11 +6,13 @@
 #      bandwidth against the device copy bandwidth;
 #   3. layer_step: one GPT layer forward + backward in bf16 against cuBLAS;
 #   4. paratune-train: a 24-layer 1.3B-class GPT step in bf16;
-#   5. a coordinator, a CUDA worker and the 350M verify spec (profile, top 3 trained).
+#   5. a coordinator, a CUDA worker, the 350M verify spec and the small MoE verify spec
+#      (profile, top 3 trained), each on the device kind the worker reports.
 #
 #   bench/gpu_check.sh [--bin DIR] [--tests DIR] [--out DIR] [--verify-spec FILE]
-#                      [--only verify] [--worker-backend cuda|cpu]
-# Defaults: build/bin, build/tests, ./gpu-check, deploy/examples/gpt-350m-h100-verify.yaml. Each step's log goes to OUT; the summary
+#                      [--moe-verify-spec FILE|""] [--only verify] [--worker-backend cuda|cpu]
+# Defaults: build/bin, build/tests, ./gpu-check, deploy/examples/gpt-350m-h100-verify.yaml,
+# deploy/examples/moe-1xh100-verify.yaml. Each step's log goes to OUT; the summary
 # (one line per step, PASS/FAIL and its figures) is printed last. Exit 1 if a step failed.
 set -uo pipefail
 
@@ -18,6 +20,7 @@ BIN=build/bin
 TESTS=build/tests
 OUT=gpu-check
 SPEC=deploy/examples/gpt-350m-h100-verify.yaml
+MOE_SPEC=deploy/examples/moe-1xh100-verify.yaml
 ONLY=
 BACKEND=cuda
 while [[ $# -gt 0 ]]; do
@@ -26,6 +29,7 @@ while [[ $# -gt 0 ]]; do
     --tests) TESTS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --verify-spec) SPEC=$2; shift 2 ;;
+    --moe-verify-spec) MOE_SPEC=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
     --worker-backend) BACKEND=$2; shift 2 ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
@@ -66,22 +70,39 @@ step paratune_train 300 "$BIN/paratune-train" --backend cuda --dtype bf16 --hidd
   --steps 4
 fi
 
-# The verify run: a coordinator and a CUDA worker on this machine.
+# The verify runs: a coordinator and a CUDA worker on this machine. Each spec names a device
+# kind; it runs on the kind the worker reports (an H200 runs the H100 specs as h200-141gb).
 DB=$(mktemp -d)/paratune.db
 "$BIN/paratune-coordinator" --db "$DB" --bind 127.0.0.1 --grpc-port 50151 --http-port -1 \
   >"$OUT/coordinator.log" 2>&1 &
 COORD=$!
 "$BIN/paratune-worker" --coordinator 127.0.0.1:50151 --backend "$BACKEND" >"$OUT/worker.log" 2>&1 &
 WORKER=$!
-step verify 400 "$BIN/paratune" submit --coordinator 127.0.0.1:50151 \
-  --spec "$SPEC" --watch
-JOB=$(grep -o 'job-[0-9a-f]*' "$OUT/verify.log" | head -1)
-if [[ -n "$JOB" ]]; then
-  "$BIN/paratune" results --coordinator 127.0.0.1:50151 "$JOB" >"$OUT/verify_results.txt" 2>&1
-  "$BIN/paratune" results --coordinator 127.0.0.1:50151 --json "$JOB" \
-    >"$OUT/verify_results.json" 2>&1
-  cat "$OUT/verify_results.txt"
-fi
+KIND=
+for _ in $(seq 1 300); do  # the worker prints its kind once registered
+  KIND=$(grep -o 'device kind [a-z0-9-]*' "$OUT/worker.log" | head -1 | cut -d' ' -f3)
+  [[ -n "$KIND" ]] || ! kill -0 "$WORKER" 2>/dev/null && break
+  sleep 0.1
+done
+echo "worker device kind: ${KIND:-unknown}"
+verify() {  # verify NAME SPEC: submit, watch, then the results as text and JSON
+  local name=$1 spec=$2
+  if [[ -n "$KIND" ]]; then
+    sed -E "s/^( *gpu: *).*/\1$KIND/" "$spec" >"$OUT/$name.yaml"
+    spec=$OUT/$name.yaml
+  fi
+  step "$name" 400 "$BIN/paratune" submit --coordinator 127.0.0.1:50151 --spec "$spec" --watch
+  local job
+  job=$(grep -o 'job-[0-9a-f]*' "$OUT/$name.log" | head -1)
+  if [[ -n "$job" ]]; then
+    "$BIN/paratune" results --coordinator 127.0.0.1:50151 "$job" >"$OUT/${name}_results.txt" 2>&1
+    "$BIN/paratune" results --coordinator 127.0.0.1:50151 --json "$job" \
+      >"$OUT/${name}_results.json" 2>&1
+    cat "$OUT/${name}_results.txt"
+  fi
+}
+verify verify "$SPEC"
+[[ -n "$MOE_SPEC" ]] && verify verify_moe "$MOE_SPEC"
 kill "$WORKER" "$COORD" 2>/dev/null
 wait 2>/dev/null
 

@@ -61,6 +61,10 @@ absl::Status LayerConfig::Validate() const {
         absl::StrCat("dtype (", DTypeName(dtype), ") must be a floating-point type"));
   }
   if (is_moe()) {
+    if (!mlp) {
+      return absl::InvalidArgumentError(
+          "mlp must be true in a mixture-of-experts layer (the experts are its MLP block)");
+    }
     if (absl::Status s = moe.Validate(); !s.ok()) return s;
     if (moe.hidden != shape.hidden_size || moe.ep != parallel.ep || moe.etp != parallel.etp) {
       return absl::InvalidArgumentError(

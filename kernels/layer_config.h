@@ -45,6 +45,10 @@ struct LayerConfig {
   /// (Megatron-LM's rule for experts with TP), so every rank routes its own s/t·b tokens
   /// (etp = 1) or the ETP (= TP) group gathers them first (etp = tp).
   MoeLayerConfig moe;
+  /// False: the MLP block is the identity (the second norm's output is added back), so the
+  /// layer is its attention part alone, the part of a mixture-of-experts layer that a MoE
+  /// layer task (kernels/moe_step.h) does not time. Excludes moe.
+  bool mlp = true;
 
   int64_t num_query_groups() const {
     return shape.num_query_groups > 0 ? shape.num_query_groups : shape.num_attention_heads;

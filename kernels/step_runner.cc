@@ -142,7 +142,7 @@ double LayerFlops(const LayerConfig& c) {
   const double t = static_cast<double>(c.parallel.tp), h = static_cast<double>(c.shape.hidden_size);
   const double a = static_cast<double>(c.shape.num_attention_heads);
   const double g = static_cast<double>(c.num_query_groups()), d = h / a;
-  const double f = static_cast<double>(c.ffn_hidden_size());
+  const double f = c.mlp ? static_cast<double>(c.ffn_hidden_size()) : 0.0;
   const double n = static_cast<double>(c.seq_length * c.parallel.micro_batch_size);
   const double s = static_cast<double>(c.seq_length);
   const double b = static_cast<double>(c.parallel.micro_batch_size);

@@ -128,6 +128,7 @@ absl::Status TransformerLayer::Init() {
                                                      ctx_.ep, ctx_.etp, ctx_.backend, dt));
     return absl::OkStatus();
   }
+  if (!config_.mlp) return absl::OkStatus();
   const bool swiglu = config_.shape.activation == Activation::kSwiglu;
   // SwiGLU's FC1 holds [gate | up]; rank r takes its slice of each.
   auto fc1_rows = [=](int64_t lr) -> int64_t {
@@ -154,7 +155,7 @@ std::vector<Parameter*> TransformerLayer::Parameters() {
   out.push_back(&proj_->weight());
   out.push_back(&norm2_w_);
   if (norm2_b_.value.defined()) out.push_back(&norm2_b_);
-  if (moe_) return out;
+  if (!fc1_) return out;
   out.push_back(&fc1_->weight());
   out.push_back(&fc2_->weight());
   return out;
@@ -426,10 +427,12 @@ absl::StatusOr<Tensor> TransformerLayer::ForwardImpl(const Tensor& x, Recompute 
   PT_RETURN_IF_ERROR(be.Add(dt, h1.data(), x.data(), drop1.data(), h1.numel()));
   Tensor mean2, rstd2;
   PT_ASSIGN_OR_RETURN(Tensor ln2, Norm(2, h1, &mean2, &rstd2));
-  // The MLP block: the experts (a MoE layer) or FC1 → activation → FC2.
+  // The MLP block: the experts (a MoE layer), FC1 → activation → FC2, or the identity.
   Tensor mlp, fc1, act;
   if (moe_) {
     PT_ASSIGN_OR_RETURN(mlp, MoeForward(ln2, keep, s));
+  } else if (!fc1_) {
+    mlp = ln2;
   } else {
     PT_ASSIGN_OR_RETURN(fc1, fc1_->Forward(ctx_, ln2));
     const int64_t rows = fc1.dim(0);
@@ -549,6 +552,8 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy) {
   Tensor dln2, dact, dfc1;
   if (moe_) {
     PT_ASSIGN_OR_RETURN(dln2, MoeBackward(d2, s));
+  } else if (!fc1_) {
+    dln2 = d2;
   } else {
     PT_ASSIGN_OR_RETURN(dact, fc2_->Backward(ctx_, s->act, d2));
     PT_ASSIGN_OR_RETURN(dfc1, be.Empty(s->fc1_out.shape(), dt, MemoryTag::kWorkspace));

@@ -149,23 +149,30 @@ void AddDifference(LayerTime& out, const LayerTime& a, const LayerTime& b) {
 }
 
 // One expert layer from the measured dense layer `dense` (the modelled dense layer
-// `modelled_dense` at the same layout): its attention part, plus the MoE layer task's
-// expert block, or the modelled expert block when there is no usable measurement.
-// `note` says which.
+// `modelled_dense` at the same layout): its attention part, measured (`attention`, the
+// layer tasks run with the MLP block the identity) or else the dense layer scaled by the
+// model's attention share, plus the MoE layer task's expert block, or the modelled expert
+// block when there is no usable measurement. `note` says which.
 LayerTime ComposeExpertLayer(const JobSpec& spec, const ParallelConfig& c,
                              const DeviceProfile& device, const LayerTime& dense,
-                             const LayerTime& modelled_dense, const ProfilePlanOptions& options,
-                             const Measurements& measurements, bool* moe_measured,
-                             std::string* note) {
+                             const LayerTime& modelled_dense, const LayerTime* attention,
+                             const ProfilePlanOptions& options, const Measurements& measurements,
+                             bool* moe_measured, std::string* note) {
   ModelSpec attention_only = spec.model;
   attention_only.ffn_hidden_size = 0;
   const LayerTime modelled_attention =
       EstimateLayerTime(attention_only, spec.training, c, device, spec.cluster.gpus_per_node);
-  LayerTime expert = ScaleByShare(dense, modelled_attention, modelled_dense);
-  const double share = modelled_dense.Forward() + modelled_dense.Backward() > 0
-                           ? (modelled_attention.Forward() + modelled_attention.Backward()) /
-                                 (modelled_dense.Forward() + modelled_dense.Backward())
-                           : 0.0;
+  LayerTime expert =
+      attention != nullptr ? *attention : ScaleByShare(dense, modelled_attention, modelled_dense);
+  const auto fb = [](const LayerTime& t) { return t.Forward() + t.Backward(); };
+  const std::string attention_note =
+      attention != nullptr
+          ? absl::StrFormat("attention part measured (%.3f of the dense layer's %.3f ms)",
+                            Ms(fb(*attention)), Ms(fb(dense)))
+          : absl::StrFormat(
+                "attention part the measured dense layer times the model's share "
+                "(%.2f)",
+                fb(modelled_dense) > 0 ? fb(modelled_attention) / fb(modelled_dense) : 0.0);
 
   std::string why;
   const std::optional<MoeProfileSpec> task = MoeTaskFor(spec, c, options, &why);
@@ -183,10 +190,7 @@ LayerTime ComposeExpertLayer(const JobSpec& spec, const ParallelConfig& c,
   *moe_measured = m != nullptr;
   if (m == nullptr) {
     AddDifference(expert, EstimateExpertLayerTime(spec, c, device), modelled_attention);
-    *note = absl::StrFormat(
-        "; expert layers: attention part measured (%.2f of the layer), expert block "
-        "modelled (%s)",
-        share, why);
+    *note = absl::StrFormat("; expert layers: %s, expert block modelled (%s)", attention_note, why);
     return expert;
   }
   const double fwd_comm = std::min(m->dispatch_combine_forward_s, m->forward_s);
@@ -201,10 +205,9 @@ LayerTime ComposeExpertLayer(const JobSpec& spec, const ParallelConfig& c,
     expert.recompute_ep_comm += fwd_comm;
   }
   *note = absl::StrFormat(
-      "; expert layers: attention part measured (%.2f of the layer), MoE layer measured (ep "
-      "%d, etp %d, %d tokens): fwd %.3f ms (dispatch+combine %.3f ms), bwd %.3f ms "
-      "(dispatch+combine %.3f ms)",
-      share, c.ep, c.etp, task->tokens, Ms(m->forward_s), Ms(fwd_comm), Ms(m->backward_s),
+      "; expert layers: %s, MoE layer measured (ep %d, etp %d, %d tokens): fwd %.3f ms "
+      "(dispatch+combine %.3f ms), bwd %.3f ms (dispatch+combine %.3f ms)",
+      attention_note, c.ep, c.etp, task->tokens, Ms(m->forward_s), Ms(fwd_comm), Ms(m->backward_s),
       Ms(bwd_comm));
   return expert;
 }
@@ -313,9 +316,26 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
   std::string moe_note;
   LayerTime expert_layer;
   if (IsMoe(spec.model)) {
+    // The attention part of the expert layers: every layer task's attention-only twin.
+    std::vector<const LayerMeasurement*> attention_parts;
+    for (const LayerProfileSpec& t : tasks) {
+      auto it = measurements.attention_parts.find(t.Key());
+      if (it != measurements.attention_parts.end() &&
+          it->second.outcome == LayerMeasurement::Outcome::kOk) {
+        attention_parts.push_back(&it->second);
+      }
+    }
+    std::optional<LayerTime> attention;
+    if (attention_parts.size() == tasks.size()) {
+      attention =
+          ToLayerTime(*attention_parts[0],
+                      attention_parts.size() == 2 ? attention_parts[1] : nullptr, modelled_layer);
+      measured_parts.push_back("attention");
+    }
     bool moe_measured = false;
-    expert_layer = ComposeExpertLayer(spec, c, *device, layer, modelled_layer, options,
-                                      measurements, &moe_measured, &moe_note);
+    expert_layer = ComposeExpertLayer(spec, c, *device, layer, modelled_layer,
+                                      attention ? &*attention : nullptr, options, measurements,
+                                      &moe_measured, &moe_note);
     if (moe_measured) measured_parts.push_back("moe");
   }
   absl::StatusOr<IterationEstimate> it =

@@ -14,10 +14,11 @@
 //     (interpolated between measured sizes), all-reduce, or reduce-scatter + all-gather
 //     with the distributed optimizer;
 //   - optimizer step: measured seconds per parameter (gradient zeroing, scaling, AdamW);
-//   - expert layers (mixture of experts): the attention part of the layer is the measured
-//     dense layer scaled, term by term, by the model's attention-only share of it (the
-//     worker's layer task always runs an MLP: the dense layer with the MLP removed is
-//     EstimateLayerTime at ffn_hidden_size 0); the expert block (router, permutation,
+//   - expert layers (mixture of experts): the attention part of the layer is its own layer
+//     task, run with the MLP block the identity (AttentionTasksFor; Measurements::
+//     attention_parts); without that measurement, the measured dense layer scaled, term by
+//     term, by the model's attention-only share of it (EstimateLayerTime at
+//     ffn_hidden_size 0 over the dense layer); the expert block (router, permutation,
 //     dispatch and combine all-to-alls, routed and shared experts) is the MoE layer task's
 //     forward and backward, its dispatch_combine phases as the EP communication, and again
 //     in backward under full recompute. Without an MoE measurement (no CPU device kind, a
@@ -101,6 +102,9 @@ struct Measurements {
   /// same task run with the first stage's embedding (first_stage) or the last stage's final
   /// norm, logits and cross entropy (last_stage) around the layer.
   std::map<std::string, LayerMeasurement> first_stage, last_stage;
+  /// Optional, by the key of a MoE layout's layer task: the same task run with the MLP
+  /// block the identity (AttentionTasksFor), the attention part of its expert layers.
+  std::map<std::string, LayerMeasurement> attention_parts;
   /// Optional: seconds of the optimizer step per parameter a rank updates (zeroing the
   /// gradient buffer, scaling the gradients, AdamW), measured with the job's ranks all
   /// busy; 0 = modelled.

@@ -13,15 +13,15 @@
 namespace paratune {
 
 std::string LayerProfileSpec::Key() const {
-  return absl::StrCat("layer h=", hidden_size, " a=", num_attention_heads,
-                      " g=", num_query_groups, " f=", ffn_hidden_size, " V=", vocab_size,
-                      " act=", ToString(activation), " norm=", ToString(normalization),
-                      " tp=", tp, " sp=", sequence_parallel ? 1 : 0, " cp=", cp,
-                      " mb=", micro_batch_size, " s=", seq_length,
-                      " rc=", ToString(recompute), " dt=", ToString(dtype),
-                      " fa=", flash_attention ? 1 : 0, " do=", dropout ? 1 : 0,
-                      " w=", warmup, " i=", iters,
-                      extras == StageExtras::kNone ? "" : absl::StrCat(" ex=", ToString(extras)));
+  return absl::StrCat("layer h=", hidden_size, " a=", num_attention_heads, " g=", num_query_groups,
+                      " f=", ffn_hidden_size, " V=", vocab_size, " act=", ToString(activation),
+                      " norm=", ToString(normalization), " tp=", tp,
+                      " sp=", sequence_parallel ? 1 : 0, " cp=", cp, " mb=", micro_batch_size,
+                      " s=", seq_length, " rc=", ToString(recompute), " dt=", ToString(dtype),
+                      " fa=", flash_attention ? 1 : 0, " do=", dropout ? 1 : 0, " w=", warmup,
+                      " i=", iters,
+                      extras == StageExtras::kNone ? "" : absl::StrCat(" ex=", ToString(extras)),
+                      attention_only ? " mlp=0" : "");
 }
 
 std::string OptimizerProfileSpec::Key() const {
@@ -139,6 +139,14 @@ std::vector<LayerProfileSpec> StageExtrasTasksFor(const JobSpec& spec,
   return out;
 }
 
+std::vector<LayerProfileSpec> AttentionTasksFor(const JobSpec& spec, const ParallelConfig& config,
+                                                const ProfilePlanOptions& options) {
+  if (!IsMoe(spec.model)) return {};
+  std::vector<LayerProfileSpec> out = LayerTasksFor(spec, config, options);
+  for (LayerProfileSpec& layer : out) layer.attention_only = true;
+  return out;
+}
+
 std::vector<CollectiveSweepSpec> DpSweepsFor(const JobSpec& spec, const ParallelConfig& config,
                                              const ProfilePlanOptions& options) {
   std::optional<CollectiveSweepSpec> sweep = DpSweepFor(spec, config, options);
@@ -194,7 +202,12 @@ absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& 
       add_layer(std::move(layer));
     }
   }
-  // MoE layer tasks after the dense layers, in the candidates' order.
+  // The attention parts of expert layers, then the MoE layer tasks, in the candidates' order.
+  for (int64_t index : out.candidates) {
+    for (LayerProfileSpec& layer : AttentionTasksFor(spec, plan.ranked[index].config, options)) {
+      add_layer(std::move(layer));
+    }
+  }
   for (int64_t index : out.candidates) {
     std::optional<MoeProfileSpec> moe = MoeTaskFor(spec, plan.ranked[index].config, options);
     if (!moe) continue;

@@ -48,9 +48,12 @@ struct LayerProfileSpec {
   /// Work run around the layer: the first stage's embedding lookup before it, or the last
   /// stage's final norm, vocab-parallel logits and cross entropy after (core/enums.h).
   StageExtras extras = StageExtras::kNone;
+  /// The layer with its MLP block the identity: the attention part of an expert layer.
+  bool attention_only = false;
 
   /// Canonical text of the work: equal specs have equal keys, different ones differ. A task
-  /// with stage extras ends in " ex=first" or " ex=last"; a plain one has no such suffix.
+  /// with stage extras ends in " ex=first" or " ex=last", an attention-only one in
+  /// " mlp=0"; a plain one has neither suffix.
   std::string Key() const;
 };
 
@@ -149,6 +152,12 @@ std::vector<LayerProfileSpec> StageExtrasTasksFor(const JobSpec& spec,
                                                   const ParallelConfig& config,
                                                   const ProfilePlanOptions& options);
 
+/// The attention parts of a mixture-of-experts layout's layer tasks: each of LayerTasksFor
+/// with attention_only set, where search/compose.h looks for them
+/// (Measurements::attention_parts, by the layer task's key). Empty for a dense model.
+std::vector<LayerProfileSpec> AttentionTasksFor(const JobSpec& spec, const ParallelConfig& config,
+                                                const ProfilePlanOptions& options);
+
 /// The DP sweeps a layout's composition uses: DpSweepFor's all-reduce, or with the
 /// distributed optimizer the same sizes as reduce-scatter and all-gather. Empty when dp is 1.
 std::vector<CollectiveSweepSpec> DpSweepsFor(const JobSpec& spec, const ParallelConfig& config,
@@ -167,10 +176,10 @@ std::optional<MoeProfileSpec> MoeTaskFor(const JobSpec& spec, const ParallelConf
 inline constexpr int64_t kMaxOptimizerTaskParams = int64_t{1} << 26;
 
 /// De-duplicated tasks for the best fitting candidates of `plan`: layers, stage-extras
-/// variants, MoE layers (MoeTaskFor), collective sweeps, then (CPU jobs only: the workers'
-/// optimizer task runs on the CPU backend) one optimizer task at the candidates' largest parameter
-/// count per rank, capped at kMaxOptimizerTaskParams. InvalidArgument when the options are out of
-/// range.
+/// variants, attention parts (AttentionTasksFor), MoE layers (MoeTaskFor), collective sweeps, then
+/// (CPU jobs only: the workers' optimizer task runs on the CPU backend) one optimizer task at the
+/// candidates' largest parameter count per rank, capped at kMaxOptimizerTaskParams. InvalidArgument
+/// when the options are out of range.
 absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& plan,
                                          const ProfilePlanOptions& options);
 

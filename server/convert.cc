@@ -340,6 +340,7 @@ v1::ProfileTask ToProto(const ProfileTaskSpec& task) {
   layer->set_extras(l.extras == StageExtras::kFirst  ? v1::LayerProfileTask::STAGE_EXTRAS_FIRST
                     : l.extras == StageExtras::kLast ? v1::LayerProfileTask::STAGE_EXTRAS_LAST
                                                      : v1::LayerProfileTask::STAGE_EXTRAS_NONE);
+  layer->set_attention_only(l.attention_only);
   return out;
 }
 

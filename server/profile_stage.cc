@@ -15,11 +15,13 @@ namespace {
 // The measurements the tasks' results carry, keyed as ComposePlan looks them up.
 Measurements CollectMeasurements(const ProfilePlan& profile, const std::vector<TaskRecord>& tasks) {
   Measurements measurements;
-  // Stage-extras tasks feed Measurements::first_stage / last_stage under their plain
-  // layer task's key (the same spec without extras).
+  // Stage-extras and attention-only tasks feed Measurements::first_stage / last_stage /
+  // attention_parts under their plain layer task's key (the same spec without extras, with
+  // the MLP block).
   std::map<std::string, const LayerProfileSpec*> extras_tasks;
   for (const ProfileTaskSpec& p : profile.tasks) {
-    if (p.kind == ProfileTaskSpec::Kind::kLayer && p.layer.extras != StageExtras::kNone) {
+    if (p.kind == ProfileTaskSpec::Kind::kLayer &&
+        (p.layer.extras != StageExtras::kNone || p.layer.attention_only)) {
       extras_tasks[p.key] = &p.layer;
     }
   }
@@ -55,8 +57,10 @@ Measurements CollectMeasurements(const ProfilePlan& profile, const std::vector<T
     if (auto x = extras_tasks.find(t.task.key()); x != extras_tasks.end()) {
       LayerProfileSpec plain = *x->second;
       plain.extras = StageExtras::kNone;
-      (x->second->extras == StageExtras::kFirst ? measurements.first_stage
-                                                : measurements.last_stage)[plain.Key()] =
+      plain.attention_only = false;
+      (x->second->attention_only                  ? measurements.attention_parts
+       : x->second->extras == StageExtras::kFirst ? measurements.first_stage
+                                                  : measurements.last_stage)[plain.Key()] =
           std::move(m);
       continue;
     }

@@ -209,6 +209,7 @@ absl::StatusOr<kernels::StepConfig> ValidateLayer(const v1::ProfileTask& task,
   // Megatron-LM's default dropout probabilities.
   layer.hidden_dropout = t.dropout() ? 0.1f : 0.0f;
   layer.attention_dropout = t.dropout() ? 0.1f : 0.0f;
+  layer.mlp = !t.attention_only();
   switch (t.extras()) {
     case v1::LayerProfileTask::STAGE_EXTRAS_FIRST:
       config.extras = StageExtras::kFirst;

@@ -136,8 +136,11 @@ TEST(LayerTest, StoredBytesFollowKorthikantiPerTensor) {
 
 // Whole-layer finite differences in fp64 on one rank: L = Σ y·w.
 TEST(LayerTest, WholeLayerGradientMatchesFiniteDifferences) {
-  for (bool flash : {false, true}) {
+  // Naive attention with a GeLU MLP, flash with SwiGLU, and flash with the MLP block the
+  // identity (the attention part of an expert layer).
+  for (auto [flash, mlp] : {std::pair{false, true}, {true, true}, {true, false}}) {
     LayerConfig c = TinyConfig();
+    c.mlp = mlp;
     c.shape.hidden_size = 16;
     c.shape.num_query_groups = 2;
     c.shape.ffn_hidden_size = 32;
@@ -184,7 +187,7 @@ TEST(LayerTest, WholeLayerGradientMatchesFiniteDifferences) {
         ASSERT_TRUE(backend->CopyFromHost(t, v).ok());
         const double numeric = (lp - lm) / (2 * eps);
         EXPECT_NEAR(analytic[i], numeric, 1e-6 + 1e-5 * std::abs(numeric))
-            << (flash ? "flash " : "naive ") << what << "[" << i << "]";
+            << (flash ? "flash " : "naive ") << (mlp ? "" : "no-mlp ") << what << "[" << i << "]";
       }
     };
     check(*x, dxh, "dx");
@@ -192,6 +195,31 @@ TEST(LayerTest, WholeLayerGradientMatchesFiniteDifferences) {
       check(p->value, *backend->CopyToHost(p->grad), p->name.c_str());
     }
   }
+}
+
+TEST(LayerTest, AttentionPartHasNoMlpWeightsAndSplitsLikeTheLayer) {
+  LayerConfig c = TinyConfig();
+  c.mlp = false;
+  const LayerRun base = MustRun(c);
+  EXPECT_EQ(base.grads.count("fc1.weight"), 0u);
+  EXPECT_EQ(base.grads.count("fc2.weight"), 0u);
+  EXPECT_EQ(base.grads.count("qkv.weight"), 1u);
+  EXPECT_EQ(base.grads.count("norm2.weight"), 1u);
+  c.parallel.tp = 2;
+  ExpectSameRun(MustRun(c), base, "no mlp, tp=2");
+  c.parallel.sequence_parallel = true;
+  ExpectSameRun(MustRun(c), base, "no mlp, tp=2 sp");
+}
+
+TEST(LayerTest, RejectsAnExpertLayerWithoutItsMlpBlock) {
+  LayerConfig c = TinyConfig();
+  c.moe.num_experts = 4;
+  c.moe.topk = 2;
+  c.moe.hidden = c.shape.hidden_size;
+  c.moe.ffn_hidden = 16;
+  c.mlp = false;
+  EXPECT_EQ(c.Validate().message(),
+            "mlp must be true in a mixture-of-experts layer (the experts are its MLP block)");
 }
 
 TEST(LayerTest, RejectsIndivisibleTensorParallel) {

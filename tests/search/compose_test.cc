@@ -363,6 +363,22 @@ TEST(ComposeTest, ExpertLayersAreTheMeasuredAttentionPartPlusTheMeasuredMoeLayer
   EXPECT_NE(r->notes.back().find("measured parts: layers, embedding, logits, optimizer, moe"),
             std::string::npos)
       << r->notes.back();
+
+  // With the layer task's attention-only twin measured (4 ms forward, 9 ms backward), that
+  // is the attention part, whatever the model's share says.
+  m.attention_parts[LayerTasksFor(spec, c, options)[0].Key()] = Measured(0.004, 0.009);
+  r = ComposeCandidate(spec, modelled, options, m);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(r->time.compute, 4 * (0.030 + 3 * (4 + 9 + 4 + 6) / 1e3), 1e-9);
+  EXPECT_NEAR(r->time.ep_comm, ep_comm, 1e-12);
+  EXPECT_NE(r->notes.back().find("expert layers: attention part measured (13.000 of the dense "
+                                 "layer's 30.000 ms), MoE layer measured"),
+            std::string::npos)
+      << r->notes.back();
+  EXPECT_NE(r->notes.back().find("measured parts: layers, embedding, logits, optimizer, "
+                                 "attention, moe"),
+            std::string::npos)
+      << r->notes.back();
 }
 
 TEST(ComposeTest, WithoutAnMoeMeasurementTheExpertBlockStaysModelled) {

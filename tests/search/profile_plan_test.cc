@@ -119,12 +119,15 @@ TEST(ProfilePlanTest, KeyChangesWithEveryFieldOfTheWork) {
   EXPECT_TRUE(differs([](LayerProfileSpec& l) { l.dropout = true; }));
   EXPECT_TRUE(differs([](LayerProfileSpec& l) { l.iters = 50; }));
   EXPECT_TRUE(differs([](LayerProfileSpec& l) { l.extras = StageExtras::kFirst; }));
+  EXPECT_TRUE(differs([](LayerProfileSpec& l) { l.attention_only = true; }));
   LayerProfileSpec first = base, last = base;
   first.extras = StageExtras::kFirst;
   last.extras = StageExtras::kLast;
   EXPECT_NE(first.Key(), last.Key());
-  // A plain task's key is unchanged by the extras field (cached plain results stay valid).
+  // A plain task's key is unchanged by the extras and attention-only fields (cached plain
+  // results stay valid).
   EXPECT_EQ(key.find("ex="), std::string::npos);
+  EXPECT_EQ(key.find("mlp="), std::string::npos);
 }
 
 TEST(ProfilePlanTest, DistributedOptimizerGetsReduceScatterAndAllGatherSweeps) {
@@ -240,6 +243,29 @@ TEST(ProfilePlanTest, MoeJobsGetOneMoeLayerTaskPerExpertLayout) {
     moe.push_back(&t.moe);
   }
   ASSERT_EQ(moe.size(), 3u);
+  // Each distinct layer task (tp 1 and tp 2 with SP) has an attention-only twin, the same
+  // work with the MLP block the identity, right before the MoE layer tasks.
+  std::vector<const ProfileTaskSpec*> attention;
+  std::set<std::string> plain;
+  for (const ProfileTaskSpec& t : p->tasks) {
+    if (t.kind != ProfileTaskSpec::Kind::kLayer) continue;
+    if (t.layer.attention_only) {
+      attention.push_back(&t);
+    } else if (t.layer.extras == StageExtras::kNone) {
+      plain.insert(t.key);
+    }
+  }
+  ASSERT_EQ(attention.size(), 2u);
+  EXPECT_EQ(attention[0]->layer.tp, 1);
+  EXPECT_EQ(attention[1]->layer.tp, 2);
+  for (const ProfileTaskSpec* t : attention) {
+    EXPECT_EQ(t->key, t->layer.Key());
+    LayerProfileSpec twin = t->layer;
+    twin.attention_only = false;
+    EXPECT_EQ(plain.count(twin.Key()), 1u) << t->key;
+  }
+  EXPECT_EQ(AttentionTasksFor(Spec(), plan.ranked[0].config, {}).size(), 0u)
+      << "a dense model has no attention-only tasks";
   EXPECT_EQ(moe[0]->ep, 1);
   EXPECT_EQ(moe[0]->tokens, 32);
   EXPECT_EQ(moe[1]->ep, 2);

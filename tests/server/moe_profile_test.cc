@@ -1,6 +1,7 @@
 // A mixture-of-experts training job in profile mode through the job manager, measured for
 // real by the CPU worker's kernels executor: the modelled ranking turns into dense layer
-// tasks (the attention part of the expert layers), one MoE layer task per expert layout
+// tasks, their attention-only twins (the attention part of the expert layers), one MoE
+// layer task per expert layout
 // and the DP sweeps; the ranking is composed from what the worker measured (each ranked
 // layout's source says so, its notes name the measured MoE layer); a second identical job
 // finds every task in the profile cache and leases nothing.
@@ -107,7 +108,11 @@ TEST_F(MoeProfileTest, MeasuresTheMoeLayersComposesAndASecondJobIsAllCached) {
     EXPECT_NE(r.notes.back().find("MoE layer measured (ep " + std::to_string(r.config.ep)),
               std::string::npos)
         << r.notes.back();
-    EXPECT_NE(r.notes.back().find(", moe (the rest"), std::string::npos) << r.notes.back();
+    EXPECT_NE(r.notes.back().find(", attention, moe (the rest"), std::string::npos)
+        << r.notes.back();
+    // ... and their attention part from the layer task run with the MLP block the identity.
+    EXPECT_NE(r.notes.back().find("expert layers: attention part measured ("), std::string::npos)
+        << r.notes.back();
     EXPECT_GT(r.time.ep_comm, 0);
     EXPECT_GT(r.iteration_time_s, 0);
   }
