@@ -70,6 +70,15 @@ class Backend {
                             int64_t n) = 0;
 
   virtual absl::Status Gemm(DType dtype, const GemmArgs& args) = 0;
+  /// Independent GEMMs of any shapes and transposes in one call, as Gemm one after another
+  /// (the default); CUDA runs them as one grouped launch (cuBLAS grouped batched GEMM) when
+  /// none is batched. A MoE layer's experts are one group per expert.
+  virtual absl::Status GroupedGemm(DType dtype, const std::vector<GemmArgs>& gemms) {
+    for (const GemmArgs& g : gemms) {
+      if (absl::Status s = Gemm(dtype, g); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
 
   /// y = x̂·gamma + beta per row; stores mean and rstd (fp32, `rows` each).
   virtual absl::Status LayerNormForward(DType dtype, void* y, float* mean, float* rstd,

@@ -225,9 +225,10 @@ absl::StatusOr<Tensor> MoeLayer::AllocRouter(std::vector<int64_t> shape, MemoryT
   return be_->Empty(std::move(shape), rdt_, tag);
 }
 
-absl::Status MoeLayer::Linear(void* y, const void* x, const void* w, int64_t n, int64_t in,
-                              int64_t out, bool accumulate) {
-  if (n == 0 || out == 0) return absl::OkStatus();
+namespace {
+
+GemmArgs LinearArgs(void* y, const void* x, const void* w, int64_t n, int64_t in, int64_t out,
+                    bool accumulate) {
   GemmArgs g;
   g.trans_b = true;
   g.m = n, g.n = out, g.k = in;
@@ -235,20 +236,19 @@ absl::Status MoeLayer::Linear(void* y, const void* x, const void* w, int64_t n, 
   g.b = w, g.ldb = in;
   g.beta = accumulate ? 1.0f : 0.0f;
   g.c = y, g.ldc = out;
-  return be_->Gemm(dtype_, g);
+  return g;
 }
 
-absl::Status MoeLayer::LinearBackward(void* dx, void* dw, const void* dy, const void* x,
-                                      const void* w, int64_t n, int64_t in, int64_t out,
-                                      bool accumulate_dx) {
-  if (n == 0) return absl::OkStatus();
+void LinearBackwardArgs(void* dx, void* dw, const void* dy, const void* x, const void* w, int64_t n,
+                        int64_t in, int64_t out, bool accumulate_dx, std::vector<GemmArgs>* gemms) {
+  if (n == 0) return;
   GemmArgs gx;  // dX = dY·W
   gx.m = n, gx.n = in, gx.k = out;
   gx.a = dy, gx.lda = out;
   gx.b = w, gx.ldb = in;
   gx.beta = accumulate_dx ? 1.0f : 0.0f;
   gx.c = dx, gx.ldc = in;
-  PT_RETURN_IF_ERROR(be_->Gemm(dtype_, gx));
+  gemms->push_back(gx);
   GemmArgs gw;  // dW += dYᵀ·X
   gw.trans_a = true;
   gw.m = out, gw.n = in, gw.k = n;
@@ -256,7 +256,32 @@ absl::Status MoeLayer::LinearBackward(void* dx, void* dw, const void* dy, const 
   gw.b = x, gw.ldb = in;
   gw.beta = 1.0f;
   gw.c = dw, gw.ldc = in;
-  return be_->Gemm(dtype_, gw);
+  gemms->push_back(gw);
+}
+
+// The experts' GEMMs: one grouped call (MoeLayerConfig::grouped_gemm) or one call each.
+absl::Status RunExpertGemms(Backend& be, DType dtype, bool grouped,
+                            const std::vector<GemmArgs>& gemms) {
+  if (grouped) return be.GroupedGemm(dtype, gemms);
+  for (const GemmArgs& g : gemms) PT_RETURN_IF_ERROR(be.Gemm(dtype, g));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status MoeLayer::Linear(void* y, const void* x, const void* w, int64_t n, int64_t in,
+                              int64_t out, bool accumulate) {
+  if (n == 0 || out == 0) return absl::OkStatus();
+  return be_->Gemm(dtype_, LinearArgs(y, x, w, n, in, out, accumulate));
+}
+
+absl::Status MoeLayer::LinearBackward(void* dx, void* dw, const void* dy, const void* x,
+                                      const void* w, int64_t n, int64_t in, int64_t out,
+                                      bool accumulate_dx) {
+  std::vector<GemmArgs> gemms;
+  LinearBackwardArgs(dx, dw, dy, x, w, n, in, out, accumulate_dx, &gemms);
+  for (const GemmArgs& g : gemms) PT_RETURN_IF_ERROR(be_->Gemm(dtype_, g));
+  return absl::OkStatus();
 }
 
 absl::Status MoeLayer::HostAllReduce(Communicator* group, std::vector<double>& values) {
@@ -439,19 +464,25 @@ absl::Status MoeLayer::ExpertsForward(const void* in, void* out) {
   const int64_t h = config_.hidden, fl = config_.ffn_hidden / config_.etp;
   const int64_t rows = dispatcher_.received_rows();
   auto at_row = [this](const void* p, int64_t elements) { return Offset(p, elements, dtype_); };
+  // FC1 of every expert, one SwiGLU over all their rows (row-wise), FC2 of every expert.
+  std::vector<GemmArgs> fc1, fc2;
   int64_t at = 0;
   for (int64_t le = 0; le < config_.local_experts(); ++le) {
     const int64_t n = dispatcher_.local_tokens_per_expert()[le];
     if (n > 0) {
-      PT_RETURN_IF_ERROR(Linear(expert_fc1_.at(at * 2 * fl), at_row(in, at * h),
-                                w_.fc1.at(le * 2 * fl * h), n, h, 2 * fl, false));
-      PT_RETURN_IF_ERROR(be_->SwigluForward(dtype_, expert_act_.at(at * fl),
-                                            expert_fc1_.at(at * 2 * fl), n, fl));
-      PT_RETURN_IF_ERROR(Linear(at_row(out, at * h), expert_act_.at(at * fl),
-                                w_.fc2.at(le * h * fl), n, fl, h, false));
+      fc1.push_back(LinearArgs(expert_fc1_.at(at * 2 * fl), at_row(in, at * h),
+                               w_.fc1.at(le * 2 * fl * h), n, h, 2 * fl, false));
+      fc2.push_back(LinearArgs(at_row(out, at * h), expert_act_.at(at * fl), w_.fc2.at(le * h * fl),
+                               n, fl, h, false));
     }
     at += n;
   }
+  PT_RETURN_IF_ERROR(RunExpertGemms(*be_, dtype_, config_.grouped_gemm, fc1));
+  if (rows > 0) {
+    PT_RETURN_IF_ERROR(
+        be_->SwigluForward(dtype_, expert_act_.data(), expert_fc1_.data(), rows, fl));
+  }
+  PT_RETURN_IF_ERROR(RunExpertGemms(*be_, dtype_, config_.grouped_gemm, fc2));
   // reduce_from_tp_region (fwd: all-reduce over ETP, bwd: identity).
   if (config_.etp > 1 && rows > 0) PT_RETURN_IF_ERROR(etp_->AllReduce(out, rows * h, dtype_));
   return absl::OkStatus();
@@ -461,22 +492,26 @@ absl::Status MoeLayer::ExpertsBackward(const void* dout, void* din, void* dact_b
                                        void* dfc1_buf) {
   const int64_t h = config_.hidden, fl = config_.ffn_hidden / config_.etp;
   auto at_row = [this](const void* p, int64_t elements) { return Offset(p, elements, dtype_); };
+  const int64_t rows = dispatcher_.received_rows();
+  // FC2's data and weight gradients of every expert, one SwiGLU backward over all rows,
+  // then FC1's.
+  std::vector<GemmArgs> fc2, fc1;
   int64_t at = 0;
   for (int64_t le = 0; le < config_.local_experts(); ++le) {
     const int64_t n = dispatcher_.local_tokens_per_expert()[le];
-    if (n > 0) {
-      PT_RETURN_IF_ERROR(LinearBackward(at_row(dact_buf, at * fl), g_.fc2.at(le * h * fl),
-                                        at_row(dout, at * h), expert_act_.at(at * fl),
-                                        w_.fc2.at(le * h * fl), n, fl, h, false));
-      PT_RETURN_IF_ERROR(be_->SwigluBackward(dtype_, at_row(dfc1_buf, at * 2 * fl),
-                                             at_row(dact_buf, at * fl),
-                                             expert_fc1_.at(at * 2 * fl), n, fl));
-      PT_RETURN_IF_ERROR(LinearBackward(at_row(din, at * h), g_.fc1.at(le * 2 * fl * h),
-                                        at_row(dfc1_buf, at * 2 * fl), expert_in_.at(at * h),
-                                        w_.fc1.at(le * 2 * fl * h), n, h, 2 * fl, false));
-    }
+    LinearBackwardArgs(at_row(dact_buf, at * fl), g_.fc2.at(le * h * fl), at_row(dout, at * h),
+                       expert_act_.at(at * fl), w_.fc2.at(le * h * fl), n, fl, h, false, &fc2);
+    LinearBackwardArgs(at_row(din, at * h), g_.fc1.at(le * 2 * fl * h),
+                       at_row(dfc1_buf, at * 2 * fl), expert_in_.at(at * h),
+                       w_.fc1.at(le * 2 * fl * h), n, h, 2 * fl, false, &fc1);
     at += n;
   }
+  PT_RETURN_IF_ERROR(RunExpertGemms(*be_, dtype_, config_.grouped_gemm, fc2));
+  if (rows > 0) {
+    PT_RETURN_IF_ERROR(
+        be_->SwigluBackward(dtype_, dfc1_buf, dact_buf, expert_fc1_.data(), rows, fl));
+  }
+  PT_RETURN_IF_ERROR(RunExpertGemms(*be_, dtype_, config_.grouped_gemm, fc1));
   // din is this ETP rank's part (its shard of fc1); Backward all-reduces the layer's dx
   // over ETP once, after the combine and unpermute, which are linear.
   expert_fc1_ = Tensor();

@@ -6,7 +6,10 @@
 //
 //   moe_layer [--hidden 512] [--experts 8] [--topk 2] [--ffn 1024] [--shared 0]
 //             [--tokens 512] [--ep 1,2,4] [--etp 1] [--routing balanced|dropless]
-//             [--backend cpu|cuda] [--dtype fp32|bf16|fp16] [--warmup 1] [--iters 3] [--json]
+//             [--backend cpu|cuda] [--dtype fp32|bf16|fp16] [--grouped-gemm 0|1]
+//             [--warmup 1] [--iters 3] [--json]
+// --grouped-gemm 1 runs the experts' GEMMs as one grouped call per projection (on cuda one
+// cuBLAS grouped batched GEMM) instead of one call per expert; the same numbers.
 // On cuda each rank is a device (NCCL all-to-all); the sgemm reference is the CPU's, so
 // the ratio column is printed for cpu runs only.
 #include <CLI/CLI.hpp>
@@ -53,6 +56,7 @@ int Main(int argc, char** argv) {
   std::vector<int64_t> eps = {1, 2, 4};
   std::string routing = "balanced", backend_name = "cpu", dtype_name = "fp32";
   bool json_out = false;
+  int64_t grouped = 0;
   app.add_option("--hidden", hidden, "hidden size");
   app.add_option("--experts", experts, "routed experts");
   app.add_option("--topk", topk, "experts per token");
@@ -66,6 +70,8 @@ int Main(int argc, char** argv) {
   app.add_option("--dtype", dtype_name, "fp32 (cpu: or fp64) | bf16 | fp16 (cuda)");
   app.add_option("--warmup", warmup, "untimed steps");
   app.add_option("--iters", iters, "timed steps");
+  app.add_option("--grouped-gemm", grouped,
+                 "1: one grouped GEMM call per projection; 0: per expert");
   app.add_flag("--json", json_out, "print JSON");
   CLI11_PARSE(app, argc, argv);
   if (routing != "balanced" && routing != "dropless") {
@@ -85,11 +91,12 @@ int Main(int argc, char** argv) {
   if (!json_out) {
     std::printf(
         "# moe_layer: h %lld, %lld experts of f %lld, top-%lld, %lld shared, %lld tokens"
-        " per EP rank, %s routing, etp %lld, %s on %s%s\n",
+        " per EP rank, %s routing, etp %lld, %s on %s%s, %s expert GEMMs\n",
         static_cast<long long>(hidden), static_cast<long long>(experts),
         static_cast<long long>(ffn), static_cast<long long>(topk), static_cast<long long>(shared),
         static_cast<long long>(tokens), routing.c_str(), static_cast<long long>(etp),
-        dtype_name.c_str(), backend_name.c_str(), cpu ? " (1 BLAS thread per rank)" : "");
+        dtype_name.c_str(), backend_name.c_str(), cpu ? " (1 BLAS thread per rank)" : "",
+        grouped ? "grouped" : "per-expert");
     std::printf(
         "# warmup %lld, iters %lld; sgemm = cblas_sgemm [T*k, h]x[h, 2f], 1 thread, "
         "same run: %.2f GFLOP/s\n",
@@ -113,6 +120,7 @@ int Main(int argc, char** argv) {
     c.layer.routing = routing == "balanced" ? ExpertRouting::kBalanced : ExpertRouting::kDropless;
     c.layer.ep = ep;
     c.layer.etp = etp;
+    c.layer.grouped_gemm = grouped != 0;
     c.tokens = tokens;
     c.backend = *backend;
     c.dtype = *dtype;

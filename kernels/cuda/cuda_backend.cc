@@ -174,6 +174,7 @@ class CudaBackend final : public CudaBackendBase {
  public:
   CudaBackend(int device, int64_t capacity) : device_(device), allocator_(&memory_, capacity) {}
   ~CudaBackend() override {
+    if (group_pointers_ != nullptr) cudaFree(group_pointers_);
     if (cublas_ != nullptr) cublasDestroy(cublas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -269,6 +270,51 @@ class CudaBackend final : public CudaBackendBase {
         static_cast<int>(g.ldb), g.stride_b, g.a, type, static_cast<int>(g.lda), g.stride_a,
         &beta, g.c, type, static_cast<int>(g.ldc), g.stride_c, static_cast<int>(g.batch),
         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return absl::OkStatus();
+  }
+
+  // One cuBLAS grouped batched GEMM, each GEMM a group of one, operands swapped as in Gemm.
+  // The operand pointer arrays live in device memory (grown as needed, outside the
+  // tracking allocator: 24 bytes per GEMM); copying them in is ordered on the stream, so
+  // the next call's copy waits for this call's GEMMs.
+  absl::Status GroupedGemm(DType dtype, const std::vector<GemmArgs>& gemms) override {
+    const bool batched =
+        std::any_of(gemms.begin(), gemms.end(), [](const GemmArgs& g) { return g.batch != 1; });
+    if (gemms.size() < 2 || batched) return Backend::GroupedGemm(dtype, gemms);
+    PT_ASSIGN_OR_RETURN(cudaDataType_t type, CublasType(dtype));
+    const size_t n = gemms.size();
+    std::vector<cublasOperation_t> ta(n), tb(n);
+    std::vector<int> m(n), nn(n), k(n), lda(n), ldb(n), ldc(n), size(n, 1);
+    std::vector<float> alpha(n), beta(n);
+    std::vector<const void*> ptrs(3 * n);
+    for (size_t i = 0; i < n; ++i) {
+      const GemmArgs& g = gemms[i];
+      ta[i] = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+      tb[i] = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+      m[i] = static_cast<int>(g.n), nn[i] = static_cast<int>(g.m), k[i] = static_cast<int>(g.k);
+      lda[i] = static_cast<int>(g.ldb), ldb[i] = static_cast<int>(g.lda);
+      ldc[i] = static_cast<int>(g.ldc);
+      alpha[i] = g.alpha, beta[i] = g.beta;
+      ptrs[i] = g.b, ptrs[n + i] = g.a, ptrs[2 * n + i] = g.c;
+    }
+    if (group_pointer_capacity_ < 3 * n) {
+      if (group_pointers_ != nullptr) {
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        CUDA_CHECK(cudaFree(group_pointers_));
+        group_pointers_ = nullptr;
+      }
+      CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&group_pointers_), 3 * n * sizeof(void*)));
+      group_pointer_capacity_ = 3 * n;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(group_pointers_, ptrs.data(), 3 * n * sizeof(void*),
+                               cudaMemcpyHostToDevice, stream_));
+    const void* const* a = group_pointers_;
+    const void* const* b = group_pointers_ + n;
+    void* const* c = group_pointers_ + 2 * n;
+    CUBLAS_CHECK(cublasGemmGroupedBatchedEx(cublas_, ta.data(), tb.data(), m.data(), nn.data(),
+                                            k.data(), alpha.data(), a, type, lda.data(), b, type,
+                                            ldb.data(), beta.data(), c, type, ldc.data(),
+                                            static_cast<int>(n), size.data(), CUBLAS_COMPUTE_32F));
     return absl::OkStatus();
   }
 
@@ -556,6 +602,8 @@ class CudaBackend final : public CudaBackendBase {
   TrackingAllocator allocator_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  void** group_pointers_ = nullptr;  // GroupedGemm's operand pointers, on the device
+  size_t group_pointer_capacity_ = 0;
 };
 
 }  // namespace

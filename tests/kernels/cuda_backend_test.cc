@@ -96,6 +96,31 @@ TEST(CudaBackendTest, ElementwiseKernelsMatchCpuTwins) {
   }
 }
 
+TEST(CudaBackendTest, GroupedGemmMatchesCpuTwin) {
+  SKIP_WITHOUT_CUDA(gpu);
+  // Three GEMMs of different shapes and transposes in one grouped call (one cuBLAS grouped
+  // launch on the GPU, Gemm after Gemm on the CPU): A·Bᵀ, Aᵀ·B and 0.5·A·B.
+  for (auto [dt, eps] : {std::pair{DType::kF32, 1e-4}, std::pair{DType::kBF16, 3e-2}}) {
+    CompareOp(*gpu, dt, eps, "grouped gemm", {{5, 16}, {24, 16}, {9, 5}, {9, 12}, {6, 8}, {8, 10}},
+              {{5, 24}, {5, 12}, {6, 10}}, [](Backend& be, DType d, auto& in, auto& out) {
+                std::vector<GemmArgs> g(3);
+                g[0].trans_b = true;
+                g[0].m = 5, g[0].n = 24, g[0].k = 16;
+                g[0].a = in[0].data(), g[0].lda = 16, g[0].b = in[1].data(), g[0].ldb = 16;
+                g[0].c = out[0].data(), g[0].ldc = 24;
+                g[1].trans_a = true;
+                g[1].m = 5, g[1].n = 12, g[1].k = 9;
+                g[1].a = in[2].data(), g[1].lda = 5, g[1].b = in[3].data(), g[1].ldb = 12;
+                g[1].c = out[1].data(), g[1].ldc = 12;
+                g[2].alpha = 0.5f;
+                g[2].m = 6, g[2].n = 10, g[2].k = 8;
+                g[2].a = in[4].data(), g[2].lda = 8, g[2].b = in[5].data(), g[2].ldb = 10;
+                g[2].c = out[2].data(), g[2].ldc = 10;
+                return be.GroupedGemm(d, g);
+              });
+  }
+}
+
 TEST(CudaBackendTest, NormsMatchCpuTwins) {
   SKIP_WITHOUT_CUDA(gpu);
   for (auto [dt, eps] : {std::pair{DType::kF32, 1e-4}, std::pair{DType::kBF16, 5e-2}}) {

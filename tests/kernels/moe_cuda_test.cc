@@ -162,7 +162,8 @@ void ExpectCloseD(const std::vector<double>& got, const std::vector<double>& ref
 
 // The whole layer (router, permutation, experts through cuBLAS, unpermute, shared expert,
 // and every backward) on one GPU against the same layer on the CPU backend, fp32, for
-// the softmax top-k and the sigmoid normalised scaled balanced routers.
+// the softmax top-k and the sigmoid normalised scaled balanced routers, the experts' GEMMs
+// grouped (one cuBLAS grouped launch per projection) and one per expert.
 TEST(MoeCudaTest, LayerForwardAndBackwardMatchTheCpuBackend) {
   SKIP_WITHOUT_DEVICE();
   constexpr int64_t kTokens = 24;
@@ -177,7 +178,8 @@ TEST(MoeCudaTest, LayerForwardAndBackwardMatchTheCpuBackend) {
   const std::vector<float> xf = RandomFloats(kTokens * c.hidden, 21, 1.0f);
   const std::vector<float> dyf = RandomFloats(kTokens * c.hidden, 22, 1.0f);
   const std::vector<double> x(xf.begin(), xf.end()), dy(dyf.begin(), dyf.end());
-  for (bool sigmoid : {false, true}) {
+  for (auto [sigmoid, grouped] : {std::pair{false, true}, {true, true}, {false, false}}) {
+    c.grouped_gemm = grouped;
     c.score = sigmoid ? MoeScoreFunction::kSigmoid : MoeScoreFunction::kSoftmax;
     c.normalize_topk = sigmoid;
     c.topk_scaling = sigmoid ? 2.5 : 1.0;
