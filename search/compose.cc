@@ -151,13 +151,15 @@ void AddDifference(LayerTime& out, const LayerTime& a, const LayerTime& b) {
 // One expert layer from the measured dense layer `dense` (the modelled dense layer
 // `modelled_dense` at the same layout): its attention part, measured (`attention`, the
 // layer tasks run with the MLP block the identity) or else the dense layer scaled by the
-// model's attention share, plus the MoE layer task's expert block, or the modelled expert
-// block when there is no usable measurement. `note` says which.
+// model's attention share (`attention_why` says why, when it does), plus the MoE layer
+// task's expert block, or the modelled expert block when there is no usable measurement.
+// `note` says which.
 LayerTime ComposeExpertLayer(const JobSpec& spec, const ParallelConfig& c,
                              const DeviceProfile& device, const LayerTime& dense,
                              const LayerTime& modelled_dense, const LayerTime* attention,
-                             const ProfilePlanOptions& options, const Measurements& measurements,
-                             bool* moe_measured, std::string* note) {
+                             std::string_view attention_why, const ProfilePlanOptions& options,
+                             const Measurements& measurements, bool* moe_measured,
+                             std::string* note) {
   ModelSpec attention_only = spec.model;
   attention_only.ffn_hidden_size = 0;
   const LayerTime modelled_attention =
@@ -171,8 +173,9 @@ LayerTime ComposeExpertLayer(const JobSpec& spec, const ParallelConfig& c,
                             Ms(fb(*attention)), Ms(fb(dense)))
           : absl::StrFormat(
                 "attention part the measured dense layer times the model's share "
-                "(%.2f)",
-                fb(modelled_dense) > 0 ? fb(modelled_attention) / fb(modelled_dense) : 0.0);
+                "(%.2f%s%s)",
+                fb(modelled_dense) > 0 ? fb(modelled_attention) / fb(modelled_dense) : 0.0,
+                attention_why.empty() ? "" : "; ", attention_why);
 
   std::string why;
   const std::optional<MoeProfileSpec> task = MoeTaskFor(spec, c, options, &why);
@@ -326,16 +329,28 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
       }
     }
     std::optional<LayerTime> attention;
+    std::string attention_why;
     if (attention_parts.size() == tasks.size()) {
       attention =
           ToLayerTime(*attention_parts[0],
                       attention_parts.size() == 2 ? attention_parts[1] : nullptr, modelled_layer);
-      measured_parts.push_back("attention");
+      // The layer less its MLP block cannot take longer than the layer (a worker that does
+      // not know attention_only runs the whole layer).
+      const double part = attention->Forward() + attention->Backward();
+      const double whole = layer.Forward() + layer.Backward();
+      if (part >= whole) {
+        attention_why = absl::StrFormat(
+            "the attention-only task measured %.3f ms, not less than the dense layer's %.3f ms",
+            Ms(part), Ms(whole));
+        attention.reset();
+      } else {
+        measured_parts.push_back("attention");
+      }
     }
     bool moe_measured = false;
     expert_layer = ComposeExpertLayer(spec, c, *device, layer, modelled_layer,
-                                      attention ? &*attention : nullptr, options, measurements,
-                                      &moe_measured, &moe_note);
+                                      attention ? &*attention : nullptr, attention_why, options,
+                                      measurements, &moe_measured, &moe_note);
     if (moe_measured) measured_parts.push_back("moe");
   }
   absl::StatusOr<IterationEstimate> it =

@@ -379,6 +379,18 @@ TEST(ComposeTest, ExpertLayersAreTheMeasuredAttentionPartPlusTheMeasuredMoeLayer
                                  "attention, moe"),
             std::string::npos)
       << r->notes.back();
+
+  // An attention part measured as long as the whole dense layer (a worker that ran the MLP
+  // anyway) is not used: the model's share applies again, and the note says why.
+  m.attention_parts[LayerTasksFor(spec, c, options)[0].Key()] = Measured(0.010, 0.020);
+  r = ComposeCandidate(spec, modelled, options, m);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(r->time.compute, compute, 1e-9);
+  EXPECT_NE(r->notes.back().find("; the attention-only task measured 30.000 ms, not less than "
+                                 "the dense layer's 30.000 ms)"),
+            std::string::npos)
+      << r->notes.back();
+  EXPECT_EQ(r->notes.back().find("attention, moe"), std::string::npos) << r->notes.back();
 }
 
 TEST(ComposeTest, WithoutAnMoeMeasurementTheExpertBlockStaysModelled) {
