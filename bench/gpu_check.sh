@@ -51,10 +51,13 @@ step() {  # step NAME SECONDS COMMAND...: runs it with a limit, logs to OUT/NAME
   tail -n 25 "$OUT/$name.log"
 }
 
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,temperature.gpu \
+    --format=csv >"$OUT/device.txt" 2>&1
+  cat "$OUT/device.txt"
+fi
+
 if [[ -z "$ONLY" ]]; then
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,temperature.gpu \
-  --format=csv >"$OUT/device.txt" 2>&1
-cat "$OUT/device.txt"
 
 for t in kernels_cuda_backend_test kernels_moe_cuda_test kernels_serving_cuda_paged_attention_test \
   kernels_step_runner_test training_cuda_test; do
