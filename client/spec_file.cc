@@ -6,13 +6,13 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <limits>
 #include <initializer_list>
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "search/spec_reader_json.h"
 #include "search/specs.h"
 
 namespace paratune::client {
@@ -100,8 +101,15 @@ std::string Where(const YAML::Node& node) {
   return absl::StrCat(" (line ", mark.line + 1, ", column ", mark.column + 1, ")");
 }
 
-absl::StatusOr<json> Convert(const YAML::Node& node, const std::string& path,
-                             size_t* budget) {
+absl::StatusOr<json> Convert(const YAML::Node& node, const std::string& path, size_t* budget,
+                             int depth) {
+  if (depth > kMaxJsonNesting) {
+    // The JSON form's limit; an alias used inside its own anchor nests without end.
+    return absl::InvalidArgumentError(
+        absl::StrCat("the document nests deeper than ", kMaxJsonNesting, " levels at '",
+                     path.empty() ? "(top level)" : path.substr(0, 200), "'", Where(node),
+                     " (a YAML alias inside its own anchor?)"));
+  }
   if (*budget == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the document expands to more than ", kMaxSpecValues, " values at '",
@@ -123,7 +131,7 @@ absl::StatusOr<json> Convert(const YAML::Node& node, const std::string& path,
       json array = json::array();
       size_t i = 0;
       for (const YAML::Node& item : node) {
-        auto v = Convert(item, absl::StrCat(path, "[", i++, "]"), budget);
+        auto v = Convert(item, absl::StrCat(path, "[", i++, "]"), budget, depth + 1);
         if (!v.ok()) return v.status();
         array.push_back(std::move(*v));
       }
@@ -143,7 +151,7 @@ absl::StatusOr<json> Convert(const YAML::Node& node, const std::string& path,
           return absl::InvalidArgumentError(
               absl::StrCat("duplicate key '", child, "'", Where(entry.first)));
         }
-        auto v = Convert(entry.second, child, budget);
+        auto v = Convert(entry.second, child, budget, depth + 1);
         if (!v.ok()) return v.status();
         object[key] = std::move(*v);
       }
@@ -222,7 +230,7 @@ absl::StatusOr<json> YamlToJson(const std::string& text) {
   }
   try {
     size_t budget = kMaxSpecValues;
-    return Convert(root, "", &budget);
+    return Convert(root, "", &budget, 0);
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("line ", e.mark.line + 1, ", column ",
                                                    e.mark.column + 1, ": ", e.msg));

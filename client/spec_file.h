@@ -28,8 +28,9 @@ absl::StatusOr<std::string> ReadInputFile(const std::string& path, size_t max_by
 /// YAML text → JSON. Plain scalars are typed by the YAML 1.2 core schema (null, true/false,
 /// integers incl. 0x/0o, floats incl. .inf/.nan); quoted scalars stay strings. A
 /// duplicate mapping key is an error naming its path. InvalidArgument with line and
-/// column for malformed YAML, and when the document expands to more than kMaxSpecValues
-/// values.
+/// column for malformed YAML, when the document expands to more than kMaxSpecValues
+/// values, and when it nests deeper than kMaxJsonNesting levels (search/spec_reader_json.h;
+/// an alias used inside its own anchor nests without end).
 absl::StatusOr<nlohmann::json> YamlToJson(const std::string& text);
 
 /// Reads a spec file: JSON when the name ends in ".json", YAML otherwise. A string

@@ -242,6 +242,27 @@ TEST(SpecFileTest, NestedAliasesAreRefusedWithinTheValueBudget) {
   EXPECT_EQ((*j)["b"], json({{1, 2}, {1, 2}}));
 }
 
+TEST(SpecFileTest, AnAliasInsideItsOwnAnchorIsRefusedByDepth) {
+  // `e` holds itself: an endless nesting, refused at the JSON form's depth limit.
+  absl::StatusOr<json> j = YamlToJson("a: [x, x]\ne: &e [*e, 1]\n");
+  ASSERT_FALSE(j.ok());
+  EXPECT_THAT(j.status().message(),
+              HasSubstr("the document nests deeper than 64 levels at 'e[0][0][0]"));
+  EXPECT_THAT(j.status().message(), HasSubstr("a YAML alias inside its own anchor?"));
+  // 64 levels (the top-level mapping and 63 lists) are accepted; 65 are not.
+  auto nested = [](int levels) {
+    std::string s = "x: ";
+    for (int i = 0; i < levels; ++i) s += "[";
+    s += "1";
+    for (int i = 0; i < levels; ++i) s += "]";
+    return s + "\n";
+  };
+  EXPECT_TRUE(YamlToJson(nested(63)).ok()) << YamlToJson(nested(63)).status();
+  absl::StatusOr<json> deep = YamlToJson(nested(64));
+  ASSERT_FALSE(deep.ok());
+  EXPECT_THAT(deep.status().message(), HasSubstr("nests deeper than 64 levels"));
+}
+
 TEST(SpecFileTest, JsonErrorsGiveAPositionNotTheText) {
   const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
                                     ("json_error_" + std::to_string(::getpid()));
