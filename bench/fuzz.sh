@@ -9,6 +9,8 @@
 #   bench/fuzz.sh --build-dir DIR # default: build-fuzz next to the sources
 #   bench/fuzz.sh --only spec_json_fuzz
 #   bench/fuzz.sh --engine replay # g++ and fuzz/replay_main.cc even where clang exists
+#   bench/fuzz.sh --seed 1        # libFuzzer's random seed (default: a new one each run);
+#                                 # the same seed repeats the same inputs on the same code
 #
 # Engine: libFuzzer (clang with compiler-rt's libclang_rt.fuzzer) when it is installed;
 # otherwise g++ -fsanitize=address,undefined with fuzz/replay_main.cc (the seeds, then
@@ -23,16 +25,24 @@ seconds=60
 build_dir="${here}/build-fuzz"
 only=""
 engine=""
+seed=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --time) seconds="$2"; shift 2 ;;
     --build-dir) build_dir="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
     --engine) engine="$2"; shift 2 ;;
+    --seed) seed="$2"; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "fuzz.sh: unknown flag $1" >&2; exit 2 ;;
   esac
 done
+if [[ -n "${seed}" ]] && { ! [[ "${seed}" =~ ^[0-9]+$ ]] || [[ "${seed}" -eq 0 ]]; }; then
+  echo "fuzz.sh: --seed must be a positive integer, got '${seed}'" >&2
+  exit 2
+fi
+seed_flag=()
+[[ -n "${seed}" ]] && seed_flag=(-seed="${seed}")
 if ! [[ "${seconds}" =~ ^[0-9]+$ ]] || [[ "${seconds}" -eq 0 ]]; then
   echo "fuzz.sh: --time must be a positive number of seconds, got '${seconds}'" >&2
   exit 2
@@ -76,7 +86,7 @@ ninja -C "${build_dir}" -j2 "${targets[@]}" >"${build_dir}/fuzz-build.log" 2>&1 
 
 run_root="${build_dir}/runs/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "${run_root}"
-echo "# ${engine}, -fsanitize=address,undefined, ${seconds} s per target, ${cxx} $(${cxx} -dumpversion)"
+echo "# ${engine}, -fsanitize=address,undefined, ${seconds} s per target, ${cxx} $(${cxx} -dumpversion)${seed:+, seed ${seed}}"
 printf '# %-24s %12s %10s %8s %8s %9s  %s\n' target runs exec/s crashes corpus peak_rss status
 printf '# %-24s %12s %10s %8s %8s %9s  %s\n' "" count "1/s" count inputs MB ""
 failed=0
@@ -91,7 +101,7 @@ for name in "${targets[@]}"; do
   set +e
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1" \
-    "${build_dir}/bin/${name}" -max_total_time="${seconds}" -print_final_stats=1 \
+    "${build_dir}/bin/${name}" -max_total_time="${seconds}" -print_final_stats=1 "${seed_flag[@]}" \
       -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
       -artifact_prefix="${work}/artifacts/" "${work}/corpus" "${seeds[@]}" >"${log}" 2>&1
   rc=$?
