@@ -143,6 +143,14 @@ LayerTime ScaleByShare(const LayerTime& measured, const LayerTime& part, const L
   return t;
 }
 
+// The measurement under `key` when the task ran to its end (not out of memory, not failed).
+const LayerMeasurement* FindOk(const std::map<std::string, LayerMeasurement>& measured,
+                               const std::string& key) {
+  auto it = measured.find(key);
+  return it != measured.end() && it->second.outcome == LayerMeasurement::Outcome::kOk ? &it->second
+                                                                                      : nullptr;
+}
+
 // Adds a - b, term by term (never below zero), to `out`.
 void AddDifference(LayerTime& out, const LayerTime& a, const LayerTime& b) {
   for (double LayerTime::*f : kScaledTerms) out.*f += std::max(0.0, a.*f - b.*f);
@@ -264,19 +272,12 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
   edge.embedding_backward = modelled_edge.embedding_backward * ratio;
   edge.logits_forward = modelled_edge.logits_forward * ratio;
   edge.logits_backward = modelled_edge.logits_backward * ratio;
-  const auto extras = [&key](const std::map<std::string, LayerMeasurement>& stage)
-      -> const LayerMeasurement* {
-    auto it = stage.find(key);
-    return it != stage.end() && it->second.outcome == LayerMeasurement::Outcome::kOk
-               ? &it->second
-               : nullptr;
-  };
-  if (const LayerMeasurement* first = extras(measurements.first_stage)) {
+  if (const LayerMeasurement* first = FindOk(measurements.first_stage, key)) {
     edge.embedding_forward = first->extras_forward_s;
     edge.embedding_backward = first->extras_backward_s;
     measured_parts.push_back("embedding");
   }
-  if (const LayerMeasurement* last = extras(measurements.last_stage)) {
+  if (const LayerMeasurement* last = FindOk(measurements.last_stage, key)) {
     edge.logits_forward = last->extras_forward_s;
     edge.logits_backward = last->extras_backward_s;
     measured_parts.push_back("logits");
@@ -322,10 +323,8 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
     // The attention part of the expert layers: every layer task's attention-only twin.
     std::vector<const LayerMeasurement*> attention_parts;
     for (const LayerProfileSpec& t : tasks) {
-      auto it = measurements.attention_parts.find(t.Key());
-      if (it != measurements.attention_parts.end() &&
-          it->second.outcome == LayerMeasurement::Outcome::kOk) {
-        attention_parts.push_back(&it->second);
+      if (const LayerMeasurement* m = FindOk(measurements.attention_parts, t.Key())) {
+        attention_parts.push_back(m);
       }
     }
     std::optional<LayerTime> attention;

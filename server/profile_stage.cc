@@ -18,11 +18,11 @@ Measurements CollectMeasurements(const ProfilePlan& profile, const std::vector<T
   // Stage-extras and attention-only tasks feed Measurements::first_stage / last_stage /
   // attention_parts under their plain layer task's key (the same spec without extras, with
   // the MLP block).
-  std::map<std::string, const LayerProfileSpec*> extras_tasks;
+  std::map<std::string, const LayerProfileSpec*> twin_tasks;
   for (const ProfileTaskSpec& p : profile.tasks) {
     if (p.kind == ProfileTaskSpec::Kind::kLayer &&
         (p.layer.extras != StageExtras::kNone || p.layer.attention_only)) {
-      extras_tasks[p.key] = &p.layer;
+      twin_tasks[p.key] = &p.layer;
     }
   }
   for (const TaskRecord& t : tasks) {
@@ -54,7 +54,7 @@ Measurements CollectMeasurements(const ProfilePlan& profile, const std::vector<T
       m.outcome = LayerMeasurement::Outcome::kFailed;
       m.message = "task failed";
     }
-    if (auto x = extras_tasks.find(t.task.key()); x != extras_tasks.end()) {
+    if (auto x = twin_tasks.find(t.task.key()); x != twin_tasks.end()) {
       LayerProfileSpec plain = *x->second;
       plain.extras = StageExtras::kNone;
       plain.attention_only = false;
