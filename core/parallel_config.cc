@@ -10,10 +10,16 @@
 namespace paratune {
 
 int64_t ParallelConfig::LayersInChunk(int64_t num_layers, int64_t stage, int64_t chunk) const {
-  if (!split_counts_embedding_and_loss) return num_layers / (pp * vp);
-  int64_t layers = (num_layers + 2) / (pp * vp);
-  if (stage == 0 && chunk == 0) --layers;                  // The embedding's slot.
-  if (stage == pp - 1 && chunk == vp - 1) --layers;        // The loss's slot.
+  const int64_t chunks = pp * vp;
+  const int64_t slots = split_counts_embedding_and_loss ? num_layers + 2 : num_layers;
+  // Chunk j of stage r is virtual stage j*p + r; a remainder goes one slot each to the
+  // first virtual stages (torch.distributed.pipelining's split; none where chunks divide).
+  const int64_t virtual_stage = chunk * pp + stage;
+  int64_t layers = slots / chunks + (virtual_stage < slots % chunks ? 1 : 0);
+  if (split_counts_embedding_and_loss) {
+    if (virtual_stage == 0) --layers;           // The embedding's slot.
+    if (virtual_stage == chunks - 1) --layers;  // The loss's slot.
+  }
   return layers;
 }
 

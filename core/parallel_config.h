@@ -27,7 +27,8 @@ struct ParallelConfig {
   /// --account-for-loss-in-pipeline-split: the embedding and the loss count as one layer
   /// each, so (L + 2) is split evenly over p*v model chunks and the first and last chunks
   /// hold one transformer layer fewer (uneven first/last stages; Llama 3.1 405B: 126 + 2
-  /// layers over PP 8 x VP 8).
+  /// layers over PP 8 x VP 8). torchtitan's default split (first and last stage one layer
+  /// lighter: pipeline_parallel_first/last_stage_less_layers 1) is the same rule.
   bool split_counts_embedding_and_loss = false;
   /// Megatron's --overlap-grad-reduce: data-parallel gradient buckets are reduced while the
   /// backward runs (all but the last bucket hidden). Off, the whole reduce follows the
@@ -78,7 +79,10 @@ struct ParallelConfig {
     return data_parallel_sharding != DataParallelSharding::kNone;
   }
 
-  /// Transformer layers in model chunk `chunk` (0..vp-1) of pipeline stage `stage`.
+  /// Transformer layers in model chunk `chunk` (0..vp-1) of pipeline stage `stage`. Where
+  /// the p*v chunks do not divide the layers (or the slots), the first virtual stages hold
+  /// one more each, as torch.distributed.pipelining's frameworks split them (uneven splits
+  /// are valid only where training.framework runs them; search/parallel_config.h).
   int64_t LayersInChunk(int64_t num_layers, int64_t stage, int64_t chunk) const;
   /// Transformer layers on pipeline stage `stage` (all its chunks).
   int64_t LayersOnStage(int64_t num_layers, int64_t stage) const;

@@ -585,6 +585,34 @@ absl::StatusOr<std::string> DeepSpeedConfig(const JobSpec& spec, const ParallelC
   return ds.dump(2) + "\n";
 }
 
+// torchtitan's virtual stages beyond its default of two per rank. Its split
+// (generate_llm_fqn_per_model_part, first/last_stage_less_layers 1) depends only on the
+// number of stages, ceil((L + 2) / pipeline_parallel_layers_per_stage); where no
+// layers-per-stage value gives p*v stages (or the layout's split is not torchtitan's), the
+// stages are listed module by module.
+std::string TorchtitanVirtualStages(const JobSpec& spec, const ParallelConfig& c) {
+  const int64_t stages = c.pp * c.vp;
+  const int64_t slots = spec.model.num_layers + 2;
+  const int64_t per = (slots + stages - 1) / stages;
+  if (c.split_counts_embedding_and_loss && (slots + per - 1) / per == stages) {
+    return absl::StrCat("pipeline_parallel_layers_per_stage = ", per, "\n");
+  }
+  std::string out = "module_fqns_per_model_part = [";
+  int64_t layer = 0;
+  for (int64_t k = 0; k < stages; ++k) {
+    std::vector<std::string> names;
+    if (k == 0) names.push_back("\"tok_embeddings\"");
+    const int64_t n = DecoderLayersInChunk(spec.model, c, k % c.pp, k / c.pp);
+    for (int64_t i = 0; i < n; ++i) names.push_back(absl::StrCat("\"layers.", layer++, "\""));
+    if (k == stages - 1) {
+      names.push_back("\"norm\"");
+      names.push_back("\"output\"");
+    }
+    absl::StrAppend(&out, k > 0 ? ", [" : "[", absl::StrJoin(names, ", "), "]");
+  }
+  return out + "]\n";
+}
+
 absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const ParallelConfig& c) {
   if (spec.training.precision == Precision::kNvfp4) {
     return absl::InvalidArgumentError(
@@ -661,10 +689,7 @@ absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const Parallel
   if (c.pp > 1) {
     absl::StrAppend(&out, "pipeline_parallel_schedule = \"", c.vp > 1 ? "Interleaved1F1B" : "1F1B",
                     "\"\n", "pipeline_parallel_microbatch_size = ", c.micro_batch_size, "\n");
-    if (c.vp > 1) {
-      absl::StrAppend(&out, "pipeline_parallel_layers_per_stage = ", m.num_layers / (c.pp * c.vp),
-                      "\n");
-    }
+    if (c.vp > 2) absl::StrAppend(&out, TorchtitanVirtualStages(spec, c));
   }
   absl::StrAppend(&out, "\n[activation_checkpoint]\n", "mode = \"", ac, "\"\n");
   if (c.recompute == Recompute::kSelective) {

@@ -66,7 +66,11 @@ std::vector<FrameworkProfile> BuildProfiles() {
   // The PipelineEngine keeps each micro-batch's stage output in pipe_buffers['outputs']
   // until its backward runs torch.autograd.backward on it (runtime/pipe/engine.py
   // _exec_backward_pass); Megatron's schedules pseudo-free it once sent
-  // (deallocate_output_tensor).
+  // (deallocate_output_tensor). PipelineModule partitions the transformer layers alone
+  // (Megatron-DeepSpeed's GPTModelPipe: partition_method "type:transformer") with
+  // runtime/utils.py partition_balanced: stages of ceil(L/p) and floor(L/p) layers where p
+  // does not divide L, the heaviest first (modelled as the first L mod p stages one more,
+  // partition_uniform's order: the same bottleneck and first stage).
   FrameworkProfile megatron_deepspeed;
   megatron_deepspeed.framework = Framework::kMegatronDeepspeed;
   megatron_deepspeed.tp_comm_overlap = {false, false};
@@ -83,6 +87,7 @@ std::vector<FrameworkProfile> BuildProfiles() {
   megatron_deepspeed.hopper_attention_kernel = AttentionKernel::kFlash2;  // the flash-attn package
   megatron_deepspeed.reduce_gradients_in_fp32 = false;
   megatron_deepspeed.pipeline_keeps_outputs = true;
+  megatron_deepspeed.uneven_pipeline_split = true;
   megatron_deepspeed.export_format = "deepspeed";
   out.push_back(megatron_deepspeed);
 
@@ -110,6 +115,10 @@ std::vector<FrameworkProfile> BuildProfiles() {
   // Async TP (experimental.enable_async_tensor_parallel, off by default); TP's plan shards
   // the norms by sequence; loss_parallel (vocab-parallel loss) unless disabled; pipeline
   // schedules with interleaving (torch.distributed.pipelining) and context parallelism.
+  // Its stage split (torchtitan/distributed/pipeline_parallel.py,
+  // generate_llm_fqn_per_model_part) spreads num_layers + first_stage_less_layers +
+  // last_stage_less_layers (1 and 1 by default) over the p*v virtual stages, one more to
+  // each of the first (total mod p*v) stages: uneven where p*v does not divide.
   FrameworkProfile torchtitan;
   torchtitan.framework = Framework::kTorchtitan;
   torchtitan.tp_comm_overlap = {true, false};
@@ -121,6 +130,8 @@ std::vector<FrameworkProfile> BuildProfiles() {
   torchtitan.open_sharding = {DPS::kFull};
   torchtitan.fp32_parameters = true;
   torchtitan.activation_offload = false;
+  torchtitan.uneven_pipeline_split = true;
+  torchtitan.split_counts_embedding_and_loss_always = true;
   torchtitan.export_format = "torchtitan";
   out.push_back(torchtitan);
 

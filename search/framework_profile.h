@@ -47,6 +47,13 @@ struct FrameworkProfile {
   std::vector<DataParallelSharding> open_sharding;
   bool pipeline_parallel = true;     ///< pp > 1 exists.
   bool interleaved_pipeline = true;  ///< vp > 1 exists.
+  /// The pipeline split need not divide the layers: the first virtual stages take one layer
+  /// more each (torch.distributed.pipelining's frameworks). Else p*v must divide them.
+  bool uneven_pipeline_split = false;
+  /// Where pp > 1, the split counts the embedding and the loss as one layer each
+  /// (ParallelConfig::split_counts_embedding_and_loss) always, not only where the plain split
+  /// is impossible (Megatron-Core's choice).
+  bool split_counts_embedding_and_loss_always = false;
   bool context_parallel = true;      ///< Ring context parallelism (cp > 1).
   bool sequence_parallel = true;     ///< Megatron's sequence parallelism with TP.
   /// ZeRO-2/3 (optimizer_grads, full) beside pp > 1.

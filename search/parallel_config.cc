@@ -180,8 +180,11 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
           c.tp, cl.gpus_per_node));
     }
   }
+  // torch.distributed.pipelining's frameworks split unevenly (the first virtual stages one
+  // layer more); Megatron-Core's chunks divide the layers (or the slots).
+  const bool uneven = ProfileOf(tr.framework).uneven_pipeline_split;
+  const int64_t chunks = c.pp * c.vp;
   if (c.split_counts_embedding_and_loss) {
-    const int64_t chunks = c.pp * c.vp;
     if (c.pp == 1) {
       return absl::InvalidArgumentError(
           "split_counts_embedding_and_loss requires search.pp > 1 (search.pp is 1)");
@@ -191,7 +194,15 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
     // 94 layers as 32 x 3 chunks of one slot); with MTP modules the last chunk holds them,
     // the loss and at least one decoder layer.
     const int64_t min_slots = m.mtp_layers > 0 ? 2 + m.mtp_layers : 1;
-    if (slots % chunks != 0 || slots / chunks < min_slots) {
+    if (uneven && slots / chunks < min_slots) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "search.pp*search.vp (%d*%d = %d) must leave every model chunk at least %d of the "
+          "%d pipeline slots (model.num_layers + 2%s: training.framework %s counts the "
+          "embedding and the loss%s as one layer each)",
+          c.pp, c.vp, chunks, min_slots, slots, m.mtp_layers > 0 ? " + model.mtp_layers" : "",
+          ToString(tr.framework), m.mtp_layers > 0 ? " and each MTP module" : ""));
+    }
+    if (!uneven && (slots % chunks != 0 || slots / chunks < min_slots)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "search.pp*search.vp (%d*%d = %d) must divide model.num_layers + 2%s (%d: the "
           "embedding and the loss%s are counted as one layer each when the stages are split "
@@ -199,15 +210,22 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
           c.pp, c.vp, chunks, m.mtp_layers > 0 ? " + model.mtp_layers" : "", slots,
           m.mtp_layers > 0 ? " and each MTP module" : "", min_slots));
     }
+  } else if (uneven) {
+    if (m.num_layers < chunks) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "search.pp*search.vp (%d*%d = %d) must not exceed model.num_layers (%d): every "
+          "model chunk holds at least one layer",
+          c.pp, c.vp, chunks, m.num_layers));
+    }
   } else {
     if (m.num_layers % c.pp != 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "search.pp (%d) must divide model.num_layers (%d)", c.pp, m.num_layers));
     }
-    if (c.vp > 1 && m.num_layers % (c.pp * c.vp) != 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "search.pp*search.vp (%d*%d = %d) must divide model.num_layers (%d)", c.pp, c.vp,
-          c.pp * c.vp, m.num_layers));
+    if (c.vp > 1 && m.num_layers % chunks != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("search.pp*search.vp (%d*%d = %d) must divide model.num_layers (%d)",
+                          c.pp, c.vp, chunks, m.num_layers));
     }
   }
   if (c.vp > 1 && c.pp == 1) {

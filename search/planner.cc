@@ -154,9 +154,11 @@ struct MeshShape {
 
 // The splits the search options allow, tp outermost, then cp, then pp. Open dimensions keep
 // only values that can work: tp divides the heads and tiles a node, cp leaves each rank
-// >= kMinContextTokens tokens (and 2·cp divides s), pp divides L or L + 2.
+// >= kMinContextTokens tokens (and 2·cp divides s), pp divides L or L + 2 (where the
+// framework splits unevenly: pp <= L).
 std::vector<MeshShape> MeshShapes(const JobSpec& spec) {
   const SearchOptions& opt = spec.search;
+  const bool uneven = ProfileOf(spec.training.framework).uneven_pipeline_split;
   const int64_t N = spec.cluster.num_gpus;
   const int64_t L = spec.model.num_layers;
   const int64_t slots = L + 2 + spec.model.mtp_layers;  // With the embedding/loss-aware split.
@@ -176,8 +178,10 @@ std::vector<MeshShape> MeshShapes(const JobSpec& spec) {
       for (int64_t pp : Divisors(N / (tp * cp))) {
         if (!Allowed(opt.pp, pp)) continue;
         // Stages split L evenly, or L + 2 (+ MTP) with the embedding and loss counted as
-        // layers.
-        if (opt.pp.empty() && L % pp != 0 && (pp == 1 || slots % pp != 0)) continue;
+        // layers; or unevenly, a layer per stage at least.
+        if (opt.pp.empty() && (uneven ? pp > L : L % pp != 0 && (pp == 1 || slots % pp != 0))) {
+          continue;
+        }
         const int64_t dp = N / (tp * cp * pp);
         if (!Allowed(opt.dp, dp)) continue;
         out.push_back({tp, cp, pp, dp});
@@ -187,14 +191,20 @@ std::vector<MeshShape> MeshShapes(const JobSpec& spec) {
   return out;
 }
 
-// Virtual stages per pipeline rank: those that split L (or L + 2) evenly over pp · vp.
+// Virtual stages per pipeline rank: those that split L (or L + 2) evenly over pp · vp; where
+// the framework splits unevenly, also every v up to kMaxUnevenVirtualStages that leaves each
+// chunk a layer.
+constexpr int64_t kMaxUnevenVirtualStages = 8;
 std::vector<int64_t> VirtualStageCounts(const SearchOptions& opt, int64_t L, int64_t slots,
-                                        int64_t pp) {
+                                        int64_t pp, bool uneven) {
   if (!opt.vp.empty()) return opt.vp;
   std::vector<int64_t> out;
   for (int64_t v = 1; v <= L; ++v) {
     if (v > 1 && pp == 1) break;
-    if (L % (pp * v) == 0 || (pp > 1 && slots % (pp * v) == 0)) out.push_back(v);
+    if (L % (pp * v) == 0 || (pp > 1 && slots % (pp * v) == 0) ||
+        (uneven && v <= kMaxUnevenVirtualStages && pp * v <= L)) {
+      out.push_back(v);
+    }
   }
   return out;
 }
@@ -324,15 +334,15 @@ template <typename Visit>
 void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit visit) {
   const SearchOptions& opt = spec.search;
   const int64_t L = spec.model.num_layers;
-  const std::vector<int64_t> vps =
-      VirtualStageCounts(opt, L, L + 2 + spec.model.mtp_layers, shape.pp);
+  const FrameworkProfile& framework = ProfileOf(spec.training.framework);
+  const std::vector<int64_t> vps = VirtualStageCounts(opt, L, L + 2 + spec.model.mtp_layers,
+                                                      shape.pp, framework.uneven_pipeline_split);
   const std::vector<ExpertLayout> experts = ExpertLayouts(spec, shape);
   const std::vector<int64_t> mbs = MicroBatchSizes(opt, spec.training.global_batch_size, shape.dp);
   const std::vector<bool> sps = SequenceParallelChoices(opt, shape.tp, IsMoe(spec.model));
   const std::vector<ActivationChoice> activation_choices = ActivationChoices(opt);
   const std::vector<DataParallelSharding> shardings =
       DataParallelShardingChoices(opt, spec.training.framework, shape.dp * shape.cp);
-  const FrameworkProfile& framework = ProfileOf(spec.training.framework);
   ParallelConfig c;
   c.tp = shape.tp;
   c.pp = shape.pp;
@@ -351,8 +361,10 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
       opt.offload.empty() ? std::vector<Offload>{Offload::kNone} : opt.offload;
   for (int64_t vp : vps) {
     c.vp = vp;
-    // The embedding/loss-aware split only where the plain one is impossible.
-    c.split_counts_embedding_and_loss = L % (shape.pp * vp) != 0;
+    // The embedding/loss-aware split where the framework always runs it, else only where
+    // the plain one is impossible.
+    c.split_counts_embedding_and_loss =
+        framework.split_counts_embedding_and_loss_always ? shape.pp > 1 : L % (shape.pp * vp) != 0;
     for (int64_t mb : mbs) {
       c.micro_batch_size = mb;
       for (bool sp : sps) {

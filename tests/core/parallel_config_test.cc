@@ -46,6 +46,34 @@ TEST(ParallelConfigTest, EvenSplitAndEmbeddingAndLossAwareSplit) {
   EXPECT_EQ(total, 30);
 }
 
+// Where p*v does not divide the slots, the first virtual stages (chunk j of stage r is
+// virtual stage j*p + r) take one more each, as torch.distributed.pipelining's frameworks
+// split: torchtitan's generate_llm_fqn_per_model_part(8, 32) with first/last_stage_less_layers
+// 1 gives 34 slots as 5, 5, 4, 4, 4, 4, 4, 4, so 4, 5, 4, 4, 4, 4, 4, 3 layers.
+TEST(ParallelConfigTest, UnevenSplitGivesTheRemainderToTheFirstVirtualStages) {
+  ParallelConfig c;
+  c.pp = 8;
+  c.split_counts_embedding_and_loss = true;
+  const int64_t titan[] = {4, 5, 4, 4, 4, 4, 4, 3};
+  for (int64_t r = 0; r < 8; ++r) EXPECT_EQ(c.LayersInChunk(32, r, 0), titan[r]) << r;
+  // 61 layers alone over 4 x 8 chunks (NeMo AutoModel's split of DeepSeek-V3): virtual
+  // stages 0-28 hold 2, 29-31 hold 1; stage 0 has 16, stages 1-3 have 15.
+  c = ParallelConfig{};
+  c.pp = 4;
+  c.vp = 8;
+  EXPECT_EQ(c.LayersInChunk(61, 0, 7), 2);  // virtual stage 28
+  EXPECT_EQ(c.LayersInChunk(61, 1, 7), 1);  // virtual stage 29
+  EXPECT_EQ(c.LayersOnStage(61, 0), 16);
+  int64_t total = 0;
+  for (int64_t r = 0; r < 4; ++r) {
+    if (r > 0) {
+      EXPECT_EQ(c.LayersOnStage(61, r), 15) << r;
+    }
+    total += c.LayersOnStage(61, r);
+  }
+  EXPECT_EQ(total, 61);
+}
+
 TEST(ParallelConfigTest, ToStringNamesFlagsAndEqualityComparesThem) {
   ParallelConfig c;
   c.tp = 8;

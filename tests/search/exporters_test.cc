@@ -456,6 +456,40 @@ TEST(ExportersTest, TorchtitanConfig) {
   EXPECT_THAT(TorchtitanConfig(spec, c).status().message(), HasSubstr("no torchtitan form"));
 }
 
+// torchtitan's virtual stages: two per rank is its default; more are set by
+// pipeline_parallel_layers_per_stage where ceil((L + 2) / k) gives p*v stages, else listed.
+TEST(ExportersTest, TorchtitanVirtualStages) {
+  JobSpec spec = Llama3_8B();  // 32 layers
+  spec.cluster.num_gpus = 32;
+  spec.training.framework = Framework::kTorchtitan;
+  ParallelConfig c;
+  c.pp = 4;
+  c.dp = 8;
+  c.vp = 2;
+  c.split_counts_embedding_and_loss = true;
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  auto toml = TorchtitanConfig(spec, c);
+  ASSERT_TRUE(toml.ok()) << toml.status();
+  EXPECT_THAT(*toml, HasSubstr("pipeline_parallel_schedule = \"Interleaved1F1B\"\n"));
+  EXPECT_THAT(*toml, Not(HasSubstr("layers_per_stage")));
+  // 34 slots over 16 stages: k = 3 gives ceil(34 / 3) = 12 stages, so the 16 are listed:
+  // 34 = 2 x 3 + 14 x 2, the first holding the embedding and 2 layers, the last 1 and the
+  // output.
+  c.vp = 4;
+  toml = TorchtitanConfig(spec, c);
+  ASSERT_TRUE(toml.ok()) << toml.status();
+  EXPECT_THAT(*toml, HasSubstr("module_fqns_per_model_part = [[\"tok_embeddings\", "
+                               "\"layers.0\", \"layers.1\"], [\"layers.2\", \"layers.3\", "
+                               "\"layers.4\"], [\"layers.5\", \"layers.6\"]"));
+  EXPECT_THAT(*toml, HasSubstr("[\"layers.31\", \"norm\", \"output\"]]\n"));
+  // 34 slots over 4 x 3 = 12 stages: k = 3 gives exactly 12.
+  c.vp = 3;
+  c.dp = 8;
+  toml = TorchtitanConfig(spec, c);
+  ASSERT_TRUE(toml.ok()) << toml.status();
+  EXPECT_THAT(*toml, HasSubstr("pipeline_parallel_layers_per_stage = 3\n"));
+}
+
 TEST(ExportersTest, EveryFormatIsInTheTable) {
   for (const char* format : {"megatron", "nemo", "deepspeed", "torchtitan"}) {
     const TrainingExporter* e = FindTrainingExporter(format);

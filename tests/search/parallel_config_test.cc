@@ -1,11 +1,14 @@
 #include "search/parallel_config.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "search/presets.h"
 
 namespace paratune {
 namespace {
+
+using ::testing::HasSubstr;
 
 JobSpec Spec() {
   JobSpec spec;
@@ -175,6 +178,44 @@ TEST(ParallelConfigTest, EmbeddingAndLossAwareSplit) {
   int64_t total = 0;
   for (int64_t r = 0; r < 8; ++r) total += c.LayersOnStage(126, r);
   EXPECT_EQ(total, 126);
+}
+
+// torchtitan splits the stages unevenly (the first ones one layer more): any p*v that
+// leaves every chunk a slot; Megatron-Core's split must divide.
+TEST(ParallelConfigTest, UnevenSplitOnlyWhereTheFrameworkRunsIt) {
+  JobSpec spec;
+  spec.model = *FindPreset("llama3.1-405b");  // 126 layers
+  spec.training.seq_length = 8192;
+  spec.training.global_batch_size = 512;
+  spec.cluster.gpu = "h100-sxm-80gb";
+  spec.cluster.num_gpus = 1024;
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 8;
+  c.vp = 5;
+  c.cp = 2;
+  c.dp = 8;
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  spec.training.framework = Framework::kTorchtitan;
+  EXPECT_TRUE(ValidateParallelConfig(c, spec).ok()) << ValidateParallelConfig(c, spec);
+  c.split_counts_embedding_and_loss = true;
+  EXPECT_TRUE(ValidateParallelConfig(c, spec).ok()) << ValidateParallelConfig(c, spec);
+  spec.training.framework = Framework::kMegatronCore;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  EXPECT_THAT(ValidateParallelConfig(c, spec).message(),
+              HasSubstr("must divide model.num_layers + 2 (128"));
+  // 128 slots over 8 x 17 = 136 chunks: some would hold nothing.
+  spec.training.framework = Framework::kTorchtitan;
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  c.vp = 17;
+  EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
+            "search.pp*search.vp (8*17 = 136) must leave every model chunk at least 1 of the "
+            "128 pipeline slots (model.num_layers + 2: training.framework torchtitan counts the "
+            "embedding and the loss as one layer each)");
+  c.split_counts_embedding_and_loss = false;
+  EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
+            "search.pp*search.vp (8*17 = 136) must not exceed model.num_layers (126): every "
+            "model chunk holds at least one layer");
 }
 
 // Mixtral 8x7B on 64 GPUs: attention tp2 pp4 dp8, experts folded as etp*ep*edp over the

@@ -48,6 +48,33 @@ JobSpec TinyOn4Gpus() {
   return spec;
 }
 
+// Five layers over 3 stages: torchtitan splits 5 + 2 slots as 3, 2, 2 (2, 2, 1 layers) and
+// ranks pp 3; Megatron-Core's split needs 3 to divide 5 or 7 and has none.
+TEST(PlannerTest, UnevenPipelineSplitsOnlyForTheFrameworkThatRunsThem) {
+  JobSpec spec = TinyOn4Gpus();
+  spec.model.num_layers = 5;
+  spec.search.vp = {1};
+  spec.cluster.num_gpus = 3;
+  spec.cluster.gpus_per_node = 3;
+  spec.training.global_batch_size = 6;
+  spec.search.pp = {3};
+  spec.training.framework = Framework::kTorchtitan;
+  absl::StatusOr<PlanResult> plan = Plan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->ranked.empty());
+  for (const RankedConfig& r : plan->ranked) {
+    EXPECT_EQ(r.config.pp, 3);
+    EXPECT_TRUE(r.config.split_counts_embedding_and_loss);  // torchtitan's default weights
+  }
+  spec.training.framework = Framework::kMegatronCore;
+  plan = Plan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->ranked.empty());
+  ASSERT_FALSE(plan->rejected.empty());
+  EXPECT_NE(plan->rejected.front().reason.find("must divide"), std::string::npos)
+      << plan->rejected.front().reason;
+}
+
 // Megatron-LM's published layout for GPT-3 175B on 1536 A100s (Narayanan et al. 2021):
 // TP 8, PP 12, DP 16, micro-batch 1. ParaTune's top-1 keeps TP inside a node and the
 // published layout is predicted within 7% of it (the top-1, TP 4 PP 6 DP 64 with
