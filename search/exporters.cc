@@ -116,6 +116,10 @@ void AddMoeArgs(const JobSpec& spec, const ParallelConfig& c,
   if (m.first_k_dense_layers > 0 || m.moe_layer_freq != 1) {
     add("--moe-layer-freq", MoeLayerFreq(m));
   }
+  if (m.moe_router_num_groups > 0) {
+    add("--moe-router-num-groups", absl::StrCat(m.moe_router_num_groups));
+    add("--moe-router-group-topk", absl::StrCat(m.moe_router_group_topk));
+  }
   add("--expert-model-parallel-size", absl::StrCat(c.ep));
   add("--expert-tensor-parallel-size", absl::StrCat(c.etp));
   add("--moe-token-dispatcher-type", DispatcherName(c.moe_token_dispatcher));
@@ -211,6 +215,10 @@ std::string NemoMoeKeys(const JobSpec& spec, const ParallelConfig& c) {
   }
   if (m.first_k_dense_layers > 0 || m.moe_layer_freq != 1) {
     absl::StrAppend(&out, "  moe_layer_freq: \"", MoeLayerFreq(m), "\"\n");
+  }
+  if (m.moe_router_num_groups > 0) {
+    absl::StrAppend(&out, "  moe_router_num_groups: ", m.moe_router_num_groups, "\n",
+                    "  moe_router_group_topk: ", m.moe_router_group_topk, "\n");
   }
   absl::StrAppend(&out, "  expert_model_parallel_size: ", c.ep, "\n",
                   "  expert_tensor_parallel_size: ", c.etp, "\n",

@@ -185,8 +185,9 @@ absl::Status ReadOptional(const json& config, std::initializer_list<const char*>
 ///   qwen2_moe, qwen3_moe: num_experts, num_experts_per_tok, moe_intermediate_size,
 ///     decoder_sparse_step, shared_expert_intermediate_size (Qwen2-MoE: one shared expert);
 ///   deepseek_v2/v3: n_routed_experts, n_shared_experts (moe_intermediate_size each),
-///     first_k_dense_replace, moe_layer_freq, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
-///     qk_rope_head_dim, v_head_dim, num_nextn_predict_layers;
+///     first_k_dense_replace, moe_layer_freq, n_group and topk_group (unless topk_method is
+///     greedy), q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
+///     num_nextn_predict_layers;
 ///   llama4: num_local_experts, intermediate_size per expert and one shared expert of the
 ///     same width, intermediate_size_mlp for the dense layers, interleave_moe_layer_step
 ///     (every step-th layer, counting from 1, is an expert layer).
@@ -238,6 +239,17 @@ absl::Status ReadMixtureOfExperts(const json& config, const std::string& type, M
       return s;
     }
     if (auto s = ReadOptional(config, {"moe_layer_freq"}, &m.moe_layer_freq); !s.ok()) return s;
+    // Group-limited routing (V2's group_limited_greedy, V3's noaux_tc): n_group groups,
+    // topk_group of them per token; one group, or the plain greedy top-k, is not limited.
+    int64_t groups = 0, chosen = 0;
+    if (auto s = ReadOptional(config, {"n_group"}, &groups); !s.ok()) return s;
+    if (auto s = ReadOptional(config, {"topk_group"}, &chosen); !s.ok()) return s;
+    const auto method = config.find("topk_method");
+    const bool greedy = method != config.end() && method->is_string() && *method == "greedy";
+    if (groups > 1 && chosen > 0 && !greedy) {
+      m.moe_router_num_groups = groups;
+      m.moe_router_group_topk = chosen;
+    }
     if (FirstKey(config, {"kv_lora_rank"}) != nullptr) {
       m.attention = AttentionType::kMla;
       m.num_query_groups = m.num_attention_heads;

@@ -160,6 +160,8 @@ std::vector<ModelSpec> MoePresets() {
   dsv3.num_shared_experts = 1;
   dsv3.shared_expert_ffn_hidden_size = 2048;
   dsv3.first_k_dense_layers = 3;
+  dsv3.moe_router_num_groups = 8;  // n_group 8, topk_group 4 (node-limited routing)
+  dsv3.moe_router_group_topk = 4;
   dsv3.mtp_layers = 1;
   v.push_back(dsv3);
   // DeepSeek-V3's layer with 384 routed experts, 64 heads, one dense layer, no MTP module.
@@ -170,6 +172,8 @@ std::vector<ModelSpec> MoePresets() {
   kimi.vocab_size = 163840;
   kimi.num_experts = 384;
   kimi.first_k_dense_layers = 1;
+  kimi.moe_router_num_groups = 0;  // n_group 1: not limited
+  kimi.moe_router_group_topk = 0;
   kimi.mtp_layers = 0;
   v.push_back(kimi);
   // DeepSeek-V3's layer at 2048 hidden: 16 heads without a query low-rank (q_lora_rank
@@ -190,6 +194,8 @@ std::vector<ModelSpec> MoePresets() {
   moon.num_shared_experts = 2;
   moon.shared_expert_ffn_hidden_size = 1408;
   moon.first_k_dense_layers = 1;
+  moon.moe_router_num_groups = 0;  // n_group 1: not limited
+  moon.moe_router_group_topk = 0;
   moon.mtp_layers = 0;
   v.push_back(moon);
   return v;

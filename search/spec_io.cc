@@ -88,6 +88,8 @@ absl::Status ReadMoeAndAttention(const json& obj, ModelSpec* m, bool* attention_
       {"shared_expert_ffn_hidden_size", &m->shared_expert_ffn_hidden_size},
       {"first_k_dense_layers", &m->first_k_dense_layers},
       {"moe_layer_freq", &m->moe_layer_freq},
+      {"moe_router_num_groups", &m->moe_router_num_groups},
+      {"moe_router_group_topk", &m->moe_router_group_topk},
       {"q_lora_rank", &m->q_lora_rank},
       {"kv_lora_rank", &m->kv_lora_rank},
       {"qk_head_dim", &m->qk_head_dim},
@@ -137,6 +139,8 @@ absl::Status ReadModel(const json& obj, ModelSpec* m, bool* positions_given) {
                               "shared_expert_ffn_hidden_size",
                               "first_k_dense_layers",
                               "moe_layer_freq",
+                              "moe_router_num_groups",
+                              "moe_router_group_topk",
                               "q_lora_rank",
                               "kv_lora_rank",
                               "qk_head_dim",
@@ -698,6 +702,8 @@ json JobSpecToJson(const JobSpec& spec) {
   model["shared_expert_ffn_hidden_size"] = m.shared_expert_ffn_hidden_size;
   model["first_k_dense_layers"] = m.first_k_dense_layers;
   model["moe_layer_freq"] = m.moe_layer_freq;
+  model["moe_router_num_groups"] = m.moe_router_num_groups;
+  model["moe_router_group_topk"] = m.moe_router_group_topk;
   model["q_lora_rank"] = m.q_lora_rank;
   model["kv_lora_rank"] = m.kv_lora_rank;
   model["qk_head_dim"] = m.qk_head_dim;

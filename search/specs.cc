@@ -186,6 +186,35 @@ constexpr int64_t kMaxExperts = 1 << 16;
 
 /// The mixture-of-experts fields (num_experts > 1 or any of them given), the head
 /// dimension and the attention type with its MLA ranks.
+// Group-limited routing: both fields or neither; the groups split the experts and the
+// chosen groups hold at least moe_router_topk of them.
+absl::Status ValidateRouterGroups(const ModelSpec& m) {
+  const int64_t groups = m.moe_router_num_groups, chosen = m.moe_router_group_topk;
+  if (groups == 0 && chosen == 0) return absl::OkStatus();
+  if (groups == 0 || chosen == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.moe_router_num_groups (", groups, ") and model.moe_router_group_topk (",
+                     chosen, ") are set together (group-limited routing) or both left 0"));
+  }
+  if (m.num_experts % groups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model.moe_router_num_groups (", groups,
+                                                   ") must divide model.num_experts (",
+                                                   m.num_experts, ")"));
+  }
+  if (chosen > groups) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.moe_router_group_topk (", chosen,
+                     ") must be at most model.moe_router_num_groups (", groups, ")"));
+  }
+  const int64_t reachable = chosen * (m.num_experts / groups);
+  if (m.moe_router_topk > reachable) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.moe_router_topk (", m.moe_router_topk, ") must be at most the ", reachable,
+        " experts of the model.moe_router_group_topk (", chosen, ") groups a token may use"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateMoeAndAttention(const ModelSpec& m) {
   if (auto s = CheckOptionalSize("model.kv_channels", m.kv_channels, kMaxHiddenSize); !s.ok()) {
     return s;
@@ -213,7 +242,9 @@ absl::Status ValidateMoeAndAttention(const ModelSpec& m) {
       {"model.moe_router_topk", m.moe_router_topk},
       {"model.num_shared_experts", m.num_shared_experts},
       {"model.first_k_dense_layers", m.first_k_dense_layers},
-      {"model.mtp_layers", m.mtp_layers}};
+      {"model.mtp_layers", m.mtp_layers},
+      {"model.moe_router_num_groups", m.moe_router_num_groups},
+      {"model.moe_router_group_topk", m.moe_router_group_topk}};
   for (const auto& [field, v] : counts) {
     if (auto s = CheckOptionalSize(field, v, kMaxExperts); !s.ok()) return s;
   }
@@ -238,13 +269,16 @@ absl::Status ValidateMoeAndAttention(const ModelSpec& m) {
                        ") for a mixture-of-experts "
                        "model"));
     }
+    if (auto s = ValidateRouterGroups(m); !s.ok()) return s;
   } else {
     const std::pair<const char*, int64_t> moe_only[] = {
         {"model.moe_router_topk", m.moe_router_topk},
         {"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size},
         {"model.num_shared_experts", m.num_shared_experts},
         {"model.shared_expert_ffn_hidden_size", m.shared_expert_ffn_hidden_size},
-        {"model.first_k_dense_layers", m.first_k_dense_layers}};
+        {"model.first_k_dense_layers", m.first_k_dense_layers},
+        {"model.moe_router_num_groups", m.moe_router_num_groups},
+        {"model.moe_router_group_topk", m.moe_router_group_topk}};
     for (const auto& [field, v] : moe_only) {
       if (v != 0) {
         return absl::InvalidArgumentError(absl::StrCat(

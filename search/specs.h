@@ -67,6 +67,12 @@ struct ModelSpec {
   int64_t first_k_dense_layers = 0;
   /// Every n-th layer after the dense ones is an expert layer (1 = all of them).
   int64_t moe_layer_freq = 1;
+  /// Group-limited routing (DeepSeek-V3's node-limited routing; Megatron-Core's
+  /// --moe-router-num-groups / --moe-router-group-topk): the routed experts form this many
+  /// consecutive groups and each token picks its experts inside its best
+  /// moe_router_group_topk groups. 0 = not limited.
+  int64_t moe_router_num_groups = 0;
+  int64_t moe_router_group_topk = 0;
   int64_t q_lora_rank = 0;       ///< MLA: query compression rank (0 = no compression).
   int64_t kv_lora_rank = 0;      ///< MLA: key/value compression rank.
   int64_t qk_head_dim = 0;       ///< MLA: per-head query/key width without RoPE.

@@ -459,6 +459,29 @@ ExpertCasts ExpertCastBytes(const JobSpec& spec, const ParallelConfig& c,
   return {b.forward, b.backward};
 }
 
+double DomainsPerToken(double k, int64_t domains, int64_t groups, int64_t chosen) {
+  const double n = static_cast<double>(domains);
+  const double uniform = n * (1.0 - std::pow(1.0 - 1.0 / n, k));
+  if (groups <= 1 || chosen <= 0 || chosen >= groups) return uniform;
+  if (groups % domains == 0) {
+    // Each domain holds groups/N whole groups; it is left out when none of them is among
+    // the chosen (hypergeometric).
+    const int64_t per = groups / domains;
+    double none = 1.0;
+    for (int64_t i = 0; i < chosen; ++i) {
+      none *= std::max<double>(0.0, static_cast<double>(groups - per - i)) /
+              static_cast<double>(groups - i);
+    }
+    return std::min(uniform, n * (1.0 - none));
+  }
+  if (domains % groups == 0) {
+    // Each group spans N/groups domains: the k experts fall in chosen*N/groups of them.
+    const double reachable = static_cast<double>(chosen * (domains / groups));
+    return reachable * (1.0 - std::pow(1.0 - 1.0 / reachable, k));
+  }
+  return uniform;
+}
+
 DispatchBytes ExpertDispatchBytes(const JobSpec& spec, const ParallelConfig& c) {
   DispatchBytes out;
   const ModelSpec& m = spec.model;
@@ -475,12 +498,13 @@ DispatchBytes ExpertDispatchBytes(const JobSpec& spec, const ParallelConfig& c) 
   } else if (c.moe_token_dispatcher == MoeTokenDispatcher::kFlex) {
     // DeepEP/HybridEP send a token once to each remote NVLink domain holding one of its
     // experts and forward it inside the domain: of the k copies bound for the other N - 1
-    // domains (k(N - 1)/N on average), (N - 1)(1 - (1 - 1/N)^k) cross the NIC.
-    const double local =
-        static_cast<double>(RanksPerNvlinkDomain(c.ep, c.etp, spec.cluster.NvlinkDomain()));
-    const double domains = static_cast<double>(c.ep) / local;
+    // domains (k(N - 1)/N on average), D(N - 1)/N cross the NIC, D the domains a token's
+    // experts fall in (DomainsPerToken: group-limited routing confines them).
+    const int64_t local = RanksPerNvlinkDomain(c.ep, c.etp, spec.cluster.NvlinkDomain());
+    const int64_t domains = c.ep / std::max<int64_t>(local, 1);
     if (domains > 1) {
-      out.nic_scale = std::min(1.0, (1.0 - std::pow(1.0 - 1.0 / domains, k)) * domains / k);
+      out.nic_scale = std::min(
+          1.0, DomainsPerToken(k, domains, m.moe_router_num_groups, m.moe_router_group_topk) / k);
     }
   }
   const double local =

@@ -83,6 +83,13 @@ struct DispatchBytes {
 };
 DispatchBytes ExpertDispatchBytes(const JobSpec& spec, const ParallelConfig& config);
 
+/// Expected NVLink domains a token's k routed experts fall in, of `domains` domains that
+/// hold equal consecutive blocks of the experts: N(1 - (1 - 1/N)^k) when the experts are
+/// chosen freely; under group-limited routing (k experts inside `chosen` of `groups`
+/// consecutive groups) those domains holding one of the chosen groups (N dividing groups) or
+/// the chosen groups' share of the domains (groups dividing N).
+double DomainsPerToken(double k, int64_t domains, int64_t groups, int64_t chosen);
+
 /// Bytes the low-precision casts of one expert layer's grouped GEMMs move on the busiest
 /// rank, one micro-batch, as Transformer Engine casts a dense layer's linear inputs: the
 /// forward reads each GEMM input (16-bit) and writes it in 1 byte; the backward casts and

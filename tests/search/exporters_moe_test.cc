@@ -63,6 +63,8 @@ TEST(ExportersMoeTest, MegatronDeepSeekV3) {
   EXPECT_EQ(args.at("--qk-pos-emb-head-dim"), "64");
   EXPECT_EQ(args.at("--v-head-dim"), "128");
   EXPECT_EQ(args.at("--mtp-num-layers"), "1");
+  EXPECT_EQ(args.at("--moe-router-num-groups"), "8");
+  EXPECT_EQ(args.at("--moe-router-group-topk"), "4");
   EXPECT_EQ(args.at("--ffn-hidden-size"), "18432");
   // 64 slots over 16 stages: the embedding and 3 layers, 14 x 4 layers, 2 layers, the MTP
   // module and the loss.

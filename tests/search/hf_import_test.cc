@@ -212,8 +212,25 @@ TEST(HfImportTest, DeepSeekV3HasLatentAttentionDenseLayersAndMtp) {
   EXPECT_EQ(m.first_k_dense_layers, 3);
   EXPECT_EQ(m.ffn_hidden_size, 18432);
   EXPECT_EQ(m.mtp_layers, 1);
+  EXPECT_EQ(m.moe_router_num_groups, 8);  // n_group 8, topk_group 4, noaux_tc
+  EXPECT_EQ(m.moe_router_group_topk, 4);
   EXPECT_TRUE(m.Validate().ok()) << m.Validate();
   EXPECT_NEAR(TotalParams(m) / 671e9, 1.0, 0.005);
+}
+
+// One group, or the plain greedy top-k (DeepSeek-V2-Lite), is not group-limited routing.
+TEST(HfImportTest, RouterGroupsOnlyWhereTheyLimitTheRouting) {
+  nlohmann::json config = nlohmann::json::parse(ReadHfConfig("deepseek-v3"));
+  config["n_group"] = 1;
+  config["topk_group"] = 1;
+  auto m = ModelSpecFromHfConfig(config);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->moe_router_num_groups, 0);
+  config["n_group"] = 8;
+  config["topk_method"] = "greedy";
+  m = ModelSpecFromHfConfig(config);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->moe_router_group_topk, 0);
 }
 
 TEST(HfImportTest, GptOssReadsExpertsPerToken) {

@@ -581,7 +581,7 @@ TEST(SpecIoTest, MixtureOfExpertsFieldsAreRead) {
               "num_query_groups": 4, "vocab_size": 32000, "activation": "swiglu",
               "num_experts": 64, "moe_router_topk": 6, "moe_ffn_hidden_size": 1408,
               "num_shared_experts": 2, "first_k_dense_layers": 1, "moe_layer_freq": 0,
-              "kv_channels": 128},
+              "kv_channels": 128, "moe_router_num_groups": 8, "moe_router_group_topk": 3},
     "training": {"seq_length": 4096, "global_batch_size": 256, "moe_routing": "dropless"},
     "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 64, "nvlink_domain": 8},
     "search": {"ep": [8, 16], "etp": 1, "moe_token_dispatcher": "flex"}})"));
@@ -591,6 +591,8 @@ TEST(SpecIoTest, MixtureOfExpertsFieldsAreRead) {
   EXPECT_EQ(m.moe_router_topk, 6);
   EXPECT_EQ(m.num_shared_experts, 2);
   EXPECT_EQ(m.moe_layer_freq, 1);               // 0 = the default, 1
+  EXPECT_EQ(m.moe_router_num_groups, 8);
+  EXPECT_EQ(m.moe_router_group_topk, 3);
   EXPECT_EQ(m.ffn_hidden_size, 1408);           // the dense layer defaults to the expert width
   EXPECT_EQ(m.attention, AttentionType::kGqa);  // from num_query_groups
   EXPECT_EQ(spec->training.moe_routing, MoeRouting::kDropless);

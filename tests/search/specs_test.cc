@@ -124,6 +124,30 @@ TEST(SpecsTest, MixtureOfExpertsRulesNameTheField) {
               HasSubstr("model.first_k_dense_layers"));
   EXPECT_THAT(Violation([](JobSpec& s) { s.model.moe_router_topk = 2; }),
               HasSubstr("model.moe_router_topk (2) applies only to mixture-of-experts models"));
+  // Group-limited routing: both fields, groups that split the experts, enough experts in
+  // the chosen groups.
+  const auto groups = [&](int64_t n, int64_t chosen) {
+    return [=](JobSpec& s) {
+      moe(s);
+      s.model.moe_router_num_groups = n;
+      s.model.moe_router_group_topk = chosen;
+    };
+  };
+  JobSpec grouped = valid;
+  groups(4, 1)(grouped);
+  EXPECT_TRUE(grouped.Validate().ok()) << grouped.Validate();
+  EXPECT_THAT(Violation(groups(4, 0)),
+              HasSubstr("model.moe_router_num_groups (4) and model.moe_router_group_topk (0) "
+                        "are set together"));
+  EXPECT_THAT(Violation(groups(3, 1)),
+              HasSubstr("model.moe_router_num_groups (3) must divide model.num_experts (8)"));
+  EXPECT_THAT(Violation(groups(4, 5)), HasSubstr("model.moe_router_group_topk (5) must be at most "
+                                                 "model.moe_router_num_groups (4)"));
+  EXPECT_THAT(Violation(groups(8, 1)),
+              HasSubstr("model.moe_router_topk (2) must be at most the 1 experts of the "
+                        "model.moe_router_group_topk (1) groups a token may use"));
+  EXPECT_THAT(Violation([](JobSpec& s) { s.model.moe_router_num_groups = 2; }),
+              HasSubstr("model.moe_router_num_groups (2) applies only to mixture-of-experts"));
   EXPECT_THAT(Violation([](JobSpec& s) { s.model.q_lora_rank = 64; }),
               HasSubstr("model.q_lora_rank (64) applies only with model.attention mla"));
   EXPECT_THAT(Violation([](JobSpec& s) { s.model.attention = AttentionType::kMla; }),

@@ -55,14 +55,37 @@ TEST(MoeTimeTest, DispatchBytesPerLayerByHand) {
   const DispatchBytes ep64 = ExpertDispatchBytes(spec, Layout(64));
   EXPECT_DOUBLE_EQ(ep64.over_nvlink, total * 7 / 64);
   EXPECT_DOUBLE_EQ(ep64.over_nic, total * 56 / 64);
-  // The flex dispatcher sends a token once per remote domain: of 8 copies bound for 7
-  // other domains out of 8, 8 (1 - (7/8)^8) / 8 per copy are needed.
+  // The flex dispatcher sends a token once per remote domain. DeepSeek-V3 routes inside 4
+  // of 8 expert groups, one per 8-GPU domain at EP 64: a token reaches 4 domains, so of
+  // its 8 copies bound for 7 other domains out of 8, 4/8 per copy are needed.
   const DispatchBytes flex = ExpertDispatchBytes(spec, Layout(64, MoeTokenDispatcher::kFlex));
-  EXPECT_NEAR(flex.over_nic, total * 56 / 64 * (1 - std::pow(7.0 / 8, 8)), 1e-3);
+  EXPECT_NEAR(flex.over_nic, total * 56 / 64 * 4 / 8, 1e-3);
+  // Routed freely, its 8 experts fall in 8 (1 - (7/8)^8) of the 8 domains.
+  JobSpec free = spec;
+  free.model.moe_router_num_groups = 0;
+  free.model.moe_router_group_topk = 0;
+  EXPECT_NEAR(ExpertDispatchBytes(free, Layout(64, MoeTokenDispatcher::kFlex)).over_nic,
+              total * 56 / 64 * (1 - std::pow(7.0 / 8, 8)), 1e-3);
   // A 72-GPU NVLink domain (NVL72) keeps EP 64 off the NIC.
   JobSpec rack = spec;
   rack.cluster.nvlink_domain = 64;
   EXPECT_DOUBLE_EQ(ExpertDispatchBytes(rack, Layout(64)).over_nic, 0);
+}
+
+// Domains a token's experts fall in, by hand: free choice N (1 - (1 - 1/N)^k); 4 of 8
+// groups, one per domain: 8 (1 - C(7,4)/C(8,4)) = 4; 4 of 16 groups, two per domain:
+// 8 (1 - C(14,4)/C(16,4)) = 8 (1 - 1001/1820) = 3.6; 2 of 4 groups, each over two domains:
+// the 8 experts fall in 4 domains, 4 (1 - (3/4)^8).
+TEST(MoeTimeTest, DomainsPerTokenUnderGroupLimitedRouting) {
+  EXPECT_NEAR(DomainsPerToken(8, 8, 0, 0), 8 * (1 - std::pow(7.0 / 8, 8)), 1e-12);
+  EXPECT_NEAR(DomainsPerToken(8, 8, 8, 4), 4.0, 1e-12);
+  EXPECT_NEAR(DomainsPerToken(8, 8, 16, 4), 8 * (1 - 1001.0 / 1820), 1e-12);
+  EXPECT_NEAR(DomainsPerToken(8, 8, 4, 2), 4 * (1 - std::pow(3.0 / 4, 8)), 1e-12);
+  // Every group chosen, or groups that do not line up with the domains: free choice.
+  EXPECT_NEAR(DomainsPerToken(8, 8, 8, 8), DomainsPerToken(8, 8, 0, 0), 1e-12);
+  EXPECT_NEAR(DomainsPerToken(8, 8, 12, 4), DomainsPerToken(8, 8, 0, 0), 1e-12);
+  // Fewer experts than chosen groups: never more domains than free choice reaches.
+  EXPECT_NEAR(DomainsPerToken(2, 8, 8, 4), DomainsPerToken(2, 8, 0, 0), 1e-12);
 }
 
 TEST(MoeTimeTest, LowPrecisionExpertGemmsCastTheirInputsByHand) {
