@@ -144,6 +144,14 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
         spec.training.recompute_modules = modules;
       }
     }
+    // "activation offloading required": the model zoo's command for it offloads the expert
+    // FC1 and MoE activation inputs (--fine-grained-activation-offloading --offload-modules
+    // expert_fc1 moe_act, best_practice/qwen3/readme.md).
+    if (absl::StrContains(Str(r, "notes"), "activation offloading required")) {
+      c.activation_offload = true;
+      spec.training.offload_modules = {OffloadModule::kExpertFc1, OffloadModule::kMoeAct};
+      spec.search.activation_offload = {true};
+    }
     // FSDP (PyTorch FSDP2, Megatron-FSDP) shards parameters, gradients and optimizer state;
     // a shard degree below dp*cp is hybrid sharding. Else the distributed optimizer.
     const bool full =
