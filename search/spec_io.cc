@@ -772,10 +772,11 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
   if (o.recompute.size() != 1) return unpinned("recompute", o.recompute.size());
   c.recompute = o.recompute[0];
   if (c.recompute == Recompute::kFull) {
-    if (o.recompute_num_layers.size() != 1) {
+    // Absent: every layer of the stage, as the planner reads an empty list.
+    if (o.recompute_num_layers.size() > 1) {
       return unpinned("recompute_num_layers", o.recompute_num_layers.size());
     }
-    c.recompute_num_layers = o.recompute_num_layers[0];
+    c.recompute_num_layers = o.recompute_num_layers.empty() ? 0 : o.recompute_num_layers[0];
   }
   if (o.data_parallel_sharding.size() == 1) {
     c.data_parallel_sharding = o.data_parallel_sharding[0];

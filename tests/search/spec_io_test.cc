@@ -503,12 +503,21 @@ TEST(SpecIoTest, PinnedLayout) {
   EXPECT_EQ(PinnedLayout(*spec).status().message(),
             "search.sequence_parallel is not pinned: a single layout needs exactly one value, "
             "got none");
+  // Full recompute without a layer count recomputes every layer of the stage (as the
+  // planner reads an absent list); two counts are not one layout.
   j["search"] = {{"tp", 1}, {"pp", 1}, {"cp", 1}, {"micro_batch_size", 1},
                  {"recompute", "full"}, {"distributed_optimizer", true}};
   spec = JobSpecFromJson(j);
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_THAT(PinnedLayout(*spec).status().message(),
-              HasSubstr("search.recompute_num_layers is not pinned"));
+  absl::StatusOr<ParallelConfig> all_layers = PinnedLayout(*spec);
+  ASSERT_TRUE(all_layers.ok()) << all_layers.status();
+  EXPECT_EQ(all_layers->recompute_num_layers, 0);
+  j["search"]["recompute_num_layers"] = {1, 2};
+  spec = JobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(PinnedLayout(*spec).status().message(),
+            "search.recompute_num_layers is not pinned: a single layout needs exactly one value, "
+            "got 2 values");
 }
 
 TEST(SpecIoTest, KindTrainingIsAcceptedAndOtherKindsNamed) {
