@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 
 #include "absl/strings/str_format.h"
 #include "search/collectives.h"
@@ -1071,6 +1072,20 @@ absl::StatusOr<IterationEstimate> EstimateIteration(
   out.time = SplitByCause(spec, config, layer, expert, edge, pipeline, critical, embedding_sync,
                           iteration);
   out.notes = LimitNotes(out.time, iteration, pipeline.input.micro_batches, config.pp, config.vp);
+  if (config.pp > 1 && PipelineSlots(spec.model, config) % (config.pp * config.vp) != 0) {
+    int64_t fewest = std::numeric_limits<int64_t>::max(), most = 0, heaviest = 0;
+    for (int64_t r = 0; r < config.pp; ++r) {
+      const int64_t layers = DecoderLayersOnStage(spec.model, config, r);
+      fewest = std::min(fewest, layers);
+      if (layers > most) heaviest = 0;
+      most = std::max(most, layers);
+      if (layers == most) ++heaviest;
+    }
+    out.notes.push_back(absl::StrFormat(
+        "uneven pipeline split (training.framework %s): the %d stages hold %d to %d decoder "
+        "layers, %d of them the most",
+        ToString(spec.training.framework), config.pp, fewest, most, heaviest));
+  }
   if (expert != nullptr && config.ep * config.etp > 1) {
     out.notes.push_back(ExpertPlacementNote(spec, config, out.time, iteration));
   }

@@ -1,18 +1,21 @@
 #include "search/planner.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 #include <vector>
 
+#include "search/device_catalog.h"
+#include "search/memory_model.h"
 #include "search/presets.h"
 #include "search/sharded_data_parallel.h"
-#include "search/memory_model.h"
-#include "search/device_catalog.h"
 
 namespace paratune {
 namespace {
+
+using ::testing::Contains;
 
 JobSpec Gpt175b(int64_t gpus) {
   JobSpec spec;
@@ -65,6 +68,8 @@ TEST(PlannerTest, UnevenPipelineSplitsOnlyForTheFrameworkThatRunsThem) {
   for (const RankedConfig& r : plan->ranked) {
     EXPECT_EQ(r.config.pp, 3);
     EXPECT_TRUE(r.config.split_counts_embedding_and_loss);  // torchtitan's default weights
+    EXPECT_THAT(r.notes, Contains("uneven pipeline split (training.framework torchtitan): the 3 "
+                                  "stages hold 1 to 2 decoder layers, 2 of them the most"));
   }
   spec.training.framework = Framework::kMegatronCore;
   plan = Plan(spec);
