@@ -22,10 +22,10 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 src=$(cd "$(dirname "$0")/.." && pwd)
-tests=(kernels_cuda_backend_test kernels_moe_cuda_test kernels_serving_cuda_paged_attention_test
-  kernels_step_runner_test training_cuda_test)
-bins=(cuda_kernels layer_step moe_layer paratune-train paratune-coordinator paratune-worker
-  paratune expert_gemm_cuda)
+# shellcheck source=bench/gpu_programs.sh
+source "$src/bench/gpu_programs.sh"
+tests=("${GPU_TESTS[@]}")
+bins=("${GPU_PROGRAMS[@]}")
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 root=$stage/paratune-gpu
@@ -44,7 +44,7 @@ strip "$root"/bin/* "$root"/tests/*
 ldd "$root"/bin/* "$root"/tests/* | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
   grep -Ev '/(ld-linux[^/]*|libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|libcublas|libcublasLt|libnccl|libcuda)\.so' |
   while read -r lib; do cp -L "$lib" "$root/lib/"; done
-cp "$src/bench/gpu_check.sh" "$root/bench/"
+cp "$src/bench/gpu_check.sh" "$src/bench/gpu_programs.sh" "$root/bench/"
 cp "$src"/deploy/examples/*-verify.yaml "$root/deploy/examples/"
 cat >"$root/run.sh" <<'EOF'
 #!/usr/bin/env bash

@@ -59,8 +59,9 @@ fi
 
 if [[ -z "$ONLY" ]]; then
 
-for t in kernels_cuda_backend_test kernels_moe_cuda_test kernels_serving_cuda_paged_attention_test \
-  kernels_step_runner_test training_cuda_test; do
+# shellcheck source=bench/gpu_programs.sh
+source "$(dirname "$0")/gpu_programs.sh"
+for t in "${GPU_TESTS[@]}"; do
   step "$t" 300 "$TESTS/$t" --gtest_brief=1
 done
 step cuda_kernels 120 "$BIN/cuda_kernels"
