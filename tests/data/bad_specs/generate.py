@@ -78,6 +78,22 @@ mut("num_experts_negative", "rgp", "model.num_experts", "must not be negative",
     **{"model.num_experts": -1})
 mut("num_experts_moe", "rgp", "model.num_experts", "experts without moe_router_topk",
     **{"model.num_experts": 8})
+# Group-limited routing.
+MOE = {"model.num_experts": 8, "model.moe_router_topk": 2, "model.moe_ffn_hidden_size": 128}
+mut("router_groups_dense", "rgp", "model.moe_router_num_groups",
+    "router groups on a dense model",
+    **{"model.moe_router_num_groups": 2, "model.moe_router_group_topk": 1})
+mut("router_groups_not_dividing_experts", "rgp", "model.moe_router_num_groups",
+    "groups must divide the experts",
+    **MOE, **{"model.moe_router_num_groups": 3, "model.moe_router_group_topk": 1})
+mut("router_group_topk_without_groups", "rgp", "model.moe_router_group_topk",
+    "group top-k without groups", **MOE, **{"model.moe_router_group_topk": 1})
+mut("router_group_topk_over_groups", "rgp", "model.moe_router_group_topk",
+    "group top-k above the groups",
+    **MOE, **{"model.moe_router_num_groups": 4, "model.moe_router_group_topk": 5})
+mut("router_groups_too_few_experts", "rgp", "model.moe_router_topk",
+    "top-k above the experts of the chosen groups",
+    **MOE, **{"model.moe_router_num_groups": 8, "model.moe_router_group_topk": 1})
 mut("total_tokens_negative", "rgp", "training.total_tokens", "must not be negative",
     **{"training.total_tokens": -5})
 # Values past int64 (JSON numbers and strings).
