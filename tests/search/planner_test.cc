@@ -71,6 +71,15 @@ TEST(PlannerTest, UnevenPipelineSplitsOnlyForTheFrameworkThatRunsThem) {
     EXPECT_THAT(r.notes, Contains("uneven pipeline split (training.framework torchtitan): the 3 "
                                   "stages hold 1 to 2 decoder layers, 2 of them the most"));
   }
+  // Megatron-DeepSpeed's PipelineModule splits the layers alone: 2, 2, 1.
+  spec.training.framework = Framework::kMegatronDeepspeed;
+  plan = Plan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->ranked.empty());
+  EXPECT_FALSE(plan->ranked.front().config.split_counts_embedding_and_loss);
+  EXPECT_THAT(plan->ranked.front().notes,
+              Contains("uneven pipeline split (training.framework megatron-deepspeed): the 3 "
+                       "stages hold 1 to 2 decoder layers, 2 of them the most"));
   spec.training.framework = Framework::kMegatronCore;
   plan = Plan(spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
