@@ -135,20 +135,30 @@ TEST(ParallelConfigTest, DataParallelShardingRules) {
 namespace paratune {
 namespace {
 
-// Llama 3.1 405B in Megatron-Core: 126 layers + embedding + loss = 128 over PP 8 x VP 8.
-TEST(ParallelConfigTest, EmbeddingAndLossAwareSplit) {
+// Llama 3.1 405B (126 layers) on 1024 H100: tp 8, pp 8, cp 2, dp 8 and `vp` chunks.
+JobSpec Llama405bOn1024() {
   JobSpec spec;
   spec.model = *FindPreset("llama3.1-405b");
   spec.training.seq_length = 8192;
   spec.training.global_batch_size = 512;
   spec.cluster.gpu = "h100-sxm-80gb";
   spec.cluster.num_gpus = 1024;
+  return spec;
+}
+ParallelConfig Llama405bLayout(int64_t vp) {
   ParallelConfig c;
   c.tp = 8;
   c.pp = 8;
-  c.vp = 8;
+  c.vp = vp;
   c.cp = 2;
   c.dp = 8;
+  return c;
+}
+
+// Llama 3.1 405B in Megatron-Core: 126 layers + embedding + loss = 128 over PP 8 x VP 8.
+TEST(ParallelConfigTest, EmbeddingAndLossAwareSplit) {
+  const JobSpec spec = Llama405bOn1024();
+  ParallelConfig c = Llama405bLayout(8);
   EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
             "search.pp (8) must divide model.num_layers (126)");
   c.split_counts_embedding_and_loss = true;
@@ -183,18 +193,8 @@ TEST(ParallelConfigTest, EmbeddingAndLossAwareSplit) {
 // torchtitan splits the stages unevenly (the first ones one layer more): any p*v that
 // leaves every chunk a slot; Megatron-Core's split must divide.
 TEST(ParallelConfigTest, UnevenSplitOnlyWhereTheFrameworkRunsIt) {
-  JobSpec spec;
-  spec.model = *FindPreset("llama3.1-405b");  // 126 layers
-  spec.training.seq_length = 8192;
-  spec.training.global_batch_size = 512;
-  spec.cluster.gpu = "h100-sxm-80gb";
-  spec.cluster.num_gpus = 1024;
-  ParallelConfig c;
-  c.tp = 8;
-  c.pp = 8;
-  c.vp = 5;
-  c.cp = 2;
-  c.dp = 8;
+  JobSpec spec = Llama405bOn1024();
+  ParallelConfig c = Llama405bLayout(5);
   c.data_parallel_sharding = DataParallelSharding::kFull;
   spec.training.framework = Framework::kTorchtitan;
   EXPECT_TRUE(ValidateParallelConfig(c, spec).ok()) << ValidateParallelConfig(c, spec);
