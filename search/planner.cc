@@ -445,15 +445,30 @@ struct Feasible {
   double screen = 0;  ///< The closed-form score that orders the simulation.
 };
 
+// A valid layout that runs out of memory, and its place in the enumeration (ties in peak
+// memory keep that order).
+struct Miss {
+  ParallelConfig config;
+  MemoryBreakdown memory;
+  int64_t index = 0;
+};
+bool CloserMiss(const Miss& a, const Miss& b) {
+  const double pa = a.memory.Peak(), pb = b.memory.Peak();
+  return pa != pb ? pa < pb : a.index < b.index;
+}
+
 struct Pruned {
   std::vector<Feasible> feasible;
-  std::vector<std::pair<ParallelConfig, MemoryBreakdown>> oom;  ///< Valid, out of memory.
+  /// The top_k valid layouts closest to fitting (least peak memory), as a max-heap by
+  /// CloserMiss: the ranking falls back on them when fewer than top_k fit.
+  std::vector<Miss> closest_misses;
 };
 
 // Counts every layout in `result` and rejects, with the reason, those that break a rule or
 // run out of memory.
 Pruned Prune(const JobSpec& spec, const DeviceProfile& device, PlanResult& result) {
   const FrameworkMemory framework = FrameworkMemoryFor(device, spec.training.framework);
+  const size_t keep_misses = static_cast<size_t>(std::max<int64_t>(spec.search.top_k, 1));
   Pruned out;
   // Memory does not depend on the token dispatcher, which varies fastest: the previous
   // layout's estimate is reused when only the dispatcher differs.
@@ -477,7 +492,16 @@ Pruned Prune(const JobSpec& spec, const DeviceProfile& device, PlanResult& resul
       const MemoryBreakdown mem = memo;
       if (!mem.Fits()) {
         result.rejected.push_back({c, OomReason(mem)});
-        out.oom.emplace_back(c, mem);
+        std::vector<Miss>& heap = out.closest_misses;
+        Miss miss{c, mem, result.candidates_considered};
+        if (heap.size() < keep_misses) {
+          heap.push_back(std::move(miss));
+          std::push_heap(heap.begin(), heap.end(), CloserMiss);
+        } else if (CloserMiss(miss, heap.front())) {
+          std::pop_heap(heap.begin(), heap.end(), CloserMiss);
+          heap.back() = std::move(miss);
+          std::push_heap(heap.begin(), heap.end(), CloserMiss);
+        }
         return;
       }
       out.feasible.push_back({c, mem, 0});
@@ -511,13 +535,12 @@ absl::StatusOr<std::vector<RankedConfig>> ScreenAndSimulate(const SearchOptions&
     if (!r.ok()) return r.status();
     ranked.push_back(std::move(*r));
   }
-  std::vector<std::pair<ParallelConfig, MemoryBreakdown>>& oom = pruned.oom;
-  if (static_cast<int64_t>(ranked.size()) < top_k && !oom.empty()) {
-    std::sort(oom.begin(), oom.end(),
-              [](const auto& a, const auto& b) { return a.second.Peak() < b.second.Peak(); });
-    for (size_t i = 0; i < oom.size() && static_cast<int64_t>(ranked.size()) < top_k; ++i) {
+  std::vector<Miss>& misses = pruned.closest_misses;
+  if (static_cast<int64_t>(ranked.size()) < top_k && !misses.empty()) {
+    std::sort_heap(misses.begin(), misses.end(), CloserMiss);
+    for (size_t i = 0; i < misses.size() && static_cast<int64_t>(ranked.size()) < top_k; ++i) {
       absl::StatusOr<RankedConfig> r =
-          scorer.Score(oom[i].first, oom[i].second, PipelineMode::kSimulated);
+          scorer.Score(misses[i].config, misses[i].memory, PipelineMode::kSimulated);
       if (!r.ok()) return r.status();
       ranked.push_back(std::move(*r));
     }

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -220,6 +221,19 @@ TEST(PlannerTest, NothingFitsShowsClosestMisses) {
     EXPECT_EQ(r.notes[0].rfind("out of memory by ", 0), 0u) << r.notes[0];
   }
   EXPECT_LE(plan->ranked[0].memory.Peak(), plan->ranked[1].memory.Peak());
+  // They are the three least-memory layouts of every one rejected for memory ("peak X of").
+  std::vector<double> peaks;
+  for (const RejectedConfig& r : plan->rejected) {
+    const size_t at = r.reason.find("(peak ");
+    if (at != std::string::npos) peaks.push_back(std::stod(r.reason.substr(at + 6)));
+  }
+  ASSERT_GT(peaks.size(), 3u);
+  std::sort(peaks.begin(), peaks.end());
+  double ranked_most = 0;
+  for (const RankedConfig& r : plan->ranked) {
+    ranked_most = std::max(ranked_most, r.memory.Peak() / (1024.0 * 1024.0 * 1024.0));
+  }
+  EXPECT_NEAR(ranked_most, peaks[2], 0.051);
 }
 
 // BLOOM's cluster had a quarter of a DGX's network per GPU: the same layout's exposed
