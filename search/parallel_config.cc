@@ -109,6 +109,14 @@ absl::Status ValidateDataParallelSharding(const ParallelConfig& c) {
 
 }  // namespace
 
+bool SplitCountsEmbeddingAndLoss(const JobSpec& spec, int64_t pp, int64_t vp) {
+  const FrameworkProfile& framework = ProfileOf(spec.training.framework);
+  if (pp <= 1) return false;
+  if (framework.split_counts_embedding_and_loss_always) return true;
+  if (framework.uneven_pipeline_split) return false;
+  return spec.model.num_layers % (pp * std::max<int64_t>(vp, 1)) != 0;
+}
+
 int64_t PipelineSlots(const ModelSpec& m, const ParallelConfig& c) {
   return c.split_counts_embedding_and_loss ? m.num_layers + 2 + m.mtp_layers : m.num_layers;
 }

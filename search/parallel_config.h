@@ -18,6 +18,11 @@ int64_t NumMicroBatches(const ParallelConfig& config, const TrainingSpec& traini
 /// num_layers + 2 + mtp_layers (the embedding, the loss and each MTP module count as one
 /// layer each, as Megatron-Core's pipeline layout "E...|mL" places them).
 int64_t PipelineSlots(const ModelSpec& model, const ParallelConfig& config);
+/// Whether the pipeline split of a layout with `pp` stages of `vp` chunks counts the
+/// embedding and the loss as layers (ParallelConfig::split_counts_embedding_and_loss), as
+/// training.framework splits: always with pp > 1 (torchtitan), never (DeepSpeed's
+/// PipelineModule), or where the layers alone do not divide (Megatron-Core).
+bool SplitCountsEmbeddingAndLoss(const JobSpec& spec, int64_t pp, int64_t vp);
 /// Transformer layers (MTP modules not counted) in model chunk `chunk` of stage `stage`.
 int64_t DecoderLayersInChunk(const ModelSpec& model, const ParallelConfig& config, int64_t stage,
                              int64_t chunk);

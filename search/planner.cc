@@ -361,13 +361,7 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
       opt.offload.empty() ? std::vector<Offload>{Offload::kNone} : opt.offload;
   for (int64_t vp : vps) {
     c.vp = vp;
-    // The embedding/loss-aware split where the framework always runs it; never where it
-    // splits the layers alone unevenly (DeepSpeed's PipelineModule); else (Megatron-Core)
-    // only where the plain split is impossible.
-    c.split_counts_embedding_and_loss =
-        framework.split_counts_embedding_and_loss_always ? shape.pp > 1
-        : framework.uneven_pipeline_split                ? false
-                                                         : L % (shape.pp * vp) != 0;
+    c.split_counts_embedding_and_loss = SplitCountsEmbeddingAndLoss(spec, shape.pp, vp);
     for (int64_t mb : mbs) {
       c.micro_batch_size = mb;
       for (bool sp : sps) {

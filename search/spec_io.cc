@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "search/framework_profile.h"
 #include "search/hf_import.h"
+#include "search/parallel_config.h"
 #include "search/presets.h"
 #include "search/spec_fields.h"
 
@@ -760,6 +761,8 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
   } else if (!(o.vp.empty() && c.pp == 1)) {
     return unpinned("vp", o.vp.size());
   }
+  // The stages split as training.framework splits them (as the planner's layouts do).
+  c.split_counts_embedding_and_loss = SplitCountsEmbeddingAndLoss(spec, c.pp, c.vp);
   if (o.micro_batch_size.size() != 1) {
     return unpinned("micro_batch_size", o.micro_batch_size.size());
   }

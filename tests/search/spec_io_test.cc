@@ -520,6 +520,35 @@ TEST(SpecIoTest, PinnedLayout) {
             "got 2 values");
 }
 
+// A pinned layout's stages split as training.framework splits them: 22 layers over pp 4
+// count the embedding and the loss under Megatron-Core (22 + 2 = 4 x 6) and torchtitan, not
+// under Megatron-DeepSpeed; 24 layers divide, so Megatron-Core splits them alone.
+TEST(SpecIoTest, PinnedLayoutSplitsAsTheFrameworkDoes) {
+  json j = MinimalSpec();
+  j["model"]["num_layers"] = 22;
+  j["search"] = {{"tp", 1},
+                 {"pp", 4},
+                 {"vp", 1},
+                 {"cp", 1},
+                 {"micro_batch_size", 1},
+                 {"recompute", "none"},
+                 {"data_parallel_sharding", "none"}};
+  const auto split = [&](const char* framework) {
+    j["training"]["framework"] = framework;
+    absl::StatusOr<JobSpec> spec = JobSpecFromJson(j);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<ParallelConfig> c = spec.ok() ? PinnedLayout(*spec) : spec.status();
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() && c->split_counts_embedding_and_loss;
+  };
+  EXPECT_TRUE(split("megatron-core"));
+  EXPECT_TRUE(split("torchtitan"));
+  EXPECT_FALSE(split("megatron-deepspeed"));
+  j["model"]["num_layers"] = 24;
+  EXPECT_FALSE(split("megatron-core"));
+  EXPECT_TRUE(split("torchtitan"));
+}
+
 TEST(SpecIoTest, KindTrainingIsAcceptedAndOtherKindsNamed) {
   json j = MinimalSpec();
   j["kind"] = "training";
