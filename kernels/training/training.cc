@@ -301,10 +301,14 @@ class RankRun {
     return absl::OkStatus();
   }
 
-  // The rank's model chunks: chunk k of pipeline rank p is virtual stage k·pp + p.
+  // The rank's model chunks: chunk k of pipeline rank p is virtual stage k·pp + p, holding
+  // the layers ParallelConfig::LayersInChunk gives it (uneven splits and the
+  // embedding/loss-aware one included).
   absl::Status BuildModel() {
     stages_ = p_.pp * p_.vp;
-    const int64_t per_chunk = c_.num_layers / stages_;
+    const auto layers_of = [&](int64_t vstage) {
+      return p_.LayersInChunk(c_.num_layers, vstage % p_.pp, vstage / p_.pp);
+    };
     LayerConfig base;
     base.shape = c_.shape;
     base.parallel = p_;
@@ -322,8 +326,10 @@ class RankRun {
                             VocabParallelEmbedding::Create(base, ctx_, c_.position_rows));
         for (Parameter* p : ch.embedding->Parameters()) params_.push_back({&p->value, &p->grad});
       }
-      for (int64_t l = 0; l < per_chunk; ++l) {
-        const int64_t global = ch.vstage * per_chunk + l;
+      int64_t first = 0;
+      for (int64_t v = 0; v < ch.vstage; ++v) first += layers_of(v);
+      for (int64_t l = 0; l < layers_of(ch.vstage); ++l) {
+        const int64_t global = first + l;
         LayerConfig lc = base;
         lc.seed = Mix64(c_.seed + 1000003ull * static_cast<uint64_t>(global + 1));
         if (c_.IsExpertLayer(global)) lc.moe = ExpertBlock(c_);
@@ -631,11 +637,6 @@ absl::Status TrainConfig::Validate() const {
         " with shard_group_size ", p.shard_group_size,
         " is not implemented by kernels/training (none, or optimizer over the whole DP group)"));
   }
-  if (p.split_counts_embedding_and_loss) {
-    return absl::UnimplementedError(
-        "split_counts_embedding_and_loss is not implemented by kernels/training (layers are "
-        "split evenly over pp·vp chunks)");
-  }
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("dtype (", DTypeName(dtype), ") must be fp32, bf16 or fp16"));
@@ -644,9 +645,14 @@ absl::Status TrainConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "dtype (", DTypeName(dtype), ") needs the cuda backend; the cpu backend trains in fp32"));
   }
-  if (num_layers % (p.pp * p.vp) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pp·vp (", p.pp * p.vp, ") must divide num_layers (", num_layers, ")"));
+  const int64_t slots = num_layers + (p.split_counts_embedding_and_loss ? 2 : 0);
+  if (p.pp * p.vp > slots) {
+    return absl::InvalidArgumentError(absl::StrCat("pp·vp (", p.pp * p.vp, ") must be at most ",
+                                                   p.split_counts_embedding_and_loss
+                                                       ? "num_layers + 2 (the embedding's and "
+                                                         "the loss's slots), "
+                                                       : "num_layers, ",
+                                                   slots));
   }
   if (p.vp > 1 && p.pp < 2) {
     return absl::InvalidArgumentError(

@@ -55,9 +55,11 @@ struct TrainConfig {
   /// The layout: tp, pp, dp, vp (model chunks per pipeline rank, interleaved if > 1),
   /// micro_batch_size, sequence_parallel, recompute (kFull recomputes every layer, so
   /// recompute_num_layers must be 0) and data_parallel_sharding none or optimizer over the
-  /// whole DP group (DP reduce-scatter, sharded AdamW, all-gather). cp must be 1 and
-  /// split_counts_embedding_and_loss false (layers are split evenly over pp·vp chunks). The overlap
-  /// flags change no arithmetic: the trainer runs every collective and transfer blocking.
+  /// whole DP group (DP reduce-scatter, sharded AdamW, all-gather). cp must be 1. The layers
+  /// split over the pp·vp chunks as ParallelConfig::LayersInChunk says (unevenly where they
+  /// do not divide; split_counts_embedding_and_loss gives the embedding and the loss a slot
+  /// each). The overlap flags change no arithmetic: the trainer runs every collective and
+  /// transfer blocking.
   ParallelConfig parallel;
   int64_t num_micro_batches = 1;      ///< M per DP rank and step (global batch = b·M·dp).
   bool flash_attention = false;       ///< Tiled online softmax (no s×s scores stored).
@@ -98,9 +100,8 @@ struct TrainConfig {
 
   int64_t world_size() const { return parallel.world_size(); }
   bool IsExpertLayer(int64_t layer) const;
-  /// First violated rule, e.g. `pp·vp (6) must divide num_layers (4)`; Unimplemented for
-  /// a layout field the trainer does not run (cp > 1, recompute_num_layers,
-  /// split_counts_embedding_and_loss).
+  /// First violated rule, e.g. `pp·vp (6) must be at most num_layers, 4`; Unimplemented for
+  /// a layout field the trainer does not run (cp > 1, recompute_num_layers).
   absl::Status Validate() const;
 };
 

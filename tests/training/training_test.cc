@@ -60,6 +60,27 @@ TEST(TrainingTest, InterleavedPp2Vp2EqualsSingleRank) {
   ExpectSame(Losses(c), Reference(c));
 }
 
+// Uneven splits: 4 layers over 3 stages (2, 1, 1: torch.distributed.pipelining's and
+// DeepSpeed's), and with the embedding and the loss counted as layers, 4 + 2 slots over 3
+// stages (1, 2, 1) and over 2 x 3 chunks (the first and last chunks hold no layer, the
+// embedding and the loss alone); every one trains the single rank's model.
+TEST(TrainingTest, UnevenAndEmbeddingAwareSplitsEqualSingleRank) {
+  TrainConfig c = Tiny();
+  c.parallel.pp = 3;
+  ASSERT_TRUE(c.Validate().ok()) << c.Validate();
+  EXPECT_EQ(c.parallel.LayersOnStage(c.num_layers, 0), 2);
+  ExpectSame(Losses(c), Reference(c));
+  c.parallel.split_counts_embedding_and_loss = true;
+  EXPECT_EQ(c.parallel.LayersOnStage(c.num_layers, 1), 2);
+  ExpectSame(Losses(c), Reference(c));
+  c.parallel.pp = 3;
+  c.parallel.vp = 2;
+  c.num_micro_batches = 3;
+  EXPECT_EQ(c.parallel.LayersInChunk(c.num_layers, 0, 0), 0);
+  EXPECT_EQ(c.parallel.LayersInChunk(c.num_layers, 2, 1), 0);
+  ExpectSame(Losses(c), Reference(c));
+}
+
 TEST(TrainingTest, SequenceParallelRecomputeDistributedOptimizerEqualsSingleRank) {
   TrainConfig c = Tiny();
   c.parallel.tp = 2;
@@ -243,12 +264,16 @@ TEST(TrainingTest, PipelineWaitIsTimedOnlyWithStagesAndIsPartOfTheStep) {
   }
 }
 
-TEST(TrainingTest, RejectsLayersNotDivisibleByStages) {
+TEST(TrainingTest, RejectsMoreChunksThanLayers) {
   TrainConfig c = Tiny();
-  c.parallel.pp = 3;
+  c.parallel.pp = 5;
   const absl::Status s = c.Validate();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("num_layers"), std::string::npos) << s;
+  EXPECT_EQ(s.message(), "pp·vp (5) must be at most num_layers, 4");
+  c.parallel.pp = 7;
+  c.parallel.split_counts_embedding_and_loss = true;
+  EXPECT_EQ(c.Validate().message(),
+            "pp·vp (7) must be at most num_layers + 2 (the embedding's and the loss's slots), 6");
 }
 
 TEST(TrainingTest, LayoutFieldsTheTrainerDoesNotRunAreUnimplemented) {
@@ -263,10 +288,6 @@ TEST(TrainingTest, LayoutFieldsTheTrainerDoesNotRunAreUnimplemented) {
   c.parallel.recompute_num_layers = 1;
   EXPECT_EQ(c.Validate().message(),
             "recompute_num_layers (1) must be 0: kernels/training recomputes every layer or none");
-  c = Tiny();
-  c.parallel.pp = 2;
-  c.parallel.split_counts_embedding_and_loss = true;
-  EXPECT_EQ(c.Validate().code(), absl::StatusCode::kUnimplemented);
   // The overlap flags change no arithmetic, so any setting trains.
   c = Tiny();
   c.parallel.overlap_grad_reduce = false;

@@ -412,17 +412,17 @@ TEST(KernelsExecutorVerify, GangPartsNeedARendezvousAndFailWhenPeersNeverCome) {
   EXPECT_EQ(asked_ns, "job-1/v1/g-2");
   EXPECT_EQ(asked_timeout, 300);
 
-  // More ranks than slots; a layout the trainer rejects (pp 3 does not divide 4 layers).
+  // More ranks than slots; a layout the trainer rejects (5 stages for 4 layers).
   r = CreateKernelsExecutor(CpuSlots(1))->Execute(VerifyTask(0, 2), cancel);
   EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
   EXPECT_EQ(r.message(), "task needs 2 ranks; this worker has 1");
-  v1::ProfileTask bad = VerifyTask(0, 3);
-  bad.mutable_verify()->mutable_parallel()->set_pp(3);
-  bad.mutable_verify()->set_world_size(3);
-  r = CreateKernelsExecutor(CpuSlots(3))->Execute(bad, cancel);
+  v1::ProfileTask bad = VerifyTask(0, 5);
+  bad.mutable_verify()->mutable_parallel()->set_pp(5);
+  bad.mutable_verify()->set_world_size(5);
+  r = CreateKernelsExecutor(CpuSlots(5))->Execute(bad, cancel);
   EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
   EXPECT_EQ(r.message(),
-            "kernels/training cannot run this layout: pp·vp (3) must divide num_layers (4)");
+            "kernels/training cannot run this layout: pp·vp (5) must be at most num_layers, 4");
   // A 16-bit spec is trained on CUDA workers only; fp8 by none.
   v1::ProfileTask half = VerifyTask(0, 2);
   half.mutable_verify()->set_dtype("bf16");
