@@ -156,9 +156,8 @@ TEST(VerifyTaskLayout, ANormalLayoutTrainsAsSent) {
 
 // Llama 3.1 405B's 126 layers over pp 8 · vp 8 in small: 6 layers over pp 2 · vp 2, which
 // the planner splits counting the embedding and the loss (1, 2 | 2, 1 layers per chunk).
-// The trainer splits evenly only, so the worker refuses the task, naming the field, instead
-// of training another split.
-TEST(VerifyTaskLayout, AnUnevenSplitIsRefusedNamingTheField) {
+// The trainer trains that split as sent, and its loss matches the same model on one rank.
+TEST(VerifyTaskLayout, AnEmbeddingAwareSplitTrainsAsSent) {
   ParallelConfig layout;
   layout.pp = 2;
   layout.vp = 2;
@@ -170,12 +169,19 @@ TEST(VerifyTaskLayout, AnUnevenSplitIsRefusedNamingTheField) {
   EXPECT_TRUE(task.verify().parallel().split_counts_embedding_and_loss());
   CancelFlag cancel;
   const v1::TaskResult r = CreateKernelsExecutor(CpuSlots(2))->Execute(task, cancel);
-  EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
-  EXPECT_EQ(r.message(),
-            "kernels/training cannot run this layout: split_counts_embedding_and_loss is not "
-            "implemented by kernels/training (layers are split evenly over pp·vp chunks)");
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  const v1::TaskResult one =
+      CreateKernelsExecutor(CpuSlots(1))->Execute(TaskFor(TinySpec(6), ParallelConfig{}), cancel);
+  ASSERT_EQ(one.outcome(), v1::TaskResult::OUTCOME_OK) << one.message();
+  ASSERT_EQ(r.verify().losses_size(), one.verify().losses_size());
+  for (int i = 0; i < r.verify().losses_size(); ++i) {
+    EXPECT_NEAR(r.verify().losses(i), one.verify().losses(i), 1e-5 * one.verify().losses(i));
+  }
+}
 
-  // So are the other fields it does not run.
+// The layout fields the trainer does not run are refused, naming the field.
+TEST(VerifyTaskLayout, FieldsTheTrainerDoesNotRunAreRefusedNamingThem) {
+  CancelFlag cancel;
   ParallelConfig partial;
   partial.pp = 2;
   partial.recompute = Recompute::kFull;
