@@ -861,12 +861,26 @@ std::string ExpertPlacementNote(const JobSpec& spec, const ParallelConfig& c,
         c.ep, c.etp, domain, share);
   }
   const int64_t inside = std::max<int64_t>(1, domain / c.etp);
+  // The flex dispatcher sends a token once per domain it reaches.
+  std::string reach;
+  if (c.moe_token_dispatcher == MoeTokenDispatcher::kFlex) {
+    const ModelSpec& m = spec.model;
+    const int64_t domains = c.ep / std::max<int64_t>(1, RanksPerNvlinkDomain(c.ep, c.etp, domain));
+    reach = absl::StrFormat("; each token reaches %.1f of the %d domains",
+                            DomainsPerToken(static_cast<double>(m.moe_router_topk), domains,
+                                            m.moe_router_num_groups, m.moe_router_group_topk),
+                            domains);
+    if (m.moe_router_num_groups > 0) {
+      absl::StrAppend(&reach, absl::StrFormat(", routed inside %d of %d expert groups",
+                                              m.moe_router_group_topk, m.moe_router_num_groups));
+    }
+  }
   return absl::StrFormat(
       "EP %d x ETP %d spans %d NVLink domains of %d GPUs: dispatch and combine cross the NIC "
-      "(%s dispatcher, %.0f%% of the iteration exposed); it holds %d experts per GPU where "
+      "(%s dispatcher, %.0f%% of the iteration exposed%s); it holds %d experts per GPU where "
       "an EP inside the domain (at most %d) would hold %d",
       c.ep, c.etp, (span + domain - 1) / domain, domain, ToString(c.moe_token_dispatcher), share,
-      spec.model.num_experts / c.ep, inside,
+      reach, spec.model.num_experts / c.ep, inside,
       spec.model.num_experts / std::max<int64_t>(1, std::min(inside, c.ep)));
 }
 

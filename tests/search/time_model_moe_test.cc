@@ -186,6 +186,21 @@ TEST(MoeTimeTest, IterationNeedsTheExpertLayerAndExplainsThePlacement) {
     spans = spans || note.find("spans 8 NVLink domains") != std::string::npos;
   }
   EXPECT_TRUE(spans);
+  // With the flex dispatcher the note says how many domains a token reaches: 4 of 8 under
+  // DeepSeek-V3's group-limited routing (4 of 8 groups, one per domain).
+  ParallelConfig flex = c;
+  flex.moe_token_dispatcher = MoeTokenDispatcher::kFlex;
+  const LayerTime flex_expert = EstimateExpertLayerTime(spec, flex, h100);
+  it = EstimateIteration(spec, flex, h100, layer, edge, PipelineMode::kSimulated, nullptr,
+                         &flex_expert);
+  ASSERT_TRUE(it.ok()) << it.status();
+  bool reach = false;
+  for (const std::string& note : it->notes) {
+    reach = reach || (note.find("flex dispatcher") != std::string::npos &&
+                      note.find("each token reaches 4.0 of the 8 domains, routed inside 4 of "
+                                "8 expert groups") != std::string::npos);
+  }
+  EXPECT_TRUE(reach);
 }
 
 
