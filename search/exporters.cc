@@ -694,6 +694,17 @@ absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const Parallel
                   "enable_async_tensor_parallel = ", YamlBool(c.tp_comm_overlap), "\n",
                   "context_parallel_degree = ", c.cp, "\n", "pipeline_parallel_degree = ", c.pp,
                   "\n");
+  if (IsMoe(m)) {
+    // torchtitan folds EP out of the FSDP and TP ranks (dp_shard·cp·tp = efsdp·ep), as the
+    // layout does.
+    absl::StrAppend(&out, "expert_parallel_degree = ", c.ep, "\n",
+                    "expert_tensor_parallel_degree = ", c.etp, "\n");
+    if (c.moe_token_dispatcher != MoeTokenDispatcher::kAllToAll) {
+      absl::StrAppend(&out, "# note: the layout was scored with the ",
+                      DispatcherName(c.moe_token_dispatcher),
+                      " token dispatcher; torchtitan's experts exchange tokens by all-to-all\n");
+    }
+  }
   if (c.pp > 1) {
     absl::StrAppend(&out, "pipeline_parallel_schedule = \"", c.vp > 1 ? "Interleaved1F1B" : "1F1B",
                     "\"\n", "pipeline_parallel_microbatch_size = ", c.micro_batch_size, "\n");

@@ -129,5 +129,26 @@ TEST(ExportersMoeTest, NemoKeys) {
   EXPECT_THAT(*yaml, Not(HasSubstr("kv_channels")));
 }
 
+// torchtitan carries the expert layout (EP folded out of its FSDP and TP ranks) and says
+// when the layout was scored with a dispatcher other than its all-to-all.
+TEST(ExportersMoeTest, TorchtitanExpertDegrees) {
+  ParallelConfig c = DeepSeekLayout();
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  absl::StatusOr<std::string> toml = TorchtitanConfig(DeepSeekV3Spec(), c);
+  ASSERT_TRUE(toml.ok()) << toml.status();
+  EXPECT_THAT(*toml, HasSubstr("expert_parallel_degree = 64\nexpert_tensor_parallel_degree = 1\n"));
+  EXPECT_THAT(*toml, HasSubstr("scored with the flex token dispatcher"));
+  c.moe_token_dispatcher = MoeTokenDispatcher::kAllToAll;
+  toml = TorchtitanConfig(DeepSeekV3Spec(), c);
+  ASSERT_TRUE(toml.ok()) << toml.status();
+  EXPECT_THAT(*toml, Not(HasSubstr("token dispatcher")));
+  JobSpec dense = DeepSeekV3Spec();
+  dense.model = *FindPreset("llama3-8b");
+  c.ep = 1;
+  toml = TorchtitanConfig(dense, c);
+  ASSERT_TRUE(toml.ok()) << toml.status();
+  EXPECT_THAT(*toml, Not(HasSubstr("expert_parallel_degree")));
+}
+
 }  // namespace
 }  // namespace paratune
