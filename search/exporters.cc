@@ -699,10 +699,20 @@ absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const Parallel
     // layout does.
     absl::StrAppend(&out, "expert_parallel_degree = ", c.ep, "\n",
                     "expert_tensor_parallel_degree = ", c.etp, "\n");
-    if (c.moe_token_dispatcher != MoeTokenDispatcher::kAllToAll) {
-      absl::StrAppend(&out, "# note: the layout was scored with the ",
-                      DispatcherName(c.moe_token_dispatcher),
-                      " token dispatcher; torchtitan's experts exchange tokens by all-to-all\n");
+    // The flex dispatcher is torchtitan's DeepEP backend (HybridEP on NVLink racks);
+    // neither runs with expert tensor parallelism, and there is no all-gather dispatcher.
+    if (c.moe_token_dispatcher == MoeTokenDispatcher::kFlex) {
+      absl::StrAppend(&out, "expert_parallel_comm_backend = \"",
+                      spec.cluster.NvlinkDomain() > 8 ? "hybridep" : "deepep", "\"\n");
+      if (c.etp > 1) {
+        absl::StrAppend(&out,
+                        "# note: torchtitan's DeepEP and HybridEP backends run with "
+                        "expert_tensor_parallel_degree 1 only\n");
+      }
+    } else if (c.moe_token_dispatcher == MoeTokenDispatcher::kAllGather) {
+      absl::StrAppend(&out,
+                      "# note: the layout was scored with the allgather token dispatcher; "
+                      "torchtitan's experts exchange tokens by all-to-all\n");
     }
   }
   if (c.pp > 1) {

@@ -129,19 +129,30 @@ TEST(ExportersMoeTest, NemoKeys) {
   EXPECT_THAT(*yaml, Not(HasSubstr("kv_channels")));
 }
 
-// torchtitan carries the expert layout (EP folded out of its FSDP and TP ranks) and says
-// when the layout was scored with a dispatcher other than its all-to-all.
+// torchtitan carries the expert layout (EP folded out of its FSDP and TP ranks) and the
+// flex dispatcher as its DeepEP backend (HybridEP in an NVLink rack); it has no all-gather
+// dispatcher, which the export says.
 TEST(ExportersMoeTest, TorchtitanExpertDegrees) {
   ParallelConfig c = DeepSeekLayout();
   c.data_parallel_sharding = DataParallelSharding::kFull;
   absl::StatusOr<std::string> toml = TorchtitanConfig(DeepSeekV3Spec(), c);
   ASSERT_TRUE(toml.ok()) << toml.status();
-  EXPECT_THAT(*toml, HasSubstr("expert_parallel_degree = 64\nexpert_tensor_parallel_degree = 1\n"));
-  EXPECT_THAT(*toml, HasSubstr("scored with the flex token dispatcher"));
+  EXPECT_THAT(*toml, HasSubstr("expert_parallel_degree = 64\nexpert_tensor_parallel_degree = 1\n"
+                               "expert_parallel_comm_backend = \"deepep\"\n"));
+  JobSpec rack = DeepSeekV3Spec();
+  rack.cluster.nvlink_domain = 72;
+  toml = TorchtitanConfig(rack, c);
+  ASSERT_TRUE(toml.ok()) << toml.status();
+  EXPECT_THAT(*toml, HasSubstr("expert_parallel_comm_backend = \"hybridep\"\n"));
+  c.moe_token_dispatcher = MoeTokenDispatcher::kAllGather;
+  toml = TorchtitanConfig(DeepSeekV3Spec(), c);
+  ASSERT_TRUE(toml.ok()) << toml.status();
+  EXPECT_THAT(*toml, HasSubstr("scored with the allgather token dispatcher"));
   c.moe_token_dispatcher = MoeTokenDispatcher::kAllToAll;
   toml = TorchtitanConfig(DeepSeekV3Spec(), c);
   ASSERT_TRUE(toml.ok()) << toml.status();
   EXPECT_THAT(*toml, Not(HasSubstr("token dispatcher")));
+  EXPECT_THAT(*toml, Not(HasSubstr("expert_parallel_comm_backend")));
   JobSpec dense = DeepSeekV3Spec();
   dense.model = *FindPreset("llama3-8b");
   c.ep = 1;
