@@ -756,9 +756,11 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
   } else {
     return unpinned("dp", o.dp.size());
   }
+  // Absent: one chunk per stage (1F1B, Megatron's default without
+  // --num-layers-per-virtual-pipeline-stage).
   if (o.vp.size() == 1) {
     c.vp = o.vp[0];
-  } else if (!(o.vp.empty() && c.pp == 1)) {
+  } else if (!o.vp.empty()) {
     return unpinned("vp", o.vp.size());
   }
   // The stages split as training.framework splits them (as the planner's layouts do).

@@ -526,9 +526,9 @@ TEST(SpecIoTest, PinnedLayout) {
 TEST(SpecIoTest, PinnedLayoutSplitsAsTheFrameworkDoes) {
   json j = MinimalSpec();
   j["model"]["num_layers"] = 22;
+  // vp absent: one chunk per stage.
   j["search"] = {{"tp", 1},
                  {"pp", 4},
-                 {"vp", 1},
                  {"cp", 1},
                  {"micro_batch_size", 1},
                  {"recompute", "none"},
@@ -544,6 +544,14 @@ TEST(SpecIoTest, PinnedLayoutSplitsAsTheFrameworkDoes) {
   EXPECT_TRUE(split("megatron-core"));
   EXPECT_TRUE(split("torchtitan"));
   EXPECT_FALSE(split("megatron-deepspeed"));
+  j["training"]["framework"] = "megatron-core";
+  absl::StatusOr<ParallelConfig> one_chunk = PinnedLayout(*JobSpecFromJson(j));
+  ASSERT_TRUE(one_chunk.ok()) << one_chunk.status();
+  EXPECT_EQ(one_chunk->vp, 1);
+  j["search"]["vp"] = {1, 2};
+  EXPECT_EQ(PinnedLayout(*JobSpecFromJson(j)).status().message(),
+            "search.vp is not pinned: a single layout needs exactly one value, got 2 values");
+  j["search"].erase("vp");
   j["model"]["num_layers"] = 24;
   EXPECT_FALSE(split("megatron-core"));
   EXPECT_TRUE(split("torchtitan"));
