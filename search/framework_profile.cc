@@ -87,7 +87,7 @@ std::vector<FrameworkProfile> BuildProfiles() {
   megatron_deepspeed.hopper_attention_kernel = AttentionKernel::kFlash2;  // the flash-attn package
   megatron_deepspeed.reduce_gradients_in_fp32 = false;
   megatron_deepspeed.pipeline_keeps_outputs = true;
-  megatron_deepspeed.uneven_pipeline_split = true;
+  megatron_deepspeed.pipeline_split = PipelineSplit::kLayersUneven;
   megatron_deepspeed.export_format = "deepspeed";
   out.push_back(megatron_deepspeed);
 
@@ -130,8 +130,7 @@ std::vector<FrameworkProfile> BuildProfiles() {
   torchtitan.open_sharding = {DPS::kFull};
   torchtitan.fp32_parameters = true;
   torchtitan.activation_offload = false;
-  torchtitan.uneven_pipeline_split = true;
-  torchtitan.split_counts_embedding_and_loss_always = true;
+  torchtitan.pipeline_split = PipelineSplit::kSlotsUneven;
   torchtitan.export_format = "torchtitan";
   out.push_back(torchtitan);
 

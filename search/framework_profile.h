@@ -18,6 +18,19 @@ namespace paratune {
 
 struct SearchOptions;
 
+/// How a codebase splits the transformer layers over the pp·vp pipeline chunks.
+enum class PipelineSplit {
+  /// Megatron-Core: p·v divides the layers, or (where it does not) the layers + 2 with the
+  /// embedding and the loss counted as one layer each.
+  kDivides,
+  /// DeepSpeed's PipelineModule (`type:transformer`): the layers alone, the first
+  /// L mod p·v chunks one layer more.
+  kLayersUneven,
+  /// torch.distributed.pipelining as torchtitan splits: the layers + 2 slots always, the
+  /// first (L + 2) mod p·v virtual stages one more, the first and last one layer lighter.
+  kSlotsUneven,
+};
+
 /// One communication overlap of a framework: whether the codebase has it, and its value
 /// when `search` does not list one.
 struct OverlapFact {
@@ -47,13 +60,9 @@ struct FrameworkProfile {
   std::vector<DataParallelSharding> open_sharding;
   bool pipeline_parallel = true;     ///< pp > 1 exists.
   bool interleaved_pipeline = true;  ///< vp > 1 exists.
-  /// The pipeline split need not divide the layers: the first virtual stages take one layer
-  /// more each (torch.distributed.pipelining's frameworks). Else p*v must divide them.
-  bool uneven_pipeline_split = false;
-  /// Where pp > 1, the split counts the embedding and the loss as one layer each
-  /// (ParallelConfig::split_counts_embedding_and_loss) always, not only where the plain split
-  /// is impossible (Megatron-Core's choice).
-  bool split_counts_embedding_and_loss_always = false;
+  PipelineSplit pipeline_split = PipelineSplit::kDivides;
+  /// The split need not divide the layers (the first virtual stages take one more).
+  bool UnevenPipelineSplit() const { return pipeline_split != PipelineSplit::kDivides; }
   bool context_parallel = true;      ///< Ring context parallelism (cp > 1).
   bool sequence_parallel = true;     ///< Megatron's sequence parallelism with TP.
   /// ZeRO-2/3 (optimizer_grads, full) beside pp > 1.

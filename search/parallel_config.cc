@@ -110,10 +110,15 @@ absl::Status ValidateDataParallelSharding(const ParallelConfig& c) {
 }  // namespace
 
 bool SplitCountsEmbeddingAndLoss(const JobSpec& spec, int64_t pp, int64_t vp) {
-  const FrameworkProfile& framework = ProfileOf(spec.training.framework);
   if (pp <= 1) return false;
-  if (framework.split_counts_embedding_and_loss_always) return true;
-  if (framework.uneven_pipeline_split) return false;
+  switch (ProfileOf(spec.training.framework).pipeline_split) {
+    case PipelineSplit::kSlotsUneven:
+      return true;
+    case PipelineSplit::kLayersUneven:
+      return false;
+    case PipelineSplit::kDivides:
+      break;
+  }
   return spec.model.num_layers % (pp * std::max<int64_t>(vp, 1)) != 0;
 }
 
@@ -190,7 +195,7 @@ absl::Status ValidateParallelConfig(const ParallelConfig& c, const JobSpec& spec
   }
   // torch.distributed.pipelining's frameworks split unevenly (the first virtual stages one
   // layer more); Megatron-Core's chunks divide the layers (or the slots).
-  const bool uneven = ProfileOf(tr.framework).uneven_pipeline_split;
+  const bool uneven = ProfileOf(tr.framework).UnevenPipelineSplit();
   const int64_t chunks = c.pp * c.vp;
   if (c.split_counts_embedding_and_loss) {
     if (c.pp == 1) {

@@ -158,7 +158,7 @@ struct MeshShape {
 // framework splits unevenly: pp <= L).
 std::vector<MeshShape> MeshShapes(const JobSpec& spec) {
   const SearchOptions& opt = spec.search;
-  const bool uneven = ProfileOf(spec.training.framework).uneven_pipeline_split;
+  const bool uneven = ProfileOf(spec.training.framework).UnevenPipelineSplit();
   const int64_t N = spec.cluster.num_gpus;
   const int64_t L = spec.model.num_layers;
   const int64_t slots = L + 2 + spec.model.mtp_layers;  // With the embedding/loss-aware split.
@@ -338,7 +338,7 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
   const int64_t L = spec.model.num_layers;
   const FrameworkProfile& framework = ProfileOf(spec.training.framework);
   const std::vector<int64_t> vps = VirtualStageCounts(opt, L, L + 2 + spec.model.mtp_layers,
-                                                      shape.pp, framework.uneven_pipeline_split);
+                                                      shape.pp, framework.UnevenPipelineSplit());
   const std::vector<ExpertLayout> experts = ExpertLayouts(spec, shape);
   const std::vector<int64_t> mbs = MicroBatchSizes(opt, spec.training.global_batch_size, shape.dp);
   const std::vector<bool> sps = SequenceParallelChoices(opt, shape.tp, IsMoe(spec.model));

@@ -483,6 +483,16 @@ double DomainsPerToken(double k, int64_t domains, int64_t groups, int64_t chosen
   return uniform;
 }
 
+DomainReach ExpertDomainReach(const JobSpec& spec, const ParallelConfig& c) {
+  const ModelSpec& m = spec.model;
+  DomainReach out;
+  out.ranks_per_domain = RanksPerNvlinkDomain(c.ep, c.etp, spec.cluster.NvlinkDomain());
+  out.domains = c.ep / std::max<int64_t>(out.ranks_per_domain, 1);
+  out.per_token = DomainsPerToken(static_cast<double>(m.moe_router_topk), out.domains,
+                                  m.moe_router_num_groups, m.moe_router_group_topk);
+  return out;
+}
+
 DispatchBytes ExpertDispatchBytes(const JobSpec& spec, const ParallelConfig& c) {
   DispatchBytes out;
   const ModelSpec& m = spec.model;
@@ -494,6 +504,7 @@ DispatchBytes ExpertDispatchBytes(const JobSpec& spec, const ParallelConfig& c) 
   const double k = static_cast<double>(m.moe_router_topk);
   out.total = ElementBytes(spec.training.precision) * tokens * k *
               static_cast<double>(m.hidden_size) * ExpertLoadFactor(spec, c);
+  const DomainReach reach = ExpertDomainReach(spec, c);
   if (c.moe_token_dispatcher == MoeTokenDispatcher::kAllGather || c.ep <= 1) {
     out.nic_scale = 1.0;
   } else if (c.moe_token_dispatcher == MoeTokenDispatcher::kFlex) {
@@ -501,15 +512,9 @@ DispatchBytes ExpertDispatchBytes(const JobSpec& spec, const ParallelConfig& c) 
     // experts and forward it inside the domain: of the k copies bound for the other N - 1
     // domains (k(N - 1)/N on average), D(N - 1)/N cross the NIC, D the domains a token's
     // experts fall in (DomainsPerToken: group-limited routing confines them).
-    const int64_t local = RanksPerNvlinkDomain(c.ep, c.etp, spec.cluster.NvlinkDomain());
-    const int64_t domains = c.ep / std::max<int64_t>(local, 1);
-    if (domains > 1) {
-      out.nic_scale = std::min(
-          1.0, DomainsPerToken(k, domains, m.moe_router_num_groups, m.moe_router_group_topk) / k);
-    }
+    if (reach.domains > 1) out.nic_scale = std::min(1.0, reach.per_token / k);
   }
-  const double local =
-      static_cast<double>(RanksPerNvlinkDomain(c.ep, c.etp, spec.cluster.NvlinkDomain()));
+  const double local = static_cast<double>(reach.ranks_per_domain);
   const double ep = static_cast<double>(c.ep);
   if (c.moe_token_dispatcher != MoeTokenDispatcher::kAllGather) {
     out.over_nic = out.total * (ep - local) / ep * out.nic_scale;
@@ -865,11 +870,8 @@ std::string ExpertPlacementNote(const JobSpec& spec, const ParallelConfig& c,
   std::string reach;
   if (c.moe_token_dispatcher == MoeTokenDispatcher::kFlex) {
     const ModelSpec& m = spec.model;
-    const int64_t domains = c.ep / std::max<int64_t>(1, RanksPerNvlinkDomain(c.ep, c.etp, domain));
-    reach = absl::StrFormat("; each token reaches %.1f of the %d domains",
-                            DomainsPerToken(static_cast<double>(m.moe_router_topk), domains,
-                                            m.moe_router_num_groups, m.moe_router_group_topk),
-                            domains);
+    const DomainReach r = ExpertDomainReach(spec, c);
+    reach = absl::StrFormat("; each token reaches %.1f of the %d domains", r.per_token, r.domains);
     if (m.moe_router_num_groups > 0) {
       absl::StrAppend(&reach, absl::StrFormat(", routed inside %d of %d expert groups",
                                               m.moe_router_group_topk, m.moe_router_num_groups));

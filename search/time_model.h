@@ -83,6 +83,15 @@ struct DispatchBytes {
 };
 DispatchBytes ExpertDispatchBytes(const JobSpec& spec, const ParallelConfig& config);
 
+/// The NVLink domains an expert layout's EP group spans (RanksPerNvlinkDomain of its ranks
+/// in each) and how many of them one token's k routed experts fall in (DomainsPerToken).
+struct DomainReach {
+  int64_t ranks_per_domain = 1;
+  int64_t domains = 1;
+  double per_token = 1;
+};
+DomainReach ExpertDomainReach(const JobSpec& spec, const ParallelConfig& config);
+
 /// Expected NVLink domains a token's k routed experts fall in, of `domains` domains that
 /// hold equal consecutive blocks of the experts: N(1 - (1 - 1/N)^k) when the experts are
 /// chosen freely; under group-limited routing (k experts inside `chosen` of `groups`
