@@ -108,11 +108,16 @@ TEST_F(MoeProfileTest, MeasuresTheMoeLayersComposesAndASecondJobIsAllCached) {
     EXPECT_NE(r.notes.back().find("MoE layer measured (ep " + std::to_string(r.config.ep)),
               std::string::npos)
         << r.notes.back();
-    EXPECT_NE(r.notes.back().find(", attention, moe (the rest"), std::string::npos)
-        << r.notes.back();
     // ... and their attention part from the layer task run with the MLP block the identity.
-    EXPECT_NE(r.notes.back().find("expert layers: attention part measured ("), std::string::npos)
-        << r.notes.back();
+    // That twin is measured either way; on a loaded CPU these tiny layers can time it no
+    // faster than the whole dense layer, and the composition then falls back on the model's
+    // attention share and says so (a timing outcome, not a property of the code).
+    const std::string& note = r.notes.back();
+    const bool used = note.find("expert layers: attention part measured (") != std::string::npos;
+    EXPECT_TRUE(used || note.find("the attention-only task measured ") != std::string::npos)
+        << note;
+    EXPECT_NE(note.find(used ? ", attention, moe (the rest" : ", moe (the rest"), std::string::npos)
+        << note;
     EXPECT_GT(r.time.ep_comm, 0);
     EXPECT_GT(r.iteration_time_s, 0);
   }
