@@ -148,9 +148,9 @@ int RunExport(const ExportOptions& o) {
   if (format.empty()) {
     const char* framework_format = ProfileOf(spec->training.framework).export_format;
     if (framework_format == nullptr) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "training.framework ", ToString(spec->training.framework),
-          " has no export format: give --format megatron, nemo, deepspeed or torchtitan")));
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("training.framework ", ToString(spec->training.framework),
+                       " has no export format: give --format ", TrainingExportFormatList())));
     }
     format = framework_format;
   }
@@ -159,7 +159,8 @@ int RunExport(const ExportOptions& o) {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("--format ", format,
                      " exports inference specs (kind: inference); a training spec "
-                     "exports as megatron, nemo, deepspeed or torchtitan")));
+                     "exports as ",
+                     TrainingExportFormatList())));
   }
   ParallelConfig layout;
   auto pinned = PinnedLayout(*spec);
@@ -230,12 +231,14 @@ void RegisterPlanCommands(CLI::App& app, int* exit_code) {
   exporter
       ->add_option("--format", export_options->format,
                    "megatron (pretrain_gpt.py arguments), nemo (megatron_gpt_config.yaml "
-                   "overrides), deepspeed (ds_config.json) or torchtitan (job TOML); for "
-                   "kind: inference specs trtllm, vllm or sglang (required). Default for a "
-                   "training spec: its training.framework's (megatron-core: megatron, nemo: "
-                   "nemo, megatron-deepspeed and deepspeed: deepspeed, torchtitan: torchtitan)")
-      ->check(CLI::IsMember(
-          {"megatron", "nemo", "deepspeed", "torchtitan", "trtllm", "vllm", "sglang"}));
+                   "overrides), deepspeed (ds_config.json), torchtitan (job TOML) or "
+                   "automodel (NeMo AutoModel recipe keys); for kind: inference specs "
+                   "trtllm, vllm or sglang (required). Default for a training spec: its "
+                   "training.framework's (megatron-core: megatron, nemo: nemo, "
+                   "megatron-deepspeed and deepspeed: deepspeed, torchtitan: torchtitan, "
+                   "nemo-automodel: automodel)")
+      ->check(CLI::IsMember({"megatron", "nemo", "deepspeed", "torchtitan", "automodel", "trtllm",
+                             "vllm", "sglang"}));
   exporter
       ->add_option("--rank", export_options->rank,
                    "Export the Nth ranked layout of the plan (default: the pinned layout of a "

@@ -323,6 +323,8 @@ const char* ToString(Framework v) {
       return "torchtitan";
     case Framework::kLlmFoundry:
       return "llm-foundry";
+    case Framework::kNemoAutomodel:
+      return "nemo-automodel";
   }
   return "?";
 }
@@ -330,7 +332,8 @@ const char* ToString(Framework v) {
 absl::StatusOr<Framework> ParseFramework(absl::string_view s) {
   static constexpr Framework kAll[] = {Framework::kMegatronCore,      Framework::kNemo,
                                        Framework::kMegatronDeepspeed, Framework::kDeepspeed,
-                                       Framework::kTorchtitan,        Framework::kLlmFoundry};
+                                       Framework::kTorchtitan,        Framework::kLlmFoundry,
+                                       Framework::kNemoAutomodel};
   return ParseEnum("framework", s, kAll);
 }
 

@@ -71,6 +71,7 @@ enum class Framework {
   kDeepspeed,          ///< DeepSpeed ZeRO on a PyTorch model.
   kTorchtitan,         ///< torchtitan: FSDP2, TP, PP, CP as DTensor parallelisms.
   kLlmFoundry,         ///< llm-foundry / Composer: PyTorch FSDP (FSDP1).
+  kNemoAutomodel,      ///< NeMo AutoModel: FSDP2 with expert parallelism on BF16 parameters.
 };
 /// True for the FlashAttention kernels (no s x s scores stored).
 bool IsFlash(AttentionKernel k);
@@ -138,7 +139,7 @@ const char* ToString(DataParallelSharding v);
 /// "none" | "optimizer" | "optimizer_and_params".
 const char* ToString(Offload v);
 /// "megatron-core" | "nemo" | "megatron-deepspeed" | "deepspeed" | "torchtitan" |
-/// "llm-foundry".
+/// "llm-foundry" | "nemo-automodel".
 const char* ToString(Framework v);
 
 /// The value named `s` (exactly as ToString spells it); InvalidArgument otherwise,

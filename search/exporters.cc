@@ -738,13 +738,125 @@ absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const Parallel
   return out;
 }
 
+// NeMo AutoModel's pipeline stages module by module, as its default split names them for
+// Hugging Face-style models (generate_hf_model_fqn_per_model_part): the embedding first,
+// the norm and the head last, the rotary embedding in every stage.
+std::string AutomodelStageModules(const JobSpec& spec, const ParallelConfig& c) {
+  const int64_t stages = c.pp * c.vp;
+  std::string out = "    module_fqns_per_model_part:\n";
+  int64_t layer = 0;
+  for (int64_t k = 0; k < stages; ++k) {
+    std::vector<std::string> names;
+    if (k == 0) names.push_back("model.embed_tokens");
+    const int64_t n = DecoderLayersInChunk(spec.model, c, k % c.pp, k / c.pp);
+    for (int64_t i = 0; i < n; ++i) names.push_back(absl::StrCat("model.layers.", layer++));
+    if (k == stages - 1) {
+      names.push_back("model.norm");
+      names.push_back("lm_head");
+    }
+    names.push_back("model.rotary_emb");
+    absl::StrAppend(&out, "      - [", absl::StrJoin(names, ", "), "]\n");
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> AutomodelConfig(const JobSpec& spec, const ParallelConfig& c) {
+  const TrainingSpec& t = spec.training;
+  if (t.precision != Precision::kBf16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.precision ", ToString(t.precision),
+        " has no NeMo AutoModel form here: its models train in bf16 (export megatron or "
+        "torchtitan)"));
+  }
+  if (c.data_parallel_sharding == DataParallelSharding::kOptimizer ||
+      c.data_parallel_sharding == DataParallelSharding::kOptimizerGrads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data_parallel_sharding ", ToString(c.data_parallel_sharding),
+        " has no NeMo AutoModel form: it shards with FSDP2 fully (use full or none, or export "
+        "megatron or deepspeed)"));
+  }
+  if (c.offload != Offload::kNone) {
+    return absl::InvalidArgumentError(
+        "offload has no NeMo AutoModel form here (export megatron, deepspeed or torchtitan)");
+  }
+  if (auto s = NoActivationOffload(c, "automodel"); !s.ok()) return s;
+  if (c.tp_comm_overlap) {
+    return absl::InvalidArgumentError(
+        "tp_comm_overlap has no NeMo AutoModel form (export megatron or torchtitan)");
+  }
+  const ModelSpec& m = spec.model;
+  const bool fsdp = c.data_parallel_sharding == DataParallelSharding::kFull;
+  // Sequences per data-parallel rank and step: one pipeline flush of them all under PP,
+  // one micro-batch per pass (gradient accumulation makes up the rest) without.
+  const int64_t local_batch = c.pp > 1 ? t.global_batch_size / c.dp : c.micro_batch_size;
+  std::string out = absl::StrCat(
+      "# NeMo AutoModel recipe keys for ", DisplayName(spec), ": ", c.ToString(), "\n",
+      "# merge into the recipe's YAML (model, dataset and optimizer as the recipe has them);\n",
+      "# launch: automodel <recipe>.yaml --nproc-per-node ",
+      std::min(spec.cluster.gpus_per_node, spec.cluster.num_gpus), " on ", NumNodes(spec.cluster),
+      " node(s)\n", "step_scheduler:\n", "  global_batch_size: ", t.global_batch_size, "\n",
+      "  local_batch_size: ", local_batch, "\n", "distributed:\n",
+      "  strategy: ", fsdp ? "fsdp2" : "ddp", "\n", "  tp_size: ", c.tp, "\n", "  cp_size: ", c.cp,
+      "\n", "  pp_size: ", c.pp, "\n", "  ep_size: ", IsMoe(m) ? c.ep : 1, "\n",
+      "  sequence_parallel: ", YamlBool(c.sequence_parallel), "\n", "  activation_checkpointing: ",
+      c.recompute == Recompute::kFull        ? "true"
+      : c.recompute == Recompute::kSelective ? "selective"
+                                             : "false",
+      "\n");
+  if (fsdp && c.ShardRanks() < c.dp * c.cp) {
+    absl::StrAppend(&out, "  # note: the layout shards over groups of ", c.ShardRanks(),
+                    " ranks and replicates across ", c.dp * c.cp / c.ShardRanks(),
+                    " (HSDP): set the FSDP2 mesh's dp_replicate dimension to match\n");
+  }
+  if (c.pp > 1) {
+    absl::StrAppend(&out, "  pipeline:\n",
+                    "    pp_schedule: ", c.vp > 1 ? "interleaved1f1b" : "1f1b", "\n",
+                    "    pp_microbatch_size: ", c.micro_batch_size, "\n");
+    // ceil(L / layers_per_stage) virtual stages, the first L mod stages one layer more:
+    // the layout's split wherever some value gives p*v stages.
+    const int64_t stages = c.pp * c.vp;
+    const int64_t per = (m.num_layers + stages - 1) / stages;
+    if (!c.split_counts_embedding_and_loss && (m.num_layers + per - 1) / per == stages) {
+      absl::StrAppend(&out, "    layers_per_stage: ", per, "\n");
+    } else {
+      absl::StrAppend(&out, AutomodelStageModules(spec, c));
+    }
+  }
+  if (IsMoe(m)) {
+    absl::StrAppend(&out, "model:\n  backend:\n    experts: gmm\n    dispatcher: ",
+                    c.moe_token_dispatcher == MoeTokenDispatcher::kFlex ? "deepep" : "torch",
+                    "\n    fake_balanced_gate: ", YamlBool(t.moe_routing == MoeRouting::kBalanced),
+                    "\n");
+    if (c.etp > 1) {
+      absl::StrAppend(&out, "# note: the layout was scored with expert tensor parallelism (etp ",
+                      c.etp, "); NeMo AutoModel's experts run with ep_size alone\n");
+    }
+    if (c.moe_token_dispatcher == MoeTokenDispatcher::kAllGather) {
+      absl::StrAppend(&out,
+                      "# note: the layout was scored with the allgather token dispatcher; "
+                      "NeMo AutoModel's experts exchange tokens by all-to-all\n");
+    }
+  }
+  return out;
+}
+
 const std::vector<TrainingExporter>& TrainingExporters() {
   static const std::vector<TrainingExporter> kExporters = {
       {"megatron", "-megatron.txt", "text/plain; charset=utf-8", &FormatMegatronArgs},
       {"nemo", "-nemo.yaml", "application/yaml; charset=utf-8", &NemoConfigOverride},
       {"deepspeed", "-deepspeed.json", "application/json; charset=utf-8", &DeepSpeedConfig},
-      {"torchtitan", "-torchtitan.toml", "application/toml; charset=utf-8", &TorchtitanConfig}};
+      {"torchtitan", "-torchtitan.toml", "application/toml; charset=utf-8", &TorchtitanConfig},
+      {"automodel", "-automodel.yaml", "application/yaml; charset=utf-8", &AutomodelConfig}};
   return kExporters;
+}
+
+std::string TrainingExportFormatList(absl::string_view more) {
+  std::vector<std::string> names;
+  for (const TrainingExporter& e : TrainingExporters()) names.emplace_back(e.format);
+  if (!more.empty()) names.emplace_back(more);
+  const std::string last = names.back();
+  names.pop_back();
+  return absl::StrCat(absl::StrJoin(names, ", "), " or ", last);
 }
 
 const TrainingExporter* FindTrainingExporter(absl::string_view format) {

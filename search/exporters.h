@@ -54,16 +54,29 @@ absl::StatusOr<std::string> DeepSpeedConfig(const JobSpec& spec, const ParallelC
 /// between forward and backward); optimizer (ZeRO-1 alone) has no torchtitan form: InvalidArgument.
 absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const ParallelConfig& config);
 
+/// NeMo AutoModel recipe keys (YAML) to merge into a recipe: step_scheduler's global and
+/// local batch, distributed (strategy fsdp2 for full sharding, ddp for none; tp/cp/pp/ep
+/// sizes, sequence_parallel, activation_checkpointing), the pipeline schedule
+/// (pp_schedule 1f1b or interleaved1f1b, pp_microbatch_size, and layers_per_stage where
+/// some value gives the layout's p*v stages, else module_fqns_per_model_part), and for MoE
+/// models the experts' backend (dispatcher deepep for flex). Its models train in BF16 and
+/// shard with FSDP2 only: other precisions, ZeRO-1/2, offload and TP overlap are
+/// InvalidArgument.
+absl::StatusOr<std::string> AutomodelConfig(const JobSpec& spec, const ParallelConfig& config);
+
 /// One export format (a table of kinds): its name for `--format` and REST `?format=`, the
 /// downloaded file's suffix and content type, and the renderer.
 struct TrainingExporter {
-  const char* format;        ///< "megatron" | "nemo" | "deepspeed" | "torchtitan".
+  const char* format;        ///< "megatron" | "nemo" | "deepspeed" | "torchtitan" | "automodel".
   const char* file_suffix;   ///< "-megatron.txt", "-nemo.yaml", ...
   const char* content_type;  ///< HTTP Content-Type of the download.
   absl::StatusOr<std::string> (*render)(const JobSpec&, const ParallelConfig&);
 };
 /// Every training export format, in the order help texts list them.
 const std::vector<TrainingExporter>& TrainingExporters();
+/// The formats' names in that order, the last after " or " unless `more` follows it:
+/// "megatron, nemo, deepspeed, torchtitan or automodel".
+std::string TrainingExportFormatList(absl::string_view more = "");
 /// The exporter named `format`, or nullptr.
 const TrainingExporter* FindTrainingExporter(absl::string_view format);
 

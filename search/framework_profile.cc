@@ -162,6 +162,37 @@ std::vector<FrameworkProfile> BuildProfiles() {
   llm_foundry.fp32_parameters = true;
   llm_foundry.vocab_parallel_loss = false;
   out.push_back(llm_foundry);
+
+  // NeMo AutoModel (nemo_automodel/_transformers/auto_model.py, components/moe/
+  // parallelizer.py, components/distributed/pipelining/functional.py): PyTorch FSDP2
+  // (distributed.strategy fsdp2; ddp for none) with expert parallelism folded out of the
+  // FSDP ranks, TP, CP and torch.distributed.pipelining schedules. Its models are built in
+  // BF16 ("If "auto", defaults to torch.bfloat16") and FSDP2's MixedPrecisionPolicy
+  // (param_dtype bfloat16, reduce_dtype float32) reduces in FP32 into BF16 sharded
+  // gradients; torch.optim.Adam keeps m and v in the parameters' dtype: no FP32 copy.
+  // Experts already sharded by EP and PP are left out of FSDP. The pipeline split
+  // (generate_hf_model_fqn_per_model_part) spreads the layers alone over the p*v stages,
+  // the first (L mod p*v) one layer more, the embedding and the head added to the first
+  // and last. Its own MoE and dense models run Transformer Engine's attention (the
+  // benchmark configs' backend attn: te), cuDNN's fused attention on Hopper. The loss
+  // (MaskedCrossEntropy) runs over the full vocabulary.
+  FrameworkProfile automodel;
+  automodel.framework = Framework::kNemoAutomodel;
+  automodel.tp_comm_overlap = {false, false};
+  automodel.overlap_grad_reduce = {true, true};
+  automodel.overlap_grad_reduce_on_with_full_sharding = true;
+  automodel.overlap_p2p_comm = {true, true};
+  automodel.overlap_param_gather = {true, true};
+  automodel.sharding = {DPS::kNone, DPS::kFull};
+  automodel.open_sharding = {DPS::kFull};
+  automodel.gradient_bytes_per_param = 2;
+  automodel.optimizer_in_training_dtype = true;
+  automodel.activation_offload = false;
+  automodel.pipeline_split = PipelineSplit::kLayersUneven;
+  automodel.vocab_parallel_loss = false;
+  automodel.hopper_attention_kernel = AttentionKernel::kCudnn;
+  automodel.export_format = "automodel";
+  out.push_back(automodel);
   return out;
 }
 
@@ -179,7 +210,8 @@ bool Has(const std::vector<DataParallelSharding>& stages, DataParallelSharding s
 std::string FrameworksWith(OverlapFact FrameworkProfile::*overlap) {
   std::vector<std::string> names;
   for (Framework f : {Framework::kMegatronCore, Framework::kNemo, Framework::kMegatronDeepspeed,
-                      Framework::kDeepspeed, Framework::kTorchtitan, Framework::kLlmFoundry}) {
+                      Framework::kDeepspeed, Framework::kTorchtitan, Framework::kLlmFoundry,
+                      Framework::kNemoAutomodel}) {
     if ((ProfileOf(f).*overlap).exists) names.push_back(ToString(f));
   }
   return absl::StrJoin(names, ", ");

@@ -78,6 +78,10 @@ struct FrameworkProfile {
   /// FSDP mixed precision: the parameters are FP32 (sharded like the weights) and are
   /// Adam's master copy (no separate 12-byte state: 8); layers are gathered in 16-bit.
   bool fp32_parameters = false;
+  /// The parameters stay in the 16-bit training dtype and the optimizer updates them in
+  /// place with its states in that dtype (torch.optim.Adam over BF16 parameters: no FP32
+  /// master copy): 2 bytes of parameter, 2 of gradient and 4 of Adam state per parameter.
+  bool optimizer_in_training_dtype = false;
   /// The pipeline keeps each in-flight micro-batch's stage output (the activation sent to
   /// the next stage) until that micro-batch's backward; Megatron frees its data once sent.
   bool pipeline_keeps_outputs = false;

@@ -364,6 +364,7 @@ FrameworkMemory FrameworkMemoryFor(const DeviceProfile& device, Framework framew
   FrameworkMemory f;
   f.gradient_bytes_per_param = profile.gradient_bytes_per_param;
   f.fp32_parameters = profile.fp32_parameters;
+  f.optimizer_in_training_dtype = profile.optimizer_in_training_dtype;
   f.vocab_parallel_loss = profile.vocab_parallel_loss;
   f.pipeline_keeps_outputs = profile.pipeline_keeps_outputs;
   f.host_memory_bytes = device.host_memory_per_gpu;
@@ -522,8 +523,11 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   // FSDP mixed precision keeps FP32 parameters that double as Adam's master copy.
   const bool fp32_parameters = framework.fp32_parameters && tr.precision != Precision::kFp32;
   const double weight_bytes = tr.precision == Precision::kFp32 || fp32_parameters ? 4.0 : 2.0;
+  // 16-bit Adam states over 16-bit parameters: 4 bytes, no master copy.
   const double optimizer_bytes =
-      OptimizerBytesPerParam(fp32_parameters ? Precision::kFp32 : tr.precision);
+      framework.optimizer_in_training_dtype && tr.precision != Precision::kFp32
+          ? 4.0
+          : OptimizerBytesPerParam(fp32_parameters ? Precision::kFp32 : tr.precision);
   // FP32 training keeps FP32 gradients whatever the codebase.
   const double gradient_bytes = tr.precision == Precision::kFp32
                                     ? std::max(4.0, framework.gradient_bytes_per_param)
@@ -531,6 +535,11 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   const auto model_state = [&](const ParallelConfig& group, double params, double layer_params) {
     ShardedModelState state = ShardedModelStateBytes(group, params, layer_params, weight_bytes,
                                                      gradient_bytes, optimizer_bytes);
+    if (framework.optimizer_in_training_dtype && tr.precision != Precision::kFp32) {
+      // FSDP2 reduces the 16-bit gradients in FP32 (reduce_dtype) before the 16-bit shard
+      // keeps them: the layers' reduce buffers are FP32.
+      state.reduce_buffers *= 2.0;
+    }
     if (fp32_parameters) {
       // The gathered layers are 16-bit copies of the FP32 shards; without resharding after
       // the forward (optimizer_grads) every layer's 16-bit copy stays until its backward.

@@ -187,6 +187,9 @@ struct FrameworkMemory {
   /// optimizer_grads the gathered 16-bit parameters stay from forward to backward beside
   /// the FP32 shard.
   bool fp32_parameters = false;
+  /// The parameters, gradients and Adam's two states all in the 16-bit training dtype
+  /// (2 + 2 + 4 bytes per parameter; NeMo AutoModel's BF16 models).
+  bool optimizer_in_training_dtype = false;
   /// Host memory per GPU the offloaded state may use (the device kind's usual server).
   double host_memory_bytes = 0;
   /// The gated activation runs as separate PyTorch ops (`silu(x) * gate`): besides its

@@ -64,7 +64,7 @@ absl::StatusOr<RestBody> RenderExport(const ExportRequest& request, const v1::Jo
   if (exporter == nullptr && request.format != "json") {
     return absl::InvalidArgumentError(
         Cat({"format ", request.format, " exports serving layouts; job '", request.job_id,
-             "' is a training job: use megatron, nemo, deepspeed, torchtitan or json"}));
+             "' is a training job: use ", TrainingExportFormatList("json")}));
   }
   const auto& ranked = results.plan().ranked();
   if (request.rank > ranked.size()) {

@@ -104,6 +104,16 @@ absl::StatusOr<PlanResult> PlanRecord(const RecordLayout& layout, JobSpec& spec)
   return plan;
 }
 
+// The verbose memory column: the peak and its parts, GiB.
+std::string MemoryText(const MemoryBreakdown& m) {
+  constexpr double kGiB = 1 << 30;
+  return absl::StrFormat(
+      "mem %.1f GiB (weights %.1f grads %.1f optimizer %.1f activations %.1f other %.1f, of it "
+      "loss %.1f; capacity %.1f)",
+      m.Peak() / kGiB, m.weights / kGiB, m.gradients / kGiB, m.optimizer / kGiB,
+      m.activations / kGiB, m.other / kGiB, m.loss_buffers / kGiB, m.capacity / kGiB);
+}
+
 // The row of a whole-run record: published against predicted tokens/s per GPU of the best
 // layout (with its time breakdown when `verbose`). Korthikanti's Table 5 iteration times go
 // to `korthikanti_time` for the orderings.
@@ -128,10 +138,10 @@ Row RunRow(const nlohmann::json& r, JobSpec& spec, const RecordLayout& layout, R
     const double T = best.iteration_time_s;
     row.layout += absl::StrFormat(
         " | T %.2fs compute %.0f%% tp %.0f%% cp %.0f%% bubble %.0f%% p2p %.0f%% dp %.0f%% opt "
-        "%.0f%% hw %.0f TF mem %.1f GiB",
+        "%.0f%% hw %.0f TF %s",
         T, 100 * t.compute / T, 100 * t.tp_comm / T, 100 * t.cp_comm / T, 100 * t.pp_bubble / T,
         100 * t.pp_p2p / T, 100 * t.dp_comm / T, 100 * t.optimizer / T,
-        best.hardware_tflops_per_gpu, best.memory.Peak() / (1 << 30));
+        best.hardware_tflops_per_gpu, MemoryText(best.memory));
   }
   if (absl::StartsWith(row.id, "korthikanti22_t5")) {
     korthikanti_time[row.id] = best.iteration_time_s;
@@ -186,9 +196,9 @@ std::vector<Row> FsdpRows(const nlohmann::json& data, bool verbose) {
     if (verbose) {
       const TimeBreakdown& t = one->time;
       const double T = one->iteration_time_s;
-      row.layout += absl::StrFormat(" | T %.2fs compute %.0f%% dp %.0f%% opt %.0f%% mem %.1f GiB",
-                                    T, 100 * t.compute / T, 100 * t.dp_comm / T,
-                                    100 * t.optimizer / T, one->memory.Peak() / (1 << 30));
+      row.layout += absl::StrFormat(" | T %.2fs compute %.0f%% dp %.0f%% opt %.0f%% %s", T,
+                                    100 * t.compute / T, 100 * t.dp_comm / T, 100 * t.optimizer / T,
+                                    MemoryText(one->memory));
     }
     rows.push_back(row);
   }
@@ -321,9 +331,9 @@ MoeResult MoeRows(const nlohmann::json& data, bool verbose) {
       const double T = best->iteration_time_s;
       row.layout += absl::StrFormat(
           " | T %.2fs compute %.0f%% tp %.0f%% ep %.0f%% bubble %.0f%% p2p %.0f%% dp %.0f%% "
-          "mem %.1f GiB",
+          "%s",
           T, 100 * t.compute / T, 100 * t.tp_comm / T, 100 * t.ep_comm / T, 100 * t.pp_bubble / T,
-          100 * t.pp_p2p / T, 100 * t.dp_comm / T, best->memory.Peak() / (1 << 30));
+          100 * t.pp_p2p / T, 100 * t.dp_comm / T, MemoryText(best->memory));
     }
     if (rec.relative_study.empty()) {
       out.rows.push_back(row);

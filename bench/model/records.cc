@@ -170,7 +170,7 @@ RecordLayout LayoutFromRecord(const nlohmann::json& r) {
 
 bool ReadAsAutoModel(const nlohmann::json& r, JobSpec* spec) {
   if (!absl::StrContains(Str(r, "framework"), "AutoModel")) return false;
-  spec->training.framework = Framework::kTorchtitan;
+  spec->training.framework = Framework::kNemoAutomodel;
   const nlohmann::json* other = r.contains("other_measured") ? &r["other_measured"] : nullptr;
   const bool te = other != nullptr && other->is_object() &&
                   other->contains("kernel_optimizations") &&

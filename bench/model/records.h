@@ -41,11 +41,11 @@ struct RecordLayout {
 JobSpec SpecFromRecord(const nlohmann::json& r);
 RecordLayout LayoutFromRecord(const nlohmann::json& r);
 
-/// NeMo AutoModel's runs (a record whose `framework` names AutoModel) are PyTorch FSDP2:
-/// torchtitan's profile. With Transformer Engine's kernels (`other_measured.
+/// NeMo AutoModel's runs (a record whose `framework` names AutoModel) have
+/// training.framework nemo-automodel. With Transformer Engine's kernels (`other_measured.
 /// kernel_optimizations` names TE) they run TE's attention, which is cuDNN's on Hopper;
-/// the others get their framework's kernel on the device. Returns whether the record is
-/// AutoModel's (`spec` unchanged otherwise).
+/// the others run the Hugging Face models' FlashAttention-2 (torchtitan's kernel on the
+/// device). Returns whether the record is AutoModel's (`spec` unchanged otherwise).
 bool ReadAsAutoModel(const nlohmann::json& r, JobSpec* spec);
 
 /// Pins the stated knobs of `layout` in spec.search (so Plan() chooses only the others).

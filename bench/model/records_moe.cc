@@ -9,6 +9,7 @@
 #include "search/device_catalog.h"
 #include "search/framework_profile.h"
 #include "search/model_math.h"
+#include "search/parallel_config.h"
 #include "search/presets.h"
 
 namespace paratune::bench {
@@ -166,13 +167,11 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
     c.ep = Int(r, "ep", 1);
     c.etp = Int(r, "etp", 1);
     c.moe_token_dispatcher = DispatcherOf(Str(r, "token_dispatcher"));
-    // NeMo AutoModel splits the layers alone over the p*v stages, the first ones one layer
-    // more where they do not divide (pipelining/functional.py,
-    // generate_hf_model_fqn_per_model_part), and its DeepSeek-V3 has no MTP module
-    // (models/deepseek_v3/model.py); Megatron-Core counts the embedding and the loss where
-    // the layers do not divide.
+    // NeMo AutoModel's DeepSeek-V3 has no MTP module (models/deepseek_v3/model.py). The
+    // split where p*v does not divide the layers is the framework's (Megatron-Core counts
+    // the embedding and the loss; AutoModel splits the layers alone).
     if (automodel) spec.model.mtp_layers = 0;
-    c.split_counts_embedding_and_loss = !automodel && spec.model.num_layers % (c.pp * c.vp) != 0;
+    c.split_counts_embedding_and_loss = SplitCountsEmbeddingAndLoss(spec, c.pp, c.vp);
 
     SearchOptions& o = spec.search;
     o.tp = {c.tp};

@@ -161,5 +161,30 @@ TEST(ExportersMoeTest, TorchtitanExpertDegrees) {
   EXPECT_THAT(*toml, Not(HasSubstr("expert_parallel_degree")));
 }
 
+// NeMo AutoModel: ep_size, the experts' grouped GEMM and the flex dispatcher as DeepEP;
+// forced balance as its fake balanced gate.
+TEST(ExportersMoeTest, AutomodelExperts) {
+  JobSpec spec = DeepSeekV3Spec();
+  spec.training.framework = Framework::kNemoAutomodel;
+  spec.training.moe_routing = MoeRouting::kBalanced;
+  ParallelConfig c = DeepSeekLayout();
+  c.split_counts_embedding_and_loss = false;
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  absl::StatusOr<std::string> yaml = AutomodelConfig(spec, c);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_THAT(*yaml, HasSubstr("  ep_size: 64\n"));
+  EXPECT_THAT(*yaml, HasSubstr("model:\n  backend:\n    experts: gmm\n    dispatcher: deepep\n"
+                               "    fake_balanced_gate: true\n"));
+  // 61 layers over 16 stages: a value of 4 gives ceil(61 / 4) = 16.
+  EXPECT_THAT(*yaml, HasSubstr("    layers_per_stage: 4\n"));
+  c.moe_token_dispatcher = MoeTokenDispatcher::kAllGather;
+  c.etp = 2;
+  yaml = AutomodelConfig(spec, c);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_THAT(*yaml, HasSubstr("    dispatcher: torch\n"));
+  EXPECT_THAT(*yaml, HasSubstr("scored with the allgather token dispatcher"));
+  EXPECT_THAT(*yaml, HasSubstr("scored with expert tensor parallelism (etp 2)"));
+}
+
 }  // namespace
 }  // namespace paratune

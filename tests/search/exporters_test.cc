@@ -490,8 +490,78 @@ TEST(ExportersTest, TorchtitanVirtualStages) {
   EXPECT_THAT(*toml, HasSubstr("pipeline_parallel_layers_per_stage = 3\n"));
 }
 
+// NeMo AutoModel's recipe keys. Its split gives ceil(L / layers_per_stage) stages, the
+// first (L mod stages) one layer more: 32 layers over 4 x 2 stages take 4 each, over 3 a
+// value of 11 gives 11, 11, 10; over 4 x 3 = 12 no value gives 12 stages (3 gives 11), so
+// the 12 are listed: 8 of 3 layers, then 4 of 2.
+TEST(ExportersTest, AutomodelConfig) {
+  JobSpec spec = Llama3_8B();  // 32 layers
+  spec.training.precision = Precision::kBf16;
+  spec.training.framework = Framework::kNemoAutomodel;
+  spec.cluster.num_gpus = 64;
+  ParallelConfig c;
+  c.pp = 4;
+  c.vp = 2;
+  c.dp = 16;
+  c.micro_batch_size = 1;
+  c.recompute = Recompute::kFull;
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  absl::StatusOr<std::string> yaml = AutomodelConfig(spec, c);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  for (const char* line :
+       {"  global_batch_size: 128\n", "  local_batch_size: 8\n", "  strategy: fsdp2\n",
+        "  tp_size: 1\n", "  pp_size: 4\n", "  ep_size: 1\n", "  activation_checkpointing: true\n",
+        "    pp_schedule: interleaved1f1b\n", "    pp_microbatch_size: 1\n",
+        "    layers_per_stage: 4\n"}) {
+    EXPECT_THAT(*yaml, HasSubstr(line));
+  }
+  EXPECT_THAT(*yaml, Not(HasSubstr("model:\n")));  // no experts' backend for a dense model
+  c.pp = 3;
+  c.vp = 1;
+  c.dp = 8;
+  spec.cluster.num_gpus = 24;
+  yaml = AutomodelConfig(spec, c);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_THAT(*yaml, HasSubstr("    pp_schedule: 1f1b\n"));
+  EXPECT_THAT(*yaml, HasSubstr("    layers_per_stage: 11\n"));
+  c.pp = 4;
+  c.vp = 3;
+  spec.cluster.num_gpus = 32;
+  yaml = AutomodelConfig(spec, c);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_THAT(*yaml, Not(HasSubstr("layers_per_stage")));
+  EXPECT_THAT(*yaml, HasSubstr("      - [model.embed_tokens, model.layers.0, model.layers.1, "
+                               "model.layers.2, model.rotary_emb]\n"));
+  EXPECT_THAT(*yaml, HasSubstr("      - [model.layers.24, model.layers.25, model.rotary_emb]\n"));
+  EXPECT_THAT(*yaml, HasSubstr("      - [model.layers.30, model.layers.31, model.norm, lm_head, "
+                               "model.rotary_emb]\n"));
+  // Without sharding: DDP, one micro-batch per pass without a pipeline.
+  c.pp = 1;
+  c.vp = 1;
+  c.dp = 8;
+  c.micro_batch_size = 2;
+  c.data_parallel_sharding = DataParallelSharding::kNone;
+  spec.cluster.num_gpus = 8;
+  yaml = AutomodelConfig(spec, c);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_THAT(*yaml, HasSubstr("  strategy: ddp\n"));
+  EXPECT_THAT(*yaml, HasSubstr("  local_batch_size: 2\n"));
+  EXPECT_THAT(*yaml, Not(HasSubstr("pipeline:")));
+  // What it has no form for, named.
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  EXPECT_THAT(AutomodelConfig(spec, c).status().message(),
+              HasSubstr("data_parallel_sharding optimizer has no NeMo AutoModel form"));
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  spec.training.precision = Precision::kFp8;
+  EXPECT_THAT(AutomodelConfig(spec, c).status().message(),
+              HasSubstr("training.precision fp8 has no NeMo AutoModel form"));
+}
+
 TEST(ExportersTest, EveryFormatIsInTheTable) {
-  for (const char* format : {"megatron", "nemo", "deepspeed", "torchtitan"}) {
+  EXPECT_EQ(TrainingExportFormatList(), "megatron, nemo, deepspeed, torchtitan or automodel");
+  EXPECT_EQ(TrainingExportFormatList("json"),
+            "megatron, nemo, deepspeed, torchtitan, automodel or json");
+  for (const char* format : {"megatron", "nemo", "deepspeed", "torchtitan", "automodel"}) {
     const TrainingExporter* e = FindTrainingExporter(format);
     ASSERT_NE(e, nullptr) << format;
     EXPECT_STREQ(e->format, format);

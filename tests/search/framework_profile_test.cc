@@ -84,13 +84,14 @@ RankedConfig PlanOne(const JobSpec& spec) {
 
 TEST(FrameworkProfileTest, EveryFrameworkHasAProfileAndAName) {
   for (Framework f : {Framework::kMegatronCore, Framework::kNemo, Framework::kMegatronDeepspeed,
-                      Framework::kDeepspeed, Framework::kTorchtitan, Framework::kLlmFoundry}) {
+                      Framework::kDeepspeed, Framework::kTorchtitan, Framework::kLlmFoundry,
+                      Framework::kNemoAutomodel}) {
     EXPECT_EQ(ProfileOf(f).framework, f) << ToString(f);
     EXPECT_EQ(*ParseFramework(ToString(f)), f);
   }
   EXPECT_THAT(std::string(ParseFramework("megatron-lm").status().message()),
               HasSubstr("expected megatron-core, nemo, megatron-deepspeed, deepspeed, "
-                        "torchtitan, llm-foundry"));
+                        "torchtitan, llm-foundry, nemo-automodel"));
 }
 
 // DeepSpeed's ZeRO keeps 16-bit gradients where Megatron keeps FP32 main grads: with ZeRO-1
@@ -130,6 +131,28 @@ TEST(FrameworkProfileTest, FsdpKeepsFp32ParametersAsTheMasterCopy) {
   EXPECT_NEAR(Memory(Llama13b(Framework::kTorchtitan), zero2).weights -
                   Memory(Llama13b(Framework::kMegatronCore), zero2).weights,
               4.0 * psi / 8.0, 1.0);
+}
+
+// NeMo AutoModel's BF16 models: parameters, gradients and Adam's m and v all in BF16,
+// sharded by FSDP2 (2Ψ/N + 2Ψ/N + 4Ψ/N = 8Ψ/N per rank), against torchtitan's FP32
+// parameters and gradients and FP32 m and v (4Ψ/N + 4Ψ/N + 8Ψ/N = 16Ψ/N): every term
+// halves. The gathered 16-bit layers are the same.
+TEST(FrameworkProfileTest, AutomodelKeepsEveryStateInBf16) {
+  const ParallelConfig full = Layout(1, 8, DataParallelSharding::kFull);
+  const double psi = MaxParamsPerGpu(Llama13b(Framework::kMegatronCore).model, full);
+  const MemoryBreakdown titan = Memory(Llama13b(Framework::kTorchtitan), full);
+  const MemoryBreakdown automodel = Memory(Llama13b(Framework::kNemoAutomodel), full);
+  EXPECT_NEAR(titan.weights - automodel.weights, 2.0 * psi / 8.0, 1.0);
+  EXPECT_NEAR(titan.optimizer - automodel.optimizer, 4.0 * psi / 8.0, 1.0);
+  EXPECT_NEAR(automodel.optimizer, 4.0 * psi / 8.0, 1.0);
+  // The shards halve; the layers' reduce buffers are FP32 in both (reduce_dtype).
+  EXPECT_NEAR(titan.gradients - automodel.gradients, 2.0 * psi / 8.0, 1.0);
+  EXPECT_EQ(GradientReduceBytes(Framework::kNemoAutomodel, Precision::kBf16), 4.0);
+  // FSDP2 or DDP only: ZeRO-1 and ZeRO-2 are refused, naming the framework.
+  const ParallelConfig zero1 = Layout(1, 8, DataParallelSharding::kOptimizer);
+  EXPECT_THAT(
+      std::string(ValidateParallelConfig(zero1, Llama13b(Framework::kNemoAutomodel)).message()),
+      HasSubstr("nemo-automodel"));
 }
 
 // A PyTorch model's loss holds the full vocabulary on every TP rank: t times Megatron's
@@ -189,7 +212,8 @@ TEST(FrameworkProfileTest, ParamGatherOverlapHidesAllButTheFirstBucket) {
   spec.search.overlap_param_gather = {true};
   EXPECT_EQ(spec.Validate().message(),
             "search.overlap_param_gather [true] needs training.framework megatron-core, nemo, "
-            "torchtitan, llm-foundry (deepspeed has no parameter all-gather overlap)");
+            "torchtitan, llm-foundry, nemo-automodel (deepspeed has no parameter all-gather "
+            "overlap)");
 }
 
 // Gradient reduction dtype: Megatron-Core all-reduces BF16 gradients in FP32, DeepSpeed in
@@ -274,7 +298,7 @@ TEST(FrameworkProfileTest, SpecFilesReadAndWriteTheFramework) {
   j["training"]["framework"] = "fsdp";
   EXPECT_EQ(JobSpecFromJson(j).status().message(),
             "training.framework: unknown framework 'fsdp' (expected megatron-core, nemo, "
-            "megatron-deepspeed, deepspeed, torchtitan, llm-foundry)");
+            "megatron-deepspeed, deepspeed, torchtitan, llm-foundry, nemo-automodel)");
 }
 
 // A pinned spec's layout takes the framework's overlap defaults.

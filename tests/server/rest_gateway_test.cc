@@ -1048,14 +1048,14 @@ TEST_F(RestExportTest, BadFormatRankOrJobSayWhich) {
   const std::string past = std::to_string(plan_.ranked.size() + 1);
   const Case cases[] = {
       {"1", "?format=yaml", 400,
-       "query parameter format must be one of megatron, nemo, deepspeed, torchtitan, json, "
-       "trtllm, vllm, sglang, got 'yaml'"},
+       "query parameter format must be one of megatron, nemo, deepspeed, torchtitan, "
+       "automodel, json, trtllm, vllm, sglang, got 'yaml'"},
       {"1", "", 400,
-       "query parameter format is required: one of megatron, nemo, deepspeed, torchtitan, json, "
-       "trtllm, vllm, sglang"},
+       "query parameter format is required: one of megatron, nemo, deepspeed, torchtitan, "
+       "automodel, json, trtllm, vllm, sglang"},
       {"1", "?format=vllm", 400,
        "format vllm exports serving layouts; job 'job-1' is a training job: use megatron, nemo, "
-       "deepspeed, torchtitan or json"},
+       "deepspeed, torchtitan, automodel or json"},
       {"1", "?format=nemo&format=json", 400, "query parameter format is given more than once"},
       {"1", "?format=nemo&top=2", 400,
        "unknown query parameter 'top' (an export accepts only format)"},

@@ -412,4 +412,5 @@ export interface Catalog {
 }
 
 /** GET /v1/jobs/{id}/results/{rank}:export?format=... */
-export type ExportFormat = 'megatron' | 'nemo' | 'deepspeed' | 'torchtitan' | 'json' | 'trtllm' | 'vllm' | 'sglang';
+export type ExportFormat =
+    'megatron'|'nemo'|'deepspeed'|'torchtitan'|'automodel'|'json'|'trtllm'|'vllm'|'sglang';

@@ -290,11 +290,12 @@ export function renderJobPage(root: HTMLElement, jobId: string): () => void {
       // Exports address a layout by its position in the ranking (1 = first), as `paratune export --rank` does.
       const position = selected + 1;
       exportButtons.append(
-        exportButton('export-megatron', 'megatron', 'Megatron arguments', position),
-        exportButton('export-nemo', 'nemo', 'NeMo config', position),
-        exportButton('export-deepspeed', 'deepspeed', 'DeepSpeed config', position),
-        exportButton('export-torchtitan', 'torchtitan', 'torchtitan TOML', position),
-        exportButton('export-json', 'json', 'JSON', position),
+          exportButton('export-megatron', 'megatron', 'Megatron arguments', position),
+          exportButton('export-nemo', 'nemo', 'NeMo config', position),
+          exportButton('export-deepspeed', 'deepspeed', 'DeepSpeed config', position),
+          exportButton('export-torchtitan', 'torchtitan', 'torchtitan TOML', position),
+          exportButton('export-automodel', 'automodel', 'NeMo AutoModel YAML', position),
+          exportButton('export-json', 'json', 'JSON', position),
       );
       const compare = selected === 0 || !ranked[0] ? [r] : [r, ranked[0]];
       timeChart.chart().setOption(timeOption(compare), true);
