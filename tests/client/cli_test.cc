@@ -310,6 +310,9 @@ TEST(CliTest, ExportWithoutFormatUsesTheFrameworksFormat) {
   r = Paratune("export --spec " + write("ds", "deepspeed"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\"stage\": 3"));
+  r = Paratune("export --spec " + write("automodel", "nemo-automodel"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("distributed:\n  strategy: fsdp2\n"));
   r = Paratune("export --spec " + write("foundry", "llm-foundry"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("training.framework llm-foundry has no export format"));

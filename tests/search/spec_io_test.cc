@@ -399,6 +399,8 @@ TEST(SpecIoTest, AttentionKernelDefaultsToTheFrameworksOnTheDevice) {
   }
   j["training"]["framework"] = "nemo";
   EXPECT_EQ(kernel_of(j), "cudnn");
+  j["training"]["framework"] = "nemo-automodel";  // Transformer Engine's attention
+  EXPECT_EQ(kernel_of(j), "cudnn");
   for (const char* framework : {"torchtitan", "llm-foundry", "deepspeed", "megatron-deepspeed"}) {
     j["training"]["framework"] = framework;
     EXPECT_EQ(kernel_of(j), "flash2") << framework;

@@ -264,7 +264,8 @@ TEST(ConvertTest, MixtureOfExpertsSpecRoundTripsThroughTheWire) {
 
 TEST(ConvertTest, EveryTrainingFrameworkRoundTripsThroughTheWire) {
   for (const char* framework :
-       {"megatron-core", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan", "llm-foundry"}) {
+       {"megatron-core", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan", "llm-foundry",
+        "nemo-automodel"}) {
     absl::StatusOr<JobSpec> spec = JobSpecFromJson(json{
         {"model", {{"preset", "llama2-7b"}}},
         {"training", {{"seq_length", 4096}, {"global_batch_size", 64}, {"framework", framework}}},
