@@ -831,10 +831,11 @@ absl::StatusOr<std::string> AutomodelConfig(const JobSpec& spec, const ParallelC
       absl::StrAppend(&out, "# note: the layout was scored with expert tensor parallelism (etp ",
                       c.etp, "); NeMo AutoModel's experts run with ep_size alone\n");
     }
-    if (c.moe_token_dispatcher == MoeTokenDispatcher::kAllGather) {
+    if (c.moe_token_dispatcher == MoeTokenDispatcher::kAllToAll && c.ep * c.etp > 1) {
       absl::StrAppend(&out,
-                      "# note: the layout was scored with the allgather token dispatcher; "
-                      "NeMo AutoModel's experts exchange tokens by all-to-all\n");
+                      "# note: the layout was scored with the alltoall token dispatcher; "
+                      "NeMo AutoModel's torch dispatcher all-gathers the tokens (deepep is "
+                      "its fused dispatch)\n");
     }
   }
   return out;

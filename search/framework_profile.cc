@@ -131,6 +131,10 @@ std::vector<FrameworkProfile> BuildProfiles() {
   torchtitan.fp32_parameters = true;
   torchtitan.activation_offload = false;
   torchtitan.pipeline_split = PipelineSplit::kSlotsUneven;
+  // Its experts exchange tokens by all-to-all (torchtitan/distributed/expert_parallel.py)
+  // or with the DeepEP / HybridEP backends (expert_parallel_comm_backend): no all-gather
+  // dispatcher.
+  torchtitan.dispatchers = {MoeTokenDispatcher::kAllToAll, MoeTokenDispatcher::kFlex};
   torchtitan.export_format = "torchtitan";
   out.push_back(torchtitan);
 
@@ -191,9 +195,21 @@ std::vector<FrameworkProfile> BuildProfiles() {
   automodel.pipeline_split = PipelineSplit::kLayersUneven;
   automodel.vocab_parallel_loss = false;
   automodel.hopper_attention_kernel = AttentionKernel::kCudnn;
+  // Experts: sharded over EP alone (no expert tensor parallelism); GroupedExperts
+  // (backend dispatcher "torch") all-gathers the tokens over the EP group and
+  // reduce-scatters the outputs (components/moe/experts.py), GroupedExpertsDeepEP
+  // ("deepep") is the fused DeepEP dispatch: allgather and flex, no all-to-all.
+  automodel.expert_tensor_parallel = false;
+  automodel.dispatchers = {MoeTokenDispatcher::kAllGather, MoeTokenDispatcher::kFlex};
   automodel.export_format = "automodel";
   out.push_back(automodel);
   return out;
+}
+
+std::string DispatcherNames(const std::vector<MoeTokenDispatcher>& dispatchers) {
+  std::vector<std::string> names;
+  for (MoeTokenDispatcher d : dispatchers) names.push_back(ToString(d));
+  return absl::StrJoin(names, ", ");
 }
 
 std::string ShardingNames(const std::vector<DataParallelSharding>& stages) {
@@ -218,6 +234,10 @@ std::string FrameworksWith(OverlapFact FrameworkProfile::*overlap) {
 }
 
 }  // namespace
+
+bool FrameworkProfile::HasDispatcher(MoeTokenDispatcher d) const {
+  return std::find(dispatchers.begin(), dispatchers.end(), d) != dispatchers.end();
+}
 
 const FrameworkProfile& ProfileOf(Framework framework) {
   static const std::vector<FrameworkProfile>* const kProfiles =
@@ -274,6 +294,17 @@ absl::Status CheckLayoutForFramework(const ParallelConfig& c, Framework framewor
     return absl::InvalidArgumentError(absl::StrCat("search.cp (", c.cp,
                                                    ") must be 1: training.framework ", name,
                                                    " has no ring context parallelism"));
+  }
+  if (c.etp > 1 && !p.expert_tensor_parallel) {
+    return absl::InvalidArgumentError(absl::StrCat("search.etp (", c.etp,
+                                                   ") must be 1: training.framework ", name,
+                                                   " has no expert tensor parallelism"));
+  }
+  if (c.ep * c.etp > 1 && !p.HasDispatcher(c.moe_token_dispatcher)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("search.moe_token_dispatcher ", ToString(c.moe_token_dispatcher),
+                     " is not a dispatcher of training.framework ", name, " (it runs ",
+                     DispatcherNames(p.dispatchers), ")"));
   }
   if (c.sequence_parallel && c.tp > 1 && !p.sequence_parallel) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -346,6 +377,24 @@ absl::Status CheckSearchForFramework(const SearchOptions& o, Framework framework
     return absl::InvalidArgumentError(absl::StrCat(
         "search.activation_offload [true] needs training.framework megatron-core or nemo (",
         name, " has no fine-grained activation offload)"));
+  }
+  if (!p.expert_tensor_parallel) {
+    for (int64_t etp : o.etp) {
+      if (etp > 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("search.etp [", etp, "]: training.framework ", name,
+                         " has no expert tensor parallelism (etp 1 only)"));
+      }
+    }
+  }
+  for (MoeTokenDispatcher d : o.moe_token_dispatcher) {
+    if (!p.HasDispatcher(d)) {
+      return absl::InvalidArgumentError(absl::StrCat("search.moe_token_dispatcher ", ToString(d),
+                                                     " is not a dispatcher of "
+                                                     "training.framework ",
+                                                     name, " (it runs ",
+                                                     DispatcherNames(p.dispatchers), ")"));
+    }
   }
   for (DataParallelSharding s : o.data_parallel_sharding) {
     if (!Has(p.sharding, s)) {

@@ -64,6 +64,13 @@ struct FrameworkProfile {
   /// The split need not divide the layers (the first virtual stages take one more).
   bool UnevenPipelineSplit() const { return pipeline_split != PipelineSplit::kDivides; }
   bool context_parallel = true;      ///< Ring context parallelism (cp > 1).
+  /// Expert tensor parallelism (etp > 1) in expert layers.
+  bool expert_tensor_parallel = true;
+  /// The token dispatchers its expert layers run (where EP·ETP > 1 dispatches anything).
+  std::vector<MoeTokenDispatcher> dispatchers = {
+      MoeTokenDispatcher::kAllToAll, MoeTokenDispatcher::kAllGather, MoeTokenDispatcher::kFlex};
+  /// Whether `d` is one of `dispatchers`.
+  bool HasDispatcher(MoeTokenDispatcher d) const;
   bool sequence_parallel = true;     ///< Megatron's sequence parallelism with TP.
   /// ZeRO-2/3 (optimizer_grads, full) beside pp > 1.
   bool grad_sharding_with_pipeline = true;

@@ -213,7 +213,8 @@ std::vector<int64_t> VirtualStageCounts(const SearchOptions& opt, int64_t L, int
 
 // Expert layouts (MoE models): (ep, etp, dispatcher). Open ep: the divisors of num_experts
 // that fold into tp·cp·dp with etp; open etp: 1, 2, 4, 8 dividing the expert FFN and
-// inside the NVLink domain; open dispatcher: all three where anything is dispatched.
+// inside the NVLink domain where the framework has expert TP; open dispatcher: the
+// framework's where anything is dispatched.
 struct ExpertLayout {
   int64_t ep = 1, etp = 1;
   MoeTokenDispatcher dispatcher = MoeTokenDispatcher::kAllToAll;
@@ -224,9 +225,11 @@ std::vector<ExpertLayout> ExpertLayouts(const JobSpec& spec, const MeshShape& sh
   const SearchOptions& opt = spec.search;
   if (m.num_experts <= 1) return {ExpertLayout{}};
   const int64_t ranks = shape.tp * shape.cp * shape.dp;
+  const FrameworkProfile& framework = ProfileOf(spec.training.framework);
   std::vector<int64_t> etps = opt.etp;
   if (etps.empty()) {
     for (int64_t etp : {1, 2, 4, 8}) {
+      if (etp > 1 && !framework.expert_tensor_parallel) continue;
       if (m.moe_ffn_hidden_size % etp == 0 && etp <= spec.cluster.NvlinkDomain()) {
         etps.push_back(etp);
       }
@@ -247,6 +250,10 @@ std::vector<ExpertLayout> ExpertLayouts(const JobSpec& spec, const MeshShape& sh
         if (!Allowed(opt.moe_token_dispatcher, d)) continue;
         if (opt.moe_token_dispatcher.empty() && ep * etp == 1 &&
             d != MoeTokenDispatcher::kAllToAll) {
+          continue;
+        }
+        // An open search tries the framework's dispatchers where anything is dispatched.
+        if (opt.moe_token_dispatcher.empty() && ep * etp > 1 && !framework.HasDispatcher(d)) {
           continue;
         }
         out.push_back({ep, etp, d});

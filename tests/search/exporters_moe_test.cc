@@ -177,12 +177,18 @@ TEST(ExportersMoeTest, AutomodelExperts) {
                                "    fake_balanced_gate: true\n"));
   // 61 layers over 16 stages: a value of 4 gives ceil(61 / 4) = 16.
   EXPECT_THAT(*yaml, HasSubstr("    layers_per_stage: 4\n"));
+  // Its torch dispatcher all-gathers; an all-to-all layout (exported from another
+  // framework's spec) says so, as does expert TP, which AutoModel lacks.
   c.moe_token_dispatcher = MoeTokenDispatcher::kAllGather;
-  c.etp = 2;
   yaml = AutomodelConfig(spec, c);
   ASSERT_TRUE(yaml.ok()) << yaml.status();
   EXPECT_THAT(*yaml, HasSubstr("    dispatcher: torch\n"));
-  EXPECT_THAT(*yaml, HasSubstr("scored with the allgather token dispatcher"));
+  EXPECT_THAT(*yaml, Not(HasSubstr("# note")));
+  c.moe_token_dispatcher = MoeTokenDispatcher::kAllToAll;
+  c.etp = 2;
+  yaml = AutomodelConfig(spec, c);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_THAT(*yaml, HasSubstr("scored with the alltoall token dispatcher"));
   EXPECT_THAT(*yaml, HasSubstr("scored with expert tensor parallelism (etp 2)"));
 }
 

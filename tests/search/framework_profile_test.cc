@@ -155,6 +155,62 @@ TEST(FrameworkProfileTest, AutomodelKeepsEveryStateInBf16) {
       HasSubstr("nemo-automodel"));
 }
 
+// Expert layers: AutoModel has no expert TP and dispatches by all-gather or DeepEP;
+// torchtitan by all-to-all or DeepEP. A pinned layout or an explicit search value outside
+// them is refused naming the field; an open search tries only theirs.
+TEST(FrameworkProfileTest, ExpertLayoutsFollowTheFramework) {
+  JobSpec spec;
+  spec.model = *FindPreset("qwen3-30b-a3b");
+  spec.training.seq_length = 4096;
+  spec.training.global_batch_size = 64;
+  spec.training.framework = Framework::kNemoAutomodel;
+  spec.cluster.gpu = "h100-sxm-80gb";
+  spec.cluster.num_gpus = 8;
+  ParallelConfig c;
+  c.dp = 8;
+  c.ep = 4;
+  c.etp = 2;
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  c.moe_token_dispatcher = MoeTokenDispatcher::kFlex;
+  EXPECT_EQ(CheckLayoutForFramework(c, Framework::kNemoAutomodel).message(),
+            "search.etp (2) must be 1: training.framework nemo-automodel has no expert tensor "
+            "parallelism");
+  EXPECT_TRUE(CheckLayoutForFramework(c, Framework::kTorchtitan).ok());
+  c.etp = 1;
+  c.moe_token_dispatcher = MoeTokenDispatcher::kAllToAll;
+  EXPECT_EQ(CheckLayoutForFramework(c, Framework::kNemoAutomodel).message(),
+            "search.moe_token_dispatcher alltoall is not a dispatcher of training.framework "
+            "nemo-automodel (it runs allgather, flex)");
+  c.moe_token_dispatcher = MoeTokenDispatcher::kAllGather;
+  EXPECT_TRUE(CheckLayoutForFramework(c, Framework::kNemoAutomodel).ok());
+  EXPECT_THAT(std::string(CheckLayoutForFramework(c, Framework::kTorchtitan).message()),
+              HasSubstr("(it runs alltoall, flex)"));
+  c.ep = 1;  // nothing dispatched: the dispatcher does not matter
+  c.moe_token_dispatcher = MoeTokenDispatcher::kAllToAll;
+  EXPECT_TRUE(CheckLayoutForFramework(c, Framework::kNemoAutomodel).ok());
+  SearchOptions o;
+  o.etp = {1, 2};
+  EXPECT_EQ(CheckSearchForFramework(o, Framework::kNemoAutomodel).message(),
+            "search.etp [2]: training.framework nemo-automodel has no expert tensor "
+            "parallelism (etp 1 only)");
+  o.etp = {};
+  o.moe_token_dispatcher = {MoeTokenDispatcher::kAllToAll};
+  EXPECT_THAT(std::string(CheckSearchForFramework(o, Framework::kNemoAutomodel).message()),
+              HasSubstr("search.moe_token_dispatcher alltoall is not a dispatcher"));
+  // The open search's layouts: etp 1, and allgather or flex wherever EP > 1.
+  spec.search.top_k = 1000;
+  absl::StatusOr<PlanResult> plan = Plan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->ranked.empty());
+  for (const RankedConfig& r : plan->ranked) {
+    EXPECT_EQ(r.config.etp, 1) << r.config.ToString();
+    if (r.config.ep > 1) {
+      EXPECT_NE(r.config.moe_token_dispatcher, MoeTokenDispatcher::kAllToAll)
+          << r.config.ToString();
+    }
+  }
+}
+
 // A PyTorch model's loss holds the full vocabulary on every TP rank: t times Megatron's
 // vocab-parallel loss buffers.
 TEST(FrameworkProfileTest, DeepSpeedLossBuffersHoldTheFullVocabulary) {
