@@ -175,6 +175,12 @@ mut("offload_module_repeated", "rgp", "training.offload_modules[1]",
 mut("activation_offload_with_only_full_recompute", "rgp", "search.activation_offload",
     "activation offload where every layout recomputes fully",
     **{"search.activation_offload": [True], "search.recompute": ["full"]})
+mut("framework_without_expert_tp", "rgp", "search.etp",
+    "expert tensor parallelism under a framework that has none",
+    **MOE, **{"training.framework": "nemo-automodel", "search.etp": [1, 2]})
+mut("framework_without_dispatcher", "rgp", "search.moe_token_dispatcher",
+    "a token dispatcher the framework lacks, asked for",
+    **MOE, **{"training.framework": "torchtitan", "search.moe_token_dispatcher": ["allgather"]})
 mut("activation_offload_without_the_framework", "rgp", "search.activation_offload",
     "activation offload under a framework that has none",
     **{"search.activation_offload": [True], "training.framework": "deepspeed"})
