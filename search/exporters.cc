@@ -768,24 +768,22 @@ absl::StatusOr<std::string> AutomodelConfig(const JobSpec& spec, const ParallelC
         " has no NeMo AutoModel form here: its models train in bf16 (export megatron or "
         "torchtitan)"));
   }
-  if (c.data_parallel_sharding == DataParallelSharding::kOptimizer ||
-      c.data_parallel_sharding == DataParallelSharding::kOptimizerGrads) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data_parallel_sharding ", ToString(c.data_parallel_sharding),
-        " has no NeMo AutoModel form: it shards with FSDP2 fully (use full or none, or export "
-        "megatron or deepspeed)"));
+  if (c.data_parallel_sharding == DataParallelSharding::kOptimizerGrads) {
+    return absl::InvalidArgumentError(
+        "data_parallel_sharding optimizer_grads has no NeMo AutoModel form: its FSDP2 keeps "
+        "the parameters gathered only with the gradients unsharded (use optimizer, full or "
+        "none, or export megatron, deepspeed or torchtitan)");
   }
   if (c.offload != Offload::kNone) {
     return absl::InvalidArgumentError(
         "offload has no NeMo AutoModel form here (export megatron, deepspeed or torchtitan)");
   }
   if (auto s = NoActivationOffload(c, "automodel"); !s.ok()) return s;
-  if (c.tp_comm_overlap) {
-    return absl::InvalidArgumentError(
-        "tp_comm_overlap has no NeMo AutoModel form (export megatron or torchtitan)");
-  }
   const ModelSpec& m = spec.model;
-  const bool fsdp = c.data_parallel_sharding == DataParallelSharding::kFull;
+  // FSDP2 either way: kept gathered and synced once per step (optimizer) or resharded and
+  // synced every micro-batch (full).
+  const bool fsdp = c.data_parallel_sharding != DataParallelSharding::kNone;
+  const bool keep_gathered = c.data_parallel_sharding == DataParallelSharding::kOptimizer;
   // Sequences per data-parallel rank and step: one pipeline flush of them all under PP,
   // one micro-batch per pass (gradient accumulation makes up the rest) without.
   const int64_t local_batch = c.pp > 1 ? t.global_batch_size / c.dp : c.micro_batch_size;
@@ -803,6 +801,11 @@ absl::StatusOr<std::string> AutomodelConfig(const JobSpec& spec, const ParallelC
       : c.recompute == Recompute::kSelective ? "selective"
                                              : "false",
       "\n");
+  if (fsdp) {
+    absl::StrAppend(&out, "  reshard_after_forward: ", YamlBool(!keep_gathered), "\n",
+                    "  defer_fsdp_grad_sync: ", YamlBool(keep_gathered), "\n");
+  }
+  if (c.tp_comm_overlap) absl::StrAppend(&out, "  enable_async_tensor_parallel: true\n");
   if (fsdp && c.ShardRanks() < c.dp * c.cp) {
     absl::StrAppend(&out, "  # note: the layout shards over groups of ", c.ShardRanks(),
                     " ranks and replicates across ", c.dp * c.cp / c.ShardRanks(),
@@ -823,10 +826,18 @@ absl::StatusOr<std::string> AutomodelConfig(const JobSpec& spec, const ParallelC
     }
   }
   if (IsMoe(m)) {
-    absl::StrAppend(&out, "model:\n  backend:\n    experts: gmm\n    dispatcher: ",
-                    c.moe_token_dispatcher == MoeTokenDispatcher::kFlex ? "deepep" : "torch",
+    // DeepEP's experts run grouped_gemm's kernels; the all-gather experts torch._grouped_mm.
+    const bool deepep = c.moe_token_dispatcher == MoeTokenDispatcher::kFlex;
+    absl::StrAppend(&out, "model:\n  backend:\n    experts: ", deepep ? "gmm" : "torch_mm",
+                    "\n    dispatcher: ", deepep ? "deepep" : "torch",
                     "\n    fake_balanced_gate: ", YamlBool(t.moe_routing == MoeRouting::kBalanced),
                     "\n");
+    if (!keep_gathered && fsdp) {
+      absl::StrAppend(&out,
+                      "# note: the layout reshards after the forward; set the MoE parallelizer's "
+                      "reshard_after_forward to true as well (its default keeps the parameters "
+                      "gathered)\n");
+    }
     if (c.etp > 1) {
       absl::StrAppend(&out, "# note: the layout was scored with expert tensor parallelism (etp ",
                       c.etp, "); NeMo AutoModel's experts run with ep_size alone\n");

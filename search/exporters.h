@@ -55,12 +55,13 @@ absl::StatusOr<std::string> DeepSpeedConfig(const JobSpec& spec, const ParallelC
 absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const ParallelConfig& config);
 
 /// NeMo AutoModel recipe keys (YAML) to merge into a recipe: step_scheduler's global and
-/// local batch, distributed (strategy fsdp2 for full sharding, ddp for none; tp/cp/pp/ep
-/// sizes, sequence_parallel, activation_checkpointing), the pipeline schedule
-/// (pp_schedule 1f1b or interleaved1f1b, pp_microbatch_size, and layers_per_stage where
-/// some value gives the layout's p*v stages, else module_fqns_per_model_part), and for MoE
-/// models the experts' backend (dispatcher deepep for flex). Its models train in BF16 and
-/// shard with FSDP2 only: other precisions, ZeRO-1/2, offload and TP overlap are
+/// local batch, distributed (strategy fsdp2, with reshard_after_forward false and
+/// defer_fsdp_grad_sync true for optimizer, the reverse for full; ddp for none; tp/cp/pp/ep
+/// sizes, sequence_parallel, activation_checkpointing, enable_async_tensor_parallel), the
+/// pipeline schedule (pp_schedule 1f1b or interleaved1f1b, pp_microbatch_size, and
+/// layers_per_stage where some value gives the layout's p*v stages, else
+/// module_fqns_per_model_part), and for MoE models the experts' backend (dispatcher deepep
+/// for flex). Its models train in BF16: other precisions, optimizer_grads and offload are
 /// InvalidArgument.
 absl::StatusOr<std::string> AutomodelConfig(const JobSpec& spec, const ParallelConfig& config);
 

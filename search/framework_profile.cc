@@ -180,15 +180,23 @@ std::vector<FrameworkProfile> BuildProfiles() {
   // and last. Its own MoE and dense models run Transformer Engine's attention (the
   // benchmark configs' backend attn: te), cuDNN's fused attention on Hopper. The loss
   // (MaskedCrossEntropy) runs over the full vocabulary.
+  // Sharding (components/distributed/config.py): FSDP2Config's reshard_after_forward
+  // (None: pipelined layers keep their gathered parameters, the others reshard) and
+  // MoEParallelizerConfig's (False), with defer_fsdp_grad_sync (True: the gradients
+  // accumulate unsharded and reduce-scatter in the last micro-batch's backward). Kept
+  // gathered and synced once, FSDP2 holds what the distributed optimizer holds (the 16-bit
+  // parameters and gradients whole, the state sharded, the parameters gathered behind the
+  // first forward): optimizer. Resharding and syncing every micro-batch: full. DDP: none.
+  // Async TP exists (enable_async_tensor_parallel, off by default).
   FrameworkProfile automodel;
   automodel.framework = Framework::kNemoAutomodel;
-  automodel.tp_comm_overlap = {false, false};
+  automodel.tp_comm_overlap = {true, false};
   automodel.overlap_grad_reduce = {true, true};
   automodel.overlap_grad_reduce_on_with_full_sharding = true;
   automodel.overlap_p2p_comm = {true, true};
   automodel.overlap_param_gather = {true, true};
-  automodel.sharding = {DPS::kNone, DPS::kFull};
-  automodel.open_sharding = {DPS::kFull};
+  automodel.sharding = {DPS::kNone, DPS::kOptimizer, DPS::kFull};
+  automodel.open_sharding = {DPS::kOptimizer, DPS::kFull};
   automodel.gradient_bytes_per_param = 2;
   automodel.optimizer_in_training_dtype = true;
   automodel.activation_offload = false;
@@ -201,6 +209,7 @@ std::vector<FrameworkProfile> BuildProfiles() {
   // ("deepep") is the fused DeepEP dispatch: allgather and flex, no all-to-all.
   automodel.expert_tensor_parallel = false;
   automodel.dispatchers = {MoeTokenDispatcher::kAllGather, MoeTokenDispatcher::kFlex};
+  automodel.pipeline_defers_fsdp_sync = true;
   automodel.export_format = "automodel";
   out.push_back(automodel);
   return out;
@@ -253,9 +262,12 @@ AttentionKernel DefaultAttentionKernel(Framework framework, const DeviceProfile&
                                 : AttentionKernel::kFlash2;
 }
 
-bool DefaultOverlapGradReduce(Framework framework, DataParallelSharding sharding) {
+bool DefaultOverlapGradReduce(Framework framework, DataParallelSharding sharding, int64_t pp) {
   const FrameworkProfile& p = ProfileOf(framework);
   if (!p.overlap_grad_reduce.exists) return false;
+  if (pp > 1 && p.pipeline_defers_fsdp_sync && sharding != DataParallelSharding::kNone) {
+    return false;
+  }
   if (sharding == DataParallelSharding::kFull && p.overlap_grad_reduce_on_with_full_sharding) {
     return true;
   }
@@ -325,6 +337,20 @@ absl::Status CheckLayoutForFramework(const ParallelConfig& c, Framework framewor
         absl::StrCat("search.data_parallel_sharding ", ToString(c.data_parallel_sharding),
                      " with search.pp (", c.pp, ") > 1: training.framework ", name,
                      " pipelines with DeepSpeed's engine, which takes ZeRO stage 0 or 1 only"));
+  }
+  if (c.pp > 1 && p.pipeline_defers_fsdp_sync && c.dp * c.cp > 1) {
+    if (c.data_parallel_sharding == DataParallelSharding::kFull) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "search.data_parallel_sharding full with search.pp (", c.pp, ") > 1: training.framework ",
+          name,
+          "'s pipeline keeps FSDP2's gathered parameters and reduces the gradients after "
+          "a stage's last backward (optimizer describes it)"));
+    }
+    if (c.data_parallel_sharding == DataParallelSharding::kOptimizer && c.overlap_grad_reduce) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "search.overlap_grad_reduce (true) with search.pp (", c.pp, ") > 1: training.framework ",
+          name, "'s pipeline reduce-scatters a stage's gradients after its last backward"));
+    }
   }
   if (c.overlap_param_gather && !p.overlap_param_gather.exists && c.dp * c.cp > 1 &&
       (c.data_parallel_sharding == DataParallelSharding::kOptimizer ||

@@ -89,6 +89,11 @@ struct FrameworkProfile {
   /// place with its states in that dtype (torch.optim.Adam over BF16 parameters: no FP32
   /// master copy): 2 bytes of parameter, 2 of gradient and 4 of Adam state per parameter.
   bool optimizer_in_training_dtype = false;
+  /// Pipelined (pp > 1) FSDP2 as torch.distributed.pipelining runs it
+  /// (PipelineStage.backward_maybe_with_nosync): every layer's gathered parameters stay,
+  /// the gradients accumulate unsharded and the whole stage reduce-scatters after its last
+  /// backward. Only the optimizer stage describes it, without the gradient-reduce overlap.
+  bool pipeline_defers_fsdp_sync = false;
   /// The pipeline keeps each in-flight micro-batch's stage output (the activation sent to
   /// the next stage) until that micro-batch's backward; Megatron frees its data once sent.
   bool pipeline_keeps_outputs = false;
@@ -110,7 +115,9 @@ const FrameworkProfile& ProfileOf(Framework framework);
 AttentionKernel DefaultAttentionKernel(Framework framework, const DeviceProfile& device);
 
 /// The overlap flag values a layout takes when `search` lists none.
-bool DefaultOverlapGradReduce(Framework framework, DataParallelSharding sharding);
+/// Off where a pipelined FSDP2 stage reduces its gradients after its last backward
+/// (pipeline_defers_fsdp_sync with pp > 1).
+bool DefaultOverlapGradReduce(Framework framework, DataParallelSharding sharding, int64_t pp = 1);
 /// On where the stage has no post-step all-gather (none, full): the flag then changes
 /// nothing.
 bool DefaultOverlapParamGather(Framework framework, DataParallelSharding sharding);

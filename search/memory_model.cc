@@ -537,8 +537,13 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
                                                      gradient_bytes, optimizer_bytes);
     if (framework.optimizer_in_training_dtype && tr.precision != Precision::kFp32) {
       // FSDP2 reduces the 16-bit gradients in FP32 (reduce_dtype) before the 16-bit shard
-      // keeps them: the layers' reduce buffers are FP32.
+      // keeps them: the layers' reduce buffers are FP32. Kept gathered (optimizer), the
+      // 16-bit parameters are whole beside their shard, which the optimizer updates.
       state.reduce_buffers *= 2.0;
+      if (group.data_parallel_sharding == DataParallelSharding::kOptimizer) {
+        state.weights +=
+            weight_bytes * params / static_cast<double>(std::max<int64_t>(group.ShardRanks(), 1));
+      }
     }
     if (fp32_parameters) {
       // The gathered layers are 16-bit copies of the FP32 shards; without resharding after

@@ -400,7 +400,7 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
             c.shard_group_size = sharding == DataParallelSharding::kNone ? 0 : opt.shard_group_size;
             const std::vector<bool> grad_reduce_overlaps =
                 overlaps(opt.overlap_grad_reduce,
-                         DefaultOverlapGradReduce(spec.training.framework, sharding),
+                         DefaultOverlapGradReduce(spec.training.framework, sharding, shape.pp),
                          shape.dp * shape.cp > 1);
             const std::vector<bool> param_gather_overlaps = overlaps(
                 opt.overlap_param_gather,

@@ -815,7 +815,7 @@ absl::StatusOr<ParallelConfig> PinnedLayout(const JobSpec& spec) {
   const FrameworkProfile& framework = ProfileOf(spec.training.framework);
   c.tp_comm_overlap = framework.tp_comm_overlap.exists && framework.tp_comm_overlap.default_on;
   c.overlap_grad_reduce =
-      DefaultOverlapGradReduce(spec.training.framework, c.data_parallel_sharding);
+      DefaultOverlapGradReduce(spec.training.framework, c.data_parallel_sharding, c.pp);
   c.overlap_p2p_comm = framework.overlap_p2p_comm.exists && framework.overlap_p2p_comm.default_on;
   c.overlap_param_gather =
       DefaultOverlapParamGather(spec.training.framework, c.data_parallel_sharding);

@@ -154,16 +154,25 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
       spec.search.activation_offload = {true};
     }
     // FSDP (PyTorch FSDP2, Megatron-FSDP) shards parameters, gradients and optimizer state;
-    // a shard degree below dp*cp is hybrid sharding. Else the distributed optimizer.
+    // a shard degree below dp*cp is hybrid sharding. Else the distributed optimizer. NeMo
+    // AutoModel's MoE parallelizer keeps the gathered parameters and defers the gradient
+    // sync to the last micro-batch by default (MoEParallelizerConfig.reshard_after_forward
+    // false, defer_fsdp_grad_sync true; the benchmark configs set neither): its optimizer
+    // stage.
     const bool full =
         Int(r, "zero_stage", 0) >= 3 || absl::StrContains(Str(r, "zero_or_fsdp"), "FSDP");
-    c.data_parallel_sharding = c.dp * c.cp == 1 ? DataParallelSharding::kNone
-                               : full           ? DataParallelSharding::kFull
-                                                : DataParallelSharding::kOptimizer;
+    c.data_parallel_sharding = c.dp * c.cp == 1    ? DataParallelSharding::kNone
+                               : full && automodel ? DataParallelSharding::kOptimizer
+                               : full              ? DataParallelSharding::kFull
+                                                   : DataParallelSharding::kOptimizer;
     if (full && Stated(r, "fsdp_shard_size")) {
       const int64_t shard = Int(r, "fsdp_shard_size", 0);
       if (shard > 1 && shard < c.dp * c.cp) c.shard_group_size = shard;
     }
+    // The framework's gradient-reduce overlap for the layout (off for AutoModel's pipelined
+    // FSDP2, which reduces a stage's gradients after its last backward).
+    c.overlap_grad_reduce =
+        DefaultOverlapGradReduce(spec.training.framework, c.data_parallel_sharding, c.pp);
     c.ep = Int(r, "ep", 1);
     c.etp = Int(r, "etp", 1);
     c.moe_token_dispatcher = DispatcherOf(Str(r, "token_dispatcher"));

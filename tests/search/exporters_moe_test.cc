@@ -175,6 +175,12 @@ TEST(ExportersMoeTest, AutomodelExperts) {
   EXPECT_THAT(*yaml, HasSubstr("  ep_size: 64\n"));
   EXPECT_THAT(*yaml, HasSubstr("model:\n  backend:\n    experts: gmm\n    dispatcher: deepep\n"
                                "    fake_balanced_gate: true\n"));
+  // Its MoE parallelizer keeps the parameters gathered unless told otherwise.
+  EXPECT_THAT(*yaml, HasSubstr("set the MoE parallelizer's reshard_after_forward to true"));
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  yaml = AutomodelConfig(spec, c);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_THAT(*yaml, Not(HasSubstr("MoE parallelizer")));
   // 61 layers over 16 stages: a value of 4 gives ceil(61 / 4) = 16.
   EXPECT_THAT(*yaml, HasSubstr("    layers_per_stage: 4\n"));
   // Its torch dispatcher all-gathers; an all-to-all layout (exported from another
@@ -182,7 +188,7 @@ TEST(ExportersMoeTest, AutomodelExperts) {
   c.moe_token_dispatcher = MoeTokenDispatcher::kAllGather;
   yaml = AutomodelConfig(spec, c);
   ASSERT_TRUE(yaml.ok()) << yaml.status();
-  EXPECT_THAT(*yaml, HasSubstr("    dispatcher: torch\n"));
+  EXPECT_THAT(*yaml, HasSubstr("    experts: torch_mm\n    dispatcher: torch\n"));
   EXPECT_THAT(*yaml, Not(HasSubstr("# note")));
   c.moe_token_dispatcher = MoeTokenDispatcher::kAllToAll;
   c.etp = 2;

@@ -516,6 +516,18 @@ TEST(ExportersTest, AutomodelConfig) {
     EXPECT_THAT(*yaml, HasSubstr(line));
   }
   EXPECT_THAT(*yaml, Not(HasSubstr("model:\n")));  // no experts' backend for a dense model
+  // Full sharding reshards after the forward and syncs every micro-batch; optimizer keeps
+  // the parameters gathered and syncs once per step.
+  EXPECT_THAT(*yaml, HasSubstr("  reshard_after_forward: true\n  defer_fsdp_grad_sync: false\n"));
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  c.tp_comm_overlap = true;
+  yaml = AutomodelConfig(spec, c);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_THAT(*yaml, HasSubstr("  strategy: fsdp2\n"));
+  EXPECT_THAT(*yaml, HasSubstr("  reshard_after_forward: false\n  defer_fsdp_grad_sync: true\n"
+                               "  enable_async_tensor_parallel: true\n"));
+  c.tp_comm_overlap = false;
+  c.data_parallel_sharding = DataParallelSharding::kFull;
   c.pp = 3;
   c.vp = 1;
   c.dp = 8;
@@ -547,10 +559,11 @@ TEST(ExportersTest, AutomodelConfig) {
   EXPECT_THAT(*yaml, HasSubstr("  strategy: ddp\n"));
   EXPECT_THAT(*yaml, HasSubstr("  local_batch_size: 2\n"));
   EXPECT_THAT(*yaml, Not(HasSubstr("pipeline:")));
+  EXPECT_THAT(*yaml, Not(HasSubstr("reshard_after_forward")));
   // What it has no form for, named.
-  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizerGrads;
   EXPECT_THAT(AutomodelConfig(spec, c).status().message(),
-              HasSubstr("data_parallel_sharding optimizer has no NeMo AutoModel form"));
+              HasSubstr("data_parallel_sharding optimizer_grads has no NeMo AutoModel form"));
   c.data_parallel_sharding = DataParallelSharding::kFull;
   spec.training.precision = Precision::kFp8;
   EXPECT_THAT(AutomodelConfig(spec, c).status().message(),

@@ -148,11 +148,63 @@ TEST(FrameworkProfileTest, AutomodelKeepsEveryStateInBf16) {
   // The shards halve; the layers' reduce buffers are FP32 in both (reduce_dtype).
   EXPECT_NEAR(titan.gradients - automodel.gradients, 2.0 * psi / 8.0, 1.0);
   EXPECT_EQ(GradientReduceBytes(Framework::kNemoAutomodel, Precision::kBf16), 4.0);
-  // FSDP2 or DDP only: ZeRO-1 and ZeRO-2 are refused, naming the framework.
-  const ParallelConfig zero1 = Layout(1, 8, DataParallelSharding::kOptimizer);
+  // Kept gathered with the sync deferred (optimizer): the 16-bit parameters and gradients
+  // whole, the parameters' shard beside them (2Ψ + 2Ψ/N), Adam's state sharded (4Ψ/N).
+  const ParallelConfig kept = Layout(1, 8, DataParallelSharding::kOptimizer);
+  const MemoryBreakdown gathered = Memory(Llama13b(Framework::kNemoAutomodel), kept);
+  EXPECT_NEAR(gathered.weights, 2.0 * psi + 2.0 * psi / 8.0, 1.0);
+  EXPECT_NEAR(gathered.gradients, 2.0 * psi, 1.0);
+  EXPECT_NEAR(gathered.optimizer, 4.0 * psi / 8.0, 1.0);
+  // No ZeRO-2 form: refused, naming the framework and its stages.
+  const ParallelConfig zero2 = Layout(1, 8, DataParallelSharding::kOptimizerGrads);
   EXPECT_THAT(
-      std::string(ValidateParallelConfig(zero1, Llama13b(Framework::kNemoAutomodel)).message()),
-      HasSubstr("nemo-automodel"));
+      std::string(ValidateParallelConfig(zero2, Llama13b(Framework::kNemoAutomodel)).message()),
+      HasSubstr("is not a stage of training.framework nemo-automodel (it runs none, optimizer, "
+                "full)"));
+}
+
+// torch.distributed.pipelining runs a pipelined FSDP2 stage kept gathered, its gradients
+// accumulated unsharded and reduce-scattered after its last backward: under AutoModel with
+// pp > 1 that is the optimizer stage without the gradient-reduce overlap, which is the
+// default there; full sharding is refused naming the rule. Without a pipeline both exist.
+TEST(FrameworkProfileTest, PipelinedFsdp2SyncsAfterTheLastBackward) {
+  const Framework am = Framework::kNemoAutomodel;
+  EXPECT_FALSE(DefaultOverlapGradReduce(am, DataParallelSharding::kOptimizer, 4));
+  EXPECT_TRUE(DefaultOverlapGradReduce(am, DataParallelSharding::kOptimizer, 1));
+  EXPECT_TRUE(DefaultOverlapGradReduce(am, DataParallelSharding::kNone, 4));
+  EXPECT_TRUE(DefaultOverlapGradReduce(Framework::kTorchtitan, DataParallelSharding::kFull, 4));
+  ParallelConfig c;
+  c.pp = 4;
+  c.dp = 8;
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  EXPECT_THAT(std::string(CheckLayoutForFramework(c, am).message()),
+              HasSubstr("search.data_parallel_sharding full with search.pp (4) > 1: "
+                        "training.framework nemo-automodel's pipeline keeps FSDP2's gathered "
+                        "parameters"));
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  c.overlap_grad_reduce = true;
+  EXPECT_THAT(std::string(CheckLayoutForFramework(c, am).message()),
+              HasSubstr("search.overlap_grad_reduce (true) with search.pp (4) > 1"));
+  c.overlap_grad_reduce = false;
+  EXPECT_TRUE(CheckLayoutForFramework(c, am).ok());
+  c.pp = 1;
+  c.data_parallel_sharding = DataParallelSharding::kFull;
+  c.overlap_grad_reduce = true;
+  EXPECT_TRUE(CheckLayoutForFramework(c, am).ok());
+  // A pinned pipelined spec takes the deferred sync.
+  JobSpec spec = Llama13b(am);
+  spec.cluster.num_gpus = 32;
+  spec.search.tp = {1};
+  spec.search.pp = {4};
+  spec.search.cp = {1};
+  spec.search.vp = {1};
+  spec.search.micro_batch_size = {1};
+  spec.search.sequence_parallel = {false};
+  spec.search.recompute = {Recompute::kFull};
+  spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
+  absl::StatusOr<ParallelConfig> pinned = PinnedLayout(spec);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  EXPECT_FALSE(pinned->overlap_grad_reduce);
 }
 
 // Expert layers: AutoModel has no expert TP and dispatches by all-gather or DeepEP;
@@ -318,7 +370,7 @@ TEST(FrameworkProfileTest, RefusalsNameTheFieldAndTheRule) {
   spec.search.tp_comm_overlap = {true};
   EXPECT_EQ(spec.Validate().message(),
             "search.tp_comm_overlap [true] needs training.framework megatron-core, nemo, "
-            "torchtitan (megatron-deepspeed has no TP communication overlap)");
+            "torchtitan, nemo-automodel (megatron-deepspeed has no TP communication overlap)");
   spec = Llama13b(Framework::kLlmFoundry);
   spec.search.overlap_p2p_comm = {false, true};
   EXPECT_THAT(spec.Validate().message(),
