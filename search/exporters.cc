@@ -593,6 +593,32 @@ absl::StatusOr<std::string> DeepSpeedConfig(const JobSpec& spec, const ParallelC
   return ds.dump(2) + "\n";
 }
 
+// How a codebase names the modules of its pipeline stages.
+struct StageModuleNames {
+  const char* layer_prefix;        ///< "layers." → "layers.0", "layers.1", ...
+  std::vector<std::string> first;  ///< Before the first stage's layers (the embedding).
+  std::vector<std::string> last;   ///< After the last stage's layers (norm, head).
+  std::vector<std::string> every;  ///< At the end of every stage.
+};
+
+// The modules of each of the p*v virtual stages in stage order, the layers as the layout
+// splits them (DecoderLayersInChunk).
+std::vector<std::vector<std::string>> StageModules(const JobSpec& spec, const ParallelConfig& c,
+                                                   const StageModuleNames& names) {
+  const int64_t stages = c.pp * c.vp;
+  std::vector<std::vector<std::string>> out;
+  int64_t layer = 0;
+  for (int64_t k = 0; k < stages; ++k) {
+    std::vector<std::string> part = k == 0 ? names.first : std::vector<std::string>{};
+    const int64_t n = DecoderLayersInChunk(spec.model, c, k % c.pp, k / c.pp);
+    for (int64_t i = 0; i < n; ++i) part.push_back(absl::StrCat(names.layer_prefix, layer++));
+    if (k == stages - 1) part.insert(part.end(), names.last.begin(), names.last.end());
+    part.insert(part.end(), names.every.begin(), names.every.end());
+    out.push_back(std::move(part));
+  }
+  return out;
+}
+
 // torchtitan's virtual stages beyond its default of two per rank. Its split
 // (generate_llm_fqn_per_model_part, first/last_stage_less_layers 1) depends only on the
 // number of stages, ceil((L + 2) / pipeline_parallel_layers_per_stage); where no
@@ -606,17 +632,12 @@ std::string TorchtitanVirtualStages(const JobSpec& spec, const ParallelConfig& c
     return absl::StrCat("pipeline_parallel_layers_per_stage = ", per, "\n");
   }
   std::string out = "module_fqns_per_model_part = [";
-  int64_t layer = 0;
-  for (int64_t k = 0; k < stages; ++k) {
-    std::vector<std::string> names;
-    if (k == 0) names.push_back("\"tok_embeddings\"");
-    const int64_t n = DecoderLayersInChunk(spec.model, c, k % c.pp, k / c.pp);
-    for (int64_t i = 0; i < n; ++i) names.push_back(absl::StrCat("\"layers.", layer++, "\""));
-    if (k == stages - 1) {
-      names.push_back("\"norm\"");
-      names.push_back("\"output\"");
-    }
-    absl::StrAppend(&out, k > 0 ? ", [" : "[", absl::StrJoin(names, ", "), "]");
+  const std::vector<std::vector<std::string>> parts =
+      StageModules(spec, c, {"layers.", {"tok_embeddings"}, {"norm", "output"}, {}});
+  for (size_t k = 0; k < parts.size(); ++k) {
+    std::vector<std::string> quoted;
+    for (const std::string& name : parts[k]) quoted.push_back(absl::StrCat("\"", name, "\""));
+    absl::StrAppend(&out, k > 0 ? ", [" : "[", absl::StrJoin(quoted, ", "), "]");
   }
   return out + "]\n";
 }
@@ -742,20 +763,13 @@ absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const Parallel
 // Hugging Face-style models (generate_hf_model_fqn_per_model_part): the embedding first,
 // the norm and the head last, the rotary embedding in every stage.
 std::string AutomodelStageModules(const JobSpec& spec, const ParallelConfig& c) {
-  const int64_t stages = c.pp * c.vp;
   std::string out = "    module_fqns_per_model_part:\n";
-  int64_t layer = 0;
-  for (int64_t k = 0; k < stages; ++k) {
-    std::vector<std::string> names;
-    if (k == 0) names.push_back("model.embed_tokens");
-    const int64_t n = DecoderLayersInChunk(spec.model, c, k % c.pp, k / c.pp);
-    for (int64_t i = 0; i < n; ++i) names.push_back(absl::StrCat("model.layers.", layer++));
-    if (k == stages - 1) {
-      names.push_back("model.norm");
-      names.push_back("lm_head");
-    }
-    names.push_back("model.rotary_emb");
-    absl::StrAppend(&out, "      - [", absl::StrJoin(names, ", "), "]\n");
+  for (const std::vector<std::string>& part : StageModules(spec, c,
+                                                           {"model.layers.",
+                                                            {"model.embed_tokens"},
+                                                            {"model.norm", "lm_head"},
+                                                            {"model.rotary_emb"}})) {
+    absl::StrAppend(&out, "      - [", absl::StrJoin(part, ", "), "]\n");
   }
   return out;
 }
