@@ -540,9 +540,13 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
       // keeps them: the layers' reduce buffers are FP32. Kept gathered (optimizer), the
       // 16-bit parameters are whole beside their shard, which the optimizer updates.
       state.reduce_buffers *= 2.0;
-      if (group.data_parallel_sharding == DataParallelSharding::kOptimizer) {
-        state.weights +=
-            weight_bytes * params / static_cast<double>(std::max<int64_t>(group.ShardRanks(), 1));
+      if (group.data_parallel_sharding == DataParallelSharding::kOptimizer &&
+          group.ShardRanks() > 1) {
+        // Kept gathered with the sync deferred, FSDP2 accumulates the unsharded gradients
+        // in its reduce dtype (FP32: FSDPParam.to_accumulated_grad_if_needed); parameters
+        // it does not manage (experts sharded by EP alone) keep 16-bit gradients.
+        state.weights += weight_bytes * params / static_cast<double>(group.ShardRanks());
+        state.gradients *= 2.0;
       }
     }
     if (fp32_parameters) {

@@ -148,12 +148,13 @@ TEST(FrameworkProfileTest, AutomodelKeepsEveryStateInBf16) {
   // The shards halve; the layers' reduce buffers are FP32 in both (reduce_dtype).
   EXPECT_NEAR(titan.gradients - automodel.gradients, 2.0 * psi / 8.0, 1.0);
   EXPECT_EQ(GradientReduceBytes(Framework::kNemoAutomodel, Precision::kBf16), 4.0);
-  // Kept gathered with the sync deferred (optimizer): the 16-bit parameters and gradients
-  // whole, the parameters' shard beside them (2Ψ + 2Ψ/N), Adam's state sharded (4Ψ/N).
+  // Kept gathered with the sync deferred (optimizer): the 16-bit parameters whole beside
+  // their shard (2Ψ + 2Ψ/N), the unsharded gradients accumulated in the FP32 reduce dtype
+  // (4Ψ), Adam's state sharded (4Ψ/N).
   const ParallelConfig kept = Layout(1, 8, DataParallelSharding::kOptimizer);
   const MemoryBreakdown gathered = Memory(Llama13b(Framework::kNemoAutomodel), kept);
   EXPECT_NEAR(gathered.weights, 2.0 * psi + 2.0 * psi / 8.0, 1.0);
-  EXPECT_NEAR(gathered.gradients, 2.0 * psi, 1.0);
+  EXPECT_NEAR(gathered.gradients, 4.0 * psi, 1.0);
   EXPECT_NEAR(gathered.optimizer, 4.0 * psi / 8.0, 1.0);
   // No ZeRO-2 form: refused, naming the framework and its stages.
   const ParallelConfig zero2 = Layout(1, 8, DataParallelSharding::kOptimizerGrads);
