@@ -652,9 +652,16 @@ absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const Parallel
     case DataParallelSharding::kNone:
       break;
     case DataParallelSharding::kOptimizer:
+      // Under its pipeline FSDP2 keeps the gathered parameters and defers the gradient
+      // sync: "default" does not reshard with PP.
+      if (c.pp > 1) {
+        reshard = "default";
+        break;
+      }
       return absl::InvalidArgumentError(
-          "data_parallel_sharding optimizer (ZeRO-1 alone) has no torchtitan form: torchtitan "
-          "shards with FSDP2 (use optimizer_grads or full, or export megatron)");
+          "data_parallel_sharding optimizer (ZeRO-1 alone) has no torchtitan form without a "
+          "pipeline: torchtitan shards with FSDP2 (use optimizer_grads or full, or export "
+          "megatron)");
     case DataParallelSharding::kOptimizerGrads:
       reshard = "never";
       break;

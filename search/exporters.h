@@ -51,7 +51,8 @@ absl::StatusOr<std::string> DeepSpeedConfig(const JobSpec& spec, const ParallelC
 /// replicas), pipeline schedule, [activation_checkpoint], [training] batch and sequence,
 /// float8 for FP8, mx for MXFP8 (NVFP4: InvalidArgument). torchtitan shards with FSDP2 only: full
 /// is fsdp_reshard_after_forward "default", optimizer_grads "never" (parameters stay gathered
-/// between forward and backward); optimizer (ZeRO-1 alone) has no torchtitan form: InvalidArgument.
+/// between forward and backward); optimizer is its pipelined FSDP2 (pp > 1: "default", which
+/// keeps the gathered parameters under PP) and has no form without a pipeline: InvalidArgument.
 absl::StatusOr<std::string> TorchtitanConfig(const JobSpec& spec, const ParallelConfig& config);
 
 /// NeMo AutoModel recipe keys (YAML) to merge into a recipe: step_scheduler's global and

@@ -126,8 +126,12 @@ std::vector<FrameworkProfile> BuildProfiles() {
   torchtitan.overlap_grad_reduce_on_with_full_sharding = true;
   torchtitan.overlap_p2p_comm = {true, true};
   torchtitan.overlap_param_gather = {true, true};
-  torchtitan.sharding = {DPS::kNone, DPS::kOptimizerGrads, DPS::kFull};
-  torchtitan.open_sharding = {DPS::kFull};
+  // Under its pipeline FSDP2 keeps the gathered parameters (fsdp_reshard_after_forward
+  // "default" does not reshard with PP) and torch.distributed.pipelining defers the
+  // gradient sync to a stage's last backward: the optimizer stage, pp > 1 only.
+  torchtitan.sharding = {DPS::kNone, DPS::kOptimizer, DPS::kOptimizerGrads, DPS::kFull};
+  torchtitan.open_sharding = {DPS::kOptimizer, DPS::kFull};
+  torchtitan.pipeline_defers_fsdp_sync = true;
   torchtitan.fp32_parameters = true;
   torchtitan.activation_offload = false;
   torchtitan.pipeline_split = PipelineSplit::kSlotsUneven;
@@ -210,6 +214,7 @@ std::vector<FrameworkProfile> BuildProfiles() {
   automodel.expert_tensor_parallel = false;
   automodel.dispatchers = {MoeTokenDispatcher::kAllGather, MoeTokenDispatcher::kFlex};
   automodel.pipeline_defers_fsdp_sync = true;
+  automodel.fsdp_defers_sync_without_pipeline = true;
   automodel.export_format = "automodel";
   out.push_back(automodel);
   return out;
@@ -339,18 +344,26 @@ absl::Status CheckLayoutForFramework(const ParallelConfig& c, Framework framewor
                      " pipelines with DeepSpeed's engine, which takes ZeRO stage 0 or 1 only"));
   }
   if (c.pp > 1 && p.pipeline_defers_fsdp_sync && c.dp * c.cp > 1) {
-    if (c.data_parallel_sharding == DataParallelSharding::kFull) {
+    if (c.data_parallel_sharding == DataParallelSharding::kFull ||
+        c.data_parallel_sharding == DataParallelSharding::kOptimizerGrads) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "search.data_parallel_sharding full with search.pp (", c.pp, ") > 1: training.framework ",
-          name,
-          "'s pipeline keeps FSDP2's gathered parameters and reduces the gradients after "
-          "a stage's last backward (optimizer describes it)"));
+          "search.data_parallel_sharding ", ToString(c.data_parallel_sharding), " with search.pp (",
+          c.pp, ") > 1: training.framework ", name,
+          "'s pipeline keeps FSDP2's gathered parameters and reduces the gradients after a "
+          "stage's last backward (optimizer describes it)"));
     }
     if (c.data_parallel_sharding == DataParallelSharding::kOptimizer && c.overlap_grad_reduce) {
       return absl::InvalidArgumentError(absl::StrCat(
           "search.overlap_grad_reduce (true) with search.pp (", c.pp, ") > 1: training.framework ",
           name, "'s pipeline reduce-scatters a stage's gradients after its last backward"));
     }
+  }
+  if (c.pp == 1 && p.pipeline_defers_fsdp_sync && !p.fsdp_defers_sync_without_pipeline &&
+      c.dp * c.cp > 1 && c.data_parallel_sharding == DataParallelSharding::kOptimizer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "search.data_parallel_sharding optimizer with search.pp 1: training.framework ", name,
+        " keeps FSDP2's gathered parameters and defers the gradient sync only under its "
+        "pipeline (use optimizer_grads or full)"));
   }
   if (c.overlap_param_gather && !p.overlap_param_gather.exists && c.dp * c.cp > 1 &&
       (c.data_parallel_sharding == DataParallelSharding::kOptimizer ||

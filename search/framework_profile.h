@@ -94,6 +94,10 @@ struct FrameworkProfile {
   /// the gradients accumulate unsharded and the whole stage reduce-scatters after its last
   /// backward. Only the optimizer stage describes it, without the gradient-reduce overlap.
   bool pipeline_defers_fsdp_sync = false;
+  /// Without a pipeline too, FSDP2 can keep the gathered parameters and defer the gradient
+  /// sync to the last micro-batch (NeMo AutoModel's defer_fsdp_grad_sync); else the
+  /// optimizer stage of a pipeline_defers_fsdp_sync framework needs pp > 1.
+  bool fsdp_defers_sync_without_pipeline = false;
   /// The pipeline keeps each in-flight micro-batch's stage output (the activation sent to
   /// the next stage) until that micro-batch's backward; Megatron frees its data once sent.
   bool pipeline_keeps_outputs = false;

@@ -553,7 +553,10 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
       // The gathered layers are 16-bit copies of the FP32 shards; without resharding after
       // the forward (optimizer_grads) every layer's 16-bit copy stays until its backward.
       state.gathered_weights /= 2.0;
-      if (group.data_parallel_sharding == DataParallelSharding::kOptimizerGrads) {
+      // Kept gathered under a pipeline (optimizer) likewise, its unsharded gradients
+      // accumulated in FP32 (the reduce dtype, as the codebase keeps them).
+      if (group.data_parallel_sharding == DataParallelSharding::kOptimizerGrads ||
+          group.data_parallel_sharding == DataParallelSharding::kOptimizer) {
         state.weights =
             weight_bytes * params / static_cast<double>(std::max<int64_t>(group.ShardRanks(), 1)) +
             2.0 * params;

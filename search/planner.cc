@@ -327,11 +327,24 @@ std::vector<ActivationChoice> ActivationChoices(const SearchOptions& opt) {
 // the latter with dp · cp > 1 only. With a shard group, only the layouts whose dp · cp it
 // divides shard.
 std::vector<DataParallelSharding> DataParallelShardingChoices(const SearchOptions& opt,
-                                                              Framework framework, int64_t dp_cp) {
+                                                              Framework framework, int64_t dp_cp,
+                                                              int64_t pp) {
   if (!opt.data_parallel_sharding.empty()) return opt.data_parallel_sharding;
   std::vector<DataParallelSharding> out = {DataParallelSharding::kNone};
   if (dp_cp > 1 && (opt.shard_group_size == 0 || dp_cp % opt.shard_group_size == 0)) {
-    for (DataParallelSharding s : ProfileOf(framework).open_sharding) out.push_back(s);
+    const FrameworkProfile& p = ProfileOf(framework);
+    for (DataParallelSharding s : p.open_sharding) {
+      // Pipelined FSDP2 that keeps its layers gathered is the optimizer stage alone; without
+      // a pipeline, optimizer only where FSDP2 defers the sync by itself.
+      if (p.pipeline_defers_fsdp_sync && pp > 1 && s != DataParallelSharding::kOptimizer) {
+        continue;
+      }
+      if (p.pipeline_defers_fsdp_sync && pp == 1 && !p.fsdp_defers_sync_without_pipeline &&
+          s == DataParallelSharding::kOptimizer) {
+        continue;
+      }
+      out.push_back(s);
+    }
   }
   return out;
 }
@@ -351,7 +364,7 @@ void ForEachLayoutOfShape(const JobSpec& spec, const MeshShape& shape, Visit vis
   const std::vector<bool> sps = SequenceParallelChoices(opt, shape.tp, IsMoe(spec.model));
   const std::vector<ActivationChoice> activation_choices = ActivationChoices(opt);
   const std::vector<DataParallelSharding> shardings =
-      DataParallelShardingChoices(opt, spec.training.framework, shape.dp * shape.cp);
+      DataParallelShardingChoices(opt, spec.training.framework, shape.dp * shape.cp, shape.pp);
   ParallelConfig c;
   c.tp = shape.tp;
   c.pp = shape.pp;

@@ -453,7 +453,16 @@ TEST(ExportersTest, TorchtitanConfig) {
   EXPECT_THAT(*toml, HasSubstr("data_parallel_replicate_degree = 8\n"));
   EXPECT_THAT(*toml, Not(HasSubstr("fsdp_reshard_after_forward")));
   c.data_parallel_sharding = DataParallelSharding::kOptimizer;
-  EXPECT_THAT(TorchtitanConfig(spec, c).status().message(), HasSubstr("no torchtitan form"));
+  EXPECT_THAT(TorchtitanConfig(spec, c).status().message(),
+              HasSubstr("no torchtitan form without a pipeline"));
+  // Under its pipeline FSDP2 keeps the gathered parameters: "default" does not reshard
+  // with PP.
+  c.pp = 2;
+  c.dp = 4;
+  toml = TorchtitanConfig(spec, c);
+  ASSERT_TRUE(toml.ok()) << toml.status();
+  EXPECT_THAT(*toml, HasSubstr("data_parallel_shard_degree = 4\n"));
+  EXPECT_THAT(*toml, HasSubstr("fsdp_reshard_after_forward = \"default\"\n"));
 }
 
 // torchtitan's virtual stages: two per rank is its default; more are set by

@@ -173,7 +173,10 @@ TEST(FrameworkProfileTest, PipelinedFsdp2SyncsAfterTheLastBackward) {
   EXPECT_FALSE(DefaultOverlapGradReduce(am, DataParallelSharding::kOptimizer, 4));
   EXPECT_TRUE(DefaultOverlapGradReduce(am, DataParallelSharding::kOptimizer, 1));
   EXPECT_TRUE(DefaultOverlapGradReduce(am, DataParallelSharding::kNone, 4));
-  EXPECT_TRUE(DefaultOverlapGradReduce(Framework::kTorchtitan, DataParallelSharding::kFull, 4));
+  EXPECT_FALSE(
+      DefaultOverlapGradReduce(Framework::kTorchtitan, DataParallelSharding::kOptimizer, 4));
+  EXPECT_TRUE(
+      DefaultOverlapGradReduce(Framework::kMegatronCore, DataParallelSharding::kOptimizer, 4));
   ParallelConfig c;
   c.pp = 4;
   c.dp = 8;
@@ -192,6 +195,35 @@ TEST(FrameworkProfileTest, PipelinedFsdp2SyncsAfterTheLastBackward) {
   c.data_parallel_sharding = DataParallelSharding::kFull;
   c.overlap_grad_reduce = true;
   EXPECT_TRUE(CheckLayoutForFramework(c, am).ok());
+  // torchtitan: the same under its pipeline, where only the optimizer stage describes it;
+  // without a pipeline it does not defer, so optimizer needs pp > 1 there (AutoModel's
+  // defer_fsdp_grad_sync keeps it without one).
+  const Framework titan = Framework::kTorchtitan;
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  EXPECT_EQ(CheckLayoutForFramework(c, titan).message(),
+            "search.data_parallel_sharding optimizer with search.pp 1: training.framework "
+            "torchtitan keeps FSDP2's gathered parameters and defers the gradient sync only "
+            "under its pipeline (use optimizer_grads or full)");
+  EXPECT_TRUE(CheckLayoutForFramework(c, am).ok());
+  c.pp = 4;
+  c.overlap_grad_reduce = false;
+  EXPECT_TRUE(CheckLayoutForFramework(c, titan).ok());
+  c.data_parallel_sharding = DataParallelSharding::kOptimizerGrads;
+  EXPECT_THAT(std::string(CheckLayoutForFramework(c, titan).message()),
+              HasSubstr("search.data_parallel_sharding optimizer_grads with search.pp (4) > 1"));
+  // Its memory kept gathered: the FP32 shard and the 16-bit layers whole (4Ψ/N + 2Ψ),
+  // the unsharded FP32 gradients (4Ψ), Adam's FP32 m and v sharded (8Ψ/N).
+  JobSpec titan_spec = Llama13b(titan);
+  ParallelConfig kept = Layout(1, 8, DataParallelSharding::kOptimizer);
+  kept.pp = 2;
+  kept.dp = 4;
+  kept.overlap_grad_reduce = false;
+  // (Ψ of the stage that peaks: the first and last differ by the final norm's weights.)
+  const double psi = MaxParamsPerGpu(titan_spec.model, kept);
+  const MemoryBreakdown m = Memory(titan_spec, kept);
+  EXPECT_NEAR(m.weights, 4.0 * psi / 4.0 + 2.0 * psi, 1e-5 * psi);
+  EXPECT_NEAR(m.gradients, 4.0 * psi, 1e-5 * psi);
+  EXPECT_NEAR(m.optimizer, 8.0 * psi / 4.0, 1e-5 * psi);
   // A pinned pipelined spec takes the deferred sync.
   JobSpec spec = Llama13b(am);
   spec.cluster.num_gpus = 32;
@@ -338,7 +370,8 @@ TEST(FrameworkProfileTest, GradientReduceBytes) {
 }
 
 // An open sharding list tries the framework's stages: FSDP codebases full sharding, never
-// ZeRO-1; Megatron-Core the distributed optimizer, as before.
+// ZeRO-1 (but torchtitan's pipelined FSDP2, kept gathered: optimizer with pp > 1);
+// Megatron-Core the distributed optimizer, as before.
 TEST(FrameworkProfileTest, OpenShardingTriesTheFrameworksStages) {
   for (const auto& [framework, expected] :
        {std::pair<Framework, DataParallelSharding>{Framework::kTorchtitan,
@@ -353,8 +386,13 @@ TEST(FrameworkProfileTest, OpenShardingTriesTheFrameworksStages) {
     bool saw_expected = false;
     for (const RankedConfig& r : result->ranked) {
       const DataParallelSharding s = r.config.data_parallel_sharding;
-      EXPECT_TRUE(s == DataParallelSharding::kNone || s == expected)
+      const bool pipelined_fsdp = framework == Framework::kTorchtitan && r.config.pp > 1 &&
+                                  s == DataParallelSharding::kOptimizer;
+      EXPECT_TRUE(s == DataParallelSharding::kNone || s == expected || pipelined_fsdp)
           << ToString(framework) << ": " << r.config.ToString();
+      if (framework == Framework::kTorchtitan && r.config.pp > 1) {
+        EXPECT_NE(s, DataParallelSharding::kFull) << r.config.ToString();
+      }
       saw_expected = saw_expected || s == expected;
       if (framework == Framework::kLlmFoundry) {
         EXPECT_EQ(r.config.pp, 1) << r.config.ToString();
@@ -376,11 +414,11 @@ TEST(FrameworkProfileTest, RefusalsNameTheFieldAndTheRule) {
   spec.search.overlap_p2p_comm = {false, true};
   EXPECT_THAT(spec.Validate().message(),
               HasSubstr("search.overlap_p2p_comm [true] needs training.framework"));
-  spec = Llama13b(Framework::kTorchtitan);
+  spec = Llama13b(Framework::kLlmFoundry);
   spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
   EXPECT_EQ(spec.Validate().message(),
             "search.data_parallel_sharding optimizer is not a stage of training.framework "
-            "torchtitan (it runs none, optimizer_grads, full)");
+            "llm-foundry (it runs none, optimizer_grads, full)");
   spec.search.data_parallel_sharding = {DataParallelSharding::kFull};
   EXPECT_TRUE(spec.Validate().ok());
 

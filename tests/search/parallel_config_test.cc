@@ -195,7 +195,9 @@ TEST(ParallelConfigTest, EmbeddingAndLossAwareSplit) {
 TEST(ParallelConfigTest, UnevenSplitOnlyWhereTheFrameworkRunsIt) {
   JobSpec spec = Llama405bOn1024();
   ParallelConfig c = Llama405bLayout(5);
-  c.data_parallel_sharding = DataParallelSharding::kFull;
+  // Pipelined FSDP2 under torchtitan: kept gathered, synced after the last backward.
+  c.data_parallel_sharding = DataParallelSharding::kOptimizer;
+  c.overlap_grad_reduce = false;
   spec.training.framework = Framework::kTorchtitan;
   EXPECT_TRUE(ValidateParallelConfig(c, spec).ok()) << ValidateParallelConfig(c, spec);
   c.split_counts_embedding_and_loss = true;
@@ -206,7 +208,6 @@ TEST(ParallelConfigTest, UnevenSplitOnlyWhereTheFrameworkRunsIt) {
               HasSubstr("must divide model.num_layers + 2 (128"));
   // 128 slots over 8 x 17 = 136 chunks: some would hold nothing.
   spec.training.framework = Framework::kTorchtitan;
-  c.data_parallel_sharding = DataParallelSharding::kFull;
   c.vp = 17;
   EXPECT_EQ(ValidateParallelConfig(c, spec).message(),
             "search.pp*search.vp (8*17 = 136) must leave every model chunk at least 1 of the "

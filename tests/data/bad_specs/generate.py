@@ -167,7 +167,7 @@ mut("framework_without_param_gather_overlap", "rgp", "search.overlap_param_gathe
     **{"training.framework": "megatron-deepspeed", "search.overlap_param_gather": [True]})
 mut("framework_without_sharding_stage", "rgp", "search.data_parallel_sharding",
     "a sharding stage the framework lacks, asked for",
-    **{"training.framework": "torchtitan", "search.data_parallel_sharding": ["optimizer"]})
+    **{"training.framework": "llm-foundry", "search.data_parallel_sharding": ["optimizer"]})
 mut("unknown_offload_module", "rgp", "training.offload_modules[1]",
     "unknown activation offload module", **{"training.offload_modules": ["core_attn", "mlp"]})
 mut("offload_module_repeated", "rgp", "training.offload_modules[1]",
