@@ -1,5 +1,6 @@
 #include "core/enums.h"
 
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -329,12 +330,21 @@ const char* ToString(Framework v) {
   return "?";
 }
 
+namespace {
+constexpr Framework kAllFrameworks[] = {Framework::kMegatronCore,      Framework::kNemo,
+                                        Framework::kMegatronDeepspeed, Framework::kDeepspeed,
+                                        Framework::kTorchtitan,        Framework::kLlmFoundry,
+                                        Framework::kNemoAutomodel};
+}  // namespace
+
+const std::vector<Framework>& AllFrameworks() {
+  static const std::vector<Framework>* const kAll =
+      new std::vector<Framework>(std::begin(kAllFrameworks), std::end(kAllFrameworks));
+  return *kAll;
+}
+
 absl::StatusOr<Framework> ParseFramework(absl::string_view s) {
-  static constexpr Framework kAll[] = {Framework::kMegatronCore,      Framework::kNemo,
-                                       Framework::kMegatronDeepspeed, Framework::kDeepspeed,
-                                       Framework::kTorchtitan,        Framework::kLlmFoundry,
-                                       Framework::kNemoAutomodel};
-  return ParseEnum("framework", s, kAll);
+  return ParseEnum("framework", s, kAllFrameworks);
 }
 
 absl::StatusOr<Offload> ParseOffload(absl::string_view s) {

@@ -4,6 +4,8 @@
 #ifndef PARATUNE_CORE_ENUMS_H_
 #define PARATUNE_CORE_ENUMS_H_
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -162,6 +164,8 @@ absl::StatusOr<MoeRouting> ParseMoeRouting(absl::string_view s);
 absl::StatusOr<DataParallelSharding> ParseDataParallelSharding(absl::string_view s);
 absl::StatusOr<Offload> ParseOffload(absl::string_view s);
 absl::StatusOr<Framework> ParseFramework(absl::string_view s);
+/// Every training.framework, in the order messages and the catalog list them.
+const std::vector<Framework>& AllFrameworks();
 
 }  // namespace paratune
 

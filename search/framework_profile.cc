@@ -239,9 +239,7 @@ bool Has(const std::vector<DataParallelSharding>& stages, DataParallelSharding s
 // The frameworks that have an overlap, for the refusal's text.
 std::string FrameworksWith(OverlapFact FrameworkProfile::*overlap) {
   std::vector<std::string> names;
-  for (Framework f : {Framework::kMegatronCore, Framework::kNemo, Framework::kMegatronDeepspeed,
-                      Framework::kDeepspeed, Framework::kTorchtitan, Framework::kLlmFoundry,
-                      Framework::kNemoAutomodel}) {
+  for (Framework f : AllFrameworks()) {
     if ((ProfileOf(f).*overlap).exists) names.push_back(ToString(f));
   }
   return absl::StrJoin(names, ", ");

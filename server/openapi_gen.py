@@ -115,10 +115,15 @@ schemas['CatalogPreset'] = {'type':'object','additionalProperties':False,
   'properties':{'name':{'type':'string','description':'The value of model.preset.'},
                 'model':{'allOf':[{'$ref':'#/components/schemas/ModelSpec'}],'description':'Every architecture field, as a job spec carries it.'}}}
 schemas['Catalog'] = {'type':'object','additionalProperties':False,
-  'description':'What a spec can name: presets, devices and precisions.',
+  'description':'What a spec can name: presets, devices, precisions and training frameworks.',
   'properties':{'presets':{'type':'array','items':{'$ref':'#/components/schemas/CatalogPreset'}},
                 'devices':{'type':'array','items':{'$ref':'#/components/schemas/CatalogDevice'}},
-                'precisions':{'type':'array','items':{'type':'string'},'description':'Values of training.precision.'}}}
+                'precisions':{'type':'array','items':{'type':'string'},'description':'Values of training.precision.'},
+                'frameworks':{'type':'array','items':{'$ref':'#/components/schemas/CatalogFramework'},'description':'Values of training.framework, in the order error messages list them.'}}}
+schemas['CatalogFramework'] = {'type':'object','additionalProperties':False,
+  'description':'A training codebase (search/framework_profile.h).',
+  'properties':{'name':{'type':'string','description':'The value of training.framework, e.g. "torchtitan".'},
+                'export_format':{'type':'string','description':'The export format its layouts render in by default ("" where it has none: give one).'}}}
 schemas['Error'] = {'type':'object','required':['code','status','message'],'properties':{
   'code':{'type':'integer','description':'The HTTP status.'},
   'status':{'type':'string','description':'The canonical (gRPC) status code name.','enum':['INVALID_ARGUMENT','UNAUTHENTICATED','PERMISSION_DENIED','NOT_FOUND','FAILED_PRECONDITION','ALREADY_EXISTS','RESOURCE_EXHAUSTED','UNIMPLEMENTED','UNAVAILABLE','DEADLINE_EXCEEDED','INTERNAL','UNKNOWN','CANCELLED','ABORTED','OUT_OF_RANGE','DATA_LOSS']},
@@ -154,7 +159,7 @@ paths = {
                   {'name':'format','in':'query','required':True,'schema':{'type':'string','enum':['megatron','nemo','deepspeed','torchtitan','automodel','json','trtllm','vllm','sglang']},'description':'megatron: pretrain_gpt.py arguments (text/plain); nemo: megatron_gpt_config.yaml overrides (application/yaml); deepspeed: ds_config.json (application/json); torchtitan: job config TOML (application/toml); automodel: NeMo AutoModel recipe keys (application/yaml); trtllm, vllm, sglang: the engine command (text/plain); json: the RankedConfig or InferenceRankedConfig.'}],
     'responses': dict({'200': {'description':'The export.','content':{'text/plain':{'schema':{'type':'string'}},'application/yaml':{'schema':{'type':'string'}},'application/json':{'schema':{'oneOf':[{'$ref':'#/components/schemas/RankedConfig'},{'$ref':'#/components/schemas/InferenceRankedConfig'}]}}}},
                        '400': err('Rank not a positive integer, format missing or unknown, a format of the other job kind, an unknown query parameter.'), '404': err('No such job, or no layout at this rank.'), '409': err('The job has no results yet.')}, **common)}},
- '/v1/catalog': {'get': {'operationId':'GetCatalog','summary':'Model presets, device profiles and precisions a spec can name, resolved.','tags':['catalog'],'security':sec,
+ '/v1/catalog': {'get': {'operationId':'GetCatalog','summary':'Model presets, device profiles, precisions and training frameworks a spec can name, resolved.','tags':['catalog'],'security':sec,
     'responses': dict({'200': ok('Catalog'), '400': err('A query parameter was given (there are none).')}, **common)}},
  '/v1/workers': {'get': {'operationId':'ListWorkers','summary':'Registered workers.','tags':['workers'],'security':sec,
     'responses': dict({'200': ok('ListWorkersResponse')}, **common)}},

@@ -6,6 +6,7 @@
 
 #include "paratune/v1/spec.pb.h"
 #include "search/device_catalog.h"
+#include "search/framework_profile.h"
 #include "search/presets.h"
 #include "search/spec_io.h"
 #include "server/rest_common.h"
@@ -76,8 +77,17 @@ std::string BuildCatalog() {
                       Precision::kNvfp4, Precision::kFp32}) {
     precisions.push_back(ToString(p));
   }
-  return json{{"presets", presets}, {"devices", devices}, {"precisions", precisions}}.dump(
-      -1, ' ', false, json::error_handler_t::replace);
+  json frameworks = json::array();
+  for (Framework f : AllFrameworks()) {
+    const char* format = ProfileOf(f).export_format;
+    frameworks.push_back(
+        json{{"name", ToString(f)}, {"export_format", format != nullptr ? format : ""}});
+  }
+  return json{{"presets", presets},
+              {"devices", devices},
+              {"precisions", precisions},
+              {"frameworks", frameworks}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace

@@ -1118,6 +1118,16 @@ TEST(RestCatalogTest, PresetsAndDevicesWithTheirResolvedFieldsWithoutAJobManager
     EXPECT_TRUE(ParsePrecision(precision.get<std::string>()).ok()) << precision;
   }
   EXPECT_EQ(catalog["precisions"].size(), 6u);
+  // Every framework a spec can name, with its default export (none for llm-foundry).
+  ASSERT_EQ(catalog["frameworks"].size(), AllFrameworks().size());
+  std::map<std::string, std::string> exports;
+  for (const json& f : catalog["frameworks"]) {
+    EXPECT_TRUE(ParseFramework(f["name"].get<std::string>()).ok()) << f;
+    exports[f["name"]] = f["export_format"];
+  }
+  EXPECT_EQ(exports["nemo-automodel"], "automodel");
+  EXPECT_EQ(exports["megatron-deepspeed"], "deepspeed");
+  EXPECT_EQ(exports["llm-foundry"], "");
 
   // The OpenAPI schemas name exactly the keys the catalog carries.
   const json doc = json::parse(OpenApiJson());
@@ -1130,6 +1140,7 @@ TEST(RestCatalogTest, PresetsAndDevicesWithTheirResolvedFieldsWithoutAJobManager
   EXPECT_EQ(keys(schemas["Catalog"]["properties"]), keys(catalog));
   EXPECT_EQ(keys(schemas["CatalogPreset"]["properties"]), keys(catalog["presets"][0]));
   EXPECT_EQ(keys(schemas["CatalogDevice"]["properties"]), keys(catalog["devices"][0]));
+  EXPECT_EQ(keys(schemas["CatalogFramework"]["properties"]), keys(catalog["frameworks"][0]));
 
   // The job routes need the job manager this gateway does not have.
   res = client.Get("/v1/jobs");

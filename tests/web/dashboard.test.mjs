@@ -375,7 +375,7 @@ try {
       if (id) reached.add(id);
       if (id === 'submit-job') break;
     }
-    for (const id of ['source-preset', 'preset', 'seq-length', 'global-batch', 'precision', 'gpu', 'num-gpus', 'gpus-per-node', 'mode', 'top-k', 'submit-job']) {
+    for (const id of ['source-preset', 'preset', 'seq-length', 'global-batch', 'precision', 'framework', 'gpu', 'num-gpus', 'gpus-per-node', 'mode', 'top-k', 'submit-job']) {
       assert(reached.has(id), `Tab never reached #${id} (reached: ${[...reached].join(', ')})`);
     }
   });
@@ -391,6 +391,9 @@ try {
     assertEq(JSON.stringify(gpus), JSON.stringify(catalog.devices.map((d) => d.name)), 'GPU choices');
     const precisions = await page.$$eval('#precision option', (os) => os.map((o) => o.value));
     assertEq(JSON.stringify(precisions), JSON.stringify(catalog.precisions), 'precision choices');
+    const frameworks = await page.$$eval('#framework option', (os) => os.map((o) => o.value));
+    assertEq(JSON.stringify(frameworks), JSON.stringify(catalog.frameworks.map((f) => f.name)), 'framework choices');
+    assertEq(await page.inputValue('#framework'), 'megatron-core', 'default framework');
     const presets = await page.$$eval('#preset-list option', (os) => os.map((o) => o.value));
     assertEq(JSON.stringify(presets), JSON.stringify(catalog.presets.map((p) => p.name)), 'preset list');
     assertEq(await page.inputValue('#gpu'), 'a100-80gb', 'default GPU kept');
@@ -433,6 +436,7 @@ try {
     assertEq(job.spec.cluster.gpu, SPEC.gpu, 'submitted spec.cluster.gpu');
     assertEq(n(job.spec.training.seq_length), SPEC.seq, 'submitted spec.training.seq_length');
     assertEq(n(job.spec.training.global_batch_size), SPEC.batch, 'submitted spec.training.global_batch_size');
+    assertEq(job.spec.training.framework, 'megatron-core', 'submitted spec.training.framework');
     assertEq(job.spec.search.mode, 'model', 'submitted spec.search.mode');
   });
 

@@ -119,6 +119,7 @@ createServer(async (req, res) => {
         presets: [{ name: 'gpt3-175b', model: model(96, 12288, 96, 96) }, { name: 'llama3-8b', model: model(32, 4096, 32, 8) }],
         devices: [{ name: 'a100-80gb', memory_bytes: 80 * 2 ** 30 }, { name: 'h100-sxm-80gb', memory_bytes: 80 * 2 ** 30 }, { name: 'cpu', memory_bytes: 0, host_memory: true }],
         precisions: ['bf16', 'fp16', 'fp8', 'fp32'],
+        frameworks: [{ name: 'megatron-core', export_format: 'megatron' }, { name: 'torchtitan', export_format: 'torchtitan' }],
       });
     }
     if (/^\/v1\/jobs\/[^/:]+\/results\/[^/:]*:export$/.test(url.pathname)) {

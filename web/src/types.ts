@@ -42,6 +42,8 @@ export interface TrainingSpec {
   dropout?: boolean;
   optimizer?: string;
   total_tokens?: Int64;
+  /** The codebase that runs the job ("megatron-core" when absent). */
+  framework?: string;
 }
 
 export interface ClusterSpec {
@@ -405,10 +407,17 @@ export interface CatalogDevice {
   source?: string;
 }
 
+/** A training codebase (training.framework) and its default export format. */
+export interface CatalogFramework {
+  name: string;
+  export_format?: string;
+}
+
 export interface Catalog {
   presets?: CatalogPreset[];
   devices?: CatalogDevice[];
   precisions?: string[];
+  frameworks?: CatalogFramework[];
 }
 
 /** GET /v1/jobs/{id}/results/{rank}:export?format=... */

@@ -63,6 +63,7 @@ function buildForm(onSubmitted: (job: Job) => void): HTMLElement {
   const batch = numberInput('global-batch', 1536, 1);
   // Presets, devices and precisions come from the coordinator's catalog (GET /v1/catalog).
   const precision = select('precision', ['bf16'], 'bf16');
+  const framework = select('framework', ['megatron-core'], 'megatron-core');
   const gpu = select('gpu', ['a100-80gb'], 'a100-80gb');
   const numGpus = numberInput('num-gpus', 1024, 1);
   const perNode = numberInput('gpus-per-node', 8, 1);
@@ -78,11 +79,12 @@ function buildForm(onSubmitted: (job: Job) => void): HTMLElement {
   const ttftP99 = numberInput('ttft-p99', 2000, 0);
   const tpotP99 = numberInput('tpot-p99', 50, 0);
   const trainingFields = h(
-    'div',
-    { class: 'grid-fields', id: 'training-fields' },
-    field('Sequence length', 'seq-length', seq),
-    field('Global batch (sequences)', 'global-batch', batch),
-    field('Precision', 'precision', precision),
+      'div',
+      {class: 'grid-fields', id: 'training-fields'},
+      field('Sequence length', 'seq-length', seq),
+      field('Global batch (sequences)', 'global-batch', batch),
+      field('Precision', 'precision', precision),
+      field('Framework', 'framework', framework, 'the codebase that runs it'),
   );
   const servingFields = h(
     'div',
@@ -166,6 +168,9 @@ function buildForm(onSubmitted: (job: Job) => void): HTMLElement {
       const devices = c.devices ?? [];
       setOptions(gpu, devices.map((d): [string, string] => [d.name, d.host_memory ? `${d.name} (host memory)` : `${d.name} (${Math.round(num(d.memory_bytes) / GIB)} GiB)`]), gpu.value);
       setOptions(precision, (c.precisions ?? []).map((p): [string, string] => [p, p]), precision.value);
+      setOptions(
+          framework, (c.frameworks ?? []).map((f): [string, string] => [f.name, f.name]),
+          framework.value);
       form.dataset.catalog = 'loaded';
       showPreset();
     })
@@ -180,13 +185,14 @@ function buildForm(onSubmitted: (job: Job) => void): HTMLElement {
         seq_length: String(Math.trunc(num(seq.value))),
         global_batch_size: String(Math.trunc(num(batch.value))),
         precision: precision.value,
+        framework: framework.value,
       },
       cluster: {
         gpu: gpu.value,
         num_gpus: String(Math.trunc(num(numGpus.value))),
         gpus_per_node: String(Math.trunc(num(perNode.value))),
       },
-      search: { mode: mode.value, top_k: String(Math.trunc(num(topK.value))) },
+      search: {mode: mode.value, top_k: String(Math.trunc(num(topK.value)))},
     };
     if (kind.value === 'inference') {
       delete spec.training;
