@@ -1105,6 +1105,19 @@ absl::StatusOr<IterationEstimate> EstimateIteration(
   if (expert != nullptr && config.ep * config.etp > 1) {
     out.notes.push_back(ExpertPlacementNote(spec, config, out.time, iteration));
   }
+  // What the optimizer stage is under an FSDP2 codebase that keeps the layers gathered.
+  const FrameworkProfile& framework = ProfileOf(spec.training.framework);
+  if (framework.pipeline_defers_fsdp_sync &&
+      config.data_parallel_sharding == DataParallelSharding::kOptimizer &&
+      config.dp * config.cp > 1) {
+    out.notes.push_back(absl::StrFormat(
+        "data_parallel_sharding optimizer (training.framework %s): FSDP2 keeps every layer's "
+        "gathered parameters and the unsharded gradients, and reduce-scatters them %s "
+        "(%.0f%% of the iteration exposed)",
+        ToString(spec.training.framework),
+        config.pp > 1 ? "after each stage's last backward" : "in the last micro-batch's backward",
+        100.0 * out.time.dp_comm / iteration));
+  }
   if (config.activation_offload) {
     out.notes.push_back(absl::StrFormat(
         "activation offload: %.2f GiB per layer and micro-batch to the host (%.0f GB/s link), "

@@ -20,6 +20,7 @@
 namespace paratune {
 namespace {
 
+using ::testing::Contains;
 using ::testing::HasSubstr;
 
 // Llama 2 13B on one DGX H100, BF16.
@@ -238,6 +239,14 @@ TEST(FrameworkProfileTest, PipelinedFsdp2SyncsAfterTheLastBackward) {
   absl::StatusOr<ParallelConfig> pinned = PinnedLayout(spec);
   ASSERT_TRUE(pinned.ok()) << pinned.status();
   EXPECT_FALSE(pinned->overlap_grad_reduce);
+  // Its notes say what the optimizer stage is there.
+  absl::StatusOr<RankedConfig> estimate = Estimate(spec, *pinned);
+  ASSERT_TRUE(estimate.ok()) << estimate.status();
+  EXPECT_THAT(estimate->notes,
+              Contains(HasSubstr("data_parallel_sharding optimizer (training.framework "
+                                 "nemo-automodel): FSDP2 keeps every layer's gathered parameters "
+                                 "and the unsharded gradients, and reduce-scatters them after each "
+                                 "stage's last backward")));
 }
 
 // Expert layers: AutoModel has no expert TP and dispatches by all-gather or DeepEP;
