@@ -220,15 +220,11 @@ std::vector<FrameworkProfile> BuildProfiles() {
   return out;
 }
 
-std::string DispatcherNames(const std::vector<MoeTokenDispatcher>& dispatchers) {
+// "none, optimizer_grads, full": the names of enum values, for the refusals' texts.
+template <typename E>
+std::string Names(const std::vector<E>& values) {
   std::vector<std::string> names;
-  for (MoeTokenDispatcher d : dispatchers) names.push_back(ToString(d));
-  return absl::StrJoin(names, ", ");
-}
-
-std::string ShardingNames(const std::vector<DataParallelSharding>& stages) {
-  std::vector<std::string> names;
-  for (DataParallelSharding s : stages) names.push_back(ToString(s));
+  for (E v : values) names.push_back(ToString(v));
   return absl::StrJoin(names, ", ");
 }
 
@@ -249,6 +245,12 @@ std::string FrameworksWith(OverlapFact FrameworkProfile::*overlap) {
 
 bool FrameworkProfile::HasDispatcher(MoeTokenDispatcher d) const {
   return std::find(dispatchers.begin(), dispatchers.end(), d) != dispatchers.end();
+}
+
+bool FrameworkProfile::KeepsFsdpSharding(DataParallelSharding s, int64_t pp) const {
+  if (!pipeline_defers_fsdp_sync) return true;
+  if (pp > 1) return s == DataParallelSharding::kNone || s == DataParallelSharding::kOptimizer;
+  return s != DataParallelSharding::kOptimizer || fsdp_defers_sync_without_pipeline;
 }
 
 const FrameworkProfile& ProfileOf(Framework framework) {
@@ -316,10 +318,10 @@ absl::Status CheckLayoutForFramework(const ParallelConfig& c, Framework framewor
                                                    " has no expert tensor parallelism"));
   }
   if (c.ep * c.etp > 1 && !p.HasDispatcher(c.moe_token_dispatcher)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("search.moe_token_dispatcher ", ToString(c.moe_token_dispatcher),
-                     " is not a dispatcher of training.framework ", name, " (it runs ",
-                     DispatcherNames(p.dispatchers), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("search.moe_token_dispatcher ",
+                                                   ToString(c.moe_token_dispatcher),
+                                                   " is not a dispatcher of training.framework ",
+                                                   name, " (it runs ", Names(p.dispatchers), ")"));
   }
   if (c.sequence_parallel && c.tp > 1 && !p.sequence_parallel) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -328,10 +330,9 @@ absl::Status CheckLayoutForFramework(const ParallelConfig& c, Framework framewor
         name, " has none)"));
   }
   if (!Has(p.sharding, c.data_parallel_sharding)) {
-    return absl::InvalidArgumentError(absl::StrCat("search.data_parallel_sharding ",
-                                                   ToString(c.data_parallel_sharding),
-                                                   " is not a stage of training.framework ", name,
-                                                   " (it runs ", ShardingNames(p.sharding), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "search.data_parallel_sharding ", ToString(c.data_parallel_sharding),
+        " is not a stage of training.framework ", name, " (it runs ", Names(p.sharding), ")"));
   }
   if (c.pp > 1 && !p.grad_sharding_with_pipeline &&
       (c.data_parallel_sharding == DataParallelSharding::kOptimizerGrads ||
@@ -341,27 +342,24 @@ absl::Status CheckLayoutForFramework(const ParallelConfig& c, Framework framewor
                      " with search.pp (", c.pp, ") > 1: training.framework ", name,
                      " pipelines with DeepSpeed's engine, which takes ZeRO stage 0 or 1 only"));
   }
-  if (c.pp > 1 && p.pipeline_defers_fsdp_sync && c.dp * c.cp > 1) {
-    if (c.data_parallel_sharding == DataParallelSharding::kFull ||
-        c.data_parallel_sharding == DataParallelSharding::kOptimizerGrads) {
+  if (c.dp * c.cp > 1 && !p.KeepsFsdpSharding(c.data_parallel_sharding, c.pp)) {
+    if (c.pp > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "search.data_parallel_sharding ", ToString(c.data_parallel_sharding), " with search.pp (",
           c.pp, ") > 1: training.framework ", name,
           "'s pipeline keeps FSDP2's gathered parameters and reduces the gradients after a "
           "stage's last backward (optimizer describes it)"));
     }
-    if (c.data_parallel_sharding == DataParallelSharding::kOptimizer && c.overlap_grad_reduce) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "search.overlap_grad_reduce (true) with search.pp (", c.pp, ") > 1: training.framework ",
-          name, "'s pipeline reduce-scatters a stage's gradients after its last backward"));
-    }
-  }
-  if (c.pp == 1 && p.pipeline_defers_fsdp_sync && !p.fsdp_defers_sync_without_pipeline &&
-      c.dp * c.cp > 1 && c.data_parallel_sharding == DataParallelSharding::kOptimizer) {
     return absl::InvalidArgumentError(absl::StrCat(
         "search.data_parallel_sharding optimizer with search.pp 1: training.framework ", name,
         " keeps FSDP2's gathered parameters and defers the gradient sync only under its "
         "pipeline (use optimizer_grads or full)"));
+  }
+  if (c.pp > 1 && p.pipeline_defers_fsdp_sync && c.dp * c.cp > 1 &&
+      c.data_parallel_sharding == DataParallelSharding::kOptimizer && c.overlap_grad_reduce) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "search.overlap_grad_reduce (true) with search.pp (", c.pp, ") > 1: training.framework ",
+        name, "'s pipeline reduce-scatters a stage's gradients after its last backward"));
   }
   if (c.overlap_param_gather && !p.overlap_param_gather.exists && c.dp * c.cp > 1 &&
       (c.data_parallel_sharding == DataParallelSharding::kOptimizer ||
@@ -429,15 +427,15 @@ absl::Status CheckSearchForFramework(const SearchOptions& o, Framework framework
       return absl::InvalidArgumentError(absl::StrCat("search.moe_token_dispatcher ", ToString(d),
                                                      " is not a dispatcher of "
                                                      "training.framework ",
-                                                     name, " (it runs ",
-                                                     DispatcherNames(p.dispatchers), ")"));
+                                                     name, " (it runs ", Names(p.dispatchers),
+                                                     ")"));
     }
   }
   for (DataParallelSharding s : o.data_parallel_sharding) {
     if (!Has(p.sharding, s)) {
       return absl::InvalidArgumentError(absl::StrCat("search.data_parallel_sharding ", ToString(s),
                                                      " is not a stage of training.framework ", name,
-                                                     " (it runs ", ShardingNames(p.sharding), ")"));
+                                                     " (it runs ", Names(p.sharding), ")"));
     }
   }
   return absl::OkStatus();

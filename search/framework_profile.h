@@ -71,6 +71,11 @@ struct FrameworkProfile {
       MoeTokenDispatcher::kAllToAll, MoeTokenDispatcher::kAllGather, MoeTokenDispatcher::kFlex};
   /// Whether `d` is one of `dispatchers`.
   bool HasDispatcher(MoeTokenDispatcher d) const;
+  /// Whether a layout with `pp` stages and data parallelism can shard by `s` as the
+  /// codebase's FSDP2 keeps its layers (pipeline_defers_fsdp_sync): with pp > 1 only the
+  /// optimizer stage; without a pipeline, optimizer only with
+  /// fsdp_defers_sync_without_pipeline. Other codebases: true.
+  bool KeepsFsdpSharding(DataParallelSharding s, int64_t pp) const;
   bool sequence_parallel = true;     ///< Megatron's sequence parallelism with TP.
   /// ZeRO-2/3 (optimizer_grads, full) beside pp > 1.
   bool grad_sharding_with_pipeline = true;

@@ -334,16 +334,7 @@ std::vector<DataParallelSharding> DataParallelShardingChoices(const SearchOption
   if (dp_cp > 1 && (opt.shard_group_size == 0 || dp_cp % opt.shard_group_size == 0)) {
     const FrameworkProfile& p = ProfileOf(framework);
     for (DataParallelSharding s : p.open_sharding) {
-      // Pipelined FSDP2 that keeps its layers gathered is the optimizer stage alone; without
-      // a pipeline, optimizer only where FSDP2 defers the sync by itself.
-      if (p.pipeline_defers_fsdp_sync && pp > 1 && s != DataParallelSharding::kOptimizer) {
-        continue;
-      }
-      if (p.pipeline_defers_fsdp_sync && pp == 1 && !p.fsdp_defers_sync_without_pipeline &&
-          s == DataParallelSharding::kOptimizer) {
-        continue;
-      }
-      out.push_back(s);
+      if (p.KeepsFsdpSharding(s, pp)) out.push_back(s);
     }
   }
   return out;
