@@ -19,7 +19,11 @@ absl::Status LayerConfig::Validate() const {
     if (absl::Status s = positive(field, v); !s.ok()) return s;
   }
   const int64_t a = shape.num_attention_heads, g = num_query_groups();
-  if (shape.hidden_size % a != 0) {
+  if (shape.kv_channels < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_channels (", shape.kv_channels, ") must not be negative"));
+  }
+  if (shape.kv_channels == 0 && shape.hidden_size % a != 0) {
     return absl::InvalidArgumentError(absl::StrCat("num_attention_heads (", a,
                                                    ") must divide hidden_size (",
                                                    shape.hidden_size, ")"));

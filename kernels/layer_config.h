@@ -21,6 +21,14 @@ struct LayerShape {
   int64_t vocab_size = 0;             ///< V, for the last-stage logits (0: none).
   Activation activation = Activation::kGelu;
   Normalization normalization = Normalization::kLayerNorm;
+  /// Head dimension d (Megatron's kv_channels); 0 = hidden_size / num_attention_heads. The
+  /// attention projections are h x (a + 2g)d and ad x h either way.
+  int64_t kv_channels = 0;
+
+  int64_t head_dim() const {
+    if (kv_channels > 0) return kv_channels;
+    return num_attention_heads > 0 ? hidden_size / num_attention_heads : 0;
+  }
 };
 
 /// Everything that fixes one layer's forward/backward on one rank.
@@ -56,7 +64,7 @@ struct LayerConfig {
   int64_t ffn_hidden_size() const {
     return shape.ffn_hidden_size > 0 ? shape.ffn_hidden_size : 4 * shape.hidden_size;
   }
-  int64_t head_dim() const { return shape.hidden_size / shape.num_attention_heads; }
+  int64_t head_dim() const { return shape.head_dim(); }
   bool is_moe() const { return moe.num_experts > 0; }
 
   /// First violated rule, e.g. `tp (3) must divide num_attention_heads (32)`;

@@ -141,16 +141,17 @@ absl::Status RunRank(const StepConfig& config, Communicator& comm, Backend& be,
 double LayerFlops(const LayerConfig& c) {
   const double t = static_cast<double>(c.parallel.tp), h = static_cast<double>(c.shape.hidden_size);
   const double a = static_cast<double>(c.shape.num_attention_heads);
-  const double g = static_cast<double>(c.num_query_groups()), d = h / a;
+  const double g = static_cast<double>(c.num_query_groups());
+  const double d = static_cast<double>(c.head_dim());
   const double f = c.mlp ? static_cast<double>(c.ffn_hidden_size()) : 0.0;
   const double n = static_cast<double>(c.seq_length * c.parallel.micro_batch_size);
   const double s = static_cast<double>(c.seq_length);
   const double b = static_cast<double>(c.parallel.micro_batch_size);
   const double fc1 = c.shape.activation == Activation::kSwiglu ? 2 * f : f;
   const double matmul_params = h * (a + 2 * g) * d + a * d * h + h * fc1 + f * h;
-  // Forward: 2·tokens·params + 4·b·s²·h for scores and context (Megatron's count, no
+  // Forward: 2·tokens·params + 4·b·s²·a·d for scores and context (Megatron's count, no
   // causal halving); backward twice the forward.
-  const double forward = (2 * n * matmul_params + 4 * b * s * s * h) / t;
+  const double forward = (2 * n * matmul_params + 4 * b * s * s * a * d) / t;
   return 3 * forward;
 }
 

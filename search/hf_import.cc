@@ -124,11 +124,25 @@ std::string StringOr(const json& config, const char* key, const std::string& fal
 
 /// The mixture-of-experts families ParaTune imports (model_type).
 bool SupportedMoeFamily(const std::string& model_type) {
-  for (const char* t : {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3",
-                        "gpt_oss", "llama4", "llama4_text"}) {
+  for (const char* t :
+       {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe",
+        "gpt_oss", "llama4", "llama4_text", "olmoe", "phimoe", "minimax_m2"}) {
     if (model_type == t) return true;
   }
   return false;
+}
+
+/// Families whose intermediate_size is one routed expert's width (no dense FFN beside it).
+bool ExpertWidthIsIntermediateSize(const std::string& type) {
+  return type == "mixtral" || type == "gpt_oss" || absl::StartsWith(type, "llama4") ||
+         type == "olmoe" || type == "phimoe" || type == "minimax_m2";
+}
+
+/// DeepSeek-V2/V3's MoE fields (n_shared_experts, first_k_dense_replace, n_group/topk_group,
+/// num_nextn_predict_layers), which Kimi K2 (DeepSeek-V3's architecture) and GLM-4.5
+/// (grouped-query attention) use too.
+bool DeepSeekMoeFields(const std::string& type) {
+  return absl::StartsWith(type, "deepseek") || type == "kimi_k2" || type == "glm4_moe";
 }
 
 /// Other configs with experts above 1, an enabled moe_* setting, or an MoE model_type.
@@ -136,7 +150,8 @@ absl::Status RejectOtherMixtureOfExperts(const json& config, const std::string& 
   if (SupportedMoeFamily(model_type)) return absl::OkStatus();
   const char* supported =
       "; mixture-of-experts configs are imported for model_type mixtral, qwen2_moe, "
-      "qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss and llama4";
+      "qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, glm4_moe, gpt_oss, llama4, olmoe, "
+      "phimoe and minimax_m2";
   for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts",
                           "moe_num_experts", "num_experts_per_tok", "n_shared_experts"}) {
     auto it = config.find(key);
@@ -165,6 +180,41 @@ absl::Status RejectOtherMixtureOfExperts(const json& config, const std::string& 
                                                      "') is a mixture-of-experts architecture",
                                                      supported));
     }
+  }
+  return absl::OkStatus();
+}
+
+/// Configs whose layers are not all attention layers: Mamba/state-space hybrids
+/// (Nemotron-H, Zamba, Falcon-H1, Granite 4.0: hybrid_override_pattern, layers_block_type,
+/// mamba_* / ssm_* keys) and linear-attention hybrids (Qwen3-Next's layer_types). Imported as
+/// transformers they would be planned with attention in every layer.
+absl::Status RejectHybridLayers(const json& config, const std::string& model_type) {
+  const std::string why = absl::StrCat(
+      " describes a model of model_type '", model_type,
+      "' with state-space or linear-attention layers; ParaTune models attention layers only");
+  for (const char* key : {"hybrid_override_pattern", "layers_block_type", "attn_layer_period"}) {
+    if (auto it = config.find(key); it != config.end() && !it->is_null()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hf_config.", key, " (", JsonPreview(*it), ")", why));
+    }
+  }
+  for (const auto& [key, value] : config.items()) {
+    if ((absl::StartsWith(key, "mamba") || absl::StartsWith(key, "ssm_")) && !value.is_null()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hf_config.", key, " (", JsonPreview(value), ")", why));
+    }
+  }
+  if (auto it = config.find("layer_types"); it != config.end() && it->is_array()) {
+    for (const json& t : *it) {
+      if (!t.is_string() || (t != "full_attention" && t != "sliding_attention")) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("hf_config.layer_types holds ", JsonPreview(t), why));
+      }
+    }
+  }
+  if (absl::StrContains(model_type, "mamba")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hf_config.model_type ('", model_type, "')", why));
   }
   return absl::OkStatus();
 }
@@ -203,7 +253,7 @@ absl::Status ReadMixtureOfExperts(const json& config, const std::string& type, M
       !s.ok()) {
     return s;
   }
-  if (type == "mixtral" || type == "gpt_oss" || absl::StartsWith(type, "llama4")) {
+  if (ExpertWidthIsIntermediateSize(type)) {
     m.moe_ffn_hidden_size = m.ffn_hidden_size;
   } else if (auto s = ReadOptional(config, {"moe_intermediate_size"}, &m.moe_ffn_hidden_size);
              !s.ok()) {
@@ -229,7 +279,7 @@ absl::Status ReadMixtureOfExperts(const json& config, const std::string& type, M
       m.shared_expert_ffn_hidden_size = shared;
     }
   }
-  if (absl::StartsWith(type, "deepseek")) {
+  if (DeepSeekMoeFields(type)) {
     if (auto s = ReadOptional(config, {"n_shared_experts"}, &m.num_shared_experts); !s.ok()) {
       return s;
     }
@@ -265,6 +315,30 @@ absl::Status ReadMixtureOfExperts(const json& config, const std::string& type, M
     }
     if (auto s = ReadOptional(config, {"num_nextn_predict_layers"}, &m.mtp_layers); !s.ok()) {
       return s;
+    }
+  }
+  if (type == "minimax_m2") {
+    // attn_type_list: 1 for a softmax-attention layer, 0 for a lightning (linear-attention)
+    // layer (MiniMax-01/M1); M2's layers are all 1.
+    if (auto it = config.find("attn_type_list"); it != config.end() && it->is_array()) {
+      for (const json& t : *it) {
+        if (!t.is_number_integer() || t.get<int64_t>() != 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "hf_config.attn_type_list holds ", JsonPreview(t),
+              ": only softmax-attention layers (1) are modelled, not lightning attention (0)"));
+        }
+      }
+    }
+    // Its multi-token prediction: num_mtp_modules modules of mtp_transformer_layers layers.
+    auto use_mtp = OptionalBool(config, "use_mtp");
+    if (!use_mtp.ok()) return use_mtp.status();
+    if (use_mtp->value_or(false)) {
+      int64_t modules = 0, layers_per_module = 1;
+      if (auto s = ReadOptional(config, {"num_mtp_modules"}, &modules); !s.ok()) return s;
+      if (auto s = ReadOptional(config, {"mtp_transformer_layers"}, &layers_per_module); !s.ok()) {
+        return s;
+      }
+      m.mtp_layers = modules * layers_per_module;
     }
   }
   if (absl::StartsWith(type, "llama4")) {
@@ -321,18 +395,21 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const json& config) {
   if (!config.is_object()) {
     return absl::InvalidArgumentError("hf_config must be a JSON object (a config.json)");
   }
-  // Llama 4's config.json nests the language model's fields in text_config.
+  // Multimodal configs (Llama 4, Kimi K2.5, Gemma 3) nest the language model's fields in
+  // text_config.
+  const bool llama4 = absl::StartsWith(StringOr(config, "model_type", ""), "llama4");
   if (auto it = config.find("text_config");
       it != config.end() && it->is_object() &&
-      absl::StartsWith(StringOr(config, "model_type", ""), "llama4")) {
+      (llama4 || FirstKey(config, {"num_hidden_layers", "n_layer", "num_layers"}) == nullptr)) {
     json text = *it;
-    text["model_type"] = "llama4_text";
+    if (llama4) text["model_type"] = "llama4_text";
     if (!text.contains("_name_or_path") && config.contains("_name_or_path")) {
       text["_name_or_path"] = config["_name_or_path"];
     }
     return ModelSpecFromHfConfig(text);
   }
   const std::string model_type = StringOr(config, "model_type", "");
+  if (auto s = RejectHybridLayers(config, model_type); !s.ok()) return s;
   if (auto s = RejectOtherMixtureOfExperts(config, model_type); !s.ok()) return s;
   if (auto it = config.find("is_encoder_decoder");
       it != config.end() && it->is_boolean() && it->get<bool>()) {
@@ -444,6 +521,9 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const json& config) {
   } else {
     m.normalization = IsGated(m.activation) ? Normalization::kRmsNorm : Normalization::kLayerNorm;
   }
+
+  // Phi-3.5-MoE's decoder layers use LayerNorm (with its eps under the rms_norm_eps key).
+  if (model_type == "phimoe") m.normalization = Normalization::kLayerNorm;
 
   // Position embedding: rotary (or ALiBi, which has no table either) vs a learned table.
   const bool rope_keys = FirstKey(config, {"rope_theta", "rope_scaling", "rotary_pct",

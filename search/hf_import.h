@@ -1,8 +1,10 @@
 // Hugging Face `config.json` → ModelSpec, for the decoder-only families ParaTune models:
 // Llama, Mistral, Qwen2, GPT-2, GPT-NeoX, Falcon (and others that use the same field
-// names), and the mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3
-// (multi-head latent attention), GPT-OSS and Llama 4. Other MoE families and
-// encoder-decoder configs are rejected.
+// names), and the mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 and
+// Kimi K2 (multi-head latent attention), GLM-4.5, GPT-OSS, Llama 4, OLMoE, Phi-3.5-MoE and
+// MiniMax-M2. A multimodal config's text_config is read for its language model. Other MoE
+// families (and hybrids with linear-attention or state-space layers) and encoder-decoder
+// configs are rejected.
 #ifndef PARATUNE_SEARCH_HF_IMPORT_H_
 #define PARATUNE_SEARCH_HF_IMPORT_H_
 

@@ -21,6 +21,10 @@
 //    published).
 //  - moonlight-16b-a3b: HF config.json of moonshotai/Moonlight-16B-A3B (DeepSeek-V3's
 //    architecture; "16B total, 3B activated" published).
+//  - glm-4.5, glm-4.5-air: HF config.json of zai-org/GLM-4.5 and GLM-4.5-Air (160 / 128
+//    routed experts of 1536 / 1408, top-8, one shared expert, first 3 / 1 layers dense, one
+//    MTP module; 355B / 32B and 106B / 12B published). Its QKV biases and QK norm are not
+//    modelled.
 //  - gpt-oss-120b: HF config.json of openai/gpt-oss-120b (128 experts, top-4, head_dim 64;
 //    116.8B / 5.1B published; its attention sinks and biases are not modelled).
 //  - bloom-176b: BigScience BLOOM paper (2022) and bigscience/bloom config.json (ALiBi: no
@@ -198,6 +202,25 @@ std::vector<ModelSpec> MoePresets() {
   moon.moe_router_group_topk = 0;
   moon.mtp_layers = 0;
   v.push_back(moon);
+  // GLM-4.5 and GLM-4.5-Air: grouped-query attention (96 heads of 128, 8 groups), one shared
+  // expert, the first layers dense, one MTP module.
+  ModelSpec glm = Moe("glm-4.5", 92, 5120, 96, 8, 128, 151552, 160, 8, 1536);
+  glm.ffn_hidden_size = 12288;  // The first three (dense) layers.
+  glm.num_shared_experts = 1;
+  glm.shared_expert_ffn_hidden_size = 1536;
+  glm.first_k_dense_layers = 3;
+  glm.mtp_layers = 1;
+  v.push_back(glm);
+  ModelSpec air = glm;
+  air.name = "glm-4.5-air";
+  air.num_layers = 46;
+  air.hidden_size = 4096;
+  air.ffn_hidden_size = 10944;
+  air.num_experts = 128;
+  air.moe_ffn_hidden_size = 1408;
+  air.shared_expert_ffn_hidden_size = 1408;
+  air.first_k_dense_layers = 1;
+  v.push_back(air);
   return v;
 }
 

@@ -13,9 +13,10 @@
 namespace paratune {
 
 std::string LayerProfileSpec::Key() const {
-  return absl::StrCat("layer h=", hidden_size, " a=", num_attention_heads, " g=", num_query_groups,
-                      " f=", ffn_hidden_size, " V=", vocab_size, " act=", ToString(activation),
-                      " norm=", ToString(normalization), " tp=", tp,
+  return absl::StrCat("layer h=", hidden_size, " a=", num_attention_heads,
+                      kv_channels > 0 ? absl::StrCat(" d=", kv_channels) : "",
+                      " g=", num_query_groups, " f=", ffn_hidden_size, " V=", vocab_size,
+                      " act=", ToString(activation), " norm=", ToString(normalization), " tp=", tp,
                       " sp=", sequence_parallel ? 1 : 0, " cp=", cp, " mb=", micro_batch_size,
                       " s=", seq_length, " rc=", ToString(recompute), " dt=", ToString(dtype),
                       " fa=", flash_attention ? 1 : 0, " do=", dropout ? 1 : 0, " w=", warmup,
@@ -98,6 +99,7 @@ std::vector<LayerProfileSpec> LayerTasksFor(const JobSpec& spec, const ParallelC
   const ModelSpec& m = spec.model;
   base.hidden_size = m.hidden_size;
   base.num_attention_heads = m.num_attention_heads;
+  base.kv_channels = m.kv_channels;
   base.num_query_groups = m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads;
   base.ffn_hidden_size = m.ffn_hidden_size > 0 ? m.ffn_hidden_size : 4 * m.hidden_size;
   base.vocab_size = m.vocab_size;

@@ -29,6 +29,7 @@ namespace paratune {
 struct LayerProfileSpec {
   int64_t hidden_size = 0;
   int64_t num_attention_heads = 0;
+  int64_t kv_channels = 0;  ///< Head dimension; 0 = hidden_size / num_attention_heads.
   int64_t num_query_groups = 0;
   int64_t ffn_hidden_size = 0;
   int64_t vocab_size = 0;

@@ -343,10 +343,12 @@ absl::Status ModelSpec::Validate() const {
   if (num_attention_heads <= 0) {
     return absl::InvalidArgumentError(Positive("model.num_attention_heads", num_attention_heads));
   }
-  if (hidden_size % num_attention_heads != 0) {
+  // The head dimension is hidden / heads unless kv_channels gives it (GLM-4.5: 96 heads of
+  // 128 on a 5120-wide residual, as Megatron's --kv-channels allows).
+  if (kv_channels <= 0 && hidden_size % num_attention_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.hidden_size (", hidden_size, ") must be divisible by model.num_attention_heads (",
-        num_attention_heads, ")"));
+        num_attention_heads, ") unless model.kv_channels gives the head dimension"));
   }
   if (num_query_groups <= 0) {
     return absl::InvalidArgumentError(Positive("model.num_query_groups", num_query_groups));

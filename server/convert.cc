@@ -321,6 +321,7 @@ v1::ProfileTask ToProto(const ProfileTaskSpec& task) {
   v1::LayerShape* shape = layer->mutable_shape();
   shape->set_hidden_size(l.hidden_size);
   shape->set_num_attention_heads(l.num_attention_heads);
+  shape->set_kv_channels(l.kv_channels);
   shape->set_num_query_groups(l.num_query_groups);
   shape->set_ffn_hidden_size(l.ffn_hidden_size);
   shape->set_vocab_size(l.vocab_size);

@@ -394,6 +394,7 @@ v1::ProfileTask ToProto(const inference::ServingStepTaskSpec& task) {
   v1::LayerShape* shape = t->mutable_shape();
   shape->set_hidden_size(task.model.hidden_size);
   shape->set_num_attention_heads(task.model.num_attention_heads);
+  shape->set_kv_channels(task.model.kv_channels);
   shape->set_num_query_groups(QueryGroups(task.model));
   shape->set_ffn_hidden_size(task.model.ffn_hidden_size);
   shape->set_vocab_size(task.model.vocab_size);

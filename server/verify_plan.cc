@@ -163,6 +163,7 @@ absl::StatusOr<v1::VerifyTask> MakeVerifyTask(const JobSpec& spec, const v1::Ran
   v1::LayerShape* shape = t.mutable_shape();
   shape->set_hidden_size(m.hidden_size);
   shape->set_num_attention_heads(m.num_attention_heads);
+  shape->set_kv_channels(m.kv_channels);
   shape->set_num_query_groups(m.num_query_groups > 0 ? m.num_query_groups
                                                      : m.num_attention_heads);
   shape->set_ffn_hidden_size(m.ffn_hidden_size > 0 ? m.ffn_hidden_size : 4 * m.hidden_size);

@@ -34,6 +34,7 @@ v1::ServingVerifyTask MakeServingVerifyTask(const inference::InferenceJobSpec& s
   v1::LayerShape* shape = t.mutable_shape();
   shape->set_hidden_size(m.hidden_size);
   shape->set_num_attention_heads(m.num_attention_heads);
+  shape->set_kv_channels(m.kv_channels);
   shape->set_num_query_groups(QueryGroups(m));
   shape->set_ffn_hidden_size(m.ffn_hidden_size);
   shape->set_vocab_size(m.vocab_size);

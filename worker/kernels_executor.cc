@@ -156,6 +156,7 @@ absl::Status ReadShape(const v1::LayerShape& in, kernels::LayerShape* out) {
   out->num_query_groups = in.num_query_groups();
   out->ffn_hidden_size = in.ffn_hidden_size();
   out->vocab_size = in.vocab_size();
+  out->kv_channels = in.kv_channels();
   if (!in.activation().empty()) {
     absl::StatusOr<Activation> a = ParseActivation(in.activation());
     if (!a.ok()) return a.status();

@@ -72,7 +72,8 @@ absl::Status ServingConfig::Validate() const {
   }
   if (weight_quant == WeightQuant::kInt4) {
     const int64_t tp = parallel.tp;
-    const int64_t ks[] = {shape.hidden_size, shape.hidden_size / tp, ffn_hidden_size() / tp};
+    const int64_t ks[] = {shape.hidden_size, shape.num_attention_heads * head_dim() / tp,
+                          ffn_hidden_size() / tp};
     for (int64_t k : ks) {
       if (int4_group_size <= 0 || int4_group_size % 2 != 0 || k % int4_group_size != 0) {
         return absl::InvalidArgumentError(

@@ -53,7 +53,7 @@ struct ServingConfig {
   int64_t ffn_hidden_size() const {
     return shape.ffn_hidden_size > 0 ? shape.ffn_hidden_size : 4 * shape.hidden_size;
   }
-  int64_t head_dim() const { return shape.hidden_size / shape.num_attention_heads; }
+  int64_t head_dim() const { return shape.head_dim(); }
   /// Tokens the KV cache of one rank holds.
   int64_t kv_capacity_tokens() const { return kv_block_size * num_kv_blocks; }
   /// The training-layer configuration with the same shape, tp and weights.

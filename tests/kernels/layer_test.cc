@@ -93,6 +93,30 @@ TEST(LayerTest, FlashAttentionEqualsNaive) {
   ExpectSameRun(MustRun(c), naive, "flash tp=2 sp");
 }
 
+// A head dimension of its own (kv_channels, as Qwen3 and GLM-4.5 have): the projections are
+// h x (a + 2g)d and ad x h with ad != h, hidden_size need not divide by the heads, and the
+// layer splits over TP and runs flash attention as with d = h / a.
+TEST(LayerTest, HeadDimensionOfItsOwnSplitsLikeTheLayer) {
+  LayerConfig c = TinyConfig();
+  c.shape.hidden_size = 30;  // 30 / 4 heads is not an integer
+  c.shape.kv_channels = 8;
+  c.shape.num_query_groups = 2;
+  c.shape.activation = Activation::kSwiglu;
+  c.shape.normalization = Normalization::kRmsNorm;
+  ASSERT_TRUE(c.Validate().ok()) << c.Validate();
+  const LayerRun naive = MustRun(c);
+  const int64_t h = 30, a = 4, g = 2, d = 8;
+  EXPECT_EQ(naive.grads.at("qkv.weight").size(), static_cast<size_t>(h * (a + 2 * g) * d));
+  EXPECT_EQ(naive.grads.at("proj.weight").size(), static_cast<size_t>(a * d * h));
+  c.parallel.tp = 2;
+  ExpectSameRun(MustRun(c), naive, "kv_channels tp=2");
+  c.flash_attention = true;
+  c.parallel.sequence_parallel = true;
+  ExpectSameRun(MustRun(c), naive, "kv_channels flash tp=2 sp");
+  c.shape.kv_channels = 0;
+  EXPECT_FALSE(c.Validate().ok());  // without it, 4 heads must divide 30
+}
+
 TEST(LayerTest, RecomputeModesGiveSameGradientsAndStoreLess) {
   LayerConfig c = TinyConfig();
   const LayerRun none = MustRun(c);

@@ -3,15 +3,16 @@
 // ones exactly where ParaTune's layer matches the family's (Llama, Mistral, GPT-2).
 #include "search/hf_import.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "search/model_math.h"
+#include "search/presets.h"
 
 namespace paratune {
 namespace {
@@ -267,6 +268,147 @@ TEST(HfImportTest, Llama4ReadsItsTextConfig) {
   EXPECT_TRUE(IsExpertLayer(*mv, 1));
   EXPECT_FALSE(IsExpertLayer(*mv, 2));
   EXPECT_EQ(NumExpertLayers(*mv), 24);
+}
+
+// By hand, per layer: attention h(q + 2kv) + qh with q = 96 x 128, kv = 8 x 128; two norms
+// of h; a dense FFN 3hf; an expert 3h x 1536; an expert layer (160 routed + 1 shared)
+// experts and a 160-wide router. GLM-4.5: 92 layers, the first 3 dense, untied 151552-entry
+// vocabulary: 352,796,472,320 (the published "355B" also counts part of the MTP module,
+// which is not in the total here as for DeepSeek-V3's 671B); active (8 routed + 1 shared):
+// 33,630,909,440, of which the two embedding tables are 1,551,892,480 (published "32B"
+// without them).
+TEST(HfImportTest, Glm45IsGroupedQueryAttentionWithDeepSeekStyleExperts) {
+  ModelSpec m = Import("glm-4.5");
+  EXPECT_EQ(m.attention, AttentionType::kGqa);
+  EXPECT_EQ(m.num_query_groups, 8);
+  EXPECT_EQ(m.kv_channels, 128);  // 5120 / 96 is not the head dimension.
+  EXPECT_EQ(m.num_experts, 160);
+  EXPECT_EQ(m.moe_router_topk, 8);
+  EXPECT_EQ(m.moe_ffn_hidden_size, 1536);
+  EXPECT_EQ(m.ffn_hidden_size, 12288);
+  EXPECT_EQ(m.num_shared_experts, 1);
+  EXPECT_EQ(m.shared_expert_ffn_hidden_size, 1536);
+  EXPECT_EQ(m.first_k_dense_layers, 3);
+  EXPECT_EQ(m.mtp_layers, 1);
+  EXPECT_EQ(m.moe_router_num_groups, 0);  // n_group 1: not limited.
+  EXPECT_FALSE(m.tie_embeddings);
+  EXPECT_TRUE(m.Validate().ok()) << m.Validate();
+  EXPECT_NEAR(TotalParams(m) / 352796472320.0, 1.0, 1e-4);
+  EXPECT_NEAR(ActiveParams(m) / 33630909440.0, 1.0, 1e-4);
+  EXPECT_NEAR(TotalParams(m) / 355e9, 1.0, 0.01);
+  // The preset is the same model.
+  auto preset = FindPreset("glm-4.5");
+  ASSERT_TRUE(preset.ok());
+  EXPECT_EQ(TotalParams(*preset), TotalParams(m));
+  EXPECT_EQ(ActiveParams(*preset), ActiveParams(m));
+  EXPECT_EQ(preset->mtp_layers, m.mtp_layers);
+  // GLM-4.5-Air by the same count: 46 layers (1 dense of 10944), h 4096, 128 experts of
+  // 1408: 106,851,586,048 (published 106B), active 13,423,464,448.
+  auto air = FindPreset("glm-4.5-air");
+  ASSERT_TRUE(air.ok());
+  EXPECT_TRUE(air->Validate().ok()) << air->Validate();
+  EXPECT_NEAR(TotalParams(*air) / 106851586048.0, 1.0, 1e-4);
+  EXPECT_NEAR(ActiveParams(*air) / 13423464448.0, 1.0, 1e-4);
+}
+
+// Kimi K2 is DeepSeek-V3's architecture under its own model_type; Kimi K2.5 nests it in
+// text_config.
+TEST(HfImportTest, KimiK2ImportsAsItsPreset) {
+  ModelSpec m = Import("kimi-k2");
+  EXPECT_EQ(m.attention, AttentionType::kMla);
+  EXPECT_EQ(m.num_experts, 384);
+  EXPECT_EQ(m.num_attention_heads, 64);
+  EXPECT_EQ(m.first_k_dense_layers, 1);
+  EXPECT_EQ(m.mtp_layers, 0);
+  EXPECT_EQ(m.moe_router_num_groups, 0);
+  EXPECT_TRUE(m.Validate().ok()) << m.Validate();
+  auto preset = FindPreset("kimi-k2");
+  ASSERT_TRUE(preset.ok());
+  EXPECT_EQ(TotalParams(m), TotalParams(*preset));
+  EXPECT_EQ(ActiveParams(m), ActiveParams(*preset));
+
+  nlohmann::json k25 = {{"model_type", "kimi_k25"},
+                        {"_name_or_path", "moonshotai/Kimi-K2.5"},
+                        {"text_config", nlohmann::json::parse(ReadHfConfig("kimi-k2"))}};
+  auto nested = ModelSpecFromHfConfig(k25);
+  ASSERT_TRUE(nested.ok()) << nested.status();
+  EXPECT_EQ(TotalParams(*nested), TotalParams(m));
+  EXPECT_EQ(nested->name, "moonshotai/Kimi-K2.5");
+}
+
+// intermediate_size is one expert's width in these families. By hand (attention 4h·hd·a-ish
+// terms as above, experts 3h·f): OLMoE-1B-7B 6,919,096,320 total, 1,281,951,744 active
+// (published 6.9B / 1.3B); Phi-3.5-MoE 41,872,527,360 / 6,640,373,760 (41.9B / 6.6B);
+// MiniMax-M2 228,689,304,576 / 11,030,092,800 (published 230B, and 10B active without the
+// two embedding tables' 1.23B).
+TEST(HfImportTest, ExpertWidthFamiliesMatchTheirPublishedSizes) {
+  ModelSpec olmoe = Import("olmoe-1b-7b");
+  EXPECT_EQ(olmoe.num_experts, 64);
+  EXPECT_EQ(olmoe.moe_router_topk, 8);
+  EXPECT_EQ(olmoe.moe_ffn_hidden_size, 1024);
+  EXPECT_EQ(olmoe.attention, AttentionType::kMha);
+  EXPECT_TRUE(olmoe.Validate().ok()) << olmoe.Validate();
+  EXPECT_NEAR(TotalParams(olmoe) / 6919096320.0, 1.0, 1e-4);
+  EXPECT_NEAR(ActiveParams(olmoe) / 1281951744.0, 1.0, 1e-4);
+
+  ModelSpec phi = Import("phi-3.5-moe");
+  EXPECT_EQ(phi.num_experts, 16);
+  EXPECT_EQ(phi.moe_router_topk, 2);
+  EXPECT_EQ(phi.moe_ffn_hidden_size, 6400);
+  EXPECT_EQ(phi.num_query_groups, 8);
+  EXPECT_EQ(phi.normalization, Normalization::kLayerNorm);  // despite rms_norm_eps
+  EXPECT_TRUE(phi.Validate().ok()) << phi.Validate();
+  EXPECT_NEAR(TotalParams(phi) / 41.9e9, 1.0, 0.005);
+  EXPECT_NEAR(ActiveParams(phi) / 6.6e9, 1.0, 0.01);
+
+  ModelSpec mm = Import("minimax-m2");
+  EXPECT_EQ(mm.num_experts, 256);
+  EXPECT_EQ(mm.moe_router_topk, 8);
+  EXPECT_EQ(mm.moe_ffn_hidden_size, 1536);
+  EXPECT_EQ(mm.kv_channels, 128);
+  EXPECT_EQ(mm.num_shared_experts, 0);
+  EXPECT_EQ(mm.mtp_layers, 3);  // use_mtp: 3 modules of 1 layer.
+  EXPECT_TRUE(mm.Validate().ok()) << mm.Validate();
+  EXPECT_NEAR(TotalParams(mm) / 228689304576.0, 1.0, 1e-3);
+  EXPECT_NEAR(ActiveParams(mm) / 11030092800.0, 1.0, 1e-3);
+
+  nlohmann::json no_mtp = nlohmann::json::parse(ReadHfConfig("minimax-m2"));
+  no_mtp["use_mtp"] = false;
+  EXPECT_EQ(ModelSpecFromHfConfig(no_mtp)->mtp_layers, 0);
+  nlohmann::json lightning = nlohmann::json::parse(ReadHfConfig("minimax-m2"));
+  lightning["attn_type_list"] = {1, 0, 1};
+  EXPECT_THAT(ModelSpecFromHfConfig(lightning).status().message(),
+              HasSubstr("hf_config.attn_type_list holds 0"));
+  lightning["attn_type_list"] = std::vector<int>(62, 1);
+  EXPECT_TRUE(ModelSpecFromHfConfig(lightning).ok());
+}
+
+// Hybrids whose layers are not all attention would be planned as transformers: refused,
+// naming the key.
+TEST(HfImportTest, StateSpaceAndLinearAttentionHybridsAreRejected) {
+  nlohmann::json nemotron_h = nlohmann::json::parse(ReadHfConfig("llama3-8b"));
+  nemotron_h["model_type"] = "nemotron_h";
+  nemotron_h["hybrid_override_pattern"] = "M-M-M-M*-M-M-M-M*-";
+  auto s = ModelSpecFromHfConfig(nemotron_h);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("hf_config.hybrid_override_pattern"));
+  EXPECT_THAT(s.status().message(), HasSubstr("state-space or linear-attention layers"));
+
+  nlohmann::json mamba_keys = nlohmann::json::parse(ReadHfConfig("llama3-8b"));
+  mamba_keys["mamba_d_state"] = 128;
+  EXPECT_THAT(ModelSpecFromHfConfig(mamba_keys).status().message(),
+              HasSubstr("hf_config.mamba_d_state (128)"));
+
+  nlohmann::json qwen3_next = nlohmann::json::parse(ReadHfConfig("qwen3-235b-a22b"));
+  qwen3_next["model_type"] = "qwen3_next";
+  qwen3_next["layer_types"] = {"linear_attention", "linear_attention", "full_attention"};
+  EXPECT_THAT(ModelSpecFromHfConfig(qwen3_next).status().message(),
+              HasSubstr("hf_config.layer_types holds \"linear_attention\""));
+
+  // Sliding-window and full attention layers (GPT-OSS, Gemma) are attention layers.
+  nlohmann::json sliding = nlohmann::json::parse(ReadHfConfig("gpt-oss-120b"));
+  sliding["layer_types"] = {"sliding_attention", "full_attention"};
+  EXPECT_TRUE(ModelSpecFromHfConfig(sliding).ok());
 }
 
 TEST(HfImportTest, OtherMixtureOfExpertsFamiliesAreRejected) {

@@ -190,7 +190,8 @@ TEST(SpecIoTest, NegativeZeroAndHugeValuesAreRejected) {
   j = MinimalSpec();
   j["model"]["num_attention_heads"] = 12;  // 2048 % 12 != 0
   EXPECT_EQ(ErrorOf(j),
-            "model.hidden_size (2048) must be divisible by model.num_attention_heads (12)");
+            "model.hidden_size (2048) must be divisible by model.num_attention_heads (12) unless "
+            "model.kv_channels gives the head dimension");
   j = MinimalSpec();
   j["cluster"]["gpu"] = "tpu-v5";
   EXPECT_THAT(ErrorOf(j), HasSubstr("cluster.gpu ('tpu-v5') is not a known device kind"));

@@ -63,7 +63,8 @@ TEST(SpecsTest, ModelSizesMustBePositive) {
 
 TEST(SpecsTest, HeadsAndGroupsMustDivide) {
   EXPECT_EQ(Violation([](JobSpec& s) { s.model.num_attention_heads = 100; }),
-            "model.hidden_size (12288) must be divisible by model.num_attention_heads (100)");
+            "model.hidden_size (12288) must be divisible by model.num_attention_heads (100) unless "
+            "model.kv_channels gives the head dimension");
   EXPECT_EQ(Violation([](JobSpec& s) { s.model.num_query_groups = 7; }),
             "model.num_attention_heads (96) must be divisible by model.num_query_groups (7)");
   // More groups than heads is caught by the same rule.

@@ -239,6 +239,18 @@ mut("hf_config_json_negative_layers", "rgp", "model.num_layers",
 mut("hf_config_json_number_overflow", "rgp", "hf_config", "1e999 in the HF config text "
     "(nlohmann throws out_of_range, not parse_error: once an uncaught exception)",
     **{"model": {"hf_config_json": '{"model_type": "llama", "num_hidden_layers": 1e999}'}})
+mut("hf_config_json_mamba_hybrid", "rgp", "hf_config.hybrid_override_pattern",
+    "a Mamba/attention hybrid (Nemotron-H) would be planned as attention layers only",
+    **{"model": {"hf_config_json": json.dumps({
+        "model_type": "nemotron_h", "num_hidden_layers": 8, "hidden_size": 64,
+        "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256,
+        "hybrid_override_pattern": "M-M*-M-M*"})}})
+mut("hf_config_json_linear_attention_layers", "rgp", "hf_config.layer_types",
+    "linear-attention layers (Qwen3-Next) would be planned as attention layers",
+    **{"model": {"hf_config_json": json.dumps({
+        "model_type": "qwen3_next", "num_hidden_layers": 2, "hidden_size": 64,
+        "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256,
+        "layer_types": ["linear_attention", "full_attention"]})}})
 # Raw text: truncated and invalid JSON and YAML.
 base_text = json.dumps(BASE)
 TRAIN = "training: {seq_length: 2048, global_batch_size: 64}\n"
