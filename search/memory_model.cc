@@ -178,13 +178,13 @@ std::vector<int64_t> ExpertLayersPerChunk(const ModelSpec& m, const ParallelConf
   if (!IsMoe(m)) return out;
   // Megatron's interleaving: model chunk j of stage r is virtual stage j*p + r; virtual
   // stages hold consecutive layers.
-  int64_t first = 0;
+  int64_t first = 0, below_first = 0;
   for (int64_t k = 0; k < c.pp * c.vp; ++k) {
     const int64_t r = k % c.pp, j = k / c.pp;
-    const int64_t layers = DecoderLayersInChunk(m, c, r, j);
-    out[static_cast<size_t>(r * c.vp + j)] =
-        ExpertLayersBelow(m, first + layers) - ExpertLayersBelow(m, first);
-    first += layers;
+    first += DecoderLayersInChunk(m, c, r, j);
+    const int64_t below = ExpertLayersBelow(m, first);
+    out[static_cast<size_t>(r * c.vp + j)] = below - below_first;
+    below_first = below;
   }
   return out;
 }

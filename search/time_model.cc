@@ -544,6 +544,9 @@ struct Pipeline {
   /// Per stage, one micro-batch's sharded data-parallel collectives (all chunks) that the
   /// chunk times include: exposed all-gathers and reduce-scatters, and the slowdown.
   std::vector<double> sharded_dp;
+  /// Expert layers per stage (ExpertLayersPerStage; zeros for a dense model), counted once
+  /// for the schedule, the critical stage and the breakdown.
+  std::vector<int64_t> expert_layers_per_stage;
 };
 
 Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
@@ -560,6 +563,11 @@ Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
   pipe.forward.resize(static_cast<size_t>(p * v));
   pipe.backward.resize(static_cast<size_t>(p * v));
   const std::vector<int64_t> expert_chunks = ExpertLayersPerChunk(model, config);
+  out.expert_layers_per_stage.assign(static_cast<size_t>(p), 0);
+  for (int64_t k = 0; k < p * v; ++k) {
+    out.expert_layers_per_stage[static_cast<size_t>(k / v)] +=
+        expert_chunks[static_cast<size_t>(k)];
+  }
   // Sharded data parallelism's per-micro-batch collectives (ZeRO-2's gradient
   // reduce-scatters; full sharding's parameter all-gathers too), overlapped layer by layer.
   const ShardedLayerComm sharded = ShardedLayerCommSeconds(
@@ -723,15 +731,15 @@ double ExposedDataParallelSeconds(const ParallelConfig& config, const DeviceProf
 // optimizer step; the latest one is critical.
 CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& config,
                                 const DeviceProfile& device, const LayerTime& layer,
-                                const PipelineInput& pipe, const std::vector<double>& finish,
-                                const MeasuredTerms* measured) {
+                                const PipelineInput& pipe,
+                                const std::vector<int64_t>& experts_per_stage,
+                                const std::vector<double>& finish, const MeasuredTerms* measured) {
   const ModelSpec& model = spec.model;
   const int64_t p = config.pp;
   // The data-parallel reduction's dtype is the framework's (Megatron: FP32 in BF16 runs).
   const double grad_bytes = GradientReduceBytes(spec.training.framework, spec.training.precision);
   const double e = ElementBytes(spec.training.precision);
   CriticalStage out;
-  const std::vector<int64_t> experts_per_stage = ExpertLayersPerStage(model, config);
   for (int64_t r = 0; r < p; ++r) {
     const StageParams split =
         StageParamsSplit(model, config, r, experts_per_stage[static_cast<size_t>(r)]);
@@ -810,7 +818,9 @@ TimeBreakdown SplitByCause(const JobSpec& spec, const ParallelConfig& config,
   const double mtp = last ? static_cast<double>(spec.model.mtp_layers) : 0.0;
   const double experts =
       expert != nullptr
-          ? static_cast<double>(ExpertLayersOnStage(spec.model, config, critical.stage)) + mtp
+          ? static_cast<double>(
+                pipeline.expert_layers_per_stage[static_cast<size_t>(critical.stage)]) +
+                mtp
           : 0.0;
   const double layers =
       static_cast<double>(DecoderLayersOnStage(spec.model, config, critical.stage)) + mtp - experts;
@@ -1079,7 +1089,8 @@ absl::StatusOr<IterationEstimate> EstimateIteration(
   absl::StatusOr<std::vector<double>> finish = StageFinishTimes(pipeline.input, mode);
   if (!finish.ok()) return finish.status();
   const CriticalStage critical =
-      FindCriticalStage(spec, config, device, layer, pipeline.input, *finish, measured);
+      FindCriticalStage(spec, config, device, layer, pipeline.input,
+                        pipeline.expert_layers_per_stage, *finish, measured);
   const double embedding_sync = TiedEmbeddingSyncSeconds(spec, config, device);
   const double iteration = critical.end + embedding_sync;
 
