@@ -105,6 +105,13 @@ void AddMoeArgs(const JobSpec& spec, const ParallelConfig& c,
     add("--v-head-dim", absl::StrCat(m.v_head_dim));
   }
   if (m.mtp_layers > 0) add("--mtp-num-layers", absl::StrCat(m.mtp_layers));
+  if (m.sliding_window > 0) {
+    // Megatron's (left, right) window of a causal model.
+    add("--window-size", absl::StrCat(m.sliding_window, ",0"));
+    if (m.window_attn_skip_freq > 0) {
+      add("--window-attn-skip-freq", absl::StrCat(m.window_attn_skip_freq));
+    }
+  }
   if (!IsMoe(m)) return;
   add("--num-experts", absl::StrCat(m.num_experts));
   add("--moe-router-topk", absl::StrCat(m.moe_router_topk));
@@ -202,6 +209,12 @@ std::string NemoMoeKeys(const JobSpec& spec, const ParallelConfig& c) {
         "  qk_pos_emb_head_dim: ", m.qk_rope_head_dim, "\n", "  v_head_dim: ", m.v_head_dim, "\n");
   }
   if (m.mtp_layers > 0) absl::StrAppend(&out, "  mtp_num_layers: ", m.mtp_layers, "\n");
+  if (m.sliding_window > 0) {
+    absl::StrAppend(&out, "  window_size: [", m.sliding_window, ", 0]\n");
+    if (m.window_attn_skip_freq > 0) {
+      absl::StrAppend(&out, "  window_attn_skip_freq: ", m.window_attn_skip_freq, "\n");
+    }
+  }
   if (c.split_counts_embedding_and_loss && m.mtp_layers > 0) {
     absl::StrAppend(&out, "  pipeline_model_parallel_layout: \"", PipelineLayout(spec, c), "\"\n");
   }

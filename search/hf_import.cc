@@ -228,6 +228,55 @@ absl::Status ReadOptional(const json& config, std::initializer_list<const char*>
   return absl::OkStatus();
 }
 
+/// Sliding-window attention: sliding_window (unless use_sliding_window is false, as Qwen2's
+/// configs say), windowed in every layer but each n-th: layer_types' period (GPT-OSS,
+/// Gemma 3 in newer transformers), Gemma 3's sliding_window_pattern, Gemma 2's alternation.
+absl::Status ReadSlidingWindow(const json& config, const std::string& model_type, ModelSpec& m) {
+  auto use = OptionalBool(config, "use_sliding_window");
+  if (!use.ok()) return use.status();
+  if (!use->value_or(true)) return absl::OkStatus();
+  auto window = OptionalInt(config, {"sliding_window"});
+  if (!window.ok()) return window.status();
+  if (!window->has_value() || **window <= 0) return absl::OkStatus();
+  m.sliding_window = **window;
+  if (auto it = config.find("layer_types"); it != config.end() && it->is_array()) {
+    // Full-attention layers at every n-th position (1-based) and nowhere else.
+    std::vector<int64_t> full;
+    for (size_t i = 0; i < it->size(); ++i) {
+      if ((*it)[i] == "full_attention") full.push_back(static_cast<int64_t>(i) + 1);
+    }
+    if (full.empty()) return absl::OkStatus();
+    if (full.size() == it->size()) {
+      m.sliding_window = 0;  // No layer is windowed.
+      return absl::OkStatus();
+    }
+    const int64_t n = full.front();
+    for (size_t k = 0; k < full.size(); ++k) {
+      if (full[k] != n * static_cast<int64_t>(k + 1)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "hf_config.layer_types: the full-attention layers are not every n-th layer (layer ",
+            full[k], " is full attention after layer ", k == 0 ? 0 : full[k - 1],
+            "); model.window_attn_skip_freq describes a period"));
+      }
+    }
+    if (static_cast<int64_t>(it->size()) / n != static_cast<int64_t>(full.size())) {
+      return absl::InvalidArgumentError(
+          "hf_config.layer_types: the full-attention layers are not every n-th layer");
+    }
+    m.window_attn_skip_freq = n;
+    return absl::OkStatus();
+  }
+  int64_t pattern = 0;
+  if (auto s = ReadOptional(config, {"sliding_window_pattern"}, &pattern); !s.ok()) return s;
+  if (pattern > 0) {
+    m.window_attn_skip_freq = pattern;
+  } else if (model_type == "gemma2" || model_type == "gpt_oss") {
+    // transformers' default layer_types: even layers (0-based) windowed, odd ones full.
+    m.window_attn_skip_freq = 2;
+  }
+  return absl::OkStatus();
+}
+
 /// The experts, shared experts, layer pattern, MLA ranks and MTP modules of the supported
 /// MoE families (their transformers configuration classes):
 ///   mixtral, gpt_oss: num_local_experts, num_experts_per_tok (gpt_oss: experts_per_token),
@@ -545,6 +594,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(const json& config) {
 
   m.num_experts = 1;
   if (auto s = ReadMixtureOfExperts(config, model_type, m); !s.ok()) return s;
+  if (auto s = ReadSlidingWindow(config, model_type, m); !s.ok()) return s;
   return m;
 }
 

@@ -177,13 +177,38 @@ double ActiveParams(const ModelSpec& m) {
   return TotalParams(m) - experts * inactive;
 }
 
+int64_t WindowedLayers(const ModelSpec& m) {
+  if (m.sliding_window <= 0) return 0;
+  if (m.window_attn_skip_freq <= 0) return m.num_layers;
+  return m.num_layers - m.num_layers / m.window_attn_skip_freq;
+}
+
+namespace {
+
+// Of a full layer's s^2 counted token pairs, the share the mean layer computes.
+double CountedPairShare(const ModelSpec& m, double seq) {
+  const double windowed = static_cast<double>(WindowedLayers(m));
+  if (windowed == 0 || m.num_layers <= 0 || seq <= 0) return 1.0;
+  const double w = std::min(static_cast<double>(m.sliding_window), seq);
+  const double share = (2.0 * seq * w - w * w) / (seq * seq);
+  const double layers = static_cast<double>(m.num_layers);
+  return ((layers - windowed) + windowed * share) / layers;
+}
+
+}  // namespace
+
+double AttendedKeyFraction(const ModelSpec& m, double seq) {
+  return 0.5 * CountedPairShare(m, seq);
+}
+
 double AttentionCoreForwardFlops(const ModelSpec& m, double batch, double seq) {
   const double a = static_cast<double>(m.num_attention_heads);
+  const double pairs = batch * seq * seq * CountedPairShare(m, seq);
   if (m.attention == AttentionType::kMla) {
     const double qk = static_cast<double>(m.qk_head_dim + m.qk_rope_head_dim);
-    return 2.0 * batch * seq * seq * a * (qk + static_cast<double>(m.v_head_dim));
+    return 2.0 * pairs * a * (qk + static_cast<double>(m.v_head_dim));
   }
-  return 4.0 * batch * seq * seq * a * static_cast<double>(HeadDim(m));
+  return 4.0 * pairs * a * static_cast<double>(HeadDim(m));
 }
 
 double ExpertLayerForwardFlops(const ModelSpec& m, double batch, double seq) {

@@ -72,8 +72,17 @@ double AllLayersForwardFlops(const ModelSpec& model, double batch, double seq);
 /// Forward FLOPs of one layer for `tokens` = b*s tokens of sequence length s: 2 FLOPs per
 /// matmul weight and token, plus 4*b*s^2*h for the attention scores and context.
 double LayerForwardFlops(const ModelSpec& model, double batch, double seq);
-/// Forward FLOPs of the attention core alone (4*b*s^2*a*d; MLA: 2*b*s^2*a*(qk + rope + v)).
+/// Forward FLOPs of the attention core alone (4*b*s^2*a*d; MLA: 2*b*s^2*a*(qk + rope + v)),
+/// the mean over the layers: a windowed layer (sliding_window w < s) counts 2sw - w^2
+/// token pairs where a full one counts s^2 (the same convention, no causal halving).
 double AttentionCoreForwardFlops(const ModelSpec& model, double batch, double seq);
+/// Layers whose queries attend to the sliding window only (model.sliding_window, every
+/// layer but each window_attn_skip_freq-th); 0 without a window.
+int64_t WindowedLayers(const ModelSpec& model);
+/// Keys a query attends to, as a fraction of the sequence, the mean over the queries of a
+/// causal sequence of `seq` and over the layers: 1/2 for full attention, (w - w^2/2s)/s for
+/// a window w < s.
+double AttendedKeyFraction(const ModelSpec& model, double seq);
 /// Forward FLOPs of the logits (2*b*s*h*V).
 double LogitsForwardFlops(const ModelSpec& model, double batch, double seq);
 

@@ -25,8 +25,9 @@
 //    routed experts of 1536 / 1408, top-8, one shared expert, first 3 / 1 layers dense, one
 //    MTP module; 355B / 32B and 106B / 12B published). Its QKV biases and QK norm are not
 //    modelled.
-//  - gpt-oss-120b: HF config.json of openai/gpt-oss-120b (128 experts, top-4, head_dim 64;
-//    116.8B / 5.1B published; its attention sinks and biases are not modelled).
+//  - gpt-oss-120b: HF config.json of openai/gpt-oss-120b (128 experts, top-4, head_dim 64,
+//    a 128-token sliding window in every other layer; 116.8B / 5.1B published; its
+//    attention sinks and biases are not modelled).
 //  - bloom-176b: BigScience BLOOM paper (2022) and bigscience/bloom config.json (ALiBi: no
 //    position table, modelled as kRope i.e. no learned positions).
 #include "search/presets.h"
@@ -153,6 +154,9 @@ std::vector<ModelSpec> MoePresets() {
       Moe("qwen3-235b-a22b", 94, 4096, 64, 4, 128, 151936, 128, 8, 1536),
       Moe("gpt-oss-120b", 36, 2880, 64, 8, 64, 201088, 128, 4, 2880),
   };
+  // GPT-OSS alternates a 128-token sliding window (even layers) and full attention.
+  v.back().sliding_window = 128;
+  v.back().window_attn_skip_freq = 2;
   ModelSpec dsv3 = Moe("deepseek-v3", 61, 7168, 128, 128, 0, 129280, 256, 8, 2048);
   dsv3.ffn_hidden_size = 18432;  // The first three (dense) layers.
   dsv3.attention = AttentionType::kMla;

@@ -96,9 +96,17 @@ absl::Status ReadMoeAndAttention(const json& obj, ModelSpec* m, bool* attention_
       {"qk_head_dim", &m->qk_head_dim},
       {"qk_rope_head_dim", &m->qk_rope_head_dim},
       {"v_head_dim", &m->v_head_dim},
-      {"mtp_layers", &m->mtp_layers}};
+      {"mtp_layers", &m->mtp_layers},
+      {"sliding_window", &m->sliding_window},
+      {"window_attn_skip_freq", &m->window_attn_skip_freq}};
   for (const auto& [key, out] : ints) {
     if (auto s = ReadInt(obj, sec, key, out); !s.ok()) return s;
+  }
+  // Turning a preset's or config's window off turns off which layers skip it, unless the
+  // spec names both.
+  if (m->sliding_window == 0 && FindSpecField(obj, "sliding_window") != nullptr &&
+      FindSpecField(obj, "window_attn_skip_freq") == nullptr) {
+    m->window_attn_skip_freq = 0;
   }
   if (m->num_experts == 0) m->num_experts = 1;        // proto: 0 or 1 = dense
   if (m->moe_layer_freq == 0) m->moe_layer_freq = 1;  // proto: default 1
@@ -147,7 +155,9 @@ absl::Status ReadModel(const json& obj, ModelSpec* m, bool* positions_given) {
                               "qk_head_dim",
                               "qk_rope_head_dim",
                               "v_head_dim",
-                              "mtp_layers"});
+                              "mtp_layers",
+                              "sliding_window",
+                              "window_attn_skip_freq"});
       !s.ok()) {
     return s;
   }
@@ -711,6 +721,8 @@ json JobSpecToJson(const JobSpec& spec) {
   model["qk_rope_head_dim"] = m.qk_rope_head_dim;
   model["v_head_dim"] = m.v_head_dim;
   model["mtp_layers"] = m.mtp_layers;
+  model["sliding_window"] = m.sliding_window;
+  model["window_attn_skip_freq"] = m.window_attn_skip_freq;
   out["training"]["moe_routing"] = ToString(t.moe_routing);
   out["training"]["moe_capacity_factor"] = t.moe_capacity_factor;
   json modules = json::array();

@@ -373,6 +373,21 @@ absl::Status ModelSpec::Validate() const {
                                                    max_position_embeddings,
                                                    ") must be at most ", kMaxSeqLength));
   }
+  if (sliding_window < 0 || sliding_window > kMaxSeqLength) {
+    return absl::InvalidArgumentError(absl::StrCat("model.sliding_window (", sliding_window,
+                                                   ") must be in [0, ", kMaxSeqLength,
+                                                   "] (0: no sliding window)"));
+  }
+  if (window_attn_skip_freq < 0 || window_attn_skip_freq > kMaxNumLayers) {
+    return absl::InvalidArgumentError(absl::StrCat("model.window_attn_skip_freq (",
+                                                   window_attn_skip_freq, ") must be in [0, ",
+                                                   kMaxNumLayers, "] (0: every layer windowed)"));
+  }
+  if (window_attn_skip_freq > 0 && sliding_window == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.window_attn_skip_freq (", window_attn_skip_freq,
+                     ") needs model.sliding_window: it says which layers skip the window"));
+  }
   if (auto s = ValidateMoeAndAttention(*this); !s.ok()) return s;
   const double params = ApproxParameters(*this);
   if (params > kMaxParameters) {

@@ -81,6 +81,14 @@ struct ModelSpec {
   /// Multi-token-prediction modules (DeepSeek-V3: 1), each one more transformer layer (an
   /// expert layer in an MoE model) with its projection, on the last pipeline stage.
   int64_t mtp_layers = 0;
+  /// Sliding-window attention: a windowed layer's query attends to the last
+  /// `sliding_window` positions (itself included); 0 = every layer attends to the whole
+  /// sequence (GPT-OSS: 128; Mistral 7B v0.1: 4096).
+  int64_t sliding_window = 0;
+  /// With sliding_window: every n-th layer (counting from 1, Megatron's
+  /// --window-attn-skip-freq) attends to the whole sequence, the others to the window;
+  /// 0 = every layer windowed (GPT-OSS: 2, Gemma 3: 6).
+  int64_t window_attn_skip_freq = 0;
 
   /// First violated rule: positive sizes, a % g == 0, the MoE and MLA fields consistent,
   /// overflow-safe sizes.

@@ -30,8 +30,6 @@ constexpr double kGradBucketParams = kReduceBucketParams;
 // of the master weights to the 16-bit weights (read 4, write 2), zeroing the gradient
 // buffer (write 4): 50 bytes.
 constexpr double kOptimizerBytesPerParam = 50;
-// Flash attention skips the fully masked blocks of a causal mask: half the scores.
-constexpr double kCausalFraction = 0.5;
 // Flash attention's backward recomputes the scores: 5 matmuls against the forward's 2,
 // and runs at ~80% of the forward's FLOP rate (FlashAttention-2 paper, Figs. 5-7).
 constexpr double kFlashBackwardRatio = 2.5;
@@ -92,6 +90,9 @@ struct LayerDims {
   double attn_out;    ///< The output projection's input width a*d (MLA: a*v_head_dim).
   double kv_width;    ///< K plus V per token (a CP ring step moves them): 2*g*d.
   double core_width;  ///< Per token pair, FLOPs/2 of QK^T and PV: a*(d_qk + d_v).
+  /// Keys a query attends to over s, the mean over queries and layers (AttendedKeyFraction:
+  /// 1/2 causal, less with a sliding window), what a flash kernel computes.
+  double key_fraction;
 };
 
 LayerDims DimsOf(const ModelSpec& model, const TrainingSpec& training,
@@ -107,6 +108,7 @@ LayerDims DimsOf(const ModelSpec& model, const TrainingSpec& training,
   d.g = static_cast<double>(QueryGroups(model));
   d.f = static_cast<double>(model.ffn_hidden_size);
   d.head_dim = static_cast<double>(HeadDim(model));
+  d.key_fraction = AttendedKeyFraction(model, d.s);
   d.tokens = d.b * d.s_local;
   d.e = ElementBytes(training.precision);
   d.mask = training.dropout ? 1.0 : 0.0;
@@ -212,7 +214,8 @@ PassSeconds AttentionCoreTimes(const LayerDims& d, const TrainingSpec& training,
   PassSeconds out;
   const AttentionKernel kernel = training.AttentionKernelOf();
   if (IsFlash(kernel)) {
-    const double flops = 2.0 * d.b * d.s_local * d.s * d.core_width / d.t * kCausalFraction;
+    // Flash kernels skip the masked blocks: the causal half, and outside a sliding window.
+    const double flops = 2.0 * d.b * d.s_local * d.s * d.core_width / d.t * d.key_fraction;
     const double relative = kernel == AttentionKernel::kFlash1   ? kFlash1Relative
                             : kernel == AttentionKernel::kFlash3 ? kFlash3Relative
                             : kernel == AttentionKernel::kCudnn && device.HopperOrLater()

@@ -98,6 +98,12 @@ std::string VerifyUnsupportedReason(const JobSpec& spec, const v1::ParallelConfi
     return absl::StrCat("context parallelism (cp ", config.cp(),
                         ") is not implemented by kernels/training");
   }
+  if (spec.model.sliding_window > 0) {
+    return absl::StrCat(
+        "kernels/training attends to the whole sequence in every layer; the "
+        "model's layers use a sliding window (sliding_window ",
+        spec.model.sliding_window, ")");
+  }
   if (IsMoe(spec.model)) {
     const ModelSpec& m = spec.model;
     const int64_t tp = std::max<int64_t>(1, config.tp());

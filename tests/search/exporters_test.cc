@@ -184,6 +184,24 @@ TEST(ExportersTest, MegatronLlamaGqaFp8) {
   EXPECT_EQ(m.count("--recompute-granularity"), 0u);
   EXPECT_EQ(m.count("--use-distributed-optimizer"), 0u);
   EXPECT_EQ(m["--max-position-embeddings"], "8192");
+  EXPECT_EQ(m.count("--window-size"), 0u);
+}
+
+// Megatron's window of a causal model, (left, 0), and which layers skip it.
+TEST(ExportersTest, SlidingWindow) {
+  JobSpec spec = Llama3_8B();
+  spec.model.sliding_window = 128;
+  spec.model.window_attn_skip_freq = 2;
+  ParallelConfig c;
+  c.tp = 2;
+  c.dp = 4;
+  auto m = ArgMap(spec, c);
+  EXPECT_EQ(m["--window-size"], "128,0");
+  EXPECT_EQ(m["--window-attn-skip-freq"], "2");
+  spec.model.window_attn_skip_freq = 0;  // every layer windowed
+  m = ArgMap(spec, c);
+  EXPECT_EQ(m["--window-size"], "128,0");
+  EXPECT_EQ(m.count("--window-attn-skip-freq"), 0u);
 }
 
 TEST(ExportersTest, BlockScaledRecipes) {

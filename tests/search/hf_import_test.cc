@@ -236,6 +236,13 @@ TEST(HfImportTest, RouterGroupsOnlyWhereTheyLimitTheRouting) {
 
 TEST(HfImportTest, GptOssReadsExpertsPerToken) {
   ModelSpec m = Import("gpt-oss-120b");
+  // Its 128-token window in every other layer (transformers' default layer_types).
+  EXPECT_EQ(m.sliding_window, 128);
+  EXPECT_EQ(m.window_attn_skip_freq, 2);
+  auto preset = FindPreset("gpt-oss-120b");
+  ASSERT_TRUE(preset.ok());
+  EXPECT_EQ(preset->sliding_window, 128);
+  EXPECT_EQ(preset->window_attn_skip_freq, 2);
   EXPECT_EQ(m.num_experts, 128);
   EXPECT_EQ(m.moe_router_topk, 4);
   EXPECT_EQ(m.moe_ffn_hidden_size, 2880);
@@ -381,6 +388,42 @@ TEST(HfImportTest, ExpertWidthFamiliesMatchTheirPublishedSizes) {
               HasSubstr("hf_config.attn_type_list holds 0"));
   lightning["attn_type_list"] = std::vector<int>(62, 1);
   EXPECT_TRUE(ModelSpecFromHfConfig(lightning).ok());
+}
+
+// The sliding window and which layers skip it: layer_types' period, Gemma 3's
+// sliding_window_pattern, every layer (Mistral 7B v0.1), none where use_sliding_window is
+// false (Qwen2) or no layer is windowed; an irregular pattern is refused naming the key.
+TEST(HfImportTest, SlidingWindowLayers) {
+  nlohmann::json oss = nlohmann::json::parse(ReadHfConfig("gpt-oss-120b"));
+  std::vector<std::string> types;
+  for (int i = 0; i < 36; ++i) types.push_back(i % 3 == 2 ? "full_attention" : "sliding_attention");
+  oss["layer_types"] = types;
+  auto m = ModelSpecFromHfConfig(oss);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->window_attn_skip_freq, 3);
+  EXPECT_EQ(WindowedLayers(*m), 24);
+  oss["layer_types"] = std::vector<std::string>(36, "full_attention");
+  EXPECT_EQ(ModelSpecFromHfConfig(oss)->sliding_window, 0);
+  types[4] = "full_attention";
+  oss["layer_types"] = types;
+  EXPECT_THAT(ModelSpecFromHfConfig(oss).status().message(),
+              HasSubstr("hf_config.layer_types: the full-attention layers are not every n-th"));
+
+  ModelSpec mistral = Import("mistral-7b");
+  EXPECT_EQ(mistral.sliding_window, 4096);
+  EXPECT_EQ(mistral.window_attn_skip_freq, 0);
+  EXPECT_EQ(WindowedLayers(mistral), 32);
+  EXPECT_EQ(Import("qwen2-0.5b").sliding_window, 0);  // use_sliding_window: false
+
+  nlohmann::json gemma3 = nlohmann::json::parse(ReadHfConfig("llama3-8b"));
+  gemma3["model_type"] = "gemma3_text";
+  gemma3["sliding_window"] = 1024;
+  gemma3["sliding_window_pattern"] = 6;
+  auto g = ModelSpecFromHfConfig(gemma3);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->sliding_window, 1024);
+  EXPECT_EQ(g->window_attn_skip_freq, 6);
+  EXPECT_TRUE(g->Validate().ok()) << g->Validate();
 }
 
 // Hybrids whose layers are not all attention would be planned as transformers: refused,

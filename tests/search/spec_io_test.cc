@@ -624,13 +624,32 @@ TEST(SpecIoTest, DataParallelShardingAndItsAlias) {
   EXPECT_EQ(c->ShardRanks(), 8);
 }
 
+// sliding_window: 0 beside a preset with a window turns the window off, its skip frequency
+// with it; naming a skip frequency without a window is still refused.
+TEST(SpecIoTest, TurningAPresetsWindowOff) {
+  auto off = JobSpecFromJson(json::parse(R"({
+    "model": {"preset": "gpt-oss-120b", "sliding_window": 0},
+    "training": {"seq_length": 4096, "global_batch_size": 64},
+    "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8}})"));
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->model.sliding_window, 0);
+  EXPECT_EQ(off->model.window_attn_skip_freq, 0);
+  auto both = JobSpecFromJson(json::parse(R"({
+    "model": {"preset": "gpt-oss-120b", "sliding_window": 0, "window_attn_skip_freq": 2},
+    "training": {"seq_length": 4096, "global_batch_size": 64},
+    "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8}})"));
+  ASSERT_FALSE(both.ok());
+  EXPECT_THAT(both.status().message(), HasSubstr("model.window_attn_skip_freq (2) needs"));
+}
+
 TEST(SpecIoTest, MixtureOfExpertsFieldsAreRead) {
   auto spec = JobSpecFromJson(json::parse(R"({
     "model": {"num_layers": 16, "hidden_size": 2048, "num_attention_heads": 16,
               "num_query_groups": 4, "vocab_size": 32000, "activation": "swiglu",
               "num_experts": 64, "moe_router_topk": 6, "moe_ffn_hidden_size": 1408,
               "num_shared_experts": 2, "first_k_dense_layers": 1, "moe_layer_freq": 0,
-              "kv_channels": 128, "moe_router_num_groups": 8, "moe_router_group_topk": 3},
+              "kv_channels": 128, "moe_router_num_groups": 8, "moe_router_group_topk": 3,
+              "sliding_window": 1024, "window_attn_skip_freq": 4},
     "training": {"seq_length": 4096, "global_batch_size": 256, "moe_routing": "dropless"},
     "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 64, "nvlink_domain": 8},
     "search": {"ep": [8, 16], "etp": 1, "moe_token_dispatcher": "flex"}})"));
@@ -642,6 +661,8 @@ TEST(SpecIoTest, MixtureOfExpertsFieldsAreRead) {
   EXPECT_EQ(m.moe_layer_freq, 1);               // 0 = the default, 1
   EXPECT_EQ(m.moe_router_num_groups, 8);
   EXPECT_EQ(m.moe_router_group_topk, 3);
+  EXPECT_EQ(m.sliding_window, 1024);
+  EXPECT_EQ(m.window_attn_skip_freq, 4);
   EXPECT_EQ(m.ffn_hidden_size, 1408);           // the dense layer defaults to the expert width
   EXPECT_EQ(m.attention, AttentionType::kGqa);  // from num_query_groups
   EXPECT_EQ(spec->training.moe_routing, MoeRouting::kDropless);

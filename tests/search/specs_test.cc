@@ -76,6 +76,24 @@ TEST(SpecsTest, HeadsAndGroupsMustDivide) {
   EXPECT_TRUE(gqa.Validate().ok());
 }
 
+TEST(SpecsTest, SlidingWindowRules) {
+  EXPECT_EQ(Violation([](JobSpec& s) { s.model.sliding_window = -1; }),
+            "model.sliding_window (-1) must be in [0, 16777216] (0: no sliding window)");
+  EXPECT_THAT(Violation([](JobSpec& s) { s.model.window_attn_skip_freq = -2; }),
+              HasSubstr("model.window_attn_skip_freq (-2) must be in [0, "));
+  EXPECT_EQ(Violation([](JobSpec& s) { s.model.window_attn_skip_freq = 2; }),
+            "model.window_attn_skip_freq (2) needs model.sliding_window: it says which layers "
+            "skip the window");
+  // A head dimension of its own lifts the hidden % heads rule.
+  JobSpec glm = Gpt3Spec();
+  glm.model.num_attention_heads = 100;
+  glm.model.num_query_groups = 100;
+  glm.model.kv_channels = 128;
+  glm.model.sliding_window = 4096;
+  glm.model.window_attn_skip_freq = 4;
+  EXPECT_TRUE(glm.Validate().ok()) << glm.Validate();
+}
+
 TEST(SpecsTest, HugeSizesAreRejectedBeforeTheyOverflow) {
   EXPECT_THAT(Violation([](JobSpec& s) { s.model.hidden_size = 1000000000000; }),
               HasSubstr("model.hidden_size (1000000000000) must be at most 1048576"));

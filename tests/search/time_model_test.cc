@@ -107,6 +107,45 @@ JobSpec Korthikanti175b() {
   return spec;
 }
 
+// A sliding window w < s: a windowed query attends to min(i, w) keys, s*w - w^2/2 pairs of
+// the causal s^2/2. GPT-OSS's pattern (window 128, every second layer full) at s 4096 on
+// one H100: the flash core computes the mean of the two, (1/2 + (128 - 128^2/8192)/4096)/2
+// of the full share (both over s), and the model FLOPs count 2sw - w^2 for the windowed
+// layers; a window at least s long changes nothing.
+TEST(AttentionKernelTest, SlidingWindowComputesOnlyTheWindowsPairs) {
+  ModelSpec model = *FindPreset("llama2-13b");
+  TrainingSpec t;
+  t.seq_length = 4096;
+  t.global_batch_size = 8;
+  ParallelConfig c;
+  c.micro_batch_size = 1;
+  const DeviceProfile device = *FindDevice("h100-sxm-80gb");
+  const double launch = device.kernel_launch_s;
+  const LayerTime full = EstimateLayerTime(model, t, c, device, 8);
+  model.sliding_window = 128;
+  model.window_attn_skip_freq = 2;
+  ASSERT_TRUE(model.Validate().ok()) << model.Validate();
+  EXPECT_EQ(WindowedLayers(model), 20);  // 40 layers, every second one full
+  const double s = 4096, w = 128;
+  const double windowed_keys = (w - w * w / (2 * s)) / s;
+  EXPECT_NEAR(AttendedKeyFraction(model, s), (0.5 + windowed_keys) / 2, 1e-15);
+  const LayerTime mixed = EstimateLayerTime(model, t, c, device, 8);
+  EXPECT_NEAR((mixed.attention_forward - launch) / (full.attention_forward - launch),
+              (0.5 + windowed_keys) / 2 / 0.5, 1e-9);
+  // The backward recomputes the scores: 2.5x the forward's matmuls at 0.8 of its rate.
+  EXPECT_NEAR(full.backward_compute - mixed.backward_compute,
+              2.5 / 0.8 * (full.attention_forward - mixed.attention_forward), 1e-12);
+  ModelSpec dense = *FindPreset("llama2-13b");
+  const double h = dense.hidden_size;
+  EXPECT_NEAR(AttentionCoreForwardFlops(model, 1, s), 4.0 * h * (s * s + (2 * s * w - w * w)) / 2,
+              1e-3);
+  EXPECT_NEAR(AttentionCoreForwardFlops(dense, 1, s), 4.0 * h * s * s, 1e-3);
+  model.sliding_window = 4096;  // the whole sequence
+  EXPECT_NEAR(AttentionCoreForwardFlops(model, 1, s), AttentionCoreForwardFlops(dense, 1, s), 1e-3);
+  EXPECT_NEAR(EstimateLayerTime(model, t, c, device, 8).attention_forward, full.attention_forward,
+              1e-15);
+}
+
 // Korthikanti Table 5, GPT-3 175B on 64 A100s (TP 8, PP 8, VP 3, micro-batch 1, B 64):
 // 18.13 s with full recompute, 13.75 s with SP + selective.
 // The attention kernels: FlashAttention-1's core runs at 32.5/61.5 of FlashAttention-2's

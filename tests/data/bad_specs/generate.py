@@ -239,6 +239,10 @@ mut("hf_config_json_negative_layers", "rgp", "model.num_layers",
 mut("hf_config_json_number_overflow", "rgp", "hf_config", "1e999 in the HF config text "
     "(nlohmann throws out_of_range, not parse_error: once an uncaught exception)",
     **{"model": {"hf_config_json": '{"model_type": "llama", "num_hidden_layers": 1e999}'}})
+mut("model_sliding_window_negative", "rgp", "model.sliding_window", "negative window",
+    **{"model.sliding_window": -128})
+mut("model_window_skip_without_window", "rgp", "model.window_attn_skip_freq",
+    "which layers skip a window that does not exist", **{"model.window_attn_skip_freq": 2})
 mut("hf_config_json_mamba_hybrid", "rgp", "hf_config.hybrid_override_pattern",
     "a Mamba/attention hybrid (Nemotron-H) would be planned as attention layers only",
     **{"model": {"hf_config_json": json.dumps({
