@@ -279,11 +279,13 @@ absl::Status ReadSlidingWindow(const json& config, const std::string& model_type
 
 /// The experts, shared experts, layer pattern, MLA ranks and MTP modules of the supported
 /// MoE families (their transformers configuration classes):
-///   mixtral, gpt_oss: num_local_experts, num_experts_per_tok (gpt_oss: experts_per_token),
-///     intermediate_size per expert;
+///   mixtral, gpt_oss, phimoe, minimax_m2, olmoe: num_local_experts (OLMoE: num_experts),
+///     num_experts_per_tok (gpt_oss: experts_per_token), intermediate_size per expert;
+///     MiniMax-M2's num_mtp_modules x mtp_transformer_layers where use_mtp, and only
+///     softmax-attention layers in attn_type_list;
 ///   qwen2_moe, qwen3_moe: num_experts, num_experts_per_tok, moe_intermediate_size,
 ///     decoder_sparse_step, shared_expert_intermediate_size (Qwen2-MoE: one shared expert);
-///   deepseek_v2/v3: n_routed_experts, n_shared_experts (moe_intermediate_size each),
+///   deepseek_v2/v3, kimi_k2, glm4_moe (grouped-query attention): n_routed_experts, n_shared_experts (moe_intermediate_size each),
 ///     first_k_dense_replace, moe_layer_freq, n_group and topk_group (unless topk_method is
 ///     greedy), q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
 ///     num_nextn_predict_layers;
