@@ -367,6 +367,12 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
     out.time_to_train_days = modelled.time_to_train_days / speedup;
   }
   const LayerMeasurement& first = *found[0];
+  if (const int64_t windowed = WindowedLayers(spec.model); windowed > 0) {
+    out.notes.push_back(absl::StrFormat(
+        "the measured layers attend to the whole sequence: the model's %d windowed layers "
+        "(sliding_window %d) are timed as full attention, an upper bound",
+        windowed, spec.model.sliding_window));
+  }
   out.notes.push_back(absl::StrFormat(
       "measured on %s: layer fwd %.3f ms, bwd %.3f ms, recompute %.3f ms, tp comm %.3f ms "
       "per micro-batch%s%s; measured parts: %s (the rest modelled, edges scaled by %.2f); "

@@ -108,6 +108,18 @@ TEST(ComposeTest, OneStageIsMicroBatchesTimesMeasuredLayersEdgesThenReduceAndOpt
   // Throughput scales inversely with the iteration.
   EXPECT_NEAR(r->tokens_per_sec_per_gpu, 1000 * 1.0 / expected, 1e-6);
   EXPECT_NEAR(r->mfu, 0.5 / expected, 1e-9);
+  for (const std::string& note : r->notes) {
+    EXPECT_EQ(note.find("windowed layers"), std::string::npos) << note;
+  }
+  // The measured kernels attend to the whole sequence: a windowed model says so.
+  spec.model.sliding_window = 16;
+  spec.model.window_attn_skip_freq = 2;
+  r = ComposeCandidate(spec, modelled, options, m);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_GE(r->notes.size(), 2u);
+  EXPECT_EQ(r->notes[r->notes.size() - 2],
+            "the measured layers attend to the whole sequence: the model's 2 windowed layers "
+            "(sliding_window 16) are timed as full attention, an upper bound");
 }
 
 TEST(ComposeTest, PipelineAddsOneFOneBFillAndDrain) {
