@@ -632,16 +632,21 @@ std::vector<std::vector<std::string>> StageModules(const JobSpec& spec, const Pa
   return out;
 }
 
+// The items per stage of a split that gives ceil(items / per) stages with the first
+// (items mod stages) one item heavier, where some value gives `stages`; 0 where none does.
+int64_t ItemsPerStageGiving(int64_t items, int64_t stages) {
+  const int64_t per = (items + stages - 1) / stages;
+  return (items + per - 1) / per == stages ? per : 0;
+}
+
 // torchtitan's virtual stages beyond its default of two per rank. Its split
 // (generate_llm_fqn_per_model_part, first/last_stage_less_layers 1) depends only on the
 // number of stages, ceil((L + 2) / pipeline_parallel_layers_per_stage); where no
 // layers-per-stage value gives p*v stages (or the layout's split is not torchtitan's), the
 // stages are listed module by module.
 std::string TorchtitanVirtualStages(const JobSpec& spec, const ParallelConfig& c) {
-  const int64_t stages = c.pp * c.vp;
-  const int64_t slots = spec.model.num_layers + 2;
-  const int64_t per = (slots + stages - 1) / stages;
-  if (c.split_counts_embedding_and_loss && (slots + per - 1) / per == stages) {
+  const int64_t per = ItemsPerStageGiving(spec.model.num_layers + 2, c.pp * c.vp);
+  if (c.split_counts_embedding_and_loss && per > 0) {
     return absl::StrCat("pipeline_parallel_layers_per_stage = ", per, "\n");
   }
   std::string out = "module_fqns_per_model_part = [";
@@ -851,9 +856,8 @@ absl::StatusOr<std::string> AutomodelConfig(const JobSpec& spec, const ParallelC
                     "    pp_microbatch_size: ", c.micro_batch_size, "\n");
     // ceil(L / layers_per_stage) virtual stages, the first L mod stages one layer more:
     // the layout's split wherever some value gives p*v stages.
-    const int64_t stages = c.pp * c.vp;
-    const int64_t per = (m.num_layers + stages - 1) / stages;
-    if (!c.split_counts_embedding_and_loss && (m.num_layers + per - 1) / per == stages) {
+    const int64_t per = ItemsPerStageGiving(m.num_layers, c.pp * c.vp);
+    if (!c.split_counts_embedding_and_loss && per > 0) {
       absl::StrAppend(&out, "    layers_per_stage: ", per, "\n");
     } else {
       absl::StrAppend(&out, AutomodelStageModules(spec, c));

@@ -228,6 +228,13 @@ std::string Names(const std::vector<E>& values) {
   return absl::StrJoin(names, ", ");
 }
 
+// A dispatcher the codebase does not run, for a layout and for a search list alike.
+absl::Status UnknownDispatcher(const FrameworkProfile& p, const char* name, MoeTokenDispatcher d) {
+  return absl::InvalidArgumentError(absl::StrCat("search.moe_token_dispatcher ", ToString(d),
+                                                 " is not a dispatcher of training.framework ",
+                                                 name, " (it runs ", Names(p.dispatchers), ")"));
+}
+
 bool Has(const std::vector<DataParallelSharding>& stages, DataParallelSharding s) {
   return std::find(stages.begin(), stages.end(), s) != stages.end();
 }
@@ -318,10 +325,7 @@ absl::Status CheckLayoutForFramework(const ParallelConfig& c, Framework framewor
                                                    " has no expert tensor parallelism"));
   }
   if (c.ep * c.etp > 1 && !p.HasDispatcher(c.moe_token_dispatcher)) {
-    return absl::InvalidArgumentError(absl::StrCat("search.moe_token_dispatcher ",
-                                                   ToString(c.moe_token_dispatcher),
-                                                   " is not a dispatcher of training.framework ",
-                                                   name, " (it runs ", Names(p.dispatchers), ")"));
+    return UnknownDispatcher(p, name, c.moe_token_dispatcher);
   }
   if (c.sequence_parallel && c.tp > 1 && !p.sequence_parallel) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -424,11 +428,7 @@ absl::Status CheckSearchForFramework(const SearchOptions& o, Framework framework
   }
   for (MoeTokenDispatcher d : o.moe_token_dispatcher) {
     if (!p.HasDispatcher(d)) {
-      return absl::InvalidArgumentError(absl::StrCat("search.moe_token_dispatcher ", ToString(d),
-                                                     " is not a dispatcher of "
-                                                     "training.framework ",
-                                                     name, " (it runs ", Names(p.dispatchers),
-                                                     ")"));
+      return UnknownDispatcher(p, name, d);
     }
   }
   for (DataParallelSharding s : o.data_parallel_sharding) {
