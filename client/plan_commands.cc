@@ -11,6 +11,7 @@
 #include "client/inference_commands.h"
 #include "client/render.h"
 #include "client/spec_file.h"
+#include "inference/exporters.h"
 #include "inference/spec_io.h"
 #include "search/device_catalog.h"
 #include "search/empty_result.h"
@@ -22,6 +23,14 @@
 
 namespace paratune::client {
 namespace {
+
+// `export --format`: the training exporters' formats, then the serving engines'.
+std::vector<std::string> ExportFormats() {
+  std::vector<std::string> out;
+  for (const TrainingExporter& e : TrainingExporters()) out.emplace_back(e.format);
+  for (const std::string& f : inference::ServingExportFormats()) out.push_back(f);
+  return out;
+}
 
 constexpr int kExitFailure = 1;
 constexpr int kExitInvalid = 2;
@@ -237,8 +246,7 @@ void RegisterPlanCommands(CLI::App& app, int* exit_code) {
                    "training.framework's (megatron-core: megatron, nemo: nemo, "
                    "megatron-deepspeed and deepspeed: deepspeed, torchtitan: torchtitan, "
                    "nemo-automodel: automodel)")
-      ->check(CLI::IsMember({"megatron", "nemo", "deepspeed", "torchtitan", "automodel", "trtllm",
-                             "vllm", "sglang"}));
+      ->check(CLI::IsMember(ExportFormats()));
   exporter
       ->add_option("--rank", export_options->rank,
                    "Export the Nth ranked layout of the plan (default: the pinned layout of a "
