@@ -1,6 +1,7 @@
 // `paratune plan|estimate|export` on specs of kind: inference, run as a subprocess.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -25,8 +26,13 @@ struct Result {
   std::string out, err;
 };
 
+// Names with the pid: ctest runs this suite's tests as concurrent processes sharing TempDir().
+std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "/inference_cli_" + std::to_string(::getpid()) + "_" + name;
+}
+
 Result Paratune(const std::string& args) {
-  const std::string err_path = ::testing::TempDir() + "/inference_cli_err.txt";
+  const std::string err_path = TempPath("err.txt");
   const std::string cmd =
       Env("PARATUNE_BIN_DIR", PARATUNE_DEFAULT_BIN_DIR) + "/paratune " + args + " 2>" + err_path;
   Result r;
@@ -47,7 +53,7 @@ std::string Spec() {
 }
 
 std::string Write(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string path = TempPath(name);
   std::ofstream(path) << text;
   return path;
 }
