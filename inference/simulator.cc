@@ -16,7 +16,8 @@ struct Request {
   int64_t prompt = 0;     // Tokens to prefill (isl, or isl + generated after preemption).
   int64_t prefilled = 0;  // Of `prompt`.
   int64_t generated = 0;  // Output tokens so far.
-  int64_t kv_tokens = 0;  // KV blocks held, in tokens.
+  int64_t kv_tokens = 0;  // KV blocks reserved, in tokens of the sequence.
+  double kv_slots = 0;    // Of the pool (StepModel::KvSlots of kv_tokens).
   double first_token = -1;
   double finish = -1;
   bool served = false;
@@ -25,7 +26,7 @@ struct Request {
 struct EngineState {
   std::deque<int> waiting;
   std::vector<int> running;  // Admission order.
-  double kv_used = 0;        // Tokens (block-rounded) held.
+  double kv_used = 0;        // Pool tokens held (StepModel::KvSlots).
   bool busy = false;
   bool kicked = false;  // A start is scheduled for this instant.
   // The step in flight.
@@ -127,7 +128,7 @@ class Simulation {
     if (best < 0) return;
     const SimEngine& e = engines_[best];
     const int64_t whole = e.role == EngineRole::kPrefill ? r.isl : r.isl + r.osl;
-    if (static_cast<double>(RoundUp(whole, e.kv_block_tokens)) > e.kv_token_capacity) {
+    if (e.model->KvSlots(whole, e.kv_block_tokens) > e.kv_token_capacity) {
       // The sequence can never be held: the request fails (and frees its client).
       ++dropped_;
       Complete(id, /*served=*/false);
@@ -141,10 +142,19 @@ class Simulation {
     }
   }
 
+  // The tokens of the sequence a request reserves on admission (block-rounded).
   int64_t KvNeed(const SimEngine& e, const Request& r) const {
     if (e.role == EngineRole::kPrefill) return RoundUp(r.prompt, e.kv_block_tokens);
     if (e.reserves_whole_sequence) return RoundUp(r.isl + r.osl, e.kv_block_tokens);
     return RoundUp(r.prompt, e.kv_block_tokens);
+  }
+
+  // Holds `tokens` of request `r`'s sequence in the pool of engine `ei`.
+  void Hold(int ei, Request& r, int64_t tokens) {
+    const double slots = engines_[ei].model->KvSlots(tokens, engines_[ei].kv_block_tokens);
+    state_[ei].kv_used += slots - r.kv_slots;
+    r.kv_tokens = tokens;
+    r.kv_slots = slots;
   }
 
   void Admit(int ei) {
@@ -153,9 +163,8 @@ class Simulation {
     while (!s.waiting.empty() && static_cast<int64_t>(s.running.size()) < e.max_batch_size) {
       Request& r = requests_[s.waiting.front()];
       const int64_t need = KvNeed(e, r);
-      if (s.kv_used + static_cast<double>(need) > e.kv_token_capacity) break;
-      s.kv_used += static_cast<double>(need);
-      r.kv_tokens = need;
+      if (s.kv_used + e.model->KvSlots(need, e.kv_block_tokens) > e.kv_token_capacity) break;
+      Hold(ei, r, need);
       s.running.push_back(s.waiting.front());
       s.waiting.pop_front();
     }
@@ -173,11 +182,11 @@ class Simulation {
         while (!s.waiting.empty() && static_cast<int64_t>(s.running.size()) < limit) {
           Request& r = requests_[s.waiting.front()];
           const int64_t need = RoundUp(r.isl + r.osl, e.kv_block_tokens);
-          if (!s.running.empty() && s.kv_used + static_cast<double>(need) > e.kv_token_capacity) {
+          if (!s.running.empty() &&
+              s.kv_used + e.model->KvSlots(need, e.kv_block_tokens) > e.kv_token_capacity) {
             break;
           }
-          s.kv_used += static_cast<double>(need);
-          r.kv_tokens = need;
+          Hold(ei, r, need);
           s.running.push_back(s.waiting.front());
           s.waiting.pop_front();
         }
@@ -201,7 +210,10 @@ class Simulation {
           double growth = 0;
           for (int id : s.decoding) {
             const Request& r = requests_[id];
-            if (r.isl + r.generated > r.kv_tokens) growth += static_cast<double>(e.kv_block_tokens);
+            if (r.isl + r.generated > r.kv_tokens) {
+              growth +=
+                  e.model->KvSlots(r.kv_tokens + e.kv_block_tokens, e.kv_block_tokens) - r.kv_slots;
+            }
           }
           if (s.kv_used + growth <= e.kv_token_capacity) break;
           Preempt(ei);
@@ -212,10 +224,7 @@ class Simulation {
         }
         for (int id : s.decoding) {
           Request& r = requests_[id];
-          if (r.isl + r.generated > r.kv_tokens) {
-            r.kv_tokens += e.kv_block_tokens;
-            s.kv_used += static_cast<double>(e.kv_block_tokens);
-          }
+          if (r.isl + r.generated > r.kv_tokens) Hold(ei, r, r.kv_tokens + e.kv_block_tokens);
         }
       }
       budget -= static_cast<int64_t>(s.decoding.size());
@@ -238,14 +247,15 @@ class Simulation {
       const double before = static_cast<double>(r.prefilled);
       const double c = static_cast<double>(chunk);
       work.prefill_tokens += c;
-      work.prefill_attention_pairs += c * (before + c / 2);
+      work.prefill_attention_pairs += e.model->ChunkAttentionPairs(before, c);
       work.prefill_chunks += 1;
       if (r.prefilled + chunk >= r.prompt) work.sampled_sequences += 1;
     }
     for (int id : s.decoding) {
       const Request& r = requests_[id];
       work.decode_sequences += 1;
-      work.decode_context_tokens += static_cast<double>(r.isl + r.generated);
+      work.decode_context_tokens +=
+          e.model->AttendedContext(static_cast<double>(r.isl + r.generated));
     }
     work.sampled_sequences += work.decode_sequences;
     const double seconds = e.model->StepSeconds(work);
@@ -260,8 +270,9 @@ class Simulation {
     const int id = s.running.back();
     s.running.pop_back();
     Request& r = requests_[id];
-    s.kv_used -= static_cast<double>(r.kv_tokens);
+    s.kv_used -= r.kv_slots;
     r.kv_tokens = 0;
+    r.kv_slots = 0;
     // Recompute: the prompt and the tokens generated so far are prefilled again.
     r.prompt = r.isl + r.generated;
     r.prefilled = 0;
@@ -271,8 +282,9 @@ class Simulation {
 
   void Release(int ei, int id) {
     EngineState& s = state_[ei];
-    s.kv_used -= static_cast<double>(requests_[id].kv_tokens);
+    s.kv_used -= requests_[id].kv_slots;
     requests_[id].kv_tokens = 0;
+    requests_[id].kv_slots = 0;
   }
 
   void Complete(int id, bool served = true) {

@@ -15,7 +15,13 @@ namespace paratune::server {
 namespace {
 
 // Why the serving loop cannot run layout `c` as the spec serves it; "" when it can.
-std::string ServingUnsupportedReason(const v1::ServingConfig& c) {
+std::string ServingUnsupportedReason(const ModelSpec& m, const v1::ServingConfig& c) {
+  if (m.sliding_window > 0) {
+    return absl::StrCat(
+        "the serving loop attends to the whole context in every layer; the "
+        "model's layers use a sliding window (sliding_window ",
+        m.sliding_window, ")");
+  }
   if (c.pp() > 1)
     return absl::StrCat("the serving loop runs tensor parallelism only (pp ", c.pp(), ")");
   if (c.disaggregated()) return "the serving loop does not run disaggregated pools";
@@ -81,7 +87,7 @@ Transition VerifyStage::StartInference(JobEntry& job) {
     if (chosen == k) break;
     ++chosen;
     v1::InferenceVerification* v = r.mutable_verification();
-    if (std::string why = ServingUnsupportedReason(r.config()); !why.empty()) {
+    if (std::string why = ServingUnsupportedReason(spec.model, r.config()); !why.empty()) {
       v->set_status(absl::StrCat("not verified: ", why));
       continue;
     }

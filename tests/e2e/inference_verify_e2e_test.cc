@@ -133,4 +133,37 @@ TEST_F(InferenceVerifyE2eTest, ProfiledServingLayoutsCarryMeasuredNextToPredicte
   EXPECT_NE(table.out.find("measured vs"), std::string::npos) << table.out;
 }
 
+// The serving loop attends to the whole context: a model with sliding-window layers is
+// ranked but its layouts are not verified, with the reason.
+TEST_F(InferenceVerifyE2eTest, ASlidingWindowModelIsNotVerifiedAndSaysWhy) {
+  coordinator_ = std::make_unique<Coordinator>(bin_, dir_, dir_ / "coordinator.db",
+                                               std::vector<std::string>{});
+  std::string error;
+  ASSERT_TRUE(coordinator_->Start(&error)) << error;
+  std::string spec_text = kSpec;
+  spec_text.replace(spec_text.find("position_embedding: rope}"),
+                    std::string("position_embedding: rope}").size(),
+                    "position_embedding: rope, sliding_window: 8}");
+  // The analytical model ranks it: no worker needed to reach the verify stage.
+  spec_text.erase(spec_text.find("mode: profile, "), std::string("mode: profile, ").size());
+  const fs::path spec = dir_ / "spec.yaml";
+  std::ofstream(spec) << spec_text;
+  Output submitted = Cli("submit --spec " + spec.string());
+  ASSERT_EQ(submitted.exit_code, 0) << ReadFile(err_);
+  std::string id = submitted.out;
+  id.erase(id.find_last_not_of('\n') + 1);
+  ASSERT_EQ(Cli("watch " + id).exit_code, 0) << ReadFile(err_);
+  const json results = json::parse(Cli("results " + id + " --json").out, nullptr, false);
+  ASSERT_FALSE(results.is_discarded());
+  EXPECT_EQ(results["state"], "JOB_STATE_SUCCEEDED");
+  const json& ranked = results["plan"]["inference"]["ranked"];
+  ASSERT_FALSE(ranked.empty());
+  for (const json& r : ranked) {
+    EXPECT_EQ(r["verification"].value("status", std::string()),
+              "not verified: the serving loop attends to the whole context in every layer; the "
+              "model's layers use a sliding window (sliding_window 8)")
+        << r.dump(1);
+  }
+}
+
 }  // namespace

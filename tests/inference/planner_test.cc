@@ -229,6 +229,42 @@ TEST(PlannerTest, DeepSeekV3OnEightH200PrefersAttentionDataParallelismAtHighConc
 }
 
 // Refusals name the field and the rule.
+// A model whose layers alternate between a 128-token window and the whole context holds
+// about half the KV cache per long sequence, so the same pool admits about twice the
+// sequences; the estimate says so in a note.
+TEST(PlannerTest, SlidingWindowLayersKeepOnlyTheWindowsKvCache) {
+  json j = json::parse(R"({
+    "kind": "inference",
+    "model": {"preset": "gpt-oss-120b"},
+    "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 2, "gpus_per_node": 8},
+    "serving": {"engine": "vllm", "isl": 16000, "osl": 1000, "num_requests": 200},
+    "search": {"tp": 2, "pp": 1, "weight_precision": "fp8", "kv_cache_precision": "fp8",
+               "max_batch_size": 512, "max_num_tokens": 8192}
+  })");
+  const auto estimate = [](const json& spec_json) {
+    auto spec = InferenceJobSpecFromJson(spec_json);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    auto config = PinnedServingConfig(*spec);
+    EXPECT_TRUE(config.ok()) << config.status();
+    auto r = EstimateInference(*spec, *config);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return *r;
+  };
+  const InferenceRankedConfig windowed = estimate(j);
+  j["model"]["sliding_window"] = 0;
+  const InferenceRankedConfig full = estimate(j);
+  EXPECT_DOUBLE_EQ(windowed.memory.kv_cache, full.memory.kv_cache);
+  // 17,000 tokens: 17,008 in 16-token blocks, 144 in a windowed layer.
+  const double ratio = 17008.0 / (0.5 * 17008 + 0.5 * 144);
+  EXPECT_NEAR(static_cast<double>(windowed.max_concurrency) / full.max_concurrency, ratio, 0.05);
+  EXPECT_GT(windowed.output_tokens_per_sec_per_gpu, full.output_tokens_per_sec_per_gpu);
+  bool noted = false;
+  for (const std::string& n : windowed.notes) {
+    noted = noted || n.find("18 of 36 layers attend to a 128-token window") != std::string::npos;
+  }
+  EXPECT_TRUE(noted);
+}
+
 TEST(PlannerTest, AttentionDataParallelRefusalsNameTheField) {
   json dense = Spec();
   dense["search"]["attention_dp"] = {true};
