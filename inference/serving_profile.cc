@@ -35,6 +35,22 @@ int64_t LargestBatch(const InferenceJobSpec& spec, const ServingConfig& c) {
 
 }  // namespace
 
+std::string ServingKernelsUnsupportedReason(const ModelSpec& model) {
+  if (IsMoe(model)) {
+    return absl::StrCat("the serving kernels run dense layers (model.num_experts ",
+                        model.num_experts, ")");
+  }
+  if (EffectiveAttention(model) == AttentionType::kMla) {
+    return "the serving kernels run multi-head or grouped-query attention (model.attention mla)";
+  }
+  if (model.sliding_window > 0) {
+    return absl::StrCat(
+        "the serving kernels attend to the whole context in every layer (model.sliding_window ",
+        model.sliding_window, ")");
+  }
+  return "";
+}
+
 std::string StepShape::ToString() const {
   return absl::StrCat("tp", tp, " w:", std::string(inference::ToString(weight_precision)),
                       " kv:", std::string(inference::ToString(kv_cache_precision)));
@@ -61,6 +77,8 @@ absl::StatusOr<ServingProfilePlan> PlanServingProfiles(const InferenceJobSpec& s
   const EngineProfile& engine = EngineProfileFor(s.engine);
   // Per shape: the largest decode batch and step token budget of its layouts.
   std::map<StepShape, std::pair<int64_t, int64_t>> shapes;
+  ServingProfilePlan out;
+  if (!ServingKernelsUnsupportedReason(spec.model).empty()) return out;  // All modelled.
   for (const InferenceRankedConfig& r : plan.ranked) {
     const ServingConfig& c = r.config;
     // Stays modelled: a task times a whole instance's layers with every expert over tp.
@@ -69,7 +87,6 @@ absl::StatusOr<ServingProfilePlan> PlanServingProfiles(const InferenceJobSpec& s
     batch = std::max(batch, std::min(LargestBatch(spec, c), options.max_grid_batch));
     tokens = std::max(tokens, c.max_num_tokens);
   }
-  ServingProfilePlan out;
   std::set<std::string> keys;
   std::set<int64_t> sweep_rows;
   for (const auto& [shape, limits] : shapes) {
@@ -133,17 +150,20 @@ absl::StatusOr<InferencePlanResult> ComposeInference(const InferenceJobSpec& spe
   }
   InferencePlanResult out = modelled;
   out.ranked.clear();
+  const std::string kernels_unsupported = ServingKernelsUnsupportedReason(spec.model);
   for (const InferenceRankedConfig& m : modelled.ranked) {
     const ServingConfig& c = m.config;
     const StepShape shape{c.tp, c.weight_precision, c.kv_cache_precision};
     auto table = tables.find(shape);
-    if (c.pp != 1 || c.ep != 1 || table == tables.end()) {
+    if (!kernels_unsupported.empty() || c.pp != 1 || c.ep != 1 || table == tables.end()) {
       InferenceRankedConfig r = m;
-      std::string why = c.pp != 1        ? "pp > 1 is not profiled"
-                        : c.attention_dp ? "attention_dp is not profiled"
-                        : c.ep != 1      ? "ep > 1 is not profiled"
-                                         : "no measurements";
-      if (auto f = unusable.find(shape); c.pp == 1 && c.ep == 1 && f != unusable.end()) {
+      std::string why = !kernels_unsupported.empty() ? kernels_unsupported
+                        : c.pp != 1                  ? "pp > 1 is not profiled"
+                        : c.attention_dp             ? "attention_dp is not profiled"
+                        : c.ep != 1                  ? "ep > 1 is not profiled"
+                                                     : "no measurements";
+      if (auto f = unusable.find(shape);
+          kernels_unsupported.empty() && c.pp == 1 && c.ep == 1 && f != unusable.end()) {
         why = f->second;
       }
       r.notes.insert(r.notes.begin(), absl::StrCat("modelled steps: ", why));

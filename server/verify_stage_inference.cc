@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "inference/engine_profile.h"
+#include "inference/serving_profile.h"
 #include "search/model_math.h"
 #include "server/convert_inference.h"
 #include "server/verify_stage.h"
@@ -16,12 +17,7 @@ namespace {
 
 // Why the serving loop cannot run layout `c` as the spec serves it; "" when it can.
 std::string ServingUnsupportedReason(const ModelSpec& m, const v1::ServingConfig& c) {
-  if (m.sliding_window > 0) {
-    return absl::StrCat(
-        "the serving loop attends to the whole context in every layer; the "
-        "model's layers use a sliding window (sliding_window ",
-        m.sliding_window, ")");
-  }
+  if (std::string why = inference::ServingKernelsUnsupportedReason(m); !why.empty()) return why;
   if (c.pp() > 1)
     return absl::StrCat("the serving loop runs tensor parallelism only (pp ", c.pp(), ")");
   if (c.disaggregated()) return "the serving loop does not run disaggregated pools";

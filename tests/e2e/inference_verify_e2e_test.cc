@@ -160,8 +160,8 @@ TEST_F(InferenceVerifyE2eTest, ASlidingWindowModelIsNotVerifiedAndSaysWhy) {
   ASSERT_FALSE(ranked.empty());
   for (const json& r : ranked) {
     EXPECT_EQ(r["verification"].value("status", std::string()),
-              "not verified: the serving loop attends to the whole context in every layer; the "
-              "model's layers use a sliding window (sliding_window 8)")
+              "not verified: the serving kernels attend to the whole context in every layer "
+              "(model.sliding_window 8)")
         << r.dump(1);
   }
 }

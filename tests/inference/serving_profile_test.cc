@@ -112,5 +112,42 @@ TEST(ServingProfileTest, ComposedLayoutsRunOnTheMeasuredStepTimes) {
   EXPECT_EQ(measured_layouts, 2);
 }
 
+// The serving kernels run dense layers attending to the whole context: a mixture of
+// experts or a sliding-window model plans no step task, and composing keeps every layout
+// modelled, saying why.
+TEST(ServingProfileTest, ModelsTheKernelsCannotRunStayModelledWithTheReason) {
+  const auto check = [](const std::string& field, const nlohmann::json& value,
+                        const std::string& reason) {
+    nlohmann::json j = nlohmann::json::parse(test_specs::kSmallCpuServingSpec);
+    j["model"][field] = value;
+    if (field == "num_experts") {
+      j["model"]["moe_router_topk"] = 2;
+      j["model"]["moe_ffn_hidden_size"] = 128;
+    }
+    auto spec = InferenceJobSpecFromJson(j);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(ServingKernelsUnsupportedReason(spec->model), reason);
+    auto plan = PlanInference(*spec);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_FALSE(plan->ranked.empty());
+    auto profile = PlanServingProfiles(*spec, *plan, ServingProfileOptions());
+    ASSERT_TRUE(profile.ok()) << profile.status();
+    EXPECT_TRUE(profile->steps.empty());
+    EXPECT_TRUE(profile->sweeps.empty());
+    auto composed = ComposeInference(*spec, *plan, ServingMeasurements());
+    ASSERT_TRUE(composed.ok()) << composed.status();
+    ASSERT_EQ(composed->ranked.size(), plan->ranked.size());
+    for (const InferenceRankedConfig& r : composed->ranked) {
+      EXPECT_EQ(r.notes.front(), "modelled steps: " + reason);
+      EXPECT_EQ(r.decode_step.source, "modelled");
+    }
+  };
+  EXPECT_EQ(ServingKernelsUnsupportedReason(SmallCpuSpec().model), "");
+  check("num_experts", 4, "the serving kernels run dense layers (model.num_experts 4)");
+  check("sliding_window", 32,
+        "the serving kernels attend to the whole context in every layer (model.sliding_window "
+        "32)");
+}
+
 }  // namespace
 }  // namespace paratune::inference
