@@ -13,8 +13,10 @@
 
 namespace paratune::kernels {
 
-/// Causal (self) attention over one rank's heads. q/k/v/o rows are tokens in [s, b] order
-/// with leading dimensions in elements; head hh of q uses kv group hh / (heads/groups).
+/// Causal (self) attention over one rank's heads; with `window` > 0 query i attends keys
+/// j in (i - window, i] only (sliding-window attention, Megatron's --window-size w,0). q/k/v/o rows
+/// are tokens in [s, b] order with leading dimensions in elements; head hh of q uses kv group hh /
+/// (heads/groups).
 struct AttentionArgs {
   int64_t batch = 0;           ///< b.
   int64_t seq = 0;             ///< s.
@@ -32,7 +34,13 @@ struct AttentionArgs {
   uint64_t seed = 0;
   int64_t global_heads = 0;    ///< a, for globally indexed dropout masks.
   int64_t head_offset = 0;     ///< Global index of local head 0.
+  int64_t window = 0;          ///< Keys per query, itself included; 0 = every earlier key.
 };
+
+/// The first key query `i` attends to.
+PARATUNE_ATTN_HD int64_t FirstKey(const AttentionArgs& a, int64_t i) {
+  return a.window > 0 && i >= a.window ? i - a.window + 1 : 0;
+}
 
 /// Global element index of attention probability (bi, global head, i, j), the dropout key:
 /// the same element drops on every TP layout.

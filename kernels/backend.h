@@ -95,9 +95,10 @@ class Backend {
   virtual absl::Status RmsNormBackward(DType dtype, void* dx, void* dgamma, const void* dy,
                                        const void* x, const void* gamma, const float* rstd,
                                        int64_t rows, int64_t cols) = 0;
-  /// In place over `batch` row-major s×s matrices: p = softmax(scale·x) with j > i masked.
-  virtual absl::Status CausalSoftmaxForward(DType dtype, void* p, int64_t batch,
-                                            int64_t seq, float scale) = 0;
+  /// In place over `batch` row-major s×s matrices: p = softmax(scale·x) with j > i masked
+  /// and, with `window` > 0, j <= i - window too.
+  virtual absl::Status CausalSoftmaxForward(DType dtype, void* p, int64_t batch, int64_t seq,
+                                            float scale, int64_t window) = 0;
   /// dx = scale·p∘(dp − rowsum(p∘dp)); dx may alias dp.
   virtual absl::Status CausalSoftmaxBackward(DType dtype, void* dx, const void* p,
                                              const void* dp, int64_t batch, int64_t seq,

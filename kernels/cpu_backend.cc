@@ -178,11 +178,11 @@ class CpuBackend final : public Backend {
                                rows, cols, threads_);
     });
   }
-  absl::Status CausalSoftmaxForward(DType dtype, void* p, int64_t batch, int64_t seq,
-                                    float scale) override {
+  absl::Status CausalSoftmaxForward(DType dtype, void* p, int64_t batch, int64_t seq, float scale,
+                                    int64_t window) override {
     return Dispatch(dtype, [&](auto z) {
       using T = decltype(z);
-      cpu::causal_softmax_forward<T>(P<T>(p), batch, seq, scale, threads_);
+      cpu::causal_softmax_forward<T>(P<T>(p), batch, seq, scale, window, threads_);
     });
   }
   absl::Status CausalSoftmaxBackward(DType dtype, void* dx, const void* p, const void* dp,

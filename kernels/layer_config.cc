@@ -23,6 +23,10 @@ absl::Status LayerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("kv_channels (", shape.kv_channels, ") must not be negative"));
   }
+  if (attention_window < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention_window (", attention_window, ") must not be negative"));
+  }
   if (shape.kv_channels == 0 && shape.hidden_size % a != 0) {
     return absl::InvalidArgumentError(absl::StrCat("num_attention_heads (", a,
                                                    ") must divide hidden_size (",

@@ -41,6 +41,9 @@ struct LayerConfig {
   int64_t seq_length = 0;             ///< s.
   DType dtype = DType::kF32;          ///< Storage type of weights and activations.
   bool flash_attention = false;       ///< Tiled online softmax; never stores s×s scores.
+  /// Sliding-window attention: a query attends to this many keys, itself included (0 =
+  /// every earlier key).
+  int64_t attention_window = 0;
   /// Dropout after the attention / MLP output projections (a task's `dropout: true` is
   /// Megatron's 0.1 for both probabilities; 0 stores no masks).
   float hidden_dropout = 0.0f;

@@ -260,6 +260,7 @@ AttentionArgs TransformerLayer::MakeAttentionArgs(const Tensor& qkv, const Tenso
   args.seed = DropoutSeed(config_.seed, 0);
   args.global_heads = config_.shape.num_attention_heads;
   args.head_offset = ctx_.tp_rank() * heads_local_;
+  args.window = config_.attention_window;
   return args;
 }
 
@@ -291,7 +292,8 @@ absl::StatusOr<Tensor> TransformerLayer::AttentionForward(const Tensor& qkv, boo
       PT_RETURN_IF_ERROR(be.Gemm(dt, g));
     }
   }
-  PT_RETURN_IF_ERROR(be.CausalSoftmaxForward(dt, probs.data(), b * hl, sq, args.scale));
+  PT_RETURN_IF_ERROR(
+      be.CausalSoftmaxForward(dt, probs.data(), b * hl, sq, args.scale, args.window));
   Tensor probs_drop = probs, mask;
   if (config_.attention_dropout > 0) {
     PT_ASSIGN_OR_RETURN(mask, be.Empty({b, hl, sq, sq}, DType::kU8, MemoryTag::kActivations));

@@ -1,7 +1,8 @@
 // Flash attention (tiled online softmax, FlashAttention-2 order) and the naive path's
 // attention dropout: CPU twins of kernels/cuda/attention.cu.
 //
-// Forward walks query tiles of kTileQ rows; for each key tile at or left of the diagonal it
+// Forward walks query tiles of kTileQ rows; for each key tile at or left of the diagonal (and,
+// with a sliding window, at or right of the tile's first key) it
 // computes the kTileQ×kTileK scores with one GEMM, updates the running row max m and sum l,
 // rescales the output accumulator and adds P·V. Only m + log(l) (the log-sum-exp, fp32) is
 // kept for backward: memory is O(s) per head instead of O(s²). Backward recomputes each
@@ -49,24 +50,27 @@ void flash_attention_forward(const AttentionArgs& a, float* lse, int threads) {
         std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
         std::fill(l.begin(), l.end(), T(0));
         std::fill(acc.begin(), acc.end(), T(0));
-        for (int64_t j0 = 0; j0 < i0 + br; j0 += kTileK) {
+        // Key tiles from the one holding the tile's first row's first key.
+        for (int64_t j0 = FirstKey(a, i0) / kTileK * kTileK; j0 < i0 + br; j0 += kTileK) {
           const int64_t bc = std::min(kTileK, s - j0);
           gemm(false, true, br, bc, d, 1.0f, q + i0 * rs, rs, k + j0 * rs, rs, 0.0f, S.data(),
                bc);
           for (int64_t r = 0; r < br; ++r) {
             const int64_t i = i0 + r;
-            const int64_t valid = std::min(bc, i - j0 + 1);  // keys j <= i in this tile
+            // Keys FirstKey(i) <= j <= i in this tile: columns [first, valid).
+            const int64_t valid = std::min(bc, i - j0 + 1);
+            const int64_t first = std::max<int64_t>(0, FirstKey(a, i) - j0);
             T* srow = S.data() + r * bc;
-            if (valid <= 0) {
+            if (valid <= first) {
               std::fill(srow, srow + bc, T(0));
               continue;
             }
             T mx = m[r];
-            for (int64_t c = 0; c < valid; ++c) mx = std::max(mx, srow[c] * T(a.scale));
+            for (int64_t c = first; c < valid; ++c) mx = std::max(mx, srow[c] * T(a.scale));
             const T alpha = std::exp(m[r] - mx);
             T sum = 0;
             for (int64_t c = 0; c < bc; ++c) {
-              if (c >= valid) {
+              if (c < first || c >= valid) {
                 srow[c] = T(0);
                 continue;
               }
@@ -130,7 +134,7 @@ void flash_attention_backward(const AttentionArgs& a, const float* lse, const T*
         }
         for (int64_t i0 = 0; i0 < s; i0 += kTileQ) {
           const int64_t br = std::min(kTileQ, s - i0);
-          for (int64_t j0 = 0; j0 < i0 + br; j0 += kTileK) {
+          for (int64_t j0 = FirstKey(a, i0) / kTileK * kTileK; j0 < i0 + br; j0 += kTileK) {
             const int64_t bc = std::min(kTileK, s - j0);
             gemm(false, true, br, bc, d, 1.0f, q + i0 * rs, rs, k + j0 * rs, rs, 0.0f,
                  S.data(), bc);
@@ -143,7 +147,7 @@ void flash_attention_backward(const AttentionArgs& a, const float* lse, const T*
                 const int64_t j = j0 + c;
                 T& sv = S[r * bc + c];
                 T& dpv = dP[r * bc + c];
-                if (j > i) {
+                if (j > i || j < FirstKey(a, i)) {
                   sv = T(0);
                   dpv = T(0);
                   continue;

@@ -348,9 +348,9 @@ class CudaBackend final : public CudaBackendBase {
                                             scratch.data_as<float>(), stream_));
     return absl::OkStatus();
   }
-  absl::Status CausalSoftmaxForward(DType dtype, void* p, int64_t batch, int64_t seq,
-                                    float scale) override {
-    PT_LAUNCH(dtype, cuda::causal_softmax_forward(et, p, batch, seq, scale, stream_));
+  absl::Status CausalSoftmaxForward(DType dtype, void* p, int64_t batch, int64_t seq, float scale,
+                                    int64_t window) override {
+    PT_LAUNCH(dtype, cuda::causal_softmax_forward(et, p, batch, seq, scale, window, stream_));
     return absl::OkStatus();
   }
   absl::Status CausalSoftmaxBackward(DType dtype, void* dx, const void* p, const void* dp,

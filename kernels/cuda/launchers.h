@@ -38,7 +38,7 @@ cudaError_t rmsnorm_backward(ElemType t, void* dx, void* dgamma, const void* dy,
                              float* scratch, cudaStream_t stream);
 // softmax.cu
 cudaError_t causal_softmax_forward(ElemType t, void* p, int64_t batch, int64_t seq, float scale,
-                                   cudaStream_t stream);
+                                   int64_t window, cudaStream_t stream);
 cudaError_t causal_softmax_backward(ElemType t, void* dx, const void* p, const void* dp,
                                     int64_t batch, int64_t seq, float scale,
                                     cudaStream_t stream);

@@ -1,5 +1,6 @@
 // Causal softmax over s×s score matrices (naive attention path): one block per row,
-// block-wide max and sum in fp32; columns right of the diagonal are written as zero.
+// block-wide max and sum in fp32; columns right of the diagonal (and, with a sliding window
+// w > 0, those at or left of i - w) are written as zero.
 #include "kernels/cuda/common.cuh"
 
 namespace paratune::kernels::cuda {
@@ -8,17 +9,20 @@ namespace {
 // ---- kernels ---------------------------------------------------------------------------
 
 template <typename T>
-__global__ void CausalSoftmaxForwardKernel(T* p, int64_t seq, float scale) {
+__global__ void CausalSoftmaxForwardKernel(T* p, int64_t seq, float scale, int64_t window) {
   const int64_t row = blockIdx.x, i = row % seq;
+  const int64_t lo = window > 0 && i >= window ? i - window + 1 : 0;
   T* r = p + row * seq;
   float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, ToF(r[j]) * scale);
+  for (int64_t j = lo + threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, ToF(r[j]) * scale);
   mx = BlockMax(mx);
   float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) sum += __expf(ToF(r[j]) * scale - mx);
+  for (int64_t j = lo + threadIdx.x; j <= i; j += blockDim.x) {
+    sum += __expf(ToF(r[j]) * scale - mx);
+  }
   const float inv = 1.0f / BlockSum(sum);
   for (int64_t j = threadIdx.x; j < seq; j += blockDim.x) {
-    r[j] = FromF<T>(j <= i ? __expf(ToF(r[j]) * scale - mx) * inv : 0.0f);
+    r[j] = FromF<T>(j >= lo && j <= i ? __expf(ToF(r[j]) * scale - mx) * inv : 0.0f);
   }
 }
 
@@ -42,11 +46,11 @@ __global__ void CausalSoftmaxBackwardKernel(T* dx, const T* p, const T* dp, int6
 // ---- launchers -------------------------------------------------------------------------
 
 cudaError_t causal_softmax_forward(ElemType t, void* p, int64_t batch, int64_t seq, float scale,
-                                   cudaStream_t stream) {
+                                   int64_t window, cudaStream_t stream) {
   return DispatchFloat(t, [&](auto z) {
     using T = decltype(z);
-    CausalSoftmaxForwardKernel<T><<<batch * seq, 256, 0, stream>>>(static_cast<T*>(p), seq,
-                                                                   scale);
+    CausalSoftmaxForwardKernel<T>
+        <<<batch * seq, 256, 0, stream>>>(static_cast<T*>(p), seq, scale, window);
   });
 }
 

@@ -80,7 +80,7 @@ TEST(CudaBackendTest, ElementwiseKernelsMatchCpuTwins) {
     CompareOp(*gpu, dt, eps, "softmax", {{2, 9, 9}}, {{2, 9, 9}},
               [](Backend& be, DType d, auto& in, auto& out) {
                 if (auto s = be.Copy(out[0], in[0]); !s.ok()) return s;
-                return be.CausalSoftmaxForward(d, out[0].data(), 2, 9, 0.5f);
+                return be.CausalSoftmaxForward(d, out[0].data(), 2, 9, 0.5f, 4);
               });
     CompareOp(*gpu, dt, eps, "dropout+add", {{4096}, {4096}}, {{4096}, {4096}},
               [](Backend& be, DType d, auto& in, auto& out) {

@@ -93,6 +93,31 @@ TEST(LayerTest, FlashAttentionEqualsNaive) {
   ExpectSameRun(MustRun(c), naive, "flash tp=2 sp");
 }
 
+// Sliding-window attention over more than one 128-row flash tile: the flash kernel skips
+// the key tiles left of a query tile's window and equals the naive path's masked softmax,
+// on one rank and over TP = 2 with SP; a window as long as the sequence is causal attention.
+TEST(LayerTest, SlidingWindowFlashEqualsNaiveAcrossTiles) {
+  LayerConfig c = TinyConfig();
+  c.shape.num_query_groups = 2;
+  c.seq_length = 300;
+  c.parallel.micro_batch_size = 1;
+  c.attention_window = 100;
+  const LayerRun naive = MustRun(c);
+  c.flash_attention = true;
+  ExpectSameRun(MustRun(c), naive, "window flash");
+  c.parallel.tp = 2;
+  c.parallel.sequence_parallel = true;
+  ExpectSameRun(MustRun(c), naive, "window flash tp=2 sp");
+  // The window changes the output: a full-context run differs.
+  c.attention_window = 0;
+  const LayerRun full = MustRun(c);
+  EXPECT_GT(ToleranceRatio(full.y, naive.y, kAtol, kRtol), 1.0);
+  c.attention_window = 300;
+  ExpectSameRun(MustRun(c), full, "window = seq");
+  c.attention_window = -1;
+  EXPECT_FALSE(c.Validate().ok());
+}
+
 // A head dimension of its own (kv_channels, as Qwen3 and GLM-4.5 have): the projections are
 // h x (a + 2g)d and ad x h with ad != h, hidden_size need not divide by the heads, and the
 // layer splits over TP and runs flash attention as with d = h / a.
@@ -161,10 +186,17 @@ TEST(LayerTest, StoredBytesFollowKorthikantiPerTensor) {
 // Whole-layer finite differences in fp64 on one rank: L = Σ y·w.
 TEST(LayerTest, WholeLayerGradientMatchesFiniteDifferences) {
   // Naive attention with a GeLU MLP, flash with SwiGLU, and flash with the MLP block the
-  // identity (the attention part of an expert layer).
-  for (auto [flash, mlp] : {std::pair{false, true}, {true, true}, {true, false}}) {
+  // identity (the attention part of an expert layer); naive and flash over a 3-key sliding
+  // window.
+  struct Case {
+    bool flash, mlp;
+    int64_t window;
+  };
+  for (auto [flash, mlp, window] : {Case{false, true, 0}, Case{true, true, 0}, Case{true, false, 0},
+                                    Case{false, true, 3}, Case{true, true, 3}}) {
     LayerConfig c = TinyConfig();
     c.mlp = mlp;
+    c.attention_window = window;
     c.shape.hidden_size = 16;
     c.shape.num_query_groups = 2;
     c.shape.ffn_hidden_size = 32;
@@ -211,7 +243,8 @@ TEST(LayerTest, WholeLayerGradientMatchesFiniteDifferences) {
         ASSERT_TRUE(backend->CopyFromHost(t, v).ok());
         const double numeric = (lp - lm) / (2 * eps);
         EXPECT_NEAR(analytic[i], numeric, 1e-6 + 1e-5 * std::abs(numeric))
-            << (flash ? "flash " : "naive ") << (mlp ? "" : "no-mlp ") << what << "[" << i << "]";
+            << (flash ? "flash " : "naive ") << (mlp ? "" : "no-mlp ") << "window " << window << " "
+            << what << "[" << i << "]";
       }
     };
     check(*x, dxh, "dx");

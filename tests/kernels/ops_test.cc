@@ -90,7 +90,7 @@ TEST(OpsGradTest, CausalSoftmax) {
   Vec x = RandomVector(batch * seq * seq, 8), w = RandomVector(batch * seq * seq, 9);
   auto f = [&]() {
     Vec p = x;
-    cpu::causal_softmax_forward(p.data(), batch, seq, 0.7f, 1);
+    cpu::causal_softmax_forward(p.data(), batch, seq, 0.7f, 0, 1);
     return p;
   };
   Vec p = f();
@@ -103,6 +103,37 @@ TEST(OpsGradTest, CausalSoftmax) {
       EXPECT_EQ(p[i * seq + seq - 1], 0.0);
     }
   }
+  Vec dx(x.size());
+  cpu::causal_softmax_backward(dx.data(), p.data(), w.data(), batch, seq, 0.7f, 1);
+  ExpectGradient(x, dx, f, w, "dx");
+}
+
+// A 2-key window: row i sums to 1 over j in {i - 1, i} and is 0 elsewhere; the backward
+// (which has no window: p is 0 outside it) is the gradient of the windowed forward.
+TEST(OpsGradTest, SlidingWindowSoftmax) {
+  const int64_t batch = 2, seq = 5, window = 2;
+  Vec x = RandomVector(batch * seq * seq, 10), w = RandomVector(batch * seq * seq, 11);
+  auto f = [&]() {
+    Vec p = x;
+    cpu::causal_softmax_forward(p.data(), batch, seq, 0.7f, window, 1);
+    return p;
+  };
+  Vec p = f();
+  for (int64_t i = 0; i < seq; ++i) {
+    double sum = 0;
+    for (int64_t j = 0; j < seq; ++j) {
+      const bool inside = j <= i && j > i - window;
+      if (!inside) {
+        EXPECT_EQ(p[i * seq + j], 0.0) << i << "," << j;
+      }
+      sum += p[i * seq + j];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-12);
+  }
+  // Row 3 by hand: softmax of scale·x over its columns 2 and 3.
+  const double scale = 0.7f;
+  const double e2 = std::exp(scale * x[3 * seq + 2]), e3 = std::exp(scale * x[3 * seq + 3]);
+  EXPECT_NEAR(p[3 * seq + 2], e2 / (e2 + e3), 1e-12);
   Vec dx(x.size());
   cpu::causal_softmax_backward(dx.data(), p.data(), w.data(), batch, seq, 0.7f, 1);
   ExpectGradient(x, dx, f, w, "dx");
