@@ -1,7 +1,8 @@
 // Flash attention on the GPU, blocked over query rows so that the matrix products run on
 // cuBLAS (tensor cores) and only a block of scores exists at a time: for a block of C query
-// rows [i0, i0 + C) the backend (cuda_backend.cc) forms S = Q_blk·Kᵀ over the kv = i0 + C keys
-// the block can see, then
+// rows [i0, i0 + C) the backend (cuda_backend.cc) forms S = Q_blk·Kᵀ over the kv keys
+// [k0, i0 + C) the block can see (k0 = 0, or with a sliding window the first row's first
+// key), then
 //   forward:  attention_block_softmax turns S into P̃ = softmax(scale·S)·Z in place and
 //             writes lse = max + log(sum) of the block's rows; O_blk = P̃·V;
 //   backward: with dP̃ = dO_blk·Vᵀ, attention_block_grad recomputes P = exp(scale·S − lse)
@@ -24,8 +25,9 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = 4;
 
+// Query rows [i0, i0 + rows) of head-in-group r of batch element bi, over keys [k0, k0 + kv).
 struct Block {
-  int64_t bi, r, i0, rows, kv;
+  int64_t bi, r, i0, rows, k0, kv;
 };
 
 __device__ __forceinline__ float Keep(const AttentionArgs& a, int64_t bi, int64_t hh, int64_t i,
@@ -46,20 +48,32 @@ struct RowOf {
   }
 };
 
+// Buffer columns [lo, hi] of a row hold its keys FirstKey(i)..i (global key = k0 + column).
+struct KeysOf {
+  int64_t lo, hi;
+  __device__ KeysOf(const AttentionArgs& a, const Block& k, int64_t i)
+      : lo(FirstKey(a, i) - k.k0), hi(i - k.k0) {}
+};
+
 template <typename T>
 __global__ void BlockSoftmaxKernel(AttentionArgs a, Block k, T* s, float* lse) {
   const RowOf w(a, k, blockIdx.x);
+  const KeysOf c(a, k, w.i);
   T* sr = s + blockIdx.x * k.kv;
   float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j <= w.i; j += blockDim.x) mx = fmaxf(mx, ToF(sr[j]) * a.scale);
+  for (int64_t j = c.lo + threadIdx.x; j <= c.hi; j += blockDim.x) {
+    mx = fmaxf(mx, ToF(sr[j]) * a.scale);
+  }
   mx = BlockMax(mx);
   float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j <= w.i; j += blockDim.x) sum += __expf(ToF(sr[j]) * a.scale - mx);
+  for (int64_t j = c.lo + threadIdx.x; j <= c.hi; j += blockDim.x) {
+    sum += __expf(ToF(sr[j]) * a.scale - mx);
+  }
   sum = BlockSum(sum);
   const float inv = 1.0f / sum;
   for (int64_t j = threadIdx.x; j < k.kv; j += blockDim.x) {
-    const float p = j <= w.i ? __expf(ToF(sr[j]) * a.scale - mx) * inv : 0.0f;
-    sr[j] = FromF<T>(p == 0.0f ? 0.0f : p * Keep(a, k.bi, w.hh, w.i, j));
+    const float p = j >= c.lo && j <= c.hi ? __expf(ToF(sr[j]) * a.scale - mx) * inv : 0.0f;
+    sr[j] = FromF<T>(p == 0.0f ? 0.0f : p * Keep(a, k.bi, w.hh, w.i, k.k0 + j));
   }
   if (threadIdx.x == 0) lse[w.index] = mx + logf(sum);
 }
@@ -68,14 +82,15 @@ template <typename T>
 __global__ void BlockGradKernel(AttentionArgs a, Block k, T* s, T* dp, const float* lse,
                                 const float* D) {
   const RowOf w(a, k, blockIdx.x);
+  const KeysOf c(a, k, w.i);
   T* sr = s + blockIdx.x * k.kv;
   T* dr = dp + blockIdx.x * k.kv;
   const float l = lse[w.index], di = D[w.index];
   for (int64_t j = threadIdx.x; j < k.kv; j += blockDim.x) {
     float pt = 0.0f, ds = 0.0f;
-    if (j <= w.i) {
+    if (j >= c.lo && j <= c.hi) {
       const float p = __expf(ToF(sr[j]) * a.scale - l);
-      const float z = Keep(a, k.bi, w.hh, w.i, j);
+      const float z = Keep(a, k.bi, w.hh, w.i, k.k0 + j);
       pt = p * z;
       ds = a.scale * p * (z * ToF(dr[j]) - di);
     }
@@ -100,8 +115,9 @@ __global__ void RowDotKernel(AttentionArgs a, const T* d_o, float* D) {
   if (lane == 0) D[row] = sum;
 }
 
-Block MakeBlock(int64_t bi, int64_t r, int64_t i0, int64_t rows) {
-  return Block{bi, r, i0, rows, i0 + rows};
+Block MakeBlock(const AttentionArgs& a, int64_t bi, int64_t r, int64_t i0, int64_t rows) {
+  const int64_t k0 = FirstKey(a, i0);
+  return Block{bi, r, i0, rows, k0, i0 + rows - k0};
 }
 
 }  // namespace
@@ -111,7 +127,7 @@ Block MakeBlock(int64_t bi, int64_t r, int64_t i0, int64_t rows) {
 cudaError_t attention_block_softmax(ElemType t, const AttentionArgs& args, void* s, float* lse,
                                     int64_t bi, int64_t r, int64_t i0, int64_t rows,
                                     cudaStream_t stream) {
-  const Block k = MakeBlock(bi, r, i0, rows);
+  const Block k = MakeBlock(args, bi, r, i0, rows);
   return DispatchFloat(t, [&](auto z) {
     using T = decltype(z);
     BlockSoftmaxKernel<T><<<args.groups * rows, kThreads, 0, stream>>>(args, k,
@@ -122,7 +138,7 @@ cudaError_t attention_block_softmax(ElemType t, const AttentionArgs& args, void*
 cudaError_t attention_block_grad(ElemType t, const AttentionArgs& args, void* s, void* dp,
                                  const float* lse, const float* D, int64_t bi, int64_t r,
                                  int64_t i0, int64_t rows, cudaStream_t stream) {
-  const Block k = MakeBlock(bi, r, i0, rows);
+  const Block k = MakeBlock(args, bi, r, i0, rows);
   return DispatchFloat(t, [&](auto z) {
     using T = decltype(z);
     BlockGradKernel<T><<<args.groups * rows, kThreads, 0, stream>>>(

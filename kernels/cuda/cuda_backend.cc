@@ -154,18 +154,24 @@ struct Attn {
   void* QRows(void* base, int64_t bi, int64_t r, int64_t i0, int64_t ldx) const {
     return static_cast<char*>(base) + ((i0 * a.batch + bi) * ldx + r * a.head_dim) * esz;
   }
-  const void* Kv(const void* base, int64_t bi) const {
-    return static_cast<const char*>(base) + bi * a.ld_qkv * esz;
+  // Key row k0 of batch element bi in a k-like tensor.
+  const void* Kv(const void* base, int64_t bi, int64_t k0) const {
+    return static_cast<const char*>(base) + (k0 * a.batch + bi) * a.ld_qkv * esz;
   }
-  void* KvMut(void* base, int64_t bi) const { return static_cast<char*>(base) + bi * a.ld_qkv * esz; }
-  // S = Q_blk·Kᵀ for every kv group (batched; head r of each group).
+  void* KvMut(void* base, int64_t bi, int64_t k0) const {
+    return static_cast<char*>(base) + (k0 * a.batch + bi) * a.ld_qkv * esz;
+  }
+  // The keys [k0, i0 + rows) the query rows [i0, i0 + rows) see (k0 > 0 with a window).
+  int64_t FirstKey(int64_t i0) const { return kernels::FirstKey(a, i0); }
+  // S = Q_blk·K[k0, i0 + rows)ᵀ for every kv group (batched; head r of each group).
   GemmArgs Scores(int64_t bi, int64_t r, int64_t i0, int64_t rows, void* s) const {
+    const int64_t k0 = FirstKey(i0), kv = i0 + rows - k0;
     GemmArgs g;
     g.trans_b = true;
-    g.m = rows, g.n = i0 + rows, g.k = a.head_dim;
+    g.m = rows, g.n = kv, g.k = a.head_dim;
     g.a = QRows(a.q, bi, r, i0, a.ld_qkv), g.lda = ld, g.stride_a = pg * a.head_dim;
-    g.b = Kv(a.k, bi), g.ldb = ld, g.stride_b = a.head_dim;
-    g.c = s, g.ldc = i0 + rows, g.stride_c = rows * (i0 + rows), g.batch = a.groups;
+    g.b = Kv(a.k, bi, k0), g.ldb = ld, g.stride_b = a.head_dim;
+    g.c = s, g.ldc = kv, g.stride_c = rows * kv, g.batch = a.groups;
     return g;
   }
 };
@@ -401,14 +407,15 @@ class CudaBackend final : public CudaBackendBase {
     for (int64_t bi = 0; bi < args.batch; ++bi) {
       for (int64_t r = 0; r < at.pg; ++r) {
         for (int64_t i0 = 0; i0 < args.seq; i0 += at.block) {
-          const int64_t rows = std::min(at.block, args.seq - i0), kv = i0 + rows;
+          const int64_t rows = std::min(at.block, args.seq - i0), k0 = at.FirstKey(i0),
+                        kv = i0 + rows - k0;
           PT_RETURN_IF_ERROR(Gemm(dtype, at.Scores(bi, r, i0, rows, sbuf.data())));
           PT_LAUNCH(dtype, cuda::attention_block_softmax(et, args, sbuf.data(), lse, bi, r, i0,
                                                          rows, stream_));
           GemmArgs g;  // O_blk = P̃·V
           g.m = rows, g.n = args.head_dim, g.k = kv;
           g.a = sbuf.data(), g.lda = kv, g.stride_a = rows * kv;
-          g.b = at.Kv(args.v, bi), g.ldb = at.ld, g.stride_b = args.head_dim;
+          g.b = at.Kv(args.v, bi, k0), g.ldb = at.ld, g.stride_b = args.head_dim;
           g.c = at.QRows(args.o, bi, r, i0, args.ld_o), g.ldc = at.ld_o;
           g.stride_c = at.pg * args.head_dim, g.batch = args.groups;
           PT_RETURN_IF_ERROR(Gemm(dtype, g));
@@ -427,20 +434,28 @@ class CudaBackend final : public CudaBackendBase {
     PT_ASSIGN_OR_RETURN(Tensor sbuf, Empty({at.buffer_elems()}, dtype, MemoryTag::kWorkspace));
     PT_ASSIGN_OR_RETURN(Tensor dpbuf, Empty({at.buffer_elems()}, dtype, MemoryTag::kWorkspace));
     PT_LAUNCH(dtype, cuda::attention_row_dot(et, args, d_o, rowdot.data_as<float>(), stream_));
+    if (args.window > 0) {
+      // No block sees every key: dK and dV start at zero and every block accumulates.
+      const size_t pitch = args.ld_qkv * at.esz, width = args.groups * d * at.esz;
+      CUDA_CHECK(cudaMemset2DAsync(dk, pitch, 0, width, args.seq * args.batch, stream_));
+      CUDA_CHECK(cudaMemset2DAsync(dv, pitch, 0, width, args.seq * args.batch, stream_));
+    }
     for (int64_t bi = 0; bi < args.batch; ++bi) {
       for (int64_t r = 0; r < at.pg; ++r) {
-        // Last block first: it sees every key, so its dK/dV products initialise all rows.
+        // Last block first: without a window it sees every key, so its dK/dV products
+        // initialise all rows.
         const int64_t last = (args.seq - 1) / at.block * at.block;
         for (int64_t i0 = last; i0 >= 0; i0 -= at.block) {
-          const int64_t rows = std::min(at.block, args.seq - i0), kv = i0 + rows;
-          const float accumulate = (r == 0 && i0 == last) ? 0.0f : 1.0f;
+          const int64_t rows = std::min(at.block, args.seq - i0), k0 = at.FirstKey(i0),
+                        kv = i0 + rows - k0;
+          const float accumulate = (r == 0 && i0 == last && args.window == 0) ? 0.0f : 1.0f;
           PT_RETURN_IF_ERROR(Gemm(dtype, at.Scores(bi, r, i0, rows, sbuf.data())));
           GemmArgs g;  // dP̃ = dO_blk·Vᵀ
           g.trans_b = true;
           g.m = rows, g.n = kv, g.k = d;
           g.a = at.QRows(d_o, bi, r, i0, args.ld_o), g.lda = at.ld_o;
           g.stride_a = at.pg * d;
-          g.b = at.Kv(args.v, bi), g.ldb = at.ld, g.stride_b = d;
+          g.b = at.Kv(args.v, bi, k0), g.ldb = at.ld, g.stride_b = d;
           g.c = dpbuf.data(), g.ldc = kv, g.stride_c = rows * kv, g.batch = args.groups;
           PT_RETURN_IF_ERROR(Gemm(dtype, g));
           PT_LAUNCH(dtype, cuda::attention_block_grad(et, args, sbuf.data(), dpbuf.data(), lse,
@@ -452,12 +467,12 @@ class CudaBackend final : public CudaBackendBase {
           gv.a = sbuf.data(), gv.lda = kv, gv.stride_a = rows * kv;
           gv.b = at.QRows(d_o, bi, r, i0, args.ld_o), gv.ldb = at.ld_o, gv.stride_b = at.pg * d;
           gv.beta = accumulate;
-          gv.c = at.KvMut(dv, bi), gv.ldc = at.ld, gv.stride_c = d, gv.batch = args.groups;
+          gv.c = at.KvMut(dv, bi, k0), gv.ldc = at.ld, gv.stride_c = d, gv.batch = args.groups;
           PT_RETURN_IF_ERROR(Gemm(dtype, gv));
           GemmArgs gq;  // dQ_blk = dS·K
           gq.m = rows, gq.n = d, gq.k = kv;
           gq.a = dpbuf.data(), gq.lda = kv, gq.stride_a = rows * kv;
-          gq.b = at.Kv(args.k, bi), gq.ldb = at.ld, gq.stride_b = d;
+          gq.b = at.Kv(args.k, bi, k0), gq.ldb = at.ld, gq.stride_b = d;
           gq.c = at.QRows(dq, bi, r, i0, args.ld_qkv), gq.ldc = at.ld;
           gq.stride_c = at.pg * d, gq.batch = args.groups;
           PT_RETURN_IF_ERROR(Gemm(dtype, gq));
@@ -467,7 +482,7 @@ class CudaBackend final : public CudaBackendBase {
           gk.a = dpbuf.data(), gk.lda = kv, gk.stride_a = rows * kv;
           gk.b = at.QRows(args.q, bi, r, i0, args.ld_qkv), gk.ldb = at.ld, gk.stride_b = at.pg * d;
           gk.beta = accumulate;
-          gk.c = at.KvMut(dk, bi), gk.ldc = at.ld, gk.stride_c = d, gk.batch = args.groups;
+          gk.c = at.KvMut(dk, bi, k0), gk.ldc = at.ld, gk.stride_c = d, gk.batch = args.groups;
           PT_RETURN_IF_ERROR(Gemm(dtype, gk));
         }
       }

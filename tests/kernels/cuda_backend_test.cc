@@ -152,27 +152,36 @@ TEST(CudaBackendTest, BlockedFlashAttentionMatchesCpuAcrossBlocks) {
   SKIP_WITHOUT_CUDA(gpu);
   constexpr int64_t b = 2, s = 200, heads = 4, groups = 2, d = 32;
   constexpr int64_t W = (heads + 2 * groups) * d;
-  CompareOp(*gpu, DType::kF32, 2e-4, "blocked flash attention", {{s * b, W}, {s * b, heads * d}},
-            {{s * b, heads * d}, {b * heads * s}, {s * b, W}},
-            [&](Backend& be, DType dt, auto& in, auto& out) {
-              AttentionArgs a;
-              a.batch = b, a.seq = s, a.heads = heads, a.groups = groups, a.head_dim = d;
-              a.q = in[0].data(), a.k = in[0].at(heads * d), a.v = in[0].at((heads + groups) * d);
-              a.ld_qkv = W;
-              a.o = out[0].data(), a.ld_o = heads * d;
-              a.scale = 0.17f, a.dropout = 0.1f, a.seed = 77, a.global_heads = 8, a.head_offset = 4;
-              float* lse = out[1].template data_as<float>();
-              if (auto st = be.FlashAttentionForward(dt, a, lse); !st.ok()) return st;
-              return be.FlashAttentionBackward(dt, a, lse, in[1].data(), out[2].data(),
-                                               out[2].at(heads * d),
-                                               out[2].at((heads + groups) * d));
-            });
+  // Whole-context attention, and a 90-key sliding window (blocks start at their first row's
+  // first key; dK and dV accumulate from zero).
+  for (int64_t window : {0, 90}) {
+    const std::string what = "blocked flash attention window " + std::to_string(window);
+    CompareOp(*gpu, DType::kF32, 2e-4, what.c_str(), {{s * b, W}, {s * b, heads * d}},
+              {{s * b, heads * d}, {b * heads * s}, {s * b, W}},
+              [&](Backend& be, DType dt, auto& in, auto& out) {
+                AttentionArgs a;
+                a.batch = b, a.seq = s, a.heads = heads, a.groups = groups, a.head_dim = d;
+                a.q = in[0].data(), a.k = in[0].at(heads * d);
+                a.v = in[0].at((heads + groups) * d);
+                a.ld_qkv = W;
+                a.o = out[0].data(), a.ld_o = heads * d;
+                a.scale = 0.17f, a.dropout = 0.1f, a.seed = 77, a.global_heads = 8;
+                a.head_offset = 4, a.window = window;
+                float* lse = out[1].template data_as<float>();
+                if (auto st = be.FlashAttentionForward(dt, a, lse); !st.ok()) return st;
+                return be.FlashAttentionBackward(dt, a, lse, in[1].data(), out[2].data(),
+                                                 out[2].at(heads * d),
+                                                 out[2].at((heads + groups) * d));
+              });
+  }
 }
 
 TEST(CudaBackendTest, LayerOnGpuEqualsCpuFp32) {
   SKIP_WITHOUT_CUDA(gpu);
-  for (bool flash : {false, true}) {
+  for (auto [flash, window] :
+       {std::pair<bool, int64_t>{false, 0}, {true, 0}, {false, 12}, {true, 12}}) {
     LayerConfig c;
+    c.attention_window = window;
     c.shape.hidden_size = 128;  // head_dim 32 for the flash kernel
     c.shape.num_attention_heads = 4;
     c.shape.num_query_groups = 2;
