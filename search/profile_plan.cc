@@ -15,6 +15,7 @@ namespace paratune {
 std::string LayerProfileSpec::Key() const {
   return absl::StrCat("layer h=", hidden_size, " a=", num_attention_heads,
                       kv_channels > 0 ? absl::StrCat(" d=", kv_channels) : "",
+                      attention_window > 0 ? absl::StrCat(" win=", attention_window) : "",
                       " g=", num_query_groups, " f=", ffn_hidden_size, " V=", vocab_size,
                       " act=", ToString(activation), " norm=", ToString(normalization), " tp=", tp,
                       " sp=", sequence_parallel ? 1 : 0, " cp=", cp, " mb=", micro_batch_size,
@@ -93,10 +94,20 @@ std::optional<CollectiveSweepSpec> DpSweepFor(const JobSpec& spec, const Paralle
   return sweep;
 }
 
+std::vector<LayerKind> LayerKinds(const ModelSpec& model) {
+  const int64_t windowed = WindowedLayers(model);
+  if (windowed == 0) return {LayerKind{0, 1.0}};
+  if (windowed >= model.num_layers) return {LayerKind{model.sliding_window, 1.0}};
+  const double share = static_cast<double>(windowed) / static_cast<double>(model.num_layers);
+  return {LayerKind{model.sliding_window, share}, LayerKind{0, 1.0 - share}};
+}
+
 std::vector<LayerProfileSpec> LayerTasksFor(const JobSpec& spec, const ParallelConfig& config,
-                                            const ProfilePlanOptions& options) {
+                                            const ProfilePlanOptions& options,
+                                            std::optional<int64_t> attention_window) {
   LayerProfileSpec base;
   const ModelSpec& m = spec.model;
+  base.attention_window = attention_window.value_or(LayerKinds(m).front().attention_window);
   base.hidden_size = m.hidden_size;
   base.num_attention_heads = m.num_attention_heads;
   base.kv_channels = m.kv_channels;
@@ -142,9 +153,10 @@ std::vector<LayerProfileSpec> StageExtrasTasksFor(const JobSpec& spec,
 }
 
 std::vector<LayerProfileSpec> AttentionTasksFor(const JobSpec& spec, const ParallelConfig& config,
-                                                const ProfilePlanOptions& options) {
+                                                const ProfilePlanOptions& options,
+                                                std::optional<int64_t> attention_window) {
   if (!IsMoe(spec.model)) return {};
-  std::vector<LayerProfileSpec> out = LayerTasksFor(spec, config, options);
+  std::vector<LayerProfileSpec> out = LayerTasksFor(spec, config, options, attention_window);
   for (LayerProfileSpec& layer : out) layer.attention_only = true;
   return out;
 }
@@ -177,6 +189,7 @@ absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& 
         absl::StrCat("profile iters (", options.iters, ") must be >= 1"));
   }
   ProfilePlan out;
+  const std::vector<LayerKind> kinds = LayerKinds(spec.model);
   std::set<std::string> seen;
   auto add_layer = [&](LayerProfileSpec layer) {
     ProfileTaskSpec task;
@@ -194,8 +207,11 @@ absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& 
     const RankedConfig& candidate = plan.ranked[i];
     if (!candidate.fits) continue;
     out.candidates.push_back(static_cast<int64_t>(i));
-    for (LayerProfileSpec& layer : LayerTasksFor(spec, candidate.config, options)) {
-      add_layer(std::move(layer));
+    for (const LayerKind& kind : kinds) {
+      for (LayerProfileSpec& layer :
+           LayerTasksFor(spec, candidate.config, options, kind.attention_window)) {
+        add_layer(std::move(layer));
+      }
     }
   }
   // Stage-extras variants after the plain layers, in the candidates' order.
@@ -206,8 +222,11 @@ absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& 
   }
   // The attention parts of expert layers, then the MoE layer tasks, in the candidates' order.
   for (int64_t index : out.candidates) {
-    for (LayerProfileSpec& layer : AttentionTasksFor(spec, plan.ranked[index].config, options)) {
-      add_layer(std::move(layer));
+    for (const LayerKind& kind : kinds) {
+      for (LayerProfileSpec& layer :
+           AttentionTasksFor(spec, plan.ranked[index].config, options, kind.attention_window)) {
+        add_layer(std::move(layer));
+      }
     }
   }
   for (int64_t index : out.candidates) {

@@ -51,10 +51,14 @@ struct LayerProfileSpec {
   StageExtras extras = StageExtras::kNone;
   /// The layer with its MLP block the identity: the attention part of an expert layer.
   bool attention_only = false;
+  /// Sliding-window attention (model.sliding_window, for the model's windowed layers): keys
+  /// per query, itself included; 0 = every earlier key.
+  int64_t attention_window = 0;
 
   /// Canonical text of the work: equal specs have equal keys, different ones differ. A task
   /// with stage extras ends in " ex=first" or " ex=last", an attention-only one in
-  /// " mlp=0"; a plain one has neither suffix.
+  /// " mlp=0"; a plain one has neither suffix. A windowed layer's has " win=<window>" after
+  /// its head dimension.
   std::string Key() const;
 };
 
@@ -134,10 +138,22 @@ struct ProfilePlan {
   std::vector<int64_t> candidates;
 };
 
-/// The layer tasks one layout needs: one at its recompute mode, two (full and none) when
-/// only recompute_num_layers of a stage's layers are fully recomputed.
+/// The kinds of a model's layers by attention span, with their share of the layers: layers
+/// attending to the whole sequence (attention_window 0) and those attending to the sliding
+/// window (model.sliding_window; every layer but each window_attn_skip_freq-th). One kind,
+/// share 1, for a model without a window or with every layer windowed; windowed first.
+struct LayerKind {
+  int64_t attention_window = 0;
+  double share = 1;
+};
+std::vector<LayerKind> LayerKinds(const ModelSpec& model);
+
+/// The layer tasks one layout needs for its layers of one kind (`attention_window`, one of
+/// LayerKinds; none given: the first kind): one at its recompute mode, two (full and none)
+/// when only recompute_num_layers of a stage's layers are fully recomputed.
 std::vector<LayerProfileSpec> LayerTasksFor(const JobSpec& spec, const ParallelConfig& config,
-                                            const ProfilePlanOptions& options);
+                                            const ProfilePlanOptions& options,
+                                            std::optional<int64_t> attention_window = {});
 
 /// The data-parallel gradient all-reduce sweep a layout needs (gradients reduced in fp32,
 /// Megatron's default), or nothing when dp is 1. Sizes: 1, 4, 16 MiB on the CPU device
@@ -157,7 +173,8 @@ std::vector<LayerProfileSpec> StageExtrasTasksFor(const JobSpec& spec,
 /// with attention_only set, where search/compose.h looks for them
 /// (Measurements::attention_parts, by the layer task's key). Empty for a dense model.
 std::vector<LayerProfileSpec> AttentionTasksFor(const JobSpec& spec, const ParallelConfig& config,
-                                                const ProfilePlanOptions& options);
+                                                const ProfilePlanOptions& options,
+                                                std::optional<int64_t> attention_window = {});
 
 /// The DP sweeps a layout's composition uses: DpSweepFor's all-reduce, or with the
 /// distributed optimizer the same sizes as reduce-scatter and all-gather. Empty when dp is 1.

@@ -342,6 +342,7 @@ v1::ProfileTask ToProto(const ProfileTaskSpec& task) {
                     : l.extras == StageExtras::kLast ? v1::LayerProfileTask::STAGE_EXTRAS_LAST
                                                      : v1::LayerProfileTask::STAGE_EXTRAS_NONE);
   layer->set_attention_only(l.attention_only);
+  layer->set_attention_window(l.attention_window);
   return out;
 }
 

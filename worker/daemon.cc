@@ -92,15 +92,16 @@ constexpr int kMaxReportRejections = 5;
 std::string Describe(const v1::ProfileTask& task) {
   if (task.has_layer()) {
     const v1::LayerProfileTask& l = task.layer();
-    return absl::StrCat("layer h=", l.shape().hidden_size(), " a=", l.shape().num_attention_heads(),
-                        " tp=", l.tp(), l.sequence_parallel() ? " sp" : "", " cp=", l.cp(),
-                        " b=", l.micro_batch_size(), " s=", l.seq_length(),
-                        " recompute=", l.recompute().empty() ? "none" : l.recompute(), " ",
-                        l.dtype(), l.flash_attention() ? " flash" : "",
-                        l.extras() == v1::LayerProfileTask::STAGE_EXTRAS_FIRST  ? " +embedding"
-                        : l.extras() == v1::LayerProfileTask::STAGE_EXTRAS_LAST ? " +logits"
-                                                                                : "",
-                        l.attention_only() ? " attention only" : "");
+    return absl::StrCat(
+        "layer h=", l.shape().hidden_size(), " a=", l.shape().num_attention_heads(), " tp=", l.tp(),
+        l.sequence_parallel() ? " sp" : "", " cp=", l.cp(), " b=", l.micro_batch_size(),
+        " s=", l.seq_length(), " recompute=", l.recompute().empty() ? "none" : l.recompute(), " ",
+        l.dtype(), l.flash_attention() ? " flash" : "",
+        l.extras() == v1::LayerProfileTask::STAGE_EXTRAS_FIRST  ? " +embedding"
+        : l.extras() == v1::LayerProfileTask::STAGE_EXTRAS_LAST ? " +logits"
+                                                                : "",
+        l.attention_only() ? " attention only" : "",
+        l.attention_window() > 0 ? absl::StrCat(" window ", l.attention_window()) : "");
   }
   if (task.has_collective()) {
     const v1::CollectiveSweepTask& c = task.collective();

@@ -207,6 +207,7 @@ absl::StatusOr<kernels::StepConfig> ValidateLayer(const v1::ProfileTask& task,
   layer.seq_length = t.seq_length();
   layer.dtype = *dtype;
   layer.flash_attention = t.flash_attention();
+  layer.attention_window = t.attention_window();
   // Megatron-LM's default dropout probabilities.
   layer.hidden_dropout = t.dropout() ? 0.1f : 0.0f;
   layer.attention_dropout = t.dropout() ? 0.1f : 0.0f;

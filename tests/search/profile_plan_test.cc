@@ -120,6 +120,7 @@ TEST(ProfilePlanTest, KeyChangesWithEveryFieldOfTheWork) {
   EXPECT_TRUE(differs([](LayerProfileSpec& l) { l.iters = 50; }));
   EXPECT_TRUE(differs([](LayerProfileSpec& l) { l.extras = StageExtras::kFirst; }));
   EXPECT_TRUE(differs([](LayerProfileSpec& l) { l.attention_only = true; }));
+  EXPECT_TRUE(differs([](LayerProfileSpec& l) { l.attention_window = 128; }));
   LayerProfileSpec first = base, last = base;
   first.extras = StageExtras::kFirst;
   last.extras = StageExtras::kLast;
@@ -128,6 +129,7 @@ TEST(ProfilePlanTest, KeyChangesWithEveryFieldOfTheWork) {
   // results stay valid).
   EXPECT_EQ(key.find("ex="), std::string::npos);
   EXPECT_EQ(key.find("mlp="), std::string::npos);
+  EXPECT_EQ(key.find("win="), std::string::npos);
 }
 
 TEST(ProfilePlanTest, DistributedOptimizerGetsReduceScatterAndAllGatherSweeps) {
@@ -214,6 +216,53 @@ TEST(ProfilePlanTest, SkipsLayoutsThatDoNotFitAndHonoursMaxCandidates) {
   absl::Status bad = PlanProfiles(Spec(), plan, options).status();
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("iters (0)"), std::string::npos) << bad;
+}
+
+// A model whose every second layer attends to a 16-token window: each layout gets a layer
+// task per kind (windowed first), and an MoE model an attention-only twin of each; the
+// stage-extras variants go with the windowed task.
+TEST(ProfilePlanTest, SlidingWindowModelsGetATaskPerKindOfLayer) {
+  JobSpec spec = Spec();
+  spec.model.sliding_window = 16;
+  spec.model.window_attn_skip_freq = 2;
+  const std::vector<LayerKind> kinds = LayerKinds(spec.model);
+  ASSERT_EQ(kinds.size(), 2u);
+  EXPECT_EQ(kinds[0].attention_window, 16);
+  EXPECT_DOUBLE_EQ(kinds[0].share, 0.5);
+  EXPECT_EQ(kinds[1].attention_window, 0);
+  EXPECT_DOUBLE_EQ(kinds[1].share, 0.5);
+  PlanResult plan;
+  plan.ranked = {Candidate(1, 1, 4, 1)};
+  absl::StatusOr<ProfilePlan> p = PlanProfiles(spec, plan, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::vector<int64_t> plain_windows, extras_windows;
+  for (const ProfileTaskSpec& t : p->tasks) {
+    if (t.kind != ProfileTaskSpec::Kind::kLayer) continue;
+    (t.layer.extras == StageExtras::kNone ? plain_windows : extras_windows)
+        .push_back(t.layer.attention_window);
+  }
+  EXPECT_EQ(plain_windows, (std::vector<int64_t>{16, 0}));
+  EXPECT_EQ(extras_windows, (std::vector<int64_t>{16, 16}));
+
+  spec.model.num_experts = 4;
+  spec.model.moe_router_topk = 2;
+  spec.model.moe_ffn_hidden_size = 128;
+  p = PlanProfiles(spec, plan, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::vector<int64_t> attention_windows;
+  for (const ProfileTaskSpec& t : p->tasks) {
+    if (t.kind == ProfileTaskSpec::Kind::kLayer && t.layer.attention_only) {
+      attention_windows.push_back(t.layer.attention_window);
+    }
+  }
+  EXPECT_EQ(attention_windows, (std::vector<int64_t>{16, 0}));
+
+  // Every layer windowed, or none: one kind.
+  spec.model.window_attn_skip_freq = 0;
+  EXPECT_EQ(LayerKinds(spec.model).size(), 1u);
+  EXPECT_EQ(LayerKinds(spec.model)[0].attention_window, 16);
+  spec.model.sliding_window = 0;
+  EXPECT_EQ(LayerKinds(spec.model)[0].attention_window, 0);
 }
 
 TEST(ProfilePlanTest, MoeJobsGetOneMoeLayerTaskPerExpertLayout) {
