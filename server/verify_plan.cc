@@ -98,12 +98,6 @@ std::string VerifyUnsupportedReason(const JobSpec& spec, const v1::ParallelConfi
     return absl::StrCat("context parallelism (cp ", config.cp(),
                         ") is not implemented by kernels/training");
   }
-  if (spec.model.sliding_window > 0) {
-    return absl::StrCat(
-        "kernels/training attends to the whole sequence in every layer; the "
-        "model's layers use a sliding window (sliding_window ",
-        spec.model.sliding_window, ")");
-  }
   if (IsMoe(spec.model)) {
     const ModelSpec& m = spec.model;
     const int64_t tp = std::max<int64_t>(1, config.tp());
@@ -188,6 +182,8 @@ absl::StatusOr<v1::VerifyTask> MakeVerifyTask(const JobSpec& spec, const v1::Ran
   t.set_rendezvous_timeout_ms(options.rendezvous_timeout_ms);
   t.set_layout_rank(ranked.rank());
   t.set_flash_attention(spec.training.flash_attention);
+  t.set_attention_window(m.sliding_window);
+  t.set_window_attn_skip_freq(m.window_attn_skip_freq);
   t.set_dropout(spec.training.dropout);
   t.set_tie_embeddings(m.tie_embeddings);
   // The rows the model counts (EmbeddingParams). A spec read by JobSpecFromJson has them

@@ -753,6 +753,8 @@ absl::StatusOr<kt::TrainConfig> TrainConfigFromVerifyTask(const v1::VerifyTask& 
   c.seq_length = t.seq_length();
   c.num_micro_batches = t.num_micro_batches();
   c.flash_attention = t.flash_attention();
+  c.attention_window = t.attention_window();
+  c.window_attn_skip_freq = t.window_attn_skip_freq();
   c.dropout = t.dropout();
   c.tie_embeddings = t.tie_embeddings();
   c.position_rows = t.position_rows();

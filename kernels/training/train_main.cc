@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
   app.add_option("--lr", c.lr, "AdamW learning rate");
   app.add_option("--seed", c.seed, "weights and data seed");
   app.add_flag("--flash", c.flash_attention, "flash attention (no s×s scores stored)");
+  app.add_option("--window-size", c.attention_window,
+                 "sliding-window attention: keys per query, itself included (0: none)");
+  app.add_option("--window-attn-skip-freq", c.window_attn_skip_freq,
+                 "every n-th layer attends to the whole sequence (0: none)");
   app.add_flag("--dropout", c.dropout, "Megatron's dropout 0.1 (embedding output and every layer)");
   app.add_flag("--tie-embeddings", c.tie_embeddings,
                "the output layer uses the input embedding's table (GPT's default)");

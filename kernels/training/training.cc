@@ -333,6 +333,7 @@ class RankRun {
         LayerConfig lc = base;
         lc.seed = Mix64(c_.seed + 1000003ull * static_cast<uint64_t>(global + 1));
         if (c_.IsExpertLayer(global)) lc.moe = ExpertBlock(c_);
+        lc.attention_window = c_.AttentionWindowOf(global);
         PT_ASSIGN_OR_RETURN(auto layer, TransformerLayer::Create(lc, ctx_));
         for (Parameter* p : layer->Parameters()) params_.push_back({&p->value, &p->grad});
         for (const ParameterRef& p : layer->MoeParameterRefs(false)) params_.push_back(p);
@@ -673,7 +674,12 @@ absl::Status TrainConfig::Validate() const {
   lc.seq_length = seq_length;
   lc.flash_attention = flash_attention;
   lc.dtype = dtype;
+  lc.attention_window = attention_window;
   PT_RETURN_IF_ERROR(lc.Validate());
+  if (window_attn_skip_freq < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("window_attn_skip_freq (", window_attn_skip_freq, ") must not be negative"));
+  }
   if (moe.num_experts <= 0) {
     if (p.ep != 1 || p.etp != 1) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -703,6 +709,12 @@ absl::Status TrainConfig::Validate() const {
 bool TrainConfig::IsExpertLayer(int64_t layer) const {
   if (moe.num_experts <= 0 || layer < first_k_dense_layers) return false;
   return (layer - first_k_dense_layers) % std::max<int64_t>(moe_layer_freq, 1) == 0;
+}
+
+int64_t TrainConfig::AttentionWindowOf(int64_t layer) const {
+  if (attention_window <= 0) return 0;
+  if (window_attn_skip_freq > 0 && (layer + 1) % window_attn_skip_freq == 0) return 0;
+  return attention_window;
 }
 
 RankCoords CoordsOf(const TrainConfig& c, int64_t rank) {

@@ -63,6 +63,12 @@ struct TrainConfig {
   ParallelConfig parallel;
   int64_t num_micro_batches = 1;      ///< M per DP rank and step (global batch = b·M·dp).
   bool flash_attention = false;       ///< Tiled online softmax (no s×s scores stored).
+  /// Sliding-window attention (the spec's model.sliding_window and window_attn_skip_freq):
+  /// layer l (0-based) attends to `attention_window` keys, itself included, unless
+  /// window_attn_skip_freq > 0 and (l + 1) % window_attn_skip_freq == 0 (Megatron's every
+  /// n-th layer attends to the whole sequence). 0: no window.
+  int64_t attention_window = 0;
+  int64_t window_attn_skip_freq = 0;
   /// Megatron-LM's default dropout: 0.1 on the embedding output, on the attention
   /// probabilities and after both output projections of every layer. The masks are
   /// functions of the layer's (embedding's) seed and the element's index in the
@@ -100,6 +106,8 @@ struct TrainConfig {
 
   int64_t world_size() const { return parallel.world_size(); }
   bool IsExpertLayer(int64_t layer) const;
+  /// Keys a query of layer `layer` attends to (0: every earlier one).
+  int64_t AttentionWindowOf(int64_t layer) const;
   /// First violated rule, e.g. `pp·vp (6) must be at most num_layers, 4`; Unimplemented for
   /// a layout field the trainer does not run (cp > 1, recompute_num_layers).
   absl::Status Validate() const;

@@ -156,6 +156,17 @@ TEST(MakeVerifyTask, CarriesTheLayoutTheModelAndThePart) {
   EXPECT_EQ(MakeVerifyTask(learned, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1")->position_rows(), 2048);
   learned.model.position_embedding = PositionEmbedding::kRope;
   EXPECT_EQ(MakeVerifyTask(learned, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1")->position_rows(), 0);
+  // A sliding window and which layers skip it: the trainer runs them (nothing refused).
+  EXPECT_EQ(t.attention_window(), 0);
+  JobSpec windowed = TinySpec();
+  windowed.model.sliding_window = 16;
+  windowed.model.window_attn_skip_freq = 2;
+  EXPECT_EQ(VerifyUnsupportedReason(windowed, Ranked(2, 1, 2, 2).config()), "");
+  const absl::StatusOr<v1::VerifyTask> w =
+      MakeVerifyTask(windowed, Ranked(2, 1, 2, 2), {2, 2}, o, "ns-1");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->attention_window(), 16);
+  EXPECT_EQ(w->window_attn_skip_freq(), 2);
   // A part that holds every rank meets in process: no namespace.
   EXPECT_EQ(MakeVerifyTask(TinySpec(), Ranked(1, 1, 2, 1), {0, 2}, o, "ns-1")
                 ->rendezvous_namespace(),

@@ -53,6 +53,33 @@ TEST(TrainingTest, Tp2Pp2Dp2EqualsSingleRank) {
   ExpectSame(Losses(c), Reference(c));
 }
 
+// Every second layer attends to a 5-key window (flash and naive attention): the model
+// differs from the whole-context one, and every layout trains the single rank's model.
+TEST(TrainingTest, SlidingWindowLayersEqualSingleRankInEveryLayout) {
+  for (bool flash : {false, true}) {
+    TrainConfig c = Tiny();
+    c.flash_attention = flash;
+    c.attention_window = 5;
+    c.window_attn_skip_freq = 2;
+    EXPECT_EQ(c.AttentionWindowOf(0), 5);
+    EXPECT_EQ(c.AttentionWindowOf(1), 0);
+    EXPECT_EQ(c.AttentionWindowOf(3), 0);
+    const TrainConfig tp2pp2dp2 = Tp2Pp2Dp2(c);
+    ExpectSame(Losses(tp2pp2dp2), Reference(tp2pp2dp2));
+    TrainConfig interleaved = c;
+    interleaved.parallel.pp = 2;
+    interleaved.parallel.vp = 2;
+    const std::vector<double> ref = Reference(c);
+    ExpectSame(Losses(interleaved), ref);
+    TrainConfig full = Tiny();
+    full.flash_attention = flash;
+    ExpectDifferentFirstLoss(ref, Reference(full), 1e-4);
+  }
+  TrainConfig bad = Tiny();
+  bad.attention_window = -1;
+  EXPECT_FALSE(bad.Validate().ok());
+}
+
 TEST(TrainingTest, InterleavedPp2Vp2EqualsSingleRank) {
   TrainConfig c = Tiny();
   c.parallel.pp = 2;
