@@ -150,8 +150,11 @@ double LayerFlops(const LayerConfig& c) {
   const double fc1 = c.shape.activation == Activation::kSwiglu ? 2 * f : f;
   const double matmul_params = h * (a + 2 * g) * d + a * d * h + h * fc1 + f * h;
   // Forward: 2·tokens·params + 4·b·s²·a·d for scores and context (Megatron's count, no
-  // causal halving); backward twice the forward.
-  const double forward = (2 * n * matmul_params + 4 * b * s * s * a * d) / t;
+  // causal halving; a sliding window w < s counts 2sw − w² pairs, as the model does);
+  // backward twice the forward.
+  const double w = static_cast<double>(c.attention_window);
+  const double pairs = w > 0 && w < s ? 2 * s * w - w * w : s * s;
+  const double forward = (2 * n * matmul_params + 4 * b * pairs * a * d) / t;
   return 3 * forward;
 }
 

@@ -4,7 +4,7 @@
 // count on CPU, cuBLAS on GPU, so the ratio means something on a shared machine.
 //
 //   layer_step [--hidden 1024,2048,4096] [--seq 512,2048] [--batch 1,2] [--tp 1,2]
-//              [--recompute none] [--attention flash|naive] [--warmup 1] [--iters 3]
+//              [--recompute none] [--attention flash|naive] [--window 0] [--warmup 1] [--iters 3]
 //              [--threads 0] [--backend cpu|cuda] [--dtype fp32|bf16|fp16] [--json]
 #include <algorithm>
 #include <chrono>
@@ -70,13 +70,15 @@ absl::StatusOr<double> ReferenceGflops(bool gpu, int per_rank, DType dtype, int6
   return GemmGflops(*ref_backend, dtype, m, n, k, 3);
 }
 
-void PrintHeader(const std::string& attention, const std::string& recompute,
+void PrintHeader(const std::string& attention, int64_t window, const std::string& recompute,
                  const std::string& dtype_name, bool gpu, int cores, int64_t warmup,
                  int64_t iters) {
-  std::printf("# layer_step: one GPT layer (GeLU, LayerNorm, dropout 0.1, %s attention, "
-              "recompute %s), %s on %s (%d cores)\n",
-              attention.c_str(), recompute.c_str(), dtype_name.c_str(),
-              gpu ? "cuda" : "cpu", cores);
+  std::printf(
+      "# layer_step: one GPT layer (GeLU, LayerNorm, dropout 0.1, %s attention%s, "
+      "recompute %s), %s on %s (%d cores)\n",
+      attention.c_str(),
+      window > 0 ? (" over a " + std::to_string(window) + "-key window").c_str() : "",
+      recompute.c_str(), dtype_name.c_str(), gpu ? "cuda" : "cpu", cores);
   std::printf("# warmup %lld, iters %lld; gemm = %s [s*b,h]x[h,4h/t] in the same run\n",
               static_cast<long long>(warmup), static_cast<long long>(iters),
               gpu ? "cuBLAS (one device)" : "cblas_sgemm with the rank's threads, x ranks");
@@ -92,7 +94,7 @@ int Main(int argc, char** argv) {
   std::vector<int64_t> hidden = {1024, 2048, 4096}, seq = {512, 2048}, batch = {1, 2},
                        tps = {1, 2};
   std::string recompute = "none", attention = "flash", backend_name = "cpu", dtype_name = "fp32";
-  int64_t warmup = 1, iters = 3, threads = 0, head_dim = 128;
+  int64_t warmup = 1, iters = 3, threads = 0, head_dim = 128, window = 0;
   bool json_out = false;
   app.add_option("--hidden", hidden, "hidden sizes")->delimiter(',');
   app.add_option("--seq", seq, "sequence lengths")->delimiter(',');
@@ -100,6 +102,9 @@ int Main(int argc, char** argv) {
   app.add_option("--tp", tps, "tensor-parallel sizes (ranks are threads)")->delimiter(',');
   app.add_option("--recompute", recompute, "none|selective|full");
   app.add_option("--attention", attention, "flash|naive");
+  app.add_option("--window", window,
+                 "sliding-window attention: keys per query, itself included (0: the whole "
+                 "sequence); FLOPs count the window's 2sw - w^2 pairs");
   app.add_option("--head-dim", head_dim, "head dimension (heads = hidden / head-dim)");
   app.add_option("--warmup", warmup, "untimed steps");
   app.add_option("--iters", iters, "timed steps");
@@ -124,7 +129,7 @@ int Main(int argc, char** argv) {
   const bool gpu = *backend == BackendKind::kCuda;
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   nlohmann::json out = nlohmann::json::array();
-  if (!json_out) PrintHeader(attention, recompute, dtype_name, gpu, cores, warmup, iters);
+  if (!json_out) PrintHeader(attention, window, recompute, dtype_name, gpu, cores, warmup, iters);
   double worst_ratio_big = 1e9;
   int failures = 0;
   for (int64_t h : hidden) {
@@ -139,6 +144,7 @@ int Main(int argc, char** argv) {
           c.layer.parallel.tp = t;
           c.layer.parallel.recompute = *rc;
           c.layer.flash_attention = attention == "flash";
+          c.layer.attention_window = window;
           c.layer.hidden_dropout = 0.1f;
           c.layer.attention_dropout = 0.1f;
           c.warmup = warmup;

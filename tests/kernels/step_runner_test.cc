@@ -51,6 +51,12 @@ TEST(StepRunnerTest, ReportsPhasesMemoryAndFlops) {
   // FLOPs: 3 × (2·sb·(4h² + 2hf) + 4·b·s²·h) / t.
   EXPECT_DOUBLE_EQ(r->flops_per_step,
                    3.0 * (2.0 * s * b * (4 * h * h + 2 * h * f) + 4.0 * b * s * s * h) / t);
+  // A 4-key window: 2sw − w² = 112 score pairs per sequence and head group instead of s².
+  c.layer.attention_window = 4;
+  r = RunLayerStep(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(r->flops_per_step,
+                   3.0 * (2.0 * s * b * (4 * h * h + 2 * h * f) + 4.0 * b * 112 * h) / t);
 }
 
 // The SP norm-gradient all-reduce is its own per-step phase (the trainer runs it once per
