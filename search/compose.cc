@@ -247,7 +247,7 @@ absl::StatusOr<RankedConfig> ComposeCandidate(const JobSpec& spec, const RankedC
                                               const Measurements& measurements) {
   const ParallelConfig& c = modelled.config;
   // The layer tasks of each kind of layer (whole-context and sliding-window attention).
-  const std::vector<LayerKind> kinds = LayerKinds(spec.model);
+  const std::vector<LayerKind> kinds = LayerKinds(spec.model, spec.training.seq_length);
   std::vector<std::vector<LayerProfileSpec>> kind_tasks;
   std::vector<std::vector<const LayerMeasurement*>> kind_found;
   RankedConfig out = modelled;

@@ -94,9 +94,9 @@ std::optional<CollectiveSweepSpec> DpSweepFor(const JobSpec& spec, const Paralle
   return sweep;
 }
 
-std::vector<LayerKind> LayerKinds(const ModelSpec& model) {
+std::vector<LayerKind> LayerKinds(const ModelSpec& model, int64_t seq_length) {
   const int64_t windowed = WindowedLayers(model);
-  if (windowed == 0) return {LayerKind{0, 1.0}};
+  if (windowed == 0 || model.sliding_window >= seq_length) return {LayerKind{0, 1.0}};
   if (windowed >= model.num_layers) return {LayerKind{model.sliding_window, 1.0}};
   const double share = static_cast<double>(windowed) / static_cast<double>(model.num_layers);
   return {LayerKind{model.sliding_window, share}, LayerKind{0, 1.0 - share}};
@@ -107,7 +107,8 @@ std::vector<LayerProfileSpec> LayerTasksFor(const JobSpec& spec, const ParallelC
                                             std::optional<int64_t> attention_window) {
   LayerProfileSpec base;
   const ModelSpec& m = spec.model;
-  base.attention_window = attention_window.value_or(LayerKinds(m).front().attention_window);
+  base.attention_window =
+      attention_window.value_or(LayerKinds(m, spec.training.seq_length).front().attention_window);
   base.hidden_size = m.hidden_size;
   base.num_attention_heads = m.num_attention_heads;
   base.kv_channels = m.kv_channels;
@@ -189,7 +190,7 @@ absl::StatusOr<ProfilePlan> PlanProfiles(const JobSpec& spec, const PlanResult& 
         absl::StrCat("profile iters (", options.iters, ") must be >= 1"));
   }
   ProfilePlan out;
-  const std::vector<LayerKind> kinds = LayerKinds(spec.model);
+  const std::vector<LayerKind> kinds = LayerKinds(spec.model, spec.training.seq_length);
   std::set<std::string> seen;
   auto add_layer = [&](LayerProfileSpec layer) {
     ProfileTaskSpec task;

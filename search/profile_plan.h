@@ -141,12 +141,13 @@ struct ProfilePlan {
 /// The kinds of a model's layers by attention span, with their share of the layers: layers
 /// attending to the whole sequence (attention_window 0) and those attending to the sliding
 /// window (model.sliding_window; every layer but each window_attn_skip_freq-th). One kind,
-/// share 1, for a model without a window or with every layer windowed; windowed first.
+/// share 1, for a model without a window, with every layer windowed, or whose window is at
+/// least `seq_length` (it attends to every earlier key); windowed first.
 struct LayerKind {
   int64_t attention_window = 0;
   double share = 1;
 };
-std::vector<LayerKind> LayerKinds(const ModelSpec& model);
+std::vector<LayerKind> LayerKinds(const ModelSpec& model, int64_t seq_length);
 
 /// The layer tasks one layout needs for its layers of one kind (`attention_window`, one of
 /// LayerKinds; none given: the first kind): one at its recompute mode, two (full and none)

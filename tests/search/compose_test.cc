@@ -121,7 +121,7 @@ TEST(ComposeTest, SlidingWindowLayersAreMeasuredApartAndMixedByCount) {
   RankedConfig modelled = Candidate(1, 1, 2, 1.0, 0.6);
   modelled.config.overlap_grad_reduce = false;
   const ParallelConfig& c = modelled.config;
-  const std::vector<LayerKind> kinds = LayerKinds(spec.model);
+  const std::vector<LayerKind> kinds = LayerKinds(spec.model, spec.training.seq_length);
   ASSERT_EQ(kinds.size(), 2u);
   const std::string windowed = LayerTasksFor(spec, c, options, 16)[0].Key();
   const std::string full = LayerTasksFor(spec, c, options, 0)[0].Key();
@@ -150,7 +150,7 @@ TEST(ComposeTest, SlidingWindowLayersAreMeasuredApartAndMixedByCount) {
   EXPECT_TRUE(noted);
   // Every layer windowed: one kind, the windowed task alone.
   spec.model.window_attn_skip_freq = 0;
-  ASSERT_EQ(LayerKinds(spec.model).size(), 1u);
+  ASSERT_EQ(LayerKinds(spec.model, spec.training.seq_length).size(), 1u);
   m.layers.erase(full);
   r = ComposeCandidate(spec, modelled, options, m);
   ASSERT_TRUE(r.ok()) << r.status();

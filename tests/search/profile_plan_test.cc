@@ -225,7 +225,7 @@ TEST(ProfilePlanTest, SlidingWindowModelsGetATaskPerKindOfLayer) {
   JobSpec spec = Spec();
   spec.model.sliding_window = 16;
   spec.model.window_attn_skip_freq = 2;
-  const std::vector<LayerKind> kinds = LayerKinds(spec.model);
+  const std::vector<LayerKind> kinds = LayerKinds(spec.model, spec.training.seq_length);
   ASSERT_EQ(kinds.size(), 2u);
   EXPECT_EQ(kinds[0].attention_window, 16);
   EXPECT_DOUBLE_EQ(kinds[0].share, 0.5);
@@ -259,10 +259,12 @@ TEST(ProfilePlanTest, SlidingWindowModelsGetATaskPerKindOfLayer) {
 
   // Every layer windowed, or none: one kind.
   spec.model.window_attn_skip_freq = 0;
-  EXPECT_EQ(LayerKinds(spec.model).size(), 1u);
-  EXPECT_EQ(LayerKinds(spec.model)[0].attention_window, 16);
+  EXPECT_EQ(LayerKinds(spec.model, spec.training.seq_length).size(), 1u);
+  EXPECT_EQ(LayerKinds(spec.model, spec.training.seq_length)[0].attention_window, 16);
+  // A window as long as the sequence attends to every earlier key: no window.
+  EXPECT_EQ(LayerKinds(spec.model, 16)[0].attention_window, 0);
   spec.model.sliding_window = 0;
-  EXPECT_EQ(LayerKinds(spec.model)[0].attention_window, 0);
+  EXPECT_EQ(LayerKinds(spec.model, spec.training.seq_length)[0].attention_window, 0);
 }
 
 TEST(ProfilePlanTest, MoeJobsGetOneMoeLayerTaskPerExpertLayout) {
