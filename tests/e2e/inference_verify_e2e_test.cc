@@ -57,6 +57,17 @@ class InferenceVerifyE2eTest : public ::testing::Test {
         (bin_ / "paratune").string() + " " + args + " --coordinator " + coordinator_->address(),
         err_);
   }
+  // Writes `spec_text` and submits it: the job id ("" with a failure when refused).
+  std::string Submit(const std::string& spec_text) {
+    const fs::path spec = dir_ / "spec.yaml";
+    std::ofstream(spec) << spec_text;
+    Output submitted = Cli("submit --spec " + spec.string());
+    EXPECT_EQ(submitted.exit_code, 0) << ReadFile(err_);
+    if (submitted.exit_code != 0) return "";
+    std::string id = submitted.out;
+    id.erase(id.find_last_not_of('\n') + 1);
+    return id;
+  }
 
   fs::path bin_, dir_, err_;
   std::unique_ptr<Coordinator> coordinator_;
@@ -87,12 +98,8 @@ TEST_F(InferenceVerifyE2eTest, ProfiledServingLayoutsCarryMeasuredNextToPredicte
       },
       60000, 100));
 
-  const fs::path spec = dir_ / "spec.yaml";
-  std::ofstream(spec) << kSpec;
-  Output submitted = Cli("submit --spec " + spec.string());
-  ASSERT_EQ(submitted.exit_code, 0) << ReadFile(err_);
-  std::string id = submitted.out;
-  id.erase(id.find_last_not_of('\n') + 1);
+  const std::string id = Submit(kSpec);
+  ASSERT_FALSE(id.empty());
   Output watched = Cli("watch " + id);
   ASSERT_EQ(watched.exit_code, 0) << watched.out << ReadFile(err_) << ReadFile(coordinator_->log());
 
@@ -146,12 +153,8 @@ TEST_F(InferenceVerifyE2eTest, ASlidingWindowModelIsNotVerifiedAndSaysWhy) {
                     "position_embedding: rope, sliding_window: 8}");
   // The analytical model ranks it: no worker needed to reach the verify stage.
   spec_text.erase(spec_text.find("mode: profile, "), std::string("mode: profile, ").size());
-  const fs::path spec = dir_ / "spec.yaml";
-  std::ofstream(spec) << spec_text;
-  Output submitted = Cli("submit --spec " + spec.string());
-  ASSERT_EQ(submitted.exit_code, 0) << ReadFile(err_);
-  std::string id = submitted.out;
-  id.erase(id.find_last_not_of('\n') + 1);
+  const std::string id = Submit(spec_text);
+  ASSERT_FALSE(id.empty());
   ASSERT_EQ(Cli("watch " + id).exit_code, 0) << ReadFile(err_);
   const json results = json::parse(Cli("results " + id + " --json").out, nullptr, false);
   ASSERT_FALSE(results.is_discarded());
