@@ -26,6 +26,15 @@ json Spec() {
   })");
 }
 
+// The estimate of the layout a spec pins.
+absl::StatusOr<InferenceRankedConfig> EstimatePinned(const json& spec_json) {
+  auto spec = InferenceJobSpecFromJson(spec_json);
+  if (!spec.ok()) return spec.status();
+  auto config = PinnedServingConfig(*spec);
+  if (!config.ok()) return config.status();
+  return EstimateInference(*spec, *config);
+}
+
 TEST(PlannerTest, RanksLayoutsMeetingTheLimitsFirst) {
   auto spec = InferenceJobSpecFromJson(Spec());
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -241,18 +250,13 @@ TEST(PlannerTest, SlidingWindowLayersKeepOnlyTheWindowsKvCache) {
     "search": {"tp": 2, "pp": 1, "weight_precision": "fp8", "kv_cache_precision": "fp8",
                "max_batch_size": 512, "max_num_tokens": 8192}
   })");
-  const auto estimate = [](const json& spec_json) {
-    auto spec = InferenceJobSpecFromJson(spec_json);
-    EXPECT_TRUE(spec.ok()) << spec.status();
-    auto config = PinnedServingConfig(*spec);
-    EXPECT_TRUE(config.ok()) << config.status();
-    auto r = EstimateInference(*spec, *config);
-    EXPECT_TRUE(r.ok()) << r.status();
-    return *r;
-  };
-  const InferenceRankedConfig windowed = estimate(j);
+  const absl::StatusOr<InferenceRankedConfig> w = EstimatePinned(j);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const InferenceRankedConfig& windowed = *w;
   j["model"]["sliding_window"] = 0;
-  const InferenceRankedConfig full = estimate(j);
+  const absl::StatusOr<InferenceRankedConfig> f = EstimatePinned(j);
+  ASSERT_TRUE(f.ok()) << f.status();
+  const InferenceRankedConfig& full = *f;
   EXPECT_DOUBLE_EQ(windowed.memory.kv_cache, full.memory.kv_cache);
   // 17,000 tokens: 17,008 in 16-token blocks, 144 in a windowed layer.
   const double ratio = 17008.0 / (0.5 * 17008 + 0.5 * 144);
@@ -300,11 +304,7 @@ TEST(PlannerTest, AttentionDataParallelRefusalsNameTheField) {
   moe["search"]["max_batch_size"] = {64};
   moe["search"]["disaggregated"] = {false};
   moe["search"]["max_num_tokens"] = {8192};
-  auto pinned = InferenceJobSpecFromJson(moe);
-  ASSERT_TRUE(pinned.ok()) << pinned.status();
-  auto config = PinnedServingConfig(*pinned);
-  ASSERT_TRUE(config.ok()) << config.status();
-  auto r = EstimateInference(*pinned, *config);
+  auto r = EstimatePinned(moe);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->config.attention_dp);
   EXPECT_EQ(r->config.ep, 8);
