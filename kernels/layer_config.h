@@ -32,6 +32,15 @@ struct LayerShape {
 };
 
 /// Everything that fixes one layer's forward/backward on one rank.
+/// The window of layer `layer` (0-based) of a model whose layers attend to `window` keys
+/// except each `skip_freq`-th (counting from 1; Megatron's window_attn_skip_freq), which
+/// attends to the whole sequence: 0 for a whole-sequence layer or without a window.
+inline int64_t LayerAttentionWindow(int64_t window, int64_t skip_freq, int64_t layer) {
+  if (window <= 0) return 0;
+  if (skip_freq > 0 && (layer + 1) % skip_freq == 0) return 0;
+  return window;
+}
+
 struct LayerConfig {
   LayerShape shape;
   /// The layout. A layer reads tp (t), sequence_parallel (norms and dropouts on s/t rows),

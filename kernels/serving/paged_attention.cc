@@ -44,25 +44,31 @@ void PagedAttentionForward(const PagedAttentionArgs& a, const PagedKvCache& cach
         std::fill(m.begin(), m.begin() + rows, -std::numeric_limits<float>::infinity());
         std::fill(l.begin(), l.begin() + rows, 0.0f);
         const int64_t kv_len = ch.start + i0 + tn;  // keys the tile's last token sees
-        for (int64_t b = 0; b * bs < kv_len; ++b) {
+        // The first key a query at position q sees.
+        const auto first_key = [&](int64_t q) {
+          return a.window > 0 && q >= a.window ? q - a.window + 1 : 0;
+        };
+        for (int64_t b = first_key(ch.start + i0) / bs; b * bs < kv_len; ++b) {
           const int64_t count = std::min(bs, kv_len - b * bs), key0 = b * bs;
           cache.ReadBlock(layer, table[b], gg, 0, count, kb.data(), vb.data());
           cpu::gemm(false, true, rows, count, d, 1.0f, qt.data(), d, kb.data(), d, 0.0f, s.data(),
                     count);
           for (int64_t r = 0; r < rows; ++r) {
             const int64_t qpos = ch.start + i0 + r / pg;
-            const int64_t valid = std::min(count, qpos - key0 + 1);  // keys ≤ qpos
+            // Columns [first, valid): keys first_key(qpos) ≤ key ≤ qpos.
+            const int64_t valid = std::min(count, qpos - key0 + 1);
+            const int64_t first = std::max<int64_t>(0, first_key(qpos) - key0);
             float* sr = s.data() + r * count;
-            if (valid <= 0) {
+            if (valid <= first) {
               std::fill(sr, sr + count, 0.0f);
               continue;
             }
             float mx = m[r];
-            for (int64_t c = 0; c < valid; ++c) mx = std::max(mx, sr[c]);
+            for (int64_t c = first; c < valid; ++c) mx = std::max(mx, sr[c]);
             const float alpha = std::exp(m[r] - mx);
             float sum = 0;
             for (int64_t c = 0; c < count; ++c) {
-              const float p = c < valid ? std::exp(sr[c] - mx) : 0.0f;
+              const float p = c >= first && c < valid ? std::exp(sr[c] - mx) : 0.0f;
               sr[c] = p;
               sum += p;
             }

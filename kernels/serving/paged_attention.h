@@ -25,10 +25,14 @@ struct PagedAttentionArgs {
   int64_t groups = 0;  ///< KV heads on this rank (heads/groups query heads share one).
   int64_t head_dim = 0;
   float scale = 1.0f;  ///< Softmax scale, 1/sqrt(head_dim).
+  /// Sliding-window attention: a query attends to this many keys, itself included (0 =
+  /// every earlier key).
+  int64_t window = 0;
 };
 
 /// o = softmax(scale·q·Kᵀ, causal)·V for every chunk's tokens, keys and values read from
-/// `cache` layer `layer` positions [0, start + i] for the chunk's token i.
+/// `cache` layer `layer` positions [0, start + i] for the chunk's token i (with a window w,
+/// [start + i − w + 1, start + i]: the blocks left of a tile's window are not read).
 void PagedAttentionForward(const PagedAttentionArgs& args, const PagedKvCache& cache, int64_t layer,
                            const std::vector<SeqChunk>& chunks, int threads);
 

@@ -26,8 +26,9 @@ absl::StatusOr<WeightQuant> ParseWeightQuant(absl::string_view s) {
       absl::StrCat("unknown weight quantization '", s, "' (expected none, int8, int4)"));
 }
 
-LayerConfig ServingConfig::AsLayerConfig(int64_t seq_length) const {
+LayerConfig ServingConfig::AsLayerConfig(int64_t seq_length, int64_t index) const {
   LayerConfig layer;
+  layer.attention_window = LayerAttentionWindow(attention_window, window_attn_skip_freq, index);
   layer.shape = shape;
   layer.parallel = parallel;
   layer.seq_length = seq_length;
@@ -53,6 +54,14 @@ absl::Status ServingConfig::Validate() const {
     return absl::UnimplementedError(
         "the serving kernels run tensor parallelism only (pp, dp must be 1, no sequence "
         "parallelism)");
+  }
+  if (attention_window < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention_window (", attention_window, ") must not be negative"));
+  }
+  if (window_attn_skip_freq < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("window_attn_skip_freq (", window_attn_skip_freq, ") must not be negative"));
   }
   for (auto [field, v] : {std::pair<absl::string_view, int64_t>{"num_layers", num_layers},
                           {"kv_block_size", kv_block_size},

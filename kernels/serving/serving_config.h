@@ -46,6 +46,10 @@ struct ServingConfig {
   float norm_epsilon = 1e-5f;                     ///< RMSNorm epsilon.
   uint64_t seed = 1234;  ///< Weights are functions of this (as the training layer's).
   int threads = 1;       ///< Threads of the attention and elementwise loops.
+  /// Sliding-window attention in every layer but each window_attn_skip_freq-th
+  /// (LayerAttentionWindow); 0: none.
+  int64_t attention_window = 0;
+  int64_t window_attn_skip_freq = 0;
 
   int64_t num_query_groups() const {
     return shape.num_query_groups > 0 ? shape.num_query_groups : shape.num_attention_heads;
@@ -56,8 +60,9 @@ struct ServingConfig {
   int64_t head_dim() const { return shape.head_dim(); }
   /// Tokens the KV cache of one rank holds.
   int64_t kv_capacity_tokens() const { return kv_block_size * num_kv_blocks; }
-  /// The training-layer configuration with the same shape, tp and weights.
-  LayerConfig AsLayerConfig(int64_t seq_length) const;
+  /// The training-layer configuration with the same shape, tp and weights (and the window
+  /// of layer `layer`).
+  LayerConfig AsLayerConfig(int64_t seq_length, int64_t layer = 0) const;
 
   /// First violated rule, e.g. `tp (3) must divide num_query_groups (4)`.
   absl::Status Validate() const;

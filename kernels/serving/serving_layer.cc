@@ -162,6 +162,8 @@ absl::StatusOr<Tensor> ServingLayer::Forward(const Tensor& x, const std::vector<
   args.o = ctx.data_as<float>(), args.ld_o = hl * d;
   args.heads = hl, args.groups = gl, args.head_dim = d;
   args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  args.window =
+      LayerAttentionWindow(config_.attention_window, config_.window_attn_skip_freq, index_);
   PagedAttentionForward(args, *cache, index_, chunks, threads);
   times_.attention_s += Since(t0);
 

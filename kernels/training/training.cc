@@ -712,9 +712,7 @@ bool TrainConfig::IsExpertLayer(int64_t layer) const {
 }
 
 int64_t TrainConfig::AttentionWindowOf(int64_t layer) const {
-  if (attention_window <= 0) return 0;
-  if (window_attn_skip_freq > 0 && (layer + 1) % window_attn_skip_freq == 0) return 0;
-  return attention_window;
+  return LayerAttentionWindow(attention_window, window_attn_skip_freq, layer);
 }
 
 RankCoords CoordsOf(const TrainConfig& c, int64_t rank) {

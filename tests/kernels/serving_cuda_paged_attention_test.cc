@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/hash_random.h"
 #include "kernels/serving/paged_attention.h"
@@ -47,9 +48,15 @@ TEST(ServingCudaPagedAttention, CacheWriteAndAttentionMatchTheCpuTwinForEveryKvS
   // chunk of 6 prompt tokens after 20 cached ones.
   const std::vector<SeqChunk> chunks = {
       {0, 37, 1, true}, {1, 5, 1, true}, {2, 300, 1, true}, {3, 0, 9, true}, {4, 20, 6, false}};
-  for (KvStorage storage :
-       {KvStorage::kF32, KvStorage::kBF16, KvStorage::kF16, KvStorage::kFp8E4M3}) {
-    SCOPED_TRACE(static_cast<int>(storage));
+  // Every storage over the whole context, and fp32 over a 24-key sliding window (the
+  // 300-token decode reads its last two blocks).
+  const std::vector<std::pair<KvStorage, int64_t> > cases = {{KvStorage::kF32, 0},
+                                                             {KvStorage::kBF16, 0},
+                                                             {KvStorage::kF16, 0},
+                                                             {KvStorage::kFp8E4M3, 0},
+                                                             {KvStorage::kF32, 24}};
+  for (const auto& [storage, window] : cases) {
+    SCOPED_TRACE(absl::StrCat(static_cast<int>(storage), " window ", window));
     auto backend = MakeCpuBackend(0, 1);
     KvCacheShape shape;
     shape.num_blocks = 64, shape.block_size = kBlock, shape.groups = kGroups, shape.head_dim = kD;
@@ -74,6 +81,7 @@ TEST(ServingCudaPagedAttention, CacheWriteAndAttentionMatchTheCpuTwinForEveryKvS
     a.q = q.data(), a.ld_q = ld, a.o = ref.data(), a.ld_o = ld;
     a.heads = kHeads, a.groups = kGroups, a.head_dim = kD;
     a.scale = 1.0f / std::sqrt(static_cast<float>(kD));
+    a.window = window;
     PagedAttentionForward(a, *cache, 0, chunks, 1);
 
     const Tensor& pool = cache->pool(0);
@@ -130,6 +138,7 @@ TEST(ServingCudaPagedAttention, CacheWriteAndAttentionMatchTheCpuTwinForEveryKvS
     g.num_chunks = static_cast<int64_t>(chunks.size()), g.max_chunk_tokens = max_tokens;
     g.heads = kHeads, g.groups = kGroups, g.head_dim = kD, g.block_size = kBlock;
     g.scale = a.scale;
+    g.window = window;
     ASSERT_EQ(cuda::paged_attention_forward(g, nullptr), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(got.data(), g.o, got.size() * sizeof(float), cudaMemcpyDeviceToHost),
               cudaSuccess);

@@ -154,6 +154,32 @@ TEST(ServingModel, ChunkedPrefillInMixedStepsEqualsOneShotPrefill) {
   EXPECT_LE(ToleranceRatio(*got, *ref, 1e-5, 1e-4), 1.0);
 }
 
+// The first of two layers attends to a 5-key window (the second to the whole context):
+// decodes read the window's blocks only, and TP 2, a paged cache in random block order and
+// chunked prefill give the one-shot TP 1 run's logits; the window changes them.
+TEST(ServingModel, SlidingWindowLayersEqualAcrossLayoutsAndDifferFromWholeContext) {
+  const auto windowed = [](int64_t tp) {
+    ServingConfig c = SmallModel(tp);
+    c.attention_window = 5;
+    c.window_attn_skip_freq = 2;
+    return c;
+  };
+  auto ref = RunPlan(windowed(1), OneShotPlan());
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  auto tp2 = RunPlan(windowed(2), OneShotPlan(), /*shuffle=*/77);
+  ASSERT_TRUE(tp2.ok()) << tp2.status();
+  EXPECT_LE(ToleranceRatio(*tp2, *ref, 1e-5, 1e-4), 1.0);
+  auto chunked = RunPlan(windowed(2), ChunkedPlan());
+  ASSERT_TRUE(chunked.ok()) << chunked.status();
+  EXPECT_LE(ToleranceRatio(*chunked, *ref, 1e-5, 1e-4), 1.0);
+  auto full = RunPlan(SmallModel(1), OneShotPlan());
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_GT(ToleranceRatio(*full, *ref, 1e-5, 1e-4), 1.0);
+  ServingConfig bad = SmallModel(1);
+  bad.attention_window = -1;
+  EXPECT_FALSE(bad.Validate().ok());
+}
+
 TEST(ServingModel, Bf16KvCacheStaysWithinBf16RoundingOfFp32) {
   auto ref = RunPlan(SmallModel(1), OneShotPlan());
   ServingConfig bf16 = SmallModel(1);
@@ -195,8 +221,10 @@ TEST(ServingModel, WeightOnlyInt8AndInt4KeepLogitsCloseToFp32) {
 // With learned positions (no rotation) a prefill through the serving layer is the training
 // layer's forward (flash attention, no dropout) on the same weights.
 TEST(ServingLayer, PrefillEqualsTrainingLayerForward) {
-  for (int64_t tp : {1, 2}) {
+  // Whole context at tp 1 and 2, and a 4-key sliding window (one block of the cache).
+  for (auto [tp, window] : {std::pair<int64_t, int64_t>{1, 0}, {2, 0}, {2, 4}}) {
     ServingConfig c = SmallModel(tp, 1);
+    c.attention_window = window;
     c.position_embedding = PositionEmbedding::kLearned;
     constexpr int64_t kSeq = 11;
     const int64_t h = c.shape.hidden_size;
@@ -214,7 +242,8 @@ TEST(ServingLayer, PrefillEqualsTrainingLayerForward) {
           if (t == 1) {
             comm = MakeSelfCommunicator();
           } else {
-            auto made = MakeGlooCommunicator(rendezvous, absl::StrCat("vs-training", tp), r, t);
+            auto made = MakeGlooCommunicator(rendezvous,
+                                             absl::StrCat("vs-training", tp, "-", window), r, t);
             if (!made.ok()) return made.status();
             comm = std::move(*made);
           }
@@ -247,7 +276,8 @@ TEST(ServingLayer, PrefillEqualsTrainingLayerForward) {
     }
     for (auto& th : threads) th.join();
     for (auto& s : status) ASSERT_TRUE(s.ok()) << s;
-    EXPECT_LE(ToleranceRatio(serving_y[0], training_y[0], 1e-5, 1e-4), 1.0) << "tp " << tp;
+    EXPECT_LE(ToleranceRatio(serving_y[0], training_y[0], 1e-5, 1e-4), 1.0)
+        << "tp " << tp << " window " << window;
   }
 }
 

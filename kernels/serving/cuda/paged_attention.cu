@@ -65,7 +65,9 @@ __global__ void PagedAttentionKernel(PagedAttentionCudaArgs a) {
     q[c] = a.q[row * a.ld_q + head * d + c] * a.scale;
   __syncthreads();
   float m = -INFINITY, l = 0.0f, acc[kDimsPerThread] = {};
-  for (int64_t j0 = 0; j0 < kv_len; j0 += kThreads) {
+  // Keys [first, kv_len): the query's sliding window, or every earlier key.
+  const int64_t first = a.window > 0 && kv_len > a.window ? kv_len - a.window : 0;
+  for (int64_t j0 = first; j0 < kv_len; j0 += kThreads) {
     const int64_t j = j0 + threadIdx.x;
     float s = -INFINITY;
     if (j < kv_len) {

@@ -40,6 +40,7 @@ struct PagedAttentionCudaArgs {
   int64_t max_chunk_tokens = 0;  ///< max over chunk_tokens (grid size).
   int64_t heads = 0, groups = 0, head_dim = 0, block_size = 0;  ///< head_dim ≤ 256.
   float scale = 1.0f;
+  int64_t window = 0;  ///< Keys per query, itself included; 0 = every earlier key.
 };
 
 /// Writes K and V of `tokens` new tokens (fp32 rows of `row` = groups·head_dim values at
