@@ -29,8 +29,8 @@ double PiecewiseLinear::operator()(double x) const {
   return lo->second + t * (hi->second - lo->second);
 }
 
-absl::StatusOr<MeasuredStepTable> MeasuredStepTable::Create(
-    const std::vector<StepSample>& samples) {
+absl::StatusOr<MeasuredStepTable> MeasuredStepTable::Create(const std::vector<StepSample>& samples,
+                                                            const AttentionSpan& span) {
   std::vector<std::pair<double, double>> gemm, rest, tp, pre_attn, dec_attn, logits;
   bool prefill = false, decode = false;
   for (const StepSample& s : samples) {
@@ -43,10 +43,10 @@ absl::StatusOr<MeasuredStepTable> MeasuredStepTable::Create(
     rest.push_back({rows, s.total_s - s.gemm_s - s.attention_s - s.tp_comm_s - s.logits_s});
     logits.push_back({b, s.logits_s});
     if (is_prefill) {
-      pre_attn.push_back({b * len * len / 2, s.attention_s});
+      pre_attn.push_back({b * span.ChunkAttentionPairs(0, len), s.attention_s});
       prefill = true;
     } else {
-      dec_attn.push_back({b * len, s.attention_s});
+      dec_attn.push_back({b * span.AttendedContext(len), s.attention_s});
       decode = true;
     }
   }

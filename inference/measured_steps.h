@@ -57,8 +57,12 @@ class PiecewiseLinear {
 
 class MeasuredStepTable {
  public:
-  /// InvalidArgument unless `samples` hold at least one prefill and one decode step.
-  static absl::StatusOr<MeasuredStepTable> Create(const std::vector<StepSample>& samples);
+  /// InvalidArgument unless `samples` hold at least one prefill and one decode step. The
+  /// attention times are tabled by the work `span` counts (StepWork's units): a prefill of
+  /// b prompts of s tokens by b·ChunkAttentionPairs(0, s), a decode of b sequences at
+  /// context c by b·AttendedContext(c) (s²/2 and c without a sliding window).
+  static absl::StatusOr<MeasuredStepTable> Create(const std::vector<StepSample>& samples,
+                                                  const AttentionSpan& span = AttentionSpan());
 
   /// The step's measured parts, milliseconds: compute = GEMMs + attention + rest +
   /// logits (at least 0), tp_comm, memory 0 (the measurement includes the waits),

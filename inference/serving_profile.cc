@@ -43,11 +43,6 @@ std::string ServingKernelsUnsupportedReason(const ModelSpec& model) {
   if (EffectiveAttention(model) == AttentionType::kMla) {
     return "the serving kernels run multi-head or grouped-query attention (model.attention mla)";
   }
-  if (model.sliding_window > 0) {
-    return absl::StrCat(
-        "the serving kernels attend to the whole context in every layer (model.sliding_window ",
-        model.sliding_window, ")");
-  }
   return "";
 }
 
@@ -63,6 +58,9 @@ std::string ServingStepTaskSpec::Key() const {
       " act=", paratune::ToString(model.activation),
       " norm=", paratune::ToString(model.normalization),
       " pos=", paratune::ToString(model.position_embedding), " L=", model.num_layers,
+      WindowedLayers(model) > 0
+          ? absl::StrCat(" win=", model.sliding_window, "/", model.window_attn_skip_freq)
+          : "",
       " tp=", shape.tp, " w=", std::string(inference::ToString(shape.weight_precision)),
       " kv=", std::string(inference::ToString(shape.kv_cache_precision)), " blk=", kv_block_size,
       phase == ServingStepPhase::kPrefill ? " prefill" : " decode", " b=", batch, " len=", length,
@@ -141,7 +139,8 @@ absl::StatusOr<InferencePlanResult> ComposeInference(const InferenceJobSpec& spe
   std::map<StepShape, std::string> unusable = measured.failures;
   for (const auto& [shape, samples] : measured.steps) {
     if (unusable.count(shape) > 0) continue;
-    absl::StatusOr<MeasuredStepTable> table = MeasuredStepTable::Create(samples);
+    absl::StatusOr<MeasuredStepTable> table =
+        MeasuredStepTable::Create(samples, AttentionSpan(spec.model));
     if (!table.ok()) {
       unusable[shape] = std::string(table.status().message());
       continue;

@@ -140,12 +140,7 @@ absl::StatusOr<StepModel> StepModel::Create(const ModelSpec& model, const Device
            : 2.0 * s.kv_heads_rank_ * s.head_dim_) *
       BytesPerElement(c.kv_cache_precision);
   s.kv_bytes_per_token_ = s.layers_per_stage_ * s.kv_bytes_per_token_layer_;
-  s.windowed_layers_ = WindowedLayers(model);
-  if (s.windowed_layers_ > 0) {
-    s.window_ = static_cast<double>(model.sliding_window);
-    s.full_layer_share_ =
-        1.0 - static_cast<double>(s.windowed_layers_) / static_cast<double>(model.num_layers);
-  }
+  s.span_ = AttentionSpan(model);
   s.attention_flops_per_pair_ =
       s.q_heads_rank_ * (mla ? 2.0 * static_cast<double>(model.qk_head_dim +
                                                          model.qk_rope_head_dim + model.v_head_dim)
@@ -287,37 +282,6 @@ double StepModel::KvTokenCapacity(const RankMemory& memory) const {
   if (memory.kv_pool <= 0) return 0;
   // With attention data parallelism every rank holds its own sequences' cache.
   return std::floor(memory.kv_pool / kv_bytes_per_token_) * static_cast<double>(dp_);
-}
-
-double StepModel::KvSlots(int64_t tokens, int64_t block) const {
-  block = std::max<int64_t>(block, 1);
-  const int64_t whole = (tokens + block - 1) / block * block;
-  if (windowed_layers_ == 0) return static_cast<double>(whole);
-  const int64_t window = static_cast<int64_t>(window_);
-  const int64_t windowed = std::min(whole, (window + block - 1) / block * block + block);
-  return full_layer_share_ * static_cast<double>(whole) +
-         (1 - full_layer_share_) * static_cast<double>(windowed);
-}
-
-double StepModel::AttendedContext(double context) const {
-  if (windowed_layers_ == 0) return context;
-  return full_layer_share_ * context + (1 - full_layer_share_) * std::min(context, window_);
-}
-
-double StepModel::ChunkAttentionPairs(double before, double chunk) const {
-  const double full = chunk * (before + chunk / 2);
-  if (windowed_layers_ == 0) return full;
-  // Query positions x in [before, before + chunk) see min(x, w) keys.
-  const double end = before + chunk, w = window_;
-  double windowed = 0;
-  if (end <= w) {
-    windowed = full;
-  } else if (before >= w) {
-    windowed = chunk * w;
-  } else {
-    windowed = (w - before) * (before + w) / 2 + (end - w) * w;
-  }
-  return full_layer_share_ * full + (1 - full_layer_share_) * windowed;
 }
 
 double StepModel::GemmSecondsOnRank(double rows, double n, double k) const {

@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "inference/attention_span.h"
 #include "inference/engine_profile.h"
 #include "inference/serving_result.h"
 #include "inference/serving_spec.h"
@@ -106,22 +107,15 @@ class StepModel {
   /// Tokens the pool of `memory` holds (on every rank of the instance), counted as tokens
   /// of every layer (see KvSlots).
   double KvTokenCapacity(const RankMemory& memory) const;
-  /// Pool tokens a sequence of `tokens` holds, its blocks of `block` tokens rounded up. A
-  /// layer attending to a sliding window (model.sliding_window) keeps the blocks of the
-  /// window and the one being written, as the engines free the others (vLLM's sliding-window
-  /// KV manager, TensorRT-LLM's per-layer attention window, SGLang's SWA pool); the pool
-  /// counts a token of every layer, so a windowed layer's share of the stage weighs its
-  /// blocks. Equals the rounded `tokens` for a model without a window.
-  double KvSlots(int64_t tokens, int64_t block) const;
-  /// KV entries one decode step of a sequence of `context` tokens reads, in tokens of every
-  /// layer (a windowed layer reads its window).
-  double AttendedContext(double context) const;
-  /// Causal attention pairs of a prompt chunk of `chunk` tokens after `before` cached ones,
-  /// averaged over the layers (a windowed layer's query sees the window only):
-  /// chunk x (before + chunk / 2) without a window.
-  double ChunkAttentionPairs(double before, double chunk) const;
-  /// Layers attending to a sliding window, of model.num_layers (0 without).
-  int64_t windowed_layers() const { return windowed_layers_; }
+  /// How far the layers attend (AttentionSpan: pool tokens per sequence, decode reads,
+  /// prompt attention pairs with sliding-window layers).
+  const AttentionSpan& span() const { return span_; }
+  double KvSlots(int64_t tokens, int64_t block) const { return span_.KvSlots(tokens, block); }
+  double AttendedContext(double context) const { return span_.AttendedContext(context); }
+  double ChunkAttentionPairs(double before, double chunk) const {
+    return span_.ChunkAttentionPairs(before, chunk);
+  }
+  int64_t windowed_layers() const { return span_.windowed_layers(); }
 
   /// Seconds of one engine step for `w` over all pipeline stages (a micro-batch's trip).
   double StepSeconds(const StepWork& w) const;
@@ -199,11 +193,7 @@ class StepModel {
   double head_dim_ = 0, q_heads_rank_ = 0, kv_heads_rank_ = 0;
   double kv_bytes_per_token_ = 0;  // Whole stage, one rank.
   double kv_bytes_per_token_layer_ = 0;
-  // Sliding-window attention: the window (tokens), the windowed layers and the share of
-  // the layers attending to the whole context (1 without a window).
-  double window_ = 0;
-  int64_t windowed_layers_ = 0;
-  double full_layer_share_ = 1;
+  AttentionSpan span_;
   double weight_bytes_read_ = 0;  // Per step, per rank, one stage's layers + head.
   double gemm_peak_ = 0, attention_peak_ = 0, stream_bw_ = 0;
   double tp_link_bandwidth_ = 0, tp_link_latency_ = 0;

@@ -413,6 +413,8 @@ v1::ProfileTask ToProto(const inference::ServingStepTaskSpec& task) {
   t->set_num_layers(task.model.num_layers);
   t->set_logits(true);
   t->set_rope(task.model.position_embedding == PositionEmbedding::kRope);
+  t->set_attention_window(task.model.sliding_window);
+  t->set_window_attn_skip_freq(task.model.window_attn_skip_freq);
   t->set_warmup(task.warmup);
   t->set_iters(task.iters);
   return out;

@@ -44,6 +44,8 @@ v1::ServingVerifyTask MakeServingVerifyTask(const inference::InferenceJobSpec& s
   shape->set_normalization(ToString(m.normalization));
   t.set_num_layers(m.num_layers);
   t.set_rope(m.position_embedding == PositionEmbedding::kRope);
+  t.set_attention_window(m.sliding_window);
+  t.set_window_attn_skip_freq(m.window_attn_skip_freq);
   t.set_tp(r.config().tp());
   t.set_max_batch_size(r.config().max_batch_size());
   t.set_max_num_tokens(r.config().max_num_tokens());

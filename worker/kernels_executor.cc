@@ -593,6 +593,8 @@ absl::Status ReadServingModel(const ServingTask& t, const Worker& worker,
   m.kv_block_size = t.kv_block_size() > 0 ? t.kv_block_size() : 16;
   m.num_layers = t.num_layers() > 0 ? t.num_layers() : 1;
   m.position_embedding = t.rope() ? PositionEmbedding::kRope : PositionEmbedding::kLearned;
+  m.attention_window = t.attention_window();
+  m.window_attn_skip_freq = t.window_attn_skip_freq();
   return absl::OkStatus();
 }
 

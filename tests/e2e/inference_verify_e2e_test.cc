@@ -24,12 +24,13 @@ using paratune::e2e::Process;
 using paratune::e2e::ReadFile;
 using paratune::e2e::RunCommand;
 
-// Small enough that the 15 profile tasks and two serving runs take seconds.
+// Small enough that the 15 profile tasks and two serving runs take seconds. The first layer
+// attends to an 8-token window, the second to the whole context.
 constexpr char kSpec[] = R"(kind: inference
 name: tiny-serving-verify
 model: {num_layers: 2, hidden_size: 128, num_attention_heads: 4, num_query_groups: 2,
         ffn_hidden_size: 256, vocab_size: 512, activation: swiglu, normalization: rmsnorm,
-        position_embedding: rope}
+        position_embedding: rope, sliding_window: 8, window_attn_skip_freq: 2}
 cluster: {gpu: cpu, num_gpus: 2, gpus_per_node: 2}
 serving: {engine: trtllm, isl: 16, osl: 4, concurrency: 2, num_requests: 6}
 search: {tp: [1, 2], pp: [1], replicas: [1], max_batch_size: [2], max_num_tokens: [64],
@@ -140,17 +141,18 @@ TEST_F(InferenceVerifyE2eTest, ProfiledServingLayoutsCarryMeasuredNextToPredicte
   EXPECT_NE(table.out.find("measured vs"), std::string::npos) << table.out;
 }
 
-// The serving loop attends to the whole context: a model with sliding-window layers is
-// ranked but its layouts are not verified, with the reason.
-TEST_F(InferenceVerifyE2eTest, ASlidingWindowModelIsNotVerifiedAndSaysWhy) {
+// The serving loop runs dense layers: a mixture-of-experts model is ranked but its layouts
+// are not verified, with the reason.
+TEST_F(InferenceVerifyE2eTest, AMixtureOfExpertsModelIsNotVerifiedAndSaysWhy) {
   coordinator_ = std::make_unique<Coordinator>(bin_, dir_, dir_ / "coordinator.db",
                                                std::vector<std::string>{});
   std::string error;
   ASSERT_TRUE(coordinator_->Start(&error)) << error;
   std::string spec_text = kSpec;
-  spec_text.replace(spec_text.find("position_embedding: rope}"),
-                    std::string("position_embedding: rope}").size(),
-                    "position_embedding: rope, sliding_window: 8}");
+  const std::string dense = "window_attn_skip_freq: 2}";
+  spec_text.replace(spec_text.find(dense), dense.size(),
+                    "window_attn_skip_freq: 2, num_experts: 4, moe_router_topk: 2, "
+                    "moe_ffn_hidden_size: 128}");
   // The analytical model ranks it: no worker needed to reach the verify stage.
   spec_text.erase(spec_text.find("mode: profile, "), std::string("mode: profile, ").size());
   const std::string id = Submit(spec_text);
@@ -163,8 +165,7 @@ TEST_F(InferenceVerifyE2eTest, ASlidingWindowModelIsNotVerifiedAndSaysWhy) {
   ASSERT_FALSE(ranked.empty());
   for (const json& r : ranked) {
     EXPECT_EQ(r["verification"].value("status", std::string()),
-              "not verified: the serving kernels attend to the whole context in every layer "
-              "(model.sliding_window 8)")
+              "not verified: the serving kernels run dense layers (model.num_experts 4)")
         << r.dump(1);
   }
 }

@@ -112,9 +112,8 @@ TEST(ServingProfileTest, ComposedLayoutsRunOnTheMeasuredStepTimes) {
   EXPECT_EQ(measured_layouts, 2);
 }
 
-// The serving kernels run dense layers attending to the whole context: a mixture of
-// experts or a sliding-window model plans no step task, and composing keeps every layout
-// modelled, saying why.
+// The serving kernels run dense layers: a mixture-of-experts model plans no step task, and
+// composing keeps every layout modelled, saying why.
 TEST(ServingProfileTest, ModelsTheKernelsCannotRunStayModelledWithTheReason) {
   const auto check = [](const std::string& field, const nlohmann::json& value,
                         const std::string& reason) {
@@ -144,9 +143,52 @@ TEST(ServingProfileTest, ModelsTheKernelsCannotRunStayModelledWithTheReason) {
   };
   EXPECT_EQ(ServingKernelsUnsupportedReason(SmallCpuSpec().model), "");
   check("num_experts", 4, "the serving kernels run dense layers (model.num_experts 4)");
-  check("sliding_window", 32,
-        "the serving kernels attend to the whole context in every layer (model.sliding_window "
-        "32)");
+}
+
+// A model whose first layer attends to a 32-token window is profiled with its window (the
+// tasks' key says so), and its measured attention is tabled by the work the window leaves:
+// a decode at context 64 reads 0.5 x 64 + 0.5 x 32 = 48 tokens per sequence.
+TEST(ServingProfileTest, SlidingWindowModelsAreProfiledWithTheirWindow) {
+  nlohmann::json j = nlohmann::json::parse(test_specs::kSmallCpuServingSpec);
+  j["model"]["sliding_window"] = 32;
+  j["model"]["window_attn_skip_freq"] = 2;
+  auto spec = InferenceJobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(ServingKernelsUnsupportedReason(spec->model), "");
+  auto plan = PlanInference(*spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto profile = PlanServingProfiles(*spec, *plan, ServingProfileOptions());
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  ASSERT_EQ(profile->steps.size(), 22u);
+  for (const ServingStepTaskSpec& t : profile->steps) {
+    EXPECT_NE(t.Key().find(" win=32/2 "), std::string::npos) << t.Key();
+  }
+  const AttentionSpan span(spec->model);
+  EXPECT_DOUBLE_EQ(span.AttendedContext(64), 48);
+  // Decode attention measured 1 ms per 100 attended tokens: a table built with the span
+  // reads the simulator's attended units back as measured.
+  std::vector<StepSample> samples;
+  for (int64_t b : {1, 4}) {
+    StepSample p;
+    p.phase = ServingStepPhase::kPrefill, p.batch = b, p.length = 64;
+    p.total_s = 1e-3, p.attention_s = 1e-5 * b * span.ChunkAttentionPairs(0, 64);
+    samples.push_back(p);
+    StepSample d;
+    d.phase = ServingStepPhase::kDecode, d.batch = b, d.length = 64;
+    d.total_s = 1e-3, d.attention_s = 1e-5 * b * span.AttendedContext(64);
+    samples.push_back(d);
+  }
+  auto table = MeasuredStepTable::Create(samples, span);
+  ASSERT_TRUE(table.ok()) << table.status();
+  StepWork w;
+  w.decode_sequences = 2;
+  w.sampled_sequences = 2;
+  w.decode_context_tokens = 2 * span.AttendedContext(64);
+  auto whole = MeasuredStepTable::Create(samples);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  // Tabled by whole-context work, the same measurement reads 96 attended tokens as 96 of
+  // 128 whole-context ones: less time than measured.
+  EXPECT_GT(table->Breakdown(w).compute, whole->Breakdown(w).compute);
 }
 
 }  // namespace
