@@ -5,6 +5,18 @@
 
 namespace paratune::kernels {
 
+absl::Status CheckAttentionWindow(int64_t window, int64_t skip_freq) {
+  if (window < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention_window (", window, ") must not be negative"));
+  }
+  if (skip_freq < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("window_attn_skip_freq (", skip_freq, ") must not be negative"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status LayerConfig::Validate() const {
   const int64_t tp = parallel.tp;
   auto positive = [](absl::string_view field, int64_t v) -> absl::Status {
@@ -23,10 +35,7 @@ absl::Status LayerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("kv_channels (", shape.kv_channels, ") must not be negative"));
   }
-  if (attention_window < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attention_window (", attention_window, ") must not be negative"));
-  }
+  if (absl::Status s = CheckAttentionWindow(attention_window, 0); !s.ok()) return s;
   if (shape.kv_channels == 0 && shape.hidden_size % a != 0) {
     return absl::InvalidArgumentError(absl::StrCat("num_attention_heads (", a,
                                                    ") must divide hidden_size (",

@@ -41,6 +41,9 @@ inline int64_t LayerAttentionWindow(int64_t window, int64_t skip_freq, int64_t l
   return window;
 }
 
+/// InvalidArgument naming the field when a model's window or skip frequency is negative.
+absl::Status CheckAttentionWindow(int64_t window, int64_t skip_freq);
+
 struct LayerConfig {
   LayerShape shape;
   /// The layout. A layer reads tp (t), sequence_parallel (norms and dropouts on s/t rows),

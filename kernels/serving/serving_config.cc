@@ -55,13 +55,8 @@ absl::Status ServingConfig::Validate() const {
         "the serving kernels run tensor parallelism only (pp, dp must be 1, no sequence "
         "parallelism)");
   }
-  if (attention_window < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attention_window (", attention_window, ") must not be negative"));
-  }
-  if (window_attn_skip_freq < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("window_attn_skip_freq (", window_attn_skip_freq, ") must not be negative"));
+  if (absl::Status s = CheckAttentionWindow(attention_window, window_attn_skip_freq); !s.ok()) {
+    return s;
   }
   for (auto [field, v] : {std::pair<absl::string_view, int64_t>{"num_layers", num_layers},
                           {"kv_block_size", kv_block_size},

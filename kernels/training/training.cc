@@ -674,12 +674,8 @@ absl::Status TrainConfig::Validate() const {
   lc.seq_length = seq_length;
   lc.flash_attention = flash_attention;
   lc.dtype = dtype;
-  lc.attention_window = attention_window;
   PT_RETURN_IF_ERROR(lc.Validate());
-  if (window_attn_skip_freq < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("window_attn_skip_freq (", window_attn_skip_freq, ") must not be negative"));
-  }
+  PT_RETURN_IF_ERROR(CheckAttentionWindow(attention_window, window_attn_skip_freq));
   if (moe.num_experts <= 0) {
     if (p.ep != 1 || p.etp != 1) {
       return absl::InvalidArgumentError(absl::StrCat(
