@@ -82,8 +82,9 @@ absl::StatusOr<std::shared_ptr<const StepModel>> LayoutContext::Model(const Serv
 
 double LayoutContext::MemoryDeficitGib(const ServingConfig& c, const StepModel& model) const {
   const RankMemory m = model.Memory(c.max_batch_size, c.max_num_tokens, kv_fraction());
-  const double need = model.KvSlots(LongestSequence(spec_.serving), engine_->kv_block_tokens) *
-                      model.kv_bytes_per_token_per_rank();
+  const double need =
+      model.span().KvSlots(LongestSequence(spec_.serving), engine_->kv_block_tokens) *
+      model.kv_bytes_per_token_per_rank();
   return (need - m.kv_pool) / kGiB;
 }
 
@@ -119,7 +120,7 @@ double LayoutContext::KvTransferSeconds(const ServingConfig& c, const StepModel&
   const bool one_node = c.num_gpus() <= spec_.cluster.gpus_per_node;
   const double bw = one_node ? device_.nvlink_bandwidth : device_.network_bandwidth;
   const double latency = one_node ? device_.nvlink_latency_s : device_.network_latency_s;
-  return model.KvSlots(isl, 1) * model.kv_bytes_per_token_per_rank() / bw + latency +
+  return model.span().KvSlots(isl, 1) * model.kv_bytes_per_token_per_rank() / bw + latency +
          engine_->step_overhead_s;
 }
 
@@ -161,8 +162,8 @@ absl::StatusOr<ScreenedLayout> LayoutContext::Screen(const ServingConfig& c,
   const double isl = static_cast<double>(s.isl), osl = static_cast<double>(s.osl);
   const double pp = static_cast<double>(c.pp);
   const double capacity = m.KvTokenCapacity(*mem) / pp;  // Per micro-batch engine.
-  const double seq_tokens =
-      model->KvSlots(engine_->reserves_whole_sequence ? s.isl + s.osl : s.isl + s.osl / 2, 1);
+  const double seq_tokens = model->span().KvSlots(
+      engine_->reserves_whole_sequence ? s.isl + s.osl : s.isl + s.osl / 2, 1);
   const double decode_engines =
       pp * static_cast<double>(c.disaggregated ? c.decode_replicas : c.replicas);
   double clients = static_cast<double>(s.num_requests);
@@ -177,12 +178,12 @@ absl::StatusOr<ScreenedLayout> LayoutContext::Screen(const ServingConfig& c,
   double out_per_sec = 0, tpot = 0, ttft = 0;
   StepWork decode;
   decode.decode_sequences = b;
-  decode.decode_context_tokens = b * m.AttendedContext(isl + osl / 2);
+  decode.decode_context_tokens = b * m.span().AttendedContext(isl + osl / 2);
   decode.sampled_sequences = b;
   if (s.batching == Batching::kStatic) {
     StepWork prefill;
     prefill.prefill_tokens = b * isl;
-    prefill.prefill_attention_pairs = b * m.ChunkAttentionPairs(0, isl);
+    prefill.prefill_attention_pairs = b * m.span().ChunkAttentionPairs(0, isl);
     prefill.sampled_sequences = b;
     prefill.prefill_chunks = b;
     const double tp = m.StepSeconds(prefill), td = m.StepSeconds(decode);
@@ -200,7 +201,7 @@ absl::StatusOr<ScreenedLayout> LayoutContext::Screen(const ServingConfig& c,
     }
     StepWork w = decode;
     w.prefill_tokens = prefill_tokens;
-    w.prefill_attention_pairs = prefill_tokens / isl * m.ChunkAttentionPairs(0, isl);
+    w.prefill_attention_pairs = prefill_tokens / isl * m.span().ChunkAttentionPairs(0, isl);
     w.sampled_sequences += served / osl;
     const double t = m.StepSeconds(w);
     tpot = t;
@@ -210,7 +211,7 @@ absl::StatusOr<ScreenedLayout> LayoutContext::Screen(const ServingConfig& c,
     StepWork prefill;
     const double chunk = std::min(mnt, isl * std::max(1.0, std::floor(mnt / isl)));
     prefill.prefill_tokens = chunk;
-    prefill.prefill_attention_pairs = chunk / isl * m.ChunkAttentionPairs(0, isl);
+    prefill.prefill_attention_pairs = chunk / isl * m.span().ChunkAttentionPairs(0, isl);
     prefill.sampled_sequences = std::max(1.0, chunk / isl);
     prefill.prefill_chunks = std::max(1.0, std::floor(chunk / isl));
     const double tp = m.StepSeconds(prefill);
@@ -277,7 +278,7 @@ absl::StatusOr<InferenceRankedConfig> LayoutContext::Evaluate(const ServingConfi
   } else {
     add(EngineRole::kMixed, c.replicas);
   }
-  const double seq_tokens = model.KvSlots(s.isl + s.osl, engine_->kv_block_tokens);
+  const double seq_tokens = model.span().KvSlots(s.isl + s.osl, engine_->kv_block_tokens);
   const int64_t per_engine =
       std::min<int64_t>(c.max_batch_size * c.attention_dp_size(),
                         static_cast<int64_t>(std::floor(capacity / pp / seq_tokens)));
@@ -326,14 +327,15 @@ absl::StatusOr<InferenceRankedConfig> LayoutContext::Evaluate(const ServingConfi
   StepWork prefill;
   const double chunk = static_cast<double>(std::min(s.isl, c.max_num_tokens));
   prefill.prefill_tokens = chunk;
-  prefill.prefill_attention_pairs = model.ChunkAttentionPairs(0, chunk);
+  prefill.prefill_attention_pairs = model.span().ChunkAttentionPairs(0, chunk);
   prefill.sampled_sequences = 1;
   prefill.prefill_chunks = 1;
   r.prefill_step = model.Breakdown(prefill);
   StepWork decode;
   decode.decode_sequences = std::max(1.0, std::round(sim.mean_decode_batch));
   decode.decode_context_tokens =
-      decode.decode_sequences * model.AttendedContext(static_cast<double>(s.isl + s.osl / 2));
+      decode.decode_sequences *
+      model.span().AttendedContext(static_cast<double>(s.isl + s.osl / 2));
   decode.sampled_sequences = decode.decode_sequences;
   r.decode_step = model.Breakdown(decode);
   if (c.disaggregated) {
@@ -342,7 +344,7 @@ absl::StatusOr<InferenceRankedConfig> LayoutContext::Evaluate(const ServingConfi
   r.notes.push_back(absl::StrFormat(
       "simulated %d requests; KV pool %.0f tokens per instance; mean decode batch %.1f",
       sim.completed, capacity, sim.mean_decode_batch));
-  if (const int64_t windowed = model.windowed_layers(); windowed > 0) {
+  if (const int64_t windowed = model.span().windowed_layers(); windowed > 0) {
     r.notes.push_back(absl::StrFormat(
         "%d of %d layers attend to a %d-token window and keep its KV cache only: a %d-token "
         "sequence holds %.0f tokens of the pool",

@@ -17,7 +17,7 @@ struct Request {
   int64_t prefilled = 0;  // Of `prompt`.
   int64_t generated = 0;  // Output tokens so far.
   int64_t kv_tokens = 0;  // KV blocks reserved, in tokens of the sequence.
-  double kv_slots = 0;    // Of the pool (StepModel::KvSlots of kv_tokens).
+  double kv_slots = 0;    // Of the pool (AttentionSpan::KvSlots of kv_tokens).
   double first_token = -1;
   double finish = -1;
   bool served = false;
@@ -26,7 +26,7 @@ struct Request {
 struct EngineState {
   std::deque<int> waiting;
   std::vector<int> running;  // Admission order.
-  double kv_used = 0;        // Pool tokens held (StepModel::KvSlots).
+  double kv_used = 0;        // Pool tokens held (AttentionSpan::KvSlots).
   bool busy = false;
   bool kicked = false;  // A start is scheduled for this instant.
   // The step in flight.
@@ -128,7 +128,7 @@ class Simulation {
     if (best < 0) return;
     const SimEngine& e = engines_[best];
     const int64_t whole = e.role == EngineRole::kPrefill ? r.isl : r.isl + r.osl;
-    if (e.model->KvSlots(whole, e.kv_block_tokens) > e.kv_token_capacity) {
+    if (e.model->span().KvSlots(whole, e.kv_block_tokens) > e.kv_token_capacity) {
       // The sequence can never be held: the request fails (and frees its client).
       ++dropped_;
       Complete(id, /*served=*/false);
@@ -151,7 +151,7 @@ class Simulation {
 
   // Holds `tokens` of request `r`'s sequence in the pool of engine `ei`.
   void Hold(int ei, Request& r, int64_t tokens) {
-    const double slots = engines_[ei].model->KvSlots(tokens, engines_[ei].kv_block_tokens);
+    const double slots = engines_[ei].model->span().KvSlots(tokens, engines_[ei].kv_block_tokens);
     state_[ei].kv_used += slots - r.kv_slots;
     r.kv_tokens = tokens;
     r.kv_slots = slots;
@@ -163,7 +163,7 @@ class Simulation {
     while (!s.waiting.empty() && static_cast<int64_t>(s.running.size()) < e.max_batch_size) {
       Request& r = requests_[s.waiting.front()];
       const int64_t need = KvNeed(e, r);
-      if (s.kv_used + e.model->KvSlots(need, e.kv_block_tokens) > e.kv_token_capacity) break;
+      if (s.kv_used + e.model->span().KvSlots(need, e.kv_block_tokens) > e.kv_token_capacity) break;
       Hold(ei, r, need);
       s.running.push_back(s.waiting.front());
       s.waiting.pop_front();
@@ -183,7 +183,7 @@ class Simulation {
           Request& r = requests_[s.waiting.front()];
           const int64_t need = RoundUp(r.isl + r.osl, e.kv_block_tokens);
           if (!s.running.empty() &&
-              s.kv_used + e.model->KvSlots(need, e.kv_block_tokens) > e.kv_token_capacity) {
+              s.kv_used + e.model->span().KvSlots(need, e.kv_block_tokens) > e.kv_token_capacity) {
             break;
           }
           Hold(ei, r, need);
@@ -212,7 +212,8 @@ class Simulation {
             const Request& r = requests_[id];
             if (r.isl + r.generated > r.kv_tokens) {
               growth +=
-                  e.model->KvSlots(r.kv_tokens + e.kv_block_tokens, e.kv_block_tokens) - r.kv_slots;
+                  e.model->span().KvSlots(r.kv_tokens + e.kv_block_tokens, e.kv_block_tokens) -
+                  r.kv_slots;
             }
           }
           if (s.kv_used + growth <= e.kv_token_capacity) break;
@@ -247,7 +248,7 @@ class Simulation {
       const double before = static_cast<double>(r.prefilled);
       const double c = static_cast<double>(chunk);
       work.prefill_tokens += c;
-      work.prefill_attention_pairs += e.model->ChunkAttentionPairs(before, c);
+      work.prefill_attention_pairs += e.model->span().ChunkAttentionPairs(before, c);
       work.prefill_chunks += 1;
       if (r.prefilled + chunk >= r.prompt) work.sampled_sequences += 1;
     }
@@ -255,7 +256,7 @@ class Simulation {
       const Request& r = requests_[id];
       work.decode_sequences += 1;
       work.decode_context_tokens +=
-          e.model->AttendedContext(static_cast<double>(r.isl + r.generated));
+          e.model->span().AttendedContext(static_cast<double>(r.isl + r.generated));
     }
     work.sampled_sequences += work.decode_sequences;
     const double seconds = e.model->StepSeconds(work);

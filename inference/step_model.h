@@ -105,17 +105,11 @@ class StepModel {
   /// Memory of the most loaded rank with the engine's KV rule and `kv_fraction`.
   RankMemory Memory(int64_t max_batch_size, int64_t max_num_tokens, double kv_fraction) const;
   /// Tokens the pool of `memory` holds (on every rank of the instance), counted as tokens
-  /// of every layer (see KvSlots).
+  /// of every layer (AttentionSpan::KvSlots).
   double KvTokenCapacity(const RankMemory& memory) const;
   /// How far the layers attend (AttentionSpan: pool tokens per sequence, decode reads,
   /// prompt attention pairs with sliding-window layers).
   const AttentionSpan& span() const { return span_; }
-  double KvSlots(int64_t tokens, int64_t block) const { return span_.KvSlots(tokens, block); }
-  double AttendedContext(double context) const { return span_.AttendedContext(context); }
-  double ChunkAttentionPairs(double before, double chunk) const {
-    return span_.ChunkAttentionPairs(before, chunk);
-  }
-  int64_t windowed_layers() const { return span_.windowed_layers(); }
 
   /// Seconds of one engine step for `w` over all pipeline stages (a micro-batch's trip).
   double StepSeconds(const StepWork& w) const;

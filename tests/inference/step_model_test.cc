@@ -174,20 +174,20 @@ TEST(StepModelTest, BreakdownSeparatesWeightWaitsFromCompute) {
 TEST(StepModelTest, SlidingWindowLayersHoldAndReadTheWindowOnly) {
   const ServingConfig c = Layout(1, 1, QuantFormat::kFp8, QuantFormat::kFp8);
   const StepModel m = Make("gpt-oss-120b", "h100-sxm-80gb", c);
-  EXPECT_EQ(m.windowed_layers(), 18);
+  EXPECT_EQ(m.span().windowed_layers(), 18);
   // 1000 tokens in 16-token blocks: 1008 in a full layer; a windowed one keeps the blocks
   // of the window and the one being written, 128 + 16. Half the layers each.
-  EXPECT_DOUBLE_EQ(m.KvSlots(1000, 16), 0.5 * 1008 + 0.5 * 144);
-  EXPECT_DOUBLE_EQ(m.KvSlots(100, 16), 112);
-  EXPECT_DOUBLE_EQ(m.AttendedContext(1000), 0.5 * 1000 + 0.5 * 128);
-  EXPECT_DOUBLE_EQ(m.AttendedContext(100), 100);
+  EXPECT_DOUBLE_EQ(m.span().KvSlots(1000, 16), 0.5 * 1008 + 0.5 * 144);
+  EXPECT_DOUBLE_EQ(m.span().KvSlots(100, 16), 112);
+  EXPECT_DOUBLE_EQ(m.span().AttendedContext(1000), 0.5 * 1000 + 0.5 * 128);
+  EXPECT_DOUBLE_EQ(m.span().AttendedContext(100), 100);
   // A 100-token chunk after 50 cached: full layers 100 x (50 + 50) pairs; a windowed
   // layer's queries at 50..128 see all before them ((128 - 50)(50 + 128) / 2), the 22
   // after see 128 each.
-  EXPECT_DOUBLE_EQ(m.ChunkAttentionPairs(50, 100),
+  EXPECT_DOUBLE_EQ(m.span().ChunkAttentionPairs(50, 100),
                    0.5 * 10000 + 0.5 * ((128 - 50) * (50 + 128) / 2.0 + 22 * 128));
-  EXPECT_DOUBLE_EQ(m.ChunkAttentionPairs(0, 100), 5000);
-  EXPECT_DOUBLE_EQ(m.ChunkAttentionPairs(200, 10), 0.5 * 10 * 205 + 0.5 * 10 * 128);
+  EXPECT_DOUBLE_EQ(m.span().ChunkAttentionPairs(0, 100), 5000);
+  EXPECT_DOUBLE_EQ(m.span().ChunkAttentionPairs(200, 10), 0.5 * 10 * 205 + 0.5 * 10 * 128);
 
   // Without the window: whole sequences, and a long context's decode reads twice the
   // windowed model's KV in its attention layers.
@@ -197,16 +197,16 @@ TEST(StepModelTest, SlidingWindowLayersHoldAndReadTheWindowOnly) {
   auto f = StepModel::Create(full, *FindDevice("h100-sxm-80gb"),
                              EngineProfileFor(ServingEngine::kTrtllm), c, 8);
   ASSERT_TRUE(f.ok()) << f.status();
-  EXPECT_EQ(f->windowed_layers(), 0);
-  EXPECT_DOUBLE_EQ(f->KvSlots(1000, 16), 1008);
-  EXPECT_DOUBLE_EQ(f->AttendedContext(1000), 1000);
-  EXPECT_DOUBLE_EQ(f->ChunkAttentionPairs(50, 100), 10000);
+  EXPECT_EQ(f->span().windowed_layers(), 0);
+  EXPECT_DOUBLE_EQ(f->span().KvSlots(1000, 16), 1008);
+  EXPECT_DOUBLE_EQ(f->span().AttendedContext(1000), 1000);
+  EXPECT_DOUBLE_EQ(f->span().ChunkAttentionPairs(50, 100), 10000);
   StepWork w;
   w.decode_sequences = 64;
   w.sampled_sequences = 64;
-  w.decode_context_tokens = 64 * f->AttendedContext(32768);
+  w.decode_context_tokens = 64 * f->span().AttendedContext(32768);
   StepWork windowed = w;
-  windowed.decode_context_tokens = 64 * m.AttendedContext(32768);
+  windowed.decode_context_tokens = 64 * m.span().AttendedContext(32768);
   EXPECT_LT(m.StepSeconds(windowed), f->StepSeconds(w));
 }
 
