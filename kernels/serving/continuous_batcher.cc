@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/serving/paged_kv_cache.h"
 
 namespace paratune::kernels::serving {
 
@@ -18,13 +19,23 @@ absl::Status BatcherLimits::Validate() const {
   if (kv_block_size <= 0 || num_kv_blocks <= 0) {
     return absl::InvalidArgumentError("kv_block_size and num_kv_blocks must be positive");
   }
+  if (kv_full_groups < 0 || kv_windowed_groups < 0 || kv_full_groups + kv_windowed_groups < 1 ||
+      kv_window < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv_full_groups (", kv_full_groups, ") and kv_windowed_groups (", kv_windowed_groups,
+        ") must be >= 0 with at least one group, kv_window (", kv_window, ") >= 0"));
+  }
   return absl::OkStatus();
 }
 
 int64_t ContinuousBatcher::BlocksFor(const Seq& s) const {
-  // The last output token is sampled but never written to the cache.
-  const int64_t tokens = s.isl + s.osl - 1;
-  return (tokens + limits_.kv_block_size - 1) / limits_.kv_block_size;
+  // The last output token is sampled but never written to the cache; prompt chunks are at
+  // most max_num_tokens long with chunked prefill.
+  const int64_t tokens = s.isl + s.osl - 1, bs = limits_.kv_block_size;
+  const int64_t chunk = std::max<int64_t>(
+      1, limits_.chunked_prefill ? std::min(s.isl, limits_.max_num_tokens) : s.isl);
+  return limits_.kv_full_groups * WholeContextBlocks(tokens, bs) +
+         limits_.kv_windowed_groups * WindowedBlocks(tokens, bs, limits_.kv_window, chunk);
 }
 
 absl::Status ContinuousBatcher::Add(int64_t seq, int64_t isl, int64_t osl) {

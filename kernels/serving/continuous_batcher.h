@@ -4,7 +4,8 @@
 //   2. fills the remaining token budget (max_num_tokens) with prompt chunks: first the
 //      running sequences still prefilling, then new requests in arrival order, admitted
 //      while fewer than max_batch_size sequences run and the KV cache can hold their whole
-//      prompt and output (so a running sequence is never preempted).
+//      prompt and output (so a running sequence is never preempted); with a sliding
+//      window, a windowed layer group counts only the blocks its window needs at most.
 // Without chunked prefill a prompt runs whole or waits for a step with room for it.
 // Thread-safety: not thread-safe; every rank runs an identical copy.
 #ifndef PARATUNE_KERNELS_SERVING_CONTINUOUS_BATCHER_H_
@@ -25,7 +26,12 @@ struct BatcherLimits {
   int64_t max_num_tokens = 256;  ///< Tokens per step (prompt chunks + decodes).
   bool chunked_prefill = true;   ///< Split prompts over steps to fill the token budget.
   int64_t kv_block_size = 16;    ///< Of the model's KV cache.
-  int64_t num_kv_blocks = 64;    ///< Of the model's KV cache.
+  int64_t num_kv_blocks = 64;    ///< Of the model's KV cache (KvLayerGroups::blocks).
+  /// The cache's layer groups (KvLayerGroups) and window: a request holds, per group, the
+  /// blocks of its whole context or (windowed) of the window its chunks read.
+  int64_t kv_full_groups = 1;
+  int64_t kv_windowed_groups = 0;
+  int64_t kv_window = 0;
 
   /// First violated rule, e.g. `max_num_tokens (4) must be >= max_batch_size (8)`.
   absl::Status Validate() const;

@@ -29,7 +29,7 @@ void PagedAttentionForward(const PagedAttentionArgs& a, const PagedKvCache& cach
     for (int64_t task = t0; task < t1; ++task) {
       const SeqChunk& ch = chunks[task / a.groups];
       const int64_t gg = task % a.groups;
-      const std::vector<int32_t>& table = cache.block_table(ch.seq);
+      const std::vector<int32_t>& table = cache.block_table(ch.seq, layer);
       for (int64_t i0 = 0; i0 < ch.num_tokens; i0 += kTileTokens) {
         const int64_t tn = std::min(kTileTokens, ch.num_tokens - i0), rows = tn * pg;
         // Stacked row ti·pg + p = token i0 + ti, head gg·pg + p; pre-scaled.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/hash_random.h"
@@ -24,23 +26,69 @@ float Bf16ToFloat(uint16_t b) {
   return f;
 }
 
+KvLayerGroups LayerGroupsOf(const KvCacheShape& shape) {
+  const int64_t L = shape.num_layers;
+  int64_t W = 0;
+  if (shape.window > 0) {
+    for (size_t l = 0; l < shape.windowed.size(); ++l) W += shape.windowed[l] ? 1 : 0;
+  }
+  const int64_t F = L - W;
+  KvLayerGroups g;
+  if (W == 0 || F == 0) {
+    g.group_size = std::max<int64_t>(L, 1);
+    g.full_groups = W == 0 ? 1 : 0;
+    g.windowed_groups = W == 0 ? 0 : 1;
+  } else {
+    g.group_size = std::gcd(F, W);
+    g.full_groups = F / g.group_size;
+    g.windowed_groups = W / g.group_size;
+  }
+  g.blocks = shape.num_blocks * std::max<int64_t>(L, 1) / g.group_size;
+  return g;
+}
+
+int64_t WholeContextBlocks(int64_t tokens, int64_t block) { return (tokens + block - 1) / block; }
+
+int64_t WindowedBlocks(int64_t tokens, int64_t block, int64_t window, int64_t chunk) {
+  const int64_t whole = WholeContextBlocks(tokens, block);
+  if (window <= 0) return whole;
+  return std::min(whole, (window - 1 + chunk + block - 1) / block + 1);
+}
+
 absl::StatusOr<PagedKvCache> PagedKvCache::Create(Backend& backend, const KvCacheShape& shape,
                                                   uint64_t shuffle_seed) {
   if (shape.dtype != DType::kF32 && shape.dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("kv dtype (", DTypeName(shape.dtype), ") must be fp32 or bf16"));
   }
+  if (!shape.windowed.empty() && static_cast<int64_t>(shape.windowed.size()) != shape.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("kv cache: windowed (", shape.windowed.size(),
+                                                   " layers) must list num_layers (",
+                                                   shape.num_layers, ")"));
+  }
+  if (shape.window < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv cache: window (", shape.window, ") must be >= 0"));
+  }
   PagedKvCache cache;
   cache.shape_ = shape;
+  cache.groups_ = LayerGroupsOf(shape);
+  const KvLayerGroups& g = cache.groups_;
+  int64_t full = 0, windowed = 0;
   for (int64_t l = 0; l < shape.num_layers; ++l) {
-    PT_ASSIGN_OR_RETURN(Tensor pool, backend.Empty({shape.num_blocks, 2, shape.block_size,
-                                                    shape.groups, shape.head_dim},
-                                                   shape.dtype, MemoryTag::kActivations));
+    const bool w = shape.window > 0 && !shape.windowed.empty() && shape.windowed[l];
+    const int64_t i = w ? windowed++ : full++;
+    cache.group_of_.push_back((w ? g.full_groups : 0) + i / g.group_size);
+    cache.slot_.push_back(i % g.group_size);
+  }
+  for (int64_t s = 0; s < g.group_size; ++s) {
+    PT_ASSIGN_OR_RETURN(Tensor pool,
+                        backend.Empty({g.blocks, 2, shape.block_size, shape.groups, shape.head_dim},
+                                      shape.dtype, MemoryTag::kActivations));
     cache.pools_.push_back(std::move(pool));
   }
   // Popped from the back: block 0 first unless shuffled.
-  for (int64_t b = shape.num_blocks - 1; b >= 0; --b)
-    cache.free_.push_back(static_cast<int32_t>(b));
+  for (int64_t b = g.blocks - 1; b >= 0; --b) cache.free_.push_back(static_cast<int32_t>(b));
   if (shuffle_seed != 0) {
     for (int64_t i = static_cast<int64_t>(cache.free_.size()) - 1; i > 0; --i) {
       const int64_t j = static_cast<int64_t>(Mix64(shuffle_seed + i) % (i + 1));
@@ -50,11 +98,42 @@ absl::StatusOr<PagedKvCache> PagedKvCache::Create(Backend& backend, const KvCach
   return cache;
 }
 
+int64_t PagedKvCache::FirstKept(int64_t g, int64_t next) const {
+  if (!GroupWindowed(g)) return 0;
+  return std::max<int64_t>(0, next - shape_.window + 1);
+}
+
+int64_t PagedKvCache::Missing(const SeqState* s, int64_t g, int64_t from, int64_t to) const {
+  const int64_t bs = shape_.block_size;
+  int64_t missing = 0;
+  for (int64_t b = FirstKept(g, from) / bs; b * bs < to; ++b) {
+    const bool held =
+        s != nullptr && b < static_cast<int64_t>(s->tables[g].size()) && s->tables[g][b] >= 0;
+    missing += held ? 0 : 1;
+  }
+  return missing;
+}
+
+void PagedKvCache::Take(SeqState& s, int64_t g, int64_t from, int64_t to) {
+  const int64_t bs = shape_.block_size;
+  std::vector<int32_t>& table = s.tables[g];
+  const int64_t need = (to + bs - 1) / bs;
+  if (static_cast<int64_t>(table.size()) < need) table.resize(need, -1);
+  for (int64_t b = FirstKept(g, from) / bs; b < need; ++b) {
+    if (table[b] >= 0) continue;
+    table[b] = free_.back();
+    free_.pop_back();
+  }
+}
+
 int64_t PagedKvCache::BlocksNeeded(int64_t seq, int64_t length) const {
   const auto it = seqs_.find(seq);
-  const int64_t have = it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.blocks.size());
-  const int64_t need = (length + shape_.block_size - 1) / shape_.block_size;
-  return std::max<int64_t>(0, need - have);
+  const SeqState* s = it == seqs_.end() ? nullptr : &it->second;
+  const int64_t from = s == nullptr ? 0 : s->length;
+  const int64_t groups = groups_.full_groups + groups_.windowed_groups;
+  int64_t need = 0;
+  for (int64_t g = 0; g < groups; ++g) need += Missing(s, g, from, length);
+  return need;
 }
 
 absl::Status PagedKvCache::Reserve(int64_t seq, int64_t length) {
@@ -65,18 +144,65 @@ absl::Status PagedKvCache::Reserve(int64_t seq, int64_t length) {
         " tokens for length ", length, ", ", free_blocks(), " free"));
   }
   SeqState& s = seqs_[seq];
-  for (int64_t i = 0; i < more; ++i) {
-    s.blocks.push_back(free_.back());
-    free_.pop_back();
+  const int64_t groups = groups_.full_groups + groups_.windowed_groups;
+  s.tables.resize(groups);
+  for (int64_t g = 0; g < groups; ++g) Take(s, g, s.length, length);
+  return absl::OkStatus();
+}
+
+absl::Status PagedKvCache::ReserveContext(int64_t seq, int64_t length) {
+  if (seqs_.count(seq) > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("kv cache: sequence ", seq, " already holds blocks"));
   }
+  const int64_t groups = groups_.full_groups + groups_.windowed_groups;
+  int64_t more = 0;
+  for (int64_t g = 0; g < groups; ++g) more += Missing(nullptr, g, length, length + 1);
+  if (more > free_blocks()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("kv cache: sequence ", seq, " needs ", more, " blocks of ", shape_.block_size,
+                     " tokens for a context of ", length, ", ", free_blocks(), " free"));
+  }
+  SeqState& s = seqs_[seq];
+  s.tables.resize(groups);
+  for (int64_t g = 0; g < groups; ++g) Take(s, g, length, length + 1);
+  s.length = length;
   return absl::OkStatus();
 }
 
 void PagedKvCache::Release(int64_t seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
-  for (auto b = it->second.blocks.rbegin(); b != it->second.blocks.rend(); ++b) free_.push_back(*b);
+  for (const std::vector<int32_t>& table : it->second.tables) {
+    for (auto b = table.rbegin(); b != table.rend(); ++b) {
+      if (*b >= 0) free_.push_back(*b);
+    }
+  }
   seqs_.erase(it);
+}
+
+void PagedKvCache::FreeOutsideWindow(int64_t seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  SeqState& s = it->second;
+  const int64_t bs = shape_.block_size;
+  for (int64_t g = groups_.full_groups; g < static_cast<int64_t>(s.tables.size()); ++g) {
+    const int64_t first = FirstKept(g, s.length);
+    for (int64_t b = 0; (b + 1) * bs <= first && b < static_cast<int64_t>(s.tables[g].size());
+         ++b) {
+      if (s.tables[g][b] < 0) continue;
+      free_.push_back(s.tables[g][b]);
+      s.tables[g][b] = -1;
+    }
+  }
+}
+
+bool PagedKvCache::Holds(int64_t layer, int64_t seq, int64_t pos) const {
+  const auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return false;
+  const std::vector<int32_t>& table = it->second.tables[group_of_[layer]];
+  const int64_t b = pos / shape_.block_size;
+  return pos >= 0 && b < static_cast<int64_t>(table.size()) && table[b] >= 0;
 }
 
 int64_t PagedKvCache::length(int64_t seq) const {
@@ -86,8 +212,13 @@ int64_t PagedKvCache::length(int64_t seq) const {
 
 absl::Status PagedKvCache::SetLength(int64_t seq, int64_t length) {
   auto it = seqs_.find(seq);
-  const int64_t cap =
-      it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.blocks.size()) * shape_.block_size;
+  if (it == seqs_.end() && length == 0) return absl::OkStatus();
+  int64_t cap = it == seqs_.end() ? 0 : std::numeric_limits<int64_t>::max();
+  if (it != seqs_.end()) {
+    for (const std::vector<int32_t>& table : it->second.tables) {
+      cap = std::min(cap, static_cast<int64_t>(table.size()) * shape_.block_size);
+    }
+  }
   if (length > cap) {
     return absl::FailedPreconditionError(absl::StrCat("kv cache: length (", length,
                                                       ") of sequence ", seq,
@@ -97,10 +228,10 @@ absl::Status PagedKvCache::SetLength(int64_t seq, int64_t length) {
   return absl::OkStatus();
 }
 
-const std::vector<int32_t>& PagedKvCache::block_table(int64_t seq) const {
+const std::vector<int32_t>& PagedKvCache::block_table(int64_t seq, int64_t layer) const {
   static const std::vector<int32_t> kEmpty;
   const auto it = seqs_.find(seq);
-  return it == seqs_.end() ? kEmpty : it->second.blocks;
+  return it == seqs_.end() ? kEmpty : it->second.tables[group_of_[layer]];
 }
 
 int64_t PagedKvCache::Offset(int32_t block, int kv, int64_t token) const {
@@ -110,9 +241,9 @@ int64_t PagedKvCache::Offset(int32_t block, int kv, int64_t token) const {
 
 void PagedKvCache::Write(int64_t layer, int64_t seq, int64_t pos, const float* k, const float* v) {
   const SeqState& s = seqs_.at(seq);
-  const int32_t block = s.blocks[pos / shape_.block_size];
+  const int32_t block = s.tables[group_of_[layer]][pos / shape_.block_size];
   const int64_t token = pos % shape_.block_size, row = shape_.groups * shape_.head_dim;
-  const Tensor& pool = pools_[layer];
+  const Tensor& pool = pools_[slot_[layer]];
   for (int kv = 0; kv < 2; ++kv) {
     const float* src = kv == 0 ? k : v;
     const int64_t off = Offset(block, kv, token);
@@ -128,7 +259,7 @@ void PagedKvCache::Write(int64_t layer, int64_t seq, int64_t pos, const float* k
 void PagedKvCache::ReadBlock(int64_t layer, int32_t block, int64_t group, int64_t first,
                              int64_t count, float* k, float* v) const {
   const int64_t row = shape_.groups * shape_.head_dim, d = shape_.head_dim;
-  const Tensor& pool = pools_[layer];
+  const Tensor& pool = pools_[slot_[layer]];
   for (int kv = 0; kv < 2; ++kv) {
     float* dst = kv == 0 ? k : v;
     const int64_t off = Offset(block, kv, first) + group * d;

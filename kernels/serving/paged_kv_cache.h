@@ -1,8 +1,16 @@
-// A paged KV cache (vLLM's PagedAttention layout): each layer owns a pool of fixed-size
-// blocks [num_blocks, 2 (K, V), block_size, groups, head_dim]; a sequence holds a block
-// table (its blocks in position order) and a length. Blocks come from one free list shared
-// by the layers (block i of a sequence is block table[i] in every layer). Storage is fp32
-// or bf16 (round to nearest even); reads convert to fp32.
+// A paged KV cache (vLLM's PagedAttention layout): pools of fixed-size blocks
+// [num_blocks, 2 (K, V), block_size, groups, head_dim]; a sequence holds a block table
+// (its blocks in position order) and a length. Storage is fp32 or bf16 (round to nearest
+// even); reads convert to fp32.
+//
+// Without a sliding window every layer owns a pool and block i of a sequence is entry i of
+// its one table in every layer. With one (vLLM's hybrid KV-cache manager), the layers form
+// groups of S = gcd(F, W) layers of one kind (F whole-context and W windowed layers), each
+// group with its own block tables, and the S pools are shared: pool s holds the s-th layer
+// of every group, and a block id belongs to one group at a time. A windowed group frees a
+// sequence's blocks left of the window its next token reads (entries become -1), so a
+// sequence holds its whole context in the whole-context groups and about a window in the
+// others. The pools hold num_blocks x L / S blocks: the bytes of num_blocks per layer.
 // Thread-safety: not thread-safe; one rank owns its cache. Reads of distinct sequences and
 // the attention kernel's reads may run concurrently once the writes of a step are done.
 #ifndef PARATUNE_KERNELS_SERVING_PAGED_KV_CACHE_H_
@@ -30,7 +38,27 @@ struct KvCacheShape {
   int64_t groups = 1;       ///< KV heads on this rank.
   int64_t head_dim = 1;
   DType dtype = DType::kF32;  ///< fp32 | bf16.
+  /// Keys a windowed layer's query attends to, itself included (0: no window).
+  int64_t window = 0;
+  /// Per layer: attends to the window (empty: no layer does).
+  std::vector<bool> windowed;
 };
+
+/// How a cache of `shape` groups its layers (see the file comment).
+struct KvLayerGroups {
+  int64_t group_size = 1;       ///< S: layers per group, and pools.
+  int64_t full_groups = 1;      ///< Groups of whole-context layers.
+  int64_t windowed_groups = 0;  ///< Groups of windowed layers.
+  int64_t blocks = 0;           ///< Blocks in the shared pools (num_blocks x L / S).
+};
+KvLayerGroups LayerGroupsOf(const KvCacheShape& shape);
+
+/// Blocks of one group kind a sequence of `tokens` holds at most while chunks of at most
+/// `chunk` tokens are written: a whole-context group all of them; a windowed one those the
+/// chunk's queries read, [first − window + 1, first + chunk), at most
+/// ceil((window − 1 + chunk) / block) + 1.
+int64_t WholeContextBlocks(int64_t tokens, int64_t block);
+int64_t WindowedBlocks(int64_t tokens, int64_t block, int64_t window, int64_t chunk);
 
 class PagedKvCache {
  public:
@@ -43,7 +71,8 @@ class PagedKvCache {
   /// Grows sequence `seq` (created on first use) to hold `length` tokens;
   /// ResourceExhausted when the free blocks do not suffice (nothing is taken then).
   absl::Status Reserve(int64_t seq, int64_t length);
-  /// Blocks needed for `length` more tokens of `seq` beyond those it holds.
+  /// Blocks (over all groups) `seq` needs beyond those it holds to write positions
+  /// [length(seq), length): from the window of its first new token on in a windowed group.
   int64_t BlocksNeeded(int64_t seq, int64_t length) const;
   /// Returns the blocks of `seq` to the free list.
   void Release(int64_t seq);
@@ -51,7 +80,17 @@ class PagedKvCache {
   int64_t length(int64_t seq) const;
   /// Marks positions [0, length) of `seq` as written (after every layer wrote them).
   absl::Status SetLength(int64_t seq, int64_t length);
-  const std::vector<int32_t>& block_table(int64_t seq) const;
+  /// Returns the blocks of `seq`'s windowed groups left of the window its next position
+  /// (its length) reads to the free list (the engine's scheduler does this after a step).
+  void FreeOutsideWindow(int64_t seq);
+  /// Takes `seq` (new) as holding `length` written tokens: the blocks position `length`
+  /// reads, and the one it is written to (a windowed group does not take the blocks left
+  /// of its window). Its positions are written with Write where Holds says so.
+  absl::Status ReserveContext(int64_t seq, int64_t length);
+  /// Whether layer `layer` of `seq` holds a block for position `pos`.
+  bool Holds(int64_t layer, int64_t seq, int64_t pos) const;
+  /// The block table layer `layer` reads for `seq` (-1: freed, left of a window).
+  const std::vector<int32_t>& block_table(int64_t seq, int64_t layer = 0) const;
   bool contains(int64_t seq) const { return seqs_.count(seq) > 0; }
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
 
@@ -63,8 +102,9 @@ class PagedKvCache {
                  float* k, float* v) const;
 
   const KvCacheShape& shape() const { return shape_; }
-  /// Layer `layer`'s pool [num_blocks, 2, block_size, groups, head_dim] (device twins copy it).
-  const Tensor& pool(int64_t layer) const { return pools_[layer]; }
+  const KvLayerGroups& groups() const { return groups_; }
+  /// Layer `layer`'s pool [blocks, 2, block_size, groups, head_dim] (device twins copy it).
+  const Tensor& pool(int64_t layer) const { return pools_[slot_[layer]]; }
   /// Bytes of all pools.
   int64_t bytes() const;
   /// Bytes one token occupies in one layer (K and V).
@@ -72,14 +112,22 @@ class PagedKvCache {
 
  private:
   struct SeqState {
-    std::vector<int32_t> blocks;
+    std::vector<std::vector<int32_t>> tables;  ///< Per group.
     int64_t length = 0;
   };
   /// Element offset of (block, kv, token) in a layer's pool.
   int64_t Offset(int32_t block, int kv, int64_t token) const;
+  bool GroupWindowed(int64_t g) const { return g >= groups_.full_groups; }
+  /// The first position group `g` keeps when the next token written is at `next`.
+  int64_t FirstKept(int64_t g, int64_t next) const;
+  /// Blocks group `g` of `s` lacks to hold [FirstKept(g, from), to).
+  int64_t Missing(const SeqState* s, int64_t g, int64_t from, int64_t to) const;
+  void Take(SeqState& s, int64_t g, int64_t from, int64_t to);
 
   KvCacheShape shape_;
-  std::vector<Tensor> pools_;  ///< One per layer.
+  KvLayerGroups groups_;
+  std::vector<int64_t> group_of_, slot_;  ///< Per layer.
+  std::vector<Tensor> pools_;             ///< One per slot (group_size).
   std::vector<int32_t> free_;  ///< Popped from the back.
   std::map<int64_t, SeqState> seqs_;
 };

@@ -57,7 +57,11 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
   limits.max_num_tokens = o.max_num_tokens;
   limits.chunked_prefill = o.chunked_prefill;
   limits.kv_block_size = o.model.kv_block_size;
-  limits.num_kv_blocks = o.model.num_kv_blocks;
+  const KvLayerGroups& groups = model->cache().groups();
+  limits.num_kv_blocks = groups.blocks;
+  limits.kv_full_groups = groups.full_groups;
+  limits.kv_windowed_groups = groups.windowed_groups;
+  limits.kv_window = model->cache().shape().window;
   ContinuousBatcher batcher(limits);
 
   const int64_t n = static_cast<int64_t>(trace.size());
@@ -124,6 +128,8 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
         std::max<int64_t>(stats.max_step_tokens, static_cast<int64_t>(tokens.size()));
     stats.max_step_sequences = std::max(stats.max_step_sequences, sequences);
     PT_ASSIGN_OR_RETURN(StepOutput out, model->Step(tokens, plan, false));
+    // The blocks left of each sequence's window go back to the pool.
+    for (const SeqChunk& c : plan) model->cache().FreeOutsideWindow(c.seq);
     ++stats.steps;
     const double t = Elapsed(t0);  // rank 0's token times
     const std::vector<TokenEvent> events = batcher.Commit(plan);

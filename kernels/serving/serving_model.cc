@@ -56,6 +56,11 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Create(const Serving
   kv.groups = config.num_query_groups() / t;
   kv.head_dim = config.head_dim();
   kv.dtype = config.kv_dtype;
+  kv.window = config.attention_window;
+  for (int64_t l = 0; l < config.num_layers && config.attention_window > 0; ++l) {
+    kv.windowed.push_back(
+        LayerAttentionWindow(config.attention_window, config.window_attn_skip_freq, l) > 0);
+  }
   PT_ASSIGN_OR_RETURN(model->cache_, PagedKvCache::Create(be, kv, shuffle_seed));
   return model;
 }

@@ -34,7 +34,15 @@ ServingConfig ModelFor(const ServingStepConfig& c) {
   ServingConfig m = c.model;
   if (m.shape.vocab_size == 0) m.shape.vocab_size = 128 * m.parallel.tp;
   const int64_t tokens = c.phase == ServingPhase::kDecode ? c.context_length + 1 : c.seq_length;
-  m.num_kv_blocks = c.batch * ((tokens + m.kv_block_size - 1) / m.kv_block_size);
+  // The blocks batch sequences hold, windowed layers those of their window (in blocks of
+  // every layer, rounded up).
+  const int64_t bs = m.kv_block_size, chunk = c.phase == ServingPhase::kDecode ? 1 : tokens;
+  int64_t layer_blocks = 0;
+  for (int64_t l = 0; l < m.num_layers; ++l) {
+    const int64_t w = LayerAttentionWindow(m.attention_window, m.window_attn_skip_freq, l);
+    layer_blocks += w > 0 ? WindowedBlocks(tokens, bs, w, chunk) : WholeContextBlocks(tokens, bs);
+  }
+  m.num_kv_blocks = (c.batch * layer_blocks + m.num_layers - 1) / m.num_layers;
   return m;
 }
 
@@ -49,16 +57,16 @@ absl::Status RunRank(const ServingStepConfig& c, Communicator& comm, ServingStep
     // Synthetic cached context: the step's cost does not depend on the values.
     std::vector<float> kv(2 * row);
     for (int64_t s = 0; s < c.batch; ++s) {
-      PT_RETURN_IF_ERROR(cache.Reserve(s, c.context_length + 1));
+      PT_RETURN_IF_ERROR(cache.ReserveContext(s, c.context_length));
       for (int64_t l = 0; l < mc.num_layers; ++l) {
         for (int64_t p = 0; p < c.context_length; ++p) {
+          if (!cache.Holds(l, s, p)) continue;  // left of a windowed layer's window
           for (int64_t i = 0; i < 2 * row; ++i) {
             kv[i] = 2.0f * HashUniform(static_cast<uint64_t>(l * 7919 + s), p * 2 * row + i) - 1.0f;
           }
           cache.Write(l, s, p, kv.data(), kv.data() + row);
         }
       }
-      PT_RETURN_IF_ERROR(cache.SetLength(s, c.context_length));
     }
   }
   std::vector<SeqChunk> chunks;

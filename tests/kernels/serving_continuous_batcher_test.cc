@@ -80,6 +80,43 @@ TEST(ContinuousBatcher, WithoutChunkingAPromptWaitsForRoomAndKvBlocksGateAdmissi
             "request 3: isl + osl (21) needs 5 KV blocks, more than the cache holds (4)");
 }
 
+// With a window of 8 over half the layers (one whole-context and one windowed group),
+// blocks of 4, prompt chunks of at most 4 tokens: a request of 16 + 9 tokens holds 6
+// blocks in the whole-context group and at most ceil((8 - 1 + 4) / 4) + 1 = 4 in the
+// windowed one, so a pool of 20 admits two where whole contexts (12 each) admit one.
+TEST(ContinuousBatcher, WindowedGroupsCountTheWindowsBlocks) {
+  BatcherLimits limits;
+  limits.max_batch_size = 4;
+  limits.max_num_tokens = 4;
+  limits.kv_block_size = 4;
+  limits.num_kv_blocks = 20;
+  limits.kv_full_groups = 1;
+  limits.kv_windowed_groups = 1;
+  limits.kv_window = 8;
+  ASSERT_TRUE(limits.Validate().ok());
+  ContinuousBatcher windowed(limits);
+  limits.kv_window = 0;
+  ContinuousBatcher whole(limits);
+  for (int64_t id = 0; id < 3; ++id) {
+    ASSERT_TRUE(windowed.Add(id, 16, 9).ok());
+    ASSERT_TRUE(whole.Add(id, 16, 9).ok());
+  }
+  windowed.Plan();
+  whole.Plan();
+  // The first prompt takes the 4-token budget for 4 steps; the next is admitted beside its
+  // first decode, if it fits.
+  for (int i = 0; i < 5; ++i) {
+    windowed.Commit(windowed.Plan());
+    whole.Commit(whole.Plan());
+  }
+  EXPECT_EQ(windowed.running(), 2);
+  EXPECT_EQ(windowed.free_blocks(), 0);
+  EXPECT_EQ(whole.running(), 1);
+  EXPECT_EQ(whole.free_blocks(), 8);
+  limits.kv_windowed_groups = -1;
+  EXPECT_FALSE(limits.Validate().ok());
+}
+
 ServeOptions TinyServe(int64_t tp) {
   ServeOptions o;
   o.model = testing::SmallModel(tp);
@@ -138,6 +175,33 @@ TEST(ServeLoop, ClosedLoopNeverExceedsItsConcurrency) {
   ASSERT_TRUE(r.ok()) << r.status();
   CheckInvariants(o, *r);
   EXPECT_LE(r->steps.max_step_sequences, 2);
+}
+
+// One of two layers with a 4-token window, blocks of 4, a pool of 24 blocks per layer (48
+// shared): a request of 4 + 28 tokens holds 8 + 8 blocks with whole contexts (3 run at
+// once) and 8 + ceil((4 - 1 + 4) / 4) + 1 = 11 with the window (4 run at once); every
+// request completes (the batcher's count holds: no step runs out of blocks).
+TEST(ServeLoop, SlidingWindowRunsMoreSequencesInTheSamePool) {
+  ServeOptions o = TinyServe(1);
+  o.model.kv_block_size = 4;
+  o.model.num_kv_blocks = 24;
+  o.trace.num_requests = 8;
+  o.trace.isl = 4;
+  o.trace.osl = 28;
+  o.trace.isl_jitter = 0;
+  o.trace.osl_jitter = 0;
+  o.max_batch_size = 8;
+  auto whole = RunServeLoop(o);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  CheckInvariants(o, *whole);
+  o.model.attention_window = 4;
+  o.model.window_attn_skip_freq = 2;
+  auto windowed = RunServeLoop(o);
+  ASSERT_TRUE(windowed.ok()) << windowed.status();
+  CheckInvariants(o, *windowed);
+  EXPECT_EQ(windowed->kv_cache_bytes, whole->kv_cache_bytes);
+  EXPECT_EQ(whole->steps.max_step_sequences, 3);
+  EXPECT_EQ(windowed->steps.max_step_sequences, 4);
 }
 
 TEST(ServeLoop, TooSmallMemoryIsResourceExhausted) {

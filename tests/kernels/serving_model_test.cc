@@ -27,7 +27,10 @@ struct Plan {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> steps;
 };
 
-absl::StatusOr<std::vector<float>> Drive(ServingModel& model, const Plan& plan) {
+// With `free_window`, each step's sequences return the blocks left of their windows, as the
+// serving loop does.
+absl::StatusOr<std::vector<float>> Drive(ServingModel& model, const Plan& plan,
+                                         bool free_window = false) {
   const int64_t V = model.config().shape.vocab_size;
   std::map<int64_t, std::vector<int32_t>> tokens;
   std::map<int64_t, int64_t> done;
@@ -48,6 +51,9 @@ absl::StatusOr<std::vector<float>> Drive(ServingModel& model, const Plan& plan) 
     }
     auto out = model.Step(ids, chunks, /*return_logits=*/true);
     if (!out.ok()) return out.status();
+    for (const SeqChunk& c : chunks) {
+      if (free_window) model.cache().FreeOutsideWindow(c.seq);
+    }
     int64_t s = 0;
     for (const SeqChunk& c : chunks) {
       if (!c.sample) continue;
@@ -85,9 +91,9 @@ Plan ChunkedPlan() {
 }
 
 absl::StatusOr<std::vector<float>> RunPlan(const ServingConfig& c, const Plan& plan,
-                                           uint64_t shuffle = 0) {
+                                           uint64_t shuffle = 0, bool free_window = false) {
   return RunOnRanks(
-      c, [&](ServingModel& m) { return Drive(m, plan); }, shuffle);
+      c, [&](ServingModel& m) { return Drive(m, plan, free_window); }, shuffle);
 }
 
 TEST(ServingModel, DecodeWithKvCacheEqualsRecomputingTheSequence) {
@@ -178,6 +184,79 @@ TEST(ServingModel, SlidingWindowLayersEqualAcrossLayoutsAndDifferFromWholeContex
   ServingConfig bad = SmallModel(1);
   bad.attention_window = -1;
   EXPECT_FALSE(bad.Validate().ok());
+}
+
+// Returning the blocks left of each window after every step lets the same three sequences
+// run in a pool that cannot hold their whole contexts (layer 0: window 5; layer 1: whole
+// context; blocks of 4 tokens): 10 blocks per layer without freeing, 16 in the pool. The
+// freed blocks are handed out again and overwritten (random block order), so a read of
+// one would change the logits; they equal the run in a large pool.
+TEST(ServingModel, FreeingBlocksLeftOfTheWindowKeepsTheLogits) {
+  ServingConfig c = SmallModel(1);
+  c.attention_window = 5;
+  c.window_attn_skip_freq = 2;
+  auto ref = RunPlan(c, OneShotPlan());
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  c.num_kv_blocks = 8;  // x 2 layers / group size 1 = 16 shared blocks
+  auto freed = RunPlan(c, OneShotPlan(), /*shuffle=*/91, /*free_window=*/true);
+  ASSERT_TRUE(freed.ok()) << freed.status();
+  EXPECT_LE(ToleranceRatio(*freed, *ref, 1e-6, 1e-5), 1.0);
+  auto kept = RunPlan(c, OneShotPlan(), /*shuffle=*/91, /*free_window=*/false);
+  EXPECT_EQ(kept.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// The block bookkeeping by hand: 4 layers, the even ones windowed (window 6), blocks of 4
+// tokens, 8 blocks per layer: groups of gcd(2, 2) = 2 layers (one whole-context, one
+// windowed) sharing 2 pools of 8 x 4 / 2 = 16 blocks.
+TEST(PagedKvCache, WindowedGroupsHoldTheirWindowAndFreeTheRest) {
+  auto backend = MakeCpuBackend(0, 1);
+  KvCacheShape shape;
+  shape.num_layers = 4;
+  shape.num_blocks = 8;
+  shape.block_size = 4;
+  shape.groups = 1;
+  shape.head_dim = 2;
+  shape.window = 6;
+  shape.windowed = {true, false, true, false};
+  auto cache = PagedKvCache::Create(*backend, shape);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_EQ(cache->groups().group_size, 2);
+  EXPECT_EQ(cache->groups().full_groups, 1);
+  EXPECT_EQ(cache->groups().windowed_groups, 1);
+  EXPECT_EQ(cache->free_blocks(), 16);
+  // The same bytes as 8 blocks in each of 4 layers' pools.
+  EXPECT_EQ(cache->bytes(), 4 * 8 * 4 * cache->bytes_per_token_per_layer());
+  // A 10-token prompt: blocks 0-2 in both groups.
+  EXPECT_EQ(cache->BlocksNeeded(0, 10), 6);
+  ASSERT_TRUE(cache->Reserve(0, 10).ok());
+  ASSERT_TRUE(cache->SetLength(0, 10).ok());
+  EXPECT_EQ(cache->free_blocks(), 10);
+  // Position 10 reads keys 5-10: the windowed group frees block 0 (positions 0-3) only.
+  cache->FreeOutsideWindow(0);
+  EXPECT_EQ(cache->free_blocks(), 11);
+  EXPECT_EQ(cache->block_table(0, 0)[0], -1);
+  EXPECT_GE(cache->block_table(0, 1)[0], 0);
+  EXPECT_FALSE(cache->Holds(2, 0, 3));
+  EXPECT_TRUE(cache->Holds(2, 0, 4));
+  EXPECT_TRUE(cache->Holds(3, 0, 3));
+  // Growing to 17 tokens: blocks 3 and 4 in each group.
+  EXPECT_EQ(cache->BlocksNeeded(0, 17), 4);
+  ASSERT_TRUE(cache->Reserve(0, 17).ok());
+  ASSERT_TRUE(cache->SetLength(0, 17).ok());
+  cache->FreeOutsideWindow(0);  // position 17 reads 12-17: blocks 1 and 2 go
+  EXPECT_EQ(cache->free_blocks(), 16 - 5 - 2);
+  cache->Release(0);
+  EXPECT_EQ(cache->free_blocks(), 16);
+  // A cached context of 30 tokens takes the 8 blocks of positions 0-30 in the
+  // whole-context group and those of positions 25-30 (6 and 7) in the windowed one.
+  ASSERT_TRUE(cache->ReserveContext(1, 30).ok());
+  EXPECT_EQ(cache->free_blocks(), 16 - 8 - 2);
+  EXPECT_EQ(cache->length(1), 30);
+  EXPECT_EQ(cache->ReserveContext(1, 30).code(), absl::StatusCode::kFailedPrecondition);
+  cache->Release(1);
+  EXPECT_EQ(cache->free_blocks(), 16);
+  shape.windowed = {true};
+  EXPECT_FALSE(PagedKvCache::Create(*backend, shape).ok());
 }
 
 TEST(ServingModel, Bf16KvCacheStaysWithinBf16RoundingOfFp32) {

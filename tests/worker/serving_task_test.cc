@@ -86,6 +86,21 @@ TEST(ServingStepTask, DecodeOnTwoRanksReportsItsCacheAndWeightsExactly) {
   EXPECT_GT(p.peak_bytes_per_rank(0), p.weight_bytes() + p.kv_cache_bytes());
 }
 
+// Layer 0 of 2 attends to a 16-token window: its 3 sequences of 41 tokens hold the blocks
+// of positions 25-40 (2 of 16 tokens each) where layer 1 holds all 3, so the pool is
+// ceil((9 + 6) / 2) = 8 blocks per layer (16 shared) where whole contexts take 9.
+TEST(ServingStepTask, WindowedDecodeHoldsTheWindowsBlocks) {
+  auto executor = CreateKernelsExecutor(CpuSlots(2));
+  CancelFlag cancel;
+  v1::ProfileTask task = StepTask(v1::ServingStepTask::PHASE_DECODE, 2);
+  task.mutable_serving_step()->set_attention_window(16);
+  task.mutable_serving_step()->set_window_attn_skip_freq(2);
+  const v1::TaskResult r = executor->Execute(task, cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  ExpectPhases(r.serving_step());
+  EXPECT_EQ(r.serving_step().kv_cache_bytes(), 2 * 8 * 2 * 16 * (kGroups / 2) * kD * 4);
+}
+
 TEST(ServingStepTask, Int8PrefillWithBf16CacheStoresOneByteWeightsAndTwoByteKv) {
   auto executor = CreateKernelsExecutor(CpuSlots(2));
   CancelFlag cancel;
