@@ -122,6 +122,10 @@ int Main(int argc, char** argv) {
   app.add_option("--kv_block_size", m.kv_block_size);
   app.add_option("--kv_blocks", m.num_kv_blocks, "KV blocks per rank and layer");
   app.add_option("--kv_dtype", kv_dtype, "fp32 | bf16");
+  app.add_option("--window_size", m.attention_window,
+                 "sliding-window attention: keys a query attends to (0: whole context)");
+  app.add_option("--window_attn_skip_freq", m.window_attn_skip_freq,
+                 "every n-th layer attends to the whole context (0: none)");
   app.add_option("--weights", weights, "none | int8 | int4 (weight-only)");
   app.add_option("--warmup", o.warmup_steps, "untimed warm-up steps");
   app.add_option("--rounds", rounds, "repetitions of the whole trace");
@@ -158,9 +162,14 @@ int Main(int argc, char** argv) {
                 (long long)o.trace.isl, (long long)o.trace.osl, mode.c_str());
     if (o.trace.concurrency > 0) std::printf(" %lld", (long long)o.trace.concurrency);
     if (o.trace.request_rate > 0) std::printf(" %.3g req/s", o.trace.request_rate);
-    std::printf("; max_batch_size %lld, max_num_tokens %lld, chunked prefill %s\n",
+    std::printf("; max_batch_size %lld, max_num_tokens %lld, chunked prefill %s",
                 (long long)o.max_batch_size, (long long)o.max_num_tokens,
                 o.chunked_prefill ? "on" : "off");
+    if (m.attention_window > 0) {
+      std::printf("; window %lld (every %lld-th layer whole-context)",
+                  (long long)m.attention_window, (long long)m.window_attn_skip_freq);
+    }
+    std::printf("\n");
     std::printf("# %5s %9s %9s %9s %9s %9s %9s %9s %7s %6s %6s\n", "round", "ttft_p50", "ttft_p99",
                 "tpot_p50", "tpot_p99", "e2e_p50", "e2e_p99", "out_tok/s", "steps", "L", "#wrong");
     std::printf("# %5s %9s %9s %9s %9s %9s %9s %9s %7s %6s %6s\n", "", "(ms)", "(ms)", "(ms)",
