@@ -39,6 +39,17 @@ LayerConfig ServingConfig::AsLayerConfig(int64_t seq_length, int64_t index) cons
   return layer;
 }
 
+MoeLayerConfig ServingConfig::ExpertBlock() const {
+  MoeLayerConfig block = moe.value_or(MoeLayerConfig());
+  block.hidden = shape.hidden_size;
+  block.ep = 1;
+  block.etp = parallel.tp;
+  block.routing = ExpertRouting::kDropless;  // the engines route by the real top-k
+  block.capacity_factor = 0;
+  block.aux_loss_coeff = 0;
+  return block;
+}
+
 absl::Status ServingConfig::Validate() const {
   if (absl::Status s = AsLayerConfig(1).Validate(); !s.ok()) return s;
   if (shape.normalization != Normalization::kRmsNorm) {
@@ -73,6 +84,14 @@ absl::Status ServingConfig::Validate() const {
   if (kv_dtype != DType::kF32 && kv_dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("kv_dtype (", DTypeName(kv_dtype), ") must be fp32 or bf16 on the CPU"));
+  }
+  if (moe.has_value()) {
+    if (absl::Status s = ExpertBlock().Validate(); !s.ok()) return s;
+    if (first_k_dense_layers < 0 || moe_layer_freq <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("first_k_dense_layers (", first_k_dense_layers,
+                                                     ") must be >= 0 and moe_layer_freq (",
+                                                     moe_layer_freq, ") positive"));
+    }
   }
   if (weight_quant == WeightQuant::kInt4) {
     const int64_t tp = parallel.tp;

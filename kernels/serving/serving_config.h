@@ -5,7 +5,9 @@
 #ifndef PARATUNE_KERNELS_SERVING_SERVING_CONFIG_H_
 #define PARATUNE_KERNELS_SERVING_SERVING_CONFIG_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -14,6 +16,7 @@
 #include "core/parallel_config.h"
 #include "kernels/dtype.h"
 #include "kernels/layer_config.h"
+#include "kernels/moe_layer.h"
 
 namespace paratune::kernels::serving {
 
@@ -50,6 +53,13 @@ struct ServingConfig {
   /// (LayerAttentionWindow); 0: none.
   int64_t attention_window = 0;
   int64_t window_attn_skip_freq = 0;
+  /// Mixture of experts: the routed block of the expert layers (its hidden, ep, etp and
+  /// routing are set by the layer: h, 1, tp, the real top-k). Experts are SwiGLU, fp32
+  /// (weight_quant applies to the attention and dense layers), each split over the tp
+  /// ranks (TensorRT-LLM's moe_tp_size = tp), their output all-reduced.
+  std::optional<MoeLayerConfig> moe;
+  int64_t first_k_dense_layers = 0;  ///< Dense layers before the first expert layer.
+  int64_t moe_layer_freq = 1;        ///< Then every n-th layer is an expert layer.
 
   int64_t num_query_groups() const {
     return shape.num_query_groups > 0 ? shape.num_query_groups : shape.num_attention_heads;
@@ -58,6 +68,13 @@ struct ServingConfig {
     return shape.ffn_hidden_size > 0 ? shape.ffn_hidden_size : 4 * shape.hidden_size;
   }
   int64_t head_dim() const { return shape.head_dim(); }
+  /// Whether layer `layer` (0-based) is an expert layer.
+  bool IsExpertLayer(int64_t layer) const {
+    return moe.has_value() && layer >= first_k_dense_layers &&
+           (layer - first_k_dense_layers) % std::max<int64_t>(moe_layer_freq, 1) == 0;
+  }
+  /// The expert layers' block as layer `MoeLayer` runs it on this layout.
+  MoeLayerConfig ExpertBlock() const;
   /// Tokens the KV cache of one rank holds.
   int64_t kv_capacity_tokens() const { return kv_block_size * num_kv_blocks; }
   /// The training-layer configuration with the same shape, tp and weights (and the window

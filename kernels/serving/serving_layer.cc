@@ -54,6 +54,15 @@ absl::StatusOr<std::unique_ptr<ServingLayer>> ServingLayer::Create(const Serving
   return layer;
 }
 
+absl::Status ServingLayer::InitExperts() {
+  ep_self_ = MakeSelfCommunicator();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.shape.hidden_size));
+  PT_ASSIGN_OR_RETURN(moe_, MoeLayer::CreateRandom(
+                                config_.ExpertBlock(), config_.seed + static_cast<uint64_t>(index_),
+                                scale, ep_self_.get(), ctx_.tp, ctx_.backend, DType::kF32));
+  return absl::OkStatus();
+}
+
 absl::Status ServingLayer::Init() {
   const int64_t h = config_.shape.hidden_size, a = config_.shape.num_attention_heads;
   const int64_t g = config_.num_query_groups(), d = config_.head_dim();
@@ -88,6 +97,7 @@ absl::Status ServingLayer::Init() {
                  ShardValues(seed, "proj.weight", 1.0 / std::sqrt(static_cast<double>(a * d)),
                              [=](int64_t row, int64_t c) { return row * a * d + r * hl * d + c; }),
                  quant, group));
+  if (config_.IsExpertLayer(index_)) return InitExperts();
   const bool swiglu = config_.shape.activation == Activation::kSwiglu;
   // SwiGLU's FC1 holds [gate | up]; rank r takes its slice of each.
   auto fc1_row = [=](int64_t lr) -> int64_t {
@@ -109,8 +119,13 @@ absl::Status ServingLayer::Init() {
 }
 
 int64_t ServingLayer::weight_bytes() const {
-  return norm1_w_.bytes() + norm2_w_.bytes() + qkv_.bytes() + proj_.bytes() + fc1_.bytes() +
-         fc2_.bytes();
+  int64_t bytes = norm1_w_.bytes() + norm2_w_.bytes() + qkv_.bytes() + proj_.bytes();
+  if (moe_ == nullptr) return bytes + fc1_.bytes() + fc2_.bytes();
+  const MoeParams& w = moe_->weights();
+  for (const Tensor* t : {&w.router, &w.fc1, &w.fc2, &w.shared_fc1, &w.shared_fc2}) {
+    if (t->defined()) bytes += t->bytes();
+  }
+  return bytes;
 }
 
 absl::StatusOr<Tensor> ServingLayer::RmsNorm(const Tensor& x, const Tensor& gamma) {
@@ -181,6 +196,20 @@ absl::StatusOr<Tensor> ServingLayer::Forward(const Tensor& x, const std::vector<
   PT_ASSIGN_OR_RETURN(Tensor ln2, RmsNorm(attn_out, norm2_w_));
   times_.other_s += Since(t0);
 
+  if (moe_ != nullptr) {
+    // The experts (their tp all-reduce included) count as gemm time; nothing is kept for
+    // a backward.
+    t0 = Clock::now();
+    PT_ASSIGN_OR_RETURN(Tensor y, be.Empty({n, h}, DType::kF32, MemoryTag::kWorkspace));
+    PT_RETURN_IF_ERROR(moe_->Forward(ln2.data(), n, y.data()));
+    moe_->TakeSaved();
+    times_.gemm_s += Since(t0);
+    t0 = Clock::now();
+    float* ys = y.data_as<float>();
+    for (int64_t i = 0; i < n * h; ++i) ys[i] += h1[i];
+    times_.other_s += Since(t0);
+    return y;
+  }
   const bool swiglu = config_.shape.activation == Activation::kSwiglu;
   t0 = Clock::now();
   PT_ASSIGN_OR_RETURN(Tensor fc1_out,

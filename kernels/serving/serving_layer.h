@@ -4,6 +4,9 @@
 //   h1 = x  + RowParallel_proj(PagedAttention(RoPE(ColumnParallel_qkv(rmsnorm1(x)))))
 //   y  = h1 + RowParallel_fc2(act(ColumnParallel_fc1(rmsnorm2(h1))))
 //
+// or, in an expert layer (ServingConfig::moe), y = h1 + MoE(rmsnorm2(h1)): the router's
+// top-k, each expert's SwiGLU split over the tp ranks, the outputs all-reduced
+// (kernels/moe_layer.h with ep 1 and etp = tp);
 // over the concatenated tokens of a step's chunks; K and V of the new tokens are written
 // to the paged cache before attention reads it. The two row-parallel outputs are
 // all-reduced (reduce_from_tp_region); nothing else communicates. Weights are the
@@ -18,6 +21,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/communicator.h"
+#include "kernels/moe_layer.h"
 #include "kernels/parallel_context.h"
 #include "kernels/serving/paged_kv_cache.h"
 #include "kernels/serving/serving_config.h"
@@ -56,9 +61,15 @@ class ServingLayer {
   absl::Status Init();
   absl::StatusOr<Tensor> RmsNorm(const Tensor& x, const Tensor& gamma);
 
+  absl::Status InitExperts();
+
   ServingConfig config_;
   ParallelContext ctx_;
   int64_t index_ = 0;
+  /// An expert layer's routed (and shared) experts in place of fc1/fc2, over the tp
+  /// ranks as its ETP group (ep_self_: its one-rank EP group).
+  std::unique_ptr<Communicator> ep_self_;
+  std::unique_ptr<MoeLayer> moe_;
   int64_t heads_local_ = 0, groups_local_ = 0, ffn_local_ = 0, qkv_width_ = 0;
   Tensor norm1_w_, norm2_w_;
   WeightOnlyLinear qkv_, proj_, fc1_, fc2_;

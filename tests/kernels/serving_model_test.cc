@@ -259,6 +259,41 @@ TEST(PagedKvCache, WindowedGroupsHoldTheirWindowAndFreeTheRest) {
   EXPECT_FALSE(PagedKvCache::Create(*backend, shape).ok());
 }
 
+// Layer 1 of 2 is an expert layer (4 SwiGLU experts of 32, top-2, one shared expert):
+// TP 2 (each expert split over the ranks, the outputs all-reduced), a paged cache in
+// random block order and chunked prefill give the one-shot TP 1 run's logits; the experts
+// change them; an expert block the layout cannot split is refused naming the field.
+TEST(ServingModel, ExpertLayersEqualAcrossLayoutsAndDifferFromDense) {
+  const auto experts = [](int64_t tp) {
+    ServingConfig c = SmallModel(tp);
+    MoeLayerConfig moe;
+    moe.num_experts = 4;
+    moe.topk = 2;
+    moe.ffn_hidden = 32;
+    moe.num_shared_experts = 1;
+    moe.shared_ffn_hidden = 32;
+    c.moe = moe;
+    c.first_k_dense_layers = 1;
+    return c;
+  };
+  auto ref = RunPlan(experts(1), OneShotPlan());
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  auto tp2 = RunPlan(experts(2), OneShotPlan(), /*shuffle=*/13);
+  ASSERT_TRUE(tp2.ok()) << tp2.status();
+  EXPECT_LE(ToleranceRatio(*tp2, *ref, 1e-5, 1e-4), 1.0);
+  auto chunked = RunPlan(experts(2), ChunkedPlan());
+  ASSERT_TRUE(chunked.ok()) << chunked.status();
+  EXPECT_LE(ToleranceRatio(*chunked, *ref, 1e-5, 1e-4), 1.0);
+  auto dense = RunPlan(SmallModel(1), OneShotPlan());
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_GT(ToleranceRatio(*dense, *ref, 1e-5, 1e-4), 1.0);
+  ServingConfig odd = experts(2);
+  odd.moe->ffn_hidden = 33;
+  const absl::Status s = odd.Validate();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.message()).find("ffn"), std::string::npos) << s.message();
+}
+
 TEST(ServingModel, Bf16KvCacheStaysWithinBf16RoundingOfFp32) {
   auto ref = RunPlan(SmallModel(1), OneShotPlan());
   ServingConfig bf16 = SmallModel(1);
