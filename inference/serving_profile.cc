@@ -36,10 +36,6 @@ int64_t LargestBatch(const InferenceJobSpec& spec, const ServingConfig& c) {
 }  // namespace
 
 std::string ServingKernelsUnsupportedReason(const ModelSpec& model) {
-  if (IsMoe(model)) {
-    return absl::StrCat("the serving kernels run dense layers (model.num_experts ",
-                        model.num_experts, ")");
-  }
   if (EffectiveAttention(model) == AttentionType::kMla) {
     return "the serving kernels run multi-head or grouped-query attention (model.attention mla)";
   }
@@ -61,6 +57,12 @@ std::string ServingStepTaskSpec::Key() const {
       WindowedLayers(model) > 0
           ? absl::StrCat(" win=", model.sliding_window, "/", model.window_attn_skip_freq)
           : "",
+      IsMoe(model)
+          ? absl::StrCat(" moe=", model.num_experts, "x", model.moe_ffn_hidden_size,
+                         " k=", model.moe_router_topk, " shared=", model.num_shared_experts, "x",
+                         model.num_shared_experts > 0 ? SharedExpertFfn(model) : 0,
+                         " dense0=", model.first_k_dense_layers, " freq=", model.moe_layer_freq)
+          : "",
       " tp=", shape.tp, " w=", std::string(inference::ToString(shape.weight_precision)),
       " kv=", std::string(inference::ToString(shape.kv_cache_precision)), " blk=", kv_block_size,
       phase == ServingStepPhase::kPrefill ? " prefill" : " decode", " b=", batch, " len=", length,
@@ -79,7 +81,8 @@ absl::StatusOr<ServingProfilePlan> PlanServingProfiles(const InferenceJobSpec& s
   if (!ServingKernelsUnsupportedReason(spec.model).empty()) return out;  // All modelled.
   for (const InferenceRankedConfig& r : plan.ranked) {
     const ServingConfig& c = r.config;
-    // Stays modelled: a task times a whole instance's layers with every expert over tp.
+    // Stays modelled: a task times a whole instance's layers with every expert split over
+    // the tp ranks (ep 1).
     if (c.pp != 1 || c.ep != 1) continue;
     auto& [batch, tokens] = shapes[StepShape{c.tp, c.weight_precision, c.kv_cache_precision}];
     batch = std::max(batch, std::min(LargestBatch(spec, c), options.max_grid_batch));

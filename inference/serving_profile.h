@@ -71,10 +71,10 @@ struct ServingProfilePlan {
   std::vector<CollectiveSweepSpec> sweeps;
 };
 
-/// Why the serving kernels (kernels/serving: dense layers, multi-head or grouped-query
-/// attention, over the whole context or a sliding window) cannot run `model`'s layers,
-/// naming the field; "" when they can. Such a model's layouts stay modelled in profile mode and are
-/// not verified.
+/// Why the serving kernels (kernels/serving: dense and expert layers, multi-head or
+/// grouped-query attention, over the whole context or a sliding window) cannot run `model`'s
+/// layers, naming the field; "" when they can. Such a model's layouts stay modelled in profile mode
+/// and are not verified.
 std::string ServingKernelsUnsupportedReason(const ModelSpec& model);
 
 /// The tasks `plan`'s ranked layouts need (see the file comment). InvalidArgument for a

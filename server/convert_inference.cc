@@ -383,6 +383,30 @@ absl::StatusOr<inference::InferencePlanResult> InferencePlanResultFromProto(
   return out;
 }
 
+namespace {
+template <typename ServingTask>
+void SetExperts(const ModelSpec& m, ServingTask* t) {
+  if (!IsMoe(m)) return;
+  v1::MoeLayerTask* moe = t->mutable_moe();
+  moe->set_hidden_size(m.hidden_size);
+  moe->set_num_experts(m.num_experts);
+  moe->set_moe_router_topk(m.moe_router_topk);
+  moe->set_moe_ffn_hidden_size(m.moe_ffn_hidden_size);
+  moe->set_num_shared_experts(m.num_shared_experts);
+  moe->set_shared_expert_ffn_hidden_size(m.num_shared_experts > 0 ? SharedExpertFfn(m) : 0);
+  moe->set_routing("dropless");
+  t->set_first_k_dense_layers(m.first_k_dense_layers);
+  t->set_moe_layer_freq(m.moe_layer_freq);
+}
+}  // namespace
+
+void SetServingExperts(const ModelSpec& model, v1::ServingStepTask* task) {
+  SetExperts(model, task);
+}
+void SetServingExperts(const ModelSpec& model, v1::ServingVerifyTask* task) {
+  SetExperts(model, task);
+}
+
 v1::ProfileTask ToProto(const inference::ServingStepTaskSpec& task) {
   v1::ProfileTask out;
   out.set_device_kind(task.device_kind);
@@ -415,6 +439,7 @@ v1::ProfileTask ToProto(const inference::ServingStepTaskSpec& task) {
   t->set_rope(task.model.position_embedding == PositionEmbedding::kRope);
   t->set_attention_window(task.model.sliding_window);
   t->set_window_attn_skip_freq(task.model.window_attn_skip_freq);
+  SetServingExperts(task.model, t);
   t->set_warmup(task.warmup);
   t->set_iters(task.iters);
   return out;

@@ -54,6 +54,11 @@ absl::StatusOr<inference::InferencePlanResult> InferencePlanResultFromProto(
 /// A serving_step task of a profiled inference job (task.proto ServingStepTask): the
 /// whole instance's layers with the logits, RoPE as the model has it.
 v1::ProfileTask ToProto(const inference::ServingStepTaskSpec& task);
+/// The routed block of a mixture-of-experts model as the serving kernels run it (the real
+/// top-k; the shape from the model), for ServingStepTask and ServingVerifyTask; a dense
+/// model leaves the task as it is.
+void SetServingExperts(const ModelSpec& model, v1::ServingStepTask* task);
+void SetServingExperts(const ModelSpec& model, v1::ServingVerifyTask* task);
 /// The instance shape a serving_step task measures; InvalidArgument for an unknown
 /// precision.
 absl::StatusOr<inference::StepShape> StepShapeFromTask(const v1::ServingStepTask& task);

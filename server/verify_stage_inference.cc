@@ -22,6 +22,10 @@ std::string ServingUnsupportedReason(const ModelSpec& m, const v1::ServingConfig
     return absl::StrCat("the serving loop runs tensor parallelism only (pp ", c.pp(), ")");
   if (c.disaggregated()) return "the serving loop does not run disaggregated pools";
   if (c.attention_dp()) return "the serving loop does not run attention data parallelism";
+  if (c.ep() > 1) {
+    return absl::StrCat(
+        "the serving loop splits every expert over the tp ranks (the layout has ep ", c.ep(), ")");
+  }
   if (c.replicas() > 1) {
     return absl::StrCat("the serving loop runs one instance (the layout has ", c.replicas(), ")");
   }
@@ -46,6 +50,7 @@ v1::ServingVerifyTask MakeServingVerifyTask(const inference::InferenceJobSpec& s
   t.set_rope(m.position_embedding == PositionEmbedding::kRope);
   t.set_attention_window(m.sliding_window);
   t.set_window_attn_skip_freq(m.window_attn_skip_freq);
+  SetServingExperts(m, &t);
   t.set_tp(r.config().tp());
   t.set_max_batch_size(r.config().max_batch_size());
   t.set_max_num_tokens(r.config().max_num_tokens());

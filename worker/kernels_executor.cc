@@ -595,6 +595,13 @@ absl::Status ReadServingModel(const ServingTask& t, const Worker& worker,
   m.position_embedding = t.rope() ? PositionEmbedding::kRope : PositionEmbedding::kLearned;
   m.attention_window = t.attention_window();
   m.window_attn_skip_freq = t.window_attn_skip_freq();
+  if (t.has_moe() && t.moe().num_experts() > 0) {
+    absl::StatusOr<kernels::MoeLayerConfig> block = MoeBlockFromTask(t.moe());
+    if (!block.ok()) return block.status();
+    m.moe = *std::move(block);
+    m.first_k_dense_layers = t.first_k_dense_layers();
+    m.moe_layer_freq = std::max<int64_t>(1, t.moe_layer_freq());
+  }
   return absl::OkStatus();
 }
 

@@ -112,37 +112,58 @@ TEST(ServingProfileTest, ComposedLayoutsRunOnTheMeasuredStepTimes) {
   EXPECT_EQ(measured_layouts, 2);
 }
 
-// The serving kernels run dense layers: a mixture-of-experts model plans no step task, and
-// composing keeps every layout modelled, saying why.
+// The serving kernels run grouped-query or multi-head attention: an MLA model plans no
+// step task, and composing keeps every layout modelled, saying why.
 TEST(ServingProfileTest, ModelsTheKernelsCannotRunStayModelledWithTheReason) {
-  const auto check = [](const std::string& field, const nlohmann::json& value,
-                        const std::string& reason) {
-    nlohmann::json j = nlohmann::json::parse(test_specs::kSmallCpuServingSpec);
-    j["model"][field] = value;
-    if (field == "num_experts") {
-      j["model"]["moe_router_topk"] = 2;
-      j["model"]["moe_ffn_hidden_size"] = 128;
-    }
-    auto spec = InferenceJobSpecFromJson(j);
-    ASSERT_TRUE(spec.ok()) << spec.status();
-    EXPECT_EQ(ServingKernelsUnsupportedReason(spec->model), reason);
-    auto plan = PlanInference(*spec);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    ASSERT_FALSE(plan->ranked.empty());
-    auto profile = PlanServingProfiles(*spec, *plan, ServingProfileOptions());
-    ASSERT_TRUE(profile.ok()) << profile.status();
-    EXPECT_TRUE(profile->steps.empty());
-    EXPECT_TRUE(profile->sweeps.empty());
-    auto composed = ComposeInference(*spec, *plan, ServingMeasurements());
-    ASSERT_TRUE(composed.ok()) << composed.status();
-    ASSERT_EQ(composed->ranked.size(), plan->ranked.size());
-    for (const InferenceRankedConfig& r : composed->ranked) {
-      EXPECT_EQ(r.notes.front(), "modelled steps: " + reason);
-      EXPECT_EQ(r.decode_step.source, "modelled");
-    }
-  };
+  nlohmann::json j = nlohmann::json::parse(test_specs::kSmallCpuServingSpec);
+  j["model"]["attention"] = "mla";
+  j["model"]["kv_lora_rank"] = 64;
+  j["model"]["qk_head_dim"] = 32;
+  j["model"]["qk_rope_head_dim"] = 16;
+  j["model"]["v_head_dim"] = 32;
+  auto spec = InferenceJobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string reason =
+      "the serving kernels run multi-head or grouped-query attention (model.attention mla)";
+  EXPECT_EQ(ServingKernelsUnsupportedReason(spec->model), reason);
+  auto plan = PlanInference(*spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->ranked.empty());
+  auto profile = PlanServingProfiles(*spec, *plan, ServingProfileOptions());
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EXPECT_TRUE(profile->steps.empty());
+  EXPECT_TRUE(profile->sweeps.empty());
+  auto composed = ComposeInference(*spec, *plan, ServingMeasurements());
+  ASSERT_TRUE(composed.ok()) << composed.status();
+  ASSERT_EQ(composed->ranked.size(), plan->ranked.size());
+  for (const InferenceRankedConfig& r : composed->ranked) {
+    EXPECT_EQ(r.notes.front(), "modelled steps: " + reason);
+    EXPECT_EQ(r.decode_step.source, "modelled");
+  }
   EXPECT_EQ(ServingKernelsUnsupportedReason(SmallCpuSpec().model), "");
-  check("num_experts", 4, "the serving kernels run dense layers (model.num_experts 4)");
+}
+
+// A mixture-of-experts model (4 experts of 128, top-2, after one dense layer) is profiled
+// with its experts: every step task's key names the block, so a dense model's
+// measurements never stand in for it.
+TEST(ServingProfileTest, MixtureOfExpertsModelsAreProfiledWithTheirExperts) {
+  nlohmann::json j = nlohmann::json::parse(test_specs::kSmallCpuServingSpec);
+  j["model"]["num_experts"] = 4;
+  j["model"]["moe_router_topk"] = 2;
+  j["model"]["moe_ffn_hidden_size"] = 128;
+  j["model"]["first_k_dense_layers"] = 1;
+  auto spec = InferenceJobSpecFromJson(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(ServingKernelsUnsupportedReason(spec->model), "");
+  auto plan = PlanInference(*spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto profile = PlanServingProfiles(*spec, *plan, ServingProfileOptions());
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  ASSERT_FALSE(profile->steps.empty());
+  for (const ServingStepTaskSpec& t : profile->steps) {
+    EXPECT_NE(t.Key().find(" moe=4x128 k=2 shared=0x0 dense0=1 freq=1"), std::string::npos)
+        << t.Key();
+  }
 }
 
 // A model whose first layer attends to a 32-token window is profiled with its window (the

@@ -228,6 +228,46 @@ TEST(ServingVerifyTask, RunsTheTraceThroughTheServingLoop) {
   }
 }
 
+// Layer 1 of 2 is an expert layer: 4 SwiGLU experts of 32, top-2, each split over the 2
+// ranks. A decode step's weights per rank are layer 0's, layer 1's attention and norms, the
+// full router [4, 64] and the experts' shards fc1 [4, 32, 64] and fc2 [4, 64, 16], fp32;
+// the serving loop runs a trace through it.
+void SetExperts(v1::MoeLayerTask* moe) {
+  moe->set_hidden_size(kH);
+  moe->set_num_experts(4);
+  moe->set_moe_router_topk(2);
+  moe->set_moe_ffn_hidden_size(32);
+  moe->set_routing("dropless");
+}
+
+TEST(ServingStepTask, ExpertLayersRunWithEachExpertSplitOverTheRanks) {
+  auto executor = CreateKernelsExecutor(CpuSlots(2));
+  CancelFlag cancel;
+  v1::ProfileTask step = StepTask(v1::ServingStepTask::PHASE_DECODE, 2);
+  SetExperts(step.mutable_serving_step()->mutable_moe());
+  step.mutable_serving_step()->set_first_k_dense_layers(1);
+  v1::TaskResult r = executor->Execute(step, cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  ExpectPhases(r.serving_step());
+  const int64_t dense_ffn = 4 * (2 * kFfn / 2 * kH + kH * kFfn / 2);
+  const int64_t experts = 4 * (4 * kH + 4 * 32 * kH + 4 * kH * 16);
+  EXPECT_EQ(r.serving_step().weight_bytes(),
+            2 * LayerWeightBytes(2) - dense_ffn + experts + 2 * 128 * kH * 4 + kH * 4);
+
+  v1::ProfileTask verify = ServingVerify(2);
+  SetExperts(verify.mutable_serving_verify()->mutable_moe());
+  verify.mutable_serving_verify()->set_first_k_dense_layers(1);
+  r = executor->Execute(verify, cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  EXPECT_EQ(r.serving_verify().requests(), 7);
+  EXPECT_EQ(r.serving_verify().wrong(), 0);
+  // An expert FFN the ranks cannot split is refused naming the field.
+  verify.mutable_serving_verify()->mutable_moe()->set_moe_ffn_hidden_size(33);
+  r = executor->Execute(verify, cancel);
+  EXPECT_NE(r.outcome(), v1::TaskResult::OUTCOME_OK);
+  EXPECT_NE(r.message().find("ffn"), std::string::npos) << r.message();
+}
+
 TEST(ServingVerifyTask, RefusalsSayWhy) {
   auto executor = CreateKernelsExecutor(CpuSlots(2));
   CancelFlag cancel;
