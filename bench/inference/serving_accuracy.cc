@@ -13,7 +13,11 @@
 // the error (predicted − measured)/measured and the spread of the measured rounds
 // ((max − min)/median), and a summary of the absolute errors.
 //
-//   serving_accuracy [--rounds 3] [--iters 5] [--layouts tp1-mbs4-offline,...] [--json]
+// With --experts E every layer is an expert layer of E SwiGLU experts of the model's FFN
+// width, top-2 (a Mixtral-like model; each expert split over the tp ranks).
+//
+//   serving_accuracy [--rounds 3] [--iters 5] [--layouts tp1-mbs4-offline,...] [--experts E]
+//                    [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -56,6 +60,12 @@ InferenceJobSpec SpecFor(const ks::ServingLayout& l) {
   m.activation = o.model.shape.activation;
   m.normalization = o.model.shape.normalization;
   m.position_embedding = o.model.position_embedding;
+  if (o.model.moe.has_value()) {
+    m.name = "small-mixtral";
+    m.num_experts = o.model.moe->num_experts;
+    m.moe_router_topk = o.model.moe->topk;
+    m.moe_ffn_hidden_size = o.model.moe->ffn_hidden;
+  }
   spec.cluster.gpu = "cpu";
   spec.cluster.num_gpus = o.model.parallel.tp;
   spec.cluster.gpus_per_node = 2;
@@ -101,12 +111,20 @@ int Main(int argc, char** argv) {
   std::vector<std::string> only;
   bool json = false;
   bool show_steps = false;
+  int64_t experts = 0;
   app.add_option("--rounds", rounds, "rounds (layouts interleaved within each)");
   app.add_option("--iters", iters, "timed steps per serving_step task (their median is used)");
   app.add_option("--layouts", only, "layout names to run (default: all)")->delimiter(',');
   app.add_flag("--json", json);
   app.add_flag("--steps", show_steps, "print every measured serving step (to stderr)");
+  app.add_option("--experts", experts,
+                 "every layer an expert layer of this many experts, top-2 (0: dense)");
   CLI11_PARSE(app, argc, argv);
+  if (experts == 1 || experts < 0) {
+    std::fprintf(stderr, "experts (%lld) must be 0 or at least 2\n",
+                 static_cast<long long>(experts));
+    return 2;
+  }
   if (rounds < 1 || iters < 1) {
     std::fprintf(stderr, "rounds (%d) and iters (%lld) must be >= 1\n", rounds,
                  static_cast<long long>(iters));
@@ -121,6 +139,13 @@ int Main(int argc, char** argv) {
     l.options.model.kv_dtype = kernels::DType::kBF16;
     l.options.model.kv_block_size = 64;
     l.options.model.num_kv_blocks = 64;
+    if (experts > 0) {
+      kernels::MoeLayerConfig moe;
+      moe.num_experts = experts;
+      moe.topk = 2;
+      moe.ffn_hidden = l.options.model.ffn_hidden_size();
+      l.options.model.moe = moe;
+    }
     Row row;
     row.layout = l;
     row.spec = SpecFor(l);
