@@ -264,6 +264,32 @@ class Coordinator {
   std::unique_ptr<Process> process_;
 };
 
+/// Starts one CPU worker of devices 0 and 1 per name against the coordinator at `address`
+/// (logs `<dir>/<name>.log`), appending them to `workers`, and waits until `registered()`
+/// says the coordinator sees them all: a job submitted then is placed on every one. False
+/// (with the reason in *error) when a worker does not start or the wait runs out.
+inline bool StartCpuWorkers(const fs::path& bin, const std::string& address, const fs::path& dir,
+                            const std::vector<std::string>& names,
+                            const std::function<bool()>& registered,
+                            std::vector<std::unique_ptr<Process>>* workers, std::string* error) {
+  for (const std::string& name : names) {
+    workers->push_back(std::make_unique<Process>(
+        std::vector<std::string>{(bin / "paratune-worker").string(), "--coordinator", address,
+                                 "--backend", "cpu", "--devices", "0,1", "--name", name,
+                                 "--lease-wait-ms", "500"},
+        dir / (name + ".log")));
+    if (!workers->back()->ok()) {
+      *error = "cannot spawn worker " + name;
+      return false;
+    }
+  }
+  if (!PollUntil(registered, 60000, 100)) {
+    *error = "the workers did not register";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace paratune::e2e
 
 #endif  // PARATUNE_TESTS_E2E_FAULT_HARNESS_H_

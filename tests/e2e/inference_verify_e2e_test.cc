@@ -79,20 +79,14 @@ class InferenceVerifyE2eTest : public ::testing::Test {
                                  "--profile-warmup", "1", "--profile-iters", "2"});
     std::string error;
     ASSERT_TRUE(coordinator_->Start(&error)) << error;
-    for (const char* name : {"cpu-a", "cpu-b"}) {
-      workers_.push_back(std::make_unique<Process>(
-          std::vector<std::string>{(bin_ / "paratune-worker").string(), "--coordinator",
-                                   coordinator_->address(), "--backend", "cpu", "--devices", "0,1",
-                                   "--name", name, "--lease-wait-ms", "500"},
-          dir_ / (std::string(name) + ".log")));
-      ASSERT_TRUE(workers_.back()->ok());
-    }
-    ASSERT_TRUE(paratune::e2e::PollUntil(
+    ASSERT_TRUE(paratune::e2e::StartCpuWorkers(
+        bin_, coordinator_->address(), dir_, {"cpu-a", "cpu-b"},
         [&] {
           json w = json::parse(Cli("workers --json").out, nullptr, false);
           return !w.is_discarded() && w.contains("workers") && w["workers"].size() == 2;
         },
-        60000, 100));
+        &workers_, &error))
+        << error;
   }
   // Every ranked layout ran on measured steps and was verified with the serving loop: the
   // measured TTFT, TPOT and output tokens/s beside the predicted ones.

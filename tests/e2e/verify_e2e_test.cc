@@ -62,22 +62,16 @@ class VerifyE2eTest : public ::testing::Test {
                                  "--max-attempts", max_attempts});
     std::string error;
     ASSERT_TRUE(coordinator_->Start(&error)) << error;
-    for (const char* name : {"cpu-a", "cpu-b"}) {
-      workers_.push_back(std::make_unique<Process>(
-          std::vector<std::string>{(bin_ / "paratune-worker").string(), "--coordinator",
-                                   coordinator_->address(), "--backend", "cpu", "--devices",
-                                   "0,1", "--name", name, "--lease-wait-ms", "500"},
-          dir_ / (std::string(name) + ".log")));
-      ASSERT_TRUE(workers_.back()->ok());
-    }
     // Both workers registered before the job: the verify stage places on the workers it
     // sees when the ranking is ready.
-    ASSERT_TRUE(paratune::e2e::PollUntil(
+    ASSERT_TRUE(paratune::e2e::StartCpuWorkers(
+        bin_, coordinator_->address(), dir_, {"cpu-a", "cpu-b"},
         [&] {
           json w = json::parse(Cli("workers --json").out, nullptr, false);
           return !w.is_discarded() && w.contains("workers") && w["workers"].size() == 2;
         },
-        60000, 100));
+        &workers_, &error))
+        << error;
   }
   void TearDown() override {
     workers_.clear();

@@ -146,21 +146,35 @@ TEST(ServingProfileTest, ModelsTheKernelsCannotRunStayModelledWithTheReason) {
 // A mixture-of-experts model (4 experts of 128, top-2, after one dense layer) is profiled
 // with its experts: every step task's key names the block, so a dense model's
 // measurements never stand in for it.
+// A spec read from `j`, which the serving kernels can run, its ranking and its step tasks.
+struct Profiled {
+  InferenceJobSpec spec;
+  ServingProfilePlan profile;
+};
+absl::StatusOr<Profiled> ProfileOf(const nlohmann::json& j) {
+  absl::StatusOr<InferenceJobSpec> spec = InferenceJobSpecFromJson(j);
+  if (!spec.ok()) return spec.status();
+  if (std::string why = ServingKernelsUnsupportedReason(spec->model); !why.empty()) {
+    return absl::FailedPreconditionError(why);
+  }
+  absl::StatusOr<InferencePlanResult> plan = PlanInference(*spec);
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<ServingProfilePlan> profile =
+      PlanServingProfiles(*spec, *plan, ServingProfileOptions());
+  if (!profile.ok()) return profile.status();
+  return Profiled{*std::move(spec), *std::move(profile)};
+}
+
 TEST(ServingProfileTest, MixtureOfExpertsModelsAreProfiledWithTheirExperts) {
   nlohmann::json j = nlohmann::json::parse(test_specs::kSmallCpuServingSpec);
   j["model"]["num_experts"] = 4;
   j["model"]["moe_router_topk"] = 2;
   j["model"]["moe_ffn_hidden_size"] = 128;
   j["model"]["first_k_dense_layers"] = 1;
-  auto spec = InferenceJobSpecFromJson(j);
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(ServingKernelsUnsupportedReason(spec->model), "");
-  auto plan = PlanInference(*spec);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  auto profile = PlanServingProfiles(*spec, *plan, ServingProfileOptions());
-  ASSERT_TRUE(profile.ok()) << profile.status();
-  ASSERT_FALSE(profile->steps.empty());
-  for (const ServingStepTaskSpec& t : profile->steps) {
+  auto p = ProfileOf(j);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_FALSE(p->profile.steps.empty());
+  for (const ServingStepTaskSpec& t : p->profile.steps) {
     EXPECT_NE(t.Key().find(" moe=4x128 k=2 shared=0x0 dense0=1 freq=1"), std::string::npos)
         << t.Key();
   }
@@ -173,18 +187,13 @@ TEST(ServingProfileTest, SlidingWindowModelsAreProfiledWithTheirWindow) {
   nlohmann::json j = nlohmann::json::parse(test_specs::kSmallCpuServingSpec);
   j["model"]["sliding_window"] = 32;
   j["model"]["window_attn_skip_freq"] = 2;
-  auto spec = InferenceJobSpecFromJson(j);
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(ServingKernelsUnsupportedReason(spec->model), "");
-  auto plan = PlanInference(*spec);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  auto profile = PlanServingProfiles(*spec, *plan, ServingProfileOptions());
-  ASSERT_TRUE(profile.ok()) << profile.status();
-  ASSERT_EQ(profile->steps.size(), 22u);
-  for (const ServingStepTaskSpec& t : profile->steps) {
+  auto p = ProfileOf(j);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->profile.steps.size(), 22u);
+  for (const ServingStepTaskSpec& t : p->profile.steps) {
     EXPECT_NE(t.Key().find(" win=32/2 "), std::string::npos) << t.Key();
   }
-  const AttentionSpan span(spec->model);
+  const AttentionSpan span(p->spec.model);
   EXPECT_DOUBLE_EQ(span.AttendedContext(64), 48);
   // Decode attention measured 1 ms per 100 attended tokens: a table built with the span
   // reads the simulator's attended units back as measured.
