@@ -20,6 +20,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
@@ -265,13 +266,17 @@ class Coordinator {
 };
 
 /// Starts one CPU worker of devices 0 and 1 per name against the coordinator at `address`
-/// (logs `<dir>/<name>.log`), appending them to `workers`, and waits until `registered()`
-/// says the coordinator sees them all: a job submitted then is placed on every one. False
-/// (with the reason in *error) when a worker does not start or the wait runs out.
+/// (logs `<dir>/<name>.log`), appending them to `workers`, and waits until `paratune workers
+/// --json` (run by `cli`) lists them all: a job submitted then is placed on every one.
+/// False (with the reason in *error) when a worker does not start or the wait runs out.
 inline bool StartCpuWorkers(const fs::path& bin, const std::string& address, const fs::path& dir,
                             const std::vector<std::string>& names,
-                            const std::function<bool()>& registered,
+                            const std::function<Output(const std::string&)>& cli,
                             std::vector<std::unique_ptr<Process>>* workers, std::string* error) {
+  const auto registered = [&] {
+    const nlohmann::json w = nlohmann::json::parse(cli("workers --json").out, nullptr, false);
+    return !w.is_discarded() && w.contains("workers") && w["workers"].size() == names.size();
+  };
   for (const std::string& name : names) {
     workers->push_back(std::make_unique<Process>(
         std::vector<std::string>{(bin / "paratune-worker").string(), "--coordinator", address,

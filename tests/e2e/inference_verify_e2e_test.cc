@@ -81,11 +81,7 @@ class InferenceVerifyE2eTest : public ::testing::Test {
     ASSERT_TRUE(coordinator_->Start(&error)) << error;
     ASSERT_TRUE(paratune::e2e::StartCpuWorkers(
         bin_, coordinator_->address(), dir_, {"cpu-a", "cpu-b"},
-        [&] {
-          json w = json::parse(Cli("workers --json").out, nullptr, false);
-          return !w.is_discarded() && w.contains("workers") && w["workers"].size() == 2;
-        },
-        &workers_, &error))
+        [&](const std::string& args) { return Cli(args); }, &workers_, &error))
         << error;
   }
   // Every ranked layout ran on measured steps and was verified with the serving loop: the
