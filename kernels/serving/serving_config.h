@@ -45,7 +45,9 @@ struct ServingConfig {
   int64_t int4_group_size = 32;                   ///< Inputs per int4 scale; must divide every K.
   DType kv_dtype = DType::kF32;                   ///< KV-cache storage: fp32 or bf16.
   int64_t kv_block_size = 16;                     ///< Tokens per KV-cache block.
-  int64_t num_kv_blocks = 64;                     ///< Blocks in each layer's pool.
+  /// Blocks in each layer's pool; with a sliding window, the bytes of that many per layer,
+  /// shared by the cache's layer groups (PagedKvCache).
+  int64_t num_kv_blocks = 64;
   float norm_epsilon = 1e-5f;                     ///< RMSNorm epsilon.
   uint64_t seed = 1234;  ///< Weights are functions of this (as the training layer's).
   int threads = 1;       ///< Threads of the attention and elementwise loops.
