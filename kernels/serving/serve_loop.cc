@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
@@ -84,6 +85,8 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
       PT_RETURN_IF_ERROR(add(next_arrival, 0.0));
     }
   }
+  // Closed-loop requests issued at a completion: they arrive while the next step runs.
+  std::vector<std::pair<int64_t, double>> returning;
   StepStats stats;
   PT_RETURN_IF_ERROR(comm.Barrier());
   const Clock::time_point t0 = Clock::now();
@@ -101,6 +104,11 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
       }
     }
     std::vector<SeqChunk> plan = batcher.Plan();
+    if (!returning.empty()) {
+      for (const auto& [i, at] : returning) PT_RETURN_IF_ERROR(add(i, at));
+      returning.clear();
+      if (plan.empty()) plan = batcher.Plan();  // nothing was running: they go at once
+    }
     if (plan.empty()) {
       if (closed_loop || next_arrival >= n) {
         return absl::InternalError("serve loop: nothing can run but requests are unfinished");
@@ -146,7 +154,7 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
         prompts.erase(ev.seq);
         last_token.erase(ev.seq);
         if (closed_loop && next_arrival < n) {
-          PT_RETURN_IF_ERROR(add(next_arrival, t));
+          returning.push_back({next_arrival, t});
           ++next_arrival;
         }
       }

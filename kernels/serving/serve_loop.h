@@ -3,7 +3,10 @@
 // arrivals it broadcasts the time each step, so every rank admits the same requests and
 // runs the same plan (offline and closed-loop plans depend on completions only); sampled
 // tokens are identical on every rank (vocab-parallel argmax). Rank 0 records each
-// request's arrival, first-token and finish times.
+// request's arrival, first-token and finish times. A closed-loop client's next request
+// arrives when its previous one finishes and reaches the engine while the next step runs
+// (a client's round trip is longer than the gap between two steps), so it joins the step
+// after: as the inference simulator schedules it.
 #ifndef PARATUNE_KERNELS_SERVING_SERVE_LOOP_H_
 #define PARATUNE_KERNELS_SERVING_SERVE_LOOP_H_
 

@@ -204,6 +204,27 @@ TEST(ServeLoop, SlidingWindowRunsMoreSequencesInTheSamePool) {
   EXPECT_EQ(windowed->steps.max_step_sequences, 4);
 }
 
+// Closed loop, 2 clients, 3 requests of 4 + 2 tokens, 5 tokens per step: A's prompt and 1
+// token of B's (step 1); A's decode and the rest of B's (2; A finishes, C is issued); B's
+// decode (3: C reaches the engine while it runs); C's prompt (4); C's decode (5). Were C
+// queued before step 3 was planned it would run beside B's decode and the trace end in 4.
+TEST(ServeLoop, AClosedLoopRequestJoinsTheStepAfterTheOneRunningWhenItIsIssued) {
+  ServeOptions o = TinyServe(1);
+  o.trace.num_requests = 3;
+  o.trace.concurrency = 2;
+  o.trace.isl = 4;
+  o.trace.osl = 2;
+  o.trace.isl_jitter = 0;
+  o.trace.osl_jitter = 0;
+  o.max_batch_size = 2;
+  o.max_num_tokens = 5;
+  o.warmup_steps = 0;
+  auto r = RunServeLoop(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  CheckInvariants(o, *r);
+  EXPECT_EQ(r->steps.steps, 5);
+}
+
 TEST(ServeLoop, TooSmallMemoryIsResourceExhausted) {
   ServeOptions o = TinyServe(1);
   o.capacity_bytes = 64 << 10;  // the weights alone take more
