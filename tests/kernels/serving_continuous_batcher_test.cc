@@ -177,19 +177,25 @@ TEST(ServeLoop, ClosedLoopNeverExceedsItsConcurrency) {
   EXPECT_LE(r->steps.max_step_sequences, 2);
 }
 
+// TinyServe at TP 1 with every request `isl` + `osl` tokens long (no jitter).
+ServeOptions FixedLengths(int64_t requests, int64_t isl, int64_t osl) {
+  ServeOptions o = TinyServe(1);
+  o.trace.num_requests = requests;
+  o.trace.isl = isl;
+  o.trace.osl = osl;
+  o.trace.isl_jitter = 0;
+  o.trace.osl_jitter = 0;
+  return o;
+}
+
 // One of two layers with a 4-token window, blocks of 4, a pool of 24 blocks per layer (48
 // shared): a request of 4 + 28 tokens holds 8 + 8 blocks with whole contexts (3 run at
 // once) and 8 + ceil((4 - 1 + 4) / 4) + 1 = 11 with the window (4 run at once); every
 // request completes (the batcher's count holds: no step runs out of blocks).
 TEST(ServeLoop, SlidingWindowRunsMoreSequencesInTheSamePool) {
-  ServeOptions o = TinyServe(1);
+  ServeOptions o = FixedLengths(8, 4, 28);
   o.model.kv_block_size = 4;
   o.model.num_kv_blocks = 24;
-  o.trace.num_requests = 8;
-  o.trace.isl = 4;
-  o.trace.osl = 28;
-  o.trace.isl_jitter = 0;
-  o.trace.osl_jitter = 0;
   o.max_batch_size = 8;
   auto whole = RunServeLoop(o);
   ASSERT_TRUE(whole.ok()) << whole.status();
@@ -209,13 +215,8 @@ TEST(ServeLoop, SlidingWindowRunsMoreSequencesInTheSamePool) {
 // decode (3: C reaches the engine while it runs); C's prompt (4); C's decode (5). Were C
 // queued before step 3 was planned it would run beside B's decode and the trace end in 4.
 TEST(ServeLoop, AClosedLoopRequestJoinsTheStepAfterTheOneRunningWhenItIsIssued) {
-  ServeOptions o = TinyServe(1);
-  o.trace.num_requests = 3;
+  ServeOptions o = FixedLengths(3, 4, 2);
   o.trace.concurrency = 2;
-  o.trace.isl = 4;
-  o.trace.osl = 2;
-  o.trace.isl_jitter = 0;
-  o.trace.osl_jitter = 0;
   o.max_batch_size = 2;
   o.max_num_tokens = 5;
   o.warmup_steps = 0;
