@@ -41,6 +41,13 @@ inline int64_t LayerAttentionWindow(int64_t window, int64_t skip_freq, int64_t l
   return window;
 }
 
+/// Whether layer `layer` (0-based) of a mixture-of-experts model is an expert layer: after
+/// `first_k_dense` dense layers, every `freq`-th (0 means 1), as the spec's fields mean.
+inline bool IsExpertLayerAt(int64_t layer, int64_t first_k_dense, int64_t freq) {
+  if (layer < first_k_dense) return false;
+  return (layer - first_k_dense) % (freq > 0 ? freq : 1) == 0;
+}
+
 /// InvalidArgument naming the field when a model's window or skip frequency is negative.
 absl::Status CheckAttentionWindow(int64_t window, int64_t skip_freq);
 

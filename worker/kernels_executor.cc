@@ -490,6 +490,19 @@ absl::StatusOr<kernels::MoeLayerConfig> MoeBlockFromTask(const v1::MoeLayerTask&
   return layer;
 }
 
+// The expert layers a verify or serving task names (its moe block, first_k_dense_layers and
+// moe_layer_freq) into a trainer or serving config; a dense model's task leaves it as is.
+template <typename Task, typename Config>
+absl::Status ReadExpertLayers(const Task& t, Config* c) {
+  if (!t.has_moe() || t.moe().num_experts() <= 0) return absl::OkStatus();
+  absl::StatusOr<kernels::MoeLayerConfig> block = MoeBlockFromTask(t.moe());
+  if (!block.ok()) return block.status();
+  c->moe = *std::move(block);
+  c->first_k_dense_layers = t.first_k_dense_layers();
+  c->moe_layer_freq = std::max<int64_t>(1, t.moe_layer_freq());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<kernels::MoeStepConfig> ValidateMoeLayer(const v1::ProfileTask& task,
                                                         const Worker& worker) {
   const v1::MoeLayerTask& t = task.moe_layer();
@@ -595,14 +608,7 @@ absl::Status ReadServingModel(const ServingTask& t, const Worker& worker,
   m.position_embedding = t.rope() ? PositionEmbedding::kRope : PositionEmbedding::kLearned;
   m.attention_window = t.attention_window();
   m.window_attn_skip_freq = t.window_attn_skip_freq();
-  if (t.has_moe() && t.moe().num_experts() > 0) {
-    absl::StatusOr<kernels::MoeLayerConfig> block = MoeBlockFromTask(t.moe());
-    if (!block.ok()) return block.status();
-    m.moe = *std::move(block);
-    m.first_k_dense_layers = t.first_k_dense_layers();
-    m.moe_layer_freq = std::max<int64_t>(1, t.moe_layer_freq());
-  }
-  return absl::OkStatus();
+  return ReadExpertLayers(t, &m);
 }
 
 absl::StatusOr<kernels::serving::ServingStepConfig> ValidateServingStep(
@@ -767,13 +773,7 @@ absl::StatusOr<kt::TrainConfig> TrainConfigFromVerifyTask(const v1::VerifyTask& 
   c.dropout = t.dropout();
   c.tie_embeddings = t.tie_embeddings();
   c.position_rows = t.position_rows();
-  if (t.has_moe() && t.moe().num_experts() > 0) {
-    absl::StatusOr<kernels::MoeLayerConfig> block = MoeBlockFromTask(t.moe());
-    if (!block.ok()) return block.status();
-    c.moe = *std::move(block);
-    c.first_k_dense_layers = t.first_k_dense_layers();
-    c.moe_layer_freq = std::max<int64_t>(1, t.moe_layer_freq());
-  }
+  if (absl::Status s = ReadExpertLayers(t, &c); !s.ok()) return s;
   c.steps = t.steps();
   c.seed = t.seed();
   return c;

@@ -187,12 +187,14 @@ void PagedKvCache::FreeOutsideWindow(int64_t seq) {
   SeqState& s = it->second;
   const int64_t bs = shape_.block_size;
   for (int64_t g = groups_.full_groups; g < static_cast<int64_t>(s.tables.size()); ++g) {
-    const int64_t first = FirstKept(g, s.length);
-    for (int64_t b = 0; (b + 1) * bs <= first && b < static_cast<int64_t>(s.tables[g].size());
-         ++b) {
-      if (s.tables[g][b] < 0) continue;
-      free_.push_back(s.tables[g][b]);
-      s.tables[g][b] = -1;
+    // A windowed group holds a run of blocks up to its last; those before it are freed
+    // already, so walking back from the window's first block stops at the first freed one.
+    std::vector<int32_t>& table = s.tables[g];
+    const int64_t last_left =
+        std::min<int64_t>(FirstKept(g, s.length) / bs, static_cast<int64_t>(table.size())) - 1;
+    for (int64_t b = last_left; b >= 0 && table[b] >= 0; --b) {
+      free_.push_back(table[b]);
+      table[b] = -1;
     }
   }
 }

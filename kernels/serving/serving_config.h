@@ -5,7 +5,6 @@
 #ifndef PARATUNE_KERNELS_SERVING_SERVING_CONFIG_H_
 #define PARATUNE_KERNELS_SERVING_SERVING_CONFIG_H_
 
-#include <algorithm>
 #include <cstdint>
 #include <optional>
 
@@ -72,8 +71,7 @@ struct ServingConfig {
   int64_t head_dim() const { return shape.head_dim(); }
   /// Whether layer `layer` (0-based) is an expert layer.
   bool IsExpertLayer(int64_t layer) const {
-    return moe.has_value() && layer >= first_k_dense_layers &&
-           (layer - first_k_dense_layers) % std::max<int64_t>(moe_layer_freq, 1) == 0;
+    return moe.has_value() && IsExpertLayerAt(layer, first_k_dense_layers, moe_layer_freq);
   }
   /// The expert layers' block as layer `MoeLayer` runs it on this layout.
   MoeLayerConfig ExpertBlock() const;

@@ -703,8 +703,7 @@ absl::Status TrainConfig::Validate() const {
 }
 
 bool TrainConfig::IsExpertLayer(int64_t layer) const {
-  if (moe.num_experts <= 0 || layer < first_k_dense_layers) return false;
-  return (layer - first_k_dense_layers) % std::max<int64_t>(moe_layer_freq, 1) == 0;
+  return moe.num_experts > 0 && IsExpertLayerAt(layer, first_k_dense_layers, moe_layer_freq);
 }
 
 int64_t TrainConfig::AttentionWindowOf(int64_t layer) const {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <utility>
 
@@ -160,6 +161,24 @@ TEST(ServingModel, ChunkedPrefillInMixedStepsEqualsOneShotPrefill) {
   EXPECT_LE(ToleranceRatio(*got, *ref, 1e-5, 1e-4), 1.0);
 }
 
+// The logits of a model `make(tp)` builds: TP 2 with a paged cache in random block order
+// (`shuffle`) and chunked prefill equal the one-shot TP 1 run's, and the small dense model's
+// differ from them.
+void ExpectLayoutsAgreeAndDifferFromDense(const std::function<ServingConfig(int64_t)>& make,
+                                          uint64_t shuffle) {
+  auto ref = RunPlan(make(1), OneShotPlan());
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  auto tp2 = RunPlan(make(2), OneShotPlan(), shuffle);
+  ASSERT_TRUE(tp2.ok()) << tp2.status();
+  EXPECT_LE(ToleranceRatio(*tp2, *ref, 1e-5, 1e-4), 1.0);
+  auto chunked = RunPlan(make(2), ChunkedPlan());
+  ASSERT_TRUE(chunked.ok()) << chunked.status();
+  EXPECT_LE(ToleranceRatio(*chunked, *ref, 1e-5, 1e-4), 1.0);
+  auto dense = RunPlan(SmallModel(1), OneShotPlan());
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_GT(ToleranceRatio(*dense, *ref, 1e-5, 1e-4), 1.0);
+}
+
 // The first of two layers attends to a 5-key window (the second to the whole context):
 // decodes read the window's blocks only, and TP 2, a paged cache in random block order and
 // chunked prefill give the one-shot TP 1 run's logits; the window changes them.
@@ -170,17 +189,7 @@ TEST(ServingModel, SlidingWindowLayersEqualAcrossLayoutsAndDifferFromWholeContex
     c.window_attn_skip_freq = 2;
     return c;
   };
-  auto ref = RunPlan(windowed(1), OneShotPlan());
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  auto tp2 = RunPlan(windowed(2), OneShotPlan(), /*shuffle=*/77);
-  ASSERT_TRUE(tp2.ok()) << tp2.status();
-  EXPECT_LE(ToleranceRatio(*tp2, *ref, 1e-5, 1e-4), 1.0);
-  auto chunked = RunPlan(windowed(2), ChunkedPlan());
-  ASSERT_TRUE(chunked.ok()) << chunked.status();
-  EXPECT_LE(ToleranceRatio(*chunked, *ref, 1e-5, 1e-4), 1.0);
-  auto full = RunPlan(SmallModel(1), OneShotPlan());
-  ASSERT_TRUE(full.ok()) << full.status();
-  EXPECT_GT(ToleranceRatio(*full, *ref, 1e-5, 1e-4), 1.0);
+  ExpectLayoutsAgreeAndDifferFromDense(windowed, /*shuffle=*/77);
   ServingConfig bad = SmallModel(1);
   bad.attention_window = -1;
   EXPECT_FALSE(bad.Validate().ok());
@@ -276,17 +285,7 @@ TEST(ServingModel, ExpertLayersEqualAcrossLayoutsAndDifferFromDense) {
     c.first_k_dense_layers = 1;
     return c;
   };
-  auto ref = RunPlan(experts(1), OneShotPlan());
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  auto tp2 = RunPlan(experts(2), OneShotPlan(), /*shuffle=*/13);
-  ASSERT_TRUE(tp2.ok()) << tp2.status();
-  EXPECT_LE(ToleranceRatio(*tp2, *ref, 1e-5, 1e-4), 1.0);
-  auto chunked = RunPlan(experts(2), ChunkedPlan());
-  ASSERT_TRUE(chunked.ok()) << chunked.status();
-  EXPECT_LE(ToleranceRatio(*chunked, *ref, 1e-5, 1e-4), 1.0);
-  auto dense = RunPlan(SmallModel(1), OneShotPlan());
-  ASSERT_TRUE(dense.ok()) << dense.status();
-  EXPECT_GT(ToleranceRatio(*dense, *ref, 1e-5, 1e-4), 1.0);
+  ExpectLayoutsAgreeAndDifferFromDense(experts, /*shuffle=*/13);
   ServingConfig odd = experts(2);
   odd.moe->ffn_hidden = 33;
   const absl::Status s = odd.Validate();
