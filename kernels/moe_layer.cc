@@ -73,8 +73,13 @@ absl::Status MoeLayerConfig::Validate() const {
   PT_RETURN_IF_ERROR(Divides(ep, "ep", num_experts, "num_experts"));
   PT_RETURN_IF_ERROR(Divides(etp, "etp", ffn_hidden, "ffn_hidden"));
   if (num_shared_experts > 0) {
-    PT_RETURN_IF_ERROR(
-        Divides(etp, "etp", shared_ffn_total(), "num_shared_experts * shared_ffn_hidden"));
+    PT_RETURN_IF_ERROR(Divides(shared_split(), tokens_replicated ? "ep * etp" : "etp",
+                               shared_ffn_total(), "num_shared_experts * shared_ffn_hidden"));
+  }
+  if (tokens_replicated && (aux_loss_coeff > 0 || routing == ExpertRouting::kBalanced)) {
+    return absl::InvalidArgumentError(
+        "tokens_replicated (serving) routes by the real top-k without an auxiliary loss "
+        "(routing must not be balanced, aux_loss_coeff must be 0)");
   }
   return absl::OkStatus();
 }
@@ -105,8 +110,22 @@ MoeWeights<T> MoeWeights<T>::Random(const MoeLayerConfig& c, uint64_t seed, doub
 // Dispatcher
 
 AllToAllTokenDispatcher::AllToAllTokenDispatcher(Communicator* ep, int64_t num_experts,
-                                                 int64_t hidden, DType dtype, Backend* backend)
-    : ep_(ep), backend_(backend), num_experts_(num_experts), hidden_(hidden), dtype_(dtype) {}
+                                                 int64_t hidden, DType dtype, Backend* backend,
+                                                 bool replicated)
+    : ep_(ep),
+      backend_(backend),
+      replicated_(replicated),
+      num_experts_(num_experts),
+      hidden_(hidden),
+      dtype_(dtype) {}
+
+absl::Status AllToAllTokenDispatcher::CopyRows(void* dst, const void* src, int64_t rows) const {
+  const int64_t n = rows * hidden_ * SizeOf(dtype_);
+  if (n == 0) return absl::OkStatus();
+  if (backend_ != nullptr) return backend_->CopyBytes(dst, src, n, Backend::CopyKind::kOnBackend);
+  std::memcpy(dst, src, n);
+  return absl::OkStatus();
+}
 
 absl::Status AllToAllTokenDispatcher::Plan(const std::vector<int64_t>& tokens_per_expert) {
   const int ep = ep_->size();
@@ -115,6 +134,16 @@ absl::Status AllToAllTokenDispatcher::Plan(const std::vector<int64_t>& tokens_pe
     return absl::InvalidArgumentError(
         absl::StrCat("tokens_per_expert has ", tokens_per_expert.size(),
                      " entries; must have num_experts (", num_experts_, ")"));
+  }
+  if (replicated_) {
+    // Rows are sorted by global expert: this rank's experts hold one contiguous run.
+    const int64_t first = ep_->rank() * local;
+    first_row_ =
+        std::accumulate(tokens_per_expert.begin(), tokens_per_expert.begin() + first, int64_t{0});
+    local_counts_.assign(tokens_per_expert.begin() + first,
+                         tokens_per_expert.begin() + first + local);
+    received_rows_ = std::accumulate(local_counts_.begin(), local_counts_.end(), int64_t{0});
+    return absl::OkStatus();
   }
   // Counts travel as doubles (every communicator reduces fp64; counts stay exact < 2^53).
   std::vector<double> send(num_experts_), recv(num_experts_);
@@ -185,6 +214,10 @@ absl::Status AllToAllTokenDispatcher::Regroup(const char* src, char* dst,
 }
 
 absl::Status AllToAllTokenDispatcher::Dispatch(const void* in, void* out, void* workspace) {
+  if (replicated_) {
+    return CopyRows(out, static_cast<const char*>(in) + first_row_ * hidden_ * SizeOf(dtype_),
+                    received_rows_);
+  }
   std::vector<int64_t> send(send_rows_.size()), recv(recv_rows_.size());
   for (size_t q = 0; q < send.size(); ++q) {
     send[q] = send_rows_[q] * hidden_;
@@ -195,6 +228,10 @@ absl::Status AllToAllTokenDispatcher::Dispatch(const void* in, void* out, void* 
 }
 
 absl::Status AllToAllTokenDispatcher::Combine(const void* in, void* out, void* workspace) {
+  if (replicated_) {
+    return CopyRows(static_cast<char*>(out) + first_row_ * hidden_ * SizeOf(dtype_), in,
+                    received_rows_);
+  }
   std::vector<int64_t> send(send_rows_.size()), recv(recv_rows_.size());
   for (size_t q = 0; q < send.size(); ++q) {
     send[q] = recv_rows_[q] * hidden_;
@@ -215,7 +252,8 @@ MoeLayer::MoeLayer(const MoeLayerConfig& config, Communicator* ep, Communicator*
       be_(backend),
       dtype_(dtype),
       rdt_(dtype == DType::kF64 ? DType::kF64 : DType::kF32),
-      dispatcher_(ep, config.num_experts, config.hidden, dtype, backend) {}
+      dispatcher_(ep, config.num_experts, config.hidden, dtype, backend, config.tokens_replicated) {
+}
 
 absl::StatusOr<Tensor> MoeLayer::Alloc(std::vector<int64_t> shape, MemoryTag tag) const {
   return be_->Empty(std::move(shape), dtype_, tag);
@@ -377,7 +415,7 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateFrom(const MoeLayerCon
   }
   const int64_t h = config.hidden, e = config.num_experts, f = config.ffn_hidden;
   const int64_t fs = config.shared_ffn_total(), le = config.local_experts();
-  const int64_t fl = f / config.etp, fsl = fs / config.etp;
+  const int64_t fl = f / config.etp, fsl = fs / config.shared_split();
   std::unique_ptr<MoeLayer> layer(new MoeLayer(config, ep, etp, backend, dtype));
   Params& w = layer->w_;
   Params& g = layer->g_;
@@ -408,8 +446,8 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateFrom(const MoeLayerCon
   PT_RETURN_IF_ERROR(backend->CopyFromHost(w.router, host));
   // Column-parallel fc1: this ETP rank's slice of the gate rows and of the up rows;
   // row-parallel fc2: its slice of the columns.
-  const int64_t j = etp->rank(), first = ep->rank() * le;
-  auto shard = [&](int fc1, int fc2, int64_t ffn, int64_t ffn_local, int64_t expert,
+  const int64_t first = ep->rank() * le;
+  auto shard = [&](int fc1, int fc2, int64_t ffn, int64_t ffn_local, int64_t expert, int64_t j,
                    double* fc1_out, double* fc2_out) {
     for (int64_t half = 0; half < 2; ++half) {
       source(fc1, (expert * 2 * ffn + half * ffn + j * ffn_local) * h, ffn_local * h,
@@ -421,13 +459,17 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateFrom(const MoeLayerCon
   };
   std::vector<double> fc1(le * 2 * fl * h), fc2(le * h * fl);
   for (int64_t x = 0; x < le; ++x) {
-    shard(2, 3, f, fl, first + x, fc1.data() + x * 2 * fl * h, fc2.data() + x * h * fl);
+    shard(2, 3, f, fl, first + x, etp->rank(), fc1.data() + x * 2 * fl * h,
+          fc2.data() + x * h * fl);
   }
   PT_RETURN_IF_ERROR(backend->CopyFromHost(w.fc1, fc1));
   PT_RETURN_IF_ERROR(backend->CopyFromHost(w.fc2, fc2));
   if (fs > 0) {
     std::vector<double> sfc1(2 * fsl * h), sfc2(h * fsl);
-    shard(4, 5, fs, fsl, 0, sfc1.data(), sfc2.data());
+    // With replicated tokens the shared experts are split over ep x etp ranks.
+    const int64_t j =
+        config.tokens_replicated ? ep->rank() * config.etp + etp->rank() : etp->rank();
+    shard(4, 5, fs, fsl, 0, j, sfc1.data(), sfc2.data());
     PT_RETURN_IF_ERROR(backend->CopyFromHost(w.shared_fc1, sfc1));
     PT_RETURN_IF_ERROR(backend->CopyFromHost(w.shared_fc2, sfc2));
   }
@@ -435,7 +477,7 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateFrom(const MoeLayerCon
 }
 
 absl::Status MoeLayer::SharedForward(const void* x, int64_t tokens, void* y) {
-  const int64_t h = config_.hidden, fsl = config_.shared_ffn_total() / config_.etp;
+  const int64_t h = config_.hidden, fsl = config_.shared_ffn_total() / config_.shared_split();
   PT_RETURN_IF_ERROR(
       Linear(shared_fc1_.data(), x, w_.shared_fc1.data(), tokens, h, 2 * fsl, false));
   PT_RETURN_IF_ERROR(
@@ -483,8 +525,11 @@ absl::Status MoeLayer::ExpertsForward(const void* in, void* out) {
         be_->SwigluForward(dtype_, expert_act_.data(), expert_fc1_.data(), rows, fl));
   }
   PT_RETURN_IF_ERROR(RunExpertGemms(*be_, dtype_, config_.grouped_gemm, fc2));
-  // reduce_from_tp_region (fwd: all-reduce over ETP, bwd: identity).
-  if (config_.etp > 1 && rows > 0) PT_RETURN_IF_ERROR(etp_->AllReduce(out, rows * h, dtype_));
+  // reduce_from_tp_region (fwd: all-reduce over ETP, bwd: identity); with replicated
+  // tokens the caller reduces the layer's output instead.
+  if (config_.etp > 1 && rows > 0 && !config_.tokens_replicated) {
+    PT_RETURN_IF_ERROR(etp_->AllReduce(out, rows * h, dtype_));
+  }
   return absl::OkStatus();
 }
 
@@ -640,10 +685,10 @@ absl::Status MoeLayer::Forward(const void* x, int64_t tokens, void* y) {
   }
   PT_ASSIGN_OR_RETURN(selected_, be_->Empty({tokens, k}, DType::kI32, MemoryTag::kActivations));
   PT_ASSIGN_OR_RETURN(probs_, AllocRouter({tokens, k}, MemoryTag::kActivations));
-  PT_RETURN_IF_ERROR(
-      be_->MoeRouterTopK(rdt_, selected_.data_as<int32_t>(), probs_.data(), scores_.data(), tokens,
-                         e, k, config_.normalize_topk, config_.topk_scaling,
-                         config_.routing == ExpertRouting::kBalanced, ep_->rank() * tokens));
+  PT_RETURN_IF_ERROR(be_->MoeRouterTopK(
+      rdt_, selected_.data_as<int32_t>(), probs_.data(), scores_.data(), tokens, e, k,
+      config_.normalize_topk, config_.topk_scaling, config_.routing == ExpertRouting::kBalanced,
+      config_.tokens_replicated ? 0 : ep_->rank() * tokens));
 
   // Permutation: assignments sorted by expert, tokens in order within an expert.
   PT_ASSIGN_OR_RETURN(perm_, be_->Empty({tokens * k}, DType::kI32, MemoryTag::kActivations));
@@ -663,7 +708,7 @@ absl::Status MoeLayer::Forward(const void* x, int64_t tokens, void* y) {
   // the rest of the forward's are made together and agreed on.
   const int64_t rows = dispatcher_.received_rows();
   const int64_t fl = config_.ffn_hidden / config_.etp;
-  const int64_t fsl = config_.shared_ffn_total() / config_.etp;
+  const int64_t fsl = config_.shared_ffn_total() / config_.shared_split();
   Tensor permuted, workspace, expert_out, shared_out;
   PT_RETURN_IF_ERROR(AgreeOnAllocation([&]() -> absl::Status {
     PT_ASSIGN_OR_RETURN(permuted, Alloc({routed_rows, h}, MemoryTag::kWorkspace));
@@ -689,6 +734,8 @@ absl::Status MoeLayer::Forward(const void* x, int64_t tokens, void* y) {
   double t1 = Now();
   forward_times_.dispatch_combine_s += t1 - t0;
   permuted = Tensor();
+  // Replicated tokens: the other ranks' experts' rows stay zero in this rank's sum.
+  if (config_.tokens_replicated) PT_RETURN_IF_ERROR(be_->Fill(combined_, 0.0));
   PT_RETURN_IF_ERROR(ExpertsForward(expert_in_.data(), expert_out.data()));
   PT_RETURN_IF_ERROR(be_->Synchronize());
   t0 = Now();
@@ -707,7 +754,7 @@ absl::Status MoeLayer::Forward(const void* x, int64_t tokens, void* y) {
   if (config_.num_shared_experts > 0) {
     PT_RETURN_IF_ERROR(SharedForward(x, tokens, shared_out.data()));
     // reduce_from_tp_region (fwd: all-reduce over ETP) on the shared experts' output.
-    if (config_.etp > 1) {
+    if (config_.etp > 1 && !config_.tokens_replicated) {
       PT_RETURN_IF_ERROR(etp_->AllReduce(shared_out.data(), tokens * h, dtype_));
     }
     PT_RETURN_IF_ERROR(be_->Add(dtype_, y, y, shared_out.data(), tokens * h));
@@ -717,6 +764,9 @@ absl::Status MoeLayer::Forward(const void* x, int64_t tokens, void* y) {
 
 absl::Status MoeLayer::Backward(const void* dy, void* dx) {
   if (!x_.defined()) return absl::FailedPreconditionError("Backward needs a Forward first");
+  if (config_.tokens_replicated) {
+    return absl::UnimplementedError("a layer with tokens_replicated (serving) runs forward only");
+  }
   const int64_t tokens = tokens_, h = config_.hidden, e = config_.num_experts;
   const int64_t k = config_.topk;
   const bool sigmoid = config_.score == MoeScoreFunction::kSigmoid;

@@ -70,11 +70,20 @@ struct MoeLayerConfig {
   /// faster on an H200 (expert forward 0.61 against 1.06 ms at 16 experts, 3.2 against
   /// 4.5 ms at 128; docs/validation.md), so it is the default.
   bool grouped_gemm = false;
+  /// Every rank of the EP group holds the same tokens: serving, where the engines
+  /// (TensorRT-LLM's moe_ep_size x moe_tp_size = tp, vLLM's enable_expert_parallel) fold
+  /// EP and ETP into the attention TP group. Nothing is dispatched: each EP rank runs its
+  /// local experts on the rows routed to them, the shared experts are split over all
+  /// ep x etp ranks, and Forward leaves its output a partial sum over the EP x ETP group,
+  /// which the caller all-reduces (once, with its own TP reduction). Forward only.
+  bool tokens_replicated = false;
 
   /// The first violated rule, naming the field.
   absl::Status Validate() const;
   int64_t local_experts() const { return num_experts / ep; }
   int64_t shared_ffn_total() const { return num_shared_experts * shared_ffn_hidden; }
+  /// Ranks the shared experts' FFN is split over: etp, or ep x etp with replicated tokens.
+  int64_t shared_split() const { return tokens_replicated ? ep * etp : etp; }
 };
 
 /// Unsharded weights, row-major, y = x·Wᵀ: router [E, h]; fc1 [E, 2f, h] (gate rows, then
@@ -95,8 +104,10 @@ class AllToAllTokenDispatcher {
  public:
   /// `ep` (and `backend`, whose memory the rows are in; null: host memory) outlive the
   /// dispatcher.
+  /// `replicated`: every EP rank holds the same rows (MoeLayerConfig::tokens_replicated):
+  /// nothing is exchanged, a rank keeps the rows of its local experts.
   AllToAllTokenDispatcher(Communicator* ep, int64_t num_experts, int64_t hidden, DType dtype,
-                          Backend* backend = nullptr);
+                          Backend* backend = nullptr, bool replicated = false);
 
   /// Exchanges the per-expert counts (an all-to-all of E/ep counts per rank).
   absl::Status Plan(const std::vector<int64_t>& tokens_per_expert);
@@ -110,13 +121,19 @@ class AllToAllTokenDispatcher {
   /// expert-major [received_rows(), h]. `workspace` holds received_rows()·h elements.
   absl::Status Dispatch(const void* in, void* out, void* workspace);
   /// The inverse: in expert-major [received_rows(), h] → out [Σ tokens_per_expert, h].
+  /// Replicated: the local experts' rows go to their places in out; the other rows of out
+  /// are left as they are (the caller zeroes them).
   absl::Status Combine(const void* in, void* out, void* workspace);
 
  private:
   absl::Status Regroup(const char* src, char* dst, bool to_expert_major) const;
 
+  absl::Status CopyRows(void* dst, const void* src, int64_t rows) const;
+
   Communicator* ep_;
   Backend* backend_;
+  bool replicated_;
+  int64_t first_row_ = 0;  // replicated: the first permuted row of this rank's experts
   Tensor scratch_;
   int64_t num_experts_, hidden_;
   DType dtype_;

@@ -1,6 +1,7 @@
 // The MoE layer: finite-difference gradients, layout equivalences (EP = 2 and 4 equal
-// EP = 1, ETP = 2 equals ETP = 1), the dispatcher's round trip, balanced routing's counts
-// and the auxiliary loss on a case small enough to derive by hand.
+// EP = 1, ETP = 2 equals ETP = 1; with tokens replicated over the group, as serving runs
+// it, the ranks' partial outputs sum to EP = 1's), the dispatcher's round trip, balanced routing's
+// counts and the auxiliary loss on a case small enough to derive by hand.
 #include "kernels/moe_layer.h"
 
 #include <gtest/gtest.h>
@@ -11,8 +12,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/hash_random.h"
+#include "kernels/rank_threads.h"
+#include "kernels/status_macros.h"
 
 namespace paratune::kernels {
 namespace {
@@ -284,6 +288,74 @@ TEST(MoeLayerTest, Ep2Etp2MatchesSingleRank) {
   ExpectLayoutMatchesSingleRank(c);
 }
 
+// Forward of `config` on ep·etp thread ranks that all hold the same tokens x
+// (tokens_replicated); result index: ep_rank·etp + etp_rank.
+std::vector<std::vector<double>> RunReplicatedForward(const MoeLayerConfig& config,
+                                                      const MoeWeights<double>& w,
+                                                      const std::vector<double>& x) {
+  const int ep = static_cast<int>(config.ep), etp = static_cast<int>(config.etp);
+  const int64_t tokens = static_cast<int64_t>(x.size()) / config.hidden;
+  auto rendezvous = MakeInProcessRendezvous();
+  std::vector<std::vector<double>> y(ep * etp, std::vector<double>(x.size()));
+  EXPECT_TRUE(
+      RunRankThreads(ep * etp, [&](int rank) -> absl::Status {
+        const int er = rank / etp, tr = rank % etp;
+        PT_ASSIGN_OR_RETURN(auto ep_comm,
+                            MakeGroupCommunicator(rendezvous, absl::StrCat("ep", tr), er, ep));
+        PT_ASSIGN_OR_RETURN(auto etp_comm,
+                            MakeGroupCommunicator(rendezvous, absl::StrCat("etp", er), tr, etp));
+        std::unique_ptr<Backend> be = MakeCpuBackend(0, 1);
+        PT_ASSIGN_OR_RETURN(auto layer, MoeLayer::Create(config, w, ep_comm.get(), etp_comm.get(),
+                                                         be.get(), DType::kF64));
+        PT_RETURN_IF_ERROR(layer->Forward(x.data(), tokens, y[rank].data()));
+        if (config.tokens_replicated) {
+          std::vector<double> dx(x.size());
+          const absl::Status backward = layer->Backward(x.data(), dx.data());
+          EXPECT_EQ(backward.code(), absl::StatusCode::kUnimplemented) << backward;
+        }
+        return absl::OkStatus();
+      }).ok());
+  return y;
+}
+
+// Serving folds EP and ETP into the TP group, whose ranks all hold the batch: the partial
+// outputs summed over the ep·etp ranks (the caller's all-reduce) equal one rank's output.
+void ExpectReplicatedSumMatchesSingleRank(int64_t ep, int64_t etp) {
+  MoeLayerConfig c = SmallConfig();
+  c.aux_loss_coeff = 0;
+  c.shared_ffn_hidden = 8;
+  const MoeWeights<double> w = MoeWeights<double>::Random(c, 5, 0.4);
+  const std::vector<double> x = RandomVector(16 * c.hidden, 31);
+  const std::vector<double> single = RunReplicatedForward(c, w, x)[0];
+  c.ep = ep;
+  c.etp = etp;
+  c.tokens_replicated = true;
+  const std::vector<std::vector<double>> parts = RunReplicatedForward(c, w, x);
+  std::vector<double> sum(x.size(), 0.0);
+  for (const std::vector<double>& p : parts) {
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += p[i];
+  }
+  ExpectNear(sum, single, 1e-12, absl::StrCat("ep ", ep, " etp ", etp));
+  // Each part holds only its share: no rank alone gives the whole output.
+  for (const std::vector<double>& p : parts) {
+    double diff = 0;
+    for (size_t i = 0; i < p.size(); ++i) diff = std::max(diff, std::abs(p[i] - single[i]));
+    EXPECT_GT(diff, 1e-6);
+  }
+}
+
+TEST(MoeLayerTest, ReplicatedTokensEp2PartialsSumToSingleRank) {
+  ExpectReplicatedSumMatchesSingleRank(2, 1);
+}
+
+TEST(MoeLayerTest, ReplicatedTokensEp2Etp2PartialsSumToSingleRank) {
+  ExpectReplicatedSumMatchesSingleRank(2, 2);
+}
+
+TEST(MoeLayerTest, ReplicatedTokensEp4PartialsSumToSingleRank) {
+  ExpectReplicatedSumMatchesSingleRank(4, 1);
+}
+
 TEST(MoeLayerTest, BalancedRoutingSendsEqualCountsToEveryExpert) {
   MoeLayerConfig c = SmallConfig();
   c.routing = ExpertRouting::kBalanced;
@@ -383,6 +455,17 @@ TEST(MoeLayerTest, ConfigRulesNameTheField) {
   c.etp = 4;
   EXPECT_EQ(c.Validate().message(),
             "etp (4) must divide num_shared_experts * shared_ffn_hidden (6)");
+  c = SmallConfig();
+  c.aux_loss_coeff = 0;
+  c.ep = 4;
+  c.tokens_replicated = true;
+  EXPECT_EQ(c.Validate().message(),
+            "ep * etp (4) must divide num_shared_experts * shared_ffn_hidden (6)");
+  c.ep = 2;
+  c.aux_loss_coeff = 0.1;
+  EXPECT_EQ(c.Validate().message(),
+            "tokens_replicated (serving) routes by the real top-k without an auxiliary loss "
+            "(routing must not be balanced, aux_loss_coeff must be 0)");
 }
 
 // Rows tagged (source rank, expert, index) reach the EP rank owning their expert,
