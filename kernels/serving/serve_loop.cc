@@ -33,9 +33,10 @@ double Elapsed(Clock::time_point t0) {
 
 // One rank's loop; rank 0 fills *result.
 absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& trace,
-                     Communicator& comm, ServeResult* result) {
+                     const ServingGroups& ranks, ServeResult* result) {
   auto backend = MakeCpuBackend(o.capacity_bytes, o.model.threads);
-  ParallelContext ctx{backend.get(), &comm, nullptr};
+  const ParallelContext ctx = ranks.context(backend.get());
+  Communicator& comm = *ranks.tp;
   PT_ASSIGN_OR_RETURN(std::unique_ptr<ServingModel> model, ServingModel::Create(o.model, ctx));
   const int64_t V = o.model.shape.vocab_size;
 
@@ -257,9 +258,10 @@ absl::StatusOr<ServeResult> RunServeLoop(const ServeOptions& options) {
   const std::string prefix = absl::StrCat("serve", group.fetch_add(1));
   ServeResult result;
   PT_RETURN_IF_ERROR(RunRankThreads(t, [&](int r) -> absl::Status {
-    PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                        MakeGroupCommunicator(rendezvous, prefix, r, t));
-    return RunRank(options, trace, *comm, &result);
+    PT_ASSIGN_OR_RETURN(
+        const ServingGroups groups,
+        MakeServingGroups(rendezvous, prefix, r, t, static_cast<int>(options.model.parallel.ep)));
+    return RunRank(options, trace, groups, &result);
   }));
   return result;
 }

@@ -42,8 +42,9 @@ LayerConfig ServingConfig::AsLayerConfig(int64_t seq_length, int64_t index) cons
 MoeLayerConfig ServingConfig::ExpertBlock() const {
   MoeLayerConfig block = moe.value_or(MoeLayerConfig());
   block.hidden = shape.hidden_size;
-  block.ep = 1;
-  block.etp = parallel.tp;
+  block.ep = parallel.ep;
+  block.etp = parallel.ep > 0 && parallel.tp % parallel.ep == 0 ? parallel.tp / parallel.ep : 1;
+  block.tokens_replicated = true;
   block.routing = ExpertRouting::kDropless;  // the engines route by the real top-k
   block.capacity_factor = 0;
   block.aux_loss_coeff = 0;
@@ -84,6 +85,14 @@ absl::Status ServingConfig::Validate() const {
   if (kv_dtype != DType::kF32 && kv_dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("kv_dtype (", DTypeName(kv_dtype), ") must be fp32 or bf16 on the CPU"));
+  }
+  if (parallel.ep < 1 || parallel.tp % parallel.ep != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ep (", parallel.ep, ") must divide tp (", parallel.tp, ")"));
+  }
+  if (parallel.ep > 1 && !moe.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ep (", parallel.ep, ") must be 1 without experts"));
   }
   if (moe.has_value()) {
     if (absl::Status s = ExpertBlock().Validate(); !s.ok()) return s;

@@ -34,7 +34,9 @@ struct ServingConfig {
   /// h, a, g, f, V, activation (gelu | swiglu); normalization must be rmsnorm.
   LayerShape shape;
   int64_t num_layers = 1;  ///< Transformer layers of the model.
-  /// The layout; the serving kernels read tp (the other fields must stay at 1 / false).
+  /// The layout; the serving kernels read tp and, for expert layers, ep (dividing tp: the
+  /// experts split over ep ranks, each over tp / ep; TensorRT-LLM's moe_ep_size x
+  /// moe_tp_size = tp). The other fields must stay at 1 / false.
   ParallelConfig parallel;
   /// kRope rotates Q and K by their positions; kLearned applies no rotation inside the
   /// layers (the layer then equals kernels/transformer_layer's forward).
@@ -55,9 +57,10 @@ struct ServingConfig {
   int64_t attention_window = 0;
   int64_t window_attn_skip_freq = 0;
   /// Mixture of experts: the routed block of the expert layers (its hidden, ep, etp and
-  /// routing are set by the layer: h, 1, tp, the real top-k). Experts are SwiGLU, fp32
-  /// (weight_quant applies to the attention and dense layers), each split over the tp
-  /// ranks (TensorRT-LLM's moe_tp_size = tp), their output all-reduced.
+  /// routing are set by the layer: h, parallel.ep, tp / ep, the real top-k). Experts are
+  /// SwiGLU, fp32 (weight_quant applies to the attention and dense layers); every tp rank
+  /// holds the batch (no all-to-all), runs its experts' share and the shared experts'
+  /// 1 / tp, and one all-reduce over the tp ranks sums them.
   std::optional<MoeLayerConfig> moe;
   int64_t first_k_dense_layers = 0;  ///< Dense layers before the first expert layer.
   int64_t moe_layer_freq = 1;        ///< Then every n-th layer is an expert layer.

@@ -55,11 +55,21 @@ absl::StatusOr<std::unique_ptr<ServingLayer>> ServingLayer::Create(const Serving
 }
 
 absl::Status ServingLayer::InitExperts() {
-  ep_self_ = MakeSelfCommunicator();
+  Communicator* ep = ctx_.ep;
+  Communicator* etp = ctx_.etp;
+  if (config_.parallel.ep == 1) {
+    ep_self_ = MakeSelfCommunicator();
+    ep = ep_self_.get();
+    etp = ctx_.tp;
+  } else if (ep == nullptr || etp == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ep (", config_.parallel.ep,
+                     ") > 1 needs the context's EP and ETP groups (MakeServingGroups)"));
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.shape.hidden_size));
-  PT_ASSIGN_OR_RETURN(moe_, MoeLayer::CreateRandom(
-                                config_.ExpertBlock(), config_.seed + static_cast<uint64_t>(index_),
-                                scale, ep_self_.get(), ctx_.tp, ctx_.backend, DType::kF32));
+  PT_ASSIGN_OR_RETURN(moe_, MoeLayer::CreateRandom(config_.ExpertBlock(),
+                                                   config_.seed + static_cast<uint64_t>(index_),
+                                                   scale, ep, etp, ctx_.backend, DType::kF32));
   return absl::OkStatus();
 }
 
@@ -203,6 +213,8 @@ absl::StatusOr<Tensor> ServingLayer::Forward(const Tensor& x, const std::vector<
     PT_ASSIGN_OR_RETURN(Tensor y, be.Empty({n, h}, DType::kF32, MemoryTag::kWorkspace));
     PT_RETURN_IF_ERROR(moe_->Forward(ln2.data(), n, y.data()));
     moe_->TakeSaved();
+    // The experts' partial sums over the tp ranks (ep x etp of them), reduced once.
+    PT_RETURN_IF_ERROR(ReduceFromTpRegion::Forward(ctx_, y));
     times_.gemm_s += Since(t0);
     t0 = Clock::now();
     float* ys = y.data_as<float>();

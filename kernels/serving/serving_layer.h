@@ -66,8 +66,9 @@ class ServingLayer {
   ServingConfig config_;
   ParallelContext ctx_;
   int64_t index_ = 0;
-  /// An expert layer's routed (and shared) experts in place of fc1/fc2, over the tp
-  /// ranks as its ETP group (ep_self_: its one-rank EP group).
+  /// An expert layer's routed (and shared) experts in place of fc1/fc2: over the
+  /// context's EP and ETP groups when ep > 1, else over the tp ranks as the ETP group
+  /// (ep_self_: the one-rank EP group).
   std::unique_ptr<Communicator> ep_self_;
   std::unique_ptr<MoeLayer> moe_;
   int64_t heads_local_ = 0, groups_local_ = 0, ffn_local_ = 0, qkv_width_ = 0;

@@ -7,6 +7,7 @@
 #include "kernels/cpu/layernorm.h"
 #include "kernels/mappings.h"
 #include "kernels/parallel_linear.h"
+#include "kernels/rank_threads.h"
 #include "kernels/status_macros.h"
 
 namespace paratune::kernels::serving {
@@ -19,6 +20,24 @@ double Since(Clock::time_point t0) {
 }
 
 }  // namespace
+
+absl::StatusOr<ServingGroups> MakeServingGroups(std::shared_ptr<GlooRendezvous> rendezvous,
+                                                const std::string& prefix, int rank, int tp,
+                                                int ep) {
+  if (ep < 1 || tp % ep != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ep (", ep, ") must divide tp (", tp, ")"));
+  }
+  ServingGroups g;
+  PT_ASSIGN_OR_RETURN(g.tp, MakeGroupCommunicator(rendezvous, prefix, rank, tp));
+  if (ep > 1) {
+    const int er = rank % ep, tr = rank / ep;
+    PT_ASSIGN_OR_RETURN(g.ep,
+                        MakeGroupCommunicator(rendezvous, absl::StrCat(prefix, "/ep", tr), er, ep));
+    PT_ASSIGN_OR_RETURN(
+        g.etp, MakeGroupCommunicator(rendezvous, absl::StrCat(prefix, "/etp", er), tr, tp / ep));
+  }
+  return g;
+}
 
 absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Create(const ServingConfig& config,
                                                                    const ParallelContext& ctx,

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,6 +37,24 @@ struct ModelPhaseTimes {
   double embedding_s = 0;
   int64_t steps = 0;
 };
+
+/// One rank's communicators of a serving layout of tp ranks: the TP group and, with
+/// ep > 1, its expert subgroups as TensorRT-LLM's Mapping forms them (moe_ep_rank =
+/// r % ep, moe_tp_rank = r / ep): the EP group of the ranks with this rank's moe_tp_rank,
+/// the ETP group of those with its moe_ep_rank. context() wires them for ServingModel.
+struct ServingGroups {
+  std::unique_ptr<Communicator> tp, ep, etp;
+  ParallelContext context(Backend* backend) const {
+    ParallelContext ctx{backend, tp.get(), nullptr};
+    ctx.ep = ep.get();
+    ctx.etp = etp.get();
+    return ctx;
+  }
+};
+/// Rank `rank`'s groups, named under `prefix` at `rendezvous` (Gloo; host memory).
+absl::StatusOr<ServingGroups> MakeServingGroups(std::shared_ptr<GlooRendezvous> rendezvous,
+                                                const std::string& prefix, int rank, int tp,
+                                                int ep);
 
 class ServingModel {
  public:

@@ -46,10 +46,12 @@ ServingConfig ModelFor(const ServingStepConfig& c) {
   return m;
 }
 
-absl::Status RunRank(const ServingStepConfig& c, Communicator& comm, ServingStepResult* result) {
+absl::Status RunRank(const ServingStepConfig& c, const ServingGroups& groups,
+                     ServingStepResult* result) {
   const ServingConfig mc = ModelFor(c);
   auto backend = MakeCpuBackend(c.capacity_bytes_per_rank, mc.threads);
-  ParallelContext ctx{backend.get(), &comm, nullptr};
+  const ParallelContext ctx = groups.context(backend.get());
+  Communicator& comm = *groups.tp;
   PT_ASSIGN_OR_RETURN(std::unique_ptr<ServingModel> model, ServingModel::Create(mc, ctx));
   PagedKvCache& cache = model->cache();
   const int64_t row = cache.shape().groups * cache.shape().head_dim;
@@ -150,9 +152,10 @@ absl::StatusOr<ServingStepResult> RunServingStep(const ServingStepConfig& config
   ServingStepResult result;
   result.peak_bytes_per_rank.assign(t, 0);
   PT_RETURN_IF_ERROR(RunRankThreads(t, [&](int r) -> absl::Status {
-    PT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                        MakeGroupCommunicator(rendezvous, prefix, r, t));
-    return RunRank(config, *comm, &result);
+    PT_ASSIGN_OR_RETURN(
+        const ServingGroups groups,
+        MakeServingGroups(rendezvous, prefix, r, t, static_cast<int>(config.model.parallel.ep)));
+    return RunRank(config, groups, &result);
   }));
   return result;
 }

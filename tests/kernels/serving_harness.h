@@ -34,17 +34,11 @@ inline absl::StatusOr<std::vector<float>> RunOnRanks(const ServingConfig& config
   for (int r = 0; r < t; ++r) {
     threads.emplace_back([&, r]() {
       status[r] = [&]() -> absl::Status {
-        std::unique_ptr<Communicator> comm;
-        if (t == 1) {
-          comm = MakeSelfCommunicator();
-        } else {
-          auto c = MakeGlooCommunicator(rendezvous, prefix, r, t);
-          if (!c.ok()) return c.status();
-          comm = std::move(*c);
-        }
+        auto groups =
+            MakeServingGroups(rendezvous, prefix, r, t, static_cast<int>(config.parallel.ep));
+        if (!groups.ok()) return groups.status();
         auto backend = MakeCpuBackend(0, 1);
-        ParallelContext ctx{backend.get(), comm.get(), nullptr};
-        auto model = ServingModel::Create(config, ctx, shuffle_seed);
+        auto model = ServingModel::Create(config, groups->context(backend.get()), shuffle_seed);
         if (!model.ok()) return model.status();
         auto out = scenario(**model);
         if (!out.ok()) return out.status();

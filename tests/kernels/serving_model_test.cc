@@ -293,6 +293,41 @@ TEST(ServingModel, ExpertLayersEqualAcrossLayoutsAndDifferFromDense) {
   EXPECT_NE(std::string(s.message()).find("ffn"), std::string::npos) << s.message();
 }
 
+// Expert parallelism folded into TP, as the engines serve it: every rank holds the batch,
+// runs its share of the experts (ep of them, each split over tp / ep) and 1 / tp of the
+// shared expert, and one all-reduce sums them. TP 2 EP 2, TP 4 EP 2 and TP 4 EP 4 give the
+// one-shot TP 1 logits (a paged cache in random block order, then chunked prefill); an ep
+// that does not divide tp, or one without experts, is refused naming the field.
+TEST(ServingModel, ExpertParallelLayoutsGiveTheSingleRankLogits) {
+  const auto experts = [](int64_t tp, int64_t ep) {
+    ServingConfig c = SmallModel(tp);
+    c.parallel.ep = ep;
+    MoeLayerConfig moe;
+    moe.num_experts = 4;
+    moe.topk = 2;
+    moe.ffn_hidden = 32;
+    moe.num_shared_experts = 1;
+    moe.shared_ffn_hidden = 32;
+    moe.normalize_topk = true;
+    c.moe = moe;
+    return c;
+  };
+  auto ref = RunPlan(experts(1, 1), OneShotPlan());
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  for (auto [tp, ep] : {std::pair<int64_t, int64_t>{2, 2}, {4, 2}, {4, 4}}) {
+    auto paged = RunPlan(experts(tp, ep), OneShotPlan(), /*shuffle=*/29);
+    ASSERT_TRUE(paged.ok()) << paged.status();
+    EXPECT_LE(ToleranceRatio(*paged, *ref, 1e-5, 1e-4), 1.0) << "tp " << tp << " ep " << ep;
+    auto chunked = RunPlan(experts(tp, ep), ChunkedPlan());
+    ASSERT_TRUE(chunked.ok()) << chunked.status();
+    EXPECT_LE(ToleranceRatio(*chunked, *ref, 1e-5, 1e-4), 1.0) << "tp " << tp << " ep " << ep;
+  }
+  EXPECT_EQ(experts(4, 3).Validate().message(), "ep (3) must divide tp (4)");
+  ServingConfig dense = SmallModel(2);
+  dense.parallel.ep = 2;
+  EXPECT_EQ(dense.Validate().message(), "ep (2) must be 1 without experts");
+}
+
 TEST(ServingModel, Bf16KvCacheStaysWithinBf16RoundingOfFp32) {
   auto ref = RunPlan(SmallModel(1), OneShotPlan());
   ServingConfig bf16 = SmallModel(1);
