@@ -43,7 +43,8 @@ std::string ServingKernelsUnsupportedReason(const ModelSpec& model) {
 }
 
 std::string StepShape::ToString() const {
-  return absl::StrCat("tp", tp, " w:", std::string(inference::ToString(weight_precision)),
+  return absl::StrCat("tp", tp, ep > 1 ? absl::StrCat(" ep", ep) : "",
+                      " w:", std::string(inference::ToString(weight_precision)),
                       " kv:", std::string(inference::ToString(kv_cache_precision)));
 }
 
@@ -63,7 +64,8 @@ std::string ServingStepTaskSpec::Key() const {
                          model.num_shared_experts > 0 ? SharedExpertFfn(model) : 0,
                          " dense0=", model.first_k_dense_layers, " freq=", model.moe_layer_freq)
           : "",
-      " tp=", shape.tp, " w=", std::string(inference::ToString(shape.weight_precision)),
+      " tp=", shape.tp, shape.ep > 1 ? absl::StrCat(" ep=", shape.ep) : "",
+      " w=", std::string(inference::ToString(shape.weight_precision)),
       " kv=", std::string(inference::ToString(shape.kv_cache_precision)), " blk=", kv_block_size,
       phase == ServingStepPhase::kPrefill ? " prefill" : " decode", " b=", batch, " len=", length,
       " logits=1 w=", warmup, " i=", iters);
@@ -81,10 +83,10 @@ absl::StatusOr<ServingProfilePlan> PlanServingProfiles(const InferenceJobSpec& s
   if (!ServingKernelsUnsupportedReason(spec.model).empty()) return out;  // All modelled.
   for (const InferenceRankedConfig& r : plan.ranked) {
     const ServingConfig& c = r.config;
-    // Stays modelled: a task times a whole instance's layers with every expert split over
-    // the tp ranks (ep 1).
-    if (c.pp != 1 || c.ep != 1) continue;
-    auto& [batch, tokens] = shapes[StepShape{c.tp, c.weight_precision, c.kv_cache_precision}];
+    // Stays modelled: a task times a whole instance's layers on tp ranks that all hold the
+    // batch (no pipeline stages, no attention data parallelism).
+    if (c.pp != 1 || c.attention_dp) continue;
+    auto& [batch, tokens] = shapes[StepShape{c.tp, c.weight_precision, c.kv_cache_precision, c.ep}];
     batch = std::max(batch, std::min(LargestBatch(spec, c), options.max_grid_batch));
     tokens = std::max(tokens, c.max_num_tokens);
   }
@@ -155,17 +157,16 @@ absl::StatusOr<InferencePlanResult> ComposeInference(const InferenceJobSpec& spe
   const std::string kernels_unsupported = ServingKernelsUnsupportedReason(spec.model);
   for (const InferenceRankedConfig& m : modelled.ranked) {
     const ServingConfig& c = m.config;
-    const StepShape shape{c.tp, c.weight_precision, c.kv_cache_precision};
+    const StepShape shape{c.tp, c.weight_precision, c.kv_cache_precision, c.ep};
     auto table = tables.find(shape);
-    if (!kernels_unsupported.empty() || c.pp != 1 || c.ep != 1 || table == tables.end()) {
+    if (!kernels_unsupported.empty() || c.pp != 1 || c.attention_dp || table == tables.end()) {
       InferenceRankedConfig r = m;
       std::string why = !kernels_unsupported.empty() ? kernels_unsupported
                         : c.pp != 1                  ? "pp > 1 is not profiled"
                         : c.attention_dp             ? "attention_dp is not profiled"
-                        : c.ep != 1                  ? "ep > 1 is not profiled"
                                                      : "no measurements";
       if (auto f = unusable.find(shape);
-          kernels_unsupported.empty() && c.pp == 1 && c.ep == 1 && f != unusable.end()) {
+          kernels_unsupported.empty() && c.pp == 1 && !c.attention_dp && f != unusable.end()) {
         why = f->second;
       }
       r.notes.insert(r.notes.begin(), absl::StrCat("modelled steps: ", why));

@@ -38,8 +38,10 @@ struct StepShape {
   int64_t tp = 1;
   QuantFormat weight_precision = QuantFormat::kBf16;
   QuantFormat kv_cache_precision = QuantFormat::kBf16;
+  /// Expert-parallel groups inside the tp ranks (a mixture-of-experts model; divides tp).
+  int64_t ep = 1;
   auto operator<=>(const StepShape&) const = default;
-  /// "tp2 w:int8 kv:bf16".
+  /// "tp2 w:int8 kv:bf16" ("tp4 ep2 w:..." with ep > 1).
   std::string ToString() const;
 };
 

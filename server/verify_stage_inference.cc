@@ -22,10 +22,6 @@ std::string ServingUnsupportedReason(const ModelSpec& m, const v1::ServingConfig
     return absl::StrCat("the serving loop runs tensor parallelism only (pp ", c.pp(), ")");
   if (c.disaggregated()) return "the serving loop does not run disaggregated pools";
   if (c.attention_dp()) return "the serving loop does not run attention data parallelism";
-  if (c.ep() > 1) {
-    return absl::StrCat(
-        "the serving loop splits every expert over the tp ranks (the layout has ep ", c.ep(), ")");
-  }
   if (c.replicas() > 1) {
     return absl::StrCat("the serving loop runs one instance (the layout has ", c.replicas(), ")");
   }
@@ -51,6 +47,7 @@ v1::ServingVerifyTask MakeServingVerifyTask(const inference::InferenceJobSpec& s
   t.set_attention_window(m.sliding_window);
   t.set_window_attn_skip_freq(m.window_attn_skip_freq);
   SetServingExperts(m, &t);
+  if (r.config().ep() > 1) t.mutable_moe()->set_ep(r.config().ep());
   t.set_tp(r.config().tp());
   t.set_max_batch_size(r.config().max_batch_size());
   t.set_max_num_tokens(r.config().max_num_tokens());

@@ -608,7 +608,10 @@ absl::Status ReadServingModel(const ServingTask& t, const Worker& worker,
   m.position_embedding = t.rope() ? PositionEmbedding::kRope : PositionEmbedding::kLearned;
   m.attention_window = t.attention_window();
   m.window_attn_skip_freq = t.window_attn_skip_freq();
-  return ReadExpertLayers(t, &m);
+  if (absl::Status s = ReadExpertLayers(t, &m); !s.ok()) return s;
+  // The experts split over moe.ep of the tp ranks, each over tp / ep (0 means 1).
+  if (t.has_moe()) m.parallel.ep = std::max<int64_t>(1, t.moe().ep());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<kernels::serving::ServingStepConfig> ValidateServingStep(

@@ -10,7 +10,8 @@
 //       [--ffn 1408] [--vocab 4096] [--isl 128] [--osl 32] [--num_requests 32]
 //       [--concurrency 8 | --rate 4.0] [--max_batch_size 8] [--max_num_tokens 256]
 //       [--no_chunked_prefill] [--kv_block_size 16] [--kv_blocks 256] [--kv_dtype fp32]
-//       [--weights none|int8|int4] [--rounds 3] [--json]
+//       [--weights none|int8|int4] [--experts 8 --topk 2 --expert_ffn 704 [--ep 2]]
+//       [--rounds 3] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -97,7 +98,7 @@ int Main(int argc, char** argv) {
   o.trace.isl = 128;
   o.trace.osl = 32;
   o.trace.num_requests = 32;
-  int64_t tp = 1;
+  int64_t tp = 1, experts = 0, topk = 2, expert_ffn = 0, ep = 1;
   int rounds = 1;
   bool json = false, per_request = false, no_chunked = false;
   std::string kv_dtype = "fp32", weights = "none";
@@ -127,12 +128,25 @@ int Main(int argc, char** argv) {
   app.add_option("--window_attn_skip_freq", m.window_attn_skip_freq,
                  "every n-th layer attends to the whole context (0: none)");
   app.add_option("--weights", weights, "none | int8 | int4 (weight-only)");
+  app.add_option("--experts", experts, "routed SwiGLU experts in every layer (0: dense)");
+  app.add_option("--topk", topk, "experts per token");
+  app.add_option("--expert_ffn", expert_ffn, "FFN size of one expert (0: --ffn)");
+  app.add_option("--ep", ep, "expert-parallel ranks inside tp (each expert over tp / ep)");
   app.add_option("--warmup", o.warmup_steps, "untimed warm-up steps");
   app.add_option("--rounds", rounds, "repetitions of the whole trace");
   app.add_flag("--json", json);
   app.add_flag("--requests", per_request, "per-request records in the JSON");
   CLI11_PARSE(app, argc, argv);
   m.parallel.tp = tp;
+  m.parallel.ep = ep;
+  if (experts > 0) {
+    MoeLayerConfig moe;
+    moe.num_experts = experts;
+    moe.topk = topk;
+    moe.ffn_hidden = expert_ffn > 0 ? expert_ffn : m.ffn_hidden_size();
+    moe.normalize_topk = true;
+    m.moe = moe;
+  }
   o.chunked_prefill = !no_chunked;
   auto dt = ParseDType(kv_dtype);
   auto wq = ParseWeightQuant(weights);
@@ -158,6 +172,10 @@ int Main(int argc, char** argv) {
         (long long)m.shape.num_attention_heads, (long long)m.num_query_groups(),
         (long long)m.ffn_hidden_size(), (long long)m.shape.vocab_size, (long long)tp,
         weights.c_str(), kv_dtype.c_str(), (long long)m.num_kv_blocks, (long long)m.kv_block_size);
+    if (m.moe.has_value()) {
+      std::printf("# experts: %lld of %lld, top-%lld, ep %lld\n", (long long)experts,
+                  (long long)m.moe->ffn_hidden, (long long)topk, (long long)ep);
+    }
     std::printf("# trace: %lld requests, isl %lld, osl %lld, %s", (long long)o.trace.num_requests,
                 (long long)o.trace.isl, (long long)o.trace.osl, mode.c_str());
     if (o.trace.concurrency > 0) std::printf(" %lld", (long long)o.trace.concurrency);
@@ -214,6 +232,10 @@ int Main(int argc, char** argv) {
   if (json) {
     nlohmann::json out = {{"config",
                            {{"tp", tp},
+                            {"ep", ep},
+                            {"experts", experts},
+                            {"topk", topk},
+                            {"expert_ffn", m.moe.has_value() ? m.moe->ffn_hidden : 0},
                             {"layers", m.num_layers},
                             {"hidden_size", m.shape.hidden_size},
                             {"num_attention_heads", m.shape.num_attention_heads},

@@ -140,8 +140,8 @@ TEST_F(InferenceVerifyE2eTest, ProfiledServingLayoutsCarryMeasuredNextToPredicte
 }
 
 // A mixture-of-experts model (the second layer's 4 experts of 128, top-2, each split over
-// the tp ranks) is profiled on its expert layers and its top layouts verified with the
-// serving loop, as a dense one is.
+// the tp ranks, then over 2 expert-parallel ranks) is profiled on its expert layers and its
+// top layouts verified with the serving loop, as a dense one is.
 TEST_F(InferenceVerifyE2eTest, AMixtureOfExpertsModelIsProfiledAndVerified) {
   StartWithWorkers();
   if (HasFatalFailure()) return;
@@ -163,24 +163,20 @@ TEST_F(InferenceVerifyE2eTest, AMixtureOfExpertsModelIsProfiledAndVerified) {
   ASSERT_EQ(ranked.size(), 2u) << results.dump(1);
   ExpectMeasuredAndVerified(ranked);
 
-  // With the experts spread over 2 ranks (ep 2) the serving loop, which splits each expert
-  // over the tp ranks, does not stand in for the layout: not verified, saying why.
+  // With the experts spread over 2 expert-parallel ranks inside tp 2 (each rank holds two
+  // experts whole), the steps are measured and the layouts verified the same way.
   spec_text.replace(spec_text.find("ep: [1],"), std::string("ep: [1],").size(), "ep: [2],");
   spec_text.replace(spec_text.find("tp: [1, 2]"), std::string("tp: [1, 2]").size(), "tp: [2]");
-  spec_text.erase(spec_text.find("mode: profile, "), std::string("mode: profile, ").size());
   const std::string ep2 = Submit(spec_text);
   ASSERT_FALSE(ep2.empty());
   ASSERT_EQ(Cli("watch " + ep2).exit_code, 0) << ReadFile(err_);
   const json ep2_results = json::parse(Cli("results " + ep2 + " --json").out, nullptr, false);
   ASSERT_FALSE(ep2_results.is_discarded());
+  EXPECT_EQ(ep2_results["state"], "JOB_STATE_SUCCEEDED");
   const json& ep2_ranked = ep2_results["plan"]["inference"]["ranked"];
   ASSERT_FALSE(ep2_ranked.empty()) << ep2_results.dump(1);
-  for (const json& r : ep2_ranked) {
-    EXPECT_EQ(r["verification"].value("status", std::string()),
-              "not verified: the serving loop splits every expert over the tp ranks (the layout "
-              "has ep 2)")
-        << r.dump(1);
-  }
+  for (const json& r : ep2_ranked) EXPECT_EQ(r["config"]["ep"], 2) << r.dump(1);
+  ExpectMeasuredAndVerified(ep2_ranked);
 }
 
 }  // namespace

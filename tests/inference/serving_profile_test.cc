@@ -178,6 +178,18 @@ TEST(ServingProfileTest, MixtureOfExpertsModelsAreProfiledWithTheirExperts) {
     EXPECT_NE(t.Key().find(" moe=4x128 k=2 shared=0x0 dense0=1 freq=1"), std::string::npos)
         << t.Key();
   }
+  // Expert parallelism inside tp 2 is profiled as a shape of its own: tp 1, tp 2 and
+  // tp 2 ep 2, each with its prefill and decode grid.
+  j["search"]["ep"] = {1, 2};
+  p = ProfileOf(j);
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::set<std::string> shapes;
+  for (const ServingStepTaskSpec& t : p->profile.steps) {
+    shapes.insert(t.shape.ToString());
+    EXPECT_EQ(t.Key().find(" ep=2 ") != std::string::npos, t.shape.ep == 2) << t.Key();
+  }
+  EXPECT_EQ(shapes, (std::set<std::string>{"tp1 w:int8 kv:bf16", "tp2 w:int8 kv:bf16",
+                                           "tp2 ep2 w:int8 kv:bf16"}));
 }
 
 // A model whose first layer attends to a 32-token window is profiled with its window (the

@@ -324,6 +324,30 @@ TEST(ConvertInferenceTest, AnAttentionDataParallelListCrossesTheWire) {
   EXPECT_EQ(*config, c);
 }
 
+// A serving_step task of an expert-parallel shape carries ep in its expert block and
+// reads back as the same shape.
+TEST(ConvertInferenceTest, ServingStepTaskCarriesItsExpertParallelShape) {
+  inference::ServingStepTaskSpec spec;
+  spec.model.num_layers = 2;
+  spec.model.hidden_size = 128;
+  spec.model.num_attention_heads = 4;
+  spec.model.ffn_hidden_size = 256;
+  spec.model.vocab_size = 512;
+  spec.model.num_experts = 4;
+  spec.model.moe_router_topk = 2;
+  spec.model.moe_ffn_hidden_size = 128;
+  spec.shape = {2, inference::QuantFormat::kInt8, inference::QuantFormat::kBf16, 2};
+  const v1::ProfileTask task = ToProto(spec);
+  EXPECT_EQ(task.serving_step().moe().ep(), 2);
+  absl::StatusOr<inference::StepShape> back = StepShapeFromTask(task.serving_step());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, spec.shape);
+  spec.shape.ep = 1;
+  back = StepShapeFromTask(ToProto(spec).serving_step());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, spec.shape);
+}
+
 TEST(ConvertInferenceTest, BadInferenceFieldsAreRejectedNamingTheField) {
   json bad = json::parse(kLlama8bOn8H100);
   bad["serving"]["osl"] = 0;

@@ -229,9 +229,9 @@ TEST(ServingVerifyTask, RunsTheTraceThroughTheServingLoop) {
 }
 
 // Layer 1 of 2 is an expert layer: 4 SwiGLU experts of 32, top-2, each split over the 2
-// ranks. A decode step's weights per rank are layer 0's, layer 1's attention and norms, the
-// full router [4, 64] and the experts' shards fc1 [4, 32, 64] and fc2 [4, 64, 16], fp32;
-// the serving loop runs a trace through it.
+// ranks (then, at ep 2, two whole experts per rank). A decode step's weights per rank are layer
+// 0's, layer 1's attention and norms, the full router [4, 64] and the experts' shards fc1 [4, 32,
+// 64] and fc2 [4, 64, 16], fp32; the serving loop runs a trace through it.
 void SetExperts(v1::MoeLayerTask* moe) {
   moe->set_hidden_size(kH);
   moe->set_num_experts(4);
@@ -261,6 +261,23 @@ TEST(ServingStepTask, ExpertLayersRunWithEachExpertSplitOverTheRanks) {
   ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
   EXPECT_EQ(r.serving_verify().requests(), 7);
   EXPECT_EQ(r.serving_verify().wrong(), 0);
+  // ep 2: each rank holds 2 experts whole (fc1 [2, 64, 64], fc2 [2, 64, 32]): the same
+  // bytes per rank; the trace runs through it as well.
+  step.mutable_serving_step()->mutable_moe()->set_ep(2);
+  r = executor->Execute(step, cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  EXPECT_EQ(r.serving_step().weight_bytes(),
+            2 * LayerWeightBytes(2) - dense_ffn + experts + 2 * 128 * kH * 4 + kH * 4);
+  verify.mutable_serving_verify()->mutable_moe()->set_ep(2);
+  r = executor->Execute(verify, cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  EXPECT_EQ(r.serving_verify().requests(), 7);
+  EXPECT_EQ(r.serving_verify().wrong(), 0);
+  verify.mutable_serving_verify()->mutable_moe()->set_ep(3);
+  r = executor->Execute(verify, cancel);
+  EXPECT_NE(r.outcome(), v1::TaskResult::OUTCOME_OK);
+  EXPECT_EQ(r.message(), "invalid task: ep (3) must divide tp (2)");
+  verify.mutable_serving_verify()->mutable_moe()->set_ep(1);
   // An expert FFN the ranks cannot split is refused naming the field.
   verify.mutable_serving_verify()->mutable_moe()->set_moe_ffn_hidden_size(33);
   r = executor->Execute(verify, cancel);
