@@ -1,7 +1,7 @@
 // Predicted against published serving figures for every row of inference_calibration.json
 // the inference spec can express: offline maximum throughput (the planner searches the
-// engine limits the build heuristics chose, as trtllm-bench does), static-batch throughput
-// and batch-1 first-token latency. Prints one row per record and a summary:
+// engine limits trtllm-bench's build heuristic sets, TrtllmBenchEngineLimits), static-batch
+// throughput and batch-1 first-token latency. Prints one row per record and a summary:
 // `# output tok/s per GPU error: median X %, p90 Y %` and the same for TTFT.
 // Usage: inference_model_accuracy [--data DIR] [--json]
 #include <algorithm>
@@ -16,6 +16,8 @@
 
 #include "inference/planner.h"
 #include "inference/spec_io.h"
+#include "search/device_catalog.h"
+#include "search/model_math.h"
 #include "search/presets.h"
 
 namespace paratune::inference {
@@ -37,6 +39,39 @@ std::string Gpu(const std::string& t) {
 }
 
 double Num(const json& v) { return v.is_number() ? v.get<double>() : 0; }
+
+// The engine limits trtllm-bench build sets for a model, mapping and dataset, which built
+// the engines of the v0.17 table (tensorrt_llm/bench/build/tuning.py: calc_engine_setting
+// and finetune_setting): the requests of isl + osl tokens that fit in 0.95 of the memory
+// the weights leave (param_count · 1 byte in FP8, 2 otherwise; KV per token 2 · layers ·
+// max(tp, kv heads) · head_dim · 1 or 2 bytes over all the instance's GPUs), capped at
+// 4096 and divided by pp, rounded up (at least 64) to the documented steps; max_num_tokens
+// that many requests' prompt-to-output share, capped at 32768, rounded up (at least 2048).
+std::pair<int64_t, int64_t> TrtllmBenchEngineLimits(const ModelSpec& m, const std::string& gpu,
+                                                    int64_t tp, int64_t pp, bool fp8_weights,
+                                                    bool fp8_kv, int64_t isl, int64_t osl) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const absl::StatusOr<DeviceProfile> device = FindDevice(gpu);
+  if (!device.ok()) return {0, 0};
+  const double engine_gib = TotalParams(m) / 1e9 * (fp8_weights ? 1.0 : 2.0);
+  const double kv_gib_per_token = 2.0 * static_cast<double>(m.num_layers) *
+                                  static_cast<double>(std::max(tp, QueryGroups(m))) *
+                                  static_cast<double>(HeadDim(m)) * (fp8_kv ? 1.0 : 2.0) / kGiB;
+  const double total_gib = device->memory_bytes / kGiB * static_cast<double>(tp * pp);
+  const double requests = (total_gib - engine_gib) * kTrtllm017KvFraction / kv_gib_per_token /
+                          static_cast<double>(isl + osl);
+  const double raw_bs = std::min(requests, 4096.0) / static_cast<double>(pp);
+  const double raw_tokens =
+      std::min(raw_bs * (1.0 + static_cast<double>(isl) / static_cast<double>(osl)), 32768.0);
+  const auto up = [](double v, double step) { return step * std::ceil(v / step); };
+  const double bs = raw_bs < 256    ? std::max(64.0, up(raw_bs, 32))
+                    : raw_bs < 1024 ? up(raw_bs, 128)
+                                    : up(raw_bs, 256);
+  const double tokens = raw_tokens < 4096   ? std::max(2048.0, up(raw_tokens, 256))
+                        : raw_tokens < 8192 ? up(raw_tokens, 512)
+                                            : up(raw_tokens, 1024);
+  return {static_cast<int64_t>(bs), static_cast<int64_t>(tokens)};
+}
 
 struct Row {
   std::string id, metric, skip;
@@ -180,6 +215,12 @@ Row Predict(const json& r) {
     return row;
   }
   if (type == "offline_max_throughput") {
+    const auto [bs, tokens] = TrtllmBenchEngineLimits(
+        parsed->model, gpu, tp, pp, wprec == "fp8", kvprec == "fp8", Num(r["isl"]), Num(r["osl"]));
+    if (bs > 0) {
+      parsed->search.max_batch_size = {bs};
+      parsed->search.max_num_tokens = {tokens};
+    }
     auto plan = PlanInference(*parsed);
     if (!plan.ok() || plan->ranked.empty()) {
       row.skip = plan.ok() ? "no layout fits" : std::string(plan.status().message());
