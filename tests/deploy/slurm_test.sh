@@ -151,7 +151,7 @@ slurmd -D -N localhost -f "$SLURM_CONF" >"$tmp/log/slurmd.out" 2>&1 &
 slurmd_pid=$!
 daemon_pids+=("$slurmd_pid")
 node_idle() { [[ "$(sinfo -h -N -o %t 2>/dev/null)" == idle ]]; }
-if ! wait_for 60 node_idle; then
+if ! wait_for 120 node_idle; then
   # A bare chroot (debootstrap) has no /etc/hosts entry for its own host name; MUNGE and
   # Slurm then cannot tell where credentials come from and the node never registers.
   getent hosts "$(hostname)" >/dev/null ||
@@ -181,8 +181,8 @@ start_job() {
     "$src/deploy/slurm/paratune.sbatch")" || fail "sbatch refused the script"
   jobid="${jobid%%;*}"
   echo "slurm: submitted job $jobid"
-  wait_for 60 has_address ||
-    fail "no address file after 60 s (job state: $(squeue -h -j "$jobid" -o %T))"
+  wait_for 120 has_address ||
+    fail "no address file after 120 s (job state: $(squeue -h -j "$jobid" -o %T))"
   address="$(cat "$PARATUNE_ADDRESS_FILE")"
   echo "slurm: coordinator at $address"
   [[ "$address" =~ ^[^:]+:[0-9]+$ ]] || fail "address file holds '$address', not HOST:PORT"
@@ -191,7 +191,7 @@ start_job() {
     fail "the job output does not print the address $address"
   http_url="$(sed -n 's/.*dashboard and REST: \(http:[^ ]*\)$/\1/p' "$1")"
   [[ -n "$http_url" ]] || fail "the job output does not print the HTTP address"
-  wait_for 60 one_worker || fail "no worker registered: $(cli workers 2>&1)"
+  wait_for 120 one_worker || fail "no worker registered: $(cli workers 2>&1)"
 }
 has_address() { [[ -s "$PARATUNE_ADDRESS_FILE" ]]; }
 cli() { "$bin/paratune" "$@" --coordinator "$address" --token-file "$tmp/client.token"; }
