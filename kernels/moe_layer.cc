@@ -84,17 +84,16 @@ absl::Status MoeLayerConfig::Validate() const {
   return absl::OkStatus();
 }
 
-// Element i of weight tensor `tensor` (1 router, 2 fc1, 3 fc2, 4 shared_fc1, 5 shared_fc2)
-// of MoeWeights::Random.
-double RandomWeight(uint64_t seed, uint64_t tensor, int64_t i, double scale) {
-  return scale * (2.0 * HashUniform(seed + tensor * 0x1000193ull, i) - 1.0);
+double MoeRandomWeight(uint64_t seed, int tensor, int64_t i, double scale) {
+  return scale * (2.0 * HashUniform(seed + static_cast<uint64_t>(tensor) * 0x1000193ull, i) - 1.0);
 }
 
 template <typename T>
 MoeWeights<T> MoeWeights<T>::Random(const MoeLayerConfig& c, uint64_t seed, double scale) {
   auto fill = [&](std::vector<T>& v, int64_t n, uint64_t tensor) {
     v.resize(n);
-    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<T>(RandomWeight(seed, tensor, i, scale));
+    for (int64_t i = 0; i < n; ++i)
+      v[i] = static_cast<T>(MoeRandomWeight(seed, static_cast<int>(tensor), i, scale));
   };
   const int64_t h = c.hidden, e = c.num_experts, f = c.ffn_hidden, fs = c.shared_ffn_total();
   MoeWeights w;
@@ -381,7 +380,7 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateRandom(const MoeLayerC
   return CreateFrom(
       config,
       [seed, scale](int tensor, int64_t offset, int64_t n, double* out) {
-        for (int64_t i = 0; i < n; ++i) out[i] = RandomWeight(seed, tensor, offset + i, scale);
+        for (int64_t i = 0; i < n; ++i) out[i] = MoeRandomWeight(seed, tensor, offset + i, scale);
       },
       ep, etp, backend, dtype);
 }
@@ -476,7 +475,21 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateFrom(const MoeLayerCon
   return layer;
 }
 
+absl::Status MoeLayer::ReplaceExpertMlps(ExpertMlp mlp) {
+  if (!config_.tokens_replicated || be_->kind() != BackendKind::kCpu || dtype_ != DType::kF32) {
+    return absl::FailedPreconditionError(
+        "expert MLPs are replaced only in an fp32 cpu layer with tokens_replicated");
+  }
+  expert_mlp_ = std::move(mlp);
+  w_.fc1 = w_.fc2 = w_.shared_fc1 = w_.shared_fc2 = Tensor();
+  g_.fc1 = g_.fc2 = g_.shared_fc1 = g_.shared_fc2 = Tensor();
+  return absl::OkStatus();
+}
+
 absl::Status MoeLayer::SharedForward(const void* x, int64_t tokens, void* y) {
+  if (expert_mlp_) {
+    return expert_mlp_(-1, static_cast<const float*>(x), tokens, static_cast<float*>(y));
+  }
   const int64_t h = config_.hidden, fsl = config_.shared_ffn_total() / config_.shared_split();
   PT_RETURN_IF_ERROR(
       Linear(shared_fc1_.data(), x, w_.shared_fc1.data(), tokens, h, 2 * fsl, false));
@@ -505,6 +518,18 @@ absl::Status MoeLayer::SharedBackward(const void* dy, void* dx) {
 absl::Status MoeLayer::ExpertsForward(const void* in, void* out) {
   const int64_t h = config_.hidden, fl = config_.ffn_hidden / config_.etp;
   const int64_t rows = dispatcher_.received_rows();
+  if (expert_mlp_) {
+    int64_t at = 0;
+    for (int64_t le = 0; le < config_.local_experts(); ++le) {
+      const int64_t n = dispatcher_.local_tokens_per_expert()[le];
+      if (n > 0) {
+        PT_RETURN_IF_ERROR(expert_mlp_(le, static_cast<const float*>(in) + at * h, n,
+                                       static_cast<float*>(out) + at * h));
+      }
+      at += n;
+    }
+    return absl::OkStatus();
+  }
   auto at_row = [this](const void* p, int64_t elements) { return Offset(p, elements, dtype_); };
   // FC1 of every expert, one SwiGLU over all their rows (row-wise), FC2 of every expert.
   std::vector<GemmArgs> fc1, fc2;
@@ -715,13 +740,17 @@ absl::Status MoeLayer::Forward(const void* x, int64_t tokens, void* y) {
     PT_ASSIGN_OR_RETURN(expert_in_, Alloc({rows, h}, MemoryTag::kActivations));
     PT_ASSIGN_OR_RETURN(workspace, Alloc({std::max(rows, routed_rows), h}, MemoryTag::kWorkspace));
     PT_ASSIGN_OR_RETURN(expert_out, Alloc({rows, h}, MemoryTag::kWorkspace));
-    PT_ASSIGN_OR_RETURN(expert_fc1_, Alloc({rows, 2 * fl}, MemoryTag::kActivations));
-    PT_ASSIGN_OR_RETURN(expert_act_, Alloc({rows, fl}, MemoryTag::kActivations));
+    if (!expert_mlp_) {  // replaced MLPs keep their own intermediates
+      PT_ASSIGN_OR_RETURN(expert_fc1_, Alloc({rows, 2 * fl}, MemoryTag::kActivations));
+      PT_ASSIGN_OR_RETURN(expert_act_, Alloc({rows, fl}, MemoryTag::kActivations));
+    }
     PT_ASSIGN_OR_RETURN(combined_, Alloc({routed_rows, h}, MemoryTag::kActivations));
     if (config_.num_shared_experts > 0) {
       PT_ASSIGN_OR_RETURN(shared_out, Alloc({tokens, h}, MemoryTag::kWorkspace));
-      PT_ASSIGN_OR_RETURN(shared_fc1_, Alloc({tokens, 2 * fsl}, MemoryTag::kActivations));
-      PT_ASSIGN_OR_RETURN(shared_act_, Alloc({tokens, fsl}, MemoryTag::kActivations));
+      if (!expert_mlp_) {
+        PT_ASSIGN_OR_RETURN(shared_fc1_, Alloc({tokens, 2 * fsl}, MemoryTag::kActivations));
+        PT_ASSIGN_OR_RETURN(shared_act_, Alloc({tokens, fsl}, MemoryTag::kActivations));
+      }
     }
     return absl::OkStatus();
   }()));

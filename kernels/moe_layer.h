@@ -86,6 +86,10 @@ struct MoeLayerConfig {
   int64_t shared_split() const { return tokens_replicated ? ep * etp : etp; }
 };
 
+/// Element i of full weight tensor `tensor` (1 router, 2 fc1, 3 fc2, 4 shared_fc1,
+/// 5 shared_fc2) of MoeWeights<T>::Random(config, seed, scale).
+double MoeRandomWeight(uint64_t seed, int tensor, int64_t i, double scale);
+
 /// Unsharded weights, row-major, y = x·Wᵀ: router [E, h]; fc1 [E, 2f, h] (gate rows, then
 /// up rows); fc2 [E, h, f]; shared_fc1 [2·fs, h]; shared_fc2 [h, fs] with fs = num_shared ·
 /// shared_ffn. Every layout is initialised from the same weights so layouts compare.
@@ -233,6 +237,15 @@ class MoeLayer {
   }
 
   using Params = MoeParams;
+  /// An expert MLP run outside the layer: rows [rows, h] of local expert `expert` (or of
+  /// the shared experts when expert is -1) to its output [rows, h], fp32 host memory.
+  using ExpertMlp =
+      std::function<absl::Status(int64_t expert, const float* in, int64_t rows, float* out)>;
+  /// Serving (tokens_replicated, fp32 on the cpu backend, forward only): the routed and
+  /// shared experts' MLPs run by `mlp` (weight-only quantized experts) in place of the
+  /// layer's GEMMs, whose expert weights and gradients are freed; the router stays.
+  absl::Status ReplaceExpertMlps(ExpertMlp mlp);
+
   const Params& weights() const { return w_; }
   const Params& grads() const { return g_; }
   const MoeLayerConfig& config() const { return config_; }
@@ -285,6 +298,7 @@ class MoeLayer {
   DType rdt_;    // router: fp32 (fp64 for an fp64 layer)
   Tensor scratch_;  // device backends: 2·E fp64 values for host collectives
   Params w_, g_;
+  ExpertMlp expert_mlp_;  // ReplaceExpertMlps; empty: the layer's GEMMs
   AllToAllTokenDispatcher dispatcher_;
 
   // Stored by Forward for Backward.

@@ -1,6 +1,7 @@
 #include "kernels/serving/serving_config.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -104,8 +105,14 @@ absl::Status ServingConfig::Validate() const {
   }
   if (weight_quant == WeightQuant::kInt4) {
     const int64_t tp = parallel.tp;
-    const int64_t ks[] = {shape.hidden_size, shape.num_attention_heads * head_dim() / tp,
-                          ffn_hidden_size() / tp};
+    std::vector<int64_t> ks = {shape.hidden_size, shape.num_attention_heads * head_dim() / tp,
+                               ffn_hidden_size() / tp};
+    if (moe.has_value()) {  // the experts' fc2 inputs: their slices of the FFN
+      const MoeLayerConfig block = ExpertBlock();
+      ks.push_back(block.ffn_hidden / block.etp);
+      if (block.num_shared_experts > 0)
+        ks.push_back(block.shared_ffn_total() / block.shared_split());
+    }
     for (int64_t k : ks) {
       if (int4_group_size <= 0 || int4_group_size % 2 != 0 || k % int4_group_size != 0) {
         return absl::InvalidArgumentError(

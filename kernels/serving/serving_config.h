@@ -58,7 +58,7 @@ struct ServingConfig {
   int64_t window_attn_skip_freq = 0;
   /// Mixture of experts: the routed block of the expert layers (its hidden, ep, etp and
   /// routing are set by the layer: h, parallel.ep, tp / ep, the real top-k). Experts are
-  /// SwiGLU, fp32 (weight_quant applies to the attention and dense layers); every tp rank
+  /// SwiGLU, their weights stored as weight_quant says (the router fp32); every tp rank
   /// holds the batch (no all-to-all), runs its experts' share and the shared experts'
   /// 1 / tp, and one all-reduce over the tp ranks sums them.
   std::optional<MoeLayerConfig> moe;

@@ -70,7 +70,63 @@ absl::Status ServingLayer::InitExperts() {
   PT_ASSIGN_OR_RETURN(moe_, MoeLayer::CreateRandom(config_.ExpertBlock(),
                                                    config_.seed + static_cast<uint64_t>(index_),
                                                    scale, ep, etp, ctx_.backend, DType::kF32));
-  return absl::OkStatus();
+  if (config_.weight_quant == WeightQuant::kNone) return absl::OkStatus();
+  return QuantizeExperts(ep->rank(), etp->rank(), scale);
+}
+
+absl::Status ServingLayer::QuantizeExperts(int64_t ep_rank, int64_t etp_rank, double scale) {
+  const MoeLayerConfig block = config_.ExpertBlock();
+  const int64_t h = block.hidden, f = block.ffn_hidden, fl = f / block.etp;
+  const int64_t fs = block.shared_ffn_total(), fsl = fs / block.shared_split();
+  const uint64_t seed = config_.seed + static_cast<uint64_t>(index_);
+  Backend& be = *ctx_.backend;
+  // The shards MoeLayer would hold (its CreateFrom): fc1 rows [gate | up] of this ETP
+  // rank's slice, fc2 columns of it; expert `e` < 0: the shared experts, sliced over ep x etp.
+  const auto make = [&](int64_t e, int64_t ffn, int64_t width, int64_t j) -> absl::Status {
+    const int fc1_tensor = e < 0 ? 4 : 2, fc2_tensor = e < 0 ? 5 : 3;
+    const int64_t expert = std::max<int64_t>(e, 0);
+    PT_ASSIGN_OR_RETURN(
+        WeightOnlyLinear fc1,
+        WeightOnlyLinear::Create(
+            be, 2 * width, h,
+            [&](int64_t lr, int64_t c) {
+              const int64_t half = lr / width, row = lr % width;
+              return static_cast<float>(MoeRandomWeight(
+                  seed, fc1_tensor, (expert * 2 * ffn + half * ffn + j * width + row) * h + c,
+                  scale));
+            },
+            config_.weight_quant, config_.int4_group_size));
+    PT_ASSIGN_OR_RETURN(WeightOnlyLinear fc2,
+                        WeightOnlyLinear::Create(
+                            be, h, width,
+                            [&](int64_t r, int64_t c) {
+                              return static_cast<float>(MoeRandomWeight(
+                                  seed, fc2_tensor, (expert * h + r) * ffn + j * width + c, scale));
+                            },
+                            config_.weight_quant, config_.int4_group_size));
+    expert_fc1_.push_back(std::move(fc1));
+    expert_fc2_.push_back(std::move(fc2));
+    return absl::OkStatus();
+  };
+  for (int64_t le = 0; le < block.local_experts(); ++le) {
+    PT_RETURN_IF_ERROR(make(ep_rank * block.local_experts() + le, f, fl, etp_rank));
+  }
+  if (fs > 0) PT_RETURN_IF_ERROR(make(-1, fs, fsl, ep_rank * block.etp + etp_rank));
+  return moe_->ReplaceExpertMlps([this](int64_t e, const float* in, int64_t rows,
+                                        float* out) -> absl::Status {
+    const size_t i = e < 0 ? expert_fc1_.size() - 1 : static_cast<size_t>(e);
+    const WeightOnlyLinear& fc1 = expert_fc1_[i];
+    const int64_t width = fc1.out() / 2;
+    Backend& be = *ctx_.backend;
+    PT_ASSIGN_OR_RETURN(Tensor mid,
+                        be.Empty({rows, 2 * width}, DType::kF32, MemoryTag::kWorkspace));
+    fc1.Forward(in, rows, mid.data_as<float>(), config_.threads);
+    PT_ASSIGN_OR_RETURN(Tensor act, be.Empty({rows, width}, DType::kF32, MemoryTag::kWorkspace));
+    cpu::swiglu_forward<float>(act.data_as<float>(), mid.data_as<float>(), rows, width,
+                               config_.threads);
+    expert_fc2_[i].Forward(act.data_as<float>(), rows, out, config_.threads);
+    return absl::OkStatus();
+  });
 }
 
 absl::Status ServingLayer::Init() {
@@ -134,6 +190,9 @@ int64_t ServingLayer::weight_bytes() const {
   const MoeParams& w = moe_->weights();
   for (const Tensor* t : {&w.router, &w.fc1, &w.fc2, &w.shared_fc1, &w.shared_fc2}) {
     if (t->defined()) bytes += t->bytes();
+  }
+  for (const std::vector<WeightOnlyLinear>* v : {&expert_fc1_, &expert_fc2_}) {
+    for (const WeightOnlyLinear& l : *v) bytes += l.bytes();
   }
   return bytes;
 }

@@ -62,6 +62,8 @@ class ServingLayer {
   absl::StatusOr<Tensor> RmsNorm(const Tensor& x, const Tensor& gamma);
 
   absl::Status InitExperts();
+  /// The experts' MLPs weight-only quantized (weight_quant), in place of MoeLayer's fp32.
+  absl::Status QuantizeExperts(int64_t ep_rank, int64_t etp_rank, double scale);
 
   ServingConfig config_;
   ParallelContext ctx_;
@@ -74,6 +76,9 @@ class ServingLayer {
   int64_t heads_local_ = 0, groups_local_ = 0, ffn_local_ = 0, qkv_width_ = 0;
   Tensor norm1_w_, norm2_w_;
   WeightOnlyLinear qkv_, proj_, fc1_, fc2_;
+  /// With weight_quant: the local experts' fc1 / fc2 (index le) and the shared experts'
+  /// (last entry, when there are shared experts), weight-only quantized; MoeLayer runs them.
+  std::vector<WeightOnlyLinear> expert_fc1_, expert_fc2_;
   LayerPhaseTimes times_;
 };
 

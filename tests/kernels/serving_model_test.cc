@@ -328,6 +328,47 @@ TEST(ServingModel, ExpertParallelLayoutsGiveTheSingleRankLogits) {
   EXPECT_EQ(dense.Validate().message(), "ep (2) must be 1 without experts");
 }
 
+// Weight-only int4 experts (groups of 8 inputs, which every layout's slices keep whole, so
+// each layout quantizes the same groups): TP 2, TP 2 EP 2, TP 4 EP 2 and TP 4 EP 4 give the
+// TP 1 int4 logits; int8 experts at TP 2 EP 2 stay within int8's rounding of fp32.
+TEST(ServingModel, QuantizedExpertsEqualAcrossLayoutsAndStayCloseToFp32) {
+  const auto experts = [](int64_t tp, int64_t ep, WeightQuant quant) {
+    ServingConfig c = SmallModel(tp);
+    c.parallel.ep = ep;
+    c.weight_quant = quant;
+    c.int4_group_size = 8;
+    MoeLayerConfig moe;
+    moe.num_experts = 4;
+    moe.topk = 2;
+    moe.ffn_hidden = 32;
+    moe.num_shared_experts = 1;
+    moe.shared_ffn_hidden = 32;
+    c.moe = moe;
+    return c;
+  };
+  auto ref = RunPlan(experts(1, 1, WeightQuant::kInt4), OneShotPlan());
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  for (auto [tp, ep] : {std::pair<int64_t, int64_t>{2, 1}, {2, 2}, {4, 2}, {4, 4}}) {
+    auto got = RunPlan(experts(tp, ep, WeightQuant::kInt4), OneShotPlan(), /*shuffle=*/41);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_LE(ToleranceRatio(*got, *ref, 1e-5, 1e-4), 1.0) << "tp " << tp << " ep " << ep;
+  }
+  // int8 (a scale per row of 254 steps) keeps the logits near the fp32 model's; int4's
+  // coarser rounding can move a token to other experts, so it is only checked to differ.
+  auto fp32 = RunPlan(experts(1, 1, WeightQuant::kNone), OneShotPlan());
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  EXPECT_GT(ToleranceRatio(*ref, *fp32, 1e-6, 0), 1.0) << "int4 changed nothing";
+  auto int8 = RunPlan(experts(2, 2, WeightQuant::kInt8), OneShotPlan());
+  ASSERT_TRUE(int8.ok()) << int8.status();
+  EXPECT_LE(ToleranceRatio(*int8, *fp32, 5e-2, 5e-2), 1.0);
+  EXPECT_GT(ToleranceRatio(*int8, *fp32, 1e-6, 0), 1.0) << "int8 changed nothing";
+  // A group that does not divide an expert's slice is refused naming the field.
+  ServingConfig odd = experts(2, 1, WeightQuant::kInt4);
+  odd.int4_group_size = 32;
+  EXPECT_EQ(odd.Validate().message(),
+            "int4_group_size (32) must be even and divide every linear input width (16)");
+}
+
 TEST(ServingModel, Bf16KvCacheStaysWithinBf16RoundingOfFp32) {
   auto ref = RunPlan(SmallModel(1), OneShotPlan());
   ServingConfig bf16 = SmallModel(1);

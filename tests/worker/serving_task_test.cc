@@ -273,6 +273,18 @@ TEST(ServingStepTask, ExpertLayersRunWithEachExpertSplitOverTheRanks) {
   ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
   EXPECT_EQ(r.serving_verify().requests(), 7);
   EXPECT_EQ(r.serving_verify().wrong(), 0);
+  // int8 at ep 2: every linear one byte per weight and an fp32 scale per output row, the
+  // experts' too (2 local experts: fc1 [64, 64], fc2 [64, 32]); the router stays fp32.
+  step.mutable_serving_step()->set_weight_precision("int8");
+  r = executor->Execute(step, cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  const auto int8 = [](int64_t rows, int64_t in) { return rows * in + 4 * rows; };
+  const int64_t qkv_rows = (kHeads + 2 * kGroups) / 2 * kD;
+  const int64_t attention = 4 * 2 * kH + int8(qkv_rows, kH) + int8(kH, kHeads / 2 * kD);
+  const int64_t dense = attention + int8(kFfn, kH) + int8(kH, kFfn / 2);
+  const int64_t expert = attention + 4 * 4 * kH + 2 * (int8(64, kH) + int8(kH, 32));
+  EXPECT_EQ(r.serving_step().weight_bytes(), dense + expert + 2 * 128 * kH * 4 + kH * 4);
+  step.mutable_serving_step()->clear_weight_precision();
   verify.mutable_serving_verify()->mutable_moe()->set_ep(3);
   r = executor->Execute(verify, cancel);
   EXPECT_NE(r.outcome(), v1::TaskResult::OUTCOME_OK);
