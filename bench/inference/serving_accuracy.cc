@@ -14,10 +14,11 @@
 // ((max − min)/median), and a summary of the absolute errors.
 //
 // With --experts E every layer is an expert layer of E SwiGLU experts of the model's FFN
-// width, top-2 (a Mixtral-like model; each expert split over the tp ranks).
+// width, top-2 (a Mixtral-like model; each expert split over the tp ranks); --ep N puts the
+// experts of the layouts whose tp N divides on N expert-parallel ranks (named "-epN").
 //
 //   serving_accuracy [--rounds 3] [--iters 5] [--layouts tp1-mbs4-offline,...] [--experts E]
-//                    [--json]
+//                    [--ep N] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -77,6 +78,7 @@ InferenceJobSpec SpecFor(const ks::ServingLayout& l) {
   s.num_requests = o.trace.num_requests;
   inference::ServingSearchOptions& x = spec.search;
   x.tp = {o.model.parallel.tp};
+  x.ep = {o.model.parallel.ep};
   x.pp = {1};
   x.replicas = {1};
   x.max_batch_size = {o.max_batch_size};
@@ -111,7 +113,7 @@ int Main(int argc, char** argv) {
   std::vector<std::string> only;
   bool json = false;
   bool show_steps = false;
-  int64_t experts = 0;
+  int64_t experts = 0, ep = 1;
   app.add_option("--rounds", rounds, "rounds (layouts interleaved within each)");
   app.add_option("--iters", iters, "timed steps per serving_step task (their median is used)");
   app.add_option("--layouts", only, "layout names to run (default: all)")->delimiter(',');
@@ -119,7 +121,13 @@ int Main(int argc, char** argv) {
   app.add_flag("--steps", show_steps, "print every measured serving step (to stderr)");
   app.add_option("--experts", experts,
                  "every layer an expert layer of this many experts, top-2 (0: dense)");
+  app.add_option("--ep", ep, "expert-parallel ranks of the layouts whose tp it divides");
   CLI11_PARSE(app, argc, argv);
+  if (ep < 1 || (ep > 1 && (experts == 0 || experts % ep != 0))) {
+    std::fprintf(stderr, "ep (%lld) must be >= 1 and, above 1, divide --experts (%lld)\n",
+                 static_cast<long long>(ep), static_cast<long long>(experts));
+    return 2;
+  }
   if (experts == 1 || experts < 0) {
     std::fprintf(stderr, "experts (%lld) must be 0 or at least 2\n",
                  static_cast<long long>(experts));
@@ -145,6 +153,10 @@ int Main(int argc, char** argv) {
       moe.topk = 2;
       moe.ffn_hidden = l.options.model.ffn_hidden_size();
       l.options.model.moe = moe;
+      if (ep > 1 && l.options.model.parallel.tp % ep == 0) {
+        l.options.model.parallel.ep = ep;
+        l.name += absl::StrFormat("-ep%d", ep);
+      }
     }
     Row row;
     row.layout = l;
