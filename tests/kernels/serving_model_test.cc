@@ -268,20 +268,28 @@ TEST(PagedKvCache, WindowedGroupsHoldTheirWindowAndFreeTheRest) {
   EXPECT_FALSE(PagedKvCache::Create(*backend, shape).ok());
 }
 
+// SmallModel with every layer an expert layer of 4 SwiGLU experts of 32, top-2, and one
+// shared expert of 32, on ep expert-parallel ranks inside tp.
+ServingConfig SmallExpertModel(int64_t tp, int64_t ep = 1) {
+  ServingConfig c = SmallModel(tp);
+  c.parallel.ep = ep;
+  MoeLayerConfig moe;
+  moe.num_experts = 4;
+  moe.topk = 2;
+  moe.ffn_hidden = 32;
+  moe.num_shared_experts = 1;
+  moe.shared_ffn_hidden = 32;
+  c.moe = moe;
+  return c;
+}
+
 // Layer 1 of 2 is an expert layer (4 SwiGLU experts of 32, top-2, one shared expert):
 // TP 2 (each expert split over the ranks, the outputs all-reduced), a paged cache in
 // random block order and chunked prefill give the one-shot TP 1 run's logits; the experts
 // change them; an expert block the layout cannot split is refused naming the field.
 TEST(ServingModel, ExpertLayersEqualAcrossLayoutsAndDifferFromDense) {
   const auto experts = [](int64_t tp) {
-    ServingConfig c = SmallModel(tp);
-    MoeLayerConfig moe;
-    moe.num_experts = 4;
-    moe.topk = 2;
-    moe.ffn_hidden = 32;
-    moe.num_shared_experts = 1;
-    moe.shared_ffn_hidden = 32;
-    c.moe = moe;
+    ServingConfig c = SmallExpertModel(tp);
     c.first_k_dense_layers = 1;
     return c;
   };
@@ -300,16 +308,8 @@ TEST(ServingModel, ExpertLayersEqualAcrossLayoutsAndDifferFromDense) {
 // that does not divide tp, or one without experts, is refused naming the field.
 TEST(ServingModel, ExpertParallelLayoutsGiveTheSingleRankLogits) {
   const auto experts = [](int64_t tp, int64_t ep) {
-    ServingConfig c = SmallModel(tp);
-    c.parallel.ep = ep;
-    MoeLayerConfig moe;
-    moe.num_experts = 4;
-    moe.topk = 2;
-    moe.ffn_hidden = 32;
-    moe.num_shared_experts = 1;
-    moe.shared_ffn_hidden = 32;
-    moe.normalize_topk = true;
-    c.moe = moe;
+    ServingConfig c = SmallExpertModel(tp, ep);
+    c.moe->normalize_topk = true;
     return c;
   };
   auto ref = RunPlan(experts(1, 1), OneShotPlan());
@@ -333,17 +333,9 @@ TEST(ServingModel, ExpertParallelLayoutsGiveTheSingleRankLogits) {
 // TP 1 int4 logits; int8 experts at TP 2 EP 2 stay within int8's rounding of fp32.
 TEST(ServingModel, QuantizedExpertsEqualAcrossLayoutsAndStayCloseToFp32) {
   const auto experts = [](int64_t tp, int64_t ep, WeightQuant quant) {
-    ServingConfig c = SmallModel(tp);
-    c.parallel.ep = ep;
+    ServingConfig c = SmallExpertModel(tp, ep);
     c.weight_quant = quant;
     c.int4_group_size = 8;
-    MoeLayerConfig moe;
-    moe.num_experts = 4;
-    moe.topk = 2;
-    moe.ffn_hidden = 32;
-    moe.num_shared_experts = 1;
-    moe.shared_ffn_hidden = 32;
-    c.moe = moe;
     return c;
   };
   auto ref = RunPlan(experts(1, 1, WeightQuant::kInt4), OneShotPlan());
