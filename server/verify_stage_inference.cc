@@ -1,5 +1,6 @@
 // The verify stage of an inference job (see verify_stage.h): the top search.verify_top_k
-// serving layouts, each run once with the serving loop on one CPU worker.
+// serving layouts, each run once with the serving loop on one CPU worker (a layout of R
+// replicas: one replica on its 1/R share of the load).
 #include <algorithm>
 #include <map>
 #include <utility>
@@ -22,9 +23,6 @@ std::string ServingUnsupportedReason(const ModelSpec& m, const v1::ServingConfig
     return absl::StrCat("the serving loop runs tensor parallelism only (pp ", c.pp(), ")");
   if (c.disaggregated()) return "the serving loop does not run disaggregated pools";
   if (c.attention_dp()) return "the serving loop does not run attention data parallelism";
-  if (c.replicas() > 1) {
-    return absl::StrCat("the serving loop runs one instance (the layout has ", c.replicas(), ")");
-  }
   return "";
 }
 
@@ -60,9 +58,14 @@ v1::ServingVerifyTask MakeServingVerifyTask(const inference::InferenceJobSpec& s
   t.set_num_kv_blocks(per_sequence * std::max<int64_t>(1, r.config().max_batch_size()));
   t.set_isl(s.isl);
   t.set_osl(s.osl);
-  t.set_concurrency(s.concurrency.value_or(0));
-  t.set_request_rate(s.request_rate.value_or(0));
-  t.set_num_requests(s.num_requests);
+  // Replicas are identical and the engines' router sends each request to the least-loaded
+  // one (as the simulator does): one replica is run on its 1/R share of the clients, the
+  // arrival rate and the requests.
+  const int64_t replicas = std::max<int64_t>(1, r.config().replicas());
+  const auto share = [replicas](int64_t n) { return (n + replicas - 1) / replicas; };
+  t.set_concurrency(s.concurrency ? share(*s.concurrency) : 0);
+  t.set_request_rate(s.request_rate.value_or(0) / static_cast<double>(replicas));
+  t.set_num_requests(share(s.num_requests));
   t.set_seed(1);
   t.set_layout_rank(r.rank());
   return t;
@@ -163,7 +166,10 @@ std::optional<Transition> VerifyStage::CheckInference(JobEntry& job) const {
       *v->mutable_measured_ttft_ms() = m.ttft_ms();
       *v->mutable_measured_tpot_ms() = m.tpot_ms();
       *v->mutable_measured_e2e_latency_ms() = m.e2e_latency_ms();
-      v->set_measured_output_tokens_per_sec(m.output_tokens_per_sec());
+      // One replica ran its share: the instance's output is R of them.
+      v->set_measured_output_tokens_per_sec(
+          m.output_tokens_per_sec() *
+          static_cast<double>(std::max<int64_t>(1, r.config().replicas())));
       v->set_measured_requests(static_cast<int32_t>(m.requests()));
       continue;
     }

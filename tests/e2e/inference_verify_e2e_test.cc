@@ -139,6 +139,38 @@ TEST_F(InferenceVerifyE2eTest, ProfiledServingLayoutsCarryMeasuredNextToPredicte
   EXPECT_NE(table.out.find("measured vs"), std::string::npos) << table.out;
 }
 
+// Two replicas of tp 1 on the 2 devices: one replica runs its half of the load (1 of the 2
+// clients, 3 of the 6 requests) and the instance's output tokens/s is twice that replica's.
+TEST_F(InferenceVerifyE2eTest, AReplicatedLayoutIsVerifiedOnOneReplicasShare) {
+  StartWithWorkers();
+  if (HasFatalFailure()) return;
+  std::string spec_text = kSpec;
+  for (auto [from, to] : {std::pair<std::string, std::string>{"tp: [1, 2]", "tp: [1]"},
+                          {"replicas: [1]", "replicas: [2]"},
+                          {"mode: profile, top_k: 2", "top_k: 1"},
+                          {"verify_top_k: 2", "verify_top_k: 1"}}) {
+    spec_text.replace(spec_text.find(from), from.size(), to);
+  }
+  const std::string id = Submit(spec_text);
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(Cli("watch " + id).exit_code, 0) << ReadFile(err_) << ReadFile(coordinator_->log());
+  const json results = json::parse(Cli("results " + id + " --json").out, nullptr, false);
+  ASSERT_FALSE(results.is_discarded());
+  const json& ranked = results["plan"]["inference"]["ranked"];
+  ASSERT_EQ(ranked.size(), 1u) << results.dump(1);
+  EXPECT_EQ(ranked[0]["config"]["replicas"], 2);
+  const json& v = ranked[0]["verification"];
+  ASSERT_EQ(v.value("status", std::string()), "verified") << ranked[0].dump(1);
+  EXPECT_EQ(v["measured_requests"], 3);
+  // The replica's one client sends its 3 requests of 4 output tokens one after another, so
+  // the replica makes at most 12 tokens per 3 mean e2e latencies; the instance's figure is
+  // twice the replica's: above what one replica can make, at most twice it.
+  const double one_replica_bound =
+      12.0 / (3 * v["measured_e2e_latency_ms"]["mean"].get<double>() * 1e-3);
+  EXPECT_GT(v["measured_output_tokens_per_sec"].get<double>(), 1.2 * one_replica_bound);
+  EXPECT_LE(v["measured_output_tokens_per_sec"].get<double>(), 2.0 * one_replica_bound * 1.001);
+}
+
 // A mixture-of-experts model (the second layer's 4 experts of 128, top-2, each split over
 // the tp ranks, then over 2 expert-parallel ranks) is profiled on its expert layers and its
 // top layouts verified with the serving loop, as a dense one is.
