@@ -476,9 +476,8 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateFrom(const MoeLayerCon
 }
 
 absl::Status MoeLayer::ReplaceExpertMlps(ExpertMlp mlp) {
-  if (!config_.tokens_replicated || be_->kind() != BackendKind::kCpu || dtype_ != DType::kF32) {
-    return absl::FailedPreconditionError(
-        "expert MLPs are replaced only in an fp32 cpu layer with tokens_replicated");
+  if (be_->kind() != BackendKind::kCpu || dtype_ != DType::kF32) {
+    return absl::FailedPreconditionError("expert MLPs are replaced only in an fp32 cpu layer");
   }
   expert_mlp_ = std::move(mlp);
   w_.fc1 = w_.fc2 = w_.shared_fc1 = w_.shared_fc2 = Tensor();
@@ -793,8 +792,9 @@ absl::Status MoeLayer::Forward(const void* x, int64_t tokens, void* y) {
 
 absl::Status MoeLayer::Backward(const void* dy, void* dx) {
   if (!x_.defined()) return absl::FailedPreconditionError("Backward needs a Forward first");
-  if (config_.tokens_replicated) {
-    return absl::UnimplementedError("a layer with tokens_replicated (serving) runs forward only");
+  if (config_.tokens_replicated || expert_mlp_) {
+    return absl::UnimplementedError(
+        "a layer with tokens_replicated or replaced expert MLPs (serving) runs forward only");
   }
   const int64_t tokens = tokens_, h = config_.hidden, e = config_.num_experts;
   const int64_t k = config_.topk;

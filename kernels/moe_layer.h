@@ -241,7 +241,7 @@ class MoeLayer {
   /// the shared experts when expert is -1) to its output [rows, h], fp32 host memory.
   using ExpertMlp =
       std::function<absl::Status(int64_t expert, const float* in, int64_t rows, float* out)>;
-  /// Serving (tokens_replicated, fp32 on the cpu backend, forward only): the routed and
+  /// Serving (fp32 on the cpu backend; the layer then runs forward only): the routed and
   /// shared experts' MLPs run by `mlp` (weight-only quantized experts) in place of the
   /// layer's GEMMs, whose expert weights and gradients are freed; the router stays.
   absl::Status ReplaceExpertMlps(ExpertMlp mlp);

@@ -45,7 +45,8 @@ MoeLayerConfig ServingConfig::ExpertBlock() const {
   block.hidden = shape.hidden_size;
   block.ep = parallel.ep;
   block.etp = parallel.ep > 0 && parallel.tp % parallel.ep == 0 ? parallel.tp / parallel.ep : 1;
-  block.tokens_replicated = true;
+  // With attention data parallelism each rank holds its own tokens: dispatched all-to-all.
+  block.tokens_replicated = !attention_dp;
   block.routing = ExpertRouting::kDropless;  // the engines route by the real top-k
   block.capacity_factor = 0;
   block.aux_loss_coeff = 0;
@@ -95,6 +96,10 @@ absl::Status ServingConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("ep (", parallel.ep, ") must be 1 without experts"));
   }
+  if (attention_dp && (!moe.has_value() || parallel.ep != parallel.tp)) {
+    return absl::InvalidArgumentError(absl::StrCat("attention_dp needs experts and ep (",
+                                                   parallel.ep, ") = tp (", parallel.tp, ")"));
+  }
   if (moe.has_value()) {
     if (absl::Status s = ExpertBlock().Validate(); !s.ok()) return s;
     if (first_k_dense_layers < 0 || moe_layer_freq <= 0) {
@@ -104,7 +109,7 @@ absl::Status ServingConfig::Validate() const {
     }
   }
   if (weight_quant == WeightQuant::kInt4) {
-    const int64_t tp = parallel.tp;
+    const int64_t tp = attention_tp();
     std::vector<int64_t> ks = {shape.hidden_size, shape.num_attention_heads * head_dim() / tp,
                                ffn_hidden_size() / tp};
     if (moe.has_value()) {  // the experts' fc2 inputs: their slices of the FFN

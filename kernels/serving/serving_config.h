@@ -62,6 +62,12 @@ struct ServingConfig {
   /// holds the batch (no all-to-all), runs its experts' share and the shared experts'
   /// 1 / tp, and one all-reduce over the tp ranks sums them.
   std::optional<MoeLayerConfig> moe;
+  /// Attention data parallelism (TensorRT-LLM's enable_attention_dp): each of the tp ranks
+  /// runs attention, the dense layers and the vocabulary whole on its own sequences (its
+  /// own KV cache); the routed experts are split over all tp ranks (ep = tp, etp 1), the
+  /// tokens reaching them through an all-to-all dispatch and combine. Needs experts and
+  /// parallel.ep = parallel.tp; every rank steps together with at least one token.
+  bool attention_dp = false;
   int64_t first_k_dense_layers = 0;  ///< Dense layers before the first expert layer.
   int64_t moe_layer_freq = 1;        ///< Then every n-th layer is an expert layer.
 
@@ -72,6 +78,9 @@ struct ServingConfig {
     return shape.ffn_hidden_size > 0 ? shape.ffn_hidden_size : 4 * shape.hidden_size;
   }
   int64_t head_dim() const { return shape.head_dim(); }
+  /// Ranks attention, the dense layers and the vocabulary are split over: 1 with attention
+  /// data parallelism, else tp.
+  int64_t attention_tp() const { return attention_dp ? 1 : parallel.tp; }
   /// Whether layer `layer` (0-based) is an expert layer.
   bool IsExpertLayer(int64_t layer) const {
     return moe.has_value() && IsExpertLayerAt(layer, first_k_dense_layers, moe_layer_freq);

@@ -45,9 +45,10 @@ absl::StatusOr<std::unique_ptr<ServingLayer>> ServingLayer::Create(const Serving
                                                                    const ParallelContext& ctx,
                                                                    int64_t index) {
   PT_RETURN_IF_ERROR(config.Validate());
-  if (ctx.tp_size() != config.parallel.tp) {
+  if (ctx.tp_size() != config.attention_tp()) {
     return absl::InvalidArgumentError(absl::StrCat("communicator size (", ctx.tp_size(),
-                                                   ") must equal tp (", config.parallel.tp, ")"));
+                                                   ") must equal the attention's tp (",
+                                                   config.attention_tp(), ")"));
   }
   std::unique_ptr<ServingLayer> layer(new ServingLayer(config, ctx, index));
   PT_RETURN_IF_ERROR(layer->Init());
@@ -57,7 +58,7 @@ absl::StatusOr<std::unique_ptr<ServingLayer>> ServingLayer::Create(const Serving
 absl::Status ServingLayer::InitExperts() {
   Communicator* ep = ctx_.ep;
   Communicator* etp = ctx_.etp;
-  if (config_.parallel.ep == 1) {
+  if (config_.parallel.ep == 1 && !config_.attention_dp) {
     ep_self_ = MakeSelfCommunicator();
     ep = ep_self_.get();
     etp = ctx_.tp;
@@ -111,7 +112,10 @@ absl::Status ServingLayer::QuantizeExperts(int64_t ep_rank, int64_t etp_rank, do
   for (int64_t le = 0; le < block.local_experts(); ++le) {
     PT_RETURN_IF_ERROR(make(ep_rank * block.local_experts() + le, f, fl, etp_rank));
   }
-  if (fs > 0) PT_RETURN_IF_ERROR(make(-1, fs, fsl, ep_rank * block.etp + etp_rank));
+  if (fs > 0) {
+    PT_RETURN_IF_ERROR(
+        make(-1, fs, fsl, block.tokens_replicated ? ep_rank * block.etp + etp_rank : etp_rank));
+  }
   return moe_->ReplaceExpertMlps([this](int64_t e, const float* in, int64_t rows,
                                         float* out) -> absl::Status {
     const size_t i = e < 0 ? expert_fc1_.size() - 1 : static_cast<size_t>(e);
@@ -132,7 +136,7 @@ absl::Status ServingLayer::QuantizeExperts(int64_t ep_rank, int64_t etp_rank, do
 absl::Status ServingLayer::Init() {
   const int64_t h = config_.shape.hidden_size, a = config_.shape.num_attention_heads;
   const int64_t g = config_.num_query_groups(), d = config_.head_dim();
-  const int64_t f = config_.ffn_hidden_size(), t = config_.parallel.tp, r = ctx_.tp_rank();
+  const int64_t f = config_.ffn_hidden_size(), t = config_.attention_tp(), r = ctx_.tp_rank();
   const uint64_t seed = config_.seed + static_cast<uint64_t>(index_);
   const WeightQuant quant = config_.weight_quant;
   const int64_t group = config_.int4_group_size;

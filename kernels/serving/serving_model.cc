@@ -46,9 +46,19 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Create(const Serving
   std::unique_ptr<ServingModel> model(new ServingModel(config, ctx));
   // The model's communication is timed on its own clock.
   model->ctx_.comm_clock = &model->comm_clock_;
+  if (config.attention_dp) {
+    // Attention, dense layers and vocabulary whole on this rank: a one-rank "tp" group; the
+    // experts keep the context's EP group (all tp ranks) and its one-rank ETP group.
+    if (ctx.ep == nullptr || ctx.etp == nullptr || ctx.ep->size() != config.parallel.tp) {
+      return absl::InvalidArgumentError(
+          "attention_dp needs the context's EP group over the tp ranks (MakeServingGroups)");
+    }
+    model->self_ = MakeSelfCommunicator();
+    model->ctx_.tp = model->self_.get();
+  }
   Backend& be = *ctx.backend;
-  const int64_t h = config.shape.hidden_size, t = config.parallel.tp;
-  const int64_t vl = config.shape.vocab_size / t, v0 = ctx.tp_rank() * vl;
+  const int64_t h = config.shape.hidden_size, t = config.attention_tp();
+  const int64_t vl = config.shape.vocab_size / t, v0 = model->ctx_.tp_rank() * vl;
   PT_ASSIGN_OR_RETURN(model->embedding_, be.Empty({vl, h}, DType::kF32, MemoryTag::kWeights));
   const UniformInit emb(config.seed, "embedding.weight");
   for (int64_t i = 0; i < vl * h; ++i) {
@@ -101,7 +111,7 @@ absl::StatusOr<StepOutput> ServingModel::Step(const std::vector<int32_t>& tokens
                                               bool return_logits) {
   Backend& be = *ctx_.backend;
   const int64_t n = StepTokens(chunks), h = config_.shape.hidden_size;
-  const int64_t V = config_.shape.vocab_size, t = config_.parallel.tp, vl = V / t;
+  const int64_t V = config_.shape.vocab_size, t = config_.attention_tp(), vl = V / t;
   const int64_t v0 = ctx_.tp_rank() * vl;
   if (static_cast<int64_t>(tokens.size()) != n) {
     return absl::InvalidArgumentError(

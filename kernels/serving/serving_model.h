@@ -84,6 +84,7 @@ class ServingModel {
 
   ServingConfig config_;
   ParallelContext ctx_;
+  std::unique_ptr<Communicator> self_;  ///< attention_dp: the one-rank attention group
   CommClock comm_clock_;
   std::vector<std::unique_ptr<ServingLayer>> layers_;
   PagedKvCache cache_;

@@ -1,5 +1,5 @@
-// Test harness for the serving kernels: runs one scenario on a ServingModel replicated over
-// `tp` thread ranks (Gloo) and returns rank 0's result, so layouts can be compared.
+// Test harness for the serving kernels: runs one scenario on a ServingModel over `tp` thread
+// ranks (Gloo) and returns rank 0's result (or every rank's), so layouts can be compared.
 #ifndef PARATUNE_TESTS_KERNELS_SERVING_HARNESS_H_
 #define PARATUNE_TESTS_KERNELS_SERVING_HARNESS_H_
 
@@ -21,15 +21,20 @@ namespace paratune::kernels::serving::testing {
 /// A scenario: steps driven on every rank identically; returns values to compare.
 using Scenario = std::function<absl::StatusOr<std::vector<float>>(ServingModel&)>;
 
-inline absl::StatusOr<std::vector<float>> RunOnRanks(const ServingConfig& config,
-                                                     const Scenario& scenario,
-                                                     uint64_t shuffle_seed = 0) {
+/// A scenario that depends on the rank (attention data parallelism: each rank its own
+/// sequences).
+using RankScenario = std::function<absl::StatusOr<std::vector<float>>(ServingModel&, int rank)>;
+
+/// Every rank's result, rank by rank.
+inline absl::StatusOr<std::vector<std::vector<float>>> RunOnEachRank(const ServingConfig& config,
+                                                                     const RankScenario& scenario,
+                                                                     uint64_t shuffle_seed = 0) {
   const int t = static_cast<int>(config.parallel.tp);
   auto rendezvous = MakeInProcessRendezvous();
   static std::atomic<int> group{0};
   const std::string prefix = absl::StrCat("serving", group.fetch_add(1));
   std::vector<absl::Status> status(t);
-  std::vector<float> result;
+  std::vector<std::vector<float>> results(t);
   std::vector<std::thread> threads;
   for (int r = 0; r < t; ++r) {
     threads.emplace_back([&, r]() {
@@ -40,9 +45,9 @@ inline absl::StatusOr<std::vector<float>> RunOnRanks(const ServingConfig& config
         auto backend = MakeCpuBackend(0, 1);
         auto model = ServingModel::Create(config, groups->context(backend.get()), shuffle_seed);
         if (!model.ok()) return model.status();
-        auto out = scenario(**model);
+        auto out = scenario(**model, r);
         if (!out.ok()) return out.status();
-        if (r == 0) result = std::move(*out);
+        results[r] = std::move(*out);
         return absl::OkStatus();
       }();
     });
@@ -51,7 +56,17 @@ inline absl::StatusOr<std::vector<float>> RunOnRanks(const ServingConfig& config
   for (auto& s : status) {
     if (!s.ok()) return s;
   }
-  return result;
+  return results;
+}
+
+/// Rank 0's result of a scenario every rank runs alike.
+inline absl::StatusOr<std::vector<float>> RunOnRanks(const ServingConfig& config,
+                                                     const Scenario& scenario,
+                                                     uint64_t shuffle_seed = 0) {
+  auto all = RunOnEachRank(
+      config, [&](ServingModel& m, int) { return scenario(m); }, shuffle_seed);
+  if (!all.ok()) return all.status();
+  return std::move((*all)[0]);
 }
 
 /// A small Llama-style model: h 64, 8 heads in 4 KV groups, SwiGLU, RMSNorm, RoPE.

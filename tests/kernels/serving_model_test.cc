@@ -16,6 +16,7 @@ namespace paratune::kernels::serving {
 namespace {
 
 using testing::Prompt;
+using testing::RunOnEachRank;
 using testing::RunOnRanks;
 using testing::SmallModel;
 using testing::ToleranceRatio;
@@ -326,6 +327,50 @@ TEST(ServingModel, ExpertParallelLayoutsGiveTheSingleRankLogits) {
   ServingConfig dense = SmallModel(2);
   dense.parallel.ep = 2;
   EXPECT_EQ(dense.Validate().message(), "ep (2) must be 1 without experts");
+}
+
+// One prompt of each sequence prefilled in one step, then five decode steps.
+Plan OneShotPlanOf(const std::map<int64_t, int64_t>& prompts) {
+  Plan p;
+  p.prompt_len = prompts;
+  p.steps.emplace_back(prompts.begin(), prompts.end());
+  std::vector<std::pair<int64_t, int64_t>> decode;
+  for (const auto& [seq, len] : prompts) decode.push_back({seq, 0});
+  for (int i = 0; i < 5; ++i) p.steps.push_back(decode);
+  return p;
+}
+
+// Attention data parallelism: each of tp 2 and tp 4 ranks runs its own sequences (attention,
+// dense layers and vocabulary whole, its own cache) and the experts are split over all of
+// them, the tokens dispatched all-to-all; every rank's logits and tokens equal a one-rank
+// model's on the same sequences, with and without int8 weights. A layout without ep = tp is
+// refused naming the rule.
+TEST(ServingModel, AttentionDataParallelRanksEachGiveTheirSequencesSingleRankLogits) {
+  const std::map<int64_t, int64_t> prompts = {{0, 7}, {1, 12}, {2, 3}, {3, 5}};
+  for (WeightQuant quant : {WeightQuant::kNone, WeightQuant::kInt8}) {
+    for (int64_t tp : {2, 4}) {
+      ServingConfig c = SmallExpertModel(tp, tp);
+      c.attention_dp = true;
+      c.weight_quant = quant;
+      std::vector<std::map<int64_t, int64_t>> subsets(tp);
+      for (const auto& [seq, len] : prompts) subsets[seq % tp][seq] = len;
+      auto got = RunOnEachRank(
+          c, [&](ServingModel& m, int rank) { return Drive(m, OneShotPlanOf(subsets[rank])); },
+          /*shuffle_seed=*/53);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ServingConfig one = SmallExpertModel(1);
+      one.weight_quant = quant;
+      for (int64_t r = 0; r < tp; ++r) {
+        auto ref = RunPlan(one, OneShotPlanOf(subsets[r]));
+        ASSERT_TRUE(ref.ok()) << ref.status();
+        EXPECT_LE(ToleranceRatio((*got)[r], *ref, 1e-5, 1e-4), 1.0)
+            << ToString(quant) << " tp " << tp << " rank " << r;
+      }
+    }
+  }
+  ServingConfig bad = SmallExpertModel(2, 1);
+  bad.attention_dp = true;
+  EXPECT_EQ(bad.Validate().message(), "attention_dp needs experts and ep (1) = tp (2)");
 }
 
 // Weight-only int4 experts (groups of 8 inputs, which every layout's slices keep whole, so
