@@ -625,6 +625,7 @@ absl::StatusOr<kernels::serving::ServingStepConfig> ValidateServingStep(
   }
   ks::ServingStepConfig c;
   if (absl::Status s = ReadServingModel(t, worker, &c.model); !s.ok()) return s;
+  c.model.attention_dp = t.attention_dp();
   switch (t.phase()) {
     case v1::ServingStepTask::PHASE_PREFILL:
       c.phase = ks::ServingPhase::kPrefill;

@@ -181,6 +181,10 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
 
 absl::Status ServeOptions::Validate() const {
   PT_RETURN_IF_ERROR(model.Validate());
+  if (model.attention_dp) {
+    return absl::UnimplementedError(
+        "the serving loop does not schedule attention data-parallel ranks (model.attention_dp)");
+  }
   PT_RETURN_IF_ERROR(trace.Validate());
   BatcherLimits limits;
   limits.max_batch_size = max_batch_size;

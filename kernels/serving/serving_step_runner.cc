@@ -29,8 +29,18 @@ PhaseTiming Timing(const std::string& name, std::vector<double> v) {
   return p;
 }
 
-// The model with the task's cache; vocab 0 becomes a minimal 128·tp table.
-ServingConfig ModelFor(const ServingStepConfig& c) {
+// Sequences of the step on rank `rank`: all of them, or with attention data parallelism
+// its share (the first batch % tp ranks one more), at least one: TensorRT-LLM gives an idle
+// attention-DP rank a dummy request, as every rank takes part in the experts' all-to-all.
+int64_t RankBatch(const ServingStepConfig& c, int64_t rank) {
+  if (!c.model.attention_dp) return c.batch;
+  const int64_t tp = c.model.parallel.tp;
+  return std::max<int64_t>(1, c.batch / tp + (rank < c.batch % tp ? 1 : 0));
+}
+
+// The model with the task's cache for `batch` sequences; vocab 0 becomes a minimal 128·tp
+// table.
+ServingConfig ModelFor(const ServingStepConfig& c, int64_t batch) {
   ServingConfig m = c.model;
   if (m.shape.vocab_size == 0) m.shape.vocab_size = 128 * m.parallel.tp;
   const int64_t tokens = c.phase == ServingPhase::kDecode ? c.context_length + 1 : c.seq_length;
@@ -42,23 +52,24 @@ ServingConfig ModelFor(const ServingStepConfig& c) {
     const int64_t w = LayerAttentionWindow(m.attention_window, m.window_attn_skip_freq, l);
     layer_blocks += w > 0 ? WindowedBlocks(tokens, bs, w, chunk) : WholeContextBlocks(tokens, bs);
   }
-  m.num_kv_blocks = (c.batch * layer_blocks + m.num_layers - 1) / m.num_layers;
+  m.num_kv_blocks = (batch * layer_blocks + m.num_layers - 1) / m.num_layers;
   return m;
 }
 
 absl::Status RunRank(const ServingStepConfig& c, const ServingGroups& groups,
                      ServingStepResult* result) {
-  const ServingConfig mc = ModelFor(c);
+  Communicator& comm = *groups.tp;
+  const int64_t batch = RankBatch(c, comm.rank());
+  const ServingConfig mc = ModelFor(c, batch);
   auto backend = MakeCpuBackend(c.capacity_bytes_per_rank, mc.threads);
   const ParallelContext ctx = groups.context(backend.get());
-  Communicator& comm = *groups.tp;
   PT_ASSIGN_OR_RETURN(std::unique_ptr<ServingModel> model, ServingModel::Create(mc, ctx));
   PagedKvCache& cache = model->cache();
   const int64_t row = cache.shape().groups * cache.shape().head_dim;
   if (c.phase == ServingPhase::kDecode) {
     // Synthetic cached context: the step's cost does not depend on the values.
     std::vector<float> kv(2 * row);
-    for (int64_t s = 0; s < c.batch; ++s) {
+    for (int64_t s = 0; s < batch; ++s) {
       PT_RETURN_IF_ERROR(cache.ReserveContext(s, c.context_length));
       for (int64_t l = 0; l < mc.num_layers; ++l) {
         for (int64_t p = 0; p < c.context_length; ++p) {
@@ -74,7 +85,7 @@ absl::Status RunRank(const ServingStepConfig& c, const ServingGroups& groups,
   std::vector<SeqChunk> chunks;
   std::vector<int32_t> tokens;
   const int64_t V = mc.shape.vocab_size;
-  for (int64_t s = 0; s < c.batch; ++s) {
+  for (int64_t s = 0; s < batch; ++s) {
     const bool decode = c.phase == ServingPhase::kDecode;
     const int64_t n = decode ? 1 : c.seq_length;
     chunks.push_back({s, decode ? c.context_length : 0, n, c.logits});
@@ -114,8 +125,11 @@ absl::Status RunRank(const ServingStepConfig& c, const ServingGroups& groups,
                       Timing("tp_comm", tp_comm),     Timing("logits", logits)};
     result->weight_bytes = model->weight_bytes();
     result->kv_cache_bytes = cache.bytes();
-    result->tp_allreduce_bytes = StepTokens(chunks) * mc.shape.hidden_size * 4;
-    result->tp_allreduces_per_step = 1 + 2 * mc.num_layers;
+    // Attention data parallelism has no TP all-reduces (the experts' all-to-alls count
+    // with their GEMMs).
+    const bool tp_reduces = !mc.attention_dp;
+    result->tp_allreduce_bytes = tp_reduces ? StepTokens(chunks) * mc.shape.hidden_size * 4 : 0;
+    result->tp_allreduces_per_step = tp_reduces ? 1 + 2 * mc.num_layers : 0;
   }
   return absl::OkStatus();
 }

@@ -26,7 +26,9 @@ struct ServingStepConfig {
   /// derived from the batch). A vocab_size of 0 is replaced by 128·tp (a minimal table).
   ServingConfig model;
   ServingPhase phase = ServingPhase::kDecode;
-  int64_t batch = 1;           ///< Sequences in the step.
+  /// Sequences in the step (with model.attention_dp: over all the ranks, each running its
+  /// share, at least one).
+  int64_t batch = 1;
   int64_t seq_length = 0;      ///< Prefill: prompt tokens per sequence.
   int64_t context_length = 0;  ///< Decode: tokens already cached per sequence.
   bool logits = false;         ///< Include final norm, output GEMM and greedy sampling.
@@ -44,7 +46,8 @@ struct ServingStepResult {
   std::vector<int64_t> peak_bytes_per_rank;
   int64_t weight_bytes = 0;    ///< Per rank.
   int64_t kv_cache_bytes = 0;  ///< Per rank.
-  /// Bytes of each TP all-reduce of the step (tokens·h·4) and their number (1 + 2·layers).
+  /// Bytes of each TP all-reduce of the step (tokens·h·4) and their number (1 + 2·layers);
+  /// 0 with attention data parallelism.
   int64_t tp_allreduce_bytes = 0;
   int64_t tp_allreduces_per_step = 0;
 };

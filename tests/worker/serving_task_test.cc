@@ -297,6 +297,37 @@ TEST(ServingStepTask, ExpertLayersRunWithEachExpertSplitOverTheRanks) {
   EXPECT_NE(r.message().find("ffn"), std::string::npos) << r.message();
 }
 
+// Attention data parallelism over 2 ranks (layer 1 of 2 an expert layer, ep 2): each rank
+// holds attention, the dense layer and the minimal vocabulary (256 rows) whole and 2 of the
+// 4 experts whole; rank 0 runs 2 of the 3 sequences (its own cache, every KV head) and no
+// TP all-reduce happens.
+TEST(ServingStepTask, AttentionDataParallelRanksHoldWholeAttentionAndTheirShareOfExperts) {
+  auto executor = CreateKernelsExecutor(CpuSlots(2));
+  CancelFlag cancel;
+  v1::ProfileTask step = StepTask(v1::ServingStepTask::PHASE_DECODE, 2);
+  SetExperts(step.mutable_serving_step()->mutable_moe());
+  step.mutable_serving_step()->mutable_moe()->set_ep(2);
+  step.mutable_serving_step()->set_first_k_dense_layers(1);
+  step.mutable_serving_step()->set_attention_dp(true);
+  v1::TaskResult r = executor->Execute(step, cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  const v1::ServingStepProfile& p = r.serving_step();
+  ExpectPhases(p);
+  // 2 sequences × ceil(41/16) = 6 blocks of 16 tokens, K and V, 4 KV heads of 8, 2 layers.
+  EXPECT_EQ(p.kv_cache_bytes(), 2 * 6 * 2 * 16 * kGroups * kD * 4);
+  const int64_t dense_ffn = 4 * (2 * kFfn * kH + kH * kFfn);
+  const int64_t experts = 4 * (4 * kH + 2 * (64 * kH + kH * 32));
+  EXPECT_EQ(p.weight_bytes(),
+            2 * LayerWeightBytes(1) - dense_ffn + experts + 2 * 256 * kH * 4 + kH * 4);
+  EXPECT_EQ(p.tp_allreduce_bytes(), 0);
+  EXPECT_EQ(p.tp_allreduces_per_step(), 0);
+  // Without ep = tp the layout is refused naming the rule.
+  step.mutable_serving_step()->mutable_moe()->set_ep(1);
+  r = executor->Execute(step, cancel);
+  EXPECT_NE(r.outcome(), v1::TaskResult::OUTCOME_OK);
+  EXPECT_EQ(r.message(), "invalid task: attention_dp needs experts and ep (1) = tp (2)");
+}
+
 TEST(ServingVerifyTask, RefusalsSayWhy) {
   auto executor = CreateKernelsExecutor(CpuSlots(2));
   CancelFlag cancel;
