@@ -26,7 +26,8 @@ std::vector<int64_t> Doublings(int64_t top) {
 // Sequences one engine of `c` decodes at once at most: its batch limit, capped by the
 // clients the workload has.
 int64_t LargestBatch(const InferenceJobSpec& spec, const ServingConfig& c) {
-  int64_t b = c.max_batch_size;
+  // With attention data parallelism the instance schedules every rank's limit.
+  int64_t b = c.max_batch_size * c.attention_dp_size();
   const ServingSpec& s = spec.serving;
   if (s.concurrency) b = std::min(b, *s.concurrency);
   if (!s.concurrency && !s.request_rate) b = std::min(b, s.num_requests);
@@ -43,7 +44,7 @@ std::string ServingKernelsUnsupportedReason(const ModelSpec& model) {
 }
 
 std::string StepShape::ToString() const {
-  return absl::StrCat("tp", tp, ep > 1 ? absl::StrCat(" ep", ep) : "",
+  return absl::StrCat("tp", tp, ep > 1 ? absl::StrCat(" ep", ep) : "", attention_dp ? " adp" : "",
                       " w:", std::string(inference::ToString(weight_precision)),
                       " kv:", std::string(inference::ToString(kv_cache_precision)));
 }
@@ -65,6 +66,7 @@ std::string ServingStepTaskSpec::Key() const {
                          " dense0=", model.first_k_dense_layers, " freq=", model.moe_layer_freq)
           : "",
       " tp=", shape.tp, shape.ep > 1 ? absl::StrCat(" ep=", shape.ep) : "",
+      shape.attention_dp ? " adp=1" : "",
       " w=", std::string(inference::ToString(shape.weight_precision)),
       " kv=", std::string(inference::ToString(shape.kv_cache_precision)), " blk=", kv_block_size,
       phase == ServingStepPhase::kPrefill ? " prefill" : " decode", " b=", batch, " len=", length,
@@ -83,12 +85,12 @@ absl::StatusOr<ServingProfilePlan> PlanServingProfiles(const InferenceJobSpec& s
   if (!ServingKernelsUnsupportedReason(spec.model).empty()) return out;  // All modelled.
   for (const InferenceRankedConfig& r : plan.ranked) {
     const ServingConfig& c = r.config;
-    // Stays modelled: a task times a whole instance's layers on tp ranks that all hold the
-    // batch (no pipeline stages, no attention data parallelism).
-    if (c.pp != 1 || c.attention_dp) continue;
-    auto& [batch, tokens] = shapes[StepShape{c.tp, c.weight_precision, c.kv_cache_precision, c.ep}];
+    // Stays modelled: a task times a whole instance's layers (no pipeline stages).
+    if (c.pp != 1) continue;
+    auto& [batch, tokens] =
+        shapes[StepShape{c.tp, c.weight_precision, c.kv_cache_precision, c.ep, c.attention_dp}];
     batch = std::max(batch, std::min(LargestBatch(spec, c), options.max_grid_batch));
-    tokens = std::max(tokens, c.max_num_tokens);
+    tokens = std::max(tokens, c.max_num_tokens * c.attention_dp_size());
   }
   std::set<std::string> keys;
   std::set<int64_t> sweep_rows;
@@ -119,7 +121,7 @@ absl::StatusOr<ServingProfilePlan> PlanServingProfiles(const InferenceJobSpec& s
   }
   std::set<int64_t> tps;
   for (const auto& [shape, limits] : shapes) {
-    if (shape.tp > 1) tps.insert(shape.tp);
+    if (shape.tp > 1 && !shape.attention_dp) tps.insert(shape.tp);
   }
   for (int64_t tp : tps) {
     CollectiveSweepSpec sweep;
@@ -157,16 +159,15 @@ absl::StatusOr<InferencePlanResult> ComposeInference(const InferenceJobSpec& spe
   const std::string kernels_unsupported = ServingKernelsUnsupportedReason(spec.model);
   for (const InferenceRankedConfig& m : modelled.ranked) {
     const ServingConfig& c = m.config;
-    const StepShape shape{c.tp, c.weight_precision, c.kv_cache_precision, c.ep};
+    const StepShape shape{c.tp, c.weight_precision, c.kv_cache_precision, c.ep, c.attention_dp};
     auto table = tables.find(shape);
-    if (!kernels_unsupported.empty() || c.pp != 1 || c.attention_dp || table == tables.end()) {
+    if (!kernels_unsupported.empty() || c.pp != 1 || table == tables.end()) {
       InferenceRankedConfig r = m;
       std::string why = !kernels_unsupported.empty() ? kernels_unsupported
                         : c.pp != 1                  ? "pp > 1 is not profiled"
-                        : c.attention_dp             ? "attention_dp is not profiled"
                                                      : "no measurements";
       if (auto f = unusable.find(shape);
-          kernels_unsupported.empty() && c.pp == 1 && !c.attention_dp && f != unusable.end()) {
+          kernels_unsupported.empty() && c.pp == 1 && f != unusable.end()) {
         why = f->second;
       }
       r.notes.insert(r.notes.begin(), absl::StrCat("modelled steps: ", why));
@@ -190,7 +191,7 @@ absl::StatusOr<InferencePlanResult> ComposeInference(const InferenceJobSpec& spe
                         r->output_tokens_per_sec_per_gpu, m.tpot_ms.p50, m.ttft_ms.p50,
                         m.output_tokens_per_sec_per_gpu));
     if (auto ar = measured.allreduce.find(c.tp);
-        ar != measured.allreduce.end() && !ar->second.empty()) {
+        !c.attention_dp && ar != measured.allreduce.end() && !ar->second.empty()) {
       const auto& [bytes, seconds] = ar->second.front();
       r->notes.push_back(absl::StrFormat("TP all-reduce of %d bytes measured %.1f us (sweep)",
                                          bytes, seconds * 1e6));

@@ -40,8 +40,12 @@ struct StepShape {
   QuantFormat kv_cache_precision = QuantFormat::kBf16;
   /// Expert-parallel groups inside the tp ranks (a mixture-of-experts model; divides tp).
   int64_t ep = 1;
+  /// Attention data parallelism (ep = tp): the tasks' batch is the instance's, each rank
+  /// running its share.
+  bool attention_dp = false;
   auto operator<=>(const StepShape&) const = default;
-  /// "tp2 w:int8 kv:bf16" ("tp4 ep2 w:..." with ep > 1).
+  /// "tp2 w:int8 kv:bf16" ("tp4 ep2 w:..." with ep > 1, "tp4 ep4 adp w:..." with attention
+  /// data parallelism).
   std::string ToString() const;
 };
 

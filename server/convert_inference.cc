@@ -441,6 +441,7 @@ v1::ProfileTask ToProto(const inference::ServingStepTaskSpec& task) {
   t->set_window_attn_skip_freq(task.model.window_attn_skip_freq);
   SetServingExperts(task.model, t);
   if (task.shape.ep > 1) t->mutable_moe()->set_ep(task.shape.ep);
+  t->set_attention_dp(task.shape.attention_dp);
   t->set_warmup(task.warmup);
   t->set_iters(task.iters);
   return out;
@@ -456,6 +457,7 @@ absl::StatusOr<inference::StepShape> StepShapeFromTask(const v1::ServingStepTask
   shape.weight_precision = *w;
   shape.kv_cache_precision = *kv;
   shape.ep = task.has_moe() ? std::max<int64_t>(1, task.moe().ep()) : 1;
+  shape.attention_dp = task.attention_dp();
   return shape;
 }
 

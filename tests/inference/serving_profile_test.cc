@@ -190,6 +190,19 @@ TEST(ServingProfileTest, MixtureOfExpertsModelsAreProfiledWithTheirExperts) {
   }
   EXPECT_EQ(shapes, (std::set<std::string>{"tp1 w:int8 kv:bf16", "tp2 w:int8 kv:bf16",
                                            "tp2 ep2 w:int8 kv:bf16"}));
+  // Attention data parallelism (ep = tp) too: its own shape, whose tasks say so.
+  j["search"]["tp"] = {2};
+  j["search"]["ep"] = {2};
+  j["search"]["attention_dp"] = {false, true};
+  p = ProfileOf(j);
+  ASSERT_TRUE(p.ok()) << p.status();
+  shapes.clear();
+  for (const ServingStepTaskSpec& t : p->profile.steps) {
+    shapes.insert(t.shape.ToString());
+    EXPECT_EQ(t.Key().find(" adp=1 ") != std::string::npos, t.shape.attention_dp) << t.Key();
+  }
+  EXPECT_EQ(shapes,
+            (std::set<std::string>{"tp2 ep2 w:int8 kv:bf16", "tp2 ep2 adp w:int8 kv:bf16"}));
 }
 
 // A model whose first layer attends to a 32-token window is profiled with its window (the

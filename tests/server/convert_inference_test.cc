@@ -346,6 +346,11 @@ TEST(ConvertInferenceTest, ServingStepTaskCarriesItsExpertParallelShape) {
   back = StepShapeFromTask(ToProto(spec).serving_step());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, spec.shape);
+  spec.shape = {2, inference::QuantFormat::kInt8, inference::QuantFormat::kBf16, 2, true};
+  EXPECT_TRUE(ToProto(spec).serving_step().attention_dp());
+  back = StepShapeFromTask(ToProto(spec).serving_step());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, spec.shape);
 }
 
 TEST(ConvertInferenceTest, BadInferenceFieldsAreRejectedNamingTheField) {
