@@ -209,6 +209,26 @@ TEST_F(InferenceVerifyE2eTest, AMixtureOfExpertsModelIsProfiledAndVerified) {
   ASSERT_FALSE(ep2_ranked.empty()) << ep2_results.dump(1);
   for (const json& r : ep2_ranked) EXPECT_EQ(r["config"]["ep"], 2) << r.dump(1);
   ExpectMeasuredAndVerified(ep2_ranked);
+
+  // With attention data parallelism (each rank its own sequences, the experts behind an
+  // all-to-all) the steps are measured too; the serving loop does not schedule such ranks,
+  // so the layouts are not verified, saying why.
+  spec_text.replace(spec_text.find("ep: [2],"), std::string("ep: [2],").size(),
+                    "ep: [2], attention_dp: [true],");
+  const std::string adp = Submit(spec_text);
+  ASSERT_FALSE(adp.empty());
+  ASSERT_EQ(Cli("watch " + adp).exit_code, 0) << ReadFile(err_);
+  const json adp_results = json::parse(Cli("results " + adp + " --json").out, nullptr, false);
+  ASSERT_FALSE(adp_results.is_discarded());
+  const json& adp_ranked = adp_results["plan"]["inference"]["ranked"];
+  ASSERT_FALSE(adp_ranked.empty()) << adp_results.dump(1);
+  for (const json& r : adp_ranked) {
+    EXPECT_EQ(r["config"]["attention_dp"], true) << r.dump(1);
+    EXPECT_EQ(r["decode_step"]["source"], "measured") << r.dump(1);
+    EXPECT_EQ(r["prefill_step"]["source"], "measured");
+    EXPECT_EQ(r["verification"].value("status", std::string()),
+              "not verified: the serving loop does not run attention data parallelism");
+  }
 }
 
 }  // namespace
