@@ -22,7 +22,6 @@ std::string ServingUnsupportedReason(const ModelSpec& m, const v1::ServingConfig
   if (c.pp() > 1)
     return absl::StrCat("the serving loop runs tensor parallelism only (pp ", c.pp(), ")");
   if (c.disaggregated()) return "the serving loop does not run disaggregated pools";
-  if (c.attention_dp()) return "the serving loop does not run attention data parallelism";
   return "";
 }
 
@@ -46,6 +45,7 @@ v1::ServingVerifyTask MakeServingVerifyTask(const inference::InferenceJobSpec& s
   t.set_window_attn_skip_freq(m.window_attn_skip_freq);
   SetServingExperts(m, &t);
   if (r.config().ep() > 1) t.mutable_moe()->set_ep(r.config().ep());
+  t.set_attention_dp(r.config().attention_dp());
   t.set_tp(r.config().tp());
   t.set_max_batch_size(r.config().max_batch_size());
   t.set_max_num_tokens(r.config().max_num_tokens());

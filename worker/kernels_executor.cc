@@ -611,6 +611,7 @@ absl::Status ReadServingModel(const ServingTask& t, const Worker& worker,
   if (absl::Status s = ReadExpertLayers(t, &m); !s.ok()) return s;
   // The experts split over moe.ep of the tp ranks, each over tp / ep (0 means 1).
   if (t.has_moe()) m.parallel.ep = std::max<int64_t>(1, t.moe().ep());
+  m.attention_dp = t.attention_dp();
   return absl::OkStatus();
 }
 
@@ -625,7 +626,6 @@ absl::StatusOr<kernels::serving::ServingStepConfig> ValidateServingStep(
   }
   ks::ServingStepConfig c;
   if (absl::Status s = ReadServingModel(t, worker, &c.model); !s.ok()) return s;
-  c.model.attention_dp = t.attention_dp();
   switch (t.phase()) {
     case v1::ServingStepTask::PHASE_PREFILL:
       c.phase = ks::ServingPhase::kPrefill;

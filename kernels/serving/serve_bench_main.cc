@@ -10,7 +10,8 @@
 //       [--ffn 1408] [--vocab 4096] [--isl 128] [--osl 32] [--num_requests 32]
 //       [--concurrency 8 | --rate 4.0] [--max_batch_size 8] [--max_num_tokens 256]
 //       [--no_chunked_prefill] [--kv_block_size 16] [--kv_blocks 256] [--kv_dtype fp32]
-//       [--weights none|int8|int4] [--experts 8 --topk 2 --expert_ffn 704 [--ep 2]]
+//       [--weights none|int8|int4] [--experts 8 --topk 2 --expert_ffn 704 [--ep 2]
+//       [--attention_dp]]
 //       [--rounds 3] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -132,6 +133,9 @@ int Main(int argc, char** argv) {
   app.add_option("--topk", topk, "experts per token");
   app.add_option("--expert_ffn", expert_ffn, "FFN size of one expert (0: --ffn)");
   app.add_option("--ep", ep, "expert-parallel ranks inside tp (each expert over tp / ep)");
+  bool attention_dp = false;
+  app.add_flag("--attention_dp", attention_dp,
+               "each rank its own requests, attention whole (needs --experts, --ep = --tp)");
   app.add_option("--warmup", o.warmup_steps, "untimed warm-up steps");
   app.add_option("--rounds", rounds, "repetitions of the whole trace");
   app.add_flag("--json", json);
@@ -139,6 +143,7 @@ int Main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   m.parallel.tp = tp;
   m.parallel.ep = ep;
+  m.attention_dp = attention_dp;
   if (experts > 0) {
     MoeLayerConfig moe;
     moe.num_experts = experts;
@@ -173,8 +178,9 @@ int Main(int argc, char** argv) {
         (long long)m.ffn_hidden_size(), (long long)m.shape.vocab_size, (long long)tp,
         weights.c_str(), kv_dtype.c_str(), (long long)m.num_kv_blocks, (long long)m.kv_block_size);
     if (m.moe.has_value()) {
-      std::printf("# experts: %lld of %lld, top-%lld, ep %lld\n", (long long)experts,
-                  (long long)m.moe->ffn_hidden, (long long)topk, (long long)ep);
+      std::printf("# experts: %lld of %lld, top-%lld, ep %lld%s\n", (long long)experts,
+                  (long long)m.moe->ffn_hidden, (long long)topk, (long long)ep,
+                  attention_dp ? ", attention data parallelism" : "");
     }
     std::printf("# trace: %lld requests, isl %lld, osl %lld, %s", (long long)o.trace.num_requests,
                 (long long)o.trace.isl, (long long)o.trace.osl, mode.c_str());
@@ -233,6 +239,7 @@ int Main(int argc, char** argv) {
     nlohmann::json out = {{"config",
                            {{"tp", tp},
                             {"ep", ep},
+                            {"attention_dp", attention_dp},
                             {"experts", experts},
                             {"topk", topk},
                             {"expert_ffn", m.moe.has_value() ? m.moe->ffn_hidden : 0},

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -31,12 +32,41 @@ double Elapsed(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// One rank's loop; rank 0 fills *result.
-absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& trace,
-                     const ServingGroups& ranks, ServeResult* result) {
+// With attention data parallelism each rank serves its own requests: the clients (closed
+// loop) or the arrivals are dealt round-robin over the ranks that get any, request i to
+// rank i % owners, as a load-balancing router spreads identical requests.
+struct RankShare {
+  std::vector<TraceRequest> requests;  // this rank's, in trace order
+  int64_t concurrency = 0;             // its closed-loop clients
+};
+RankShare ShareOf(const ServeOptions& o, const std::vector<TraceRequest>& trace, int rank,
+                  int ranks) {
+  RankShare share;
+  if (!o.model.attention_dp) {
+    share.requests = trace;
+    share.concurrency = o.trace.concurrency;
+    return share;
+  }
+  const int64_t c = o.trace.concurrency;
+  const int64_t owners = c > 0 ? std::min<int64_t>(ranks, c) : ranks;
+  for (size_t i = static_cast<size_t>(rank); rank < owners && i < trace.size();
+       i += static_cast<size_t>(owners)) {
+    share.requests.push_back(trace[i]);
+  }
+  if (c > 0 && rank < owners) share.concurrency = c / owners + (rank < c % owners ? 1 : 0);
+  return share;
+}
+
+// One rank's loop: its requests' records go to result->requests (under *mu); rank 0 fills
+// the rest of *result.
+absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& all_requests,
+                     const ServingGroups& ranks, ServeResult* result, std::mutex* mu) {
   auto backend = MakeCpuBackend(o.capacity_bytes, o.model.threads);
   const ParallelContext ctx = ranks.context(backend.get());
   Communicator& comm = *ranks.tp;
+  const bool adp = o.model.attention_dp;
+  const RankShare share = ShareOf(o, all_requests, comm.rank(), comm.size());
+  const std::vector<TraceRequest>& trace = share.requests;
   PT_ASSIGN_OR_RETURN(std::unique_ptr<ServingModel> model, ServingModel::Create(o.model, ctx));
   const int64_t V = o.model.shape.vocab_size;
 
@@ -67,7 +97,8 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
   ContinuousBatcher batcher(limits);
 
   const int64_t n = static_cast<int64_t>(trace.size());
-  std::vector<RequestRecord> records(n);
+  // Indexed by request id (the full trace's index).
+  std::vector<RequestRecord> records(all_requests.size());
   std::map<int64_t, std::vector<int32_t>> prompts;
   std::map<int64_t, int32_t> last_token;
   int64_t next_arrival = 0;  // trace index of the next request to admit
@@ -77,12 +108,13 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
     const TraceRequest& r = trace[i];
     PT_RETURN_IF_ERROR(batcher.Add(r.id, r.isl, r.osl));
     prompts[r.id] = PromptTokens(o.trace.seed, r.id, r.isl, V);
-    records[i].id = r.id, records[i].isl = r.isl, records[i].osl = r.osl;
-    records[i].arrival_s = closed_loop ? now : r.arrival_s;
+    RequestRecord& rec = records[r.id];
+    rec.id = r.id, rec.isl = r.isl, rec.osl = r.osl;
+    rec.arrival_s = closed_loop ? now : r.arrival_s;
     return absl::OkStatus();
   };
   if (closed_loop) {
-    for (; next_arrival < std::min(n, o.trace.concurrency); ++next_arrival) {
+    for (; next_arrival < std::min(n, share.concurrency); ++next_arrival) {
       PT_RETURN_IF_ERROR(add(next_arrival, 0.0));
     }
   }
@@ -91,7 +123,22 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
   StepStats stats;
   PT_RETURN_IF_ERROR(comm.Barrier());
   const Clock::time_point t0 = Clock::now();
-  while (finished < n) {
+  // Attention-DP ranks step together (the experts' all-to-all): the loop runs while any
+  // rank has requests left, and a rank with nothing to run then steps a one-token dummy
+  // sequence (TensorRT-LLM's dummy requests).
+  constexpr int64_t kDummySeq = -2;
+  const auto any_rank = [&](bool mine) -> absl::StatusOr<bool> {
+    double v = mine ? 1.0 : 0.0;
+    PT_RETURN_IF_ERROR(comm.AllReduce(&v, 1, DType::kF64));
+    return v > 0;
+  };
+  while (true) {
+    if (adp) {
+      PT_ASSIGN_OR_RETURN(const bool unfinished, any_rank(finished < n));
+      if (!unfinished) break;
+    } else if (finished >= n) {
+      break;
+    }
     // Only Poisson admission reads the clock; offline and closed-loop plans depend on
     // completions alone, so they skip the broadcast (one collective less per step).
     double now = 0;
@@ -110,7 +157,23 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
       returning.clear();
       if (plan.empty()) plan = batcher.Plan();  // nothing was running: they go at once
     }
-    if (plan.empty()) {
+    bool dummy = false;
+    if (adp) {
+      PT_ASSIGN_OR_RETURN(const bool someone_runs, any_rank(!plan.empty()));
+      dummy = someone_runs && plan.empty();
+      if (!someone_runs) {
+        // Idle until the next Poisson arrival of any rank: the full trace's first after
+        // the broadcast time, the same target on every rank.
+        const auto next = std::find_if(all_requests.begin(), all_requests.end(),
+                                       [&](const TraceRequest& r) { return r.arrival_s > now; });
+        if (closed_loop || next == all_requests.end()) {
+          return absl::InternalError("serve loop: nothing can run but requests are unfinished");
+        }
+        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(next->arrival_s)));
+        continue;
+      }
+    } else if (plan.empty()) {
       if (closed_loop || next_arrival >= n) {
         return absl::InternalError("serve loop: nothing can run but requests are unfinished");
       }
@@ -118,6 +181,11 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
       std::this_thread::sleep_until(
           t0 + std::chrono::duration_cast<Clock::duration>(
                    std::chrono::duration<double>(trace[next_arrival].arrival_s)));
+      continue;
+    }
+    if (dummy) {
+      PT_RETURN_IF_ERROR(model->Step({0}, {{kDummySeq, 0, 1, false}}, false).status());
+      model->Release(kDummySeq);
       continue;
     }
     std::vector<int32_t> tokens;
@@ -161,14 +229,11 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
       }
     }
   }
-  if (comm.rank() != 0) return absl::OkStatus();
-  result->requests = std::move(records);
-  double first = 1e300, last = 0;
-  for (const RequestRecord& r : result->requests) {
-    first = std::min(first, r.arrival_s);
-    last = std::max(last, r.finish_s);
+  if (adp || comm.rank() == 0) {  // without attention DP every rank ran every request
+    const std::lock_guard<std::mutex> lock(*mu);
+    for (const TraceRequest& r : trace) result->requests.push_back(records[r.id]);
   }
-  result->duration_s = last - first;
+  if (comm.rank() != 0) return absl::OkStatus();
   stats.phases = model->times();
   result->steps = stats;
   result->weight_bytes = model->weight_bytes();
@@ -181,10 +246,6 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& tra
 
 absl::Status ServeOptions::Validate() const {
   PT_RETURN_IF_ERROR(model.Validate());
-  if (model.attention_dp) {
-    return absl::UnimplementedError(
-        "the serving loop does not schedule attention data-parallel ranks (model.attention_dp)");
-  }
   PT_RETURN_IF_ERROR(trace.Validate());
   BatcherLimits limits;
   limits.max_batch_size = max_batch_size;
@@ -261,12 +322,22 @@ absl::StatusOr<ServeResult> RunServeLoop(const ServeOptions& options) {
   static std::atomic<int> group{0};
   const std::string prefix = absl::StrCat("serve", group.fetch_add(1));
   ServeResult result;
+  std::mutex mu;
   PT_RETURN_IF_ERROR(RunRankThreads(t, [&](int r) -> absl::Status {
     PT_ASSIGN_OR_RETURN(
         const ServingGroups groups,
         MakeServingGroups(rendezvous, prefix, r, t, static_cast<int>(options.model.parallel.ep)));
-    return RunRank(options, trace, groups, &result);
+    return RunRank(options, trace, groups, &result, &mu);
   }));
+  // Every rank's requests (with attention data parallelism each rank's own), by id.
+  std::sort(result.requests.begin(), result.requests.end(),
+            [](const RequestRecord& a, const RequestRecord& b) { return a.id < b.id; });
+  double first = 1e300, last = 0;
+  for (const RequestRecord& r : result.requests) {
+    first = std::min(first, r.arrival_s);
+    last = std::max(last, r.finish_s);
+  }
+  result.duration_s = result.requests.empty() ? 0.0 : last - first;
   return result;
 }
 

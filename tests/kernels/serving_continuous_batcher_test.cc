@@ -226,6 +226,38 @@ TEST(ServeLoop, AClosedLoopRequestJoinsTheStepAfterTheOneRunningWhenItIsIssued) 
   EXPECT_EQ(r->steps.steps, 5);
 }
 
+// Attention data parallelism over 2 ranks (every layer 4 experts, ep 2): each rank serves
+// its own requests, dealt round-robin (rank 0: ids 0, 2, 4, 6) with its share of the
+// clients, and the ranks step together until all are done. Every request completes with
+// its tokens; rank 0 prefilled exactly its requests' prompts and never ran more sequences
+// than its clients. Offline and Poisson arrivals (idle ranks step a dummy sequence, all
+// ranks idle until the next arrival) complete too.
+TEST(ServeLoop, AttentionDataParallelRanksServeTheirOwnRequests) {
+  ServeOptions o = TinyServe(2);
+  o.model = testing::SmallExpertModel(2, 2);
+  o.model.kv_block_size = 8;
+  o.model.num_kv_blocks = 32;
+  o.model.attention_dp = true;
+  for (int mode = 0; mode < 3; ++mode) {
+    o.trace.concurrency = mode == 0 ? 3 : 0;
+    o.trace.request_rate = mode == 2 ? 400.0 : 0.0;
+    auto r = RunServeLoop(o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(static_cast<int64_t>(r->requests.size()), o.trace.num_requests) << mode;
+    int64_t rank0_isl = 0;
+    for (const RequestRecord& q : r->requests) {
+      EXPECT_EQ(q.output_tokens, q.osl) << mode << " request " << q.id;
+      EXPECT_LE(q.ttft_s(), q.e2e_s()) << mode << " request " << q.id;
+      if (q.id % 2 == 0) rank0_isl += q.isl;
+    }
+    EXPECT_EQ(r->steps.prefill_tokens, rank0_isl) << mode;
+    if (mode == 0) {
+      EXPECT_LE(r->steps.max_step_sequences, 2);  // rank 0's 2 of 3 clients
+    }
+    EXPECT_GT(r->output_tokens_per_s(), 0.0) << mode;
+  }
+}
+
 TEST(ServeLoop, TooSmallMemoryIsResourceExhausted) {
   ServeOptions o = TinyServe(1);
   o.capacity_bytes = 64 << 10;  // the weights alone take more

@@ -86,6 +86,21 @@ inline ServingConfig SmallModel(int64_t tp, int64_t layers = 2) {
   return c;
 }
 
+/// SmallModel with every layer an expert layer of 4 SwiGLU experts of 32, top-2, and one
+/// shared expert of 32, on ep expert-parallel ranks inside tp.
+inline ServingConfig SmallExpertModel(int64_t tp, int64_t ep = 1) {
+  ServingConfig c = SmallModel(tp);
+  c.parallel.ep = ep;
+  MoeLayerConfig moe;
+  moe.num_experts = 4;
+  moe.topk = 2;
+  moe.ffn_hidden = 32;
+  moe.num_shared_experts = 1;
+  moe.shared_ffn_hidden = 32;
+  c.moe = moe;
+  return c;
+}
+
 /// Deterministic prompt tokens of sequence `seq`.
 inline std::vector<int32_t> Prompt(int64_t seq, int64_t len, int64_t vocab) {
   std::vector<int32_t> p(len);

@@ -18,6 +18,7 @@ namespace {
 using testing::Prompt;
 using testing::RunOnEachRank;
 using testing::RunOnRanks;
+using testing::SmallExpertModel;
 using testing::SmallModel;
 using testing::ToleranceRatio;
 
@@ -267,21 +268,6 @@ TEST(PagedKvCache, WindowedGroupsHoldTheirWindowAndFreeTheRest) {
   EXPECT_EQ(cache->free_blocks(), 16);
   shape.windowed = {true};
   EXPECT_FALSE(PagedKvCache::Create(*backend, shape).ok());
-}
-
-// SmallModel with every layer an expert layer of 4 SwiGLU experts of 32, top-2, and one
-// shared expert of 32, on ep expert-parallel ranks inside tp.
-ServingConfig SmallExpertModel(int64_t tp, int64_t ep = 1) {
-  ServingConfig c = SmallModel(tp);
-  c.parallel.ep = ep;
-  MoeLayerConfig moe;
-  moe.num_experts = 4;
-  moe.topk = 2;
-  moe.ffn_hidden = 32;
-  moe.num_shared_experts = 1;
-  moe.shared_ffn_hidden = 32;
-  c.moe = moe;
-  return c;
 }
 
 // Layer 1 of 2 is an expert layer (4 SwiGLU experts of 32, top-2, one shared expert):

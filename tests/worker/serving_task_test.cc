@@ -321,6 +321,16 @@ TEST(ServingStepTask, AttentionDataParallelRanksHoldWholeAttentionAndTheirShareO
             2 * LayerWeightBytes(1) - dense_ffn + experts + 2 * 256 * kH * 4 + kH * 4);
   EXPECT_EQ(p.tp_allreduce_bytes(), 0);
   EXPECT_EQ(p.tp_allreduces_per_step(), 0);
+  // The serving loop runs the layout: each rank its own requests, every one completed.
+  v1::ProfileTask verify = ServingVerify(2);
+  SetExperts(verify.mutable_serving_verify()->mutable_moe());
+  verify.mutable_serving_verify()->mutable_moe()->set_ep(2);
+  verify.mutable_serving_verify()->set_first_k_dense_layers(1);
+  verify.mutable_serving_verify()->set_attention_dp(true);
+  r = executor->Execute(verify, cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  EXPECT_EQ(r.serving_verify().requests(), 7);
+  EXPECT_EQ(r.serving_verify().wrong(), 0);
   // Without ep = tp the layout is refused naming the rule.
   step.mutable_serving_step()->mutable_moe()->set_ep(1);
   r = executor->Execute(step, cancel);
