@@ -439,22 +439,9 @@ double StepModel::AllReduceSeconds(double bytes) const {
   return std::min(ring, oneshot);
 }
 
-StepBreakdown StepModel::Breakdown(const StepWork& w) const {
-  StepBreakdown b;
-  const double rows = w.prefill_tokens + w.decode_sequences;
-  if (rows <= 0) return b;
-  if (measured_) {
-    b = measured_->Breakdown(w);
-    b.overhead = (engine_.step_overhead_s +
-                  engine_.per_sequence_overhead_s * (w.decode_sequences + w.sampled_sequences)) *
-                 1e3;
-    b.total += b.overhead;
-    return b;
-  }
-  const double layers = layers_per_stage_;
-  const double stages = static_cast<double>(pp_);
-  // The slowest rank's work: all of it, or with attention data parallelism its share of
-  // the sequences (rounded up) and of the prompt chunks (whole chunks, rounded up).
+StepWork StepModel::SlowestRankWork(const StepWork& w) const {
+  // All of it, or with attention data parallelism its share of the sequences (rounded up)
+  // and of the prompt chunks (whole chunks, rounded up).
   StepWork r = w;
   if (dp_ > 1) {
     const double dp = static_cast<double>(dp_);
@@ -471,6 +458,37 @@ StepBreakdown StepModel::Breakdown(const StepWork& w) const {
     }
     r.sampled_sequences = std::ceil(w.sampled_sequences / dp);
   }
+  return r;
+}
+
+StepBreakdown StepModel::Breakdown(const StepWork& w) const {
+  StepBreakdown b;
+  const double rows = w.prefill_tokens + w.decode_sequences;
+  if (rows <= 0) return b;
+  if (measured_) {
+    // An attention-DP table was measured with the step's work spread evenly over the ranks:
+    // the step waits for the slowest rank, so it is looked up at that rank's work times dp.
+    StepWork q = w;
+    if (dp_ > 1) {
+      const double dp = static_cast<double>(dp_);
+      const StepWork r = SlowestRankWork(w);
+      q.prefill_tokens = r.prefill_tokens * dp;
+      q.prefill_attention_pairs = r.prefill_attention_pairs * dp;
+      q.prefill_chunks = std::ceil(w.prefill_chunks / dp) * dp;
+      q.decode_sequences = r.decode_sequences * dp;
+      q.decode_context_tokens = r.decode_context_tokens * dp;
+      q.sampled_sequences = r.sampled_sequences * dp;
+    }
+    b = measured_->Breakdown(q);
+    b.overhead = (engine_.step_overhead_s +
+                  engine_.per_sequence_overhead_s * (w.decode_sequences + w.sampled_sequences)) *
+                 1e3;
+    b.total += b.overhead;
+    return b;
+  }
+  const double layers = layers_per_stage_;
+  const double stages = static_cast<double>(pp_);
+  const StepWork r = SlowestRankWork(w);
   const double rank_rows = r.prefill_tokens + r.decode_sequences;
   // Matmuls of the stage's layers, dense and expert.
   const double linear =

@@ -115,6 +115,9 @@ class StepModel {
   double StepSeconds(const StepWork& w) const;
   /// The same, by component (milliseconds).
   StepBreakdown Breakdown(const StepWork& w) const;
+  /// The work of the rank a step waits for: all of it, or with attention data parallelism
+  /// its share of the sequences (rounded up) and of the prompt chunks (whole, rounded up).
+  StepWork SlowestRankWork(const StepWork& w) const;
   /// From now on step times come from `table` (inference/measured_steps.h), measured on
   /// this instance's shape, plus the engine's per-step and per-sequence overheads
   /// (breakdowns then say source "measured"). Only for pp == 1 (the tasks time a whole

@@ -15,10 +15,11 @@
 //
 // With --experts E every layer is an expert layer of E SwiGLU experts of the model's FFN
 // width, top-2 (a Mixtral-like model; each expert split over the tp ranks); --ep N puts the
-// experts of the layouts whose tp N divides on N expert-parallel ranks (named "-epN").
+// experts of the layouts whose tp N divides on N expert-parallel ranks (named "-epN"), and
+// --attention_dp also runs those with ep = tp with attention data parallelism ("-adp").
 //
 //   serving_accuracy [--rounds 3] [--iters 5] [--layouts tp1-mbs4-offline,...] [--experts E]
-//                    [--ep N] [--json]
+//                    [--ep N [--attention_dp]] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -79,6 +80,7 @@ InferenceJobSpec SpecFor(const ks::ServingLayout& l) {
   inference::ServingSearchOptions& x = spec.search;
   x.tp = {o.model.parallel.tp};
   x.ep = {o.model.parallel.ep};
+  x.attention_dp = {o.model.attention_dp};
   x.pp = {1};
   x.replicas = {1};
   x.max_batch_size = {o.max_batch_size};
@@ -122,6 +124,9 @@ int Main(int argc, char** argv) {
   app.add_option("--experts", experts,
                  "every layer an expert layer of this many experts, top-2 (0: dense)");
   app.add_option("--ep", ep, "expert-parallel ranks of the layouts whose tp it divides");
+  bool attention_dp = false;
+  app.add_flag("--attention_dp", attention_dp,
+               "attention data parallelism for the layouts with ep = tp (needs --ep)");
   CLI11_PARSE(app, argc, argv);
   if (ep < 1 || (ep > 1 && (experts == 0 || experts % ep != 0))) {
     std::fprintf(stderr, "ep (%lld) must be >= 1 and, above 1, divide --experts (%lld)\n",
@@ -156,6 +161,10 @@ int Main(int argc, char** argv) {
       if (ep > 1 && l.options.model.parallel.tp % ep == 0) {
         l.options.model.parallel.ep = ep;
         l.name += absl::StrFormat("-ep%d", ep);
+        if (attention_dp && ep == l.options.model.parallel.tp) {
+          l.options.model.attention_dp = true;
+          l.name += "-adp";
+        }
       }
     }
     Row row;

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <vector>
 
+#include "inference/measured_steps.h"
 #include "search/device_catalog.h"
 #include "search/model_math.h"
 #include "search/presets.h"
@@ -441,6 +444,53 @@ TEST(StepModelTest, AttentionDataParallelWeightsAndKvPerRankByHand) {
   const RankMemory m = adp.Memory(256, 8192, 0.9);
   EXPECT_DOUBLE_EQ(adp.KvTokenCapacity(m), 8 * std::floor(m.kv_pool / (2.0 * 32 * 8 * 128 * 2)));
   EXPECT_EQ(adp.attention_dp_size(), 8);
+}
+
+// Measured attention-DP steps were timed with the work spread evenly over the ranks, and a
+// step waits for its slowest rank: on 8 ranks, one 64-token prompt chunk beside 2 decodes
+// (one rank prefills the chunk and decodes one sequence) is looked up as 8 of that rank's
+// work, 512 prompt tokens and 8 decodes; tensor-parallel attention looks the step up as is.
+TEST(StepModelTest, AttentionDataParallelMeasuredStepsAreLookedUpAtTheSlowestRanksWork) {
+  const auto bf16 = Layout(8, 1, QuantFormat::kBf16, QuantFormat::kBf16);
+  std::vector<StepSample> samples;
+  for (int64_t b : {1, 8, 16}) {
+    for (ServingStepPhase phase : {ServingStepPhase::kPrefill, ServingStepPhase::kDecode}) {
+      StepSample x;
+      x.phase = phase;
+      x.batch = b;
+      x.length = 64;
+      const double rows = phase == ServingStepPhase::kPrefill ? 64.0 * b : b;
+      x.gemm_s = 1e-3 + 1e-5 * rows;  // GEMMs 1 ms + 10 us per row; nothing else
+      x.total_s = x.gemm_s;
+      samples.push_back(x);
+    }
+  }
+  auto table = MeasuredStepTable::Create(samples);
+  ASSERT_TRUE(table.ok()) << table.status();
+  auto shared = std::make_shared<const MeasuredStepTable>(*table);
+  StepWork w;
+  w.prefill_tokens = 64;
+  w.prefill_chunks = 1;
+  w.prefill_attention_pairs = 64.0 * 32;
+  w.decode_sequences = 2;
+  w.decode_context_tokens = 2 * 64;
+  w.sampled_sequences = 3;
+  StepWork spread = w;  // the slowest rank's work, times 8
+  spread.prefill_tokens = 512;
+  spread.prefill_attention_pairs = 8 * 64.0 * 32;
+  spread.prefill_chunks = 8;
+  spread.decode_sequences = 8;
+  spread.decode_context_tokens = 8 * 64;
+  spread.sampled_sequences = 8;
+  StepModel adp = Make("mixtral-8x7b", "h100-sxm-80gb", AttentionDp(bf16));
+  adp.UseMeasured(shared);
+  const StepBreakdown got = adp.Breakdown(w);
+  EXPECT_NEAR(got.total - got.overhead, table->Breakdown(spread).total, 1e-9);
+  EXPECT_NEAR(got.total - got.overhead, 1.0 + 0.01 * (512 + 8), 1e-6);  // ms
+  StepModel tp8 = Make("mixtral-8x7b", "h100-sxm-80gb", bf16);
+  tp8.UseMeasured(shared);
+  const StepBreakdown as_is = tp8.Breakdown(w);
+  EXPECT_NEAR(as_is.total - as_is.overhead, 1.0 + 0.01 * (64 + 2), 1e-6);
 }
 
 // DeepSeek-V3 at tp 8 on H200, BF16 (by hand against TP 1, which holds everything): attention
