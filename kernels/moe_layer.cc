@@ -76,12 +76,23 @@ absl::Status MoeLayerConfig::Validate() const {
     PT_RETURN_IF_ERROR(Divides(shared_split(), tokens_replicated ? "ep * etp" : "etp",
                                shared_ffn_total(), "num_shared_experts * shared_ffn_hidden"));
   }
+  if ((tokens_replicated || external_expert_mlps) && !forward_only) {
+    return absl::InvalidArgumentError(
+        "tokens_replicated and external_expert_mlps (serving) need forward_only");
+  }
   if (tokens_replicated && (aux_loss_coeff > 0 || routing == ExpertRouting::kBalanced)) {
     return absl::InvalidArgumentError(
         "tokens_replicated (serving) routes by the real top-k without an auxiliary loss "
         "(routing must not be balanced, aux_loss_coeff must be 0)");
   }
   return absl::OkStatus();
+}
+
+FfnShard MoeLayerConfig::FfnShardOf(int64_t expert, int64_t ep_rank, int64_t etp_rank) const {
+  if (expert >= 0) return {expert, ffn_hidden, ffn_hidden / etp, etp_rank};
+  // With replicated tokens the shared experts are split over ep x etp ranks.
+  return {0, shared_ffn_total(), shared_ffn_total() / shared_split(),
+          tokens_replicated ? ep_rank * etp + etp_rank : etp_rank};
 }
 
 double MoeRandomWeight(uint64_t seed, int tensor, int64_t i, double scale) {
@@ -418,17 +429,21 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateFrom(const MoeLayerCon
   std::unique_ptr<MoeLayer> layer(new MoeLayer(config, ep, etp, backend, dtype));
   Params& w = layer->w_;
   Params& g = layer->g_;
+  const bool experts = !config.external_expert_mlps;
   PT_ASSIGN_OR_RETURN(w.router, layer->Alloc({e, h}, MemoryTag::kWeights));
-  PT_ASSIGN_OR_RETURN(w.fc1, layer->Alloc({le, 2 * fl, h}, MemoryTag::kWeights));
-  PT_ASSIGN_OR_RETURN(w.fc2, layer->Alloc({le, h, fl}, MemoryTag::kWeights));
-  PT_ASSIGN_OR_RETURN(w.shared_fc1, layer->Alloc({2 * fsl, h}, MemoryTag::kWeights));
-  PT_ASSIGN_OR_RETURN(w.shared_fc2, layer->Alloc({h, fsl}, MemoryTag::kWeights));
+  if (experts) {
+    PT_ASSIGN_OR_RETURN(w.fc1, layer->Alloc({le, 2 * fl, h}, MemoryTag::kWeights));
+    PT_ASSIGN_OR_RETURN(w.fc2, layer->Alloc({le, h, fl}, MemoryTag::kWeights));
+    PT_ASSIGN_OR_RETURN(w.shared_fc1, layer->Alloc({2 * fsl, h}, MemoryTag::kWeights));
+    PT_ASSIGN_OR_RETURN(w.shared_fc2, layer->Alloc({h, fsl}, MemoryTag::kWeights));
+  }
   const std::pair<const Tensor*, Tensor*> weight_and_grad[] = {{&w.router, &g.router},
                                                                {&w.fc1, &g.fc1},
                                                                {&w.fc2, &g.fc2},
                                                                {&w.shared_fc1, &g.shared_fc1},
                                                                {&w.shared_fc2, &g.shared_fc2}};
   for (const std::pair<const Tensor*, Tensor*>& wg : weight_and_grad) {
+    if (config.forward_only || !wg.first->defined()) continue;
     PT_ASSIGN_OR_RETURN(*wg.second,
                         backend->Zeros(wg.first->shape(), dtype, MemoryTag::kGradients));
   }
@@ -443,45 +458,37 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::CreateFrom(const MoeLayerCon
   std::vector<double> host(e * h);
   source(1, 0, e * h, host.data());
   PT_RETURN_IF_ERROR(backend->CopyFromHost(w.router, host));
-  // Column-parallel fc1: this ETP rank's slice of the gate rows and of the up rows;
-  // row-parallel fc2: its slice of the columns.
-  const int64_t first = ep->rank() * le;
-  auto shard = [&](int fc1, int fc2, int64_t ffn, int64_t ffn_local, int64_t expert, int64_t j,
-                   double* fc1_out, double* fc2_out) {
+  if (!experts) return layer;
+  // Column-parallel fc1: this rank's slice of the gate rows and of the up rows (each half
+  // contiguous); row-parallel fc2: its slice of the columns.
+  auto shard = [&](int fc1, int fc2, const FfnShard& s, double* fc1_out, double* fc2_out) {
     for (int64_t half = 0; half < 2; ++half) {
-      source(fc1, (expert * 2 * ffn + half * ffn + j * ffn_local) * h, ffn_local * h,
-             fc1_out + half * ffn_local * h);
+      source(fc1, s.Fc1Row(half * s.width, h), s.width * h, fc1_out + half * s.width * h);
     }
-    for (int64_t r = 0; r < h; ++r) {
-      source(fc2, (expert * h + r) * ffn + j * ffn_local, ffn_local, fc2_out + r * ffn_local);
-    }
+    for (int64_t r = 0; r < h; ++r) source(fc2, s.Fc2Row(r, h), s.width, fc2_out + r * s.width);
   };
   std::vector<double> fc1(le * 2 * fl * h), fc2(le * h * fl);
   for (int64_t x = 0; x < le; ++x) {
-    shard(2, 3, f, fl, first + x, etp->rank(), fc1.data() + x * 2 * fl * h,
-          fc2.data() + x * h * fl);
+    shard(2, 3, config.FfnShardOf(ep->rank() * le + x, ep->rank(), etp->rank()),
+          fc1.data() + x * 2 * fl * h, fc2.data() + x * h * fl);
   }
   PT_RETURN_IF_ERROR(backend->CopyFromHost(w.fc1, fc1));
   PT_RETURN_IF_ERROR(backend->CopyFromHost(w.fc2, fc2));
   if (fs > 0) {
     std::vector<double> sfc1(2 * fsl * h), sfc2(h * fsl);
-    // With replicated tokens the shared experts are split over ep x etp ranks.
-    const int64_t j =
-        config.tokens_replicated ? ep->rank() * config.etp + etp->rank() : etp->rank();
-    shard(4, 5, fs, fsl, 0, j, sfc1.data(), sfc2.data());
+    shard(4, 5, config.FfnShardOf(-1, ep->rank(), etp->rank()), sfc1.data(), sfc2.data());
     PT_RETURN_IF_ERROR(backend->CopyFromHost(w.shared_fc1, sfc1));
     PT_RETURN_IF_ERROR(backend->CopyFromHost(w.shared_fc2, sfc2));
   }
   return layer;
 }
 
-absl::Status MoeLayer::ReplaceExpertMlps(ExpertMlp mlp) {
-  if (be_->kind() != BackendKind::kCpu || dtype_ != DType::kF32) {
-    return absl::FailedPreconditionError("expert MLPs are replaced only in an fp32 cpu layer");
+absl::Status MoeLayer::SetExpertMlps(ExpertMlp mlp) {
+  if (!config_.external_expert_mlps || be_->kind() != BackendKind::kCpu || dtype_ != DType::kF32) {
+    return absl::FailedPreconditionError(
+        "expert MLPs are set only in an fp32 cpu layer with external_expert_mlps");
   }
   expert_mlp_ = std::move(mlp);
-  w_.fc1 = w_.fc2 = w_.shared_fc1 = w_.shared_fc2 = Tensor();
-  g_.fc1 = g_.fc2 = g_.shared_fc1 = g_.shared_fc2 = Tensor();
   return absl::OkStatus();
 }
 
@@ -688,6 +695,9 @@ absl::Status MoeLayer::Forward(const void* x, int64_t tokens, void* y) {
   if (tokens < 1) {
     return absl::InvalidArgumentError(absl::StrCat("tokens (", tokens, ") must be >= 1"));
   }
+  if (config_.external_expert_mlps && !expert_mlp_) {
+    return absl::FailedPreconditionError("external_expert_mlps: SetExpertMlps comes first");
+  }
   const int64_t h = config_.hidden, e = config_.num_experts, k = config_.topk;
   const bool sigmoid = config_.score == MoeScoreFunction::kSigmoid;
   tokens_ = tokens;
@@ -792,9 +802,8 @@ absl::Status MoeLayer::Forward(const void* x, int64_t tokens, void* y) {
 
 absl::Status MoeLayer::Backward(const void* dy, void* dx) {
   if (!x_.defined()) return absl::FailedPreconditionError("Backward needs a Forward first");
-  if (config_.tokens_replicated || expert_mlp_) {
-    return absl::UnimplementedError(
-        "a layer with tokens_replicated or replaced expert MLPs (serving) runs forward only");
+  if (config_.forward_only) {
+    return absl::UnimplementedError("a forward_only layer (serving) has no Backward");
   }
   const int64_t tokens = tokens_, h = config_.hidden, e = config_.num_experts;
   const int64_t k = config_.topk;

@@ -75,8 +75,14 @@ struct MoeLayerConfig {
   /// EP and ETP into the attention TP group. Nothing is dispatched: each EP rank runs its
   /// local experts on the rows routed to them, the shared experts are split over all
   /// ep x etp ranks, and Forward leaves its output a partial sum over the EP x ETP group,
-  /// which the caller all-reduces (once, with its own TP reduction). Forward only.
+  /// which the caller all-reduces (once, with its own TP reduction). Needs forward_only.
   bool tokens_replicated = false;
+  /// Serving: no gradients are made and Backward is refused.
+  bool forward_only = false;
+  /// The routed and shared experts' MLPs run outside the layer (MoeLayer::SetExpertMlps:
+  /// weight-only quantized experts); the layer makes only the router's weights. Needs
+  /// forward_only.
+  bool external_expert_mlps = false;
 
   /// The first violated rule, naming the field.
   absl::Status Validate() const;
@@ -84,6 +90,24 @@ struct MoeLayerConfig {
   int64_t shared_ffn_total() const { return num_shared_experts * shared_ffn_hidden; }
   /// Ranks the shared experts' FFN is split over: etp, or ep x etp with replicated tokens.
   int64_t shared_split() const { return tokens_replicated ? ep * etp : etp; }
+  /// The rank's (ep_rank, etp_rank) slice of routed expert `expert` (global index) or, when
+  /// expert < 0, of the shared experts.
+  struct FfnShard FfnShardOf(int64_t expert, int64_t ep_rank, int64_t etp_rank) const;
+};
+
+/// One rank's slice of an expert FFN in MoeWeights' layout: fc1 [E, 2·ffn, h] (gate rows,
+/// then up rows) and fc2 [E, h, ffn]; the shared experts are one "expert" of their tensors.
+struct FfnShard {
+  int64_t expert = 0;  ///< Index in the tensors (0 for the shared experts).
+  int64_t ffn = 0;     ///< Full FFN width.
+  int64_t width = 0;   ///< The rank's slice of it.
+  int64_t slice = 0;   ///< Which slice.
+  /// Flat index of row r (column 0) of the rank's fc1 shard [2·width, h].
+  int64_t Fc1Row(int64_t r, int64_t h) const {
+    return (expert * 2 * ffn + (r / width) * ffn + slice * width + r % width) * h;
+  }
+  /// Flat index of row r (column 0) of the rank's fc2 shard [h, width].
+  int64_t Fc2Row(int64_t r, int64_t h) const { return (expert * h + r) * ffn + slice * width; }
 };
 
 /// Element i of full weight tensor `tensor` (1 router, 2 fc1, 3 fc2, 4 shared_fc1,
@@ -241,10 +265,9 @@ class MoeLayer {
   /// the shared experts when expert is -1) to its output [rows, h], fp32 host memory.
   using ExpertMlp =
       std::function<absl::Status(int64_t expert, const float* in, int64_t rows, float* out)>;
-  /// Serving (fp32 on the cpu backend; the layer then runs forward only): the routed and
-  /// shared experts' MLPs run by `mlp` (weight-only quantized experts) in place of the
-  /// layer's GEMMs, whose expert weights and gradients are freed; the router stays.
-  absl::Status ReplaceExpertMlps(ExpertMlp mlp);
+  /// With config.external_expert_mlps (fp32 on the cpu backend): the routed and shared
+  /// experts' MLPs Forward runs (weight-only quantized experts); must be set before it.
+  absl::Status SetExpertMlps(ExpertMlp mlp);
 
   const Params& weights() const { return w_; }
   const Params& grads() const { return g_; }
@@ -298,7 +321,7 @@ class MoeLayer {
   DType rdt_;    // router: fp32 (fp64 for an fp64 layer)
   Tensor scratch_;  // device backends: 2·E fp64 values for host collectives
   Params w_, g_;
-  ExpertMlp expert_mlp_;  // ReplaceExpertMlps; empty: the layer's GEMMs
+  ExpertMlp expert_mlp_;  // SetExpertMlps (config_.external_expert_mlps)
   AllToAllTokenDispatcher dispatcher_;
 
   // Stored by Forward for Backward.

@@ -47,6 +47,9 @@ MoeLayerConfig ServingConfig::ExpertBlock() const {
   block.etp = parallel.ep > 0 && parallel.tp % parallel.ep == 0 ? parallel.tp / parallel.ep : 1;
   // With attention data parallelism each rank holds its own tokens: dispatched all-to-all.
   block.tokens_replicated = !attention_dp;
+  block.forward_only = true;
+  // Weight-only quantized experts run outside MoeLayer (ServingLayer::QuantizeExperts).
+  block.external_expert_mlps = weight_quant != WeightQuant::kNone;
   block.routing = ExpertRouting::kDropless;  // the engines route by the real top-k
   block.capacity_factor = 0;
   block.aux_loss_coeff = 0;

@@ -77,47 +77,39 @@ absl::Status ServingLayer::InitExperts() {
 
 absl::Status ServingLayer::QuantizeExperts(int64_t ep_rank, int64_t etp_rank, double scale) {
   const MoeLayerConfig block = config_.ExpertBlock();
-  const int64_t h = block.hidden, f = block.ffn_hidden, fl = f / block.etp;
-  const int64_t fs = block.shared_ffn_total(), fsl = fs / block.shared_split();
+  const int64_t h = block.hidden;
   const uint64_t seed = config_.seed + static_cast<uint64_t>(index_);
   Backend& be = *ctx_.backend;
-  // The shards MoeLayer would hold (its CreateFrom): fc1 rows [gate | up] of this ETP
-  // rank's slice, fc2 columns of it; expert `e` < 0: the shared experts, sliced over ep x etp.
-  const auto make = [&](int64_t e, int64_t ffn, int64_t width, int64_t j) -> absl::Status {
+  // The rank's shard of expert `e` (the shared experts when e < 0) of MoeWeights::Random:
+  // fc1 [2·width, h], fc2 [h, width].
+  const auto make = [&](int64_t e) -> absl::Status {
+    const FfnShard s = block.FfnShardOf(e, ep_rank, etp_rank);
     const int fc1_tensor = e < 0 ? 4 : 2, fc2_tensor = e < 0 ? 5 : 3;
-    const int64_t expert = std::max<int64_t>(e, 0);
-    PT_ASSIGN_OR_RETURN(
-        WeightOnlyLinear fc1,
-        WeightOnlyLinear::Create(
-            be, 2 * width, h,
-            [&](int64_t lr, int64_t c) {
-              const int64_t half = lr / width, row = lr % width;
-              return static_cast<float>(MoeRandomWeight(
-                  seed, fc1_tensor, (expert * 2 * ffn + half * ffn + j * width + row) * h + c,
-                  scale));
-            },
-            config_.weight_quant, config_.int4_group_size));
-    PT_ASSIGN_OR_RETURN(WeightOnlyLinear fc2,
-                        WeightOnlyLinear::Create(
-                            be, h, width,
-                            [&](int64_t r, int64_t c) {
-                              return static_cast<float>(MoeRandomWeight(
-                                  seed, fc2_tensor, (expert * h + r) * ffn + j * width + c, scale));
-                            },
-                            config_.weight_quant, config_.int4_group_size));
+    const auto value = [&](int tensor, int64_t at) {
+      return static_cast<float>(MoeRandomWeight(seed, tensor, at, scale));
+    };
+    PT_ASSIGN_OR_RETURN(WeightOnlyLinear fc1, WeightOnlyLinear::Create(
+                                                  be, 2 * s.width, h,
+                                                  [&](int64_t r, int64_t c) {
+                                                    return value(fc1_tensor, s.Fc1Row(r, h) + c);
+                                                  },
+                                                  config_.weight_quant, config_.int4_group_size));
+    PT_ASSIGN_OR_RETURN(WeightOnlyLinear fc2, WeightOnlyLinear::Create(
+                                                  be, h, s.width,
+                                                  [&](int64_t r, int64_t c) {
+                                                    return value(fc2_tensor, s.Fc2Row(r, h) + c);
+                                                  },
+                                                  config_.weight_quant, config_.int4_group_size));
     expert_fc1_.push_back(std::move(fc1));
     expert_fc2_.push_back(std::move(fc2));
     return absl::OkStatus();
   };
   for (int64_t le = 0; le < block.local_experts(); ++le) {
-    PT_RETURN_IF_ERROR(make(ep_rank * block.local_experts() + le, f, fl, etp_rank));
+    PT_RETURN_IF_ERROR(make(ep_rank * block.local_experts() + le));
   }
-  if (fs > 0) {
-    PT_RETURN_IF_ERROR(
-        make(-1, fs, fsl, block.tokens_replicated ? ep_rank * block.etp + etp_rank : etp_rank));
-  }
-  return moe_->ReplaceExpertMlps([this](int64_t e, const float* in, int64_t rows,
-                                        float* out) -> absl::Status {
+  if (block.num_shared_experts > 0) PT_RETURN_IF_ERROR(make(-1));
+  return moe_->SetExpertMlps([this](int64_t e, const float* in, int64_t rows,
+                                    float* out) -> absl::Status {
     const size_t i = e < 0 ? expert_fc1_.size() - 1 : static_cast<size_t>(e);
     const WeightOnlyLinear& fc1 = expert_fc1_[i];
     const int64_t width = fc1.out() / 2;

@@ -330,6 +330,7 @@ void ExpectReplicatedSumMatchesSingleRank(int64_t ep, int64_t etp) {
   c.ep = ep;
   c.etp = etp;
   c.tokens_replicated = true;
+  c.forward_only = true;
   const std::vector<std::vector<double>> parts = RunReplicatedForward(c, w, x);
   std::vector<double> sum(x.size(), 0.0);
   for (const std::vector<double>& p : parts) {
@@ -459,6 +460,7 @@ TEST(MoeLayerTest, ConfigRulesNameTheField) {
   c.aux_loss_coeff = 0;
   c.ep = 4;
   c.tokens_replicated = true;
+  c.forward_only = true;
   EXPECT_EQ(c.Validate().message(),
             "ep * etp (4) must divide num_shared_experts * shared_ffn_hidden (6)");
   c.ep = 2;
