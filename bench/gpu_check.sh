@@ -7,7 +7,9 @@
 #   3. layer_step: one GPT layer forward + backward in bf16 against cuBLAS;
 #   4. paratune-train: a 24-layer 1.3B-class GPT step in bf16;
 #   5. a coordinator, a CUDA worker, the 350M verify spec and the small MoE verify spec
-#      (profile, top 3 trained), each on the device kind the worker reports.
+#      (profile, top 3 trained), each on the device kind the worker reports;
+#   6. serving_accuracy on the machine's host cores (the CPU serving kernels: dense,
+#      expert-parallel and attention-DP layouts, profile composition against the loop).
 #
 #   bench/gpu_check.sh [--bin DIR] [--tests DIR] [--out DIR] [--verify-spec FILE]
 #                      [--moe-verify-spec FILE|""] [--only verify] [--worker-backend cuda|cpu]
@@ -109,6 +111,8 @@ verify verify "$SPEC"
 [[ -n "$MOE_SPEC" ]] && verify verify_moe "$MOE_SPEC"
 kill "$WORKER" "$COORD" 2>/dev/null
 wait 2>/dev/null
+[[ -z "$ONLY" ]] && step serving_host 300 "$BIN/serving_accuracy" --experts 8 --ep 2 \
+  --attention_dp --rounds 3 --iters 15
 
 echo
 echo "# gpu_check summary ($(head -2 "$OUT/device.txt" 2>/dev/null | tail -1))"

@@ -5,4 +5,4 @@
 GPU_TESTS=(kernels_cuda_backend_test kernels_moe_cuda_test
   kernels_serving_cuda_paged_attention_test kernels_step_runner_test training_cuda_test)
 GPU_PROGRAMS=(cuda_kernels layer_step moe_layer paratune-train paratune-coordinator
-  paratune-worker paratune expert_gemm_cuda)
+  paratune-worker paratune expert_gemm_cuda serving_accuracy)

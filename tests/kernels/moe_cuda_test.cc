@@ -198,12 +198,53 @@ TEST(MoeCudaTest, LayerForwardAndBackwardMatchTheCpuBackend) {
   }
 }
 
+// The serving modes on one GPU: a forward-only layer (no gradient buffers), alone and with
+// the tokens replicated over its (one) expert-parallel rank, gives the training layer's
+// output on the CPU backend.
+TEST(MoeCudaTest, ForwardOnlyLayerMatchesTheCpuTrainingForward) {
+  SKIP_WITHOUT_DEVICE();
+  constexpr int64_t kTokens = 24;
+  MoeLayerConfig c;
+  c.hidden = 32;
+  c.num_experts = 8;
+  c.topk = 2;
+  c.ffn_hidden = 16;
+  c.num_shared_experts = 1;
+  c.shared_ffn_hidden = 16;
+  c.routing = ExpertRouting::kDropless;
+  const std::vector<float> xf = RandomFloats(kTokens * c.hidden, 23, 1.0f);
+  const std::vector<double> x(xf.begin(), xf.end());
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(0, 1);
+  const LayerRun want = RunLayer(*cpu, c, x, x, kTokens);
+  absl::StatusOr<std::unique_ptr<Backend>> gpu = MakeCudaBackend(0, 0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  for (bool replicated : {false, true}) {
+    MoeLayerConfig f = c;
+    f.forward_only = true;
+    f.tokens_replicated = replicated;
+    Backend& be = **gpu;
+    auto ep = MakeSelfCommunicator(be), etp = MakeSelfCommunicator(be);
+    auto layer = MoeLayer::CreateRandom(f, 11, 0.3, ep.get(), etp.get(), &be, DType::kF32);
+    ASSERT_TRUE(layer.ok()) << layer.status();
+    Tensor tx = be.Empty({kTokens * c.hidden}, DType::kF32, MemoryTag::kWorkspace).value();
+    Tensor ty = be.Empty({kTokens * c.hidden}, DType::kF32, MemoryTag::kWorkspace).value();
+    ASSERT_TRUE(be.CopyFromHost(tx, x).ok());
+    ASSERT_TRUE((*layer)->Forward(tx.data(), kTokens, ty.data()).ok());
+    ASSERT_TRUE(be.Synchronize().ok());
+    ExpectCloseD(be.CopyToHost(ty).value(), want.y, replicated ? "y replicated" : "y");
+    EXPECT_FALSE((*layer)->Backward(tx.data(), ty.data()).ok()) << "forward_only has no backward";
+  }
+}
+
 #else
 
 TEST(MoeCudaTest, LayerForwardAndBackwardMatchTheCpuBackend) {
   GTEST_SKIP() << "built without CUDA";
 }
 TEST(MoeCudaTest, RouterMatchesCpuTwin) { GTEST_SKIP() << "built without CUDA"; }
+TEST(MoeCudaTest, ForwardOnlyLayerMatchesTheCpuTrainingForward) {
+  GTEST_SKIP() << "built without CUDA";
+}
 TEST(MoeCudaTest, PermuteAndUnpermuteMatchCpuTwins) { GTEST_SKIP() << "built without CUDA"; }
 
 #endif
