@@ -58,6 +58,27 @@ absl::Status ContinuousBatcher::Add(int64_t seq, int64_t isl, int64_t osl) {
   return absl::OkStatus();
 }
 
+absl::Status ContinuousBatcher::AddPrefilled(int64_t seq, int64_t isl, int64_t osl) {
+  if (osl < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request ", seq, ": osl (", osl, ") must be >= 2 to decode after a prefill elsewhere"));
+  }
+  Seq s;
+  s.isl = isl;
+  s.osl = osl;
+  s.prefilled = isl;
+  s.generated = 1;
+  s.blocks = BlocksFor(s);
+  if (s.blocks > limits_.num_kv_blocks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request ", seq, ": isl + osl (", isl + osl, ") needs ", s.blocks,
+                     " KV blocks, more than the cache holds (", limits_.num_kv_blocks, ")"));
+  }
+  seqs_[seq] = s;
+  waiting_.push_back(seq);
+  return absl::OkStatus();
+}
+
 std::vector<SeqChunk> ContinuousBatcher::Plan() {
   std::vector<SeqChunk> plan;
   int64_t budget = limits_.max_num_tokens;
@@ -87,7 +108,12 @@ std::vector<SeqChunk> ContinuousBatcher::Plan() {
     const int64_t id = waiting_.front();
     const Seq& s = seqs_.at(id);
     if (s.blocks > free_blocks()) break;  // first come, first served: no overtaking
-    if (!add_prefill(id)) break;
+    if (s.prefilled == s.isl) {           // prefilled elsewhere: it decodes at once
+      plan.push_back({id, s.isl + s.generated - 1, 1, true});
+      --budget;
+    } else if (!add_prefill(id)) {
+      break;
+    }
     used_blocks_ += s.blocks;
     running_.push_back(id);
     waiting_.pop_front();

@@ -51,6 +51,10 @@ class ContinuousBatcher {
   /// Queues a request; InvalidArgument if it can never run (its prompt and output exceed
   /// the KV cache, or, without chunked prefill, its prompt exceeds max_num_tokens).
   absl::Status Add(int64_t seq, int64_t isl, int64_t osl);
+  /// Queues a request whose prompt another instance computed, with its first output token
+  /// (disaggregated serving's decode instance): once admitted under the same limits, it
+  /// decodes from position isl on. InvalidArgument as Add, or when osl < 2.
+  absl::Status AddPrefilled(int64_t seq, int64_t isl, int64_t osl);
   /// The next step's chunks (empty when nothing can run).
   std::vector<SeqChunk> Plan();
   /// Records that `plan` ran; returns the tokens it produced, in chunk order.

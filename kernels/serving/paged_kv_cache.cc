@@ -236,6 +236,71 @@ const std::vector<int32_t>& PagedKvCache::block_table(int64_t seq, int64_t layer
   return it == seqs_.end() ? kEmpty : it->second.tables[group_of_[layer]];
 }
 
+int64_t PagedKvCache::block_bytes() const {
+  return 2 * shape_.block_size * shape_.groups * shape_.head_dim * SizeOf(shape_.dtype);
+}
+
+absl::StatusOr<PagedKvCache::SequenceKv> PagedKvCache::Export(int64_t seq) const {
+  const auto it = seqs_.find(seq);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("kv cache: sequence ", seq, " holds no blocks"));
+  }
+  const SeqState& s = it->second;
+  SequenceKv kv;
+  kv.length = s.length;
+  kv.entries.resize(s.tables.size());
+  const int64_t bb = block_bytes();
+  for (size_t g = 0; g < s.tables.size(); ++g) {
+    for (size_t i = 0; i < s.tables[g].size(); ++i) {
+      const int32_t block = s.tables[g][i];
+      if (block < 0) continue;
+      kv.entries[g].push_back(static_cast<int64_t>(i));
+      for (int64_t l = 0; l < shape_.num_layers; ++l) {
+        if (group_of_[l] != static_cast<int64_t>(g)) continue;
+        const char* src = static_cast<const char*>(pools_[slot_[l]].data()) +
+                          Offset(block, 0, 0) * SizeOf(shape_.dtype);
+        kv.bytes.insert(kv.bytes.end(), src, src + bb);
+      }
+    }
+  }
+  return kv;
+}
+
+absl::Status PagedKvCache::Import(int64_t seq, const SequenceKv& kv) {
+  const int64_t groups = groups_.full_groups + groups_.windowed_groups;
+  if (static_cast<int64_t>(kv.entries.size()) != groups) {
+    return absl::InvalidArgumentError(absl::StrCat("kv cache: imported sequence ", seq, " has ",
+                                                   kv.entries.size(), " block groups, this cache ",
+                                                   groups));
+  }
+  PT_RETURN_IF_ERROR(ReserveContext(seq, kv.length));
+  const SeqState& s = seqs_.at(seq);
+  const int64_t bb = block_bytes();
+  const char* src = kv.bytes.data();
+  const char* end = src + kv.bytes.size();
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t i : kv.entries[g]) {
+      const int32_t block =
+          i < static_cast<int64_t>(s.tables[g].size()) ? s.tables[g][i] : int32_t{-1};
+      for (int64_t l = 0; l < shape_.num_layers; ++l) {
+        if (group_of_[l] != g) continue;
+        if (end - src < bb) {
+          Release(seq);
+          return absl::InvalidArgumentError(
+              absl::StrCat("kv cache: imported sequence ", seq, " is short of its blocks"));
+        }
+        if (block >= 0) {  // a windowed group keeps only the blocks its next token reads
+          std::copy(src, src + bb,
+                    static_cast<char*>(pools_[slot_[l]].data()) +
+                        Offset(block, 0, 0) * SizeOf(shape_.dtype));
+        }
+        src += bb;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 int64_t PagedKvCache::Offset(int32_t block, int kv, int64_t token) const {
   const int64_t row = shape_.groups * shape_.head_dim;
   return ((static_cast<int64_t>(block) * 2 + kv) * shape_.block_size + token) * row;

@@ -94,6 +94,19 @@ class PagedKvCache {
   bool contains(int64_t seq) const { return seqs_.count(seq) > 0; }
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
 
+  /// The KV of `seq`, as a disaggregated prefill instance hands it to a decode instance:
+  /// every block it holds, per group in table order, of every layer of the group.
+  struct SequenceKv {
+    int64_t length = 0;
+    std::vector<std::vector<int64_t>> entries;  ///< Per group: the table entries held.
+    std::vector<char> bytes;                    ///< Their blocks, layer by layer.
+  };
+  absl::StatusOr<SequenceKv> Export(int64_t seq) const;
+  /// Takes `seq` (new) as holding `kv.length` written tokens (ReserveContext) and copies in
+  /// the blocks of `kv` (from a cache of the same shape) it holds; ResourceExhausted when
+  /// its blocks are not free (nothing is taken then).
+  absl::Status Import(int64_t seq, const SequenceKv& kv);
+
   /// Writes K and V (groups·head_dim fp32 values each) of `seq` at position `pos`.
   void Write(int64_t layer, int64_t seq, int64_t pos, const float* k, const float* v);
   /// Reads KV head `group` of `count` tokens of block `block` of `layer` from token
@@ -115,6 +128,8 @@ class PagedKvCache {
     std::vector<std::vector<int32_t>> tables;  ///< Per group.
     int64_t length = 0;
   };
+  /// Bytes of one block of one layer (K and V).
+  int64_t block_bytes() const;
   /// Element offset of (block, kv, token) in a layer's pool.
   int64_t Offset(int32_t block, int kv, int64_t token) const;
   bool GroupWindowed(int64_t g) const { return g >= groups_.full_groups; }

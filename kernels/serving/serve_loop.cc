@@ -13,24 +13,15 @@
 #include "kernels/backend.h"
 #include "kernels/communicator.h"
 #include "kernels/rank_threads.h"
+#include "kernels/serving/serve_loop_internal.h"
 #include "kernels/status_macros.h"
 
 namespace paratune::kernels::serving {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Every rank gets rank 0's value (an all-reduce where the other ranks add zero).
-absl::StatusOr<double> Broadcast(Communicator& comm, double value) {
-  double v = comm.rank() == 0 ? value : 0.0;
-  PT_RETURN_IF_ERROR(comm.AllReduce(&v, 1, DType::kF64));
-  return v;
-}
-
-// Seconds since t0 on this rank.
-double Elapsed(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using internal::Broadcast;
+using internal::Clock;
+using internal::Elapsed;
 
 // With attention data parallelism each rank serves its own requests: the clients (closed
 // loop) or the arrivals are dealt round-robin over the ranks that get any, request i to
@@ -70,30 +61,8 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& all
   PT_ASSIGN_OR_RETURN(std::unique_ptr<ServingModel> model, ServingModel::Create(o.model, ctx));
   const int64_t V = o.model.shape.vocab_size;
 
-  // Warm-up: a throw-away request through prefill and decode, untimed.
-  if (o.warmup_steps > 0) {
-    const int64_t id = -1, isl = std::min<int64_t>(o.trace.isl, o.model.kv_capacity_tokens() / 2);
-    std::vector<int32_t> prompt = PromptTokens(o.trace.seed, id, isl, V);
-    PT_ASSIGN_OR_RETURN(StepOutput out, model->Step(prompt, {{id, 0, isl, true}}, false));
-    for (int64_t i = 1; i < o.warmup_steps && isl + i < o.model.kv_capacity_tokens(); ++i) {
-      PT_ASSIGN_OR_RETURN(out,
-                          model->Step({out.next_tokens[0]}, {{id, isl + i - 1, 1, true}}, false));
-    }
-    model->Release(id);
-  }
-  model->ResetTimes();
-  backend->allocator().ResetPeaks();
-
-  BatcherLimits limits;
-  limits.max_batch_size = o.max_batch_size;
-  limits.max_num_tokens = o.max_num_tokens;
-  limits.chunked_prefill = o.chunked_prefill;
-  limits.kv_block_size = o.model.kv_block_size;
-  const KvLayerGroups& groups = model->cache().groups();
-  limits.num_kv_blocks = groups.blocks;
-  limits.kv_full_groups = groups.full_groups;
-  limits.kv_windowed_groups = groups.windowed_groups;
-  limits.kv_window = model->cache().shape().window;
+  PT_RETURN_IF_ERROR(internal::WarmUp(o, *model, *backend));
+  const BatcherLimits limits = internal::LimitsFor(o, *model);
   ContinuousBatcher batcher(limits);
 
   const int64_t n = static_cast<int64_t>(trace.size());
@@ -215,6 +184,7 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& all
       RequestRecord& rec = records[ev.seq];
       last_token[ev.seq] = out.next_tokens[e];
       ++rec.output_tokens;
+      if (o.keep_tokens) rec.tokens.push_back(out.next_tokens[e]);
       if (ev.first) rec.first_token_s = t;
       if (ev.finished) {
         rec.finish_s = t;
@@ -244,6 +214,64 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& all
 
 }  // namespace
 
+namespace internal {
+
+absl::Status Broadcast(Communicator& comm, std::vector<double>* values) {
+  if (comm.rank() != 0) std::fill(values->begin(), values->end(), 0.0);
+  if (values->empty()) return absl::OkStatus();
+  return comm.AllReduce(values->data(), static_cast<int64_t>(values->size()), DType::kF64);
+}
+
+absl::StatusOr<double> Broadcast(Communicator& comm, double value) {
+  std::vector<double> v{value};
+  PT_RETURN_IF_ERROR(Broadcast(comm, &v));
+  return v[0];
+}
+
+absl::Status WarmUp(const ServeOptions& o, ServingModel& model, Backend& backend) {
+  if (o.warmup_steps > 0) {
+    const int64_t V = o.model.shape.vocab_size;
+    const int64_t id = -1, isl = std::min<int64_t>(o.trace.isl, o.model.kv_capacity_tokens() / 2);
+    std::vector<int32_t> prompt = PromptTokens(o.trace.seed, id, isl, V);
+    PT_ASSIGN_OR_RETURN(StepOutput out, model.Step(prompt, {{id, 0, isl, true}}, false));
+    for (int64_t i = 1; i < o.warmup_steps && isl + i < o.model.kv_capacity_tokens(); ++i) {
+      PT_ASSIGN_OR_RETURN(out,
+                          model.Step({out.next_tokens[0]}, {{id, isl + i - 1, 1, true}}, false));
+    }
+    model.Release(id);
+  }
+  model.ResetTimes();
+  backend.allocator().ResetPeaks();
+  return absl::OkStatus();
+}
+
+BatcherLimits LimitsFor(const ServeOptions& o, ServingModel& model) {
+  BatcherLimits limits;
+  limits.max_batch_size = o.max_batch_size;
+  limits.max_num_tokens = o.max_num_tokens;
+  limits.chunked_prefill = o.chunked_prefill;
+  limits.kv_block_size = o.model.kv_block_size;
+  const KvLayerGroups& groups = model.cache().groups();
+  limits.num_kv_blocks = groups.blocks;
+  limits.kv_full_groups = groups.full_groups;
+  limits.kv_windowed_groups = groups.windowed_groups;
+  limits.kv_window = model.cache().shape().window;
+  return limits;
+}
+
+void FinishResult(ServeResult* result) {
+  std::sort(result->requests.begin(), result->requests.end(),
+            [](const RequestRecord& a, const RequestRecord& b) { return a.id < b.id; });
+  double first = 1e300, last = 0;
+  for (const RequestRecord& r : result->requests) {
+    first = std::min(first, r.arrival_s);
+    last = std::max(last, r.finish_s);
+  }
+  result->duration_s = result->requests.empty() ? 0.0 : last - first;
+}
+
+}  // namespace internal
+
 absl::Status ServeOptions::Validate() const {
   PT_RETURN_IF_ERROR(model.Validate());
   PT_RETURN_IF_ERROR(trace.Validate());
@@ -253,6 +281,17 @@ absl::Status ServeOptions::Validate() const {
   limits.kv_block_size = model.kv_block_size;
   limits.num_kv_blocks = model.num_kv_blocks;
   PT_RETURN_IF_ERROR(limits.Validate());
+  if (prefill_instances < 0 || decode_instances < 0 ||
+      (disaggregated() && (prefill_instances == 0 || decode_instances == 0))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefill_instances (", prefill_instances, ") and decode_instances (",
+                     decode_instances, ") must both be >= 1 (disaggregated) or both 0"));
+  }
+  if (disaggregated() && model.attention_dp) {
+    return absl::InvalidArgumentError(
+        "disaggregated serving (prefill_instances, decode_instances) does not run with "
+        "attention_dp");
+  }
   if (warmup_steps < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("warmup_steps (", warmup_steps, ") must be >= 0"));
@@ -317,6 +356,7 @@ double ServeResult::mean_in_flight() const {
 absl::StatusOr<ServeResult> RunServeLoop(const ServeOptions& options) {
   PT_RETURN_IF_ERROR(options.Validate());
   PT_ASSIGN_OR_RETURN(const std::vector<TraceRequest> trace, MakeTrace(options.trace));
+  if (options.disaggregated()) return internal::RunDisaggregated(options, trace);
   const int t = static_cast<int>(options.model.parallel.tp);
   auto rendezvous = MakeInProcessRendezvous();
   static std::atomic<int> group{0};
@@ -329,15 +369,7 @@ absl::StatusOr<ServeResult> RunServeLoop(const ServeOptions& options) {
         MakeServingGroups(rendezvous, prefix, r, t, static_cast<int>(options.model.parallel.ep)));
     return RunRank(options, trace, groups, &result, &mu);
   }));
-  // Every rank's requests (with attention data parallelism each rank's own), by id.
-  std::sort(result.requests.begin(), result.requests.end(),
-            [](const RequestRecord& a, const RequestRecord& b) { return a.id < b.id; });
-  double first = 1e300, last = 0;
-  for (const RequestRecord& r : result.requests) {
-    first = std::min(first, r.arrival_s);
-    last = std::max(last, r.finish_s);
-  }
-  result.duration_s = result.requests.empty() ? 0.0 : last - first;
+  internal::FinishResult(&result);
   return result;
 }
 

@@ -32,6 +32,17 @@ struct ServeOptions {
   /// Per-rank memory capacity in bytes (0: unlimited); beyond it the run is
   /// ResourceExhausted.
   int64_t capacity_bytes = 0;
+  /// Disaggregated serving (both > 0; 0 and 0: aggregated): prefill_instances model
+  /// instances of tp ranks compute the prompts and first tokens, decode_instances others
+  /// the remaining tokens. A request goes to the prefill instance with the fewest
+  /// outstanding requests; after its prompt its KV cache moves to the decode instance with
+  /// the fewest, which admits it under its own batch and KV limits. Every instance has
+  /// the model's shape, cache and the limits above. Not with attention_dp.
+  int64_t prefill_instances = 0;
+  int64_t decode_instances = 0;
+  bool disaggregated() const { return prefill_instances > 0 || decode_instances > 0; }
+  /// Keep every request's output tokens (RequestRecord::tokens).
+  bool keep_tokens = false;
 
   absl::Status Validate() const;
 };
@@ -39,6 +50,7 @@ struct ServeOptions {
 struct RequestRecord {
   int64_t id = 0, isl = 0, osl = 0;
   int64_t output_tokens = 0;  ///< Tokens generated (equals osl when the run completed).
+  std::vector<int32_t> tokens;  ///< The tokens, with ServeOptions::keep_tokens.
   double arrival_s = 0, first_token_s = 0, finish_s = 0;
   double ttft_s() const { return first_token_s - arrival_s; }
   double e2e_s() const { return finish_s - arrival_s; }
@@ -80,7 +92,8 @@ struct ServeResult {
   double mean_in_flight() const;
 };
 
-/// Runs the trace to completion on options.model.parallel.tp thread ranks.
+/// Runs the trace to completion on options.model.parallel.tp thread ranks; disaggregated,
+/// on (prefill_instances + decode_instances) x tp.
 absl::StatusOr<ServeResult> RunServeLoop(const ServeOptions& options);
 
 }  // namespace paratune::kernels::serving

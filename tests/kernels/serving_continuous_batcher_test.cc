@@ -2,6 +2,10 @@
 // on a tiny model.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
 #include "kernels/serving/continuous_batcher.h"
 #include "kernels/serving/serve_loop.h"
 #include "tests/kernels/serving_harness.h"
@@ -115,6 +119,40 @@ TEST(ContinuousBatcher, WindowedGroupsCountTheWindowsBlocks) {
   EXPECT_EQ(whole.free_blocks(), 8);
   limits.kv_windowed_groups = -1;
   EXPECT_FALSE(limits.Validate().ok());
+}
+
+// A request prefilled elsewhere (disaggregated serving's decode side): admitted under the
+// same batch and block limits, it decodes from position isl (its first token came with
+// it) and finishes after osl - 1 decodes; a request of one output token is refused.
+TEST(ContinuousBatcher, APrefilledRequestDecodesFromItsPromptsEnd) {
+  BatcherLimits limits;
+  limits.max_batch_size = 2;
+  limits.max_num_tokens = 8;
+  limits.kv_block_size = 4;
+  limits.num_kv_blocks = 6;
+  ContinuousBatcher b(limits);
+  ASSERT_TRUE(b.AddPrefilled(0, 10, 3).ok());  // 12 tokens: 3 blocks
+  ASSERT_TRUE(b.AddPrefilled(1, 9, 4).ok());   // 12 tokens: 3 blocks
+  ASSERT_TRUE(b.AddPrefilled(2, 2, 2).ok());   // waits: no blocks left
+  EXPECT_EQ(b.AddPrefilled(3, 4, 1).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<SeqChunk> plan = b.Plan();
+  ExpectPlan(plan, {{0, 10, 1, true}, {1, 9, 1, true}});
+  EXPECT_EQ(b.free_blocks(), 0);
+  std::vector<TokenEvent> ev = b.Commit(plan);
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_FALSE(ev[0].first);
+  EXPECT_FALSE(ev[0].finished);
+  plan = b.Plan();
+  ExpectPlan(plan, {{0, 11, 1, true}, {1, 10, 1, true}});
+  ev = b.Commit(plan);
+  EXPECT_TRUE(ev[0].finished);  // request 0's third token
+  EXPECT_FALSE(ev[1].finished);
+  plan = b.Plan();  // request 2 takes request 0's blocks
+  ExpectPlan(plan, {{1, 11, 1, true}, {2, 2, 1, true}});
+  ev = b.Commit(plan);
+  EXPECT_TRUE(ev[0].finished);
+  EXPECT_TRUE(ev[1].finished);
+  EXPECT_TRUE(b.Plan().empty());
 }
 
 ServeOptions TinyServe(int64_t tp) {
@@ -256,6 +294,47 @@ TEST(ServeLoop, AttentionDataParallelRanksServeTheirOwnRequests) {
     }
     EXPECT_GT(r->output_tokens_per_s(), 0.0) << mode;
   }
+}
+
+// Disaggregated serving: prefill instances compute the prompts and first tokens, their KV
+// caches move to decode instances. Every request of the aggregated run's trace gets the
+// same tokens (greedy sampling over the same weights: the moved cache is the one the
+// prompt wrote), at TP 1 and TP 2, with 1 and 2 instances of each kind, offline, in a
+// closed loop and under Poisson arrivals; the prefill side computes every prompt token,
+// the decode side every other token, and no step exceeds the limits.
+TEST(ServeLoop, DisaggregatedInstancesGiveTheAggregatedTokens) {
+  for (int64_t tp : {1, 2}) {
+    ServeOptions o = TinyServe(tp);
+    o.keep_tokens = true;
+    auto aggregated = RunServeLoop(o);
+    ASSERT_TRUE(aggregated.ok()) << aggregated.status();
+    for (auto [prefill, decode, mode] : {std::tuple{1, 1, 0}, {1, 2, 1}, {2, 1, 2}, {2, 2, 0}}) {
+      ServeOptions d = o;
+      d.prefill_instances = prefill;
+      d.decode_instances = decode;
+      d.trace.concurrency = mode == 1 ? 3 : 0;
+      d.trace.request_rate = mode == 2 ? 400.0 : 0.0;
+      auto r = RunServeLoop(d);
+      const std::string what = absl::StrCat("tp ", tp, " p", prefill, " d", decode, " mode ", mode);
+      ASSERT_TRUE(r.ok()) << what << ": " << r.status();
+      CheckInvariants(d, *r);
+      ASSERT_EQ(r->requests.size(), aggregated->requests.size()) << what;
+      for (size_t i = 0; i < r->requests.size(); ++i) {
+        EXPECT_EQ(r->requests[i].tokens, aggregated->requests[i].tokens)
+            << what << " request " << i;
+      }
+    }
+  }
+}
+
+TEST(ServeLoop, DisaggregatedOptionsAreChecked) {
+  ServeOptions o = TinyServe(1);
+  o.prefill_instances = 1;
+  EXPECT_NE(RunServeLoop(o).status().message().find("decode_instances (0)"), std::string::npos);
+  o.decode_instances = 1;
+  o.model = testing::SmallExpertModel(2, 2);
+  o.model.attention_dp = true;
+  EXPECT_NE(RunServeLoop(o).status().message().find("attention_dp"), std::string::npos);
 }
 
 TEST(ServeLoop, TooSmallMemoryIsResourceExhausted) {

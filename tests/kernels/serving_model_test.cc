@@ -270,6 +270,81 @@ TEST(PagedKvCache, WindowedGroupsHoldTheirWindowAndFreeTheRest) {
   EXPECT_FALSE(PagedKvCache::Create(*backend, shape).ok());
 }
 
+// A sequence's KV handed from one cache to another (disaggregated serving): every
+// position of every layer reads back the same in the receiving cache, whose blocks are
+// handed out in another random order; in a windowed cache the receiver holds the window's
+// blocks only, with the sender's data. A receiver without the blocks takes nothing.
+TEST(PagedKvCache, ExportImportMovesASequenceBetweenCaches) {
+  auto backend = MakeCpuBackend(0, 1);
+  for (bool windowed : {false, true}) {
+    KvCacheShape shape;
+    shape.num_layers = 2;
+    shape.num_blocks = 8;
+    shape.block_size = 4;
+    shape.groups = 2;
+    shape.head_dim = 3;
+    shape.dtype = DType::kBF16;
+    if (windowed) {
+      shape.window = 6;
+      shape.windowed = {true, false};
+    }
+    auto from = PagedKvCache::Create(*backend, shape, /*shuffle_seed=*/3);
+    auto to = PagedKvCache::Create(*backend, shape, /*shuffle_seed=*/7);
+    ASSERT_TRUE(from.ok() && to.ok());
+    constexpr int64_t kLen = 13;
+    const int64_t row = shape.groups * shape.head_dim;
+    ASSERT_TRUE(from->Reserve(5, kLen).ok());
+    std::vector<float> k(row), v(row);
+    for (int64_t l = 0; l < shape.num_layers; ++l) {
+      for (int64_t pos = 0; pos < kLen; ++pos) {
+        for (int64_t i = 0; i < row; ++i) {
+          k[i] = static_cast<float>(100 * l + pos + 0.25 * i);
+          v[i] = -k[i];
+        }
+        from->Write(l, 5, pos, k.data(), v.data());
+      }
+    }
+    ASSERT_TRUE(from->SetLength(5, kLen).ok());
+    from->FreeOutsideWindow(5);
+    auto kv = from->Export(5);
+    ASSERT_TRUE(kv.ok()) << kv.status();
+    EXPECT_EQ(kv->length, kLen);
+    ASSERT_TRUE(to->Import(9, *kv).ok());
+    EXPECT_EQ(to->length(9), kLen);
+    int64_t compared = 0;
+    for (int64_t l = 0; l < shape.num_layers; ++l) {
+      for (int64_t pos = 0; pos < kLen; ++pos) {
+        ASSERT_EQ(to->Holds(l, 9, pos), from->Holds(l, 5, pos)) << l << " " << pos;
+        if (!to->Holds(l, 9, pos)) continue;
+        std::vector<float> kf(shape.head_dim), vf(shape.head_dim), kt(shape.head_dim),
+            vt(shape.head_dim);
+        for (int64_t g = 0; g < shape.groups; ++g) {
+          const int64_t b = pos / shape.block_size, first = pos % shape.block_size;
+          from->ReadBlock(l, from->block_table(5, l)[b], g, first, 1, kf.data(), vf.data());
+          to->ReadBlock(l, to->block_table(9, l)[b], g, first, 1, kt.data(), vt.data());
+          EXPECT_EQ(kt, kf) << l << " " << pos << " " << g;
+          EXPECT_EQ(vt, vf) << l << " " << pos << " " << g;
+          ++compared;
+        }
+      }
+    }
+    // Whole context: 2 layers x 13 positions x 2 groups; windowed: layer 0 keeps 8-12.
+    EXPECT_EQ(compared, windowed ? (13 + 5) * 2 : 2 * 13 * 2) << windowed;
+    // A receiver whose blocks are taken refuses it and takes none.
+    auto full = PagedKvCache::Create(*backend, shape);
+    ASSERT_TRUE(full.ok());
+    ASSERT_TRUE(full->ReserveContext(1, 8 * 4 - 2).ok());
+    if (windowed) {  // the windowed layer holds 2 blocks of 16: 6 left, what 13 tokens take
+      ASSERT_TRUE(full->ReserveContext(3, 8).ok());
+    }
+    const int64_t free = full->free_blocks();
+    EXPECT_EQ(free, 0);
+    EXPECT_EQ(full->Import(2, *kv).code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(full->free_blocks(), free);
+    EXPECT_FALSE(full->contains(2));
+  }
+}
+
 // Layer 1 of 2 is an expert layer (4 SwiGLU experts of 32, top-2, one shared expert):
 // TP 2 (each expert split over the ranks, the outputs all-reduced), a paged cache in
 // random block order and chunked prefill give the one-shot TP 1 run's logits; the experts

@@ -1,0 +1,48 @@
+// Pieces the aggregated and the disaggregated serving loops share (serve_loop.cc,
+// disaggregated_loop.cc); not part of the serving kernels' interface.
+#ifndef PARATUNE_KERNELS_SERVING_SERVE_LOOP_INTERNAL_H_
+#define PARATUNE_KERNELS_SERVING_SERVE_LOOP_INTERNAL_H_
+
+#include <chrono>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/communicator.h"
+#include "kernels/serving/continuous_batcher.h"
+#include "kernels/serving/request_trace.h"
+#include "kernels/serving/serve_loop.h"
+#include "kernels/serving/serving_model.h"
+
+namespace paratune::kernels::serving::internal {
+
+using Clock = std::chrono::steady_clock;
+
+/// Seconds since t0 on this rank.
+inline double Elapsed(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// Every rank gets rank 0's values (an all-reduce where the other ranks add zeros); the
+/// ranks must pass vectors of one size.
+absl::Status Broadcast(Communicator& comm, std::vector<double>* values);
+absl::StatusOr<double> Broadcast(Communicator& comm, double value);
+
+/// A throw-away request through prefill and options.warmup_steps − 1 decodes, untimed;
+/// then the model's times and the backend's peaks are reset.
+absl::Status WarmUp(const ServeOptions& options, ServingModel& model, Backend& backend);
+
+/// The batcher's limits for `model`'s cache under `options`.
+BatcherLimits LimitsFor(const ServeOptions& options, ServingModel& model);
+
+/// The trace's requests in id order, their records and the run's duration (first arrival
+/// to last finish) into *result.
+void FinishResult(ServeResult* result);
+
+/// RunServeLoop with options.disaggregated() (disaggregated_loop.cc).
+absl::StatusOr<ServeResult> RunDisaggregated(const ServeOptions& options,
+                                             const std::vector<TraceRequest>& trace);
+
+}  // namespace paratune::kernels::serving::internal
+
+#endif  // PARATUNE_KERNELS_SERVING_SERVE_LOOP_INTERNAL_H_
