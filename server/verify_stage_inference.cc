@@ -1,8 +1,10 @@
 // The verify stage of an inference job (see verify_stage.h): the top search.verify_top_k
 // serving layouts, each run once with the serving loop on one CPU worker (a layout of R
-// replicas: one replica on its 1/R share of the load).
+// replicas: one replica on its 1/R share of the load; disaggregated pools of P prefill and
+// D decode instances: P/g and D/g of them on a 1/g share, g = gcd(P, D)).
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -21,8 +23,26 @@ std::string ServingUnsupportedReason(const ModelSpec& m, const v1::ServingConfig
   if (std::string why = inference::ServingKernelsUnsupportedReason(m); !why.empty()) return why;
   if (c.pp() > 1)
     return absl::StrCat("the serving loop runs tensor parallelism only (pp ", c.pp(), ")");
-  if (c.disaggregated()) return "the serving loop does not run disaggregated pools";
+  if (c.disaggregated() && c.attention_dp()) {
+    return "the serving loop does not run disaggregated pools with attention data parallelism";
+  }
   return "";
+}
+
+// The layout's instances run together (R replicas, or g = gcd(P, D) of P prefill and D
+// decode instances) that one verify run stands for: it runs one of them on a 1/R share.
+int64_t VerifyShare(const v1::ServingConfig& c) {
+  if (c.disaggregated()) {
+    return std::max<int64_t>(1, std::gcd<int64_t>(c.prefill_replicas(), c.decode_replicas()));
+  }
+  return std::max<int64_t>(1, c.replicas());
+}
+
+// Ranks one verify run of layout `c` takes on one worker.
+int64_t VerifyRanks(const v1::ServingConfig& c) {
+  if (!c.disaggregated()) return c.tp();
+  const int64_t g = VerifyShare(c);
+  return c.tp() * (c.prefill_replicas() / g + c.decode_replicas() / g);
 }
 
 v1::ServingVerifyTask MakeServingVerifyTask(const inference::InferenceJobSpec& spec,
@@ -60,8 +80,13 @@ v1::ServingVerifyTask MakeServingVerifyTask(const inference::InferenceJobSpec& s
   t.set_osl(s.osl);
   // Replicas are identical and the engines' router sends each request to the least-loaded
   // one (as the simulator does): one replica is run on its 1/R share of the clients, the
-  // arrival rate and the requests.
-  const int64_t replicas = std::max<int64_t>(1, r.config().replicas());
+  // arrival rate and the requests. Disaggregated pools of P prefill and D decode instances
+  // are run as P/g and D/g instances (g = gcd(P, D)) on a 1/g share.
+  const int64_t replicas = VerifyShare(r.config());
+  if (r.config().disaggregated()) {
+    t.set_prefill_instances(r.config().prefill_replicas() / replicas);
+    t.set_decode_instances(r.config().decode_replicas() / replicas);
+  }
   const auto share = [replicas](int64_t n) { return (n + replicas - 1) / replicas; };
   t.set_concurrency(s.concurrency ? share(*s.concurrency) : 0);
   t.set_request_rate(s.request_rate.value_or(0) / static_cast<double>(replicas));
@@ -94,8 +119,8 @@ Transition VerifyStage::StartInference(JobEntry& job) {
       v->set_status(absl::StrCat("not verified: ", why));
       continue;
     }
-    if (r.config().tp() > largest) {
-      v->set_status(absl::StrCat("not verified: needs ", r.config().tp(),
+    if (VerifyRanks(r.config()) > largest) {
+      v->set_status(absl::StrCat("not verified: needs ", VerifyRanks(r.config()),
                                  " ranks on one CPU worker of device kind ", spec.cluster.gpu,
                                  ", the largest registered offers ", largest));
       continue;
@@ -166,10 +191,9 @@ std::optional<Transition> VerifyStage::CheckInference(JobEntry& job) const {
       *v->mutable_measured_ttft_ms() = m.ttft_ms();
       *v->mutable_measured_tpot_ms() = m.tpot_ms();
       *v->mutable_measured_e2e_latency_ms() = m.e2e_latency_ms();
-      // One replica ran its share: the instance's output is R of them.
-      v->set_measured_output_tokens_per_sec(
-          m.output_tokens_per_sec() *
-          static_cast<double>(std::max<int64_t>(1, r.config().replicas())));
+      // One replica (or 1/g of the pools) ran its share: the layout's output is R (g) times.
+      v->set_measured_output_tokens_per_sec(m.output_tokens_per_sec() *
+                                            static_cast<double>(VerifyShare(r.config())));
       v->set_measured_requests(static_cast<int32_t>(m.requests()));
       continue;
     }

@@ -683,7 +683,20 @@ absl::StatusOr<kernels::serving::ServeOptions> ValidateServingVerify(const v1::P
   o.trace.seed = t.seed();
   o.max_batch_size = t.max_batch_size();
   o.max_num_tokens = t.max_num_tokens();
-  o.capacity_bytes = worker.Capacity(o.model.parallel.tp);
+  o.prefill_instances = t.prefill_instances();
+  o.decode_instances = t.decode_instances();
+  const int64_t ranks =
+      o.model.parallel.tp * (o.disaggregated() ? o.prefill_instances + o.decode_instances : 1);
+  if (o.disaggregated()) {
+    if (absl::Status s =
+            worker.NeedRanks(ranks, absl::StrCat(" ((prefill_instances ", o.prefill_instances,
+                                                 " + decode_instances ", o.decode_instances,
+                                                 ") x tp ", o.model.parallel.tp, ")"));
+        !s.ok()) {
+      return s;
+    }
+  }
+  o.capacity_bytes = worker.Capacity(ranks);
   if (absl::Status s = o.Validate(); !s.ok()) return s;
   return o;
 }

@@ -171,6 +171,42 @@ TEST_F(InferenceVerifyE2eTest, AReplicatedLayoutIsVerifiedOnOneReplicasShare) {
   EXPECT_LE(v["measured_output_tokens_per_sec"].get<double>(), 2.0 * one_replica_bound * 1.001);
 }
 
+// Disaggregated pools at tp 1, one prefill and one decode instance on the 2 devices: the
+// layout is profiled (its steps are the aggregated shape's) and verified with the serving
+// loop's prefill and decode instances, each request's KV cache moved between them; every
+// request completes with its TTFT below its end-to-end latency.
+TEST_F(InferenceVerifyE2eTest, ADisaggregatedLayoutIsVerifiedWithPrefillAndDecodeInstances) {
+  StartWithWorkers();
+  if (HasFatalFailure()) return;
+  std::string spec_text = kSpec;
+  for (auto [from, to] : {std::pair<std::string, std::string>{"tp: [1, 2]", "tp: [1]"},
+                          {"replicas: [1], ", ""},
+                          {"disaggregated: [false]", "disaggregated: [true]"},
+                          {"top_k: 2", "top_k: 1"},
+                          {"verify_top_k: 2", "verify_top_k: 1"}}) {
+    spec_text.replace(spec_text.find(from), from.size(), to);
+  }
+  const std::string id = Submit(spec_text);
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(Cli("watch " + id).exit_code, 0) << ReadFile(err_) << ReadFile(coordinator_->log());
+  const json results = json::parse(Cli("results " + id + " --json").out, nullptr, false);
+  ASSERT_FALSE(results.is_discarded());
+  const json& ranked = results["plan"]["inference"]["ranked"];
+  ASSERT_EQ(ranked.size(), 1u) << results.dump(1);
+  EXPECT_EQ(ranked[0]["config"]["disaggregated"], true);
+  EXPECT_EQ(ranked[0]["config"]["prefill_replicas"], 1);
+  EXPECT_EQ(ranked[0]["config"]["decode_replicas"], 1);
+  ExpectMeasuredAndVerified(ranked);
+  // The decode instance produces osl - 1 = 3 tokens after the prefill's first: the mean
+  // e2e latency is at least the mean TTFT plus 3 mean TPOTs (per request e2e = TTFT +
+  // (osl - 1) x TPOT; the means add up).
+  const json& v = ranked[0]["verification"];
+  EXPECT_NEAR(
+      v["measured_e2e_latency_ms"]["mean"].get<double>(),
+      v["measured_ttft_ms"]["mean"].get<double>() + 3 * v["measured_tpot_ms"]["mean"].get<double>(),
+      1e-6 * v["measured_e2e_latency_ms"]["mean"].get<double>());
+}
+
 // A mixture-of-experts model (the second layer's 4 experts of 128, top-2, each split over
 // the tp ranks, then over 2 expert-parallel ranks, then with attention data parallelism) is
 // profiled on its expert layers and its top layouts verified with the serving loop, as a

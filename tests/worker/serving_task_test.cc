@@ -228,6 +228,32 @@ TEST(ServingVerifyTask, RunsTheTraceThroughTheServingLoop) {
   }
 }
 
+// Disaggregated: one prefill and one decode instance of tp 1 on a worker of 2 slots runs
+// the trace; 2 of each need 4 ranks and are refused naming them; one kind alone is refused.
+TEST(ServingVerifyTask, DisaggregatedInstancesRunOnTheirRanks) {
+  auto executor = CreateKernelsExecutor(CpuSlots(2));
+  CancelFlag cancel;
+  v1::ProfileTask task = ServingVerify(1);
+  task.mutable_serving_verify()->set_prefill_instances(1);
+  task.mutable_serving_verify()->set_decode_instances(1);
+  v1::TaskResult r = executor->Execute(task, cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  EXPECT_EQ(r.serving_verify().requests(), 7);
+  EXPECT_EQ(r.serving_verify().wrong(), 0);
+  EXPECT_LE(r.serving_verify().ttft_ms().p99(), r.serving_verify().e2e_latency_ms().p99());
+  task.mutable_serving_verify()->set_prefill_instances(2);
+  task.mutable_serving_verify()->set_decode_instances(2);
+  r = executor->Execute(task, cancel);
+  EXPECT_NE(r.outcome(), v1::TaskResult::OUTCOME_OK);
+  EXPECT_NE(r.message().find("(prefill_instances 2 + decode_instances 2) x tp 1"),
+            std::string::npos)
+      << r.message();
+  task.mutable_serving_verify()->set_prefill_instances(1);
+  task.mutable_serving_verify()->set_decode_instances(0);
+  r = executor->Execute(task, cancel);
+  EXPECT_NE(r.message().find("must both be >= 1"), std::string::npos) << r.message();
+}
+
 // Layer 1 of 2 is an expert layer: 4 SwiGLU experts of 32, top-2, each split over the 2
 // ranks (then, at ep 2, two whole experts per rank). A decode step's weights per rank are layer
 // 0's, layer 1's attention and norms, the full router [4, 64] and the experts' shards fc1 [4, 32,
