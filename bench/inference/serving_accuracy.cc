@@ -17,9 +17,11 @@
 // width, top-2 (a Mixtral-like model; each expert split over the tp ranks); --ep N puts the
 // experts of the layouts whose tp N divides on N expert-parallel ranks (named "-epN"), and
 // --attention_dp also runs those with ep = tp with attention data parallelism ("-adp").
+// --disaggregated runs every layout as one prefill and one decode instance ("-pd"; 2 x tp
+// ranks, each request's KV cache moved between them).
 //
 //   serving_accuracy [--rounds 3] [--iters 5] [--layouts tp1-mbs4-offline,...] [--experts E]
-//                    [--ep N [--attention_dp]] [--json]
+//                    [--ep N [--attention_dp]] [--disaggregated] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -69,7 +71,8 @@ InferenceJobSpec SpecFor(const ks::ServingLayout& l) {
     m.moe_ffn_hidden_size = o.model.moe->ffn_hidden;
   }
   spec.cluster.gpu = "cpu";
-  spec.cluster.num_gpus = o.model.parallel.tp;
+  spec.cluster.num_gpus =
+      o.model.parallel.tp * (o.disaggregated() ? o.prefill_instances + o.decode_instances : 1);
   spec.cluster.gpus_per_node = 2;
   inference::ServingSpec& s = spec.serving;
   s.engine = inference::ServingEngine::kTrtllm;
@@ -82,12 +85,17 @@ InferenceJobSpec SpecFor(const ks::ServingLayout& l) {
   x.ep = {o.model.parallel.ep};
   x.attention_dp = {o.model.attention_dp};
   x.pp = {1};
-  x.replicas = {1};
+  if (o.disaggregated()) {
+    x.prefill_replicas = {o.prefill_instances};
+    x.decode_replicas = {o.decode_instances};
+  } else {
+    x.replicas = {1};
+  }
   x.max_batch_size = {o.max_batch_size};
   x.max_num_tokens = {o.max_num_tokens};
   x.weight_precision = {inference::QuantFormat::kInt8};
   x.kv_cache_precision = {inference::QuantFormat::kBf16};
-  x.disaggregated = {false};
+  x.disaggregated = {o.disaggregated()};
   x.top_k = 1;
   return spec;
 }
@@ -127,7 +135,14 @@ int Main(int argc, char** argv) {
   bool attention_dp = false;
   app.add_flag("--attention_dp", attention_dp,
                "attention data parallelism for the layouts with ep = tp (needs --ep)");
+  bool disaggregated = false;
+  app.add_flag("--disaggregated", disaggregated,
+               "one prefill and one decode instance per layout (2 x tp ranks)");
   CLI11_PARSE(app, argc, argv);
+  if (disaggregated && attention_dp) {
+    std::fprintf(stderr, "--disaggregated does not run with --attention_dp\n");
+    return 2;
+  }
   if (ep < 1 || (ep > 1 && (experts == 0 || experts % ep != 0))) {
     std::fprintf(stderr, "ep (%lld) must be >= 1 and, above 1, divide --experts (%lld)\n",
                  static_cast<long long>(ep), static_cast<long long>(experts));
@@ -166,6 +181,11 @@ int Main(int argc, char** argv) {
           l.name += "-adp";
         }
       }
+    }
+    if (disaggregated) {
+      l.options.prefill_instances = 1;
+      l.options.decode_instances = 1;
+      l.name += "-pd";
     }
     Row row;
     row.layout = l;

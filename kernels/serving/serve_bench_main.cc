@@ -11,8 +11,11 @@
 //       [--concurrency 8 | --rate 4.0] [--max_batch_size 8] [--max_num_tokens 256]
 //       [--no_chunked_prefill] [--kv_block_size 16] [--kv_blocks 256] [--kv_dtype fp32]
 //       [--weights none|int8|int4] [--experts 8 --topk 2 --expert_ffn 704 [--ep 2]
-//       [--attention_dp]]
+//       [--attention_dp]] [--prefill_instances 1 --decode_instances 1]
 //       [--rounds 3] [--json]
+// With --prefill_instances and --decode_instances the trace runs disaggregated: that many
+// prefill and decode instances of --tp ranks each, every prompt's KV cache moved from the
+// prefill instance to a decode instance.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -136,6 +139,10 @@ int Main(int argc, char** argv) {
   bool attention_dp = false;
   app.add_flag("--attention_dp", attention_dp,
                "each rank its own requests, attention whole (needs --experts, --ep = --tp)");
+  app.add_option("--prefill_instances", o.prefill_instances,
+                 "disaggregated: prefill instances of --tp ranks (with --decode_instances)");
+  app.add_option("--decode_instances", o.decode_instances,
+                 "disaggregated: decode instances of --tp ranks (with --prefill_instances)");
   app.add_option("--warmup", o.warmup_steps, "untimed warm-up steps");
   app.add_option("--rounds", rounds, "repetitions of the whole trace");
   app.add_flag("--json", json);
@@ -181,6 +188,10 @@ int Main(int argc, char** argv) {
       std::printf("# experts: %lld of %lld, top-%lld, ep %lld%s\n", (long long)experts,
                   (long long)m.moe->ffn_hidden, (long long)topk, (long long)ep,
                   attention_dp ? ", attention data parallelism" : "");
+    }
+    if (o.disaggregated()) {
+      std::printf("# disaggregated: %lld prefill and %lld decode instances of tp %lld\n",
+                  (long long)o.prefill_instances, (long long)o.decode_instances, (long long)tp);
     }
     std::printf("# trace: %lld requests, isl %lld, osl %lld, %s", (long long)o.trace.num_requests,
                 (long long)o.trace.isl, (long long)o.trace.osl, mode.c_str());
@@ -240,6 +251,8 @@ int Main(int argc, char** argv) {
                            {{"tp", tp},
                             {"ep", ep},
                             {"attention_dp", attention_dp},
+                            {"prefill_instances", o.prefill_instances},
+                            {"decode_instances", o.decode_instances},
                             {"experts", experts},
                             {"topk", topk},
                             {"expert_ffn", m.moe.has_value() ? m.moe->ffn_hidden : 0},
