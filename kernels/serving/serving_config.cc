@@ -67,10 +67,10 @@ absl::Status ServingConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("vocab_size (", shape.vocab_size, ") must be positive"));
   }
-  if (parallel.pp != 1 || parallel.dp != 1 || parallel.sequence_parallel) {
+  if (parallel.dp != 1 || parallel.sequence_parallel) {
     return absl::UnimplementedError(
-        "the serving kernels run tensor parallelism only (pp, dp must be 1, no sequence "
-        "parallelism)");
+        "the serving kernels run tensor and pipeline parallelism only (dp must be 1, no "
+        "sequence parallelism)");
   }
   if (absl::Status s = CheckAttentionWindow(attention_window, window_attn_skip_freq); !s.ok()) {
     return s;
@@ -82,6 +82,17 @@ absl::Status ServingConfig::Validate() const {
     if (v <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(field, " (", v, ") must be positive"));
     }
+  }
+  if (parallel.pp < 1 || parallel.pp > num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pp (", parallel.pp, ") must be in [1, num_layers (", num_layers, ")]"));
+  }
+  if (stage < 0 || stage >= parallel.pp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stage (", stage, ") must be in [0, pp (", parallel.pp, "))"));
+  }
+  if (parallel.pp > 1 && attention_dp) {
+    return absl::InvalidArgumentError("attention_dp does not run with pp > 1");
   }
   if (position_embedding == PositionEmbedding::kRope && head_dim() % 2 != 0) {
     return absl::InvalidArgumentError(

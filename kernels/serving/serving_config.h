@@ -5,8 +5,10 @@
 #ifndef PARATUNE_KERNELS_SERVING_SERVING_CONFIG_H_
 #define PARATUNE_KERNELS_SERVING_SERVING_CONFIG_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,10 +36,14 @@ struct ServingConfig {
   /// h, a, g, f, V, activation (gelu | swiglu); normalization must be rmsnorm.
   LayerShape shape;
   int64_t num_layers = 1;  ///< Transformer layers of the model.
-  /// The layout; the serving kernels read tp and, for expert layers, ep (dividing tp: the
-  /// experts split over ep ranks, each over tp / ep; TensorRT-LLM's moe_ep_size x
+  /// The layout; the serving kernels read tp, pp and, for expert layers, ep (dividing tp:
+  /// the experts split over ep ranks, each over tp / ep; TensorRT-LLM's moe_ep_size x
   /// moe_tp_size = tp). The other fields must stay at 1 / false.
   ParallelConfig parallel;
+  /// With parallel.pp > 1, the pipeline stage this model is (0 .. pp − 1): its layers are
+  /// the stage's contiguous share (StageLayers), the first stage holds the embedding, the
+  /// last the final norm and the output layer.
+  int64_t stage = 0;
   /// kRope rotates Q and K by their positions; kLearned applies no rotation inside the
   /// layers (the layer then equals kernels/transformer_layer's forward).
   PositionEmbedding position_embedding = PositionEmbedding::kRope;
@@ -78,6 +84,16 @@ struct ServingConfig {
     return shape.ffn_hidden_size > 0 ? shape.ffn_hidden_size : 4 * shape.hidden_size;
   }
   int64_t head_dim() const { return shape.head_dim(); }
+  /// Layers [first, last) of `stage` of parallel.pp: an even split, the first
+  /// num_layers % pp stages one layer more.
+  std::pair<int64_t, int64_t> StageLayers(int64_t s) const {
+    const int64_t pp = std::max<int64_t>(1, parallel.pp), base = num_layers / pp;
+    const int64_t extra = num_layers % pp;
+    const int64_t first = s * base + std::min(s, extra);
+    return {first, first + base + (s < extra ? 1 : 0)};
+  }
+  bool first_stage() const { return stage == 0; }
+  bool last_stage() const { return stage == std::max<int64_t>(1, parallel.pp) - 1; }
   /// Ranks attention, the dense layers and the vocabulary are split over: 1 with attention
   /// data parallelism, else tp.
   int64_t attention_tp() const { return attention_dp ? 1 : parallel.tp; }

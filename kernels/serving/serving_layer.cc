@@ -233,7 +233,8 @@ absl::StatusOr<Tensor> ServingLayer::Forward(const Tensor& x, const std::vector<
   int64_t row = 0;
   for (const SeqChunk& c : chunks) {
     for (int64_t i = 0; i < c.num_tokens; ++i, ++row) {
-      cache->Write(index_, c.seq, c.start + i, q + row * W + hl * d, q + row * W + (hl + gl) * d);
+      cache->Write(cache_layer_, c.seq, c.start + i, q + row * W + hl * d,
+                   q + row * W + (hl + gl) * d);
     }
   }
   PT_ASSIGN_OR_RETURN(Tensor ctx, be.Empty({n, hl * d}, DType::kF32, MemoryTag::kWorkspace));
@@ -244,7 +245,7 @@ absl::StatusOr<Tensor> ServingLayer::Forward(const Tensor& x, const std::vector<
   args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   args.window =
       LayerAttentionWindow(config_.attention_window, config_.window_attn_skip_freq, index_);
-  PagedAttentionForward(args, *cache, index_, chunks, threads);
+  PagedAttentionForward(args, *cache, cache_layer_, chunks, threads);
   times_.attention_s += Since(t0);
 
   t0 = Clock::now();

@@ -41,7 +41,8 @@ struct LayerPhaseTimes {
 
 class ServingLayer {
  public:
-  /// Layer `index` of the model: its weights use seed config.seed + index.
+  /// Layer `index` of the model (one of config.stage's): its weights use seed
+  /// config.seed + index.
   static absl::StatusOr<std::unique_ptr<ServingLayer>> Create(const ServingConfig& config,
                                                               const ParallelContext& ctx,
                                                               int64_t index);
@@ -57,7 +58,10 @@ class ServingLayer {
 
  private:
   ServingLayer(const ServingConfig& config, const ParallelContext& ctx, int64_t index)
-      : config_(config), ctx_(ctx), index_(index) {}
+      : config_(config),
+        ctx_(ctx),
+        index_(index),
+        cache_layer_(index - config.StageLayers(config.stage).first) {}
   absl::Status Init();
   absl::StatusOr<Tensor> RmsNorm(const Tensor& x, const Tensor& gamma);
 
@@ -68,6 +72,7 @@ class ServingLayer {
   ServingConfig config_;
   ParallelContext ctx_;
   int64_t index_ = 0;
+  int64_t cache_layer_ = 0;  ///< Its layer in the stage's KV cache.
   /// An expert layer's routed (and shared) experts in place of fc1/fc2: over the
   /// context's EP and ETP groups when ep > 1, else over the tp ranks as the ETP group
   /// (ep_self_: the one-rank EP group).

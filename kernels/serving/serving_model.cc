@@ -59,34 +59,40 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Create(const Serving
   Backend& be = *ctx.backend;
   const int64_t h = config.shape.hidden_size, t = config.attention_tp();
   const int64_t vl = config.shape.vocab_size / t, v0 = model->ctx_.tp_rank() * vl;
-  PT_ASSIGN_OR_RETURN(model->embedding_, be.Empty({vl, h}, DType::kF32, MemoryTag::kWeights));
-  const UniformInit emb(config.seed, "embedding.weight");
-  for (int64_t i = 0; i < vl * h; ++i) {
-    model->embedding_.data_as<float>()[i] = static_cast<float>(emb(v0 * h + i));
+  if (config.first_stage()) {
+    PT_ASSIGN_OR_RETURN(model->embedding_, be.Empty({vl, h}, DType::kF32, MemoryTag::kWeights));
+    const UniformInit emb(config.seed, "embedding.weight");
+    for (int64_t i = 0; i < vl * h; ++i) {
+      model->embedding_.data_as<float>()[i] = static_cast<float>(emb(v0 * h + i));
+    }
   }
-  for (int64_t l = 0; l < config.num_layers; ++l) {
+  const auto [first, last] = config.StageLayers(config.stage);
+  for (int64_t l = first; l < last; ++l) {
     PT_ASSIGN_OR_RETURN(std::unique_ptr<ServingLayer> layer,
                         ServingLayer::Create(config, model->ctx_, l));
     model->layers_.push_back(std::move(layer));
   }
-  PT_ASSIGN_OR_RETURN(model->final_norm_, MakeNormWeight(be, config.seed, "final_norm.weight", h));
-  const UniformInit out(config.seed, "output.weight");
-  const double scale = 1.0 / std::sqrt(static_cast<double>(h));
-  PT_ASSIGN_OR_RETURN(
-      model->output_,
-      WeightOnlyLinear::Create(
-          be, vl, h,
-          [&](int64_t r, int64_t c) { return static_cast<float>(scale * out((v0 + r) * h + c)); },
-          WeightQuant::kNone, 0));
+  if (config.last_stage()) {
+    PT_ASSIGN_OR_RETURN(model->final_norm_,
+                        MakeNormWeight(be, config.seed, "final_norm.weight", h));
+    const UniformInit out(config.seed, "output.weight");
+    const double scale = 1.0 / std::sqrt(static_cast<double>(h));
+    PT_ASSIGN_OR_RETURN(
+        model->output_,
+        WeightOnlyLinear::Create(
+            be, vl, h,
+            [&](int64_t r, int64_t c) { return static_cast<float>(scale * out((v0 + r) * h + c)); },
+            WeightQuant::kNone, 0));
+  }
   KvCacheShape kv;
-  kv.num_layers = config.num_layers;
+  kv.num_layers = last - first;
   kv.num_blocks = config.num_kv_blocks;
   kv.block_size = config.kv_block_size;
   kv.groups = config.num_query_groups() / t;
   kv.head_dim = config.head_dim();
   kv.dtype = config.kv_dtype;
   kv.window = config.attention_window;
-  for (int64_t l = 0; l < config.num_layers && config.attention_window > 0; ++l) {
+  for (int64_t l = first; l < last && config.attention_window > 0; ++l) {
     kv.windowed.push_back(
         LayerAttentionWindow(config.attention_window, config.window_attn_skip_freq, l) > 0);
   }
@@ -109,13 +115,29 @@ void ServingModel::ResetTimes() {
 absl::StatusOr<StepOutput> ServingModel::Step(const std::vector<int32_t>& tokens,
                                               const std::vector<SeqChunk>& chunks,
                                               bool return_logits) {
+  if (config_.parallel.pp != 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Step runs the whole model; a stage of pp ", config_.parallel.pp,
+                     " runs StageForward (and, the last, Sample)"));
+  }
+  PT_ASSIGN_OR_RETURN(const Tensor x, StageForward(tokens, nullptr, chunks));
+  return Sample(x, chunks, return_logits);
+}
+
+absl::StatusOr<Tensor> ServingModel::StageForward(const std::vector<int32_t>& tokens,
+                                                  const Tensor* input,
+                                                  const std::vector<SeqChunk>& chunks) {
   Backend& be = *ctx_.backend;
   const int64_t n = StepTokens(chunks), h = config_.shape.hidden_size;
   const int64_t V = config_.shape.vocab_size, t = config_.attention_tp(), vl = V / t;
   const int64_t v0 = ctx_.tp_rank() * vl;
-  if (static_cast<int64_t>(tokens.size()) != n) {
+  if (config_.first_stage() && static_cast<int64_t>(tokens.size()) != n) {
     return absl::InvalidArgumentError(
         absl::StrCat("tokens (", tokens.size(), ") must equal the chunks' tokens (", n, ")"));
+  }
+  if (!config_.first_stage() && (input == nullptr || input->numel() != n * h)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage ", config_.stage, " needs the previous stage's output of ", n, " x ", h, " values"));
   }
   std::vector<int64_t> positions;
   positions.reserve(n);
@@ -149,18 +171,22 @@ absl::StatusOr<StepOutput> ServingModel::Step(const std::vector<int32_t>& tokens
   // VocabParallelEmbedding: local rows, zeros elsewhere, then reduce_from_tp_region.
   auto t0 = Clock::now();
   PT_ASSIGN_OR_RETURN(Tensor x, be.Empty({n, h}, DType::kF32, MemoryTag::kWorkspace));
-  for (int64_t i = 0; i < n; ++i) {
-    float* xr = x.data_as<float>() + i * h;
-    const int64_t local = tokens[i] - v0;
-    if (local >= 0 && local < vl) {
-      std::copy(embedding_.data_as<float>() + local * h,
-                embedding_.data_as<float>() + (local + 1) * h, xr);
-    } else {
-      std::fill(xr, xr + h, 0.0f);
+  if (config_.first_stage()) {
+    for (int64_t i = 0; i < n; ++i) {
+      float* xr = x.data_as<float>() + i * h;
+      const int64_t local = tokens[i] - v0;
+      if (local >= 0 && local < vl) {
+        std::copy(embedding_.data_as<float>() + local * h,
+                  embedding_.data_as<float>() + (local + 1) * h, xr);
+      } else {
+        std::fill(xr, xr + h, 0.0f);
+      }
     }
+    times_.embedding_s += Since(t0);
+    PT_RETURN_IF_ERROR(ReduceFromTpRegion::Forward(ctx_, x));
+  } else {
+    std::copy(input->data_as<float>(), input->data_as<float>() + n * h, x.data_as<float>());
   }
-  times_.embedding_s += Since(t0);
-  PT_RETURN_IF_ERROR(ReduceFromTpRegion::Forward(ctx_, x));
   for (auto& layer : layers_) {
     PT_ASSIGN_OR_RETURN(x, layer->Forward(x, chunks, positions, &cache_));
   }
@@ -172,9 +198,26 @@ absl::StatusOr<StepOutput> ServingModel::Step(const std::vector<int32_t>& tokens
   }
   for (const SeqChunk& c : chunks)
     PT_RETURN_IF_ERROR(cache_.SetLength(c.seq, c.start + c.num_tokens));
+  if (!config_.last_stage()) {
+    times_.tp_comm_s = comm_clock_.seconds();
+    ++times_.steps;
+  }
+  return x;
+}
 
+absl::StatusOr<StepOutput> ServingModel::Sample(const Tensor& x,
+                                                const std::vector<SeqChunk>& chunks,
+                                                bool return_logits) {
+  if (!config_.last_stage()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stage ", config_.stage, " of pp ", config_.parallel.pp,
+                     " has no output layer: the last stage samples"));
+  }
+  const int64_t h = config_.shape.hidden_size;
+  const int64_t V = config_.shape.vocab_size, t = config_.attention_tp(), vl = V / t;
+  const int64_t v0 = ctx_.tp_rank() * vl;
   // Final norm and logits of the last token of each sampled chunk only.
-  t0 = Clock::now();
+  const auto t0 = Clock::now();
   std::vector<int64_t> rows;
   int64_t row = 0;
   for (const SeqChunk& c : chunks) {

@@ -65,15 +65,26 @@ class ServingModel {
 
   /// Runs one step: tokens are the chunks' new tokens, concatenated; every chunk's start
   /// must equal its sequence's cached length. Reserves the KV blocks the chunks need
-  /// (ResourceExhausted if they are not free) and advances each sequence's length.
+  /// (ResourceExhausted if they are not free) and advances each sequence's length. The
+  /// whole model only (parallel.pp 1).
   absl::StatusOr<StepOutput> Step(const std::vector<int32_t>& tokens,
                                   const std::vector<SeqChunk>& chunks, bool return_logits);
+  /// One pipeline stage's part of a step: the first stage embeds `tokens`, the others take
+  /// the previous stage's output `input` [StepTokens(chunks), h]; the stage's layers run
+  /// (their cache checked, reserved and advanced as Step's). Returns the hidden states.
+  absl::StatusOr<Tensor> StageForward(const std::vector<int32_t>& tokens, const Tensor* input,
+                                      const std::vector<SeqChunk>& chunks);
+  /// The last stage's end of a step: final norm, logits and greedy tokens of the sampled
+  /// chunks from the stage's output `x`.
+  absl::StatusOr<StepOutput> Sample(const Tensor& x, const std::vector<SeqChunk>& chunks,
+                                    bool return_logits);
   /// Frees the KV blocks of a finished sequence.
   void Release(int64_t seq) { cache_.Release(seq); }
 
   PagedKvCache& cache() { return cache_; }
   const ServingConfig& config() const { return config_; }
-  /// Bytes of this rank's weights (embedding, layers, final norm, output layer).
+  /// Bytes of this rank's weights (embedding, layers, final norm, output layer: those of
+  /// its stage).
   int64_t weight_bytes() const;
   ModelPhaseTimes& times() { return times_; }
   void ResetTimes();

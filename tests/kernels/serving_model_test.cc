@@ -2,9 +2,12 @@
 // recomputation, TP = 1, a contiguous cache, one-shot prefill and fp32 weights.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <map>
+#include <string>
+#include <thread>
 #include <utility>
 
 #include "kernels/hash_random.h"
@@ -32,9 +35,11 @@ struct Plan {
 
 // With `free_window`, each step's sequences return the blocks left of their windows, as the
 // serving loop does.
-absl::StatusOr<std::vector<float>> Drive(ServingModel& model, const Plan& plan,
-                                         bool free_window = false) {
-  const int64_t V = model.config().shape.vocab_size;
+// A pipeline's stages run each step in order (StageForward, then the last stage's Sample);
+// one model of pp 1 runs Step.
+absl::StatusOr<std::vector<float>> DriveStages(const std::vector<ServingModel*>& stages,
+                                               const Plan& plan, bool free_window = false) {
+  const int64_t V = stages.front()->config().shape.vocab_size;
   std::map<int64_t, std::vector<int32_t>> tokens;
   std::map<int64_t, int64_t> done;
   std::map<int64_t, std::vector<float>> logits;
@@ -52,10 +57,22 @@ absl::StatusOr<std::vector<float>> Drive(ServingModel& model, const Plan& plan,
       done[seq] += c.num_tokens;
       chunks.push_back(c);
     }
-    auto out = model.Step(ids, chunks, /*return_logits=*/true);
+    absl::StatusOr<StepOutput> out;
+    if (stages.size() == 1) {
+      out = stages.front()->Step(ids, chunks, /*return_logits=*/true);
+    } else {
+      absl::StatusOr<Tensor> x = stages.front()->StageForward(ids, nullptr, chunks);
+      for (size_t s = 1; s < stages.size() && x.ok(); ++s) {
+        x = stages[s]->StageForward({}, &*x, chunks);
+      }
+      if (!x.ok()) return x.status();
+      out = stages.back()->Sample(*x, chunks, /*return_logits=*/true);
+    }
     if (!out.ok()) return out.status();
-    for (const SeqChunk& c : chunks) {
-      if (free_window) model.cache().FreeOutsideWindow(c.seq);
+    for (ServingModel* stage : stages) {
+      for (const SeqChunk& c : chunks) {
+        if (free_window) stage->cache().FreeOutsideWindow(c.seq);
+      }
     }
     int64_t s = 0;
     for (const SeqChunk& c : chunks) {
@@ -70,6 +87,11 @@ absl::StatusOr<std::vector<float>> Drive(ServingModel& model, const Plan& plan,
   for (const auto& [seq, l] : logits) all.insert(all.end(), l.begin(), l.end());
   for (const auto& [seq, t] : tokens) all.insert(all.end(), t.begin(), t.end());
   return all;
+}
+
+absl::StatusOr<std::vector<float>> Drive(ServingModel& model, const Plan& plan,
+                                         bool free_window = false) {
+  return DriveStages({&model}, plan, free_window);
 }
 
 // Three prompts of different lengths prefilled in one step, then five decode steps.
@@ -141,6 +163,97 @@ TEST(ServingModel, TensorParallel2And4EqualTp1) {
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_LE(ToleranceRatio(*got, *ref, 1e-5, 1e-4), 1.0) << "tp " << tp;
   }
+}
+
+// Config `c` as pp stages on c.parallel.tp thread ranks (each rank holds one model per
+// stage over its tp group, run in stage order), driven through `plan`: rank 0's result.
+absl::StatusOr<std::vector<float>> RunPipelinePlan(ServingConfig c, int64_t pp, const Plan& plan,
+                                                   bool free_window = false) {
+  c.parallel.pp = pp;
+  const int t = static_cast<int>(c.parallel.tp);
+  auto rendezvous = MakeInProcessRendezvous();
+  static std::atomic<int> group{0};
+  const std::string prefix = absl::StrCat("pipeline", group.fetch_add(1));
+  std::vector<absl::Status> status(t);
+  std::vector<std::vector<float>> results(t);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < t; ++r) {
+    threads.emplace_back([&, r]() {
+      status[r] = [&]() -> absl::Status {
+        auto groups = MakeServingGroups(rendezvous, prefix, r, t, 1);
+        if (!groups.ok()) return groups.status();
+        auto backend = MakeCpuBackend(0, 1);
+        std::vector<std::unique_ptr<ServingModel>> models;
+        std::vector<ServingModel*> stages;
+        for (int64_t s = 0; s < pp; ++s) {
+          ServingConfig sc = c;
+          sc.stage = s;
+          auto m = ServingModel::Create(sc, groups->context(backend.get()), /*shuffle_seed=*/s + 5);
+          if (!m.ok()) return m.status();
+          stages.push_back(m->get());
+          models.push_back(*std::move(m));
+        }
+        auto out = DriveStages(stages, plan, free_window);
+        if (!out.ok()) return out.status();
+        results[r] = *std::move(out);
+        return absl::OkStatus();
+      }();
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const absl::Status& s : status) {
+    if (!s.ok()) return s;
+  }
+  return results[0];
+}
+
+// Pipeline stages: 5 layers as stages of 3 + 2 and 2 + 2 + 1 layers (the first stage
+// embeds, the last samples), at tp 1 and 2, with chunked prefill and a sliding window in
+// every other layer (each stage's cache holds its layers' groups), give the one-stage
+// model's logits and tokens; a middle stage has neither embedding nor output layer.
+TEST(ServingModel, PipelineStagesEqualTheWholeModel) {
+  for (int64_t tp : {1, 2}) {
+    ServingConfig c = SmallModel(tp, /*layers=*/5);
+    c.attention_window = 6;
+    c.window_attn_skip_freq = 2;
+    auto ref = RunPlan(c, ChunkedPlan(), 0, /*free_window=*/true);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    for (int64_t pp : {2, 3}) {
+      auto got = RunPipelinePlan(c, pp, ChunkedPlan(), /*free_window=*/true);
+      ASSERT_TRUE(got.ok()) << "tp " << tp << " pp " << pp << ": " << got.status();
+      EXPECT_LE(ToleranceRatio(*got, *ref, 1e-5, 1e-4), 1.0) << "tp " << tp << " pp " << pp;
+    }
+  }
+  ServingConfig c = SmallModel(1, 5);
+  c.parallel.pp = 3;
+  EXPECT_EQ(c.StageLayers(0), (std::pair<int64_t, int64_t>{0, 2}));
+  EXPECT_EQ(c.StageLayers(1), (std::pair<int64_t, int64_t>{2, 4}));
+  EXPECT_EQ(c.StageLayers(2), (std::pair<int64_t, int64_t>{4, 5}));
+  c.stage = 1;
+  auto backend = MakeCpuBackend(0, 1);
+  auto self = MakeSelfCommunicator(*backend);
+  auto middle = ServingModel::Create(c, ParallelContext{backend.get(), self.get(), nullptr});
+  ASSERT_TRUE(middle.ok()) << middle.status();
+  c.stage = 0;
+  auto first = ServingModel::Create(c, ParallelContext{backend.get(), self.get(), nullptr});
+  ASSERT_TRUE(first.ok());
+  c.stage = 2;
+  auto last = ServingModel::Create(c, ParallelContext{backend.get(), self.get(), nullptr});
+  ASSERT_TRUE(last.ok());
+  // The middle stage holds two layers' weights only: the first adds the embedding, the
+  // last one layer, the final norm and the output layer.
+  const int64_t h = 64, V = 96;
+  EXPECT_EQ((*first)->weight_bytes() - (*middle)->weight_bytes(), V * h * 4);
+  EXPECT_EQ((*middle)->cache().shape().num_layers, 2);
+  EXPECT_EQ((*last)->cache().shape().num_layers, 1);
+  EXPECT_FALSE((*middle)->Sample(Tensor(), {}, false).ok());
+  EXPECT_FALSE((*middle)->Step({1}, {{0, 0, 1, true}}, false).ok());
+  c.stage = 3;
+  EXPECT_NE(c.Validate().message().find("stage (3) must be in [0, pp (3))"), std::string::npos);
+  c.stage = 0;
+  c.parallel.pp = 6;
+  EXPECT_NE(c.Validate().message().find("pp (6) must be in [1, num_layers (5)]"),
+            std::string::npos);
 }
 
 TEST(ServingModel, PagedCacheEqualsContiguousCache) {
