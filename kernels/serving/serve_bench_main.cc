@@ -6,14 +6,15 @@
 // (max_batch_size, capped by the clients and the requests) at context isl + osl/2: TPOT over it
 // shows what batching, prefill chunks and the loop add.
 //
-//   paratune-serve-bench [--tp 2] [--layers 4] [--hidden 512] [--heads 8] [--groups 4]
+//   paratune-serve-bench [--tp 2] [--pp 1] [--layers 4] [--hidden 512] [--heads 8] [--groups 4]
 //       [--ffn 1408] [--vocab 4096] [--isl 128] [--osl 32] [--num_requests 32]
 //       [--concurrency 8 | --rate 4.0] [--max_batch_size 8] [--max_num_tokens 256]
 //       [--no_chunked_prefill] [--kv_block_size 16] [--kv_blocks 256] [--kv_dtype fp32]
 //       [--weights none|int8|int4] [--experts 8 --topk 2 --expert_ffn 704 [--ep 2]
 //       [--attention_dp]] [--prefill_instances 1 --decode_instances 1]
 //       [--rounds 3] [--json]
-// With --prefill_instances and --decode_instances the trace runs disaggregated: that many
+// With --pp N the model runs as N pipeline stages of --tp ranks, N micro-batch engines in
+// flight. With --prefill_instances and --decode_instances the trace runs disaggregated: that many
 // prefill and decode instances of --tp ranks each, every prompt's KV cache moved from the
 // prefill instance to a decode instance.
 #include <CLI/CLI.hpp>
@@ -107,6 +108,8 @@ int Main(int argc, char** argv) {
   bool json = false, per_request = false, no_chunked = false;
   std::string kv_dtype = "fp32", weights = "none";
   app.add_option("--tp", tp, "tensor-parallel ranks (threads)");
+  int64_t pp = 1;
+  app.add_option("--pp", pp, "pipeline stages (each of --tp ranks)");
   app.add_option("--layers", m.num_layers);
   app.add_option("--hidden", m.shape.hidden_size);
   app.add_option("--heads", m.shape.num_attention_heads);
@@ -149,6 +152,7 @@ int Main(int argc, char** argv) {
   app.add_flag("--requests", per_request, "per-request records in the JSON");
   CLI11_PARSE(app, argc, argv);
   m.parallel.tp = tp;
+  m.parallel.pp = pp;
   m.parallel.ep = ep;
   m.attention_dp = attention_dp;
   if (experts > 0) {
@@ -178,11 +182,11 @@ int Main(int argc, char** argv) {
   const std::string mode = o.trace.mode();
   if (!json) {
     std::printf(
-        "# paratune-serve-bench: %lld layers h %lld a %lld g %lld f %lld V %lld, tp %lld, "
-        "weights %s, kv %s (block %lld x %lld)\n",
+        "# paratune-serve-bench: %lld layers h %lld a %lld g %lld f %lld V %lld, tp %lld, pp "
+        "%lld, weights %s, kv %s (block %lld x %lld)\n",
         (long long)m.num_layers, (long long)m.shape.hidden_size,
         (long long)m.shape.num_attention_heads, (long long)m.num_query_groups(),
-        (long long)m.ffn_hidden_size(), (long long)m.shape.vocab_size, (long long)tp,
+        (long long)m.ffn_hidden_size(), (long long)m.shape.vocab_size, (long long)tp, (long long)pp,
         weights.c_str(), kv_dtype.c_str(), (long long)m.num_kv_blocks, (long long)m.kv_block_size);
     if (m.moe.has_value()) {
       std::printf("# experts: %lld of %lld, top-%lld, ep %lld%s\n", (long long)experts,
@@ -249,6 +253,7 @@ int Main(int argc, char** argv) {
   if (json) {
     nlohmann::json out = {{"config",
                            {{"tp", tp},
+                            {"pp", pp},
                             {"ep", ep},
                             {"attention_dp", attention_dp},
                             {"prefill_instances", o.prefill_instances},

@@ -287,6 +287,10 @@ absl::Status ServeOptions::Validate() const {
         absl::StrCat("prefill_instances (", prefill_instances, ") and decode_instances (",
                      decode_instances, ") must both be >= 1 (disaggregated) or both 0"));
   }
+  if (disaggregated() && model.parallel.pp > 1) {
+    return absl::InvalidArgumentError(
+        "disaggregated serving (prefill_instances, decode_instances) does not run with pp > 1");
+  }
   if (disaggregated() && model.attention_dp) {
     return absl::InvalidArgumentError(
         "disaggregated serving (prefill_instances, decode_instances) does not run with "
@@ -357,6 +361,7 @@ absl::StatusOr<ServeResult> RunServeLoop(const ServeOptions& options) {
   PT_RETURN_IF_ERROR(options.Validate());
   PT_ASSIGN_OR_RETURN(const std::vector<TraceRequest> trace, MakeTrace(options.trace));
   if (options.disaggregated()) return internal::RunDisaggregated(options, trace);
+  if (options.model.parallel.pp > 1) return internal::RunPipelined(options, trace);
   const int t = static_cast<int>(options.model.parallel.tp);
   auto rendezvous = MakeInProcessRendezvous();
   static std::atomic<int> group{0};

@@ -92,8 +92,9 @@ struct ServeResult {
   double mean_in_flight() const;
 };
 
-/// Runs the trace to completion on options.model.parallel.tp thread ranks; disaggregated,
-/// on (prefill_instances + decode_instances) x tp.
+/// Runs the trace to completion on options.model.parallel.tp thread ranks; with pp > 1 on
+/// pp x tp (pp micro-batch engines in flight, each with 1/pp of the KV pool: see
+/// pipeline_loop.cc); disaggregated, on (prefill_instances + decode_instances) x tp.
 absl::StatusOr<ServeResult> RunServeLoop(const ServeOptions& options);
 
 }  // namespace paratune::kernels::serving

@@ -39,6 +39,10 @@ BatcherLimits LimitsFor(const ServeOptions& options, ServingModel& model);
 /// to last finish) into *result.
 void FinishResult(ServeResult* result);
 
+/// RunServeLoop with options.model.parallel.pp > 1 (pipeline_loop.cc).
+absl::StatusOr<ServeResult> RunPipelined(const ServeOptions& options,
+                                         const std::vector<TraceRequest>& trace);
+
 /// RunServeLoop with options.disaggregated() (disaggregated_loop.cc).
 absl::StatusOr<ServeResult> RunDisaggregated(const ServeOptions& options,
                                              const std::vector<TraceRequest>& trace);

@@ -66,6 +66,8 @@ absl::StatusOr<std::vector<LayoutMeasurement>> MeasureLayouts(
 ServingStepConfig ReferenceDecodeStep(const ServeOptions& o) {
   ServingStepConfig ref;
   ref.model = o.model;
+  ref.model.parallel.pp = 1;  // the whole model on the tp ranks: a pipeline's trip of work
+  ref.model.stage = 0;
   ref.phase = ServingPhase::kDecode;
   // The batch the loop can reach: limited by clients in closed loop and by the trace.
   ref.batch = std::min(o.max_batch_size, o.trace.num_requests);

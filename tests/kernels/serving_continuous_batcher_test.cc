@@ -327,6 +327,40 @@ TEST(ServeLoop, DisaggregatedInstancesGiveTheAggregatedTokens) {
   }
 }
 
+// Pipeline parallelism: pp stages of tp ranks with pp micro-batch engines in flight (each
+// its own scheduler and 1/pp of the KV pool). Every request gets the aggregated run's
+// tokens (3 layers as stages of 2 + 1 and 1 + 1 + 1, at tp 1 and 2, offline, closed loop
+// and Poisson), every prompt token and every other token is computed once, and the
+// engines' steps together never exceed the limits.
+TEST(ServeLoop, PipelineStagesGiveTheAggregatedTokens) {
+  for (int64_t tp : {1, 2}) {
+    ServeOptions o = TinyServe(tp);
+    o.model.num_layers = 3;
+    o.keep_tokens = true;
+    auto aggregated = RunServeLoop(o);
+    ASSERT_TRUE(aggregated.ok()) << aggregated.status();
+    for (auto [pp, mode] : {std::pair{2, 0}, {2, 1}, {3, 2}, {3, 0}}) {
+      ServeOptions p = o;
+      p.model.parallel.pp = pp;
+      p.trace.concurrency = mode == 1 ? 3 : 0;
+      p.trace.request_rate = mode == 2 ? 400.0 : 0.0;
+      auto r = RunServeLoop(p);
+      const std::string what = absl::StrCat("tp ", tp, " pp ", pp, " mode ", mode);
+      ASSERT_TRUE(r.ok()) << what << ": " << r.status();
+      CheckInvariants(p, *r);
+      ASSERT_EQ(r->requests.size(), aggregated->requests.size()) << what;
+      for (size_t i = 0; i < r->requests.size(); ++i) {
+        EXPECT_EQ(r->requests[i].tokens, aggregated->requests[i].tokens)
+            << what << " request " << i;
+      }
+    }
+  }
+  ServeOptions bad = TinyServe(1);
+  bad.model.parallel.pp = 2;
+  bad.prefill_instances = bad.decode_instances = 1;
+  EXPECT_NE(RunServeLoop(bad).status().message().find("pp > 1"), std::string::npos);
+}
+
 TEST(ServeLoop, DisaggregatedOptionsAreChecked) {
   ServeOptions o = TinyServe(1);
   o.prefill_instances = 1;
