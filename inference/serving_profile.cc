@@ -85,8 +85,8 @@ absl::StatusOr<ServingProfilePlan> PlanServingProfiles(const InferenceJobSpec& s
   if (!ServingKernelsUnsupportedReason(spec.model).empty()) return out;  // All modelled.
   for (const InferenceRankedConfig& r : plan.ranked) {
     const ServingConfig& c = r.config;
-    // Stays modelled: a task times a whole instance's layers (no pipeline stages).
-    if (c.pp != 1) continue;
+    // A task times a whole instance's layers on tp ranks: a pipeline of pp stages of tp
+    // ranks does that work per step (composed with its stages and hand-offs).
     auto& [batch, tokens] =
         shapes[StepShape{c.tp, c.weight_precision, c.kv_cache_precision, c.ep, c.attention_dp}];
     batch = std::max(batch, std::min(LargestBatch(spec, c), options.max_grid_batch));
@@ -161,13 +161,10 @@ absl::StatusOr<InferencePlanResult> ComposeInference(const InferenceJobSpec& spe
     const ServingConfig& c = m.config;
     const StepShape shape{c.tp, c.weight_precision, c.kv_cache_precision, c.ep, c.attention_dp};
     auto table = tables.find(shape);
-    if (!kernels_unsupported.empty() || c.pp != 1 || table == tables.end()) {
+    if (!kernels_unsupported.empty() || table == tables.end()) {
       InferenceRankedConfig r = m;
-      std::string why = !kernels_unsupported.empty() ? kernels_unsupported
-                        : c.pp != 1                  ? "pp > 1 is not profiled"
-                                                     : "no measurements";
-      if (auto f = unusable.find(shape);
-          kernels_unsupported.empty() && c.pp == 1 && f != unusable.end()) {
+      std::string why = !kernels_unsupported.empty() ? kernels_unsupported : "no measurements";
+      if (auto f = unusable.find(shape); kernels_unsupported.empty() && f != unusable.end()) {
         why = f->second;
       }
       r.notes.insert(r.notes.begin(), absl::StrCat("modelled steps: ", why));

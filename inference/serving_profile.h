@@ -2,16 +2,18 @@
 // serving plan needs, and the plan composed from them.
 //
 // Planning: for each instance shape (tp, weight precision, KV-cache precision) of the
-// ranked pp = 1 layouts, a grid of serving_step tasks over the instance's layers on tp
-// ranks: prefill steps of 1, 2, 4, ... prompts of min(isl, max_num_tokens) tokens while
-// they fit the largest max_num_tokens, and decode steps of 1, 2, 4, ... up to the largest
-// batch a layout reaches (max_batch_size, capped by the clients) at the context lengths
-// isl and isl + osl; plus, per tp > 1, a sweep of the small all-reduces a step makes
-// (tokens x hidden x 4 bytes at the grid's row counts). Tasks are de-duplicated by key.
+// ranked layouts, a grid of serving_step tasks over the instance's layers on tp ranks (a
+// pp-stage instance does that work per step, its stages in turn): prefill steps of 1, 2, 4, ...
+// prompts of min(isl, max_num_tokens) tokens while they fit the largest max_num_tokens, and decode
+// steps of 1, 2, 4, ... up to the largest batch a layout reaches (max_batch_size, capped by the
+// clients) at the context lengths isl and isl + osl; plus, per tp > 1, a sweep of the small
+// all-reduces a step makes (tokens x hidden x 4 bytes at the grid's row counts). Tasks are
+// de-duplicated by key.
 //
 // Composing: each such layout is simulated again with its step model's times taken from
-// the measured grid (inference/measured_steps.h) and the engine's overheads; layouts
-// without measurements (pp > 1, a task that failed or was unsupported) keep the modelled
+// the measured grid (inference/measured_steps.h) and the engine's overheads (with pp > 1,
+// pp times the slowest stage's ceil(L / pp) layers' share and pp − 1 modelled hand-offs);
+// layouts without measurements (a task that failed or was unsupported) keep the modelled
 // figures with a note saying why. Both figures are kept: a composed layout's notes give the
 // modelled TPOT, TTFT and tokens/s next to the measured-step ones. Then the layouts rank
 // again under the objective and the limits.

@@ -21,8 +21,9 @@ namespace {
 // Why the serving loop cannot run layout `c` as the spec serves it; "" when it can.
 std::string ServingUnsupportedReason(const ModelSpec& m, const v1::ServingConfig& c) {
   if (std::string why = inference::ServingKernelsUnsupportedReason(m); !why.empty()) return why;
-  if (c.pp() > 1)
-    return absl::StrCat("the serving loop runs tensor parallelism only (pp ", c.pp(), ")");
+  if (c.pp() > 1 && c.disaggregated()) {
+    return absl::StrCat("the serving loop does not run disaggregated pools with pp ", c.pp());
+  }
   if (c.disaggregated() && c.attention_dp()) {
     return "the serving loop does not run disaggregated pools with attention data parallelism";
   }
@@ -40,7 +41,7 @@ int64_t VerifyShare(const v1::ServingConfig& c) {
 
 // Ranks one verify run of layout `c` takes on one worker.
 int64_t VerifyRanks(const v1::ServingConfig& c) {
-  if (!c.disaggregated()) return c.tp();
+  if (!c.disaggregated()) return c.tp() * std::max(1, c.pp());
   const int64_t g = VerifyShare(c);
   return c.tp() * (c.prefill_replicas() / g + c.decode_replicas() / g);
 }
@@ -67,15 +68,18 @@ v1::ServingVerifyTask MakeServingVerifyTask(const inference::InferenceJobSpec& s
   if (r.config().ep() > 1) t.mutable_moe()->set_ep(r.config().ep());
   t.set_attention_dp(r.config().attention_dp());
   t.set_tp(r.config().tp());
+  t.set_pp(std::max(1, r.config().pp()));
   t.set_max_batch_size(r.config().max_batch_size());
   t.set_max_num_tokens(r.config().max_num_tokens());
   t.set_weight_precision(r.config().weight_precision());
   t.set_kv_precision(r.config().kv_cache_precision());
   const int64_t block = inference::EngineProfileFor(s.engine).kv_block_tokens;
   t.set_kv_block_size(block);
-  // The engine's admission reserves whole sequences: a pool for max_batch_size of them.
+  // The engine's admission reserves whole sequences: a pool for max_batch_size of them per
+  // engine (a pipeline's pp micro-batch engines each take 1/pp of it).
   const int64_t per_sequence = (s.isl + s.osl + block - 1) / block;
-  t.set_num_kv_blocks(per_sequence * std::max<int64_t>(1, r.config().max_batch_size()));
+  t.set_num_kv_blocks(per_sequence * std::max<int64_t>(1, r.config().max_batch_size()) *
+                      std::max(1, r.config().pp()));
   t.set_isl(s.isl);
   t.set_osl(s.osl);
   // Replicas are identical and the engines' router sends each request to the least-loaded

@@ -685,8 +685,16 @@ absl::StatusOr<kernels::serving::ServeOptions> ValidateServingVerify(const v1::P
   o.max_num_tokens = t.max_num_tokens();
   o.prefill_instances = t.prefill_instances();
   o.decode_instances = t.decode_instances();
-  const int64_t ranks =
-      o.model.parallel.tp * (o.disaggregated() ? o.prefill_instances + o.decode_instances : 1);
+  o.model.parallel.pp = std::max<int64_t>(1, t.pp());
+  const int64_t ranks = o.model.parallel.tp * o.model.parallel.pp *
+                        (o.disaggregated() ? o.prefill_instances + o.decode_instances : 1);
+  if (o.model.parallel.pp > 1) {
+    if (absl::Status s = worker.NeedRanks(
+            ranks, absl::StrCat(" (pp ", o.model.parallel.pp, " x tp ", o.model.parallel.tp, ")"));
+        !s.ok()) {
+      return s;
+    }
+  }
   if (o.disaggregated()) {
     if (absl::Status s =
             worker.NeedRanks(ranks, absl::StrCat(" ((prefill_instances ", o.prefill_instances,

@@ -18,10 +18,11 @@
 // experts of the layouts whose tp N divides on N expert-parallel ranks (named "-epN"), and
 // --attention_dp also runs those with ep = tp with attention data parallelism ("-adp").
 // --disaggregated runs every layout as one prefill and one decode instance ("-pd"; 2 x tp
-// ranks, each request's KV cache moved between them).
+// ranks, each request's KV cache moved between them); --pp N as N pipeline stages ("-ppN";
+// N x tp ranks, N micro-batch engines in flight), predicted from the tp shape's steps.
 //
 //   serving_accuracy [--rounds 3] [--iters 5] [--layouts tp1-mbs4-offline,...] [--experts E]
-//                    [--ep N [--attention_dp]] [--disaggregated] [--json]
+//                    [--ep N [--attention_dp]] [--disaggregated | --pp N] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -71,8 +72,8 @@ InferenceJobSpec SpecFor(const ks::ServingLayout& l) {
     m.moe_ffn_hidden_size = o.model.moe->ffn_hidden;
   }
   spec.cluster.gpu = "cpu";
-  spec.cluster.num_gpus =
-      o.model.parallel.tp * (o.disaggregated() ? o.prefill_instances + o.decode_instances : 1);
+  spec.cluster.num_gpus = o.model.parallel.tp * o.model.parallel.pp *
+                          (o.disaggregated() ? o.prefill_instances + o.decode_instances : 1);
   spec.cluster.gpus_per_node = 2;
   inference::ServingSpec& s = spec.serving;
   s.engine = inference::ServingEngine::kTrtllm;
@@ -84,7 +85,7 @@ InferenceJobSpec SpecFor(const ks::ServingLayout& l) {
   x.tp = {o.model.parallel.tp};
   x.ep = {o.model.parallel.ep};
   x.attention_dp = {o.model.attention_dp};
-  x.pp = {1};
+  x.pp = {o.model.parallel.pp};
   if (o.disaggregated()) {
     x.prefill_replicas = {o.prefill_instances};
     x.decode_replicas = {o.decode_instances};
@@ -138,7 +139,16 @@ int Main(int argc, char** argv) {
   bool disaggregated = false;
   app.add_flag("--disaggregated", disaggregated,
                "one prefill and one decode instance per layout (2 x tp ranks)");
+  int64_t pp = 1;
+  app.add_option("--pp", pp, "pipeline stages per layout (pp x tp ranks)");
   CLI11_PARSE(app, argc, argv);
+  if (pp < 1 || pp > 2 || (pp > 1 && (disaggregated || attention_dp))) {
+    std::fprintf(stderr,
+                 "pp (%lld) must be 1 or 2 (the model's 2 layers) and, at 2, without "
+                 "--disaggregated and --attention_dp\n",
+                 static_cast<long long>(pp));
+    return 2;
+  }
   if (disaggregated && attention_dp) {
     std::fprintf(stderr, "--disaggregated does not run with --attention_dp\n");
     return 2;
@@ -186,6 +196,10 @@ int Main(int argc, char** argv) {
       l.options.prefill_instances = 1;
       l.options.decode_instances = 1;
       l.name += "-pd";
+    }
+    if (pp > 1) {
+      l.options.model.parallel.pp = pp;
+      l.name += absl::StrFormat("-pp%d", pp);
     }
     Row row;
     row.layout = l;

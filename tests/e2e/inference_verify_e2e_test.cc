@@ -207,6 +207,31 @@ TEST_F(InferenceVerifyE2eTest, ADisaggregatedLayoutIsVerifiedWithPrefillAndDecod
       1e-6 * v["measured_e2e_latency_ms"]["mean"].get<double>());
 }
 
+// Two pipeline stages of tp 1 (one layer each) on the 2 devices: the layout's steps are
+// composed from the tp 1 shape's measured grid (every layer on one rank) and it is verified
+// with the serving loop's two stages, two micro-batch engines in flight.
+TEST_F(InferenceVerifyE2eTest, APipelineLayoutIsProfiledAndVerifiedOnItsStages) {
+  StartWithWorkers();
+  if (HasFatalFailure()) return;
+  std::string spec_text = kSpec;
+  for (auto [from, to] :
+       {std::pair<std::string, std::string>{"tp: [1, 2], pp: [1]", "tp: [1], pp: [2]"},
+        {"top_k: 2", "top_k: 1"},
+        {"verify_top_k: 2", "verify_top_k: 1"}}) {
+    spec_text.replace(spec_text.find(from), from.size(), to);
+  }
+  const std::string id = Submit(spec_text);
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(Cli("watch " + id).exit_code, 0) << ReadFile(err_) << ReadFile(coordinator_->log());
+  const json results = json::parse(Cli("results " + id + " --json").out, nullptr, false);
+  ASSERT_FALSE(results.is_discarded());
+  const json& ranked = results["plan"]["inference"]["ranked"];
+  ASSERT_EQ(ranked.size(), 1u) << results.dump(1);
+  EXPECT_EQ(ranked[0]["config"]["pp"], 2);
+  ExpectMeasuredAndVerified(ranked);
+  EXPECT_GT(ranked[0]["decode_step"]["pp_comm_ms"].get<double>(), 0.0) << ranked[0].dump(1);
+}
+
 // A mixture-of-experts model (the second layer's 4 experts of 128, top-2, each split over
 // the tp ranks, then over 2 expert-parallel ranks, then with attention data parallelism) is
 // profiled on its expert layers and its top layouts verified with the serving loop, as a

@@ -112,6 +112,54 @@ TEST(ServingProfileTest, ComposedLayoutsRunOnTheMeasuredStepTimes) {
   EXPECT_EQ(measured_layouts, 2);
 }
 
+// A pipeline of 2 stages over 3 layers (2 + 1) composes from the tp 1 shape's grid (the
+// whole model on one rank): with 3 ms of layers and 2 ms of output layer per step, the
+// stages take 2 ms and 1 + 2 ms, so an engine steps every 2 x 3 ms (the stages serve the
+// two engines in turn; the trip alone is 5 ms), plus one modelled hand-off.
+TEST(ServingProfileTest, PipelineLayoutsComposeFromTheirTensorParallelShape) {
+  InferenceJobSpec spec = SmallCpuSpec();
+  spec.model.num_layers = 3;
+  spec.search.tp = {1};
+  spec.search.pp = {2};
+  auto plan = PlanInference(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->ranked.empty());
+  auto profile = PlanServingProfiles(spec, *plan, ServingProfileOptions());
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  ASSERT_FALSE(profile->steps.empty());
+  for (const ServingStepTaskSpec& t : profile->steps) {
+    EXPECT_EQ(t.shape.tp, 1);
+    EXPECT_EQ(t.model.num_layers, 3);  // the whole model: every stage's layers
+  }
+  constexpr double kLayers = 3e-3, kLogits = 2e-3;
+  ServingMeasurements measured;
+  const StepShape shape{1, QuantFormat::kInt8, QuantFormat::kBf16};
+  for (ServingStepPhase phase : {ServingStepPhase::kPrefill, ServingStepPhase::kDecode}) {
+    for (int64_t b : {1, 8}) {
+      StepSample s;
+      s.phase = phase;
+      s.batch = b;
+      s.length = 64;
+      s.total_s = kLayers + kLogits;
+      s.gemm_s = kLayers;
+      s.logits_s = kLogits;
+      measured.steps[shape].push_back(s);
+    }
+  }
+  auto composed = ComposeInference(spec, *plan, measured);
+  ASSERT_TRUE(composed.ok()) << composed.status();
+  for (const InferenceRankedConfig& r : composed->ranked) {
+    ASSERT_EQ(r.config.pp, 2);
+    EXPECT_EQ(r.decode_step.source, "measured") << r.notes.front();
+    EXPECT_NEAR(r.decode_step.compute, 2 * (kLayers / 3 + kLogits) * 1e3, 1e-9);
+    EXPECT_GT(r.decode_step.pp_comm, 0.0);
+    EXPECT_NEAR(r.decode_step.total,
+                r.decode_step.compute + r.decode_step.tp_comm + r.decode_step.pp_comm +
+                    r.decode_step.overhead,
+                1e-9);
+  }
+}
+
 // The serving kernels run grouped-query or multi-head attention: an MLA model plans no
 // step task, and composing keeps every layout modelled, saying why.
 TEST(ServingProfileTest, ModelsTheKernelsCannotRunStayModelledWithTheReason) {

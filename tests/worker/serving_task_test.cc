@@ -228,6 +228,24 @@ TEST(ServingVerifyTask, RunsTheTraceThroughTheServingLoop) {
   }
 }
 
+// Two pipeline stages of tp 1 on a worker of 2 slots run the trace; pp 2 at tp 2 needs 4
+// ranks and is refused naming them.
+TEST(ServingVerifyTask, PipelineStagesRunOnTheirRanks) {
+  auto executor = CreateKernelsExecutor(CpuSlots(2));
+  CancelFlag cancel;
+  v1::ProfileTask task = ServingVerify(1);
+  task.mutable_serving_verify()->set_pp(2);
+  v1::TaskResult r = executor->Execute(task, cancel);
+  ASSERT_EQ(r.outcome(), v1::TaskResult::OUTCOME_OK) << r.message();
+  EXPECT_EQ(r.serving_verify().requests(), 7);
+  EXPECT_EQ(r.serving_verify().wrong(), 0);
+  task = ServingVerify(2);
+  task.mutable_serving_verify()->set_pp(2);
+  r = executor->Execute(task, cancel);
+  EXPECT_NE(r.outcome(), v1::TaskResult::OUTCOME_OK);
+  EXPECT_NE(r.message().find("(pp 2 x tp 2)"), std::string::npos) << r.message();
+}
+
 // Disaggregated: one prefill and one decode instance of tp 1 on a worker of 2 slots runs
 // the trace; 2 of each need 4 ranks and are refused naming them; one kind alone is refused.
 TEST(ServingVerifyTask, DisaggregatedInstancesRunOnTheirRanks) {
