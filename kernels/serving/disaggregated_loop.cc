@@ -216,17 +216,7 @@ absl::Status RunPrefillRank(Router& router, const ServingGroups& groups, size_t 
       if (cmd[0] != 0) break;
       continue;
     }
-    std::vector<int32_t> tokens;
-    for (const SeqChunk& c : plan) {
-      const std::vector<int32_t>& prompt = prompts.at(c.seq);
-      tokens.insert(tokens.end(), prompt.begin() + c.start,
-                    prompt.begin() + c.start + c.num_tokens);
-    }
-    stats.prefill_tokens += static_cast<int64_t>(tokens.size());
-    stats.max_step_tokens =
-        std::max<int64_t>(stats.max_step_tokens, static_cast<int64_t>(tokens.size()));
-    stats.max_step_sequences =
-        std::max<int64_t>(stats.max_step_sequences, static_cast<int64_t>(plan.size()));
+    const std::vector<int32_t> tokens = StepInputTokens(plan, prompts, {}, &stats);
     PT_ASSIGN_OR_RETURN(const StepOutput out, model.Step(tokens, plan, false));
     for (const SeqChunk& c : plan) model.cache().FreeOutsideWindow(c.seq);
     ++stats.steps;
@@ -303,7 +293,6 @@ absl::Status RunDecodeRank(Router& router, const ServingGroups& groups, size_t d
       if (cmd[0] != 0) break;
       continue;
     }
-    std::vector<int32_t> tokens;
     for (const SeqChunk& c : plan) {
       if (to_import.erase(c.seq) > 0) {  // its first decode: the prefill's KV comes in
         PagedKvCache::SequenceKv kv;
@@ -319,13 +308,8 @@ absl::Status RunDecodeRank(Router& router, const ServingGroups& groups, size_t d
         }
         PT_RETURN_IF_ERROR(model.cache().Import(c.seq, kv));
       }
-      tokens.push_back(last_token.at(c.seq));
     }
-    stats.decode_tokens += static_cast<int64_t>(tokens.size());
-    stats.max_step_tokens =
-        std::max<int64_t>(stats.max_step_tokens, static_cast<int64_t>(tokens.size()));
-    stats.max_step_sequences =
-        std::max<int64_t>(stats.max_step_sequences, static_cast<int64_t>(plan.size()));
+    const std::vector<int32_t> tokens = StepInputTokens(plan, {}, last_token, &stats);
     PT_ASSIGN_OR_RETURN(const StepOutput out, model.Step(tokens, plan, false));
     for (const SeqChunk& c : plan) model.cache().FreeOutsideWindow(c.seq);
     ++stats.steps;

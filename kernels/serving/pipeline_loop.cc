@@ -227,21 +227,7 @@ absl::Status RunFirstStage(const ServeOptions& o, const std::vector<TraceRequest
     }
     if (!plan.empty()) {
       turn = (e + 1) % engines.size();
-      std::vector<int32_t> tokens;
-      for (const SeqChunk& c : plan) {
-        const std::vector<int32_t>& p = prompts.at(c.seq);
-        if (c.start < static_cast<int64_t>(p.size())) {
-          tokens.insert(tokens.end(), p.begin() + c.start, p.begin() + c.start + c.num_tokens);
-          stats.prefill_tokens += c.num_tokens;
-        } else {
-          tokens.push_back(last_token.at(c.seq));
-          ++stats.decode_tokens;
-        }
-      }
-      stats.max_step_tokens =
-          std::max<int64_t>(stats.max_step_tokens, static_cast<int64_t>(tokens.size()));
-      stats.max_step_sequences =
-          std::max<int64_t>(stats.max_step_sequences, static_cast<int64_t>(plan.size()));
+      const std::vector<int32_t> tokens = StepInputTokens(plan, prompts, last_token, &stats);
       PT_ASSIGN_OR_RETURN(const Tensor x, model.StageForward(tokens, nullptr, plan));
       for (const SeqChunk& c : plan) model.cache().FreeOutsideWindow(c.seq);
       StageMessage msg;

@@ -157,22 +157,8 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& all
       model->Release(kDummySeq);
       continue;
     }
-    std::vector<int32_t> tokens;
-    int64_t sequences = 0;
-    for (const SeqChunk& c : plan) {
-      ++sequences;
-      const std::vector<int32_t>& p = prompts.at(c.seq);
-      if (c.start < static_cast<int64_t>(p.size())) {
-        tokens.insert(tokens.end(), p.begin() + c.start, p.begin() + c.start + c.num_tokens);
-        stats.prefill_tokens += c.num_tokens;
-      } else {
-        tokens.push_back(last_token.at(c.seq));
-        ++stats.decode_tokens;
-      }
-    }
-    stats.max_step_tokens =
-        std::max<int64_t>(stats.max_step_tokens, static_cast<int64_t>(tokens.size()));
-    stats.max_step_sequences = std::max(stats.max_step_sequences, sequences);
+    const std::vector<int32_t> tokens =
+        internal::StepInputTokens(plan, prompts, last_token, &stats);
     PT_ASSIGN_OR_RETURN(StepOutput out, model->Step(tokens, plan, false));
     // The blocks left of each sequence's window go back to the pool.
     for (const SeqChunk& c : plan) model->cache().FreeOutsideWindow(c.seq);
@@ -243,6 +229,29 @@ absl::Status WarmUp(const ServeOptions& o, ServingModel& model, Backend& backend
   model.ResetTimes();
   backend.allocator().ResetPeaks();
   return absl::OkStatus();
+}
+
+std::vector<int32_t> StepInputTokens(const std::vector<SeqChunk>& plan,
+                                     const std::map<int64_t, std::vector<int32_t>>& prompts,
+                                     const std::map<int64_t, int32_t>& last_token,
+                                     StepStats* stats) {
+  std::vector<int32_t> tokens;
+  for (const SeqChunk& c : plan) {
+    const auto p = prompts.find(c.seq);
+    if (p != prompts.end() && c.start < static_cast<int64_t>(p->second.size())) {
+      tokens.insert(tokens.end(), p->second.begin() + c.start,
+                    p->second.begin() + c.start + c.num_tokens);
+      stats->prefill_tokens += c.num_tokens;
+    } else {
+      tokens.push_back(last_token.at(c.seq));
+      ++stats->decode_tokens;
+    }
+  }
+  stats->max_step_tokens =
+      std::max<int64_t>(stats->max_step_tokens, static_cast<int64_t>(tokens.size()));
+  stats->max_step_sequences =
+      std::max<int64_t>(stats->max_step_sequences, static_cast<int64_t>(plan.size()));
+  return tokens;
 }
 
 BatcherLimits LimitsFor(const ServeOptions& o, ServingModel& model) {

@@ -4,6 +4,7 @@
 #define PARATUNE_KERNELS_SERVING_SERVE_LOOP_INTERNAL_H_
 
 #include <chrono>
+#include <map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +32,14 @@ absl::StatusOr<double> Broadcast(Communicator& comm, double value);
 /// A throw-away request through prefill and options.warmup_steps − 1 decodes, untimed;
 /// then the model's times and the backend's peaks are reset.
 absl::Status WarmUp(const ServeOptions& options, ServingModel& model, Backend& backend);
+
+/// A step's new tokens, chunk by chunk: the chunk's slice of its prompt (`prompts`) or,
+/// past the prompt, its sequence's last token; counts them (prefill or decode tokens, the
+/// step's tokens and sequences) into *stats.
+std::vector<int32_t> StepInputTokens(const std::vector<SeqChunk>& plan,
+                                     const std::map<int64_t, std::vector<int32_t>>& prompts,
+                                     const std::map<int64_t, int32_t>& last_token,
+                                     StepStats* stats);
 
 /// The batcher's limits for `model`'s cache under `options`.
 BatcherLimits LimitsFor(const ServeOptions& options, ServingModel& model);

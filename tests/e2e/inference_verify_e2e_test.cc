@@ -58,6 +58,16 @@ class InferenceVerifyE2eTest : public ::testing::Test {
         (bin_ / "paratune").string() + " " + args + " --coordinator " + coordinator_->address(),
         err_);
   }
+  // kSpec with each (from, to) replaced once.
+  static std::string EditedSpec(const std::vector<std::pair<std::string, std::string>>& edits) {
+    std::string spec_text = kSpec;
+    for (const auto& [from, to] : edits) {
+      const size_t at = spec_text.find(from);
+      EXPECT_NE(at, std::string::npos) << from;
+      if (at != std::string::npos) spec_text.replace(at, from.size(), to);
+    }
+    return spec_text;
+  }
   // Writes `spec_text` and submits it: the job id ("" with a failure when refused).
   std::string Submit(const std::string& spec_text) {
     const fs::path spec = dir_ / "spec.yaml";
@@ -70,6 +80,19 @@ class InferenceVerifyE2eTest : public ::testing::Test {
     return id;
   }
 
+  // Submits `spec_text`, watches the job to its end and returns `paratune results --json`
+  // (null, with a failure, when a step fails).
+  json SubmitAndWatch(const std::string& spec_text) {
+    const std::string id = Submit(spec_text);
+    if (id.empty()) return json();
+    Output watched = Cli("watch " + id);
+    EXPECT_EQ(watched.exit_code, 0)
+        << watched.out << ReadFile(err_) << ReadFile(coordinator_->log());
+    if (watched.exit_code != 0) return json();
+    json results = json::parse(Cli("results " + id + " --json").out, nullptr, false);
+    EXPECT_FALSE(results.is_discarded());
+    return results.is_discarded() ? json() : results;
+  }
   // The coordinator (short profile runs) and two CPU workers of 2 devices, both registered
   // before a job: verification places on the workers it sees when the ranking is ready.
   void StartWithWorkers() {
@@ -144,18 +167,11 @@ TEST_F(InferenceVerifyE2eTest, ProfiledServingLayoutsCarryMeasuredNextToPredicte
 TEST_F(InferenceVerifyE2eTest, AReplicatedLayoutIsVerifiedOnOneReplicasShare) {
   StartWithWorkers();
   if (HasFatalFailure()) return;
-  std::string spec_text = kSpec;
-  for (auto [from, to] : {std::pair<std::string, std::string>{"tp: [1, 2]", "tp: [1]"},
-                          {"replicas: [1]", "replicas: [2]"},
-                          {"mode: profile, top_k: 2", "top_k: 1"},
-                          {"verify_top_k: 2", "verify_top_k: 1"}}) {
-    spec_text.replace(spec_text.find(from), from.size(), to);
-  }
-  const std::string id = Submit(spec_text);
-  ASSERT_FALSE(id.empty());
-  ASSERT_EQ(Cli("watch " + id).exit_code, 0) << ReadFile(err_) << ReadFile(coordinator_->log());
-  const json results = json::parse(Cli("results " + id + " --json").out, nullptr, false);
-  ASSERT_FALSE(results.is_discarded());
+  const json results = SubmitAndWatch(EditedSpec({{"tp: [1, 2]", "tp: [1]"},
+                                                  {"replicas: [1]", "replicas: [2]"},
+                                                  {"mode: profile, top_k: 2", "top_k: 1"},
+                                                  {"verify_top_k: 2", "verify_top_k: 1"}}));
+  ASSERT_FALSE(results.is_null());
   const json& ranked = results["plan"]["inference"]["ranked"];
   ASSERT_EQ(ranked.size(), 1u) << results.dump(1);
   EXPECT_EQ(ranked[0]["config"]["replicas"], 2);
@@ -178,19 +194,13 @@ TEST_F(InferenceVerifyE2eTest, AReplicatedLayoutIsVerifiedOnOneReplicasShare) {
 TEST_F(InferenceVerifyE2eTest, ADisaggregatedLayoutIsVerifiedWithPrefillAndDecodeInstances) {
   StartWithWorkers();
   if (HasFatalFailure()) return;
-  std::string spec_text = kSpec;
-  for (auto [from, to] : {std::pair<std::string, std::string>{"tp: [1, 2]", "tp: [1]"},
-                          {"replicas: [1], ", ""},
-                          {"disaggregated: [false]", "disaggregated: [true]"},
-                          {"top_k: 2", "top_k: 1"},
-                          {"verify_top_k: 2", "verify_top_k: 1"}}) {
-    spec_text.replace(spec_text.find(from), from.size(), to);
-  }
-  const std::string id = Submit(spec_text);
-  ASSERT_FALSE(id.empty());
-  ASSERT_EQ(Cli("watch " + id).exit_code, 0) << ReadFile(err_) << ReadFile(coordinator_->log());
-  const json results = json::parse(Cli("results " + id + " --json").out, nullptr, false);
-  ASSERT_FALSE(results.is_discarded());
+  const json results =
+      SubmitAndWatch(EditedSpec({{"tp: [1, 2]", "tp: [1]"},
+                                 {"replicas: [1], ", ""},
+                                 {"disaggregated: [false]", "disaggregated: [true]"},
+                                 {"top_k: 2", "top_k: 1"},
+                                 {"verify_top_k: 2", "verify_top_k: 1"}}));
+  ASSERT_FALSE(results.is_null());
   const json& ranked = results["plan"]["inference"]["ranked"];
   ASSERT_EQ(ranked.size(), 1u) << results.dump(1);
   EXPECT_EQ(ranked[0]["config"]["disaggregated"], true);
@@ -213,18 +223,10 @@ TEST_F(InferenceVerifyE2eTest, ADisaggregatedLayoutIsVerifiedWithPrefillAndDecod
 TEST_F(InferenceVerifyE2eTest, APipelineLayoutIsProfiledAndVerifiedOnItsStages) {
   StartWithWorkers();
   if (HasFatalFailure()) return;
-  std::string spec_text = kSpec;
-  for (auto [from, to] :
-       {std::pair<std::string, std::string>{"tp: [1, 2], pp: [1]", "tp: [1], pp: [2]"},
-        {"top_k: 2", "top_k: 1"},
-        {"verify_top_k: 2", "verify_top_k: 1"}}) {
-    spec_text.replace(spec_text.find(from), from.size(), to);
-  }
-  const std::string id = Submit(spec_text);
-  ASSERT_FALSE(id.empty());
-  ASSERT_EQ(Cli("watch " + id).exit_code, 0) << ReadFile(err_) << ReadFile(coordinator_->log());
-  const json results = json::parse(Cli("results " + id + " --json").out, nullptr, false);
-  ASSERT_FALSE(results.is_discarded());
+  const json results = SubmitAndWatch(EditedSpec({{"tp: [1, 2], pp: [1]", "tp: [1], pp: [2]"},
+                                                  {"top_k: 2", "top_k: 1"},
+                                                  {"verify_top_k: 2", "verify_top_k: 1"}}));
+  ASSERT_FALSE(results.is_null());
   const json& ranked = results["plan"]["inference"]["ranked"];
   ASSERT_EQ(ranked.size(), 1u) << results.dump(1);
   EXPECT_EQ(ranked[0]["config"]["pp"], 2);

@@ -164,9 +164,8 @@ void ExpectCloseD(const std::vector<double>& got, const std::vector<double>& ref
 // and every backward) on one GPU against the same layer on the CPU backend, fp32, for
 // the softmax top-k and the sigmoid normalised scaled balanced routers, the experts' GEMMs
 // grouped (one cuBLAS grouped launch per projection) and one per expert.
-TEST(MoeCudaTest, LayerForwardAndBackwardMatchTheCpuBackend) {
-  SKIP_WITHOUT_DEVICE();
-  constexpr int64_t kTokens = 24;
+// 8 experts of 16 (top-2) and one shared expert of 16 over h 32, dropless.
+MoeLayerConfig SmallLayer() {
   MoeLayerConfig c;
   c.hidden = 32;
   c.num_experts = 8;
@@ -175,6 +174,13 @@ TEST(MoeCudaTest, LayerForwardAndBackwardMatchTheCpuBackend) {
   c.num_shared_experts = 1;
   c.shared_ffn_hidden = 16;
   c.routing = ExpertRouting::kDropless;
+  return c;
+}
+
+TEST(MoeCudaTest, LayerForwardAndBackwardMatchTheCpuBackend) {
+  SKIP_WITHOUT_DEVICE();
+  constexpr int64_t kTokens = 24;
+  MoeLayerConfig c = SmallLayer();
   const std::vector<float> xf = RandomFloats(kTokens * c.hidden, 21, 1.0f);
   const std::vector<float> dyf = RandomFloats(kTokens * c.hidden, 22, 1.0f);
   const std::vector<double> x(xf.begin(), xf.end()), dy(dyf.begin(), dyf.end());
@@ -204,14 +210,7 @@ TEST(MoeCudaTest, LayerForwardAndBackwardMatchTheCpuBackend) {
 TEST(MoeCudaTest, ForwardOnlyLayerMatchesTheCpuTrainingForward) {
   SKIP_WITHOUT_DEVICE();
   constexpr int64_t kTokens = 24;
-  MoeLayerConfig c;
-  c.hidden = 32;
-  c.num_experts = 8;
-  c.topk = 2;
-  c.ffn_hidden = 16;
-  c.num_shared_experts = 1;
-  c.shared_ffn_hidden = 16;
-  c.routing = ExpertRouting::kDropless;
+  const MoeLayerConfig c = SmallLayer();
   const std::vector<float> xf = RandomFloats(kTokens * c.hidden, 23, 1.0f);
   const std::vector<double> x(xf.begin(), xf.end());
   std::unique_ptr<Backend> cpu = MakeCpuBackend(0, 1);

@@ -25,11 +25,14 @@ using Scenario = std::function<absl::StatusOr<std::vector<float>>(ServingModel&)
 /// sequences).
 using RankScenario = std::function<absl::StatusOr<std::vector<float>>(ServingModel&, int rank)>;
 
-/// Every rank's result, rank by rank.
-inline absl::StatusOr<std::vector<std::vector<float>>> RunOnEachRank(const ServingConfig& config,
-                                                                     const RankScenario& scenario,
-                                                                     uint64_t shuffle_seed = 0) {
-  const int t = static_cast<int>(config.parallel.tp);
+/// What one of t thread ranks runs, with its serving groups and a CPU backend.
+using RankBody = std::function<absl::StatusOr<std::vector<float>>(
+    int rank, const ServingGroups& groups, Backend& backend)>;
+
+/// `body` on t thread ranks (groups of ep expert-parallel ranks inside them): every rank's
+/// result, rank by rank.
+inline absl::StatusOr<std::vector<std::vector<float>>> RunRankBodies(int t, int ep,
+                                                                     const RankBody& body) {
   auto rendezvous = MakeInProcessRendezvous();
   static std::atomic<int> group{0};
   const std::string prefix = absl::StrCat("serving", group.fetch_add(1));
@@ -39,13 +42,10 @@ inline absl::StatusOr<std::vector<std::vector<float>>> RunOnEachRank(const Servi
   for (int r = 0; r < t; ++r) {
     threads.emplace_back([&, r]() {
       status[r] = [&]() -> absl::Status {
-        auto groups =
-            MakeServingGroups(rendezvous, prefix, r, t, static_cast<int>(config.parallel.ep));
+        auto groups = MakeServingGroups(rendezvous, prefix, r, t, ep);
         if (!groups.ok()) return groups.status();
         auto backend = MakeCpuBackend(0, 1);
-        auto model = ServingModel::Create(config, groups->context(backend.get()), shuffle_seed);
-        if (!model.ok()) return model.status();
-        auto out = scenario(**model, r);
+        auto out = body(r, *groups, *backend);
         if (!out.ok()) return out.status();
         results[r] = std::move(*out);
         return absl::OkStatus();
@@ -57,6 +57,20 @@ inline absl::StatusOr<std::vector<std::vector<float>>> RunOnEachRank(const Servi
     if (!s.ok()) return s;
   }
   return results;
+}
+
+/// Every rank's result, rank by rank.
+inline absl::StatusOr<std::vector<std::vector<float>>> RunOnEachRank(const ServingConfig& config,
+                                                                     const RankScenario& scenario,
+                                                                     uint64_t shuffle_seed = 0) {
+  return RunRankBodies(static_cast<int>(config.parallel.tp), static_cast<int>(config.parallel.ep),
+                       [&](int r, const ServingGroups& groups,
+                           Backend& backend) -> absl::StatusOr<std::vector<float>> {
+                         auto model =
+                             ServingModel::Create(config, groups.context(&backend), shuffle_seed);
+                         if (!model.ok()) return model.status();
+                         return scenario(**model, r);
+                       });
 }
 
 /// Rank 0's result of a scenario every rank runs alike.

@@ -2,7 +2,6 @@
 // recomputation, TP = 1, a contiguous cache, one-shot prefill and fp32 weights.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -170,41 +169,24 @@ TEST(ServingModel, TensorParallel2And4EqualTp1) {
 absl::StatusOr<std::vector<float>> RunPipelinePlan(ServingConfig c, int64_t pp, const Plan& plan,
                                                    bool free_window = false) {
   c.parallel.pp = pp;
-  const int t = static_cast<int>(c.parallel.tp);
-  auto rendezvous = MakeInProcessRendezvous();
-  static std::atomic<int> group{0};
-  const std::string prefix = absl::StrCat("pipeline", group.fetch_add(1));
-  std::vector<absl::Status> status(t);
-  std::vector<std::vector<float>> results(t);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < t; ++r) {
-    threads.emplace_back([&, r]() {
-      status[r] = [&]() -> absl::Status {
-        auto groups = MakeServingGroups(rendezvous, prefix, r, t, 1);
-        if (!groups.ok()) return groups.status();
-        auto backend = MakeCpuBackend(0, 1);
-        std::vector<std::unique_ptr<ServingModel>> models;
-        std::vector<ServingModel*> stages;
-        for (int64_t s = 0; s < pp; ++s) {
-          ServingConfig sc = c;
-          sc.stage = s;
-          auto m = ServingModel::Create(sc, groups->context(backend.get()), /*shuffle_seed=*/s + 5);
-          if (!m.ok()) return m.status();
-          stages.push_back(m->get());
-          models.push_back(*std::move(m));
-        }
-        auto out = DriveStages(stages, plan, free_window);
-        if (!out.ok()) return out.status();
-        results[r] = *std::move(out);
-        return absl::OkStatus();
-      }();
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (const absl::Status& s : status) {
-    if (!s.ok()) return s;
-  }
-  return results[0];
+  auto all = testing::RunRankBodies(static_cast<int>(c.parallel.tp), 1,
+                                    [&](int, const ServingGroups& groups,
+                                        Backend& backend) -> absl::StatusOr<std::vector<float>> {
+                                      std::vector<std::unique_ptr<ServingModel>> models;
+                                      std::vector<ServingModel*> stages;
+                                      for (int64_t s = 0; s < pp; ++s) {
+                                        ServingConfig sc = c;
+                                        sc.stage = s;
+                                        auto m = ServingModel::Create(sc, groups.context(&backend),
+                                                                      /*shuffle_seed=*/s + 5);
+                                        if (!m.ok()) return m.status();
+                                        stages.push_back(m->get());
+                                        models.push_back(*std::move(m));
+                                      }
+                                      return DriveStages(stages, plan, free_window);
+                                    });
+  if (!all.ok()) return all.status();
+  return std::move((*all)[0]);
 }
 
 // Pipeline stages: 5 layers as stages of 3 + 2 and 2 + 2 + 1 layers (the first stage
