@@ -65,7 +65,7 @@ absl::StatusOr<MeasuredStepTable> MeasuredStepTable::Create(const std::vector<St
   return t;
 }
 
-StepBreakdown MeasuredStepTable::Breakdown(const StepWork& w, double layer_factor) const {
+StepBreakdown MeasuredStepTable::Breakdown(const StepWork& w) const {
   StepBreakdown b;
   b.source = "measured";
   const double rows = w.prefill_tokens + w.decode_sequences;
@@ -73,10 +73,10 @@ StepBreakdown MeasuredStepTable::Breakdown(const StepWork& w, double layer_facto
   double attention = 0;
   if (w.prefill_tokens > 0) attention += prefill_attention_(w.prefill_attention_pairs);
   if (w.decode_sequences > 0) attention += decode_attention_(w.decode_context_tokens);
-  const double compute = layer_factor * (gemm_(rows) + attention + rest_(rows)) +
-                         logits_(std::max(w.sampled_sequences, 1.0));
+  const double compute =
+      gemm_(rows) + attention + rest_(rows) + logits_(std::max(w.sampled_sequences, 1.0));
   b.compute = std::max(compute, 0.0) * 1e3;
-  b.tp_comm = std::max(layer_factor * tp_comm_(rows), 0.0) * 1e3;
+  b.tp_comm = std::max(tp_comm_(rows), 0.0) * 1e3;
   b.total = b.compute + b.tp_comm;
   return b;
 }

@@ -67,9 +67,7 @@ class MeasuredStepTable {
   /// The step's measured parts, milliseconds: compute = GEMMs + attention + rest +
   /// logits (at least 0), tp_comm, memory 0 (the measurement includes the waits),
   /// overhead 0 (the caller adds the engine's), total their sum, source "measured".
-  /// `layer_factor` scales the parts the layers make (GEMMs, attention, rest, tp_comm),
-  /// not the output layer's logits (0: the output layer's part alone).
-  StepBreakdown Breakdown(const StepWork& w, double layer_factor = 1.0) const;
+  StepBreakdown Breakdown(const StepWork& w) const;
   int64_t samples() const { return samples_; }
 
  private:

@@ -36,6 +36,12 @@ int64_t LargestBatch(const InferenceJobSpec& spec, const ServingConfig& c) {
 
 }  // namespace
 
+StepShape ShapeOf(const ModelSpec& model, const ServingConfig& c) {
+  StepShape shape{c.tp, c.weight_precision, c.kv_cache_precision, c.ep, c.attention_dp};
+  if (c.pp > 1) shape.layers = (model.num_layers + c.pp - 1) / c.pp;
+  return shape;
+}
+
 std::string ServingKernelsUnsupportedReason(const ModelSpec& model) {
   if (EffectiveAttention(model) == AttentionType::kMla) {
     return "the serving kernels run multi-head or grouped-query attention (model.attention mla)";
@@ -45,6 +51,7 @@ std::string ServingKernelsUnsupportedReason(const ModelSpec& model) {
 
 std::string StepShape::ToString() const {
   return absl::StrCat("tp", tp, ep > 1 ? absl::StrCat(" ep", ep) : "", attention_dp ? " adp" : "",
+                      layers > 0 ? absl::StrCat(" L", layers) : "",
                       " w:", std::string(inference::ToString(weight_precision)),
                       " kv:", std::string(inference::ToString(kv_cache_precision)));
 }
@@ -85,10 +92,7 @@ absl::StatusOr<ServingProfilePlan> PlanServingProfiles(const InferenceJobSpec& s
   if (!ServingKernelsUnsupportedReason(spec.model).empty()) return out;  // All modelled.
   for (const InferenceRankedConfig& r : plan.ranked) {
     const ServingConfig& c = r.config;
-    // A task times a whole instance's layers on tp ranks: a pipeline of pp stages of tp
-    // ranks does that work per step (composed with its stages and hand-offs).
-    auto& [batch, tokens] =
-        shapes[StepShape{c.tp, c.weight_precision, c.kv_cache_precision, c.ep, c.attention_dp}];
+    auto& [batch, tokens] = shapes[ShapeOf(spec.model, c)];
     batch = std::max(batch, std::min(LargestBatch(spec, c), options.max_grid_batch));
     tokens = std::max(tokens, c.max_num_tokens * c.attention_dp_size());
   }
@@ -98,6 +102,7 @@ absl::StatusOr<ServingProfilePlan> PlanServingProfiles(const InferenceJobSpec& s
     const auto [max_batch, max_tokens] = limits;
     ServingStepTaskSpec t;
     t.model = spec.model;
+    if (shape.layers > 0) t.model.num_layers = shape.layers;
     t.shape = shape;
     t.kv_block_size = engine.kv_block_tokens;
     t.warmup = options.warmup;
@@ -159,7 +164,7 @@ absl::StatusOr<InferencePlanResult> ComposeInference(const InferenceJobSpec& spe
   const std::string kernels_unsupported = ServingKernelsUnsupportedReason(spec.model);
   for (const InferenceRankedConfig& m : modelled.ranked) {
     const ServingConfig& c = m.config;
-    const StepShape shape{c.tp, c.weight_precision, c.kv_cache_precision, c.ep, c.attention_dp};
+    const StepShape shape = ShapeOf(spec.model, c);
     auto table = tables.find(shape);
     if (!kernels_unsupported.empty() || table == tables.end()) {
       InferenceRankedConfig r = m;

@@ -1,9 +1,9 @@
 // Profiled serving (search.mode: profile for `kind: inference`): the measurements a ranked
 // serving plan needs, and the plan composed from them.
 //
-// Planning: for each instance shape (tp, weight precision, KV-cache precision) of the
-// ranked layouts, a grid of serving_step tasks over the instance's layers on tp ranks (a
-// pp-stage instance does that work per step, its stages in turn): prefill steps of 1, 2, 4, ...
+// Planning: for each instance shape (tp, weight precision, KV-cache precision; with pp > 1
+// the busiest stage's ceil(L / pp) layers) of the ranked layouts, a grid of serving_step
+// tasks over the shape's layers on tp ranks: prefill steps of 1, 2, 4, ...
 // prompts of min(isl, max_num_tokens) tokens while they fit the largest max_num_tokens, and decode
 // steps of 1, 2, 4, ... up to the largest batch a layout reaches (max_batch_size, capped by the
 // clients) at the context lengths isl and isl + osl; plus, per tp > 1, a sweep of the small
@@ -12,7 +12,7 @@
 //
 // Composing: each such layout is simulated again with its step model's times taken from
 // the measured grid (inference/measured_steps.h) and the engine's overheads (with pp > 1,
-// pp times the slowest stage's ceil(L / pp) layers' share and pp − 1 modelled hand-offs);
+// an engine steps every pp stage steps, plus pp − 1 modelled hand-offs);
 // layouts without measurements (a task that failed or was unsupported) keep the modelled
 // figures with a note saying why. Both figures are kept: a composed layout's notes give the
 // modelled TPOT, TTFT and tokens/s next to the measured-step ones. Then the layouts rank
@@ -45,15 +45,22 @@ struct StepShape {
   /// Attention data parallelism (ep = tp): the tasks' batch is the instance's, each rank
   /// running its share.
   bool attention_dp = false;
+  /// Layers the tasks run: 0 the whole model; n > 0 one pipeline stage of n layers (the
+  /// model's first n, with its embedding and output layer).
+  int64_t layers = 0;
   auto operator<=>(const StepShape&) const = default;
   /// "tp2 w:int8 kv:bf16" ("tp4 ep2 w:..." with ep > 1, "tp4 ep4 adp w:..." with attention
-  /// data parallelism).
+  /// data parallelism, "tp2 L3 w:..." for a stage of 3 layers).
   std::string ToString() const;
 };
 
+/// The shape whose steps a layout's are: its tp, precisions, ep and attention DP; with
+/// pp > 1 one stage of ceil(L / pp) layers (the busiest).
+StepShape ShapeOf(const ModelSpec& model, const ServingConfig& c);
+
 /// One serving_step task (task.proto ServingStepTask) in domain form.
 struct ServingStepTaskSpec {
-  ModelSpec model;  ///< Shape and num_layers (the whole instance, pp = 1).
+  ModelSpec model;  ///< Shape and num_layers (the whole instance, or shape.layers).
   StepShape shape;
   ServingStepPhase phase = ServingStepPhase::kDecode;
   int64_t batch = 1;

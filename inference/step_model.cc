@@ -481,21 +481,13 @@ StepBreakdown StepModel::Breakdown(const StepWork& w) const {
     }
     b = measured_->Breakdown(q);
     if (pp_ > 1) {
-      // The table timed the whole model on the tp ranks. A pipeline's engine steps once per
-      // trip through the stages, and the stages serve the pp engines in turn: its step takes
-      // the longer of the trip and pp times the slowest stage (ceil(L / pp) layers, or the
-      // last stage's layers and the output layer), plus pp − 1 hand-offs of the step's
-      // hidden states.
-      const StepBreakdown head_only = measured_->Breakdown(q, 0.0);
-      const double head = head_only.compute;
-      const double layers = b.compute - head + b.tp_comm;
-      const double L = static_cast<double>(model_.num_layers), p = static_cast<double>(pp_);
-      const double most = std::ceil(L / p), last = std::floor(L / p);
-      const double slowest = std::max(most * layers / L, last * layers / L + head);
-      const double step = std::max(layers + head, p * slowest);
-      const double scale = layers + head > 0 ? step / (layers + head) : 1.0;
-      b.compute *= scale;
-      b.tp_comm *= scale;
+      // A pipeline's table timed one stage, its ceil(L / pp) layers with the step's fixed
+      // costs (and the embedding and output layer) on the tp ranks. The stages serve the pp
+      // engines in turn and an engine's next step needs its last one's tokens, so an engine
+      // steps every pp stage steps, plus pp − 1 hand-offs of the step's hidden states.
+      const double p = static_cast<double>(pp_);
+      b.compute *= p;
+      b.tp_comm *= p;
       b.pp_comm = (p - 1) *
                   (rows * hidden_ * kActivationBytes / pp_link_bandwidth_ + pp_link_latency_) * 1e3;
       b.total = b.compute + b.tp_comm;

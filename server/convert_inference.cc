@@ -447,8 +447,10 @@ v1::ProfileTask ToProto(const inference::ServingStepTaskSpec& task) {
   return out;
 }
 
-absl::StatusOr<inference::StepShape> StepShapeFromTask(const v1::ServingStepTask& task) {
+absl::StatusOr<inference::StepShape> StepShapeFromTask(const v1::ServingStepTask& task,
+                                                       int64_t model_layers) {
   inference::StepShape shape;
+  if (task.num_layers() > 0 && task.num_layers() != model_layers) shape.layers = task.num_layers();
   shape.tp = std::max<int64_t>(1, task.tp());
   absl::StatusOr<inference::QuantFormat> w = inference::ParseQuantFormat(task.weight_precision());
   if (!w.ok()) return w.status();

@@ -61,7 +61,9 @@ void SetServingExperts(const ModelSpec& model, v1::ServingStepTask* task);
 void SetServingExperts(const ModelSpec& model, v1::ServingVerifyTask* task);
 /// The instance shape a serving_step task measures; InvalidArgument for an unknown
 /// precision.
-absl::StatusOr<inference::StepShape> StepShapeFromTask(const v1::ServingStepTask& task);
+/// `model_layers`: the job's model's layers (a task of fewer times a pipeline stage).
+absl::StatusOr<inference::StepShape> StepShapeFromTask(const v1::ServingStepTask& task,
+                                                       int64_t model_layers);
 /// The medians of a serving_step task's result; InvalidArgument when it has no such
 /// profile or lacks the "total" phase.
 absl::StatusOr<inference::StepSample> StepSampleFromResult(const v1::ServingStepTask& task,

@@ -235,7 +235,8 @@ absl::StatusOr<inference::InferencePlanResult> ProfileStage::ComposeInference(
       continue;
     }
     if (!t.task.has_serving_step()) continue;
-    absl::StatusOr<inference::StepShape> shape = StepShapeFromTask(t.task.serving_step());
+    absl::StatusOr<inference::StepShape> shape =
+        StepShapeFromTask(t.task.serving_step(), spec.model.num_layers);
     if (!shape.ok()) return shape.status();
     const bool ok = t.state == TaskState::kDone && t.result &&
                     t.result->outcome() == v1::TaskResult::OUTCOME_OK;

@@ -112,10 +112,10 @@ TEST(ServingProfileTest, ComposedLayoutsRunOnTheMeasuredStepTimes) {
   EXPECT_EQ(measured_layouts, 2);
 }
 
-// A pipeline of 2 stages over 3 layers (2 + 1) composes from the tp 1 shape's grid (the
-// whole model on one rank): with 3 ms of layers and 2 ms of output layer per step, the
-// stages take 2 ms and 1 + 2 ms, so an engine steps every 2 x 3 ms (the stages serve the
-// two engines in turn; the trip alone is 5 ms), plus one modelled hand-off.
+// A pipeline of 2 stages over 3 layers (2 + 1) is profiled as its busiest stage: steps of
+// the model's first 2 layers on tp 1 ranks (shape "tp1 L2"). An engine then steps every 2
+// stage steps (the stages serve the two engines in turn, and an engine waits for its last
+// step's tokens), plus one modelled hand-off.
 TEST(ServingProfileTest, PipelineLayoutsComposeFromTheirTensorParallelShape) {
   InferenceJobSpec spec = SmallCpuSpec();
   spec.model.num_layers = 3;
@@ -129,11 +129,14 @@ TEST(ServingProfileTest, PipelineLayoutsComposeFromTheirTensorParallelShape) {
   ASSERT_FALSE(profile->steps.empty());
   for (const ServingStepTaskSpec& t : profile->steps) {
     EXPECT_EQ(t.shape.tp, 1);
-    EXPECT_EQ(t.model.num_layers, 3);  // the whole model: every stage's layers
+    EXPECT_EQ(t.shape.layers, 2);
+    EXPECT_EQ(t.shape.ToString(), "tp1 L2 w:int8 kv:bf16");
+    EXPECT_EQ(t.model.num_layers, 2);  // one stage's
+    EXPECT_NE(t.Key().find(" L=2 "), std::string::npos) << t.Key();
   }
   constexpr double kLayers = 3e-3, kLogits = 2e-3;
   ServingMeasurements measured;
-  const StepShape shape{1, QuantFormat::kInt8, QuantFormat::kBf16};
+  const StepShape shape{1, QuantFormat::kInt8, QuantFormat::kBf16, 1, false, 2};
   for (ServingStepPhase phase : {ServingStepPhase::kPrefill, ServingStepPhase::kDecode}) {
     for (int64_t b : {1, 8}) {
       StepSample s;
@@ -151,7 +154,7 @@ TEST(ServingProfileTest, PipelineLayoutsComposeFromTheirTensorParallelShape) {
   for (const InferenceRankedConfig& r : composed->ranked) {
     ASSERT_EQ(r.config.pp, 2);
     EXPECT_EQ(r.decode_step.source, "measured") << r.notes.front();
-    EXPECT_NEAR(r.decode_step.compute, 2 * (kLayers / 3 + kLogits) * 1e3, 1e-9);
+    EXPECT_NEAR(r.decode_step.compute, 2 * (kLayers + kLogits) * 1e3, 1e-9);
     EXPECT_GT(r.decode_step.pp_comm, 0.0);
     EXPECT_NEAR(r.decode_step.total,
                 r.decode_step.compute + r.decode_step.tp_comm + r.decode_step.pp_comm +

@@ -339,17 +339,27 @@ TEST(ConvertInferenceTest, ServingStepTaskCarriesItsExpertParallelShape) {
   spec.shape = {2, inference::QuantFormat::kInt8, inference::QuantFormat::kBf16, 2};
   const v1::ProfileTask task = ToProto(spec);
   EXPECT_EQ(task.serving_step().moe().ep(), 2);
-  absl::StatusOr<inference::StepShape> back = StepShapeFromTask(task.serving_step());
+  absl::StatusOr<inference::StepShape> back =
+      StepShapeFromTask(task.serving_step(), spec.model.num_layers);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, spec.shape);
   spec.shape.ep = 1;
-  back = StepShapeFromTask(ToProto(spec).serving_step());
+  back = StepShapeFromTask(ToProto(spec).serving_step(), spec.model.num_layers);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, spec.shape);
   spec.shape = {2, inference::QuantFormat::kInt8, inference::QuantFormat::kBf16, 2, true};
   EXPECT_TRUE(ToProto(spec).serving_step().attention_dp());
-  back = StepShapeFromTask(ToProto(spec).serving_step());
+  back = StepShapeFromTask(ToProto(spec).serving_step(), spec.model.num_layers);
   ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, spec.shape);
+  // A pipeline stage's task runs fewer layers than the model: its shape says how many.
+  const int64_t model_layers = spec.model.num_layers;
+  spec.shape = {2, inference::QuantFormat::kInt8, inference::QuantFormat::kBf16, 1, false, 1};
+  spec.model.num_layers = 1;
+  EXPECT_EQ(ToProto(spec).serving_step().num_layers(), 1);
+  back = StepShapeFromTask(ToProto(spec).serving_step(), model_layers);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->layers, 1);
   EXPECT_EQ(*back, spec.shape);
 }
 
