@@ -24,6 +24,10 @@ std::string ServingUnsupportedReason(const ModelSpec& m, const v1::ServingConfig
   if (c.pp() > 1 && c.disaggregated()) {
     return absl::StrCat("the serving loop does not run disaggregated pools with pp ", c.pp());
   }
+  if (c.pp() > 1 && c.attention_dp()) {
+    return absl::StrCat("the serving loop does not run attention data parallelism with pp ",
+                        c.pp());
+  }
   if (c.disaggregated() && c.attention_dp()) {
     return "the serving loop does not run disaggregated pools with attention data parallelism";
   }

@@ -376,6 +376,13 @@ TEST(ServeLoop, TooSmallMemoryIsResourceExhausted) {
   o.capacity_bytes = 64 << 10;  // the weights alone take more
   auto r = RunServeLoop(o);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  // Pipeline stages and disaggregated instances end the same way, every rank returning.
+  ServeOptions p = o;
+  p.model.parallel.pp = 2;
+  EXPECT_EQ(RunServeLoop(p).status().code(), absl::StatusCode::kResourceExhausted);
+  ServeOptions d = o;
+  d.prefill_instances = d.decode_instances = 1;
+  EXPECT_EQ(RunServeLoop(d).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
 }  // namespace
