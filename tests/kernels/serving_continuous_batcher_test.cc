@@ -330,8 +330,9 @@ TEST(ServeLoop, DisaggregatedInstancesGiveTheAggregatedTokens) {
 // Pipeline parallelism: pp stages of tp ranks with pp micro-batch engines in flight (each
 // its own scheduler and 1/pp of the KV pool). Every request gets the aggregated run's
 // tokens (3 layers as stages of 2 + 1 and 1 + 1 + 1, at tp 1 and 2, offline, closed loop
-// and Poisson), every prompt token and every other token is computed once, and the
-// engines' steps together never exceed the limits.
+// and Poisson; a mixture-of-experts model at tp 2 ep 2, pipelined and disaggregated),
+// every prompt token and every other token is computed once, and the engines' steps
+// together never exceed the limits.
 TEST(ServeLoop, PipelineStagesGiveTheAggregatedTokens) {
   for (int64_t tp : {1, 2}) {
     ServeOptions o = TinyServe(tp);
@@ -353,6 +354,30 @@ TEST(ServeLoop, PipelineStagesGiveTheAggregatedTokens) {
         EXPECT_EQ(r->requests[i].tokens, aggregated->requests[i].tokens)
             << what << " request " << i;
       }
+    }
+  }
+  // Expert layers (4 experts, 2 expert-parallel ranks inside tp 2) split over the stages
+  // and disaggregated instances alike.
+  ServeOptions moe = TinyServe(2);
+  moe.model = testing::SmallExpertModel(2, 2);
+  moe.model.kv_block_size = 8;
+  moe.model.num_kv_blocks = 32;
+  moe.keep_tokens = true;
+  auto moe_aggregated = RunServeLoop(moe);
+  ASSERT_TRUE(moe_aggregated.ok()) << moe_aggregated.status();
+  for (bool pipelined : {true, false}) {
+    ServeOptions m = moe;
+    if (pipelined) {
+      m.model.parallel.pp = 2;
+    } else {
+      m.prefill_instances = m.decode_instances = 1;
+    }
+    auto r = RunServeLoop(m);
+    ASSERT_TRUE(r.ok()) << pipelined << ": " << r.status();
+    CheckInvariants(m, *r);
+    for (size_t i = 0; i < r->requests.size(); ++i) {
+      EXPECT_EQ(r->requests[i].tokens, moe_aggregated->requests[i].tokens)
+          << pipelined << " request " << i;
     }
   }
   ServeOptions bad = TinyServe(1);
