@@ -488,9 +488,9 @@ StepBreakdown StepModel::Breakdown(const StepWork& w) const {
       const double p = static_cast<double>(pp_);
       b.compute *= p;
       b.tp_comm *= p;
+      b.total *= p;
       b.pp_comm = (p - 1) *
                   (rows * hidden_ * kActivationBytes / pp_link_bandwidth_ + pp_link_latency_) * 1e3;
-      b.total = b.compute + b.tp_comm;
     }
     b.overhead = (engine_.step_overhead_s +
                   engine_.per_sequence_overhead_s * (w.decode_sequences + w.sampled_sequences)) *

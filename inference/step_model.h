@@ -120,8 +120,8 @@ class StepModel {
   StepWork SlowestRankWork(const StepWork& w) const;
   /// From now on step times come from `table` (inference/measured_steps.h), measured on
   /// this instance's shape, plus the engine's per-step and per-sequence overheads
-  /// (breakdowns then say source "measured"). Only for pp == 1 (the tasks time a whole
-  /// instance's layers on tp ranks).
+  /// (breakdowns then say source "measured"). With pp > 1 the table timed one stage (the
+  /// busiest: ceil(L / pp) layers on tp ranks).
   void UseMeasured(std::shared_ptr<const MeasuredStepTable> table) { measured_ = std::move(table); }
   bool measured() const { return measured_ != nullptr; }
 

@@ -14,19 +14,15 @@
 // its ranks meet again. Every instance's clock starts at one moment (the last thread to
 // arrive), so arrival, first-token and finish times compare across instances.
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <set>
-#include <string>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
-#include "kernels/rank_threads.h"
 #include "kernels/serving/serve_loop_internal.h"
 #include "kernels/status_macros.h"
 
@@ -150,21 +146,14 @@ absl::StatusOr<std::vector<double>> Command(Communicator& comm, bool stop,
   return body;  // [stop, payload...]
 }
 
-struct Instance {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<ServingModel> model;
-};
-
-absl::StatusOr<Instance> MakeInstance(const ServeOptions& o, const ServingGroups& groups) {
-  Instance in;
-  in.backend = MakeCpuBackend(o.capacity_bytes, o.model.threads);
-  PT_ASSIGN_OR_RETURN(in.model, ServingModel::Create(o.model, groups.context(in.backend.get())));
+absl::StatusOr<RankModel> MakeInstance(const ServeOptions& o, const ServingGroups& groups) {
+  PT_ASSIGN_OR_RETURN(RankModel in, MakeRankModel(o, groups));
   PT_RETURN_IF_ERROR(WarmUp(o, *in.model, *in.backend));
   return in;
 }
 
 // Rank 0 of an instance: its step counts, phases and memory into the result.
-void Report(Router& router, const StepStats& stats, Instance& in, bool decode) {
+void Report(Router& router, const StepStats& stats, const RankModel& in, bool decode) {
   const std::lock_guard<std::mutex> lock(router.mu);
   StepStats& s = router.result->steps;
   s.steps += stats.steps;
@@ -173,17 +162,14 @@ void Report(Router& router, const StepStats& stats, Instance& in, bool decode) {
   s.max_step_tokens = std::max(s.max_step_tokens, stats.max_step_tokens);
   s.max_step_sequences = std::max(s.max_step_sequences, stats.max_step_sequences);
   if (decode && s.phases.steps == 0) s.phases = in.model->times();
-  router.result->weight_bytes = in.model->weight_bytes();
-  router.result->kv_cache_bytes = in.model->cache().bytes();
-  router.result->peak_bytes =
-      std::max(router.result->peak_bytes, in.backend->allocator().Stats().peak_bytes);
+  KeepLargestMemory(in, router.result);
 }
 
 absl::Status RunPrefillRank(Router& router, const ServingGroups& groups, size_t p) {
   const ServeOptions& o = router.o;
   Communicator& comm = *groups.tp;
   const int rank = comm.rank();
-  PT_ASSIGN_OR_RETURN(Instance in, MakeInstance(o, groups));
+  PT_ASSIGN_OR_RETURN(RankModel in, MakeInstance(o, groups));
   ServingModel& model = *in.model;
   ContinuousBatcher batcher(LimitsFor(o, model));
   const int64_t V = o.model.shape.vocab_size;
@@ -258,7 +244,7 @@ absl::Status RunDecodeRank(Router& router, const ServingGroups& groups, size_t d
   const ServeOptions& o = router.o;
   Communicator& comm = *groups.tp;
   const int rank = comm.rank();
-  PT_ASSIGN_OR_RETURN(Instance in, MakeInstance(o, groups));
+  PT_ASSIGN_OR_RETURN(RankModel in, MakeInstance(o, groups));
   ServingModel& model = *in.model;
   ContinuousBatcher batcher(LimitsFor(o, model));
   std::map<int64_t, int32_t> last_token;
@@ -342,34 +328,24 @@ absl::Status RunDecodeRank(Router& router, const ServingGroups& groups, size_t d
 
 absl::StatusOr<ServeResult> RunDisaggregated(const ServeOptions& o,
                                              const std::vector<TraceRequest>& trace) {
-  const int tp = static_cast<int>(o.model.parallel.tp);
   const int instances = static_cast<int>(o.prefill_instances + o.decode_instances);
-  const int threads = instances * tp;
-  auto rendezvous = MakeInProcessRendezvous();
-  static std::atomic<int> group{0};
-  const std::string prefix = absl::StrCat("disagg", group.fetch_add(1));
   ServeResult result;
   Router router(o, trace);
   router.result = &result;
-  router.threads = threads;
-  PT_RETURN_IF_ERROR(RunRankThreads(threads, [&](int i) -> absl::Status {
-    const int instance = i / tp, rank = i % tp;
-    absl::Status s = [&]() -> absl::Status {
-      PT_ASSIGN_OR_RETURN(const ServingGroups groups,
-                          MakeServingGroups(rendezvous, absl::StrCat(prefix, "-", instance), rank,
-                                            tp, static_cast<int>(o.model.parallel.ep)));
-      return instance < o.prefill_instances
-                 ? RunPrefillRank(router, groups, static_cast<size_t>(instance))
-                 : RunDecodeRank(router, groups,
-                                 static_cast<size_t>(instance - o.prefill_instances));
-    }();
-    if (!s.ok()) {
-      const std::lock_guard<std::mutex> lock(router.mu);
-      router.aborted = true;
-      router.cv.notify_all();
-    }
-    return s;
-  }));
+  router.threads = instances * static_cast<int>(o.model.parallel.tp);
+  PT_RETURN_IF_ERROR(RunInstances(
+      o, instances, "disagg",
+      [&](int instance, int, const ServingGroups& groups) {
+        return instance < o.prefill_instances
+                   ? RunPrefillRank(router, groups, static_cast<size_t>(instance))
+                   : RunDecodeRank(router, groups,
+                                   static_cast<size_t>(instance - o.prefill_instances));
+      },
+      [&] {
+        const std::lock_guard<std::mutex> lock(router.mu);
+        router.aborted = true;
+        router.cv.notify_all();
+      }));
   result.requests = std::move(router.records);
   FinishResult(&result);
   return result;

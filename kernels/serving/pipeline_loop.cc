@@ -14,18 +14,14 @@
 // Stage 0's ranks run the same schedule (Poisson arrivals read rank 0's clock), rank 0
 // records the requests' times.
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
-#include <string>
 #include <thread>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
-#include "kernels/rank_threads.h"
 #include "kernels/serving/serve_loop_internal.h"
 #include "kernels/status_macros.h"
 
@@ -72,31 +68,14 @@ struct Pipe {
   }
 };
 
-struct Stage {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<ServingModel> model;
-};
-
-absl::StatusOr<Stage> MakeStage(const ServeOptions& o, const ServingGroups& groups, int64_t s) {
-  Stage st;
-  st.backend = MakeCpuBackend(o.capacity_bytes, o.model.threads);
-  ServingConfig c = o.model;
-  c.stage = s;
-  PT_ASSIGN_OR_RETURN(st.model, ServingModel::Create(c, groups.context(st.backend.get())));
-  return st;
-}
-
 std::vector<float> Copy(const Tensor& x) {
   return std::vector<float>(x.data_as<float>(), x.data_as<float>() + x.numel());
 }
 
 // Each stage's rank 0: the memory it reports (the busiest stage's figures are kept).
-void ReportMemory(Pipe& pipe, Stage& st) {
+void ReportMemory(Pipe& pipe, const RankModel& st) {
   const std::lock_guard<std::mutex> lock(pipe.mu);
-  ServeResult& r = *pipe.result;
-  r.weight_bytes = std::max(r.weight_bytes, st.model->weight_bytes());
-  r.kv_cache_bytes = std::max(r.kv_cache_bytes, st.model->cache().bytes());
-  r.peak_bytes = std::max(r.peak_bytes, st.backend->allocator().Stats().peak_bytes);
+  KeepLargestMemory(st, pipe.result);
 }
 
 // Stages 1 .. pp − 1.
@@ -104,7 +83,7 @@ absl::Status RunLaterStage(const ServeOptions& o, Pipe& pipe, const ServingGroup
                            int64_t s, int rank) {
   const int tp = static_cast<int>(o.model.parallel.tp);
   const int64_t pp = o.model.parallel.pp;
-  PT_ASSIGN_OR_RETURN(Stage st, MakeStage(o, groups, s));
+  PT_ASSIGN_OR_RETURN(RankModel st, MakeRankModel(o, groups, s));
   ServingModel& model = *st.model;
   const int64_t h = o.model.shape.hidden_size;
   auto& in = pipe.forward[static_cast<size_t>(s * tp + rank)];
@@ -142,7 +121,7 @@ absl::Status RunFirstStage(const ServeOptions& o, const std::vector<TraceRequest
                            Pipe& pipe, const ServingGroups& groups, int rank) {
   const int tp = static_cast<int>(o.model.parallel.tp);
   const int64_t pp = o.model.parallel.pp;
-  PT_ASSIGN_OR_RETURN(Stage st, MakeStage(o, groups, 0));
+  PT_ASSIGN_OR_RETURN(RankModel st, MakeRankModel(o, groups, 0));
   ServingModel& model = *st.model;
   Communicator& comm = *groups.tp;
   const int64_t V = o.model.shape.vocab_size;
@@ -159,17 +138,9 @@ absl::Status RunFirstStage(const ServeOptions& o, const std::vector<TraceRequest
     pipe.Push(next_stage, std::move(msg));
     return pipe.Pop(results);
   };
-  std::vector<int64_t> release;  // freed here, to free on the later stages
-  if (o.warmup_steps > 0) {
-    const int64_t id = -1, isl = std::min<int64_t>(o.trace.isl, o.model.kv_capacity_tokens() / 2);
-    PT_ASSIGN_OR_RETURN(std::vector<int32_t> tok,
-                        through(PromptTokens(o.trace.seed, id, isl, V), {{id, 0, isl, true}}));
-    for (int64_t i = 1; i < o.warmup_steps && isl + i < o.model.kv_capacity_tokens(); ++i) {
-      PT_ASSIGN_OR_RETURN(tok, through({tok[0]}, {{id, isl + i - 1, 1, true}}));
-    }
-    model.Release(id);
-    release.push_back(id);
-  }
+  PT_RETURN_IF_ERROR(WarmUpRequest(o, through));
+  model.Release(kWarmUpSeq);
+  std::vector<int64_t> release = {kWarmUpSeq};  // freed here, to free on the later stages
   model.ResetTimes();
   st.backend->allocator().ResetPeaks();
 
@@ -295,26 +266,17 @@ absl::Status RunFirstStage(const ServeOptions& o, const std::vector<TraceRequest
 
 absl::StatusOr<ServeResult> RunPipelined(const ServeOptions& o,
                                          const std::vector<TraceRequest>& trace) {
-  const int tp = static_cast<int>(o.model.parallel.tp);
   const int pp = static_cast<int>(o.model.parallel.pp);
-  auto rendezvous = MakeInProcessRendezvous();
-  static std::atomic<int> group{0};
-  const std::string prefix = absl::StrCat("pipeline", group.fetch_add(1));
   ServeResult result;
-  Pipe pipe(pp, tp);
+  Pipe pipe(pp, static_cast<int>(o.model.parallel.tp));
   pipe.result = &result;
-  PT_RETURN_IF_ERROR(RunRankThreads(pp * tp, [&](int i) -> absl::Status {
-    const int s = i / tp, rank = i % tp;
-    absl::Status status = [&]() -> absl::Status {
-      PT_ASSIGN_OR_RETURN(const ServingGroups groups,
-                          MakeServingGroups(rendezvous, absl::StrCat(prefix, "-", s), rank, tp,
-                                            static_cast<int>(o.model.parallel.ep)));
-      return s == 0 ? RunFirstStage(o, trace, pipe, groups, rank)
-                    : RunLaterStage(o, pipe, groups, s, rank);
-    }();
-    if (!status.ok()) pipe.Abort();
-    return status;
-  }));
+  PT_RETURN_IF_ERROR(RunInstances(
+      o, pp, "pipeline",
+      [&](int s, int rank, const ServingGroups& groups) {
+        return s == 0 ? RunFirstStage(o, trace, pipe, groups, rank)
+                      : RunLaterStage(o, pipe, groups, s, rank);
+      },
+      [&] { pipe.Abort(); }));
   FinishResult(&result);
   return result;
 }

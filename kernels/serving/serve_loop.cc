@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -52,16 +53,15 @@ RankShare ShareOf(const ServeOptions& o, const std::vector<TraceRequest>& trace,
 // the rest of *result.
 absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& all_requests,
                      const ServingGroups& ranks, ServeResult* result, std::mutex* mu) {
-  auto backend = MakeCpuBackend(o.capacity_bytes, o.model.threads);
-  const ParallelContext ctx = ranks.context(backend.get());
   Communicator& comm = *ranks.tp;
   const bool adp = o.model.attention_dp;
   const RankShare share = ShareOf(o, all_requests, comm.rank(), comm.size());
   const std::vector<TraceRequest>& trace = share.requests;
-  PT_ASSIGN_OR_RETURN(std::unique_ptr<ServingModel> model, ServingModel::Create(o.model, ctx));
+  PT_ASSIGN_OR_RETURN(internal::RankModel rank_model, internal::MakeRankModel(o, ranks));
+  const std::unique_ptr<ServingModel>& model = rank_model.model;
   const int64_t V = o.model.shape.vocab_size;
 
-  PT_RETURN_IF_ERROR(internal::WarmUp(o, *model, *backend));
+  PT_RETURN_IF_ERROR(internal::WarmUp(o, *model, *rank_model.backend));
   const BatcherLimits limits = internal::LimitsFor(o, *model);
   ContinuousBatcher batcher(limits);
 
@@ -192,9 +192,7 @@ absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& all
   if (comm.rank() != 0) return absl::OkStatus();
   stats.phases = model->times();
   result->steps = stats;
-  result->weight_bytes = model->weight_bytes();
-  result->kv_cache_bytes = model->cache().bytes();
-  result->peak_bytes = backend->allocator().Stats().peak_bytes;
+  internal::KeepLargestMemory(rank_model, result);
   return absl::OkStatus();
 }
 
@@ -214,21 +212,68 @@ absl::StatusOr<double> Broadcast(Communicator& comm, double value) {
   return v[0];
 }
 
-absl::Status WarmUp(const ServeOptions& o, ServingModel& model, Backend& backend) {
-  if (o.warmup_steps > 0) {
-    const int64_t V = o.model.shape.vocab_size;
-    const int64_t id = -1, isl = std::min<int64_t>(o.trace.isl, o.model.kv_capacity_tokens() / 2);
-    std::vector<int32_t> prompt = PromptTokens(o.trace.seed, id, isl, V);
-    PT_ASSIGN_OR_RETURN(StepOutput out, model.Step(prompt, {{id, 0, isl, true}}, false));
-    for (int64_t i = 1; i < o.warmup_steps && isl + i < o.model.kv_capacity_tokens(); ++i) {
-      PT_ASSIGN_OR_RETURN(out,
-                          model.Step({out.next_tokens[0]}, {{id, isl + i - 1, 1, true}}, false));
-    }
-    model.Release(id);
+absl::Status WarmUpRequest(const ServeOptions& o, const StepFn& step) {
+  if (o.warmup_steps <= 0) return absl::OkStatus();
+  const int64_t id = kWarmUpSeq;
+  const int64_t isl = std::min<int64_t>(o.trace.isl, o.model.kv_capacity_tokens() / 2);
+  PT_ASSIGN_OR_RETURN(
+      std::vector<int32_t> next,
+      step(PromptTokens(o.trace.seed, id, isl, o.model.shape.vocab_size), {{id, 0, isl, true}}));
+  for (int64_t i = 1; i < o.warmup_steps && isl + i < o.model.kv_capacity_tokens(); ++i) {
+    PT_ASSIGN_OR_RETURN(next, step({next[0]}, {{id, isl + i - 1, 1, true}}));
   }
+  return absl::OkStatus();
+}
+
+absl::Status WarmUp(const ServeOptions& o, ServingModel& model, Backend& backend) {
+  PT_RETURN_IF_ERROR(WarmUpRequest(
+      o,
+      [&](const std::vector<int32_t>& tokens,
+          const std::vector<SeqChunk>& chunks) -> absl::StatusOr<std::vector<int32_t>> {
+        PT_ASSIGN_OR_RETURN(StepOutput out, model.Step(tokens, chunks, false));
+        return std::move(out.next_tokens);
+      }));
+  model.Release(kWarmUpSeq);
   model.ResetTimes();
   backend.allocator().ResetPeaks();
   return absl::OkStatus();
+}
+
+absl::StatusOr<RankModel> MakeRankModel(const ServeOptions& o, const ServingGroups& groups,
+                                        int64_t stage) {
+  RankModel m;
+  m.backend = MakeCpuBackend(o.capacity_bytes, o.model.threads);
+  ServingConfig c = o.model;
+  c.stage = stage;
+  PT_ASSIGN_OR_RETURN(m.model, ServingModel::Create(c, groups.context(m.backend.get())));
+  return m;
+}
+
+void KeepLargestMemory(const RankModel& rank, ServeResult* result) {
+  result->weight_bytes = std::max(result->weight_bytes, rank.model->weight_bytes());
+  result->kv_cache_bytes = std::max(result->kv_cache_bytes, rank.model->cache().bytes());
+  result->peak_bytes = std::max(result->peak_bytes, rank.backend->allocator().Stats().peak_bytes);
+}
+
+absl::Status RunInstances(
+    const ServeOptions& o, int instances, const std::string& name,
+    const std::function<absl::Status(int instance, int rank, const ServingGroups& groups)>& body,
+    const std::function<void()>& on_failure) {
+  const int tp = static_cast<int>(o.model.parallel.tp);
+  auto rendezvous = MakeInProcessRendezvous();
+  static std::atomic<int> group{0};
+  const std::string prefix = absl::StrCat(name, group.fetch_add(1));
+  return RunRankThreads(instances * tp, [&](int i) -> absl::Status {
+    const int instance = i / tp, rank = i % tp;
+    absl::Status s = [&]() -> absl::Status {
+      PT_ASSIGN_OR_RETURN(const ServingGroups groups,
+                          MakeServingGroups(rendezvous, absl::StrCat(prefix, "-", instance), rank,
+                                            tp, static_cast<int>(o.model.parallel.ep)));
+      return body(instance, rank, groups);
+    }();
+    if (!s.ok() && on_failure) on_failure();
+    return s;
+  });
 }
 
 std::vector<int32_t> StepInputTokens(const std::vector<SeqChunk>& plan,
@@ -371,18 +416,12 @@ absl::StatusOr<ServeResult> RunServeLoop(const ServeOptions& options) {
   PT_ASSIGN_OR_RETURN(const std::vector<TraceRequest> trace, MakeTrace(options.trace));
   if (options.disaggregated()) return internal::RunDisaggregated(options, trace);
   if (options.model.parallel.pp > 1) return internal::RunPipelined(options, trace);
-  const int t = static_cast<int>(options.model.parallel.tp);
-  auto rendezvous = MakeInProcessRendezvous();
-  static std::atomic<int> group{0};
-  const std::string prefix = absl::StrCat("serve", group.fetch_add(1));
   ServeResult result;
   std::mutex mu;
-  PT_RETURN_IF_ERROR(RunRankThreads(t, [&](int r) -> absl::Status {
-    PT_ASSIGN_OR_RETURN(
-        const ServingGroups groups,
-        MakeServingGroups(rendezvous, prefix, r, t, static_cast<int>(options.model.parallel.ep)));
-    return RunRank(options, trace, groups, &result, &mu);
-  }));
+  PT_RETURN_IF_ERROR(
+      internal::RunInstances(options, 1, "serve", [&](int, int, const ServingGroups& groups) {
+        return RunRank(options, trace, groups, &result, &mu);
+      }));
   internal::FinishResult(&result);
   return result;
 }

@@ -4,7 +4,10 @@
 #define PARATUNE_KERNELS_SERVING_SERVE_LOOP_INTERNAL_H_
 
 #include <chrono>
+#include <functional>
 #include <map>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -29,9 +32,41 @@ inline double Elapsed(Clock::time_point t0) {
 absl::Status Broadcast(Communicator& comm, std::vector<double>* values);
 absl::StatusOr<double> Broadcast(Communicator& comm, double value);
 
-/// A throw-away request through prefill and options.warmup_steps − 1 decodes, untimed;
-/// then the model's times and the backend's peaks are reset.
+/// One step of the served model, whole or through a pipeline: the sampled chunks' tokens.
+using StepFn = std::function<absl::StatusOr<std::vector<int32_t>>(
+    const std::vector<int32_t>& tokens, const std::vector<SeqChunk>& chunks)>;
+
+/// The warm-up's throw-away sequence.
+inline constexpr int64_t kWarmUpSeq = -1;
+
+/// A throw-away request (kWarmUpSeq) through prefill and options.warmup_steps − 1 decodes
+/// by `step`, untimed; the caller frees it.
+absl::Status WarmUpRequest(const ServeOptions& options, const StepFn& step);
+
+/// WarmUpRequest on the whole model, then the sequence freed and the model's times and the
+/// backend's peaks reset.
 absl::Status WarmUp(const ServeOptions& options, ServingModel& model, Backend& backend);
+
+/// One rank's model (stage `stage` of options.model) over `groups`, on its own CPU backend
+/// with the options' memory capacity.
+struct RankModel {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<ServingModel> model;
+};
+absl::StatusOr<RankModel> MakeRankModel(const ServeOptions& options, const ServingGroups& groups,
+                                        int64_t stage = 0);
+
+/// Keeps the larger of *result's per-rank memory figures and this rank's (the busiest
+/// rank's weights, KV cache and peak are reported). The caller serializes calls.
+void KeepLargestMemory(const RankModel& rank, ServeResult* result);
+
+/// Runs `body(instance, rank, groups)` on instances x tp thread ranks, each instance with
+/// its own TP (and EP) groups; `on_failure` runs when a rank fails, to wake ranks waiting
+/// on it outside the groups' collectives. The first error.
+absl::Status RunInstances(
+    const ServeOptions& options, int instances, const std::string& name,
+    const std::function<absl::Status(int instance, int rank, const ServingGroups& groups)>& body,
+    const std::function<void()>& on_failure = {});
 
 /// A step's new tokens, chunk by chunk: the chunk's slice of its prompt (`prompts`) or,
 /// past the prompt, its sequence's last token; counts them (prefill or decode tokens, the

@@ -18,6 +18,24 @@ InferenceJobSpec SmallCpuSpec() {
   return *spec;
 }
 
+// Prefill and decode steps of 1 and 8 sequences at 64 tokens that all take gemm_s + logits_s.
+std::vector<StepSample> FlatGrid(double gemm_s, double logits_s = 0) {
+  std::vector<StepSample> grid;
+  for (ServingStepPhase phase : {ServingStepPhase::kPrefill, ServingStepPhase::kDecode}) {
+    for (int64_t b : {1, 8}) {
+      StepSample s;
+      s.phase = phase;
+      s.batch = b;
+      s.length = 64;
+      s.total_s = gemm_s + logits_s;
+      s.gemm_s = gemm_s;
+      s.logits_s = logits_s;
+      grid.push_back(s);
+    }
+  }
+  return grid;
+}
+
 TEST(ServingProfileTest, PlansThePrefillAndDecodeGridOfEachShapeOnce) {
   const InferenceJobSpec spec = SmallCpuSpec();
   auto plan = PlanInference(spec);
@@ -63,18 +81,7 @@ TEST(ServingProfileTest, ComposedLayoutsRunOnTheMeasuredStepTimes) {
   constexpr double kStep = 4e-3;
   ServingMeasurements measured;
   for (int64_t tp : {1, 2}) {
-    const StepShape shape{tp, QuantFormat::kInt8, QuantFormat::kBf16};
-    for (ServingStepPhase phase : {ServingStepPhase::kPrefill, ServingStepPhase::kDecode}) {
-      for (int64_t b : {1, 8}) {
-        StepSample s;
-        s.phase = phase;
-        s.batch = b;
-        s.length = 64;
-        s.total_s = kStep;
-        s.gemm_s = kStep;
-        measured.steps[shape].push_back(s);
-      }
-    }
+    measured.steps[StepShape{tp, QuantFormat::kInt8, QuantFormat::kBf16}] = FlatGrid(kStep);
   }
   // tp 2's grid is unusable: its layouts keep the modelled figures.
   measured.failures[StepShape{2, QuantFormat::kInt8, QuantFormat::kBf16}] =
@@ -136,19 +143,8 @@ TEST(ServingProfileTest, PipelineLayoutsComposeFromTheirTensorParallelShape) {
   }
   constexpr double kLayers = 3e-3, kLogits = 2e-3;
   ServingMeasurements measured;
-  const StepShape shape{1, QuantFormat::kInt8, QuantFormat::kBf16, 1, false, 2};
-  for (ServingStepPhase phase : {ServingStepPhase::kPrefill, ServingStepPhase::kDecode}) {
-    for (int64_t b : {1, 8}) {
-      StepSample s;
-      s.phase = phase;
-      s.batch = b;
-      s.length = 64;
-      s.total_s = kLayers + kLogits;
-      s.gemm_s = kLayers;
-      s.logits_s = kLogits;
-      measured.steps[shape].push_back(s);
-    }
-  }
+  measured.steps[StepShape{1, QuantFormat::kInt8, QuantFormat::kBf16, 1, false, 2}] =
+      FlatGrid(kLayers, kLogits);
   auto composed = ComposeInference(spec, *plan, measured);
   ASSERT_TRUE(composed.ok()) << composed.status();
   for (const InferenceRankedConfig& r : composed->ranked) {
