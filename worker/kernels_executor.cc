@@ -688,21 +688,13 @@ absl::StatusOr<kernels::serving::ServeOptions> ValidateServingVerify(const v1::P
   o.model.parallel.pp = std::max<int64_t>(1, t.pp());
   const int64_t ranks = o.model.parallel.tp * o.model.parallel.pp *
                         (o.disaggregated() ? o.prefill_instances + o.decode_instances : 1);
-  if (o.model.parallel.pp > 1) {
-    if (absl::Status s = worker.NeedRanks(
-            ranks, absl::StrCat(" (pp ", o.model.parallel.pp, " x tp ", o.model.parallel.tp, ")"));
-        !s.ok()) {
-      return s;
-    }
-  }
-  if (o.disaggregated()) {
-    if (absl::Status s =
-            worker.NeedRanks(ranks, absl::StrCat(" ((prefill_instances ", o.prefill_instances,
-                                                 " + decode_instances ", o.decode_instances,
-                                                 ") x tp ", o.model.parallel.tp, ")"));
-        !s.ok()) {
-      return s;
-    }
+  if (ranks > o.model.parallel.tp) {  // ReadServingModel checked the tp ranks
+    const std::string what =
+        o.disaggregated()
+            ? absl::StrCat(" ((prefill_instances ", o.prefill_instances, " + decode_instances ",
+                           o.decode_instances, ") x tp ", o.model.parallel.tp, ")")
+            : absl::StrCat(" (pp ", o.model.parallel.pp, " x tp ", o.model.parallel.tp, ")");
+    if (absl::Status s = worker.NeedRanks(ranks, what); !s.ok()) return s;
   }
   o.capacity_bytes = worker.Capacity(ranks);
   if (absl::Status s = o.Validate(); !s.ok()) return s;
