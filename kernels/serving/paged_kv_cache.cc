@@ -71,6 +71,7 @@ absl::StatusOr<PagedKvCache> PagedKvCache::Create(Backend& backend, const KvCach
         absl::StrCat("kv cache: window (", shape.window, ") must be >= 0"));
   }
   PagedKvCache cache;
+  cache.backend_ = &backend;
   cache.shape_ = shape;
   cache.groups_ = LayerGroupsOf(shape);
   const KvLayerGroups& g = cache.groups_;
@@ -259,7 +260,10 @@ absl::StatusOr<PagedKvCache::SequenceKv> PagedKvCache::Export(int64_t seq) const
         if (group_of_[l] != static_cast<int64_t>(g)) continue;
         const char* src = static_cast<const char*>(pools_[slot_[l]].data()) +
                           Offset(block, 0, 0) * SizeOf(shape_.dtype);
-        kv.bytes.insert(kv.bytes.end(), src, src + bb);
+        const size_t at = kv.bytes.size();
+        kv.bytes.resize(at + bb);
+        PT_RETURN_IF_ERROR(
+            backend_->CopyBytes(kv.bytes.data() + at, src, bb, Backend::CopyKind::kBackendToHost));
       }
     }
   }
@@ -290,9 +294,14 @@ absl::Status PagedKvCache::Import(int64_t seq, const SequenceKv& kv) {
               absl::StrCat("kv cache: imported sequence ", seq, " is short of its blocks"));
         }
         if (block >= 0) {  // a windowed group keeps only the blocks its next token reads
-          std::copy(src, src + bb,
-                    static_cast<char*>(pools_[slot_[l]].data()) +
-                        Offset(block, 0, 0) * SizeOf(shape_.dtype));
+          char* dst = static_cast<char*>(pools_[slot_[l]].data()) +
+                      Offset(block, 0, 0) * SizeOf(shape_.dtype);
+          if (absl::Status st =
+                  backend_->CopyBytes(dst, src, bb, Backend::CopyKind::kHostToBackend);
+              !st.ok()) {
+            Release(seq);
+            return st;
+          }
         }
         src += bb;
       }

@@ -107,7 +107,8 @@ class PagedKvCache {
   /// its blocks are not free (nothing is taken then).
   absl::Status Import(int64_t seq, const SequenceKv& kv);
 
-  /// Writes K and V (groups·head_dim fp32 values each) of `seq` at position `pos`.
+  /// Writes K and V (groups·head_dim fp32 values each) of `seq` at position `pos` (host
+  /// backend).
   void Write(int64_t layer, int64_t seq, int64_t pos, const float* k, const float* v);
   /// Reads KV head `group` of `count` tokens of block `block` of `layer` from token
   /// `first` on, as fp32 [count, head_dim] for K and V each.
@@ -116,8 +117,14 @@ class PagedKvCache {
 
   const KvCacheShape& shape() const { return shape_; }
   const KvLayerGroups& groups() const { return groups_; }
-  /// Layer `layer`'s pool [blocks, 2, block_size, groups, head_dim] (device twins copy it).
+  /// Layer `layer`'s pool [blocks, 2, block_size, groups, head_dim], in the backend's
+  /// memory (Write and ReadBlock need a host backend; a device backend writes through
+  /// ServingOps::WriteKv).
   const Tensor& pool(int64_t layer) const { return pools_[slot_[layer]]; }
+  /// The block-table group layer `layer` reads (block_table(seq, layer) is that group's).
+  int64_t group_of(int64_t layer) const { return group_of_[layer]; }
+  /// Groups of block tables: whole-context then windowed.
+  int64_t num_groups() const { return groups_.full_groups + groups_.windowed_groups; }
   /// Bytes of all pools.
   int64_t bytes() const;
   /// Bytes one token occupies in one layer (K and V).
@@ -139,6 +146,7 @@ class PagedKvCache {
   int64_t Missing(const SeqState* s, int64_t g, int64_t from, int64_t to) const;
   void Take(SeqState& s, int64_t g, int64_t from, int64_t to);
 
+  Backend* backend_ = nullptr;  ///< Where the pools live (Export and Import copy through it).
   KvCacheShape shape_;
   KvLayerGroups groups_;
   std::vector<int64_t> group_of_, slot_;  ///< Per layer.

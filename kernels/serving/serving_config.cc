@@ -100,7 +100,15 @@ absl::Status ServingConfig::Validate() const {
   }
   if (kv_dtype != DType::kF32 && kv_dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
-        absl::StrCat("kv_dtype (", DTypeName(kv_dtype), ") must be fp32 or bf16 on the CPU"));
+        absl::StrCat("kv_dtype (", DTypeName(kv_dtype), ") must be fp32 or bf16"));
+  }
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype (", DTypeName(dtype), ") must be fp32, bf16 or fp16"));
+  }
+  if (weight_quant != WeightQuant::kNone && dtype != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat("weight_quant (", ToString(weight_quant),
+                                                   ") needs dtype fp32 (", DTypeName(dtype), ")"));
   }
   if (parallel.ep < 1 || parallel.tp % parallel.ep != 0) {
     return absl::InvalidArgumentError(

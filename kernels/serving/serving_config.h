@@ -1,7 +1,7 @@
-// The configuration of a model served on the CPU serving kernels: a stack of pre-norm
+// The configuration of a model served on the serving kernels: a stack of pre-norm
 // Llama-style layers (RMSNorm, GQA, RoPE, SwiGLU or GeLU) under tensor parallelism, with a
 // vocab-parallel embedding and output layer, weight-only quantization of the linear layers
-// and a paged KV cache.
+// (CPU) and a paged KV cache.
 #ifndef PARATUNE_KERNELS_SERVING_SERVING_CONFIG_H_
 #define PARATUNE_KERNELS_SERVING_SERVING_CONFIG_H_
 
@@ -21,7 +21,8 @@
 
 namespace paratune::kernels::serving {
 
-/// Storage of the linear layers' weights; activations and math stay fp32.
+/// Weight-only quantization of the linear layers (CPU, dtype fp32); activations and math
+/// stay fp32.
 enum class WeightQuant {
   kNone,  ///< fp32 weights.
   kInt8,  ///< Symmetric int8, one fp32 scale per output row.
@@ -49,6 +50,12 @@ struct ServingConfig {
   PositionEmbedding position_embedding = PositionEmbedding::kRope;
   double rope_theta = 10000.0;                    ///< RoPE base.
   WeightQuant weight_quant = WeightQuant::kNone;  ///< Linear-layer weight storage.
+  /// Activations and unquantized weights: fp32 (the CPU backend's only), or bf16 / fp16 on
+  /// CUDA (GEMMs accumulate in fp32; RoPE, the cache write and attention run in fp32).
+  DType dtype = DType::kF32;
+  /// Time a step's phases (LayerPhaseTimes); on a device backend each phase boundary then
+  /// waits for the queued work, which the step's total pays for.
+  bool phase_timing = true;
   int64_t int4_group_size = 32;                   ///< Inputs per int4 scale; must divide every K.
   DType kv_dtype = DType::kF32;                   ///< KV-cache storage: fp32 or bf16.
   int64_t kv_block_size = 16;                     ///< Tokens per KV-cache block.

@@ -8,7 +8,10 @@
 // top-k, each expert's SwiGLU split over the tp ranks, the outputs all-reduced
 // (kernels/moe_layer.h with ep 1 and etp = tp);
 // over the concatenated tokens of a step's chunks; K and V of the new tokens are written
-// to the paged cache before attention reads it. The two row-parallel outputs are
+// to the paged cache before attention reads it. Everything runs through the rank's
+// Backend and ServingOps, in ServingConfig::dtype (fp32 on the CPU; bf16, fp16 or fp32 on
+// CUDA); RoPE, the cache write and attention run in fp32 (a 16-bit QKV is converted
+// before them, the attention output back after). The two row-parallel outputs are
 // all-reduced (reduce_from_tp_region); nothing else communicates. Weights are the
 // training layer's (kernels/transformer_layer.h): same names, seeds and unsharded
 // indices, so every TP layout holds the same logical model.
@@ -16,6 +19,7 @@
 #ifndef PARATUNE_KERNELS_SERVING_SERVING_LAYER_H_
 #define PARATUNE_KERNELS_SERVING_SERVING_LAYER_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -26,6 +30,7 @@
 #include "kernels/parallel_context.h"
 #include "kernels/serving/paged_kv_cache.h"
 #include "kernels/serving/serving_config.h"
+#include "kernels/serving/serving_ops.h"
 #include "kernels/serving/step_batch.h"
 #include "kernels/serving/weight_only_linear.h"
 
@@ -42,24 +47,27 @@ struct LayerPhaseTimes {
 class ServingLayer {
  public:
   /// Layer `index` of the model (one of config.stage's): its weights use seed
-  /// config.seed + index.
+  /// config.seed + index. `ops` (of ctx's backend) must outlive the layer.
   static absl::StatusOr<std::unique_ptr<ServingLayer>> Create(const ServingConfig& config,
                                                               const ParallelContext& ctx,
-                                                              int64_t index);
+                                                              int64_t index, ServingOps* ops);
 
-  /// x: [tokens, h] fp32 (tokens = StepTokens(chunks)); positions[t] = position of token
-  /// t. The cache must hold blocks for every chunk's positions. Returns y [tokens, h].
+  /// x: [tokens, h] in config.dtype (tokens = StepTokens(chunks)), after
+  /// ops->BeginStep(*cache, chunks). The cache must hold blocks for every chunk's
+  /// positions. Returns y [tokens, h].
   absl::StatusOr<Tensor> Forward(const Tensor& x, const std::vector<SeqChunk>& chunks,
-                                 const std::vector<int64_t>& positions, PagedKvCache* cache);
+                                 PagedKvCache* cache);
 
   /// Bytes of this rank's weights (after quantization).
   int64_t weight_bytes() const;
   LayerPhaseTimes& times() { return times_; }
 
  private:
-  ServingLayer(const ServingConfig& config, const ParallelContext& ctx, int64_t index)
+  ServingLayer(const ServingConfig& config, const ParallelContext& ctx, int64_t index,
+               ServingOps* ops)
       : config_(config),
         ctx_(ctx),
+        ops_(ops),
         index_(index),
         cache_layer_(index - config.StageLayers(config.stage).first) {}
   absl::Status Init();
@@ -71,6 +79,7 @@ class ServingLayer {
 
   ServingConfig config_;
   ParallelContext ctx_;
+  ServingOps* ops_ = nullptr;
   int64_t index_ = 0;
   int64_t cache_layer_ = 0;  ///< Its layer in the stage's KV cache.
   /// An expert layer's routed (and shared) experts in place of fc1/fc2: over the
@@ -87,8 +96,25 @@ class ServingLayer {
   LayerPhaseTimes times_;
 };
 
-/// The values of an RMSNorm weight of the training layer: 1 + 0.1·u(i).
-absl::StatusOr<Tensor> MakeNormWeight(Backend& backend, uint64_t seed, const char* name, int64_t h);
+/// The values of an RMSNorm weight of the training layer: 1 + 0.1·u(i), in `dtype`.
+absl::StatusOr<Tensor> MakeNormWeight(Backend& backend, uint64_t seed, const char* name, int64_t h,
+                                      DType dtype = DType::kF32);
+
+/// Times the phases of a step: Start and Stop read the clock, and on a device backend
+/// (with ServingConfig::phase_timing) wait for the queued work first.
+class PhaseClock {
+ public:
+  PhaseClock(Backend& backend, bool phase_timing)
+      : backend_(backend), sync_(phase_timing && backend.kind() != BackendKind::kCpu) {}
+  absl::Status Start();
+  /// Adds the seconds since Start to *seconds.
+  absl::Status Stop(double* seconds);
+
+ private:
+  Backend& backend_;
+  bool sync_ = false;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 }  // namespace paratune::kernels::serving
 

@@ -4,23 +4,12 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/layernorm.h"
 #include "kernels/mappings.h"
 #include "kernels/parallel_linear.h"
 #include "kernels/rank_threads.h"
 #include "kernels/status_macros.h"
 
 namespace paratune::kernels::serving {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-}  // namespace
-
 absl::StatusOr<ServingGroups> MakeServingGroups(std::shared_ptr<GlooRendezvous> rendezvous,
                                                 const std::string& prefix, int rank, int tp,
                                                 int ep) {
@@ -53,28 +42,34 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Create(const Serving
       return absl::InvalidArgumentError(
           "attention_dp needs the context's EP group over the tp ranks (MakeServingGroups)");
     }
-    model->self_ = MakeSelfCommunicator();
+    model->self_ = MakeSelfCommunicator(*ctx.backend);
     model->ctx_.tp = model->self_.get();
   }
   Backend& be = *ctx.backend;
+  if (be.kind() == BackendKind::kCpu && config.dtype != DType::kF32) {
+    return absl::UnimplementedError(absl::StrCat("dtype ", DTypeName(config.dtype),
+                                                 " runs on the CUDA backend; the CPU's is fp32"));
+  }
+  PT_ASSIGN_OR_RETURN(model->ops_, MakeServingOps(be, config.threads));
+  const DType dt = config.dtype;
   const int64_t h = config.shape.hidden_size, t = config.attention_tp();
   const int64_t vl = config.shape.vocab_size / t, v0 = model->ctx_.tp_rank() * vl;
   if (config.first_stage()) {
-    PT_ASSIGN_OR_RETURN(model->embedding_, be.Empty({vl, h}, DType::kF32, MemoryTag::kWeights));
+    PT_ASSIGN_OR_RETURN(model->embedding_, be.Empty({vl, h}, dt, MemoryTag::kWeights));
     const UniformInit emb(config.seed, "embedding.weight");
-    for (int64_t i = 0; i < vl * h; ++i) {
-      model->embedding_.data_as<float>()[i] = static_cast<float>(emb(v0 * h + i));
-    }
+    PT_RETURN_IF_ERROR(FillRows(be, model->embedding_, vl, h, [&](int64_t r, int64_t c) {
+      return static_cast<float>(emb((v0 + r) * h + c));
+    }));
   }
   const auto [first, last] = config.StageLayers(config.stage);
   for (int64_t l = first; l < last; ++l) {
     PT_ASSIGN_OR_RETURN(std::unique_ptr<ServingLayer> layer,
-                        ServingLayer::Create(config, model->ctx_, l));
+                        ServingLayer::Create(config, model->ctx_, l, model->ops_.get()));
     model->layers_.push_back(std::move(layer));
   }
   if (config.last_stage()) {
     PT_ASSIGN_OR_RETURN(model->final_norm_,
-                        MakeNormWeight(be, config.seed, "final_norm.weight", h));
+                        MakeNormWeight(be, config.seed, "final_norm.weight", h, dt));
     const UniformInit out(config.seed, "output.weight");
     const double scale = 1.0 / std::sqrt(static_cast<double>(h));
     PT_ASSIGN_OR_RETURN(
@@ -82,7 +77,7 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Create(const Serving
         WeightOnlyLinear::Create(
             be, vl, h,
             [&](int64_t r, int64_t c) { return static_cast<float>(scale * out((v0 + r) * h + c)); },
-            WeightQuant::kNone, 0));
+            WeightQuant::kNone, 0, dt));
   }
   KvCacheShape kv;
   kv.num_layers = last - first;
@@ -139,8 +134,6 @@ absl::StatusOr<Tensor> ServingModel::StageForward(const std::vector<int32_t>& to
     return absl::InvalidArgumentError(absl::StrCat(
         "stage ", config_.stage, " needs the previous stage's output of ", n, " x ", h, " values"));
   }
-  std::vector<int64_t> positions;
-  positions.reserve(n);
   for (const SeqChunk& c : chunks) {
     if (c.num_tokens <= 0) {
       return absl::InvalidArgumentError(absl::StrCat("chunk of sequence ", c.seq, ": num_tokens (",
@@ -151,7 +144,6 @@ absl::StatusOr<Tensor> ServingModel::StageForward(const std::vector<int32_t>& to
                                                      c.start, ") must equal the cached length (",
                                                      cache_.length(c.seq), ")"));
     }
-    for (int64_t i = 0; i < c.num_tokens; ++i) positions.push_back(c.start + i);
   }
   for (int32_t tok : tokens) {
     if (tok < 0 || tok >= V) {
@@ -167,28 +159,31 @@ absl::StatusOr<Tensor> ServingModel::StageForward(const std::vector<int32_t>& to
   }
   for (const SeqChunk& c : chunks)
     PT_RETURN_IF_ERROR(cache_.Reserve(c.seq, c.start + c.num_tokens));
+  PT_RETURN_IF_ERROR(ops_->BeginStep(cache_, chunks));
 
   // VocabParallelEmbedding: local rows, zeros elsewhere, then reduce_from_tp_region.
-  auto t0 = Clock::now();
-  PT_ASSIGN_OR_RETURN(Tensor x, be.Empty({n, h}, DType::kF32, MemoryTag::kWorkspace));
+  const DType dt = config_.dtype;
+  PhaseClock clock(be, config_.phase_timing);
+  PT_ASSIGN_OR_RETURN(Tensor x, be.Empty({n, h}, dt, MemoryTag::kWorkspace));
   if (config_.first_stage()) {
-    for (int64_t i = 0; i < n; ++i) {
-      float* xr = x.data_as<float>() + i * h;
-      const int64_t local = tokens[i] - v0;
-      if (local >= 0 && local < vl) {
-        std::copy(embedding_.data_as<float>() + local * h,
-                  embedding_.data_as<float>() + (local + 1) * h, xr);
-      } else {
-        std::fill(xr, xr + h, 0.0f);
-      }
-    }
-    times_.embedding_s += Since(t0);
+    PT_RETURN_IF_ERROR(clock.Start());
+    PT_ASSIGN_OR_RETURN(Tensor ids, be.Empty({n}, DType::kI32, MemoryTag::kWorkspace));
+    PT_RETURN_IF_ERROR(
+        be.CopyBytes(ids.data(), tokens.data(), n * 4, Backend::CopyKind::kHostToBackend));
+    PT_RETURN_IF_ERROR(be.EmbeddingForward(dt, x.data(), ids.data_as<int32_t>(), embedding_.data(),
+                                           n, h, v0, v0 + vl));
+    PT_RETURN_IF_ERROR(clock.Stop(&times_.embedding_s));
     PT_RETURN_IF_ERROR(ReduceFromTpRegion::Forward(ctx_, x));
   } else {
-    std::copy(input->data_as<float>(), input->data_as<float>() + n * h, x.data_as<float>());
+    if (input->dtype() != dt) {
+      return absl::InvalidArgumentError(absl::StrCat("stage ", config_.stage, " input dtype ",
+                                                     DTypeName(input->dtype()), " must be ",
+                                                     DTypeName(dt)));
+    }
+    PT_RETURN_IF_ERROR(be.Copy(x, *input));
   }
   for (auto& layer : layers_) {
-    PT_ASSIGN_OR_RETURN(x, layer->Forward(x, chunks, positions, &cache_));
+    PT_ASSIGN_OR_RETURN(x, layer->Forward(x, chunks, &cache_));
   }
   times_.layers = LayerPhaseTimes();
   for (auto& layer : layers_) {
@@ -217,7 +212,6 @@ absl::StatusOr<StepOutput> ServingModel::Sample(const Tensor& x,
   const int64_t V = config_.shape.vocab_size, t = config_.attention_tp(), vl = V / t;
   const int64_t v0 = ctx_.tp_rank() * vl;
   // Final norm and logits of the last token of each sampled chunk only.
-  const auto t0 = Clock::now();
   std::vector<int64_t> rows;
   int64_t row = 0;
   for (const SeqChunk& c : chunks) {
@@ -227,33 +221,47 @@ absl::StatusOr<StepOutput> ServingModel::Sample(const Tensor& x,
   const int64_t S = static_cast<int64_t>(rows.size());
   StepOutput out;
   if (S == 0) {
-    times_.logits_s += Since(t0);
     times_.tp_comm_s = comm_clock_.seconds();
     ++times_.steps;
     return out;
   }
-  std::vector<float> last(S * h), normed(S * h), rstd(S), logits(S * vl);
-  for (int64_t s = 0; s < S; ++s) {
-    std::copy(x.data_as<float>() + rows[s] * h, x.data_as<float>() + (rows[s] + 1) * h,
-              last.begin() + s * h);
+  Backend& be = *ctx_.backend;
+  const DType dt = config_.dtype;
+  const int64_t es = SizeOf(dt);
+  PhaseClock clock(be, config_.phase_timing);
+  PT_RETURN_IF_ERROR(clock.Start());
+  // The sampled rows, copied in runs of consecutive rows.
+  PT_ASSIGN_OR_RETURN(Tensor last, be.Empty({S, h}, dt, MemoryTag::kWorkspace));
+  for (int64_t s = 0; s < S;) {
+    int64_t run = 1;
+    while (s + run < S && rows[s + run] == rows[s] + run) ++run;
+    PT_RETURN_IF_ERROR(be.CopyBytes(static_cast<char*>(last.data()) + s * h * es,
+                                    static_cast<const char*>(x.data()) + rows[s] * h * es,
+                                    run * h * es, Backend::CopyKind::kOnBackend));
+    s += run;
   }
-  cpu::rmsnorm_forward<float>(normed.data(), rstd.data(), last.data(), final_norm_.data_as<float>(),
-                              S, h, config_.norm_epsilon, config_.threads);
-  output_.Forward(normed.data(), S, logits.data(), config_.threads);
+  PT_ASSIGN_OR_RETURN(Tensor normed, be.Empty({S, h}, dt, MemoryTag::kWorkspace));
+  PT_ASSIGN_OR_RETURN(Tensor rstd, be.Empty({S}, DType::kF32, MemoryTag::kWorkspace));
+  PT_RETURN_IF_ERROR(be.RmsNormForward(dt, normed.data(), rstd.data_as<float>(), last.data(),
+                                       final_norm_.data(), S, h, config_.norm_epsilon));
+  PT_ASSIGN_OR_RETURN(Tensor logits, be.Empty({S, vl}, dt, MemoryTag::kWorkspace));
+  PT_RETURN_IF_ERROR(output_.Forward(normed.data(), S, logits.data(), config_.threads));
   // Local argmax (first maximum), then all-gather (value, global index) pairs in fp64.
-  std::vector<double> local(2 * S), all(2 * S * t);
+  std::vector<double> best_value;
+  std::vector<int64_t> best_index;
+  PT_RETURN_IF_ERROR(ops_->ArgMax(dt, logits.data(), S, vl, &best_value, &best_index));
+  std::vector<double> local(2 * S);
   for (int64_t s = 0; s < S; ++s) {
-    const float* lr = logits.data() + s * vl;
-    int64_t best = 0;
-    for (int64_t j = 1; j < vl; ++j) {
-      if (lr[j] > lr[best]) best = j;
-    }
-    local[2 * s] = lr[best];
-    local[2 * s + 1] = static_cast<double>(v0 + best);
+    local[2 * s] = best_value[s];
+    local[2 * s + 1] = static_cast<double>(v0 + best_index[s]);
   }
-  times_.logits_s += Since(t0);
-  PT_RETURN_IF_ERROR(
-      ctx_.Comm([&] { return ctx_.tp->AllGather(local.data(), all.data(), 2 * S, DType::kF64); }));
+  PT_RETURN_IF_ERROR(clock.Stop(&times_.logits_s));
+  PT_ASSIGN_OR_RETURN(Tensor pairs, be.Empty({2 * S}, DType::kF64, MemoryTag::kWorkspace));
+  PT_ASSIGN_OR_RETURN(Tensor all_pairs, be.Empty({2 * S * t}, DType::kF64, MemoryTag::kWorkspace));
+  PT_RETURN_IF_ERROR(be.CopyFromHost(pairs, local));
+  PT_RETURN_IF_ERROR(ctx_.Comm(
+      [&] { return ctx_.tp->AllGather(pairs.data(), all_pairs.data(), 2 * S, DType::kF64); }));
+  PT_ASSIGN_OR_RETURN(const std::vector<double> all, be.CopyToHost(all_pairs));
   out.next_tokens.resize(S);
   for (int64_t s = 0; s < S; ++s) {
     double best_v = all[2 * s], best_i = all[2 * s + 1];
@@ -264,15 +272,16 @@ absl::StatusOr<StepOutput> ServingModel::Sample(const Tensor& x,
     out.next_tokens[s] = static_cast<int32_t>(best_i);
   }
   if (return_logits) {
-    std::vector<float> gathered(S * V);
-    PT_RETURN_IF_ERROR(ctx_.Comm(
-        [&] { return ctx_.tp->AllGather(logits.data(), gathered.data(), S * vl, DType::kF32); }));
+    PT_ASSIGN_OR_RETURN(Tensor gathered, be.Empty({t * S * vl}, dt, MemoryTag::kWorkspace));
+    PT_RETURN_IF_ERROR(
+        ctx_.Comm([&] { return ctx_.tp->AllGather(logits.data(), gathered.data(), S * vl, dt); }));
+    PT_ASSIGN_OR_RETURN(const std::vector<double> g, be.CopyToHost(gathered));
     out.logits.resize(S * V);
     for (int64_t r = 0; r < t; ++r) {
       for (int64_t s = 0; s < S; ++s) {
-        std::copy(gathered.begin() + r * S * vl + s * vl,
-                  gathered.begin() + r * S * vl + (s + 1) * vl,
-                  out.logits.begin() + s * V + r * vl);
+        for (int64_t j = 0; j < vl; ++j) {
+          out.logits[s * V + r * vl + j] = static_cast<float>(g[(r * S + s) * vl + j]);
+        }
       }
     }
   }

@@ -1,6 +1,7 @@
 // A served model on one tensor-parallel rank: VocabParallelEmbedding, `num_layers`
 // ServingLayers sharing one paged KV cache, the final RMSNorm, a vocab-parallel output
-// layer and greedy sampling. Sampling never gathers the logits: each rank takes the
+// layer and greedy sampling, on the context's backend (CPU, or CUDA with
+// ServingConfig::dtype bf16/fp16/fp32). Sampling never gathers the logits: each rank takes the
 // argmax of its vocabulary slice and the ranks all-gather (value, index) pairs, two
 // numbers per sampled sequence (ties go to the lowest index, on every layout).
 // Thread-safety: one model belongs to one rank (thread).
@@ -17,6 +18,7 @@
 #include "kernels/serving/paged_kv_cache.h"
 #include "kernels/serving/serving_config.h"
 #include "kernels/serving/serving_layer.h"
+#include "kernels/serving/serving_ops.h"
 #include "kernels/serving/step_batch.h"
 #include "kernels/serving/weight_only_linear.h"
 
@@ -82,6 +84,8 @@ class ServingModel {
   void Release(int64_t seq) { cache_.Release(seq); }
 
   PagedKvCache& cache() { return cache_; }
+  /// The rank's serving operations (ServingOps::BeginStep and WriteKv fill a cache).
+  ServingOps& ops() { return *ops_; }
   const ServingConfig& config() const { return config_; }
   /// Bytes of this rank's weights (embedding, layers, final norm, output layer: those of
   /// its stage).
@@ -95,13 +99,14 @@ class ServingModel {
 
   ServingConfig config_;
   ParallelContext ctx_;
+  std::unique_ptr<ServingOps> ops_;
   std::unique_ptr<Communicator> self_;  ///< attention_dp: the one-rank attention group
   CommClock comm_clock_;
   std::vector<std::unique_ptr<ServingLayer>> layers_;
   PagedKvCache cache_;
   Tensor embedding_;         ///< [V/t, h], rows [rank·V/t, (rank+1)·V/t) of the table.
   Tensor final_norm_;        ///< [h]
-  WeightOnlyLinear output_;  ///< [V/t, h], fp32.
+  WeightOnlyLinear output_;  ///< [V/t, h], config.dtype.
   ModelPhaseTimes times_;
 };
 

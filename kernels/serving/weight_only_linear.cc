@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/status_macros.h"
@@ -18,21 +19,64 @@ float ScaleFor(float absmax, float qmax) { return absmax > 0 ? absmax / qmax : 1
 
 }  // namespace
 
+absl::Status FillRows(Backend& backend, const Tensor& dst, int64_t rows, int64_t cols,
+                      const std::function<float(int64_t, int64_t)>& value) {
+  const DType dtype = dst.dtype();
+  if (dst.numel() != rows * cols) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fill of ", rows, " x ", cols, " values into ", dst.numel(), " elements"));
+  }
+  if (backend.kind() == BackendKind::kCpu && dtype == DType::kF32) {
+    float* w = dst.data_as<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) w[r * cols + c] = value(r, c);
+    }
+    return absl::OkStatus();
+  }
+  constexpr int64_t kRowsPerCopy = 256;
+  std::vector<float> host;
+  PT_ASSIGN_OR_RETURN(Tensor staging,
+                      backend.Empty({std::max<int64_t>(1, std::min(rows, kRowsPerCopy)), cols},
+                                    DType::kF32, MemoryTag::kWorkspace));
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowsPerCopy) {
+    const int64_t n = std::min(kRowsPerCopy, rows - r0);
+    host.resize(n * cols);
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < cols; ++c) host[r * cols + c] = value(r0 + r, c);
+    }
+    char* at = static_cast<char*>(dst.data()) + r0 * cols * SizeOf(dtype);
+    if (dtype == DType::kF32) {
+      PT_RETURN_IF_ERROR(
+          backend.CopyBytes(at, host.data(), n * cols * 4, Backend::CopyKind::kHostToBackend));
+    } else {
+      // The host buffer is refilled only after this copy returns (complete on return).
+      PT_RETURN_IF_ERROR(backend.CopyBytes(staging.data(), host.data(), n * cols * 4,
+                                           Backend::CopyKind::kHostToBackend));
+      PT_RETURN_IF_ERROR(backend.Cast(dtype, at, DType::kF32, staging.data(), n * cols));
+    }
+  }
+  return backend.Synchronize();  // the staging tensor is freed on return
+}
+
 absl::StatusOr<WeightOnlyLinear> WeightOnlyLinear::Create(
     Backend& backend, int64_t out, int64_t in, const std::function<float(int64_t, int64_t)>& value,
-    WeightQuant quant, int64_t group) {
+    WeightQuant quant, int64_t group, DType dtype) {
+  const bool host = backend.kind() == BackendKind::kCpu;
+  if (quant != WeightQuant::kNone && (!host || dtype != DType::kF32)) {
+    return absl::UnimplementedError(absl::StrCat("weight-only ", ToString(quant),
+                                                 " weights run on the CPU backend in fp32 only"));
+  }
   WeightOnlyLinear lin;
+  lin.backend_ = &backend;
+  lin.dtype_ = dtype;
   lin.out_ = out;
   lin.in_ = in;
   lin.quant_ = quant;
   lin.group_ = group;
   switch (quant) {
     case WeightQuant::kNone: {
-      PT_ASSIGN_OR_RETURN(lin.values_, backend.Empty({out, in}, DType::kF32, MemoryTag::kWeights));
-      float* w = lin.values_.data_as<float>();
-      for (int64_t r = 0; r < out; ++r) {
-        for (int64_t c = 0; c < in; ++c) w[r * in + c] = value(r, c);
-      }
+      PT_ASSIGN_OR_RETURN(lin.values_, backend.Empty({out, in}, dtype, MemoryTag::kWeights));
+      PT_RETURN_IF_ERROR(FillRows(backend, lin.values_, out, in, value));
       break;
     }
     case WeightQuant::kInt8: {
@@ -131,6 +175,21 @@ void WeightOnlyLinear::DequantizeRows(int64_t r0, int64_t r1, float* buf) const 
       }
     }
   }
+}
+
+absl::Status WeightOnlyLinear::Forward(const void* x, int64_t rows, void* y, int threads) const {
+  if (rows == 0) return absl::OkStatus();
+  if (quant_ != WeightQuant::kNone) {  // CPU and fp32 (Create)
+    Forward(static_cast<const float*>(x), rows, static_cast<float*>(y), threads);
+    return absl::OkStatus();
+  }
+  GemmArgs g;
+  g.trans_b = true;
+  g.m = rows, g.n = out_, g.k = in_;
+  g.a = x, g.lda = in_;
+  g.b = values_.data(), g.ldb = in_;
+  g.c = y, g.ldc = out_;
+  return backend_->Gemm(dtype_, g);
 }
 
 void WeightOnlyLinear::Forward(const float* x, int64_t rows, float* y, int threads) const {

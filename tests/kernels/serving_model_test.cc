@@ -634,7 +634,9 @@ TEST(ServingLayer, PrefillEqualsTrainingLayerForward) {
           auto xt = backend->Empty({kSeq, h}, DType::kF32, MemoryTag::kActivations);
           if (!xt.ok()) return xt.status();
           if (auto s = backend->CopyFromHost(*xt, x); !s.ok()) return s;
-          auto layer = ServingLayer::Create(c, ctx, 0);
+          auto ops = MakeServingOps(*backend, 1);
+          if (!ops.ok()) return ops.status();
+          auto layer = ServingLayer::Create(c, ctx, 0, ops->get());
           if (!layer.ok()) return layer.status();
           KvCacheShape kv;
           kv.num_layers = 1, kv.num_blocks = 8, kv.block_size = 4;
@@ -642,9 +644,9 @@ TEST(ServingLayer, PrefillEqualsTrainingLayerForward) {
           auto cache = PagedKvCache::Create(*backend, kv);
           if (!cache.ok()) return cache.status();
           if (auto s = cache->Reserve(0, kSeq); !s.ok()) return s;
-          std::vector<int64_t> pos(kSeq);
-          for (int64_t i = 0; i < kSeq; ++i) pos[i] = i;
-          auto y = (*layer)->Forward(*xt, {{0, 0, kSeq, false}}, pos, &*cache);
+          const std::vector<SeqChunk> chunks = {{0, 0, kSeq, false}};
+          if (auto s = (*ops)->BeginStep(*cache, chunks); !s.ok()) return s;
+          auto y = (*layer)->Forward(*xt, chunks, &*cache);
           if (!y.ok()) return y.status();
           serving_y[r].assign(y->data_as<float>(), y->data_as<float>() + kSeq * h);
           auto training = TransformerLayer::Create(c.AsLayerConfig(kSeq), ctx);
@@ -675,12 +677,30 @@ TEST(ServingModel, KvCacheOverflowIsResourceExhausted) {
   EXPECT_EQ(run.status().message(), "kv cache: the step needs 3 more blocks, 2 free");
 }
 
+TEST(ServingModel, SixteenBitActivationsNeedTheCudaBackend) {
+  ServingConfig c = SmallModel(1);
+  c.dtype = DType::kBF16;
+  auto backend = MakeCpuBackend(0, 1);
+  auto self = MakeSelfCommunicator();
+  ParallelContext ctx{backend.get(), self.get(), nullptr};
+  auto model = ServingModel::Create(c, ctx);
+  ASSERT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(model.status().message(), "dtype bf16 runs on the CUDA backend; the CPU's is fp32");
+}
+
 TEST(ServingConfig, ValidateNamesTheFieldAndTheRule) {
   ServingConfig c = SmallModel(3);
   EXPECT_EQ(c.Validate().message(), "tp (3) must divide num_attention_heads (8)");
   c = SmallModel(1);
   c.kv_dtype = DType::kF16;
-  EXPECT_EQ(c.Validate().message(), "kv_dtype (fp16) must be fp32 or bf16 on the CPU");
+  EXPECT_EQ(c.Validate().message(), "kv_dtype (fp16) must be fp32 or bf16");
+  c = SmallModel(1);
+  c.dtype = DType::kU8;
+  EXPECT_EQ(c.Validate().message(), "dtype (u8) must be fp32, bf16 or fp16");
+  c = SmallModel(1);
+  c.dtype = DType::kBF16;
+  c.weight_quant = WeightQuant::kInt8;
+  EXPECT_EQ(c.Validate().message(), "weight_quant (int8) needs dtype fp32 (bf16)");
   c = SmallModel(1);
   c.kv_block_size = 0;
   EXPECT_EQ(c.Validate().message(), "kv_block_size (0) must be positive");

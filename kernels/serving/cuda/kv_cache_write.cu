@@ -1,6 +1,7 @@
 // KV-cache write on the GPU: one thread per (token, K or V, element) converts the fp32
 // value to the pool's storage type and stores it at the token's slot (block·block_size +
-// offset, vLLM's slot mapping) in the pool layout [num_blocks, 2, block_size, row].
+// offset, vLLM's slot mapping) in the pool layout [num_blocks, 2, block_size, row]; a
+// negative slot (a position the layer does not hold) is skipped.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -28,6 +29,7 @@ __global__ void KvCacheWriteKernel(T* pool, const float* k, const float* v, int6
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / (2 * row), kv = (i / row) % 2, c = i % row;
+    if (slots[t] < 0) continue;  // not held: left of a windowed layer's window
     const int64_t block = slots[t] / block_size, offset = slots[t] % block_size;
     const float value = (kv == 0 ? k : v)[t * ld + c];
     Store(pool + ((block * 2 + kv) * block_size + offset) * row + c, value);

@@ -51,9 +51,25 @@ cudaError_t kv_cache_write(void* kv_pool, KvStorage storage, const float* k, con
                            int64_t ld, const int64_t* slots, int64_t tokens, int64_t row,
                            int64_t block_size, cudaStream_t stream);
 
+/// Writes are skipped for tokens whose slot is negative (a position a windowed layer does
+/// not hold).
+
 /// o = softmax(scale·q·Kᵀ, causal)·V per chunk token, reading the paged cache.
 /// cudaErrorInvalidValue for head_dim > 256 or heads not a multiple of groups.
 cudaError_t paged_attention_forward(const PagedAttentionCudaArgs& args, cudaStream_t stream);
+
+/// Rotary embedding in place, the twin of rope.h's ApplyRope: `heads` heads of dim d at the
+/// start of each of `rows` fp32 rows of x (stride ld), row r at positions[r]; the angles
+/// in double as on the host. serving_kernels.cu.
+cudaError_t rope_forward(float* x, int64_t ld, int64_t rows, const int64_t* positions,
+                         int64_t heads, int64_t d, double theta, cudaStream_t stream);
+
+/// Element type of argmax_rows' logits.
+enum class LogitsType { kF32, kBF16, kF16 };
+/// Per row of logits [rows, v]: the value (as fp32) and index of its first maximum.
+/// serving_kernels.cu.
+cudaError_t argmax_rows(const void* logits, LogitsType type, int64_t rows, int64_t v, float* value,
+                        int64_t* index, cudaStream_t stream);
 
 }  // namespace paratune::kernels::serving::cuda
 

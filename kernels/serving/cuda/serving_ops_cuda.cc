@@ -1,0 +1,194 @@
+// ServingOps on the CUDA backend: the device twins of the host kernels, on the backend's
+// stream. BeginStep builds the step's positions, chunk table, and per block-table group
+// the slot mapping and block tables on the host and copies them to the device once.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/serving/cuda/paged_attention_launcher.h"
+#include "kernels/serving/serving_ops.h"
+#include "kernels/status_macros.h"
+
+namespace paratune::kernels::serving {
+namespace {
+
+absl::Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+absl::StatusOr<cuda::KvStorage> StorageOf(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return cuda::KvStorage::kF32;
+    case DType::kBF16:
+      return cuda::KvStorage::kBF16;
+    case DType::kF16:
+      return cuda::KvStorage::kF16;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("kv dtype ", DTypeName(dtype), " has no device storage"));
+  }
+}
+
+class CudaServingOps : public ServingOps {
+ public:
+  explicit CudaServingOps(CudaBackendBase& backend) : be_(backend) {}
+
+  absl::Status BeginStep(const PagedKvCache& cache, const std::vector<SeqChunk>& chunks) override {
+    const int64_t bs = cache.shape().block_size, groups = cache.num_groups();
+    std::vector<int64_t> positions, start, row0, count;
+    int64_t row = 0;
+    max_chunk_tokens_ = 0;
+    for (const SeqChunk& c : chunks) {
+      for (int64_t i = 0; i < c.num_tokens; ++i) positions.push_back(c.start + i);
+      start.push_back(c.start);
+      row0.push_back(row);
+      count.push_back(c.num_tokens);
+      row += c.num_tokens;
+      max_chunk_tokens_ = std::max(max_chunk_tokens_, c.num_tokens);
+    }
+    tokens_ = row;
+    num_chunks_ = static_cast<int64_t>(chunks.size());
+    PT_ASSIGN_OR_RETURN(positions_, Upload(positions));
+    PT_ASSIGN_OR_RETURN(chunk_start_, Upload(start));
+    PT_ASSIGN_OR_RETURN(chunk_row0_, Upload(row0));
+    PT_ASSIGN_OR_RETURN(chunk_tokens_, Upload(count));
+    // Per group: the layer that reads it (any), its slot mapping and block tables.
+    std::vector<int64_t> layer_of(groups, -1);
+    for (int64_t l = 0; l < cache.shape().num_layers; ++l) {
+      if (layer_of[cache.group_of(l)] < 0) layer_of[cache.group_of(l)] = l;
+    }
+    slots_.assign(groups, Tensor());
+    tables_.assign(groups, Tensor());
+    max_blocks_.assign(groups, 1);
+    for (int64_t g = 0; g < groups; ++g) {
+      if (layer_of[g] < 0) continue;
+      std::vector<int64_t> slots;
+      int64_t max_blocks = 1;
+      for (const SeqChunk& c : chunks) {
+        const std::vector<int32_t>& t = cache.block_table(c.seq, layer_of[g]);
+        max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(t.size()));
+        for (int64_t pos = c.start; pos < c.start + c.num_tokens; ++pos) {
+          const int64_t b = pos / bs;
+          const bool held = b < static_cast<int64_t>(t.size()) && t[b] >= 0;
+          slots.push_back(held ? static_cast<int64_t>(t[b]) * bs + pos % bs : -1);
+        }
+      }
+      std::vector<int32_t> tables(num_chunks_ * max_blocks, -1);
+      for (int64_t i = 0; i < num_chunks_; ++i) {
+        const std::vector<int32_t>& t = cache.block_table(chunks[i].seq, layer_of[g]);
+        std::copy(t.begin(), t.end(), tables.begin() + i * max_blocks);
+      }
+      PT_ASSIGN_OR_RETURN(slots_[g], Upload(slots));
+      PT_ASSIGN_OR_RETURN(tables_[g], Upload(tables));
+      max_blocks_[g] = max_blocks;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Rope(float* x, int64_t ld, int64_t heads, int64_t d, double theta) override {
+    return CudaStatus(cuda::rope_forward(x, ld, tokens_, positions_.data_as<int64_t>(), heads, d,
+                                         theta, be_.stream()),
+                      "rope");
+  }
+
+  absl::Status WriteKv(PagedKvCache& cache, int64_t layer, const float* k, const float* v,
+                       int64_t ld) override {
+    PT_ASSIGN_OR_RETURN(const cuda::KvStorage storage, StorageOf(cache.shape().dtype));
+    const int64_t row = cache.shape().groups * cache.shape().head_dim;
+    return CudaStatus(cuda::kv_cache_write(cache.pool(layer).data(), storage, k, v, ld,
+                                           slots_.at(cache.group_of(layer)).data_as<int64_t>(),
+                                           tokens_, row, cache.shape().block_size, be_.stream()),
+                      "kv cache write");
+  }
+
+  absl::Status PagedAttention(const PagedAttentionArgs& args, const PagedKvCache& cache,
+                              int64_t layer) override {
+    PT_ASSIGN_OR_RETURN(const cuda::KvStorage storage, StorageOf(cache.shape().dtype));
+    const int64_t g = cache.group_of(layer);
+    cuda::PagedAttentionCudaArgs a;
+    a.q = args.q, a.ld_q = args.ld_q, a.o = args.o, a.ld_o = args.ld_o;
+    a.kv_pool = cache.pool(layer).data();
+    a.storage = storage;
+    a.block_tables = tables_.at(g).data_as<int32_t>();
+    a.max_blocks = max_blocks_[g];
+    a.chunk_start = chunk_start_.data_as<int64_t>();
+    a.chunk_row0 = chunk_row0_.data_as<int64_t>();
+    a.chunk_tokens = chunk_tokens_.data_as<int64_t>();
+    a.num_chunks = num_chunks_;
+    a.max_chunk_tokens = max_chunk_tokens_;
+    a.heads = args.heads, a.groups = args.groups, a.head_dim = args.head_dim;
+    a.block_size = cache.shape().block_size;
+    a.scale = args.scale;
+    a.window = args.window;
+    return CudaStatus(cuda::paged_attention_forward(a, be_.stream()), "paged attention");
+  }
+
+  absl::Status ArgMax(DType dtype, const void* logits, int64_t rows, int64_t v,
+                      std::vector<double>* value, std::vector<int64_t>* index) override {
+    cuda::LogitsType type = cuda::LogitsType::kF32;
+    switch (dtype) {
+      case DType::kF32:
+        type = cuda::LogitsType::kF32;
+        break;
+      case DType::kBF16:
+        type = cuda::LogitsType::kBF16;
+        break;
+      case DType::kF16:
+        type = cuda::LogitsType::kF16;
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("argmax: logits dtype ", DTypeName(dtype), " must be fp32/bf16/fp16"));
+    }
+    PT_ASSIGN_OR_RETURN(
+        Tensor values, be_.Empty({std::max<int64_t>(rows, 1)}, DType::kF32, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(Tensor indices, be_.Empty({std::max<int64_t>(rows, 1) * 8}, DType::kU8,
+                                                  MemoryTag::kWorkspace));
+    PT_RETURN_IF_ERROR(CudaStatus(cuda::argmax_rows(logits, type, rows, v, values.data_as<float>(),
+                                                    indices.data_as<int64_t>(), be_.stream()),
+                                  "argmax"));
+    std::vector<float> host_values(rows);
+    index->resize(rows);
+    PT_RETURN_IF_ERROR(be_.CopyBytes(host_values.data(), values.data(), rows * 4,
+                                     Backend::CopyKind::kBackendToHost));
+    PT_RETURN_IF_ERROR(
+        be_.CopyBytes(index->data(), indices.data(), rows * 8, Backend::CopyKind::kBackendToHost));
+    value->assign(host_values.begin(), host_values.end());
+    return absl::OkStatus();
+  }
+
+ private:
+  // A device copy of `host` (bytes, tag kWorkspace); one element at least.
+  template <typename T>
+  absl::StatusOr<Tensor> Upload(const std::vector<T>& host) {
+    const int64_t bytes = static_cast<int64_t>(std::max<size_t>(host.size(), 1) * sizeof(T));
+    PT_ASSIGN_OR_RETURN(Tensor t, be_.Empty({bytes}, DType::kU8, MemoryTag::kWorkspace));
+    PT_RETURN_IF_ERROR(be_.CopyBytes(t.data(), host.data(),
+                                     static_cast<int64_t>(host.size() * sizeof(T)),
+                                     Backend::CopyKind::kHostToBackend));
+    return t;
+  }
+
+  CudaBackendBase& be_;
+  int64_t tokens_ = 0, num_chunks_ = 0, max_chunk_tokens_ = 0;
+  Tensor positions_, chunk_start_, chunk_row0_, chunk_tokens_;
+  std::vector<Tensor> slots_, tables_;  ///< Per block-table group.
+  std::vector<int64_t> max_blocks_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServingOps>> MakeCudaServingOps(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackendBase*>(&backend);
+  if (cuda == nullptr) {
+    return absl::InvalidArgumentError("the CUDA serving operations need a CUDA backend");
+  }
+  return std::unique_ptr<ServingOps>(new CudaServingOps(*cuda));
+}
+
+}  // namespace paratune::kernels::serving
