@@ -550,31 +550,39 @@ void MoeLayerResult(const kernels::MoeStepConfig&, const kernels::MoeStepResult&
 
 // --- serving_step: a prefill or decode step on the serving kernels (kernels/serving) ------
 
-// The serving kernels' weight and KV-cache storage named by a task ("" = fp32); formats the
-// CPU kernels do not run are UNSUPPORTED, unknown ones INVALID_ARGUMENT.
+// The serving kernels' weight and KV-cache storage named by a task ("" = fp32) on this
+// worker's backend: the CPU runs fp32 and weight-only int8/int4 weights, CUDA fp32, bf16
+// and fp16 weights (the layer's dtype); both fp32 or bf16 KV. Formats the backend does not
+// run are UNSUPPORTED, unknown ones INVALID_ARGUMENT.
 absl::Status ReadServingStorage(const std::string& weight_precision,
-                                const std::string& kv_precision,
+                                const std::string& kv_precision, kernels::BackendKind backend,
                                 kernels::serving::ServingConfig* model) {
   namespace ks = kernels::serving;
   ks::ServingConfig& m = *model;
+  const bool cuda = backend == kernels::BackendKind::kCuda;
+  const char* kernels_name = cuda ? "CUDA" : "CPU";
   const std::string weights = weight_precision.empty() ? "fp32" : weight_precision;
-  if (weights == "fp32") {
-    m.weight_quant = ks::WeightQuant::kNone;
-  } else if (weights == "int8" || weights == "int4") {
-    m.weight_quant = *ks::ParseWeightQuant(weights);
-  } else if (weights == "bf16" || weights == "fp16" || weights == "fp8") {
-    return absl::UnimplementedError(
-        absl::StrCat("weight_precision ", weights, " is not run by the CPU serving kernels"));
-  } else {
+  m.weight_quant = ks::WeightQuant::kNone;
+  m.dtype = kernels::DType::kF32;
+  if (weights != "fp32" && weights != "int8" && weights != "int4" && weights != "bf16" &&
+      weights != "fp16" && weights != "fp8") {
     return absl::InvalidArgumentError(absl::StrCat(
         "weight_precision '", weights, "' must be fp32, int8, int4, bf16, fp16 or fp8"));
   }
+  const bool runs = weights == "fp32" || (!cuda && (weights == "int8" || weights == "int4")) ||
+                    (cuda && (weights == "bf16" || weights == "fp16"));
+  if (!runs) {
+    return absl::UnimplementedError(absl::StrCat(
+        "weight_precision ", weights, " is not run by the ", kernels_name, " serving kernels"));
+  }
+  if (weights == "int8" || weights == "int4") m.weight_quant = *ks::ParseWeightQuant(weights);
+  if (weights == "bf16" || weights == "fp16") m.dtype = *kernels::ParseDType(weights);
   const std::string kv = kv_precision.empty() ? "fp32" : kv_precision;
   if (kv == "fp32" || kv == "bf16") {
     m.kv_dtype = kv == "fp32" ? kernels::DType::kF32 : kernels::DType::kBF16;
   } else if (kv == "fp16" || kv == "fp8") {
     return absl::UnimplementedError(
-        absl::StrCat("kv_precision ", kv, " is not run by the CPU serving kernels"));
+        absl::StrCat("kv_precision ", kv, " is not run by the ", kernels_name, " serving kernels"));
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("kv_precision '", kv, "' must be fp32, bf16, fp16 or fp8"));
@@ -600,7 +608,9 @@ absl::Status ReadServingModel(const ServingTask& t, const Worker& worker,
     const int64_t pad = 128 * m.parallel.tp;  // Megatron-LM's padding, as layer tasks
     m.shape.vocab_size = (t.shape().vocab_size() + pad - 1) / pad * pad;
   }
-  if (absl::Status s = ReadServingStorage(t.weight_precision(), t.kv_precision(), &m); !s.ok()) {
+  if (absl::Status s =
+          ReadServingStorage(t.weight_precision(), t.kv_precision(), worker.backend(), &m);
+      !s.ok()) {
     return s;
   }
   m.kv_block_size = t.kv_block_size() > 0 ? t.kv_block_size() : 16;
@@ -619,12 +629,8 @@ absl::StatusOr<kernels::serving::ServingStepConfig> ValidateServingStep(
     const v1::ProfileTask& task, const Worker& worker) {
   namespace ks = kernels::serving;
   const v1::ServingStepTask& t = task.serving_step();
-  if (worker.backend_name() != "cpu") {
-    return absl::UnimplementedError(absl::StrCat(
-        "the serving step task runs on the CPU backend only; this worker is ",
-        worker.backend_name()));
-  }
   ks::ServingStepConfig c;
+  c.backend = worker.backend();
   if (absl::Status s = ReadServingModel(t, worker, &c.model); !s.ok()) return s;
   switch (t.phase()) {
     case v1::ServingStepTask::PHASE_PREFILL:

@@ -32,6 +32,7 @@ absl::Status PhaseClock::Start() {
 }
 
 absl::Status PhaseClock::Stop(double* seconds) {
+  if (!on_) return absl::OkStatus();
   if (sync_) PT_RETURN_IF_ERROR(backend_.Synchronize());
   *seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   return absl::OkStatus();

@@ -61,6 +61,12 @@ class ServingLayer {
   /// Bytes of this rank's weights (after quantization).
   int64_t weight_bytes() const;
   LayerPhaseTimes& times() { return times_; }
+  /// Switches phase timing (ServingConfig::phase_timing) and the clock of its TP
+  /// communication (null: untimed).
+  void SetPhaseTiming(bool on, CommClock* comm_clock) {
+    config_.phase_timing = on;
+    ctx_.comm_clock = comm_clock;
+  }
 
  private:
   ServingLayer(const ServingConfig& config, const ParallelContext& ctx, int64_t index,
@@ -100,18 +106,22 @@ class ServingLayer {
 absl::StatusOr<Tensor> MakeNormWeight(Backend& backend, uint64_t seed, const char* name, int64_t h,
                                       DType dtype = DType::kF32);
 
-/// Times the phases of a step: Start and Stop read the clock, and on a device backend
-/// (with ServingConfig::phase_timing) wait for the queued work first.
+/// Times the phases of a step when ServingConfig::phase_timing is on (else Start and Stop
+/// do nothing): Start and Stop read the clock, on a device backend after waiting for the
+/// queued work.
 class PhaseClock {
  public:
   PhaseClock(Backend& backend, bool phase_timing)
-      : backend_(backend), sync_(phase_timing && backend.kind() != BackendKind::kCpu) {}
+      : backend_(backend),
+        on_(phase_timing),
+        sync_(phase_timing && backend.kind() != BackendKind::kCpu) {}
   absl::Status Start();
   /// Adds the seconds since Start to *seconds.
   absl::Status Stop(double* seconds);
 
  private:
   Backend& backend_;
+  bool on_ = true;
   bool sync_ = false;
   std::chrono::steady_clock::time_point t0_;
 };

@@ -10,22 +10,43 @@
 #include "kernels/status_macros.h"
 
 namespace paratune::kernels::serving {
-absl::StatusOr<ServingGroups> MakeServingGroups(std::shared_ptr<GlooRendezvous> rendezvous,
-                                                const std::string& prefix, int rank, int tp,
-                                                int ep) {
+namespace {
+
+// The groups, each made by `make(name, rank, size)`.
+template <typename Make>
+absl::StatusOr<ServingGroups> MakeGroups(const std::string& prefix, int rank, int tp, int ep,
+                                         Make make) {
   if (ep < 1 || tp % ep != 0) {
     return absl::InvalidArgumentError(absl::StrCat("ep (", ep, ") must divide tp (", tp, ")"));
   }
   ServingGroups g;
-  PT_ASSIGN_OR_RETURN(g.tp, MakeGroupCommunicator(rendezvous, prefix, rank, tp));
+  PT_ASSIGN_OR_RETURN(g.tp, make(prefix, rank, tp));
   if (ep > 1) {
     const int er = rank % ep, tr = rank / ep;
-    PT_ASSIGN_OR_RETURN(g.ep,
-                        MakeGroupCommunicator(rendezvous, absl::StrCat(prefix, "/ep", tr), er, ep));
-    PT_ASSIGN_OR_RETURN(
-        g.etp, MakeGroupCommunicator(rendezvous, absl::StrCat(prefix, "/etp", er), tr, tp / ep));
+    PT_ASSIGN_OR_RETURN(g.ep, make(absl::StrCat(prefix, "/ep", tr), er, ep));
+    PT_ASSIGN_OR_RETURN(g.etp, make(absl::StrCat(prefix, "/etp", er), tr, tp / ep));
   }
   return g;
+}
+
+}  // namespace
+
+absl::StatusOr<ServingGroups> MakeServingGroups(std::shared_ptr<GlooRendezvous> rendezvous,
+                                                const std::string& prefix, int rank, int tp,
+                                                int ep) {
+  return MakeGroups(prefix, rank, tp, ep, [&](const std::string& name, int r, int size) {
+    return MakeGroupCommunicator(rendezvous, name, r, size);
+  });
+}
+
+absl::StatusOr<ServingGroups> MakeServingGroups(Backend& backend,
+                                                std::shared_ptr<GlooRendezvous> rendezvous,
+                                                const std::string& prefix, int rank, int tp,
+                                                int ep) {
+  const bool cuda = backend.kind() == BackendKind::kCuda;
+  return MakeGroups(prefix, rank, tp, ep, [&](const std::string& name, int r, int size) {
+    return MakeGroupCommunicator(backend, cuda, rendezvous, name, r, size);
+  });
 }
 
 absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Create(const ServingConfig& config,
@@ -105,6 +126,12 @@ void ServingModel::ResetTimes() {
   times_ = ModelPhaseTimes();
   comm_clock_.Reset();
   for (auto& l : layers_) l->times().Reset();
+}
+
+void ServingModel::SetPhaseTiming(bool on) {
+  config_.phase_timing = on;
+  ctx_.comm_clock = on ? &comm_clock_ : nullptr;
+  for (auto& l : layers_) l->SetPhaseTiming(on, ctx_.comm_clock);
 }
 
 absl::StatusOr<StepOutput> ServingModel::Step(const std::vector<int32_t>& tokens,

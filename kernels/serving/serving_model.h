@@ -57,6 +57,11 @@ struct ServingGroups {
 absl::StatusOr<ServingGroups> MakeServingGroups(std::shared_ptr<GlooRendezvous> rendezvous,
                                                 const std::string& prefix, int rank, int tp,
                                                 int ep);
+/// The same for a rank on `backend`: NCCL on a CUDA backend, else as above.
+absl::StatusOr<ServingGroups> MakeServingGroups(Backend& backend,
+                                                std::shared_ptr<GlooRendezvous> rendezvous,
+                                                const std::string& prefix, int rank, int tp,
+                                                int ep);
 
 class ServingModel {
  public:
@@ -92,6 +97,10 @@ class ServingModel {
   int64_t weight_bytes() const;
   ModelPhaseTimes& times() { return times_; }
   void ResetTimes();
+  /// Phase timing on (the default) or off: off, a device backend runs a step without
+  /// waiting at phase boundaries or around its collectives (whole-step timing), and the
+  /// phase times stay as they are.
+  void SetPhaseTiming(bool on);
 
  private:
   ServingModel(const ServingConfig& config, const ParallelContext& ctx)

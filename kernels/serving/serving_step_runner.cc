@@ -56,31 +56,46 @@ ServingConfig ModelFor(const ServingStepConfig& c, int64_t batch) {
   return m;
 }
 
-absl::Status RunRank(const ServingStepConfig& c, const ServingGroups& groups,
+// Fills `batch` sequences of `model`'s cache with `context` synthetic cached tokens each
+// (the step's cost does not depend on the values), through ServingOps as a step writes:
+// per sequence and layer, [K | V] rows of fp32 on the backend.
+absl::Status FillContext(ServingModel& model, Backend& backend, int64_t batch, int64_t context,
+                         int64_t layers) {
+  PagedKvCache& cache = model.cache();
+  const int64_t row = cache.shape().groups * cache.shape().head_dim;
+  PT_ASSIGN_OR_RETURN(Tensor rows,
+                      backend.Empty({context, 2 * row}, DType::kF32, MemoryTag::kWorkspace));
+  std::vector<float> host(context * 2 * row);
+  for (int64_t s = 0; s < batch; ++s) {
+    PT_RETURN_IF_ERROR(cache.ReserveContext(s, context));
+    PT_RETURN_IF_ERROR(model.ops().BeginStep(cache, {{s, 0, context, false}}));
+    for (int64_t l = 0; l < layers; ++l) {
+      for (int64_t p = 0; p < context; ++p) {
+        for (int64_t i = 0; i < 2 * row; ++i) {
+          host[p * 2 * row + i] =
+              2.0f * HashUniform(static_cast<uint64_t>(l * 7919 + s), p * 2 * row + i) - 1.0f;
+        }
+      }
+      PT_RETURN_IF_ERROR(backend.CopyBytes(rows.data(), host.data(), context * 2 * row * 4,
+                                           Backend::CopyKind::kHostToBackend));
+      const float* k = rows.data_as<float>();
+      PT_RETURN_IF_ERROR(model.ops().WriteKv(cache, l, k, k + row, 2 * row));
+    }
+  }
+  return backend.Synchronize();  // `rows` is freed on return
+}
+
+absl::Status RunRank(const ServingStepConfig& c, Backend& backend, const ServingGroups& groups,
                      ServingStepResult* result) {
   Communicator& comm = *groups.tp;
   const int64_t batch = RankBatch(c, comm.rank());
   const ServingConfig mc = ModelFor(c, batch);
-  auto backend = MakeCpuBackend(c.capacity_bytes_per_rank, mc.threads);
-  const ParallelContext ctx = groups.context(backend.get());
+  const ParallelContext ctx = groups.context(&backend);
   PT_ASSIGN_OR_RETURN(std::unique_ptr<ServingModel> model, ServingModel::Create(mc, ctx));
   PagedKvCache& cache = model->cache();
-  const int64_t row = cache.shape().groups * cache.shape().head_dim;
   if (c.phase == ServingPhase::kDecode) {
-    // Synthetic cached context: the step's cost does not depend on the values.
-    std::vector<float> kv(2 * row);
-    for (int64_t s = 0; s < batch; ++s) {
-      PT_RETURN_IF_ERROR(cache.ReserveContext(s, c.context_length));
-      for (int64_t l = 0; l < mc.num_layers; ++l) {
-        for (int64_t p = 0; p < c.context_length; ++p) {
-          if (!cache.Holds(l, s, p)) continue;  // left of a windowed layer's window
-          for (int64_t i = 0; i < 2 * row; ++i) {
-            kv[i] = 2.0f * HashUniform(static_cast<uint64_t>(l * 7919 + s), p * 2 * row + i) - 1.0f;
-          }
-          cache.Write(l, s, p, kv.data(), kv.data() + row);
-        }
-      }
-    }
+    PT_RETURN_IF_ERROR(FillContext(*model, backend, batch, c.context_length, mc.num_layers));
+    backend.allocator().ResetPeaks();  // the fill's staging is not the step's
   }
   std::vector<SeqChunk> chunks;
   std::vector<int32_t> tokens;
@@ -91,16 +106,14 @@ absl::Status RunRank(const ServingStepConfig& c, const ServingGroups& groups,
     chunks.push_back({s, decode ? c.context_length : 0, n, c.logits});
     for (int64_t i = 0; i < n; ++i) tokens.push_back(static_cast<int32_t>((s * 31 + i * 7) % V));
   }
-  std::vector<double> total, gemm, attention, other, tp_comm, logits;
-  for (int64_t it = 0; it < c.warmup + c.iters; ++it) {
-    const ModelPhaseTimes before = model->times();
+  // One step from the task's state and back to it: decode contexts shrink by the token
+  // just added, prefill prompts are dropped. Returns its wall time.
+  const auto step = [&]() -> absl::StatusOr<double> {
     PT_RETURN_IF_ERROR(comm.Barrier());
     const auto t0 = Clock::now();
     PT_RETURN_IF_ERROR(model->Step(tokens, chunks, false).status());
+    PT_RETURN_IF_ERROR(backend.Synchronize());
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-    const ModelPhaseTimes& after = model->times();
-    // Back to the task's state: decode contexts shrink by the token just added, prefill
-    // prompts are dropped.
     for (const SeqChunk& ch : chunks) {
       if (c.phase == ServingPhase::kDecode) {
         PT_RETURN_IF_ERROR(cache.SetLength(ch.seq, c.context_length));
@@ -108,8 +121,26 @@ absl::Status RunRank(const ServingStepConfig& c, const ServingGroups& groups,
         cache.Release(ch.seq);
       }
     }
-    if (it < c.warmup) continue;
-    total.push_back(wall);
+    return wall;
+  };
+  std::vector<double> total, gemm, attention, other, tp_comm, logits;
+  // On a device backend the total comes from steps that never wait inside (the phases
+  // would add their waits to it); the parts from as many more that do.
+  const bool device = backend.kind() != BackendKind::kCpu;
+  if (device) {
+    model->SetPhaseTiming(false);
+    for (int64_t it = 0; it < c.warmup + c.iters; ++it) {
+      PT_ASSIGN_OR_RETURN(const double wall, step());
+      if (it >= c.warmup) total.push_back(wall);
+    }
+    model->SetPhaseTiming(true);
+  }
+  for (int64_t it = 0; it < (device ? c.iters : c.warmup + c.iters); ++it) {
+    const ModelPhaseTimes before = model->times();
+    PT_ASSIGN_OR_RETURN(const double wall, step());
+    const ModelPhaseTimes& after = model->times();
+    if (!device && it < c.warmup) continue;
+    if (!device) total.push_back(wall);
     gemm.push_back(after.layers.gemm_s - before.layers.gemm_s);
     attention.push_back(after.layers.attention_s - before.layers.attention_s);
     other.push_back(after.layers.other_s - before.layers.other_s + after.embedding_s -
@@ -117,7 +148,7 @@ absl::Status RunRank(const ServingStepConfig& c, const ServingGroups& groups,
     tp_comm.push_back(after.tp_comm_s - before.tp_comm_s);
     logits.push_back(after.logits_s - before.logits_s);
   }
-  const MemoryStats stats = backend->allocator().Stats();
+  const MemoryStats stats = backend.allocator().Stats();
   result->peak_bytes_per_rank[comm.rank()] = stats.peak_bytes;
   if (comm.rank() == 0) {
     result->phases = {Timing("total", total),         Timing("gemm", gemm),
@@ -128,7 +159,8 @@ absl::Status RunRank(const ServingStepConfig& c, const ServingGroups& groups,
     // Attention data parallelism has no TP all-reduces (the experts' all-to-alls count
     // with their GEMMs).
     const bool tp_reduces = !mc.attention_dp;
-    result->tp_allreduce_bytes = tp_reduces ? StepTokens(chunks) * mc.shape.hidden_size * 4 : 0;
+    result->tp_allreduce_bytes =
+        tp_reduces ? StepTokens(chunks) * mc.shape.hidden_size * SizeOf(mc.dtype) : 0;
     result->tp_allreduces_per_step = tp_reduces ? 1 + 2 * mc.num_layers : 0;
   }
   return absl::OkStatus();
@@ -165,11 +197,18 @@ absl::StatusOr<ServingStepResult> RunServingStep(const ServingStepConfig& config
   const std::string prefix = absl::StrCat("serving-step", group.fetch_add(1));
   ServingStepResult result;
   result.peak_bytes_per_rank.assign(t, 0);
+  if (config.backend == BackendKind::kCuda) PT_RETURN_IF_ERROR(CheckCudaDevicesForRanks(t));
   PT_RETURN_IF_ERROR(RunRankThreads(t, [&](int r) -> absl::Status {
-    PT_ASSIGN_OR_RETURN(
-        const ServingGroups groups,
-        MakeServingGroups(rendezvous, prefix, r, t, static_cast<int>(config.model.parallel.ep)));
-    return RunRank(config, groups, &result);
+    std::unique_ptr<Backend> backend;
+    if (config.backend == BackendKind::kCuda) {
+      PT_ASSIGN_OR_RETURN(backend, MakeCudaBackend(r, config.capacity_bytes_per_rank));
+    } else {
+      backend = MakeCpuBackend(config.capacity_bytes_per_rank, config.model.threads);
+    }
+    PT_ASSIGN_OR_RETURN(const ServingGroups groups,
+                        MakeServingGroups(*backend, rendezvous, prefix, r, t,
+                                          static_cast<int>(config.model.parallel.ep)));
+    return RunRank(config, *backend, groups, &result);
   }));
   return result;
 }

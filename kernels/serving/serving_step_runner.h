@@ -1,7 +1,9 @@
 // Times one serving step on the serving kernels, as a worker's serving task asks: a
 // prefill of `batch` prompts of `seq_length` tokens, or a decode step of `batch` sequences
 // each holding `context_length` cached tokens (the cache is filled with synthetic K/V, so
-// long contexts cost no prefill), over `num_layers` layers under tp thread ranks (Gloo).
+// long contexts cost no prefill), over `num_layers` layers under tp thread ranks (Gloo on
+// the CPU; one device per rank and NCCL on CUDA, where the total is timed over steps that
+// do not wait at phase boundaries and the parts over as many more that do).
 // Reports per step the total and its parts (GEMMs, attention, norms/activation, TP
 // communication, logits), each as median/min/max over the timed iterations, and every
 // rank's tracking-allocator peak; a shape that does not fit `capacity_bytes_per_rank` is
@@ -35,6 +37,9 @@ struct ServingStepConfig {
   int64_t warmup = 1;
   int64_t iters = 5;
   int64_t capacity_bytes_per_rank = 0;  ///< 0: unlimited.
+  /// Where the ranks run: CPU threads, or CUDA devices 0 .. tp − 1 (model.dtype bf16, fp16
+  /// or fp32 there).
+  BackendKind backend = BackendKind::kCpu;
 
   /// First violated rule, e.g. `context_length (0) must be positive for a decode step`.
   absl::Status Validate() const;
@@ -46,7 +51,8 @@ struct ServingStepResult {
   std::vector<int64_t> peak_bytes_per_rank;
   int64_t weight_bytes = 0;    ///< Per rank.
   int64_t kv_cache_bytes = 0;  ///< Per rank.
-  /// Bytes of each TP all-reduce of the step (tokens·h·4) and their number (1 + 2·layers);
+  /// Bytes of each TP all-reduce of the step (tokens·h·bytes of model.dtype) and their
+  /// number (1 + 2·layers);
   /// 0 with attention data parallelism.
   int64_t tp_allreduce_bytes = 0;
   int64_t tp_allreduces_per_step = 0;
