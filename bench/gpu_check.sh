@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The GPU checks in one run, for a machine with one CUDA device and a CUDA build:
 #   1. the gpu-labelled tests (CUDA backend, MoE kernels, serving paged attention and KV
-#      write, step runner, trainer), each against its CPU twin;
+#      write, the served model and serving step, step runner, trainer), each against its
+#      CPU twin;
 #   2. bench/kernels/cuda_kernels: paged attention decode, KV write, MoE permute/unpermute
 #      bandwidth against the device copy bandwidth;
 #   3. layer_step: one GPT layer forward + backward in bf16 against cuBLAS;
 #   4. paratune-train: a 24-layer 1.3B-class GPT step in bf16;
 #   5. a coordinator, a CUDA worker, the 350M verify spec and the small MoE verify spec
 #      (profile, top 3 trained), each on the device kind the worker reports;
-#   6. serving_accuracy on the machine's host cores (the CPU serving kernels: dense,
+#   6. step_accuracy: the serving kernels' prefill and decode steps of Llama 3.1 8B in bf16
+#      on the device against the inference step model for the device's kind;
+#   7. serving_accuracy on the machine's host cores (the CPU serving kernels: dense,
 #      expert-parallel and attention-DP layouts, profile composition against the loop).
 #
 #   bench/gpu_check.sh [--bin DIR] [--tests DIR] [--out DIR] [--verify-spec FILE]
@@ -111,6 +114,10 @@ verify verify "$SPEC"
 [[ -n "$MOE_SPEC" ]] && verify verify_moe "$MOE_SPEC"
 kill "$WORKER" "$COORD" 2>/dev/null
 wait 2>/dev/null
+# The serving kernels on the device (Llama 3.1 8B in bf16, every layer) against the step
+# model for the device kind the worker reported.
+[[ -z "$ONLY" ]] && step step_accuracy 400 "$BIN/step_accuracy" --backend cuda \
+  --gpu "${KIND:-h100-sxm-80gb}" --preset llama3.1-8b --iters 5
 [[ -z "$ONLY" ]] && step serving_host 300 "$BIN/serving_accuracy" --experts 8 --ep 2 \
   --attention_dp --rounds 3 --iters 15
 

@@ -9,8 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/communicator.h"
-#include "kernels/rank_threads.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/hash_random.h"
+#include "kernels/rank_threads.h"
 #include "kernels/serving/serving_model.h"
 #include "kernels/status_macros.h"
 
@@ -57,32 +58,34 @@ ServingConfig ModelFor(const ServingStepConfig& c, int64_t batch) {
 }
 
 // Fills `batch` sequences of `model`'s cache with `context` synthetic cached tokens each
-// (the step's cost does not depend on the values), through ServingOps as a step writes:
-// per sequence and layer, [K | V] rows of fp32 on the backend.
+// (the step's cost does not depend on the values, so every sequence of a layer gets the
+// same ones), through ServingOps as a step writes: per layer, [K | V] rows of fp32 on the
+// backend, written into each sequence's blocks.
 absl::Status FillContext(ServingModel& model, Backend& backend, int64_t batch, int64_t context,
-                         int64_t layers) {
+                         int64_t layers, int threads) {
   PagedKvCache& cache = model.cache();
   const int64_t row = cache.shape().groups * cache.shape().head_dim;
   PT_ASSIGN_OR_RETURN(Tensor rows,
                       backend.Empty({context, 2 * row}, DType::kF32, MemoryTag::kWorkspace));
   std::vector<float> host(context * 2 * row);
-  for (int64_t s = 0; s < batch; ++s) {
-    PT_RETURN_IF_ERROR(cache.ReserveContext(s, context));
-    PT_RETURN_IF_ERROR(model.ops().BeginStep(cache, {{s, 0, context, false}}));
-    for (int64_t l = 0; l < layers; ++l) {
-      for (int64_t p = 0; p < context; ++p) {
-        for (int64_t i = 0; i < 2 * row; ++i) {
-          host[p * 2 * row + i] =
-              2.0f * HashUniform(static_cast<uint64_t>(l * 7919 + s), p * 2 * row + i) - 1.0f;
-        }
+  for (int64_t s = 0; s < batch; ++s) PT_RETURN_IF_ERROR(cache.ReserveContext(s, context));
+  for (int64_t l = 0; l < layers; ++l) {
+    cpu::ParallelFor(context, threads, 64, [&](int64_t p0, int64_t p1) {
+      for (int64_t i = p0 * 2 * row; i < p1 * 2 * row; ++i) {
+        host[i] = 2.0f * HashUniform(static_cast<uint64_t>(l * 7919), i) - 1.0f;
       }
-      PT_RETURN_IF_ERROR(backend.CopyBytes(rows.data(), host.data(), context * 2 * row * 4,
-                                           Backend::CopyKind::kHostToBackend));
-      const float* k = rows.data_as<float>();
+    });
+    PT_RETURN_IF_ERROR(backend.CopyBytes(rows.data(), host.data(), context * 2 * row * 4,
+                                         Backend::CopyKind::kHostToBackend));
+    const float* k = rows.data_as<float>();
+    for (int64_t s = 0; s < batch; ++s) {
+      PT_RETURN_IF_ERROR(model.ops().BeginStep(cache, {{s, 0, context, false}}));
       PT_RETURN_IF_ERROR(model.ops().WriteKv(cache, l, k, k + row, 2 * row));
     }
+    // The next layer's values overwrite `rows` once these writes are done.
+    PT_RETURN_IF_ERROR(backend.Synchronize());
   }
-  return backend.Synchronize();  // `rows` is freed on return
+  return absl::OkStatus();
 }
 
 absl::Status RunRank(const ServingStepConfig& c, Backend& backend, const ServingGroups& groups,
@@ -92,9 +95,15 @@ absl::Status RunRank(const ServingStepConfig& c, Backend& backend, const Serving
   const ServingConfig mc = ModelFor(c, batch);
   const ParallelContext ctx = groups.context(&backend);
   PT_ASSIGN_OR_RETURN(std::unique_ptr<ServingModel> model, ServingModel::Create(mc, ctx));
+  // A device backend staged the weights through a buffer that the steps do not hold.
+  if (backend.kind() != BackendKind::kCpu) backend.allocator().ResetPeaks();
   PagedKvCache& cache = model->cache();
   if (c.phase == ServingPhase::kDecode) {
-    PT_RETURN_IF_ERROR(FillContext(*model, backend, batch, c.context_length, mc.num_layers));
+    const int threads = backend.kind() == BackendKind::kCpu
+                            ? mc.threads
+                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    PT_RETURN_IF_ERROR(
+        FillContext(*model, backend, batch, c.context_length, mc.num_layers, threads));
     backend.allocator().ResetPeaks();  // the fill's staging is not the step's
   }
   std::vector<SeqChunk> chunks;

@@ -21,8 +21,9 @@
 namespace paratune::kernels::serving {
 
 /// Fills `dst` ([rows, cols] in its float dtype, on `backend`) with value(r, c): written
-/// in place on a host fp32 tensor, else staged in fp32 a few hundred rows at a time and
-/// converted on the backend.
+/// in place on a host fp32 tensor, else generated on the host's cores (`value` must be
+/// safe to call concurrently), staged in fp32 about 16M values at a time and converted on
+/// the backend.
 absl::Status FillRows(Backend& backend, const Tensor& dst, int64_t rows, int64_t cols,
                       const std::function<float(int64_t, int64_t)>& value);
 
