@@ -674,11 +674,8 @@ absl::StatusOr<kernels::serving::ServeOptions> ValidateServingVerify(const v1::P
                                                                      const Worker& worker) {
   namespace ks = kernels::serving;
   const v1::ServingVerifyTask& t = task.serving_verify();
-  if (worker.backend_name() != "cpu") {
-    return absl::UnimplementedError(absl::StrCat(
-        "the serving loop runs on the CPU backend only; this worker is ", worker.backend_name()));
-  }
   ks::ServeOptions o;
+  o.backend = worker.backend();
   if (absl::Status s = ReadServingModel(t, worker, &o.model); !s.ok()) return s;
   o.model.num_kv_blocks = t.num_kv_blocks();
   o.trace.num_requests = t.num_requests();

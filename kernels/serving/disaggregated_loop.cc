@@ -146,8 +146,8 @@ absl::StatusOr<std::vector<double>> Command(Communicator& comm, bool stop,
   return body;  // [stop, payload...]
 }
 
-absl::StatusOr<RankModel> MakeInstance(const ServeOptions& o, const ServingGroups& groups) {
-  PT_ASSIGN_OR_RETURN(RankModel in, MakeRankModel(o, groups));
+absl::StatusOr<RankModel> MakeInstance(const ServeOptions& o, RankResources& res) {
+  PT_ASSIGN_OR_RETURN(RankModel in, MakeRankModel(o, res));
   PT_RETURN_IF_ERROR(WarmUp(o, *in.model, *in.backend));
   return in;
 }
@@ -165,11 +165,11 @@ void Report(Router& router, const StepStats& stats, const RankModel& in, bool de
   KeepLargestMemory(in, router.result);
 }
 
-absl::Status RunPrefillRank(Router& router, const ServingGroups& groups, size_t p) {
+absl::Status RunPrefillRank(Router& router, RankResources& res, size_t p) {
   const ServeOptions& o = router.o;
-  Communicator& comm = *groups.tp;
+  Communicator& comm = res.groups.host();
   const int rank = comm.rank();
-  PT_ASSIGN_OR_RETURN(RankModel in, MakeInstance(o, groups));
+  PT_ASSIGN_OR_RETURN(RankModel in, MakeInstance(o, res));
   ServingModel& model = *in.model;
   ContinuousBatcher batcher(LimitsFor(o, model));
   const int64_t V = o.model.shape.vocab_size;
@@ -240,11 +240,11 @@ absl::Status RunPrefillRank(Router& router, const ServingGroups& groups, size_t 
   return absl::OkStatus();
 }
 
-absl::Status RunDecodeRank(Router& router, const ServingGroups& groups, size_t d) {
+absl::Status RunDecodeRank(Router& router, RankResources& res, size_t d) {
   const ServeOptions& o = router.o;
-  Communicator& comm = *groups.tp;
+  Communicator& comm = res.groups.host();
   const int rank = comm.rank();
-  PT_ASSIGN_OR_RETURN(RankModel in, MakeInstance(o, groups));
+  PT_ASSIGN_OR_RETURN(RankModel in, MakeInstance(o, res));
   ServingModel& model = *in.model;
   ContinuousBatcher batcher(LimitsFor(o, model));
   std::map<int64_t, int32_t> last_token;
@@ -335,10 +335,10 @@ absl::StatusOr<ServeResult> RunDisaggregated(const ServeOptions& o,
   router.threads = instances * static_cast<int>(o.model.parallel.tp);
   PT_RETURN_IF_ERROR(RunInstances(
       o, instances, "disagg",
-      [&](int instance, int, const ServingGroups& groups) {
+      [&](int instance, int, RankResources& res) {
         return instance < o.prefill_instances
-                   ? RunPrefillRank(router, groups, static_cast<size_t>(instance))
-                   : RunDecodeRank(router, groups,
+                   ? RunPrefillRank(router, res, static_cast<size_t>(instance))
+                   : RunDecodeRank(router, res,
                                    static_cast<size_t>(instance - o.prefill_instances));
       },
       [&] {

@@ -79,11 +79,11 @@ void ReportMemory(Pipe& pipe, const RankModel& st) {
 }
 
 // Stages 1 .. pp − 1.
-absl::Status RunLaterStage(const ServeOptions& o, Pipe& pipe, const ServingGroups& groups,
-                           int64_t s, int rank) {
+absl::Status RunLaterStage(const ServeOptions& o, Pipe& pipe, RankResources& res, int64_t s,
+                           int rank) {
   const int tp = static_cast<int>(o.model.parallel.tp);
   const int64_t pp = o.model.parallel.pp;
-  PT_ASSIGN_OR_RETURN(RankModel st, MakeRankModel(o, groups, s));
+  PT_ASSIGN_OR_RETURN(RankModel st, MakeRankModel(o, res, s));
   ServingModel& model = *st.model;
   const int64_t h = o.model.shape.hidden_size;
   auto& in = pipe.forward[static_cast<size_t>(s * tp + rank)];
@@ -118,12 +118,12 @@ absl::Status RunLaterStage(const ServeOptions& o, Pipe& pipe, const ServingGroup
 
 // Stage 0: the schedulers, the clock and the records.
 absl::Status RunFirstStage(const ServeOptions& o, const std::vector<TraceRequest>& trace,
-                           Pipe& pipe, const ServingGroups& groups, int rank) {
+                           Pipe& pipe, RankResources& res, int rank) {
   const int tp = static_cast<int>(o.model.parallel.tp);
   const int64_t pp = o.model.parallel.pp;
-  PT_ASSIGN_OR_RETURN(RankModel st, MakeRankModel(o, groups, 0));
+  PT_ASSIGN_OR_RETURN(RankModel st, MakeRankModel(o, res, 0));
   ServingModel& model = *st.model;
-  Communicator& comm = *groups.tp;
+  Communicator& comm = res.groups.host();
   const int64_t V = o.model.shape.vocab_size;
   auto& next_stage = pipe.forward[static_cast<size_t>(tp + rank)];
   auto& results = pipe.back[static_cast<size_t>(rank)];
@@ -272,9 +272,9 @@ absl::StatusOr<ServeResult> RunPipelined(const ServeOptions& o,
   pipe.result = &result;
   PT_RETURN_IF_ERROR(RunInstances(
       o, pp, "pipeline",
-      [&](int s, int rank, const ServingGroups& groups) {
-        return s == 0 ? RunFirstStage(o, trace, pipe, groups, rank)
-                      : RunLaterStage(o, pipe, groups, s, rank);
+      [&](int s, int rank, RankResources& res) {
+        return s == 0 ? RunFirstStage(o, trace, pipe, res, rank)
+                      : RunLaterStage(o, pipe, res, s, rank);
       },
       [&] { pipe.Abort(); }));
   FinishResult(&result);

@@ -52,8 +52,8 @@ RankShare ShareOf(const ServeOptions& o, const std::vector<TraceRequest>& trace,
 // One rank's loop: its requests' records go to result->requests (under *mu); rank 0 fills
 // the rest of *result.
 absl::Status RunRank(const ServeOptions& o, const std::vector<TraceRequest>& all_requests,
-                     const ServingGroups& ranks, ServeResult* result, std::mutex* mu) {
-  Communicator& comm = *ranks.tp;
+                     internal::RankResources& ranks, ServeResult* result, std::mutex* mu) {
+  Communicator& comm = ranks.groups.host();
   const bool adp = o.model.attention_dp;
   const RankShare share = ShareOf(o, all_requests, comm.rank(), comm.size());
   const std::vector<TraceRequest>& trace = share.requests;
@@ -239,13 +239,12 @@ absl::Status WarmUp(const ServeOptions& o, ServingModel& model, Backend& backend
   return absl::OkStatus();
 }
 
-absl::StatusOr<RankModel> MakeRankModel(const ServeOptions& o, const ServingGroups& groups,
-                                        int64_t stage) {
+absl::StatusOr<RankModel> MakeRankModel(const ServeOptions& o, RankResources& rank, int64_t stage) {
   RankModel m;
-  m.backend = MakeCpuBackend(o.capacity_bytes, o.model.threads);
+  m.backend = rank.backend.get();
   ServingConfig c = o.model;
   c.stage = stage;
-  PT_ASSIGN_OR_RETURN(m.model, ServingModel::Create(c, groups.context(m.backend.get())));
+  PT_ASSIGN_OR_RETURN(m.model, ServingModel::Create(c, rank.groups.context(m.backend)));
   return m;
 }
 
@@ -257,7 +256,7 @@ void KeepLargestMemory(const RankModel& rank, ServeResult* result) {
 
 absl::Status RunInstances(
     const ServeOptions& o, int instances, const std::string& name,
-    const std::function<absl::Status(int instance, int rank, const ServingGroups& groups)>& body,
+    const std::function<absl::Status(int instance, int rank, RankResources& resources)>& body,
     const std::function<void()>& on_failure) {
   const int tp = static_cast<int>(o.model.parallel.tp);
   auto rendezvous = MakeInProcessRendezvous();
@@ -266,10 +265,16 @@ absl::Status RunInstances(
   return RunRankThreads(instances * tp, [&](int i) -> absl::Status {
     const int instance = i / tp, rank = i % tp;
     absl::Status s = [&]() -> absl::Status {
-      PT_ASSIGN_OR_RETURN(const ServingGroups groups,
-                          MakeServingGroups(rendezvous, absl::StrCat(prefix, "-", instance), rank,
-                                            tp, static_cast<int>(o.model.parallel.ep)));
-      return body(instance, rank, groups);
+      RankResources res;
+      if (o.backend == BackendKind::kCuda) {
+        PT_ASSIGN_OR_RETURN(res.backend, MakeCudaBackend(i, o.capacity_bytes));
+      } else {
+        res.backend = MakeCpuBackend(o.capacity_bytes, o.model.threads);
+      }
+      PT_ASSIGN_OR_RETURN(res.groups, MakeServingGroups(*res.backend, rendezvous,
+                                                        absl::StrCat(prefix, "-", instance), rank,
+                                                        tp, static_cast<int>(o.model.parallel.ep)));
+      return body(instance, rank, res);
     }();
     if (!s.ok() && on_failure) on_failure();
     return s;
@@ -354,6 +359,11 @@ absl::Status ServeOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("warmup_steps (", warmup_steps, ") must be >= 0"));
   }
+  if (backend == BackendKind::kCuda && (disaggregated() || model.parallel.pp > 1)) {
+    return absl::UnimplementedError(
+        "the serving loop runs pipeline stages and disaggregated instances on the CPU "
+        "backend only (pp 1, aggregated on CUDA)");
+  }
   return absl::OkStatus();
 }
 
@@ -414,13 +424,16 @@ double ServeResult::mean_in_flight() const {
 absl::StatusOr<ServeResult> RunServeLoop(const ServeOptions& options) {
   PT_RETURN_IF_ERROR(options.Validate());
   PT_ASSIGN_OR_RETURN(const std::vector<TraceRequest> trace, MakeTrace(options.trace));
+  if (options.backend == BackendKind::kCuda) {
+    PT_RETURN_IF_ERROR(CheckCudaDevicesForRanks(options.model.parallel.tp));
+  }
   if (options.disaggregated()) return internal::RunDisaggregated(options, trace);
   if (options.model.parallel.pp > 1) return internal::RunPipelined(options, trace);
   ServeResult result;
   std::mutex mu;
   PT_RETURN_IF_ERROR(
-      internal::RunInstances(options, 1, "serve", [&](int, int, const ServingGroups& groups) {
-        return RunRank(options, trace, groups, &result, &mu);
+      internal::RunInstances(options, 1, "serve", [&](int, int, internal::RankResources& res) {
+        return RunRank(options, trace, res, &result, &mu);
       }));
   internal::FinishResult(&result);
   return result;

@@ -32,6 +32,9 @@ struct ServeOptions {
   /// Per-rank memory capacity in bytes (0: unlimited); beyond it the run is
   /// ResourceExhausted.
   int64_t capacity_bytes = 0;
+  /// Where the ranks run: CPU threads (Gloo), or CUDA devices 0 .. tp − 1 (NCCL; the model
+  /// in model.dtype; aggregated, pp 1).
+  BackendKind backend = BackendKind::kCpu;
   /// Disaggregated serving (both > 0; 0 and 0: aggregated): prefill_instances model
   /// instances of tp ranks compute the prompts and first tokens, decode_instances others
   /// the remaining tokens. A request goes to the prefill instance with the fewest

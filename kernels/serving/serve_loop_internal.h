@@ -47,25 +47,32 @@ absl::Status WarmUpRequest(const ServeOptions& options, const StepFn& step);
 /// backend's peaks reset.
 absl::Status WarmUp(const ServeOptions& options, ServingModel& model, Backend& backend);
 
-/// One rank's model (stage `stage` of options.model) over `groups`, on its own CPU backend
-/// with the options' memory capacity.
-struct RankModel {
+/// What RunInstances gives one rank: its backend (CPU, or CUDA device instance·tp + rank,
+/// with the options' memory capacity) and its groups on it. The backend outlives the
+/// groups.
+struct RankResources {
   std::unique_ptr<Backend> backend;
+  ServingGroups groups;
+};
+
+/// One rank's model (stage `stage` of options.model) on the rank's backend and groups.
+struct RankModel {
+  Backend* backend = nullptr;  ///< The rank's (RankResources).
   std::unique_ptr<ServingModel> model;
 };
-absl::StatusOr<RankModel> MakeRankModel(const ServeOptions& options, const ServingGroups& groups,
+absl::StatusOr<RankModel> MakeRankModel(const ServeOptions& options, RankResources& rank,
                                         int64_t stage = 0);
 
 /// Keeps the larger of *result's per-rank memory figures and this rank's (the busiest
 /// rank's weights, KV cache and peak are reported). The caller serializes calls.
 void KeepLargestMemory(const RankModel& rank, ServeResult* result);
 
-/// Runs `body(instance, rank, groups)` on instances x tp thread ranks, each instance with
-/// its own TP (and EP) groups; `on_failure` runs when a rank fails, to wake ranks waiting
-/// on it outside the groups' collectives. The first error.
+/// Runs `body(instance, rank, resources)` on instances x tp thread ranks, each instance
+/// with its own TP (and EP) groups; `on_failure` runs when a rank fails, to wake ranks
+/// waiting on it outside the groups' collectives. The first error.
 absl::Status RunInstances(
     const ServeOptions& options, int instances, const std::string& name,
-    const std::function<absl::Status(int instance, int rank, const ServingGroups& groups)>& body,
+    const std::function<absl::Status(int instance, int rank, RankResources& resources)>& body,
     const std::function<void()>& on_failure = {});
 
 /// A step's new tokens, chunk by chunk: the chunk's slice of its prompt (`prompts`) or,

@@ -44,9 +44,16 @@ absl::StatusOr<ServingGroups> MakeServingGroups(Backend& backend,
                                                 const std::string& prefix, int rank, int tp,
                                                 int ep) {
   const bool cuda = backend.kind() == BackendKind::kCuda;
-  return MakeGroups(prefix, rank, tp, ep, [&](const std::string& name, int r, int size) {
-    return MakeGroupCommunicator(backend, cuda, rendezvous, name, r, size);
-  });
+  PT_ASSIGN_OR_RETURN(
+      ServingGroups g,
+      MakeGroups(prefix, rank, tp, ep, [&](const std::string& name, int r, int size) {
+        return MakeGroupCommunicator(backend, cuda, rendezvous, name, r, size);
+      }));
+  if (cuda) {
+    PT_ASSIGN_OR_RETURN(g.control,
+                        MakeGroupCommunicator(rendezvous, absl::StrCat(prefix, "/host"), rank, tp));
+  }
+  return g;
 }
 
 absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Create(const ServingConfig& config,

@@ -46,6 +46,11 @@ struct ModelPhaseTimes {
 /// the ETP group of those with its moe_ep_rank. context() wires them for ServingModel.
 struct ServingGroups {
   std::unique_ptr<Communicator> tp, ep, etp;
+  /// On a device backend: a Gloo group over the TP ranks for host-memory values (a serving
+  /// loop's agreements), as NCCL reduces device memory only; null on the CPU.
+  std::unique_ptr<Communicator> control;
+  /// The group for host-memory values: `control`, or the TP group itself on the CPU.
+  Communicator& host() const { return control ? *control : *tp; }
   ParallelContext context(Backend* backend) const {
     ParallelContext ctx{backend, tp.get(), nullptr};
     ctx.ep = ep.get();
@@ -57,7 +62,8 @@ struct ServingGroups {
 absl::StatusOr<ServingGroups> MakeServingGroups(std::shared_ptr<GlooRendezvous> rendezvous,
                                                 const std::string& prefix, int rank, int tp,
                                                 int ep);
-/// The same for a rank on `backend`: NCCL on a CUDA backend, else as above.
+/// The same for a rank on `backend`: NCCL on a CUDA backend (and the Gloo `control`
+/// group), else as above.
 absl::StatusOr<ServingGroups> MakeServingGroups(Backend& backend,
                                                 std::shared_ptr<GlooRendezvous> rendezvous,
                                                 const std::string& prefix, int rank, int tp,

@@ -2,7 +2,8 @@
 // chunked prefill and decodes over a paged cache give the CPU's logits and tokens in fp32
 // (dense, sliding-window and expert layers) and the CPU's logits within bf16's precision
 // in bf16; the worker's serving step runs on the device with the weights and cache it
-// reports. Skips without a device (and in builds without CUDA).
+// reports, and the serving loop serves a trace with the CPU's tokens. Skips without a
+// device (and in builds without CUDA).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
+#include "kernels/serving/serve_loop.h"
 #include "kernels/serving/serving_model.h"
 #include "kernels/serving/serving_step_runner.h"
 #include "tests/kernels/serving_harness.h"
@@ -153,6 +155,35 @@ TEST(ServingCudaModel, ServingStepRunsOnTheDeviceWithItsWeightsAndCache) {
   absl::StatusOr<ServingStepResult> prefill = RunServingStep(c);
   ASSERT_TRUE(prefill.ok()) << prefill.status();
   EXPECT_EQ(2 * prefill->weight_bytes, cpu->weight_bytes);
+}
+
+TEST(ServingCudaModel, ServingLoopServesTheCpuTokens) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  ServeOptions o;
+  o.model = SmallModel(1);
+  o.model.kv_block_size = 8;
+  o.model.num_kv_blocks = 32;
+  o.trace.num_requests = 7;
+  o.trace.isl = 12;
+  o.trace.osl = 5;
+  o.trace.isl_jitter = 0.5;
+  o.trace.concurrency = 3;
+  o.max_batch_size = 3;
+  o.max_num_tokens = 16;
+  o.keep_tokens = true;
+  absl::StatusOr<ServeResult> cpu = RunServeLoop(o);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  o.backend = BackendKind::kCuda;
+  absl::StatusOr<ServeResult> gpu = RunServeLoop(o);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  ASSERT_EQ(gpu->requests.size(), cpu->requests.size());
+  for (size_t i = 0; i < cpu->requests.size(); ++i) {
+    EXPECT_EQ(gpu->requests[i].tokens, cpu->requests[i].tokens) << "request " << i;
+    EXPECT_EQ(gpu->requests[i].output_tokens, gpu->requests[i].osl);
+  }
+  // Pipeline stages stay on the CPU.
+  o.model.parallel.pp = 2;
+  EXPECT_EQ(RunServeLoop(o).status().code(), absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace
