@@ -8,16 +8,20 @@
 #   3. layer_step: one GPT layer forward + backward in bf16 against cuBLAS;
 #   4. paratune-train: a 24-layer 1.3B-class GPT step in bf16;
 #   5. a coordinator, a CUDA worker, the 350M verify spec and the small MoE verify spec
-#      (profile, top 3 trained), each on the device kind the worker reports;
+#      (profile, top 3 trained) and the Llama 3.1 8B serving spec (serving steps profiled
+#      in bf16, the best layout served by the serving loop), each on the device kind the
+#      worker reports;
 #   6. step_accuracy: the serving kernels' prefill and decode steps of Llama 3.1 8B in bf16
 #      on the device against the inference step model for the device's kind;
 #   7. serving_accuracy on the machine's host cores (the CPU serving kernels: dense,
 #      expert-parallel and attention-DP layouts, profile composition against the loop).
 #
 #   bench/gpu_check.sh [--bin DIR] [--tests DIR] [--out DIR] [--verify-spec FILE]
-#                      [--moe-verify-spec FILE|""] [--only verify] [--worker-backend cuda|cpu]
+#                      [--moe-verify-spec FILE|""] [--serving-verify-spec FILE|""]
+#                      [--only verify] [--worker-backend cuda|cpu]
 # Defaults: build/bin, build/tests, ./gpu-check, deploy/examples/gpt-350m-h100-verify.yaml,
-# deploy/examples/moe-1xh100-verify.yaml. Each step's log goes to OUT; the summary
+# deploy/examples/moe-1xh100-verify.yaml,
+# deploy/examples/llama3.1-8b-1xh100-serving-verify.yaml. Each step's log goes to OUT; the summary
 # (one line per step, PASS/FAIL and its figures) is printed last. Exit 1 if a step failed.
 set -uo pipefail
 
@@ -26,6 +30,7 @@ TESTS=build/tests
 OUT=gpu-check
 SPEC=deploy/examples/gpt-350m-h100-verify.yaml
 MOE_SPEC=deploy/examples/moe-1xh100-verify.yaml
+SERVING_SPEC=deploy/examples/llama3.1-8b-1xh100-serving-verify.yaml
 ONLY=
 BACKEND=cuda
 while [[ $# -gt 0 ]]; do
@@ -35,6 +40,7 @@ while [[ $# -gt 0 ]]; do
     --out) OUT=$2; shift 2 ;;
     --verify-spec) SPEC=$2; shift 2 ;;
     --moe-verify-spec) MOE_SPEC=$2; shift 2 ;;
+    --serving-verify-spec) SERVING_SPEC=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
     --worker-backend) BACKEND=$2; shift 2 ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
@@ -112,6 +118,7 @@ verify() {  # verify NAME SPEC: submit, watch, then the results as text and JSON
 }
 verify verify "$SPEC"
 [[ -n "$MOE_SPEC" ]] && verify verify_moe "$MOE_SPEC"
+[[ -n "$SERVING_SPEC" ]] && verify verify_serving "$SERVING_SPEC"
 kill "$WORKER" "$COORD" 2>/dev/null
 wait 2>/dev/null
 # The serving kernels on the device (Llama 3.1 8B in bf16, every layer) against the step
