@@ -29,17 +29,19 @@ bool HaveDevice() {
   return n.ok() && *n > 0;
 }
 
-// Logits (then tokens, as floats) of five steps: seq 0's 9-token prompt with seq 1's first
-// 6 of 10 prompt tokens, then seq 0's first decode with seq 1's last 4 prompt tokens, then
-// three decodes of both.
-absl::StatusOr<std::vector<float>> RunSteps(const ServingConfig& config, Backend& backend) {
+// Logits (then tokens, as floats) of five steps: seq 0's prompt of `prompt` tokens with
+// seq 1's first 6 of 10 prompt tokens, then seq 0's first decode with seq 1's last 4 prompt
+// tokens, then three decodes of both. A prompt of 64 tokens or more runs through the
+// device's flash attention, the rest through the paged kernel.
+absl::StatusOr<std::vector<float>> RunSteps(const ServingConfig& config, Backend& backend,
+                                            int64_t prompt) {
   std::unique_ptr<Communicator> self = MakeSelfCommunicator(backend);
   ParallelContext ctx{&backend, self.get(), nullptr};
   absl::StatusOr<std::unique_ptr<ServingModel>> made = ServingModel::Create(config, ctx);
   if (!made.ok()) return made.status();
   ServingModel& m = **made;
   const int64_t V = config.shape.vocab_size;
-  const std::vector<int32_t> p0 = Prompt(0, 9, V), p1 = Prompt(1, 10, V);
+  const std::vector<int32_t> p0 = Prompt(0, prompt, V), p1 = Prompt(1, 10, V);
   std::vector<float> logits, tokens;
   const auto step = [&](const std::vector<int32_t>& in,
                         const std::vector<SeqChunk>& chunks) -> absl::StatusOr<StepOutput> {
@@ -51,31 +53,31 @@ absl::StatusOr<std::vector<float>> RunSteps(const ServingConfig& config, Backend
   };
   std::vector<int32_t> in = p0;
   in.insert(in.end(), p1.begin(), p1.begin() + 6);
-  absl::StatusOr<StepOutput> out = step(in, {{0, 0, 9, true}, {1, 0, 6, false}});
+  absl::StatusOr<StepOutput> out = step(in, {{0, 0, prompt, true}, {1, 0, 6, false}});
   if (!out.ok()) return out.status();
   int32_t t0 = out->next_tokens[0];
   in = {t0};
   in.insert(in.end(), p1.begin() + 6, p1.end());
-  out = step(in, {{0, 9, 1, true}, {1, 6, 4, true}});
+  out = step(in, {{0, prompt, 1, true}, {1, 6, 4, true}});
   if (!out.ok()) return out.status();
   for (int64_t i = 0; i < 3; ++i) {
     out = step({out->next_tokens[0], out->next_tokens[1]},
-               {{0, 10 + i, 1, true}, {1, 10 + i, 1, true}});
+               {{0, prompt + 1 + i, 1, true}, {1, 10 + i, 1, true}});
     if (!out.ok()) return out.status();
   }
   logits.insert(logits.end(), tokens.begin(), tokens.end());
   return logits;
 }
 
-absl::StatusOr<std::vector<float>> OnCpu(const ServingConfig& config) {
+absl::StatusOr<std::vector<float>> OnCpu(const ServingConfig& config, int64_t prompt) {
   auto backend = MakeCpuBackend(0, 1);
-  return RunSteps(config, *backend);
+  return RunSteps(config, *backend, prompt);
 }
 
-absl::StatusOr<std::vector<float>> OnCuda(const ServingConfig& config) {
+absl::StatusOr<std::vector<float>> OnCuda(const ServingConfig& config, int64_t prompt) {
   absl::StatusOr<std::unique_ptr<Backend>> backend = MakeCudaBackend(0, 0);
   if (!backend.ok()) return backend.status();
-  return RunSteps(config, **backend);
+  return RunSteps(config, **backend, prompt);
 }
 
 TEST(ServingCudaModel, Fp32StepsGiveTheCpuLogitsAndTokens) {
@@ -85,16 +87,20 @@ TEST(ServingCudaModel, Fp32StepsGiveTheCpuLogitsAndTokens) {
   windowed.window_attn_skip_freq = 2;
   ServingConfig bf16_cache = SmallModel(1);
   bf16_cache.kv_dtype = DType::kBF16;
-  const std::vector<std::pair<const char*, ServingConfig>> cases = {
-      {"dense", SmallModel(1)},
-      {"sliding window", windowed},
-      {"bf16 cache", bf16_cache},
-      {"experts", SmallExpertModel(1)}};
-  for (const auto& [name, config] : cases) {
+  struct Case {
+    const char* name;
+    ServingConfig config;
+    int64_t prompt;
+  };
+  const std::vector<Case> cases = {
+      {"dense", SmallModel(1), 9},     {"dense, flash prompt", SmallModel(1), 80},
+      {"sliding window", windowed, 9}, {"sliding window, flash prompt", windowed, 80},
+      {"bf16 cache", bf16_cache, 9},   {"experts", SmallExpertModel(1), 80}};
+  for (const auto& [name, config, prompt] : cases) {
     SCOPED_TRACE(name);
-    absl::StatusOr<std::vector<float>> cpu = OnCpu(config);
+    absl::StatusOr<std::vector<float>> cpu = OnCpu(config, prompt);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
-    absl::StatusOr<std::vector<float>> gpu = OnCuda(config);
+    absl::StatusOr<std::vector<float>> gpu = OnCuda(config, prompt);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     // 9 sampled rows of logits, then their 9 tokens.
     ASSERT_EQ(cpu->size(), 9u * (config.shape.vocab_size + 1));
@@ -112,9 +118,9 @@ TEST(ServingCudaModel, Bf16StepsStayWithinBf16OfTheCpuLogits) {
   const ServingConfig fp32 = SmallModel(1);
   ServingConfig bf16 = fp32;
   bf16.dtype = DType::kBF16;
-  absl::StatusOr<std::vector<float>> cpu = OnCpu(fp32);
+  absl::StatusOr<std::vector<float>> cpu = OnCpu(fp32, 80);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  absl::StatusOr<std::vector<float>> gpu = OnCuda(bf16);
+  absl::StatusOr<std::vector<float>> gpu = OnCuda(bf16, 80);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   ASSERT_EQ(gpu->size(), cpu->size());
   // The logits only (the tokens may differ where two logits are within bf16 of each other):

@@ -1,6 +1,10 @@
 // ServingOps on the CUDA backend: the device twins of the host kernels, on the backend's
 // stream. BeginStep builds the step's positions, chunk table, and per block-table group
-// the slot mapping and block tables on the host and copies them to the device once.
+// the slot mapping and block tables on the host and copies them to the device once. A
+// whole prompt (a chunk at start 0 of at least kFlashMinTokens tokens) attends to its own
+// K and V with the backend's flash attention (blocks of query rows through cuBLAS, in the
+// layer's dtype); the other chunks (decodes, later prompt chunks) go through the paged
+// kernel.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -19,6 +23,10 @@ absl::Status CudaStatus(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
 }
+
+// Prompt tokens from which a chunk at start 0 runs flash attention rather than the paged
+// kernel (one thread block per token and head, which rereads the keys for every query).
+constexpr int64_t kFlashMinTokens = 64;
 
 absl::StatusOr<cuda::KvStorage> StorageOf(DType dtype) {
   switch (dtype) {
@@ -40,14 +48,19 @@ class CudaServingOps : public ServingOps {
 
   absl::Status BeginStep(const PagedKvCache& cache, const std::vector<SeqChunk>& chunks) override {
     const int64_t bs = cache.shape().block_size, groups = cache.num_groups();
-    std::vector<int64_t> positions, start, row0, count;
+    std::vector<int64_t> positions, start, row0, count, paged_count;
     int64_t row = 0;
-    max_chunk_tokens_ = 0;
+    max_chunk_tokens_ = paged_max_tokens_ = 0;
+    flash_.clear();
     for (const SeqChunk& c : chunks) {
       for (int64_t i = 0; i < c.num_tokens; ++i) positions.push_back(c.start + i);
       start.push_back(c.start);
       row0.push_back(row);
       count.push_back(c.num_tokens);
+      const bool flash = c.start == 0 && c.num_tokens >= kFlashMinTokens;
+      if (flash) flash_.push_back({row, c.num_tokens});
+      paged_count.push_back(flash ? 0 : c.num_tokens);  // 0: the paged kernel skips it
+      if (!flash) paged_max_tokens_ = std::max(paged_max_tokens_, c.num_tokens);
       row += c.num_tokens;
       max_chunk_tokens_ = std::max(max_chunk_tokens_, c.num_tokens);
     }
@@ -57,6 +70,7 @@ class CudaServingOps : public ServingOps {
     PT_ASSIGN_OR_RETURN(chunk_start_, Upload(start));
     PT_ASSIGN_OR_RETURN(chunk_row0_, Upload(row0));
     PT_ASSIGN_OR_RETURN(chunk_tokens_, Upload(count));
+    PT_ASSIGN_OR_RETURN(paged_chunk_tokens_, Upload(paged_count));
     // Per group: the layer that reads it (any), its slot mapping and block tables.
     std::vector<int64_t> layer_of(groups, -1);
     for (int64_t l = 0; l < cache.shape().num_layers; ++l) {
@@ -109,6 +123,9 @@ class CudaServingOps : public ServingOps {
   absl::Status PagedAttention(const PagedAttentionArgs& args, const PagedKvCache& cache,
                               int64_t layer) override {
     PT_ASSIGN_OR_RETURN(const cuda::KvStorage storage, StorageOf(cache.shape().dtype));
+    const bool flash = args.qkv != nullptr && !flash_.empty();
+    if (flash) PT_RETURN_IF_ERROR(FlashPrompts(args));
+    if (flash && paged_max_tokens_ == 0) return absl::OkStatus();
     const int64_t g = cache.group_of(layer);
     cuda::PagedAttentionCudaArgs a;
     a.q = args.q, a.ld_q = args.ld_q, a.o = args.o, a.ld_o = args.ld_o;
@@ -118,9 +135,9 @@ class CudaServingOps : public ServingOps {
     a.max_blocks = max_blocks_[g];
     a.chunk_start = chunk_start_.data_as<int64_t>();
     a.chunk_row0 = chunk_row0_.data_as<int64_t>();
-    a.chunk_tokens = chunk_tokens_.data_as<int64_t>();
+    a.chunk_tokens = (flash ? paged_chunk_tokens_ : chunk_tokens_).data_as<int64_t>();
     a.num_chunks = num_chunks_;
-    a.max_chunk_tokens = max_chunk_tokens_;
+    a.max_chunk_tokens = flash ? paged_max_tokens_ : max_chunk_tokens_;
     a.heads = args.heads, a.groups = args.groups, a.head_dim = args.head_dim;
     a.block_size = cache.shape().block_size;
     a.scale = args.scale;
@@ -163,6 +180,43 @@ class CudaServingOps : public ServingOps {
   }
 
  private:
+  // The whole prompts of the step through the backend's flash attention, each attending
+  // to its own K and V (args.qkv); the output rows as fp32 into args.o.
+  absl::Status FlashPrompts(const PagedAttentionArgs& args) {
+    const DType dt = args.qkv_dtype;
+    const int64_t es = SizeOf(dt), d = args.head_dim, width = args.heads * d;
+    if (dt != DType::kF32 && args.ld_o != width) {
+      return absl::InvalidArgumentError("flash prompts: a 16-bit output needs ld_o = heads x d");
+    }
+    for (const FlashChunk& c : flash_) {
+      AttentionArgs fa;
+      fa.batch = 1, fa.seq = c.tokens;
+      fa.heads = args.heads, fa.groups = args.groups, fa.head_dim = d;
+      const char* base = static_cast<const char*>(args.qkv) + c.row0 * args.ld_q * es;
+      fa.q = base;
+      fa.k = base + width * es;
+      fa.v = base + (args.heads + args.groups) * d * es;
+      fa.ld_qkv = args.ld_q;
+      fa.scale = args.scale;
+      fa.window = args.window;
+      float* out = args.o + c.row0 * args.ld_o;
+      Tensor staged;
+      if (dt == DType::kF32) {
+        fa.o = out, fa.ld_o = args.ld_o;
+      } else {
+        PT_ASSIGN_OR_RETURN(staged, be_.Empty({c.tokens, width}, dt, MemoryTag::kWorkspace));
+        fa.o = staged.data(), fa.ld_o = width;
+      }
+      PT_ASSIGN_OR_RETURN(Tensor lse,
+                          be_.Empty({args.heads * c.tokens}, DType::kF32, MemoryTag::kWorkspace));
+      PT_RETURN_IF_ERROR(be_.FlashAttentionForward(dt, fa, lse.data_as<float>()));
+      if (dt != DType::kF32) {
+        PT_RETURN_IF_ERROR(be_.Cast(DType::kF32, out, dt, staged.data(), c.tokens * width));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // A device copy of `host` (bytes, tag kWorkspace); one element at least.
   template <typename T>
   absl::StatusOr<Tensor> Upload(const std::vector<T>& host) {
@@ -174,9 +228,16 @@ class CudaServingOps : public ServingOps {
     return t;
   }
 
+  struct FlashChunk {
+    int64_t row0 = 0, tokens = 0;
+  };
+
   CudaBackendBase& be_;
   int64_t tokens_ = 0, num_chunks_ = 0, max_chunk_tokens_ = 0;
+  int64_t paged_max_tokens_ = 0;   ///< Over the chunks the paged kernel runs.
+  std::vector<FlashChunk> flash_;  ///< The step's whole prompts.
   Tensor positions_, chunk_start_, chunk_row0_, chunk_tokens_;
+  Tensor paged_chunk_tokens_;           ///< chunk_tokens_ with the whole prompts at 0.
   std::vector<Tensor> slots_, tables_;  ///< Per block-table group.
   std::vector<int64_t> max_blocks_;
 };
