@@ -13,6 +13,8 @@
 namespace paratune::kernels::serving {
 namespace {
 
+using testing::TinyServe;
+
 struct Expected {
   int64_t seq, start, num_tokens;
   bool sample;
@@ -153,21 +155,6 @@ TEST(ContinuousBatcher, APrefilledRequestDecodesFromItsPromptsEnd) {
   EXPECT_TRUE(ev[0].finished);
   EXPECT_TRUE(ev[1].finished);
   EXPECT_TRUE(b.Plan().empty());
-}
-
-ServeOptions TinyServe(int64_t tp) {
-  ServeOptions o;
-  o.model = testing::SmallModel(tp);
-  o.model.kv_block_size = 8;
-  o.model.num_kv_blocks = 32;
-  o.trace.num_requests = 7;
-  o.trace.isl = 12;
-  o.trace.osl = 5;
-  o.trace.isl_jitter = 0.5;
-  o.trace.osl_jitter = 0.5;
-  o.max_batch_size = 3;
-  o.max_num_tokens = 16;
-  return o;
 }
 
 void CheckInvariants(const ServeOptions& o, const ServeResult& r) {

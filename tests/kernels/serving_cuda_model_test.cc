@@ -165,17 +165,8 @@ TEST(ServingCudaModel, ServingStepRunsOnTheDeviceWithItsWeightsAndCache) {
 
 TEST(ServingCudaModel, ServingLoopServesTheCpuTokens) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
-  ServeOptions o;
-  o.model = SmallModel(1);
-  o.model.kv_block_size = 8;
-  o.model.num_kv_blocks = 32;
-  o.trace.num_requests = 7;
-  o.trace.isl = 12;
-  o.trace.osl = 5;
-  o.trace.isl_jitter = 0.5;
+  ServeOptions o = testing::TinyServe(1);
   o.trace.concurrency = 3;
-  o.max_batch_size = 3;
-  o.max_num_tokens = 16;
   o.keep_tokens = true;
   absl::StatusOr<ServeResult> cpu = RunServeLoop(o);
   ASSERT_TRUE(cpu.ok()) << cpu.status();

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/communicator.h"
+#include "kernels/serving/serve_loop.h"
 #include "kernels/serving/serving_model.h"
 
 namespace paratune::kernels::serving::testing {
@@ -113,6 +114,24 @@ inline ServingConfig SmallExpertModel(int64_t tp, int64_t ep = 1) {
   moe.shared_ffn_hidden = 32;
   c.moe = moe;
   return c;
+}
+
+/// A tiny serving run of SmallModel(tp): 7 offline requests of about 12 prompt and 5
+/// output tokens (jittered), a pool of 32 blocks of 8, at most 3 sequences and 16 tokens
+/// a step.
+inline ServeOptions TinyServe(int64_t tp) {
+  ServeOptions o;
+  o.model = SmallModel(tp);
+  o.model.kv_block_size = 8;
+  o.model.num_kv_blocks = 32;
+  o.trace.num_requests = 7;
+  o.trace.isl = 12;
+  o.trace.osl = 5;
+  o.trace.isl_jitter = 0.5;
+  o.trace.osl_jitter = 0.5;
+  o.max_batch_size = 3;
+  o.max_num_tokens = 16;
+  return o;
 }
 
 /// Deterministic prompt tokens of sequence `seq`.
