@@ -259,8 +259,14 @@ absl::StatusOr<v1::LeaseTaskResponse> JobManager::LeaseTask(const v1::LeaseTaskR
       const std::string& want = t.verify().backend().empty() ? "cpu" : t.verify().backend();
       return want == w->backend() && RanksNeeded(t) <= devices;
     }
-    // The serving loop runs on CPU workers holding all of its ranks.
-    if (t.has_serving_verify()) return w->backend() == "cpu" && RanksNeeded(t) <= devices;
+    // The serving loop runs on a worker holding all of its ranks: a CPU worker, or a CUDA
+    // worker for aggregated layouts with pp 1.
+    if (t.has_serving_verify()) {
+      const v1::ServingVerifyTask& sv = t.serving_verify();
+      const bool cuda_runs = sv.pp() <= 1 && sv.prefill_instances() == 0;
+      return (w->backend() == "cpu" || (w->backend() == "cuda" && cuda_runs)) &&
+             RanksNeeded(t) <= devices;
+    }
     const int64_t need = RanksNeeded(t);
     return devices == 0 || need <= devices || need > workers_.LargestDeviceCount(w->device_kind());
   };

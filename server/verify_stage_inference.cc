@@ -43,6 +43,10 @@ int64_t VerifyShare(const v1::ServingConfig& c) {
   return std::max<int64_t>(1, c.replicas());
 }
 
+// Whether a CUDA worker's serving loop runs layout `c`: aggregated instances with pp 1
+// (pipelined and disaggregated runs stay on CPU workers).
+bool CudaVerifiable(const v1::ServingConfig& c) { return c.pp() <= 1 && !c.disaggregated(); }
+
 // Ranks one verify run of layout `c` takes on one worker.
 int64_t VerifyRanks(const v1::ServingConfig& c) {
   if (!c.disaggregated()) return c.tp() * std::max(1, c.pp());
@@ -112,9 +116,11 @@ Transition VerifyStage::StartInference(JobEntry& job) {
   if (k <= 0 || !job.record.results) return {v1::JOB_STATE_SUCCEEDED, ""};
   job.rankings_dirty = true;  // Verification statuses below.
   const std::string& job_id = job.record.job.id();
-  int64_t largest = 0;  // Rank slots of the largest CPU worker of the device kind.
+  // Rank slots of the largest CPU and CUDA workers of the device kind.
+  int64_t largest_cpu = 0, largest_cuda = 0;
   for (const VerifyHost& h : workers_->VerifyHosts(spec.cluster.gpu)) {
-    if (h.backend == "cpu") largest = std::max(largest, h.devices);
+    int64_t& largest = h.backend == "cpu" ? largest_cpu : largest_cuda;
+    largest = std::max(largest, h.devices);
   }
   std::vector<TaskRecord> tasks;
   int64_t next_index = static_cast<int64_t>(job.tasks.size());
@@ -127,9 +133,12 @@ Transition VerifyStage::StartInference(JobEntry& job) {
       v->set_status(absl::StrCat("not verified: ", why));
       continue;
     }
+    const int64_t largest =
+        std::max(largest_cpu, CudaVerifiable(r.config()) ? largest_cuda : int64_t{0});
     if (VerifyRanks(r.config()) > largest) {
       v->set_status(absl::StrCat("not verified: needs ", VerifyRanks(r.config()),
-                                 " ranks on one CPU worker of device kind ", spec.cluster.gpu,
+                                 " ranks on one worker of device kind ", spec.cluster.gpu,
+                                 " (CPU, or CUDA for aggregated layouts with pp 1)",
                                  ", the largest registered offers ", largest));
       continue;
     }

@@ -145,5 +145,58 @@ TEST_F(InferenceProfileTest, ARestartWhileProfilingResumesTheRemainingTasks) {
   EXPECT_EQ(Results(id).ranked.front().decode_step.source, "measured");
 }
 
+// Verification on CUDA workers: an aggregated layout with pp 1 is leased to a CUDA worker
+// of the spec's device kind; a pipelined one, which the serving loop runs on CPU workers
+// only, is not verified and says why.
+TEST_F(InferenceProfileTest, CudaWorkersVerifyAggregatedLayoutsWithOneStage) {
+  Open();
+  v1::JobSpec spec = SmallCpuServingSpec();
+  spec.mutable_cluster()->set_gpu("h100-sxm-80gb");
+  v1::SearchSpec* search = spec.mutable_search();
+  search->clear_tp();
+  search->add_tp(1);
+  search->add_pp(2);
+  search->clear_weight_precision();
+  search->add_weight_precision("bf16");
+  search->clear_max_batch_size();
+  search->add_max_batch_size(16);  // two layouts: one stage, and two
+  search->set_mode("model");
+  search->set_top_k(2);
+  search->set_verify_top_k(2);
+  v1::RegisterRequest gpu;
+  gpu.mutable_worker()->set_name("gpu");
+  gpu.mutable_worker()->set_device_kind("h100-sxm-80gb");
+  gpu.mutable_worker()->set_backend("cuda");
+  gpu.mutable_worker()->set_memory_bytes(int64_t{64} << 30);
+  for (int i = 0; i < 2; ++i) {
+    v1::Device* d = gpu.mutable_worker()->add_devices();
+    d->set_index(i);
+    d->set_memory_bytes(int64_t{80} << 30);
+  }
+  absl::StatusOr<v1::RegisterResponse> registered = manager_->Register(gpu);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  const std::string worker = registered->worker_id();
+  const std::string id = SubmitSpec(spec);
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_VERIFYING) << Get(id).error();
+  v1::LeaseTaskRequest req;
+  req.set_worker_id(worker);
+  req.set_wait_ms(0);
+  absl::StatusOr<v1::LeaseTaskResponse> lease = manager_->LeaseTask(req);
+  ASSERT_TRUE(lease.ok() && lease->has_task()) << lease.status();
+  const v1::ServingVerifyTask& t = lease->task().serving_verify();
+  EXPECT_LE(t.pp(), 1);
+  EXPECT_EQ(t.weight_precision(), "bf16");
+  int not_verified = 0;
+  const v1::JobResults results = ResultsProto(id);
+  for (const v1::InferenceRankedConfig& r : results.plan().inference().ranked()) {
+    if (r.config().pp() < 2) continue;
+    ++not_verified;
+    EXPECT_EQ(r.verification().status(),
+              "not verified: needs 2 ranks on one worker of device kind h100-sxm-80gb (CPU, "
+              "or CUDA for aggregated layouts with pp 1), the largest registered offers 0");
+  }
+  EXPECT_EQ(not_verified, 1);
+}
+
 }  // namespace
 }  // namespace paratune::server
