@@ -245,6 +245,9 @@ absl::StatusOr<RankModel> MakeRankModel(const ServeOptions& o, RankResources& ra
   ServingConfig c = o.model;
   c.stage = stage;
   PT_ASSIGN_OR_RETURN(m.model, ServingModel::Create(c, rank.groups.context(m.backend)));
+  // A device's steps run without waiting at phase boundaries or around their collectives
+  // (the phase times, which would add those waits to TTFT and TPOT, stay zero).
+  if (m.backend->kind() != BackendKind::kCpu) m.model->SetPhaseTiming(false);
   return m;
 }
 

@@ -55,7 +55,8 @@ struct RankResources {
   ServingGroups groups;
 };
 
-/// One rank's model (stage `stage` of options.model) on the rank's backend and groups.
+/// One rank's model (stage `stage` of options.model) on the rank's backend and groups; on
+/// a device backend with phase timing off.
 struct RankModel {
   Backend* backend = nullptr;  ///< The rank's (RankResources).
   std::unique_ptr<ServingModel> model;
