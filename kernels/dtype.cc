@@ -12,6 +12,8 @@ absl::string_view DTypeName(DType t) {
     case DType::kF16: return "fp16";
     case DType::kU8: return "u8";
     case DType::kI32: return "i32";
+    case DType::kFp8E4M3:
+      return "fp8";
   }
   return "?";
 }

@@ -12,7 +12,9 @@
 
 namespace paratune::kernels {
 
-enum class DType { kF32, kF64, kBF16, kF16, kU8, kI32 };
+/// kFp8E4M3: OCP FP8 E4M3 (bias 7, max ±448, no infinities), a storage format only (the
+/// serving KV cache); no backend computes in it.
+enum class DType { kF32, kF64, kBF16, kF16, kU8, kI32, kFp8E4M3 };
 
 /// Bytes per element.
 inline int64_t SizeOf(DType t) {
@@ -23,6 +25,8 @@ inline int64_t SizeOf(DType t) {
     case DType::kF16: return 2;
     case DType::kU8: return 1;
     case DType::kI32: return 4;
+    case DType::kFp8E4M3:
+      return 1;
   }
   return 0;
 }

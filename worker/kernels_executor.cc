@@ -552,8 +552,8 @@ void MoeLayerResult(const kernels::MoeStepConfig&, const kernels::MoeStepResult&
 
 // The serving kernels' weight and KV-cache storage named by a task ("" = fp32) on this
 // worker's backend: the CPU runs fp32 and weight-only int8/int4 weights, CUDA fp32, bf16
-// and fp16 weights (the layer's dtype); both fp32 or bf16 KV. Formats the backend does not
-// run are UNSUPPORTED, unknown ones INVALID_ARGUMENT.
+// and fp16 weights (the layer's dtype); both fp32, bf16 or fp8 (E4M3) KV. Formats the backend does
+// not run are UNSUPPORTED, unknown ones INVALID_ARGUMENT.
 absl::Status ReadServingStorage(const std::string& weight_precision,
                                 const std::string& kv_precision, kernels::BackendKind backend,
                                 kernels::serving::ServingConfig* model) {
@@ -578,9 +578,11 @@ absl::Status ReadServingStorage(const std::string& weight_precision,
   if (weights == "int8" || weights == "int4") m.weight_quant = *ks::ParseWeightQuant(weights);
   if (weights == "bf16" || weights == "fp16") m.dtype = *kernels::ParseDType(weights);
   const std::string kv = kv_precision.empty() ? "fp32" : kv_precision;
-  if (kv == "fp32" || kv == "bf16") {
-    m.kv_dtype = kv == "fp32" ? kernels::DType::kF32 : kernels::DType::kBF16;
-  } else if (kv == "fp16" || kv == "fp8") {
+  if (kv == "fp32" || kv == "bf16" || kv == "fp8") {
+    m.kv_dtype = kv == "fp32"   ? kernels::DType::kF32
+                 : kv == "bf16" ? kernels::DType::kBF16
+                                : kernels::DType::kFp8E4M3;
+  } else if (kv == "fp16") {
     return absl::UnimplementedError(
         absl::StrCat("kv_precision ", kv, " is not run by the ", kernels_name, " serving kernels"));
   } else {

@@ -86,6 +86,8 @@ absl::StatusOr<ElemType> Elem(DType t) {
     case DType::kF64: return ElemType::kF64;
     case DType::kU8: return ElemType::kU8;
     case DType::kI32: return ElemType::kI32;
+    case DType::kFp8E4M3:
+      break;  // the serving KV cache's storage only
   }
   return absl::InvalidArgumentError("unknown dtype");
 }

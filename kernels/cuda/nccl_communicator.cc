@@ -22,6 +22,8 @@ absl::StatusOr<ncclDataType_t> NcclType(DType t) {
     case DType::kF16: return ncclFloat16;
     case DType::kU8: return ncclUint8;
     case DType::kI32: return ncclInt32;
+    case DType::kFp8E4M3:
+      break;  // a storage format: never communicated
   }
   return absl::InvalidArgumentError("unknown dtype");
 }

@@ -1,6 +1,8 @@
 #include "kernels/serving/paged_kv_cache.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -25,6 +27,49 @@ float Bf16ToFloat(uint16_t b) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+
+uint8_t FloatToFp8E4M3(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return sign | 0x7f;  // NaN
+  const float a = std::fabs(f);
+  if (a >= 448.0f) return sign | 0x7e;  // saturate: 448 = 1.75 x 2^8
+  if (a < 0.015625f) {                  // below 2^-6: subnormal steps of 2^-9
+    const int q = static_cast<int>(std::nearbyint(a * 512.0f));  // ties to even
+    return sign | static_cast<uint8_t>(q);  // q = 8 is the smallest normal, 0x08
+  }
+  int e = 0;
+  const float m = std::frexp(a, &e);                                   // a = m x 2^e, m in [0.5, 1)
+  int k = static_cast<int>(std::nearbyint((2.0f * m - 1.0f) * 8.0f));  // ties to even
+  int exponent = e - 1 + 7;
+  if (k == 8) k = 0, ++exponent;
+  return sign | static_cast<uint8_t>(exponent << 3) | static_cast<uint8_t>(k);
+}
+
+namespace {
+
+float DecodeFp8E4M3(uint8_t b) {
+  const int exponent = (b >> 3) & 0xf, k = b & 7;
+  if (exponent == 15 && k == 7) return std::numeric_limits<float>::quiet_NaN();
+  const float v = exponent == 0 ? std::ldexp(static_cast<float>(k), -9)
+                                : std::ldexp(1.0f + static_cast<float>(k) / 8.0f, exponent - 7);
+  return (b & 0x80) ? -v : v;
+}
+
+// Every code's value (the attention reads the cache through it).
+const std::array<float, 256>& Fp8Table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 256; ++b) t[b] = DecodeFp8E4M3(static_cast<uint8_t>(b));
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+float Fp8E4M3ToFloat(uint8_t b) { return Fp8Table()[b]; }
 
 KvLayerGroups LayerGroupsOf(const KvCacheShape& shape) {
   const int64_t L = shape.num_layers;
@@ -57,9 +102,9 @@ int64_t WindowedBlocks(int64_t tokens, int64_t block, int64_t window, int64_t ch
 
 absl::StatusOr<PagedKvCache> PagedKvCache::Create(Backend& backend, const KvCacheShape& shape,
                                                   uint64_t shuffle_seed) {
-  if (shape.dtype != DType::kF32 && shape.dtype != DType::kBF16) {
+  if (shape.dtype != DType::kF32 && shape.dtype != DType::kBF16 && shape.dtype != DType::kFp8E4M3) {
     return absl::InvalidArgumentError(
-        absl::StrCat("kv dtype (", DTypeName(shape.dtype), ") must be fp32 or bf16"));
+        absl::StrCat("kv dtype (", DTypeName(shape.dtype), ") must be fp32, bf16 or fp8"));
   }
   if (!shape.windowed.empty() && static_cast<int64_t>(shape.windowed.size()) != shape.num_layers) {
     return absl::InvalidArgumentError(absl::StrCat("kv cache: windowed (", shape.windowed.size(),
@@ -325,9 +370,12 @@ void PagedKvCache::Write(int64_t layer, int64_t seq, int64_t pos, const float* k
     const int64_t off = Offset(block, kv, token);
     if (shape_.dtype == DType::kF32) {
       std::copy(src, src + row, pool.data_as<float>() + off);
-    } else {
+    } else if (shape_.dtype == DType::kBF16) {
       uint16_t* dst = pool.data_as<uint16_t>() + off;
       for (int64_t i = 0; i < row; ++i) dst[i] = FloatToBf16(src[i]);
+    } else {
+      uint8_t* dst = pool.data_as<uint8_t>() + off;
+      for (int64_t i = 0; i < row; ++i) dst[i] = FloatToFp8E4M3(src[i]);
     }
   }
 }
@@ -343,9 +391,13 @@ void PagedKvCache::ReadBlock(int64_t layer, int32_t block, int64_t group, int64_
       if (shape_.dtype == DType::kF32) {
         const float* src = pool.data_as<float>() + off + t * row;
         std::copy(src, src + d, dst + t * d);
-      } else {
+      } else if (shape_.dtype == DType::kBF16) {
         const uint16_t* src = pool.data_as<uint16_t>() + off + t * row;
         for (int64_t i = 0; i < d; ++i) dst[t * d + i] = Bf16ToFloat(src[i]);
+      } else {
+        const std::array<float, 256>& table = Fp8Table();
+        const uint8_t* src = pool.data_as<uint8_t>() + off + t * row;
+        for (int64_t i = 0; i < d; ++i) dst[t * d + i] = table[src[i]];
       }
     }
   }

@@ -30,6 +30,10 @@ namespace paratune::kernels::serving {
 /// fp32 → bf16 with round to nearest even (NaN stays NaN).
 uint16_t FloatToBf16(float f);
 float Bf16ToFloat(uint16_t b);
+/// fp32 → FP8 E4M3 with round to nearest even, saturating at ±448 (infinities too) as
+/// CUDA's __nv_fp8_e4m3 conversion does; NaN becomes NaN (0x7f).
+uint8_t FloatToFp8E4M3(float f);
+float Fp8E4M3ToFloat(uint8_t b);
 
 struct KvCacheShape {
   int64_t num_layers = 1;
@@ -37,7 +41,7 @@ struct KvCacheShape {
   int64_t block_size = 16;  ///< Tokens per block.
   int64_t groups = 1;       ///< KV heads on this rank.
   int64_t head_dim = 1;
-  DType dtype = DType::kF32;  ///< fp32 | bf16.
+  DType dtype = DType::kF32;  ///< fp32 | bf16 | fp8 (E4M3).
   /// Keys a windowed layer's query attends to, itself included (0: no window).
   int64_t window = 0;
   /// Per layer: attends to the window (empty: no layer does).

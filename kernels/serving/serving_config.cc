@@ -98,9 +98,9 @@ absl::Status ServingConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("head_dim (", head_dim(), ") must be even with rope"));
   }
-  if (kv_dtype != DType::kF32 && kv_dtype != DType::kBF16) {
+  if (kv_dtype != DType::kF32 && kv_dtype != DType::kBF16 && kv_dtype != DType::kFp8E4M3) {
     return absl::InvalidArgumentError(
-        absl::StrCat("kv_dtype (", DTypeName(kv_dtype), ") must be fp32 or bf16"));
+        absl::StrCat("kv_dtype (", DTypeName(kv_dtype), ") must be fp32, bf16 or fp8"));
   }
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
     return absl::InvalidArgumentError(

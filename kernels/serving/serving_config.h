@@ -57,7 +57,7 @@ struct ServingConfig {
   /// waits for the queued work, which the step's total pays for.
   bool phase_timing = true;
   int64_t int4_group_size = 32;                   ///< Inputs per int4 scale; must divide every K.
-  DType kv_dtype = DType::kF32;                   ///< KV-cache storage: fp32 or bf16.
+  DType kv_dtype = DType::kF32;                   ///< KV-cache storage: fp32, bf16 or fp8 (E4M3).
   int64_t kv_block_size = 16;                     ///< Tokens per KV-cache block.
   /// Blocks in each layer's pool; with a sliding window, the bytes of that many per layer,
   /// shared by the cache's layer groups (PagedKvCache).

@@ -87,15 +87,21 @@ TEST(ServingCudaModel, Fp32StepsGiveTheCpuLogitsAndTokens) {
   windowed.window_attn_skip_freq = 2;
   ServingConfig bf16_cache = SmallModel(1);
   bf16_cache.kv_dtype = DType::kBF16;
+  // The CPU's E4M3 conversion rounds as the device's, so both read the same cache. (A
+  // flash prompt attends to its K and V unrounded, as engines prefill, where the CPU reads
+  // them back from the cache: the 16- and 8-bit caches run paged prompts here.)
+  ServingConfig fp8_cache = SmallModel(1);
+  fp8_cache.kv_dtype = DType::kFp8E4M3;
   struct Case {
     const char* name;
     ServingConfig config;
     int64_t prompt;
   };
   const std::vector<Case> cases = {
-      {"dense", SmallModel(1), 9},     {"dense, flash prompt", SmallModel(1), 80},
-      {"sliding window", windowed, 9}, {"sliding window, flash prompt", windowed, 80},
-      {"bf16 cache", bf16_cache, 9},   {"experts", SmallExpertModel(1), 80}};
+      {"dense", SmallModel(1), 9},         {"dense, flash prompt", SmallModel(1), 80},
+      {"sliding window", windowed, 9},     {"sliding window, flash prompt", windowed, 80},
+      {"bf16 cache", bf16_cache, 9},       {"fp8 cache", fp8_cache, 9},
+      {"experts", SmallExpertModel(1), 80}};
   for (const auto& [name, config, prompt] : cases) {
     SCOPED_TRACE(name);
     absl::StatusOr<std::vector<float>> cpu = OnCpu(config, prompt);

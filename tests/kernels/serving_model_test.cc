@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <thread>
@@ -579,6 +580,64 @@ TEST(ServingModel, Bf16KvCacheStaysWithinBf16RoundingOfFp32) {
   EXPECT_LE(ToleranceRatio(a, b, 2e-2, 1e-2), 1.0);
 }
 
+// FP8 E4M3 storage as CUDA's __nv_fp8_e4m3 converts: every code round-trips, ties go to
+// the even code, magnitudes from 448 on (infinities too) saturate to ±448, NaN stays NaN.
+TEST(PagedKvCache, Fp8E4M3RoundsToNearestEvenAndSaturates) {
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7f) == 0x7f) continue;  // NaN
+    EXPECT_EQ(FloatToFp8E4M3(Fp8E4M3ToFloat(static_cast<uint8_t>(c))), c) << c;
+  }
+  EXPECT_EQ(Fp8E4M3ToFloat(0x7e), 448.0f);
+  EXPECT_EQ(Fp8E4M3ToFloat(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
+  EXPECT_EQ(Fp8E4M3ToFloat(0x08), std::ldexp(1.0f, -6));  // smallest normal
+  EXPECT_EQ(Fp8E4M3ToFloat(0xb8), -1.0f);
+  EXPECT_TRUE(std::isnan(Fp8E4M3ToFloat(0x7f)));
+  EXPECT_EQ(FloatToFp8E4M3(1000.0f), 0x7e);
+  EXPECT_EQ(FloatToFp8E4M3(-std::numeric_limits<float>::infinity()), 0xfe);
+  EXPECT_EQ(FloatToFp8E4M3(std::nanf("")), 0x7f);
+  EXPECT_EQ(FloatToFp8E4M3(std::ldexp(1.0f, -10)), 0x00);      // halfway 0 / 2^-9: even 0
+  EXPECT_EQ(FloatToFp8E4M3(3 * std::ldexp(1.0f, -10)), 0x02);  // halfway 1 / 2: even 2
+  EXPECT_EQ(FloatToFp8E4M3(1.0625f), 0x38);                    // halfway 1 / 1.125: 1
+  EXPECT_EQ(FloatToFp8E4M3(1.1875f), 0x3a);                    // halfway 1.125 / 1.25: 1.25
+  EXPECT_EQ(FloatToFp8E4M3(-0.3f), 0xaa);                      // nearest: -0.3125
+  EXPECT_EQ(FloatToFp8E4M3(0.0153f), 0x08);                    // rounds up into the smallest normal
+}
+
+// The prompts' logits (each sequence's first sampled row: later ones follow tokens that a
+// coarser cache may change) with an fp8 cache stay within its rounding, and move more than
+// with a bf16 cache.
+TEST(ServingModel, Fp8KvCacheStaysWithinFp8RoundingAndMovesMoreThanBf16) {
+  constexpr size_t kV = 96, kRowsPerSeq = 6;
+  const auto prompt_logits = [&](const std::vector<float>& all) {
+    std::vector<float> rows;
+    for (size_t seq = 0; seq < 3; ++seq) {
+      const auto first = all.begin() + seq * kRowsPerSeq * kV;
+      rows.insert(rows.end(), first, first + kV);
+    }
+    return rows;
+  };
+  auto ref = RunPlan(SmallModel(1), OneShotPlan());
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const std::vector<float> b = prompt_logits(*ref);
+  double max_diff[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    ServingConfig c = SmallModel(1);
+    c.kv_dtype = i == 0 ? DType::kBF16 : DType::kFp8E4M3;
+    auto got = RunPlan(c, OneShotPlan());
+    ASSERT_TRUE(got.ok()) << got.status();
+    const std::vector<float> a = prompt_logits(*got);
+    for (size_t j = 0; j < a.size(); ++j) {
+      max_diff[i] = std::max(max_diff[i], std::abs(double(a[j]) - b[j]));
+    }
+    // E4M3 keeps 3 mantissa bits: K and V within 2^-4 relative each (|logit| < 4 here).
+    if (i == 1) {
+      EXPECT_LE(ToleranceRatio(a, b, 1e-1, 5e-2), 1.0);
+    }
+  }
+  std::printf("max prompt-logit difference: bf16 KV %.4g, fp8 KV %.4g\n", max_diff[0], max_diff[1]);
+  EXPECT_GT(max_diff[1], 2 * max_diff[0]);
+}
+
 // The per-GEMM bound is exact (serving_weight_only_linear_test); through a model it
 // compounds, so this checks the logits only loosely.
 TEST(ServingModel, WeightOnlyInt8AndInt4KeepLogitsCloseToFp32) {
@@ -693,7 +752,7 @@ TEST(ServingConfig, ValidateNamesTheFieldAndTheRule) {
   EXPECT_EQ(c.Validate().message(), "tp (3) must divide num_attention_heads (8)");
   c = SmallModel(1);
   c.kv_dtype = DType::kF16;
-  EXPECT_EQ(c.Validate().message(), "kv_dtype (fp16) must be fp32 or bf16");
+  EXPECT_EQ(c.Validate().message(), "kv_dtype (fp16) must be fp32, bf16 or fp8");
   c = SmallModel(1);
   c.dtype = DType::kU8;
   EXPECT_EQ(c.Validate().message(), "dtype (u8) must be fp32, bf16 or fp16");

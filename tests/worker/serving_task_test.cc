@@ -389,10 +389,10 @@ TEST(ServingVerifyTask, RefusalsSayWhy) {
   EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
   EXPECT_EQ(r.message(), "task needs 4 ranks (tp 4); this worker has 2");
   v1::ProfileTask task = ServingVerify(1);
-  task.mutable_serving_verify()->set_kv_precision("fp8");
+  task.mutable_serving_verify()->set_kv_precision("fp16");
   r = executor->Execute(task, cancel);
   EXPECT_EQ(r.outcome(), v1::TaskResult::OUTCOME_UNSUPPORTED);
-  EXPECT_EQ(r.message(), "kv_precision fp8 is not run by the CPU serving kernels");
+  EXPECT_EQ(r.message(), "kv_precision fp16 is not run by the CPU serving kernels");
 }
 
 }  // namespace

@@ -36,6 +36,8 @@ absl::StatusOr<cuda::KvStorage> StorageOf(DType dtype) {
       return cuda::KvStorage::kBF16;
     case DType::kF16:
       return cuda::KvStorage::kF16;
+    case DType::kFp8E4M3:
+      return cuda::KvStorage::kFp8E4M3;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("kv dtype ", DTypeName(dtype), " has no device storage"));
