@@ -129,7 +129,7 @@ int Main(int argc, char** argv) {
   app.add_flag("--no_chunked_prefill", no_chunked);
   app.add_option("--kv_block_size", m.kv_block_size);
   app.add_option("--kv_blocks", m.num_kv_blocks, "KV blocks per rank and layer");
-  app.add_option("--kv_dtype", kv_dtype, "fp32 | bf16");
+  app.add_option("--kv_dtype", kv_dtype, "fp32 | bf16 | fp8 (E4M3)");
   app.add_option("--window_size", m.attention_window,
                  "sliding-window attention: keys a query attends to (0: whole context)");
   app.add_option("--window_attn_skip_freq", m.window_attn_skip_freq,
@@ -164,7 +164,7 @@ int Main(int argc, char** argv) {
     m.moe = moe;
   }
   o.chunked_prefill = !no_chunked;
-  auto dt = ParseDType(kv_dtype);
+  auto dt = kv_dtype == "fp8" ? absl::StatusOr<DType>(DType::kFp8E4M3) : ParseDType(kv_dtype);
   auto wq = ParseWeightQuant(weights);
   if (!dt.ok() || !wq.ok()) {
     std::fprintf(stderr, "%s\n",
