@@ -268,9 +268,6 @@ absl::Status InferenceJobSpec::Validate() const {
   if (!device.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("cluster.gpu: ", device.status().message()));
   }
-  if (search.mode == SearchMode::kProfile || search.verify_top_k > 0) {
-    if (auto s = CheckKernelsRunActivation(model.activation); !s.ok()) return s;
-  }
   const int64_t heads = model.num_attention_heads;
   for (int64_t t : search.tp) {
     if (heads % t != 0) {

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/enums.h"
 #include "kernels/attention_args.h"
 #include "kernels/communicator.h"
 #include "kernels/dtype.h"
@@ -112,6 +113,22 @@ class Backend {
                                      int64_t f) = 0;
   virtual absl::Status SwigluBackward(DType dtype, void* dx, const void* dy, const void* x,
                                       int64_t rows, int64_t f) = 0;
+  /// x is [rows, 2f] = [gate | up]; y[rows, f] = gelu(gate)·up (tanh GeLU).
+  virtual absl::Status GegluForward(DType dtype, void* y, const void* x, int64_t rows,
+                                    int64_t f) = 0;
+  virtual absl::Status GegluBackward(DType dtype, void* dx, const void* dy, const void* x,
+                                     int64_t rows, int64_t f) = 0;
+  /// y = max(x, 0)² (Nemotron-4's squared ReLU).
+  virtual absl::Status SquaredReluForward(DType dtype, void* y, const void* x, int64_t n) = 0;
+  virtual absl::Status SquaredReluBackward(DType dtype, void* dx, const void* dy, const void* x,
+                                           int64_t n) = 0;
+  /// The MLP's activation `act` on FC1's output x ([rows, 2f] for the gated ones, [rows, f]
+  /// otherwise) into y [rows, f].
+  absl::Status MlpActivationForward(DType dtype, Activation act, void* y, const void* x,
+                                    int64_t rows, int64_t f);
+  /// Its backward: dx (x's shape) from dy [rows, f].
+  absl::Status MlpActivationBackward(DType dtype, Activation act, void* dx, const void* dy,
+                                     const void* x, int64_t rows, int64_t f);
   /// y = x·keep/(1−p); keep(i) = hash(seed, index_offset + i) ≥ p; mask (u8) stored if
   /// non-null. Masks are a function of the global element index, hence layout-invariant.
   virtual absl::Status DropoutForward(DType dtype, void* y, uint8_t* mask, const void* x,

@@ -222,6 +222,34 @@ class CpuBackend final : public Backend {
                               rows, f, threads_);
     });
   }
+  absl::Status GegluForward(DType dtype, void* y, const void* x, int64_t rows, int64_t f) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::geglu_forward<T>(P<T>(y), static_cast<const T*>(x), rows, f, threads_);
+    });
+  }
+  absl::Status GegluBackward(DType dtype, void* dx, const void* dy, const void* x, int64_t rows,
+                             int64_t f) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::geglu_backward<T>(P<T>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), rows, f,
+                             threads_);
+    });
+  }
+  absl::Status SquaredReluForward(DType dtype, void* y, const void* x, int64_t n) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::squared_relu_forward<T>(P<T>(y), static_cast<const T*>(x), n, threads_);
+    });
+  }
+  absl::Status SquaredReluBackward(DType dtype, void* dx, const void* dy, const void* x,
+                                   int64_t n) override {
+    return Dispatch(dtype, [&](auto z) {
+      using T = decltype(z);
+      cpu::squared_relu_backward<T>(P<T>(dx), static_cast<const T*>(dy), static_cast<const T*>(x),
+                                    n, threads_);
+    });
+  }
   absl::Status DropoutForward(DType dtype, void* y, uint8_t* mask, const void* x, int64_t n,
                               float p, uint64_t seed, uint64_t index_offset) override {
     return Dispatch(dtype, [&](auto z) {
@@ -394,6 +422,36 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+absl::Status Backend::MlpActivationForward(DType dtype, Activation act, void* y, const void* x,
+                                           int64_t rows, int64_t f) {
+  switch (act) {
+    case Activation::kGelu:
+      return GeluForward(dtype, y, x, rows * f);
+    case Activation::kSwiglu:
+      return SwigluForward(dtype, y, x, rows, f);
+    case Activation::kGeglu:
+      return GegluForward(dtype, y, x, rows, f);
+    case Activation::kSquaredRelu:
+      return SquaredReluForward(dtype, y, x, rows * f);
+  }
+  return absl::InvalidArgumentError("unknown activation");
+}
+
+absl::Status Backend::MlpActivationBackward(DType dtype, Activation act, void* dx, const void* dy,
+                                            const void* x, int64_t rows, int64_t f) {
+  switch (act) {
+    case Activation::kGelu:
+      return GeluBackward(dtype, dx, dy, x, rows * f);
+    case Activation::kSwiglu:
+      return SwigluBackward(dtype, dx, dy, x, rows, f);
+    case Activation::kGeglu:
+      return GegluBackward(dtype, dx, dy, x, rows, f);
+    case Activation::kSquaredRelu:
+      return SquaredReluBackward(dtype, dx, dy, x, rows * f);
+  }
+  return absl::InvalidArgumentError("unknown activation");
+}
 
 absl::StatusOr<Tensor> Backend::Zeros(std::vector<int64_t> shape, DType dtype, MemoryTag tag) {
   absl::StatusOr<Tensor> t = Empty(std::move(shape), dtype, tag);

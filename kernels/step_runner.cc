@@ -147,7 +147,7 @@ double LayerFlops(const LayerConfig& c) {
   const double n = static_cast<double>(c.seq_length * c.parallel.micro_batch_size);
   const double s = static_cast<double>(c.seq_length);
   const double b = static_cast<double>(c.parallel.micro_batch_size);
-  const double fc1 = c.shape.activation == Activation::kSwiglu ? 2 * f : f;
+  const double fc1 = IsGated(c.shape.activation) ? 2 * f : f;
   const double matmul_params = h * (a + 2 * g) * d + a * d * h + h * fc1 + f * h;
   // Forward: 2·tokens·params + 4·b·s²·a·d for scores and context (Megatron's count, no
   // causal halving; a sliding window w < s counts 2sw − w² pairs, as the model does);

@@ -129,16 +129,15 @@ absl::Status TransformerLayer::Init() {
     return absl::OkStatus();
   }
   if (!config_.mlp) return absl::OkStatus();
-  const bool swiglu = config_.shape.activation == Activation::kSwiglu;
-  // SwiGLU's FC1 holds [gate | up]; rank r takes its slice of each.
+  const bool gated = IsGated(config_.shape.activation);
+  // A gated MLP's (SwiGLU, GeGLU) FC1 holds [gate | up]; rank r takes its slice of each.
   auto fc1_rows = [=](int64_t lr) -> int64_t {
     if (lr < fl) return r * fl + lr;
     return f + r * fl + (lr - fl);
   };
   PT_ASSIGN_OR_RETURN(ColumnParallelLinear fc1,
-                      ColumnParallelLinear::Create(ctx_, "fc1.weight", h, swiglu ? 2 * f : f,
-                                                   swiglu ? 2 * fl : fl, fc1_rows, dt, sp,
-                                                   seed));
+                      ColumnParallelLinear::Create(ctx_, "fc1.weight", h, gated ? 2 * f : f,
+                                                   gated ? 2 * fl : fl, fc1_rows, dt, sp, seed));
   fc1_ = std::make_unique<ColumnParallelLinear>(std::move(fc1));
   PT_ASSIGN_OR_RETURN(RowParallelLinear fc2,
                       RowParallelLinear::Create(
@@ -439,11 +438,8 @@ absl::StatusOr<Tensor> TransformerLayer::ForwardImpl(const Tensor& x, Recompute 
     PT_ASSIGN_OR_RETURN(fc1, fc1_->Forward(ctx_, ln2));
     const int64_t rows = fc1.dim(0);
     PT_ASSIGN_OR_RETURN(act, be.Empty({rows, ffn_local_}, dt, MemoryTag::kActivations));
-    if (config_.shape.activation == Activation::kSwiglu) {
-      PT_RETURN_IF_ERROR(be.SwigluForward(dt, act.data(), fc1.data(), rows, ffn_local_));
-    } else {
-      PT_RETURN_IF_ERROR(be.GeluForward(dt, act.data(), fc1.data(), act.numel()));
-    }
+    PT_RETURN_IF_ERROR(be.MlpActivationForward(dt, config_.shape.activation, act.data(), fc1.data(),
+                                               rows, ffn_local_));
     PT_ASSIGN_OR_RETURN(mlp, fc2_->Forward(ctx_, act));
   }
   Tensor mask2;
@@ -559,13 +555,9 @@ absl::StatusOr<Tensor> TransformerLayer::Backward(const Tensor& dy) {
   } else {
     PT_ASSIGN_OR_RETURN(dact, fc2_->Backward(ctx_, s->act, d2));
     PT_ASSIGN_OR_RETURN(dfc1, be.Empty(s->fc1_out.shape(), dt, MemoryTag::kWorkspace));
-    if (config_.shape.activation == Activation::kSwiglu) {
-      PT_RETURN_IF_ERROR(be.SwigluBackward(dt, dfc1.data(), dact.data(), s->fc1_out.data(),
-                                           dact.dim(0), ffn_local_));
-    } else {
-      PT_RETURN_IF_ERROR(
-          be.GeluBackward(dt, dfc1.data(), dact.data(), s->fc1_out.data(), dfc1.numel()));
-    }
+    PT_RETURN_IF_ERROR(be.MlpActivationBackward(dt, config_.shape.activation, dfc1.data(),
+                                                dact.data(), s->fc1_out.data(), dact.dim(0),
+                                                ffn_local_));
     PT_ASSIGN_OR_RETURN(dln2, fc1_->Backward(ctx_, s->ln2_out, dfc1));
   }
   PT_ASSIGN_OR_RETURN(Tensor dh1n, NormBackward(2, dln2, s->h1, s->ln2_mean, s->ln2_rstd));

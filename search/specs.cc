@@ -457,16 +457,6 @@ absl::Status TrainingSpec::Validate() const {
   return absl::OkStatus();
 }
 
-absl::Status CheckKernelsRunActivation(Activation activation) {
-  if (activation == Activation::kGelu || activation == Activation::kSwiglu) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "model.activation ", ToString(activation),
-      " runs in the analytical model only: the workers' kernels implement gelu and swiglu "
-      "(search.mode profile and search.verify_top_k need one of them)"));
-}
-
 AttentionKernel TrainingSpec::AttentionKernelOf() const {
   if (IsFlash(attention_kernel) == flash_attention) return attention_kernel;
   return flash_attention ? AttentionKernel::kFlash2 : AttentionKernel::kFused;
@@ -634,9 +624,6 @@ absl::Status JobSpec::Validate() const {
                      absl::StrJoin(DeviceNames(), ", ")));
   }
   if (auto s = CheckDeviceSupports(*device, training.precision); !s.ok()) return s;
-  if (search.mode == SearchMode::kProfile || search.verify_top_k > 0) {
-    if (auto s = CheckKernelsRunActivation(model.activation); !s.ok()) return s;
-  }
   const bool offloads = std::any_of(search.offload.begin(), search.offload.end(),
                                     [](Offload o) { return o != Offload::kNone; });
   if (offloads && ((device->host_link_bandwidth <= 0 && cluster.host_link_bandwidth_gbps <= 0) ||

@@ -200,10 +200,6 @@ struct SearchOptions {
   absl::Status Validate() const;
 };
 
-/// OK when the workers' layer kernels implement `activation` (GeLU, SwiGLU): profile mode
-/// and verify_top_k need it; otherwise an error naming model.activation.
-absl::Status CheckKernelsRunActivation(Activation activation);
-
 struct JobSpec {
   std::string name;
   ModelSpec model;

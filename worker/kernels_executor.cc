@@ -160,10 +160,6 @@ absl::Status ReadShape(const v1::LayerShape& in, kernels::LayerShape* out) {
   if (!in.activation().empty()) {
     absl::StatusOr<Activation> a = ParseActivation(in.activation());
     if (!a.ok()) return a.status();
-    if (*a != Activation::kGelu && *a != Activation::kSwiglu) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "activation ", ToString(*a), " is not implemented by the layer kernels (gelu, swiglu)"));
-    }
     out->activation = *a;
   }
   if (!in.normalization().empty()) {

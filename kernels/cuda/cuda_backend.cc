@@ -385,6 +385,24 @@ class CudaBackend final : public CudaBackendBase {
     PT_LAUNCH(dtype, cuda::swiglu_backward(et, dx, dy, x, rows, f, stream_));
     return absl::OkStatus();
   }
+  absl::Status GegluForward(DType dtype, void* y, const void* x, int64_t rows, int64_t f) override {
+    PT_LAUNCH(dtype, cuda::geglu_forward(et, y, x, rows, f, stream_));
+    return absl::OkStatus();
+  }
+  absl::Status GegluBackward(DType dtype, void* dx, const void* dy, const void* x, int64_t rows,
+                             int64_t f) override {
+    PT_LAUNCH(dtype, cuda::geglu_backward(et, dx, dy, x, rows, f, stream_));
+    return absl::OkStatus();
+  }
+  absl::Status SquaredReluForward(DType dtype, void* y, const void* x, int64_t n) override {
+    PT_LAUNCH(dtype, cuda::squared_relu_forward(et, y, x, n, stream_));
+    return absl::OkStatus();
+  }
+  absl::Status SquaredReluBackward(DType dtype, void* dx, const void* dy, const void* x,
+                                   int64_t n) override {
+    PT_LAUNCH(dtype, cuda::squared_relu_backward(et, dx, dy, x, n, stream_));
+    return absl::OkStatus();
+  }
   absl::Status DropoutForward(DType dtype, void* y, uint8_t* mask, const void* x, int64_t n,
                               float p, uint64_t seed, uint64_t index_offset) override {
     PT_LAUNCH(dtype, cuda::dropout_forward(et, y, mask, x, n, p, seed, index_offset, stream_));

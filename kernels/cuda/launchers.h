@@ -51,6 +51,15 @@ cudaError_t swiglu_forward(ElemType t, void* y, const void* x, int64_t rows, int
                            cudaStream_t stream);
 cudaError_t swiglu_backward(ElemType t, void* dx, const void* dy, const void* x, int64_t rows,
                             int64_t f, cudaStream_t stream);
+// glu_activations.cu: GeGLU (x rows [gate | up], y = gelu(gate)·up) and squared ReLU.
+cudaError_t geglu_forward(ElemType t, void* y, const void* x, int64_t rows, int64_t f,
+                          cudaStream_t stream);
+cudaError_t geglu_backward(ElemType t, void* dx, const void* dy, const void* x, int64_t rows,
+                           int64_t f, cudaStream_t stream);
+cudaError_t squared_relu_forward(ElemType t, void* y, const void* x, int64_t n,
+                                 cudaStream_t stream);
+cudaError_t squared_relu_backward(ElemType t, void* dx, const void* dy, const void* x, int64_t n,
+                                  cudaStream_t stream);
 // dropout.cu
 cudaError_t dropout_forward(ElemType t, void* y, uint8_t* mask, const void* x, int64_t n,
                             float p, uint64_t seed, uint64_t index_offset, cudaStream_t stream);

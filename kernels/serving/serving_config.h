@@ -34,7 +34,8 @@ absl::StatusOr<WeightQuant> ParseWeightQuant(absl::string_view s);
 
 /// Everything that fixes a served model on one rank.
 struct ServingConfig {
-  /// h, a, g, f, V, activation (gelu | swiglu); normalization must be rmsnorm.
+  /// h, a, g, f, V, activation (gelu | swiglu | geglu | squared_relu); normalization must
+  /// be rmsnorm.
   LayerShape shape;
   int64_t num_layers = 1;  ///< Transformer layers of the model.
   /// The layout; the serving kernels read tp, pp and, for expert layers, ep (dividing tp:

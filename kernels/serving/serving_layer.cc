@@ -168,12 +168,12 @@ absl::Status ServingLayer::Init() {
                              [=](int64_t row, int64_t c) { return row * a * d + r * hl * d + c; }),
                  quant, group, dt));
   if (config_.IsExpertLayer(index_)) return InitExperts();
-  const bool swiglu = config_.shape.activation == Activation::kSwiglu;
-  // SwiGLU's FC1 holds [gate | up]; rank r takes its slice of each.
+  const bool gated = IsGated(config_.shape.activation);
+  // A gated MLP's (SwiGLU, GeGLU) FC1 holds [gate | up]; rank r takes its slice of each.
   auto fc1_row = [=](int64_t lr) -> int64_t {
     return lr < fl ? r * fl + lr : f + r * fl + (lr - fl);
   };
-  PT_ASSIGN_OR_RETURN(fc1_, WeightOnlyLinear::Create(be, swiglu ? 2 * fl : fl, h,
+  PT_ASSIGN_OR_RETURN(fc1_, WeightOnlyLinear::Create(be, gated ? 2 * fl : fl, h,
                                                      ShardValues(seed, "fc1.weight", h_scale,
                                                                  [=](int64_t lr, int64_t c) {
                                                                    return fc1_row(lr) * h + c;
@@ -293,20 +293,16 @@ absl::StatusOr<Tensor> ServingLayer::Forward(const Tensor& x, const std::vector<
     PT_RETURN_IF_ERROR(ReduceFromTpRegion::Forward(ctx_, y));
     PT_RETURN_IF_ERROR(clock.Stop(&times_.gemm_s));
   } else {
-    const bool swiglu = config_.shape.activation == Activation::kSwiglu;
+    const Activation activation = config_.shape.activation;
     PT_RETURN_IF_ERROR(clock.Start());
-    PT_ASSIGN_OR_RETURN(Tensor fc1_out,
-                        be.Empty({n, swiglu ? 2 * fl : fl}, dt, MemoryTag::kWorkspace));
+    PT_ASSIGN_OR_RETURN(Tensor fc1_out, be.Empty({n, IsGated(activation) ? 2 * fl : fl}, dt,
+                                                 MemoryTag::kWorkspace));
     PT_RETURN_IF_ERROR(fc1_.Forward(ln2.data(), n, fc1_out.data(), threads));
     PT_RETURN_IF_ERROR(clock.Stop(&times_.gemm_s));
 
     PT_RETURN_IF_ERROR(clock.Start());
     PT_ASSIGN_OR_RETURN(Tensor act, be.Empty({n, fl}, dt, MemoryTag::kWorkspace));
-    if (swiglu) {
-      PT_RETURN_IF_ERROR(be.SwigluForward(dt, act.data(), fc1_out.data(), n, fl));
-    } else {
-      PT_RETURN_IF_ERROR(be.GeluForward(dt, act.data(), fc1_out.data(), n * fl));
-    }
+    PT_RETURN_IF_ERROR(be.MlpActivationForward(dt, activation, act.data(), fc1_out.data(), n, fl));
     PT_RETURN_IF_ERROR(clock.Stop(&times_.other_s));
 
     PT_RETURN_IF_ERROR(clock.Start());

@@ -77,6 +77,19 @@ TEST(CudaBackendTest, ElementwiseKernelsMatchCpuTwins) {
                 if (auto s = be.SwigluForward(d, out[0].data(), in[0].data(), 8, 32); !s.ok()) return s;
                 return be.SwigluBackward(d, out[1].data(), out[0].data(), in[0].data(), 8, 32);
               });
+    CompareOp(*gpu, dt, eps, "geglu", {{8, 64}}, {{8, 32}, {8, 64}},
+              [](Backend& be, DType d, auto& in, auto& out) {
+                if (auto s = be.GegluForward(d, out[0].data(), in[0].data(), 8, 32); !s.ok())
+                  return s;
+                return be.GegluBackward(d, out[1].data(), out[0].data(), in[0].data(), 8, 32);
+              });
+    CompareOp(*gpu, dt, eps, "squared relu", {{1000}}, {{1000}, {1000}},
+              [](Backend& be, DType d, auto& in, auto& out) {
+                if (auto s = be.SquaredReluForward(d, out[0].data(), in[0].data(), 1000); !s.ok()) {
+                  return s;
+                }
+                return be.SquaredReluBackward(d, out[1].data(), in[0].data(), in[0].data(), 1000);
+              });
     CompareOp(*gpu, dt, eps, "softmax", {{2, 9, 9}}, {{2, 9, 9}},
               [](Backend& be, DType d, auto& in, auto& out) {
                 if (auto s = be.Copy(out[0], in[0]); !s.ok()) return s;

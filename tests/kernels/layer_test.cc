@@ -48,7 +48,8 @@ LayerRun MustRun(const LayerConfig& c) {
 }
 
 TEST(LayerTest, TensorParallelTwoAndFourEqualOne) {
-  for (Activation act : {Activation::kGelu, Activation::kSwiglu}) {
+  for (Activation act :
+       {Activation::kGelu, Activation::kSwiglu, Activation::kGeglu, Activation::kSquaredRelu}) {
     LayerConfig c = TinyConfig();
     c.shape.activation = act;
     c.shape.normalization =
@@ -187,13 +188,17 @@ TEST(LayerTest, StoredBytesFollowKorthikantiPerTensor) {
 TEST(LayerTest, WholeLayerGradientMatchesFiniteDifferences) {
   // Naive attention with a GeLU MLP, flash with SwiGLU, and flash with the MLP block the
   // identity (the attention part of an expert layer); naive and flash over a 3-key sliding
-  // window.
+  // window; flash with GeGLU and with squared ReLU.
   struct Case {
     bool flash, mlp;
     int64_t window;
+    Activation activation;
   };
-  for (auto [flash, mlp, window] : {Case{false, true, 0}, Case{true, true, 0}, Case{true, false, 0},
-                                    Case{false, true, 3}, Case{true, true, 3}}) {
+  for (auto [flash, mlp, window, activation] :
+       {Case{false, true, 0, Activation::kGelu}, Case{true, true, 0, Activation::kSwiglu},
+        Case{true, false, 0, Activation::kSwiglu}, Case{false, true, 3, Activation::kGelu},
+        Case{true, true, 3, Activation::kSwiglu}, Case{true, true, 0, Activation::kGeglu},
+        Case{true, true, 0, Activation::kSquaredRelu}}) {
     LayerConfig c = TinyConfig();
     c.mlp = mlp;
     c.attention_window = window;
@@ -203,7 +208,7 @@ TEST(LayerTest, WholeLayerGradientMatchesFiniteDifferences) {
     c.seq_length = 8;
     c.dtype = DType::kF64;
     c.flash_attention = flash;
-    c.shape.activation = flash ? Activation::kSwiglu : Activation::kGelu;
+    c.shape.activation = activation;
     c.shape.normalization = flash ? Normalization::kRmsNorm : Normalization::kLayerNorm;
     const int64_t n = c.seq_length * c.parallel.micro_batch_size * c.shape.hidden_size;
     auto backend = MakeCpuBackend(0, 1);

@@ -155,13 +155,22 @@ TEST(ServingModel, DecodeWithKvCacheEqualsRecomputingTheSequence) {
   EXPECT_LE(ToleranceRatio(cached, full, 1e-5, 1e-4), 1.0);
 }
 
+// For every MLP activation (SwiGLU, GeGLU, GeLU, squared ReLU).
 TEST(ServingModel, TensorParallel2And4EqualTp1) {
-  auto ref = RunPlan(SmallModel(1), OneShotPlan());
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  for (int64_t tp : {2, 4}) {
-    auto got = RunPlan(SmallModel(tp), OneShotPlan());
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_LE(ToleranceRatio(*got, *ref, 1e-5, 1e-4), 1.0) << "tp " << tp;
+  for (Activation act :
+       {Activation::kSwiglu, Activation::kGeglu, Activation::kGelu, Activation::kSquaredRelu}) {
+    const auto model = [&](int64_t tp) {
+      ServingConfig c = SmallModel(tp);
+      c.shape.activation = act;
+      return c;
+    };
+    auto ref = RunPlan(model(1), OneShotPlan());
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    for (int64_t tp : {2, 4}) {
+      auto got = RunPlan(model(tp), OneShotPlan());
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_LE(ToleranceRatio(*got, *ref, 1e-5, 1e-4), 1.0) << "tp " << tp << " " << ToString(act);
+    }
   }
 }
 

@@ -217,11 +217,6 @@ TEST(SpecsTest, TrainingRules) {
                 s.search.mode = SearchMode::kProfile;
               }),
               HasSubstr("not supported with search.mode profile"));
-  EXPECT_THAT(Violation([](JobSpec& s) {
-                s.model.activation = Activation::kSquaredRelu;
-                s.search.verify_top_k = 1;
-              }),
-              HasSubstr("model.activation squared_relu runs in the analytical model only"));
 }
 
 TEST(SpecsTest, ClusterRules) {
