@@ -124,7 +124,8 @@ wait 2>/dev/null
 # The serving kernels on the device (Llama 3.1 8B in bf16, every layer) against the step
 # model for the device kind the worker reported.
 [[ -z "$ONLY" ]] && step step_accuracy 400 "$BIN/step_accuracy" --backend cuda \
-  --gpu "${KIND:-h100-sxm-80gb}" --preset llama3.1-8b --iters 5
+  --gpu "${KIND:-h100-sxm-80gb}" --preset llama3.1-8b --prefills 1x512,4x2048 \
+  --decode_batches 1,32,128 --contexts 2048 --iters 5
 [[ -z "$ONLY" ]] && step serving_host 300 "$BIN/serving_accuracy" --experts 8 --ep 2 \
   --attention_dp --rounds 3 --iters 15
 
