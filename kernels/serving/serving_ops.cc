@@ -1,5 +1,7 @@
 #include "kernels/serving/serving_ops.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/serving/rope.h"
 
@@ -70,6 +72,53 @@ class CpuServingOps : public ServingOps {
 };
 
 }  // namespace
+
+StepArrays BuildStepArrays(const PagedKvCache& cache, const std::vector<SeqChunk>& chunks,
+                           int64_t flash_min_tokens) {
+  StepArrays a;
+  const int64_t bs = cache.shape().block_size;
+  int64_t row = 0;
+  for (const SeqChunk& c : chunks) {
+    for (int64_t i = 0; i < c.num_tokens; ++i) a.positions.push_back(c.start + i);
+    a.start.push_back(c.start);
+    a.row0.push_back(row);
+    a.tokens.push_back(c.num_tokens);
+    const bool flash = c.start == 0 && c.num_tokens >= flash_min_tokens;
+    if (flash) a.flash.push_back({row, c.num_tokens});
+    a.paged_tokens.push_back(flash ? 0 : c.num_tokens);
+    if (!flash) a.paged_max_tokens = std::max(a.paged_max_tokens, c.num_tokens);
+    a.max_chunk_tokens = std::max(a.max_chunk_tokens, c.num_tokens);
+    row += c.num_tokens;
+  }
+  // Per group: a layer that reads it, its slot mapping and block tables.
+  const int64_t groups = cache.num_groups();
+  std::vector<int64_t> layer_of(groups, -1);
+  for (int64_t l = 0; l < cache.shape().num_layers; ++l) {
+    if (layer_of[cache.group_of(l)] < 0) layer_of[cache.group_of(l)] = l;
+  }
+  a.groups.resize(groups);
+  const int64_t n = static_cast<int64_t>(chunks.size());
+  for (int64_t g = 0; g < groups; ++g) {
+    if (layer_of[g] < 0) continue;
+    StepArrays::Group& out = a.groups[g];
+    out.used = true;
+    for (const SeqChunk& c : chunks) {
+      const std::vector<int32_t>& t = cache.block_table(c.seq, layer_of[g]);
+      out.max_blocks = std::max<int64_t>(out.max_blocks, static_cast<int64_t>(t.size()));
+      for (int64_t pos = c.start; pos < c.start + c.num_tokens; ++pos) {
+        const int64_t b = pos / bs;
+        const bool held = b < static_cast<int64_t>(t.size()) && t[b] >= 0;
+        out.slots.push_back(held ? static_cast<int64_t>(t[b]) * bs + pos % bs : -1);
+      }
+    }
+    out.tables.assign(n * out.max_blocks, -1);
+    for (int64_t i = 0; i < n; ++i) {
+      const std::vector<int32_t>& t = cache.block_table(chunks[i].seq, layer_of[g]);
+      std::copy(t.begin(), t.end(), out.tables.begin() + i * out.max_blocks);
+    }
+  }
+  return a;
+}
 
 absl::StatusOr<std::unique_ptr<ServingOps>> MakeServingOps(Backend& backend, int threads) {
   if (backend.kind() == BackendKind::kCpu) {

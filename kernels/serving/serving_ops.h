@@ -47,6 +47,27 @@ class ServingOps {
                               std::vector<double>* value, std::vector<int64_t>* index) = 0;
 };
 
+/// What a device's ServingOps::BeginStep stages for one step, built on the host: per token
+/// its position; per chunk its start, first row, tokens and the tokens the paged kernel
+/// runs (0 for a whole prompt of at least `flash_min_tokens`, which flash attention runs,
+/// listed in `flash` as (first row, tokens)); per block-table group the slot of each token
+/// (block · block_size + offset, −1 where the group holds no block) and the chunks' block
+/// tables [chunks, max_blocks] (−1 padded).
+struct StepArrays {
+  std::vector<int64_t> positions, start, row0, tokens, paged_tokens;
+  std::vector<std::pair<int64_t, int64_t>> flash;
+  int64_t max_chunk_tokens = 0, paged_max_tokens = 0;
+  struct Group {
+    std::vector<int64_t> slots;
+    std::vector<int32_t> tables;
+    int64_t max_blocks = 1;
+    bool used = false;  ///< Some layer reads the group.
+  };
+  std::vector<Group> groups;
+};
+StepArrays BuildStepArrays(const PagedKvCache& cache, const std::vector<SeqChunk>& chunks,
+                           int64_t flash_min_tokens);
+
 /// The operations of `backend` (which must outlive them); `threads` for the CPU loops.
 /// Unimplemented for a CUDA backend in a build without CUDA.
 absl::StatusOr<std::unique_ptr<ServingOps>> MakeServingOps(Backend& backend, int threads);

@@ -12,6 +12,7 @@
 
 #include "kernels/hash_random.h"
 #include "kernels/serving/serving_layer.h"
+#include "kernels/serving/serving_ops.h"
 #include "kernels/transformer_layer.h"
 #include "tests/kernels/serving_harness.h"
 
@@ -587,6 +588,76 @@ TEST(ServingModel, Bf16KvCacheStaysWithinBf16RoundingOfFp32) {
   // (|logit| < 4 here) move by well under 1 %; and they do move (bf16 is really stored).
   EXPECT_GT(max_diff, 0.0);
   EXPECT_LE(ToleranceRatio(a, b, 2e-2, 1e-2), 1.0);
+}
+
+// What a device's BeginStep stages, built on the host: every held token's slot addresses
+// the cell PagedKvCache::Write fills for it, in each block-table group (a windowed layer and
+// a whole-context one); positions a windowed group does not hold get −1; the tables are
+// the sequences' own, −1 padded; a whole prompt of at least 64 tokens goes to flash
+// attention and the paged kernel skips it.
+TEST(PagedKvCache, StepArraysAddressTheCellsWriteFills) {
+  auto backend = MakeCpuBackend(0, 1);
+  KvCacheShape shape;
+  shape.num_layers = 2, shape.num_blocks = 64, shape.block_size = 4, shape.groups = 1;
+  shape.head_dim = 2, shape.window = 6, shape.windowed = {true, false};
+  auto cache = PagedKvCache::Create(*backend, shape, /*shuffle_seed=*/9);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  // Seq 0 decodes at 20; seq 1 is a 70-token prompt; seq 2 a 4-token chunk after 8; seq 3
+  // a 30-token context written whole (as the step task fills it), holding only its window
+  // in the windowed layer.
+  ASSERT_TRUE(cache->Reserve(0, 20).ok());
+  ASSERT_TRUE(cache->SetLength(0, 20).ok());
+  cache->FreeOutsideWindow(0);
+  ASSERT_TRUE(cache->Reserve(2, 8).ok());
+  ASSERT_TRUE(cache->SetLength(2, 8).ok());
+  ASSERT_TRUE(cache->ReserveContext(3, 30).ok());
+  const std::vector<SeqChunk> chunks = {
+      {0, 20, 1, true}, {1, 0, 70, true}, {2, 8, 4, false}, {3, 0, 30, false}};
+  for (const SeqChunk& c : chunks) {
+    if (c.seq != 3) {
+      ASSERT_TRUE(cache->Reserve(c.seq, c.start + c.num_tokens).ok());
+    }
+  }
+  const StepArrays a = BuildStepArrays(*cache, chunks, 64);
+  EXPECT_EQ(a.tokens, (std::vector<int64_t>{1, 70, 4, 30}));
+  EXPECT_EQ(a.paged_tokens, (std::vector<int64_t>{1, 0, 4, 30}));
+  EXPECT_EQ(a.row0, (std::vector<int64_t>{0, 1, 71, 75}));
+  ASSERT_EQ(a.flash.size(), 1u);
+  EXPECT_EQ(a.flash[0], (std::pair<int64_t, int64_t>{1, 70}));
+  EXPECT_EQ(a.max_chunk_tokens, 70);
+  EXPECT_EQ(a.paged_max_tokens, 30);
+  ASSERT_EQ(a.positions.size(), 105u);
+  EXPECT_EQ(a.positions[0], 20);
+  EXPECT_EQ(a.positions[72], 9);
+  ASSERT_EQ(a.groups.size(), 2u);
+  int unheld = 0;
+  for (int64_t layer = 0; layer < 2; ++layer) {
+    const StepArrays::Group& g = a.groups[cache->group_of(layer)];
+    ASSERT_TRUE(g.used);
+    ASSERT_EQ(g.slots.size(), 105u);
+    int64_t i = 0;
+    for (size_t ci = 0; ci < chunks.size(); ++ci) {
+      const SeqChunk& c = chunks[ci];
+      const std::vector<int32_t>& table = cache->block_table(c.seq, layer);
+      for (size_t b = 0; b < static_cast<size_t>(g.max_blocks); ++b) {
+        EXPECT_EQ(g.tables[ci * g.max_blocks + b], b < table.size() ? table[b] : -1);
+      }
+      for (int64_t pos = c.start; pos < c.start + c.num_tokens; ++pos, ++i) {
+        if (!cache->Holds(layer, c.seq, pos)) {
+          EXPECT_EQ(g.slots[i], -1) << layer << " " << c.seq << " " << pos;
+          ++unheld;
+          continue;
+        }
+        const float k[1 * 2] = {static_cast<float>(1000 * layer + 100 * c.seq + pos), 0.5f};
+        const float v[1 * 2] = {0.25f, 0.125f};
+        cache->Write(layer, c.seq, pos, k, v);
+        const float* pool = cache->pool(layer).data_as<float>();
+        const int64_t block = g.slots[i] / 4, offset = g.slots[i] % 4;
+        EXPECT_EQ(pool[((block * 2 + 0) * 4 + offset) * 2], k[0]) << layer << " " << pos;
+      }
+    }
+  }
+  EXPECT_GT(unheld, 0);  // seq 3's context left of the window in the windowed layer
 }
 
 // FP8 E4M3 storage as CUDA's __nv_fp8_e4m3 converts: every code round-trips, ties go to

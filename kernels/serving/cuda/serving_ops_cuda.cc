@@ -49,59 +49,27 @@ class CudaServingOps : public ServingOps {
   explicit CudaServingOps(CudaBackendBase& backend) : be_(backend) {}
 
   absl::Status BeginStep(const PagedKvCache& cache, const std::vector<SeqChunk>& chunks) override {
-    const int64_t bs = cache.shape().block_size, groups = cache.num_groups();
-    std::vector<int64_t> positions, start, row0, count, paged_count;
-    int64_t row = 0;
-    max_chunk_tokens_ = paged_max_tokens_ = 0;
-    flash_.clear();
-    for (const SeqChunk& c : chunks) {
-      for (int64_t i = 0; i < c.num_tokens; ++i) positions.push_back(c.start + i);
-      start.push_back(c.start);
-      row0.push_back(row);
-      count.push_back(c.num_tokens);
-      const bool flash = c.start == 0 && c.num_tokens >= kFlashMinTokens;
-      if (flash) flash_.push_back({row, c.num_tokens});
-      paged_count.push_back(flash ? 0 : c.num_tokens);  // 0: the paged kernel skips it
-      if (!flash) paged_max_tokens_ = std::max(paged_max_tokens_, c.num_tokens);
-      row += c.num_tokens;
-      max_chunk_tokens_ = std::max(max_chunk_tokens_, c.num_tokens);
-    }
-    tokens_ = row;
+    const StepArrays a = BuildStepArrays(cache, chunks, kFlashMinTokens);
+    tokens_ = static_cast<int64_t>(a.positions.size());
     num_chunks_ = static_cast<int64_t>(chunks.size());
-    PT_ASSIGN_OR_RETURN(positions_, Upload(positions));
-    PT_ASSIGN_OR_RETURN(chunk_start_, Upload(start));
-    PT_ASSIGN_OR_RETURN(chunk_row0_, Upload(row0));
-    PT_ASSIGN_OR_RETURN(chunk_tokens_, Upload(count));
-    PT_ASSIGN_OR_RETURN(paged_chunk_tokens_, Upload(paged_count));
-    // Per group: the layer that reads it (any), its slot mapping and block tables.
-    std::vector<int64_t> layer_of(groups, -1);
-    for (int64_t l = 0; l < cache.shape().num_layers; ++l) {
-      if (layer_of[cache.group_of(l)] < 0) layer_of[cache.group_of(l)] = l;
-    }
+    max_chunk_tokens_ = a.max_chunk_tokens;
+    paged_max_tokens_ = a.paged_max_tokens;
+    flash_.clear();
+    for (const auto& [row0, tokens] : a.flash) flash_.push_back({row0, tokens});
+    PT_ASSIGN_OR_RETURN(positions_, Upload(a.positions));
+    PT_ASSIGN_OR_RETURN(chunk_start_, Upload(a.start));
+    PT_ASSIGN_OR_RETURN(chunk_row0_, Upload(a.row0));
+    PT_ASSIGN_OR_RETURN(chunk_tokens_, Upload(a.tokens));
+    PT_ASSIGN_OR_RETURN(paged_chunk_tokens_, Upload(a.paged_tokens));
+    const size_t groups = a.groups.size();
     slots_.assign(groups, Tensor());
     tables_.assign(groups, Tensor());
     max_blocks_.assign(groups, 1);
-    for (int64_t g = 0; g < groups; ++g) {
-      if (layer_of[g] < 0) continue;
-      std::vector<int64_t> slots;
-      int64_t max_blocks = 1;
-      for (const SeqChunk& c : chunks) {
-        const std::vector<int32_t>& t = cache.block_table(c.seq, layer_of[g]);
-        max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(t.size()));
-        for (int64_t pos = c.start; pos < c.start + c.num_tokens; ++pos) {
-          const int64_t b = pos / bs;
-          const bool held = b < static_cast<int64_t>(t.size()) && t[b] >= 0;
-          slots.push_back(held ? static_cast<int64_t>(t[b]) * bs + pos % bs : -1);
-        }
-      }
-      std::vector<int32_t> tables(num_chunks_ * max_blocks, -1);
-      for (int64_t i = 0; i < num_chunks_; ++i) {
-        const std::vector<int32_t>& t = cache.block_table(chunks[i].seq, layer_of[g]);
-        std::copy(t.begin(), t.end(), tables.begin() + i * max_blocks);
-      }
-      PT_ASSIGN_OR_RETURN(slots_[g], Upload(slots));
-      PT_ASSIGN_OR_RETURN(tables_[g], Upload(tables));
-      max_blocks_[g] = max_blocks;
+    for (size_t g = 0; g < groups; ++g) {
+      if (!a.groups[g].used) continue;
+      PT_ASSIGN_OR_RETURN(slots_[g], Upload(a.groups[g].slots));
+      PT_ASSIGN_OR_RETURN(tables_[g], Upload(a.groups[g].tables));
+      max_blocks_[g] = a.groups[g].max_blocks;
     }
     return absl::OkStatus();
   }
