@@ -42,16 +42,15 @@ cudaError_t causal_softmax_forward(ElemType t, void* p, int64_t batch, int64_t s
 cudaError_t causal_softmax_backward(ElemType t, void* dx, const void* p, const void* dp,
                                     int64_t batch, int64_t seq, float scale,
                                     cudaStream_t stream);
-// gelu.cu
+// mlp_activations.cu: GeLU, squared ReLU; SwiGLU and GeGLU (x rows [gate | up], y =
+// act(gate)·up).
 cudaError_t gelu_forward(ElemType t, void* y, const void* x, int64_t n, cudaStream_t stream);
 cudaError_t gelu_backward(ElemType t, void* dx, const void* dy, const void* x, int64_t n,
                           cudaStream_t stream);
-// swiglu.cu
 cudaError_t swiglu_forward(ElemType t, void* y, const void* x, int64_t rows, int64_t f,
                            cudaStream_t stream);
 cudaError_t swiglu_backward(ElemType t, void* dx, const void* dy, const void* x, int64_t rows,
                             int64_t f, cudaStream_t stream);
-// glu_activations.cu: GeGLU (x rows [gate | up], y = gelu(gate)·up) and squared ReLU.
 cudaError_t geglu_forward(ElemType t, void* y, const void* x, int64_t rows, int64_t f,
                           cudaStream_t stream);
 cudaError_t geglu_backward(ElemType t, void* dx, const void* dy, const void* x, int64_t rows,

@@ -29,13 +29,13 @@ struct PagedAttentionArgs {
   /// Sliding-window attention: a query attends to this many keys, itself included (0 =
   /// every earlier key).
   int64_t window = 0;
-  /// Optional, read by device backends: the step's Q, K and V rows (after RoPE) in
-  /// `qkv_dtype`, row stride ld_q (Q, then K at heads·head_dim, V at (heads + groups)·
-  /// head_dim). A whole prompt (a chunk at start 0) then attends to its own K and V through
-  /// the backend's flash attention, as engines run prefill, instead of reading them back
-  /// through the cache's block tables.
-  const void* qkv = nullptr;
-  DType qkv_dtype = DType::kF32;
+  /// Optional, read by device backends: the step's new K and V rows (fp32, after RoPE),
+  /// inside q's rows (row stride ld_q). A whole prompt (a chunk at start 0) then attends to
+  /// its own K and V through the backend's flash attention in `flash_dtype`, as engines run
+  /// prefill, instead of reading them back through the cache's block tables.
+  const float* k = nullptr;
+  const float* v = nullptr;
+  DType flash_dtype = DType::kF32;
 };
 
 /// o = softmax(scale·q·Kᵀ, causal)·V for every chunk's tokens, keys and values read from

@@ -255,11 +255,7 @@ absl::StatusOr<Tensor> ServingLayer::Forward(const Tensor& x, const std::vector<
   args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   args.window =
       LayerAttentionWindow(config_.attention_window, config_.window_attn_skip_freq, index_);
-  if (dt != DType::kF32) {
-    // The roped Q and K back in the layer's dtype, for a device's flash attention.
-    PT_RETURN_IF_ERROR(be.Cast(dt, qkv.data(), DType::kF32, qkv32.data(), n * W));
-  }
-  args.qkv = qkv.data(), args.qkv_dtype = dt;
+  args.k = q + hl * d, args.v = q + (hl + gl) * d, args.flash_dtype = dt;
   PT_RETURN_IF_ERROR(ops.PagedAttention(args, *cache, cache_layer_));
   Tensor ctx = ctx32;
   if (dt != DType::kF32) {

@@ -54,8 +54,7 @@ class CudaServingOps : public ServingOps {
     num_chunks_ = static_cast<int64_t>(chunks.size());
     max_chunk_tokens_ = a.max_chunk_tokens;
     paged_max_tokens_ = a.paged_max_tokens;
-    flash_.clear();
-    for (const auto& [row0, tokens] : a.flash) flash_.push_back({row0, tokens});
+    flash_ = a.flash;
     PT_ASSIGN_OR_RETURN(positions_, Upload(a.positions));
     PT_ASSIGN_OR_RETURN(chunk_start_, Upload(a.start));
     PT_ASSIGN_OR_RETURN(chunk_row0_, Upload(a.row0));
@@ -93,7 +92,7 @@ class CudaServingOps : public ServingOps {
   absl::Status PagedAttention(const PagedAttentionArgs& args, const PagedKvCache& cache,
                               int64_t layer) override {
     PT_ASSIGN_OR_RETURN(const cuda::KvStorage storage, StorageOf(cache.shape().dtype));
-    const bool flash = args.qkv != nullptr && !flash_.empty();
+    const bool flash = args.k != nullptr && args.v != nullptr && !flash_.empty();
     if (flash) PT_RETURN_IF_ERROR(FlashPrompts(args));
     if (flash && paged_max_tokens_ == 0) return absl::OkStatus();
     const int64_t g = cache.group_of(layer);
@@ -152,36 +151,49 @@ class CudaServingOps : public ServingOps {
  private:
   // The whole prompts of the step through the backend's flash attention, each attending
   // to its own K and V (args.qkv); the output rows as fp32 into args.o.
+  // In `flash_dtype`: a 16-bit run converts the prompt's rows of Q, K and V first (K and V
+  // lie in Q's rows, so the rows convert as one block).
   absl::Status FlashPrompts(const PagedAttentionArgs& args) {
-    const DType dt = args.qkv_dtype;
+    const DType dt = args.flash_dtype;
     const int64_t es = SizeOf(dt), d = args.head_dim, width = args.heads * d;
+    const int64_t k_at = args.k - args.q, v_at = args.v - args.q;
+    if (k_at < width || v_at < k_at || v_at + args.groups * d > args.ld_q) {
+      return absl::InvalidArgumentError("flash prompts: K and V must follow Q in its rows");
+    }
     if (dt != DType::kF32 && args.ld_o != width) {
       return absl::InvalidArgumentError("flash prompts: a 16-bit output needs ld_o = heads x d");
     }
-    for (const FlashChunk& c : flash_) {
+    for (const auto& [row0, tokens] : flash_) {
       AttentionArgs fa;
-      fa.batch = 1, fa.seq = c.tokens;
+      fa.batch = 1, fa.seq = tokens;
       fa.heads = args.heads, fa.groups = args.groups, fa.head_dim = d;
-      const char* base = static_cast<const char*>(args.qkv) + c.row0 * args.ld_q * es;
+      const float* rows = args.q + row0 * args.ld_q;
+      Tensor qkv;
+      const char* base = reinterpret_cast<const char*>(rows);
+      if (dt != DType::kF32) {
+        PT_ASSIGN_OR_RETURN(qkv, be_.Empty({tokens, args.ld_q}, dt, MemoryTag::kWorkspace));
+        PT_RETURN_IF_ERROR(be_.Cast(dt, qkv.data(), DType::kF32, rows, tokens * args.ld_q));
+        base = static_cast<const char*>(qkv.data());
+      }
       fa.q = base;
-      fa.k = base + width * es;
-      fa.v = base + (args.heads + args.groups) * d * es;
+      fa.k = base + k_at * es;
+      fa.v = base + v_at * es;
       fa.ld_qkv = args.ld_q;
       fa.scale = args.scale;
       fa.window = args.window;
-      float* out = args.o + c.row0 * args.ld_o;
+      float* out = args.o + row0 * args.ld_o;
       Tensor staged;
       if (dt == DType::kF32) {
         fa.o = out, fa.ld_o = args.ld_o;
       } else {
-        PT_ASSIGN_OR_RETURN(staged, be_.Empty({c.tokens, width}, dt, MemoryTag::kWorkspace));
+        PT_ASSIGN_OR_RETURN(staged, be_.Empty({tokens, width}, dt, MemoryTag::kWorkspace));
         fa.o = staged.data(), fa.ld_o = width;
       }
       PT_ASSIGN_OR_RETURN(Tensor lse,
-                          be_.Empty({args.heads * c.tokens}, DType::kF32, MemoryTag::kWorkspace));
+                          be_.Empty({args.heads * tokens}, DType::kF32, MemoryTag::kWorkspace));
       PT_RETURN_IF_ERROR(be_.FlashAttentionForward(dt, fa, lse.data_as<float>()));
       if (dt != DType::kF32) {
-        PT_RETURN_IF_ERROR(be_.Cast(DType::kF32, out, dt, staged.data(), c.tokens * width));
+        PT_RETURN_IF_ERROR(be_.Cast(DType::kF32, out, dt, staged.data(), tokens * width));
       }
     }
     return absl::OkStatus();
@@ -198,14 +210,10 @@ class CudaServingOps : public ServingOps {
     return t;
   }
 
-  struct FlashChunk {
-    int64_t row0 = 0, tokens = 0;
-  };
-
   CudaBackendBase& be_;
   int64_t tokens_ = 0, num_chunks_ = 0, max_chunk_tokens_ = 0;
   int64_t paged_max_tokens_ = 0;   ///< Over the chunks the paged kernel runs.
-  std::vector<FlashChunk> flash_;  ///< The step's whole prompts.
+  std::vector<std::pair<int64_t, int64_t>> flash_;  ///< The step's whole prompts (row, tokens).
   Tensor positions_, chunk_start_, chunk_row0_, chunk_tokens_;
   Tensor paged_chunk_tokens_;           ///< chunk_tokens_ with the whole prompts at 0.
   std::vector<Tensor> slots_, tables_;  ///< Per block-table group.
