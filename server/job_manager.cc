@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/convert.h"
 #include "server/metrics.h"
+#include "server/verify_stage.h"
 
 namespace paratune::server {
 namespace {
@@ -262,9 +263,8 @@ absl::StatusOr<v1::LeaseTaskResponse> JobManager::LeaseTask(const v1::LeaseTaskR
     // The serving loop runs on a worker holding all of its ranks: a CPU worker, or a CUDA
     // worker for aggregated layouts with pp 1.
     if (t.has_serving_verify()) {
-      const v1::ServingVerifyTask& sv = t.serving_verify();
-      const bool cuda_runs = sv.pp() <= 1 && sv.prefill_instances() == 0;
-      return (w->backend() == "cpu" || (w->backend() == "cuda" && cuda_runs)) &&
+      return (w->backend() == "cpu" ||
+              (w->backend() == "cuda" && ServingVerifyRunsOnCuda(t.serving_verify()))) &&
              RanksNeeded(t) <= devices;
     }
     const int64_t need = RanksNeeded(t);

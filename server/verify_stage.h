@@ -6,9 +6,9 @@
 // whole gang under a fresh rendezvous namespace, until a part has had max_attempts leases.
 // Each verified entry gets its Verification (measured next to predicted); the others a
 // status saying why not. An inference job's layouts (verify_stage_inference.cc) run as one
-// ServingVerifyTask each: the serving loop on tp thread ranks of one CPU worker, over the
-// spec's trace; its entry gets an InferenceVerification (measured TTFT, TPOT, e2e and
-// output tokens/s next to the entry's predicted figures).
+// ServingVerifyTask each: the serving loop on the ranks of one CPU worker (or CUDA worker,
+// ServingVerifyRunsOnCuda), over the spec's trace; its entry gets an InferenceVerification
+// (measured TTFT, TPOT, e2e and output tokens/s next to the entry's predicted figures).
 //
 // Thread-compatible: the JobLifecycle calls it under its lock (it then takes the
 // LeaseBroker's and the WorkerRegistry's).
@@ -28,6 +28,11 @@
 #include "server/worker_registry.h"
 
 namespace paratune::server {
+
+/// Whether a CUDA worker's serving loop runs `task`: aggregated instances with pp 1
+/// (pipelined and disaggregated runs stay on CPU workers, as kernels/serving refuses them on
+/// a device). The lease broker offers the task to CUDA workers only then.
+bool ServingVerifyRunsOnCuda(const v1::ServingVerifyTask& task);
 
 class VerifyStage {
  public:

@@ -43,10 +43,6 @@ int64_t VerifyShare(const v1::ServingConfig& c) {
   return std::max<int64_t>(1, c.replicas());
 }
 
-// Whether a CUDA worker's serving loop runs layout `c`: aggregated instances with pp 1
-// (pipelined and disaggregated runs stay on CPU workers).
-bool CudaVerifiable(const v1::ServingConfig& c) { return c.pp() <= 1 && !c.disaggregated(); }
-
 // Ranks one verify run of layout `c` takes on one worker.
 int64_t VerifyRanks(const v1::ServingConfig& c) {
   if (!c.disaggregated()) return c.tp() * std::max(1, c.pp());
@@ -110,6 +106,10 @@ v1::ServingVerifyTask MakeServingVerifyTask(const inference::InferenceJobSpec& s
 
 }  // namespace
 
+bool ServingVerifyRunsOnCuda(const v1::ServingVerifyTask& task) {
+  return task.pp() <= 1 && task.prefill_instances() == 0;
+}
+
 Transition VerifyStage::StartInference(JobEntry& job) {
   const inference::InferenceJobSpec& spec = *job.inference;
   const int64_t k = spec.search.verify_top_k;
@@ -133,8 +133,9 @@ Transition VerifyStage::StartInference(JobEntry& job) {
       v->set_status(absl::StrCat("not verified: ", why));
       continue;
     }
+    const v1::ServingVerifyTask verify_task = MakeServingVerifyTask(spec, r);
     const int64_t largest =
-        std::max(largest_cpu, CudaVerifiable(r.config()) ? largest_cuda : int64_t{0});
+        std::max(largest_cpu, ServingVerifyRunsOnCuda(verify_task) ? largest_cuda : int64_t{0});
     if (VerifyRanks(r.config()) > largest) {
       v->set_status(absl::StrCat("not verified: needs ", VerifyRanks(r.config()),
                                  " ranks on one worker of device kind ", spec.cluster.gpu,
@@ -147,7 +148,7 @@ Transition VerifyStage::StartInference(JobEntry& job) {
     t.task.set_job_id(job_id);
     t.task.set_device_kind(spec.cluster.gpu);
     t.task.set_key(absl::StrCat("serving_verify/", r.rank()));
-    *t.task.mutable_serving_verify() = MakeServingVerifyTask(spec, r);
+    *t.task.mutable_serving_verify() = verify_task;
     v->set_status("verifying");
     tasks.push_back(std::move(t));
   }
