@@ -87,6 +87,17 @@ std::vector<FrameworkProfile> BuildProfiles() {
   megatron_deepspeed.hopper_attention_kernel = AttentionKernel::kFlash2;  // the flash-attn package
   megatron_deepspeed.reduce_gradients_in_fp32 = false;
   megatron_deepspeed.pipeline_keeps_outputs = true;
+  // The PipelineEngine sends pipe_buffers['outputs'] whole (_exec_send_activations:
+  // p2p.send of the stage output) from every rank of the stage's TP group.
+  megatron_deepspeed.pipeline_sends_replicated_activation = true;
+  // After every micro-batch's backward the engine calls BF16_Optimizer.update_hp_grads
+  // (runtime/pipe/engine.py _exec_backward_pass; BF16_Optimizer.backward without a
+  // pipeline): hp_grad.add_(lp.grad.to(float32)) per parameter, a FP32 copy of the BF16
+  // gradient (read 2, write 4) added to the FP32 accumulator (read 4 + 4, write 4): 18
+  // bytes. FP16 runs accumulate in the parameters' FP16 .grad as autograd does (read the
+  // held and the new gradient, write the sum: 6 bytes).
+  megatron_deepspeed.grad_accumulation_bytes_bf16 = 18;
+  megatron_deepspeed.grad_accumulation_bytes_fp16 = 6;
   megatron_deepspeed.pipeline_split = PipelineSplit::kLayersUneven;
   megatron_deepspeed.export_format = "deepspeed";
   out.push_back(megatron_deepspeed);
@@ -103,6 +114,9 @@ std::vector<FrameworkProfile> BuildProfiles() {
   deepspeed.sequence_parallel = false;
   deepspeed.gradient_bytes_per_param = 2;
   deepspeed.vocab_parallel_loss = false;
+  // ZeRO's optimizer takes the gradients in its own backward hooks (not modelled).
+  deepspeed.grad_accumulation_bytes_bf16 = 0;
+  deepspeed.grad_accumulation_bytes_fp16 = 0;
   out.push_back(deepspeed);
 
   // torchtitan (torchtitan/config/job_config.py, docs/fsdp.md): FSDP2 fully_shard with
@@ -267,6 +281,18 @@ const FrameworkProfile& ProfileOf(Framework framework) {
     if (p.framework == framework) return p;
   }
   return kProfiles->front();
+}
+
+double GradAccumulationBytesPerParam(Framework framework, Precision precision) {
+  const FrameworkProfile& p = ProfileOf(framework);
+  switch (precision) {
+    case Precision::kFp32:
+      return 0;
+    case Precision::kFp16:
+      return p.grad_accumulation_bytes_fp16;
+    default:
+      return p.grad_accumulation_bytes_bf16;
+  }
 }
 
 AttentionKernel DefaultAttentionKernel(Framework framework, const DeviceProfile& device) {

@@ -106,6 +106,15 @@ struct FrameworkProfile {
   /// The pipeline keeps each in-flight micro-batch's stage output (the activation sent to
   /// the next stage) until that micro-batch's backward; Megatron frees its data once sent.
   bool pipeline_keeps_outputs = false;
+  /// Bytes moved per parameter and micro-batch to add each micro-batch's gradients into
+  /// the accumulated ones outside the weight-gradient GEMMs, with BF16 (FP8 too) and with
+  /// FP16 training (Megatron-Core accumulates inside the GEMM: 0).
+  double grad_accumulation_bytes_bf16 = 0;
+  double grad_accumulation_bytes_fp16 = 0;
+  /// The pipeline sends a stage's whole output from every TP rank (without sequence
+  /// parallelism each holds a copy); Megatron's schedules send 1/t of it per rank
+  /// (scatter-gather optimisation, or sequence parallelism).
+  bool pipeline_sends_replicated_activation = false;
   /// The cross entropy runs on the vocabulary split over TP (else every TP rank holds the
   /// full vocabulary's logits).
   bool vocab_parallel_loss = true;
@@ -119,6 +128,10 @@ struct FrameworkProfile {
 
 /// The profile of `framework`.
 const FrameworkProfile& ProfileOf(Framework framework);
+
+/// Bytes per parameter and micro-batch that accumulating the gradients moves beside the
+/// GEMMs (FrameworkProfile::grad_accumulation_bytes_*; 0 in FP32).
+double GradAccumulationBytesPerParam(Framework framework, Precision precision);
 
 /// The attention kernel `framework` runs on `device` when the spec names none.
 AttentionKernel DefaultAttentionKernel(Framework framework, const DeviceProfile& device);

@@ -550,6 +550,9 @@ struct Pipeline {
   /// Expert layers per stage (ExpertLayersPerStage; zeros for a dense model), counted once
   /// for the schedule, the critical stage and the breakdown.
   std::vector<int64_t> expert_layers_per_stage;
+  /// Per stage, one micro-batch's gradient accumulation outside the GEMMs (all chunks),
+  /// which the chunks' backward times include.
+  std::vector<double> grad_accumulation;
 };
 
 Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
@@ -578,7 +581,16 @@ Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
       GradientReduceBytes(training.framework, training.precision), device,
       spec.cluster.gpus_per_node);
   out.sharded_dp.assign(static_cast<size_t>(p), 0.0);
+  out.grad_accumulation.assign(static_cast<size_t>(p), 0.0);
+  const double accumulation_bytes =
+      GradAccumulationBytesPerParam(training.framework, training.precision);
   for (int64_t r = 0; r < p; ++r) {
+    // Every micro-batch's gradients of the stage's parameters are added into the
+    // accumulated ones after its backward (a memory-bound pass, split over the chunks).
+    out.grad_accumulation[static_cast<size_t>(r)] =
+        accumulation_bytes > 0
+            ? StreamSeconds(device, accumulation_bytes * StageParamsPerGpu(model, config, r))
+            : 0.0;
     const double not_recomputed = 1.0 - RecomputeFraction(config, model, r);
     const double layer_backward = layer.Backward() - not_recomputed * layer.Recompute();
     const double expert_backward =
@@ -601,7 +613,9 @@ Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
           layers, sharded.backward_gather + sharded.backward_reduce, backward / per_layer,
           sharded.backward_gather, device.comm_overlap_slowdown);
       pipe.forward[r * v + j] = forward + forward_dp;
-      pipe.backward[r * v + j] = backward + backward_dp;
+      pipe.backward[r * v + j] =
+          backward + backward_dp +
+          out.grad_accumulation[static_cast<size_t>(r)] / static_cast<double>(v);
       out.sharded_dp[r] += forward_dp + backward_dp;
     }
   }
@@ -617,9 +631,12 @@ Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
       edge.logits_backward + mtp * (mtp_layer.Backward() + edge.logits_backward);
   const double tokens = static_cast<double>(config.micro_batch_size) *
                         static_cast<double>(training.seq_length) / static_cast<double>(config.cp);
-  // Megatron sends 1/t of the activation per TP rank (scatter-gather optimisation, or SP).
+  // Megatron sends 1/t of the activation per TP rank (scatter-gather optimisation, or SP);
+  // DeepSpeed's PipelineEngine sends the stage output whole from every rank.
+  const bool replicated = ProfileOf(training.framework).pipeline_sends_replicated_activation &&
+                          !config.sequence_parallel;
   const double p2p_bytes = tokens * model.hidden_size * ElementBytes(training.precision) /
-                           static_cast<double>(config.tp);
+                           (replicated ? 1.0 : static_cast<double>(config.tp));
   const Link p2p_link =
       GroupLink(device, 2, config.tp * config.cp * config.dp, spec.cluster.gpus_per_node);
   out.p2p = p > 1 ? SendRecvSeconds(p2p_bytes, p2p_link) : 0.0;
@@ -843,6 +860,7 @@ TimeBreakdown SplitByCause(const JobSpec& spec, const ParallelConfig& config,
   });
   const double offload =
       sum([](const LayerTime& t) { return t.forward_offload + t.backward_offload; });
+  compute += pipeline.grad_accumulation[static_cast<size_t>(critical.stage)];
   if (critical.stage == 0) compute += edge.embedding_forward + edge.embedding_backward;
   if (last) compute += (1.0 + mtp) * (edge.logits_forward + edge.logits_backward);
   TimeBreakdown out;

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/model/records.h"
@@ -249,6 +250,24 @@ int Main(int argc, char** argv) {
       Median(spearman), 100 * pair_share, static_cast<long long>(in_order),
       static_cast<long long>(pairs), 100 * Median(regret), 100 * regret_max,
       static_cast<long long>(best_found), scores.size());
+  // The level beside the order where the sweep records throughput (BLOOM's rows; Aleph
+  // Alpha's record a relative figure): predicted over measured tokens/s/GPU.
+  std::vector<double> bloom_errors;
+  for (const auto& [name, g] : groups) {
+    for (const Layout* l : g) {
+      if (absl::StartsWith(l->id, "bloom#") && l->measured > 0) {
+        bloom_errors.push_back(100.0 * (l->predicted / l->measured - 1.0));
+      }
+    }
+  }
+  if (!bloom_errors.empty()) {
+    std::sort(bloom_errors.begin(), bloom_errors.end());
+    const size_t n = bloom_errors.size();
+    std::printf(
+        "# BLOOM layouts: predicted over measured tokens/s/GPU %+.1f %% median (quartiles "
+        "%+.1f, %+.1f %%) over %zu\n",
+        Median(bloom_errors), bloom_errors[n / 4], bloom_errors[3 * n / 4], n);
+  }
   std::printf(
       "# of the pairs, %lld are one layout measured twice (predicted equal, measured apart); "
       "the others in order: %.1f %%\n",

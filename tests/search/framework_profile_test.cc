@@ -330,8 +330,77 @@ TEST(FrameworkProfileTest, MegatronDeepSpeedExposesTheGradientReduction) {
   EXPECT_FALSE(deepspeed.config.overlap_grad_reduce);
   EXPECT_TRUE(megatron.config.overlap_grad_reduce);
   EXPECT_DOUBLE_EQ(deepspeed.time.dp_comm, pinned_off.time.dp_comm);
-  EXPECT_DOUBLE_EQ(deepspeed.iteration_time_s, pinned_off.iteration_time_s);
+  // The rest of the difference is FP16's gradient accumulation (below).
+  EXPECT_NEAR(deepspeed.iteration_time_s - pinned_off.iteration_time_s,
+              deepspeed.time.compute - pinned_off.time.compute, 1e-9);
   EXPECT_GT(deepspeed.time.dp_comm, megatron.time.dp_comm);
+}
+
+// Megatron-DeepSpeed adds every micro-batch's gradients into the accumulated ones after
+// its backward: BF16_Optimizer.update_hp_grads copies the BF16 gradient to FP32 and adds
+// it (2 + 4 + 4 + 4 + 4 = 18 bytes per parameter), FP16 runs add into the FP16 .grad
+// (2 + 2 + 2 = 6). Megatron-Core accumulates inside the weight-gradient GEMM. Llama 2 7B
+// at tp 1, pp 1, dp 8, micro-batch 1, global batch 64: 8 micro-batches, each a pass over
+// the rank's 6.7B parameters at 80 % of H100's 3.35 TB/s.
+TEST(FrameworkProfileTest, MegatronDeepSpeedAccumulatesGradientsBesideTheGemms) {
+  const auto plan = [](Framework f, Precision precision) {
+    JobSpec spec = Llama7bTp1Dp8(f);
+    spec.training.precision = precision;
+    spec.training.attention_kernel = AttentionKernel::kFlash2;
+    spec.search.overlap_grad_reduce = {false};
+    return PlanOne(spec);
+  };
+  const DeviceProfile device = *FindDevice("h100-sxm-80gb");
+  for (const auto& [precision, bytes] : std::vector<std::pair<Precision, double>>{
+           {Precision::kBf16, 18.0}, {Precision::kFp16, 6.0}}) {
+    const RankedConfig deepspeed = plan(Framework::kMegatronDeepspeed, precision);
+    const RankedConfig megatron = plan(Framework::kMegatronCore, precision);
+    const double params = StageParamsPerGpu(*FindPreset("llama2-7b"), deepspeed.config, 0);
+    EXPECT_GT(params, 6.5e9);
+    const double pass = bytes * params / (device.memory_bandwidth * device.memory_efficiency);
+    EXPECT_NEAR(deepspeed.time.compute - megatron.time.compute, 8 * pass, 1e-9);
+    EXPECT_NEAR(deepspeed.iteration_time_s - megatron.iteration_time_s,
+                8 * pass + deepspeed.time.dp_comm - megatron.time.dp_comm, 1e-9);
+  }
+  EXPECT_EQ(GradAccumulationBytesPerParam(Framework::kMegatronDeepspeed, Precision::kFp32), 0);
+  EXPECT_EQ(GradAccumulationBytesPerParam(Framework::kMegatronDeepspeed, Precision::kFp8), 18);
+  EXPECT_EQ(GradAccumulationBytesPerParam(Framework::kDeepspeed, Precision::kBf16), 0);
+  EXPECT_EQ(GradAccumulationBytesPerParam(Framework::kTorchtitan, Precision::kBf16), 0);
+}
+
+// DeepSpeed's PipelineEngine sends a stage's output whole from every rank of its TP group
+// (without sequence parallelism each holds a copy); Megatron sends 1/t per rank. Llama 2 7B
+// on 8 GPUs at tp 2, pp 2, dp 2 (both stages on one node's NVLink), FP32 (no gradient
+// accumulation pass), micro-batch 1, 32 micro-batches: each blocking transfer of the
+// critical (first or last) stage moves s*h*4 bytes instead of s*h*4/2.
+TEST(FrameworkProfileTest, DeepSpeedPipelineSendsTheWholeActivation) {
+  const auto plan = [](Framework f, bool sp) {
+    JobSpec spec = Llama13b(f);
+    spec.model = *FindPreset("llama2-7b");
+    spec.training.precision = Precision::kFp32;
+    spec.training.attention_kernel = AttentionKernel::kFlash2;
+    spec.search.tp = {2};
+    spec.search.pp = {2};
+    spec.search.cp = {1};
+    spec.search.dp = {2};
+    spec.search.vp = {1};
+    spec.search.micro_batch_size = {1};
+    spec.search.sequence_parallel = {sp};
+    spec.search.recompute = {Recompute::kFull};
+    spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
+    spec.search.overlap_grad_reduce = {false};
+    spec.search.overlap_p2p_comm = {false};
+    spec.search.overlap_param_gather = {false};
+    return PlanOne(spec);
+  };
+  const DeviceProfile device = *FindDevice("h100-sxm-80gb");
+  const double half = 4096.0 * 4096.0 * 4.0 / 2.0;  // s * h * 4 bytes over tp 2
+  const RankedConfig deepspeed = plan(Framework::kMegatronDeepspeed, false);
+  const RankedConfig megatron = plan(Framework::kMegatronCore, false);
+  EXPECT_NEAR(deepspeed.time.pp_p2p - megatron.time.pp_p2p, 32 * half / device.nvlink_bandwidth,
+              1e-9);
+  EXPECT_NEAR(plan(Framework::kMegatronDeepspeed, true).time.pp_p2p,
+              plan(Framework::kMegatronCore, true).time.pp_p2p, 1e-12);
 }
 
 // --overlap-param-gather: the distributed optimizer's all-gather of the updated 16-bit
