@@ -374,6 +374,7 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
       break;
     case Precision::kFp32: break;
   }
+  if (t.grad_reduce_in_fp32.has_value() && !*t.grad_reduce_in_fp32) add("--grad-reduce-in-bf16");
   const AttentionKernel kernel = t.AttentionKernelOf();
   if (kernel == AttentionKernel::kCudnn) {
     // Transformer Engine's FusedAttention (cuDNN) backend.
@@ -507,6 +508,11 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
   }
   if (!t.dropout) absl::StrAppend(&out, "  hidden_dropout: 0.0\n  attention_dropout: 0.0\n");
   if (t.precision == Precision::kFp8) absl::StrAppend(&out, "  fp8: true\n  fp8_hybrid: true\n");
+  if (t.grad_reduce_in_fp32.has_value()) {
+    // NeMo 2.0 sets it on the mixed-precision plugin and the DDP config.
+    absl::StrAppend(&out, "  # MegatronMixedPrecision(grad_reduce_in_fp32=",
+                    *t.grad_reduce_in_fp32 ? "True" : "False", ")\n");
+  }
   // Block-scaled recipes under Megatron-Core's TransformerConfig names (fp8_recipe,
   // fp4, fp4_recipe), which NeMo passes through from the model section.
   if (t.precision == Precision::kMxfp8) {

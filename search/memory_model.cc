@@ -359,6 +359,14 @@ double MaxParamsPerGpu(const ModelSpec& model, const ParallelConfig& config) {
   return std::max(first, StageParamsPerGpu(model, config, config.pp - 1));
 }
 
+FrameworkMemory FrameworkMemoryFor(const DeviceProfile& device, const TrainingSpec& training) {
+  FrameworkMemory f = FrameworkMemoryFor(device, training.framework);
+  if (training.grad_reduce_in_fp32.has_value()) {
+    f.gradient_bytes_per_param = *training.grad_reduce_in_fp32 ? 4.0 : 2.0;
+  }
+  return f;
+}
+
 FrameworkMemory FrameworkMemoryFor(const DeviceProfile& device, Framework framework) {
   const FrameworkProfile& profile = ProfileOf(framework);
   FrameworkMemory f;

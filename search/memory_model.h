@@ -213,6 +213,9 @@ struct FrameworkMemory {
 /// whose ranks allocate through ParaTune's tracking allocator (no CUDA context, cuBLAS/NCCL
 /// workspaces or caching allocator: what the tracking allocator counts is all there is).
 FrameworkMemory FrameworkMemoryFor(const DeviceProfile& device, Framework framework);
+/// The same for `training`'s framework, with its grad_reduce_in_fp32 when set (gradient
+/// buffers of 4 or 2 bytes per parameter).
+FrameworkMemory FrameworkMemoryFor(const DeviceProfile& device, const TrainingSpec& training);
 
 /// What kernels/training's tracking allocator counts of a modelled peak `m` (bytes, modelled
 /// with `framework`), for comparing a verify run's measured peak on the same footing: `m`

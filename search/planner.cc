@@ -474,7 +474,7 @@ struct Pruned {
 // Counts every layout in `result` and rejects, with the reason, those that break a rule or
 // run out of memory.
 Pruned Prune(const JobSpec& spec, const DeviceProfile& device, PlanResult& result) {
-  const FrameworkMemory framework = FrameworkMemoryFor(device, spec.training.framework);
+  const FrameworkMemory framework = FrameworkMemoryFor(device, spec.training);
   const size_t keep_misses = static_cast<size_t>(std::max<int64_t>(spec.search.top_k, 1));
   Pruned out;
   // Memory does not depend on the token dispatcher, which varies fastest: the previous
@@ -595,7 +595,7 @@ absl::StatusOr<RankedConfig> Estimate(const JobSpec& spec, const ParallelConfig&
   if (!device.ok()) return device.status();
   Scorer scorer{spec, *device, {}, {}};
   const MemoryBreakdown mem = EstimateMemory(spec, config, device->memory_bytes,
-                                             FrameworkMemoryFor(*device, spec.training.framework));
+                                             FrameworkMemoryFor(*device, spec.training));
   absl::StatusOr<RankedConfig> r = scorer.Score(config, mem, PipelineMode::kSimulated);
   if (r.ok()) r->rank = 1;
   return r;

@@ -293,11 +293,11 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
     return absl::InvalidArgumentError(
         absl::StrCat("training must be an object (mapping), got ", Shown(obj)));
   }
-  if (auto s = CheckSpecKeys(
-          obj, sec,
-          {"seq_length", "global_batch_size", "precision", "flash_attention", "dropout",
-           "optimizer", "total_tokens", "moe_routing", "moe_capacity_factor", "recompute_modules",
-           "attention_kernel", "fused_norm", "framework", "offload_modules"});
+  if (auto s = CheckSpecKeys(obj, sec,
+                             {"seq_length", "global_batch_size", "precision", "flash_attention",
+                              "dropout", "optimizer", "total_tokens", "moe_routing",
+                              "moe_capacity_factor", "recompute_modules", "attention_kernel",
+                              "fused_norm", "framework", "offload_modules", "grad_reduce_in_fp32"});
       !s.ok()) {
     return s;
   }
@@ -328,6 +328,11 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
     t->attention_kernel = AttentionKernel::kFused;
   }
   if (auto s = ReadBool(obj, sec, "fused_norm", &t->fused_norm); !s.ok()) return s;
+  if (FindSpecField(obj, "grad_reduce_in_fp32") != nullptr) {
+    bool fp32 = true;
+    if (auto s = ReadBool(obj, sec, "grad_reduce_in_fp32", &fp32); !s.ok()) return s;
+    t->grad_reduce_in_fp32 = fp32;
+  }
   if (auto s = ReadSpecEnum(obj, sec, "framework", ParseFramework, &t->framework); !s.ok())
     return s;
   if (auto s = ReadBool(obj, sec, "dropout", &t->dropout); !s.ok()) return s;
@@ -731,6 +736,9 @@ json JobSpecToJson(const JobSpec& spec) {
   json offload_modules = json::array();
   for (OffloadModule x : t.offload_modules) offload_modules.push_back(ToString(x));
   out["training"]["offload_modules"] = offload_modules;
+  if (t.grad_reduce_in_fp32.has_value()) {
+    out["training"]["grad_reduce_in_fp32"] = *t.grad_reduce_in_fp32;
+  }
   out["cluster"]["nvlink_domain"] = c.nvlink_domain;
   out["search"]["ep"] = IntsToJson(o.ep);
   out["search"]["etp"] = IntsToJson(o.etp);

@@ -399,6 +399,12 @@ absl::Status ModelSpec::Validate() const {
   return absl::OkStatus();
 }
 
+double TrainingSpec::GradientBytes() const {
+  if (precision == Precision::kFp32) return 4.0;
+  if (grad_reduce_in_fp32.has_value()) return *grad_reduce_in_fp32 ? 4.0 : 2.0;
+  return GradientReduceBytes(framework, precision);
+}
+
 absl::Status TrainingSpec::Validate() const {
   if (auto s = CheckRange("training.seq_length", seq_length, kMaxSeqLength); !s.ok()) return s;
   if (auto s = CheckRange("training.global_batch_size", global_batch_size, kMaxGlobalBatchSize);
@@ -425,6 +431,18 @@ absl::Status TrainingSpec::Validate() const {
         absl::StrCat("training.moe_capacity_factor (", moe_capacity_factor,
                      ") applies only with training.moe_routing capacity (training.moe_routing is ",
                      ToString(moe_routing), ")"));
+  }
+  if (grad_reduce_in_fp32.has_value()) {
+    if (framework != Framework::kMegatronCore && framework != Framework::kNemo) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training.grad_reduce_in_fp32 needs training.framework megatron-core or nemo (",
+          ToString(framework), " sets its gradient dtype itself)"));
+    }
+    if (precision == Precision::kFp32) {
+      return absl::InvalidArgumentError(
+          "training.grad_reduce_in_fp32 applies to 16-bit and FP8 training (training.precision "
+          "fp32 keeps FP32 gradients)");
+    }
   }
   if (recompute_modules.empty()) {
     return absl::InvalidArgumentError(

@@ -109,6 +109,14 @@ struct TrainingSpec {
   /// The codebase that runs the job: which overlaps and sharding stages exist, the
   /// gradient and parameter dtypes, the loss buffers (search/framework_profile.h).
   Framework framework = Framework::kMegatronCore;
+  /// Gradients accumulated and reduced across data parallelism in FP32 (Megatron-Core's
+  /// DistributedDataParallelConfig.grad_reduce_in_fp32; Megatron-LM's default with BF16,
+  /// off with --grad-reduce-in-bf16) or in the 16-bit training dtype. Unset: the
+  /// framework's (FrameworkProfile). Megatron-Core and NeMo only; 16-bit and FP8 training.
+  std::optional<bool> grad_reduce_in_fp32;
+  /// Bytes per parameter of the gradient buffer and of the data-parallel reduction:
+  /// grad_reduce_in_fp32 when set (4 or 2), else the framework's.
+  double GradientBytes() const;
   bool dropout = false;              ///< Dropout masks stored for backward.
   int64_t total_tokens = 0;          ///< > 0: report time_to_train_days.
   /// How tokens are routed to experts (MoE models only).

@@ -578,8 +578,7 @@ Pipeline BuildPipeline(const JobSpec& spec, const ParallelConfig& config,
   // reduce-scatters; full sharding's parameter all-gathers too), overlapped layer by layer.
   const ShardedLayerComm sharded = ShardedLayerCommSeconds(
       config, LayerParams(model) / static_cast<double>(config.tp), ElementBytes(training.precision),
-      GradientReduceBytes(training.framework, training.precision), device,
-      spec.cluster.gpus_per_node);
+      training.GradientBytes(), device, spec.cluster.gpus_per_node);
   out.sharded_dp.assign(static_cast<size_t>(p), 0.0);
   out.grad_accumulation.assign(static_cast<size_t>(p), 0.0);
   const double accumulation_bytes =
@@ -757,7 +756,7 @@ CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& confi
   const ModelSpec& model = spec.model;
   const int64_t p = config.pp;
   // The data-parallel reduction's dtype is the framework's (Megatron: FP32 in BF16 runs).
-  const double grad_bytes = GradientReduceBytes(spec.training.framework, spec.training.precision);
+  const double grad_bytes = spec.training.GradientBytes();
   const double e = ElementBytes(spec.training.precision);
   CriticalStage out;
   for (int64_t r = 0; r < p; ++r) {

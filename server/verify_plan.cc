@@ -240,11 +240,10 @@ absl::StatusOr<v1::Verification> VerificationFromParts(
   v.set_predicted_peak_gib(ranked.memory().peak_gib());
   absl::StatusOr<DeviceProfile> device = DeviceForCluster(spec.cluster);
   if (!device.ok()) return device.status();
-  v.set_predicted_tracked_peak_gib(
-      TrackedPeakBytes(MemoryFromProto(ranked.memory()),
-                       FrameworkMemoryFor(*device, spec.training.framework),
-                       spec.training.precision) /
-      kGiB);
+  v.set_predicted_tracked_peak_gib(TrackedPeakBytes(MemoryFromProto(ranked.memory()),
+                                                    FrameworkMemoryFor(*device, spec.training),
+                                                    spec.training.precision) /
+                                   kGiB);
   for (double l : first->losses()) v.add_measured_losses(l);
   for (double s : first->step_seconds()) v.add_measured_step_seconds(s);
   v.set_status("verified");

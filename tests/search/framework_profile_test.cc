@@ -10,6 +10,7 @@
 
 #include "search/collectives.h"
 #include "search/device_catalog.h"
+#include "search/exporters.h"
 #include "search/memory_model.h"
 #include "search/model_math.h"
 #include "search/planner.h"
@@ -401,6 +402,53 @@ TEST(FrameworkProfileTest, DeepSpeedPipelineSendsTheWholeActivation) {
               1e-9);
   EXPECT_NEAR(plan(Framework::kMegatronDeepspeed, true).time.pp_p2p,
               plan(Framework::kMegatronCore, true).time.pp_p2p, 1e-12);
+}
+
+// training.grad_reduce_in_fp32 false (NVIDIA's performance recipes: NeMo's FP8 scripts,
+// Megatron-Bridge's perf configs; Megatron-LM's --grad-reduce-in-bf16) keeps Megatron-Core's
+// gradient buffer and its reduction in BF16: half the gradient bytes of the default, the
+// flag in the Megatron export, the same layout as the framework's default when true.
+TEST(FrameworkProfileTest, GradReduceInFp32SetsTheGradientBuffer) {
+  const auto plan = [](std::optional<bool> fp32) {
+    JobSpec spec = Llama7bTp1Dp8(Framework::kNemo);
+    spec.training.grad_reduce_in_fp32 = fp32;
+    spec.search.overlap_grad_reduce = {false};
+    return PlanOne(spec);
+  };
+  const RankedConfig unset = plan(std::nullopt);
+  const RankedConfig fp32 = plan(true);
+  const RankedConfig bf16 = plan(false);
+  EXPECT_DOUBLE_EQ(fp32.memory.gradients, unset.memory.gradients);
+  EXPECT_DOUBLE_EQ(fp32.iteration_time_s, unset.iteration_time_s);
+  EXPECT_DOUBLE_EQ(bf16.memory.gradients, 0.5 * fp32.memory.gradients);
+  EXPECT_LT(bf16.time.dp_comm, fp32.time.dp_comm);
+  EXPECT_DOUBLE_EQ(bf16.time.compute, fp32.time.compute);
+
+  JobSpec spec = Llama7bTp1Dp8(Framework::kMegatronCore);
+  spec.training.grad_reduce_in_fp32 = false;
+  const absl::StatusOr<std::string> args = FormatMegatronArgs(spec, bf16.config);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_THAT(*args, HasSubstr("--grad-reduce-in-bf16"));
+  spec.training.grad_reduce_in_fp32 = true;
+  EXPECT_THAT(*FormatMegatronArgs(spec, bf16.config),
+              ::testing::Not(HasSubstr("--grad-reduce-in-bf16")));
+
+  // Written and read back; refused where it has no meaning.
+  spec.training.grad_reduce_in_fp32 = false;
+  absl::StatusOr<JobSpec> back = JobSpecFromJson(JobSpecToJson(spec));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->training.grad_reduce_in_fp32, std::optional<bool>(false));
+  spec.training.grad_reduce_in_fp32.reset();
+  back = JobSpecFromJson(JobSpecToJson(spec));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->training.grad_reduce_in_fp32.has_value());
+  spec.training.grad_reduce_in_fp32 = false;
+  spec.training.framework = Framework::kTorchtitan;
+  EXPECT_THAT(spec.Validate().message(),
+              HasSubstr("training.grad_reduce_in_fp32 needs training.framework megatron-core"));
+  spec.training.framework = Framework::kMegatronCore;
+  spec.training.precision = Precision::kFp32;
+  EXPECT_THAT(spec.Validate().message(), HasSubstr("training.grad_reduce_in_fp32 applies to"));
 }
 
 // --overlap-param-gather: the distributed optimizer's all-gather of the updated 16-bit

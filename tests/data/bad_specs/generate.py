@@ -190,6 +190,15 @@ mut("activation_offload_in_profile_mode", "rgp", "search.activation_offload",
 mut("cudnn_attention_in_profile_mode", "rgp", "training.attention_kernel cudnn",
     "cuDNN attention named in profile mode (the workers time their own flash kernel)",
     **{"training.attention_kernel": "cudnn", "search.mode": "profile"})
+mut("grad_reduce_in_fp32_with_fp32_training", "rgp", "training.grad_reduce_in_fp32",
+    "a gradient reduction dtype named for FP32 training",
+    **{"training.grad_reduce_in_fp32": False})
+mut("grad_reduce_in_fp32_without_the_framework", "rgp", "training.grad_reduce_in_fp32",
+    "a gradient reduction dtype under a framework that sets its own",
+    **{"training.grad_reduce_in_fp32": False, "training.precision": "bf16",
+       "training.framework": "torchtitan"})
+mut("grad_reduce_in_fp32_string", "rp", "training.grad_reduce_in_fp32",
+    "wrong type (string for a bool)", **{"training.grad_reduce_in_fp32": "no"})
 mut("activation_offload_duplicate", "rgp", "search.activation_offload",
     "a search list value twice", **{"search.activation_offload": [True, True]})
 mut("activation_offload_string", "rp", "search.activation_offload",
