@@ -16,13 +16,14 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/model/records.h"
 #include "bench/model/records_fsdp.h"
@@ -30,6 +31,7 @@
 #include "search/device_catalog.h"
 #include "search/model_math.h"
 #include "search/planner.h"
+#include "search/spec_io.h"
 #include "search/time_model.h"
 
 namespace paratune::bench {
@@ -203,6 +205,84 @@ std::vector<Row> FsdpRows(const nlohmann::json& data, bool verbose) {
     rows.push_back(row);
   }
   return rows;
+}
+
+// NeMo's published pretraining table (bench/model/data/nemo_24.09_h100_fp8.json): each
+// row's model preset and stated layout under training.framework nemo with the settings of
+// NeMo's performance scripts (FP8, BF16 gradient reduction, TP communication overlap and
+// sequence parallelism with TP > 1, the distributed optimizer); the recompute is chosen
+// by the planner. Rows without a preset are listed as skipped.
+struct NemoTable {
+  std::string source;
+  std::vector<Row> rows;
+  std::vector<std::string> skipped;
+};
+
+NemoTable NemoRows(const nlohmann::json& table) {
+  NemoTable out;
+  out.source = Str(table, "source");
+  for (const nlohmann::json& r : table["rows"]) {
+    const std::string name = Str(r, "model");
+    if (!r["preset"].is_string()) {
+      out.skipped.push_back(name + " (no preset for its architecture)");
+      continue;
+    }
+    const int64_t tp = Int(r, "tp", 1), pp = Int(r, "pp", 1), cp = Int(r, "cp", 1);
+    const int64_t gpus = Int(r, "gpus", 0);
+    nlohmann::json spec = {
+        {"name", name},
+        {"model", {{"preset", Str(r, "preset")}}},
+        {"training",
+         {{"seq_length", Int(r, "seq", 0)},
+          {"global_batch_size", Int(r, "gbs", 0)},
+          {"precision", "fp8"},
+          {"framework", "nemo"},
+          {"grad_reduce_in_fp32", false}}},
+        {"cluster", {{"gpu", "h100-sxm-80gb"}, {"num_gpus", gpus}, {"gpus_per_node", 8}}},
+        {"search",
+         {{"tp", {tp}},
+          {"pp", {pp}},
+          {"cp", {cp}},
+          {"vp", {Int(r, "vp", 1)}},
+          {"dp", {gpus / (tp * pp * cp)}},
+          {"micro_batch_size", {Int(r, "mbs", 1)}},
+          {"sequence_parallel", {tp > 1}},
+          {"tp_comm_overlap", {tp > 1}},
+          {"distributed_optimizer", true}}}};
+    Row row;
+    row.id = absl::StrFormat("nemo24.09_h100_fp8_%s_%dg", name, gpus);
+    absl::StatusOr<JobSpec> job = JobSpecFromJson(spec);
+    absl::StatusOr<PlanResult> plan =
+        job.ok() ? Plan(*job) : absl::StatusOr<PlanResult>(job.status());
+    if (!plan.ok() || plan->ranked.empty()) {
+      out.skipped.push_back(absl::StrCat(
+          name, " (", plan.ok() ? "no layout fits" : std::string(plan.status().message()), ")"));
+      continue;
+    }
+    SetThroughput(plan->ranked.front(), static_cast<double>(Int(r, "tokens_per_sec_per_gpu", 0)),
+                  &row);
+    out.rows.push_back(row);
+  }
+  return out;
+}
+
+void PrintNemoTable(const NemoTable& nemo) {
+  std::printf("#\n# NeMo's pretraining table: %zu published runs\n# source: %s\n", nemo.rows.size(),
+              nemo.source.c_str());
+  std::printf("# %-52s %12s %12s %8s  %s\n", "record", "published", "predicted", "error", "layout");
+  std::vector<double> errors, signed_errors;
+  for (const Row& r : nemo.rows) {
+    std::printf("  %-52s %12.1f %12.1f %8.1f  %s\n", r.id.c_str(), r.published, r.predicted,
+                100 * r.error, r.layout.c_str());
+    errors.push_back(r.error);
+    signed_errors.push_back(r.predicted / r.published - 1.0);
+  }
+  for (const std::string& s : nemo.skipped) std::printf("# skipped: %s\n", s.c_str());
+  const double max = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
+  std::printf(
+      "# NeMo table error: median %.1f %%, max %.1f %% over %zu rows; predicted over "
+      "published %+.1f %% median\n",
+      100 * Median(errors), 100 * max, errors.size(), 100 * Median(signed_errors));
 }
 
 // Orderings: full recompute / (SP + selective), published vs predicted.
@@ -475,6 +555,12 @@ int Main(int argc, char** argv) {
       std::printf("# MoE records: %s\n", std::string(moe_data.status().message()).c_str());
     }
     PrintFsdpTable(dir, fsdp);
+    absl::StatusOr<nlohmann::json> nemo = ReadJson(BenchDataDir() + "/nemo_24.09_h100_fp8.json");
+    if (nemo.ok()) {
+      PrintNemoTable(NemoRows(*nemo));
+    } else {
+      std::printf("# NeMo table: %s\n", std::string(nemo.status().message()).c_str());
+    }
   }
   return 0;
 }

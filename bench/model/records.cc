@@ -40,6 +40,13 @@ std::string DataDir(int argc, char** argv) {
   return PARATUNE_DEFAULT_DATA_DIR;
 }
 
+std::string BenchDataDir() {
+  if (const char* src = std::getenv("PARATUNE_SOURCE_DIR")) {
+    return std::string(src) + "/bench/model/data";
+  }
+  return PARATUNE_BENCH_DATA_DIR;
+}
+
 bool HasFlag(int argc, char** argv, const char* flag) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], flag) == 0) return true;
@@ -113,6 +120,11 @@ JobSpec SpecFromRecord(const nlohmann::json& r) {
   }
   spec.training.flash_attention = IsFlash(spec.training.attention_kernel);
   spec.training.global_batch_size = Int(r, "global_batch_size", 0);
+  // Megatron-LM's Llama FP8 examples (examples/llama/train_llama3_8b_h100_fp8.sh and its
+  // siblings, which follow NeMo's performance scripts) pass --grad-reduce-in-bf16.
+  if (absl::StrContains(Str(r, "source"), "Megatron-LM examples/llama")) {
+    spec.training.grad_reduce_in_fp32 = false;
+  }
   const std::string gpu = Str(r, "gpu_type");
   if (absl::StrContains(gpu, "H100")) {
     spec.cluster.gpu = "h100-sxm-80gb";

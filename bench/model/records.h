@@ -28,6 +28,10 @@ double Median(std::vector<double> v);
 /// compiled in (the checkout's ../shared/data).
 std::string DataDir(int argc, char** argv);
 bool HasFlag(int argc, char** argv, const char* flag);
+/// The published tables the benchmarks carry themselves (bench/model/data: figures copied
+/// from public documentation, with their source): $PARATUNE_SOURCE_DIR/bench/model/data,
+/// else the directory compiled in.
+std::string BenchDataDir();
 absl::StatusOr<nlohmann::json> ReadJson(const std::string& path);
 
 /// What a record states; unstated knobs are std::nullopt (the planner chooses them).
