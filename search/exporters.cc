@@ -375,6 +375,7 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
     case Precision::kFp32: break;
   }
   if (t.grad_reduce_in_fp32.has_value() && !*t.grad_reduce_in_fp32) add("--grad-reduce-in-bf16");
+  if (t.Fp8ParamGather()) add("--fp8-param-gather");
   const AttentionKernel kernel = t.AttentionKernelOf();
   if (kernel == AttentionKernel::kCudnn) {
     // Transformer Engine's FusedAttention (cuDNN) backend.
@@ -508,6 +509,9 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
   }
   if (!t.dropout) absl::StrAppend(&out, "  hidden_dropout: 0.0\n  attention_dropout: 0.0\n");
   if (t.precision == Precision::kFp8) absl::StrAppend(&out, "  fp8: true\n  fp8_hybrid: true\n");
+  if (t.precision == Precision::kFp8 || t.precision == Precision::kMxfp8) {
+    absl::StrAppend(&out, "  fp8_params: ", YamlBool(t.Fp8ParamGather()), "\n");
+  }
   if (t.grad_reduce_in_fp32.has_value()) {
     // NeMo 2.0 sets it on the mixed-precision plugin and the DDP config.
     absl::StrAppend(&out, "  # MegatronMixedPrecision(grad_reduce_in_fp32=",

@@ -40,6 +40,10 @@ std::vector<FrameworkProfile> BuildProfiles() {
   // (transformer_engine/pytorch/attention/dot_product_attention/utils.py,
   // get_attention_backend); NeMo and Megatron-Bridge run the same module.
   megatron.hopper_attention_kernel = AttentionKernel::kCudnn;
+  // TELinear.forward passes is_first_microbatch (set by the schedule at every step's first
+  // micro-batch; disable_parameter_transpose_cache off by default): Transformer Engine casts
+  // the weight once per step and keeps the FP8 copy as a workspace.
+  megatron.fp8_weight_cache = true;
   megatron.export_format = "megatron";
   out.push_back(megatron);
 
@@ -50,6 +54,9 @@ std::vector<FrameworkProfile> BuildProfiles() {
   FrameworkProfile nemo = megatron;
   nemo.framework = Framework::kNemo;
   nemo.export_format = "nemo";
+  // nemo/collections/llm/recipes/precision/mixed_precision.py bf16_with_fp8_mixed:
+  // fp8_param_gather = True.
+  nemo.fp8_param_gather_by_default = true;
   out.push_back(nemo);
 
   // microsoft/Megatron-DeepSpeed: Megatron's model code (vocab-parallel loss, Megatron's

@@ -111,6 +111,14 @@ struct FrameworkProfile {
   /// FP16 training (Megatron-Core accumulates inside the GEMM: 0).
   double grad_accumulation_bytes_bf16 = 0;
   double grad_accumulation_bytes_fp16 = 0;
+  /// FP8 training keeps each linear layer's FP8 weight (and, where the GEMM needs it, its
+  /// transpose) from the step's first micro-batch to its last beside the 16-bit weight
+  /// (Transformer Engine's weight workspace, which Megatron-Core's is_first_microbatch
+  /// keeps across micro-batches).
+  bool fp8_weight_cache = false;
+  /// FP8 (per-tensor) runs hold FP8 parameters unless the spec says otherwise (NeMo's
+  /// bf16_with_fp8_mixed plugin sets fp8_param_gather).
+  bool fp8_param_gather_by_default = false;
   /// The pipeline sends a stage's whole output from every TP rank (without sequence
   /// parallelism each holds a copy); Megatron's schedules send 1/t of it per rank
   /// (scatter-gather optimisation, or sequence parallelism).

@@ -206,6 +206,18 @@ int64_t ExpertLayersOnStage(const ModelSpec& m, const ParallelConfig& c, int64_t
   return ExpertLayersPerStage(m, c)[static_cast<size_t>(stage)];
 }
 
+double LinearParamsOnStage(const ModelSpec& m, const ParallelConfig& c, int64_t stage,
+                           int64_t expert_layers_on_stage) {
+  const double t = static_cast<double>(c.tp);
+  const double expert_layers = static_cast<double>(expert_layers_on_stage);
+  const double dense_layers =
+      static_cast<double>(DecoderLayersOnStage(m, c, stage)) - expert_layers;
+  const double routed = static_cast<double>(m.num_experts) * ExpertParams(m);
+  return dense_layers * LayerMatmulParams(m) / t +
+         expert_layers * ((AttentionMatmulParams(m) + SharedExpertParams(m)) / t +
+                          routed / static_cast<double>(c.ep * c.etp));
+}
+
 StageParams StageParamsSplit(const ModelSpec& m, const ParallelConfig& c, int64_t stage) {
   return StageParamsSplit(m, c, stage, ExpertLayersOnStage(m, c, stage));
 }
@@ -363,6 +375,20 @@ FrameworkMemory FrameworkMemoryFor(const DeviceProfile& device, const TrainingSp
   FrameworkMemory f = FrameworkMemoryFor(device, training.framework);
   if (training.grad_reduce_in_fp32.has_value()) {
     f.gradient_bytes_per_param = *training.grad_reduce_in_fp32 ? 4.0 : 2.0;
+  }
+  if (ProfileOf(training.framework).fp8_weight_cache && !training.Fp8ParamGather() &&
+      IsLowPrecisionGemm(training.precision) && device.peak_fp8_tflops > 0) {
+    switch (training.precision) {
+      case Precision::kMxfp8:
+        f.fp8_weight_cache_bytes = 2.0 + 2.0 / 32.0;
+        break;
+      case Precision::kNvfp4:
+        f.fp8_weight_cache_bytes = 2.0 * (0.5 + 1.0 / 16.0);
+        break;
+      default:
+        f.fp8_weight_cache_bytes = device.block_scaled_formats ? 1.0 : 2.0;
+        break;
+    }
   }
   return f;
 }
@@ -602,7 +628,10 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     const ShardedModelState expert =
         split.expert > 0 ? model_state(expert_group, split.expert, split.expert / stage_experts)
                          : ShardedModelState{};
-    mem.weights = dense.weights + dense.gathered_weights + expert.weights + expert.gathered_weights;
+    mem.weights =
+        dense.weights + dense.gathered_weights + expert.weights + expert.gathered_weights +
+        framework.fp8_weight_cache_bytes *
+            LinearParamsOnStage(m, c, stage, experts_per_stage[static_cast<size_t>(stage)]);
     mem.gradients =
         dense.gradients + dense.reduce_buffers + expert.gradients + expert.reduce_buffers;
     mem.optimizer = dense.optimizer + expert.optimizer;

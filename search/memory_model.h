@@ -119,6 +119,10 @@ StageParams StageParamsSplit(const ModelSpec& model, const ParallelConfig& confi
 /// The same with the stage's expert layers given (ExpertLayersPerStage's entry).
 StageParams StageParamsSplit(const ModelSpec& model, const ParallelConfig& config, int64_t stage,
                              int64_t expert_layers_on_stage);
+/// The linear layers' parameters one GPU holds on `stage` (attention, dense MLPs, shared
+/// and routed experts; not the embeddings, the output layer, norms or routers).
+double LinearParamsOnStage(const ModelSpec& model, const ParallelConfig& config, int64_t stage,
+                           int64_t expert_layers_on_stage);
 /// Expert layers on each pipeline stage.
 std::vector<int64_t> ExpertLayersPerStage(const ModelSpec& model, const ParallelConfig& config);
 /// Expert layers in each model chunk, indexed stage * vp + chunk (interleaved as Megatron
@@ -204,6 +208,12 @@ struct FrameworkMemory {
   /// [s, b, h] tensor, divided by t under SP) until that micro-batch's backward
   /// (FrameworkProfile::pipeline_keeps_outputs).
   bool pipeline_keeps_outputs = false;
+  /// Bytes per linear-layer parameter of the FP8 weight copies kept through a step in FP8
+  /// training (FrameworkProfile::fp8_weight_cache): FP8 per-tensor 2 on Hopper (the weight
+  /// and the transpose its GEMMs need), 1 on Blackwell (any layout); MXFP8 2 + 2/32 (row-
+  /// and column-wise data with their E8M0 scales per 32); NVFP4 2 x (1/2 + 1/16). 0 without
+  /// FP8 GEMMs and with FP8 parameters (the weight is the FP8 copy).
+  double fp8_weight_cache_bytes = 0;
 };
 
 /// The framework terms of a job's codebase on a device: gradient bytes, FP32 parameters and

@@ -293,11 +293,12 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
     return absl::InvalidArgumentError(
         absl::StrCat("training must be an object (mapping), got ", Shown(obj)));
   }
-  if (auto s = CheckSpecKeys(obj, sec,
-                             {"seq_length", "global_batch_size", "precision", "flash_attention",
-                              "dropout", "optimizer", "total_tokens", "moe_routing",
-                              "moe_capacity_factor", "recompute_modules", "attention_kernel",
-                              "fused_norm", "framework", "offload_modules", "grad_reduce_in_fp32"});
+  if (auto s = CheckSpecKeys(
+          obj, sec,
+          {"seq_length", "global_batch_size", "precision", "flash_attention", "dropout",
+           "optimizer", "total_tokens", "moe_routing", "moe_capacity_factor", "recompute_modules",
+           "attention_kernel", "fused_norm", "framework", "offload_modules", "grad_reduce_in_fp32",
+           "fp8_param_gather"});
       !s.ok()) {
     return s;
   }
@@ -332,6 +333,11 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
     bool fp32 = true;
     if (auto s = ReadBool(obj, sec, "grad_reduce_in_fp32", &fp32); !s.ok()) return s;
     t->grad_reduce_in_fp32 = fp32;
+  }
+  if (FindSpecField(obj, "fp8_param_gather") != nullptr) {
+    bool fp8 = false;
+    if (auto s = ReadBool(obj, sec, "fp8_param_gather", &fp8); !s.ok()) return s;
+    t->fp8_param_gather = fp8;
   }
   if (auto s = ReadSpecEnum(obj, sec, "framework", ParseFramework, &t->framework); !s.ok())
     return s;
@@ -738,6 +744,9 @@ json JobSpecToJson(const JobSpec& spec) {
   out["training"]["offload_modules"] = offload_modules;
   if (t.grad_reduce_in_fp32.has_value()) {
     out["training"]["grad_reduce_in_fp32"] = *t.grad_reduce_in_fp32;
+  }
+  if (t.fp8_param_gather.has_value()) {
+    out["training"]["fp8_param_gather"] = *t.fp8_param_gather;
   }
   out["cluster"]["nvlink_domain"] = c.nvlink_domain;
   out["search"]["ep"] = IntsToJson(o.ep);

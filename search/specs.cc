@@ -405,6 +405,11 @@ double TrainingSpec::GradientBytes() const {
   return GradientReduceBytes(framework, precision);
 }
 
+bool TrainingSpec::Fp8ParamGather() const {
+  if (fp8_param_gather.has_value()) return *fp8_param_gather;
+  return precision == Precision::kFp8 && ProfileOf(framework).fp8_param_gather_by_default;
+}
+
 absl::Status TrainingSpec::Validate() const {
   if (auto s = CheckRange("training.seq_length", seq_length, kMaxSeqLength); !s.ok()) return s;
   if (auto s = CheckRange("training.global_batch_size", global_batch_size, kMaxGlobalBatchSize);
@@ -442,6 +447,18 @@ absl::Status TrainingSpec::Validate() const {
       return absl::InvalidArgumentError(
           "training.grad_reduce_in_fp32 applies to 16-bit and FP8 training (training.precision "
           "fp32 keeps FP32 gradients)");
+    }
+  }
+  if (fp8_param_gather.value_or(false)) {
+    if (precision != Precision::kFp8 && precision != Precision::kMxfp8) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("training.fp8_param_gather needs training.precision fp8 or mxfp8 (got ",
+                       ToString(precision), ")"));
+    }
+    if (framework != Framework::kMegatronCore && framework != Framework::kNemo) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("training.fp8_param_gather needs training.framework megatron-core or nemo (",
+                       ToString(framework), " has no FP8 parameters)"));
     }
   }
   if (recompute_modules.empty()) {

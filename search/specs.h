@@ -114,6 +114,14 @@ struct TrainingSpec {
   /// off with --grad-reduce-in-bf16) or in the 16-bit training dtype. Unset: the
   /// framework's (FrameworkProfile). Megatron-Core and NeMo only; 16-bit and FP8 training.
   std::optional<bool> grad_reduce_in_fp32;
+  /// FP8 parameters (Megatron-Core's --fp8-param-gather, NeMo's fp8_param_gather): the
+  /// linear layers' weights are held in FP8 instead of a 16-bit copy beside a cached FP8
+  /// one, and the distributed optimizer all-gathers them in FP8. training.precision fp8 or
+  /// mxfp8; Megatron-Core and NeMo only. Unset: the framework's (NeMo's FP8 plugin sets
+  /// it; Megatron-LM's flag is off by default).
+  std::optional<bool> fp8_param_gather;
+  /// fp8_param_gather when set, else the framework's default for the precision.
+  bool Fp8ParamGather() const;
   /// Bytes per parameter of the gradient buffer and of the data-parallel reduction:
   /// grad_reduce_in_fp32 when set (4 or 2), else the framework's.
   double GradientBytes() const;

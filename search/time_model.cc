@@ -757,7 +757,9 @@ CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& confi
   const int64_t p = config.pp;
   // The data-parallel reduction's dtype is the framework's (Megatron: FP32 in BF16 runs).
   const double grad_bytes = spec.training.GradientBytes();
-  const double e = ElementBytes(spec.training.precision);
+  // The distributed optimizer gathers the updated parameters in their own dtype: FP8 with
+  // fp8_param_gather (the linear weights, nearly all of them), else 16-bit.
+  const double e = spec.training.Fp8ParamGather() ? 1.0 : ElementBytes(spec.training.precision);
   CriticalStage out;
   for (int64_t r = 0; r < p; ++r) {
     const StageParams split =

@@ -121,9 +121,11 @@ JobSpec SpecFromRecord(const nlohmann::json& r) {
   spec.training.flash_attention = IsFlash(spec.training.attention_kernel);
   spec.training.global_batch_size = Int(r, "global_batch_size", 0);
   // Megatron-LM's Llama FP8 examples (examples/llama/train_llama3_8b_h100_fp8.sh and its
-  // siblings, which follow NeMo's performance scripts) pass --grad-reduce-in-bf16.
+  // siblings, which follow NeMo's performance scripts) pass --grad-reduce-in-bf16 and
+  // --fp8-param-gather.
   if (absl::StrContains(Str(r, "source"), "Megatron-LM examples/llama")) {
     spec.training.grad_reduce_in_fp32 = false;
+    if (spec.training.precision == Precision::kFp8) spec.training.fp8_param_gather = true;
   }
   const std::string gpu = Str(r, "gpu_type");
   if (absl::StrContains(gpu, "H100")) {

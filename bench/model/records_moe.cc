@@ -94,6 +94,13 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
     spec.training.seq_length = Int(r, "seq_length", 4096);
     spec.training.global_batch_size = Int(r, "global_batch_size", 0);
     spec.training.precision = *ParsePrecision(absl::AsciiStrToLower(Str(r, "precision")));
+    // The model zoo's benchmark script (sbatch_benchmarking.sh) runs its FP8 and MXFP8
+    // recipes with --fp8-param-gather.
+    if (absl::StrContains(Str(r, "source"), "Megatron-MoE-ModelZoo") &&
+        (spec.training.precision == Precision::kFp8 ||
+         spec.training.precision == Precision::kMxfp8)) {
+      spec.training.fp8_param_gather = true;
+    }
     spec.training.flash_attention = true;
     spec.training.dropout = false;
     // Forced balance where the source says so, and for the model-zoo benchmarks; dropless

@@ -451,6 +451,63 @@ TEST(FrameworkProfileTest, GradReduceInFp32SetsTheGradientBuffer) {
   EXPECT_THAT(spec.Validate().message(), HasSubstr("training.grad_reduce_in_fp32 applies to"));
 }
 
+// FP8 training under Megatron-Core keeps each linear weight's FP8 copy and, on Hopper, its
+// transpose through the step beside the BF16 weight (2 bytes per linear parameter; 1 on
+// Blackwell, whose FP8 GEMMs take either layout); with FP8 parameters the weight is the
+// FP8 copy (the BF16 weights' bytes) and the distributed optimizer gathers 1 byte per
+// parameter instead of 2. NeMo's FP8 plugin holds FP8 parameters unless told otherwise.
+TEST(FrameworkProfileTest, Fp8WeightsAreCachedOrHeldInFp8) {
+  const auto plan = [](Framework f, Precision precision, std::optional<bool> fp8_params,
+                       const char* gpu = "h100-sxm-80gb") {
+    JobSpec spec = Llama7bTp1Dp8(f);
+    spec.cluster.gpu = gpu;
+    spec.training.precision = precision;
+    spec.training.fp8_param_gather = fp8_params;
+    spec.search.overlap_grad_reduce = {false};
+    spec.search.overlap_param_gather = {false};
+    return PlanOne(spec);
+  };
+  const ModelSpec llama = *FindPreset("llama2-7b");
+  const RankedConfig bf16 = plan(Framework::kMegatronCore, Precision::kBf16, std::nullopt);
+  const RankedConfig fp8 = plan(Framework::kMegatronCore, Precision::kFp8, std::nullopt);
+  const RankedConfig fp8_params = plan(Framework::kMegatronCore, Precision::kFp8, true);
+  const double linear = LinearParamsOnStage(llama, fp8.config, 0, 0);
+  EXPECT_NEAR(linear, 32 * LayerMatmulParams(llama), 1.0);
+  EXPECT_NEAR(fp8.memory.weights - bf16.memory.weights, 2.0 * linear, 1.0);
+  EXPECT_NEAR(fp8_params.memory.weights, bf16.memory.weights, 1.0);
+  const RankedConfig b200_bf16 =
+      plan(Framework::kMegatronCore, Precision::kBf16, std::nullopt, "b200-192gb");
+  const RankedConfig b200_fp8 =
+      plan(Framework::kMegatronCore, Precision::kFp8, std::nullopt, "b200-192gb");
+  EXPECT_NEAR(b200_fp8.memory.weights - b200_bf16.memory.weights, linear, 1.0);
+  // NeMo: FP8 parameters by default, the cache only when they are turned off.
+  EXPECT_NEAR(plan(Framework::kNemo, Precision::kFp8, std::nullopt).memory.weights,
+              bf16.memory.weights, 1.0);
+  EXPECT_NEAR(plan(Framework::kNemo, Precision::kFp8, false).memory.weights, fp8.memory.weights,
+              1.0);
+  // The parameter all-gather after the step, all exposed: 1 byte per parameter, not 2.
+  const DeviceProfile device = *FindDevice("h100-sxm-80gb");
+  const ShardedLinks links = ShardedDataParallelLinks(fp8.config, device, 8);
+  const double psi = StageParamsSplit(llama, fp8.config, 0).dense;
+  EXPECT_NEAR(fp8.time.dp_comm - fp8_params.time.dp_comm,
+              AllGatherSeconds(2.0 * psi, 8, links.shard) - AllGatherSeconds(psi, 8, links.shard),
+              1e-9);
+  // Refusals.
+  JobSpec spec = Llama7bTp1Dp8(Framework::kMegatronCore);
+  spec.training.fp8_param_gather = true;
+  EXPECT_THAT(spec.Validate().message(),
+              HasSubstr("training.fp8_param_gather needs training.precision fp8 or mxfp8"));
+  spec.training.precision = Precision::kFp8;
+  spec.training.framework = Framework::kTorchtitan;
+  EXPECT_THAT(spec.Validate().message(),
+              HasSubstr("training.fp8_param_gather needs training.framework megatron-core"));
+  spec.training.framework = Framework::kMegatronCore;
+  EXPECT_THAT(*FormatMegatronArgs(spec, fp8.config), HasSubstr("--fp8-param-gather"));
+  absl::StatusOr<JobSpec> back = JobSpecFromJson(JobSpecToJson(spec));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->training.fp8_param_gather, std::optional<bool>(true));
+}
+
 // --overlap-param-gather: the distributed optimizer's all-gather of the updated 16-bit
 // parameters runs behind the next forward but its first 40M-parameter bucket. Pinned off it
 // is all exposed: the step grows by exactly AllGather(2Ψ) − AllGather(2·40M) over the 8

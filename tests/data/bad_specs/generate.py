@@ -199,6 +199,14 @@ mut("grad_reduce_in_fp32_without_the_framework", "rgp", "training.grad_reduce_in
        "training.framework": "torchtitan"})
 mut("grad_reduce_in_fp32_string", "rp", "training.grad_reduce_in_fp32",
     "wrong type (string for a bool)", **{"training.grad_reduce_in_fp32": "no"})
+mut("fp8_param_gather_without_fp8", "rgp", "training.fp8_param_gather",
+    "FP8 parameters named for FP32 training", **{"training.fp8_param_gather": True})
+mut("fp8_param_gather_without_the_framework", "rgp", "training.fp8_param_gather",
+    "FP8 parameters under a framework that has none",
+    **{"training.fp8_param_gather": True, "training.precision": "fp8",
+       "cluster.gpu": "h100-sxm-80gb", "training.framework": "deepspeed"})
+mut("fp8_param_gather_number", "rp", "training.fp8_param_gather",
+    "wrong type (number for a bool)", **{"training.fp8_param_gather": 1})
 mut("activation_offload_duplicate", "rgp", "search.activation_offload",
     "a search list value twice", **{"search.activation_offload": [True, True]})
 mut("activation_offload_string", "rp", "search.activation_offload",
