@@ -206,18 +206,6 @@ int64_t ExpertLayersOnStage(const ModelSpec& m, const ParallelConfig& c, int64_t
   return ExpertLayersPerStage(m, c)[static_cast<size_t>(stage)];
 }
 
-double LinearParamsOnStage(const ModelSpec& m, const ParallelConfig& c, int64_t stage,
-                           int64_t expert_layers_on_stage) {
-  const double t = static_cast<double>(c.tp);
-  const double expert_layers = static_cast<double>(expert_layers_on_stage);
-  const double dense_layers =
-      static_cast<double>(DecoderLayersOnStage(m, c, stage)) - expert_layers;
-  const double routed = static_cast<double>(m.num_experts) * ExpertParams(m);
-  return dense_layers * LayerMatmulParams(m) / t +
-         expert_layers * ((AttentionMatmulParams(m) + SharedExpertParams(m)) / t +
-                          routed / static_cast<double>(c.ep * c.etp));
-}
-
 StageParams StageParamsSplit(const ModelSpec& m, const ParallelConfig& c, int64_t stage) {
   return StageParamsSplit(m, c, stage, ExpertLayersOnStage(m, c, stage));
 }
@@ -235,6 +223,9 @@ StageParams StageParamsSplit(const ModelSpec& m, const ParallelConfig& c, int64_
   const double expert_layer_rest =
       (ExpertLayerParams(m) - routed - RouterParams(m)) / t + (IsMoe(m) ? RouterParams(m) : 0.0);
   out.expert = expert_layers * routed / expert_shard;
+  out.linear = dense_layers * LayerMatmulParams(m) / t +
+               expert_layers *
+                   ((AttentionMatmulParams(m) + SharedExpertParams(m)) / t + routed / expert_shard);
   double params = dense_layers * LayerParams(m) / t + expert_layers * expert_layer_rest;
   if (stage == c.pp - 1 && m.mtp_layers > 0) {
     // The MTP modules run after the last layer (Megatron places them on the last stage).
@@ -628,10 +619,8 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
     const ShardedModelState expert =
         split.expert > 0 ? model_state(expert_group, split.expert, split.expert / stage_experts)
                          : ShardedModelState{};
-    mem.weights =
-        dense.weights + dense.gathered_weights + expert.weights + expert.gathered_weights +
-        framework.fp8_weight_cache_bytes *
-            LinearParamsOnStage(m, c, stage, experts_per_stage[static_cast<size_t>(stage)]);
+    mem.weights = dense.weights + dense.gathered_weights + expert.weights +
+                  expert.gathered_weights + framework.fp8_weight_cache_bytes * split.linear;
     mem.gradients =
         dense.gradients + dense.reduce_buffers + expert.gradients + expert.reduce_buffers;
     mem.optimizer = dense.optimizer + expert.optimizer;

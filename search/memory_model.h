@@ -113,16 +113,15 @@ struct StageParams {
   double dense = 0;
   double expert = 0;
   double Total() const { return dense + expert; }
+  /// Of them, the linear layers' (attention, dense MLPs, shared and routed experts in the
+  /// decoder layers; not the embeddings, the output layer, norms, routers or MTP modules).
+  double linear = 0;
 };
 /// StageParamsPerGpu split as above; the last stage holds the MTP modules.
 StageParams StageParamsSplit(const ModelSpec& model, const ParallelConfig& config, int64_t stage);
 /// The same with the stage's expert layers given (ExpertLayersPerStage's entry).
 StageParams StageParamsSplit(const ModelSpec& model, const ParallelConfig& config, int64_t stage,
                              int64_t expert_layers_on_stage);
-/// The linear layers' parameters one GPU holds on `stage` (attention, dense MLPs, shared
-/// and routed experts; not the embeddings, the output layer, norms or routers).
-double LinearParamsOnStage(const ModelSpec& model, const ParallelConfig& config, int64_t stage,
-                           int64_t expert_layers_on_stage);
 /// Expert layers on each pipeline stage.
 std::vector<int64_t> ExpertLayersPerStage(const ModelSpec& model, const ParallelConfig& config);
 /// Expert layers in each model chunk, indexed stage * vp + chunk (interleaved as Megatron

@@ -55,18 +55,21 @@ MemoryBreakdown Memory(const JobSpec& spec, const ParallelConfig& c) {
                         FrameworkMemoryFor(device, spec.training.framework));
 }
 
-// Pins `spec` to tp 1, pp 1, dp 8, micro-batch 1, no SP, `recompute` and the distributed
-// optimizer.
-void PinTp1Dp8(JobSpec& spec, Recompute recompute) {
-  spec.search.tp = {1};
-  spec.search.pp = {1};
+// Pins `spec` to tp, pp, dp (cp 1, vp 1), micro-batch 1, SP as given, `recompute` and the
+// distributed optimizer.
+void PinLayout(JobSpec& spec, int64_t tp, int64_t pp, int64_t dp, bool sp, Recompute recompute) {
+  spec.search.tp = {tp};
+  spec.search.pp = {pp};
   spec.search.cp = {1};
-  spec.search.dp = {8};
+  spec.search.dp = {dp};
+  spec.search.vp = {1};
   spec.search.micro_batch_size = {1};
-  spec.search.sequence_parallel = {false};
+  spec.search.sequence_parallel = {sp};
   spec.search.recompute = {recompute};
   spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
 }
+
+void PinTp1Dp8(JobSpec& spec, Recompute recompute) { PinLayout(spec, 1, 1, 8, false, recompute); }
 
 // Llama 2 7B on 8 GPUs pinned to tp 1, pp 1, dp 8 with full recompute.
 JobSpec Llama7bTp1Dp8(Framework framework) {
@@ -229,14 +232,7 @@ TEST(FrameworkProfileTest, PipelinedFsdp2SyncsAfterTheLastBackward) {
   // A pinned pipelined spec takes the deferred sync.
   JobSpec spec = Llama13b(am);
   spec.cluster.num_gpus = 32;
-  spec.search.tp = {1};
-  spec.search.pp = {4};
-  spec.search.cp = {1};
-  spec.search.vp = {1};
-  spec.search.micro_batch_size = {1};
-  spec.search.sequence_parallel = {false};
-  spec.search.recompute = {Recompute::kFull};
-  spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
+  PinLayout(spec, 1, 4, 8, false, Recompute::kFull);
   absl::StatusOr<ParallelConfig> pinned = PinnedLayout(spec);
   ASSERT_TRUE(pinned.ok()) << pinned.status();
   EXPECT_FALSE(pinned->overlap_grad_reduce);
@@ -380,15 +376,7 @@ TEST(FrameworkProfileTest, DeepSpeedPipelineSendsTheWholeActivation) {
     spec.model = *FindPreset("llama2-7b");
     spec.training.precision = Precision::kFp32;
     spec.training.attention_kernel = AttentionKernel::kFlash2;
-    spec.search.tp = {2};
-    spec.search.pp = {2};
-    spec.search.cp = {1};
-    spec.search.dp = {2};
-    spec.search.vp = {1};
-    spec.search.micro_batch_size = {1};
-    spec.search.sequence_parallel = {sp};
-    spec.search.recompute = {Recompute::kFull};
-    spec.search.data_parallel_sharding = {DataParallelSharding::kOptimizer};
+    PinLayout(spec, 2, 2, 2, sp, Recompute::kFull);
     spec.search.overlap_grad_reduce = {false};
     spec.search.overlap_p2p_comm = {false};
     spec.search.overlap_param_gather = {false};
@@ -471,7 +459,7 @@ TEST(FrameworkProfileTest, Fp8WeightsAreCachedOrHeldInFp8) {
   const RankedConfig bf16 = plan(Framework::kMegatronCore, Precision::kBf16, std::nullopt);
   const RankedConfig fp8 = plan(Framework::kMegatronCore, Precision::kFp8, std::nullopt);
   const RankedConfig fp8_params = plan(Framework::kMegatronCore, Precision::kFp8, true);
-  const double linear = LinearParamsOnStage(llama, fp8.config, 0, 0);
+  const double linear = StageParamsSplit(llama, fp8.config, 0).linear;
   EXPECT_NEAR(linear, 32 * LayerMatmulParams(llama), 1.0);
   EXPECT_NEAR(fp8.memory.weights - bf16.memory.weights, 2.0 * linear, 1.0);
   EXPECT_NEAR(fp8_params.memory.weights, bf16.memory.weights, 1.0);
