@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "search/device_catalog.h"
 #include "search/framework_profile.h"
 #include "search/memory_model.h"
@@ -570,6 +571,42 @@ std::vector<RankedConfig> RankTop(std::vector<RankedConfig> ranked, const Search
 
 }  // namespace
 
+// The leaner numerics Megatron-Core and NeMo offer beside the layout: BF16 gradients
+// (grad_reduce_in_fp32 false) and, in FP8, FP8 parameters, where the spec leaves them to
+// the framework. When the winner recomputes and its layout without recompute fits only with
+// them, its notes say so and by how much it would be faster.
+void NoteLeanerNumerics(const JobSpec& spec, RankedConfig& winner) {
+  const TrainingSpec& t = spec.training;
+  if ((t.framework != Framework::kMegatronCore && t.framework != Framework::kNemo) ||
+      t.precision == Precision::kFp32 || winner.config.recompute == Recompute::kNone) {
+    return;
+  }
+  JobSpec lean = spec;
+  std::vector<std::string> changes;
+  if (!t.grad_reduce_in_fp32.has_value() && t.GradientBytes() > 2.0) {
+    lean.training.grad_reduce_in_fp32 = false;
+    changes.push_back("training.grad_reduce_in_fp32: false");
+  }
+  if ((t.precision == Precision::kFp8 || t.precision == Precision::kMxfp8) &&
+      !t.fp8_param_gather.has_value() && !t.Fp8ParamGather()) {
+    lean.training.fp8_param_gather = true;
+    changes.push_back("training.fp8_param_gather: true");
+  }
+  if (changes.empty()) return;
+  ParallelConfig config = winner.config;
+  config.recompute = Recompute::kNone;
+  config.recompute_num_layers = 0;
+  absl::StatusOr<RankedConfig> without = Estimate(lean, config);
+  if (!without.ok() || !without->fits || without->iteration_time_s >= winner.iteration_time_s) {
+    return;
+  }
+  winner.notes.push_back(absl::StrFormat(
+      "with %s (as NVIDIA's performance recipes run) this layout fits without recompute "
+      "(peak %.1f GiB) and is %.1f%% faster",
+      absl::StrJoin(changes, " and "), without->memory.Peak() / (1024.0 * 1024.0 * 1024.0),
+      100.0 * (winner.iteration_time_s / without->iteration_time_s - 1.0)));
+}
+
 absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
   const auto start = std::chrono::steady_clock::now();
   if (absl::Status s = spec.Validate(); !s.ok()) return s;
@@ -583,6 +620,9 @@ absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
   absl::StatusOr<std::vector<RankedConfig>> scored = ScreenAndSimulate(spec.search, scorer, pruned);
   if (!scored.ok()) return scored.status();
   result.ranked = RankTop(*std::move(scored), spec.search);
+  if (!result.ranked.empty() && result.ranked.front().fits) {
+    NoteLeanerNumerics(spec, result.ranked.front());
+  }
   result.elapsed_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -496,6 +496,42 @@ TEST(FrameworkProfileTest, Fp8WeightsAreCachedOrHeldInFp8) {
   EXPECT_EQ(back->training.fp8_param_gather, std::optional<bool>(true));
 }
 
+// When the winner recomputes only because of FP32 gradients and cached FP8 weights, its
+// notes say what the performance recipes' numerics would give: Nemotron-340B on 128 H100 in
+// FP8 (tp 8, pp 8, vp 12, the published NeMo layout) fits only with full recompute under
+// Megatron-Core's defaults, and without recompute with BF16 gradients and FP8 parameters.
+// A spec that states both gets no note.
+TEST(FrameworkProfileTest, WinnerNotesLeanerNumericsThatAvoidRecompute) {
+  JobSpec spec;
+  spec.name = "nemotron-340b";
+  spec.model = *FindPreset("nemotron-340b");
+  spec.training.seq_length = 4096;
+  spec.training.global_batch_size = 32;
+  spec.training.precision = Precision::kFp8;
+  spec.cluster.gpu = "h100-sxm-80gb";
+  spec.cluster.num_gpus = 128;
+  spec.cluster.gpus_per_node = 8;
+  PinLayout(spec, 8, 8, 2, true, Recompute::kFull);
+  spec.search.vp = {12};
+  spec.search.recompute = {};
+  const auto best = [](const JobSpec& s) {
+    absl::StatusOr<PlanResult> plan = Plan(s);
+    EXPECT_TRUE(plan.ok() && !plan->ranked.empty());
+    return plan->ranked.front();
+  };
+  const RankedConfig winner = best(spec);
+  EXPECT_EQ(winner.config.recompute, Recompute::kFull);
+  EXPECT_THAT(winner.notes,
+              Contains(HasSubstr("with training.grad_reduce_in_fp32: false and "
+                                 "training.fp8_param_gather: true (as NVIDIA's performance "
+                                 "recipes run) this layout fits without recompute")));
+  spec.training.grad_reduce_in_fp32 = true;
+  spec.training.fp8_param_gather = false;
+  for (const std::string& note : best(spec).notes) {
+    EXPECT_THAT(note, ::testing::Not(HasSubstr("fits without recompute")));
+  }
+}
+
 // --overlap-param-gather: the distributed optimizer's all-gather of the updated 16-bit
 // parameters runs behind the next forward but its first 40M-parameter bucket. Pinned off it
 // is all exposed: the step grows by exactly AllGather(2Ψ) − AllGather(2·40M) over the 8
