@@ -10,6 +10,11 @@
 //    -70B and Llama-3.1-405B.
 //  - nemotron-340b: NVIDIA Nemotron-4 340B technical report (2024), Table 1 (squared-ReLU
 //    MLP with two matrices: modelled as the two-matrix "gelu" MLP; same counts).
+//  - nemotron-8b, nemotron-22b: NVIDIA NeMo-Framework-Launcher's training configs
+//    (launcher_scripts/conf/training/nemotron/nemotron_8b.yaml, nemotron_22b.yaml): 32
+//    layers of 4096 / 40 of 6144, 32 / 48 heads (multi-head attention), FFN 4h with squared
+//    ReLU, LayerNorm (layernorm1p), RoPE, no biases, untied embeddings; the Nemotron
+//    SentencePiece vocabulary of 256,000 (Nemotron-3 8B's config.json).
 //  - mixtral-8x7b, mixtral-8x22b: HF config.json of mistralai/Mixtral-8x7B-v0.1 and
 //    Mixtral-8x22B-v0.1 (8 experts, top-2; 46.7B / 12.9B and 141B / 39B published).
 //  - qwen3-30b-a3b, qwen3-235b-a22b: HF config.json of Qwen/Qwen3-30B-A3B and
@@ -100,6 +105,12 @@ std::vector<ModelSpec> All() {
   nemotron.activation = Activation::kSquaredRelu;  // Nemotron-4 340B technical report.
   nemotron.normalization = Normalization::kLayerNorm;
   v.push_back(nemotron);
+  for (ModelSpec small : {Llama("nemotron-8b", 32, 4096, 32, 32, 16384, 256000),
+                          Llama("nemotron-22b", 40, 6144, 48, 48, 24576, 256000)}) {
+    small.activation = Activation::kSquaredRelu;
+    small.normalization = Normalization::kLayerNorm;
+    v.push_back(small);
+  }
   ModelSpec bloom = Gpt("bloom-176b", 70, 14336, 112);
   bloom.vocab_size = 250880;
   bloom.position_embedding = PositionEmbedding::kRope;

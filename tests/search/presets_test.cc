@@ -20,6 +20,22 @@ TEST(PresetsTest, ShapesFromThePapers) {
   EXPECT_EQ(FindPreset("gpt3-1t")->hidden_size, 25600);
 }
 
+// NeMo's Nemotron-3 8B and 22B (NeMo-Framework-Launcher configs): by hand, 32 layers of
+// 4h^2 attention + 2 * 4h^2 squared-ReLU MLP at h = 4096 (6.44 B) and 40 at h = 6144
+// (18.12 B), plus two untied 256,000-entry embedding tables (2.10 B and 3.15 B), the norms
+// aside: 8.54 B ("8B") and 21.27 B ("22B").
+TEST(PresetsTest, NemotronSizesFromTheirConfigs) {
+  const ModelSpec small = *FindPreset("nemotron-8b");
+  EXPECT_EQ(small.activation, Activation::kSquaredRelu);
+  EXPECT_EQ(small.num_query_groups, 32);
+  EXPECT_NEAR(TotalParams(small), 32 * 12.0 * 4096 * 4096 + 2.0 * 256000 * 4096,
+              1e-3 * TotalParams(small));
+  const ModelSpec mid = *FindPreset("nemotron-22b");
+  EXPECT_NEAR(TotalParams(mid), 40 * 12.0 * 6144 * 6144 + 2.0 * 256000 * 6144,
+              1e-3 * TotalParams(mid));
+  EXPECT_NEAR(TotalParams(mid) / 1e9, 21.27, 0.05);
+}
+
 TEST(PresetsTest, EveryPresetValidates) {
   const std::vector<std::string> names = PresetNames();
   EXPECT_GE(names.size(), 23u);
