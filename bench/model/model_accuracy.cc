@@ -11,7 +11,8 @@
 // their own median and maximum error; records the model cannot express are listed with the
 // reason.
 //
-//   model_accuracy [--data DIR] [--json] [--verbose]   (--verbose: time breakdown per row)
+//   model_accuracy [--data DIR] [--json] [--verbose]   (--verbose: time breakdown per row;
+//   --json: one document with the dense rows, "moe", "fsdp_records" and "nemo_table")
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -312,9 +313,23 @@ std::vector<Ordering> Orderings(const nlohmann::json& data,
 }
 
 void PrintJson(const std::vector<Row>& rows, const std::vector<Ordering>& orderings, double median,
-               double max, const std::vector<Row>& fsdp, const nlohmann::json& moe) {
+               double max, const std::vector<Row>& fsdp, const nlohmann::json& moe,
+               const NemoTable& nemo) {
   nlohmann::json out;
   out["moe"] = moe;
+  std::vector<double> nemo_errors;
+  out["nemo_table"] = {{"source", nemo.source}, {"skipped", nemo.skipped}};
+  for (const Row& r : nemo.rows) {
+    out["nemo_table"]["records"].push_back({{"id", r.id},
+                                            {"layout", r.layout},
+                                            {"published", r.published},
+                                            {"predicted", r.predicted},
+                                            {"error", r.error}});
+    nemo_errors.push_back(r.error);
+  }
+  out["nemo_table"]["median_error"] = Median(nemo_errors);
+  out["nemo_table"]["max_error"] =
+      nemo_errors.empty() ? 0 : *std::max_element(nemo_errors.begin(), nemo_errors.end());
   std::vector<double> fsdp_errors;
   for (const Row& r : fsdp) {
     out["fsdp_records"].push_back({{"id", r.id},
@@ -529,6 +544,8 @@ int Main(int argc, char** argv) {
   MoeResult moe;
   if (moe_data.ok()) moe = MoeRows(*moe_data, verbose);
   const std::vector<Row> fsdp = moe_data.ok() ? FsdpRows(*moe_data, verbose) : std::vector<Row>{};
+  absl::StatusOr<nlohmann::json> nemo_data = ReadJson(BenchDataDir() + "/nemo_24.09_h100_fp8.json");
+  const NemoTable nemo = nemo_data.ok() ? NemoRows(*nemo_data) : NemoTable{};
   if (json_out) {
     // One JSON document: the dense rows, "fsdp_records" and "moe".
     nlohmann::json m = nlohmann::json::object();
@@ -546,7 +563,7 @@ int Main(int argc, char** argv) {
     }
     m["median_error"] = Median(errors);
     m["max_error"] = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
-    PrintJson(rows, orderings, median, max, fsdp, m);
+    PrintJson(rows, orderings, median, max, fsdp, m, nemo);
   } else {
     PrintTable(dir, rows, orderings, median, max);
     if (moe_data.ok()) {
@@ -555,11 +572,10 @@ int Main(int argc, char** argv) {
       std::printf("# MoE records: %s\n", std::string(moe_data.status().message()).c_str());
     }
     PrintFsdpTable(dir, fsdp);
-    absl::StatusOr<nlohmann::json> nemo = ReadJson(BenchDataDir() + "/nemo_24.09_h100_fp8.json");
-    if (nemo.ok()) {
-      PrintNemoTable(NemoRows(*nemo));
+    if (nemo_data.ok()) {
+      PrintNemoTable(nemo);
     } else {
-      std::printf("# NeMo table: %s\n", std::string(nemo.status().message()).c_str());
+      std::printf("# NeMo table: %s\n", std::string(nemo_data.status().message()).c_str());
     }
   }
   return 0;
