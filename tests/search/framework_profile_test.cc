@@ -502,15 +502,11 @@ TEST(FrameworkProfileTest, Fp8WeightsAreCachedOrHeldInFp8) {
 // Megatron-Core's defaults, and without recompute with BF16 gradients and FP8 parameters.
 // A spec that states both gets no note.
 TEST(FrameworkProfileTest, WinnerNotesLeanerNumericsThatAvoidRecompute) {
-  JobSpec spec;
-  spec.name = "nemotron-340b";
+  JobSpec spec = Llama13b(Framework::kMegatronCore);  // 4k tokens on H100s, as NeMo's row.
   spec.model = *FindPreset("nemotron-340b");
-  spec.training.seq_length = 4096;
   spec.training.global_batch_size = 32;
   spec.training.precision = Precision::kFp8;
-  spec.cluster.gpu = "h100-sxm-80gb";
   spec.cluster.num_gpus = 128;
-  spec.cluster.gpus_per_node = 8;
   PinLayout(spec, 8, 8, 2, true, Recompute::kFull);
   spec.search.vp = {12};
   spec.search.recompute = {};
