@@ -44,6 +44,7 @@ std::vector<FrameworkProfile> BuildProfiles() {
   // micro-batch; disable_parameter_transpose_cache off by default): Transformer Engine casts
   // the weight once per step and keeps the FP8 copy as a workspace.
   megatron.fp8_weight_cache = true;
+  megatron.megatron_numerics = true;
   megatron.export_format = "megatron";
   out.push_back(megatron);
 

@@ -116,6 +116,9 @@ struct FrameworkProfile {
   /// (Transformer Engine's weight workspace, which Megatron-Core's is_first_microbatch
   /// keeps across micro-batches).
   bool fp8_weight_cache = false;
+  /// Megatron-Core's DistributedDataParallel and Transformer Engine numerics knobs exist
+  /// (training.grad_reduce_in_fp32, training.fp8_param_gather).
+  bool megatron_numerics = false;
   /// FP8 (per-tensor) runs hold FP8 parameters unless the spec says otherwise (NeMo's
   /// bf16_with_fp8_mixed plugin sets fp8_param_gather).
   bool fp8_param_gather_by_default = false;

@@ -571,14 +571,16 @@ std::vector<RankedConfig> RankTop(std::vector<RankedConfig> ranked, const Search
 
 }  // namespace
 
+namespace {
+
 // The leaner numerics Megatron-Core and NeMo offer beside the layout: BF16 gradients
 // (grad_reduce_in_fp32 false) and, in FP8, FP8 parameters, where the spec leaves them to
 // the framework. When the winner recomputes and its layout without recompute fits only with
 // them, its notes say so and by how much it would be faster.
 void NoteLeanerNumerics(const JobSpec& spec, RankedConfig& winner) {
   const TrainingSpec& t = spec.training;
-  if ((t.framework != Framework::kMegatronCore && t.framework != Framework::kNemo) ||
-      t.precision == Precision::kFp32 || winner.config.recompute == Recompute::kNone) {
+  if (!ProfileOf(t.framework).megatron_numerics || t.precision == Precision::kFp32 ||
+      winner.config.recompute == Recompute::kNone) {
     return;
   }
   JobSpec lean = spec;
@@ -606,6 +608,8 @@ void NoteLeanerNumerics(const JobSpec& spec, RankedConfig& winner) {
       absl::StrJoin(changes, " and "), without->memory.Peak() / (1024.0 * 1024.0 * 1024.0),
       100.0 * (winner.iteration_time_s / without->iteration_time_s - 1.0)));
 }
+
+}  // namespace
 
 absl::StatusOr<PlanResult> Plan(const JobSpec& spec) {
   const auto start = std::chrono::steady_clock::now();

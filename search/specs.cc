@@ -438,7 +438,7 @@ absl::Status TrainingSpec::Validate() const {
                      ToString(moe_routing), ")"));
   }
   if (grad_reduce_in_fp32.has_value()) {
-    if (framework != Framework::kMegatronCore && framework != Framework::kNemo) {
+    if (!ProfileOf(framework).megatron_numerics) {
       return absl::InvalidArgumentError(absl::StrCat(
           "training.grad_reduce_in_fp32 needs training.framework megatron-core or nemo (",
           ToString(framework), " sets its gradient dtype itself)"));
@@ -455,7 +455,7 @@ absl::Status TrainingSpec::Validate() const {
           absl::StrCat("training.fp8_param_gather needs training.precision fp8 or mxfp8 (got ",
                        ToString(precision), ")"));
     }
-    if (framework != Framework::kMegatronCore && framework != Framework::kNemo) {
+    if (!ProfileOf(framework).megatron_numerics) {
       return absl::InvalidArgumentError(
           absl::StrCat("training.fp8_param_gather needs training.framework megatron-core or nemo (",
                        ToString(framework), " has no FP8 parameters)"));

@@ -755,7 +755,8 @@ CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& confi
                                 const std::vector<double>& finish, const MeasuredTerms* measured) {
   const ModelSpec& model = spec.model;
   const int64_t p = config.pp;
-  // The data-parallel reduction's dtype is the framework's (Megatron: FP32 in BF16 runs).
+  // The data-parallel reduction's dtype: the spec's grad_reduce_in_fp32, else the framework's
+  // (Megatron: FP32 in BF16 runs).
   const double grad_bytes = spec.training.GradientBytes();
   // The distributed optimizer gathers the updated parameters in their own dtype: FP8 with
   // fp8_param_gather (the linear weights, nearly all of them), else 16-bit.
