@@ -21,6 +21,21 @@ struct FullRecompute {
   std::string note;  ///< Set when the layout's count had to be rounded for Megatron.
 };
 
+/// The torch dtype Transformer Engine's FusedAdam takes for a moment dtype (FP8 moments are
+/// torch.uint8 with a scale).
+const char* TorchDtype(Precision dtype) {
+  switch (dtype) {
+    case Precision::kFp32:
+      return "torch.float32";
+    case Precision::kFp16:
+      return "torch.float16";
+    case Precision::kFp8:
+      return "torch.uint8";
+    default:
+      return "torch.bfloat16";
+  }
+}
+
 /// Layers Megatron splits over the pipeline: with --account-for-embedding-in-pipeline-split
 /// and --account-for-loss-in-pipeline-split the embedding and the loss count as one layer
 /// each, so L + 2 is divided over pp x vp model chunks.
@@ -376,6 +391,12 @@ absl::StatusOr<std::vector<CommandLineFlag>> MegatronArgs(const JobSpec& spec,
   }
   if (t.grad_reduce_in_fp32.has_value() && !*t.grad_reduce_in_fp32) add("--grad-reduce-in-bf16");
   if (t.Fp8ParamGather()) add("--fp8-param-gather");
+  if (t.optimizer_state_dtype.has_value()) {
+    const std::string dtype = ToString(*t.optimizer_state_dtype);
+    add("--use-precision-aware-optimizer");
+    add("--exp-avg-dtype", dtype);
+    add("--exp-avg-sq-dtype", dtype);
+  }
   const AttentionKernel kernel = t.AttentionKernelOf();
   if (kernel == AttentionKernel::kCudnn) {
     // Transformer Engine's FusedAttention (cuDNN) backend.
@@ -511,6 +532,14 @@ absl::StatusOr<std::string> NemoConfigOverride(const JobSpec& spec, const Parall
   if (t.precision == Precision::kFp8) absl::StrAppend(&out, "  fp8: true\n  fp8_hybrid: true\n");
   if (t.precision == Precision::kFp8 || t.precision == Precision::kMxfp8) {
     absl::StrAppend(&out, "  fp8_params: ", YamlBool(t.Fp8ParamGather()), "\n");
+  }
+  if (t.optimizer_state_dtype.has_value()) {
+    // Megatron-Core's OptimizerConfig, which NeMo 2.0 and Megatron-Bridge take as the
+    // optimizer's config.
+    const char* dtype = TorchDtype(*t.optimizer_state_dtype);
+    absl::StrAppend(&out,
+                    "  # OptimizerConfig(use_precision_aware_optimizer=True, exp_avg_dtype=", dtype,
+                    ", exp_avg_sq_dtype=", dtype, ")\n");
   }
   if (t.grad_reduce_in_fp32.has_value()) {
     // NeMo 2.0 sets it on the mixed-precision plugin and the DDP config.

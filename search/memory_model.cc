@@ -167,6 +167,31 @@ double OptimizerBytesPerParam(Precision precision) {
   return precision == Precision::kFp32 ? 8.0 : 12.0;
 }
 
+double OptimizerMomentBytes(Precision dtype) {
+  switch (dtype) {
+    case Precision::kFp32:
+      return 4.0;
+    case Precision::kFp8:
+      return 1.0;
+    default:
+      return 2.0;
+  }
+}
+
+double PrecisionAwareMainWeightBytes(const TrainingSpec& training) {
+  // Transformer Engine's FusedAdam keeps the 16 bits an FP32 value has beyond its BF16
+  // parameter (store_param_remainders, which Megatron-Core passes with TE 2.1 and later);
+  // FP16 and FP8 parameters do not share those bits, so their main weights are whole.
+  const bool bf16_parameters = training.precision != Precision::kFp16 &&
+                               training.precision != Precision::kFp32 && !training.Fp8ParamGather();
+  return bf16_parameters ? 2.0 : 4.0;
+}
+
+double PrecisionAwareOptimizerBytes(const TrainingSpec& training) {
+  const Precision moments = training.optimizer_state_dtype.value_or(Precision::kFp32);
+  return PrecisionAwareMainWeightBytes(training) + 2.0 * OptimizerMomentBytes(moments);
+}
+
 double StageParamsPerGpu(const ModelSpec& m, const ParallelConfig& c, int64_t stage) {
   return StageParamsSplit(m, c, stage).Total();
 }
@@ -549,8 +574,12 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   const bool fp32_parameters = framework.fp32_parameters && tr.precision != Precision::kFp32;
   const double weight_bytes = tr.precision == Precision::kFp32 || fp32_parameters ? 4.0 : 2.0;
   // 16-bit Adam states over 16-bit parameters: 4 bytes, no master copy.
+  // Megatron-Core's precision-aware optimizer: the moments in their dtype beside the main
+  // weights FusedAdam keeps.
   const double optimizer_bytes =
-      framework.optimizer_in_training_dtype && tr.precision != Precision::kFp32
+      tr.optimizer_state_dtype.has_value() && tr.precision != Precision::kFp32
+          ? PrecisionAwareOptimizerBytes(tr)
+      : framework.optimizer_in_training_dtype && tr.precision != Precision::kFp32
           ? 4.0
           : OptimizerBytesPerParam(fp32_parameters ? Precision::kFp32 : tr.precision);
   // FP32 training keeps FP32 gradients whatever the codebase.

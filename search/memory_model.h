@@ -160,6 +160,16 @@ double DispatchBufferBytes(const ModelSpec& model, const LayerActivationParams& 
 /// FP32 m and v (8), plus the FP32 master weights in 16-bit and FP8 training (12 in all).
 /// FP32 training keeps no master copy: 8.
 double OptimizerBytesPerParam(Precision precision);
+/// Bytes of one Adam moment in `dtype` (training.optimizer_state_dtype): 4, 2 or 1.
+double OptimizerMomentBytes(Precision dtype);
+/// The main weights Megatron-Core's precision-aware optimizer keeps per parameter: 2 over
+/// BF16 parameters (the 16 bits the BF16 value lacks of the FP32 one), 4 over FP16 or FP8
+/// parameters (training.fp8_param_gather).
+double PrecisionAwareMainWeightBytes(const TrainingSpec& training);
+/// Optimizer-state bytes per parameter under training.optimizer_state_dtype: the main
+/// weights and the two moments (BF16 training with BF16 moments: 2 + 2 + 2 = 6, against the
+/// standard optimizer's 12).
+double PrecisionAwareOptimizerBytes(const TrainingSpec& training);
 
 /// Fixed per-GPU bytes outside the model (CUDA context ~0.5 GiB, NCCL buffers and cuBLAS
 /// workspaces): one documented constant, not per model.

@@ -287,6 +287,17 @@ absl::Status ReadModel(const json& obj, ModelSpec* m, bool* positions_given) {
   return absl::OkStatus();
 }
 
+// Adam's moment dtypes that Megatron-Core's precision-aware optimizer takes.
+absl::StatusOr<Precision> ParseOptimizerStateDtype(absl::string_view name) {
+  absl::StatusOr<Precision> p = ParsePrecision(name);
+  if (!p.ok() || (*p != Precision::kFp32 && *p != Precision::kBf16 && *p != Precision::kFp16 &&
+                  *p != Precision::kFp8)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown optimizer state dtype '", name,
+                                                   "' (expected fp32, bf16, fp16 or fp8)"));
+  }
+  return *p;
+}
+
 absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
   const std::string sec = "training";
   if (!obj.is_object()) {
@@ -298,7 +309,7 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
           {"seq_length", "global_batch_size", "precision", "flash_attention", "dropout",
            "optimizer", "total_tokens", "moe_routing", "moe_capacity_factor", "recompute_modules",
            "attention_kernel", "fused_norm", "framework", "offload_modules", "grad_reduce_in_fp32",
-           "fp8_param_gather"});
+           "fp8_param_gather", "optimizer_state_dtype"});
       !s.ok()) {
     return s;
   }
@@ -338,6 +349,12 @@ absl::Status ReadTraining(const json& obj, TrainingSpec* t) {
     bool fp8 = false;
     if (auto s = ReadBool(obj, sec, "fp8_param_gather", &fp8); !s.ok()) return s;
     t->fp8_param_gather = fp8;
+  }
+  if (const json* v = FindSpecField(obj, "optimizer_state_dtype");
+      v != nullptr && !(v->is_string() && v->get<std::string>().empty())) {
+    auto dtype = SpecEnum(*v, "training.optimizer_state_dtype", ParseOptimizerStateDtype);
+    if (!dtype.ok()) return dtype.status();
+    t->optimizer_state_dtype = *dtype;
   }
   if (auto s = ReadSpecEnum(obj, sec, "framework", ParseFramework, &t->framework); !s.ok())
     return s;
@@ -747,6 +764,9 @@ json JobSpecToJson(const JobSpec& spec) {
   }
   if (t.fp8_param_gather.has_value()) {
     out["training"]["fp8_param_gather"] = *t.fp8_param_gather;
+  }
+  if (t.optimizer_state_dtype.has_value()) {
+    out["training"]["optimizer_state_dtype"] = ToString(*t.optimizer_state_dtype);
   }
   out["cluster"]["nvlink_domain"] = c.nvlink_domain;
   out["search"]["ep"] = IntsToJson(o.ep);

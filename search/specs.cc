@@ -461,6 +461,25 @@ absl::Status TrainingSpec::Validate() const {
                        ToString(framework), " has no FP8 parameters)"));
     }
   }
+  if (optimizer_state_dtype.has_value()) {
+    const Precision d = *optimizer_state_dtype;
+    if (d != Precision::kFp32 && d != Precision::kBf16 && d != Precision::kFp16 &&
+        d != Precision::kFp8) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("training.optimizer_state_dtype must be fp32, bf16, fp16 or fp8 (got ",
+                       ToString(d), ")"));
+    }
+    if (!ProfileOf(framework).megatron_numerics) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training.optimizer_state_dtype needs training.framework megatron-core or nemo (",
+          ToString(framework), " has no precision-aware optimizer)"));
+    }
+    if (precision == Precision::kFp32) {
+      return absl::InvalidArgumentError(
+          "training.optimizer_state_dtype applies to 16-bit and low-precision training "
+          "(training.precision fp32 keeps its FP32 optimizer)");
+    }
+  }
   if (recompute_modules.empty()) {
     return absl::InvalidArgumentError(
         "training.recompute_modules must name at least one module; to recompute nothing, set "

@@ -120,6 +120,13 @@ struct TrainingSpec {
   /// mxfp8; Megatron-Core and NeMo only. Unset: the framework's (NeMo's FP8 plugin sets
   /// it; Megatron-LM's flag is off by default).
   std::optional<bool> fp8_param_gather;
+  /// Adam's two moments in this dtype (fp32, bf16, fp16 or fp8) under Megatron-Core's
+  /// precision-aware optimizer (--use-precision-aware-optimizer --exp-avg-dtype
+  /// --exp-avg-sq-dtype; Transformer Engine's FusedAdam holds the main weights, as the
+  /// 16 bits a BF16 parameter lacks of its FP32 value where the parameter is BF16).
+  /// Unset: the standard optimizer (FP32 main weights and moments). Megatron-Core and NeMo
+  /// only; 16-bit and low-precision training.
+  std::optional<Precision> optimizer_state_dtype;
   /// fp8_param_gather when set, else the framework's default for the precision.
   bool Fp8ParamGather() const;
   /// Bytes per parameter of the gradient buffer and of the data-parallel reduction:

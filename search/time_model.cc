@@ -59,6 +59,20 @@ constexpr double kFlashBackwardEfficiency = 0.8;
 
 double ElementBytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
 
+// The optimizer step's bytes per parameter. Megatron-Core's precision-aware optimizer runs
+// Transformer Engine's FusedAdam, which writes the 16-bit parameter itself (no copy
+// kernel): around it the unscale, the norm and the zeroing (16 bytes); in it the
+// gradient read (4), the parameter written (2), both moments read and written, and the
+// main weights read and written (their 16-bit remainder beside the parameter it reads:
+// 2 + 2 + 2; whole FP32 ones: 8).
+double OptimizerStepBytesPerParam(const TrainingSpec& training) {
+  if (!training.optimizer_state_dtype.has_value() || training.precision == Precision::kFp32) {
+    return kOptimizerBytesPerParam;
+  }
+  const double main = PrecisionAwareMainWeightBytes(training) == 2.0 ? 6.0 : 8.0;
+  return 16.0 + 4.0 + 2.0 + main + 4.0 * OptimizerMomentBytes(*training.optimizer_state_dtype);
+}
+
 // Precision of the attention core and of non-linear-layer GEMMs (FP8 only for linears).
 Precision CorePrecision(Precision p) { return IsLowPrecisionGemm(p) ? Precision::kBf16 : p; }
 
@@ -790,7 +804,7 @@ CriticalStage FindCriticalStage(const JobSpec& spec, const ParallelConfig& confi
     const double updated = params / shards + split.expert / expert_shards;
     double step = measured != nullptr && measured->optimizer_seconds_per_param > 0
                       ? measured->optimizer_seconds_per_param * updated
-                      : StreamSeconds(device, kOptimizerBytesPerParam * updated) +
+                      : StreamSeconds(device, OptimizerStepBytesPerParam(spec.training) * updated) +
                             20 * device.kernel_launch_s;
     if (config.offload != Offload::kNone) {
       // The host's Adam step replaces the GPU's; the updated 16-bit parameters go back

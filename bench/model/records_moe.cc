@@ -95,11 +95,13 @@ std::vector<MoeRecord> MoeRecordsFromCalibration(const nlohmann::json& data) {
     spec.training.global_batch_size = Int(r, "global_batch_size", 0);
     spec.training.precision = *ParsePrecision(absl::AsciiStrToLower(Str(r, "precision")));
     // The model zoo's benchmark script (sbatch_benchmarking.sh) runs its FP8 and MXFP8
-    // recipes with --fp8-param-gather.
+    // recipes with --fp8-param-gather and the precision-aware optimizer's BF16 moments
+    // (--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16).
     if (absl::StrContains(Str(r, "source"), "Megatron-MoE-ModelZoo") &&
         (spec.training.precision == Precision::kFp8 ||
          spec.training.precision == Precision::kMxfp8)) {
       spec.training.fp8_param_gather = true;
+      spec.training.optimizer_state_dtype = Precision::kBf16;
     }
     spec.training.flash_attention = true;
     spec.training.dropout = false;

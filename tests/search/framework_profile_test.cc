@@ -496,6 +496,81 @@ TEST(FrameworkProfileTest, Fp8WeightsAreCachedOrHeldInFp8) {
   EXPECT_EQ(back->training.fp8_param_gather, std::optional<bool>(true));
 }
 
+// training.optimizer_state_dtype is Megatron-Core's precision-aware optimizer: Transformer
+// Engine's FusedAdam keeps Adam's two moments in the dtype and the main weights as the 16
+// bits a BF16 parameter lacks of its FP32 value (whole FP32 ones over FP16 or FP8
+// parameters). Per parameter, BF16 training with BF16 moments holds 2 + 2 + 2 = 6 bytes
+// against the standard optimizer's 4 + 4 + 4 = 12, sharded alike; the step moves 36 bytes
+// (unscale, norm and zeroing 16; gradient 4; parameter written 2; remainder and parameter
+// read, remainder written 6; moments 8) against 50.
+TEST(FrameworkProfileTest, PrecisionAwareOptimizerKeepsLowPrecisionState) {
+  TrainingSpec t;
+  t.precision = Precision::kBf16;
+  t.optimizer_state_dtype = Precision::kBf16;
+  EXPECT_DOUBLE_EQ(PrecisionAwareOptimizerBytes(t), 6.0);
+  t.optimizer_state_dtype = Precision::kFp32;
+  EXPECT_DOUBLE_EQ(PrecisionAwareOptimizerBytes(t), 2.0 + 4.0 + 4.0);
+  t.optimizer_state_dtype = Precision::kFp8;
+  EXPECT_DOUBLE_EQ(PrecisionAwareOptimizerBytes(t), 2.0 + 1.0 + 1.0);
+  t.precision = Precision::kFp16;
+  t.optimizer_state_dtype = Precision::kFp16;
+  EXPECT_DOUBLE_EQ(PrecisionAwareOptimizerBytes(t), 4.0 + 2.0 + 2.0);
+  t.precision = Precision::kFp8;
+  t.optimizer_state_dtype = Precision::kBf16;
+  EXPECT_DOUBLE_EQ(PrecisionAwareOptimizerBytes(t), 6.0);  // BF16 parameters, FP8 GEMMs.
+  t.fp8_param_gather = true;
+  EXPECT_DOUBLE_EQ(PrecisionAwareOptimizerBytes(t), 4.0 + 2.0 + 2.0);
+
+  const auto plan = [](std::optional<Precision> moments) {
+    JobSpec spec = Llama7bTp1Dp8(Framework::kMegatronCore);
+    spec.training.optimizer_state_dtype = moments;
+    spec.search.overlap_grad_reduce = {false};
+    return PlanOne(spec);
+  };
+  const RankedConfig standard = plan(std::nullopt);
+  const RankedConfig bf16 = plan(Precision::kBf16);
+  EXPECT_DOUBLE_EQ(bf16.memory.optimizer, 0.5 * standard.memory.optimizer);
+  EXPECT_DOUBLE_EQ(bf16.memory.weights, standard.memory.weights);
+  EXPECT_DOUBLE_EQ(bf16.memory.gradients, standard.memory.gradients);
+  EXPECT_DOUBLE_EQ(bf16.time.compute, standard.time.compute);
+  const double launches = 20 * FindDevice("h100-sxm-80gb")->kernel_launch_s;
+  EXPECT_NEAR((bf16.time.optimizer - launches) / (standard.time.optimizer - launches), 36.0 / 50.0,
+              1e-9);
+
+  // Exports, round trip, refusals.
+  JobSpec spec = Llama7bTp1Dp8(Framework::kMegatronCore);
+  spec.training.optimizer_state_dtype = Precision::kBf16;
+  const absl::StatusOr<std::string> args = FormatMegatronArgs(spec, bf16.config);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_THAT(*args, HasSubstr("--use-precision-aware-optimizer"));
+  EXPECT_THAT(*args, HasSubstr("--exp-avg-dtype bf16"));
+  EXPECT_THAT(*args, HasSubstr("--exp-avg-sq-dtype bf16"));
+  EXPECT_THAT(*NemoConfigOverride(spec, bf16.config),
+              HasSubstr("use_precision_aware_optimizer=True, exp_avg_dtype=torch.bfloat16"));
+  EXPECT_THAT(*FormatMegatronArgs(Llama7bTp1Dp8(Framework::kMegatronCore), bf16.config),
+              ::testing::Not(HasSubstr("precision-aware")));
+  absl::StatusOr<JobSpec> back = JobSpecFromJson(JobSpecToJson(spec));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->training.optimizer_state_dtype, std::optional<Precision>(Precision::kBf16));
+  nlohmann::json j = JobSpecToJson(spec);
+  j["training"]["optimizer_state_dtype"] = "";
+  back = JobSpecFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->training.optimizer_state_dtype.has_value());
+  j["training"]["optimizer_state_dtype"] = "mxfp8";
+  EXPECT_THAT(std::string(JobSpecFromJson(j).status().message()),
+              HasSubstr("training.optimizer_state_dtype: unknown optimizer state dtype 'mxfp8' "
+                        "(expected fp32, bf16, fp16 or fp8)"));
+  spec.training.framework = Framework::kDeepspeed;
+  EXPECT_THAT(spec.Validate().message(),
+              HasSubstr("training.optimizer_state_dtype needs training.framework megatron-core"));
+  spec.training.framework = Framework::kNemo;
+  EXPECT_TRUE(spec.Validate().ok());
+  spec.training.precision = Precision::kFp32;
+  EXPECT_THAT(spec.Validate().message(),
+              HasSubstr("training.optimizer_state_dtype applies to 16-bit and low-precision"));
+}
+
 // When the winner recomputes only because of FP32 gradients and cached FP8 weights, its
 // notes say what the performance recipes' numerics would give: Nemotron-340B on 128 H100 in
 // FP8 (tp 8, pp 8, vp 12, the published NeMo layout) fits only with full recompute under

@@ -207,6 +207,18 @@ mut("fp8_param_gather_without_the_framework", "rgp", "training.fp8_param_gather"
        "cluster.gpu": "h100-sxm-80gb", "training.framework": "deepspeed"})
 mut("fp8_param_gather_number", "rp", "training.fp8_param_gather",
     "wrong type (number for a bool)", **{"training.fp8_param_gather": 1})
+mut("optimizer_state_dtype_with_fp32_training", "rgp", "training.optimizer_state_dtype",
+    "optimizer state dtypes named for FP32 training",
+    **{"training.optimizer_state_dtype": "bf16"})
+mut("optimizer_state_dtype_without_the_framework", "rgp", "training.optimizer_state_dtype",
+    "a precision-aware optimizer under a framework that has none",
+    **{"training.optimizer_state_dtype": "bf16", "training.precision": "bf16",
+       "training.framework": "torchtitan"})
+mut("optimizer_state_dtype_unknown", "rgp", "training.optimizer_state_dtype",
+    "an optimizer state dtype the precision-aware optimizer does not take",
+    **{"training.optimizer_state_dtype": "mxfp8", "training.precision": "bf16"})
+mut("optimizer_state_dtype_number", "rp", "training.optimizer_state_dtype",
+    "wrong type (number for a string)", **{"training.optimizer_state_dtype": 16})
 mut("activation_offload_duplicate", "rgp", "search.activation_offload",
     "a search list value twice", **{"search.activation_offload": [True, True]})
 mut("activation_offload_string", "rp", "search.activation_offload",
