@@ -290,8 +290,7 @@ absl::Status ReadModel(const json& obj, ModelSpec* m, bool* positions_given) {
 // Adam's moment dtypes that Megatron-Core's precision-aware optimizer takes.
 absl::StatusOr<Precision> ParseOptimizerStateDtype(absl::string_view name) {
   absl::StatusOr<Precision> p = ParsePrecision(name);
-  if (!p.ok() || (*p != Precision::kFp32 && *p != Precision::kBf16 && *p != Precision::kFp16 &&
-                  *p != Precision::kFp8)) {
+  if (!p.ok() || !IsOptimizerStateDtype(*p)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown optimizer state dtype '", name,
                                                    "' (expected fp32, bf16, fp16 or fp8)"));
   }

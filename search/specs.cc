@@ -334,6 +334,15 @@ absl::Status ValidateMoeAndAttention(const ModelSpec& m) {
   return absl::OkStatus();
 }
 
+// A field of Megatron-Core's numerics (grad_reduce_in_fp32, fp8_param_gather,
+// optimizer_state_dtype) named under a framework without them; `lacks` says why.
+absl::Status NeedsMegatronNumerics(const char* field, Framework framework, const char* lacks) {
+  if (ProfileOf(framework).megatron_numerics) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("training.", field, " needs training.framework megatron-core or nemo (",
+                   ToString(framework), " ", lacks, ")"));
+}
+
 }  // namespace
 
 absl::Status ModelSpec::Validate() const {
@@ -399,6 +408,11 @@ absl::Status ModelSpec::Validate() const {
   return absl::OkStatus();
 }
 
+bool IsOptimizerStateDtype(Precision dtype) {
+  return dtype == Precision::kFp32 || dtype == Precision::kBf16 || dtype == Precision::kFp16 ||
+         dtype == Precision::kFp8;
+}
+
 double TrainingSpec::GradientBytes() const {
   if (precision == Precision::kFp32) return 4.0;
   if (grad_reduce_in_fp32.has_value()) return *grad_reduce_in_fp32 ? 4.0 : 2.0;
@@ -438,10 +452,10 @@ absl::Status TrainingSpec::Validate() const {
                      ToString(moe_routing), ")"));
   }
   if (grad_reduce_in_fp32.has_value()) {
-    if (!ProfileOf(framework).megatron_numerics) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "training.grad_reduce_in_fp32 needs training.framework megatron-core or nemo (",
-          ToString(framework), " sets its gradient dtype itself)"));
+    if (auto s = NeedsMegatronNumerics("grad_reduce_in_fp32", framework,
+                                       "sets its gradient dtype itself");
+        !s.ok()) {
+      return s;
     }
     if (precision == Precision::kFp32) {
       return absl::InvalidArgumentError(
@@ -455,24 +469,21 @@ absl::Status TrainingSpec::Validate() const {
           absl::StrCat("training.fp8_param_gather needs training.precision fp8 or mxfp8 (got ",
                        ToString(precision), ")"));
     }
-    if (!ProfileOf(framework).megatron_numerics) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("training.fp8_param_gather needs training.framework megatron-core or nemo (",
-                       ToString(framework), " has no FP8 parameters)"));
+    if (auto s = NeedsMegatronNumerics("fp8_param_gather", framework, "has no FP8 parameters");
+        !s.ok()) {
+      return s;
     }
   }
   if (optimizer_state_dtype.has_value()) {
-    const Precision d = *optimizer_state_dtype;
-    if (d != Precision::kFp32 && d != Precision::kBf16 && d != Precision::kFp16 &&
-        d != Precision::kFp8) {
+    if (!IsOptimizerStateDtype(*optimizer_state_dtype)) {
       return absl::InvalidArgumentError(
           absl::StrCat("training.optimizer_state_dtype must be fp32, bf16, fp16 or fp8 (got ",
-                       ToString(d), ")"));
+                       ToString(*optimizer_state_dtype), ")"));
     }
-    if (!ProfileOf(framework).megatron_numerics) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "training.optimizer_state_dtype needs training.framework megatron-core or nemo (",
-          ToString(framework), " has no precision-aware optimizer)"));
+    if (auto s = NeedsMegatronNumerics("optimizer_state_dtype", framework,
+                                       "has no precision-aware optimizer");
+        !s.ok()) {
+      return s;
     }
     if (precision == Precision::kFp32) {
       return absl::InvalidArgumentError(

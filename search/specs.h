@@ -95,6 +95,10 @@ struct ModelSpec {
   absl::Status Validate() const;
 };
 
+/// The dtypes Megatron-Core's precision-aware optimizer keeps Adam's moments in (fp32, bf16,
+/// fp16, fp8): training.optimizer_state_dtype's values.
+bool IsOptimizerStateDtype(Precision dtype);
+
 struct TrainingSpec {
   int64_t seq_length = 0;            ///< s.
   int64_t global_batch_size = 0;     ///< B, sequences per optimizer step.
