@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
@@ -573,10 +574,12 @@ std::vector<RankedConfig> RankTop(std::vector<RankedConfig> ranked, const Search
 
 namespace {
 
-// The leaner numerics Megatron-Core and NeMo offer beside the layout: BF16 gradients
-// (grad_reduce_in_fp32 false) and, in FP8, FP8 parameters, where the spec leaves them to
-// the framework. When the winner recomputes and its layout without recompute fits only with
-// them, its notes say so and by how much it would be faster.
+// The leaner numerics Megatron-Core and NeMo offer beside the layout, where the spec leaves
+// them to the framework: BF16 gradients (grad_reduce_in_fp32 false) and, in FP8, FP8
+// parameters, as NVIDIA's performance recipes run; failing those, also BF16 Adam moments
+// (optimizer_state_dtype, the precision-aware optimizer). When the winner recomputes and its
+// layout without recompute fits only with them, its notes say so and by how much it would
+// be faster.
 void NoteLeanerNumerics(const JobSpec& spec, RankedConfig& winner) {
   const TrainingSpec& t = spec.training;
   if (!ProfileOf(t.framework).megatron_numerics || t.precision == Precision::kFp32 ||
@@ -594,19 +597,34 @@ void NoteLeanerNumerics(const JobSpec& spec, RankedConfig& winner) {
     lean.training.fp8_param_gather = true;
     changes.push_back("training.fp8_param_gather: true");
   }
-  if (changes.empty()) return;
   ParallelConfig config = winner.config;
   config.recompute = Recompute::kNone;
   config.recompute_num_layers = 0;
-  absl::StatusOr<RankedConfig> without = Estimate(lean, config);
-  if (!without.ok() || !without->fits || without->iteration_time_s >= winner.iteration_time_s) {
-    return;
+  const auto faster = [&](const JobSpec& s) -> std::optional<RankedConfig> {
+    absl::StatusOr<RankedConfig> without = Estimate(s, config);
+    if (!without.ok() || !without->fits || without->iteration_time_s >= winner.iteration_time_s) {
+      return std::nullopt;
+    }
+    return *without;
+  };
+  const auto note = [&](const RankedConfig& without, const char* as) {
+    winner.notes.push_back(absl::StrFormat(
+        "with %s (%s) this layout fits without recompute (peak %.1f GiB) and is %.1f%% faster",
+        absl::StrJoin(changes, " and "), as, without.memory.Peak() / (1024.0 * 1024.0 * 1024.0),
+        100.0 * (winner.iteration_time_s / without.iteration_time_s - 1.0)));
+  };
+  if (!changes.empty()) {
+    if (std::optional<RankedConfig> without = faster(lean)) {
+      note(*without, "as NVIDIA's performance recipes run");
+      return;
+    }
   }
-  winner.notes.push_back(absl::StrFormat(
-      "with %s (as NVIDIA's performance recipes run) this layout fits without recompute "
-      "(peak %.1f GiB) and is %.1f%% faster",
-      absl::StrJoin(changes, " and "), without->memory.Peak() / (1024.0 * 1024.0 * 1024.0),
-      100.0 * (winner.iteration_time_s / without->iteration_time_s - 1.0)));
+  if (t.optimizer_state_dtype.has_value()) return;
+  lean.training.optimizer_state_dtype = Precision::kBf16;
+  changes.push_back("training.optimizer_state_dtype: bf16");
+  if (std::optional<RankedConfig> without = faster(lean)) {
+    note(*without, "Megatron-Core's precision-aware optimizer for the Adam moments");
+  }
 }
 
 }  // namespace
