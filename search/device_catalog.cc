@@ -110,8 +110,17 @@ DeviceProfile Hopper(const char* name, double memory_gib, double hbm_tbps) {
   return d;
 }
 
-// Blackwell (B200 and later): Hopper's efficiencies and latencies (no published
-// measurement says otherwise), B200's dense peaks, NVLink 5 (1.8 TB/s total per GPU; bus
+// The GEMM efficiency of B200 and GB200 against Hopper's: the Megatron-Bridge 25.11
+// performance table (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md; Llama 3 8B on
+// 8 and Llama 3.1 405B on 128 or 256 GPUs in FP8, bench/model/data/mbridge_25.11_perf.json)
+// measures B200 and GB200 at 0.80 of the throughput Hopper's efficiencies predict for them
+// (their H100 rows come within 8 % of the prediction). The same table's GB300 rows match
+// Hopper's figures (-0.6 and +1.3 %), so B300 and GB300 keep them. Sustained clocks under
+// the power limit (B200 1,000 W, GB200 1,200 W per GPU, GB300 1,400 W) are the likely cause.
+constexpr double kB200GemmEfficiencyRelative = 0.80;
+
+// Blackwell (B200 and later): Hopper's efficiencies and latencies (B200 and GB200 then
+// scale their GEMM efficiencies, above), B200's dense peaks, NVLink 5 (1.8 TB/s total per GPU; bus
 // bandwidth at the same 80 % of the unidirectional 900 GB/s that nccl-tests reach on
 // Hopper), 148 SMs, block-scaled MXFP8/NVFP4 tensor cores.
 DeviceProfile Blackwell(const char* name, double memory_gib, double hbm_tbps) {
@@ -176,7 +185,10 @@ std::vector<DeviceProfile> Catalog() {
     d.source =
         "NVIDIA DGX B200 / HGX B200 datasheets (dense peaks FP32 75, TF32 1,100, BF16 2,250, "
         "FP8 4,500, FP4 9,000 TFLOP/s; 192 GB HBM3e at 8 TB/s, NVLink 5 1.8 TB/s total); NDR "
-        "400 Gb/s per GPU; efficiencies assumed equal to Hopper";
+        "400 Gb/s per GPU; GEMM efficiency 0.80 of Hopper's (Megatron-Bridge 25.11 "
+        "performance table), other efficiencies Hopper's";
+    d.gemm_efficiency *= kB200GemmEfficiencyRelative;
+    d.fp8_gemm_efficiency *= kB200GemmEfficiencyRelative;
     out.push_back(d);
   }
   {
@@ -194,7 +206,10 @@ std::vector<DeviceProfile> Catalog() {
     d.source =
         "NVIDIA GB200 NVL72 datasheet (rack peaks / 72, dense: BF16 2,500, FP8 5,000, FP4 "
         "10,000 TFLOP/s; 186 GB HBM3e at 8 TB/s; NVLink 5 1.8 TB/s in a 72-GPU domain); "
-        "ConnectX-7 400 Gb/s per GPU; efficiencies assumed equal to Hopper";
+        "ConnectX-7 400 Gb/s per GPU; GEMM efficiency 0.80 of Hopper's (Megatron-Bridge "
+        "25.11 performance table), other efficiencies Hopper's";
+    d.gemm_efficiency *= kB200GemmEfficiencyRelative;
+    d.fp8_gemm_efficiency *= kB200GemmEfficiencyRelative;
     out.push_back(d);
   }
   {
@@ -226,7 +241,8 @@ std::vector<DeviceProfile> Catalog() {
     d.source =
         "NVIDIA GB300 NVL72 datasheet (rack peaks / 72, dense: BF16 2,500, FP8 5,000, FP4 "
         "15,000 TFLOP/s; 288 GB HBM3e at 8 TB/s; NVLink 5 in a 72-GPU domain); ConnectX-8 "
-        "800 Gb/s per GPU; efficiencies assumed equal to Hopper";
+        "800 Gb/s per GPU; efficiencies Hopper's (the Megatron-Bridge 25.11 performance table's "
+        "GB300 rows match them)";
     out.push_back(d);
   }
   {

@@ -12,7 +12,8 @@
 // reason.
 //
 //   model_accuracy [--data DIR] [--json] [--verbose]   (--verbose: time breakdown per row;
-//   --json: one document with the dense rows, "moe", "fsdp_records" and "nemo_table")
+//   --json: one document with the dense rows, "moe", "fsdp_records", "nemo_table" and
+//   "mbridge_table")
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -208,19 +209,29 @@ std::vector<Row> FsdpRows(const nlohmann::json& data, bool verbose) {
   return rows;
 }
 
-// NeMo's published pretraining table (bench/model/data/nemo_24.09_h100_fp8.json): each
-// row's model preset and stated layout under training.framework nemo with the settings of
-// NeMo's performance scripts (FP8, BF16 gradient reduction, TP communication overlap and
-// sequence parallelism with TP > 1, the distributed optimizer); the recompute is chosen
-// by the planner. Rows without a preset are listed as skipped.
-struct NemoTable {
+// NVIDIA's published pretraining tables, each row's model preset and stated layout under
+// training.framework nemo with the settings of NVIDIA's performance scripts (FP8, BF16
+// gradient reduction, TP communication overlap and sequence parallelism with TP > 1, the
+// distributed optimizer or, where the row says fsdp 1, Megatron-FSDP); the recompute is
+// chosen by the planner. NeMo 24.09's (bench/model/data/nemo_24.09_h100_fp8.json, DGX
+// H100) and Megatron-Bridge 25.11's dense rows (mbridge_25.11_perf.json: GB300, GB200,
+// B200 and H100; a row's "gpu" names the device, H100 when absent). Rows without a preset,
+// or that the file marks with "skip", are listed as skipped with the reason.
+struct PublishedTable {
+  std::string title;
   std::string source;
   std::vector<Row> rows;
+  std::vector<std::string> devices;  ///< Per row, the device's short name.
   std::vector<std::string> skipped;
 };
 
-NemoTable NemoRows(const nlohmann::json& table) {
-  NemoTable out;
+// "h100-sxm-80gb" -> "h100", "b200-192gb" -> "b200", "gb200" -> "gb200".
+std::string ShortDevice(const std::string& gpu) { return gpu.substr(0, gpu.find('-')); }
+
+PublishedTable PublishedTableRows(const std::string& title, const std::string& id_prefix,
+                                  const nlohmann::json& table) {
+  PublishedTable out;
+  out.title = title;
   out.source = Str(table, "source");
   for (const nlohmann::json& r : table["rows"]) {
     const std::string name = Str(r, "model");
@@ -228,8 +239,15 @@ NemoTable NemoRows(const nlohmann::json& table) {
       out.skipped.push_back(name + " (no preset for its architecture)");
       continue;
     }
+    const std::string gpu = r.contains("gpu") ? Str(r, "gpu") : "h100-sxm-80gb";
     const int64_t tp = Int(r, "tp", 1), pp = Int(r, "pp", 1), cp = Int(r, "cp", 1);
     const int64_t gpus = Int(r, "gpus", 0);
+    const std::string id =
+        absl::StrFormat("%s_%s_fp8_%s_%dg", id_prefix, ShortDevice(gpu), name, gpus);
+    if (r.contains("skip")) {
+      out.skipped.push_back(absl::StrCat(id, " (", Str(r, "skip"), ")"));
+      continue;
+    }
     nlohmann::json spec = {
         {"name", name},
         {"model", {{"preset", Str(r, "preset")}}},
@@ -239,7 +257,10 @@ NemoTable NemoRows(const nlohmann::json& table) {
           {"precision", "fp8"},
           {"framework", "nemo"},
           {"grad_reduce_in_fp32", false}}},
-        {"cluster", {{"gpu", "h100-sxm-80gb"}, {"num_gpus", gpus}, {"gpus_per_node", 8}}},
+        {"cluster",
+         {{"gpu", gpu},
+          {"num_gpus", gpus},
+          {"gpus_per_node", absl::StartsWith(gpu, "gb") ? 4 : 8}}},
         {"search",
          {{"tp", {tp}},
           {"pp", {pp}},
@@ -249,41 +270,71 @@ NemoTable NemoRows(const nlohmann::json& table) {
           {"micro_batch_size", {Int(r, "mbs", 1)}},
           {"sequence_parallel", {tp > 1}},
           {"tp_comm_overlap", {tp > 1}},
-          {"distributed_optimizer", true}}}};
+          {"data_parallel_sharding", {Int(r, "fsdp", 0) == 1 ? "full" : "optimizer"}}}}};
     Row row;
-    row.id = absl::StrFormat("nemo24.09_h100_fp8_%s_%dg", name, gpus);
+    row.id = id;
     absl::StatusOr<JobSpec> job = JobSpecFromJson(spec);
     absl::StatusOr<PlanResult> plan =
         job.ok() ? Plan(*job) : absl::StatusOr<PlanResult>(job.status());
     if (!plan.ok() || plan->ranked.empty()) {
       out.skipped.push_back(absl::StrCat(
-          name, " (", plan.ok() ? "no layout fits" : std::string(plan.status().message()), ")"));
+          id, " (", plan.ok() ? "no layout fits" : std::string(plan.status().message()), ")"));
       continue;
     }
     SetThroughput(plan->ranked.front(), static_cast<double>(Int(r, "tokens_per_sec_per_gpu", 0)),
                   &row);
     out.rows.push_back(row);
+    out.devices.push_back(ShortDevice(gpu));
   }
   return out;
 }
 
-void PrintNemoTable(const NemoTable& nemo) {
-  std::printf("#\n# NeMo's pretraining table: %zu published runs\n# source: %s\n", nemo.rows.size(),
-              nemo.source.c_str());
+void PrintPublishedTable(const PublishedTable& table) {
+  std::printf("#\n# %s: %zu published runs\n# source: %s\n", table.title.c_str(), table.rows.size(),
+              table.source.c_str());
   std::printf("# %-52s %12s %12s %8s  %s\n", "record", "published", "predicted", "error", "layout");
   std::vector<double> errors, signed_errors;
-  for (const Row& r : nemo.rows) {
+  std::map<std::string, std::vector<double>> by_device;
+  for (size_t i = 0; i < table.rows.size(); ++i) {
+    const Row& r = table.rows[i];
     std::printf("  %-52s %12.1f %12.1f %8.1f  %s\n", r.id.c_str(), r.published, r.predicted,
                 100 * r.error, r.layout.c_str());
     errors.push_back(r.error);
     signed_errors.push_back(r.predicted / r.published - 1.0);
+    by_device[table.devices[i]].push_back(r.predicted / r.published - 1.0);
   }
-  for (const std::string& s : nemo.skipped) std::printf("# skipped: %s\n", s.c_str());
+  for (const std::string& s : table.skipped) std::printf("# skipped: %s\n", s.c_str());
   const double max = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
   std::printf(
-      "# NeMo table error: median %.1f %%, max %.1f %% over %zu rows; predicted over "
-      "published %+.1f %% median\n",
-      100 * Median(errors), 100 * max, errors.size(), 100 * Median(signed_errors));
+      "# %s error: median %.1f %%, max %.1f %% over %zu rows; predicted over published %+.1f %% "
+      "median\n",
+      table.title.c_str(), 100 * Median(errors), 100 * max, errors.size(),
+      100 * Median(signed_errors));
+  if (by_device.size() > 1) {
+    std::printf("# predicted over published by device, median:");
+    for (const auto& [device, e] : by_device) {
+      std::printf(" %s %+.1f %% (%zu)", device.c_str(), 100 * Median(e), e.size());
+    }
+    std::printf("\n");
+  }
+}
+
+nlohmann::json PublishedTableJson(const PublishedTable& table) {
+  nlohmann::json out = {{"source", table.source}, {"skipped", table.skipped}};
+  std::vector<double> errors;
+  for (size_t i = 0; i < table.rows.size(); ++i) {
+    const Row& r = table.rows[i];
+    out["records"].push_back({{"id", r.id},
+                              {"device", table.devices[i]},
+                              {"layout", r.layout},
+                              {"published", r.published},
+                              {"predicted", r.predicted},
+                              {"error", r.error}});
+    errors.push_back(r.error);
+  }
+  out["median_error"] = Median(errors);
+  out["max_error"] = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
+  return out;
 }
 
 // Orderings: full recompute / (SP + selective), published vs predicted.
@@ -314,22 +365,11 @@ std::vector<Ordering> Orderings(const nlohmann::json& data,
 
 void PrintJson(const std::vector<Row>& rows, const std::vector<Ordering>& orderings, double median,
                double max, const std::vector<Row>& fsdp, const nlohmann::json& moe,
-               const NemoTable& nemo) {
+               const PublishedTable& nemo, const PublishedTable& mbridge) {
   nlohmann::json out;
   out["moe"] = moe;
-  std::vector<double> nemo_errors;
-  out["nemo_table"] = {{"source", nemo.source}, {"skipped", nemo.skipped}};
-  for (const Row& r : nemo.rows) {
-    out["nemo_table"]["records"].push_back({{"id", r.id},
-                                            {"layout", r.layout},
-                                            {"published", r.published},
-                                            {"predicted", r.predicted},
-                                            {"error", r.error}});
-    nemo_errors.push_back(r.error);
-  }
-  out["nemo_table"]["median_error"] = Median(nemo_errors);
-  out["nemo_table"]["max_error"] =
-      nemo_errors.empty() ? 0 : *std::max_element(nemo_errors.begin(), nemo_errors.end());
+  out["nemo_table"] = PublishedTableJson(nemo);
+  out["mbridge_table"] = PublishedTableJson(mbridge);
   std::vector<double> fsdp_errors;
   for (const Row& r : fsdp) {
     out["fsdp_records"].push_back({{"id", r.id},
@@ -545,7 +585,13 @@ int Main(int argc, char** argv) {
   if (moe_data.ok()) moe = MoeRows(*moe_data, verbose);
   const std::vector<Row> fsdp = moe_data.ok() ? FsdpRows(*moe_data, verbose) : std::vector<Row>{};
   absl::StatusOr<nlohmann::json> nemo_data = ReadJson(BenchDataDir() + "/nemo_24.09_h100_fp8.json");
-  const NemoTable nemo = nemo_data.ok() ? NemoRows(*nemo_data) : NemoTable{};
+  const PublishedTable nemo =
+      nemo_data.ok() ? PublishedTableRows("NeMo table", "nemo24.09", *nemo_data) : PublishedTable{};
+  absl::StatusOr<nlohmann::json> mbridge_data =
+      ReadJson(BenchDataDir() + "/mbridge_25.11_perf.json");
+  const PublishedTable mbridge =
+      mbridge_data.ok() ? PublishedTableRows("Megatron-Bridge table", "mbridge25.11", *mbridge_data)
+                        : PublishedTable{};
   if (json_out) {
     // One JSON document: the dense rows, "fsdp_records" and "moe".
     nlohmann::json m = nlohmann::json::object();
@@ -563,7 +609,7 @@ int Main(int argc, char** argv) {
     }
     m["median_error"] = Median(errors);
     m["max_error"] = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
-    PrintJson(rows, orderings, median, max, fsdp, m, nemo);
+    PrintJson(rows, orderings, median, max, fsdp, m, nemo, mbridge);
   } else {
     PrintTable(dir, rows, orderings, median, max);
     if (moe_data.ok()) {
@@ -573,9 +619,15 @@ int Main(int argc, char** argv) {
     }
     PrintFsdpTable(dir, fsdp);
     if (nemo_data.ok()) {
-      PrintNemoTable(nemo);
+      PrintPublishedTable(nemo);
     } else {
       std::printf("# NeMo table: %s\n", std::string(nemo_data.status().message()).c_str());
+    }
+    if (mbridge_data.ok()) {
+      PrintPublishedTable(mbridge);
+    } else {
+      std::printf("# Megatron-Bridge table: %s\n",
+                  std::string(mbridge_data.status().message()).c_str());
     }
   }
   return 0;
