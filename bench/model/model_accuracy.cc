@@ -66,6 +66,15 @@ struct Row {
   double published = 0, predicted = 0, error = 0;
 };
 
+// A row in --json: its id, layout, published and predicted figures and the error.
+nlohmann::json RowJson(const Row& r) {
+  return {{"id", r.id},
+          {"layout", r.layout},
+          {"published", r.published},
+          {"predicted", r.predicted},
+          {"error", r.error}};
+}
+
 // A layer record (Korthikanti Table 4): its forward and backward time, two rows.
 void AddLayerRows(const nlohmann::json& r, const JobSpec& spec, const RecordLayout& layout,
                   const Row& row, std::vector<Row>& rows) {
@@ -323,14 +332,10 @@ nlohmann::json PublishedTableJson(const PublishedTable& table) {
   nlohmann::json out = {{"source", table.source}, {"skipped", table.skipped}};
   std::vector<double> errors;
   for (size_t i = 0; i < table.rows.size(); ++i) {
-    const Row& r = table.rows[i];
-    out["records"].push_back({{"id", r.id},
-                              {"device", table.devices[i]},
-                              {"layout", r.layout},
-                              {"published", r.published},
-                              {"predicted", r.predicted},
-                              {"error", r.error}});
-    errors.push_back(r.error);
+    nlohmann::json row = RowJson(table.rows[i]);
+    row["device"] = table.devices[i];
+    out["records"].push_back(row);
+    errors.push_back(table.rows[i].error);
   }
   out["median_error"] = Median(errors);
   out["max_error"] = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
@@ -372,20 +377,16 @@ void PrintJson(const std::vector<Row>& rows, const std::vector<Ordering>& orderi
   out["mbridge_table"] = PublishedTableJson(mbridge);
   std::vector<double> fsdp_errors;
   for (const Row& r : fsdp) {
-    out["fsdp_records"].push_back({{"id", r.id},
-                                   {"layout", r.layout},
-                                   {"published", r.published},
-                                   {"predicted", r.predicted},
-                                   {"error", r.error}});
+    out["fsdp_records"].push_back(RowJson(r));
     fsdp_errors.push_back(r.error);
   }
   out["fsdp_median_error"] = Median(fsdp_errors);
   out["fsdp_max_error"] =
       fsdp_errors.empty() ? 0 : *std::max_element(fsdp_errors.begin(), fsdp_errors.end());
   for (const Row& r : rows) {
-    out["records"].push_back({{"id", r.id}, {"quantity", r.quantity}, {"layout", r.layout},
-                              {"published", r.published}, {"predicted", r.predicted},
-                              {"error", r.error}});
+    nlohmann::json row = RowJson(r);
+    row["quantity"] = r.quantity;
+    out["records"].push_back(row);
   }
   for (const Ordering& o : orderings) {
     out["orderings"].push_back({{"model", o.model}, {"published_ratio", o.published},
@@ -597,11 +598,7 @@ int Main(int argc, char** argv) {
     nlohmann::json m = nlohmann::json::object();
     std::vector<double> errors;
     for (const Row& r : moe.rows) {
-      m["records"].push_back({{"id", r.id},
-                              {"layout", r.layout},
-                              {"published", r.published},
-                              {"predicted", r.predicted},
-                              {"error", r.error}});
+      m["records"].push_back(RowJson(r));
       errors.push_back(r.error);
     }
     for (const auto& [id, reason] : moe.skipped) {
