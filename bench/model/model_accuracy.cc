@@ -12,8 +12,8 @@
 // reason.
 //
 //   model_accuracy [--data DIR] [--json] [--verbose]   (--verbose: time breakdown per row;
-//   --json: one document with the dense rows, "moe", "fsdp_records", "nemo_table" and
-//   "mbridge_table")
+//   --json: one document with the dense rows, "moe", "fsdp_records", "nemo_table",
+//   "mbridge_table" and "mbridge_moe_table")
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -223,9 +223,11 @@ std::vector<Row> FsdpRows(const nlohmann::json& data, bool verbose) {
 // gradient reduction, TP communication overlap and sequence parallelism with TP > 1, the
 // distributed optimizer or, where the row says fsdp 1, Megatron-FSDP); the recompute is
 // chosen by the planner. NeMo 24.09's (bench/model/data/nemo_24.09_h100_fp8.json, DGX
-// H100) and Megatron-Bridge 25.11's dense rows (mbridge_25.11_perf.json: GB300, GB200,
-// B200 and H100; a row's "gpu" names the device, H100 when absent). Rows without a preset,
-// or that the file marks with "skip", are listed as skipped with the reason.
+// H100) and Megatron-Bridge 25.11's dense and MoE rows (mbridge_25.11_perf.json and
+// mbridge_25.11_moe.json: GB300, GB200, B200 and H100; a row's "gpu" names the device, H100
+// when absent, its "precision" the recipe's, FP8 when absent, and its "ep" the expert
+// parallelism, with the tokens force-balanced as the table's MoE runs are). Rows without a
+// preset, or that the file marks with "skip", are listed as skipped with the reason.
 struct PublishedTable {
   std::string title;
   std::string source;
@@ -249,10 +251,12 @@ PublishedTable PublishedTableRows(const std::string& title, const std::string& i
       continue;
     }
     const std::string gpu = r.contains("gpu") ? Str(r, "gpu") : "h100-sxm-80gb";
+    const std::string precision = r.contains("precision") ? Str(r, "precision") : "fp8";
+    const int64_t ep = Int(r, "ep", 1);
     const int64_t tp = Int(r, "tp", 1), pp = Int(r, "pp", 1), cp = Int(r, "cp", 1);
     const int64_t gpus = Int(r, "gpus", 0);
     const std::string id =
-        absl::StrFormat("%s_%s_fp8_%s_%dg", id_prefix, ShortDevice(gpu), name, gpus);
+        absl::StrFormat("%s_%s_%s_%s_%dg", id_prefix, ShortDevice(gpu), precision, name, gpus);
     if (r.contains("skip")) {
       out.skipped.push_back(absl::StrCat(id, " (", Str(r, "skip"), ")"));
       continue;
@@ -263,7 +267,7 @@ PublishedTable PublishedTableRows(const std::string& title, const std::string& i
         {"training",
          {{"seq_length", Int(r, "seq", 0)},
           {"global_batch_size", Int(r, "gbs", 0)},
-          {"precision", "fp8"},
+          {"precision", precision},
           {"framework", "nemo"},
           {"grad_reduce_in_fp32", false}}},
         {"cluster",
@@ -280,6 +284,11 @@ PublishedTable PublishedTableRows(const std::string& title, const std::string& i
           {"sequence_parallel", {tp > 1}},
           {"tp_comm_overlap", {tp > 1}},
           {"data_parallel_sharding", {Int(r, "fsdp", 0) == 1 ? "full" : "optimizer"}}}}};
+    if (ep > 1) {
+      // The tables' MoE runs force-balance the tokens over the experts.
+      spec["training"]["moe_routing"] = "balanced";
+      spec["search"]["ep"] = {ep};
+    }
     Row row;
     row.id = id;
     absl::StatusOr<JobSpec> job = JobSpecFromJson(spec);
@@ -370,11 +379,13 @@ std::vector<Ordering> Orderings(const nlohmann::json& data,
 
 void PrintJson(const std::vector<Row>& rows, const std::vector<Ordering>& orderings, double median,
                double max, const std::vector<Row>& fsdp, const nlohmann::json& moe,
-               const PublishedTable& nemo, const PublishedTable& mbridge) {
+               const PublishedTable& nemo, const PublishedTable& mbridge,
+               const PublishedTable& mbridge_moe) {
   nlohmann::json out;
   out["moe"] = moe;
   out["nemo_table"] = PublishedTableJson(nemo);
   out["mbridge_table"] = PublishedTableJson(mbridge);
+  out["mbridge_moe_table"] = PublishedTableJson(mbridge_moe);
   std::vector<double> fsdp_errors;
   for (const Row& r : fsdp) {
     out["fsdp_records"].push_back(RowJson(r));
@@ -593,6 +604,12 @@ int Main(int argc, char** argv) {
   const PublishedTable mbridge =
       mbridge_data.ok() ? PublishedTableRows("Megatron-Bridge table", "mbridge25.11", *mbridge_data)
                         : PublishedTable{};
+  absl::StatusOr<nlohmann::json> mbridge_moe_data =
+      ReadJson(BenchDataDir() + "/mbridge_25.11_moe.json");
+  const PublishedTable mbridge_moe =
+      mbridge_moe_data.ok()
+          ? PublishedTableRows("Megatron-Bridge MoE table", "mbridge25.11", *mbridge_moe_data)
+          : PublishedTable{};
   if (json_out) {
     // One JSON document: the dense rows, "fsdp_records" and "moe".
     nlohmann::json m = nlohmann::json::object();
@@ -606,7 +623,7 @@ int Main(int argc, char** argv) {
     }
     m["median_error"] = Median(errors);
     m["max_error"] = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
-    PrintJson(rows, orderings, median, max, fsdp, m, nemo, mbridge);
+    PrintJson(rows, orderings, median, max, fsdp, m, nemo, mbridge, mbridge_moe);
   } else {
     PrintTable(dir, rows, orderings, median, max);
     if (moe_data.ok()) {
@@ -622,8 +639,9 @@ int Main(int argc, char** argv) {
     }
     if (mbridge_data.ok()) {
       PrintPublishedTable(mbridge);
+      PrintPublishedTable(mbridge_moe);
     } else {
-      std::printf("# Megatron-Bridge table: %s\n",
+      std::printf("# Megatron-Bridge tables: %s\n",
                   std::string(mbridge_data.status().message()).c_str());
     }
   }
