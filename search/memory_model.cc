@@ -577,8 +577,7 @@ MemoryBreakdown EstimateMemory(const JobSpec& spec, const ParallelConfig& c,
   // Megatron-Core's precision-aware optimizer: the moments in their dtype beside the main
   // weights FusedAdam keeps.
   const double optimizer_bytes =
-      tr.optimizer_state_dtype.has_value() && tr.precision != Precision::kFp32
-          ? PrecisionAwareOptimizerBytes(tr)
+      tr.PrecisionAwareOptimizer() ? PrecisionAwareOptimizerBytes(tr)
       : framework.optimizer_in_training_dtype && tr.precision != Precision::kFp32
           ? 4.0
           : OptimizerBytesPerParam(fp32_parameters ? Precision::kFp32 : tr.precision);

@@ -343,6 +343,15 @@ absl::Status NeedsMegatronNumerics(const char* field, Framework framework, const
                    ToString(framework), " ", lacks, ")"));
 }
 
+// A Megatron-Core numerics field named for FP32 training, which `keeps` its own.
+absl::Status NeedsSixteenBitTraining(const char* field, Precision precision, const char* what,
+                                     const char* keeps) {
+  if (precision != Precision::kFp32) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("training.", field, " applies to ", what,
+                                                 " training (training.precision fp32 keeps ", keeps,
+                                                 ")"));
+}
+
 }  // namespace
 
 absl::Status ModelSpec::Validate() const {
@@ -457,10 +466,10 @@ absl::Status TrainingSpec::Validate() const {
         !s.ok()) {
       return s;
     }
-    if (precision == Precision::kFp32) {
-      return absl::InvalidArgumentError(
-          "training.grad_reduce_in_fp32 applies to 16-bit and FP8 training (training.precision "
-          "fp32 keeps FP32 gradients)");
+    if (auto s = NeedsSixteenBitTraining("grad_reduce_in_fp32", precision, "16-bit and FP8",
+                                         "FP32 gradients");
+        !s.ok()) {
+      return s;
     }
   }
   if (fp8_param_gather.value_or(false)) {
@@ -485,10 +494,10 @@ absl::Status TrainingSpec::Validate() const {
         !s.ok()) {
       return s;
     }
-    if (precision == Precision::kFp32) {
-      return absl::InvalidArgumentError(
-          "training.optimizer_state_dtype applies to 16-bit and low-precision training "
-          "(training.precision fp32 keeps its FP32 optimizer)");
+    if (auto s = NeedsSixteenBitTraining("optimizer_state_dtype", precision,
+                                         "16-bit and low-precision", "its FP32 optimizer");
+        !s.ok()) {
+      return s;
     }
   }
   if (recompute_modules.empty()) {

@@ -131,6 +131,11 @@ struct TrainingSpec {
   /// Unset: the standard optimizer (FP32 main weights and moments). Megatron-Core and NeMo
   /// only; 16-bit and low-precision training.
   std::optional<Precision> optimizer_state_dtype;
+  /// The precision-aware optimizer runs: optimizer_state_dtype set and 16-bit or
+  /// low-precision training.
+  bool PrecisionAwareOptimizer() const {
+    return optimizer_state_dtype.has_value() && precision != Precision::kFp32;
+  }
   /// fp8_param_gather when set, else the framework's default for the precision.
   bool Fp8ParamGather() const;
   /// Bytes per parameter of the gradient buffer and of the data-parallel reduction:

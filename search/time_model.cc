@@ -66,9 +66,7 @@ double ElementBytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
 // main weights read and written (their 16-bit remainder beside the parameter it reads:
 // 2 + 2 + 2; whole FP32 ones: 8).
 double OptimizerStepBytesPerParam(const TrainingSpec& training) {
-  if (!training.optimizer_state_dtype.has_value() || training.precision == Precision::kFp32) {
-    return kOptimizerBytesPerParam;
-  }
+  if (!training.PrecisionAwareOptimizer()) return kOptimizerBytesPerParam;
   const double main = PrecisionAwareMainWeightBytes(training) == 2.0 ? 6.0 : 8.0;
   return 16.0 + 4.0 + 2.0 + main + 4.0 * OptimizerMomentBytes(*training.optimizer_state_dtype);
 }
